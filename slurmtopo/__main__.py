@@ -1,0 +1,3 @@
+from slurmtopo.cli import main
+
+main()

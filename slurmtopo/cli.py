@@ -1,0 +1,57 @@
+"""The ``slurmtopo`` command: a thin click layer over the library.
+
+Each sub-command lives in ``slurmtopo/commands/<name>.py`` and exposes a
+click object named ``command``. This module only wires them together and
+turns :class:`~slurmtopo.errors.SlurmtopoError` into one line on stderr and a
+non-zero exit code.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from slurmtopo import __version__
+from slurmtopo.errors import SlurmtopoError
+
+# sub-command name -> module under slurmtopo.commands (imported lazily, so
+# `slurmtopo groups` does not pay for paramiko or pynvml).
+COMMANDS = {
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        module = COMMANDS.get(name)
+        if module is None:
+            return None
+        return importlib.import_module(f"slurmtopo.commands.{module}").command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="slurmtopo")
+def cli():
+    """Topology-aware placement of distributed GPU training on Slurm."""
+
+
+def main(argv=None):
+    try:
+        cli.main(args=argv, prog_name="slurmtopo", standalone_mode=False)
+    except SlurmtopoError as exc:
+        click.echo(f"slurmtopo: error: {exc.render()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("slurmtopo: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(1)
+    sys.exit(0)

@@ -1,0 +1,52 @@
+"""One error type for everything a user can get wrong.
+
+Every failure a user can cause (a bad file, a layout that cannot fit, Slurm
+refusing a job) is raised as :class:`SlurmtopoError`. The CLI catches it and
+prints exactly one line, ``slurmtopo: error: <where>: <what>``, and exits
+non-zero, so no user ever sees a traceback for their own input.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class SlurmtopoError(Exception):
+    """A user-facing error: one line, optionally located at ``file:line``."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, path: Optional[str] = None, line: Optional[int] = None):
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.line = line
+        super().__init__(self.render())
+
+    @property
+    def where(self) -> str:
+        if self.path and self.line:
+            return f"{self.path}:{self.line}"
+        return self.path or ""
+
+    def render(self) -> str:
+        text = " ".join(self.message.split())  # always one line
+        return f"{self.where}: {text}" if self.where else text
+
+
+class InventoryError(SlurmtopoError):
+    """Bad inventory, node report, state snapshot or fabric description."""
+
+
+class LayoutError(SlurmtopoError):
+    """A parallel layout that is invalid (the frameworks would reject it)."""
+
+
+class PlacementError(SlurmtopoError):
+    """The free resources cannot hold the job; the message says why."""
+
+    exit_code = 3
+
+
+class SlurmError(SlurmtopoError):
+    """Slurm refused something; the message carries Slurm's own words."""
+
+    exit_code = 4
