@@ -1,0 +1,382 @@
+"""The inventory model shared by every part of slurmtopo.
+
+The node agent fills it from NVML and sysfs, the admin tooling merges node
+reports and the fabric into it, the planner reads it. It is plain, typed,
+immutable data: no I/O here (reading and writing files is
+:mod:`slurmtopo.inventory`, derived topology queries are
+:mod:`slurmtopo.topology`).
+
+Node *hardware* is split from node *identity*: every node of a type shares
+one :class:`Hardware` object, so a 12,500-node cluster written with node
+types costs 12,500 small :class:`Node` objects, not 12,500 link matrices.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from slurmtopo.links import LinkClass, parse_token
+
+SCHEMA_VERSION = 1
+
+
+class _CachedHash:
+    """Big frozen values (a node type, the fabric) are cache keys for the
+    derived topology queries; hash them once, not on every lookup."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+
+def parse_cpulist(text: str) -> Tuple[int, ...]:
+    """``"0-3,8,10-11"`` -> (0, 1, 2, 3, 8, 10, 11). Raises ValueError."""
+    out: List[int] = []
+    text = str(text).strip()
+    if not text:
+        return ()
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo_s, hi_s = part.split("-", 1)
+            lo, hi = int(lo_s), int(hi_s)
+            if hi < lo:
+                raise ValueError(f"bad CPU range {part!r}")
+            out.extend(range(lo, hi + 1))
+        else:
+            out.append(int(part))
+    return tuple(sorted(set(out)))
+
+
+def format_cpulist(cpus) -> str:
+    """(0, 1, 2, 3, 8) -> ``"0-3,8"`` (the kernel's cpulist format)."""
+    ids = sorted(set(int(c) for c in cpus))
+    parts: List[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG instance (GPU instance + compute instance) of a parent GPU."""
+
+    gi_id: int
+    ci_id: int
+    profile: str  # e.g. "1g.10gb"
+    uuid: Optional[str] = None
+    memory_mib: Optional[int] = None
+    #: /dev/nvidia-caps/nvidia-capN minors for the GI and CI access files
+    gi_cap_minor: Optional[int] = None
+    ci_cap_minor: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class NvLinkPort:
+    """State of one NVLink port of a GPU, as NVML reports it."""
+
+    link: int
+    active: bool
+    remote_pci_bus_id: Optional[str] = None
+    remote_type: Optional[str] = None  # "gpu" | "nvswitch" | "ibmnpu" | "unknown"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int  # NVML index (PCI bus id order)
+    model: str = "unknown"
+    pci_bus_id: Optional[str] = None
+    memory_mib: Optional[int] = None
+    uuid: Optional[str] = None
+    minor: Optional[int] = None  # N of /dev/nvidiaN; defaults to index
+    numa_node: Optional[int] = None
+    cpus: Tuple[int, ...] = ()  # CPU (thread) ids with affinity to this GPU
+    mig_mode: bool = False
+    mig: Tuple[MigDevice, ...] = ()
+    nvlinks: Tuple[NvLinkPort, ...] = ()  # per-port detail (agent reports)
+
+    @property
+    def device_minor(self) -> int:
+        return self.index if self.minor is None else self.minor
+
+    @property
+    def device_file(self) -> str:
+        return f"/dev/nvidia{self.device_minor}"
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A network adapter port (RDMA device or plain netdev)."""
+
+    name: str  # RDMA device (mlx5_0) or netdev when there is no RDMA device
+    netdev: Optional[str] = None
+    pci_bus_id: Optional[str] = None
+    link_layer: str = "InfiniBand"  # InfiniBand | Ethernet
+    rate_gbps: Optional[float] = None  # link rate in Gbit/s
+    state: str = "active"  # active | down | unknown
+    port: int = 1
+    numa_node: Optional[int] = None
+    #: PCIe relation to each GPU, indexed like the node's GPUs ("PIX", ...)
+    gpu_relation: Tuple[str, ...] = ()
+    #: compute (training traffic) or storage/management; only compute NICs
+    #: are given to NCCL
+    role: str = "compute"
+
+    def relation_to(self, gpu_index: int) -> LinkClass:
+        if gpu_index < len(self.gpu_relation):
+            return parse_token(self.gpu_relation[gpu_index])[0]
+        return LinkClass.SYS
+
+
+@dataclass(frozen=True)
+class CpuTopology:
+    """Physical CPU layout; needed for Slurm's abstract core ids.
+
+    ``core_cpus[i]`` lists the thread ids of Slurm abstract core ``i``
+    (cores numbered socket by socket). When absent, the usual Linux
+    enumeration is assumed: thread ``t`` of core ``c`` is cpu
+    ``c + t * sockets * cores_per_socket``.
+    """
+
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int = 1
+    core_cpus: Optional[Tuple[Tuple[int, ...], ...]] = None
+
+    @property
+    def cores(self) -> int:
+        return self.sockets * self.cores_per_socket
+
+    def cpus_of_core(self, core: int) -> Tuple[int, ...]:
+        if self.core_cpus is not None:
+            return self.core_cpus[core]
+        n = self.cores
+        return tuple(core + t * n for t in range(self.threads_per_core))
+
+    def core_of_cpu(self) -> Dict[int, int]:
+        """Map every CPU (thread) id to its abstract core id."""
+        return {cpu: core for core in range(self.cores) for cpu in self.cpus_of_core(core)}
+
+
+@dataclass(frozen=True)
+class NvlinkDomain:
+    """Multi-node NVLink membership: same cluster UUID and clique id means
+    the GPUs of these nodes talk over NVLink (e.g. one GB200 NVL72 rack)."""
+
+    cluster_uuid: str
+    clique_id: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.cluster_uuid}/{self.clique_id}"
+
+
+@dataclass(frozen=True)
+class Hardware(_CachedHash):
+    """What a node *is*: shared by every node of a node type."""
+
+    gpus: Tuple[Gpu, ...]
+    #: square matrix of nvidia-smi tokens ("X", "NV18", "PIX", ...), by GPU index
+    links: Tuple[Tuple[str, ...], ...]
+    nics: Tuple[Nic, ...] = ()
+    cpu: Optional[CpuTopology] = None
+    #: GPUs are connected through NVSwitch (all-to-all full bandwidth)
+    nvswitch: bool = False
+    #: overrides for the cost model (GB/s per direction)
+    nvlink_lane_gbps: Optional[float] = None
+    pcie_gbps: Optional[float] = None
+    gres_type: Optional[str] = None  # Slurm GRES type name override
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def model(self) -> str:
+        models = {g.model for g in self.gpus}
+        return models.pop() if len(models) == 1 else "mixed"
+
+    def link(self, a: int, b: int) -> LinkClass:
+        return parse_token(self.links[a][b])[0]
+
+    def nvlink_lanes(self, a: int, b: int) -> int:
+        return parse_token(self.links[a][b])[1]
+
+    def compute_nics(self) -> Tuple[Nic, ...]:
+        return tuple(n for n in self.nics if n.role == "compute")
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    hardware: Hardware
+    type: Optional[str] = None  # node type name, when it came from one
+    nvlink_domain: Optional[NvlinkDomain] = None
+    features: Tuple[str, ...] = ()
+    #: where the description came from (file:line), for error messages
+    origin: Optional[str] = None
+
+    @property
+    def gpus(self) -> Tuple[Gpu, ...]:
+        return self.hardware.gpus
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A network switch in the tree above the nodes.
+
+    ``level`` 0 is a leaf (has hosts), 1 the switches above the leaves, ...
+    """
+
+    name: str
+    level: int = 0
+    nodes: Tuple[str, ...] = ()
+    switches: Tuple[str, ...] = ()  # children
+    link_gbps: Optional[float] = None  # per-port rate, Gbit/s
+    description: Optional[str] = None
+    origin: Optional[str] = field(default=None, compare=False)  # file:line
+
+
+@dataclass(frozen=True)
+class Block:
+    """A Slurm topology/block block (e.g. one NVL72 rack)."""
+
+    name: str
+    nodes: Tuple[str, ...]
+    origin: Optional[str] = field(default=None, compare=False)  # file:line
+
+
+@dataclass(frozen=True)
+class Fabric(_CachedHash):
+    switches: Tuple[Switch, ...] = ()
+    blocks: Tuple[Block, ...] = ()
+    block_sizes: Tuple[int, ...] = ()
+
+    def switch(self, name: str) -> Switch:
+        for s in self.switches:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+@dataclass
+class Inventory:
+    """A whole cluster: nodes (in file order) and the fabric above them."""
+
+    nodes: Dict[str, Node]
+    fabric: Fabric = field(default_factory=Fabric)
+    node_types: Dict[str, Hardware] = field(default_factory=dict)
+    #: cost-model overrides, passed through as written (see cost.py)
+    cost: Dict[str, object] = field(default_factory=dict)
+    #: node name -> the ``report`` block of its node report (agent metadata:
+    #: when, from what source, problems found, stale or not)
+    reports: Dict[str, Dict[str, object]] = field(default_factory=dict)
+    source: Optional[str] = None
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes.values())
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def node(self, name: str) -> Node:
+        return self.nodes[name]
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(n.hardware.gpu_count for n in self.nodes.values())
+
+
+# --------------------------------------------------------------------------
+# Cluster state: which nodes and GPUs are free right now.
+
+#: Slurm node states in which a node can take new work
+USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned"})
+
+
+@dataclass(frozen=True)
+class NodeState:
+    name: str
+    state: str = "idle"  # Slurm base state, lower case
+    busy_gpus: frozenset = frozenset()  # NVML indices held by running jobs
+    #: flags such as drain, maint, reserved, not_responding
+    flags: frozenset = frozenset()
+    #: True when a job holds the node exclusively (no GPU is free)
+    exclusive: bool = False
+
+    @property
+    def usable(self) -> bool:
+        if self.state not in USABLE_STATES:
+            return False
+        return not (self.flags & {"drain", "draining", "drained", "down", "fail", "maint",
+                                  "not_responding", "power_down", "powered_down",
+                                  "reboot_requested", "reserved"})
+
+
+@dataclass
+class ClusterState:
+    """Free/busy view of the cluster; nodes not listed are idle and whole."""
+
+    nodes: Dict[str, NodeState] = field(default_factory=dict)
+    source: Optional[str] = None
+
+    def of(self, name: str) -> NodeState:
+        st = self.nodes.get(name)
+        return st if st is not None else NodeState(name)
+
+    def free_gpus(self, node: Node) -> Tuple[int, ...]:
+        """NVML indices of GPUs on ``node`` that a new job may use."""
+        st = self.nodes.get(node.name)
+        if st is None:
+            return tuple(g.index for g in node.gpus)
+        if not st.usable or st.exclusive:
+            return ()
+        return tuple(g.index for g in node.gpus if g.index not in st.busy_gpus)
+
+
+# --------------------------------------------------------------------------
+# Placement result: the rank map.
+
+
+@dataclass(frozen=True)
+class RankSlot:
+    """Where one global rank runs."""
+
+    rank: int
+    host: str
+    gpu: int  # NVML index on host
+    local_rank: int
+    nics: Tuple[str, ...] = ()  # closest compute NIC(s), best first
+    cpus: Tuple[int, ...] = ()  # NUMA-local CPU (thread) ids
+    numa_node: Optional[int] = None
+
+
+@dataclass
+class Placement:
+    """A complete rank map for one job (gang: every rank has a slot)."""
+
+    slots: Tuple[RankSlot, ...]  # indexed by global rank
+    groups: Dict[str, List[List[int]]]
+    hosts: Tuple[str, ...]  # node order (SLURM_HOSTFILE order of first use)
+    notes: Tuple[str, ...] = ()  # decisions worth telling the user
+
+    @property
+    def world_size(self) -> int:
+        return len(self.slots)
+
+    def ranks_on(self, host: str) -> List[RankSlot]:
+        return sorted((s for s in self.slots if s.host == host), key=lambda s: s.local_rank)
+
+    def gpus_on(self, host: str) -> List[int]:
+        """GPUs used on ``host`` ordered by local rank (CUDA_VISIBLE_DEVICES order)."""
+        return [s.gpu for s in self.ranks_on(host)]

@@ -1,0 +1,215 @@
+"""Derived topology queries over the inventory model (pure, cached).
+
+Answers the questions the planner and the cost model ask again and again:
+which GPUs of a node form an NVLink island, what is the slowest hop a ring
+over some GPUs must take, and how far apart two hosts are in the switch
+tree. Results are cached per :class:`~slurmtopo.model.Hardware` object (all
+nodes of a type share one) and per :class:`~slurmtopo.model.Fabric`.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+from slurmtopo.links import LinkClass
+from slurmtopo.model import Fabric, Hardware, Inventory, Node
+
+
+@lru_cache(maxsize=None)
+def link_classes(hw: Hardware) -> Tuple[Tuple[LinkClass, ...], ...]:
+    """The link matrix as LinkClass values (parsed once per hardware)."""
+    return tuple(tuple(hw.link(a, b) for b in range(hw.gpu_count)) for a in range(hw.gpu_count))
+
+
+@lru_cache(maxsize=None)
+def nvlink_islands(hw: Hardware) -> Tuple[Tuple[int, ...], ...]:
+    """Connected components of the NVLink graph, as sorted GPU index tuples.
+
+    An NVSwitch node is one island; NVLink-bridged pairs are islands of two;
+    a PCIe-only node has one island per GPU.
+    """
+    lc = link_classes(hw)
+    n = hw.gpu_count
+    seen = [False] * n
+    out: List[Tuple[int, ...]] = []
+    for start in range(n):
+        if seen[start]:
+            continue
+        stack, comp = [start], []
+        seen[start] = True
+        while stack:
+            a = stack.pop()
+            comp.append(a)
+            for b in range(n):
+                if not seen[b] and lc[a][b] == LinkClass.NVLINK:
+                    seen[b] = True
+                    stack.append(b)
+        out.append(tuple(sorted(comp)))
+    return tuple(out)
+
+
+def _has_ring(gpus: Sequence[int], ok) -> bool:
+    """Is there a cycle through all ``gpus`` using only pairs with ok(a, b)?"""
+    n = len(gpus)
+    if n <= 1:
+        return True
+    if n == 2:
+        return ok(gpus[0], gpus[1])
+    first = gpus[0]
+    rest = list(gpus[1:])
+    # depth-first search for a Hamiltonian cycle; n is at most a node's GPU
+    # count (<= 16 in practice), with pruning it is instant
+    path = [first]
+    used = [False] * len(rest)
+
+    def dfs() -> bool:
+        if len(path) == n:
+            return ok(path[-1], first)
+        last = path[-1]
+        for i, g in enumerate(rest):
+            if not used[i] and ok(last, g):
+                used[i] = True
+                path.append(g)
+                if dfs():
+                    return True
+                path.pop()
+                used[i] = False
+        return False
+
+    return dfs()
+
+
+@lru_cache(maxsize=65536)
+def ring_class(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:
+    """The slowest hop of the best ring over ``gpus`` inside one node.
+
+    NCCL builds rings over the fastest links it can find, so on a DGX-1
+    cube-mesh eight GPUs still all-reduce over NVLink although some pairs
+    have no direct link. We find the smallest class c such that a ring over
+    the GPUs exists using only hops of class <= c.
+    """
+    if len(gpus) <= 1:
+        return LinkClass.SELF
+    lc = link_classes(hw)
+    pairs = {lc[a][b] for a, b in itertools.combinations(gpus, 2)}
+    if len(gpus) > 16:
+        return max(pairs)
+    for c in sorted(pairs):
+        if _has_ring(list(gpus), lambda a, b, c=c: lc[a][b] <= c):
+            return c
+    return max(pairs)
+
+
+@dataclass(frozen=True)
+class NetworkView:
+    """The switch tree as lookups: each host's ancestors and their levels."""
+
+    #: host -> {switch name: level} of every switch above it
+    ancestors: Dict[str, Dict[str, int]]
+    #: host -> leaf switch name (the first leaf that lists it)
+    leaf: Dict[str, str]
+    #: switch -> level (0 = leaf)
+    levels: Dict[str, int]
+    flat: bool  # no switches described: every host on one virtual leaf
+
+    def distance(self, a: str, b: str) -> LinkClass:
+        """Network class between two different hosts."""
+        if self.flat:
+            return LinkClass.NET_LEAF
+        la, lb = self.leaf.get(a), self.leaf.get(b)
+        if la is not None and la == lb:
+            return LinkClass.NET_LEAF
+        anc_a, anc_b = self.ancestors.get(a), self.ancestors.get(b)
+        if not anc_a or not anc_b:
+            return LinkClass.NET_FAR
+        common = [lvl for sw, lvl in anc_a.items() if sw in anc_b]
+        return LinkClass.network(min(common)) if common else LinkClass.NET_FAR
+
+    def switch_at(self, host: str, level: int) -> Optional[str]:
+        """The (first, by name) switch above ``host`` at ``level``."""
+        names = sorted(sw for sw, lvl in self.ancestors.get(host, {}).items() if lvl == level)
+        return names[0] if names else None
+
+
+def switch_levels(fabric: Fabric) -> Dict[str, int]:
+    """Level of every switch: explicit levels are kept; otherwise a switch
+    with hosts is a leaf (0) and a parent is one above its highest child."""
+    children = {s.name: s.switches for s in fabric.switches}
+    memo: Dict[str, int] = {}
+
+    def level(name: str, stack: FrozenSet[str] = frozenset()) -> int:
+        if name in memo:
+            return memo[name]
+        if name in stack:
+            raise ValueError(f"switch loop through {name!r}")
+        kids = children.get(name, ())
+        lvl = 0 if not kids else 1 + max(level(k, stack | {name}) for k in kids)
+        memo[name] = lvl
+        return lvl
+
+    for s in fabric.switches:
+        level(s.name)
+    return memo
+
+
+@lru_cache(maxsize=16)
+def network_view(fabric: Fabric) -> NetworkView:
+    levels = switch_levels(fabric)
+    parents: Dict[str, List[str]] = {}
+    for s in fabric.switches:
+        for child in s.switches:
+            parents.setdefault(child, []).append(s.name)
+    # ancestors of each switch, including itself
+    sw_anc: Dict[str, Dict[str, int]] = {}
+
+    def anc(sw: str) -> Dict[str, int]:
+        if sw not in sw_anc:
+            out = {sw: levels.get(sw, 0)}
+            for p in parents.get(sw, ()):
+                out.update(anc(p))
+            sw_anc[sw] = out
+        return sw_anc[sw]
+
+    ancestors: Dict[str, Dict[str, int]] = {}
+    leaf: Dict[str, str] = {}
+    for s in fabric.switches:
+        for host in s.nodes:
+            leaf.setdefault(host, s.name)
+            ancestors.setdefault(host, {}).update(anc(s.name))
+    return NetworkView(ancestors=ancestors, leaf=leaf, levels=levels, flat=not fabric.switches)
+
+
+def host_link(inv: Inventory, a: Node, b: Node) -> LinkClass:
+    """Class of the link between GPUs on two different hosts."""
+    if a.name == b.name:
+        raise ValueError("host_link is for two different hosts")
+    if a.nvlink_domain is not None and a.nvlink_domain == b.nvlink_domain:
+        return LinkClass.NVLINK_DOMAIN
+    return network_view(inv.fabric).distance(a.name, b.name)
+
+
+def gpu_link(inv: Inventory, a: Tuple[str, int], b: Tuple[str, int]) -> LinkClass:
+    """Class of the link between (host, gpu) ``a`` and (host, gpu) ``b``."""
+    if a[0] == b[0]:
+        return inv.nodes[a[0]].hardware.link(a[1], b[1])
+    return host_link(inv, inv.nodes[a[0]], inv.nodes[b[0]])
+
+
+def block_of(inv: Inventory) -> Dict[str, str]:
+    """host -> block name, from explicit blocks and NVLink domains."""
+    out: Dict[str, str] = {}
+    for blk in inv.fabric.blocks:
+        for h in blk.nodes:
+            out.setdefault(h, blk.name)
+    return out
+
+
+def nvlink_domains(nodes: Iterable[Node]) -> Dict[str, List[str]]:
+    """domain key -> host names (in input order), for multi-node NVLink."""
+    out: Dict[str, List[str]] = {}
+    for n in nodes:
+        if n.nvlink_domain is not None:
+            out.setdefault(n.nvlink_domain.key, []).append(n.name)
+    return out
