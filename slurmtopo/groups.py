@@ -124,6 +124,13 @@ def _fastest_first(tokens: Sequence[str], convention: str) -> List[str]:
     return list(tokens) if convention == "megatron" else list(reversed(tokens))
 
 
+def _full_fastest_first(tokens: Sequence[str], convention: str) -> List[str]:
+    """Fastest-first order of all five names; left-out names go last, in the
+    order Megatron appends them (tp, pp, dp, ep, cp)."""
+    fast = _fastest_first(tokens, convention)
+    return fast + [n for n in ("tp", "pp", "dp", "ep", "cp") if n not in fast]
+
+
 # --------------------------------------------------------------------------
 # the layout
 
@@ -156,7 +163,7 @@ class Layout:
     world: Optional[int] = None  # when None: tp*cp*pp*dp
     convention: str = "megatron"  # or "torch"
 
-    # ---- derived sizes (valid on a resolved layout) ----
+    # ---- derived values (each validates first; resolving is O(1)) ----
 
     @property
     def model_size(self) -> int:
@@ -166,30 +173,32 @@ class Layout:
     @property
     def expert_dp(self) -> int:
         """Expert data-parallel size, world // (expert_tp * ep * pp)."""
-        lay = self if self._is_resolved() else self.resolved()
+        lay = self.resolved()
         return lay.world // (lay.expert_tp * lay.ep * lay.pp)
 
-    def _is_resolved(self) -> bool:
-        return self.dp is not None and self.world is not None and self.expert_tp is not None
-
     def sizes(self) -> Dict[str, int]:
-        """Dense sizes by name (ep included); requires a resolved layout."""
-        lay = self if self._is_resolved() else self.resolved()
+        """Sizes by name after resolution (dense dp; ep as given)."""
+        lay = self.resolved()
         return {"tp": lay.tp, "cp": lay.cp, "ep": lay.ep, "dp": lay.dp, "pp": lay.pp}
 
     def fastest_first(self) -> List[str]:
-        """The full order, fastest varying name first, whatever the convention."""
-        lay = self if self._is_resolved() else self.resolved()
-        return _fastest_first(lay.order.split("-"), lay.convention)
+        """All five names, fastest varying first, whatever the convention.
+
+        Names the order leaves out (all of size 1) come last, in Megatron's
+        order of appending them: tp, pp, dp, ep, cp.
+        """
+        lay = self.resolved()
+        return _full_fastest_first(parse_order(lay.order), lay.convention)
 
     # ---- validation ----
 
     def resolved(self) -> "Layout":
-        """Fill dp, world and expert_tp, normalise ``order``, and check
-        everything Megatron checks. Raises :class:`LayoutError`.
+        """Fill dp, world and expert_tp, normalise ``order`` (lower case, no
+        blanks), and check everything Megatron checks. Raises
+        :class:`LayoutError`. Idempotent.
 
-        The returned order names all five dimensions: names left out are
-        added as the slowest ones (appended for megatron, prepended for torch).
+        The order keeps only the names given; names left out (necessarily of
+        size 1) are treated as the slowest ones, see :meth:`fastest_first`.
         """
         if self.convention not in CONVENTIONS:
             raise LayoutError(
@@ -246,13 +255,7 @@ class Layout:
                         f"only dimensions of size 1 may be left out"
                     )
 
-        # Megatron appends left-out names in the order tp, pp, dp, ep, cp.
-        missing = [n for n in ("tp", "pp", "dp", "ep", "cp") if n not in tokens]
-        if self.convention == "megatron":
-            full = tokens + missing
-        else:
-            full = list(reversed(missing)) + tokens
-        fast = _fastest_first(full, self.convention)
+        fast = _full_fastest_first(tokens, self.convention)
         # Megatron (order as written): unless pp is the slowest name, attention
         # and MoE layers must have the same data-parallel size.
         given_fast = _fastest_first(tokens, self.convention)
@@ -269,8 +272,8 @@ class Layout:
             if dense_stride != expert_stride:
                 raise LayoutError(
                     f"order {self.order!r} gives different pipeline groups for dense and expert "
-                    f"layers (pp rank stride {dense_stride} vs {expert_stride}); use expert_tp*ep "
-                    f"equal to tp*cp below pp, or put pp slowest"
+                    f"layers (pp rank stride {dense_stride} vs {expert_stride}); make pp the "
+                    f"slowest dimension"
                 )
 
         return replace(
@@ -278,7 +281,7 @@ class Layout:
             dp=dp,
             world=world,
             expert_tp=expert_tp,
-            order="-".join(full),
+            order="-".join(tokens),
         )
 
 
