@@ -1,0 +1,54 @@
+"""``slurmtopo bind``: the start-time step of a planned batch job.
+
+Runs on the batch host inside the job (the script ``slurmtopo plan`` wrote
+calls it); see :mod:`slurmtopo.binding` for what it decides and docs/sbatch.md
+for the whole flow. Logs go to stderr, i.e. into the job's output file.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from slurmtopo.errors import SlurmtopoError
+
+
+@click.command("bind")
+@click.option("--plan", "plan_path", required=True,
+              help="The plan document ('-' = stdin, as the batch script passes it).")
+@click.option("--run-dir", required=True, type=click.Path(file_okay=False),
+              help="Where to write hostfile, ranktable, rankmap.json and env.sh.")
+@click.option("--cgroup-devices", type=click.Choice(["auto", "yes", "no"]), default="auto",
+              show_default=True,
+              help="Does a device cgroup (ConstrainDevices=yes) renumber GPUs from 0?")
+@click.option("--inventory", "inventory_path", default=None,
+              help="Inventory to use instead of the path recorded in the plan.")
+@click.option("--no-probe", is_flag=True,
+              help="Never start an srun probe to learn other nodes' GPU indices.")
+@click.option("--quiet", "-q", is_flag=True, help="Log only problems.")
+def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet):
+    """Bind a planned job to its real allocation (runs inside the batch job)."""
+    from slurmtopo.binding import bind, read_plan, write_run_dir
+
+    if plan_path == "-":
+        text, where = sys.stdin.read(), "plan (stdin)"
+    else:
+        try:
+            with open(plan_path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise SlurmtopoError(f"cannot read the plan ({exc.strerror})", plan_path) from None
+        where = plan_path
+    doc = read_plan(text, where)
+    result = bind(doc, os.environ, cgroup_mode=cgroup_devices, inventory_path=inventory_path,
+                  probe=not no_probe)
+    run_dir = os.path.abspath(run_dir)
+    paths = write_run_dir(result, run_dir, os.environ)
+    lines = result.log if not quiet else [l for l in result.log
+                                          if "differs" in l or "keeping" in l or "unusable" in l]
+    for line in lines:
+        click.echo(f"slurmtopo bind: {line}", err=True)
+    if not quiet:
+        click.echo(f"slurmtopo bind: wrote {', '.join(os.path.basename(p) for p in paths)} "
+                   f"in {run_dir}", err=True)

@@ -1,0 +1,253 @@
+"""The plan as a person reads it (rich renderables; pure: no printing here).
+
+Three parts, each answering one question before the job is submitted:
+
+* the **grid** (nodes x GPUs, each cell the rank placed there, coloured by
+  its group): "did my tensor-parallel groups stay inside a node?";
+* the **cost table** (per group kind: slowest link and modelled time, beside
+  the naive placement's): "what did topology-awareness buy?";
+* **warnings** (from the cost model and the planner): "what is still slow?".
+
+Callers print the returned renderables (``Console().print(...)``); tests
+render them with ``Console(record=True)``.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+#: distinct, readable on dark and light terminals
+PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue",
+           "bright_red", "cyan", "magenta", "green", "dark_orange", "blue", "red")
+MAX_GRID_HOSTS = 32
+COLOR_KINDS = ("tp", "cp", "ep", "pp", "dp")
+
+
+def format_seconds(t: Optional[float]) -> str:
+    if t is None:
+        return "-"
+    if t == 0:
+        return "0"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if t >= scale:
+            return f"{t / scale:.3g} {unit}"
+    return f"{t / 1e-9:.3g} ns"
+
+
+def format_bytes(n: Optional[float]) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def default_color_kind(placement) -> Optional[str]:
+    """The innermost parallel dimension with groups bigger than one rank."""
+    for kind in COLOR_KINDS:
+        groups = placement.groups.get(kind)
+        if groups and len(groups[0]) > 1:
+            return kind
+    return None
+
+
+#: compact link names for the cost table (LinkClass.label is the long form)
+SHORT_LINK = {"SELF": "self", "NVLINK": "NVLink", "NVLINK_DOMAIN": "NVL-domain", "PIX": "PCIe PIX",
+              "PXB": "PCIe PXB", "PHB": "PCIe PHB", "NODE": "PCIe NODE", "SYS": "PCIe SYS",
+              "NET_LEAF": "net leaf", "NET_L1": "net spine", "NET_L2": "net core",
+              "NET_L3": "net L3+", "NET_FAR": "net far"}
+
+
+def _label(link) -> str:
+    return getattr(link, "label", str(link)) if link is not None else "-"
+
+
+def _short(link) -> str:
+    if link is None:
+        return "-"
+    return SHORT_LINK.get(getattr(link, "name", ""), _label(link))
+
+
+def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
+         max_hosts: int = MAX_GRID_HOSTS) -> Table:
+    """Nodes (rows, in placement order) by GPUs (columns); a cell shows the
+    rank on that GPU in the colour of its ``color_by`` group; ``·`` is a
+    free GPU, ``busy`` one that other jobs hold (from ``state``)."""
+    from slurmtopo.groups import rank_to_group
+    from slurmtopo.topology import network_view
+
+    kind = color_by if color_by is not None else default_color_kind(placement)
+    index = rank_to_group(placement.groups, kind) if kind in placement.groups else None
+    hosts = list(placement.hosts)
+    n_gpus = 0
+    for h in hosts:
+        node = inv.nodes.get(h) if inv is not None else None
+        n_gpus = max(n_gpus, node.hardware.gpu_count if node is not None
+                     else 1 + max(placement.gpus_on(h), default=-1))
+    view = network_view(inv.fabric) if inv is not None else None
+    title = f"Rank placement ({placement.world_size} ranks on {len(hosts)} nodes)"
+    caption = (f"cell = global rank, colour = {kind} group" if kind else "cell = global rank")
+    t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
+    t.add_column("node", no_wrap=True)
+    show_leaf = view is not None and not view.flat
+    if show_leaf:
+        t.add_column("leaf", no_wrap=True, style="dim")
+    for g in range(n_gpus):
+        t.add_column(f"GPU{g}", justify="right", no_wrap=True)
+    for h in hosts[:max_hosts]:
+        on = {s.gpu: s for s in placement.ranks_on(h)}
+        busy = set()
+        if state is not None and h in getattr(state, "nodes", {}):
+            busy = set(state.nodes[h].busy_gpus)
+        node = inv.nodes.get(h) if inv is not None else None
+        count = node.hardware.gpu_count if node is not None else n_gpus
+        cells: List[Any] = []
+        for g in range(n_gpus):
+            if g >= count:
+                cells.append("")
+            elif g in on:
+                r = on[g].rank
+                style = PALETTE[index[r] % len(PALETTE)] if index is not None else ""
+                cells.append(Text(str(r), style=f"bold {style}".strip()))
+            elif g in busy:
+                cells.append(Text("busy", style="dim red"))
+            else:
+                cells.append(Text("·", style="dim"))
+        row = [h] + ([view.leaf.get(h, "?")] if show_leaf else []) + cells
+        t.add_row(*row)
+    if len(hosts) > max_hosts:
+        t.add_row(f"… {len(hosts) - max_hosts} more", *([""] * (len(t.columns) - 1)))
+    return t
+
+
+def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> Table:
+    """Per group kind (those summed into the step time, or all with
+    ``all_kinds``): groups x size, collective and message, slowest link and
+    modelled time of the plan and, when given, of the naive placement with
+    the gain. Sized to fit an 80-column terminal."""
+    from rich import box
+
+    title = "Modelled communication per step" + (" (plan vs naive)" if naive_cost else "")
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
+              collapse_padding=True, pad_edge=False)
+    t.add_column("group", no_wrap=True)
+    t.add_column("collective", no_wrap=True)
+    t.add_column("slowest", no_wrap=True)
+    t.add_column("time", justify="right", no_wrap=True)
+    if naive_cost is not None:
+        t.add_column("naive", no_wrap=True, style="dim")
+        t.add_column("time", justify="right", no_wrap=True, style="dim")
+        t.add_column("gain", justify="right", no_wrap=True)
+    naive_kinds = getattr(naive_cost, "kinds", {}) if naive_cost is not None else {}
+    counted = tuple(getattr(plan_cost, "counted", ()) or ())
+    if counted:
+        t.caption = "step = " + " + ".join(k for k in counted
+                                           if plan_cost.kinds[k].size > 1) + " (modelled)"
+        t.caption_justify = "left"
+    for kind, gc in plan_cost.kinds.items():
+        if gc.size <= 1:
+            continue  # a group of one rank does not communicate
+        if counted and kind not in counted and not all_kinds:
+            continue
+        mb = getattr(gc, "message_bytes", None)
+        coll = str(gc.collective) + (f" {format_bytes(mb)}" if mb else "")
+        row = [f"{kind} {gc.count}×{gc.size}", coll, _short(gc.slowest),
+               format_seconds(gc.time_s)]
+        if naive_cost is not None:
+            ng = naive_kinds.get(kind)
+            row += [_short(ng.slowest) if ng else "-", format_seconds(ng.time_s) if ng else "-",
+                    _speedup(gc.time_s, ng.time_s if ng else None)]
+        t.add_row(*row, style="dim" if counted and kind not in counted else None)
+    step = ["step", "", "", format_seconds(plan_cost.step_time_s)]
+    if naive_cost is not None:
+        step += ["", format_seconds(naive_cost.step_time_s),
+                 _speedup(plan_cost.step_time_s, naive_cost.step_time_s)]
+    t.add_section()
+    t.add_row(*[Text(c, style="bold") for c in step])
+    return t
+
+
+def _speedup(plan: Optional[float], naive: Optional[float]) -> str:
+    if plan is None or naive is None:
+        return "-"
+    if plan <= 0:
+        return "—" if naive <= 0 else "∞"
+    return f"{naive / plan:.2f}×"
+
+
+def warnings_block(warnings: Iterable[str], notes: Iterable[str] = ()) -> Optional[Group]:
+    lines: List[Text] = []
+    for w in warnings:
+        lines.append(Text.assemble(("warning: ", "bold yellow"), str(w)))
+    for n in notes:
+        lines.append(Text.assemble(("note: ", "bold cyan"), str(n)))
+    return Group(*lines) if lines else None
+
+
+def summary(placement, layout=None, inv=None, script=None) -> Text:
+    from slurmtopo.inventory import fold_hostlist
+
+    parts = []
+    if layout is not None:
+        lay = layout.resolved()
+        dims = " × ".join(f"{d}{getattr(lay, d)}" for d in ("tp", "cp", "ep", "pp", "dp")
+                          if getattr(lay, d) > 1) or "1 rank"
+        parts.append(f"world {lay.world} = {dims} (order {lay.order}, {lay.convention})")
+    parts.append(f"nodes {fold_hostlist(placement.hosts)}")
+    if script is not None and getattr(script, "topology", None):
+        parts.append("sbatch " + " ".join(script.topology))
+    return Text("Plan: " + "; ".join(parts), style="bold")
+
+
+def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=None, state=None,
+                color_by: Optional[str] = None, notes: Sequence[str] = (), script=None,
+                files: Optional[Mapping[str, str]] = None) -> Group:
+    """The whole preview, top to bottom: summary, grid, cost table,
+    warnings and notes, files written."""
+    parts: List[RenderableType] = [summary(placement, layout, inv, script),
+                                   grid(placement, inv, color_by, state)]
+    if plan_cost is not None:
+        parts.append(cost_table(plan_cost, naive_cost))
+    warn = list(getattr(plan_cost, "warnings", []) or [])
+    w = warnings_block(warn, list(placement.notes) + list(notes))
+    if w is not None:
+        parts.append(w)
+    if files:
+        import os
+
+        dirs = {os.path.dirname(p) for p in files.values()}
+        where = dirs.pop() if len(dirs) == 1 else None
+        names = ", ".join(f"{os.path.basename(p) if where else p} ({what})"
+                          for what, p in files.items())
+        parts.append(Text.assemble(("Wrote ", "bold"), (f"in {where}: " if where else ""),
+                                   names))
+    return Group(*parts)
+
+
+def report_dict(report) -> Optional[Dict[str, Any]]:
+    """A CostReport as JSON data (for ``slurmtopo plan --json``)."""
+    if report is None:
+        return None
+    kinds = {}
+    for kind, gc in report.kinds.items():
+        slow = getattr(gc, "slowest", None)
+        kinds[kind] = {"count": gc.count, "size": gc.size, "collective": str(gc.collective),
+                       "message_bytes": getattr(gc, "message_bytes", None),
+                       "slowest": getattr(slow, "name", None) if slow is not None else None,
+                       "slowest_label": _label(slow) if slow is not None else None,
+                       "time_s": gc.time_s,
+                       "worst_group": _plain(getattr(gc, "worst_group", None))}
+    return {"kinds": kinds, "step_time_s": report.step_time_s,
+            "warnings": list(report.warnings)}
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, (int, float, str)) or v is None:
+        return v
+    return str(v)

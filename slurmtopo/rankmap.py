@@ -1,0 +1,348 @@
+"""The rank map as files, and the environment each rank is started with.
+
+A :class:`~slurmtopo.model.Placement` says where every rank runs. This
+module turns it into what people and programs read (``rankmap.json``, the
+CSV) and into the environment a launcher must give each rank so that the
+framework actually uses the GPU, CPUs and NICs the planner chose. All pure:
+no files, no Slurm. :mod:`slurmtopo.binding` applies it at job start,
+:mod:`slurmtopo.sbatch` writes it into the batch script.
+
+Why the environment looks the way it does:
+
+* ``CUDA_VISIBLE_DEVICES`` lists *all* GPUs the job uses on a host, in local
+  rank order, so ``torch.cuda.set_device(LOCAL_RANK)`` picks the planned GPU
+  and the other local GPUs stay visible for CUDA peer-to-peer / NVLink
+  (hiding peers would push intra-node traffic through host memory).
+* Its numbers depend on the device cgroup: without ``ConstrainDevices`` they
+  are the node's own GPU numbers (a job holding GPUs 4,5 writes ``4,5``);
+  with it, CUDA only sees the allocated GPUs and numbers them from 0 in PCI
+  order, so GPU 5 of an allocation {4, 5} is device ``1``.
+  :func:`visible_devices` does both.
+* ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA number GPUs like NVML and
+  Slurm do (CUDA's default puts the fastest GPU first).
+* ``NCCL_IB_HCA`` names the rails exactly (``=`` prefix: ``mlx5_1`` would
+  otherwise also match ``mlx5_10``), in rail order, so every rank uses the
+  same rail numbering and NCCL never picks a storage NIC.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.model import (Hardware, Inventory, Placement, RankSlot, format_cpulist,
+                             parse_cpulist)
+
+RANKMAP_VERSION = 1
+
+#: variables every rank gets, in the order they are shown
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+             "CUDA_VISIBLE_DEVICES")
+
+
+# --------------------------------------------------------------------------
+# checks
+
+
+def check_placement(placement: Placement) -> None:
+    """Raise SlurmtopoError unless ranks are 0..W-1 and, on every host, local
+    ranks are 0..k-1 on k distinct GPUs (what a launcher relies on)."""
+    for i, s in enumerate(placement.slots):
+        if s.rank != i:
+            raise SlurmtopoError(f"rank map: slot {i} holds rank {s.rank}; ranks must be 0..W-1 "
+                                 "in order")
+    for host in _hosts(placement):
+        slots = placement.ranks_on(host)
+        lrs = [s.local_rank for s in slots]
+        if lrs != list(range(len(slots))):
+            raise SlurmtopoError(f"rank map: local ranks on {host} are {lrs}, expected "
+                                 f"0..{len(slots) - 1}")
+        gpus = [s.gpu for s in slots]
+        if len(set(gpus)) != len(gpus):
+            raise SlurmtopoError(f"rank map: two ranks share a GPU on {host}: {gpus}")
+
+
+def _hosts(placement: Placement) -> List[str]:
+    """Hosts in placement order, then any host a slot names that the order
+    lacks (defensive: hosts should list them all)."""
+    seen = list(placement.hosts)
+    have = set(seen)
+    for s in placement.slots:
+        if s.host not in have:
+            have.add(s.host)
+            seen.append(s.host)
+    return seen
+
+
+def node_ranks(placement: Placement) -> Dict[str, int]:
+    """host -> its index in the placement's host order (NODE_RANK)."""
+    return {h: i for i, h in enumerate(_hosts(placement))}
+
+
+# --------------------------------------------------------------------------
+# rankmap.json
+
+
+def layout_dict(layout) -> Dict[str, Any]:
+    lay = layout.resolved()
+    return {"world": lay.world, "tp": lay.tp, "cp": lay.cp, "ep": lay.ep, "pp": lay.pp,
+            "dp": lay.dp, "expert_tp": lay.expert_tp, "order": lay.order,
+            "convention": lay.convention}
+
+
+def slot_dict(slot: RankSlot, node_rank: Optional[int] = None,
+              local_world: Optional[int] = None) -> Dict[str, Any]:
+    d: Dict[str, Any] = {"rank": slot.rank, "host": slot.host, "gpu": slot.gpu,
+                         "local_rank": slot.local_rank}
+    if node_rank is not None:
+        d["node_rank"] = node_rank
+    if local_world is not None:
+        d["local_world_size"] = local_world
+    d["nics"] = list(slot.nics)
+    d["cpus"] = format_cpulist(slot.cpus)
+    if slot.numa_node is not None:
+        d["numa_node"] = slot.numa_node
+    return d
+
+
+def rankmap_dict(placement: Placement, layout=None, extra: Optional[Mapping[str, Any]] = None
+                 ) -> Dict[str, Any]:
+    """The rank map as plain data: ``world_size``, ``hosts``, ``ranks`` (one
+    object per rank: rank, host, gpu = NVML index, local_rank, nics, cpus as
+    a kernel cpulist, ...) and ``groups`` exactly as ``slurmtopo groups
+    --json`` prints them."""
+    check_placement(placement)
+    nr = node_ranks(placement)
+    per_host = {h: len(placement.ranks_on(h)) for h in nr}
+    out: Dict[str, Any] = {"slurmtopo": "rankmap", "version": RANKMAP_VERSION,
+                           "world_size": placement.world_size, "hosts": list(nr)}
+    if layout is not None:
+        out["layout"] = layout_dict(layout)
+    out["ranks"] = [slot_dict(s, nr[s.host], per_host[s.host]) for s in placement.slots]
+    out["groups"] = {k: [list(g) for g in v] for k, v in placement.groups.items()}
+    if placement.notes:
+        out["notes"] = list(placement.notes)
+    if extra:
+        out.update(extra)
+    return out
+
+
+def dumps_rankmap(data: Mapping[str, Any]) -> str:
+    """JSON with one rank (and one group kind) per line: diffable, greppable,
+    and still small for thousands of ranks."""
+    lines = ["{"]
+    items = list(data.items())
+    for i, (key, value) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        k = json.dumps(key)
+        if key == "ranks" and value:
+            lines.append(f"  {k}: [")
+            lines.extend(f"    {json.dumps(r, separators=(', ', ': '))}"
+                         + ("," if j < len(value) - 1 else "") for j, r in enumerate(value))
+            lines.append(f"  ]{comma}")
+        elif key == "groups" and isinstance(value, dict) and value:
+            lines.append(f"  {k}: {{")
+            kinds = list(value.items())
+            lines.extend(f"    {json.dumps(kk)}: {json.dumps(v, separators=(',', ':'))}"
+                         + ("," if j < len(kinds) - 1 else "") for j, (kk, v) in enumerate(kinds))
+            lines.append(f"  }}{comma}")
+        else:
+            lines.append(f"  {k}: {json.dumps(value)}{comma}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def placement_from_dict(data: Mapping[str, Any], where: str = "rank map") -> Placement:
+    """Rebuild a Placement from :func:`rankmap_dict` data (groups optional).
+
+    Raises SlurmtopoError naming what is wrong: the start-time step reads
+    this from the batch script, where a hand edit is the likely culprit.
+    """
+    try:
+        ranks = data["ranks"]
+        slots = []
+        for r in ranks:
+            cpus = r.get("cpus", "")
+            cpus = parse_cpulist(cpus) if isinstance(cpus, str) else tuple(int(c) for c in cpus)
+            slots.append(RankSlot(rank=int(r["rank"]), host=str(r["host"]), gpu=int(r["gpu"]),
+                                  local_rank=int(r["local_rank"]),
+                                  nics=tuple(str(n) for n in r.get("nics", ())), cpus=cpus,
+                                  numa_node=r.get("numa_node")))
+        hosts = tuple(data.get("hosts") or dict.fromkeys(s.host for s in slots))
+        groups = {str(k): [[int(x) for x in g] for g in v]
+                  for k, v in (data.get("groups") or {}).items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SlurmtopoError(f"{where}: malformed rank entry ({exc})") from None
+    p = Placement(slots=tuple(slots), groups=groups, hosts=hosts,
+                  notes=tuple(data.get("notes", ())))
+    if "world_size" in data and int(data["world_size"]) != len(slots):
+        raise SlurmtopoError(f"{where}: world_size {data['world_size']} but {len(slots)} ranks")
+    check_placement(p)
+    return p
+
+
+# --------------------------------------------------------------------------
+# CSV
+
+
+def rankmap_csv(placement: Placement) -> str:
+    """One row per rank, with the index of the rank's group of every kind
+    (``tp_group``, ``dp_group``, ...) so a spreadsheet can colour by group."""
+    from slurmtopo.groups import rank_to_group
+
+    check_placement(placement)
+    nr = node_ranks(placement)
+    kinds = list(placement.groups)
+    index = {k: rank_to_group(placement.groups, k) for k in kinds}
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["rank", "host", "node_rank", "gpu", "local_rank", "local_world_size",
+                "numa_node", "nics", "cpus"] + [f"{k}_group" for k in kinds])
+    per_host = {h: len(placement.ranks_on(h)) for h in nr}
+    for s in placement.slots:
+        w.writerow([s.rank, s.host, nr[s.host], s.gpu, s.local_rank, per_host[s.host],
+                    "" if s.numa_node is None else s.numa_node, " ".join(s.nics),
+                    format_cpulist(s.cpus)] + [index[k][s.rank] for k in kinds])
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------
+# environment
+
+
+def visible_devices(gpus: Sequence[int], allocated: Optional[Iterable[int]],
+                    constrained: bool) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a host whose ranks use ``gpus`` (NVML
+    indices, local rank order).
+
+    ``constrained``: the device cgroup hides unallocated GPUs, so CUDA numbers
+    the ``allocated`` ones 0..n-1 in PCI (= NVML index) order. Raises
+    SlurmtopoError when a planned GPU is not allocated.
+    """
+    gpus = [int(g) for g in gpus]
+    if not constrained:
+        return ",".join(map(str, gpus))
+    alloc = sorted(set(int(a) for a in (allocated if allocated is not None else gpus)))
+    pos = {g: i for i, g in enumerate(alloc)}
+    missing = [g for g in gpus if g not in pos]
+    if missing:
+        raise SlurmtopoError(f"GPU(s) {missing} are not in the allocation "
+                             f"{format_cpulist(alloc) or 'none'}")
+    return ",".join(str(pos[g]) for g in gpus)
+
+
+def nccl_env(inv: Optional[Inventory], placement: Placement,
+             socket_ifname: Optional[str] = None) -> Dict[str, str]:
+    """The job-wide NCCL block.
+
+    * ``NCCL_IB_HCA``: the compute NICs the ranks are next to, exact names
+      with port, in rail (hardware) order; storage/management NICs never.
+    * ``NCCL_SOCKET_IFNAME``: the compute NICs' netdevs when the inventory
+      knows them, else everything but loopback and docker bridges.
+    * ``NCCL_CROSS_NIC=0`` when the job is rail-aligned: every host uses the
+      same GPUs in the same local order and each GPU's nearest NIC has the
+      same name everywhere, so rank traffic can stay on its rail.
+    """
+    env: Dict[str, str] = {}
+    hws: List[Hardware] = []
+    if inv is not None:
+        seen = set()
+        for h in _hosts(placement):
+            node = inv.nodes.get(h)
+            if node is not None and id(node.hardware) not in seen:
+                seen.add(id(node.hardware))
+                hws.append(node.hardware)
+    used = {n for s in placement.slots for n in s.nics}
+    rails: List[str] = []
+    netdevs: List[str] = []
+    for hw in hws:
+        nics = [n for n in hw.compute_nics() if n.state != "down"]
+        if used:
+            nics = [n for n in nics if n.name in used] or nics
+        for n in nics:
+            tok = f"{n.name}:{n.port}"
+            if tok not in rails:
+                rails.append(tok)
+            if n.netdev and n.netdev not in netdevs:
+                netdevs.append(n.netdev)
+    if not hws and used:
+        rails = [f"{n}:1" for n in sorted(used)]
+    if rails:
+        env["NCCL_IB_HCA"] = "=" + ",".join(rails)
+    if socket_ifname:
+        env["NCCL_SOCKET_IFNAME"] = socket_ifname
+    elif netdevs:
+        env["NCCL_SOCKET_IFNAME"] = "=" + ",".join(netdevs)
+    else:
+        env["NCCL_SOCKET_IFNAME"] = "^lo,docker"
+    if len(rails) > 1 and rail_aligned(placement):
+        env["NCCL_CROSS_NIC"] = "0"
+    return env
+
+
+def rail_aligned(placement: Placement) -> bool:
+    """True when all hosts run the same GPUs in the same local order and each
+    local rank's nearest NIC is the same name on every host."""
+    hosts = _hosts(placement)
+    if len(hosts) < 2:
+        return False
+    ref = [(s.gpu, s.nics[:1]) for s in placement.ranks_on(hosts[0])]
+    if not all(n for _, n in ref):
+        return False
+    return all([(s.gpu, s.nics[:1]) for s in placement.ranks_on(h)] == ref for h in hosts[1:])
+
+
+def job_env(placement: Placement, master_port, nccl: Mapping[str, str]) -> Dict[str, str]:
+    """Variables shared by every rank of the job."""
+    env = {"WORLD_SIZE": str(placement.world_size),
+           "MASTER_ADDR": placement.slots[0].host if placement.slots else "",
+           "MASTER_PORT": str(master_port),
+           "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    env.update(nccl)
+    return env
+
+
+def rank_env(placement: Placement, rank: int, allocated: Optional[Iterable[int]] = None,
+             constrained: bool = False, cpus: Optional[Iterable[int]] = None) -> Dict[str, str]:
+    """Variables of one rank. ``allocated``: the GPUs Slurm gave the job on
+    the rank's host (needed when ``constrained``); ``cpus``: the CPUs the
+    rank is bound to (default: the planned ones)."""
+    slot = placement.slots[rank]
+    mates = placement.ranks_on(slot.host)
+    nr = node_ranks(placement)[slot.host]
+    env = {"RANK": str(rank), "LOCAL_RANK": str(slot.local_rank),
+           "WORLD_SIZE": str(placement.world_size), "LOCAL_WORLD_SIZE": str(len(mates)),
+           "NODE_RANK": str(nr), "GROUP_RANK": str(nr),
+           "CUDA_VISIBLE_DEVICES": visible_devices([s.gpu for s in mates], allocated, constrained),
+           "SLURMTOPO_GPU": str(slot.gpu),
+           "SLURMTOPO_CPUS": format_cpulist(slot.cpus if cpus is None else cpus)}
+    if slot.nics:
+        env["SLURMTOPO_NICS"] = ",".join(slot.nics)
+    return env
+
+
+def env_document(placement: Placement, inv: Optional[Inventory], master_port="from SLURM_JOB_ID",
+                 socket_ifname: Optional[str] = None) -> Dict[str, Any]:
+    """The planned per-rank environment as one document (``env.json``):
+    ``job`` (shared variables) and ``ranks`` (one mapping per rank), for an
+    allocation equal to the plan and no device cgroup."""
+    nccl = nccl_env(inv, placement, socket_ifname)
+    return {"slurmtopo": "rank-env", "version": RANKMAP_VERSION,
+            "note": "as planned: GPU numbers assume no device cgroup and the planned nodes; "
+                    "`slurmtopo bind` recomputes them from the real allocation at job start",
+            "job": job_env(placement, master_port, nccl),
+            "ranks": [rank_env(placement, s.rank) for s in placement.slots]}
+
+
+def group_indices(placement: Placement, kinds: Sequence[str]) -> Dict[str, List[int]]:
+    """kind -> list mapping each rank to its group index (for tables)."""
+    from slurmtopo.groups import rank_to_group
+
+    return {k: rank_to_group(placement.groups, k) for k in kinds if k in placement.groups}
+
+
+def hosts_gpus(placement: Placement) -> List[Tuple[str, List[int]]]:
+    """(host, GPUs in local rank order) in host order."""
+    return [(h, placement.gpus_on(h)) for h in _hosts(placement)]

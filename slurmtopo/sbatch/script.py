@@ -1,0 +1,351 @@
+"""The batch script as data: :class:`SbatchRequest` renders it (pure).
+
+Script layout, and why:
+
+1. ``#!/bin/bash`` then every ``#SBATCH`` directive: sbatch stops reading
+   directives at the first command, so nothing else may come before them.
+2. A comment block with the plan: layout, inventory, topology request and a
+   per-rank table (rank, host, GPU, NICs, CPUs, group indices), so whoever
+   reads the job script sees what was planned.
+3. The start-time step: ``python3 -m slurmtopo bind --plan -`` reading the
+   plan from a quoted here-document (no expansion happens inside it, and
+   every JSON line starts with a brace or a blank, so no line can end it),
+   then ``source``-ing the env.sh it writes.
+4. One ``srun --distribution=arbitrary`` that starts every rank through the
+   per-rank launcher with the user's command, every word ``shlex.quote``-d.
+
+User text reaches the script in three places, each made inert: directives
+(job name sanitised to a safe character set, other values checked against
+their Slurm syntax, newlines rejected: a directive is one line), comments
+(control characters escaped, so no text can start a new line) and the srun
+command (shell-quoted words).
+"""
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+from slurmtopo.errors import SlurmtopoError
+
+PLAN_DELIMITER = "SLURMTOPO_PLAN_JSON"
+DEFAULT_SWITCH_WAIT = "5:00"  # Slurm's default max_switch_wait is 300 s
+#: ranks listed in the script's comment table; the embedded plan has all
+COMMENT_RANKS = 1024
+
+_JOB_NAME_OK = re.compile(r"[A-Za-z0-9._+@%:,=-]")
+_IDENT = re.compile(r"^[A-Za-z0-9._+@%:,=\[\]-]+$")
+_TIME = re.compile(r"^(?:\d+(?:-\d+)?(?::\d+){0,2}|unlimited|infinite)$", re.I)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def sanitize_job_name(name: str) -> Tuple[str, Optional[str]]:
+    """(safe name, note or None). A job name with a newline is an error (an
+    #SBATCH line cannot hold one); other characters outside
+    ``A-Za-z0-9._+@%:,=-`` become ``_``, so quotes, ``$()``, backticks,
+    ``;`` and blanks never reach sbatch's directive parser."""
+    if "\n" in name or "\r" in name:
+        raise SlurmtopoError(f"job name {name!r} contains a newline; an #SBATCH directive is "
+                             "one line, give a one-line --job-name")
+    clean = "".join(c if _JOB_NAME_OK.match(c) else "_" for c in name)
+    if not clean:
+        raise SlurmtopoError("the job name is empty")
+    if clean != name:
+        return clean, f"job name {name!r} written as {clean!r} (only A-Za-z0-9._+@%:,=- kept)"
+    return clean, None
+
+
+def comment_text(text: str) -> str:
+    """Text safe inside a ``#`` comment: control characters (newline above
+    all, which would end the comment and start a command) are escaped."""
+    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], str(text))
+
+
+def _check(value: Optional[str], what: str, pattern: re.Pattern, example: str) -> Optional[str]:
+    if value is None:
+        return None
+    value = str(value)
+    if not pattern.match(value):
+        raise SlurmtopoError(f"{what} {value!r} is not valid (expected something like {example})")
+    return value
+
+
+def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
+                     wait: Optional[str] = DEFAULT_SWITCH_WAIT) -> Tuple[List[str], List[str]]:
+    """The sbatch options asking Slurm for the planned topology, and comment
+    lines saying why.
+
+    tree (``topology/tree``): ``--switches=N@wait`` with N the number of
+    leaf switches the plan spans: Slurm then waits up to ``wait`` for an
+    allocation under that few leaves. block (``topology/block``, e.g. NVL72
+    racks): ``--segment=S`` with S the largest size that splits the planned
+    nodes of every block evenly, so each segment stays inside one block.
+    ``auto`` uses blocks when the inventory describes them, else switches.
+    """
+    from slurmtopo.topology import block_of, network_view
+
+    if mode not in ("auto", "tree", "block", "none"):
+        raise SlurmtopoError(f"topology request must be auto, tree, block or none, got {mode!r}")
+    if mode == "none" or not hosts:
+        return [], ["topology request: none"]
+    blocks = block_of(inv)
+    if mode == "block" or (mode == "auto" and blocks and all(h in blocks for h in hosts)):
+        if not all(h in blocks for h in hosts):
+            return [], ["topology request: none (some planned nodes are in no block)"]
+        counts: dict = {}
+        for h in hosts:
+            counts[blocks[h]] = counts.get(blocks[h], 0) + 1
+        seg = 0
+        for c in counts.values():
+            seg = math.gcd(seg, c)
+        where = ", ".join(f"{b}: {c}" for b, c in counts.items())
+        if seg <= 1 and len(hosts) > 1:
+            return [], [f"topology request: none (planned nodes per block {where} share no "
+                        "segment size)"]
+        return [f"--segment={seg}"], [f"topology request: --segment={seg} "
+                                      f"(planned nodes per block: {where})"]
+    view = network_view(inv.fabric)
+    if view.flat:
+        return [], ["topology request: none (the inventory describes no switches)"]
+    leaves: List[str] = []
+    for h in hosts:
+        leaf = view.leaf.get(h)
+        if leaf is None:
+            return [], [f"topology request: none ({h} is under no known leaf switch)"]
+        if leaf not in leaves:
+            leaves.append(leaf)
+    if wait is not None:
+        _check(wait, "switch wait", _TIME, "5:00 or 10 (minutes)")
+    opt = f"--switches={len(leaves)}" + (f"@{wait}" if wait else "")
+    return [opt], [f"topology request: {opt} (plan spans {len(leaves)} leaf switch"
+                   f"{'es' if len(leaves) != 1 else ''}: {', '.join(leaves)})"]
+
+
+@dataclass(frozen=True)
+class SbatchRequest:
+    """Everything the batch script says. ``render()`` gives its text."""
+
+    command: Tuple[str, ...]
+    nodes: int
+    ntasks: int
+    ntasks_per_node: Optional[int] = None  # None when ranks per node differ
+    gpus_per_node: Optional[str] = None  # "8" or "h100:8"
+    gpus_per_task: Optional[int] = None  # when ranks per node differ
+    job_name: Optional[str] = None
+    partition: Optional[str] = None
+    time: Optional[str] = None
+    account: Optional[str] = None
+    nodelist: Optional[str] = None
+    exclude: Optional[str] = None
+    exclusive: bool = False
+    topology: Tuple[str, ...] = ()  # e.g. ("--switches=2@5:00",)
+    extra: Tuple[str, ...] = ()  # more sbatch options, one per directive
+    plan_json: str = "{}"
+    comments: Tuple[str, ...] = ()  # plan summary, per-rank table (no '#')
+    python: str = "python3"
+    cgroup_devices: str = "auto"
+    run_dir: Optional[str] = None
+    notes: Tuple[str, ...] = field(default=(), compare=False)  # for the user, not the script
+
+    # ---- directives ----
+
+    def directives(self) -> List[str]:
+        """``--opt=value`` strings, validated; raises SlurmtopoError."""
+        if self.nodes < 1 or self.ntasks < 1:
+            raise SlurmtopoError("a job needs at least one node and one task")
+        if not self.command:
+            raise SlurmtopoError("no command to run: give it after --")
+        out: List[str] = []
+        if self.job_name is not None:
+            name, _ = sanitize_job_name(self.job_name)
+            out.append(f"--job-name={name}")
+        out.append(f"--nodes={self.nodes}")
+        if self.ntasks_per_node is not None:
+            out.append(f"--ntasks-per-node={self.ntasks_per_node}")
+        else:
+            out.append(f"--ntasks={self.ntasks}")
+        if self.gpus_per_node is not None:
+            _check(self.gpus_per_node, "GPUs per node", re.compile(r"^(?:[A-Za-z0-9_.-]+:)?\d+$"),
+                   "8 or h100:8")
+            out.append(f"--gpus-per-node={self.gpus_per_node}")
+        if self.gpus_per_task is not None:
+            out.append(f"--gpus-per-task={int(self.gpus_per_task)}")
+        if self.exclusive:
+            out.append("--exclusive")
+        for opt in self.topology:
+            out.append(opt)
+        for key, value, example in (("partition", self.partition, "gpu"),
+                                    ("account", self.account, "myproject"),
+                                    ("nodelist", self.nodelist, "gpu[01-04]"),
+                                    ("exclude", self.exclude, "gpu07")):
+            if value is not None:
+                out.append(f"--{key}={_check(value, key, _IDENT, example)}")
+        if self.time is not None:
+            out.append(f"--time={_check(self.time, 'time limit', _TIME, '1-00:00:00 or 90')}")
+        for opt in self.extra:
+            opt = str(opt)
+            if "\n" in opt or "\r" in opt:
+                raise SlurmtopoError(f"sbatch option {opt!r} contains a newline; an #SBATCH "
+                                     "directive is one line")
+            if not opt.startswith("-"):
+                raise SlurmtopoError(f"sbatch option {opt!r} must start with '-'")
+            out.append(opt)
+        return out
+
+    # ---- the script ----
+
+    def render(self) -> str:
+        if self.cgroup_devices not in ("auto", "yes", "no"):
+            raise SlurmtopoError("cgroup devices must be auto, yes or no")
+        if any(line.strip() == PLAN_DELIMITER for line in self.plan_json.splitlines()):
+            raise SlurmtopoError("the plan text contains the here-document delimiter")
+        q = shlex.quote
+        lines = ["#!/bin/bash"]
+        lines += [f"#SBATCH {d}" for d in self.directives()]
+        lines.append("#")
+        lines += [("# " + comment_text(c)).rstrip() for c in self.comments]
+        if self.comments:
+            lines.append("#")
+        lines += [
+            "# At start, `slurmtopo bind` reads the real allocation (SLURM_JOB_NODELIST,",
+            "# `scontrol show job -d`, SLURM_JOB_GPUS), re-plans if Slurm chose other nodes",
+            "# or GPUs, and writes SLURM_HOSTFILE plus env.sh into the run directory; srun",
+            "# then starts every rank through the slurmtopo launcher, which sets RANK,",
+            "# LOCAL_RANK, CUDA_VISIBLE_DEVICES, ... and CPU binding. See docs/sbatch.md.",
+            "# Overrides at submit time: SLURMTOPO_PYTHON, SLURMTOPO_RUN_DIR,",
+            "# SLURMTOPO_CGROUP_DEVICES (auto|yes|no), SLURMTOPO_CPU_BIND=0.",
+            "",
+            "set -euo pipefail",
+            "",
+            f"SLURMTOPO_PYTHON=${{SLURMTOPO_PYTHON:-{q(self.python)}}}",
+        ]
+        if self.run_dir:
+            lines.append(f"SLURMTOPO_RUN_DIR=${{SLURMTOPO_RUN_DIR:-{q(self.run_dir)}}}")
+        else:
+            lines.append("SLURMTOPO_RUN_DIR=${SLURMTOPO_RUN_DIR:-${SLURM_SUBMIT_DIR:-$PWD}"
+                         "/slurmtopo-run-${SLURM_JOB_ID}}")
+        lines += [
+            f"SLURMTOPO_CGROUP_DEVICES=${{SLURMTOPO_CGROUP_DEVICES:-{self.cgroup_devices}}}",
+            "",
+            '"$SLURMTOPO_PYTHON" -m slurmtopo bind --plan - --run-dir "$SLURMTOPO_RUN_DIR" \\',
+            f'    --cgroup-devices "$SLURMTOPO_CGROUP_DEVICES" <<\'{PLAN_DELIMITER}\'',
+        ]
+        lines += self.plan_json.rstrip("\n").splitlines()
+        lines += [
+            PLAN_DELIMITER,
+            "",
+            "# SLURM_HOSTFILE, SLURMTOPO_NTASKS/NNODES, WORLD_SIZE, MASTER_ADDR/PORT, the NCCL",
+            "# block and the rank table, all shell-quoted by slurmtopo bind",
+            'source "$SLURMTOPO_RUN_DIR/env.sh"',
+            "",
+            'srun --distribution=arbitrary --ntasks="$SLURMTOPO_NTASKS" '
+            '--nodes="$SLURMTOPO_NNODES" \\',
+            "    --cpu-bind=none --kill-on-bad-exit=1 \\",
+            '    "$SLURMTOPO_PYTHON" -m slurmtopo.binding rank -- \\',
+            "    " + " ".join(q(str(a)) for a in self.command),
+        ]
+        return "\n".join(lines) + "\n"
+
+    # ---- building one from a plan ----
+
+    @classmethod
+    def from_plan(cls, inv, placement, layout, command: Sequence[str], req=None, *,
+                  job_name: Optional[str] = None, partition: Optional[str] = None,
+                  time: Optional[str] = None, account: Optional[str] = None,
+                  exclusive: Optional[bool] = None, topology: str = "auto",
+                  switch_wait: Optional[str] = DEFAULT_SWITCH_WAIT,
+                  extra: Sequence[str] = (), python: str = "python3",
+                  cgroup_devices: str = "auto", inventory_path: Optional[str] = None,
+                  master_port: Optional[int] = None, socket_ifname: Optional[str] = None,
+                  run_dir: Optional[str] = None) -> "SbatchRequest":
+        """The script for ``placement``. Node and task counts come from the
+        plan; ``req`` (a JobRequest) supplies gpus_per_node, exclusive,
+        nodelist and exclude when given."""
+        from slurmtopo.binding import dumps_plan, plan_document
+
+        notes: List[str] = []
+        if job_name is not None:
+            _, note = sanitize_job_name(job_name)
+            if note:
+                notes.append(note)
+        hosts = list(placement.hosts)
+        per_host = [len(placement.ranks_on(h)) for h in hosts]
+        uniform = len(set(per_host)) == 1
+        want_gpn = getattr(req, "gpus_per_node", None)
+        gres_type = None
+        if hosts and hosts[0] in inv.nodes:
+            gres_type = inv.nodes[hosts[0]].hardware.gres_type
+        if uniform:
+            gpn = max(want_gpn or 0, per_host[0])
+            gpus = f"{gres_type}:{gpn}" if gres_type else str(gpn)
+            ntpn, gpt = per_host[0], None
+        else:
+            gpus, ntpn, gpt = None, None, 1
+            notes.append("ranks per node differ (" + ", ".join(map(str, per_host)) + "): the "
+                         "script asks for --ntasks with one GPU per task, and the start-time "
+                         "step re-plans on what Slurm gives")
+        topo, topo_why = topology_request(inv, hosts, topology, switch_wait or None)
+        if exclusive is None:
+            exclusive = bool(getattr(req, "exclusive", False))
+        nodelist = getattr(req, "nodelist", None)
+        exclude = getattr(req, "exclude", None)
+        if isinstance(nodelist, (list, tuple)):
+            from slurmtopo.inventory import fold_hostlist
+            nodelist = fold_hostlist(nodelist) if nodelist else None
+        if isinstance(exclude, (list, tuple)):
+            from slurmtopo.inventory import fold_hostlist
+            exclude = fold_hostlist(exclude) if exclude else None
+        doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
+                            socket_ifname)
+        comments = plan_comments(placement, layout, inventory_path, topo_why)
+        return cls(command=tuple(str(c) for c in command), nodes=len(hosts),
+                   ntasks=placement.world_size, ntasks_per_node=ntpn, gpus_per_node=gpus,
+                   gpus_per_task=gpt, job_name=job_name, partition=partition, time=time,
+                   account=account, nodelist=nodelist, exclude=exclude, exclusive=exclusive,
+                   topology=tuple(topo), extra=tuple(extra), plan_json=dumps_plan(doc),
+                   comments=tuple(comments), python=python, cgroup_devices=cgroup_devices,
+                   run_dir=run_dir, notes=tuple(notes))
+
+
+def plan_comments(placement, layout, inventory_path: Optional[str],
+                  topo_why: Sequence[str]) -> List[str]:
+    """The human-readable plan: summary lines and the per-rank table."""
+    import os
+
+    from slurmtopo import __version__
+    from slurmtopo.inventory import fold_hostlist
+    from slurmtopo.model import format_cpulist
+    from slurmtopo.rankmap import group_indices
+
+    lay = layout.resolved()
+    dims = [d for d in ("tp", "cp", "ep", "pp", "dp") if getattr(lay, d) > 1]
+    out = [f"Planned by slurmtopo {__version__} (`slurmtopo plan`); the JSON below is what "
+           "the job binds with.",
+           f"layout: world {lay.world} = " + " x ".join(f"{d} {getattr(lay, d)}"
+                                                       for d in ("tp", "cp", "pp", "dp"))
+           + (f", ep {lay.ep}" if lay.ep > 1 else "")
+           + f" (order {lay.order}, {lay.convention})",
+           f"nodes: {len(placement.hosts)} ({fold_hostlist(placement.hosts)}) in this order"]
+    if inventory_path:
+        out.append(f"inventory: {os.path.abspath(inventory_path)}")
+    out += list(topo_why)
+    for n in placement.notes:
+        out.append(f"note: {n}")
+    out.append("")
+    idx = group_indices(placement, dims)
+    rows = [["rank", "host", "gpu", "local", "nics", "cpus"] + dims]
+    for s in placement.slots[:COMMENT_RANKS]:
+        rows.append([str(s.rank), s.host, str(s.gpu), str(s.local_rank), ",".join(s.nics) or "-",
+                     format_cpulist(s.cpus) or "-"] + [str(idx[d][s.rank]) for d in dims])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    left = {1, 4, 5}
+    for r in rows:
+        out.append("  ".join(c.ljust(w) if i in left else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    if placement.world_size > COMMENT_RANKS:
+        out.append(f"... {placement.world_size - COMMENT_RANKS} more ranks (see rankmap.csv)")
+    if dims:
+        out.append("(" + ", ".join(f"{d}: index of the rank's {d} group" for d in dims) + ")")
+    return out

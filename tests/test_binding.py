@@ -1,0 +1,562 @@
+"""The start-time step, run for real under bash with a fake Slurm.
+
+The batch script ``slurmtopo plan`` writes is executed by bash with a fake
+SLURM_* environment and fake ``srun``/``scontrol`` first on PATH. The fake
+srun does what Slurm does for ``--distribution=arbitrary`` (task r runs on
+line r of SLURM_HOSTFILE; each task gets SLURM_PROCID, SLURMD_NODENAME and
+the step's GPU variables, renumbered from 0 under a device cgroup) but runs
+every task locally, so each rank's environment and CPU affinity can be
+captured and checked. Unit tests of the pure parts follow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from slurmtopo import binding
+from slurmtopo.binding import (Allocation, allocation_state, bind, detect_constrained,
+                               differences, fill_placement, parse_probe, parse_rank_table,
+                               parse_scontrol_job, plan_document, rank_launch, rank_table,
+                               read_allocation, read_plan)
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.groups import Layout
+from slurmtopo.inventory import load_inventory
+from slurmtopo.sbatch import SbatchRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "etc" / "examples"
+H100 = EXAMPLES / "h100-4node-2leaf.yaml"
+
+FAKE_SRUN = r'''#!PYTHON
+"""Fake srun: runs every task locally with the variables Slurm would set."""
+import json, os, subprocess, sys
+from ClusterShell.NodeSet import NodeSet
+
+args = sys.argv[1:]
+opts = {}
+while args and args[0].startswith("--"):
+    key, _, val = args.pop(0)[2:].partition("=")
+    opts[key] = val
+with open(os.environ["FAKE_SLURM_LOG"], "a") as log:
+    log.write(json.dumps({"prog": "srun", "opts": opts, "argv": args}) + "\n")
+alloc = json.loads(os.environ["FAKE_ALLOC"])
+cgroup = os.environ.get("FAKE_CGROUP") == "yes"
+if opts.get("distribution") == "arbitrary":
+    with open(os.environ["SLURM_HOSTFILE"]) as fh:
+        hosts = [l.strip() for l in fh if l.strip()]
+    tasks = hosts[: int(opts["ntasks"])]
+else:
+    tasks = list(NodeSet(os.environ["SLURM_JOB_NODELIST"]))
+nodes = list(dict.fromkeys(tasks))
+rc = 0
+seen = {}
+for procid, host in enumerate(tasks):
+    env = dict(os.environ)
+    gpus = alloc.get(host, [])
+    env.update(SLURM_PROCID=str(procid), SLURMD_NODENAME=host,
+               SLURM_LOCALID=str(seen.get(host, 0)), SLURM_NODEID=str(nodes.index(host)),
+               SLURM_STEP_GPUS=",".join(map(str, gpus)),
+               CUDA_VISIBLE_DEVICES=",".join(str(i) if cgroup else str(g)
+                                             for i, g in enumerate(gpus)))
+    seen[host] = seen.get(host, 0) + 1
+    rc = max(rc, subprocess.call(args, env=env))
+sys.exit(rc)
+'''
+
+FAKE_SCONTROL = r'''#!PYTHON
+"""Fake scontrol: `show job -d` from FAKE_ALLOC, `show config` from FAKE_CONFIG."""
+import json, os, sys
+with open(os.environ["FAKE_SLURM_LOG"], "a") as log:
+    log.write(json.dumps({"prog": "scontrol", "argv": sys.argv[1:]}) + "\n")
+if os.environ.get("FAKE_SCONTROL_FAIL"):
+    sys.exit(1)
+a = sys.argv[1:]
+if a[:2] == ["show", "job"]:
+    alloc = json.loads(os.environ["FAKE_ALLOC"])
+    print(f"JobId={a[-1]} JobName=train")
+    print("   NodeList=" + ",".join(alloc))
+    for host, gpus in alloc.items():
+        idx = ",".join(map(str, gpus))
+        print(f"     Nodes={host} CPU_IDs=0-1 Mem=0 GRES=gpu:{len(gpus)}(IDX:{idx})")
+    print("   MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0")
+elif a[:2] == ["show", "config"]:
+    print("Configuration data as of 2024-01-01T00:00:00")
+    print(os.environ.get("FAKE_CONFIG", "TaskPlugin = task/affinity"))
+else:
+    sys.exit(1)
+'''
+
+DUMP_RANK = ("import json, os, sys; "
+             "json.dump({'env': dict(os.environ), 'cpus': sorted(os.sched_getaffinity(0)), "
+             "'argv': sys.argv[1:]}, "
+             "open(os.path.join(os.environ['OUT_DIR'], 'rank-%s.json' % os.environ['RANK']), 'w'))")
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_inventory(H100)
+
+
+def _fakes(tmp: Path) -> Path:
+    bindir = tmp / "bin"
+    bindir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        p = bindir / name
+        p.write_text(text.replace("#!PYTHON", "#!" + sys.executable, 1))
+        p.chmod(0o755)
+    return bindir
+
+
+def _script(inv, placement, layout, command, inventory_path=H100, **kw) -> str:
+    return SbatchRequest.from_plan(inv, placement, layout, command, inventory_path=inventory_path,
+                                   python=sys.executable, **kw).render()
+
+
+def _run_job(tmp: Path, script: str, alloc: dict, cgroup: bool, batch_gpus_env=True,
+             extra_env=None):
+    """Run the batch script like slurmstepd would on the first node."""
+    bindir = _fakes(tmp)
+    out = tmp / "out"
+    out.mkdir()
+    (tmp / "job.sbatch").write_text(script)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM", "CUDA_", "NCCL_"))}
+    hosts = list(alloc)
+    batch = alloc[hosts[0]]
+    env.update(PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}", OUT_DIR=str(out),
+               FAKE_SLURM_LOG=str(tmp / "slurm.log"), FAKE_ALLOC=json.dumps(alloc),
+               FAKE_CGROUP="yes" if cgroup else "no", SLURM_JOB_ID="4242",
+               SLURM_JOB_NODELIST=",".join(hosts), SLURMD_NODENAME=hosts[0],
+               SLURM_SUBMIT_DIR=str(tmp), SLURMTOPO_PYTHON=sys.executable)
+    if batch_gpus_env:
+        env["SLURM_JOB_GPUS"] = ",".join(map(str, batch))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) if cgroup else str(g)
+                                               for i, g in enumerate(batch))
+    env.update(extra_env or {})
+    p = subprocess.run(["bash", str(tmp / "job.sbatch")], env=env, cwd=tmp,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    ranks = {}
+    for f in out.glob("rank-*.json"):
+        d = json.loads(f.read_text())
+        ranks[int(d["env"]["RANK"])] = d
+    log = [json.loads(l) for l in (tmp / "slurm.log").read_text().splitlines()] \
+        if (tmp / "slurm.log").exists() else []
+    return p, ranks, log
+
+
+def _expect_cpus(planned):
+    allowed = os.sched_getaffinity(0)
+    inter = set(planned) & allowed
+    return sorted(inter) if inter else sorted(allowed)
+
+
+def _check_ranks(ranks, placement, alloc, cgroup, world=None):
+    world = world or placement.world_size
+    assert sorted(ranks) == list(range(world))
+    for r, d in ranks.items():
+        env = d["env"]
+        slot = placement.slots[r]
+        mates = placement.ranks_on(slot.host)
+        gpus = [s.gpu for s in mates]
+        if cgroup:
+            order = sorted(alloc[slot.host])
+            want_cvd = ",".join(str(order.index(g)) for g in gpus)
+        else:
+            want_cvd = ",".join(map(str, gpus))
+        assert env["SLURMD_NODENAME"] == slot.host
+        assert env["CUDA_VISIBLE_DEVICES"] == want_cvd, (r, env["CUDA_VISIBLE_DEVICES"])
+        # device LOCAL_RANK of the visible list is the planned GPU
+        assert gpus[int(env["LOCAL_RANK"])] == slot.gpu
+        assert env["RANK"] == str(r)
+        assert env["LOCAL_RANK"] == str(slot.local_rank)
+        assert env["WORLD_SIZE"] == str(world)
+        assert env["LOCAL_WORLD_SIZE"] == str(len(mates))
+        assert env["MASTER_ADDR"] == placement.slots[0].host
+        assert env["MASTER_PORT"] == str(20000 + 4242 % 10000)
+        assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        assert env["SLURMTOPO_GPU"] == str(slot.gpu)
+        assert env["NCCL_IB_HCA"].startswith("=mlx5_")
+        assert "NCCL_SOCKET_IFNAME" in env
+        assert "SLURMTOPO_RANK_TABLE" not in env  # not leaked to the program
+        assert d["cpus"] == _expect_cpus(slot.cpus)
+
+
+# --------------------------------------------------------------------------
+# the whole script under bash
+
+
+@pytest.mark.parametrize("cgroup", [False, True], ids=["no-cgroup", "cgroup"])
+def test_allocation_equals_plan(tmp_path, h100, cgroup):
+    """Partial nodes with different GPU indices per node: gpu01 holds 4-7,
+    gpu02 holds 1,3,5,7. Without the cgroup CUDA_VISIBLE_DEVICES carries the
+    node's numbers, with it 0..3; LOCAL_RANK indexes the planned GPU."""
+    layout = Layout(tp=4, dp=2).resolved()
+    alloc = {"gpu01": [4, 5, 6, 7], "gpu02": [1, 3, 5, 7]}
+    p = fill_placement(h100, list(alloc.items()), layout)
+    proc, ranks, log = _run_job(tmp_path, _script(h100, p, layout, [sys.executable, "-c",
+                                                                     DUMP_RANK]),
+                                alloc, cgroup)
+    assert proc.returncode == 0, proc.stderr
+    _check_ranks(ranks, p, alloc, cgroup)
+    assert "allocation matches the plan" in proc.stderr
+    assert f"device cgroup renumbers GPUs: {'yes' if cgroup else 'no'}" in proc.stderr
+    # NCCL block: the rails next to the planned GPUs, exact names, in order
+    env0 = ranks[0]["env"]
+    assert env0["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in (1, 3, 4, 5, 6, 7))
+    # srun: arbitrary distribution over the hostfile, rank r on line r
+    launch = [e for e in log if e["prog"] == "srun" and e["opts"].get("distribution")]
+    assert len(launch) == 1
+    assert launch[0]["opts"]["ntasks"] == "8" and launch[0]["opts"]["nodes"] == "2"
+    assert launch[0]["opts"]["cpu-bind"] == "none"
+    hostfile = (tmp_path / "slurmtopo-run-4242" / "hostfile").read_text().split()
+    assert hostfile == [s.host for s in p.slots]
+    rm = json.loads((tmp_path / "slurmtopo-run-4242" / "rankmap.json").read_text())
+    assert rm["replanned"] is False and rm["cgroup_devices"] is cgroup
+
+
+def test_cpu_binding_reduced_to_existing_cpus(tmp_path, h100):
+    """The H100 type declares 224 CPUs; here only os.sched_getaffinity()
+    exist. Ranks on NUMA 0 bind to the intersection, ranks on NUMA 1 (none of
+    their CPUs exist) stay unbound, and both are logged."""
+    layout = Layout(tp=8).resolved()
+    alloc = {"gpu01": list(range(8))}
+    p = fill_placement(h100, list(alloc.items()), layout)
+    proc, ranks, _ = _run_job(tmp_path, _script(h100, p, layout, [sys.executable, "-c",
+                                                                   DUMP_RANK]),
+                              alloc, False)
+    assert proc.returncode == 0, proc.stderr
+    _check_ranks(ranks, p, alloc, False)
+    allowed = os.sched_getaffinity(0)
+    if max(allowed) < 56:
+        assert "not binding" in proc.stderr
+        assert ranks[7]["env"]["SLURMTOPO_CPUS"] == ""
+    if len(allowed) < 112:
+        assert "CPU binding reduced from 0-55,112-167" in proc.stderr
+
+
+def test_cpu_binding_can_be_switched_off(tmp_path, h100):
+    layout = Layout(tp=2).resolved()
+    alloc = {"gpu01": [0, 1]}
+    p = fill_placement(h100, list(alloc.items()), layout)
+    proc, ranks, _ = _run_job(tmp_path, _script(h100, p, layout, [sys.executable, "-c",
+                                                                   DUMP_RANK]),
+                              alloc, False, extra_env={"SLURMTOPO_CPU_BIND": "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert all(d["cpus"] == sorted(os.sched_getaffinity(0)) for d in ranks.values())
+    assert ranks[0]["env"]["SLURMTOPO_CPUS"] == ""
+
+
+@pytest.mark.parametrize("cgroup", [False, True], ids=["no-cgroup", "cgroup"])
+def test_allocation_differs_replans(tmp_path, h100, cgroup):
+    """Planned on gpu01+gpu02; Slurm gave gpu03 (GPUs 2-5) and gpu04 (4-7).
+    The step re-plans on exactly that and every rank gets the new mapping."""
+    layout = Layout(tp=4, dp=2).resolved()
+    planned = fill_placement(h100, [("gpu01", [0, 1, 2, 3]), ("gpu02", [0, 1, 2, 3])], layout)
+    alloc = {"gpu03": [2, 3, 4, 5], "gpu04": [4, 5, 6, 7]}
+    proc, ranks, _ = _run_job(tmp_path, _script(h100, planned, layout,
+                                                 [sys.executable, "-c", DUMP_RANK]),
+                              alloc, cgroup)
+    assert proc.returncode == 0, proc.stderr
+    assert "allocation differs from the plan" in proc.stderr
+    assert "planned node gpu01 was not allocated" in proc.stderr
+    rm = json.loads((tmp_path / "slurmtopo-run-4242" / "rankmap.json").read_text())
+    assert rm["replanned"] is True
+    actual = binding.planned_placement({**rm, "layout": rm["layout"]})
+    assert {s.host for s in actual.slots} == set(alloc)
+    for s in actual.slots:
+        assert s.gpu in alloc[s.host]
+    _check_ranks(ranks, actual, alloc, cgroup)
+
+
+def test_inventory_unreadable_uses_embedded_copy(tmp_path, h100):
+    """The recorded inventory path does not exist on the compute node: bind
+    falls back to the hardware embedded in the script."""
+    inv_copy = tmp_path / "inv.yaml"
+    shutil.copy(H100, inv_copy)
+    layout = Layout(tp=2).resolved()
+    alloc = {"gpu02": [6, 7]}
+    p = fill_placement(h100, list(alloc.items()), layout)
+    script = _script(h100, p, layout, [sys.executable, "-c", DUMP_RANK],
+                     inventory_path=str(inv_copy))
+    inv_copy.unlink()
+    proc, ranks, _ = _run_job(tmp_path, script, alloc, False)
+    assert proc.returncode == 0, proc.stderr
+    assert "using the copy embedded in the script" in proc.stderr
+    _check_ranks(ranks, p, alloc, False)
+
+
+def test_scontrol_unavailable_probes_with_srun(tmp_path, h100):
+    """No scontrol answer: the batch host uses SLURM_JOB_GPUS, other nodes
+    are asked with an srun probe (one task per node)."""
+    layout = Layout(tp=2, dp=2).resolved()
+    alloc = {"gpu01": [0, 1], "gpu03": [6, 7]}
+    p = fill_placement(h100, list(alloc.items()), layout)
+    proc, ranks, log = _run_job(tmp_path, _script(h100, p, layout,
+                                                   [sys.executable, "-c", DUMP_RANK]),
+                                alloc, True, extra_env={"FAKE_SCONTROL_FAIL": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "from srun probe" in proc.stderr and "from SLURM_JOB_GPUS" in proc.stderr
+    probes = [e for e in log if e["prog"] == "srun" and e["opts"].get("ntasks-per-node") == "1"]
+    assert len(probes) == 1
+    _check_ranks(ranks, p, alloc, True)
+
+
+def test_user_exported_nccl_vars_win(tmp_path, h100):
+    layout = Layout(tp=2).resolved()
+    alloc = {"gpu01": [0, 1]}
+    p = fill_placement(h100, list(alloc.items()), layout)
+    proc, ranks, _ = _run_job(tmp_path, _script(h100, p, layout,
+                                                 [sys.executable, "-c", DUMP_RANK]),
+                              alloc, False, extra_env={"NCCL_SOCKET_IFNAME": "eth9"})
+    assert proc.returncode == 0, proc.stderr
+    assert "keeping NCCL_SOCKET_IFNAME=eth9" in proc.stderr
+    assert ranks[0]["env"]["NCCL_SOCKET_IFNAME"] == "eth9"
+
+
+# --------------------------------------------------------------------------
+# hostile names and arguments
+
+
+HOSTILE_ARGS = ["$(touch {p}/pwned1)", "`touch {p}/pwned2`", "'; touch {p}/pwned3; '",
+                '"; touch {p}/pwned4; "', "a\nb; touch {p}/pwned5", "x;touch {p}/pwned6",
+                "${{HOME}}", "--flag=it's", "\\", ""]
+
+
+def test_hostile_arguments_arrive_intact(tmp_path, h100):
+    """Every hostile word reaches the program unchanged and nothing runs."""
+    layout = Layout(tp=2).resolved()
+    alloc = {"gpu01": [0, 1]}
+    p = fill_placement(h100, list(alloc.items()), layout)
+    args = [a.format(p=tmp_path) for a in HOSTILE_ARGS]
+    script = _script(h100, p, layout, [sys.executable, "-c", DUMP_RANK] + args,
+                     job_name=f"$(touch {tmp_path}/pwned7)`touch {tmp_path}/pwned8`'\";x")
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    proc, ranks, _ = _run_job(tmp_path, script, alloc, False)
+    assert proc.returncode == 0, proc.stderr
+    for d in ranks.values():
+        assert d["argv"] == args
+    assert not list(tmp_path.glob("pwned*"))
+    name_line = [l for l in script.splitlines() if l.startswith("#SBATCH --job-name=")]
+    assert name_line == ["#SBATCH --job-name=__touch_" + str(tmp_path).replace("/", "_")
+                         + "_pwned7__touch_" + str(tmp_path).replace("/", "_")
+                         + "_pwned8____x"]
+
+
+def test_job_name_with_newline_is_rejected(h100):
+    layout = Layout(tp=2).resolved()
+    p = fill_placement(h100, [("gpu01", [0, 1])], layout)
+    with pytest.raises(SlurmtopoError, match="newline"):
+        SbatchRequest.from_plan(h100, p, layout, ["true"], job_name="a\n#SBATCH --x")
+
+
+# --------------------------------------------------------------------------
+# pure parts
+
+
+def test_parse_scontrol_job_formats():
+    text = textwrap.dedent("""\
+        JobId=7 JobName=x
+           NodeList=gpu[01-03]
+             Nodes=gpu[01-02] CPU_IDs=0-111 Mem=0 GRES=gpu:h100:8(IDX:0-7)
+             Nodes=gpu03 CPU_IDs=0-3 Mem=0 GRES=gpu:a:1(IDX:2),gpu:b:1(IDX:5)
+             Nodes=old1 CPU_IDs=0 Mem=0 GRES_IDX=gpu(IDX:0-1)
+             Nodes=cpu1 CPU_IDs=0 Mem=0 GRES=
+             Nodes=bad1 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:N/A)
+        """)
+    got = parse_scontrol_job(text)
+    assert got["gpu01"] == got["gpu02"] == tuple(range(8))
+    assert got["gpu03"] == (2, 5)
+    assert got["old1"] == (0, 1)
+    assert got["cpu1"] == ()
+    assert "bad1" not in got
+
+
+def test_parse_probe():
+    assert parse_probe("SLURMTOPO_PROBE n1 0,1\nnoise\nSLURMTOPO_PROBE n2 ?\n") == \
+        {"n1": (0, 1), "n2": None}
+
+
+def _runner(answers):
+    def run(argv, env=None):
+        for prefix, ans in answers.items():
+            if tuple(argv[:len(prefix)]) == prefix:
+                return ans
+        return 1, ""
+    return run
+
+
+def test_read_allocation_sources(h100):
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "gpu[01-03]", "SLURMD_NODENAME": "gpu01",
+           "SLURM_JOB_GPUS": "4,5"}
+    run = _runner({("scontrol", "show", "job"):
+                   (0, "  Nodes=gpu02 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)\n"),
+                   ("srun",): (0, "SLURMTOPO_PROBE gpu03 6,7\nSLURMTOPO_PROBE gpu01 4,5\n")})
+    a = read_allocation(env, run, h100)
+    assert a.hosts == ["gpu01", "gpu02", "gpu03"]
+    assert a.gpus == {"gpu01": (4, 5), "gpu02": (0, 1), "gpu03": (6, 7)}
+    assert a.sources == {"gpu01": "SLURM_JOB_GPUS", "gpu02": "scontrol show job -d",
+                         "gpu03": "srun probe (SLURM_STEP_GPUS)"}
+    a = read_allocation(env, _runner({}), h100, probe=False)
+    assert a.gpus["gpu03"] is None
+    with pytest.raises(SlurmtopoError, match="SLURM_JOB_NODELIST"):
+        read_allocation({}, _runner({}))
+
+
+def test_detect_constrained(tmp_path):
+    none = _runner({})
+    assert detect_constrained("yes", {}, none)[0] is True
+    assert detect_constrained("no", {}, none)[0] is False
+    env = {"SLURM_JOB_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert detect_constrained("auto", env, none)[0] is True
+    env = {"SLURM_JOB_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "4,5"}
+    assert detect_constrained("auto", env, none)[0] is False
+    # undecidable from the numbers (0,1 both ways): scontrol show config
+    env = {"SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1"}
+    cfg = _runner({("scontrol", "show", "config"): (0, "ConstrainDevices        = yes\n")})
+    yes, why = detect_constrained("auto", env, cfg, dev_dir=str(tmp_path))
+    assert yes and "ConstrainDevices" in why
+    yes, why = detect_constrained("auto", env, none, dev_dir=str(tmp_path))
+    assert not yes and "could not tell" in why
+    with pytest.raises(SlurmtopoError):
+        detect_constrained("maybe", env, none)
+
+
+def test_differences_and_state(h100):
+    layout = Layout(tp=2, dp=2).resolved()
+    p = fill_placement(h100, [("gpu01", [0, 1]), ("gpu02", [0, 1])], layout)
+    ok = Allocation("1", ["gpu01", "gpu02"], {"gpu01": (0, 1, 2), "gpu02": None})
+    assert differences(p, ok) == []
+    bad = Allocation("1", ["gpu01", "gpu03"], {"gpu01": (2, 3), "gpu03": (0, 1)})
+    assert differences(p, bad) == ["gpu01: planned GPUs 0-1, allocated 2-3",
+                                   "planned node gpu02 was not allocated"]
+    st = allocation_state(h100, bad)
+    assert st.free_gpus(h100.nodes["gpu01"]) == (2, 3)
+    assert st.free_gpus(h100.nodes["gpu02"]) == ()
+    assert st.free_gpus(h100.nodes["gpu03"]) == (0, 1)
+
+
+def test_replan_falls_back_when_planner_cannot(h100):
+    from slurmtopo.errors import PlacementError
+
+    layout = Layout(tp=2, dp=2).resolved()
+    p = fill_placement(h100, [("gpu01", [0, 1]), ("gpu02", [0, 1])], layout)
+    doc = plan_document(h100, p, layout)
+    alloc = Allocation("1", ["gpu04", "gpu03"], {"gpu04": (6, 7), "gpu03": (0, 1)})
+    calls = []
+
+    def planner(inv, state, req):
+        calls.append(req)
+        raise PlacementError("no")
+
+    log = []
+    new = binding.replan(doc, h100, alloc, log, planner)
+    assert len(calls) == 2  # with, then without requirements
+    assert [(s.host, s.gpu) for s in new.slots] == [("gpu04", 6), ("gpu04", 7),
+                                                   ("gpu03", 0), ("gpu03", 1)]
+    assert "falling back to ranks in allocation order" in log
+
+
+def test_rank_table_roundtrip_and_local_truth(h100):
+    layout = Layout(tp=2, dp=2).resolved()
+    p = fill_placement(h100, [("gpu01", [6, 7]), ("gpu02", [0, 3])], layout)
+    table = rank_table(p, {"gpu01": (6, 7), "gpu02": None}, constrained=False)
+    info = parse_rank_table(table, 3)
+    assert (info.host, info.local_rank, info.host_gpus, info.allocated) == \
+        ("gpu02", 1, [0, 3], None)
+    # the step on gpu02 is renumbered although the batch host was not
+    env, cpus, log = rank_launch(info, {"SLURMD_NODENAME": "gpu02", "SLURM_STEP_GPUS": "0,3",
+                                        "CUDA_VISIBLE_DEVICES": "0,1"}, {0, 1})
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and env["LOCAL_RANK"] == "1"
+    assert any("renumbers" in line for line in log)
+    assert cpus == (0, 1)
+    with pytest.raises(SlurmtopoError, match="srun started it on gpu01"):
+        rank_launch(info, {"SLURMD_NODENAME": "gpu01"}, {0})
+    with pytest.raises(SlurmtopoError, match="rank 9"):
+        parse_rank_table(table, 9)
+
+
+def test_rank_main_errors_are_one_line(capsys):
+    assert binding.rank_main(["--", "true"], {}) == 2
+    assert "SLURM_PROCID is not set" in capsys.readouterr().err
+    assert binding.rank_main(["--", "true"], {"SLURM_PROCID": "0"}) == 2
+    assert "no rank table" in capsys.readouterr().err
+
+
+def test_read_plan_rejects_garbage():
+    with pytest.raises(SlurmtopoError, match="not a slurmtopo plan"):
+        read_plan("{nope")
+    with pytest.raises(SlurmtopoError, match="not a slurmtopo plan"):
+        read_plan('{"slurmtopo": "inventory"}')
+    with pytest.raises(SlurmtopoError, match="newer"):
+        read_plan('{"slurmtopo": "plan", "version": 99, "layout": {}, "ranks": []}')
+
+
+def test_large_rank_table_goes_by_file(tmp_path, h100, monkeypatch):
+    layout = Layout(tp=2).resolved()
+    p = fill_placement(h100, [("gpu01", [0, 1])], layout)
+    doc = plan_document(h100, p, layout, inventory_path=str(H100))
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01", "SLURM_JOB_GPUS": "0,1",
+           "CUDA_VISIBLE_DEVICES": "0,1"}
+    res = bind(doc, env, _runner({}), dev_dir=str(tmp_path))
+    monkeypatch.setattr(binding, "ENV_TABLE_LIMIT", 10)
+    text, by_file = binding.env_script(res, str(tmp_path), {}, [])
+    assert by_file and "SLURMTOPO_RANK_TABLE_FILE=" in text
+
+
+def test_replan_keeps_requirements(h100):
+    """The request travels in the script: a re-plan still honours
+    --require, and exclusivity (already granted) does not get in the way."""
+    from slurmtopo.request import JobRequest
+
+    layout = Layout(tp=8, dp=2).resolved()
+    req = JobRequest(layout=layout, require={"tp": "node"}, exclusive=True, gpus_per_node=8,
+                     message_bytes={"dp": 1 << 30})
+    planned = fill_placement(h100, [("gpu01", range(8)), ("gpu02", range(8))], layout)
+    doc = json.loads(binding.dumps_plan(plan_document(h100, planned, layout, req)))
+    assert doc["request"]["require"] == {"tp": "node"}
+    alloc = Allocation("1", ["gpu04", "gpu03"], {"gpu03": tuple(range(8)),
+                                                  "gpu04": tuple(range(8))})
+    log = []
+    new = binding.replan(doc, h100, alloc, log)
+    assert {s.host for s in new.slots} == {"gpu03", "gpu04"}
+    assert not any("failed" in line for line in log), log
+    for g in new.groups["tp"]:
+        assert len({new.slots[r].host for r in g}) == 1
+
+
+def test_local_numbers_that_cannot_tell_keep_the_table(h100):
+    """GPUs 0,1 read the same with and without the cgroup: no override, no log."""
+    layout = Layout(tp=2).resolved()
+    p = fill_placement(h100, [("gpu01", [0, 1])], layout)
+    info = parse_rank_table(rank_table(p, {"gpu01": (0, 1)}, constrained=True), 1)
+    env, _, log = rank_launch(info, {"SLURM_STEP_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1"},
+                              {0})
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert not any("renumber" in line for line in log)
+
+
+def test_big_inventory_is_embedded_cut_down(h100, monkeypatch):
+    from slurmtopo.inventory import parse_inventory
+
+    fat = load_inventory(EXAMPLES / "h100-32node-fattree.yaml")
+    layout = Layout(tp=8, dp=2).resolved()
+    p = fill_placement(fat, [("dgx003", range(8)), ("dgx012", range(8))], layout)
+    monkeypatch.setattr(binding, "EMBED_LIMIT", 0)
+    doc = plan_document(fat, p, layout)
+    inv = parse_inventory(doc["inventory"], "<embedded>")
+    assert sorted(inv.nodes) == ["dgx003", "dgx012"]
+    assert {s.name for s in inv.fabric.switches} == {"leaf01", "leaf02", "spine1", "spine2"}
+    # a re-plan onto a node the cut-down copy lacks assumes the same hardware
+    log = []
+    alloc = Allocation("1", ["dgx003", "dgx020"], {"dgx003": tuple(range(8)),
+                                                   "dgx020": tuple(range(8))})
+    inv2 = binding.with_allocated_nodes(inv, alloc, log)
+    assert inv2.nodes["dgx020"].hardware == inv.nodes["dgx003"].hardware
+    assert "dgx020" in log[0]

@@ -1,0 +1,150 @@
+"""The rich preview renders the grid, the cost table and the warnings."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from rich.console import Console
+
+from slurmtopo.binding import fill_placement
+from slurmtopo.groups import Layout
+from slurmtopo.inventory import load_inventory
+from slurmtopo.links import LinkClass
+from slurmtopo.model import ClusterState, NodeState
+from slurmtopo.preview import (cost_table, default_color_kind, format_bytes, format_seconds,
+                               grid, render_plan, report_dict)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
+
+
+@dataclass
+class _GC:  # the shape of slurmtopo.cost.GroupCost
+    kind: str
+    count: int
+    size: int
+    collective: str
+    message_bytes: int
+    slowest: LinkClass
+    time_s: float
+    worst_group: List[int]
+
+
+@dataclass
+class _Report:  # the shape of slurmtopo.cost.CostReport
+    kinds: Dict[str, Any]
+    step_time_s: float
+    warnings: List[str] = field(default_factory=list)
+
+
+def _text(renderable, width=120) -> str:
+    c = Console(record=True, width=width, color_system=None)
+    c.print(renderable)
+    return c.export_text()
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+
+
+@pytest.fixture()
+def placement(h100):
+    return fill_placement(h100, [("gpu01", range(8)), ("gpu03", range(4, 8))],
+                          Layout(tp=4, dp=3).resolved())
+
+
+def _reports():
+    plan = _Report({"tp": _GC("tp", 3, 4, "all-reduce", 64 << 20, LinkClass.NVLINK, 2e-4, [0]),
+                    "dp": _GC("dp", 4, 3, "all-reduce", 1 << 30, LinkClass.NET_L1, 0.012, [0])},
+                   0.0122, ["TP group 3 crosses PCIe between NUMA nodes"])
+    naive = _Report({"tp": _GC("tp", 3, 4, "all-reduce", 64 << 20, LinkClass.SYS, 9e-4, [0]),
+                     "dp": _GC("dp", 4, 3, "all-reduce", 1 << 30, LinkClass.NET_L1, 0.02, [0])},
+                    0.0209)
+    return plan, naive
+
+
+def test_grid_shows_ranks_by_node_and_gpu(h100, placement):
+    state = ClusterState({"gpu03": NodeState("gpu03", busy_gpus=frozenset({0, 1}))})
+    text = _text(grid(placement, h100, state=state))
+    assert "GPU0" in text and "GPU7" in text
+    lines = {l.split("│")[1].strip(): l for l in text.splitlines() if l.startswith("│")}
+    row1 = [c.strip() for c in lines["gpu01"].split("│")[1:-1]]
+    assert row1 == ["gpu01", "leaf1"] + [str(r) for r in range(8)]
+    row3 = [c.strip() for c in lines["gpu03"].split("│")[1:-1]]
+    assert row3 == ["gpu03", "leaf2", "busy", "busy", "·", "·", "8", "9", "10", "11"]
+    assert "colour = tp group" in text
+
+
+def test_grid_colours_by_group(h100, placement):
+    c = Console(record=True, width=120, color_system="truecolor", force_terminal=True)
+    c.print(grid(placement, h100, color_by="tp"))
+    html = c.export_html(inline_styles=True)
+    # three tp groups -> three different colours
+    assert len({s for s in ("#00ffff", "#ff00ff", "#00ff00") if s in html.lower()}) >= 2
+
+
+def test_grid_truncates_big_jobs(h100, placement):
+    text = _text(grid(placement, h100, max_hosts=1))
+    assert "… 1 more" in text
+
+
+def test_cost_table_plan_vs_naive():
+    plan, naive = _reports()
+    text = _text(cost_table(plan, naive))
+    assert "NVLink" in text and "PCIe SYS" in text and "net spine" in text
+    assert "200 µs" in text and "900 µs" in text and "4.50×" in text
+    assert "step" in text and "12.2 ms" in text and "20.9 ms" in text
+    assert "naive" in text
+    text = _text(cost_table(plan))
+    assert "naive" not in text
+
+
+def test_render_plan_has_all_parts(h100, placement):
+    plan, naive = _reports()
+    text = _text(render_plan(placement, h100, Layout(tp=4, dp=3), plan, naive,
+                             notes=["something to know"],
+                             files={"rank map": "/tmp/x/rankmap.json"}))
+    assert "Plan: world 12 = tp4 × dp3" in text
+    assert "Rank placement (12 ranks on 2 nodes)" in text
+    assert "Modelled communication" in text
+    assert "warning: TP group 3 crosses PCIe between NUMA nodes" in text
+    assert "note: something to know" in text
+    assert "Wrote in /tmp/x: rankmap.json (rank map)" in text
+
+
+def test_render_plan_with_real_cost_model(h100, placement):
+    from slurmtopo.cost import evaluate
+    from slurmtopo.request import JobRequest
+
+    req = JobRequest(layout=Layout(tp=4, dp=3))
+    rep = evaluate(h100, placement, req)
+    text = _text(render_plan(placement, h100, req.layout, rep, rep))
+    assert "Modelled communication" in text and "tp" in text
+    json.dumps(report_dict(rep))
+
+
+def test_report_dict_is_json():
+    plan, _ = _reports()
+    d = report_dict(plan)
+    assert d["kinds"]["dp"]["slowest"] == "NET_L1"
+    assert d["warnings"] == ["TP group 3 crosses PCIe between NUMA nodes"]
+    json.dumps(d)
+    assert report_dict(None) is None
+
+
+def test_formatting():
+    assert format_seconds(None) == "-" and format_seconds(0) == "0"
+    assert format_seconds(1.5) == "1.5 s" and format_seconds(2.5e-3) == "2.5 ms"
+    assert format_seconds(3e-6) == "3 µs" and format_seconds(4e-9) == "4 ns"
+    assert format_bytes(64 << 20) == "64 MiB" and format_bytes(12) == "12 B"
+
+
+def test_default_colour_kind(h100):
+    p = fill_placement(h100, [("gpu01", range(4))], Layout(tp=1, pp=2, dp=2).resolved())
+    assert default_color_kind(p) == "pp"
+    p = fill_placement(h100, [("gpu01", range(1))], Layout().resolved())
+    assert default_color_kind(p) is None
+    assert "cell = global rank" in _text(grid(p, h100))

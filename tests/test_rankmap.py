@@ -1,0 +1,167 @@
+"""rankmap.json / CSV shape and the per-rank environment."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmtopo.binding import fill_placement
+from slurmtopo.cli import cli
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.groups import Layout, build_groups
+from slurmtopo.inventory import load_inventory
+from slurmtopo.model import Placement, RankSlot
+from slurmtopo.rankmap import (check_placement, dumps_rankmap, env_document, nccl_env,
+                               placement_from_dict, rail_aligned, rank_env, rankmap_csv,
+                               rankmap_dict, visible_devices)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+
+
+@pytest.fixture(scope="module")
+def a6000():
+    return load_inventory(EXAMPLES / "a6000-4node-pcie.yaml")
+
+
+def _p(inv, host_gpus, **lay):
+    return fill_placement(inv, host_gpus, Layout(**lay).resolved())
+
+
+def test_rankmap_json_shape(h100):
+    lay = Layout(tp=4, pp=2, dp=2).resolved()
+    p = fill_placement(h100, [("gpu01", range(8)), ("gpu03", range(8))], lay)
+    d = json.loads(dumps_rankmap(rankmap_dict(p, lay)))
+    assert d["world_size"] == 16
+    assert d["hosts"] == ["gpu01", "gpu03"]
+    assert len(d["ranks"]) == 16
+    for i, r in enumerate(d["ranks"]):
+        assert {"rank", "host", "gpu", "local_rank", "nics", "cpus"} <= set(r)
+        assert r["rank"] == i
+        assert isinstance(r["nics"], list) and isinstance(r["cpus"], str)
+    assert d["ranks"][9] == {"rank": 9, "host": "gpu03", "gpu": 1, "local_rank": 1,
+                             "node_rank": 1, "local_world_size": 8, "nics": ["mlx5_1"],
+                             "cpus": "0-55,112-167", "numa_node": 0}
+    assert d["layout"]["tp"] == 4 and d["layout"]["order"] == "tp-cp-ep-dp-pp"
+
+
+def test_groups_same_as_groups_command(h100):
+    """`groups` in rankmap.json is exactly what `slurmtopo groups --json` prints."""
+    lay = Layout(tp=2, pp=2, dp=4).resolved()
+    p = fill_placement(h100, [("gpu01", range(8)), ("gpu02", range(8))], lay)
+    d = json.loads(dumps_rankmap(rankmap_dict(p, lay)))
+    out = CliRunner().invoke(cli, ["groups", "--tp", "2", "--pp", "2", "--dp", "4", "--json"])
+    assert out.exit_code == 0, out.output
+    assert d["groups"] == json.loads(out.output)
+
+
+def test_dumps_is_one_rank_per_line(h100):
+    p = _p(h100, [("gpu01", range(4))], tp=4)
+    text = dumps_rankmap(rankmap_dict(p))
+    rank_lines = [l for l in text.splitlines() if l.strip().startswith('{"rank"')]
+    assert len(rank_lines) == 4
+
+
+def test_roundtrip(h100):
+    lay = Layout(tp=2, dp=3).resolved()
+    p = fill_placement(h100, [("gpu04", [7, 5]), ("gpu02", [0, 1, 2, 3])], lay)
+    back = placement_from_dict(json.loads(dumps_rankmap(rankmap_dict(p, lay))))
+    assert back.slots == p.slots and back.hosts == p.hosts and back.groups == p.groups
+
+
+def test_csv_shape(h100):
+    lay = Layout(tp=2, pp=2, dp=2).resolved()
+    p = fill_placement(h100, [("gpu01", range(4)), ("gpu02", range(4))], lay)
+    rows = list(csv.DictReader(io.StringIO(rankmap_csv(p))))
+    assert len(rows) == 8
+    assert list(rows[0])[:9] == ["rank", "host", "node_rank", "gpu", "local_rank",
+                                 "local_world_size", "numa_node", "nics", "cpus"]
+    groups = build_groups(lay)
+    for kind in groups:
+        for i, g in enumerate(groups[kind]):
+            for r in g:
+                assert rows[r][f"{kind}_group"] == str(i)
+    assert rows[5]["host"] == "gpu02" and rows[5]["local_rank"] == "1"
+
+
+def test_check_placement_errors(h100):
+    slots = (RankSlot(0, "a", 0, 0), RankSlot(1, "a", 0, 1))
+    with pytest.raises(SlurmtopoError, match="share a GPU"):
+        check_placement(Placement(slots=slots, groups={}, hosts=("a",)))
+    slots = (RankSlot(0, "a", 0, 0), RankSlot(1, "a", 1, 2))
+    with pytest.raises(SlurmtopoError, match="local ranks"):
+        check_placement(Placement(slots=slots, groups={}, hosts=("a",)))
+    slots = (RankSlot(1, "a", 0, 0),)
+    with pytest.raises(SlurmtopoError, match="ranks must be"):
+        check_placement(Placement(slots=slots, groups={}, hosts=("a",)))
+    with pytest.raises(SlurmtopoError, match="malformed"):
+        placement_from_dict({"ranks": [{"rank": 0}]})
+
+
+def test_visible_devices():
+    assert visible_devices([4, 5], [4, 5], constrained=False) == "4,5"
+    assert visible_devices([4, 5], [4, 5], constrained=True) == "0,1"
+    # local rank order is kept; numbering follows PCI order of the allocation
+    assert visible_devices([7, 2], [2, 5, 7], constrained=True) == "2,0"
+    assert visible_devices([7, 2], None, constrained=True) == "1,0"
+    with pytest.raises(SlurmtopoError, match="not in the allocation"):
+        visible_devices([3], [4, 5], constrained=True)
+
+
+@given(st.sets(st.integers(0, 15), min_size=1), st.data())
+@settings(max_examples=60, deadline=None)
+def test_visible_devices_property(alloc, data):
+    """Under the cgroup, device i of the list is the i-th planned GPU: the
+    index into the allocation sorted by NVML index."""
+    used = data.draw(st.permutations(sorted(alloc)))[:data.draw(st.integers(1, len(alloc)))]
+    cvd = [int(x) for x in visible_devices(used, alloc, True).split(",")]
+    assert [sorted(alloc)[i] for i in cvd] == list(used)
+    assert visible_devices(used, alloc, False) == ",".join(map(str, used))
+
+
+def test_rank_env(h100):
+    p = _p(h100, [("gpu01", [4, 5]), ("gpu02", [0, 1])], tp=2, dp=2)
+    env = rank_env(p, 3, allocated=[0, 1, 2], constrained=True)
+    assert env["RANK"] == "3" and env["LOCAL_RANK"] == "1" and env["WORLD_SIZE"] == "4"
+    assert env["LOCAL_WORLD_SIZE"] == "2" and env["NODE_RANK"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert env["SLURMTOPO_GPU"] == "1" and env["SLURMTOPO_NICS"] == "mlx5_1"
+    assert rank_env(p, 0)["CUDA_VISIBLE_DEVICES"] == "4,5"
+
+
+def test_nccl_env_rails_and_cross_nic(h100):
+    p = _p(h100, [("gpu01", range(8)), ("gpu02", range(8))], tp=8, dp=2)
+    env = nccl_env(h100, p)
+    assert env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+    assert env["NCCL_CROSS_NIC"] == "0"  # same GPUs, same rails everywhere
+    assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker"  # presets know no netdevs
+    assert rail_aligned(p)
+    q = _p(h100, [("gpu01", [0, 1]), ("gpu02", [2, 3])], tp=2, dp=2)
+    assert not rail_aligned(q) and "NCCL_CROSS_NIC" not in nccl_env(h100, q)
+    assert nccl_env(h100, q, socket_ifname="ib0")["NCCL_SOCKET_IFNAME"] == "ib0"
+
+
+def test_nccl_env_netdevs_from_inventory(a6000):
+    p = _p(a6000, [("ws1", range(8))], tp=8)
+    env = nccl_env(a6000, p)
+    assert env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+    assert env["NCCL_SOCKET_IFNAME"] == "=ens1f0np0,ens2f0np0"
+    assert "NCCL_CROSS_NIC" not in env  # one host
+
+
+def test_env_document(h100):
+    p = _p(h100, [("gpu01", range(2))], tp=2)
+    doc = env_document(p, h100, 12345)
+    assert doc["job"]["MASTER_ADDR"] == "gpu01" and doc["job"]["MASTER_PORT"] == "12345"
+    assert [r["RANK"] for r in doc["ranks"]] == ["0", "1"]
+    json.dumps(doc)

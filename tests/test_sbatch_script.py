@@ -1,0 +1,250 @@
+"""The batch script renderer: golden files per example, structure, quoting.
+
+Goldens pin the *renderer*: each example gets a fixed reference placement
+(ranks in order over the first nodes with every GPU free), so a change in
+the planner's heuristics does not churn them. Regenerate after an intended
+change with ``SLURMTOPO_REGEN_GOLDEN=1 pytest tests/test_sbatch_script.py``
+and review the diff.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurmtopo import __version__
+from slurmtopo.binding import fill_placement, read_plan
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.groups import Layout
+from slurmtopo.inventory import load_inventory
+from slurmtopo.model import ClusterState
+from slurmtopo.sbatch import SbatchRequest, sanitize_job_name, topology_request
+from slurmtopo.sbatch.script import PLAN_DELIMITER, comment_text
+from slurmtopo.state import load_state
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "etc" / "examples"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+REGEN = os.environ.get("SLURMTOPO_REGEN_GOLDEN") == "1"
+
+#: example -> (state file, layout, script options)
+CASES = {
+    "h100-4node-2leaf": (None, dict(tp=8, pp=2, dp=2),
+                         dict(job_name="llama-8b", partition="gpu", time="1-00:00:00",
+                              exclusive=True)),
+    "h100-32node-fattree": ("h100-32node-state.yaml", dict(tp=8, pp=2, dp=2),
+                            dict(job_name="fattree", account="ml", switch_wait="10:00")),
+    "a6000-4node-pcie": (None, dict(tp=2, pp=2, dp=4), dict(job_name="a6000")),
+    "dgx1-v100-pair": (None, dict(tp=4, dp=4), dict(job_name="dgx1", time="30")),
+    "gb200-nvl72-rack": (None, dict(tp=4, pp=4, dp=2), dict(job_name="nvl72", exclusive=True)),
+}
+COMMAND = ["python", "train.py", "--config", "conf/my run.yaml"]
+
+
+def reference_placement(inv, state, layout):
+    """Ranks in order over the nodes (inventory order) whose GPUs are all free."""
+    hg = [(n.name, list(state.free_gpus(n))) for n in inv
+          if len(state.free_gpus(n)) == n.hardware.gpu_count]
+    need, out = layout.world, []
+    for h, gpus in hg:
+        if need <= 0:
+            break
+        out.append((h, gpus[:need]))
+        need -= len(gpus[:need])
+    return fill_placement(inv, out, layout)
+
+
+def render_case(name):
+    state_file, lay, opts = CASES[name]
+    inv_path = EXAMPLES / f"{name}.yaml"
+    inv = load_inventory(inv_path)
+    state = load_state(EXAMPLES / state_file, inv) if state_file else ClusterState()
+    layout = Layout(**lay).resolved()
+    p = reference_placement(inv, state, layout)
+    req = SbatchRequest.from_plan(inv, p, layout, COMMAND, inventory_path=str(inv_path), **opts)
+    return inv, p, req, req.render()
+
+
+def normalise(text: str) -> str:
+    return text.replace(str(ROOT), "<ROOT>").replace(f"slurmtopo {__version__} ",
+                                                     "slurmtopo <VERSION> ")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(name):
+    _, _, _, text = render_case(name)
+    text = normalise(text)
+    path = GOLDEN / f"{name}.sbatch"
+    if REGEN:
+        path.write_text(text)
+    assert path.exists(), f"missing {path}; run with SLURMTOPO_REGEN_GOLDEN=1"
+    assert text == path.read_text(), (f"{path.name} differs; if intended, regenerate with "
+                                      "SLURMTOPO_REGEN_GOLDEN=1 and review the diff")
+
+
+def test_every_example_inventory_has_a_golden():
+    inventories = {p.stem for p in EXAMPLES.glob("*.yaml")
+                   if "slurmtopo: inventory" in p.read_text()}
+    assert inventories <= set(CASES)
+    assert {p.stem for p in GOLDEN.glob("*.sbatch")} == set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_structure(name):
+    inv, p, req, text = render_case(name)
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    # every directive before the first command, none after
+    first_cmd = next(i for i, l in enumerate(lines) if l and not l.startswith("#"))
+    directives = [l for l in lines if l.startswith("#SBATCH")]
+    assert lines[1:1 + len(directives)] == directives
+    assert all(i < first_cmd for i, l in enumerate(lines) if l.startswith("#SBATCH"))
+    per_host = {len(p.ranks_on(h)) for h in p.hosts}
+    assert f"#SBATCH --nodes={len(p.hosts)}" in directives
+    assert f"#SBATCH --ntasks-per-node={per_host.pop()}" in directives
+    assert any(d.startswith("#SBATCH --gpus-per-node=") for d in directives)
+    assert ("#SBATCH --exclusive" in directives) == CASES[name][2].get("exclusive", False)
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    # the embedded plan is valid and complete
+    start = lines.index(next(l for l in lines if l.endswith(f"<<'{PLAN_DELIMITER}'")))
+    end = lines.index(PLAN_DELIMITER)
+    doc = read_plan("\n".join(lines[start + 1:end]))
+    assert len(doc["ranks"]) == p.world_size
+    assert doc["inventory"]["nodes"]
+    # the per-rank table is in the comments
+    assert any(re.match(r"^#\s+0\s+\S+\s+\d+\s+0\s", l) for l in lines)
+    assert lines[-1].endswith("python train.py --config 'conf/my run.yaml'")
+
+
+def test_topology_requests():
+    fat = load_inventory(EXAMPLES / "h100-32node-fattree.yaml")
+    assert topology_request(fat, ["dgx001", "dgx002"])[0] == ["--switches=1@5:00"]
+    assert topology_request(fat, ["dgx001", "dgx009", "dgx017"], wait="1:00")[0] == \
+        ["--switches=3@1:00"]
+    assert topology_request(fat, ["dgx001"], wait=None)[0] == ["--switches=1"]
+    assert topology_request(fat, ["dgx001"], mode="none")[0] == []
+    with pytest.raises(SlurmtopoError, match="switch wait"):
+        topology_request(fat, ["dgx001"], wait="soon")
+    nvl = load_inventory(EXAMPLES / "gb200-nvl72-rack.yaml")
+    hosts = [f"nvl72r1-t{i:02d}" for i in range(1, 7)]
+    assert topology_request(nvl, hosts)[0] == ["--segment=6"]
+    assert topology_request(nvl, hosts, mode="tree")[0] == ["--switches=1@5:00"]
+
+
+def test_segment_splits_blocks_evenly(tmp_path):
+    inv_text = (EXAMPLES / "h100-4node-2leaf.yaml").read_text().replace(
+        "fabric:\n", "fabric:\n  blocks:\n    - {name: b1, nodes: \"gpu[01-02]\"}\n"
+                     "    - {name: b2, nodes: \"gpu[03-04]\"}\n")
+    (tmp_path / "inv.yaml").write_text(inv_text)
+    inv = load_inventory(tmp_path / "inv.yaml")
+    assert topology_request(inv, ["gpu01", "gpu02", "gpu03", "gpu04"])[0] == ["--segment=2"]
+    opts, why = topology_request(inv, ["gpu01", "gpu02", "gpu03"])
+    assert opts == [] and "no segment size" in why[0]
+
+
+def test_flat_inventory_asks_for_nothing(tmp_path):
+    text = (EXAMPLES / "dgx1-v100-pair.yaml").read_text().split("fabric:")[0]
+    (tmp_path / "flat.yaml").write_text(text)
+    inv = load_inventory(tmp_path / "flat.yaml")
+    opts, why = topology_request(inv, ["dgx1-1", "dgx1-2"])
+    assert opts == [] and "no switches" in why[0]
+
+
+def test_uneven_ranks_per_node_ask_for_tasks():
+    inv = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    layout = Layout(tp=2, dp=5).resolved()
+    p = fill_placement(inv, [("gpu01", range(8)), ("gpu02", [0, 1])], layout)
+    req = SbatchRequest.from_plan(inv, p, layout, ["true"])
+    d = req.directives()
+    assert "--ntasks=10" in d and "--gpus-per-task=1" in d
+    assert not any(x.startswith("--ntasks-per-node") for x in d)
+    assert req.notes and "differ" in req.notes[0]
+
+
+def test_gres_type_and_extra_options():
+    inv = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    node = inv.nodes["gpu01"]
+    hw = dataclasses.replace(node.hardware, gres_type="h100")
+    inv.nodes["gpu01"] = dataclasses.replace(node, hardware=hw)
+    layout = Layout(tp=4).resolved()
+    p = fill_placement(inv, [("gpu01", range(4))], layout)
+    req = SbatchRequest.from_plan(inv, p, layout, ["true"], extra=["--qos=high", "--mem=0"],
+                                  partition="gpu", account="acct_1")
+    d = req.directives()
+    assert "--gpus-per-node=h100:4" in d and d[-2:] == ["--qos=high", "--mem=0"]
+    assert "--partition=gpu" in d and "--account=acct_1" in d
+
+
+@pytest.mark.parametrize("field,value", [("partition", "gpu;rm"), ("time", "1 hour"),
+                                         ("account", "a b"), ("nodelist", "n1\nn2"),
+                                         ("exclude", "$(x)")])
+def test_bad_values_are_rejected(field, value):
+    inv = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    layout = Layout(tp=2).resolved()
+    p = fill_placement(inv, [("gpu01", [0, 1])], layout)
+    req = SbatchRequest.from_plan(inv, p, layout, ["true"])
+    with pytest.raises(SlurmtopoError, match="not valid"):
+        dataclasses.replace(req, **{field: value}).render()
+
+
+def test_extra_option_checks():
+    inv = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    layout = Layout(tp=2).resolved()
+    p = fill_placement(inv, [("gpu01", [0, 1])], layout)
+    req = SbatchRequest.from_plan(inv, p, layout, ["true"])
+    with pytest.raises(SlurmtopoError, match="newline"):
+        dataclasses.replace(req, extra=("--comment=a\nrm -rf /",)).render()
+    with pytest.raises(SlurmtopoError, match="start with"):
+        dataclasses.replace(req, extra=("qos=high",)).render()
+    with pytest.raises(SlurmtopoError, match="no command"):
+        dataclasses.replace(req, command=()).render()
+
+
+def test_sanitize_job_name():
+    assert sanitize_job_name("llama-7b_run.2") == ("llama-7b_run.2", None)
+    name, note = sanitize_job_name("it's $(rm -rf ~) `x`; y")
+    assert re.fullmatch(r"[A-Za-z0-9._+@%:,=-]+", name) and note
+    with pytest.raises(SlurmtopoError, match="newline"):
+        sanitize_job_name("a\nb")
+    with pytest.raises(SlurmtopoError, match="newline"):
+        sanitize_job_name("a\rb")
+
+
+def test_comments_cannot_start_a_line():
+    assert comment_text("a\nrm -rf /") == "a\\nrm -rf /"
+    assert "\n" not in comment_text("x\r\n\x1b[31m")
+
+
+def test_inventory_path_with_newline_stays_in_comment(tmp_path):
+    d = tmp_path / "odd\ntouch pwned"
+    d.mkdir()
+    inv_path = d / "inv.yaml"
+    inv_path.write_text((EXAMPLES / "h100-4node-2leaf.yaml").read_text())
+    inv = load_inventory(inv_path)
+    layout = Layout(tp=2).resolved()
+    p = fill_placement(inv, [("gpu01", [0, 1])], layout)
+    text = SbatchRequest.from_plan(inv, p, layout, ["true"], inventory_path=str(inv_path)).render()
+    assert not any(l.startswith("touch pwned") for l in text.splitlines())
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    doc = read_plan(text.split(f"<<'{PLAN_DELIMITER}'\n", 1)[1].split(f"\n{PLAN_DELIMITER}\n")[0])
+    assert doc["inventory_path"] == str(inv_path)
+
+
+def test_python_and_run_dir_values_are_inert(tmp_path):
+    inv = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    layout = Layout(tp=2).resolved()
+    p = fill_placement(inv, [("gpu01", [0, 1])], layout)
+    py = f"/opt/my env/bin/python3$(touch {tmp_path}/p1)"
+    rd = f"/scratch/run `touch {tmp_path}/p2`'x\"y"
+    text = SbatchRequest.from_plan(inv, p, layout, ["true"], python=py, run_dir=rd).render()
+    head = [l for l in text.splitlines()
+            if l.startswith(("SLURMTOPO_PYTHON=", "SLURMTOPO_RUN_DIR="))]
+    probe = "\n".join(head) + '\nprintf "%s\\n%s\\n" "$SLURMTOPO_PYTHON" "$SLURMTOPO_RUN_DIR"\n'
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True,
+                         env={"PATH": os.environ["PATH"]})
+    assert out.stdout.splitlines() == [py, rd]
+    assert not list(tmp_path.iterdir())
