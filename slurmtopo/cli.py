@@ -18,7 +18,16 @@ from slurmtopo.errors import SlurmtopoError
 # sub-command name -> module under slurmtopo.commands (imported lazily, so
 # `slurmtopo groups` does not pay for paramiko or pynvml).
 COMMANDS = {
+    "agent": "agent",
     "groups": "groups",
+    "collect": "collect",
+    "topology": "topology",
+    "gres": "gres",
+    "plan": "plan",
+    "bind": "bind",
+    "daemon": "daemon",
+    "sbatch": "sbatch",
+    "state": "state",
 }
 
 
@@ -41,7 +50,8 @@ def cli():
 
 def main(argv=None):
     try:
-        cli.main(args=argv, prog_name="slurmtopo", standalone_mode=False)
+        # standalone_mode=False returns ctx.exit(n)'s code instead of exiting
+        rc = cli.main(args=argv, prog_name="slurmtopo", standalone_mode=False)
     except SlurmtopoError as exc:
         click.echo(f"slurmtopo: error: {exc.render()}", err=True)
         sys.exit(exc.exit_code)
@@ -55,4 +65,4 @@ def main(argv=None):
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(1)
-    sys.exit(0)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -19,15 +19,21 @@ from slurmtopo.errors import SlurmtopoError
 
 
 def atomic_write(path, text: str, mode: int = 0o644, backup: bool = False,
-                 stamp: Optional[str] = None) -> Optional[str]:
+                 stamp: Optional[str] = None, keep_owner: bool = False) -> Optional[str]:
     """Atomically replace ``path`` with ``text``.
 
     With ``backup=True`` and an existing file, its previous content is kept
     as ``<path>.<YYYYmmdd-HHMMSS>.bak`` (returned). ``mode`` is masked so the
-    result is never world-writable.
+    result is never world-writable. With ``keep_owner=True`` an existing
+    file's mode, owner and group carry over to the new one (a root-written
+    ``topology.conf`` must stay readable to a ``0640 root:slurm`` setup).
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
+    owner = None
+    if keep_owner and os.path.exists(path):
+        st = os.stat(path)
+        mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
     mode &= ~0o002
     if not os.path.isdir(directory):
         raise SlurmtopoError(f"directory does not exist: {directory}", path)
@@ -46,6 +52,11 @@ def atomic_write(path, text: str, mode: int = 0o644, backup: bool = False,
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        if owner is not None:
+            try:
+                os.chown(tmp, *owner)
+            except PermissionError:
+                pass  # not root: the file stays ours, with the old mode
         os.chmod(tmp, mode)
         os.replace(tmp, path)
         dir_fd = os.open(directory, os.O_RDONLY)

@@ -1,0 +1,16 @@
+"""Admin tooling: from node reports and the fabric to Slurm's topology files.
+
+Cluster admins regenerate ``topology.conf`` (or ``topology.yaml``) and
+``gres.conf`` whenever nodes or cables change. This package does it without
+hand edits and without ever leaving slurmctld a broken file:
+
+* :mod:`.collect` gathers node reports (shared directory or SSH);
+* :mod:`.ibnetdiscover` parses the fabric, :mod:`.fabric` turns it into the
+  switch tree Slurm should see (scalable units, levels, logical switches);
+* :mod:`.topology_conf` and :mod:`.gres_conf` write and read Slurm's files;
+* :mod:`.checks` refuses output Slurm would reject or that drops nodes;
+* :mod:`.publish` shows the diff or writes atomically with a backup.
+
+Parsing and generation are pure (text in, model out); only :mod:`.collect`,
+:mod:`.publish` and the ``read_*`` helpers touch files or the network.
+"""

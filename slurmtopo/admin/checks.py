@@ -1,0 +1,229 @@
+"""Checks run before a Slurm file is written (and on files read back).
+
+slurmctld reads topology.conf/gres.conf when it starts or reconfigures; a
+bad file stops it (``fatal()``) or quietly changes scheduling. Each check
+mirrors a rule of Slurm's own parser (src/plugins/topology/tree/
+switch_record.c, topology/block/block_record.c, common/parse_config.c, the
+topology.conf(5) and gres.conf(5) pages) or protects against dropping nodes.
+A :class:`Problem` has a severity:
+
+* ``error``: Slurm would reject the file or misread it; never written;
+* ``refuse``: valid for Slurm but it would drop or strand nodes (a node of
+  slurm.conf on no switch, a switch cut off from the rest); written only
+  with ``--force``;
+* ``warning``: worth saying, written anyway.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Set
+
+from slurmtopo.admin.fabric import NAME_RE, natural_key
+from slurmtopo.admin.slurmconf import MAX_LINE, logical_lines
+from slurmtopo.errors import InventoryError, SlurmtopoError
+from slurmtopo.inventory import fold_hostlist
+from slurmtopo.model import Fabric
+from slurmtopo.topology import switch_levels
+
+ERROR, REFUSE, WARNING = "error", "refuse", "warning"
+#: Slurm's HOST_NAME_MAX check on SwitchName
+MAX_SWITCH_NAME = 64
+#: block levels Slurm accepts (BlockSizes ratio up to 2**15)
+MAX_BLOCK_LEVEL = 15
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: str
+    message: str
+    origin: Optional[str] = None  # path:line
+
+    def render(self) -> str:
+        return f"{self.origin}: {self.message}" if self.origin else self.message
+
+
+def sample_hosts(names: Iterable[str], limit: int = 8) -> str:
+    names = sorted(set(names), key=natural_key)
+    text = fold_hostlist(names[:limit])
+    return text if len(names) <= limit else f"{text} and {len(names) - limit} more"
+
+
+def _names(names: Iterable[str], what: str, origins: Dict[str, Optional[str]],
+           max_len: Optional[int] = None) -> List[Problem]:
+    out: List[Problem] = []
+    seen: Set[str] = set()
+    for name in names:
+        where = origins.get(name)
+        if name in seen:
+            out.append(Problem(ERROR, f"{what} name {name!r} is used twice", where))
+        seen.add(name)
+        if not NAME_RE.match(name):
+            out.append(Problem(ERROR, f"{what} name {name!r} is not a plain name (letters, "
+                                      "digits, '.', '_', '-'): Slurm reads it as a hostlist",
+                               where))
+        if max_len and len(name) > max_len:
+            out.append(Problem(ERROR, f"{what} name {name!r} is longer than {max_len} "
+                                      "characters", where))
+    return out
+
+
+def _coverage(placed: Set[str], slurm_nodes: Optional[Sequence[str]], what: str) -> List[Problem]:
+    if slurm_nodes is None:
+        return []
+    known = set(slurm_nodes)
+    out = []
+    missing = known - placed
+    if missing:
+        out.append(Problem(REFUSE, f"{len(missing)} node(s) of slurm.conf are on no {what}: "
+                                   f"{sample_hosts(missing)} (Slurm could not place jobs spanning "
+                                   "them with the others)"))
+    unknown = placed - known
+    if unknown:
+        out.append(Problem(REFUSE, f"{len(unknown)} node(s) are not in slurm.conf: "
+                                   f"{sample_hosts(unknown)} (a typo, or slurm.conf is out of date)"))
+    return out
+
+
+def check_tree(fabric: Fabric, slurm_nodes: Optional[Sequence[str]] = None) -> List[Problem]:
+    """Rules of topology/tree (switch_record.c) plus node coverage."""
+    sw = fabric.switches
+    if not sw:
+        return [Problem(ERROR, "no switches: slurmctld stops on a topology/tree "
+                               "configuration without switches")]
+    origins = {s.name: s.origin for s in sw}
+    out = _names([s.name for s in sw], "switch", origins, MAX_SWITCH_NAME)
+    names = set(origins)
+    parents: Dict[str, List[str]] = defaultdict(list)
+    for s in sw:
+        if s.nodes and s.switches:
+            out.append(Problem(ERROR, f"switch {s.name!r} has both Nodes and Switches",
+                               s.origin))
+        if not s.nodes and not s.switches:  # fatal "lacks children" in Slurm 22.05
+            out.append(Problem(ERROR, f"switch {s.name!r} has neither nodes nor switches",
+                               s.origin))
+        for child in s.switches:
+            if child == s.name:
+                out.append(Problem(ERROR, f"switch {s.name!r} lists itself as a child",
+                                   s.origin))
+            elif child not in names:
+                out.append(Problem(ERROR, f"switch {s.name!r} has child {child!r}, which is "
+                                          "not defined", s.origin))
+            else:
+                parents[child].append(s.name)
+    if any(p.severity == ERROR for p in out):
+        return out
+    try:
+        levels = switch_levels(fabric)
+    except ValueError as exc:  # "switch loop through 'name'"
+        looped = str(exc).split("'")[1] if str(exc).count("'") >= 2 else None
+        return out + [Problem(ERROR, f"switches do not form a tree: {exc}", origins.get(looped))]
+    if parents:
+        roots = [s.name for s in sw if s.name not in parents]
+        top = max(levels.values())
+        if len(roots) > 1:
+            low = [r for r in roots if levels[r] < top] or roots
+            out.append(Problem(REFUSE, f"switch(es) {', '.join(sorted(low, key=natural_key)[:8])}"
+                                       " have no parent while others have one: jobs could not "
+                                       "span them and the rest of the tree",
+                               origins.get(low[0])))
+    seen: Counter = Counter(h for s in sw for h in set(s.nodes))
+    multi = [h for h, c in seen.items() if c > 1]
+    if multi:
+        out.append(Problem(WARNING, f"{len(multi)} node(s) are on more than one leaf switch: "
+                                    f"{sample_hosts(multi)}"))
+    return out + _coverage(set(seen), slurm_nodes, "switch")
+
+
+def valid_block_sizes(sizes: Sequence[int]) -> Optional[str]:
+    """Why ``sizes`` is not a valid BlockSizes list, or None (block_record.c:
+    the first is the base block size, each later one is the base times a
+    power of two, at most 2**15, and they grow)."""
+    if not sizes:
+        return None
+    base = sizes[0]
+    prev = 0
+    for size in sizes:
+        if size <= 0:
+            return f"BlockSizes must be positive, got {size}"
+        if size % base:
+            return f"BlockSizes {size} is not a multiple of the base block size {base}"
+        ratio = size // base
+        if ratio & (ratio - 1):
+            return f"BlockSizes {size} is not the base block size {base} times a power of two"
+        if ratio.bit_length() - 1 > MAX_BLOCK_LEVEL:
+            return f"BlockSizes {size} is more than 2^{MAX_BLOCK_LEVEL} base blocks"
+        if size <= prev:
+            return f"BlockSizes must grow: {size} follows {prev}"
+        prev = size
+    return None
+
+
+def check_blocks(fabric: Fabric, slurm_nodes: Optional[Sequence[str]] = None) -> List[Problem]:
+    """Rules of topology/block (block_record.c) plus node coverage."""
+    blocks = fabric.blocks
+    if not blocks:
+        return [Problem(ERROR, "no blocks: slurmctld cannot use topology/block without them")]
+    origins = {b.name: b.origin for b in blocks}
+    out = _names([b.name for b in blocks], "block", origins)
+    why = valid_block_sizes(fabric.block_sizes)
+    if why:
+        out.append(Problem(ERROR, why))
+    base = fabric.block_sizes[0] if fabric.block_sizes else None
+    for b in blocks:
+        if not b.nodes:
+            out.append(Problem(ERROR, f"block {b.name!r} has no nodes", b.origin))
+            continue
+        if base is None:
+            base = len(b.nodes)  # without BlockSizes the first block sets the base
+        elif len(b.nodes) < base:
+            out.append(Problem(ERROR, f"block {b.name!r} has {len(b.nodes)} nodes, fewer than "
+                                      f"the base block size {base}", b.origin))
+    seen: Counter = Counter(h for b in blocks for h in set(b.nodes))
+    multi = [h for h, c in seen.items() if c > 1]
+    if multi:
+        out.append(Problem(REFUSE, f"{len(multi)} node(s) are in more than one block: "
+                                   f"{sample_hosts(multi)}"))
+    return out + _coverage(set(seen), slurm_nodes, "block")
+
+
+def check_text(text: str, what: str) -> List[Problem]:
+    """The file as Slurm's parser reads it: not empty, no line it would cut."""
+    out: List[Problem] = []
+    has_content = any(body.strip() for _n, body, _c in logical_lines(text))
+    for n, raw in enumerate(text.splitlines(), 1):
+        if len(raw) > MAX_LINE:
+            out.append(Problem(ERROR, f"{what} line {n} is {len(raw)} characters long; Slurm "
+                                      f"reads at most {MAX_LINE}"))
+    if not has_content:
+        out.append(Problem(ERROR, f"{what} would be empty"))
+    return out
+
+
+def raise_first_error(problems: Sequence[Problem]) -> None:
+    """For readers: the first error-level problem becomes an InventoryError."""
+    for p in problems:
+        if p.severity == ERROR:
+            path, line = None, None
+            if p.origin:
+                head, _, tail = p.origin.rpartition(":")
+                path, line = (head, int(tail)) if tail.isdigit() else (p.origin, None)
+            raise InventoryError(p.message, path, line)
+
+
+def enforce(problems: Sequence[Problem], what: str, force: bool = False, echo=None) -> None:
+    """Print every problem; stop (SlurmtopoError) on errors, and on refusals
+    unless ``force``."""
+    echo = echo or (lambda s: None)
+    for p in problems:
+        tag = {"error": "error", "refuse": "refused" if not force else "forced",
+               "warning": "warning"}[p.severity]
+        echo(f"{tag}: {p.render()}")
+    errors = [p for p in problems if p.severity == ERROR]
+    refusals = [p for p in problems if p.severity == REFUSE]
+    if errors:
+        raise SlurmtopoError(f"not writing {what}: {len(errors)} problem(s) Slurm would reject; "
+                             f"first: {errors[0].render()}")
+    if refusals and not force:
+        raise SlurmtopoError(f"not writing {what}: {refusals[0].render()} "
+                             "(--force writes it anyway)")

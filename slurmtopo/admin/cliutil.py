@@ -1,0 +1,143 @@
+"""Pieces the admin commands share: the write options and source loading.
+
+``topology generate`` and ``gres generate`` write the same way (``--output``,
+``--diff``, ``--force``, ``--reconfigure``, ``--slurm-conf``), so they share
+one option decorator and one set of loaders that turn bad input into
+one-line errors.
+"""
+from __future__ import annotations
+
+import functools
+from typing import List, Optional, Set
+
+import click
+
+from slurmtopo.errors import InventoryError, SlurmtopoError
+
+
+class Failed(SlurmtopoError):
+    """Some nodes failed / a checked file has problems: exit status 1 (the
+    details were printed before)."""
+
+    exit_code = 1
+
+
+def echo_err(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def echo_out(text: str) -> None:
+    click.echo(text)
+
+
+def write_options(func):
+    """--output, --diff, --force, --reconfigure, --slurm-conf, --nodes."""
+    opts = [
+        click.option("-o", "--output", type=click.Path(dir_okay=False),
+                     help="File to write (default: print to stdout)."),
+        click.option("--diff", is_flag=True,
+                     help="Show what would change in --output (unified diff); change nothing."),
+        click.option("--slurm-conf", "slurm_conf", type=click.Path(dir_okay=False),
+                     help="slurm.conf to check against: every NodeName must be covered."),
+        click.option("--nodes", default=None,
+                     help="Only these hosts (a hostlist, e.g. 'gpu[001-128]')."),
+        click.option("--force", is_flag=True,
+                     help="Write even if nodes would be dropped or stranded (never output "
+                          "Slurm would reject)."),
+        click.option("--reconfigure", is_flag=True,
+                     help="Run 'scontrol reconfigure' after a successful write."),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def parse_nodes(text: Optional[str]) -> Optional[List[str]]:
+    if text is None:
+        return None
+    from slurmtopo.inventory import expand_hostlist
+    try:
+        names = expand_hostlist(text, "--nodes hostlist")
+    except ValueError as exc:
+        raise SlurmtopoError(str(exc)) from None
+    if not names:
+        raise SlurmtopoError(f"--nodes {text!r} names no host")
+    return names
+
+
+def parse_rangeset(text: Optional[str], what: str) -> Optional[Set[int]]:
+    if text is None:
+        return None
+    from ClusterShell.RangeSet import RangeSet, RangeSetParseError
+    try:
+        return {int(x) for x in RangeSet(text)}
+    except (RangeSetParseError, ValueError) as exc:
+        raise SlurmtopoError(f"bad {what} {text!r}: {exc}") from None
+
+
+def parse_nameset(text: Optional[str], what: str) -> Optional[Set[str]]:
+    if text is None:
+        return None
+    from slurmtopo.inventory import expand_hostlist
+    try:
+        return set(expand_hostlist(text, what))
+    except ValueError as exc:
+        raise SlurmtopoError(str(exc)) from None
+
+
+def parse_sizes(text: Optional[str]) -> Optional[List[int]]:
+    if text is None:
+        return None
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SlurmtopoError(f"--block-sizes must be numbers, e.g. 18,36, got {text!r}") from None
+    from slurmtopo.admin.checks import valid_block_sizes
+    why = valid_block_sizes(sizes)
+    if why:
+        raise SlurmtopoError(f"--block-sizes: {why}")
+    return sizes
+
+
+def load_reports(path: Optional[str]):
+    if path is None:
+        return None
+    from slurmtopo.inventory import load_inventory
+    return load_inventory(path)
+
+
+def load_slurm_conf(path: Optional[str]):
+    if path is None:
+        return None
+    from slurmtopo.admin.slurmconf import read_slurm_conf
+    return read_slurm_conf(path)
+
+
+def load_fabric(path: Optional[str]):
+    """A fabric description: a slurmtopo fabric/inventory document, or a
+    Slurm topology.conf/topology.yaml (to convert or re-check it)."""
+    if path is None:
+        return None
+    from slurmtopo.admin.topology_conf import read_topology_conf
+    from slurmtopo.inventory import parse_inventory
+    from slurmtopo.yamlio import load_document
+    if path.endswith(".conf"):
+        return read_topology_conf(path)
+    data = load_document(path)
+    if isinstance(data, list):  # a Slurm topology.yaml is a list of topologies
+        return read_topology_conf(path)
+    if not isinstance(data, dict) or "slurmtopo" not in data:
+        raise InventoryError("not a slurmtopo fabric document (no 'slurmtopo: fabric' key) "
+                             "nor a Slurm topology.yaml", path)
+    return parse_inventory(data, path).fabric
+
+
+def guard(func):
+    """Turn stray OSErrors from file arguments into one-line errors."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except OSError as exc:
+            raise SlurmtopoError(f"{exc.strerror or exc}", getattr(exc, "filename", None)) from None
+    return wrapper

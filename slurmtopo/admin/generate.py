@@ -1,0 +1,172 @@
+"""Putting the sources together: which hosts, which switches, which blocks.
+
+``slurmtopo topology generate`` can be given node reports, slurm.conf, an
+ibnetdiscover dump, a YAML fabric description, or a mix. The rules:
+
+* **Hosts**: ``--nodes`` if given, else the nodes of slurm.conf (the
+  topology must cover every Slurm node, GPU or not), else the node reports;
+  with none of these, every named CA host of the fabric.
+* **Compute HCAs**: ``--hca``/``--rails`` if given, else each node's compute
+  NICs from its report (``role: compute``), else every HCA.
+* **Switches**: derived from ibnetdiscover, or taken from the fabric
+  document (``--fabric``, or a fabric file among the reports).
+* **Blocks**: the fabric document's, else one per NVLink domain of the
+  reports (same cluster UUID and clique id: one NVL72 rack), else, for
+  ``--format block`` over a switch tree, one per leaf (scalable unit).
+* **BlockSizes**: ``--block-sizes``, else the document's, else the smallest
+  block and its doublings (Slurm needs every block to hold at least the
+  first size).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Set, Tuple
+
+from slurmtopo import __version__
+from slurmtopo.admin.fabric import HostSelection, derive_fabric, natural_key
+from slurmtopo.admin.ibnetdiscover import IbFabric
+from slurmtopo.admin.slurmconf import SlurmConf
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.model import Block, Fabric, Inventory
+from slurmtopo.topology import nvlink_domains, switch_levels
+
+
+@dataclass
+class Built:
+    fabric: Fabric
+    notes: List[str] = field(default_factory=list)
+    sources: List[str] = field(default_factory=list)
+
+
+def nvlink_blocks(inv: Inventory) -> Tuple[Block, ...]:
+    """One block per multi-node NVLink domain, named from the domain so a
+    rack keeps its name when others are added (``nvl-5b1a2c3d-1``)."""
+    domains = nvlink_domains(inv)
+    keys = sorted(domains, key=lambda k: natural_key(min(domains[k], key=natural_key)))
+    out = []
+    for key in keys:
+        uuid, _, clique = key.rpartition("/")
+        short = "".join(c for c in uuid if c.isalnum())[:8] or "x"
+        name = f"nvl-{short}-{clique}"
+        out.append(Block(name=name, nodes=tuple(sorted(domains[key], key=natural_key))))
+    names = [b.name for b in out]
+    if len(set(names)) != len(names):  # UUIDs sharing 8 characters: use them whole
+        out = [Block(name=f"nvl-{''.join(c for c in k.rpartition('/')[0] if c.isalnum())}-"
+                          f"{k.rpartition('/')[2]}", nodes=b.nodes) for k, b in zip(keys, out)]
+    return tuple(out)
+
+
+def leaf_blocks(fabric: Fabric) -> Tuple[Block, ...]:
+    return tuple(Block(name=s.name, nodes=s.nodes) for s in fabric.switches if s.nodes)
+
+
+def default_block_sizes(blocks: Sequence[Block]) -> Tuple[int, ...]:
+    """The smallest block and its doublings up to all block nodes."""
+    if not blocks:
+        return ()
+    base = min(len(b.nodes) for b in blocks)
+    total = sum(len(b.nodes) for b in blocks)
+    sizes = [base]
+    while sizes[-1] * 2 <= total and len(sizes) < 16:
+        sizes.append(sizes[-1] * 2)
+    return tuple(sizes)
+
+
+def selection(nodes: Optional[Sequence[str]], slurm: Optional[SlurmConf],
+              inv: Optional[Inventory], hcas: Optional[Set[str]] = None,
+              rails: Optional[Set[int]] = None) -> HostSelection:
+    if nodes is not None:
+        allowed: Optional[Set[str]] = set(nodes)
+    elif slurm is not None:
+        allowed = set(slurm.nodes)
+    elif inv is not None:
+        allowed = set(inv.nodes)
+    else:
+        allowed = None
+    compute = None
+    if hcas is None and rails is None and inv is not None:
+        compute = {n.name: {nic.name for nic in n.hardware.compute_nics()}
+                   for n in inv if n.hardware.nics}
+    return HostSelection(nodes=allowed, hcas=hcas, rails=rails, compute_nics=compute,
+                         rename=slurm.hostnames if slurm is not None else None)
+
+
+def build_topology(fmt: str, *, ib: Optional[IbFabric] = None, fabric_doc: Optional[Fabric] = None,
+                   inv: Optional[Inventory] = None, slurm: Optional[SlurmConf] = None,
+                   nodes: Optional[Sequence[str]] = None, hcas: Optional[Set[str]] = None,
+                   rails: Optional[Set[int]] = None,
+                   block_sizes: Optional[Sequence[int]] = None,
+                   fabric_source: Optional[str] = None) -> Built:
+    """The Fabric to write as ``fmt`` (tree, block or yaml) from the sources."""
+    notes: List[str] = []
+    sources: List[str] = []
+    doc = fabric_doc
+    if doc is None and inv is not None and (inv.fabric.switches or inv.fabric.blocks):
+        doc = inv.fabric
+    switches: Tuple = ()
+    if ib is not None:
+        derived = derive_fabric(ib, selection(nodes, slurm, inv, hcas, rails))
+        switches = derived.fabric.switches
+        notes += derived.notes
+        sources.append(f"ibnetdiscover {os.path.basename(ib.source)}")
+        if not switches:
+            raise SlurmtopoError(f"{ib.source}: no compute host found on any switch "
+                                 + (f"({notes[0]})" if notes else ""))
+    elif doc is not None:
+        switches = doc.switches
+        sources.append("fabric description " + (os.path.basename(fabric_source) if fabric_source
+                                                else "among the node reports"))
+    if inv is not None:
+        stale = [n for n, r in inv.reports.items() if r.get("stale")]
+        sources.append(f"{len(inv)} node report(s)" + (f", {len(stale)} stale" if stale else ""))
+    if slurm is not None:
+        sources.append("slurm.conf")
+
+    blocks: Tuple[Block, ...] = ()
+    sizes: Tuple[int, ...] = tuple(block_sizes or ())
+    if fmt in ("block", "yaml"):
+        if doc is not None and doc.blocks:
+            blocks = doc.blocks
+            sizes = sizes or doc.block_sizes
+        elif inv is not None and (nv := nvlink_blocks(inv)):
+            blocks = nv
+            notes.append(f"{len(blocks)} block(s) from NVLink domains of the node reports")
+        elif fmt == "block" and switches:
+            blocks = leaf_blocks(Fabric(switches=switches))
+            notes.append(f"{len(blocks)} block(s), one per leaf switch (scalable unit)")
+        sizes = sizes or default_block_sizes(blocks)
+    if fmt == "tree" and not switches:
+        raise SlurmtopoError("no switches to write: give --ibnetdiscover FILE or --fabric FILE "
+                             "(or a fabric document among the reports)")
+    if fmt == "block" and not blocks:
+        raise SlurmtopoError("no blocks to write: the reports have no NVLink domains and there "
+                             "is no fabric (give --ibnetdiscover or --fabric)")
+    if fmt == "yaml" and not (switches or blocks):
+        raise SlurmtopoError("nothing to write: give --ibnetdiscover FILE, --fabric FILE or "
+                             "node reports with NVLink domains")
+    if fmt == "tree":
+        fabric = Fabric(switches=switches)
+    elif fmt == "block":
+        fabric = Fabric(blocks=blocks, block_sizes=sizes)
+    else:
+        fabric = Fabric(switches=switches, blocks=blocks, block_sizes=sizes if blocks else ())
+    return Built(fabric=fabric, notes=notes, sources=sources)
+
+
+def header(what: str, fmt: str, built: Built) -> List[str]:
+    """Comment lines on top of a generated file (no timestamp: an unchanged
+    topology must give an unchanged file)."""
+    f = built.fabric
+    plugin = {"tree": " for topology/tree", "block": " for topology/block",
+              "yaml": " (Slurm 25.05+)"}[fmt]
+    lines = [f"{what}{plugin}, generated by slurmtopo {__version__}",
+             "from " + (", ".join(built.sources) or "nothing")]
+    if f.switches:
+        levels = 1 + max(switch_levels(Fabric(switches=f.switches)).values())
+        hosts = {h for s in f.switches for h in s.nodes}
+        lines.append(f"{len(f.switches)} switches, {levels} level(s), {len(hosts)} nodes")
+    if f.blocks:
+        lines.append(f"{len(f.blocks)} blocks, {sum(len(b.nodes) for b in f.blocks)} nodes")
+    lines.append("Do not edit: regenerate with `slurmtopo topology generate`.")
+    return lines

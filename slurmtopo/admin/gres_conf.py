@@ -1,0 +1,345 @@
+"""One gres.conf for the whole cluster, from the node agents' lines.
+
+The agent knows each node's GPUs and prints one gres.conf line per GPU
+(:func:`slurmtopo.agent.gres.gres_lines`): ``Name=gpu Type=h100
+File=/dev/nvidia0 Cores=0-47 Links=-1,18,...``. Here the lines of all nodes
+become one file: nodes with identical lines share one ``NodeName=<hostlist>``
+block. gres.conf(5) allows a hostlist in NodeName and a range in File, but
+"if Links is specified, then this line can only contain a single GRES
+device", so only lines without ``Links`` are merged into
+``File=/dev/nvidia[0-3]``; lines with ``Links`` stay one device each.
+
+The reader (:func:`parse_gres_conf`) takes an existing gres.conf so
+``--diff`` and the checks can compare, with ``file:line`` errors for lines
+Slurm would refuse (unknown keys, ``Links`` on a multi-device line, ``Count``
+not matching the files, ``File`` together with ``MultipleFiles``).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from slurmtopo.admin.checks import REFUSE, WARNING, Problem, sample_hosts
+from slurmtopo.admin.fabric import natural_key
+from slurmtopo.admin.slurmconf import (SlurmConf, split_comment, conf_lines, hostlist_at,
+                                       parse_pairs, read_text)
+from slurmtopo.errors import InventoryError
+from slurmtopo.inventory import fold_hostlist
+from slurmtopo.model import Node, parse_cpulist
+
+GRES_KEYS = {"nodename", "name", "type", "file", "multiplefiles", "cores", "cpus", "links",
+             "count", "flags", "autodetect"}
+#: GRES whose Count is a share of a device, not a device count (gres.conf(5))
+SHARING = {"mps", "shard"}
+_DEV_NUM = re.compile(r"^(.*?)(\d+)$")
+
+#: (node, its report block or None) -> the node's gres.conf lines
+LinesOf = Callable[[Node, Optional[Mapping[str, object]]], Sequence[str]]
+Pairs = Tuple[Tuple[str, str], ...]
+
+
+def agent_gres_lines() -> LinesOf:
+    """The node agent's per-node gres.conf lines (imported when needed):
+    one line per GPU, leaving out GPUs the report says NVML lost."""
+    try:
+        from slurmtopo.agent.gres import gres_lines
+    except ImportError as exc:  # the agent is another package of slurmtopo
+        raise InventoryError(f"the node agent's gres module is not available ({exc})") from None
+
+    def lines_of(node: Node, report: Optional[Mapping[str, object]]) -> Sequence[str]:
+        lost = tuple((report or {}).get("lost_gpus") or ())
+        return gres_lines(node, lost=lost)
+
+    return lines_of
+
+
+def _normalise(line: str) -> Tuple[Pairs, str]:
+    """(key/value pairs without NodeName, trailing comment) of one line."""
+    body, comment = split_comment(line.strip())
+    pairs = parse_pairs(body)
+    return tuple((k, v) for k, v in pairs if k.lower() != "nodename"), comment
+
+
+def _merge_devices(lines: List[Pairs]) -> List[Pairs]:
+    """Consecutive one-device lines that differ only in File (and carry no
+    Links or Count) become one line with a File range."""
+    out: List[Pairs] = []
+    run: List[Pairs] = []
+
+    def key(pairs):
+        keys = [k.lower() for k, _ in pairs]
+        if "links" in keys or "count" in keys or keys.count("file") != 1:
+            return None
+        f = dict((k.lower(), v) for k, v in pairs)["file"]
+        if "[" in f or "," in f or not _DEV_NUM.match(f):
+            return None
+        return tuple((k.lower(), v) for k, v in pairs if k.lower() != "file")
+
+    def flush():
+        if not run:
+            return
+        if len(run) == 1:
+            out.append(run[0])
+        else:
+            files = [dict((k.lower(), v) for k, v in p)["file"] for p in run]
+            out.append(tuple((k, fold_hostlist(files) if k.lower() == "file" else v)
+                             for k, v in run[0]))
+        run.clear()
+
+    for pairs in lines:
+        k = key(pairs)
+        if run and (k is None or k != key(run[0])):
+            flush()
+        if k is None:
+            out.append(pairs)
+        else:
+            run.append(pairs)
+    flush()
+    return out
+
+
+def _text(pairs: Iterable[Tuple[str, str]]) -> str:
+    return " ".join(f'{k}="{v}"' if (not v or any(c.isspace() for c in v)) else f"{k}={v}"
+                    for k, v in pairs)
+
+
+def cluster_gres_conf(nodes: Iterable[Node], reports: Optional[Mapping[str, Mapping]] = None,
+                      lines_of: Optional[LinesOf] = None,
+                      header: Sequence[str] = ()) -> Tuple[str, List[str]]:
+    """(gres.conf text, notes) for ``nodes``; identical nodes folded.
+
+    Trailing comments of the agent's lines (a MIG's ``# UniqueId=``) are
+    kept for a node alone in its block; they differ per node, so they are
+    not a reason to keep identical nodes apart."""
+    lines_of = lines_of or agent_gres_lines()
+    reports = reports or {}
+    groups: Dict[Tuple[Pairs, ...], List[str]] = {}
+    comments: Dict[str, Tuple[str, ...]] = {}
+    no_gpus: List[str] = []
+    for node in nodes:
+        try:
+            parsed = [_normalise(ln) for ln in lines_of(node, reports.get(node.name))
+                      if ln.strip()]
+        except ValueError as exc:
+            raise InventoryError(f"gres line of node {node.name}: {exc}") from None
+        lines = tuple(p for p, _c in parsed if p)
+        if not lines:
+            no_gpus.append(node.name)
+            continue
+        comments[node.name] = tuple(c for p, c in parsed if p)
+        groups.setdefault(lines, []).append(node.name)
+    notes = []
+    if no_gpus:
+        notes.append(f"{len(no_gpus)} node(s) have no GRES lines (no GPUs): "
+                     f"{sample_hosts(no_gpus)}")
+    out = [f"# {h}".rstrip() for h in header]
+    ordered = sorted(groups.items(), key=lambda kv: natural_key(min(kv[1], key=natural_key)))
+    for lines, names in ordered:
+        nodelist = fold_hostlist(names)
+        out.append(f"# {len(names)} node(s), {len(lines)} device line(s)")
+        if len(names) == 1 and any(comments[names[0]]):
+            for pairs, comment in zip(lines, comments[names[0]]):
+                out.append(f"NodeName={nodelist} {_text(pairs)}"
+                           + (f"  # {comment}" if comment else ""))
+            continue
+        for pairs in _merge_devices(list(lines)):
+            out.append(f"NodeName={nodelist} {_text(pairs)}")
+    return "\n".join(out) + "\n", notes
+
+
+# --------------------------------------------------------------------------
+# Reading
+
+
+@dataclass(frozen=True)
+class GresLine:
+    line: int
+    nodes: Optional[Tuple[str, ...]]  # None: the line applies to every node
+    name: Optional[str]
+    type: Optional[str] = None
+    files: Tuple[str, ...] = ()
+    multiple_files: Tuple[str, ...] = ()
+    cores: Optional[str] = None
+    links: Optional[Tuple[int, ...]] = None
+    count: Optional[int] = None
+    flags: Optional[str] = None
+    autodetect: Optional[str] = None
+
+    @property
+    def devices(self) -> int:
+        """How many GRES this line gives each of its nodes."""
+        if self.name in SHARING:
+            return self.count or 0
+        if self.files:
+            return len(self.files)
+        if self.multiple_files:
+            return 1
+        return self.count if self.count is not None else 1
+
+
+_SUFFIX = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4, "p": 1024 ** 5}
+
+
+def _count(value: str) -> int:
+    v = value.strip().lower()
+    mult = _SUFFIX.get(v[-1:], 1)
+    if mult > 1:
+        v = v[:-1]
+    if not v.isdigit():
+        raise ValueError(f"Count must be a number (with an optional K/M/G/T/P), got {value!r}")
+    return int(v) * mult
+
+
+def parse_gres_conf(text: str, path: str = "<gres.conf>") -> List[GresLine]:
+    """Every line of a gres.conf; InventoryError at file:line for lines Slurm
+    would refuse."""
+    out: List[GresLine] = []
+    for cl in conf_lines(text, path):
+        d: Dict[str, str] = {}
+        for i, (key, value) in enumerate(cl.pairs):
+            k = key.lower()
+            if k not in GRES_KEYS:
+                raise InventoryError(f"unknown gres.conf key {key!r}", path, cl.line)
+            if k in d:
+                raise InventoryError(f"{key} given twice on one line", path, cl.line)
+            if k == "nodename" and i != 0:
+                raise InventoryError("NodeName must be the first parameter of the line",
+                                     path, cl.line)
+            d[k] = value
+        nodes = tuple(hostlist_at(d["nodename"], path, cl.line, "NodeName")) \
+            if "nodename" in d else None
+        if "name" not in d:
+            if "autodetect" not in d:
+                raise InventoryError("a gres.conf line needs Name= (or AutoDetect=)", path, cl.line)
+            out.append(GresLine(cl.line, nodes, None, autodetect=d["autodetect"]))
+            continue
+        if "file" in d and "multiplefiles" in d:
+            raise InventoryError("File and MultipleFiles are mutually exclusive", path, cl.line)
+        files = tuple(hostlist_at(d["file"], path, cl.line, "File")) if "file" in d else ()
+        multi = tuple(hostlist_at(d["multiplefiles"], path, cl.line, "MultipleFiles")) \
+            if "multiplefiles" in d else ()
+        links = None
+        if "links" in d:
+            try:
+                links = tuple(int(x) for x in d["links"].split(","))
+            except ValueError:
+                raise InventoryError(f"Links must be comma-separated numbers, got "
+                                     f"{d['links']!r}", path, cl.line) from None
+            if len(files) > 1:  # MultipleFiles is one device with several files
+                raise InventoryError("Links= allows a single device per line, this line has "
+                                     f"{len(files)} files", path, cl.line)
+        cores = d.get("cores", d.get("cpus"))
+        if cores is not None:
+            try:
+                parse_cpulist(cores)
+            except ValueError as exc:
+                raise InventoryError(f"bad Cores {cores!r}: {exc}", path, cl.line) from None
+        count = None
+        if "count" in d:
+            try:
+                count = _count(d["count"])
+            except ValueError as exc:
+                raise InventoryError(str(exc), path, cl.line) from None
+            name = d["name"].lower()
+            if files and name not in SHARING and count != len(files):
+                raise InventoryError(f"Count={count} but File names {len(files)} device(s)",
+                                     path, cl.line)
+        out.append(GresLine(cl.line, nodes, d["name"], d.get("type"), files, multi, cores, links,
+                            count, d.get("flags"), d.get("autodetect")))
+    return out
+
+
+def read_gres_conf(path) -> List[GresLine]:
+    return parse_gres_conf(read_text(path), str(path))
+
+
+def gres_counts(lines: Sequence[GresLine], node: str, name: str = "gpu") -> Dict[Optional[str], int]:
+    """Type -> device count of GRES ``name`` that ``lines`` give ``node``."""
+    out: Dict[Optional[str], int] = {}
+    for ln in lines:
+        if ln.name is None or ln.name.lower() != name:
+            continue
+        if ln.nodes is not None and node not in ln.nodes:
+            continue
+        out[ln.type] = out.get(ln.type, 0) + ln.devices
+    return out
+
+
+def slurm_gres_counts(gres: str, name: str = "gpu") -> Dict[Optional[str], int]:
+    """``Gres=gpu:h100:8,gpu:a100:2(S:0)`` of slurm.conf -> {type: count}."""
+    out: Dict[Optional[str], int] = {}
+    for item in gres.split(","):
+        item = item.split("(", 1)[0].strip()
+        if not item:
+            continue
+        parts = item.split(":")
+        if parts[0].lower() != name:
+            continue
+        typ, count = None, 1
+        if len(parts) == 2:
+            if parts[1][:1].isdigit():
+                count = _count(parts[1])
+            else:
+                typ = parts[1]
+        elif len(parts) >= 3:
+            typ, count = parts[1], _count(parts[2])
+        out[typ] = out.get(typ, 0) + count
+    return out
+
+
+def check_gres(lines: Sequence[GresLine], slurm: Optional[SlurmConf] = None) -> List[Problem]:
+    """A generated gres.conf against slurm.conf: every node slurm.conf gives
+    GPUs must get them here, with the same count (and types, when given)."""
+    out: List[Problem] = []
+    named = {h for ln in lines if ln.nodes for h in ln.nodes}
+    if slurm is None:
+        return out
+    unknown = named - set(slurm.nodes)
+    if unknown:
+        out.append(Problem(WARNING, f"{len(unknown)} node(s) of gres.conf are not in slurm.conf: "
+                                    f"{sample_hosts(unknown)}"))
+    lost, wrong = [], []
+    for node in slurm.nodes:
+        want = slurm_gres_counts(slurm.gres(node))
+        if not want:
+            continue
+        have = gres_counts(lines, node)
+        if not have:
+            lost.append(node)
+            continue
+        if None in want and len(want) == 1:
+            ok = sum(have.values()) == want[None]
+        else:
+            ok = all(have.get(t, 0) == n for t, n in want.items() if t is not None) and \
+                sum(have.values()) == sum(want.values())
+        if not ok:
+            wrong.append(f"{node} (slurm.conf {want}, gres.conf {have})")
+    if lost:
+        out.append(Problem(REFUSE, f"{len(lost)} node(s) have GPUs in slurm.conf (Gres=gpu...) "
+                                   f"but no GPU in gres.conf: {sample_hosts(lost)}"))
+    if wrong:
+        out.append(Problem(REFUSE, f"{len(wrong)} node(s) have GPU counts or types that differ "
+                                   f"from slurm.conf (slurmd would mark them invalid): "
+                                   + "; ".join(wrong[:3])))
+    return out
+
+
+def describe_changes(old: Sequence[GresLine], new: Sequence[GresLine]) -> List[str]:
+    """Which nodes' GRES lines change."""
+    def per_node(lines):
+        out: Dict[str, List[Tuple]] = {}
+        for ln in lines:
+            for h in ln.nodes or ("(all nodes)",):
+                out.setdefault(h, []).append((ln.name, ln.type, ln.files, ln.multiple_files,
+                                              ln.cores, ln.links, ln.count, ln.flags,
+                                              ln.autodetect))
+        return out
+    a, b = per_node(old), per_node(new)
+    msgs = []
+    for label, names in (("added", set(b) - set(a)), ("removed", set(a) - set(b)),
+                         ("changed", {h for h in set(a) & set(b) if a[h] != b[h]})):
+        names = [n for n in names if n != "(all nodes)"]
+        if names:
+            msgs.append(f"nodes {label}: {fold_hostlist(names)}")
+    return msgs

@@ -1,0 +1,103 @@
+"""Showing or writing a generated Slurm file, never leaving a broken one.
+
+Every admin command ends here. ``--diff`` prints a unified diff against the
+current file (and a summary of what changes, from the readers) and touches
+nothing. A real write runs the checks first (:func:`~.checks.enforce`), then
+goes through :func:`slurmtopo.fileio.atomic_write`: a temporary file in the
+same directory, fsynced, renamed over the old one, with a timestamped backup
+and the old file's mode and owner kept. slurmctld only rereads the file on
+``scontrol reconfigure``; we print that step and run it only when asked.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import subprocess
+from typing import Callable, List, Optional, Sequence
+
+from slurmtopo.admin.checks import ERROR, REFUSE, Problem, enforce
+from slurmtopo.errors import SlurmError, SlurmtopoError
+from slurmtopo.fileio import atomic_write
+
+Echo = Callable[[str], None]
+
+
+def current_text(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SlurmtopoError(f"cannot read the current file: {exc}", path) from None
+
+
+def unified_diff(old: Optional[str], new: str, path: str) -> str:
+    return "".join(difflib.unified_diff(
+        (old or "").splitlines(keepends=True), new.splitlines(keepends=True),
+        fromfile=f"{path} (current)" if old is not None else "/dev/null",
+        tofile=f"{path} (new)"))
+
+
+def run_reconfigure(echo: Echo) -> None:
+    exe = shutil.which("scontrol")
+    if exe is None:
+        raise SlurmError("scontrol not found in PATH: cannot reconfigure")
+    try:
+        res = subprocess.run([exe, "reconfigure"], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise SlurmError("scontrol reconfigure did not return within 120 s") from None
+    if res.returncode != 0:
+        words = (res.stderr or res.stdout).strip().splitlines()
+        raise SlurmError(f"scontrol reconfigure failed: {words[-1] if words else res.returncode}")
+    echo("ran: scontrol reconfigure")
+
+
+def publish(text: str, output: Optional[str], *, what: str, problems: Sequence[Problem],
+            echo: Echo, out: Echo, diff: bool = False, force: bool = False,
+            changes: Optional[Callable[[str], List[str]]] = None,
+            reconfigure: bool = False, next_steps: Sequence[str] = ()) -> bool:
+    """Check, then diff or write ``text``. ``out`` gets file content and
+    diffs, ``echo`` messages. ``changes(old_text)`` summarises what changes.
+    Returns whether the file changed (or would change)."""
+    if output is None:
+        if diff or reconfigure:
+            raise SlurmtopoError("--diff and --reconfigure need --output FILE")
+        enforce(problems, what, force, echo)
+        out(text.rstrip("\n"))
+        return True
+    path = os.path.realpath(output)  # write through a symlink, keep the link
+    old = current_text(path)
+    if diff:
+        for p in problems:
+            echo(f"{'would refuse' if p.severity in (ERROR, REFUSE) else 'warning'}: {p.render()}")
+        if old == text:
+            echo(f"{output}: no change")
+        else:
+            out(unified_diff(old, text, output).rstrip("\n"))
+            if old is not None and changes is not None:
+                try:
+                    for line in changes(old):
+                        echo(f"change: {line}")
+                except SlurmtopoError as exc:
+                    echo(f"note: the current file does not parse ({exc.render()})")
+        blocking = [p for p in problems if p.severity == ERROR or (p.severity == REFUSE and not force)]
+        if blocking:
+            raise SlurmtopoError(f"{output} would not be written: {blocking[0].render()}")
+        return old != text
+    enforce(problems, what, force, echo)
+    if old == text:
+        echo(f"{output}: unchanged, not rewritten")
+        changed = False
+    else:
+        backup = atomic_write(path, text, mode=0o644, backup=True, keep_owner=True)
+        echo(f"wrote {output}" + (f" (previous version kept as {backup})" if backup else ""))
+        changed = True
+    if reconfigure:
+        if changed:
+            run_reconfigure(echo)
+    else:
+        for step in next_steps:
+            echo(f"next: {step}")
+    return changed

@@ -1,0 +1,242 @@
+"""Reading Slurm's ``key=value`` configuration files the way Slurm does.
+
+slurm.conf, topology.conf and gres.conf share one syntax (Slurm's
+``parse_config.c``): ``#`` starts a comment unless escaped, a line ending in
+an odd number of backslashes continues on the next one, keys are
+case-insensitive, a value is either ``"quoted with spaces"`` or runs to the
+next whitespace. Slurm reads a logical line into a 4096-byte buffer, so a
+longer line is silently cut; :data:`MAX_LINE` lets the writers refuse it.
+
+:func:`conf_lines` is the one tokenizer the readers share; it keeps the line
+number of every logical line (and its trailing comment) so each complaint can
+name ``file:line``. :func:`read_slurm_conf` pulls out what the admin tooling
+needs from slurm.conf: the nodes (``NodeName=``, with ``NodeHostname=`` and
+``Gres=``), following ``Include`` lines, and the ``TopologyPlugin``.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from slurmtopo.errors import InventoryError
+from slurmtopo.inventory import expand_hostlist
+
+#: Slurm's parse buffer is 4096 bytes including the terminating NUL
+MAX_LINE = 4095
+
+_KV = re.compile(r'\s*([A-Za-z0-9_.]+)\s*([-*+/]?)=\s*(?:"([^"]*)"|(\S+))(?=\s|$)')
+
+
+@dataclass(frozen=True)
+class ConfLine:
+    """One logical line: ``pairs`` in order, keys as written."""
+
+    line: int
+    pairs: Tuple[Tuple[str, str], ...]
+    comment: str = ""
+
+    @property
+    def first_key(self) -> str:
+        return self.pairs[0][0].lower()
+
+    def get(self, key: str) -> Optional[str]:
+        key = key.lower()
+        for k, v in self.pairs:
+            if k.lower() == key:
+                return v
+        return None
+
+
+def split_comment(text: str) -> Tuple[str, str]:
+    """Cut at the first ``#`` not preceded by an odd run of backslashes."""
+    bs = 0
+    for i, ch in enumerate(text):
+        if ch == "#" and bs % 2 == 0:
+            return text[:i], text[i + 1:].strip()
+        bs = bs + 1 if ch == "\\" else 0
+    return text, ""
+
+
+def _continues(text: str) -> Tuple[str, bool]:
+    stripped = text.rstrip()
+    run = len(stripped) - len(stripped.rstrip("\\"))
+    if run % 2 == 1:
+        return stripped[:-1], True
+    return text, False
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+def logical_lines(text: str) -> Iterator[Tuple[int, str, str]]:
+    """(first line number, content without comment, comment) per logical line."""
+    buf: List[str] = []
+    comments: List[str] = []
+    start = 0
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not buf:
+            start = n
+        body, comment = split_comment(raw)
+        if comment:
+            comments.append(comment)
+        body, more = _continues(body)
+        buf.append(body)
+        if more:
+            continue
+        yield start, _unescape("".join(buf)), " ".join(comments)
+        buf, comments = [], []
+    if buf:
+        yield start, _unescape("".join(buf)), " ".join(comments)
+
+
+def parse_pairs(body: str) -> List[Tuple[str, str]]:
+    """``A=1 B="x y"`` -> [("A", "1"), ("B", "x y")]; ValueError on junk."""
+    pairs: List[Tuple[str, str]] = []
+    pos = 0
+    while pos < len(body):
+        if body[pos:].strip() == "":
+            break
+        m = _KV.match(body, pos)
+        if not m:
+            junk = body[pos:].split()[0]
+            raise ValueError(f"expected Key=Value, got {junk!r}")
+        if m.group(2):
+            raise ValueError(f"operator {m.group(2)}= is not supported here ({m.group(1)})")
+        value = m.group(3) if m.group(3) is not None else m.group(4)
+        pairs.append((m.group(1), value))
+        pos = m.end()
+    return pairs
+
+
+def conf_lines(text: str, path: str) -> Iterator[ConfLine]:
+    """Every non-empty logical line of a Slurm config file, tokenized."""
+    for n, body, comment in logical_lines(text):
+        if not body.strip():
+            continue
+        try:
+            pairs = parse_pairs(body)
+        except ValueError as exc:
+            raise InventoryError(str(exc), path, n) from None
+        yield ConfLine(n, tuple(pairs), comment)
+
+
+def read_text(path) -> str:
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise InventoryError("no such file", path) from None
+    except OSError as exc:
+        raise InventoryError(f"cannot read: {exc.strerror}", path) from None
+    except UnicodeDecodeError:
+        raise InventoryError("not a text file (invalid UTF-8)", path) from None
+
+
+def hostlist_at(value: str, path: str, line: int, what: str) -> List[str]:
+    """Expand a hostlist from a config file, or fail at file:line."""
+    try:
+        names = expand_hostlist(value, what)
+    except ValueError as exc:
+        raise InventoryError(str(exc), path, line) from None
+    for name in names:
+        if not name or any(c.isspace() for c in name):
+            raise InventoryError(f"bad {what} {value!r}", path, line)
+    return names
+
+
+# --------------------------------------------------------------------------
+# slurm.conf
+
+
+@dataclass
+class SlurmConf:
+    """What the admin tooling needs from slurm.conf."""
+
+    #: node name -> its NodeName line's keys (lower-case) and values
+    nodes: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    #: NodeHostname -> NodeName, where they differ
+    hostnames: Dict[str, str] = field(default_factory=dict)
+    topology_plugin: Optional[str] = None
+    path: Optional[str] = None
+
+    def node_names(self) -> List[str]:
+        return list(self.nodes)
+
+    def gres(self, node: str) -> str:
+        return self.nodes.get(node, {}).get("gres", "")
+
+    def has_gpus(self, node: str) -> bool:
+        """Does slurm.conf give this node GPU GRES (``Gres=gpu...``)?"""
+        return any(item.strip().lower().startswith("gpu")
+                   for item in self.gres(node).split(",") if item.strip())
+
+
+_INCLUDE = re.compile(r"^\s*include\s+(\S.*?)\s*$", re.IGNORECASE)
+
+
+def parse_slurm_conf(text: str, path: str = "<slurm.conf>", _depth: int = 0,
+                     conf: Optional[SlurmConf] = None) -> SlurmConf:
+    """Nodes and TopologyPlugin of a slurm.conf text (Include files read too)."""
+    conf = conf if conf is not None else SlurmConf(path=path)
+    defaults: Dict[str, str] = {}
+    for n, body, _comment in logical_lines(text):
+        if not body.strip():
+            continue
+        inc = _INCLUDE.match(body)
+        if inc:
+            _include(inc.group(1), path, n, _depth, conf)
+            continue
+        try:
+            pairs = parse_pairs(body)
+        except ValueError as exc:
+            raise InventoryError(str(exc), path, n) from None
+        if not pairs:
+            continue
+        key = pairs[0][0].lower()
+        if key == "topologyplugin":
+            conf.topology_plugin = pairs[0][1]
+        if key != "nodename":
+            continue
+        values = {k.lower(): v for k, v in pairs[1:]}
+        if pairs[0][1].upper() == "DEFAULT":
+            defaults.update(values)
+            continue
+        names = hostlist_at(pairs[0][1], path, n, "NodeName")
+        merged = dict(defaults, **values)
+        hosts = None
+        if "nodehostname" in values:
+            hosts = hostlist_at(values["nodehostname"], path, n, "NodeHostname")
+            if len(hosts) != len(names):
+                raise InventoryError(f"NodeHostname lists {len(hosts)} hosts for {len(names)} "
+                                     "nodes", path, n)
+        for i, name in enumerate(names):
+            conf.nodes[name] = merged
+            if hosts is not None and hosts[i] != name:
+                conf.hostnames[hosts[i]] = name
+    return conf
+
+
+def _include(pattern: str, path: str, line: int, depth: int, conf: SlurmConf) -> None:
+    if depth > 8:
+        raise InventoryError("Include nested too deeply", path, line)
+    pattern = pattern.strip().strip('"')
+    if not os.path.isabs(pattern):
+        pattern = os.path.join(os.path.dirname(os.path.abspath(path)), pattern)
+    matches = sorted(glob.glob(pattern))
+    if not matches:
+        raise InventoryError(f"Include: no file matches {pattern}", path, line)
+    for inc in matches:
+        parse_slurm_conf(read_text(inc), inc, depth + 1, conf)
+
+
+def read_slurm_conf(path) -> SlurmConf:
+    path = os.fspath(path)
+    conf = parse_slurm_conf(read_text(path), path)
+    if not conf.nodes:
+        raise InventoryError("no NodeName= lines found", path)
+    return conf

@@ -1,0 +1,119 @@
+"""``slurmtopo topology``: write Slurm's topology.conf/topology.yaml, check one."""
+from __future__ import annotations
+
+import click
+
+from slurmtopo.admin.cliutil import (Failed, echo_err, echo_out, guard, load_fabric, load_reports,
+                                     load_slurm_conf, parse_nameset, parse_nodes,
+                                     parse_rangeset, parse_sizes, write_options)
+
+
+@click.group("topology")
+def command():
+    """Generate or check Slurm's network topology file."""
+
+
+@command.command("generate")
+@click.option("--reports", type=click.Path(exists=True),
+              help="Node reports (directory of agent reports, or an inventory).")
+@click.option("--ibnetdiscover", "ibnet", type=click.Path(exists=True, dir_okay=False),
+              help="Output of ibnetdiscover (default format).")
+@click.option("--fabric", "fabric_path", type=click.Path(exists=True, dir_okay=False),
+              help="A fabric description instead: 'slurmtopo: fabric' YAML (Ethernet/RoCE), "
+                   "or an existing topology.conf/topology.yaml to convert.")
+@click.option("--format", "fmt", type=click.Choice(["tree", "block", "yaml"]), default=None,
+              help="topology/tree, topology/block, or topology.yaml (Slurm 25.05+). "
+                   "Default: yaml for a .yaml output, block if slurm.conf says "
+                   "topology/block, else tree.")
+@click.option("--hca", default=None,
+              help="Compute HCAs by name, e.g. 'mlx5_[0-7]' (others are storage).")
+@click.option("--rails", default=None, help="Compute rails by number, e.g. '0-7'.")
+@click.option("--block-sizes", "block_sizes", default=None,
+              help="BlockSizes, e.g. 18,36,72 (default: smallest block and its doublings).")
+@write_options
+@guard
+def generate(reports, ibnet, fabric_path, fmt, hca, rails, block_sizes, output, diff, slurm_conf,
+             nodes, force, reconfigure):
+    """Write topology.conf (or topology.yaml) from the fabric and node reports.
+
+    With only --ibnetdiscover, the hosts are the named HCAs it finds. The
+    file is checked before it is written: nothing Slurm would reject, no
+    node of --slurm-conf left off every switch (--force overrides that).
+    """
+    from slurmtopo.admin.generate import build_topology, header
+    from slurmtopo.admin.ibnetdiscover import read_ibnetdiscover
+    from slurmtopo.admin.publish import publish
+    from slurmtopo.admin.checks import check_text
+    from slurmtopo.admin.topology_conf import (check, describe_changes, parse_topology_conf,
+                                               parse_topology_yaml, read_topology_conf, render)
+    from slurmtopo.errors import SlurmtopoError
+
+    if ibnet and fabric_path:
+        raise SlurmtopoError("give --ibnetdiscover or --fabric, not both")
+    slurm = load_slurm_conf(slurm_conf)
+    if fmt is None:
+        if output and output.endswith((".yaml", ".yml")):
+            fmt = "yaml"
+        elif slurm is not None and (slurm.topology_plugin or "").endswith("block"):
+            fmt = "block"
+        else:
+            fmt = "tree"
+    inv = load_reports(reports)
+    built = build_topology(
+        fmt, ib=read_ibnetdiscover(ibnet) if ibnet else None,
+        fabric_doc=load_fabric(fabric_path), fabric_source=fabric_path, inv=inv, slurm=slurm,
+        nodes=parse_nodes(nodes), hcas=parse_nameset(hca, "--hca"),
+        rails=parse_rangeset(rails, "--rails"), block_sizes=parse_sizes(block_sizes))
+    for note in built.notes:
+        echo_err(f"note: {note}")
+    what = "topology.yaml" if fmt == "yaml" else "topology.conf"
+    text = render(built.fabric, fmt, header(what, fmt, built))
+    slurm_nodes = slurm.node_names() if slurm is not None else None
+    problems = check_text(text, what) + check(built.fabric, fmt, slurm_nodes)
+    # what Slurm will read is the text: it must read back as the same topology
+    if fmt == "yaml":
+        parse_topology_yaml(text, f"<generated {what}>")
+    else:
+        parse_topology_conf(text, f"<generated {what}>")
+
+    def changes(_old_text):
+        return describe_changes(read_topology_conf(output), built.fabric)
+
+    publish(text, output, what=what, problems=problems, echo=echo_err, out=echo_out, diff=diff,
+            force=force, changes=changes, reconfigure=reconfigure,
+            next_steps=["scontrol reconfigure   (slurmctld rereads the topology; "
+                        "or pass --reconfigure)"])
+
+
+@command.command("check")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--slurm-conf", "slurm_conf", type=click.Path(dir_okay=False),
+              help="slurm.conf whose nodes must all be covered.")
+@guard
+def check_cmd(path, slurm_conf):
+    """Read an existing topology.conf/topology.yaml and check it."""
+    from slurmtopo.admin.checks import ERROR, REFUSE, check_text
+    from slurmtopo.admin.slurmconf import read_text
+    from slurmtopo.admin.topology_conf import check, is_yaml_path, read_topology_conf
+    from slurmtopo.topology import switch_levels
+
+    fabric = read_topology_conf(path)
+    slurm = load_slurm_conf(slurm_conf)
+    fmt = "yaml" if is_yaml_path(path) else ("block" if fabric.blocks else "tree")
+    problems = check_text(read_text(path), path) + \
+        check(fabric, fmt, slurm.node_names() if slurm else None)
+    parts = []
+    if fabric.switches:
+        levels = 1 + max(switch_levels(fabric).values())
+        hosts = {h for s in fabric.switches for h in s.nodes}
+        parts.append(f"{len(fabric.switches)} switches, {levels} level(s), {len(hosts)} nodes")
+    if fabric.blocks:
+        parts.append(f"{len(fabric.blocks)} blocks"
+                     + (f", BlockSizes={','.join(map(str, fabric.block_sizes))}"
+                        if fabric.block_sizes else ""))
+    for p in problems:
+        echo_err(f"{p.severity}: {p.render()}")
+    bad = [p for p in problems if p.severity in (ERROR, REFUSE)]
+    if bad:
+        raise Failed(f"{'; '.join(parts) or 'empty'}: {len(bad)} problem(s)", path)
+    echo_out(f"{path}: {'; '.join(parts) or 'empty'}: OK")

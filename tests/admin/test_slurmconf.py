@@ -1,0 +1,60 @@
+"""slurm.conf reading (NodeName lines) and Slurm's key=value tokenizer."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from slurmtopo.admin.slurmconf import conf_lines, parse_pairs, read_slurm_conf
+from slurmtopo.errors import InventoryError
+
+
+def test_nodes_defaults_hostnames_gres_include(tmp_path):
+    (tmp_path / "nodes.conf").write_text("NodeName=cpu[01-02] CPUs=64\n")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(textwrap.dedent("""\
+        ClusterName=test   # a comment
+        TopologyPlugin=topology/tree
+        NodeName=DEFAULT Gres=gpu:h100:8 RealMemory=1000
+        NodeName=gpu[001-003] Sockets=2 \\
+            CoresPerSocket=48
+        NodeName=gpu004 NodeHostname=host-004 Gres=gpu:4
+        NodeName=login1 Gres=""
+        Include nodes.conf
+        PartitionName=gpu Nodes=gpu[001-004] Default=YES
+        """))
+    sc = read_slurm_conf(conf)
+    assert sc.node_names() == ["gpu001", "gpu002", "gpu003", "gpu004", "login1", "cpu01", "cpu02"]
+    assert sc.nodes["gpu002"]["gres"] == "gpu:h100:8"
+    assert sc.nodes["gpu002"]["corespersocket"] == "48"
+    assert sc.hostnames == {"host-004": "gpu004"}
+    assert sc.topology_plugin == "topology/tree"
+    assert sc.has_gpus("gpu004") and not sc.has_gpus("login1") and not sc.has_gpus("cpu01")
+
+
+@pytest.mark.parametrize("text,line,words", [
+    ("NodeName=gpu[1-\n", 1, "bad NodeName"),
+    ("ClusterName=x\nNodeName=a[1-2] NodeHostname=h1\n", 2, "NodeHostname lists 1 hosts"),
+    ("NodeName=a1 oops\n", 1, "expected Key=Value"),
+    ("Include missing-*.conf\n", 1, "no file matches"),
+    ("ClusterName=x\n", None, "no NodeName= lines"),
+])
+def test_slurm_conf_errors(tmp_path, text, line, words):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(text)
+    with pytest.raises(InventoryError) as exc:
+        read_slurm_conf(conf)
+    msg = exc.value.render()
+    assert words in msg
+    assert msg.startswith(f"{conf}:{line}:" if line else f"{conf}:")
+
+
+def test_tokenizer_like_slurm():
+    assert parse_pairs('A=1 B="two words"  c=x[1-3]') == [("A", "1"), ("B", "two words"),
+                                                          ("c", "x[1-3]")]
+    lines = list(conf_lines("A=x\\#y # a comment\nB=2\\\n C=3\n", "f"))
+    assert lines[0].pairs == (("A", "x#y"),)
+    assert lines[0].comment == "a comment"
+    assert [cl.line for cl in lines] == [1, 2] and lines[1].pairs == (("B", "2"), ("C", "3"))
+    with pytest.raises(ValueError, match="operator"):
+        parse_pairs("A+=1")
