@@ -1,0 +1,289 @@
+"""Read the text of ``nvidia-smi topo -m`` into a node report (offline).
+
+Admins already collect this with pdsh, so the agent accepts it as a source
+where NVML cannot be run. Real outputs vary a lot, and all of these are
+read:
+
+* tabs or runs of spaces, trailing tabs, CRLF line ends;
+* GPU columns only, or NIC columns named ``NIC0``.. with a ``NIC Legend``
+  mapping them to ``mlx5_*``, or RDMA names directly as column headers;
+* trailing ``CPU Affinity``, ``NUMA Affinity`` and ``GPU NUMA ID`` columns
+  (any of them missing), ``N/A`` values, hyper-thread CPU lists;
+* the legend present or not, a pdsh ``host:`` prefix on every line (a file
+  with several hosts is split with :func:`split_hosts`).
+
+What the text cannot say is said in the report: no GPU model, no device
+minors (``/dev/nvidiaN`` assumed to follow the index), no per-port NVLink
+detail, and a CPU layout inferred from the affinity lists. Bad text raises
+:class:`~slurmtopo.errors.InventoryError` naming ``file:line``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from slurmtopo.agent.report import Discovery, report_block, short_hostname
+from slurmtopo.errors import InventoryError
+from slurmtopo.links import parse_token, normalise_token
+from slurmtopo.model import CpuTopology, Gpu, Hardware, Nic, Node, parse_cpulist
+
+#: multi-word trailing column names, as nvidia-smi spells them
+TRAILING = (("GPU", "NUMA", "ID"), ("CPU", "Affinity"), ("NUMA", "Affinity"))
+#: most NVLink ports any GPU has had (Hopper and Blackwell: 18); more NVLink
+#: lanes to its peers than this means an NVSwitch
+MAX_DIRECT_NVLINKS = 18
+
+_GPU_RE = re.compile(r"^GPU(\d+)$")
+_HOST_RE = re.compile(r"^([A-Za-z0-9][\w.\-]*):\s(.*)$")
+_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+
+
+@dataclass
+class SmiMatrix:
+    """The parsed table, before it becomes a model Node."""
+
+    columns: List[str]  # device columns in header order
+    gpus: int
+    cells: Dict[Tuple[str, str], str] = field(default_factory=dict)
+    extras: Dict[str, Dict[str, Optional[str]]] = field(default_factory=dict)
+    row_line: Dict[str, int] = field(default_factory=dict)
+    legend: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nic_columns(self) -> List[str]:
+        return [c for c in self.columns if not _GPU_RE.match(c)]
+
+
+#: lines of one host's text with their line numbers in the file
+Lines = List[Tuple[int, str]]
+
+
+def split_hosts(text: str) -> List[Tuple[Optional[str], Lines]]:
+    """pdsh output (``host: line``) -> [(host, lines)], hosts in order of
+    first appearance; text without host prefixes -> [(None, lines)]. Line
+    numbers stay those of the file, so errors point at the right line."""
+    numbered = [(i + 1, ln.rstrip("\r")) for i, ln in enumerate(text.splitlines())]
+    hosts: List[str] = []
+    for _, line in numbered:
+        m = _HOST_RE.match(line)
+        if m and _is_header(m.group(2).split()) and m.group(1) not in hosts:
+            hosts.append(m.group(1))
+    if not hosts:
+        return [(None, numbered)]
+    parts: Dict[str, Lines] = {h: [] for h in hosts}
+    for no, line in numbered:
+        m = _HOST_RE.match(line)
+        if m and m.group(1) in parts:
+            parts[m.group(1)].append((no, m.group(2)))
+    return [(h, parts[h]) for h in hosts]
+
+
+def parse_matrix(text, path: str = "<nvidia-smi topo -m>") -> SmiMatrix:
+    """Parse the table (text, or numbered lines from :func:`split_hosts`);
+    raise InventoryError at the first bad line."""
+    lines: Lines = (text if isinstance(text, list)
+                    else [(i + 1, ln.rstrip("\r")) for i, ln in enumerate(text.splitlines())])
+    head = next((k for k, (_, ln) in enumerate(lines) if _is_header(ln.split())), None)
+    if head is None:
+        raise InventoryError("no 'nvidia-smi topo -m' table here (no header line starting "
+                             "with GPU0)", path)
+    head_no = lines[head][0]
+    columns, trailing = _header(lines[head][1].split(), path, head_no)
+    gpus = sum(1 for c in columns if _GPU_RE.match(c))
+    mx = SmiMatrix(columns=columns, gpus=gpus)
+    k = head + 1
+    while k < len(lines) and lines[k][1].strip() and not lines[k][1].strip().startswith("Legend"):
+        _row(mx, lines[k][1].split(), trailing, path, lines[k][0])
+        k += 1
+    for c in columns:
+        if c not in mx.row_line:
+            raise InventoryError(f"column {c} has no row of its own", path, head_no)
+    for _, ln in lines[k:]:
+        m = _LEGEND_RE.match(ln)
+        if m:
+            mx.legend[m.group(1)] = m.group(2)
+    return mx
+
+
+def _is_header(tokens: List[str]) -> bool:
+    """``GPU0 GPU1 ...`` (not the GPU0 row, whose next cell is X)."""
+    return tokens[:1] == ["GPU0"] and tokens[1:2] != ["X"]
+
+
+def _header(tokens: List[str], path: str, line: int) -> Tuple[List[str], List[str]]:
+    """Device columns, then trailing column names (multi-word merged)."""
+    columns: List[str] = []
+    trailing: List[str] = []
+    k = 0
+    while k < len(tokens):
+        name = next((t for t in TRAILING if tuple(tokens[k:k + len(t)]) == t), None)
+        if name is not None:
+            trailing.append(" ".join(name))
+            k += len(name)
+            continue
+        if trailing:
+            trailing.append(tokens[k])  # an unknown trailing column
+        elif tokens[k] in columns:
+            raise InventoryError(f"column {tokens[k]} appears twice in the header", path, line)
+        else:
+            columns.append(tokens[k])
+        k += 1
+    gpus = [c for c in columns if _GPU_RE.match(c)]
+    if [int(_GPU_RE.match(c).group(1)) for c in gpus] != list(range(len(gpus))):
+        raise InventoryError(f"GPU columns must be GPU0..GPU{len(gpus) - 1} in order, got "
+                             f"{' '.join(gpus)}", path, line)
+    if columns[:len(gpus)] != gpus:
+        raise InventoryError("GPU columns must come before NIC columns", path, line)
+    return columns, trailing
+
+
+def _row(mx: SmiMatrix, tokens: List[str], trailing: List[str], path: str, line: int) -> None:
+    name, cells = tokens[0], tokens[1:]
+    if name not in mx.columns:
+        raise InventoryError(f"row {name!r} is not a column of the header "
+                             f"({' '.join(mx.columns)})", path, line)
+    if name in mx.row_line:
+        raise InventoryError(f"row {name} appears twice (first on line {mx.row_line[name]})",
+                             path, line)
+    n = len(mx.columns)
+    if len(cells) < n:
+        raise InventoryError(f"row {name} has {len(cells)} link cells, expected {n} "
+                             f"({' '.join(mx.columns)})", path, line)
+    for col, tok in zip(mx.columns, cells):
+        if tok.upper() == "N/A":
+            tok = "SYS"
+        try:
+            cls, _ = parse_token(tok)
+        except ValueError as exc:
+            raise InventoryError(f"row {name}, column {col}: {exc}", path, line) from None
+        if (col == name) != (cls.name == "SELF"):
+            raise InventoryError(f"row {name}, column {col}: "
+                                 + ("expected X on the diagonal" if col == name else
+                                    "X is only allowed on the diagonal"), path, line)
+        mx.cells[(name, col)] = normalise_token(tok)
+    rest = cells[n:]
+    if _GPU_RE.match(name):
+        if len(rest) > len(trailing):
+            raise InventoryError(f"row {name} has {len(rest) - len(trailing)} more values than "
+                                 f"the header has columns", path, line)
+        mx.extras[name] = {col: (rest[k] if k < len(rest) else None)
+                           for k, col in enumerate(trailing)}
+    elif rest:
+        raise InventoryError(f"row {name} has {len(rest)} values after its link cells",
+                             path, line)
+    mx.row_line[name] = line
+
+
+# ---------------------------------------------------------------------------
+# Model
+
+
+def infer_cpu_topology(affinities: Sequence[Tuple[int, ...]],
+                       threads_per_core: Optional[int] = None) -> Optional[CpuTopology]:
+    """CPU layout from GPU affinity lists alone (no sysfs at hand).
+
+    Assumes Linux's usual numbering, where thread t of core c is CPU
+    ``c + t * cores``. Two threads per core are assumed when every list is
+    the same set of CPUs in the lower and in the upper half of all CPUs
+    (``0-51,104-155``); pass ``threads_per_core`` when you know better.
+    """
+    sets = [set(a) for a in affinities if a]
+    if not sets:
+        return None
+    ncpu = max(max(s) for s in sets) + 1
+    if threads_per_core is None:
+        half = ncpu // 2
+        threads_per_core = 2 if ncpu % 2 == 0 and all(
+            {c for c in s if c < half} == {c - half for c in s if c >= half} for s in sets) else 1
+    if ncpu % threads_per_core:
+        threads_per_core = 1
+    return CpuTopology(sockets=1, cores_per_socket=ncpu // threads_per_core,
+                       threads_per_core=threads_per_core)
+
+
+def looks_like_nvswitch(links: Sequence[Sequence[str]]) -> bool:
+    """NV<n> between every pair with more lanes per GPU than any GPU has
+    NVLink ports: the GPUs meet in an NVSwitch (HGX, DGX, NVL72 trays)."""
+    n = len(links)
+    if n < 3:
+        return False
+    for a in range(n):
+        total = 0
+        for b in range(n):
+            if a == b:
+                continue
+            cls, lanes = parse_token(links[a][b])
+            if not lanes:
+                return False
+            total += lanes
+        if total <= MAX_DIRECT_NVLINKS:
+            return False
+    return True
+
+
+def _int_or_none(value: Optional[str]) -> Optional[int]:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def matrix_to_node(mx: SmiMatrix, name: str, model: Optional[str] = None,
+                   threads_per_core: Optional[int] = None, path: str = "<smi>",
+                   hostname: Optional[str] = None) -> Discovery:
+    gnames = [f"GPU{i}" for i in range(mx.gpus)]
+    links = tuple(tuple(mx.cells[(a, b)] for b in gnames) for a in gnames)
+    for i, a in enumerate(gnames):
+        for j in range(i + 1, mx.gpus):
+            if links[i][j] != links[j][i]:
+                raise InventoryError(f"GPU{i}-GPU{j} is {links[i][j]} but GPU{j}-GPU{i} is "
+                                     f"{links[j][i]} (the matrix must be symmetric)", path,
+                                     mx.row_line[gnames[j]])
+    problems: List[str] = []
+    gpus = []
+    gpu_numa_ids = []
+    for i, g in enumerate(gnames):
+        ex = mx.extras.get(g, {})
+        aff = ex.get("CPU Affinity")
+        try:
+            cpus = parse_cpulist(aff) if aff and aff.upper() != "N/A" else ()
+        except ValueError:
+            raise InventoryError(f"row {g}: bad CPU Affinity {aff!r}", path,
+                                 mx.row_line[g]) from None
+        gpu_numa_ids.append(_int_or_none(ex.get("GPU NUMA ID")))
+        gpus.append(Gpu(index=i, model=model or "unknown", numa_node=_int_or_none(
+            ex.get("NUMA Affinity")), cpus=cpus))
+    nics = []
+    for col in mx.nic_columns:
+        rel = tuple(mx.cells[(g, col)] for g in gnames)
+        nics.append(Nic(name=mx.legend.get(col, col), gpu_relation=rel))
+    if len({n.name for n in nics}) != len(nics):
+        raise InventoryError("two NIC columns map to the same device name", path)
+    cpu = infer_cpu_topology([g.cpus for g in gpus], threads_per_core)
+    notes = []
+    if cpu is not None:
+        notes.append(f"CPU layout inferred from the affinity lists: {cpu.cores} cores, "
+                     f"{cpu.threads_per_core} thread(s) per core")
+    if not model:
+        problems.append("GPU model unknown (nvidia-smi topo -m does not print it)")
+    problems.append("device minors unknown: /dev/nvidiaN assumed to follow the GPU index")
+    hw = Hardware(gpus=tuple(gpus), links=links, nics=tuple(nics), cpu=cpu,
+                  nvswitch=looks_like_nvswitch(links))
+    report = report_block("nvidia-smi topo -m", problems, hostname=hostname or name,
+                          file=path, gpu_numa_ids=gpu_numa_ids
+                          if any(x is not None for x in gpu_numa_ids) else None, notes=notes)
+    return Discovery(node=Node(name=name, hardware=hw), report=report)
+
+
+def smi_discovery(text: str, path: str, node_name: Optional[str] = None,
+                  model: Optional[str] = None, threads_per_core: Optional[int] = None
+                  ) -> List[Discovery]:
+    """One Discovery per host in the text (pdsh output may hold several)."""
+    out = []
+    hosts = split_hosts(text)
+    if node_name and len(hosts) > 1:
+        raise InventoryError(f"this file holds {len(hosts)} hosts; --node-name names one", path)
+    for host, lines in hosts:
+        mx = parse_matrix(lines, path)
+        name = node_name or host or short_hostname()
+        out.append(matrix_to_node(mx, name, model=model, threads_per_core=threads_per_core,
+                                  path=path, hostname=host))
+    return out

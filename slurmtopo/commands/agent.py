@@ -1,0 +1,195 @@
+"""``slurmtopo agent``: the node agent (discover, gres, run).
+
+Runs on a GPU node (NVML + sysfs), or anywhere with ``--from-smi FILE``,
+the saved text of ``nvidia-smi topo -m`` (pdsh output with ``host:``
+prefixes holds several nodes). Exit status: 0 when at least one GPU could
+be read, 1 when nothing usable was found (the report is still written, with
+its ``problems``), 2 on bad input.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import List
+
+import click
+
+from slurmtopo.errors import InventoryError, SlurmtopoError
+from slurmtopo.fileio import atomic_write
+
+
+class NothingUsable(SlurmtopoError):
+    """No GPU could be read (or the node is degraded, for ``run --once``):
+    exit 1, after the report was written."""
+
+    exit_code = 1
+
+
+def _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core) -> List:
+    """Discovery objects for this node (NVML) or for the hosts of a file."""
+    from slurmtopo.agent.report import short_hostname
+
+    if from_smi:
+        from slurmtopo.agent.smi import smi_discovery
+
+        try:
+            with open(from_smi, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise InventoryError(f"cannot read: {exc.strerror}", from_smi) from None
+        return smi_discovery(text, from_smi, node_name=node_name, model=model,
+                             threads_per_core=threads_per_core)
+    from slurmtopo.agent.nvml_discovery import discover
+
+    host = short_hostname()
+    return [discover(sysfs_root=sysfs_root, node_name=node_name or host, hostname=host)]
+
+
+def _warn(discoveries) -> None:
+    for d in discoveries:
+        for p in d.problems:
+            click.echo(f"slurmtopo agent: {d.node.name}: {p}", err=True)
+
+
+def _source_options(f):
+    f = click.option("--threads-per-core", type=click.IntRange(1, 8), default=None,
+                     help="With --from-smi: threads per core (default: inferred from the "
+                          "CPU affinity lists).")(f)
+    f = click.option("--model", default=None,
+                     help="With --from-smi: the GPU model name as NVML prints it, e.g. "
+                          "'NVIDIA H100 80GB HBM3'.")(f)
+    f = click.option("--sysfs-root", default="/", show_default=True,
+                     type=click.Path(file_okay=False),
+                     help="Where /sys and /proc are (tests, containers).")(f)
+    f = click.option("--node-name", default=None,
+                     help="Node name in the report (default: short hostname).")(f)
+    f = click.option("--from-smi", type=click.Path(dir_okay=False), default=None,
+                     help="Read the text of 'nvidia-smi topo -m' instead of NVML.")(f)
+    return f
+
+
+@click.group("agent")
+def command():
+    """Discover this GPU node, print its gres.conf, watch its health."""
+
+
+@command.command("discover")
+@_source_options
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write the node report here (atomically) instead of stdout.")
+@click.option("--output-dir", type=click.Path(file_okay=False), default=None,
+              help="Write one <node>.yaml per node (for --from-smi files with several hosts).")
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default=None,
+              help="Report format (default: from the --output suffix, else yaml).")
+def discover_cmd(from_smi, node_name, sysfs_root, model, threads_per_core, output,
+                 output_dir, fmt):
+    """Print (or write) this node's report: the inventory schema, one node."""
+    found = _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core)
+    if len(found) > 1 and not output_dir:
+        raise SlurmtopoError(f"{len(found)} hosts in this file: give --output-dir", from_smi)
+    for d in found:
+        if output_dir:
+            f = fmt or "yaml"
+            atomic_write(os.path.join(output_dir, f"{d.node.name}.{f}"), d.render(f))
+        elif output:
+            f = fmt or ("json" if output.endswith(".json") else "yaml")
+            atomic_write(output, d.render(f))
+        else:
+            click.echo(d.render(fmt or "yaml"), nl=False)
+    _warn(found)
+    _check_usable(found)
+
+
+def _check_usable(found) -> None:
+    bad = [d.node.name for d in found if not d.usable]
+    if bad:
+        raise NothingUsable(f"no usable GPU on {', '.join(bad)} (see the report's problems)")
+
+
+@command.command("gres")
+@_source_options
+@click.option("--report", "report_path", type=click.Path(exists=True), default=None,
+              help="Make the lines from a saved node report (or inventory) instead.")
+@click.option("--type", "type_name", default=None,
+              help="GRES Type for every GPU (default: the NVML name, lower case, "
+                   "spaces as underscores).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write the gres.conf lines here (atomically) instead of stdout.")
+def gres_cmd(from_smi, node_name, sysfs_root, model, threads_per_core, report_path,
+             type_name, output):
+    """Print this node's gres.conf lines, as slurmd -G (AutoDetect=nvml) would."""
+    from slurmtopo.agent.gres import gres_text
+
+    if report_path:
+        from slurmtopo.inventory import load_inventory
+
+        inv = load_inventory(report_path)
+        nodes = [n for n in inv if node_name in (None, n.name)]
+        if not nodes:
+            raise InventoryError(f"no node {node_name!r} in this inventory", report_path)
+        text = "".join(gres_text(n, inv.reports.get(n.name), type_name) for n in nodes)
+    else:
+        found = _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core)
+        text = "".join(gres_text(d.node, d.report, type_name) for d in found)
+        _warn(found)
+    if output:
+        atomic_write(output, text)
+    else:
+        click.echo(text, nl=False)
+    if not report_path:
+        _check_usable(found)
+
+
+@command.command("run")
+@click.option("--interval", type=click.FloatRange(min=1), default=300, show_default=True,
+              help="Seconds between discoveries.")
+@click.option("--report-dir", required=True, type=click.Path(file_okay=False),
+              help="Where <node>.yaml is written (e.g. a shared directory the planner reads).")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the last good report and the drain marker live "
+                   "(default: --report-dir).")
+@click.option("--drain/--no-drain", default=False, show_default=True,
+              help="Drain the node in Slurm on degradation, resume it when healthy again.")
+@click.option("--gres-conf", type=click.Path(dir_okay=False), default=None,
+              help="Also keep this gres.conf file up to date.")
+@click.option("--node-name", default=None, help="Slurm node name (default: short hostname).")
+@click.option("--sysfs-root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="Where /sys and /proc are.")
+@click.option("--once", is_flag=True, help="Run one cycle and exit (1 if degraded).")
+@click.option("--new-baseline", is_flag=True,
+              help="Forget the last good report and accept the node as it is now (after a "
+                   "GPU or NIC was replaced or removed on purpose).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+def run_cmd(interval, report_dir, state_dir, drain, gres_conf, node_name, sysfs_root, once,
+            new_baseline, log_level):
+    """Rediscover every --interval seconds; rewrite the report on change; drain on
+    a missing GPU, a down NVLink or a down NIC."""
+    from slurmtopo.agent.daemon import Agent
+    from slurmtopo.agent.nvml_discovery import discover
+    from slurmtopo.agent.report import short_hostname
+
+    logging.basicConfig(level=getattr(logging, log_level.upper()),
+                        format="%(asctime)s slurmtopo-agent %(levelname)s: %(message)s")
+    for d in (report_dir, state_dir):
+        if d and not os.path.isdir(d):
+            raise SlurmtopoError("directory does not exist", d)
+    host = short_hostname()
+    agent = Agent(lambda: discover(sysfs_root=sysfs_root, node_name=node_name or host,
+                                   hostname=host),
+                  report_dir=report_dir, state_dir=state_dir, drain=drain, gres_conf=gres_conf)
+    if new_baseline:
+        agent.forget_baseline(node_name or host)
+    if once:
+        res = agent.cycle()
+        if res.degraded:
+            raise NothingUsable("degraded: " + "; ".join(str(x) for x in res.degraded))
+        if not res.usable:
+            raise NothingUsable("no usable GPU (see the report's problems)")
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    agent.run(interval, stop=stop)

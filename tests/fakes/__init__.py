@@ -1,0 +1,1 @@
+"""Fakes of the outside world (NVML, sysfs, Slurm) for the tests."""
