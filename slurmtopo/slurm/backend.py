@@ -1,0 +1,198 @@
+"""The Slurm backend interface: what slurmtopo reads from and asks of Slurm.
+
+Two implementations:
+
+* :class:`~slurmtopo.slurm.cli_backend.CliBackend` runs Slurm's commands
+  (``sinfo --json``, ``squeue --json``, ``scontrol`` text, ``sbatch``); it
+  works on any Slurm >= 22.05 and is the one the integration tests run.
+* :class:`~slurmtopo.slurm.pyslurm_backend.PySlurmBackend` uses pyslurm's
+  object API (pyslurm 25.11, only for a site running a matching Slurm).
+
+Everything above this layer (planner, daemon, ``slurmtopo sbatch``) sees only
+:class:`SlurmNode`, :class:`SlurmJob` and :class:`~slurmtopo.model.ClusterState`.
+"""
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from slurmtopo.errors import SlurmError
+from slurmtopo.model import ClusterState, Inventory, NodeState
+
+#: job states in which a job holds its allocation
+ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",
+                               "STAGE_OUT", "SIGNALING", "RESIZING"})
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    state: str  # base state, lower case: idle, mixed, allocated, down, ...
+    flags: FrozenSet[str] = frozenset()  # lower case: drain, maint, not_responding, ...
+    gpus_total: int = 0
+    gpus_used: FrozenSet[int] = frozenset()  # NVML indices held by jobs
+    features: Tuple[str, ...] = ()
+    partitions: Tuple[str, ...] = ()
+    reason: Optional[str] = None
+    gres: str = ""  # configured GRES string as Slurm prints it ("gpu:a6000:8")
+    cpus_total: int = 0
+    cpus_alloc: int = 0
+
+    @property
+    def usable(self) -> bool:
+        return NodeState(self.name, self.state, flags=self.flags).usable
+
+    @property
+    def gpus_free(self) -> int:
+        return max(0, self.gpus_total - len(self.gpus_used))
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    job_id: int
+    name: str = ""
+    user: str = ""
+    state: str = "PENDING"  # PENDING, RUNNING, ... (upper case, base state)
+    reason: Optional[str] = None
+    priority: int = 0
+    submit_time: int = 0  # epoch seconds
+    nodes: Tuple[str, ...] = ()  # allocated nodes (empty while pending)
+    gpus: Mapping[str, Tuple[int, ...]] = field(default_factory=dict)  # host -> GPU indices
+    comment: str = ""
+    held: bool = False
+    req_nodes: Tuple[str, ...] = ()
+    partition: str = ""
+    num_nodes: int = 0
+    #: GPU request as Slurm states it ("gpu:8", "gres:gpu:4", ...), informational
+    gres_request: str = ""
+    exclusive: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_JOB_STATES
+
+    def __hash__(self) -> int:  # gpus is a dict; hash on identity fields
+        return hash((self.job_id, self.state, self.nodes))
+
+
+class SlurmBackend(abc.ABC):
+    """Read cluster state from Slurm and act on jobs and nodes."""
+
+    name = "abstract"
+
+    # -- reading ---------------------------------------------------------
+    @abc.abstractmethod
+    def nodes(self) -> List[SlurmNode]:
+        """Every node Slurm knows, with GPUs configured and in use."""
+
+    @abc.abstractmethod
+    def jobs(self, states: Optional[Iterable[str]] = None) -> List[SlurmJob]:
+        """Jobs (optionally only those in ``states``, e.g. {"PENDING"})."""
+
+    def job(self, job_id: int) -> Optional[SlurmJob]:
+        """One job, or None when Slurm does not know it (any more)."""
+        for j in self.jobs():
+            if j.job_id == int(job_id):
+                return j
+        return None
+
+    def cluster_state(self, inventory: Optional[Inventory] = None) -> ClusterState:
+        """Free/busy view for the planner.
+
+        Busy GPUs are the GRES indices Slurm has allocated on each node; a
+        node is unusable when its state or flags keep new work off it. When
+        an ``inventory`` is given, only its nodes are reported and an
+        inventory node unknown to Slurm is reported down.
+        """
+        return cluster_state_from(self.nodes(), inventory, source=f"slurm:{self.name}")
+
+    # -- acting ----------------------------------------------------------
+    @abc.abstractmethod
+    def submit(self, script: str, args: Sequence[str] = (), hold: bool = False) -> int:
+        """Submit a batch script (text); return the job id.
+
+        ``args`` are extra sbatch options (argv items, never shell text).
+        Raises :class:`SlurmError` with Slurm's own message on failure.
+        """
+
+    @abc.abstractmethod
+    def update_job(self, job_id: int, **fields: str) -> None:
+        """``scontrol update JobId=<id> Key=Value ...``."""
+
+    @abc.abstractmethod
+    def hold(self, job_id: int) -> None: ...
+
+    @abc.abstractmethod
+    def release(self, job_id: int) -> None: ...
+
+    @abc.abstractmethod
+    def cancel(self, job_id: int) -> None: ...
+
+    @abc.abstractmethod
+    def update_node(self, node: str, **fields: str) -> None:
+        """``scontrol update NodeName=<node> Key=Value ...`` (e.g. State=DRAIN Reason=..)."""
+
+
+def node_state_of(node: SlurmNode) -> NodeState:
+    """The planner's view of one Slurm node: busy GPUs are the GRES indices
+    jobs hold; an ``allocated`` node (every CPU taken) has no room for a new
+    job whatever its GPUs, so it counts as taken whole."""
+    return NodeState(name=node.name, state=node.state, busy_gpus=frozenset(node.gpus_used),
+                     flags=frozenset(node.flags), exclusive=node.state == "allocated")
+
+
+def cluster_state_from(nodes: Iterable[SlurmNode], inventory: Optional[Inventory] = None,
+                       source: Optional[str] = None) -> ClusterState:
+    out: Dict[str, NodeState] = {}
+    for n in nodes:
+        if inventory is not None and n.name not in inventory.nodes:
+            continue
+        st = node_state_of(n)
+        if inventory is not None:
+            n_gpus = inventory.nodes[n.name].hardware.gpu_count
+            busy = {g for g in st.busy_gpus if g < n_gpus}
+            # GPUs Slurm does not have (gres.conf lists fewer than the
+            # inventory) cannot be allocated: count them busy
+            busy |= set(range(min(n.gpus_total, n_gpus), n_gpus))
+            st = NodeState(st.name, st.state, frozenset(busy), st.flags, st.exclusive)
+        out[n.name] = st
+    if inventory is not None:
+        for name in inventory.nodes:
+            if name not in out:
+                out[name] = NodeState(name=name, state="down", flags=frozenset({"unknown_to_slurm"}))
+    return ClusterState(nodes=out, source=source)
+
+
+def get_backend(name: str = "auto", **kwargs) -> SlurmBackend:
+    """The backend called ``name``: "cli", "pyslurm" or "auto".
+
+    "auto" (also ``$SLURMTOPO_BACKEND``) is the command-line backend
+    whenever Slurm's commands are on PATH (every Slurm site), and pyslurm
+    only where they are not and a pyslurm matching the local Slurm imports.
+    The pyslurm backend is used for sure only when chosen by name.
+    """
+    if name in (None, "", "auto"):
+        name = os.environ.get("SLURMTOPO_BACKEND", "auto") or "auto"
+    name = name.lower()
+    if name == "cli":
+        from slurmtopo.slurm.cli_backend import CliBackend
+        return CliBackend(**kwargs)
+    if name == "pyslurm":
+        from slurmtopo.slurm.pyslurm_backend import PySlurmBackend
+        return PySlurmBackend(**kwargs)
+    if name == "auto":
+        import shutil
+        from slurmtopo.slurm.cli_backend import CliBackend
+        env = kwargs.get("env")
+        path = (env or os.environ).get("PATH")
+        if shutil.which("sinfo", path=path) is None:
+            from slurmtopo.slurm import pyslurm_backend
+            if pyslurm_backend.available():
+                try:
+                    return pyslurm_backend.PySlurmBackend()
+                except SlurmError:
+                    pass
+        return CliBackend(**kwargs)
+    raise SlurmError(f"unknown Slurm backend {name!r} (one of auto, cli, pyslurm)")

@@ -1,0 +1,159 @@
+"""The Slurm backend that runs Slurm's own commands.
+
+Reading: ``sinfo --json`` (nodes, GPUs configured and in use),
+``squeue --json`` (jobs, GPUs each running job holds per node) and
+``scontrol -d -o show job <id>`` (one job, text: 22.05's scontrol has no
+``--json``). When a ``--json`` option is missing (Slurm built without the
+JSON plugins, or older than 21.08), the same data is read from
+``scontrol -d -o show node|job`` text.
+
+Acting: ``sbatch --parsable`` (script on stdin), ``scontrol update``,
+``scontrol hold|release``, ``scancel``.
+
+Every command is run as an argv list, never through a shell, so job names,
+comments and node reasons reach Slurm verbatim whatever characters they
+hold. ``SLURM_CONF`` and ``PATH`` come from the environment (or ``env=``).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+from slurmtopo.errors import SlurmError
+from slurmtopo.slurm import parse
+from slurmtopo.slurm.backend import SlurmBackend, SlurmJob, SlurmNode
+
+DEFAULT_TIMEOUT = 60.0
+_NO_JSON = ("unrecognized option", "invalid option", "unknown option", "plugin", "json")
+
+
+class CliBackend(SlurmBackend):
+    name = "cli"
+
+    def __init__(self, env: Optional[Mapping[str, str]] = None, timeout: float = DEFAULT_TIMEOUT,
+                 json: Optional[bool] = None):
+        self.env = dict(env) if env is not None else None
+        self.timeout = timeout
+        #: None: try --json, fall back to scontrol text once it fails
+        self._json = json
+
+    # -- running commands ------------------------------------------------
+    def run(self, argv: Sequence[str], stdin: Optional[str] = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+        argv = [str(a) for a in argv]
+        for a in argv:
+            if "\0" in a:
+                raise SlurmError(f"{argv[0]}: an argument holds a NUL byte")
+        try:
+            p = subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                               env=self.env, timeout=self.timeout)
+        except FileNotFoundError:
+            raise SlurmError(f"{argv[0]} not found: is Slurm's client installed and on PATH?"
+                             ) from None
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{argv[0]} did not answer within {self.timeout:.0f}s "
+                             "(is slurmctld up? SLURM_CONF="
+                             f"{(self.env or os.environ).get('SLURM_CONF', 'unset')})") from None
+        if check and p.returncode != 0:
+            raise SlurmError(parse.error_text(p.stderr, p.stdout, argv[0]))
+        return p
+
+    def _json_or_text(self, json_argv: Sequence[str], text_argv: Sequence[str]):
+        """(kind, stdout): JSON when the command has --json, else text."""
+        if self._json is not False:
+            p = self.run(json_argv, check=False)
+            if p.returncode == 0 and p.stdout.lstrip().startswith("{"):
+                self._json = True
+                return "json", p.stdout
+            msg = (p.stderr or "").lower()
+            if self._json is True or not any(s in msg for s in _NO_JSON):
+                raise SlurmError(parse.error_text(p.stderr, p.stdout, json_argv[0]))
+            self._json = False
+        p = self.run(text_argv, check=False)
+        if p.returncode != 0:
+            if "no jobs in the system" in (p.stdout + p.stderr).lower():
+                return "text", ""
+            raise SlurmError(parse.error_text(p.stderr, p.stdout, text_argv[0]))
+        return "text", p.stdout
+
+    # -- reading ---------------------------------------------------------
+    def nodes(self) -> List[SlurmNode]:
+        kind, out = self._json_or_text(["sinfo", "--json"], ["scontrol", "-d", "-o", "show", "node"])
+        if kind == "json":
+            return parse.parse_sinfo_json(out)
+        return parse.parse_scontrol_nodes(out)
+
+    def jobs(self, states: Optional[Iterable[str]] = None) -> List[SlurmJob]:
+        kind, out = self._json_or_text(["squeue", "--json"], ["scontrol", "-d", "-o", "show", "job"])
+        if kind == "json":
+            return parse.parse_squeue_json(out, states)
+        jobs = parse.parse_scontrol_jobs(out)
+        if states is not None:
+            want = {s.upper() for s in states}
+            jobs = [j for j in jobs if j.state in want]
+        return jobs
+
+    def job(self, job_id: int) -> Optional[SlurmJob]:
+        p = self.run(["scontrol", "-d", "-o", "show", "job", str(int(job_id))], check=False)
+        if p.returncode != 0:
+            text = (p.stderr + p.stdout).lower()
+            if "invalid job id" in text:
+                return None
+            raise SlurmError(parse.error_text(p.stderr, p.stdout, "scontrol"))
+        jobs = [j for j in parse.parse_scontrol_jobs(p.stdout) if j.job_id == int(job_id)]
+        return jobs[0] if jobs else None
+
+    def version(self) -> str:
+        """``slurm 22.05.8`` -> ``22.05.8``."""
+        out = self.run(["sinfo", "--version"]).stdout.strip()
+        return out.split()[-1] if out else ""
+
+    # -- acting ----------------------------------------------------------
+    def submit(self, script: str, args: Sequence[str] = (), hold: bool = False) -> int:
+        argv = ["sbatch", "--parsable"] + (["--hold"] if hold else []) + [str(a) for a in args]
+        p = self.run(argv, stdin=script)
+        first = (p.stdout.strip().splitlines() or [""])[-1]
+        try:
+            return int(first.split(";", 1)[0])
+        except ValueError:
+            raise SlurmError(f"sbatch printed no job id: {p.stdout.strip()!r} "
+                             f"{p.stderr.strip()!r}") from None
+
+    @staticmethod
+    def _pairs(fields: Mapping[str, object]) -> List[str]:
+        out = []
+        for k, v in fields.items():
+            v = "" if v is None else str(v)
+            if not k.replace("_", "").isalnum():
+                raise SlurmError(f"bad Slurm field name {k!r}")
+            if "\n" in v or "\r" in v:
+                raise SlurmError(f"{k}: a Slurm field value must be one line")
+            out.append(f"{k}={v}")
+        return out
+
+    def update_job(self, job_id: int, **fields: str) -> None:
+        if not fields:
+            return
+        self.run(["scontrol", "update", f"JobId={int(job_id)}"] + self._pairs(fields))
+
+    def hold(self, job_id: int) -> None:
+        self.run(["scontrol", "hold", str(int(job_id))])
+
+    def release(self, job_id: int) -> None:
+        self.run(["scontrol", "release", str(int(job_id))])
+
+    def cancel(self, job_id: int) -> None:
+        self.run(["scancel", str(int(job_id))])
+
+    def update_node(self, node: str, **fields: str) -> None:
+        if not fields:
+            return
+        if not node or any(c.isspace() for c in node) or "=" in node:
+            raise SlurmError(f"bad node name {node!r}")
+        self.run(["scontrol", "update", f"NodeName={node}"] + self._pairs(fields))
+
+    # -- extras (admin tooling, tests) -------------------------------------
+    def topology(self) -> Dict[str, Dict[str, object]]:
+        """``scontrol show topology`` as {switch: {level, nodes, switches}}."""
+        return parse.parse_scontrol_topology(self.run(["scontrol", "show", "topology"]).stdout)

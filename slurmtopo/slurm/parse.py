@@ -1,0 +1,528 @@
+"""Pure parsers: what Slurm's commands print -> :class:`SlurmNode` / :class:`SlurmJob`.
+
+No I/O here; the command-line backend runs the commands and hands the text
+over, the unit tests hand over recorded output (tests/fixtures/slurm/).
+
+What comes from where (Slurm 22.05, checked on the dev cluster; later
+versions change some JSON shapes, which are handled too):
+
+* ``sinfo --json``: one record per node. ``state`` is the base state
+  (``"mixed"``; a list such as ``["MIXED", "DRAIN"]`` from 23.02 on),
+  ``state_flags`` the flags (``["DRAIN"]``), ``gres`` the configured GRES
+  (``gpu:8(S:0-1)``, ``gpu:a6000:8(S:0-1)``), ``gres_used`` the GPUs held
+  by jobs with their indices (``gpu:(null):3(IDX:0-2)``,
+  ``gpu:a6000:2(IDX:4-5)``, ``gpu:(null):0(IDX:N/A)`` when none),
+  ``features``/``active_features`` (comma string, a list later),
+  ``partitions``, ``reason``.
+* ``squeue --json``: every job slurmctld knows (22.05 ignores ``-j``/``-t``
+  with ``--json``: filter here). ``gres_detail`` lists the GPUs held per
+  allocated node (``["gpu:2(IDX:0-1)", "gpu:2(IDX:4-5)"]``) in the order of
+  ``job_resources.allocated_nodes``; a held job is ``PENDING`` with reason
+  ``JobHeldUser``/``JobHeldAdmin`` and priority 0.
+* ``scontrol -d show job``: text (22.05 has no ``--json`` here). Besides
+  the ``Key=Value`` fields, one detail line per group of nodes with the same
+  allocation, only while the job runs:
+  ``Nodes=node2 CPU_IDs=0-1 Mem=0 GRES=gpu:a6000:2(IDX:0-1)``.
+* ``scontrol show node`` / ``scontrol show topology``: text.
+
+Values in scontrol text may hold blanks (``JobName=a b``, ``Comment=x y``,
+``Reason=fan failed [root@...]``): a token that does not look like
+``Key=`` (a capitalised word followed by ``=``) continues the previous value,
+and in the multi-line form ``JobName``, ``Comment`` and a ``Reason`` that
+starts a line take the rest of the line.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from slurmtopo.errors import SlurmError
+from slurmtopo.model import parse_cpulist
+from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmJob, SlurmNode
+
+#: base node states Slurm prints (lower case); anything else is a flag
+BASE_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "down", "drained",
+                              "draining", "fail", "failing", "future", "maint", "planned",
+                              "reserved", "unknown", "error", "inval", "power_down",
+                              "powered_down", "perfctrs", "blocked", "alloc", "mix"})
+_STATE_ALIASES = {"alloc": "allocated", "mix": "mixed", "alloc+": "allocated"}
+HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+GPU_NAMES = ("gpu",)
+
+#: keys whose value runs to the end of its line in ``scontrol show`` (multi-line form)
+_REST_OF_LINE = {"JobName", "Comment", "AdminComment", "SystemComment", "Command", "WorkDir",
+                 "StdOut", "StdErr", "StdIn", "OS"}
+_KEY = re.compile(r"^[A-Z][A-Za-z0-9_/:]*=")
+
+
+# --------------------------------------------------------------------------
+# GRES strings
+
+
+def split_top(text: str, sep: str = ",") -> List[str]:
+    """Split on ``sep`` outside parentheses: ``a(1,2),b`` -> [``a(1,2)``, ``b``]."""
+    out, cur, depth = [], "", 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        if ch == sep and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    out.append(cur)
+    return [x.strip() for x in out if x.strip()]
+
+
+def parse_gres(text: Optional[str]) -> List[Tuple[str, Optional[str], int, Optional[str]]]:
+    """GRES string -> [(name, type or None, count, extra or None)].
+
+    ``gpu:a6000:2(IDX:0-1),gpu:(null):1(IDX:4)`` -> [("gpu", "a6000", 2,
+    "IDX:0-1"), ("gpu", None, 1, "IDX:4")]. Accepts the ``gres:``/``gres/``
+    prefixes of TRES strings (``gres:gpu:2``, ``gres/gpu:h100=4``) and
+    Slurm's ``(null)``/``N/A`` for "no GRES".
+    """
+    out: List[Tuple[str, Optional[str], int, Optional[str]]] = []
+    text = (text or "").strip()
+    if not text or text in ("(null)", "N/A", "none"):
+        return out
+    for item in split_top(text):
+        extra = None
+        if item.endswith(")") and "(" in item:
+            # the last "(" opens the trailing group; "(null)" in the type is not it
+            cut = item.rfind("(")
+            head, extra = item[:cut], item[cut + 1:-1]
+        else:
+            head = item
+        if head.startswith(("gres:", "gres/")):
+            head = head[5:]
+        head = head.replace("=", ":")
+        parts = head.split(":")
+        if len(parts) == 1:
+            name, typ, count = parts[0], None, 1
+        else:
+            name = parts[0]
+            if parts[-1].isdigit():
+                count = int(parts[-1])
+                typ = ":".join(parts[1:-1]) or None
+            else:  # "gpu:a6000" (a request without a count means 1)
+                count = 1
+                typ = ":".join(parts[1:]) or None
+        if typ in ("(null)", "null"):
+            typ = None
+        out.append((name, typ, count, extra))
+    return out
+
+
+def _indices(extra: Optional[str]) -> Optional[FrozenSet[int]]:
+    """``IDX:0-1,4`` -> {0, 1, 4}; ``IDX:N/A`` -> {}; no IDX -> None."""
+    if not extra:
+        return None
+    m = re.search(r"(?:^|[\s;])IDX:([^)\s]*)", extra)
+    if not m:
+        return None
+    value = m.group(1)
+    if value in ("", "N/A", "(null)"):
+        return frozenset()
+    try:
+        return frozenset(parse_cpulist(value))
+    except ValueError:
+        return None
+
+
+def gpu_count(gres: Optional[str]) -> int:
+    """Number of GPUs in a GRES string (all types summed)."""
+    return sum(count for name, _t, count, _x in parse_gres(gres) if name in GPU_NAMES)
+
+
+def gpu_types(gres: Optional[str]) -> Tuple[str, ...]:
+    return tuple(dict.fromkeys(t for name, t, _c, _x in parse_gres(gres)
+                               if name in GPU_NAMES and t))
+
+
+def gpu_indices(gres: Optional[str]) -> Tuple[int, Optional[FrozenSet[int]]]:
+    """(count, indices) of the GPUs in a ``gres_used``/``GRES=`` string.
+
+    indices is None when Slurm gave a count but no usable ``IDX``."""
+    total, idx, known = 0, set(), True
+    for name, _t, count, extra in parse_gres(gres):
+        if name not in GPU_NAMES:
+            continue
+        total += count
+        got = _indices(extra)
+        if got is None:
+            if count:
+                known = False
+        else:
+            idx |= got
+    return total, (frozenset(idx) if known else None)
+
+
+# --------------------------------------------------------------------------
+# helpers for JSON shapes that changed between Slurm versions
+
+
+def _number(value: Any, default: int = 0) -> int:
+    """22.05 prints plain numbers; 23.02+ ``{"set": true, "number": 5}``."""
+    if isinstance(value, Mapping):
+        if value.get("infinite"):
+            return default
+        if not value.get("set", True):
+            return default
+        value = value.get("number", default)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _str_list(value: Any) -> Tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(x.strip() for x in value.split(",") if x.strip() and x.strip() != "(null)")
+    return tuple(str(x) for x in value if str(x))
+
+
+def _hosts(text: Any) -> Tuple[str, ...]:
+    if not text or text in ("(null)", "None assigned"):
+        return ()
+    if isinstance(text, (list, tuple)):
+        return tuple(str(x) for x in text)
+    from slurmtopo.inventory import expand_hostlist
+    try:
+        return tuple(expand_hostlist(str(text)))
+    except Exception:  # noqa: BLE001 - ValueError/InventoryError: not a hostlist
+        raise SlurmError(f"cannot read Slurm's host list {text!r}") from None
+
+
+def split_node_state(value: Any, flags: Iterable[str] = ()) -> Tuple[str, FrozenSet[str]]:
+    """``"mixed"`` + ``["DRAIN"]``, ``["MIXED", "DRAIN"]`` or ``MIXED+DRAIN``
+    -> ("mixed", {"drain"}). A trailing ``*`` (not responding), ``~``
+    (powered down), ``#``, ``%``, ``$``, ``@``, ``!`` of sinfo's short
+    states becomes the matching flag."""
+    suffix_flags = {"*": "not_responding", "~": "powered_down", "#": "powering_up",
+                    "%": "powering_down", "$": "maint", "@": "reboot_requested",
+                    "!": "power_down", "^": "reboot_issued", "-": "planned"}
+    parts: List[str] = []
+    if isinstance(value, str):
+        parts = [p for p in value.split("+") if p]
+    elif value:
+        parts = [str(p) for p in value]
+    base = None
+    out_flags = {str(f).lower() for f in flags}
+    for p in parts:
+        p = p.strip()
+        while p and p[-1] in suffix_flags:
+            out_flags.add(suffix_flags[p[-1]])
+            p = p[:-1]
+        low = _STATE_ALIASES.get(p.lower(), p.lower())
+        if base is None and low in BASE_NODE_STATES:
+            base = low
+        else:
+            out_flags.add(low)
+    return base or "unknown", frozenset(out_flags)
+
+
+def _job_state(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else "UNKNOWN"
+    return str(value or "UNKNOWN").upper()
+
+
+def _none_if_empty(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    s = str(value).strip()
+    return None if s in ("", "None", "(null)") else s
+
+
+def load_json(text_or_data: Any, what: str) -> Mapping[str, Any]:
+    if isinstance(text_or_data, Mapping):
+        return text_or_data
+    try:
+        data = json.loads(text_or_data)
+    except (TypeError, ValueError) as exc:
+        raise SlurmError(f"{what}: not JSON ({exc})") from None
+    if not isinstance(data, Mapping):
+        raise SlurmError(f"{what}: expected a JSON object")
+    errors = data.get("errors") or []
+    if errors:
+        first = errors[0]
+        msg = first.get("error") or first.get("description") if isinstance(first, Mapping) \
+            else str(first)
+        raise SlurmError(f"{what}: {msg}")
+    return data
+
+
+# --------------------------------------------------------------------------
+# sinfo --json
+
+
+def node_from_json(n: Mapping[str, Any]) -> SlurmNode:
+    base, flags = split_node_state(n.get("state"), n.get("state_flags") or ())
+    total = gpu_count(n.get("gres"))
+    count, idx = gpu_indices(n.get("gres_used"))
+    if idx is None:  # GPUs in use, indices unknown: assume the first ones
+        idx = frozenset(range(min(count, total)))
+    features = _str_list(n.get("active_features")) or _str_list(n.get("features"))
+    return SlurmNode(
+        name=str(n["name"]), state=base, flags=flags, gpus_total=total,
+        gpus_used=frozenset(i for i in idx), features=features,
+        partitions=_str_list(n.get("partitions")), reason=_none_if_empty(n.get("reason")),
+        gres=str(n.get("gres") or ""), cpus_total=_number(n.get("cpus")),
+        cpus_alloc=_number(n.get("alloc_cpus")))
+
+
+def parse_sinfo_json(text_or_data: Any) -> List[SlurmNode]:
+    data = load_json(text_or_data, "sinfo --json")
+    out: Dict[str, SlurmNode] = {}
+    for n in data.get("nodes") or []:
+        node = node_from_json(n)
+        out.setdefault(node.name, node)  # a node in several partitions may repeat
+    return list(out.values())
+
+
+# --------------------------------------------------------------------------
+# squeue --json
+
+
+def _allocated_node_names(j: Mapping[str, Any]) -> Tuple[str, ...]:
+    res = j.get("job_resources") or {}
+    names: List[str] = []
+    alloc = res.get("allocated_nodes")
+    if isinstance(alloc, list):  # 22.05
+        names = [str(a.get("nodename")) for a in alloc if isinstance(a, Mapping)
+                 and a.get("nodename")]
+    nodes = res.get("nodes")
+    if not names and isinstance(nodes, Mapping):  # 23.11+: nodes.allocation[].name
+        names = [str(a.get("name")) for a in nodes.get("allocation") or []
+                 if isinstance(a, Mapping) and a.get("name")]
+    return tuple(names)
+
+
+def job_gpus_from_detail(hosts: Sequence[str], detail: Sequence[str]) -> Dict[str, Tuple[int, ...]]:
+    out: Dict[str, Tuple[int, ...]] = {}
+    for host, gres in zip(hosts, detail):
+        count, idx = gpu_indices(gres)
+        if idx:
+            out[host] = tuple(sorted(idx))
+    return out
+
+
+def job_from_json(j: Mapping[str, Any]) -> SlurmJob:
+    state = _job_state(j.get("job_state"))
+    reason = _none_if_empty(j.get("state_reason"))
+    priority = _number(j.get("priority"))
+    nodes = _hosts(j.get("nodes")) if state not in ("PENDING",) else ()
+    detail = list(j.get("gres_detail") or [])
+    order = _allocated_node_names(j) or nodes
+    gpus = job_gpus_from_detail(order, detail) if detail and state in ACTIVE_JOB_STATES else {}
+    held = reason in HELD_REASONS or (state == "PENDING" and priority == 0)
+    shared = j.get("shared")
+    return SlurmJob(
+        job_id=_number(j.get("job_id")), name=str(j.get("name") or ""),
+        user=str(j.get("user_name") or j.get("user_id") or ""), state=state, reason=reason,
+        priority=priority, submit_time=_number(j.get("submit_time")), nodes=nodes, gpus=gpus,
+        comment=str(j.get("comment") or ""), held=held,
+        req_nodes=_hosts(j.get("required_nodes")), partition=str(j.get("partition") or ""),
+        num_nodes=_number(j.get("node_count")),
+        gres_request=str(j.get("tres_per_node") or j.get("tres_per_job") or
+                         j.get("tres_per_task") or ""),
+        exclusive=(shared == "none" or (isinstance(shared, list) and "none" in shared)))
+
+
+def parse_squeue_json(text_or_data: Any, states: Optional[Iterable[str]] = None,
+                      job_ids: Optional[Iterable[int]] = None) -> List[SlurmJob]:
+    data = load_json(text_or_data, "squeue --json")
+    want_states = {s.upper() for s in states} if states is not None else None
+    want_ids = {int(i) for i in job_ids} if job_ids is not None else None
+    out = []
+    for j in data.get("jobs") or []:
+        job = job_from_json(j)
+        if want_states is not None and job.state not in want_states:
+            continue
+        if want_ids is not None and job.job_id not in want_ids:
+            continue
+        out.append(job)
+    return out
+
+
+# --------------------------------------------------------------------------
+# scontrol text
+
+
+def _tokens(line: str, rest_keys: Iterable[str] = ()) -> List[Tuple[str, str]]:
+    """``A=1 B=x y C=z`` -> [("A", "1"), ("B", "x y"), ("C", "z")]."""
+    rest = set(rest_keys)
+    out: List[Tuple[str, str]] = []
+    toks = line.split(" ")
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        if _KEY.match(tok):
+            k, v = tok.split("=", 1)
+            if k in rest:
+                v = " ".join([v] + toks[i + 1:]).rstrip()
+                out.append((k, v))
+                break
+            out.append((k, v))
+        elif out:
+            k, v = out[-1]
+            out[-1] = (k, f"{v} {tok}")
+        i += 1
+    return [(k, v.rstrip()) for k, v in out]
+
+
+def scontrol_records(text: str, first_key: str) -> List[List[Tuple[str, str]]]:
+    """Records of ``scontrol show <thing>`` (multi-line or ``-o``) as
+    ordered (key, value) lists; repeated keys (the ``Nodes=`` detail lines of
+    ``-d``) stay in order."""
+    records: List[List[Tuple[str, str]]] = []
+    cur: Optional[List[Tuple[str, str]]] = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        oneliner = False
+        if line.startswith(first_key + "="):
+            cur = []
+            records.append(cur)
+            # the -o form holds a whole record on one line
+            oneliner = len(re.findall(r"(?:^|\s)[A-Z][A-Za-z0-9_/:]*=", line)) > 12
+        if cur is None:
+            continue
+        if oneliner:
+            cur.extend(_tokens(line))
+            continue
+        rest = set(_REST_OF_LINE)
+        if line.startswith("Reason="):  # a node's reason line runs to its end
+            rest.add("Reason")
+        cur.extend(_tokens(line, rest))
+    return records
+
+
+def _first(rec: Sequence[Tuple[str, str]], key: str, default: Optional[str] = None) -> Optional[str]:
+    for k, v in rec:
+        if k == key:
+            return v
+    return default
+
+
+def _time(value: Optional[str]) -> int:
+    if not value or value in ("Unknown", "None", "N/A"):
+        return 0
+    import datetime as _dt
+    try:
+        return int(_dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").timestamp())
+    except ValueError:
+        return 0
+
+
+def job_gpus_from_scontrol(rec: Sequence[Tuple[str, str]]) -> Dict[str, Tuple[int, ...]]:
+    """host -> GPU indices from the ``Nodes=... GRES=...`` detail of ``-d``."""
+    out: Dict[str, Tuple[int, ...]] = {}
+    hosts: Tuple[str, ...] = ()
+    in_detail = False
+    for k, v in rec:
+        if k == "Nodes":
+            hosts = _hosts(v)
+            in_detail = True
+        elif k in ("GRES", "GRES_IDX") and in_detail:
+            _count, idx = gpu_indices(v.replace("gpu(IDX", "gpu:0(IDX") if k == "GRES_IDX" else v)
+            if idx:
+                for h in hosts:
+                    out[h] = tuple(sorted(idx))
+            in_detail = False
+        elif k not in ("CPU_IDs", "Mem"):
+            in_detail = False
+    return out
+
+
+def job_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmJob:
+    state = _job_state(_first(rec, "JobState"))
+    reason = _none_if_empty(_first(rec, "Reason"))
+    priority = _number(_first(rec, "Priority"))
+    user = (_first(rec, "UserId") or "").split("(", 1)[0]
+    nodes = _hosts(_first(rec, "NodeList")) if state != "PENDING" else ()
+    held = reason in HELD_REASONS or (state == "PENDING" and priority == 0)
+    num_nodes = (_first(rec, "NumNodes") or "0").split("-", 1)[0]
+    return SlurmJob(
+        job_id=int(_first(rec, "JobId") or 0), name=_first(rec, "JobName") or "",
+        user=user, state=state, reason=reason, priority=priority,
+        submit_time=_time(_first(rec, "SubmitTime")), nodes=nodes,
+        gpus=job_gpus_from_scontrol(rec) if state in ACTIVE_JOB_STATES else {},
+        comment=_first(rec, "Comment") or "", held=held,
+        req_nodes=_hosts(_first(rec, "ReqNodeList")), partition=_first(rec, "Partition") or "",
+        num_nodes=_number(num_nodes),
+        gres_request=_first(rec, "TresPerNode") or _first(rec, "TresPerJob") or "",
+        exclusive=(_first(rec, "OverSubscribe") == "NO"))
+
+
+def parse_scontrol_jobs(text: str) -> List[SlurmJob]:
+    return [job_from_scontrol(r) for r in scontrol_records(text, "JobId")]
+
+
+def node_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmNode:
+    base, flags = split_node_state(_first(rec, "State"))
+    total = gpu_count(_first(rec, "Gres"))
+    used_text = _first(rec, "GresUsed")
+    if used_text is not None:
+        count, idx = gpu_indices(used_text)
+        if idx is None:
+            idx = frozenset(range(min(count, total)))
+    else:
+        idx = frozenset()
+    reason = _first(rec, "Reason")
+    if reason:
+        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", reason)  # " [root@time]"
+    return SlurmNode(
+        name=_first(rec, "NodeName") or "", state=base, flags=flags, gpus_total=total,
+        gpus_used=idx, features=_str_list(_first(rec, "ActiveFeatures")),
+        partitions=_str_list(_first(rec, "Partitions")), reason=_none_if_empty(reason),
+        gres=_first(rec, "Gres") or "", cpus_total=_number(_first(rec, "CPUTot")),
+        cpus_alloc=_number(_first(rec, "CPUAlloc")))
+
+
+def parse_scontrol_nodes(text: str) -> List[SlurmNode]:
+    """``scontrol [-d] show node``; GPUs in use only with ``-d`` (GresUsed)."""
+    return [node_from_scontrol(r) for r in scontrol_records(text, "NodeName")]
+
+
+def parse_scontrol_topology(text: str) -> Dict[str, Dict[str, Any]]:
+    """``scontrol show topology`` -> {switch: {"level": int, "nodes": (...),
+    "switches": (...), "link_speed": int or None}}."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for rec in scontrol_records(text, "SwitchName"):
+        name = _first(rec, "SwitchName") or ""
+        speed = _first(rec, "LinkSpeed")
+        out[name] = {"level": _number(_first(rec, "Level")),
+                     "nodes": _hosts(_first(rec, "Nodes")),
+                     "switches": _hosts(_first(rec, "Switches")),
+                     "link_speed": int(speed) if speed and speed.isdigit() else None}
+    return out
+
+
+# --------------------------------------------------------------------------
+# command errors
+
+
+_PREFIX = re.compile(r"^(?:sbatch|scontrol|scancel|squeue|sinfo|srun|salloc):\s*(?:error:\s*)?",
+                     re.I)
+
+
+def error_text(stderr: str, stdout: str = "", command: str = "") -> str:
+    """Slurm's own message, one line: every distinct error line of stderr
+    (``sbatch: error: `` prefixes dropped), joined with ``; ``."""
+    lines = []
+    for line in (stderr or "").splitlines() + ([] if stderr and stderr.strip()
+                                               else (stdout or "").splitlines()):
+        line = _PREFIX.sub("", line.strip()).strip()
+        if line and line not in lines:
+            lines.append(line)
+    return "; ".join(lines) or f"{command or 'command'} failed without a message"

@@ -1,0 +1,361 @@
+"""Optional Slurm backend over pyslurm's object API (pyslurm 25.11).
+
+Only for a site whose Slurm matches the pyslurm release (pyslurm X.Y.* is
+built against Slurm X.Y and refuses any other). This module never imports
+pyslurm at import time: :func:`available` tries, and
+:class:`PySlurmBackend` imports it when constructed. The command-line
+backend (:mod:`slurmtopo.slurm.cli_backend`) is the default and the one
+the integration tests run.
+
+pyslurm API used (pyslurm 25.11, ``pyslurm/core/node.pyx``,
+``pyslurm/core/job/job.pyx``, ``pyslurm/core/job/submission.pyx``):
+
+* ``pyslurm.Nodes.load()`` -> collection of ``pyslurm.Node`` (a
+  MultiClusterMap: ``.values()``); ``Node.name``, ``.state``
+  (``"MIXED+DRAIN"``), ``.configured_gres`` (``{"gpu:a100": 8}``),
+  ``.allocated_gres`` (``{"gpu:a100": {"count": "2", "indexes": "0-1"}}``
+  when Slurm printed ``IDX``, else ``{"gpu:a100": 2}``),
+  ``.available_features``/``.active_features`` (lists), ``.partitions``,
+  ``.reason``, ``.total_cpus``, ``.allocated_cpus``;
+  ``Node(state=..., reason=...)`` + ``node.modify(changes)`` to update.
+* ``pyslurm.Jobs.load()`` -> collection of ``pyslurm.Job``;
+  ``pyslurm.Job.load(id)`` (raises ``pyslurm.RPCError`` for an unknown
+  id); ``Job.id``, ``.name``, ``.user_name``, ``.state``,
+  ``.state_reason``, ``.priority``, ``.submit_time``, ``.allocated_nodes``
+  / ``.required_nodes`` (hostlist strings), ``.comment``, ``.partition``,
+  ``.num_nodes``, ``.gres_per_node``, ``.resource_sharing``,
+  ``.get_resource_layout_per_node()`` -> ``{node: {"gres": {"gpu:t":
+  {"count": .., "indexes": "0-1"}}, ...}}``; ``Job(id).hold()``,
+  ``.release()``, ``.cancel()``, ``.modify(JobSubmitDescription(...))``.
+* ``pyslurm.JobSubmitDescription(script=PATH, ...)``,
+  ``.load_sbatch_options()`` (reads ``#SBATCH`` lines; first one wins, an
+  attribute already set is kept, options pyslurm does not know are
+  skipped), ``.submit()`` -> job id. ``priority=0`` submits held.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from slurmtopo.errors import SlurmError
+from slurmtopo.model import parse_cpulist
+from slurmtopo.slurm import parse
+from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmBackend, SlurmJob, SlurmNode
+
+#: pyslurm's major.minor must be this or newer (the object API of 23.02+)
+MIN_VERSION = (23, 2)
+
+#: sbatch options ``submit(args=...)`` accepts -> JobSubmitDescription attribute
+SUBMIT_OPTIONS = {
+    "--job-name": "name", "-J": "name", "--comment": "comment", "--partition": "partitions",
+    "-p": "partitions", "--nodelist": "required_nodes", "-w": "required_nodes",
+    "--exclude": "excluded_nodes", "-x": "excluded_nodes", "--dependency": "dependencies",
+    "-d": "dependencies", "--output": "standard_output", "-o": "standard_output",
+    "--error": "standard_error", "-e": "standard_error", "--time": "time_limit",
+    "-t": "time_limit", "--account": "account", "-A": "account", "--qos": "qos", "-q": "qos",
+    "--chdir": "working_directory", "-D": "working_directory", "--priority": "priority",
+}
+
+
+#: long sbatch options pyslurm 25.11's ``load_sbatch_options`` maps to a
+#: JobSubmitDescription attribute (``pyslurm/core/job/sbatch_opts.py``); it
+#: skips every other ``#SBATCH`` line without a word. Note ``--gpus-per-task``
+#: is missing there (its entry is spelled ``gpus-per-socket`` twice).
+PYSLURM_SBATCH_OPTIONS = frozenset({
+    "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir",
+    "cluster-constraint", "clusters", "comment", "constraint", "container", "contiguous",
+    "core-spec", "cores-per-socket", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline",
+    "delay-boot", "dependency", "distribution", "error", "exclude", "exclusive", "export",
+    "get-user-env", "gid", "gpu-bind", "gpus", "gpus-per-node", "gpus-per-socket", "gres",
+    "gres-flags", "hold", "input", "job-name", "kill-on-invalid-dep", "licenses", "mail-type",
+    "mail-user", "mcs-label", "mem", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nice",
+    "no-kill", "no-requeue", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu",
+    "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "overcommit",
+    "oversubscribe", "partition", "power", "priority", "profile", "qos", "reboot", "requeue",
+    "reservation", "signal", "sockets-per-node", "spread-job", "switches", "thread-spec",
+    "threads-per-core", "time", "time-min", "tmp", "uid", "use-min-nodes", "wait-all-nodes",
+    "wckey"})
+
+
+def unsupported_directives(script: str) -> List[str]:
+    """``#SBATCH`` options of the script pyslurm would silently drop."""
+    out = []
+    for line in script.splitlines()[1:]:
+        s = line.strip()
+        if s and not s.startswith("#"):
+            break                       # sbatch reads directives up to the first command
+        if not s.startswith("#SBATCH"):
+            continue
+        words = s[len("#SBATCH"):].split("#", 1)[0].split()
+        if not words:
+            continue
+        opt = words[0]
+        if opt.startswith("--"):
+            name = opt[2:].split("=", 1)[0]
+            if name not in PYSLURM_SBATCH_OPTIONS:
+                out.append(opt.split("=", 1)[0])
+    return out
+
+
+def _import():
+    import pyslurm  # noqa: F401  (optional dependency)
+    return pyslurm
+
+
+def pyslurm_version(mod=None) -> Optional[Tuple[int, int]]:
+    mod = mod or _import()
+    text = getattr(mod, "__version__", None)
+    if text is None and hasattr(mod, "version"):
+        try:
+            text = mod.version()
+        except Exception:  # noqa: BLE001
+            text = None
+    m = re.match(r"^(\d+)\.(\d+)", str(text or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def available() -> bool:
+    """pyslurm imports (so it matched the local libslurm) and has the
+    object API this backend uses."""
+    try:
+        mod = _import()
+    except Exception:  # noqa: BLE001 - ImportError, OSError from libslurm, ...
+        return False
+    ver = pyslurm_version(mod)
+    if ver is None or ver < MIN_VERSION:
+        return False
+    return all(hasattr(mod, n) for n in ("Nodes", "Jobs", "Job", "Node", "JobSubmitDescription"))
+
+
+def _values(collection) -> Iterable[Any]:
+    """pyslurm collections: a MultiClusterMap (``.values()``) or a list."""
+    if collection is None:
+        return []
+    values = getattr(collection, "values", None)
+    return values() if callable(values) else collection
+
+
+def _gres_entries(d: Optional[Mapping[str, Any]]) -> List[Tuple[str, int, Optional[str]]]:
+    """pyslurm's gres dict -> [(name, count, indexes or None)]."""
+    out = []
+    for key, val in (d or {}).items():
+        name = str(key).split(":", 1)[0]
+        if isinstance(val, Mapping):
+            try:
+                count = int(val.get("count") or 0)
+            except (TypeError, ValueError):
+                count = 0
+            idx = val.get("indexes")
+            out.append((name, count, None if idx is None else str(idx)))
+        else:
+            try:
+                out.append((name, int(val), None))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def gpus_total(d: Optional[Mapping[str, Any]]) -> int:
+    return sum(c for n, c, _ in _gres_entries(d) if n == "gpu")
+
+
+def gpus_indices(d: Optional[Mapping[str, Any]]) -> Tuple[int, Optional[frozenset]]:
+    total, idx, known = 0, set(), True
+    for name, count, indexes in _gres_entries(d):
+        if name != "gpu":
+            continue
+        total += count
+        if indexes is None:
+            if count:
+                known = False
+            continue
+        if indexes in ("", "N/A"):
+            continue
+        try:
+            idx |= set(parse_cpulist(indexes))
+        except ValueError:
+            known = False
+    return total, (frozenset(idx) if known else None)
+
+
+class PySlurmBackend(SlurmBackend):
+    name = "pyslurm"
+
+    def __init__(self, module=None):
+        if module is None:
+            try:
+                module = _import()
+            except Exception as exc:  # noqa: BLE001
+                raise SlurmError(f"the pyslurm backend needs pyslurm matching this Slurm "
+                                 f"(pip install 'slurmtopo[pyslurm]'): {exc}") from None
+        self.pyslurm = module
+        ver = pyslurm_version(module)
+        if ver is None or ver < MIN_VERSION:
+            raise SlurmError(f"pyslurm {getattr(module, '__version__', '?')} is too old for "
+                             "slurmtopo (needs the 23.02+ object API); use --backend cli")
+
+    # -- errors ------------------------------------------------------------
+    def _call(self, what: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except self.pyslurm.RPCError as exc:
+            msg = getattr(exc, "msg", None) or str(exc)
+            raise SlurmError(f"{what}: {msg}") from None
+        except (ValueError, TypeError) as exc:
+            raise SlurmError(f"{what}: {exc}") from None
+
+    # -- reading -----------------------------------------------------------
+    def _node(self, n) -> SlurmNode:
+        base, flags = parse.split_node_state(n.state or "")
+        total = gpus_total(n.configured_gres)
+        count, idx = gpus_indices(n.allocated_gres)
+        if idx is None:
+            idx = frozenset(range(min(count, total)))
+        features = tuple(n.active_features or n.available_features or ())
+        return SlurmNode(name=n.name, state=base, flags=flags, gpus_total=total,
+                         gpus_used=idx, features=features,
+                         partitions=tuple(n.partitions or ()), reason=n.reason or None,
+                         gres=",".join(f"{k}:{v}" for k, v in (n.configured_gres or {}).items()),
+                         cpus_total=int(n.total_cpus or 0), cpus_alloc=int(n.allocated_cpus or 0))
+
+    def nodes(self) -> List[SlurmNode]:
+        coll = self._call("loading nodes", self.pyslurm.Nodes.load)
+        return [self._node(n) for n in _values(coll)]
+
+    def _job(self, j) -> SlurmJob:
+        state = str(j.state or "UNKNOWN").upper()
+        reason = j.state_reason if j.state_reason not in (None, "", "None") else None
+        priority = int(j.priority or 0)
+        nodes = parse._hosts(j.allocated_nodes) if state != "PENDING" else ()
+        gpus: Dict[str, Tuple[int, ...]] = {}
+        if state in ACTIVE_JOB_STATES:
+            layout = self._call(f"job {j.id} layout", j.get_resource_layout_per_node) or {}
+            for host, res in layout.items():
+                _count, idx = gpus_indices((res or {}).get("gres"))
+                if idx:
+                    gpus[host] = tuple(sorted(idx))
+        gres_req = j.gres_per_node or {}
+        return SlurmJob(
+            job_id=int(j.id), name=j.name or "", user=j.user_name or "", state=state,
+            reason=reason, priority=priority, submit_time=int(j.submit_time or 0), nodes=nodes,
+            gpus=gpus, comment=j.comment or "",
+            held=reason in parse.HELD_REASONS or (state == "PENDING" and priority == 0),
+            req_nodes=parse._hosts(j.required_nodes), partition=j.partition or "",
+            num_nodes=int(j.num_nodes or 0),
+            gres_request=",".join(f"{k}:{v}" for k, v in gres_req.items()),
+            exclusive=(str(j.resource_sharing or "").lower() in ("no", "none", "exclusive")))
+
+    def jobs(self, states: Optional[Iterable[str]] = None) -> List[SlurmJob]:
+        coll = self._call("loading jobs", self.pyslurm.Jobs.load)
+        want = {s.upper() for s in states} if states is not None else None
+        out = []
+        for j in _values(coll):
+            job = self._job(j)
+            if want is None or job.state in want:
+                out.append(job)
+        return out
+
+    def job(self, job_id: int) -> Optional[SlurmJob]:
+        try:
+            j = self.pyslurm.Job.load(int(job_id))
+        except self.pyslurm.RPCError as exc:
+            msg = (getattr(exc, "msg", None) or str(exc)).lower()
+            if "invalid job id" in msg:
+                return None
+            raise SlurmError(f"loading job {job_id}: {getattr(exc, 'msg', exc)}") from None
+        return self._job(j)
+
+    # -- acting ------------------------------------------------------------
+    def _desc_from_args(self, args: Sequence[str]) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        args = [str(a) for a in args]
+        i = 0
+        while i < len(args):
+            a = args[i]
+            key, sep, value = a.partition("=")
+            if key in ("--hold", "-H"):
+                out["priority"] = 0
+                i += 1
+                continue
+            attr = SUBMIT_OPTIONS.get(key)
+            if attr is None:
+                raise SlurmError(f"the pyslurm backend cannot pass sbatch option {a!r}; use "
+                                 "--backend cli (or put it in the script as #SBATCH)")
+            if not sep:
+                if i + 1 >= len(args):
+                    raise SlurmError(f"sbatch option {a} needs a value")
+                value = args[i + 1]
+                i += 1
+            out[attr] = value
+            i += 1
+        return out
+
+    def submit(self, script: str, args: Sequence[str] = (), hold: bool = False) -> int:
+        dropped = unsupported_directives(script)
+        if dropped:
+            raise SlurmError("pyslurm would ignore #SBATCH " + ", ".join(dropped) + " in this "
+                             "script; submit with --backend cli")
+        attrs = self._desc_from_args(args)
+        if hold:
+            attrs["priority"] = 0
+        fd, path = tempfile.mkstemp(prefix="slurmtopo-", suffix=".sbatch")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(script)
+            desc = self._call("job description", self.pyslurm.JobSubmitDescription,
+                              script=path, **attrs)
+            # attributes set above win; #SBATCH lines fill in the rest
+            self._call("reading #SBATCH options", desc.load_sbatch_options)
+            return int(self._call("submitting", desc.submit))
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def update_job(self, job_id: int, **fields: str) -> None:
+        if not fields:
+            return
+        attrs = {}
+        for k, v in fields.items():
+            attr = _JOB_FIELDS.get(k.lower())
+            if attr is None:
+                raise SlurmError(f"the pyslurm backend cannot update job field {k!r}")
+            attrs[attr] = v
+        changes = self._call("job changes", self.pyslurm.JobSubmitDescription, **attrs)
+        self._call(f"updating job {job_id}", self.pyslurm.Job(int(job_id)).modify, changes)
+
+    def hold(self, job_id: int) -> None:
+        self._call(f"holding job {job_id}", self.pyslurm.Job(int(job_id)).hold)
+
+    def release(self, job_id: int) -> None:
+        self._call(f"releasing job {job_id}", self.pyslurm.Job(int(job_id)).release)
+
+    def cancel(self, job_id: int) -> None:
+        self._call(f"cancelling job {job_id}", self.pyslurm.Job(int(job_id)).cancel)
+
+    def update_node(self, node: str, **fields: str) -> None:
+        attrs = {}
+        for k, v in fields.items():
+            attr = _NODE_FIELDS.get(k.lower())
+            if attr is None:
+                raise SlurmError(f"the pyslurm backend cannot update node field {k!r}")
+            attrs[attr] = v
+        changes = self._call("node changes", self.pyslurm.Node, **attrs)
+        target = self._call(f"loading node {node}", self.pyslurm.Node.load, node)
+        self._call(f"updating node {node}", target.modify, changes)
+
+
+#: scontrol field names -> JobSubmitDescription attributes
+_JOB_FIELDS = {"comment": "comment", "reqnodelist": "required_nodes",
+               "nodelist": "required_nodes", "excnodelist": "excluded_nodes",
+               "name": "name", "jobname": "name", "priority": "priority",
+               "partition": "partitions", "timelimit": "time_limit", "qos": "qos",
+               "account": "account", "dependency": "dependencies",
+               "numnodes": "nodes", "features": "constraints"}
+#: scontrol node fields -> Node attributes
+_NODE_FIELDS = {"state": "state", "reason": "reason", "comment": "comment",
+                "availablefeatures": "available_features", "activefeatures": "active_features",
+                "weight": "weight"}

@@ -1,0 +1,149 @@
+"""The command-line backend against stand-in Slurm commands on PATH.
+
+Each stand-in (sinfo, squeue, scontrol, sbatch, scancel) is a small Python
+script that logs its argv and stdin and answers from a recorded fixture or
+with Slurm's own error text, so these tests run where Slurm is not
+installed and still go through real subprocess calls.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from slurmtopo.errors import SlurmError
+from slurmtopo.slurm import get_backend
+from slurmtopo.slurm.cli_backend import CliBackend
+
+
+def test_nodes_jobs_and_one_job(slurm):
+    slurm.on("sinfo --json", file="sinfo_typed.json")
+    slurm.on("squeue --json", file="squeue_typed.json")
+    slurm.on("scontrol -d -o show job 6", file="scontrol_show_job_d_oneliner_typed.txt")
+    b = CliBackend(env=slurm.env)
+    assert {n.name: sorted(n.gpus_used) for n in b.nodes()} == \
+        {"node1": [0, 1, 4], "node2": [0, 1], "node3": [0, 1, 2], "node4": [0, 1, 2, 4, 5]}
+    assert [j.job_id for j in b.jobs({"PENDING"})] == [4, 5]
+    # `scontrol show job 6` printed every job (as a fixture): only 6 is taken
+    assert b.job(6).gpus == {"node2": (0, 1), "node4": (4, 5)}
+    argvs = [c["argv"] for c in slurm.calls()]
+    assert argvs == [["sinfo", "--json"], ["squeue", "--json"],
+                     ["scontrol", "-d", "-o", "show", "job", "6"]]
+
+
+def test_unknown_job_is_none(slurm):
+    slurm.on("scontrol -d -o show job 99", stderr="slurm_load_jobs error: Invalid job id "
+             "specified\n", rc=1)
+    assert CliBackend(env=slurm.env).job(99) is None
+
+
+def test_cluster_state_marks_busy_gpus(slurm):
+    slurm.on("sinfo --json", file="sinfo_untyped_busy.json")
+    st = CliBackend(env=slurm.env).cluster_state()
+    assert st.nodes["node1"].busy_gpus == {0, 1, 2} and st.nodes["node4"].exclusive
+    assert st.source == "slurm:cli"
+
+
+def test_falls_back_to_scontrol_text_without_json(slurm):
+    slurm.on("sinfo --json", stderr="sinfo: unrecognized option '--json'\n", rc=1)
+    slurm.on("scontrol -d -o show node", file="scontrol_d_show_node_typed.txt")
+    slurm.on("squeue --json", stderr="squeue: unrecognized option '--json'\n", rc=1)
+    slurm.on("scontrol -d -o show job", file="scontrol_show_job_d_typed.txt")
+    b = CliBackend(env=slurm.env)
+    assert {n.name: n.state for n in b.nodes()}["node3"] == "down"
+    assert len(b.jobs()) == 6
+    # the fallback is remembered: --json is not tried again
+    b.nodes()
+    assert [c["argv"][:2] for c in slurm.calls()].count(["sinfo", "--json"]) == 1
+
+
+def test_controller_down_is_a_slurm_error_not_a_fallback(slurm):
+    slurm.on("sinfo --json", stderr="slurm_load_node error: Unable to contact slurm "
+             "controller (connect failure)\n", rc=1)
+    with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
+        CliBackend(env=slurm.env).nodes()
+
+
+def test_submit_passes_the_script_on_stdin_and_argv_verbatim(slurm):
+    slurm.on("sbatch", stdout="4242\n")
+    script = "#!/bin/bash\n#SBATCH --nodes=1\necho '$(touch X)' `id`\n"
+    jid = CliBackend(env=slurm.env).submit(script, args=["--comment=a b;$(rm -rf /)",
+                                                         "--job-name=`x`"], hold=True)
+    assert jid == 4242
+    (call,) = slurm.calls()
+    assert call["argv"] == ["sbatch", "--parsable", "--hold", "--comment=a b;$(rm -rf /)",
+                            "--job-name=`x`"]
+    assert call["stdin"] == script
+
+
+def test_submit_on_a_federated_cluster(slurm):
+    slurm.on("sbatch", stdout="77;cluster2\n")
+    assert CliBackend(env=slurm.env).submit("#!/bin/bash\ntrue\n") == 77
+
+
+def test_submit_failure_is_slurms_message(slurm):
+    slurm.on("sbatch", stderr="sbatch: error: invalid partition specified: nosuch\n"
+                              "sbatch: error: Batch job submission failed: Invalid partition "
+                              "name specified\n", rc=1)
+    with pytest.raises(SlurmError) as exc:
+        CliBackend(env=slurm.env).submit("#!/bin/bash\ntrue\n")
+    assert exc.value.render() == ("invalid partition specified: nosuch; Batch job submission "
+                                  "failed: Invalid partition name specified")
+    assert exc.value.exit_code == 4
+
+
+def test_update_hold_release_cancel_node(slurm):
+    slurm.on("scontrol", stdout="")
+    slurm.on("scancel", stdout="")
+    b = CliBackend(env=slurm.env)
+    b.update_job(12, Comment="slurmtopo:v1:{} a;b", ReqNodeList="node[1-2]", ExcNodeList="")
+    b.hold(12)
+    b.release(12)
+    b.cancel(12)
+    b.update_node("node3", State="DRAIN", Reason="slurmtopo agent: GPU 3 lost; see $(log)")
+    assert [c["argv"] for c in slurm.calls()] == [
+        ["scontrol", "update", "JobId=12", "Comment=slurmtopo:v1:{} a;b",
+         "ReqNodeList=node[1-2]", "ExcNodeList="],
+        ["scontrol", "hold", "12"], ["scontrol", "release", "12"], ["scancel", "12"],
+        ["scontrol", "update", "NodeName=node3", "State=DRAIN",
+         "Reason=slurmtopo agent: GPU 3 lost; see $(log)"]]
+
+
+def test_update_refuses_multi_line_values_and_odd_names(slurm):
+    b = CliBackend(env=slurm.env)
+    with pytest.raises(SlurmError, match="one line"):
+        b.update_job(1, Comment="a\nb")
+    with pytest.raises(SlurmError, match="bad node name"):
+        b.update_node("node1 State=DOWN", State="DRAIN")
+    with pytest.raises(SlurmError, match="bad Slurm field"):
+        b.update_job(1, **{"A B": "x"})
+    assert slurm.calls() == []
+
+
+def test_scontrol_failure_is_reported(slurm):
+    slurm.on("scontrol update", stderr="Update of this parameter is not supported: "
+             "NoSuchKey=1\nRequest aborted\n", rc=1)
+    with pytest.raises(SlurmError, match="not supported: NoSuchKey=1; Request aborted"):
+        CliBackend(env=slurm.env).update_job(3, NoSuchKey="1")
+
+
+def test_missing_slurm_client(tmp_path):
+    b = CliBackend(env={"PATH": str(tmp_path)})
+    with pytest.raises(SlurmError, match="sinfo not found"):
+        b.nodes()
+
+
+def test_factory(monkeypatch):
+    assert isinstance(get_backend("cli"), CliBackend)
+    monkeypatch.setenv("SLURMTOPO_BACKEND", "cli")
+    assert isinstance(get_backend(), CliBackend)
+    monkeypatch.delenv("SLURMTOPO_BACKEND")
+    # no pyslurm and no Slurm commands: auto is still the command line (which
+    # then says sinfo is missing)
+    monkeypatch.setitem(sys.modules, "pyslurm", None)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert isinstance(get_backend("auto"), CliBackend)
+    with pytest.raises(SlurmError, match="needs pyslurm"):
+        get_backend("pyslurm")
+    with pytest.raises(SlurmError, match="unknown Slurm backend"):
+        get_backend("rest")

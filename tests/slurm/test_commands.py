@@ -1,0 +1,177 @@
+"""`slurmtopo sbatch` and `slurmtopo state` without Slurm: the Slurm
+commands are the stand-ins of conftest.py (recorded 22.05 output)."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from slurmtopo.cli import main
+from tests.slurm.conftest import FIXTURES
+
+INV = str(FIXTURES / "devcluster-inventory.yaml")
+
+
+def run(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+@pytest.fixture
+def onpath(slurm, monkeypatch):
+    monkeypatch.setenv("PATH", slurm.env["PATH"])
+    monkeypatch.delenv("SLURMTOPO_BACKEND", raising=False)
+    monkeypatch.chdir(slurm.path.parent)
+    return slurm
+
+
+def _ranks(script: str):
+    """(host, gpu) of every rank in the plan embedded in the script."""
+    body = script.split("<<'SLURMTOPO_PLAN_JSON'\n", 1)[1].split("\nSLURMTOPO_PLAN_JSON\n")[0]
+    return [(r["host"], r["gpu"]) for r in json.loads(body)["ranks"]]
+
+
+def test_dry_run_prints_the_script_and_submits_nothing(onpath, capsys):
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--dp", "2", "--dry-run",
+                          "--", "python3", "-c", "print(1)", "$(touch MARK)", "`id`"], capsys)
+    assert code == 0, err
+    assert out.startswith("#!/bin/bash\n#SBATCH ")
+    assert "python3 -c 'print(1)' '$(touch MARK)' '`id`'" in out
+    assert "dry run: nothing submitted" in err
+    assert [c["argv"] for c in onpath.calls()] == [["sinfo", "--json"]]   # no sbatch
+    # live state: node1 holds GPUs 0-2, node4 is taken by an exclusive job
+    ranks = _ranks(out)
+    assert all(g not in (0, 1, 2) for h, g in ranks if h == "node1")
+    assert all(h != "node4" for h, _ in ranks)
+
+
+def test_plan_avoids_gpus_jobs_hold(onpath, capsys):
+    onpath.on("sinfo --json", file="sinfo_untyped_drain.json")
+    # 12 ranks: node1 has 5 free, node2 6, node3 drains, node4 is allocated
+    code, out, err = run(["sbatch", "--inventory", INV, "--world", "11", "--dry-run", "--",
+                          "true"], capsys)
+    assert code == 0, err
+    ranks = _ranks(out)
+    assert len(ranks) == 11
+    busy = {"node1": {0, 1, 2}, "node2": {0, 1}}
+    assert {h for h, _ in ranks} == {"node1", "node2"}
+    assert not any(g in busy[h] for h, g in ranks)
+
+
+def test_state_file_instead_of_live_state(onpath, capsys, tmp_path):
+    state = tmp_path / "state.yaml"
+    state.write_text("slurmtopo: state\nnodes:\n  - {name: 'node[1-3]', state: allocated}\n")
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "4", "--state", str(state),
+                          "--dry-run", "--", "true"], capsys)
+    assert code == 0, err
+    assert {h for h, _ in _ranks(out)} == {"node4"}
+    assert onpath.calls() == []                    # Slurm not asked
+
+
+def test_submit(onpath, capsys):
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    onpath.on("sbatch", stdout="4242\n")
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--job-name", "t$(x)",
+                          "--", "echo", "a b"], capsys)
+    assert code == 0, err
+    assert out == "Submitted batch job 4242\n"
+    call = onpath.calls()[-1]
+    assert call["argv"] == ["sbatch", "--parsable"]
+    assert "#SBATCH --job-name=t__x_\n" in call["stdin"]      # sanitised for the directive
+    assert call["stdin"].rstrip().endswith("echo 'a b'")
+    code, out, _ = run(["sbatch", "--inventory", INV, "--tp", "2", "--parsable", "--", "true"],
+                       capsys)
+    assert out == "4242\n"
+
+
+def test_submission_failure_is_one_line_with_slurms_words(onpath, capsys):
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    onpath.on("sbatch", rc=1, stderr="sbatch: error: Batch job submission failed: Requested "
+                                     "node configuration is not available\n")
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--", "true"], capsys)
+    assert code == 4 and out == ""
+    assert err.strip().splitlines()[-1] == ("slurmtopo: error: Batch job submission failed: "
+                                            "Requested node configuration is not available")
+    assert "Traceback" not in err
+
+
+def test_daemon_submits_held_and_tagged(onpath, capsys):
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    onpath.on("sbatch", stdout="55\n")
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--dp", "2", "--require",
+                          "tp=nvlink", "--prefer", "dp=node", "--wait", "dp=10m", "--daemon",
+                          "--", "true"], capsys)
+    assert code == 0, err
+    assert out == "Submitted batch job 55 (held for the placement daemon)\n"
+    call = onpath.calls()[-1]
+    assert call["argv"][:3] == ["sbatch", "--parsable", "--hold"]
+    comment = [a for a in call["argv"] if a.startswith("--comment=")]
+    assert len(comment) == 1 and comment[0].startswith("--comment=slurmtopo:v1:")
+    assert '"tp":"nvlink"' in comment[0]
+    from slurmtopo.daemon.protocol import parse_comment
+    spec = parse_comment(comment[0].split("=", 1)[1])
+    assert spec.request.wait == {"dp": 600.0} and spec.request.prefer == {"dp": "node"}
+    assert not re.search(r"^#SBATCH --switches", call["stdin"], re.M)
+
+
+def test_daemon_flag_without_the_daemon_package(onpath, capsys, monkeypatch):
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    monkeypatch.setitem(sys.modules, "slurmtopo.daemon.submit", None)
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--daemon", "--", "true"],
+                         capsys)
+    assert code == 2
+    assert "--daemon needs the placement daemon (slurmtopo.daemon.submit)" in err
+    assert all(c["argv"][0] != "sbatch" for c in onpath.calls())
+
+
+def test_bad_wait(onpath, capsys):
+    code, _out, err = run(["sbatch", "--inventory", INV, "--state", "none", "--wait", "dp",
+                           "--dry-run", "--", "true"], capsys)
+    assert code == 2 and "expected KIND=SECONDS" in err
+
+
+def test_no_command(onpath, capsys):
+    code, _out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--state", "none"], capsys)
+    assert code == 2 and "no command to run" in err
+
+
+def test_json_output(onpath, capsys):
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    onpath.on("sbatch", stdout="9\n")
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "4", "--json", "--", "true"],
+                         capsys)
+    doc = json.loads(out)
+    assert doc["job_id"] == 9 and len(doc["hosts"]) == 1 and not doc["daemon"]
+    assert doc["hosts"][0] != "node4"
+
+
+def test_state_command_round_trips(onpath, capsys, tmp_path):
+    from slurmtopo.state import load_state
+
+    onpath.on("sinfo --json", file="sinfo_untyped_drain.json")
+    code, out, err = run(["state"], capsys)
+    assert code == 0, err
+    path = tmp_path / "s.yaml"
+    path.write_text(out)
+    st = load_state(str(path))
+    assert st.nodes["node1"].busy_gpus == {0, 1, 2}
+    assert st.nodes["node3"].flags == {"drain"}
+    assert st.nodes["node4"].exclusive and st.nodes["node4"].state == "allocated"
+    code, out, err = run(["state", "--inventory", INV, "--json", "--all", "-o",
+                          str(tmp_path / "s.json")], capsys)
+    assert code == 0 and "4 node(s)" in err
+    assert len(json.loads((tmp_path / "s.json").read_text())["nodes"]) == 4
+
+
+def test_state_command_slurm_down(onpath, capsys):
+    onpath.on("sinfo --json", rc=1, stderr="slurm_load_node error: Unable to contact slurm "
+                                           "controller (connect failure)\n")
+    code, out, err = run(["state"], capsys)
+    assert code == 4
+    assert err == ("slurmtopo: error: slurm_load_node error: Unable to contact slurm "
+                   "controller (connect failure)\n")

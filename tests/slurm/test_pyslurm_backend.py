@@ -1,0 +1,200 @@
+"""The pyslurm backend against tests/fakes/fake_pyslurm.py, a faithful fake
+of the pyslurm 25.11 API (real pyslurm cannot be built against the 22.05
+of the test machines)."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from slurmtopo.errors import SlurmError
+from slurmtopo.slurm import get_backend
+from slurmtopo.slurm import pyslurm_backend as pb
+from tests.fakes import fake_pyslurm
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    c = fake_pyslurm.reset()
+    c.add_node("gpu1", gres="gpu:a100:8(S:0-1)", gpu_type="a100", state="MIXED", used={0, 1},
+               features=("a100", "ib"), alloc_cpus=4, cpus=64)
+    c.add_node("gpu2", gres="gpu:a100:8(S:0-1)", gpu_type="a100", state="IDLE+DRAIN",
+               reason="fan")
+    c.add_node("gpu3", gres="gpu:a100:8(S:0-1)", gpu_type="a100", state="ALLOCATED",
+               used=range(8), alloc_cpus=64, cpus=64)
+    c.add_job(7, name="train", user="alice", state="RUNNING", reason="None", priority=500,
+              nodes="gpu[1,3]", layout={"gpu1": "gpu:a100:2(IDX:0-1)",
+                                        "gpu3": "gpu:a100:8(IDX:0-7)"},
+              comment="hello", num_nodes=2, gres_per_node="gres:gpu:a100:2")
+    c.add_job(8, name="held", state="PENDING", reason="JobHeldUser", priority=0,
+              required_nodes="gpu[1-2]", comment="slurmtopo:v1:{}")
+    monkeypatch.setitem(sys.modules, "pyslurm", fake_pyslurm)
+    return c
+
+
+def test_fake_matches_pyslurm_gres_dicts():
+    """The shapes pyslurm's cstr.to_gres_dict gives (the backend relies on them)."""
+    assert fake_pyslurm.to_gres_dict("gpu:a100:8(S:0-1)") == {"gpu:a100": 8}
+    assert fake_pyslurm.to_gres_dict("gpu:8(S:0-1)") == {"gpu": 8}
+    assert fake_pyslurm.to_gres_dict("gpu:a100:2(IDX:0-1)") == \
+        {"gpu:a100": {"count": "2", "indexes": "0-1"}}
+    assert fake_pyslurm.to_gres_dict("gpu:2(IDX:4-5)") == {"gpu": {"count": "2", "indexes": "4-5"}}
+    assert fake_pyslurm.to_gres_dict("gres:gpu:a100:2") == {"gpu:a100": 2}
+
+
+def test_available_and_auto(fake, monkeypatch, tmp_path):
+    from slurmtopo.slurm.cli_backend import CliBackend
+
+    assert pb.available()
+    assert isinstance(get_backend("pyslurm"), pb.PySlurmBackend)
+    # auto: pyslurm only where Slurm's commands are missing
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert isinstance(get_backend("auto"), pb.PySlurmBackend)
+    (tmp_path / "sinfo").write_text("#!/bin/sh\n")
+    (tmp_path / "sinfo").chmod(0o755)
+    assert isinstance(get_backend("auto"), CliBackend)
+
+
+def test_too_old_pyslurm_is_not_used(fake, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(fake_pyslurm, "__version__", "22.5.1")
+    assert not pb.available()
+    from slurmtopo.slurm.cli_backend import CliBackend
+    assert isinstance(get_backend("auto"), CliBackend)
+    with pytest.raises(SlurmError, match="too old"):
+        get_backend("pyslurm")
+
+
+def test_nodes(fake):
+    nodes = {n.name: n for n in pb.PySlurmBackend(fake_pyslurm).nodes()}
+    g1 = nodes["gpu1"]
+    assert (g1.state, g1.flags, g1.gpus_total, g1.gpus_used) == ("mixed", frozenset(), 8, {0, 1})
+    assert g1.features == ("a100", "ib") and g1.partitions == ("gpu",)
+    assert (g1.cpus_total, g1.cpus_alloc) == (64, 4)
+    assert nodes["gpu2"].flags == {"drain"} and nodes["gpu2"].reason == "fan"
+    assert not nodes["gpu2"].usable
+    assert nodes["gpu3"].gpus_used == set(range(8))
+
+
+def test_jobs_and_job(fake):
+    b = pb.PySlurmBackend(fake_pyslurm)
+    jobs = {j.job_id: j for j in b.jobs()}
+    j7 = jobs[7]
+    assert j7.state == "RUNNING" and j7.reason is None and j7.nodes == ("gpu1", "gpu3")
+    assert j7.gpus == {"gpu1": (0, 1), "gpu3": tuple(range(8))}
+    assert j7.comment == "hello" and j7.user == "alice" and j7.num_nodes == 2
+    assert jobs[8].held and jobs[8].req_nodes == ("gpu1", "gpu2") and jobs[8].gpus == {}
+    assert [j.job_id for j in b.jobs({"PENDING"})] == [8]
+    assert b.job(7).gpus == j7.gpus
+    assert b.job(12345) is None
+
+
+def test_cluster_state(fake):
+    st = pb.PySlurmBackend(fake_pyslurm).cluster_state()
+    assert st.nodes["gpu1"].busy_gpus == {0, 1} and st.nodes["gpu1"].usable
+    assert not st.nodes["gpu2"].usable and st.nodes["gpu3"].exclusive
+
+
+def test_submit_reads_sbatch_lines_and_args_win(fake):
+    b = pb.PySlurmBackend(fake_pyslurm)
+    script = ("#!/bin/bash\n#SBATCH --job-name=fromscript\n#SBATCH --nodes=2\n"
+              "#SBATCH --gpus-per-node=4\n#SBATCH --comment=script\nsrun true\n")
+    jid = b.submit(script, args=["--comment=slurmtopo:v1:{\"a\":1}", "-J", "fromargs"], hold=True)
+    rec = fake.jobs[jid]
+    assert rec.script == script
+    assert rec.name == "fromargs" and rec.comment == 'slurmtopo:v1:{"a":1}'
+    assert rec.priority == 0 and rec.reason == "JobHeldUser"
+    assert rec.desc["nodes"] == "2" and rec.desc["gpus_per_node"] == "4"
+    assert b.job(jid).held
+
+
+def test_submit_failures_carry_slurms_message(fake):
+    b = pb.PySlurmBackend(fake_pyslurm)
+    with pytest.raises(SlurmError, match="Invalid partition name specified"):
+        b.submit("#!/bin/bash\n#SBATCH --partition=nosuch\ntrue\n")
+    with pytest.raises(SlurmError, match="Requested node configuration is not available"):
+        b.submit("#!/bin/bash\n#SBATCH --gpus-per-node=9\ntrue\n")
+    with pytest.raises(SlurmError, match="cannot pass sbatch option '--exclusive'"):
+        b.submit("#!/bin/bash\ntrue\n", args=["--exclusive"])
+    assert fake.jobs == {7: fake.jobs[7], 8: fake.jobs[8]}
+
+
+def test_submit_refuses_directives_pyslurm_would_drop(fake):
+    """pyslurm skips #SBATCH options it does not map (e.g. --segment, and
+    --gpus-per-task, which its table misspells): refuse rather than run a
+    job with a different shape."""
+    b = pb.PySlurmBackend(fake_pyslurm)
+    script = ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks=12\n"
+              "#SBATCH --gpus-per-task=1\n#SBATCH --segment=2\n# comment\n"
+              "srun true\n#SBATCH --not-a-directive-after-the-first-command\n")
+    assert pb.unsupported_directives(script) == ["--gpus-per-task", "--segment"]
+    with pytest.raises(SlurmError, match="ignore #SBATCH --gpus-per-task, --segment"):
+        b.submit(script)
+    assert len(fake.jobs) == 2
+
+
+def test_submit_the_script_slurmtopo_writes(fake):
+    from slurmtopo.groups import Layout
+    from slurmtopo.inventory import load_inventory
+    from slurmtopo.model import ClusterState
+    from slurmtopo.placement import plan
+    from slurmtopo.request import JobRequest
+    from slurmtopo.sbatch import SbatchRequest
+    from tests.slurm.conftest import FIXTURES
+
+    inv = load_inventory(str(FIXTURES / "devcluster-inventory.yaml"))
+    layout = Layout(tp=8, dp=2).resolved()
+    req = JobRequest(layout=layout)
+    text = SbatchRequest.from_plan(inv, plan(inv, ClusterState(), req), layout,
+                                   ["python", "train.py"], req, job_name="llm").render()
+    jid = pb.PySlurmBackend(fake_pyslurm).submit(text)
+    desc = fake.jobs[jid].desc
+    assert (desc["nodes"], desc["ntasks_per_node"], desc["gpus_per_node"]) == ("2", "8", "8")
+    assert desc["switches"] == "1@5:00" and fake.jobs[jid].name == "llm"
+
+
+def test_hold_release_update_cancel(fake):
+    b = pb.PySlurmBackend(fake_pyslurm)
+    b.hold(7)
+    assert fake.jobs[7].priority == 0 and fake.jobs[7].reason == "JobHeldAdmin"
+    b.release(7)
+    assert fake.jobs[7].priority > 0
+    b.update_job(8, Comment="new comment", ReqNodeList="gpu1")
+    assert fake.jobs[8].comment == "new comment" and fake.jobs[8].required_nodes == "gpu1"
+    with pytest.raises(SlurmError, match="cannot update job field 'Bogus'"):
+        b.update_job(8, Bogus="1")
+    with pytest.raises(SlurmError, match="Invalid job id specified"):
+        b.hold(999)
+    b.cancel(8)
+    assert fake.jobs[8].state == "CANCELLED"
+    b.cancel(999)            # pyslurm ignores SIGKILL for a job that is gone
+
+
+def test_update_node(fake):
+    b = pb.PySlurmBackend(fake_pyslurm)
+    b.update_node("gpu1", State="DRAIN", Reason="slurmtopo agent: GPU 3 lost")
+    n = {x.name: x for x in b.nodes()}["gpu1"]
+    assert n.flags == {"drain"} and n.reason == "slurmtopo agent: GPU 3 lost"
+    with pytest.raises(SlurmError, match="Invalid Node state"):
+        b.update_node("gpu1", State="SIDEWAYS")
+    with pytest.raises(SlurmError, match="does not exist"):
+        b.update_node("nope", State="DRAIN")
+
+
+def test_rpc_errors_while_loading(fake):
+    fake.fail["slurm_load_node"] = fake_pyslurm.RPCError(msg="Unable to contact slurm "
+                                                            "controller (connect failure)")
+    with pytest.raises(SlurmError, match="loading nodes: Unable to contact slurm controller"):
+        pb.PySlurmBackend(fake_pyslurm).nodes()
+
+
+def test_backend_never_imports_pyslurm_unless_chosen():
+    import subprocess
+
+    code = ("import sys, slurmtopo.slurm.pyslurm_backend as pb\n"
+            "from slurmtopo.slurm import get_backend\n"
+            "get_backend('cli'); get_backend('auto')\n"
+            "print('pyslurm' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin"})
+    assert p.stdout.strip() == "False", p.stderr
