@@ -508,23 +508,39 @@ class DevCluster:
         return p
 
     # ---- logs -------------------------------------------------------------
-    def log_tails(self, lines: int = 25) -> str:
+    def log_offsets(self) -> Dict[str, int]:
+        """Current size of every log, so later reads can skip older runs."""
+        out = {}
+        for log in self.log_dir.glob("*"):
+            try:
+                out[log.name] = log.stat().st_size
+            except OSError:
+                pass
+        return out
+
+    def _read_log(self, log: Path, since: Optional[Dict[str, int]]) -> str:
+        with open(log, "rb") as fh:
+            fh.seek((since or {}).get(log.name, 0))
+            return fh.read().decode(errors="replace")
+
+    def log_tails(self, lines: int = 25, since: Optional[Dict[str, int]] = None) -> str:
         out = []
         for log in sorted(self.log_dir.glob("*")):
             try:
-                text = log.read_text(errors="replace").splitlines()[-lines:]
+                text = self._read_log(log, since).splitlines()[-lines:]
             except OSError:
                 continue
             if text:
                 out.append(f"==> {log} <==\n" + "\n".join(text))
         return "\n".join(out) or f"(no logs under {self.log_dir})"
 
-    def fatal_lines(self) -> str:
-        """The last 'fatal:' lines of the daemon logs (why a daemon died)."""
+    def fatal_lines(self, since: Optional[Dict[str, int]] = None) -> str:
+        """The last 'fatal:' lines of the daemon logs (why a daemon died),
+        only from what was written after ``since`` (see log_offsets)."""
         out = []
         for log in sorted(self.log_dir.glob("*.log")):
             try:
-                hits = [l for l in log.read_text(errors="replace").splitlines() if "fatal:" in l]
+                hits = [l for l in self._read_log(log, since).splitlines() if "fatal:" in l]
             except OSError:
                 continue
             out += [f"{log.name}: {l}" for l in hits[-3:]]
@@ -844,6 +860,8 @@ class DevCluster:
         carries the log tails."""
         old_topo = (self.etc / "topology.conf").read_text()
         old_gres = (self.etc / "gres.conf").read_text()
+        old_paths = (self.cfg.topology_conf, self.cfg.gres_conf)
+        offsets = self.log_offsets()   # report only what this attempt logs
         if topology_conf is not None:
             text = Path(topology_conf).read_text()
             for w in check_topology(text, self.cfg.node_names):
@@ -861,17 +879,20 @@ class DevCluster:
                 p = self.run(["scontrol", "reconfigure"], check=False)
                 if p.returncode != 0:
                     time.sleep(0.5)   # let a dying slurmctld write its last words
-                    raise DevClusterError(f"scontrol reconfigure: {p.stderr.strip()}\n{self.log_tails()}")
+                    raise DevClusterError(f"scontrol reconfigure: {p.stderr.strip()}\n"
+                                          f"{self.log_tails(since=offsets)}")
                 self.wait_idle(allow_busy=True)
         except DevClusterError as exc:
             (self.etc / "topology.conf").write_text(old_topo)
             (self.etc / "gres.conf").write_text(old_gres)
+            self.cfg.topology_conf, self.cfg.gres_conf = old_paths
+            self.cfg.save()
             try:
                 self.restart_ctld()
                 restored = "old files restored, cluster restarted"
             except DevClusterError:
                 restored = "old files restored, but the cluster did not come back"
-            fatal = self.fatal_lines()
+            fatal = self.fatal_lines(since=offsets)
             raise DevClusterError(f"reconfigure failed ({restored}): "
                                   + (f"{fatal}\n" if fatal else "") + str(exc)) from None
 

@@ -177,9 +177,6 @@ def test_topology_slurmtopo_refuses_is_one_slurmctld_rejects(case, typed_cluster
         generated["topology"].read_text()
 
 
-@pytest.mark.xfail(strict=True, reason="scripts/devcluster.py: fatal_lines() reports the last "
-                   "fatal: lines of the whole slurmctld.log, so a failed reconfigure names an "
-                   "earlier failure's reason first (bug in the dev cluster script)")
 def test_reconfigure_error_names_only_this_failure(typed_cluster, monkeypatch, tmp_path):
     """After an earlier rejected file, the error for a new one should carry
     only the new fatal: line."""
