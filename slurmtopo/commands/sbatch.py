@@ -25,7 +25,7 @@ from typing import List
 
 import click
 
-from slurmtopo.errors import SlurmtopoError
+from slurmtopo.errors import SlurmtopoError, PlacementError
 
 #: options shared with ``slurmtopo plan`` (copied from it, so help and
 #: defaults stay the same)
@@ -107,7 +107,20 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     if waits:
         import dataclasses
         req = dataclasses.replace(req, wait=waits)
-    placement = plan(inv, state, req)
+    busy_note = None
+    try:
+        placement = plan(inv, state, req)
+    except PlacementError as exc:
+        if not daemon:
+            raise
+        # The daemon waits for resources; what must hold now is only that the
+        # job fits the cluster at all (nodes that are down stay out).
+        from slurmtopo.model import ClusterState, NodeState
+        idle = ClusterState(nodes={n: NodeState(n, state=st.state, flags=st.flags)
+                                   for n, st in state.nodes.items() if not st.usable})
+        placement = plan(inv, idle, req)
+        busy_note = (f"no placement is free now ({exc.message}); the script is shaped on the "
+                     "idle cluster and the placement daemon will release the job when one is")
     sw = o.get("switch_wait")
     wait = DEFAULT_SWITCH_WAIT if sw is None else (None if sw in ("0", "") else sw)
     script = SbatchRequest.from_plan(
@@ -119,6 +132,8 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         socket_ifname=o["socket_ifname"], run_dir=run_dir)
     text = script.render()
     notes: List[str] = list(script.notes)
+    if busy_note:
+        notes.append(busy_note)
     if waits and not daemon:
         notes.append("--wait only matters with --daemon (the placement daemon waits; sbatch "
                      "does not)")

@@ -175,3 +175,23 @@ def test_state_command_slurm_down(onpath, capsys):
     assert code == 4
     assert err == ("slurmtopo: error: slurm_load_node error: Unable to contact slurm "
                    "controller (connect failure)\n")
+
+
+def test_daemon_submits_even_when_nothing_is_free_now(onpath, capsys):
+    # 11 free GPUs on the live cluster (node1 holds 0-2, node2 0-1, node3
+    # drains, node4 allocated): a 16-rank job cannot start now, but the
+    # daemon can wait for it, so --daemon must still submit it
+    onpath.on("sinfo --json", file="sinfo_untyped_drain.json")
+    code, out, err = run(["sbatch", "--inventory", INV, "--world", "16", "--dry-run", "--",
+                          "true"], capsys)
+    assert code == 3 and "error" in err          # plain sbatch: gang refusal now
+    onpath.on("sbatch", stdout="77\n")
+    code, out, err = run(["sbatch", "--inventory", INV, "--world", "16", "--daemon", "--", "true"],
+                         capsys)
+    assert code == 0, err
+    assert out == "Submitted batch job 77 (held for the placement daemon)\n"
+    assert "no placement is free now" in err and "placement daemon will release" in err
+    # ... but a job that can never fit (the drained node stays out) is refused
+    code, out, err = run(["sbatch", "--inventory", INV, "--world", "32", "--daemon", "--", "true"],
+                         capsys)
+    assert code == 3 and "\n" not in err.strip()

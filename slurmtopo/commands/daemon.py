@@ -1,0 +1,211 @@
+"""``slurmtopo daemon``: the placement daemon and its status.
+
+    slurmtopo daemon [run] --inventory INV --spool DIR [--interval 10] [--once]
+    slurmtopo daemon status --spool DIR [--json]
+
+``run`` (the default sub-command) watches held jobs submitted with
+``slurmtopo sbatch --daemon`` and releases each onto topology-good nodes
+(docs/daemon.md). ``status`` shows the queue it manages and why each job
+waits, from the status file the daemon rewrites every cycle.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Dict, Optional
+
+import click
+
+from slurmtopo.errors import SlurmtopoError
+
+DEFAULT_SPOOL = "/var/spool/slurmtopo"
+
+
+class _DefaultRun(click.Group):
+    """``slurmtopo daemon --inventory ...`` means ``slurmtopo daemon run ...``."""
+
+    def parse_args(self, ctx, args):
+        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
+            args = ["run"] + list(args)
+        return super().parse_args(ctx, args)
+
+
+@click.group("daemon", cls=_DefaultRun, context_settings={"help_option_names": ["-h", "--help"]})
+def command():
+    """The placement daemon: gang release of held jobs onto topology-good nodes.
+
+    Jobs submitted with `slurmtopo sbatch --daemon` wait held; the daemon
+    plans each against the live cluster in priority order, pins the nodes it
+    chose and releases it. See docs/daemon.md.
+    """
+
+
+def _pause_opt(items) -> Dict[str, float]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise SlurmtopoError(f"--test-pause {item!r}: expected POINT=SECONDS")
+        try:
+            out[k.strip()] = float(v)
+        except ValueError:
+            raise SlurmtopoError(f"--test-pause {item!r}: bad number of seconds") from None
+    return out
+
+
+@command.command("run", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--inventory", "inventory_path", required=True, multiple=True,
+              help="Inventory file or directory of node reports (repeatable); re-read when it "
+                   "changes.")
+@click.option("--spool", default=DEFAULT_SPOOL, show_default=True,
+              help="Directory for the journal, the event log and status.json.")
+@click.option("--interval", type=float, default=10.0, show_default=True,
+              help="Seconds between cycles.")
+@click.option("--once", is_flag=True, help="Run one cycle and exit (for cron or tests).")
+@click.option("--backend", "backend_name", default="auto", show_default=True,
+              type=click.Choice(["auto", "cli", "pyslurm"]), help="How to talk to Slurm.")
+@click.option("--release-grace", type=float, default=30.0, show_default=True,
+              help="Seconds a released job may pend on free GPUs before it is held again and "
+                   "re-planned elsewhere.")
+@click.option("--reservations", type=int, default=1, show_default=True,
+              help="How many blocked jobs (highest priority first) reserve the free GPUs of "
+                   "their future placement (0: none).")
+@click.option("--alternatives", type=int, default=4, show_default=True,
+              help="Placements compared per job for best fit.")
+@click.option("--default-wait", type=float, default=0.0, show_default=True,
+              help="Seconds to wait for a --prefer that has no --wait of its own.")
+@click.option("--on-reject", type=click.Choice(["cancel", "hold"]), default="cancel",
+              show_default=True,
+              help="A job that can never fit: cancel it, or leave it held (with the reason "
+                   "in its comment either way).")
+@click.option("--dry-run", is_flag=True, help="Decide and log, but change nothing in Slurm.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--test-pause", multiple=True, hidden=True, metavar="POINT=SECONDS",
+              help="Testing only: sleep at after-intent, after-pin or after-release.")
+def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, reservations,
+            alternatives, default_wait, on_reject, dry_run, log_level, test_pause):
+    """Watch held slurmtopo jobs and release each onto a good placement."""
+    from slurmtopo.daemon.loop import Daemon, SpoolLock, inventory_loader
+    from slurmtopo.daemon.scheduler import Config
+    from slurmtopo.slurm import get_backend
+
+    if interval <= 0:
+        raise SlurmtopoError("--interval must be > 0")
+    if reservations < 0 or alternatives < 1:
+        raise SlurmtopoError("--reservations must be >= 0 and --alternatives >= 1")
+    logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s slurmtopo-daemon: %(message)s",
+                        datefmt="%Y-%m-%dT%H:%M:%S")
+    loader = inventory_loader(list(inventory_path))
+    inv = loader()
+    os.makedirs(spool, exist_ok=True)
+    lock = SpoolLock(spool)
+    lock.acquire()
+    try:
+        backend = get_backend(backend_name)
+        cfg = Config(release_grace=release_grace, reservations=reservations,
+                     alternatives=alternatives, default_wait=default_wait)
+        daemon = Daemon(backend, inv, spool, cfg, on_reject=on_reject, dry_run=dry_run,
+                        pause=_pause_opt(test_pause), inventory_loader=loader,
+                        inventory_label=", ".join(os.path.abspath(p) for p in inventory_path))
+
+        def stop(signum, frame):
+            logging.getLogger("slurmtopo.daemon").info("signal %d: stopping after this cycle",
+                                                        signum)
+            daemon.stop_event.set()
+
+        old_handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        log = logging.getLogger("slurmtopo.daemon")
+        if not once:
+            log.info("started: %d nodes in the inventory, spool %s, every %gs, backend %s%s",
+                     len(inv), os.path.abspath(spool), interval, backend.name,
+                     " (dry run)" if dry_run else "")
+        try:
+            rc = daemon.run(interval=interval, once=once)
+        finally:
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+    finally:
+        lock.release()
+    if rc:
+        sys.exit(rc)
+
+
+def _age(t: Optional[float], now: float) -> str:
+    if t is None:
+        return "-"
+    d = max(0.0, now - float(t))
+    if d < 120:
+        return f"{d:.0f}s"
+    if d < 7200:
+        return f"{d / 60:.0f}m"
+    return f"{d / 3600:.1f}h"
+
+
+@command.command("status", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--spool", default=DEFAULT_SPOOL, show_default=True,
+              help="The daemon's spool directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON.")
+@click.option("--events", type=int, default=0, show_default=True,
+              help="Also show the last N events of the event log.")
+def status_cmd(spool, as_json, events):
+    """Show the queue the daemon manages and why each job waits."""
+    from slurmtopo.daemon.loop import STATUS_FILE, SpoolLock, read_events
+
+    path = os.path.join(spool, STATUS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise SlurmtopoError("no status file: the daemon has not run a cycle with this spool",
+                             path) from None
+    except (OSError, ValueError) as exc:
+        raise SlurmtopoError(f"unreadable status file ({exc})", path) from None
+    holder = SpoolLock.holder(spool)
+    now = time.time()
+    if as_json:
+        doc["running"] = holder is not None
+        if events:
+            doc["events"] = read_events(spool, limit=events)
+        click.echo(json.dumps(doc, indent=1, default=str))
+        return
+    d = doc.get("daemon", {})
+    state = f"running (pid {holder})" if holder else "NOT running"
+    click.echo(f"daemon: {state}; last cycle {_age(d.get('at'), now)} ago "
+               f"({d.get('cycles', 0)} cycles, {d.get('cycle_s', 0)}s each); "
+               f"inventory {d.get('inventory') or '?'}"
+               + ("; DRY RUN" if d.get("dry_run") else ""))
+    jobs = doc.get("jobs") or []
+    if not jobs:
+        click.echo("no jobs managed")
+    else:
+        rows = [("JOBID", "USER", "NAME", "SLURM", "DAEMON", "AGE", "WHY / WHAT")]
+        for j in jobs:
+            action = j.get("action", "")
+            why = j.get("reason") or ""
+            if j.get("drift"):
+                why += f" [drift: {j['drift']}]"
+            rows.append((str(j.get("job_id")), str(j.get("user") or ""),
+                         str(j.get("name") or "")[:20], str(j.get("slurm_state") or ""),
+                         action, _age(j.get("submit_time") or j.get("since"), now), why))
+        widths = [max(len(r[i]) for r in rows) for i in range(6)]
+        for r in rows:
+            click.echo("  ".join(c.ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6])
+    rej = doc.get("rejected") or []
+    if rej:
+        click.echo("rejected recently:")
+        for r in rej[-10:]:
+            click.echo(f"  job {r.get('job_id')} ({r.get('policy')}, {_age(r.get('at'), now)} "
+                       f"ago): {r.get('reason')}")
+    if events:
+        click.echo("events:")
+        for e in read_events(spool, limit=events):
+            at = time.strftime("%H:%M:%S", time.localtime(e.get("at", 0)))
+            rest = {k: v for k, v in e.items() if k not in ("at", "event", "job")}
+            click.echo(f"  {at} {e.get('event')} job {e.get('job', '-')} "
+                       + json.dumps(rest, separators=(",", ":"), default=str))

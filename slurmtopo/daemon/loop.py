@@ -1,0 +1,626 @@
+"""The placement daemon's loop: read Slurm, decide, journal, act.
+
+Every cycle:
+
+1. read every job (``squeue``) and node (``sinfo``) from the backend;
+2. **reconcile** the journal with what Slurm says (see below);
+3. build the managed queue: held jobs whose comment is a ``slurmtopo:v1:``
+   tag, plus the jobs the journal says the daemon released;
+4. :func:`slurmtopo.daemon.scheduler.decide` (pure) -> decisions;
+5. act on each, journal first:
+
+   release   journal ``releasing`` (intent: job, nodes, GPUs) -> ``scontrol
+             update JobId=J ReqNodeList=<nodes>`` -> ``scontrol release J``
+             -> journal ``released``
+   rehold    journal ``reholding`` -> ``scontrol hold J`` -> journal
+             ``waiting`` (then it is planned again in the same cycle)
+   reject    ``Comment=slurmtopo:rejected: <why>`` -> ``scancel`` (or left
+             held with ``--on-reject hold``) -> journal entry dropped
+
+6. write ``status.json`` (what ``slurmtopo daemon status`` shows).
+
+Restart safety
+    The spool directory holds one journal file per job the daemon acted on
+    (``journal/<jobid>.json``, replaced atomically) and an append-only event
+    log (``events.log``, one JSON object a line, fsynced). The journal is
+    written *before* each action, and every action is decided again from
+    Slurm's state after a restart:
+
+    * ``releasing`` and the job is still held: the release never happened
+      (killed before ``scontrol release``): the job is planned again;
+    * ``releasing`` and the job is no longer held: it happened: recorded as
+      ``released`` (event ``release-confirmed``), never released again;
+    * ``reholding`` and held: the hold happened; ``waiting`` again;
+    * a job the daemon released that is found *held* again was held by
+      someone else: it is left alone.
+
+    Only held jobs are ever released, so whatever the moment of a kill, a
+    job is released once (or again only after the daemon itself re-held it
+    because it could not start). A lock file (``daemon.lock``, ``flock``)
+    keeps a second daemon off the same spool.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import replace
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+from slurmtopo.daemon import protocol
+from slurmtopo.daemon.scheduler import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING, STARTING,
+                                        WAIT, ClusterView, Config, Decision, JobRecord,
+                                        QueuedJob, decide)
+from slurmtopo.errors import SlurmError, SlurmtopoError
+from slurmtopo.fileio import atomic_write
+
+log = logging.getLogger("slurmtopo.daemon")
+
+#: job states after which Slurm never runs the job again
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                      "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+PAUSE_POINTS = ("after-intent", "after-pin", "after-release")
+STATUS_FILE = "status.json"
+EVENTS_FILE = "events.log"
+LOCK_FILE = "daemon.lock"
+
+
+# --------------------------------------------------------------------------
+# the journal
+
+
+class Journal:
+    """Per-job records (atomic files) and an append-only event log."""
+
+    def __init__(self, spool: str):
+        self.spool = os.path.abspath(spool)
+        self.dir = os.path.join(self.spool, "journal")
+        self.events_path = os.path.join(self.spool, EVENTS_FILE)
+        for d in (self.spool, self.dir):
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError as exc:
+                raise SlurmtopoError(f"cannot create the spool directory ({exc.strerror})",
+                                     d) from None
+
+    def _path(self, job_id: int) -> str:
+        return os.path.join(self.dir, f"{int(job_id)}.json")
+
+    def load(self) -> Dict[int, JobRecord]:
+        out: Dict[int, JobRecord] = {}
+        for name in sorted(os.listdir(self.dir)):
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            path = os.path.join(self.dir, name)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    rec = JobRecord.from_dict(json.load(f))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("journal entry %s unreadable (%s); ignored", path, exc)
+                continue
+            out[rec.job_id] = rec
+        return out
+
+    def save(self, rec: JobRecord) -> None:
+        atomic_write(self._path(rec.job_id), json.dumps(rec.as_dict(), sort_keys=True) + "\n",
+                     mode=0o644)
+
+    def drop(self, job_id: int) -> None:
+        try:
+            os.unlink(self._path(job_id))
+        except FileNotFoundError:
+            pass
+
+    def event(self, kind: str, job_id: Optional[int] = None, **fields) -> None:
+        rec = {"at": round(time.time(), 3), "event": kind}
+        if job_id is not None:
+            rec["job"] = int(job_id)
+        rec.update({k: v for k, v in fields.items() if v is not None})
+        line = json.dumps(rec, sort_keys=False, default=str) + "\n"
+        fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def events(self, job_id: Optional[int] = None) -> List[Dict[str, object]]:
+        return read_events(self.spool, job_id)
+
+
+def read_events(spool: str, job_id: Optional[int] = None, limit: Optional[int] = None
+                ) -> List[Dict[str, object]]:
+    out = []
+    try:
+        with open(os.path.join(spool, EVENTS_FILE), encoding="utf-8") as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a crash
+                if job_id is None or e.get("job") == job_id:
+                    out.append(e)
+    except FileNotFoundError:
+        pass
+    return out[-limit:] if limit else out
+
+
+def release_count(events: Sequence[Mapping[str, object]], job_id: int) -> int:
+    """How many times the event log says ``job_id`` was released."""
+    return sum(1 for e in events if e.get("job") == job_id
+               and e.get("event") in ("released", "release-confirmed"))
+
+
+class SpoolLock:
+    """``flock`` on ``<spool>/daemon.lock``: one daemon per spool."""
+
+    def __init__(self, spool: str):
+        self.path = os.path.join(spool, LOCK_FILE)
+        self.fd: Optional[int] = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                other = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            finally:
+                os.close(fd)
+            raise SlurmtopoError(f"another slurmtopo daemon (pid {other or '?'}) is running on "
+                                 "this spool directory", self.path) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    @staticmethod
+    def holder(spool: str) -> Optional[str]:
+        """The pid holding the lock, or None when no daemon runs."""
+        path = os.path.join(spool, LOCK_FILE)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------
+# the daemon
+
+
+class Daemon:
+    """One placement daemon. ``cycle()`` is one pass; ``run()`` loops."""
+
+    def __init__(self, backend, inventory, spool: str, config: Optional[Config] = None,
+                 on_reject: str = "cancel", dry_run: bool = False,
+                 clock: Callable[[], float] = time.time,
+                 pause: Optional[Mapping[str, float]] = None,
+                 inventory_loader: Optional[Callable[[], object]] = None,
+                 inventory_label: Optional[str] = None):
+        if on_reject not in ("cancel", "hold"):
+            raise SlurmtopoError("--on-reject must be cancel or hold")
+        self.backend = backend
+        self.inv = inventory
+        self.inventory_loader = inventory_loader
+        self.inventory_label = inventory_label or getattr(inventory, "source", None)
+        self.spool = os.path.abspath(spool)
+        self.journal = Journal(self.spool)
+        self.cfg = config or Config()
+        self.on_reject = on_reject
+        self.dry_run = dry_run
+        self.clock = clock
+        self.pause = dict(pause or {})
+        for k in self.pause:
+            if k not in PAUSE_POINTS:
+                raise SlurmtopoError(f"unknown pause point {k!r} (one of {', '.join(PAUSE_POINTS)})")
+        self.records: Dict[int, JobRecord] = self.journal.load()
+        self.started = clock()
+        self.cycles = 0
+        self.first_seen: Dict[int, float] = {}
+        self.last_reason: Dict[int, str] = {}
+        self.rejected: List[Dict[str, object]] = []
+        self.stop_event = threading.Event()
+        self.last_decisions: List[Decision] = []
+
+    # -- helpers -----------------------------------------------------------
+
+    def _pause(self, point: str) -> None:
+        secs = self.pause.get(point)
+        if secs:
+            log.info("test pause %s: sleeping %.1fs", point, secs)
+            time.sleep(secs)
+
+    def _save(self, rec: JobRecord) -> None:
+        self.records[rec.job_id] = rec
+        self.journal.save(rec)
+
+    def _drop(self, job_id: int) -> None:
+        self.records.pop(job_id, None)
+        self.journal.drop(job_id)
+
+    # -- reconcile ---------------------------------------------------------
+
+    def reconcile(self, jobs: Mapping[int, object]) -> None:
+        """Bring the journal in line with Slurm (see the module doc)."""
+        for job_id, rec in list(self.records.items()):
+            j = jobs.get(job_id)
+            if j is None or j.state in TERMINAL:
+                if rec.phase == "releasing" and j is not None and (
+                        j.state != "CANCELLED" or j.nodes):
+                    # released (it ran) and finished before the daemon came back
+                    rec = replace(rec, phase="released", releases=rec.releases + 1)
+                    self.journal.event("release-confirmed", job_id, hosts=list(rec.hosts),
+                                       note="the release happened before the daemon stopped; "
+                                            "the job has ended since")
+                self.journal.event("ended", job_id, state=getattr(j, "state", "gone"),
+                                   releases=rec.releases)
+                self._drop(job_id)
+                self.first_seen.pop(job_id, None)
+                continue
+            if rec.phase == "releasing":
+                if j.held and j.state == "PENDING":
+                    self.journal.event("release-not-done", job_id,
+                                       note="intent found, job still held: planned again")
+                    self._save(replace(rec, phase="waiting"))
+                else:
+                    rec = replace(rec, phase="released", released_at=self.clock(),
+                                  releases=rec.releases + 1)
+                    self._save(rec)
+                    self.journal.event("release-confirmed", job_id, hosts=list(rec.hosts),
+                                       note="the release happened before the daemon stopped")
+                    log.info("job %s: release found done after a restart", job_id)
+            elif rec.phase == "reholding":
+                if j.held:
+                    self._save(replace(rec, phase="waiting", reholds=rec.reholds + 1))
+                    self.journal.event("rehold-confirmed", job_id)
+                else:
+                    self._save(replace(rec, phase="released"))
+            if j.state != "PENDING" and rec.phase == "waiting":
+                # released by someone else (or started) while ours: not ours any more
+                self._save(replace(self.records[job_id], phase="outside"))
+
+    # -- one cycle ---------------------------------------------------------
+
+    def _maybe_reload_inventory(self) -> None:
+        if self.inventory_loader is None:
+            return
+        try:
+            inv = self.inventory_loader()
+        except SlurmtopoError as exc:
+            log.error("inventory reload failed (%s); keeping the previous one", exc.render())
+            return
+        if inv is not None and inv is not self.inv:
+            self.inv = inv
+
+    def queue(self, jobs: Sequence[object]) -> List[QueuedJob]:
+        out = []
+        now = self.clock()
+        for j in jobs:
+            rec = self.records.get(j.job_id)
+            tagged = protocol.is_tagged(j.comment)
+            if rec is None and not (tagged and j.held and j.state == "PENDING"):
+                continue
+            if j.state in TERMINAL:
+                continue
+            if not tagged:
+                # its comment was changed by someone: not ours any more
+                self.journal.event("untagged", j.job_id, comment=j.comment[:200])
+                log.info("job %s: its slurmtopo comment was replaced; no longer managed",
+                         j.job_id)
+                self._drop(j.job_id)
+                continue
+            spec, error = None, None
+            try:
+                spec = protocol.parse_comment(j.comment, self.spool)
+            except protocol.ProtocolError as exc:
+                error = f"bad slurmtopo request: {exc.message}"
+            self.first_seen.setdefault(j.job_id, now)
+            out.append(QueuedJob(
+                job_id=j.job_id, spec=spec, error=error, state=j.state, held=bool(j.held),
+                reason=j.reason, priority=int(j.priority or 0),
+                submit_time=float(j.submit_time) if j.submit_time else None,
+                partition=j.partition or "", name=j.name, user=j.user,
+                nodes=tuple(j.nodes), gpus=dict(j.gpus or {}), record=rec))
+        return out
+
+    def view(self, nodes: Sequence[object]) -> ClusterView:
+        from slurmtopo.slurm.backend import cluster_state_from
+
+        state = cluster_state_from(nodes, self.inv, source="slurm")
+        parts: Dict[str, set] = {}
+        cpus: Dict[str, int] = {}
+        for n in nodes:
+            for p in n.partitions or ():
+                parts.setdefault(p, set()).add(n.name)
+            if getattr(n, "cpus_total", 0):
+                cpus[n.name] = int(n.cpus_total) - int(getattr(n, "cpus_alloc", 0) or 0)
+        return ClusterView(state=state, partitions={k: frozenset(v) for k, v in parts.items()},
+                           cpus_free=cpus)
+
+    def cycle(self) -> List[Decision]:
+        """One pass; returns the decisions taken. Slurm errors while reading
+        propagate (the caller retries next interval)."""
+        t0 = time.monotonic()
+        self._maybe_reload_inventory()
+        jobs = self.backend.jobs()
+        nodes = self.backend.nodes()
+        by_id = {j.job_id: j for j in jobs}
+        self.reconcile(by_id)
+        queue = self.queue(jobs)
+        live = {q.job_id for q in queue}
+        for cache in (self.first_seen, self.last_reason):
+            for job_id in [k for k in cache if k not in live]:
+                del cache[job_id]
+        now = self.clock()
+        decisions = decide(queue, self.inv, self.view(nodes), now, self.cfg) if queue else []
+        skip: set = set()
+        for d in decisions:
+            if d.job_id in skip:
+                continue
+            try:
+                ok = self.act(d, by_id.get(d.job_id))
+            except SlurmError as exc:
+                log.error("job %s: %s failed: %s", d.job_id, d.action, exc.render())
+                self.journal.event("error", d.job_id, action=d.action, error=exc.render())
+                ok = False
+            if not ok:
+                skip.add(d.job_id)
+        self.cycles += 1
+        self.last_decisions = decisions
+        self.write_status(decisions, queue, time.monotonic() - t0)
+        return decisions
+
+    # -- actions -----------------------------------------------------------
+
+    def act(self, d: Decision, job) -> bool:
+        """Carry out one decision; False stops later decisions for the job
+        in this cycle."""
+        if d.action == RELEASE:
+            return self.release(d)
+        if d.action == REHOLD:
+            return self.rehold(d)
+        if d.action == REJECT:
+            return self.reject(d)
+        if d.action == RUNNING:
+            self.started_running(d)
+            return True
+        if d.action in (WAIT, STARTING, OUTSIDE):
+            if self.last_reason.get(d.job_id) != d.reason:
+                self.last_reason[d.job_id] = d.reason
+                log.info("job %s: %s", d.job_id, d.summary())
+                if d.action == WAIT and d.reserved:
+                    log.info("job %s: reserved %s", d.job_id,
+                             ", ".join(f"{h}:{','.join(map(str, g))}"
+                                       for h, g in d.reserved.items()))
+            if d.action == OUTSIDE:
+                rec = self.records.get(d.job_id)
+                if rec is not None and rec.phase != "outside":
+                    self._save(replace(rec, phase="outside"))
+                    self.journal.event("outside", d.job_id, reason=d.reason)
+            return True
+        return True
+
+    def release(self, d: Decision) -> bool:
+        from slurmtopo.inventory import fold_hostlist
+
+        if self.dry_run:
+            log.info("job %s: [dry run] would %s", d.job_id, d.summary())
+            return True
+        old = self.records.get(d.job_id) or JobRecord(d.job_id, first_seen=self.first_seen.get(
+            d.job_id))
+        rec = replace(old, phase="releasing", hosts=tuple(d.hosts), gpus=dict(d.gpus),
+                      claim=dict(d.claim), exclusive=d.exclusive, cpus=d.cpus, taken=d.taken,
+                      cost_s=d.cost_s, preferred_cost_s=d.preferred_cost_s, drift=None)
+        self._save(rec)
+        self.journal.event("intent-release", d.job_id, hosts=list(d.hosts),
+                           gpus={h: list(g) for h, g in d.gpus.items()}, taken=d.taken,
+                           cost_s=d.cost_s, preferred_cost_s=d.preferred_cost_s,
+                           gave_up=list(d.gave_up) or None)
+        self._pause("after-intent")
+        try:
+            self.backend.update_job(d.job_id, ReqNodeList=fold_hostlist(d.hosts))
+            self._pause("after-pin")
+            self.backend.release(d.job_id)
+            self._pause("after-release")
+        except SlurmError as exc:
+            j = self.backend.job(d.job_id)
+            if j is None or j.state in TERMINAL:
+                self.journal.event("ended", d.job_id, state=getattr(j, "state", "gone"),
+                                   note=exc.render())
+                self._drop(d.job_id)
+                return False
+            if j.held:
+                self._save(replace(rec, phase="waiting"))
+                self.journal.event("release-failed", d.job_id, error=exc.render())
+                log.error("job %s: release failed: %s", d.job_id, exc.render())
+                return False
+            # the release went through although the command complained
+        rec = replace(rec, phase="released", released_at=self.clock(), releases=rec.releases + 1)
+        self._save(rec)
+        self.journal.event("released", d.job_id, hosts=list(d.hosts), taken=d.taken,
+                           summary=d.summary())
+        self.last_reason.pop(d.job_id, None)
+        log.info("job %s: %s", d.job_id, d.summary())
+        for n in d.notes:
+            if n.startswith(("waited", "released by the packing")):
+                log.info("job %s: %s", d.job_id, n)
+        return True
+
+    def rehold(self, d: Decision) -> bool:
+        if self.dry_run:
+            log.info("job %s: [dry run] would hold again: %s", d.job_id, d.reason)
+            return False
+        rec = self.records.get(d.job_id) or JobRecord(d.job_id)
+        rec = replace(rec, phase="reholding")
+        self._save(rec)
+        self.journal.event("intent-rehold", d.job_id, reason=d.reason)
+        try:
+            self.backend.hold(d.job_id)
+        except SlurmError as exc:
+            j = self.backend.job(d.job_id)
+            if j is not None and j.held:
+                pass  # held after all
+            else:
+                state = getattr(j, "state", "gone")
+                self._save(replace(rec, phase="released"))
+                self.journal.event("rehold-failed", d.job_id, state=state, error=exc.render())
+                log.info("job %s: could not hold it again (%s): it is %s", d.job_id,
+                         exc.render(), state)
+                return False
+        avoid = {**rec.avoid, **d.avoid}
+        self._save(replace(rec, phase="waiting", reholds=rec.reholds + 1, avoid=avoid))
+        self.journal.event("reheld", d.job_id, reason=d.reason)
+        log.warning("job %s: held again: %s", d.job_id, d.reason)
+        return True
+
+    def reject(self, d: Decision) -> bool:
+        log.warning("job %s: rejected: %s", d.job_id, d.reason)
+        if self.dry_run:
+            return False
+        self.journal.event("rejected", d.job_id, reason=d.reason, policy=self.on_reject)
+        try:
+            self.backend.update_job(d.job_id, Comment=protocol.rejected_comment(d.reason))
+        except SlurmError as exc:
+            log.error("job %s: could not write the reason into its comment: %s", d.job_id,
+                      exc.render())
+        if self.on_reject == "cancel":
+            self.backend.cancel(d.job_id)
+        self._drop(d.job_id)
+        self.rejected.append({"job_id": d.job_id, "at": self.clock(), "reason": d.reason,
+                              "policy": self.on_reject})
+        self.rejected = self.rejected[-50:]
+        return False
+
+    def started_running(self, d: Decision) -> None:
+        rec = self.records.get(d.job_id)
+        if rec is None or rec.phase == "running":
+            return
+        drift = []
+        for h in rec.hosts:
+            if h not in d.gpus and h not in d.hosts:
+                drift.append(f"{h} not allocated")
+                continue
+            got = set(d.gpus.get(h, ()))
+            want = set(rec.gpus.get(h, ()))
+            if got and not want <= got:
+                drift.append(f"{h}: planned GPUs {','.join(map(str, sorted(want)))}, Slurm gave "
+                             f"{','.join(map(str, sorted(got)))}")
+        text = "; ".join(drift) if drift else None
+        self._save(replace(rec, phase="running", drift=text))
+        self.journal.event("started", d.job_id, hosts=list(d.hosts),
+                           gpus={h: list(g) for h, g in d.gpus.items()}, drift=text)
+        if text:
+            log.info("job %s: started; %s (slurmtopo bind re-plans on the real GPUs)",
+                     d.job_id, text)
+        else:
+            log.info("job %s: started as planned", d.job_id)
+
+    # -- status ------------------------------------------------------------
+
+    def write_status(self, decisions: Sequence[Decision], queue: Sequence[QueuedJob],
+                     duration: float) -> None:
+        qmap = {q.job_id: q for q in queue}
+        jobs: Dict[int, Dict[str, object]] = {}
+        for d in decisions:
+            q = qmap.get(d.job_id)
+            rec = self.records.get(d.job_id)
+            e = jobs.setdefault(d.job_id, {"job_id": d.job_id})
+            e.update({
+                "name": q.name if q else "", "user": q.user if q else "",
+                "slurm_state": q.state if q else "", "action": d.action,
+                "reason": d.summary() if d.action == RELEASE else d.reason,
+                "since": self.first_seen.get(d.job_id),
+                "submit_time": q.submit_time if q else None,
+                "hosts": list(d.hosts), "gpus": {h: list(g) for h, g in d.gpus.items()},
+                "taken": d.taken, "cost_s": d.cost_s, "preferred_cost_s": d.preferred_cost_s,
+                "waiting_for": list(d.waiting_for), "wait_left_s": d.wait_left,
+                "reserved": {h: list(g) for h, g in d.reserved.items()},
+                "releases": rec.releases if rec else 0,
+                "drift": rec.drift if rec else None,
+                "phase": rec.phase if rec else "waiting",
+            })
+        doc = {"slurmtopo": "daemon-status", "version": 1,
+               "daemon": {"pid": os.getpid(), "host": socket.gethostname(),
+                          "started": self.started, "at": self.clock(), "cycles": self.cycles,
+                          "cycle_s": round(duration, 3), "inventory": self.inventory_label,
+                          "dry_run": self.dry_run, "on_reject": self.on_reject},
+               "jobs": list(jobs.values()), "rejected": self.rejected}
+        try:
+            atomic_write(os.path.join(self.spool, STATUS_FILE),
+                         json.dumps(doc, indent=1, default=str) + "\n", mode=0o644)
+        except SlurmtopoError as exc:
+            log.error("cannot write the status file: %s", exc.render())
+
+    # -- the loop ----------------------------------------------------------
+
+    def run(self, interval: float = 10.0, once: bool = False,
+            max_cycles: Optional[int] = None) -> int:
+        """Cycle every ``interval`` seconds until stopped (SIGTERM/SIGINT set
+        ``stop_event``). Returns an exit code."""
+        rc = 0
+        n = 0
+        while not self.stop_event.is_set():
+            try:
+                self.cycle()
+                rc = 0
+            except SlurmtopoError as exc:
+                log.error("cycle failed: %s", exc.render())
+                rc = 1
+            n += 1
+            if once or (max_cycles is not None and n >= max_cycles):
+                break
+            self.stop_event.wait(interval)
+        return rc
+
+
+def inventory_loader(paths) -> Callable[[], object]:
+    """A loader that re-reads the inventory only when a file changed."""
+    from slurmtopo.inventory import load_inventory
+
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [os.fspath(p) for p in paths]
+    cache: Dict[str, object] = {}
+
+    def stamp():
+        out = []
+        for p in paths:
+            try:
+                if os.path.isdir(p):
+                    for f in sorted(os.listdir(p)):
+                        st = os.stat(os.path.join(p, f))
+                        out.append((f, st.st_mtime_ns, st.st_size))
+                else:
+                    st = os.stat(p)
+                    out.append((p, st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append((p, None, None))
+        return tuple(out)
+
+    def load():
+        s = stamp()
+        if cache.get("stamp") != s:
+            cache["inv"] = load_inventory(paths)
+            if "stamp" in cache:
+                log.info("inventory reloaded")
+            cache["stamp"] = s
+        return cache["inv"]
+
+    return load

@@ -1,0 +1,130 @@
+"""Submitting a job for the placement daemon: held, and tagged with its request.
+
+``slurmtopo sbatch --daemon ... -- CMD`` renders the usual batch script
+(plan embedded, ``slurmtopo bind`` at start) and calls
+:func:`submit_for_daemon`, which
+
+1. reads the shape the script asks Slurm for (``--nodes``,
+   ``--ntasks-per-node``, ``--gpus-per-node``) from its ``#SBATCH`` lines;
+2. turns ``--switches``/``--segment`` directives into comments: the daemon
+   decides the nodes itself and pins them, and a leaf-count request would
+   only make Slurm hold a pinned job that spans more leaves (a fallback);
+3. writes the request into the job comment (``slurmtopo:v1:{...}``, see
+   :mod:`slurmtopo.daemon.protocol`; a spool file when it is too long);
+4. submits with ``sbatch --hold --comment=...`` and returns the job id.
+
+Nothing else happens at submit time: the daemon finds the job by its
+comment, and Slurm is the only record of it.
+"""
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Sequence, Tuple
+
+from slurmtopo.daemon.protocol import Shape, make_comment
+from slurmtopo.errors import SlurmtopoError
+
+_DIRECTIVE = re.compile(r"^#SBATCH\s+(.*?)\s*$")
+#: directives the daemon replaces by pinning nodes
+DROPPED = ("--switches", "--segment")
+
+
+def _opt(words: Sequence[str], long: str, short: Optional[str] = None) -> Optional[str]:
+    """The value of ``--long=V``/``--long V``/``-s V``/``-sV`` among words."""
+    value = None
+    for i, w in enumerate(words):
+        if w.startswith(long + "="):
+            value = w.split("=", 1)[1]
+        elif w == long and i + 1 < len(words):
+            value = words[i + 1]
+        elif short and w == short and i + 1 < len(words):
+            value = words[i + 1]
+        elif short and w.startswith(short) and len(w) > len(short) and not w.startswith("--"):
+            value = w[len(short):]
+    return value
+
+
+def _count(text: Optional[str]) -> Optional[int]:
+    """``8``, ``h100:8``, ``2-2`` -> 8/8/2; None when absent or not a count."""
+    if text is None:
+        return None
+    text = text.split(":")[-1].split("-")[0].strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def script_directives(script_text: str) -> List[str]:
+    """The option words of the script's ``#SBATCH`` lines (sbatch stops at
+    the first command line)."""
+    words: List[str] = []
+    for line in script_text.splitlines()[1:]:
+        s = line.strip()
+        if not s:
+            continue
+        if not s.startswith("#"):
+            break
+        m = _DIRECTIVE.match(s)
+        if m:
+            words.extend(m.group(1).split())
+    return words
+
+
+def script_shape(script_text: str, args: Sequence[str] = ()) -> Shape:
+    """The allocation shape the script (and extra sbatch args, which win)
+    asks for."""
+    words = script_directives(script_text) + [str(a) for a in args]
+    gpn = _opt(words, "--gpus-per-node")
+    if gpn is None:
+        gres = _opt(words, "--gres")
+        if gres and gres.startswith("gpu"):
+            gpn = gres
+    return Shape(nodes=_count(_opt(words, "--nodes", "-N")), gpus_per_node=_count(gpn),
+                 tasks_per_node=_count(_opt(words, "--ntasks-per-node")))
+
+
+def prepare_script(script_text: str) -> Tuple[str, List[str]]:
+    """The script with ``--switches``/``--segment`` directives commented
+    out, and notes saying so."""
+    out, notes = [], []
+    in_header = True
+    for i, line in enumerate(script_text.splitlines(keepends=True)):
+        s = line.strip()
+        if i > 0 and in_header and s and not s.startswith("#"):
+            in_header = False
+        m = _DIRECTIVE.match(s) if in_header else None
+        if m and any(w.split("=", 1)[0] in DROPPED for w in m.group(1).split()):
+            opt = m.group(1)
+            out.append(f"# slurmtopo daemon: {opt} dropped (the daemon pins the nodes)\n")
+            notes.append(f"{opt} dropped: the placement daemon chooses and pins the nodes")
+            continue
+        out.append(line)
+    return "".join(out), notes
+
+
+def submit_for_daemon(backend, request, script_text: str, inventory_path: Optional[str] = None,
+                      *, args: Sequence[str] = (), spool: Optional[str] = None,
+                      notes: Optional[List[str]] = None) -> int:
+    """Submit ``script_text`` held, tagged with ``request`` (a JobRequest),
+    for the placement daemon; returns the job id.
+
+    ``backend`` is a :class:`slurmtopo.slurm.SlurmBackend`. ``args`` are
+    extra sbatch options (argv items). ``spool`` is the daemon's spool
+    directory, needed only when the request does not fit in a comment.
+    ``inventory_path`` is informational: the daemon plans with its own
+    ``--inventory`` (the script's embedded plan keeps the submit-time path
+    for ``slurmtopo bind``). Notes for the user are appended to ``notes``.
+    """
+    if any(str(a).startswith("--comment") for a in args):
+        raise SlurmtopoError("--comment cannot be combined with --daemon: the job comment "
+                             "carries the daemon's request")
+    if any(w.startswith("--comment") for w in script_directives(script_text)):
+        raise SlurmtopoError("the script sets #SBATCH --comment, which --daemon needs for its "
+                             "request; remove it")
+    text, dropped = prepare_script(script_text)
+    shape = script_shape(text, args)
+    comment = make_comment(request, shape, spool)
+    job_id = backend.submit(text, args=[*map(str, args), f"--comment={comment}"], hold=True)
+    if notes is not None:
+        notes.extend(dropped)
+        notes.append(f"job {job_id} submitted held for the placement daemon "
+                     f"(comment {comment[:60]}{'...' if len(comment) > 60 else ''})")
+    return int(job_id)
