@@ -197,6 +197,9 @@ class Hardware(_CachedHash):
     pcie_gbps: Optional[float] = None
     gres_type: Optional[str] = None  # Slurm GRES type name override
 
+    # explicit, or @dataclass(frozen=True) would generate an uncached one
+    __hash__ = _CachedHash.__hash__
+
     @property
     def gpu_count(self) -> int:
         return len(self.gpus)
@@ -261,6 +264,8 @@ class Fabric(_CachedHash):
     switches: Tuple[Switch, ...] = ()
     blocks: Tuple[Block, ...] = ()
     block_sizes: Tuple[int, ...] = ()
+
+    __hash__ = _CachedHash.__hash__
 
     def switch(self, name: str) -> Switch:
         for s in self.switches:

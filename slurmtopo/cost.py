@@ -1,0 +1,896 @@
+"""An alpha-beta cost model of a placement's collectives.
+
+Every transfer step costs ``alpha + bytes / bandwidth`` on the link it
+crosses. Per group kind the model prices one collective of a stated size
+(:data:`DEFAULT_MESSAGE_BYTES`, overridable per request and in the
+inventory) on every group of that kind and reports the slowest group.
+The formulas (``n`` ranks, ``M`` bytes, ``a``/``B`` alpha and bandwidth of
+the link class):
+
+* **all-reduce** inside one node or one NVLink domain: a ring,
+  ``2(n-1) * (a + M/(n B))``. Across ``h`` hosts with ``l`` ranks each:
+  hierarchical (intra-node reduce-scatter, inter-node ring all-reduce of
+  each rank's ``M/l`` slice over its own NIC, intra-node all-gather)::
+
+      2(l-1) * (a_in + M/(l B_in)) + 2(h-1) * (a_net + M/(l h B_net))
+
+  With ``l = 1`` this is the flat ring over the network. Hosts with uneven
+  rank counts use the largest ``l`` for the intra-node part and the smallest
+  for the slice size (the bottleneck host).
+* **all-gather** (``M`` = the gathered size): ``(n-1) * (a + M/(n B))``;
+  across hosts ``(h-1) * (a_net + M/(n B_net)) + (l-1) * (a_in + M/(l B_in))``.
+* **all-to-all** (``M`` = what one rank sends in total, ``M/n`` to each
+  peer): ``(l-1) * (a_in + M/(n B_in)) + (n-l) * (a_net + M/(n B_net))``
+  (pairwise exchange, one peer per step).
+* **p2p** (pipeline): ``a + M/B`` over the slowest hop between consecutive
+  stages of the group.
+
+Link parameters (:class:`CostParams`, defaults in docs/cost-model.md):
+NVLink bandwidth is lanes x lane bandwidth by GPU generation (an NVSwitch
+node reports ``NV18`` for every pair, so an H100 gets 18 x 25 = 450 GB/s);
+PCIe classes are a fraction of the GPU's PCIe bandwidth; the network is the
+GPU's share of its closest NICs' rate (a NIC shared by 4 GPUs gives each a
+quarter), divided by an oversubscription factor per switch level. All are
+overridable in the inventory's ``cost:`` block and ``Hardware`` fields.
+
+Per kind the time is that of its slowest group; the *step time* sums the
+kinds that carry distinct traffic (:func:`counted_kinds`): ``tp``, ``cp``,
+``pp``, ``dp-cp`` when ``cp > 1`` else ``dp`` (gradients are reduced over
+data x context parallel, the plain ``dp`` groups are a subset of it), and
+with experts ``ep``, ``expert-tp``, ``expert-dp``. Combined kinds
+(``tp-pp``, ``tp-dp-cp``, ``expert-tp-ep``...) are priced for the preview
+with a small latency-bound message and not counted, so no traffic is
+counted twice.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from slurmtopo.errors import InventoryError
+from slurmtopo.groups import build_groups
+from slurmtopo.links import LinkClass
+from slurmtopo.model import Hardware, Inventory, Node, Placement
+from slurmtopo.request import JobRequest
+from slurmtopo.topology import network_view
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+#: Per group kind, the bytes of one collective the model prices. They
+#: describe one layer of a large dense transformer (hidden 8192, sequence
+#: 4096 tokens per micro-batch, bf16) so the kinds weigh against each
+#: other as in training; pass your own per job (``message_bytes``).
+DEFAULT_MESSAGE_BYTES: Dict[str, int] = {
+    # all-reduce of a layer's output activations: 4096 x 8192 x 2 bytes
+    "tp": 64 * MiB,
+    # all-gather of keys and values (GQA, 2048-wide K and V): 2 x 4096 x 2048 x 2
+    "cp": 32 * MiB,
+    # all-to-all dispatch of a micro-batch's tokens to the experts: 4096 x 8192 x 2
+    "ep": 64 * MiB,
+    # expert tensor parallel all-reduce: like tp
+    "expert-tp": 64 * MiB,
+    # one gradient bucket (Megatron buckets ~40M parameters; 128 MiB of bf16 ~ 64M)
+    "dp": 128 * MiB,
+    "dp-cp": 128 * MiB,
+    "expert-dp": 128 * MiB,
+    # activations of one micro-batch sent to the next stage: 4096 x 8192 x 2
+    "pp": 64 * MiB,
+    # combined kinds carry small reductions (gradient norm, loss, flags):
+    # latency-bound; reported but not counted in the step time
+    "tp-pp": 8,
+    "tp-cp": 8,
+    "tp-dp": 8,
+    "tp-dp-cp": 8,
+    "expert-tp-ep": 8,
+    "expert-tp-ep-pp": 8,
+}
+
+#: Which collective each kind runs.
+COLLECTIVES: Dict[str, str] = {
+    "tp": "all-reduce", "cp": "all-gather", "ep": "all-to-all", "expert-tp": "all-reduce",
+    "dp": "all-reduce", "dp-cp": "all-reduce", "expert-dp": "all-reduce", "pp": "p2p",
+    "tp-pp": "all-reduce", "tp-cp": "all-reduce", "tp-dp": "all-reduce",
+    "tp-dp-cp": "all-reduce", "expert-tp-ep": "all-reduce", "expert-tp-ep-pp": "all-reduce",
+}
+
+_C = LinkClass
+
+#: alpha (latency per step), microseconds
+DEFAULT_ALPHA_US: Dict[LinkClass, float] = {
+    _C.SELF: 0.0, _C.NVLINK: 1.0, _C.NVLINK_DOMAIN: 1.5, _C.PIX: 2.0, _C.PXB: 2.5,
+    _C.PHB: 3.0, _C.NODE: 3.5, _C.SYS: 5.0, _C.NET_LEAF: 6.0, _C.NET_L1: 7.0,
+    _C.NET_L2: 8.0, _C.NET_L3: 9.0, _C.NET_FAR: 12.0,
+}
+
+#: GB/s per NVLink lane and direction by GPU model (first substring match)
+DEFAULT_NVLINK_LANE_GBPS: Tuple[Tuple[str, float], ...] = (
+    ("gb300", 50.0), ("gb200", 50.0), ("b300", 50.0), ("b200", 50.0), ("b100", 50.0),
+    ("gh200", 25.0), ("h200", 25.0), ("h100", 25.0), ("h800", 25.0), ("h20", 25.0),
+    ("a100", 25.0), ("a800", 25.0), ("a30", 25.0),
+    ("a6000", 14.0625), ("a5000", 14.0625), ("a40", 14.0625), ("rtx", 14.0625),
+    ("v100", 25.0), ("p100", 20.0),
+)
+
+#: GB/s per direction a GPU gets over PCIe by model (PCIe 5: ~50, 4: ~25, 3: ~12)
+DEFAULT_PCIE_GBPS: Tuple[Tuple[str, float], ...] = (
+    ("gb300", 50.0), ("gb200", 50.0), ("b300", 50.0), ("b200", 50.0), ("b100", 50.0),
+    ("gh200", 50.0), ("h200", 50.0), ("h100", 50.0), ("h800", 50.0), ("h20", 50.0),
+    ("a100", 25.0), ("a800", 25.0), ("a30", 25.0), ("a6000", 25.0), ("a5000", 25.0),
+    ("a40", 25.0), ("l40", 25.0), ("l4", 25.0), ("a10", 25.0), ("rtx", 25.0),
+    ("v100", 12.0), ("p100", 12.0), ("t4", 12.0),
+)
+
+#: share of the GPU's PCIe bandwidth a ring gets per PCIe class (peer to
+#: peer through one switch is full speed; through the CPU less; between
+#: sockets NCCL bounces through host memory)
+DEFAULT_PCIE_FACTOR: Dict[LinkClass, float] = {
+    _C.PIX: 1.0, _C.PXB: 0.9, _C.PHB: 0.8, _C.NODE: 0.7, _C.SYS: 0.4,
+}
+
+NETWORK_CLASSES = (_C.NET_LEAF, _C.NET_L1, _C.NET_L2, _C.NET_L3, _C.NET_FAR)
+
+#: keys of the inventory's ``cost:`` block
+COST_KEYS = ("alpha_us", "bandwidth_gbps", "nvlink_lane_gbps", "pcie_gbps", "pcie_factor",
+             "oversubscription", "default_nic_gbit", "message_bytes")
+
+
+# --------------------------------------------------------------------------
+# parameters
+
+
+def _class_key(text) -> LinkClass:
+    t = str(text).strip().upper().replace("-", "_").replace(" ", "_")
+    aliases = {"NV": "NVLINK", "NVL": "NVLINK", "DOMAIN": "NVLINK_DOMAIN", "LEAF": "NET_LEAF",
+               "SPINE": "NET_L1", "CORE": "NET_L2", "FAR": "NET_FAR", "SOC": "SYS"}
+    t = aliases.get(t, t)
+    try:
+        return LinkClass[t]
+    except KeyError:
+        raise ValueError(f"unknown link class {text!r} (known: "
+                         f"{', '.join(c.name for c in LinkClass)})") from None
+
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.I)
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": KiB, "ki": KiB, "m": 10**6, "mb": 10**6,
+          "mib": MiB, "mi": MiB, "g": 10**9, "gb": 10**9, "gib": GiB, "gi": GiB,
+          "t": 10**12, "tb": 10**12, "tib": 1 << 40, "ti": 1 << 40}
+
+
+def parse_bytes(value) -> int:
+    """``67108864``, ``"64MiB"``, ``"1.5 GB"`` -> bytes."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size in bytes, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0 or value != int(value):
+            raise ValueError(f"expected a whole number of bytes >= 0, got {value!r}")
+        return int(value)
+    m = _SIZE_RE.match(str(value))
+    if not m:
+        raise ValueError(f"expected a size like 67108864 or '64MiB', got {value!r}")
+    unit = (m.group(2) or "").lower()
+    if unit not in _UNITS:
+        raise ValueError(f"unknown size unit in {value!r}")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def _positive(value, what: str, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    v = float(value)
+    if v != v or v < 0 or (v == 0 and not allow_zero) or math.isinf(v):
+        raise ValueError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return v
+
+
+@dataclass
+class CostParams:
+    """Link parameters of the alpha-beta model.
+
+    ``alpha``: seconds per step, per LinkClass. ``bandwidth``: explicit
+    GB/s per direction per GPU for a LinkClass; a class not listed is
+    derived from the hardware (NVLink lanes x ``nvlink_lane_gbps``, PCIe
+    bandwidth x ``pcie_factor``, the GPU's NIC share / ``oversubscription``).
+    """
+
+    alpha: Dict[LinkClass, float] = field(
+        default_factory=lambda: {c: us * 1e-6 for c, us in DEFAULT_ALPHA_US.items()})
+    bandwidth: Dict[LinkClass, float] = field(default_factory=dict)
+    nvlink_lane_gbps: Tuple[Tuple[str, float], ...] = DEFAULT_NVLINK_LANE_GBPS
+    pcie_gbps: Tuple[Tuple[str, float], ...] = DEFAULT_PCIE_GBPS
+    default_nvlink_lane_gbps: float = 25.0
+    default_pcie_gbps: float = 25.0
+    pcie_factor: Dict[LinkClass, float] = field(default_factory=lambda: dict(DEFAULT_PCIE_FACTOR))
+    oversubscription: Dict[LinkClass, float] = field(default_factory=dict)
+    #: per-node network rate (Gbit/s) assumed when a node lists no compute NIC
+    default_nic_gbit: float = 400.0
+    message_bytes: Dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MESSAGE_BYTES))
+    _hw: Dict[int, Tuple[Hardware, "_HwCost"]] = field(default_factory=dict, repr=False,
+                                                        compare=False)
+
+    # ---- construction ----------------------------------------------------
+
+    @classmethod
+    def from_inventory(cls, inv: Inventory) -> "CostParams":
+        """Defaults with the inventory's ``cost:`` overrides applied.
+
+        Keys (all optional; see docs/cost-model.md)::
+
+            cost:
+              alpha_us: {NVLINK: 1.0, NET_LEAF: 6}       # per link class, microseconds
+              bandwidth_gbps: {SYS: 10, NET_L1: 40}      # per class, GB/s per GPU and direction
+              nvlink_lane_gbps: {H100: 25, A6000: 14}    # GPU model substring -> GB/s per lane
+              pcie_gbps: 25                              # or {model substring: GB/s}
+              pcie_factor: {PXB: 0.9, SYS: 0.4}          # share of PCIe bandwidth per class
+              oversubscription: {NET_L1: 2, NET_L2: 4}   # divides the NIC share per level
+              default_nic_gbit: 400                      # when a node lists no compute NIC
+              message_bytes: {tp: 64MiB, dp: 268435456}  # per group kind
+
+        Raises :class:`InventoryError` naming the key on bad values.
+        """
+        p = cls()
+        cost = inv.cost or {}
+        if not cost:
+            return p
+        src = inv.source
+
+        def line(obj, key=None):
+            from slurmtopo.yamlio import Reader
+            return Reader.line(obj, key)
+
+        def fail(msg, obj=None, key=None):
+            return InventoryError(f"cost: {msg}", src, line(obj, key) if obj is not None else None)
+
+        for key in cost:
+            if key not in COST_KEYS:
+                raise fail(f"unknown key {key!r} (allowed: {', '.join(COST_KEYS)})")
+
+        def mapping(key):
+            v = cost.get(key)
+            if v is None:
+                return None
+            if not isinstance(v, Mapping):
+                raise fail(f"{key} must be a mapping, got {v!r}", v)
+            return v
+
+        def per_class(key, allow_zero, only=None):
+            m = mapping(key)
+            out = {}
+            for k, v in (m or {}).items():
+                try:
+                    c = _class_key(k)
+                    if only is not None and c not in only:
+                        raise ValueError(f"{key} takes only {', '.join(x.name for x in only)}, "
+                                         f"not {c.name}")
+                    out[c] = _positive(v, f"{key}.{k}", allow_zero)
+                except ValueError as exc:
+                    raise fail(str(exc), m, k) from None
+            return out
+
+        for c, us in per_class("alpha_us", True).items():
+            p.alpha[c] = us * 1e-6
+        p.bandwidth.update(per_class("bandwidth_gbps", False))
+        p.pcie_factor.update(per_class("pcie_factor", False, tuple(DEFAULT_PCIE_FACTOR)))
+        p.oversubscription.update(per_class("oversubscription", False, NETWORK_CLASSES))
+
+        def by_model(key, current):
+            v = cost.get(key)
+            if v is None:
+                return current, None
+            if isinstance(v, Mapping):
+                out = []
+                for k, x in v.items():
+                    try:
+                        out.append((str(k).lower(), _positive(x, f"{key}.{k}")))
+                    except ValueError as exc:
+                        raise fail(str(exc), v, k) from None
+                return tuple(out) + tuple(current), None
+            try:
+                return current, _positive(v, key)
+            except ValueError as exc:
+                raise fail(str(exc), cost) from None
+
+        p.nvlink_lane_gbps, flat = by_model("nvlink_lane_gbps", p.nvlink_lane_gbps)
+        if flat is not None:
+            p.nvlink_lane_gbps, p.default_nvlink_lane_gbps = (), flat
+        p.pcie_gbps, flat = by_model("pcie_gbps", p.pcie_gbps)
+        if flat is not None:
+            p.pcie_gbps, p.default_pcie_gbps = (), flat
+        if cost.get("default_nic_gbit") is not None:
+            try:
+                p.default_nic_gbit = _positive(cost["default_nic_gbit"], "default_nic_gbit")
+            except ValueError as exc:
+                raise fail(str(exc), cost) from None
+        mb = mapping("message_bytes")
+        for k, v in (mb or {}).items():
+            from slurmtopo.errors import LayoutError
+            from slurmtopo.request import normalise_kind
+            try:
+                kind = normalise_kind(k)
+                p.message_bytes[kind] = parse_bytes(v)
+            except (ValueError, LayoutError) as exc:
+                text = exc.message if isinstance(exc, LayoutError) else str(exc)
+                raise fail(f"message_bytes: {text}", mb, k) from None
+        return p
+
+    # ---- per-hardware figures ---------------------------------------------
+
+    def hw(self, hw: Hardware) -> "_HwCost":
+        hit = self._hw.get(id(hw))
+        if hit is None or hit[0] is not hw:
+            hit = (hw, _HwCost(self, hw))
+            self._hw[id(hw)] = hit
+        return hit[1]
+
+    def _match(self, table, model: str, default: float) -> float:
+        m = model.lower()
+        for key, v in table:
+            if key in m:
+                return v
+        return default
+
+    def lane_gbps(self, hw: Hardware) -> float:
+        if hw.nvlink_lane_gbps:
+            return float(hw.nvlink_lane_gbps)
+        return self._match(self.nvlink_lane_gbps, hw.model, self.default_nvlink_lane_gbps)
+
+    def pcie(self, hw: Hardware) -> float:
+        if hw.pcie_gbps:
+            return float(hw.pcie_gbps)
+        return self._match(self.pcie_gbps, hw.model, self.default_pcie_gbps)
+
+    def message(self, kind: str, req: Optional[JobRequest] = None) -> int:
+        if req is not None and kind in req.message_bytes:
+            return int(req.message_bytes[kind])
+        return int(self.message_bytes.get(kind, DEFAULT_MESSAGE_BYTES.get(kind, MiB)))
+
+
+def _ring(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:
+    from slurmtopo.placement.intranode import ring
+    return ring(hw, gpus)
+
+
+class _HwCost:
+    """Bandwidths of one hardware type under some CostParams."""
+
+    def __init__(self, p: CostParams, hw: Hardware):
+        self.p = p
+        self.hw = hw
+        from slurmtopo.placement.intranode import hw_info
+        info = hw_info(hw)
+        self.lc = info.lc
+        self.lanes = info.lanes
+        self.lane = p.lane_gbps(hw)
+        n = hw.gpu_count
+        lanes = [info.lanes[a][b] for a in range(n) for b in range(n) if a != b]
+        self.max_lanes = max(lanes) if lanes else 0
+        self.pcie = p.pcie(hw)
+        self.net = self._net_share()
+        self.no_nics = not hw.compute_nics()
+        self._intra: Dict[Tuple[int, ...], Tuple[LinkClass, float]] = {}
+
+    def _net_share(self) -> List[float]:
+        """Per GPU, GB/s of network: its share of its closest compute NICs."""
+        hw, p = self.hw, self.p
+        nics = [x for x in hw.compute_nics() if x.state != "down"] or list(hw.compute_nics())
+        n = hw.gpu_count
+        if not nics:
+            return [p.default_nic_gbit / 8.0 / max(1, n)] * n
+        best = []
+        for g in range(n):
+            rel = [x.relation_to(g) for x in nics]
+            top = min(rel)
+            best.append([i for i, r in enumerate(rel) if r == top])
+        users = [sum(1 for b in best if i in b) for i in range(len(nics))]
+        out = []
+        for g in range(n):
+            out.append(sum((nics[i].rate_gbps or p.default_nic_gbit) / 8.0 / users[i]
+                           for i in best[g]))
+        return out
+
+    def class_bw(self, cls: LinkClass, lanes: int = 0) -> float:
+        """GB/s of a ring hop of class ``cls`` inside this node."""
+        p = self.p
+        if cls in p.bandwidth:
+            return p.bandwidth[cls]
+        if cls is LinkClass.SELF:
+            return math.inf
+        if cls is LinkClass.NVLINK:
+            return self.lane * (lanes or self.max_lanes or 1)
+        if cls is LinkClass.NVLINK_DOMAIN:
+            return self.lane * (self.max_lanes or 1)
+        if cls.is_pcie:
+            return self.pcie * p.pcie_factor.get(cls, DEFAULT_PCIE_FACTOR[cls])
+        raise ValueError(cls)
+
+    def intra(self, gpus: Tuple[int, ...]) -> Tuple[LinkClass, float]:
+        """(ring class, GB/s) of a ring over ``gpus`` (sorted) in this node."""
+        hit = self._intra.get(gpus)
+        if hit is None:
+            cls = _ring(self.hw, gpus)
+            if cls is LinkClass.NVLINK:
+                lm = self.lanes
+                lanes = min(lm[a][b] for i, a in enumerate(gpus)
+                            for b in gpus[i + 1:] if self.lc[a][b] is LinkClass.NVLINK)
+                hit = (cls, self.class_bw(cls, lanes))
+            else:
+                hit = (cls, self.class_bw(cls))
+            self._intra[gpus] = hit
+        return hit
+
+    def pair(self, a: int, b: int) -> Tuple[LinkClass, float]:
+        cls = self.lc[a][b]
+        if cls is LinkClass.NVLINK:
+            return cls, self.class_bw(cls, self.lanes[a][b])
+        return cls, self.class_bw(cls)
+
+
+# --------------------------------------------------------------------------
+# formulas
+
+
+def flat_time(collective: str, n: int, m: float, alpha: float, gbps: float) -> float:
+    """One collective over ``n`` ranks on one link class (ring)."""
+    if n <= 1:
+        return 0.0
+    bw = gbps * 1e9
+    if collective == "all-reduce":
+        return 2 * (n - 1) * (alpha + m / (n * bw))
+    if collective in ("all-gather", "all-to-all"):
+        return (n - 1) * (alpha + m / (n * bw))
+    if collective == "p2p":
+        return alpha + m / bw
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def hier_time(collective: str, n: int, h: int, l_max: int, l_min: int, m: float,
+              a_in: float, gbps_in: float, a_net: float, gbps_net: float) -> float:
+    """One collective over ``n`` ranks on ``h`` hosts, ``l_min..l_max`` a host."""
+    if h <= 1:
+        return flat_time(collective, n, m, a_in, gbps_in)
+    b_in = gbps_in * 1e9
+    b_net = gbps_net * 1e9
+    if collective == "all-reduce":
+        t = 2 * (h - 1) * (a_net + m / (l_min * h * b_net))
+        if l_max > 1:
+            t += 2 * (l_max - 1) * (a_in + m / (l_max * b_in))
+        return t
+    if collective == "all-gather":
+        t = (h - 1) * (a_net + m / (n * b_net))
+        if l_max > 1:
+            t += (l_max - 1) * (a_in + m / (l_max * b_in))
+        return t
+    if collective == "all-to-all":
+        t = (n - l_min) * (a_net + m / (n * b_net))
+        if l_max > 1:
+            t += (l_max - 1) * (a_in + m / (n * b_in))
+        return t
+    if collective == "p2p":
+        return a_net + m / b_net
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+# --------------------------------------------------------------------------
+# reports
+
+
+@dataclass
+class GroupCost:
+    kind: str
+    count: int  # groups of this kind
+    size: int  # ranks per group
+    collective: str  # all-reduce | all-gather | all-to-all | p2p
+    message_bytes: int
+    slowest: LinkClass  # slowest link any group of the kind crosses
+    time_s: float  # modelled time of one collective on the slowest group
+    worst_group: int  # index (in groups[kind]) of the slowest group
+
+
+@dataclass
+class CostReport:
+    kinds: Dict[str, GroupCost]
+    step_time_s: float
+    warnings: List[str] = field(default_factory=list)
+    counted: Tuple[str, ...] = ()  # kinds summed into step_time_s
+
+
+def counted_kinds(groups: Mapping[str, list], cp: int) -> Tuple[str, ...]:
+    """Kinds whose times make the step time (see the module doc)."""
+    out = ["tp", "cp", "dp-cp" if cp > 1 else "dp", "pp"]
+    for k in ("ep", "expert-tp", "expert-dp"):
+        if k in groups:
+            out.append(k)
+    return tuple(k for k in out if k in groups)
+
+
+class _Net:
+    """Network class of a set of hosts, cached by the set of their leaves."""
+
+    def __init__(self, inv: Inventory):
+        self.inv = inv
+        self.view = network_view(inv.fabric)
+        self._cache: Dict[frozenset, LinkClass] = {}
+
+    def hosts_class(self, nodes: Sequence[Node]) -> LinkClass:
+        if len(nodes) <= 1:
+            return LinkClass.SELF
+        dom = nodes[0].nvlink_domain
+        if dom is not None and all(n.nvlink_domain == dom for n in nodes):
+            return LinkClass.NVLINK_DOMAIN
+        view = self.view
+        if view.flat:
+            return LinkClass.NET_LEAF
+        leaves = {}
+        for n in nodes:
+            leaf = view.leaf.get(n.name)
+            if leaf is None:
+                return LinkClass.NET_FAR
+            leaves.setdefault(leaf, n.name)
+        if len(leaves) == 1:
+            return LinkClass.NET_LEAF
+        key = frozenset(leaves)
+        hit = self._cache.get(key)
+        if hit is None:
+            common = None
+            for host in leaves.values():
+                anc = view.ancestors.get(host, {})
+                common = set(anc) if common is None else common & set(anc)
+            if not common:
+                hit = LinkClass.NET_FAR
+            else:
+                anc0 = view.ancestors[next(iter(leaves.values()))]
+                hit = LinkClass.network(min(anc0[s] for s in common))
+            self._cache[key] = hit
+        return hit
+
+
+def _net_gbps(p: CostParams, cls: LinkClass, shares: Iterable[float]) -> float:
+    if cls in p.bandwidth:
+        return p.bandwidth[cls]
+    return min(shares) / p.oversubscription.get(cls, 1.0)
+
+
+def _group_cost(inv: Inventory, p: CostParams, net: _Net, slots, ranks: Sequence[int],
+                collective: str, m: int) -> Tuple[LinkClass, float]:
+    nodes = inv.nodes
+    if collective == "p2p":
+        worst_c, worst_t = LinkClass.SELF, 0.0
+        prev = None
+        for r in ranks:
+            s = slots[r]
+            if prev is not None:
+                if s.host == prev.host:
+                    hc = p.hw(nodes[s.host].hardware)
+                    cls, bw = hc.pair(prev.gpu, s.gpu)
+                else:
+                    na, nb = nodes[prev.host], nodes[s.host]
+                    cls = net.hosts_class([na, nb])
+                    ha, hb = p.hw(na.hardware), p.hw(nb.hardware)
+                    if cls is LinkClass.NVLINK_DOMAIN:
+                        bw = min(ha.class_bw(cls), hb.class_bw(cls))
+                    else:
+                        bw = _net_gbps(p, cls, (ha.net[prev.gpu], hb.net[s.gpu]))
+                t = p.alpha[cls] + m / (bw * 1e9)
+                if t > worst_t or (t == worst_t and cls > worst_c):
+                    worst_t = t
+                worst_c = max(worst_c, cls)
+            prev = s
+        return worst_c, worst_t
+    by_host: Dict[str, List[int]] = {}
+    for r in ranks:
+        s = slots[r]
+        lst = by_host.get(s.host)
+        if lst is None:
+            by_host[s.host] = [s.gpu]
+        else:
+            lst.append(s.gpu)
+    n = len(ranks)
+    if len(by_host) == 1:
+        host, gpus = next(iter(by_host.items()))
+        hc = p.hw(nodes[host].hardware)
+        cls, bw = hc.intra(tuple(sorted(gpus)))
+        return cls, flat_time(collective, n, m, p.alpha[cls], bw)
+    host_nodes = [nodes[h] for h in by_host]
+    net_cls = net.hosts_class(host_nodes)
+    in_cls, in_bw = LinkClass.SELF, math.inf
+    shares: List[float] = []
+    l_max, l_min = 0, n
+    for node in host_nodes:
+        gpus = by_host[node.name]
+        hc = p.hw(node.hardware)
+        if len(gpus) > 1:
+            c, b = hc.intra(tuple(sorted(gpus)))
+            in_cls = max(in_cls, c)
+            in_bw = min(in_bw, b)
+        l_max = max(l_max, len(gpus))
+        l_min = min(l_min, len(gpus))
+        if net_cls is not LinkClass.NVLINK_DOMAIN:
+            net_share = hc.net
+            shares.extend(net_share[g] for g in gpus)
+    slowest = max(net_cls, in_cls)
+    if net_cls is LinkClass.NVLINK_DOMAIN:
+        # one NVLink fabric: a flat ring over all ranks
+        bw = min(min(p.hw(nd.hardware).class_bw(net_cls) for nd in host_nodes), in_bw)
+        cls = max(net_cls, in_cls)
+        return slowest, flat_time(collective, n, m, p.alpha[cls], bw)
+    net_bw = _net_gbps(p, net_cls, shares)
+    t = hier_time(collective, n, len(by_host), l_max, l_min, m, p.alpha[in_cls],
+                  in_bw if in_bw != math.inf else 1.0, p.alpha[net_cls], net_bw)
+    return slowest, t
+
+
+_PHRASE = {
+    LinkClass.NVLINK_DOMAIN: "spans nodes over multi-node NVLink",
+    LinkClass.PIX: "runs over PCIe through one switch (PIX)",
+    LinkClass.PXB: "crosses PCIe switches (PXB)",
+    LinkClass.PHB: "goes through a PCIe host bridge (PHB)",
+    LinkClass.NODE: "crosses PCIe host bridges inside a NUMA node (NODE)",
+    LinkClass.SYS: "crosses PCIe between NUMA nodes (SYS)",
+    LinkClass.NET_LEAF: "crosses the network (same leaf switch)",
+    LinkClass.NET_L1: "crosses the network through a spine switch",
+    LinkClass.NET_L2: "crosses the network through a core switch (2 levels up)",
+    LinkClass.NET_L3: "crosses the network 3 or more switch levels up",
+    LinkClass.NET_FAR: "crosses the network between hosts with no common switch",
+}
+
+_HEAVY = ("tp", "expert-tp", "cp", "ep", "dp", "dp-cp", "expert-dp", "pp")
+
+
+def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
+             params: Optional[CostParams] = None) -> CostReport:
+    """Price one collective of every group kind of ``placement``.
+
+    Per kind: the slowest link any group crosses, and the time of the
+    slowest group. ``warnings`` name the worst group of each traffic-heavy
+    kind whose link is slower than the best its size allows on this
+    cluster (e.g. "TP group 3 crosses PCIe between NUMA nodes (SYS)").
+    """
+    p = params if params is not None else CostParams.from_inventory(inv)
+    groups = placement.groups if placement.groups else build_groups(req.layout)
+    slots = placement.slots
+    net = _Net(inv)
+    kinds: Dict[str, GroupCost] = {}
+    warnings: List[str] = []
+    lb = None
+    for kind, gl in groups.items():
+        size = len(gl[0]) if gl else 0
+        coll = COLLECTIVES.get(kind, "all-reduce")
+        m = p.message(kind, req)
+        if size <= 1:
+            kinds[kind] = GroupCost(kind, len(gl), size, coll, m, LinkClass.SELF, 0.0, 0)
+            continue
+        worst_t, worst_i, slowest = -1.0, 0, LinkClass.SELF
+        at_slowest: List[int] = []
+        for i, g in enumerate(gl):
+            cls, t = _group_cost(inv, p, net, slots, g, coll, m)
+            if t > worst_t:
+                worst_t, worst_i = t, i
+            if cls > slowest:
+                slowest = cls
+                at_slowest = [i]
+            elif cls == slowest:
+                at_slowest.append(i)
+        kinds[kind] = GroupCost(kind, len(gl), size, coll, m, slowest, worst_t, worst_i)
+        if kind in _HEAVY and slowest > LinkClass.NVLINK:
+            if lb is None:
+                from slurmtopo.placement.planner import span_of
+                lb = _LowerBound(inv, p)
+            # compare with the best for the block the group sits in (a DP
+            # group of 2 with TP=8 inside spans 16 ranks: two nodes)
+            span = span_of(gl, None, req.layout.world)
+            best_cls, _ = lb.best(span, coll, m)
+            if slowest > best_cls:
+                more = f" (and {len(at_slowest) - 1} more)" if len(at_slowest) > 1 else ""
+                what = f"a group of {size}" if span == size else f"its block of {span} ranks"
+                warnings.append(f"{kind.upper()} group {at_slowest[0]}{more} {_PHRASE[slowest]}; "
+                                f"{what} could use {best_cls.label}")
+    if any(p.hw(inv.nodes[h].hardware).no_nics for h in placement.hosts) and \
+            len(placement.hosts) > 1:
+        warnings.append(f"some nodes list no compute NIC: their network share assumes "
+                        f"{p.default_nic_gbit:g} Gbit/s a node (cost.default_nic_gbit)")
+    counted = counted_kinds(groups, req.layout.cp)
+    step = sum(kinds[k].time_s for k in counted)
+    return CostReport(kinds=kinds, step_time_s=step, warnings=warnings, counted=counted)
+
+
+# --------------------------------------------------------------------------
+# lower bound
+
+
+class _InvStats:
+    """What the lower bound needs to know about an inventory's shape (not
+    about the cost parameters): hardware types, NVLink domain sizes, the
+    GPUs under the largest switch of each level. Cached on the inventory."""
+
+    def __init__(self, inv: Inventory):
+        hws: Dict[int, Hardware] = {}
+        dom_gpus: Dict[str, int] = {}
+        dom_hws: Dict[int, Hardware] = {}
+        for n in inv:
+            hw = n.hardware
+            hws.setdefault(id(hw), hw)
+            if n.nvlink_domain is not None:
+                k = n.nvlink_domain.key
+                dom_gpus[k] = dom_gpus.get(k, 0) + hw.gpu_count
+                dom_hws.setdefault(id(hw), hw)
+        self.hws = list(hws.values())
+        self.dom_hws = list(dom_hws.values())
+        self.node_max = max(h.gpu_count for h in self.hws)
+        self.dom_max = max(dom_gpus.values()) if dom_gpus else 0
+        view = network_view(inv.fabric)
+        total = inv.gpu_count
+        self.scope_cap: Dict[LinkClass, int] = {}
+        if view.flat:
+            for c in NETWORK_CLASSES:
+                self.scope_cap[c] = total
+            return
+        per_sw: Dict[str, int] = {}
+        for n in inv:
+            g = n.hardware.gpu_count
+            for sw in view.ancestors.get(n.name, ()):
+                per_sw[sw] = per_sw.get(sw, 0) + g
+        per_leaf: Dict[str, int] = {}
+        for host, leaf in view.leaf.items():
+            node = inv.nodes.get(host)
+            if node is not None:
+                per_leaf[leaf] = per_leaf.get(leaf, 0) + node.hardware.gpu_count
+        self.scope_cap[LinkClass.NET_LEAF] = max(per_leaf.values()) if per_leaf else 1
+        top = 0
+        for lvl in range(1, 4):
+            caps = [v for sw, v in per_sw.items() if view.levels.get(sw) == lvl]
+            if caps:
+                self.scope_cap[LinkClass.network(lvl)] = max(caps)
+                top = lvl
+        if any(l > 3 for l in view.levels.values()):
+            caps = [v for sw, v in per_sw.items() if view.levels.get(sw, 0) >= 3]
+            self.scope_cap[LinkClass.NET_L3] = max(caps)
+            top = 3
+        # levels above the top described one hold no more than it does
+        for lvl in range(top + 1, 4):
+            self.scope_cap[LinkClass.network(lvl)] = self.scope_cap[LinkClass.network(top)]
+        self.scope_cap[LinkClass.NET_FAR] = total
+
+
+_STATS = "_slurmtopo_cost_stats"
+
+
+def _inv_stats(inv: Inventory) -> _InvStats:
+    stamp = (id(inv.nodes), len(inv.nodes), id(inv.fabric))
+    hit = inv.__dict__.get(_STATS)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    stats = _InvStats(inv)
+    inv.__dict__[_STATS] = (stamp, stats)
+    return stats
+
+
+class _LowerBound:
+    """The fastest each group size could possibly be on this inventory."""
+
+    def __init__(self, inv: Inventory, p: CostParams):
+        self.p = p
+        st = _inv_stats(inv)
+        self.hws = st.hws
+        self.node_max = st.node_max
+        self.best_net = max(max(p.hw(h).net) for h in self.hws if h.gpu_count)
+        self.dom_max = st.dom_max
+        self.dom_bw = max((p.hw(h).class_bw(LinkClass.NVLINK_DOMAIN) for h in st.dom_hws),
+                          default=0.0)
+        self.scope_cap = st.scope_cap
+        self._best_in: Dict[Tuple[int, int], Tuple[LinkClass, float]] = {}
+        self._cache: Dict[Tuple[int, str, int], Tuple[LinkClass, float]] = {}
+
+    def best_intra(self, hw: Hardware, l: int) -> Tuple[LinkClass, float]:
+        """Fastest (class, GB/s) of a ring over some ``l`` GPUs of ``hw``."""
+        key = (id(hw), l)
+        hit = self._best_in.get(key)
+        if hit is None:
+            if l <= 1:
+                hit = (LinkClass.SELF, math.inf)
+            else:
+                from slurmtopo.placement.intranode import _candidates, hw_info
+                hc = self.p.hw(hw)
+                best = None
+                full = tuple(range(hw.gpu_count))
+                for cand in _candidates(hw_info(hw), full, l):
+                    c, b = hc.intra(tuple(cand))
+                    k = (c, -b)
+                    if best is None or k < best[0]:
+                        best = (k, (c, b))
+                hit = best[1]
+            self._best_in[key] = hit
+        return hit
+
+    def best_pair(self) -> Tuple[LinkClass, float]:
+        best = None
+        for hw in self.hws:
+            if hw.gpu_count < 2:
+                continue
+            hc = self.p.hw(hw)
+            for a in range(hw.gpu_count):
+                for b in range(a + 1, hw.gpu_count):
+                    c, bw = hc.pair(a, b)
+                    if best is None or (c, -bw) < (best[0], -best[1]):
+                        best = (c, bw)
+        return best
+
+    def best(self, n: int, collective: str, m: int) -> Tuple[LinkClass, float]:
+        """(class, seconds) of the fastest option for a group of ``n``."""
+        key = (n, collective, m)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        p = self.p
+        if n <= 1:
+            return LinkClass.SELF, 0.0
+        opts: List[Tuple[float, LinkClass]] = []
+        # inside one node
+        if n <= self.node_max:
+            if collective == "p2p":
+                c, bw = self.best_pair()
+                opts.append((p.alpha[c] + m / (bw * 1e9), c))
+            else:
+                for hw in self.hws:
+                    if hw.gpu_count >= n:
+                        c, bw = self.best_intra(hw, n)
+                        opts.append((flat_time(collective, n, m, p.alpha[c], bw), c))
+        # inside one NVLink domain
+        if self.dom_max >= n and n > 1:
+            c = LinkClass.NVLINK_DOMAIN
+            bw = p.bandwidth.get(c, self.dom_bw)
+            opts.append((flat_time(collective, n, m, p.alpha[c], bw), c))
+        # over the network, packing l ranks a host
+        first = None
+        for c in NETWORK_CLASSES:
+            if self.scope_cap.get(c, 0) >= n:
+                first = c
+                break
+        if first is None:
+            first = LinkClass.NET_FAR
+        for c in NETWORK_CLASSES:
+            if c < first:
+                continue
+            b_net = p.bandwidth.get(c, self.best_net / p.oversubscription.get(c, 1.0))
+            if collective == "p2p":
+                opts.append((p.alpha[c] + m / (b_net * 1e9), c))
+                continue
+            for hw in self.hws:
+                for l in range(1, min(hw.gpu_count, n) + 1):
+                    h = -(-n // l)
+                    if h < 2:
+                        continue
+                    ci, bi = self.best_intra(hw, l)
+                    t = hier_time(collective, n, h, l, l, m, p.alpha[ci],
+                                  bi if bi != math.inf else 1.0, p.alpha[c], b_net)
+                    opts.append((t, max(c, ci)))
+        t, c = min(opts, key=lambda x: (x[0], x[1]))
+        hit = (c, t)
+        self._cache[key] = hit
+        return hit
+
+
+def lower_bound(inv: Inventory, req: JobRequest,
+                params: Optional[CostParams] = None) -> CostReport:
+    """Every group on the fastest link class its size could possibly use on
+    this inventory (ignoring the cluster state and the other kinds): inside
+    one node's best GPUs if it fits a node, inside an NVLink domain if it
+    fits one, else over the smallest switch scope that holds that many
+    GPUs, packing as many ranks per host as the fastest option wants, with
+    the best NIC share of the inventory. No placement can beat it under the
+    same parameters.
+    """
+    p = params if params is not None else CostParams.from_inventory(inv)
+    lay = req.layout
+    groups = build_groups(lay)
+    lb = _LowerBound(inv, p)
+    kinds: Dict[str, GroupCost] = {}
+    for kind, gl in groups.items():
+        size = len(gl[0])
+        coll = COLLECTIVES.get(kind, "all-reduce")
+        m = p.message(kind, req)
+        c, t = lb.best(size, coll, m)
+        kinds[kind] = GroupCost(kind, len(gl), size, coll, m, c, t, 0)
+    counted = counted_kinds(groups, lay.cp)
+    step = sum(kinds[k].time_s for k in counted)
+    return CostReport(kinds=kinds, step_time_s=step, warnings=[], counted=counted)

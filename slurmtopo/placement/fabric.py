@@ -1,0 +1,172 @@
+"""The cluster as a tree of scopes, for choosing nodes.
+
+The planner sees the cluster as::
+
+    root -> network levels (L_max ... L1) -> pods -> nodes
+
+A *pod* is the widest group of nodes whose GPUs talk without leaving a
+network switch: a multi-node NVLink domain (GB200 NVL72 rack) when the
+nodes have one, otherwise a leaf switch; in a fabric with no switches it is
+a Slurm block (or the whole cluster). Nodes a leaf does not list are pods
+of their own. Above the pods, L1 groups the pods under the same level-1
+switch (spine), L2 under the same level-2 switch, and so on; with several
+parents (a fat tree) the first by name is used, which is what
+:meth:`~slurmtopo.topology.NetworkView.switch_at` returns.
+
+Children of every scope are ordered by their first node's inventory index,
+so a depth-first walk visits nodes in "tree order": all nodes of a pod
+together, all pods of a spine together. The planner hands out consecutive
+rank positions in that order.
+
+The tree depends only on the inventory, so it is built once and cached on
+the inventory object (invalidated when its nodes or fabric are replaced).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
+
+from slurmtopo.model import Inventory
+from slurmtopo.topology import block_of, network_view
+
+
+@dataclass
+class Scope:
+    """One scope of the tree: the root, a network level group, or a pod."""
+
+    key: Tuple
+    depth: int  # 0 = root, then network levels, the pods are deepest
+    first: int = 1 << 60  # smallest inventory index below
+    children: List["Scope"] = field(default_factory=list)
+    #: for pods: inventory indices of member nodes, in inventory order
+    members: List[int] = field(default_factory=list)
+    is_pod: bool = False
+    is_domain: bool = False
+    #: a readable name ("leaf03", "NVLink domain 5b1a.../1", "spine1")
+    name: str = ""
+    #: for network scopes: the switch level (1 = spine); 0 for pods
+    level: int = 0
+    index: int = -1  # position in FabricTree.pods for pods
+
+
+@dataclass
+class FabricTree:
+    root: Scope
+    pods: List[Scope]
+    #: inventory index -> pod index
+    node_pod: List[int]
+    #: inventory index -> position in depth-first (tree) order
+    tree_order: List[int]
+    names: List[str]
+    #: inventory index -> Node
+    nodes: List[object]
+    #: the switch fabric is described (otherwise every host is on one
+    #: virtual leaf and the leaf/spine levels constrain nothing)
+    flat: bool
+    levels: int  # number of network levels above the pods
+    #: pod index -> its L1 scope (the spine group)
+    pod_l1: List[Scope]
+    has_domains: bool
+
+
+def _pod_key(inv: Inventory, view, blocks, name: str, node) -> Tuple[Tuple, str, bool]:
+    if node.nvlink_domain is not None:
+        key = node.nvlink_domain.key
+        return ("domain", key), f"NVLink domain {key}", True
+    if not view.flat:
+        leaf = view.leaf.get(name)
+        if leaf is not None:
+            return ("leaf", leaf), leaf, False
+        return ("host", name), name, False
+    if name in blocks:
+        return ("block", blocks[name]), f"block {blocks[name]}", False
+    return ("flat",), "the cluster", False
+
+
+def build_tree(inv: Inventory) -> FabricTree:
+    view = network_view(inv.fabric)
+    blocks = block_of(inv) if view.flat else {}
+    names = list(inv.nodes)
+    max_level = max(view.levels.values()) if view.levels else 0
+    pods: Dict[Tuple, Scope] = {}
+    pod_list: List[Scope] = []
+    node_pod: List[int] = []
+    for i, name in enumerate(names):
+        node = inv.nodes[name]
+        key, label, dom = _pod_key(inv, view, blocks, name, node)
+        pod = pods.get(key)
+        if pod is None:
+            pod = Scope(key=key, depth=max_level + 1, first=i, is_pod=True, is_domain=dom,
+                        name=label, index=len(pod_list))
+            pods[key] = pod
+            pod_list.append(pod)
+        pod.members.append(i)
+        node_pod.append(pod.index)
+
+    root = Scope(key=("root",), depth=0, name="cluster", first=0, level=max_level + 1)
+    # network scopes: level L groups by the first switch at level L above
+    # the pod's first node; a pod with no switch at a level is alone there
+    scopes: Dict[Tuple, Scope] = {}
+    pod_l1: List[Scope] = []
+    for pod in pod_list:
+        rep = names[pod.first]
+        parent = root
+        l1 = None
+        for lvl in range(max_level, 0, -1):
+            if view.flat:
+                k = ("flat", lvl)
+                label = "cluster"
+            else:
+                sw = view.switch_at(rep, lvl)
+                k = ("sw", lvl, sw) if sw is not None else ("none", lvl, pod.key)
+                label = sw if sw is not None else pod.name
+            sc = scopes.get(k)
+            if sc is None:
+                sc = Scope(key=k, depth=max_level - lvl + 1, first=pod.first, name=label,
+                           level=lvl)
+                scopes[k] = sc
+                parent.children.append(sc)
+            parent = sc
+            if lvl == 1:
+                l1 = sc
+        parent.children.append(pod)
+        if l1 is None:  # no network levels: the pod is its own spine group
+            l1 = pod
+        pod_l1.append(l1)
+
+    # children in first-index order; depth-first order of nodes
+    order: List[int] = [0] * len(names)
+    counter = 0
+
+    def walk(sc: Scope) -> None:
+        nonlocal counter
+        if sc.is_pod:
+            for i in sc.members:
+                order[i] = counter
+                counter += 1
+            return
+        sc.children.sort(key=lambda c: c.first)
+        for c in sc.children:
+            walk(c)
+
+    walk(root)
+    return FabricTree(root=root, pods=pod_list, node_pod=node_pod, tree_order=order,
+                      names=names, nodes=list(inv.nodes.values()), flat=view.flat, levels=max_level, pod_l1=pod_l1,
+                      has_domains=any(p.is_domain for p in pod_list))
+
+
+_ATTR = "_slurmtopo_fabric_tree"
+
+
+def fabric_tree(inv: Inventory) -> FabricTree:
+    """The (cached) tree of ``inv``. The cache lives on the inventory object
+    and is rebuilt when ``inv.nodes`` or ``inv.fabric`` is replaced or the
+    node count changes."""
+    stamp = (id(inv.nodes), len(inv.nodes), inv.fabric)
+    hit = inv.__dict__.get(_ATTR)
+    if hit is not None and hit[0][0] == stamp[0] and hit[0][1] == stamp[1] \
+            and hit[0][2] is stamp[2]:
+        return hit[1]
+    tree = build_tree(inv)
+    inv.__dict__[_ATTR] = (stamp, tree)
+    return tree

@@ -1,0 +1,1167 @@
+"""The topology-aware planner: :func:`plan`.
+
+Global ranks keep the framework's numbering (:func:`~slurmtopo.groups.build_groups`);
+the planner only decides which physical GPU runs each rank.
+
+1. **Positions.** Every rank gets a *position* in a canonical order where
+   the heaviest traffic is innermost: tensor parallel varies fastest, then
+   context, data, and pipeline slowest (Megatron's default order, so for
+   the default layout position == rank). Every group kind then lies in
+   aligned blocks of consecutive positions: a TP group is a block of
+   ``tp``, a DP group lies inside a block of ``tp*cp*dp``, ... The block
+   size of a kind is its *span* (:func:`span_of`).
+
+2. **Constraints.** ``require`` (hard), ``prefer`` (soft) and implicit
+   preferences (TP and expert-TP on NVLink; CP, EP and the DP block inside
+   a node) each say: blocks of this span stay inside that level. A level
+   maps onto the cluster tree (:mod:`slurmtopo.placement.fabric`): in-node
+   levels bound the ring class inside each node (``nvlink`` -> NVLINK...),
+   ``leaf`` and ``nvlink-domain`` are *pods*, ``spine`` the level-1 switch
+   groups. A scope keeps blocks whole exactly when it receives a multiple
+   of the span, so every constraint becomes "this scope takes a multiple
+   of M" plus, in nodes, a bound on the chunks.
+
+3. **Feasibility and relaxation.** For a constraint set the capacity of
+   every node is computed once per distinct (hardware, free GPUs)
+   signature, then summed up the tree with the multiples applied. If the
+   hard constraints do not fit, :class:`PlacementError` says which and why.
+   Soft ones are relaxed lexicographically: most important first, each to
+   the tightest level that still fits with those already fixed. When the
+   most important relaxed one held for some blocks, those blocks are placed
+   first under it and only the rest relaxed (two phases).
+
+4. **Choosing nodes.** A job that fits one node gets the node where its
+   GPUs are best connected, then the best fit. One that fits a pod gets the
+   pod whose chosen nodes are best connected, then needs fewest nodes, then
+   the best fit. Otherwise top-down over the tree: children by quality
+   group, the largest while none can take the rest, the best fit for the
+   rest. Ranks are spread evenly over a pod's chosen nodes in whole units.
+   Best fit keeps big free leaves and idle nodes for big jobs.
+
+5. **Mapping.** Chosen nodes are walked in tree order and receive
+   consecutive positions, so a block lands in one scope. Inside a node
+   :func:`~slurmtopo.placement.intranode.select` picks the GPUs by NVLink
+   island, PCIe switch and NUMA node; identical nodes are used identically,
+   so data-parallel peers sit on the same local GPU index (the same rail).
+   Each rank then gets its closest NIC(s) and its GPU's NUMA-local CPUs.
+
+6. **Checks.** On clusters mixing GPU models the job is also planned on
+   each single model (a job runs at the pace of its slowest GPU, and link
+   classes do not rank across models); up to :data:`CHECK_NAIVE_MAX_WORLD`
+   ranks the cost model then picks among those plans and Slurm's default
+   placement, so the result is never modelled slower than what Slurm would
+   give.
+
+Pure and O(nodes + world) after the per-signature caches: a 16k-GPU job on
+a 100k-GPU inventory plans in a few tenths of a second.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from slurmtopo.errors import PlacementError
+from slurmtopo.groups import build_groups
+from slurmtopo.links import LinkClass
+from slurmtopo.model import ClusterState, Inventory, Node, Placement
+from slurmtopo.placement.common import Candidates, build_placement, candidates, not_enough_gpus
+from slurmtopo.placement.fabric import FabricTree, Scope, fabric_tree
+from slurmtopo.placement.intranode import (capacity, hw_info, largest_group, nested_chain,
+                                           select, select_scored)
+from slurmtopo.placement.intranode import ring as ring_class
+from slurmtopo.request import (LEVEL_INDEX, LEVEL_TEXT, LEVELS, NODE_LEVEL_BOUND, NODE_LEVELS,
+                               JobRequest)
+
+#: dense group kind -> the layout dimensions it spans
+DENSE_DIMS: Dict[str, Tuple[str, ...]] = {
+    "tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("dp",), "dp-cp": ("dp", "cp"),
+    "tp-pp": ("tp", "pp"), "tp-cp": ("tp", "cp"), "tp-dp": ("tp", "dp"),
+    "tp-dp-cp": ("tp", "dp", "cp"),
+}
+
+#: innermost (heaviest traffic) first
+DEFAULT_DIMS: Tuple[str, ...] = ("tp", "cp", "dp", "pp")
+
+_UNIT_TEXT = {
+    "nvlink": "NVLink island",
+    "pcie-switch": "group of GPUs under one PCIe switch",
+    "numa": "group of GPUs on one NUMA node",
+    "node": "node",
+    "nvlink-domain": "NVLink domain",
+    "leaf": "leaf",
+    "spine": "spine group",
+}
+
+
+def _lcm(values) -> int:
+    out = 1
+    for v in values:
+        out = out * v // math.gcd(out, v)
+    return out
+
+
+@dataclass(frozen=True)
+class Constraint:
+    kind: str
+    level: str
+    hard: bool
+    implicit: bool
+    span: int  # aligned block of positions holding each group
+    size: int  # ranks per group
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind}={self.level}"
+
+
+# --------------------------------------------------------------------------
+# positions
+
+
+def _dense_sizes(lay) -> Dict[str, int]:
+    return {"tp": lay.tp, "cp": lay.cp, "ep": 1, "dp": lay.dp, "pp": lay.pp}
+
+
+def positions(lay, dims: Sequence[str] = DEFAULT_DIMS) -> Optional[List[int]]:
+    """rank -> position in the canonical order ``dims`` (innermost first),
+    or None when that is the identity (the layout's own order already has
+    these dimensions in this order, e.g. Megatron's default)."""
+    sizes = _dense_sizes(lay)
+    user = [n for n in lay.fastest_first() if sizes[n] > 1]
+    canon = [n for n in dims if sizes[n] > 1]
+    if user == canon:
+        return None
+    stride: Dict[str, int] = {}
+    s = 1
+    for n in canon:
+        stride[n] = s
+        s *= sizes[n]
+    pos = [0]
+    for n in user:  # fastest first: rank digits
+        st = stride[n]
+        pos = [p + d * st for d in range(sizes[n]) for p in pos]
+    return pos
+
+
+def _divisors(n: int) -> List[int]:
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def span_of(groups: List[List[int]], pos: Optional[List[int]], world: int) -> int:
+    """Smallest aligned block size (a divisor of world) such that every
+    group lies inside one block of positions."""
+    gsize = len(groups[0])
+    if pos is None:
+        bounds = [(g[0], g[-1]) for g in groups]
+    else:
+        bounds = []
+        for g in groups:
+            ps = [pos[r] for r in g]
+            bounds.append((min(ps), max(ps)))
+    width = max(hi - lo + 1 for lo, hi in bounds)
+    for s in _divisors(world):
+        if s < width or s % gsize:
+            continue
+        if all(lo // s == hi // s for lo, hi in bounds):
+            return s
+    return world
+
+
+# --------------------------------------------------------------------------
+# one attempt: a constraint set -> capacities
+
+
+class _Attempt:
+    """Capacities of every scope under one set of constraints."""
+
+    def __init__(self, P: "_Planner", cons: Sequence[Constraint]):
+        self.P = P
+        self.cons = tuple(cons)
+        tree = P.tree
+        node_spans: List[Tuple[int, LinkClass]] = []
+        domain_spans: List[int] = []
+        pod_spans: List[int] = []
+        spine_spans: List[int] = []
+        for c in cons:
+            if c.level in NODE_LEVELS:
+                node_spans.append((c.span, NODE_LEVEL_BOUND[c.level]))
+            elif c.level == "nvlink-domain":
+                domain_spans.append(c.span)
+            elif c.level == "leaf":
+                if not tree.flat:
+                    pod_spans.append(c.span)
+            elif c.level == "spine":
+                if not tree.flat:
+                    spine_spans.append(c.span)
+        self.node_spans = node_spans
+        #: per pod type (is_domain): node unit and in-node bounds
+        u_dom = _lcm([s for s, _ in node_spans])
+        u_node = _lcm([u_dom] + domain_spans)
+        self.unit = {True: u_dom, False: u_node}
+        b_dom = tuple(sorted(set(node_spans)))
+        b_node = tuple(sorted(set(node_spans) | {(s, LinkClass.SYS) for s in domain_spans}))
+        self.bounds = {True: b_dom, False: b_node}
+        both = _lcm([u_dom, u_node] if tree.has_domains else [u_node])
+        self.m_pod = _lcm([both] + pod_spans + domain_spans)
+        if tree.levels == 0:
+            self.m_pod = _lcm([self.m_pod] + spine_spans)
+        self.m_l1 = _lcm([self.m_pod] + spine_spans)
+        self._sig_caps: Dict[bool, List[int]] = {}
+        self.scope_cap: Dict[int, int] = {}
+        self.total = self._aggregate(tree.root)
+
+    def sig_caps(self, dom: bool) -> List[int]:
+        caps = self._sig_caps.get(dom)
+        if caps is None:
+            P = self.P
+            u, b = self.unit[dom], self.bounds[dom]
+            g = P.per_node
+            caps = []
+            for hw, free in P.sigs:
+                c = capacity(hw, free, u, b)
+                if g is not None:
+                    c = min(c, g) // u * u
+                caps.append(c)
+            self._sig_caps[dom] = caps
+        return caps
+
+    def node_cap(self, idx: int) -> int:
+        P = self.P
+        dom = P.tree.pods[P.tree.node_pod[idx]].is_domain
+        return self.sig_caps(dom)[P.sig_of[idx]]
+
+    def _aggregate(self, sc: Scope) -> int:
+        if sc.is_pod:
+            counts = self.P.pod_sigs.get(sc.index)
+            if not counts:
+                cap = 0
+            else:
+                caps = self.sig_caps(sc.is_domain)
+                cap = sum(n * caps[s] for s, n in counts.items())
+                cap = cap // self.m_pod * self.m_pod
+            self.scope_cap[id(sc)] = cap
+            return cap
+        cap = sum(self._aggregate(c) for c in sc.children)
+        if sc.level == 1 and sc.depth > 0:
+            cap = cap // self.m_l1 * self.m_l1
+        self.scope_cap[id(sc)] = cap
+        return cap
+
+    @property
+    def feasible(self) -> bool:
+        return self.total >= self.P.need
+
+
+# --------------------------------------------------------------------------
+# the planner
+
+
+class _Elig:
+    """index -> (node, free GPUs) for the usable nodes, without building a
+    dict of 100,000 entries: views over the candidates' signatures."""
+
+    __slots__ = ("nodes", "sig_of", "sigs")
+
+    def __init__(self, nodes: List[Node], cand: Candidates):
+        self.nodes = nodes
+        self.sig_of = cand.sig_of
+        self.sigs = cand.sigs
+
+    def __contains__(self, idx: int) -> bool:
+        return idx in self.sig_of
+
+    def __getitem__(self, idx: int) -> Tuple[Node, Tuple[int, ...]]:
+        return self.nodes[idx], self.sigs[self.sig_of[idx]][1]
+
+    def __iter__(self):
+        return iter(self.sig_of)
+
+    def items(self):
+        nodes, sigs = self.nodes, self.sigs
+        for idx, s in self.sig_of.items():
+            yield idx, (nodes[idx], sigs[s][1])
+
+
+class _Planner:
+    def __init__(self, inv: Inventory, req: JobRequest, groups, cand: Candidates,
+                 tree: FabricTree, need: Optional[int] = None):
+        self.inv = inv
+        self.req = req
+        self.lay = req.layout
+        self.world = self.lay.world
+        #: ranks to place (the world, or the rest of it in a second phase)
+        self.need = self.world if need is None else need
+        self.groups = groups
+        self.cand = cand
+        self.tree = tree
+        g = req.gpus_per_node
+        self.per_node = None if g is None else min(g, self.world)
+        self.sigs = cand.sigs
+        self.sig_of = cand.sig_of
+        self.pod_sigs = cand.pod_sigs
+        self.pod_free = cand.pod_free
+        self.elig = _Elig(tree.nodes, cand)
+        self._attempts: Dict[Tuple, _Attempt] = {}
+        self.notes: List[str] = []
+        self.natural: List[int] = []
+
+    # ---- constraints ----------------------------------------------------
+
+    def _structural(self, level: str) -> int:
+        """GPUs in the largest unit of ``level`` in the whole inventory
+        (cached on the tree: it depends on the inventory only)."""
+        cache = self.tree.__dict__.setdefault("_structural", {})
+        got = cache.get(level)
+        if got is None:
+            got = cache[level] = self._structural_uncached(level)
+        return got
+
+    def _structural_uncached(self, level: str) -> int:
+        inv, tree = self.inv, self.tree
+        node_max = max(n.hardware.gpu_count for n in inv)
+        if level in NODE_LEVELS:
+            return node_max
+        if level == "nvlink-domain":
+            best = node_max
+            for pod in tree.pods:
+                if pod.is_domain:
+                    best = max(best, sum(inv.nodes[tree.names[i]].hardware.gpu_count
+                                         for i in pod.members))
+            return best
+        if tree.flat or level == "any":
+            return 1 << 62
+        if level == "leaf":
+            return max(sum(inv.nodes[tree.names[i]].hardware.gpu_count for i in p.members)
+                       for p in tree.pods)
+        # spine: largest L1 group
+        per: Dict[int, int] = {}
+        for p in tree.pods:
+            l1 = tree.pod_l1[p.index]
+            per[id(l1)] = per.get(id(l1), 0) + sum(
+                inv.nodes[tree.names[i]].hardware.gpu_count for i in p.members)
+        return max(per.values())
+
+    def constraints(self, pos) -> List[Constraint]:
+        req, groups, lay = self.req, self.groups, self.lay
+        out: List[Constraint] = []
+        seen = set()
+        spans: Dict[str, int] = {}
+
+        def span(kind: str) -> int:
+            if kind not in spans:
+                spans[kind] = span_of(groups[kind], pos, self.world)
+            return spans[kind]
+
+        def add(kind: str, level: str, hard: bool, implicit: bool) -> None:
+            if kind not in groups:
+                if not implicit:
+                    self.notes.append(f"{'require' if hard else 'prefer'} {kind}={level}: "
+                                      f"this layout has no {kind} groups; ignored")
+                return
+            size = len(groups[kind][0])
+            if size <= 1 or level == "any":
+                return
+            out.append(Constraint(kind, level, hard, implicit, span(kind), size))
+
+        for kind, level in req.require.items():
+            add(kind, level, True, False)
+            seen.add(kind)
+        for kind, level in req.prefer.items():
+            add(kind, level, False, False)
+            seen.add(kind)
+        implicit = [("tp", "nvlink")]
+        if "expert-tp" in groups:
+            implicit.append(("expert-tp", "nvlink"))
+        implicit += [("cp", "node"), ("ep", "node")]
+        implicit.append(("dp-cp" if lay.cp > 1 else "dp", "node"))
+        for kind, level in implicit:
+            if kind not in seen:
+                add(kind, level, False, True)
+        return out
+
+    def _dims_for(self) -> Tuple[str, ...]:
+        """The canonical dimension order: the default, unless a required
+        single-dimension constraint cannot fit in it (``--require dp=node``
+        with TP unconstrained), then required dimensions move inward."""
+        req = self.req
+        rank: Dict[str, int] = {}
+        for kind, level in req.require.items():
+            for d in DENSE_DIMS.get(kind, ()):
+                rank[d] = min(rank.get(d, len(LEVELS)), LEVEL_INDEX[level])
+        if not rank:
+            return DEFAULT_DIMS
+        dims = tuple(sorted(DEFAULT_DIMS, key=lambda d: rank.get(d, len(LEVELS))))
+        return dims
+
+    # ---- feasibility ----------------------------------------------------
+
+    def attempt(self, cons: Sequence[Constraint]) -> _Attempt:
+        key = tuple((c.kind, c.level, c.span, c.hard) for c in cons)
+        att = self._attempts.get(key)
+        if att is None:
+            att = self._attempts[key] = _Attempt(self, cons)
+        return att
+
+    def _strided_bound(self, cons: Sequence[Constraint]) -> bool:
+        """A hard link-class bound (nvlink, pcie-switch, numa) on a kind
+        whose groups are strided inside their block, on hardware where that
+        matters (not every GPU pair of the usable nodes is that fast)."""
+        worst = {}
+        for hw, _ in self.sigs:
+            worst.setdefault(id(hw), hw_info(hw).max_class)
+        for c in cons:
+            if c.hard and c.level in NODE_LEVEL_BOUND and c.level != "node" \
+                    and c.span > c.size:
+                bound = NODE_LEVEL_BOUND[c.level]
+                if any(w > bound for w in worst.values()):
+                    return True
+        return False
+
+    def _reordered(self, why: str):
+        alt = self._dims_for()
+        if alt == DEFAULT_DIMS:
+            return None
+        saved = list(self.notes)
+        pos = positions(self.lay, alt)
+        cons = self.constraints(pos)
+        note = (f"rank blocks reordered ({'-'.join(alt)} innermost first) {why}")
+        return alt, pos, cons, saved, note
+
+    def run(self) -> Placement:
+        dims = DEFAULT_DIMS
+        pos = positions(self.lay, dims)
+        cons = self.constraints(pos)
+        if self._strided_bound(cons):
+            got = self._reordered("so that each required group is one block of GPUs")
+            if got is not None:
+                dims, pos, cons, saved, note = got
+                self.notes = saved + [note]
+        hard = [c for c in cons if c.hard]
+        soft = [c for c in cons if not c.hard]
+        # most important first: the user's preferences (finest blocks
+        # first), then the implicit ones in their listed order
+        soft.sort(key=lambda c: (c.implicit, c.span if not c.implicit else 0))
+        final = self.attempt(hard + soft)
+        if final.feasible:
+            return self.assemble(final, pos, dims)
+        # without hard constraints the free-GPU check already proved it fits
+        att = self.attempt(hard) if hard else None
+        if att is not None and not att.feasible:
+            got = self._reordered("so the required groups can fit") \
+                if dims == DEFAULT_DIMS else None
+            if got is not None:
+                alt, pos2, cons2, saved, note = got
+                hard2 = [c for c in cons2 if c.hard]
+                att2 = self.attempt(hard2)
+                if att2.feasible:
+                    dims, pos, hard, att = alt, pos2, hard2, att2
+                    soft = [c for c in cons2 if not c.hard]
+                    soft.sort(key=lambda c: (c.implicit, c.span if not c.implicit else 0))
+                    self.notes = saved + [note]
+                else:
+                    self.notes = saved
+            if not att.feasible:
+                raise self.diagnose(hard)
+        fixed = list(hard)
+        first_relaxed = None
+        for c in soft:
+            placed = None
+            for lvl in LEVELS[LEVEL_INDEX[c.level]:-1]:
+                if c.span > self._structural(lvl):
+                    continue  # no unit of this level is that big, free or not
+                trial = replace(c, level=lvl)
+                if self.attempt(fixed + [trial]).feasible:
+                    placed = trial
+                    break
+            if placed is None or placed.level != c.level:
+                self._relax_note(c, placed, fixed)
+                if first_relaxed is None:
+                    first_relaxed = (c, placed)
+            if placed is not None:
+                fixed.append(placed)
+        final = self.attempt(fixed)
+        strict = None
+        if first_relaxed is not None:
+            # as many blocks as possible at the level asked for, the rest
+            # relaxed (e.g. 1,525 of 2,048 TP groups on whole NVSwitch
+            # nodes, not all of them spread because some must be)
+            c, placed = first_relaxed
+            if c.span <= self._structural(c.level):
+                # coarser soft blocks straddle the two phases anyway: the
+                # phases keep only the hard and the finer constraints
+                inner = [x for x in fixed if x is not placed and (x.hard or x.span <= c.span)]
+                att = self.attempt(inner + [c])
+                if 0 < att.total < self.need:
+                    strict = (att, c, inner + ([placed] if placed is not None else []),
+                              self.attempt(hard))
+        return self.assemble(final, pos, dims, strict)
+
+    def verify(self, pl: Placement, cons: Sequence[Constraint]) -> None:
+        """Check the hard link-class bounds on the groups themselves (a
+        bound is planned on each group's block; a group strided inside its
+        block, e.g. pipeline stages with tensor parallel inside, can still
+        take a slower pair on PCIe or cube-mesh nodes)."""
+        slots, nodes = pl.slots, self.inv.nodes
+        for c in cons:
+            if not (c.hard and c.level in NODE_LEVEL_BOUND and c.span > c.size):
+                continue
+            bound = NODE_LEVEL_BOUND[c.level]
+            for i, g in enumerate(pl.groups[c.kind]):
+                host = slots[g[0]].host
+                hw = nodes[host].hardware
+                gpus = [slots[r].gpu for r in g]
+                if any(slots[r].host != host for r in g):
+                    bad = True
+                elif c.kind == "pp":  # point to point: consecutive stages
+                    bad = any(hw.link(a, b) > bound for a, b in zip(gpus, gpus[1:]))
+                else:
+                    bad = ring_class(hw, tuple(sorted(gpus))) > bound
+                if bad:
+                    raise PlacementError(
+                        f"needs every {c.kind} group on {LEVEL_TEXT[c.level] if c.level != 'nvlink' else 'NVLink'} "
+                        f"({c.kind}={c.level}) together with the other requirements; on "
+                        f"{host} {c.kind} group {i} would get GPUs {sorted(gpus)}, which are "
+                        f"not connected that way; require fewer kinds at this level")
+
+    # ---- messages -------------------------------------------------------
+
+    def _largest(self, level: str) -> Tuple[int, int, str]:
+        """(GPUs, count, where) of the largest free unit of ``level``."""
+        tree = self.tree
+        if level in NODE_LEVELS:
+            bound = NODE_LEVEL_BOUND[level]
+            best, count = 0, 0
+            per_sig: Dict[int, int] = {}
+            for idx in self.elig:
+                s = self.sig_of[idx]
+                if s not in per_sig:
+                    hw, free = self.sigs[s]
+                    per_sig[s] = largest_group(hw, free, bound)
+                v = per_sig[s]
+                if v > best:
+                    best, count = v, 1
+                elif v == best:
+                    count += 1
+            return best, count, "node"
+        if level == "nvlink-domain":
+            best, count, where = 0, 0, ""
+            for p, free in self.pod_free.items():
+                pod = tree.pods[p]
+                if pod.is_domain and free >= best:
+                    count = count + 1 if free == best else 1
+                    best, where = free, pod.name
+            if best == 0:
+                b, n, _ = self._largest("node")
+                return b, n, "node"
+            return best, count, where
+        if level == "leaf":
+            best, count, where = 0, 0, ""
+            for p, free in sorted(self.pod_free.items()):
+                if free > best:
+                    best, count, where = free, 1, tree.pods[p].name
+                elif free == best:
+                    count += 1
+            return best, count, where
+        # spine
+        per: Dict[int, Tuple[int, str]] = {}
+        for p, free in self.pod_free.items():
+            l1 = tree.pod_l1[p]
+            v, _ = per.get(id(l1), (0, l1.name))
+            per[id(l1)] = (v + free, l1.name)
+        best, count, where = 0, 0, ""
+        for v, name in per.values():
+            if v > best:
+                best, count, where = v, 1, name
+            elif v == best:
+                count += 1
+        return best, count, where
+
+    def _why(self, c: Constraint, fixed: Sequence[Constraint] = ()) -> str:
+        """Why blocks of ``c`` do not fit at ``c.level``, in one clause."""
+        level = c.level
+        unit = _UNIT_TEXT[level]
+        if c.span > c.size and c.span > self._structural(level):
+            return (f"in this layout each {c.kind} group sits in a block of {c.span} ranks, "
+                    f"more than any {unit} holds")
+        fit = self.attempt(list(fixed) + [c]).total // c.span
+        need = self.world // c.span
+        short = ""
+        if 0 < fit < need:
+            what = (f"{c.kind} groups of {c.size}" if c.span == c.size
+                    else f"blocks of {c.span} ranks")
+            also = " with the constraints already met" if fixed else ""
+            short = f"only {fit} of the {need} {what} fit{also}; "
+        best, count, where = self._largest(level)
+        if level in NODE_LEVELS:
+            on = f", on {count} node{'s' * (count != 1)}" if count else ""
+            return f"{short}the largest free {unit} is {best} GPU{'s' * (best != 1)}{on}"
+        if level == "nvlink-domain" and not self.tree.has_domains:
+            return (f"{short}there are no multi-node NVLink domains and the largest free node "
+                    f"has {best} GPUs")
+        return f"{short}the largest free {unit} has {best} GPUs ({where})"
+
+    def diagnose(self, hard: Sequence[Constraint]) -> PlacementError:
+        world = self.world
+        failing = [c for c in hard if not self.attempt([c]).feasible]
+        if self.per_node is not None and not self.attempt([]).feasible:
+            g = self.per_node
+            return PlacementError(f"needs {-(-world // g)} nodes with {g} free GPUs each "
+                                  f"(--gpus-per-node {g}); not enough usable nodes "
+                                  f"{self.cand.summary()}")
+        if not failing:
+            texts = ", ".join(f"--require {c.text}" for c in hard)
+            return PlacementError(f"needs {world} GPUs with {texts}: each constraint fits the "
+                                  f"free GPUs alone but not all together")
+        c = min(failing, key=lambda x: (LEVEL_INDEX[x.level], x.span))
+        if c.span == c.size:
+            grp = f"in groups of {c.size}"
+        else:
+            grp = f"in blocks of {c.span} (so that each {c.kind} group of {c.size} stays inside)"
+        inside = "with NVLink" if c.level == "nvlink" else f"inside {LEVEL_TEXT[c.level]}"
+        in_node = c.level in NODE_LEVELS or (c.level == "nvlink-domain" and not self.tree.has_domains)
+        if in_node and self.per_node is not None and self.per_node < c.span:
+            return PlacementError(
+                f"needs {world} GPUs {grp} {inside} ({c.kind}={c.level}) but --gpus-per-node "
+                f"{self.req.gpus_per_node} puts at most {self.per_node} ranks on a node")
+        if c.level in NODE_LEVELS and c.span > self._structural(c.level):
+            return PlacementError(
+                f"needs {world} GPUs {grp} {inside} ({c.kind}={c.level}) but the largest node "
+                f"has {self._structural(c.level)} GPUs")
+        return PlacementError(f"needs {world} GPUs {grp} {inside} ({c.kind}={c.level}); "
+                              f"{self._why(c)}")
+
+    def _relax_note(self, c: Constraint, placed: Optional[Constraint],
+                    fixed: Sequence[Constraint] = ()) -> None:
+        why = self._why(c, fixed)
+        if placed is None:
+            got = "anywhere"
+        else:
+            got = "NVLink" if placed.level == "nvlink" else LEVEL_TEXT[placed.level]
+        want = "NVLink" if c.level == "nvlink" else LEVEL_TEXT[c.level]
+        if c.implicit:
+            self.notes.append(f"{c.kind} groups of {c.size} cannot all stay inside {want}: {why}; "
+                              f"placed {'' if got == 'anywhere' else 'inside '}{got}")
+        else:
+            self.notes.append(f"prefer {c.text} not met: {why}; {c.kind} groups placed "
+                              f"{'' if got == 'anywhere' else 'inside '}{got}")
+
+    # ---- choosing nodes ---------------------------------------------------
+
+    # Node quality. Comparing nodes by how fast their GPUs can talk needs a
+    # common yardstick: the innermost block of the job (``s_ref``: tp, or
+    # the first block bigger than one rank). A node that can hold a whole
+    # block is rated by the best ring class of such a block on its free
+    # GPUs; one that cannot is worse (the block will cross nodes) and rated
+    # by how much of a block it holds, then by that part's ring class.
+
+    def _s_ref(self, att: _Attempt) -> int:
+        sizes = [s for s, _ in att.node_spans] + [c.span for c in att.cons] + list(self.natural)
+        sizes = [x for x in sizes if x > 1]
+        return min(sizes) if sizes else 1
+
+    def _sig_quality(self, att: _Attempt, s: int, dom: bool) -> Tuple:
+        cache = att.__dict__.setdefault("_q", {})
+        key = (s, dom)
+        q = cache.get(key)
+        if q is None:
+            hw, free = self.sigs[s]
+            cap = att.sig_caps(dom)[s]
+            ref = att.__dict__.get("_sref")
+            if ref is None:
+                ref = att.__dict__["_sref"] = self._s_ref(att)
+            k = min(cap, ref, len(free))
+            if k <= 1:
+                cls = int(LinkClass.SELF)
+            else:
+                r = select_scored(hw, free, k, ((k, None),))
+                cls = r[0][0] if r is not None else int(LinkClass.NET_FAR)
+            speed = _hw_speed(hw)
+            q = (0, 0, cls) + speed if cap >= ref else (1, -k, cls) + speed
+            cache[key] = q
+        return q
+
+    def _node_q(self, att: _Attempt, idx: int) -> Tuple:
+        dom = self.tree.pods[self.tree.node_pod[idx]].is_domain
+        return self._sig_quality(att, self.sig_of[idx], dom)
+
+    def _scope_q(self, att: _Attempt, sc: Scope) -> Tuple:
+        """Best node quality available in a scope."""
+        cache = att.__dict__.setdefault("_sq", {})
+        q = cache.get(id(sc))
+        if q is None:
+            if sc.is_pod:
+                counts = self.pod_sigs.get(sc.index, {})
+                caps = att.sig_caps(sc.is_domain)
+                qs = [self._sig_quality(att, s, sc.is_domain) for s in counts if caps[s] > 0]
+            else:
+                qs = [self._scope_q(att, c) for c in sc.children
+                      if att.scope_cap.get(id(c), 0) > 0]
+            q = min(qs) if qs else (9, 0, 99)
+            cache[id(sc)] = q
+        return q
+
+    # Filling. Top-down: at each scope the children are taken by quality
+    # group, best first; inside a group the largest while none can take the
+    # rest alone, then the best fit for the rest.
+
+    def _fill(self, att: _Attempt, sc: Scope, need: int, out: List[Tuple[int, int]]) -> None:
+        if sc.is_pod:
+            out.extend(self._fill_pod(att, sc, need))
+            return
+        kids = []
+        for ch in sc.children:
+            c = att.scope_cap.get(id(ch), 0)
+            if c > 0:
+                kids.append((self._scope_q(att, ch), c, self._scope_free(ch), ch.first, ch))
+        self._pick(kids, need, lambda ch, n: self._fill(att, ch, n, out))
+
+    def _pod_choice(self, att: _Attempt, pod: Scope, need: int) -> List[Tuple[int, int]]:
+        kids = []
+        for i in pod.members:
+            if i in self.elig:
+                c = att.node_cap(i)
+                if c > 0:
+                    kids.append((self._node_q(att, i), c, len(self.elig[i][1]), i, i))
+        chosen: List[Tuple[int, int]] = []
+        self._pick(kids, need, lambda i, n: chosen.append((i, n)))
+        return chosen
+
+    def _fill_pod(self, att: _Attempt, pod: Scope, need: int) -> List[Tuple[int, int]]:
+        """Nodes of ``pod`` for ``need`` ranks: the best connected first, as
+        few as possible (largest capacity first, best fit for the rest),
+        then the ranks spread as evenly as the unit allows (more ranks on
+        the bottleneck host means a smaller slice of the inter-node ring;
+        equal counts keep data-parallel peers on the same local GPU index)."""
+        chosen = self._pod_choice(att, pod, need)
+        if len(chosen) <= 1:
+            return chosen
+        unit = att.unit[pod.is_domain]
+        return _water_fill([(i, att.node_cap(i)) for i, _ in chosen], need, unit)
+
+    def best_pod(self, att: _Attempt) -> Optional[Scope]:
+        """When one pod can take the whole job: the pod whose chosen nodes
+        are best connected, then needs the fewest nodes, then the best fit
+        (least capacity, fewest free GPUs), so the job stays under one leaf
+        and leaves big free leaves alone."""
+        world = self.need
+        cands = []
+        for p, counts in self.pod_sigs.items():
+            pod = self.tree.pods[p]
+            cap = att.scope_cap.get(id(pod), 0)
+            if cap < world:
+                continue
+            caps = att.sig_caps(pod.is_domain)
+            top = max(caps[s] for s in counts)
+            if top <= 0:
+                continue
+            lb = -(-world // top)
+            cands.append((self._scope_q(att, pod), lb, cap, self.pod_free.get(p, 0),
+                          pod.first, pod))
+        if not cands:
+            return None
+        cands.sort(key=lambda t: t[:5])
+        best = None
+        for qbest, lb, cap, free, first, pod in cands:
+            if best is not None and (qbest, lb) > best[0][:2]:
+                break
+            chosen = self._pod_choice(att, pod, world)
+            qworst = max(self._node_q(att, i) for i, _ in chosen)
+            key = (qworst, len(chosen), cap, free, first)
+            if best is None or key < best[0]:
+                best = (key, pod)
+            if (qworst, len(chosen)) == (qbest, lb):
+                break
+        return best[1]
+
+    def _quality(self, att: _Attempt, idx: int, k: int, offset: int = 0):
+        """Score of the best choice of ``k`` GPUs on node ``idx`` (smaller is
+        better; see :func:`~slurmtopo.placement.intranode.select_scored`)."""
+        node, free = self.elig[idx]
+        dom = self.tree.pods[self.tree.node_pod[idx]].is_domain
+        levels = self._node_levels(att, dom, k, offset, self.natural)
+        r = select_scored(node.hardware, free, k, levels)
+        return (1,) if r is None else (0,) + tuple(r[0])
+
+    def _single_node(self, att: _Attempt) -> Optional[int]:
+        """When one node can take the whole job: the node where its GPUs
+        are best connected, then the best fit (least capacity that suffices,
+        then fewest free GPUs, then the fullest pod), so small jobs fill
+        holes and leave idle nodes."""
+        world = self.need
+        best_cap = max((c for dom in att._sig_caps for c in att._sig_caps[dom]), default=0)
+        if best_cap < world:
+            return None
+        best = None
+        node_pod = self.tree.node_pod
+        quality: Dict[Tuple[int, bool], Tuple] = {}
+        for idx, (node, free) in self.elig.items():
+            c = att.node_cap(idx)
+            if c < world:
+                continue
+            qk = (self.sig_of[idx], self.tree.pods[node_pod[idx]].is_domain)
+            q = quality.get(qk)
+            if q is None:
+                q = quality[qk] = self._quality(att, idx, world)
+            key = (q, c, len(free), self.pod_free.get(node_pod[idx], 0), idx)
+            if best is None or key < best:
+                best = key
+        return None if best is None else best[-1]
+
+    def _scope_free(self, sc: Scope) -> int:
+        cache = self.__dict__.setdefault("_free_cache", {})
+        v = cache.get(id(sc))
+        if v is None:
+            if sc.is_pod:
+                v = self.pod_free.get(sc.index, 0)
+            else:
+                v = sum(self._scope_free(c) for c in sc.children)
+            cache[id(sc)] = v
+        return v
+
+    @staticmethod
+    def _pick(kids, need: int, take) -> None:
+        """``kids``: (quality, capacity, free, order, item). Quality groups
+        best first; in a group the largest while none can take the rest
+        alone, then the best fit (least capacity, fewest free GPUs)."""
+        kids.sort(key=lambda t: (t[0], -t[1], t[3]))
+        i, n = 0, len(kids)
+        while need > 0:
+            if i >= n:
+                raise PlacementError("internal: capacity accounting went wrong")
+            q = kids[i][0]
+            j = i
+            while j < n and kids[j][0] == q:
+                j += 1
+            # kids[i:j]: one quality group, capacity descending
+            while need > 0 and i < j:
+                cap = kids[i][1]
+                if cap < need:
+                    take(kids[i][4], cap)
+                    need -= cap
+                    i += 1
+                    continue
+                k = i
+                while k < j and kids[k][1] >= need:
+                    k += 1
+                best = min(kids[i:k], key=lambda t: (t[1], t[2], t[3]))
+                take(best[4], need)
+                need = 0
+            i = j
+
+    # ---- mapping ------------------------------------------------------------
+
+    def _allocate(self, att: _Attempt) -> List[Tuple[int, int]]:
+        """(node index, ranks) for ``self.need`` ranks, in tree order."""
+        alloc: List[Tuple[int, int]] = []
+        single = self._single_node(att)
+        if single is not None:
+            alloc.append((single, self.need))
+        else:
+            pod = self.best_pod(att)
+            if pod is not None:
+                alloc.extend(self._fill_pod(att, pod, self.need))
+            else:
+                self._fill(att, self.tree.root, self.need, alloc)
+        alloc.sort(key=lambda t: self.tree.tree_order[t[0]])
+        return alloc
+
+    def _map(self, att: _Attempt, alloc, offset: int, assign, inv_pos) -> Dict[int, Tuple]:
+        """Choose the GPUs of each allocated node for consecutive positions
+        from ``offset``; returns node index -> GPUs used."""
+        used: Dict[int, Tuple[int, ...]] = {}
+        for idx, k in alloc:
+            node, free = self.elig[idx]
+            dom = self.tree.pods[self.tree.node_pod[idx]].is_domain
+            levels = self._node_levels(att, dom, k, offset, self.natural)
+            gpus = select(node.hardware, free, k, levels)
+            if gpus is None:
+                bounded = nested_chain(tuple((s, b) for s, b in levels if b is not None), k)
+                gpus = select(node.hardware, free, k, bounded)
+            if gpus is None:  # pragma: no cover - capacity said it fits
+                raise PlacementError(f"internal: no GPU choice on {node.name} for {k} ranks")
+            name = node.name
+            if inv_pos is None:
+                for j, g in enumerate(gpus):
+                    assign[offset + j] = (name, g)
+            else:
+                for j, g in enumerate(gpus):
+                    assign[inv_pos[offset + j]] = (name, g)
+            used[idx] = gpus
+            offset += k
+        return used
+
+    def assemble(self, att: _Attempt, pos, dims, strict=None) -> Placement:
+        world = self.world
+        sizes = _dense_sizes(self.lay)
+        self.natural = []
+        s = 1
+        for d in dims:
+            if sizes[d] > 1:
+                s *= sizes[d]
+                self.natural.append(s)
+        inv_pos = None
+        if pos is not None:
+            inv_pos = [0] * world
+            for r, p in enumerate(pos):
+                inv_pos[p] = r
+        assign: List[Tuple[str, int]] = [("", 0)] * world
+        alloc = None
+        if strict is not None:
+            alloc = self._two_phase(att, strict, assign, inv_pos)
+        if alloc is None:
+            alloc = self._allocate(att)
+            self._map(att, alloc, 0, assign, inv_pos)
+        self._summary_notes(att, alloc)
+        pl = build_placement(self.inv, self.req, assign, self.notes, self.groups)
+        self.verify(pl, att.cons)
+        return pl
+
+    def _two_phase(self, att: _Attempt, strict_c, assign, inv_pos):
+        """Phase 1 places the first ``n1`` positions under ``strict``, phase
+        2 the rest under ``att`` on what is left. ``n1`` is a multiple of
+        both attempts' spine-level blocks, so no block of either straddles
+        the boundary in a way the attempt did not allow. None when it does
+        not work out (then everything is placed under ``att``)."""
+        strict, c, relaxed, hard_only = strict_c
+        m = _lcm([strict.m_l1, hard_only.m_l1])
+        n1 = min(strict.total, self.need) // m * m
+        if n1 <= 0 or n1 >= self.need:
+            return None
+        saved_need = self.need
+        self.need = n1
+        try:
+            alloc1 = self._allocate(strict)
+        finally:
+            self.need = saved_need
+        trial = list(assign)
+        used = self._map(strict, alloc1, 0, trial, inv_pos)
+        cand2 = self.cand.minus(used, self.tree.node_pod, drop_used=self.per_node is not None)
+        p2 = _Planner(self.inv, self.req, self.groups, cand2, self.tree, need=self.need - n1)
+        p2.natural = self.natural
+        att2 = p2.attempt(relaxed)
+        if not att2.feasible:
+            return None
+        alloc2 = p2._allocate(att2)
+        p2._map(att2, alloc2, n1, trial, inv_pos)
+        assign[:] = trial
+        want = "NVLink" if c.level == "nvlink" else LEVEL_TEXT[c.level]
+        self.notes.append(f"ranks 0-{n1 - 1} in the canonical order ({n1 // c.span} blocks of "
+                          f"{c.span}) keep {c.kind} inside {want}; only the other "
+                          f"{self.need - n1} are relaxed")
+        # one node may appear in both phases: merge for the summary
+        merged: Dict[int, int] = {}
+        for idx, k in alloc1 + alloc2:
+            merged[idx] = merged.get(idx, 0) + k
+        return list(merged.items())
+
+    def _node_levels(self, att: _Attempt, dom: bool, k: int, offset: int, natural):
+        """The nested chain of blocks a node's ``k`` positions starting at
+        ``offset`` must respect (bounded) or should (scored)."""
+        cache = att.__dict__.setdefault("_levels", {})
+        sizes = cache.get(None)
+        if sizes is None:
+            sizes = cache[None] = sorted(
+                {s for s, _ in att.bounds[True] + att.bounds[False]} |
+                {c.span for c in att.cons} | set(natural))
+        key = (dom, k, tuple(offset % x == 0 for x in sizes if x <= k))
+        got = cache.get(key)
+        if got is None:
+            levels = []
+            bound_spans = {s for s, _ in att.bounds[dom]}
+            for s, b in att.bounds[dom]:
+                levels.append((s, b))
+            for c in att.cons:
+                if c.span not in bound_spans:
+                    levels.append((c.span, None))
+            for s in natural:
+                levels.append((s, None))
+            levels = [(s, b) for s, b in levels if s <= k and k % s == 0 and offset % s == 0]
+            got = cache[key] = nested_chain(levels, k)
+        return got
+
+    def _summary_notes(self, att: _Attempt, alloc) -> None:
+        tree = self.tree
+        pods = []
+        seen = set()
+        for idx, _ in alloc:
+            p = tree.node_pod[idx]
+            if p not in seen:
+                seen.add(p)
+                pods.append(tree.pods[p])
+        n = len(alloc)
+        partial = sum(1 for idx, k in alloc if k < self.inv.nodes[tree.names[idx]].hardware.gpu_count)
+        text = f"{self.world} ranks on {n} node{'s' * (n != 1)}"
+        if partial:
+            text += f" ({partial} shared or partly used)"
+        kinds = {p.key[0] for p in pods}
+        if pods and kinds <= {"leaf", "domain"}:
+            word = "NVLink domain" if kinds == {"domain"} else (
+                "leaf switch" if kinds == {"leaf"} else "leaf/domain")
+            names = ", ".join(p.name for p in pods[:4]) + (", ..." if len(pods) > 4 else "")
+            text += f" under {len(pods)} {word}{'es' if word.endswith('switch') and len(pods) != 1 else ('s' if len(pods) != 1 else '')} ({names})"
+        self.notes.append(text)
+        for c in att.cons:
+            if c.hard:
+                self.notes.append(f"required {c.text}: every {c.kind} group stays inside "
+                                  f"{'NVLink' if c.level == 'nvlink' else LEVEL_TEXT[c.level]}")
+
+
+def _water_fill(caps: List[Tuple[int, int]], need: int, unit: int) -> List[Tuple[int, int]]:
+    """Spread ``need`` ranks over nodes ``(index, capacity)`` as evenly as
+    whole units allow: the largest level t with sum(min(cap, t)) <= need,
+    then one more unit to the first nodes with room."""
+    units = [(i, c // unit) for i, c in caps]
+    n = need // unit
+    lo, hi = 0, max(c for _, c in units)
+    while lo < hi:  # largest t with sum(min(c, t)) <= n
+        mid = (lo + hi + 1) // 2
+        if sum(min(c, mid) for _, c in units) <= n:
+            lo = mid
+        else:
+            hi = mid - 1
+    amount = {i: min(c, lo) for i, c in units}
+    left = n - sum(amount.values())
+    for i, c in units:
+        if left <= 0:
+            break
+        if c > amount[i]:
+            amount[i] += 1
+            left -= 1
+    return [(i, amount[i] * unit) for i, _ in units if amount[i] > 0]
+
+
+#: Up to this world size :func:`plan` also prices Slurm's default placement
+#: with the cost model and returns it when it is strictly cheaper (and meets
+#: every ``require``): the planner decides lexicographically (TP first),
+#: the cost model sums the kinds, and on some fragmented states the two
+#: disagree. Pricing is O(world) per kind, cheap at this size.
+CHECK_NAIVE_MAX_WORLD = 4096
+
+
+def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest) -> Placement:
+    """Place every rank of ``req`` on a free GPU, topology-aware (gang: all
+    ranks or :class:`PlacementError` saying why not). See the module doc."""
+    tree = fabric_tree(inv)
+    cand = candidates(inv, state, req, tree.node_pod)
+    err = not_enough_gpus(req, cand)
+    if err is not None:
+        raise err
+    groups = build_groups(req.layout)
+    world = req.layout.world
+    placement = _Planner(inv, req, groups, cand, tree).run()
+    models = _models(cand)
+    if len(models) > 1:
+        placement = _one_model(inv, req, groups, cand, tree, models, placement)
+    if 1 < world <= CHECK_NAIVE_MAX_WORLD:
+        placement = _check_naive(inv, req, cand, groups, placement)
+    return placement
+
+
+_speed_cache: Dict[int, Tuple[object, Tuple]] = {}
+
+
+def _hw_speed(hw) -> Tuple:
+    """Sort key of a node type's links, fastest first: NVLink bandwidth per
+    GPU, network share per GPU, PCIe (default cost parameters). Ties nodes
+    of equal link class apart on mixed clusters (an H100's NVLink and NIC
+    before a V100's), so a job gathers on the fastest model it can."""
+    hit = _speed_cache.get(id(hw))
+    if hit is None or hit[0] is not hw:
+        from slurmtopo.cost import CostParams
+        hc = CostParams().hw(hw)
+        key = (-(hc.lane * hc.max_lanes), -max(hc.net or [0.0]), -hc.pcie)
+        if len(_speed_cache) >= 256:
+            _speed_cache.clear()
+        hit = _speed_cache[id(hw)] = (hw, key)
+    return hit[1]
+
+
+def _models(cand: Candidates) -> List[str]:
+    """GPU models among the usable nodes, fastest interconnect first."""
+    speed: Dict[str, Tuple] = {}
+    for hw, _ in cand.sigs:
+        model = hw.model
+        key = _hw_speed(hw)
+        if model not in speed or key < speed[model]:
+            speed[model] = key
+    return sorted(speed, key=lambda m: (speed[m], m))
+
+
+def _one_model(inv: Inventory, req: JobRequest, groups, cand: Candidates, tree: FabricTree,
+               models: List[str], mixed: Placement) -> Placement:
+    """Heterogeneous clusters: a job mixing GPU models runs at the pace of
+    the slowest, and link classes do not rank across models (H100s over the
+    network can beat L40Ss over PCIe). Plan on each single model that has
+    enough free GPUs too; up to CHECK_NAIVE_MAX_WORLD ranks the cost model
+    picks the cheapest, above it the fastest model that holds the job wins."""
+    world = req.layout.world
+    options: List[Tuple[str, Placement]] = []
+    for model in models:
+        sub = cand.restricted(lambda n, m=model: n.hardware.model == m, tree.node_pod)
+        if sub.free_gpus < world:
+            continue
+        try:
+            pl = _Planner(inv, req, groups, sub, tree).run()
+        except PlacementError:
+            continue
+        options.append((model, pl))
+        if world > CHECK_NAIVE_MAX_WORLD:
+            break
+    if not options:
+        return mixed
+    if world > CHECK_NAIVE_MAX_WORLD:
+        model, pl = options[0]
+    else:
+        from slurmtopo.cost import CostParams, evaluate
+        from slurmtopo.errors import SlurmtopoError
+        try:
+            params = CostParams.from_inventory(inv)
+        except SlurmtopoError:
+            return mixed
+        best = (evaluate(inv, mixed, req, params).step_time_s, 1, "", mixed)
+        for i, (model, pl) in enumerate(options):
+            t = evaluate(inv, pl, req, params).step_time_s
+            if t < best[0] * (1 - 1e-9):
+                best = (t, 0, model, pl)
+        if best[1]:
+            return mixed
+        model, pl = best[2], best[3]
+    note = f"all ranks on {model} nodes: the cluster mixes GPU models and this one holds the job"
+    return Placement(slots=pl.slots, groups=pl.groups, hosts=pl.hosts,
+                     notes=tuple(pl.notes) + (note,))
+
+
+def _check_naive(inv: Inventory, req: JobRequest, cand: Candidates, groups,
+                 mine: Placement) -> Placement:
+    from slurmtopo.cost import CostParams, evaluate
+    from slurmtopo.placement.baselines import naive_from
+    from slurmtopo.request import satisfies
+    from slurmtopo.errors import SlurmtopoError
+    try:
+        params = CostParams.from_inventory(inv)
+    except SlurmtopoError:
+        return mine  # a bad cost block is reported where costs are shown
+    naive = naive_from(inv, req, cand, groups)
+    a = evaluate(inv, mine, req, params)
+    b = evaluate(inv, naive, req, params)
+    if not b.step_time_s < a.step_time_s * (1 - 1e-9):
+        return mine
+    for kind, level in req.require.items():
+        gc = b.kinds.get(kind)
+        if gc is not None and gc.size > 1 and not satisfies(gc.slowest, level):
+            return mine
+    notes = [n for n in mine.notes if not n.startswith(f"{req.layout.world} ranks on")]
+    notes.append(f"Slurm's default placement (nodes in hostname order, ranks in block order) "
+                 f"models faster here ({b.step_time_s * 1e3:.3f} ms vs "
+                 f"{a.step_time_s * 1e3:.3f} ms a step); using it")
+    return Placement(slots=naive.slots, groups=naive.groups, hosts=naive.hosts,
+                     notes=tuple(notes))
