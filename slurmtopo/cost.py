@@ -652,6 +652,7 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
     net = _Net(inv)
     kinds: Dict[str, GroupCost] = {}
     warnings: List[str] = []
+    warned: List[list] = []
     lb = None
     for kind, gl in groups.items():
         size = len(gl[0]) if gl else 0
@@ -680,7 +681,9 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
             # group of 2 with TP=8 inside spans 16 ranks: two nodes)
             span = span_of(gl, None, req.layout.world)
             best_cls, _ = lb.best(span, coll, m)
-            if slowest > best_cls:
+            # dp-cp is dp when cp == 1 (and tp-cp is tp ...): say it once
+            if slowest > best_cls and not any(gl == w for w in warned):
+                warned.append(gl)
                 more = f" (and {len(at_slowest) - 1} more)" if len(at_slowest) > 1 else ""
                 what = f"a group of {size}" if span == size else f"its block of {span} ranks"
                 warnings.append(f"{kind.upper()} group {at_slowest[0]}{more} {_PHRASE[slowest]}; "

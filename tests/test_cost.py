@@ -398,3 +398,13 @@ def test_no_placement_beats_the_lower_bound(name, state, layout):
         except Exception:  # noqa: BLE001
             return
         assert evaluate(inv, pl, req).step_time_s >= lb.step_time_s * (1 - 1e-9)
+
+
+def test_identical_group_kinds_warn_once():
+    # with cp=1 the dp-cp groups are the dp groups: one warning, not two
+    inv = ex("h100-4node-2leaf")
+    req = JobRequest(Layout(tp=8, dp=2))
+    pl = place(inv, req, [("gpu01", g) for g in range(8)] + [("gpu03", g) for g in range(8)])
+    warnings = evaluate(inv, pl, req).warnings
+    assert [w.split(" group")[0] for w in warnings] == ["DP"], warnings
+    assert "through a spine switch" in warnings[0]
