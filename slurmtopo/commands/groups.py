@@ -5,7 +5,8 @@ import json
 
 import click
 
-from slurmtopo.groups import DEFAULT_ORDER, Layout, build_groups
+from slurmtopo.commands.layout_options import layout_from, layout_options
+from slurmtopo.groups import build_groups
 
 _SHOWN_GROUPS = 3
 _SHOWN_RANKS = 8
@@ -19,27 +20,12 @@ def _short(group) -> str:
 
 
 @click.command("groups")
-@click.option("--world", type=int, default=None, help="Total ranks (default: tp*cp*pp*dp).")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size.")
-@click.option("--cp", type=int, default=1, show_default=True, help="Context-parallel size.")
-@click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel size.")
-@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel size.")
-@click.option("--dp", type=int, default=None, help="Data-parallel size (default: from --world).")
-@click.option("--expert-tp", "expert_tp", type=int, default=None,
-              help="Expert tensor-parallel size (default: --tp).")
-@click.option("--order", default=None,
-              help="Rank order. megatron: first name fastest (default tp-cp-ep-dp-pp); "
-                   "torch: last name fastest (default pp-dp-ep-cp-tp).")
-@click.option("--convention", type=click.Choice(["megatron", "torch"]), default="megatron",
-              show_default=True, help="How to read --order.")
+@layout_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: kind -> groups.")
 def command(world, tp, cp, ep, pp, dp, expert_tp, order, convention, as_json):
     """Show which ranks form each tensor/context/expert/pipeline/data group."""
-    layout = Layout(
-        tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, expert_tp=expert_tp,
-        order=DEFAULT_ORDER[convention] if order is None else order,
-        world=world, convention=convention,
-    ).resolved()
+    layout = layout_from(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, expert_tp=expert_tp, world=world,
+                         order=order, convention=convention)
     groups = build_groups(layout)
     if as_json:
         click.echo(json.dumps(dict(groups), separators=(",", ":")))

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 
 import click
 
+from slurmtopo.commands.layout_options import layout_from, layout_options
 from slurmtopo.errors import SlurmtopoError
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
@@ -65,17 +66,7 @@ def _write(out_dir: str, name: str, text: str, mode: int = 0o644) -> str:
               help="Inventory file or directory of node reports.")
 @click.option("--state", "state_path", default=None,
               help="Cluster-state snapshot: busy nodes and GPUs to place around.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size.")
-@click.option("--cp", type=int, default=1, show_default=True, help="Context-parallel size.")
-@click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel size.")
-@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel size.")
-@click.option("--dp", type=int, default=None, help="Data-parallel size (default: from --world).")
-@click.option("--expert-tp", "expert_tp", type=int, default=None,
-              help="Expert tensor-parallel size (default: --tp).")
-@click.option("--world", type=int, default=None, help="Total ranks (default: tp*cp*pp*dp).")
-@click.option("--order", default=None, help="Rank order (see `slurmtopo groups --help`).")
-@click.option("--convention", type=click.Choice(["megatron", "torch"]), default="megatron",
-              show_default=True, help="How to read --order.")
+@layout_options
 @click.option("--require", multiple=True, metavar="KIND=LEVEL",
               help="Hard constraint, e.g. tp=node (repeatable).")
 @click.option("--prefer", multiple=True, metavar="KIND=LEVEL",
@@ -123,7 +114,6 @@ def command(inventory_path, state_path, tp, cp, ep, pp, dp, expert_tp, world, or
     Give the training command after `--`; without one, everything but the
     batch script is written.
     """
-    from slurmtopo.groups import DEFAULT_ORDER, Layout
     from slurmtopo.inventory import load_inventory
     from slurmtopo.model import ClusterState
     from slurmtopo.rankmap import dumps_rankmap, env_document, rankmap_csv, rankmap_dict
@@ -138,9 +128,8 @@ def command(inventory_path, state_path, tp, cp, ep, pp, dp, expert_tp, world, or
     if state_path:
         from slurmtopo.state import load_state
         state = load_state(state_path, inv)
-    layout = Layout(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, expert_tp=expert_tp,
-                    order=DEFAULT_ORDER[convention] if order is None else order,
-                    world=world, convention=convention).resolved()
+    layout = layout_from(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, expert_tp=expert_tp, world=world,
+                         order=order, convention=convention)
     mbytes = parse_message_bytes(message_bytes)
     wait = DEFAULT_SWITCH_WAIT if switch_wait is None else (None if switch_wait in ("0", "")
                                                            else switch_wait)

@@ -64,7 +64,7 @@ def parse_wait(items) -> dict:
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
          as_json, cmd, **o):
     from slurmtopo.commands.plan import build_request, parse_message_bytes
-    from slurmtopo.groups import DEFAULT_ORDER, Layout
+    from slurmtopo.commands.layout_options import layout_from
     from slurmtopo.inventory import load_inventory
     from slurmtopo.placement import plan
     from slurmtopo.sbatch import SbatchRequest, sanitize_job_name
@@ -96,11 +96,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         from slurmtopo.state import load_state
         state, state_from = load_state(state_path, inv), state_path
 
-    convention = o.get("convention") or "megatron"
-    layout = Layout(tp=o["tp"], cp=o["cp"], ep=o["ep"], pp=o["pp"], dp=o["dp"],
-                    expert_tp=o["expert_tp"],
-                    order=DEFAULT_ORDER[convention] if o["order"] is None else o["order"],
-                    world=o["world"], convention=convention).resolved()
+    layout = layout_from(**o)
     req = build_request(layout, o["require"], o["prefer"], o["gpus_per_node"], o["exclusive"],
                         o["nodelist"], o["exclude"], parse_message_bytes(o["message_bytes"]))
     waits = parse_wait(wait)
