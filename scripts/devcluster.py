@@ -603,8 +603,10 @@ class DevCluster:
         m = re.search(r"(\d+)$", path.name)
         minor = int(m.group(1)) if m else 255
         path.parent.mkdir(parents=True, exist_ok=True)
-        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
-        os.chmod(path, 0o666)   # like /dev/nvidiaN (mknod obeys the umask)
+        # owner and group only: nothing slurmtopo writes is world-writable
+        # (nothing opens these fake devices; slurmd only checks they exist)
+        os.mknod(path, 0o660 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+        os.chmod(path, 0o660)
 
     # ---- cgroups ----------------------------------------------------------
     @staticmethod
