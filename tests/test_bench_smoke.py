@@ -1,0 +1,180 @@
+"""The benchmark entry points on tiny sizes, so that bench/ does not rot.
+
+No timing is asserted. What is asserted could fail for real: the lower
+bound is not above slurmtopo's cost, every placement uses free GPUs only,
+scenario generation is reproducible, and the result files have the
+structure docs/benchmarks.md and the plots read.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # bench/ is not installed; plain `pytest` must find it
+    sys.path.insert(0, ROOT)
+
+from bench import scenarios  # noqa: E402
+from bench.scenarios import ScenarioSpec, build, busy_state, cluster, free_gpus  # noqa: E402
+
+EPS = 1e-9
+
+
+def _planner_available():
+    for mod in ("slurmtopo.placement", "slurmtopo.cost", "slurmtopo.request"):
+        pytest.importorskip(mod)
+
+
+# --------------------------------------------------------------------------
+# the generator (needs only the model)
+
+
+def test_scenario_ids_round_trip():
+    spec = ScenarioSpec("hgx-fattree", 64, 60, 1003)
+    assert spec.id == "hgx-fattree:64:60:1003"
+    assert ScenarioSpec.parse(spec.id) == spec
+    with pytest.raises(ValueError):
+        ScenarioSpec.parse("hgx-fattree:64:60")
+    with pytest.raises(ValueError):
+        ScenarioSpec.parse("no-such-shape:64:60:1")
+
+
+def test_scenarios_are_reproducible():
+    a, b = build("mixed:64:60:7"), build("mixed:64:60:7")
+    assert a.state.nodes == b.state.nodes
+    assert a.job == b.job
+    c = build("mixed:64:60:8")
+    assert (c.state.nodes, c.job) != (a.state.nodes, a.job)
+
+
+@pytest.mark.parametrize("shape,nodes", [("hgx-fattree", 16), ("hgx-fattree", 1024),
+                                         ("pcie-pairs", 16), ("dgx1-cubemesh", 16),
+                                         ("nvl72", 36), ("mixed", 64), ("fattree3", 40)])
+def test_shapes_build(shape, nodes):
+    inv = cluster(shape, nodes)
+    assert len(inv) == nodes
+    hosts = {h for s in inv.fabric.switches for h in s.nodes}
+    assert hosts == set(inv.nodes)  # every node hangs under a leaf
+
+
+@pytest.mark.parametrize("busy", [0.0, 0.3, 0.6, 0.85])
+def test_busy_state_hits_its_target(busy):
+    import random
+
+    inv = cluster("hgx-fattree", 64)
+    st = busy_state(inv, busy, random.Random(busy))
+    got = 1 - free_gpus(inv, st) / inv.gpu_count
+    assert abs(got - busy) <= 0.03
+    if busy:
+        kinds = {"whole": 0, "partial": 0}
+        for ns in st.nodes.values():
+            if ns.exclusive:
+                kinds["whole"] += 1
+            elif ns.busy_gpus:
+                kinds["partial"] += 1
+        assert kinds["whole"] and kinds["partial"]  # both patterns present
+
+
+def test_jobs_fit_and_are_valid_layouts():
+    from slurmtopo.groups import build_groups
+
+    for spec in scenarios.quality_specs(1, quick=True, base_seed=5):
+        sc = build(spec)
+        assert 1 <= sc.job.world <= free_gpus(sc.inv, sc.state)
+        groups = build_groups(sc.job.layout())  # raises LayoutError when invalid
+        assert sum(len(g) for g in groups["tp"]) == sc.job.world
+
+
+# --------------------------------------------------------------------------
+# quality (needs the planner and the cost model)
+
+
+TINY = ["hgx-fattree:16:0:1", "hgx-fattree:16:60:2", "pcie-pairs:16:30:3",
+        "dgx1-cubemesh:16:85:4", "nvl72:36:30:5", "mixed:64:60:6"]
+
+
+@pytest.mark.parametrize("sid", TINY)
+def test_quality_scenario(sid):
+    _planner_available()
+    from bench import quality
+
+    rec = quality.run_scenario(sid)
+    assert rec["id"] == sid
+    assert not [p for p in rec["problems"] if "invalid placement" in p or "below" in p], rec["problems"]
+    assert set(quality.PLANNERS) <= set(rec["results"])
+    if rec["busy_pct"]:  # the same job on the idle cluster, for attribution
+        assert rec["results"]["slurmtopo-idle"]["ok"]
+        assert rec["ratios"]["slurmtopo-idle/lb"] >= 1 - 1e-6
+    mine = rec["results"]["slurmtopo"]
+    assert mine["ok"], mine.get("error")
+    lb = rec["lower_bound"]["step_s"]
+    assert lb >= 0 and mine["step_s"] >= lb * (1 - 1e-6) - EPS
+    assert rec["ratios"]["slurmtopo/lb"] >= 1 - 1e-6
+    for b in quality.BASELINES:
+        if rec["results"][b]["ok"]:
+            x = rec["ratios"][f"{b}/slurmtopo"]
+            assert x > 0 and not math.isnan(x)
+    for kind, kc in mine["kinds"].items():
+        assert kc["time_s"] >= 0
+
+
+def test_run_writes_results(tmp_path):
+    _planner_available()
+    from bench import run
+
+    out = tmp_path / "results"
+    rc = run.main(["--quick", "--only", "quality", "--per-cell", "1", "--shapes", "hgx-fattree",
+                   "--out", str(out)])
+    assert rc == 0
+    data = json.loads((out / "quality.json").read_text())
+    s = data["summary"]
+    assert s["overall"]["scenarios"] == len(data["records"]) == 8  # 2 sizes x 4 busy levels
+    for key in ("slurmtopo/lb", "slurm-default/slurmtopo", "slurm-leaf/slurmtopo",
+                "random/slurmtopo"):
+        assert s["overall"][key]["n"] >= 1
+    assert s["overall"]["slurmtopo/lb"]["min"] >= 1 - 1e-6
+    assert (out / "quality.png").stat().st_size > 0
+    assert "Placement quality" in (out / "report.md").read_text()
+    assert json.loads((out / "meta.json").read_text())["command"].startswith("python -m bench.run")
+
+
+# --------------------------------------------------------------------------
+# speed (tiny sizes; nothing about the times themselves)
+
+
+def test_speed_entry_points(tmp_path):
+    _planner_available()
+    from bench import run, speed
+
+    rows = speed.planner_grid(inventories=(64, 256), jobs=(8, 64), busy=(0, 60), quick=True)
+    fits = [r for r in rows if r.get("fits")]
+    assert fits
+    for r in fits:
+        assert r["plan_s"] > 0 and r["cold_s"] > 0 and r["evaluate_s"] > 0
+        assert r["peak_bytes"] > 0
+        assert len(r["plan_samples_s"]) == 3
+    assert any(not r.get("fits") for r in rows)  # 64 GPUs do not fit in 64 * 40% free
+    g = speed.growth(rows + [dict(rows[0], job_gpus=1 << 20, inventory_gpus=64)])
+    assert isinstance(g, list)
+    load = speed.inventory_load(str(tmp_path), nodes=40, repeats=1)
+    assert [r["nodes"] for r in load] == [40, 40, 40]
+    e2e = speed.end_to_end(str(tmp_path), repeats=1, sizes=(32,))
+    assert e2e[0]["median_s"] > 0
+    sp = {"planner": rows, "growth": g, "end_to_end": e2e, "inventory_load": load,
+          "agent_discovery": {"skipped": "test"}, "topology_conf": {"skipped": "test"}}
+    tables = run.speed_tables(sp)
+    assert "Planner speed" in run.markdown(tables)
+    run.plot_speed(sp, str(tmp_path / "speed.png"))
+    assert os.path.getsize(tmp_path / "speed.png") > 0
+
+
+def test_loglog_slope():
+    from bench.speed import loglog_slope
+
+    assert loglog_slope([(1, 2), (2, 4), (4, 8)]) == pytest.approx(1.0)
+    assert loglog_slope([(1, 1), (2, 4), (4, 16)]) == pytest.approx(2.0)
+    assert loglog_slope([(1, 1)]) is None
