@@ -55,8 +55,13 @@ def expand_hostlist(text, what: str = "hostlist") -> List[str]:
         for item in text:
             out.extend(expand_hostlist(item, what))
         return out
+    text = str(text)
+    if not any(c in text for c in "[],@^!&"):  # a plain name: skip the parser
+        name = text.strip()
+        if name and not any(c.isspace() for c in name):
+            return [name]
     try:
-        return list(NodeSet(str(text)))
+        return list(NodeSet(text))
     except NodeSetException as exc:
         raise ValueError(f"bad {what} {text!r}: {exc}") from None
 
