@@ -11,40 +11,19 @@ pass, as it does in slurmctld. Hooks let a test inject races and crashes.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import pytest
 
+from slurmtopo.daemon.submit import _opt
 from slurmtopo.errors import SlurmError
 from slurmtopo.slurm.backend import SlurmBackend, SlurmJob, SlurmNode
 
-QUAD8 = """
-slurmtopo: inventory
-version: 1
-node_types:
-  quad8:
-    gpus: [{index: 0, numa_node: 0}, {index: 1, numa_node: 0}, {index: 2, numa_node: 0},
-           {index: 3, numa_node: 0}, {index: 4, numa_node: 1}, {index: 5, numa_node: 1},
-           {index: 6, numa_node: 1}, {index: 7, numa_node: 1}]
-    links:
-      - "X   NV4 NV4 NV4 SYS SYS SYS SYS"
-      - "NV4 X   NV4 NV4 SYS SYS SYS SYS"
-      - "NV4 NV4 X   NV4 SYS SYS SYS SYS"
-      - "NV4 NV4 NV4 X   SYS SYS SYS SYS"
-      - "SYS SYS SYS SYS X   NV4 NV4 NV4"
-      - "SYS SYS SYS SYS NV4 X   NV4 NV4"
-      - "SYS SYS SYS SYS NV4 NV4 X   NV4"
-      - "SYS SYS SYS SYS NV4 NV4 NV4 X"
-nodes:
-  - {name: "node[1-4]", type: quad8}
-fabric:
-  switches:
-    - {name: leaf1, nodes: "node[1-2]"}
-    - {name: leaf2, nodes: "node[3-4]"}
-    - {name: spine, level: 1, switches: [leaf1, leaf2]}
-"""
+QUAD8 = (Path(__file__).resolve().parents[1] / "fixtures" / "daemon" /
+         "quad8-inventory.yaml").read_text()
 
 
 def quad8_inventory(tmp_path):
@@ -81,16 +60,6 @@ class FJob:
     cpus: int = 1
 
 
-def _opt(words, name, short=None):
-    val = None
-    for i, w in enumerate(words):
-        if w.startswith(name + "="):
-            val = w.split("=", 1)[1]
-        elif w == name and i + 1 < len(words):
-            val = words[i + 1]
-        elif short and w == short and i + 1 < len(words):
-            val = words[i + 1]
-    return val
 
 
 class FakeSlurm(SlurmBackend):

@@ -31,31 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # each node: two NVLink quads, GPUs 0-3 on socket 0 and 4-7 on socket 1 (the
 # dev cluster's gres.conf binds them so); node[1-2] on leaf1, node[3-4] on leaf2
-QUAD8 = """
-slurmtopo: inventory
-version: 1
-node_types:
-  quad8:
-    gpus: [{index: 0, numa_node: 0}, {index: 1, numa_node: 0}, {index: 2, numa_node: 0},
-           {index: 3, numa_node: 0}, {index: 4, numa_node: 1}, {index: 5, numa_node: 1},
-           {index: 6, numa_node: 1}, {index: 7, numa_node: 1}]
-    links:
-      - "X   NV4 NV4 NV4 SYS SYS SYS SYS"
-      - "NV4 X   NV4 NV4 SYS SYS SYS SYS"
-      - "NV4 NV4 X   NV4 SYS SYS SYS SYS"
-      - "NV4 NV4 NV4 X   SYS SYS SYS SYS"
-      - "SYS SYS SYS SYS X   NV4 NV4 NV4"
-      - "SYS SYS SYS SYS NV4 X   NV4 NV4"
-      - "SYS SYS SYS SYS NV4 NV4 X   NV4"
-      - "SYS SYS SYS SYS NV4 NV4 NV4 X"
-nodes:
-  - {name: "node[1-4]", type: quad8}
-fabric:
-  switches:
-    - {name: leaf1, nodes: "node[1-2]"}
-    - {name: leaf2, nodes: "node[3-4]"}
-    - {name: spine, level: 1, switches: [leaf1, leaf2]}
-"""
+QUAD8 = (Path(__file__).resolve().parents[1] / "fixtures" / "daemon" /
+         "quad8-inventory.yaml").read_text()
 
 pytestmark = pytest.mark.integration
 
