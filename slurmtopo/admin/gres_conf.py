@@ -299,7 +299,7 @@ def check_gres(lines: Sequence[GresLine], slurm: Optional[SlurmConf] = None) -> 
     if unknown:
         out.append(Problem(WARNING, f"{len(unknown)} node(s) of gres.conf are not in slurm.conf: "
                                     f"{sample_hosts(unknown)}"))
-    lost, wrong = [], []
+    lost, wrong, untyped = [], [], []
     for node in slurm.nodes:
         want = slurm_gres_counts(slurm.gres(node))
         if not want:
@@ -310,6 +310,8 @@ def check_gres(lines: Sequence[GresLine], slurm: Optional[SlurmConf] = None) -> 
             continue
         if None in want and len(want) == 1:
             ok = sum(have.values()) == want[None]
+            if ok and any(t is not None for t in have):
+                untyped.append(node)
         else:
             ok = all(have.get(t, 0) == n for t, n in want.items() if t is not None) and \
                 sum(have.values()) == sum(want.values())
@@ -322,6 +324,14 @@ def check_gres(lines: Sequence[GresLine], slurm: Optional[SlurmConf] = None) -> 
         out.append(Problem(REFUSE, f"{len(wrong)} node(s) have GPU counts or types that differ "
                                    f"from slurm.conf (slurmd would mark them invalid): "
                                    + "; ".join(wrong[:3])))
+    if untyped:
+        # slurmd accepts this, but the controller then knows no GPU type on
+        # these nodes: a job asking --gpus-per-node=<type>:N is refused
+        types = sorted({t for h in untyped for t in gres_counts(lines, h) if t is not None})
+        out.append(Problem(WARNING, f"{len(untyped)} node(s) have untyped Gres=gpu:N in "
+                                    f"slurm.conf but Type={','.join(types)} in gres.conf: jobs "
+                                    f"that ask for the type are refused; declare "
+                                    f"Gres=gpu:<type>:N in slurm.conf: {sample_hosts(untyped)}"))
     return out
 
 

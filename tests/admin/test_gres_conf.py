@@ -126,13 +126,20 @@ def test_checks_against_slurm_conf():
     text, _ = cluster_gres_conf([node(f"g{i}") for i in (1, 2, 3, 4)] + [node("x9")],
                                 lines_of=fake_gres_lines)
     problems = check_gres(parse_gres_conf(text), slurm)
-    assert [p.severity for p in problems] == [WARNING, REFUSE, REFUSE]
+    assert [p.severity for p in problems] == [WARNING, REFUSE, REFUSE, WARNING]
     assert "x9" in problems[0].message  # not in slurm.conf
+    assert "g3" in problems[3].message  # typed here, untyped in slurm.conf
     assert "g5" in problems[1].message  # GPUs in slurm.conf, none in gres.conf
     assert "g4" in problems[2].message and "g3" not in problems[2].message  # type differs
     ok_text, _ = cluster_gres_conf([node(f"g{i}") for i in (1, 2, 3)], lines_of=fake_gres_lines)
-    ok = parse_slurm_conf("NodeName=g[1-2] Gres=gpu:h100:8\nNodeName=g3 Gres=gpu:8\n")
+    ok = parse_slurm_conf("NodeName=g[1-3] Gres=gpu:h100:8\n")
     assert check_gres(parse_gres_conf(ok_text), ok) == []
+    # untyped in slurm.conf, typed in gres.conf: slurmd takes it, but a job
+    # asking for the type would be refused, so say so (not a refusal)
+    untyped = parse_slurm_conf("NodeName=g[1-2] Gres=gpu:h100:8\nNodeName=g3 Gres=gpu:8\n")
+    problems = check_gres(parse_gres_conf(ok_text), untyped)
+    assert [p.severity for p in problems] == [WARNING]
+    assert "g3" in problems[0].message and "Type=h100" in problems[0].message
 
 
 def test_describe_changes():
