@@ -681,3 +681,143 @@ def test_gpus_per_node_smaller_than_a_required_group():
     pl = plan(inv, None, req)
     check_invariants(inv, None, req, pl)
     assert [len(pl.ranks_on(h)) for h in pl.hosts] == [4, 4, 4, 4]
+
+
+# --------------------------------------------------------------------------
+# benchmark findings (docs/benchmarks.md): regressions on small hand-built
+# inventories
+
+
+def _nvl72_racks(trays=(4, 4)) -> Inventory:
+    """Racks of GB200 trays (4 GPUs), one NVLink domain and one leaf per
+    rack, a spine over the leaves."""
+    from slurmtopo.model import NvlinkDomain
+    hw = preset("gb200-nvl72-tray")
+    nodes, leaves = {}, []
+    for r, count in enumerate(trays):
+        dom = NvlinkDomain(cluster_uuid=f"00000000-0000-4000-8000-{r + 1:012x}", clique_id=1)
+        names = [f"r{r + 1}t{t + 1}" for t in range(count)]
+        for n in names:
+            nodes[n] = Node(name=n, hardware=hw, nvlink_domain=dom)
+        leaves.append(Switch(name=f"leaf{r + 1}", nodes=tuple(names)))
+    spine = Switch(name="spine", switches=tuple(s.name for s in leaves))
+    return Inventory(nodes=nodes, fabric=Fabric(switches=tuple(leaves) + (spine,)))
+
+
+def _busy(spec) -> ClusterState:
+    return ClusterState(nodes={n: NodeState(n, state="mixed", busy_gpus=frozenset(b))
+                               for n, b in spec.items()})
+
+
+def test_nvl72_tp_relaxes_into_one_domain_rather_than_dp_over_the_network():
+    # rack 1: one whole tray and two half trays (8 free); rack 2: one whole
+    # tray. Keeping both TP groups of 4 inside a tray needs both racks, so
+    # DP crosses the network; one rack's NVLink domain holds the whole job
+    inv = _nvl72_racks((4, 4))
+    state = _busy({"r1t2": {0, 1}, "r1t3": {0, 1}, "r1t4": {0, 1, 2, 3},
+                   "r2t2": {0, 1, 2, 3}, "r2t3": {0, 1, 2, 3}, "r2t4": {0, 1, 2, 3}})
+    req = JobRequest(Layout(tp=4, dp=2))
+    pl = plan(inv, state, req)
+    check_invariants(inv, state, req, pl)
+    assert {h[:2] for h in pl.hosts} == {"r1"}
+    rep = evaluate(inv, pl, req)
+    assert rep.kinds["dp"].slowest is LinkClass.NVLINK_DOMAIN
+    assert rep.kinds["tp"].slowest <= LinkClass.NVLINK_DOMAIN
+    assert any("over the NVLink domain so that dp groups stay in one NVLink domain" in n
+               for n in pl.notes), pl.notes
+    assert not any("Slurm's default" in n for n in pl.notes)
+
+
+def test_nvl72_whole_job_prefers_one_domain():
+    # EP groups of 4 fit whole trays in two racks (3 + 1 trays), but one
+    # rack holds all 16 GPUs when EP crosses trays over its NVLink domain:
+    # pipeline stages then talk over NVLink, not the spine
+    inv = _nvl72_racks((6, 4))
+    state = _busy({"r1t4": {0}, "r1t5": {0}, "r1t6": {0, 1, 2, 3},
+                   "r2t2": {0, 1, 2, 3}, "r2t3": {0, 1, 2, 3}, "r2t4": {0, 1, 2, 3}})
+    req = JobRequest(Layout(tp=1, ep=4, dp=4, pp=4))
+    pl = plan(inv, state, req)
+    check_invariants(inv, state, req, pl)
+    assert {h[:2] for h in pl.hosts} == {"r1"}
+    rep = evaluate(inv, pl, req)
+    assert max(rep.kinds[k].slowest for k in ("pp", "dp", "ep")) is LinkClass.NVLINK_DOMAIN
+    assert any("so that the job stays in one NVLink domain" in n for n in pl.notes), pl.notes
+    assert not any("Slurm's default" in n for n in pl.notes)
+    # a user's preference is not given up for it (the planner's own plan;
+    # Slurm's default may still model faster and be returned)
+    req = JobRequest(Layout(tp=1, ep=4, dp=4, pp=4), prefer={"ep": "node"})
+    pl = plan(inv, state, req)
+    assert any("do not fit one NVLink domain (not together with the preferences" in n
+               for n in pl.notes), pl.notes
+
+
+def _leaf_of(hw_name: str, count: int) -> Inventory:
+    hw = preset(hw_name)
+    names = [f"n{i + 1}" for i in range(count)]
+    return Inventory(nodes={n: Node(name=n, hardware=hw) for n in names},
+                     fabric=Fabric(switches=(Switch("leaf1", nodes=tuple(names)),)))
+
+
+def _per_host(pl, group):
+    counts = {}
+    for r in group:
+        counts[pl.slots[r].host] = counts.get(pl.slots[r].host, 0) + 1
+    return sorted(counts.values())
+
+
+def test_groups_spanning_hosts_are_split_evenly():
+    # three idle HGX nodes and one with 5 free GPUs; DP groups of 10 must
+    # span two hosts. Consecutive ranks over 8 + 7 + 5 gave one group 8 + 2
+    # (the host with 2 ranks carries half the data over its NICs); two
+    # hosts with 5 each per group is what the network cost rewards
+    inv = _leaf_of("hgx-h100-8", 4)
+    state = _busy({"n1": {0, 1, 2}})
+    req = JobRequest(Layout(tp=1, dp=10, pp=2))
+    pl = plan(inv, state, req)
+    check_invariants(inv, state, req, pl)
+    for g in pl.groups["dp"]:
+        assert _per_host(pl, g) == [5, 5], [_per_host(pl, g) for g in pl.groups["dp"]]
+
+
+def test_tp_spanning_pcie_nodes_is_split_evenly():
+    # A6000 nodes (NVLink pairs) with 6, 6, 6 and 4 free GPUs: TP groups of
+    # 8 must span hosts; 4 + 4 (half a node's PCIe tree each), not 6 + 2
+    # and 3 + 5 as consecutive ranks over the nodes gave
+    inv = _leaf_of("pcie-a6000-8-nvlink-pairs", 4)
+    state = _busy({"n1": {0, 4}, "n2": {1, 6}, "n3": {0, 7}, "n4": {0, 2, 3, 4}})
+    req = JobRequest(Layout(tp=8, pp=2))
+    pl = plan(inv, state, req)
+    check_invariants(inv, state, req, pl)
+    for g in pl.groups["tp"]:
+        assert _per_host(pl, g) == [4, 4], [_per_host(pl, g) for g in pl.groups["tp"]]
+
+
+def test_dgx1_tp_pairs_take_the_double_nvlinks():
+    # hybrid cube-mesh: (0,3), (1,2), (4,7), (5,6) are NV2, (0,1), (4,5) ... NV1
+    inv = _leaf_of("dgx1-v100", 1)
+    req = JobRequest(Layout(tp=2, dp=4))
+    pl = plan(inv, None, req)
+    check_invariants(inv, None, req, pl)
+    hw = inv.nodes["n1"].hardware
+    for g in pl.groups["tp"]:
+        a, b = (pl.slots[r].gpu for r in g)
+        assert hw.nvlink_lanes(a, b) == 2, (a, b)
+    # a half-busy DGX-1 too (the benchmark's dgx1-cubemesh:16:85:1000)
+    state = _busy({"n1": {0, 1, 2, 3}})
+    req = JobRequest(Layout(tp=2, cp=2))
+    pl = plan(inv, state, req)
+    for g in pl.groups["tp"]:
+        a, b = (pl.slots[r].gpu for r in g)
+        assert hw.nvlink_lanes(a, b) == 2, (a, b)
+
+
+def test_dgx1_pipeline_chain_stays_on_nvlink():
+    # PP 4 x DP 2 on one DGX-1: DP pairs across the two quads and each
+    # pipeline chain inside a quad: every hop NVLink (0-2-4-6 crossed SYS)
+    inv = _leaf_of("dgx1-v100", 1)
+    req = JobRequest(Layout(tp=1, pp=4, dp=2))
+    pl = plan(inv, None, req)
+    check_invariants(inv, None, req, pl)
+    rep = evaluate(inv, pl, req)
+    assert rep.kinds["pp"].slowest is LinkClass.NVLINK
+    assert rep.kinds["dp"].slowest is LinkClass.NVLINK

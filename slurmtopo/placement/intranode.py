@@ -150,15 +150,32 @@ def _partition_count(n: int, s: int) -> int:
     return math.factorial(n) // (math.factorial(s) ** m * math.factorial(m))
 
 
+#: entries per level in a partition score: ring class of the level's
+#: blocks, their columns (see :func:`_arrange`), NVLink lane penalty, sum
+#: of the ring classes
+_W = 4
+
+#: arrangements of sub-blocks tried per block (orders x orientations)
+_ARRANGE_LIMIT = 400
+#: equally good partitions whose arrangements are compared
+_TIES_LIMIT = 8
+
+
 def best_partition(hw: Hardware, gpus: Tuple[int, ...], levels: Tuple[Level, ...]):
     """Best way to arrange ``gpus`` (sorted) into the nested chunks of
     ``levels`` (ascending sizes, each dividing the next, the last equal to
     ``len(gpus)``).
 
     Returns ``(score, order)`` or None when a hard bound cannot be met.
-    ``score`` is a tuple (max class, sum of classes) per level, innermost
-    level first, compared lexicographically; ``order`` lists the GPUs so
-    that consecutive chunks are the chosen chunks.
+    ``score`` has four entries per level, innermost level first, compared
+    lexicographically: the slowest ring class of the level's chunks; the
+    slowest *column* (ranks at the same offset of consecutive sub-chunks:
+    pipeline stages, data-parallel peers strided over tensor-parallel
+    chunks), counting each consecutive hop and the column's ring; minus the
+    fewest NVLink lanes of an NVLink chunk (a DGX-1's NV2 pairs before its
+    NV1 pairs: twice the bandwidth); the sum of the chunks' classes.
+    ``order`` lists the GPUs so that consecutive chunks are the chosen
+    chunks.
     """
     info = hw_info(hw)
     key = (gpus, levels)
@@ -170,18 +187,30 @@ def best_partition(hw: Hardware, gpus: Tuple[int, ...], levels: Tuple[Level, ...
     return r
 
 
+def _lane_penalty(info: HwInfo, gpus: Tuple[int, ...], cls: LinkClass) -> int:
+    """Minus the fewest lanes among the NVLink pairs of an NVLink ring (the
+    cost model prices the ring at that many lanes); 0 otherwise."""
+    if cls is not LinkClass.NVLINK or info.nvswitch_like or len(gpus) < 2:
+        return 0
+    lc, lanes = info.lc, info.lanes
+    return -min((lanes[a][b] for i, a in enumerate(gpus) for b in gpus[i + 1:]
+                 if lc[a][b] is LinkClass.NVLINK), default=0)
+
+
 def _best_partition(hw: Hardware, info: HwInfo, gpus: Tuple[int, ...],
                     levels: Tuple[Level, ...]):
     size, bound = levels[-1]
     cls = ring(hw, gpus)
     if bound is not None and cls > bound:
         return None
+    lp = _lane_penalty(info, gpus, cls)
     if len(levels) == 1:
-        return ((int(cls), int(cls)), ring_order(hw, gpus, cls))
+        return ((int(cls), 0, lp, int(cls)), ring_order(hw, gpus, cls))
     sub = levels[:-1]
     s = sub[-1][0]
     n = len(gpus)
-    best = None
+    best_key = None
+    ties: List[List] = []
     if _partition_count(n, s) <= _PARTITION_LIMIT:
         candidates = _partitions(gpus, s)
     else:  # big node: consecutive blocks in locality order only
@@ -197,15 +226,74 @@ def _best_partition(hw: Hardware, info: HwInfo, gpus: Tuple[int, ...],
         else:
             vec = []
             for li in range(len(sub)):
-                vec.append(max(p[0][2 * li] for p in parts))
-                vec.append(sum(p[0][2 * li + 1] for p in parts))
+                o = _W * li
+                vec.append(max(p[0][o] for p in parts))
+                vec.append(max(p[0][o + 1] for p in parts))
+                vec.append(max(p[0][o + 2] for p in parts))
+                vec.append(sum(p[0][o + 3] for p in parts))
             key = tuple(vec)
-            if best is None or key < best[0]:
-                order = tuple(g for p in parts for g in p[1])
-                best = (key, order)
-    if best is None:
+            if best_key is None or key < best_key:
+                best_key, ties = key, [parts]
+            elif key == best_key and len(ties) < _TIES_LIMIT:
+                ties.append(parts)
+    if best_key is None:
         return None
-    return (best[0] + (int(cls), int(cls)), best[1])
+    best = None
+    for parts in ties:
+        col, order = _arrange(info, [p[1] for p in parts], leaf=len(sub) == 1)
+        if best is None or col < best[0]:
+            best = (col, order)
+    return (best_key + (int(cls), best[0], lp, int(cls)), best[1])
+
+
+def _arrange(info: HwInfo, blocks: List[Tuple[int, ...]], leaf: bool) -> Tuple[int, Tuple[int, ...]]:
+    """Order the chunks of one block (and, for innermost chunks, rotate or
+    reflect each ring) so that its *columns*, the GPUs at the same offset
+    of consecutive chunks, are well connected: a column is a pipeline
+    chain (consecutive hops) or a strided group (its ring). Returns
+    ``(score, order)``: slowest column class x 256 + sum of the hop
+    classes (smaller is better)."""
+    m = len(blocks)
+    flat = tuple(g for b in blocks for g in b)
+    if m == 1:
+        return 0, flat
+    lc = info.lc
+    hw = info.hw
+
+    def score(seq) -> int:
+        worst = total = 0
+        for j in range(len(seq[0])):
+            col = [b[j] for b in seq]
+            hops = [int(lc[a][b]) for a, b in zip(col, col[1:])]
+            c = max(max(hops), int(ring(hw, tuple(sorted(col)))))
+            worst = max(worst, c)
+            total += sum(hops)
+        return worst * 256 + total
+
+    if info.nvswitch_like:
+        return score(blocks), flat
+    variants = []
+    for b in blocks:
+        if leaf and len(b) > 1:
+            rots = [b[i:] + b[:i] for i in range(len(b))]
+            vs = list(dict.fromkeys(rots + [tuple(reversed(r)) for r in rots]))
+        else:
+            vs = [b]
+        variants.append(vs)
+    total = math.factorial(m - 1)
+    for vs in variants[1:]:
+        total *= len(vs)
+    total *= len(variants[0])
+    if total > _ARRANGE_LIMIT:
+        return score(blocks), flat
+    best = (score(blocks), flat)
+    first = variants[0]
+    for perm in itertools.permutations(range(1, m)):
+        for choice in itertools.product(first, *(variants[i] for i in perm)):
+            sc = score(choice)
+            if sc < best[0]:
+                best = (sc, tuple(g for b in choice for g in b))
+    return best
 
 
 def _fit(info: HwInfo, free: Sequence[int], chosen: Sequence[int]) -> Tuple[int, int]:

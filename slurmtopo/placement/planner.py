@@ -35,7 +35,11 @@ the planner only decides which physical GPU runs each rank.
    pod whose chosen nodes are best connected, then needs fewest nodes, then
    the best fit. Otherwise top-down over the tree: children by quality
    group, the largest while none can take the rest, the best fit for the
-   rest. Ranks are spread evenly over a pod's chosen nodes in whole units.
+   rest. Ranks are spread evenly over a pod's chosen nodes in whole units,
+   or packed block by block when that splits the groups that must span
+   hosts more evenly (:func:`_pack_blocks`). Multi-node NVLink domains
+   count as nearly in-node: in-node preferences give way to keep a
+   preference (the DP block, the whole job) inside one domain.
    Best fit keeps big free leaves and idle nodes for big jobs.
 
 5. **Mapping.** Chosen nodes are walked in tree order and receive
@@ -79,6 +83,9 @@ DENSE_DIMS: Dict[str, Tuple[str, ...]] = {
     "tp-pp": ("tp", "pp"), "tp-cp": ("tp", "cp"), "tp-dp": ("tp", "dp"),
     "tp-dp-cp": ("tp", "dp", "cp"),
 }
+
+#: the pseudo group kind of the implicit "whole job inside one NVLink domain"
+JOB = "job"
 
 #: innermost (heaviest traffic) first
 DEFAULT_DIMS: Tuple[str, ...] = ("tp", "cp", "dp", "pp")
@@ -386,7 +393,66 @@ class _Planner:
         for kind, level in implicit:
             if kind not in seen:
                 add(kind, level, False, True)
+        # multi-node NVLink domains: the whole job inside one when it fits
+        # one (its pipeline and data-parallel traffic then never touches
+        # the network); least important, but in-node constraints give way
+        # to it (see _domain_relief)
+        world = self.world
+        if self.tree.has_domains and world > 1 and JOB not in seen \
+                and world <= self._structural("nvlink-domain"):
+            out.append(Constraint(JOB, "nvlink-domain", False, True, world, world))
         return out
+
+    # ---- NVLink domains -----------------------------------------------------
+
+    def _domain_relief(self, c: Constraint, placed: Optional[Constraint]) -> bool:
+        """Should in-node preferences give way so that ``c`` fits one
+        multi-node NVLink domain? Yes when ``c`` asked for a domain or
+        tighter and only a network level (or nothing) fits: crossing trays
+        over the domain's NVLink is barely slower than staying in a tray
+        (``NVLINK_DOMAIN``: the same bandwidth, a little more latency),
+        every network hop is many times slower."""
+        dom = LEVEL_INDEX["nvlink-domain"]
+        if not self.tree.has_domains or c.hard or LEVEL_INDEX[c.level] > dom:
+            return False
+        if placed is not None and LEVEL_INDEX[placed.level] <= dom:
+            return False
+        return c.span <= self._structural("nvlink-domain")
+
+    def _demote_for(self, c: Constraint, fixed: List[Constraint]):
+        """Move implicit in-node preferences of ``fixed`` to
+        ``nvlink-domain``, the least important first, until ``c`` fits one
+        NVLink domain; then put back those that are not needed (most
+        important first). Returns (new fixed, [(old, new)]) or None."""
+        target = replace(c, level="nvlink-domain")
+        movable = [i for i, x in enumerate(fixed)
+                   if not x.hard and x.implicit and x.level in NODE_LEVELS]
+        if not movable:
+            return None
+        trial = list(fixed)
+        moved: List[int] = []
+        for i in reversed(movable):
+            trial[i] = replace(fixed[i], level="nvlink-domain")
+            moved.append(i)
+            if self.attempt(trial + [target]).feasible:
+                break
+        else:
+            return None
+        for i in sorted(moved):  # most important first: keep it if it can be
+            back = list(trial)
+            back[i] = fixed[i]
+            if self.attempt(back + [target]).feasible:
+                trial = back
+        demoted = [(fixed[i], trial[i]) for i in range(len(fixed)) if trial[i] is not fixed[i]]
+        return (trial, demoted) if demoted else None
+
+    def _demote_note(self, c: Constraint, demoted: Sequence[Constraint]) -> None:
+        kinds = ", ".join(x.kind for x in demoted)
+        what = (f"the job stays in one NVLink domain" if c.kind == JOB
+                else f"{c.kind} groups stay in one NVLink domain")
+        self.notes.append(f"{kinds} groups may cross nodes over "
+                          f"the NVLink domain so that {what} (multi-node NVLink is nearly as "
+                          f"fast as in-node NVLink, the network is not)")
 
     def _dims_for(self) -> Tuple[str, ...]:
         """The canonical dimension order: the default, unless a required
@@ -472,7 +538,9 @@ class _Planner:
             if not att.feasible:
                 raise self.diagnose(hard)
         fixed = list(hard)
-        first_relaxed = None
+        #: per soft constraint (by id): what it became (None: dropped)
+        became: Dict[int, Optional[Constraint]] = {}
+        origin: Dict[int, Constraint] = {}  # id of a fixed soft constraint -> the asked one
         for c in soft:
             placed = None
             for lvl in LEVELS[LEVEL_INDEX[c.level]:-1]:
@@ -482,13 +550,29 @@ class _Planner:
                 if self.attempt(fixed + [trial]).feasible:
                     placed = trial
                     break
+            if self._domain_relief(c, placed):
+                relief = self._demote_for(c, fixed)
+                if relief is not None:
+                    fixed, demoted = relief
+                    placed = replace(c, level="nvlink-domain")
+                    for old, new in demoted:
+                        asked = origin.pop(id(old))
+                        origin[id(new)] = asked
+                        became[id(asked)] = new
+                    self._demote_note(c, [new for _, new in demoted])
             if placed is None or placed.level != c.level:
                 self._relax_note(c, placed, fixed)
-                if first_relaxed is None:
-                    first_relaxed = (c, placed)
+            became[id(c)] = placed
             if placed is not None:
+                origin[id(placed)] = c
                 fixed.append(placed)
         final = self.attempt(fixed)
+        first_relaxed = None
+        for c in soft:  # the most important one not met as asked
+            placed = became.get(id(c))
+            if placed is None or placed.level != c.level:
+                first_relaxed = (c, placed)
+                break
         strict = None
         if first_relaxed is not None:
             # as many blocks as possible at the level asked for, the rest
@@ -496,13 +580,21 @@ class _Planner:
             # nodes, not all of them spread because some must be)
             c, placed = first_relaxed
             if c.span <= self._structural(c.level):
-                # coarser soft blocks straddle the two phases anyway: the
-                # phases keep only the hard and the finer constraints
-                inner = [x for x in fixed if x is not placed and (x.hard or x.span <= c.span)]
+                if placed is not None and placed.level == "nvlink-domain" and \
+                        self.tree.has_domains:
+                    # relaxed into a multi-node NVLink domain: barely slower,
+                    # so the coarser constraints (the job in one domain, DP
+                    # in one domain) win over more blocks inside a tray
+                    inner = [x for x in fixed if x is not placed]
+                    relaxed = fixed
+                else:
+                    # coarser soft blocks straddle the two phases anyway: the
+                    # phases keep only the hard and the finer constraints
+                    inner = [x for x in fixed if x is not placed and (x.hard or x.span <= c.span)]
+                    relaxed = inner + ([placed] if placed is not None else [])
                 att = self.attempt(inner + [c])
                 if 0 < att.total < self.need:
-                    strict = (att, c, inner + ([placed] if placed is not None else []),
-                              self.attempt(hard))
+                    strict = (att, c, relaxed, self.attempt(hard))
         return self.assemble(final, pos, dims, strict)
 
     def verify(self, pl: Placement, cons: Sequence[Constraint]) -> None:
@@ -647,6 +739,13 @@ class _Planner:
         else:
             got = "NVLink" if placed.level == "nvlink" else LEVEL_TEXT[placed.level]
         want = "NVLink" if c.level == "nvlink" else LEVEL_TEXT[c.level]
+        if c.kind == JOB:
+            best, _, where = self._largest("nvlink-domain")
+            why = (f"the largest free one has {best} GPUs, {where}" if best < c.size
+                   else "not together with the preferences above")
+            self.notes.append(f"the job's {c.size} ranks do not fit one NVLink domain ({why}); "
+                              f"placed {'' if got == 'anywhere' else 'inside '}{got}")
+            return
         if c.implicit:
             self.notes.append(f"{c.kind} groups of {c.size} cannot all stay inside {want}: {why}; "
                               f"placed {'' if got == 'anywhere' else 'inside '}{got}")
@@ -745,7 +844,72 @@ class _Planner:
         if len(chosen) <= 1:
             return chosen
         unit = att.unit[pod.is_domain]
-        return _water_fill([(i, att.node_cap(i)) for i, _ in chosen], need, unit)
+        base = _water_fill([(i, att.node_cap(i)) for i, _ in chosen], need, unit)
+        if pod.is_domain:
+            # a group inside one NVLink domain rings over the domain's
+            # NVLink whatever its hosts' rank counts
+            return base
+        return self._balanced_split(att, pod, chosen, base, need, unit)
+
+    # Splitting blocks over hosts. Consecutive positions over nodes with
+    # uneven free GPUs can leave a block (a group that must span hosts) with
+    # one or two ranks on some host; the cost of a hierarchical collective
+    # over ``h`` hosts is set by the host with the fewest ranks ``l``
+    # (each rank's slice of the inter-host ring is M / (l * h)). So when the
+    # even spread leaves such a block, the pod's ranks are also packed block
+    # by block: whole blocks on nodes that hold one, then each block split
+    # evenly over the fewest nodes that can (best fit), and the better of
+    # the two is used.
+
+    def _split_spans(self, att: _Attempt, need: int) -> List[int]:
+        spans = {s for s, _ in att.node_spans} | {c.span for c in att.cons} | set(self.natural)
+        whole = need == self.world
+        return sorted(s for s in spans
+                      if 1 < s <= need and need % s == 0 and (whole or att.m_pod % s == 0))
+
+    def _balanced_split(self, att: _Attempt, pod: Scope, chosen, base, need: int,
+                        unit: int) -> List[Tuple[int, int]]:
+        order = self.tree.tree_order
+        base = sorted(base, key=lambda t: order[t[0]])
+        # blocks of a span dividing the unit never cross hosts
+        spans = [s for s in self._split_spans(att, need) if unit % s]
+        if not spans:
+            return base
+        amounts = {k for _, k in base}
+        if len(amounts) == 1:
+            a = amounts.pop()
+            if all(s % a == 0 or a % s == 0 for s in spans):
+                return base  # every block on one host or evenly over whole hosts
+        best_key = _split_key(base, spans)
+        if not any(best_key[:-1]):
+            return base  # no block crosses hosts
+        # nodes as well connected as the chosen ones (the share of a block
+        # a node holds is what the packing decides, so it is not compared)
+        worst = max((q[0],) + q[2:] for q in (self._node_q(att, i) for i, _ in chosen))
+        pool = []
+        for i in pod.members:
+            if i in self.elig:
+                c = att.node_cap(i)
+                q = self._node_q(att, i)
+                if c > 0 and (q[0],) + q[2:] <= worst:
+                    pool.append((q, -c, order[i], i, c))
+        pool.sort()
+        best = base
+        for S in spans:
+            for v in sorted({unit} | {t for t in spans if t < S}, reverse=True):
+                if S % v or v % unit:
+                    continue
+                seq = _pack_blocks(pool, need, S, v, order)
+                if seq is None:
+                    continue
+                key = _split_key(seq, spans)
+                if key < best_key:
+                    best_key, best = key, seq
+        if best is not base:
+            seq_of = self.__dict__.setdefault("_seq", {})
+            for n, (i, _) in enumerate(best):
+                seq_of[i] = n
+        return best
 
     def best_pod(self, att: _Attempt) -> Optional[Scope]:
         """When one pod can take the whole job: the pod whose chosen nodes
@@ -862,6 +1026,7 @@ class _Planner:
     def _allocate(self, att: _Attempt) -> List[Tuple[int, int]]:
         """(node index, ranks) for ``self.need`` ranks, in tree order."""
         alloc: List[Tuple[int, int]] = []
+        self.__dict__.pop("_seq", None)  # the packing order of this allocation only
         single = self._single_node(att)
         if single is not None:
             alloc.append((single, self.need))
@@ -871,7 +1036,11 @@ class _Planner:
                 alloc.extend(self._fill_pod(att, pod, self.need))
             else:
                 self._fill(att, self.tree.root, self.need, alloc)
-        alloc.sort(key=lambda t: self.tree.tree_order[t[0]])
+        tree = self.tree
+        order, seq = tree.tree_order, self.__dict__.get("_seq", {})
+        # tree order; inside a pod packed block by block, the packing's order
+        alloc.sort(key=lambda t: (order[tree.pods[tree.node_pod[t[0]]].first],
+                                  seq.get(t[0], order[t[0]])))
         return alloc
 
     def _map(self, att: _Attempt, alloc, offset: int, assign, inv_pos) -> Dict[int, Tuple]:
@@ -1037,6 +1206,93 @@ def _water_fill(caps: List[Tuple[int, int]], need: int, unit: int) -> List[Tuple
             amount[i] += 1
             left -= 1
     return [(i, amount[i] * unit) for i, _ in units if amount[i] > 0]
+
+
+def _split_key(seq: Sequence[Tuple[int, int]], spans: Sequence[int]) -> Tuple:
+    """How badly ``seq`` ((node, ranks) in position order) splits the blocks
+    of each span over hosts, innermost span first: the worst block's
+    ``(h - 1) / (h * l)`` (``h`` hosts, ``l`` the fewest ranks on one of
+    them: the inter-host share of a hierarchical all-reduce; 0 when every
+    block stays on one host), then the number of nodes."""
+    out = []
+    for s in spans:
+        worst = 0.0
+        pieces: Dict[int, int] = {}
+        pos = 0
+        block = 0
+
+        def close() -> float:
+            h = len(pieces)
+            if h <= 1:
+                return 0.0
+            return (h - 1) / (h * min(pieces.values()))
+
+        for idx, k in seq:
+            while k > 0:
+                b = pos // s
+                if b != block:
+                    worst = max(worst, close())
+                    pieces = {}
+                    block = b
+                take = min(k, (b + 1) * s - pos)
+                pieces[idx] = pieces.get(idx, 0) + take
+                pos += take
+                k -= take
+        worst = max(worst, close())
+        out.append(round(worst, 12))
+    out.append(len(seq))
+    return tuple(out)
+
+
+def _pack_blocks(pool, need: int, S: int, v: int, order) -> Optional[List[Tuple[int, int]]]:
+    """``need`` ranks in blocks of ``S`` over the nodes of ``pool``
+    ((quality, -capacity, tree order, node, capacity), best first), every
+    amount a multiple of ``v``: whole blocks on nodes that hold one (best
+    nodes first), then each remaining block split as evenly as ``v`` allows
+    over the fewest free nodes, smallest sufficient capacities first (best
+    fit). A node takes whole blocks or one piece of one block. None when the
+    pool cannot."""
+    if need % S or S % v:
+        return None
+    blocks = need // S
+    seq: List[Tuple[int, int]] = []
+    rest = []
+    for _, _, _, i, c in pool:
+        w = min(c // S, blocks)
+        if w > 0:
+            seq.append((i, w * S))
+            blocks -= w
+        else:
+            rest.append((c, order[i], i))
+    if blocks == 0:
+        return seq
+    rest.sort()
+    units = S // v
+    while blocks > 0:
+        got = None
+        for k in range(2, min(units, len(rest)) + 1):
+            q, r = divmod(units, k)
+            amounts = [(q + 1) * v] * r + [q * v] * (k - r)  # largest first
+            taken: List[int] = []
+            picked = []
+            for a in amounts:
+                for j, (c, _, i) in enumerate(rest):
+                    if c >= a and j not in taken:
+                        taken.append(j)
+                        picked.append((i, a))
+                        break
+                else:
+                    break
+            if len(picked) == k:
+                got = (taken, picked)
+                break
+        if got is None:
+            return None
+        taken, picked = got
+        rest = [x for j, x in enumerate(rest) if j not in taken]
+        seq.extend(sorted(picked, key=lambda t: order[t[0]]))
+        blocks -= 1
+    return seq
 
 
 #: Up to this world size :func:`plan` also prices Slurm's default placement
