@@ -505,7 +505,7 @@ def test_large_rank_table_goes_by_file(tmp_path, h100, monkeypatch):
     env = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01", "SLURM_JOB_GPUS": "0,1",
            "CUDA_VISIBLE_DEVICES": "0,1"}
     res = bind(doc, env, _runner({}), dev_dir=str(tmp_path))
-    monkeypatch.setattr(binding, "ENV_TABLE_LIMIT", 10)
+    monkeypatch.setattr(binding.common, "ENV_TABLE_LIMIT", 10)
     text, by_file = binding.env_script(res, str(tmp_path), {}, [])
     assert by_file and "SLURMTOPO_RANK_TABLE_FILE=" in text
 
@@ -548,7 +548,7 @@ def test_big_inventory_is_embedded_cut_down(h100, monkeypatch):
     fat = load_inventory(EXAMPLES / "h100-32node-fattree.yaml")
     layout = Layout(tp=8, dp=2).resolved()
     p = fill_placement(fat, [("dgx003", range(8)), ("dgx012", range(8))], layout)
-    monkeypatch.setattr(binding, "EMBED_LIMIT", 0)
+    monkeypatch.setattr(binding.common, "EMBED_LIMIT", 0)
     doc = plan_document(fat, p, layout)
     inv = parse_inventory(doc["inventory"], "<embedded>")
     assert sorted(inv.nodes) == ["dgx003", "dgx012"]

@@ -1,0 +1,194 @@
+"""The per-rank launcher (`python3 -m slurmtopo.binding rank -- CMD`): looks
+its SLURM_PROCID up in the rank table, sets RANK, LOCAL_RANK,
+CUDA_VISIBLE_DEVICES, ..., binds to the planned CPUs that exist on this
+host and execs the command."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.model import Placement, format_cpulist, parse_cpulist
+from slurmtopo.binding.allocation import _int_list
+from slurmtopo.binding.common import TABLE_MAGIC
+
+
+def rank_table(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequence[int]]],
+               constrained: bool, cpu_bind: bool = True) -> str:
+    """Text table (see :func:`parse_rank_table`)::
+
+        slurmtopo-ranktable 1 world=16 constrained=0 cpubind=1
+        H <node_rank> <host> <gpus, local rank order> <allocated GPUs or ->
+        R <rank> <node_rank> <local_rank> <cpus or -> <nics or ->
+    """
+    from slurmtopo.rankmap import check_placement, node_ranks
+
+    check_placement(placement)
+    nr = node_ranks(placement)
+    lines = [f"{TABLE_MAGIC} 1 world={placement.world_size} constrained={int(constrained)} "
+             f"cpubind={int(cpu_bind)}"]
+    for h, i in nr.items():
+        got = alloc_gpus.get(h)
+        lines.append(f"H {i} {h} {','.join(map(str, placement.gpus_on(h)))} "
+                     f"{format_cpulist(got) if got else '-'}")
+    for s in placement.slots:
+        lines.append(f"R {s.rank} {nr[s.host]} {s.local_rank} "
+                     f"{format_cpulist(s.cpus) or '-'} {','.join(s.nics) or '-'}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    world: int
+    host: str
+    node_rank: int
+    local_rank: int
+    host_gpus: List[int]
+    allocated: Optional[List[int]]
+    cpus: Tuple[int, ...]
+    nics: List[str]
+    constrained: bool
+    cpu_bind: bool
+
+
+def parse_rank_table(text: str, rank: int) -> RankInfo:
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith(TABLE_MAGIC + " "):
+        raise SlurmtopoError("not a slurmtopo rank table")
+    head = dict(kv.split("=", 1) for kv in lines[0].split()[2:] if "=" in kv)
+    hosts: Dict[int, Tuple[str, List[int], Optional[List[int]]]] = {}
+    row = None
+    want = str(rank)
+    for line in lines[1:]:
+        p = line.split()
+        if not p:
+            continue
+        if p[0] == "H" and len(p) == 5:
+            hosts[int(p[1])] = (p[2], [int(x) for x in p[3].split(",") if x],
+                                None if p[4] == "-" else list(parse_cpulist(p[4])))
+        elif p[0] == "R" and len(p) == 6 and p[1] == want:
+            row = p
+    if row is None:
+        raise SlurmtopoError(f"rank {rank} is not in the rank table "
+                             f"(world {head.get('world', '?')})")
+    node_rank, local_rank = int(row[2]), int(row[3])
+    host, gpus, alloc = hosts[node_rank]
+    return RankInfo(rank=rank, world=int(head["world"]), host=host, node_rank=node_rank,
+                    local_rank=local_rank, host_gpus=gpus, allocated=alloc,
+                    cpus=() if row[4] == "-" else parse_cpulist(row[4]),
+                    nics=[] if row[5] == "-" else row[5].split(","),
+                    constrained=head.get("constrained") == "1",
+                    cpu_bind=head.get("cpubind", "1") == "1")
+
+
+def rank_launch(info: RankInfo, environ: Mapping[str, str], allowed: Iterable[int]
+                ) -> Tuple[Dict[str, str], Optional[Tuple[int, ...]], List[str]]:
+    """(variables to set, CPUs to bind to or None, log lines) for one rank on
+    the host it runs on. Pure: ``environ`` is what Slurm gave the task,
+    ``allowed`` what ``os.sched_getaffinity(0)`` says here.
+
+    Local facts win over the table when Slurm states them: if this step's
+    ``SLURM_STEP_GPUS`` and ``CUDA_VISIBLE_DEVICES`` differ, Slurm has
+    renumbered GPUs on this node (device cgroup), whatever the batch host
+    thought; the step's GPUs stand in for an allocation the table lacks.
+    """
+    from slurmtopo.rankmap import visible_devices
+
+    log: List[str] = []
+    me = environ.get("SLURMD_NODENAME")
+    if me and me != info.host:
+        raise SlurmtopoError(f"rank {info.rank} was planned on {info.host} but srun started it "
+                             f"on {me}; is SLURM_HOSTFILE honoured (--distribution=arbitrary)?")
+    constrained = info.constrained
+    step = _int_list(environ.get("SLURM_STEP_GPUS"))
+    local_cvd = _int_list(environ.get("CUDA_VISIBLE_DEVICES"))
+    # the numbers only tell when the step holds GPUs other than 0..n-1
+    if (step and local_cvd is not None and len(step) == len(local_cvd)
+            and step != list(range(len(step)))):
+        here = step != local_cvd
+        if here != constrained:
+            log.append(f"Slurm {'renumbers' if here else 'does not renumber'} GPUs here "
+                       f"(SLURM_STEP_GPUS={environ['SLURM_STEP_GPUS']}, "
+                       f"CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']}); following it")
+        constrained = here
+    alloc = info.allocated
+    if step:
+        if alloc is None:
+            alloc = sorted(step)
+        elif sorted(step) != sorted(alloc):
+            log.append(f"this step holds GPUs {format_cpulist(step)}, the allocation said "
+                       f"{format_cpulist(alloc)}")
+    cvd = visible_devices(info.host_gpus, alloc, constrained)
+    env = {"RANK": str(info.rank), "LOCAL_RANK": str(info.local_rank),
+           "WORLD_SIZE": str(info.world), "LOCAL_WORLD_SIZE": str(len(info.host_gpus)),
+           "NODE_RANK": str(info.node_rank), "GROUP_RANK": str(info.node_rank),
+           "CUDA_VISIBLE_DEVICES": cvd, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+           "SLURMTOPO_GPU": str(info.host_gpus[info.local_rank])}
+    if info.nics:
+        env["SLURMTOPO_NICS"] = ",".join(info.nics)
+    bind: Optional[Tuple[int, ...]] = None
+    allowed = set(allowed)
+    if info.cpu_bind and info.cpus and environ.get("SLURMTOPO_CPU_BIND", "1") != "0":
+        planned = set(info.cpus)
+        inter = tuple(sorted(planned & allowed))
+        if not inter:
+            log.append(f"none of the planned CPUs {format_cpulist(planned)} exist or are "
+                       f"allowed here (allowed: {format_cpulist(allowed)}); not binding")
+        else:
+            if len(inter) < len(planned):
+                log.append(f"CPU binding reduced from {format_cpulist(planned)} to "
+                           f"{format_cpulist(inter)} (allowed here: {format_cpulist(allowed)})")
+            bind = inter
+    env["SLURMTOPO_CPUS"] = format_cpulist(bind) if bind else ""
+    return env, bind, log
+
+
+def rank_main(argv: Sequence[str], environ: Optional[Dict[str, str]] = None) -> int:
+    """``python3 -m slurmtopo.binding rank -- CMD ARGS``: set up this rank
+    and exec CMD (returns only on error)."""
+    environ = dict(os.environ if environ is None else environ)
+    args = list(argv)
+    if args and args[0] == "--":
+        args = args[1:]
+    procid = environ.get("SLURM_PROCID")
+    tag = f"slurmtopo rank {procid if procid is not None else '?'}"
+    try:
+        if not args:
+            raise SlurmtopoError("no command given after --")
+        if procid is None:
+            raise SlurmtopoError("SLURM_PROCID is not set: start ranks with srun")
+        text = environ.get("SLURMTOPO_RANK_TABLE")
+        if not text:
+            path = environ.get("SLURMTOPO_RANK_TABLE_FILE")
+            if not path:
+                raise SlurmtopoError("no rank table (SLURMTOPO_RANK_TABLE or "
+                                     "SLURMTOPO_RANK_TABLE_FILE); source env.sh from "
+                                     "`slurmtopo bind` before srun")
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    text = fh.read()
+            except OSError as exc:
+                raise SlurmtopoError(f"cannot read the rank table ({exc.strerror}); large jobs "
+                                     "need --run-dir on a file system all nodes see", path)
+        info = parse_rank_table(text, int(procid))
+        env, bind, log = rank_launch(info, environ, os.sched_getaffinity(0))
+        host = environ.get("SLURMD_NODENAME") or info.host
+        for line in log:
+            print(f"{tag} ({host}): {line}", file=sys.stderr)
+        if bind:
+            os.sched_setaffinity(0, bind)
+    except SlurmtopoError as exc:
+        print(f"{tag}: error: {exc.render()}", file=sys.stderr)
+        return 2
+    environ.pop("SLURMTOPO_RANK_TABLE", None)
+    environ.update(env)
+    sys.stderr.flush()
+    try:
+        os.execvpe(args[0], args, environ)
+    except OSError as exc:
+        print(f"{tag}: error: cannot run {args[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 127
+    return 0  # pragma: no cover

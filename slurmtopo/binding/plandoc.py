@@ -1,0 +1,164 @@
+"""The plan document the batch script carries (written at submit time, read
+at start time): the layout, the request, every rank, and enough of the
+inventory to re-plan when the inventory path is unreadable on the node."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import fields, is_dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.model import Inventory, Placement
+from slurmtopo.binding import common
+from slurmtopo.binding.common import PLAN_KIND, PLAN_VERSION
+
+
+def embedded_inventory(inv: Inventory, hosts: Sequence[str]) -> Dict[str, Any]:
+    """The inventory in schema form, for bind to use when the inventory path
+    is unreadable on the compute node. Preset hardware is written out (the
+    node's slurmtopo may know other presets). Small inventories go in whole
+    so a re-plan can use any node; big ones are cut to the planned nodes and
+    the switches above them."""
+    from slurmtopo.inventory import inventory_dict
+    from slurmtopo.model import Fabric
+
+    def with_types(sub: Inventory) -> Inventory:
+        types = dict(sub.node_types)
+        for n in sub:
+            if n.type is not None and n.type not in types:
+                types[n.type] = n.hardware
+        return Inventory(nodes=sub.nodes, fabric=sub.fabric, node_types=types)
+
+    whole = inventory_dict(with_types(inv))
+    if len(json.dumps(whole)) <= common.EMBED_LIMIT:
+        return whole
+    keep = set(hosts)
+    nodes = {h: inv.nodes[h] for h in hosts if h in inv.nodes}
+    from slurmtopo.topology import network_view
+    view = network_view(inv.fabric)
+    sw_keep = {sw for h in keep for sw in view.ancestors.get(h, {})}
+    switches = tuple(
+        type(s)(name=s.name, level=s.level, nodes=tuple(x for x in s.nodes if x in keep),
+                switches=tuple(c for c in s.switches if c in sw_keep), link_gbps=s.link_gbps,
+                description=s.description)
+        for s in inv.fabric.switches if s.name in sw_keep)
+    blocks = tuple(type(b)(name=b.name, nodes=tuple(x for x in b.nodes if x in keep))
+                   for b in inv.fabric.blocks if any(x in keep for x in b.nodes))
+    sub = Inventory(nodes=nodes, fabric=Fabric(switches=switches, blocks=blocks,
+                                               block_sizes=inv.fabric.block_sizes),
+                    node_types=dict(inv.node_types))
+    return inventory_dict(with_types(sub))
+
+
+def request_dict(req) -> Dict[str, Any]:
+    """The JobRequest fields a re-plan needs, as JSON data. The node list
+    and exclusions are dropped: at start time the allocation is the limit."""
+    out: Dict[str, Any] = {}
+    if req is None:
+        return out
+    items = ({f.name: getattr(req, f.name) for f in fields(req)} if is_dataclass(req)
+             else dict(req))
+    for k, v in items.items():
+        if k in ("layout", "nodelist", "exclude"):
+            continue
+        if isinstance(v, Mapping):
+            v = {str(a): b for a, b in v.items()}
+        elif isinstance(v, (tuple, list, set, frozenset)):
+            v = list(v)
+        try:
+            json.dumps(v)
+        except TypeError:
+            continue
+        out[k] = v
+    return out
+
+
+def plan_document(inv: Inventory, placement: Placement, layout, req=None,
+                  inventory_path: Optional[str] = None, master_port: Optional[int] = None,
+                  socket_ifname: Optional[str] = None) -> Dict[str, Any]:
+    """Everything ``slurmtopo bind`` needs, as JSON data for the script."""
+    from slurmtopo.rankmap import check_placement, layout_dict, slot_dict
+
+    check_placement(placement)
+    return {
+        "slurmtopo": PLAN_KIND, "version": PLAN_VERSION,
+        "inventory_path": os.path.abspath(inventory_path) if inventory_path else None,
+        "layout": layout_dict(layout),
+        "request": request_dict(req),
+        "master_port": master_port,
+        "socket_ifname": socket_ifname,
+        "hosts": list(placement.hosts),
+        "ranks": [slot_dict(s) for s in placement.slots],
+        "inventory": embedded_inventory(inv, placement.hosts),
+    }
+
+
+def dumps_plan(doc: Mapping[str, Any]) -> str:
+    """The plan document as JSON, one rank per line (a reader can scan it;
+    nothing in it can end a quoted here-document: every string is quoted)."""
+    from slurmtopo.rankmap import dumps_rankmap
+
+    return dumps_rankmap(doc)
+
+
+def read_plan(text: str, where: str = "plan") -> Dict[str, Any]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({exc.msg} at line {exc.lineno})")
+    if not isinstance(doc, dict) or doc.get("slurmtopo") != PLAN_KIND:
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan document")
+    if int(doc.get("version", 0)) > PLAN_VERSION:
+        raise SlurmtopoError(f"{where}: plan version {doc['version']} is newer than this "
+                             "slurmtopo; install the same slurmtopo on the compute nodes")
+    for key in ("layout", "ranks"):
+        if key not in doc:
+            raise SlurmtopoError(f"{where}: plan has no {key!r}")
+    return doc
+
+
+def layout_from_doc(doc: Mapping[str, Any]):
+    from slurmtopo.groups import Layout
+
+    lay = dict(doc["layout"])
+    names = {f.name for f in fields(Layout)}
+    return Layout(**{k: v for k, v in lay.items() if k in names}).resolved()
+
+
+def planned_placement(doc: Mapping[str, Any]) -> Placement:
+    """The submit-time Placement, groups recomputed from the layout."""
+    from slurmtopo.groups import build_groups
+    from slurmtopo.rankmap import placement_from_dict
+
+    p = placement_from_dict(doc, "plan")
+    if not p.groups:
+        p = Placement(slots=p.slots, groups=dict(build_groups(layout_from_doc(doc))),
+                      hosts=p.hosts, notes=p.notes)
+    return p
+
+
+def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
+                            log: List[str]) -> Inventory:
+    """The inventory file recorded at plan time (or ``--inventory``), else
+    the hardware embedded in the script."""
+    from slurmtopo.inventory import load_inventory, parse_inventory
+
+    path = override or doc.get("inventory_path")
+    if path:
+        try:
+            inv = load_inventory(path)
+            log.append(f"inventory: {path}")
+            return inv
+        except SlurmtopoError as exc:
+            if override:
+                raise
+            log.append(f"inventory {path} unusable here ({exc.render()}); using the copy "
+                       "embedded in the script")
+        except OSError as exc:
+            log.append(f"inventory {path} unreadable here ({exc.strerror}); using the copy "
+                       "embedded in the script")
+    if not doc.get("inventory"):
+        raise SlurmtopoError("the plan embeds no inventory and none could be read; pass "
+                             "--inventory")
+    return parse_inventory(doc["inventory"], "<inventory embedded in the batch script>")

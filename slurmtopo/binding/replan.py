@@ -1,0 +1,165 @@
+"""Keeping or redoing the plan on the allocation: what differs, the state
+that marks everything outside the allocation busy, and the re-plan."""
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.model import (ClusterState, Gpu, Hardware, Inventory, Node, NodeState, Placement,
+                             RankSlot, format_cpulist)
+from slurmtopo.binding.allocation import Allocation
+from slurmtopo.binding.plandoc import layout_from_doc
+
+
+def differences(placement: Placement, alloc: Allocation) -> List[str]:
+    """Why the plan cannot run on this allocation (empty: it can)."""
+    out = []
+    have = set(alloc.hosts)
+    for h in placement.hosts:
+        if h not in have:
+            out.append(f"planned node {h} was not allocated")
+            continue
+        got = alloc.gpus.get(h)
+        want = placement.gpus_on(h)
+        if got is not None and not set(want) <= set(got):
+            out.append(f"{h}: planned GPUs {format_cpulist(want)}, allocated "
+                       f"{format_cpulist(got) or 'none'}")
+    return out
+
+
+def nearest_nics(hw: Hardware, gpu: int) -> Tuple[str, ...]:
+    """The compute NICs closest to ``gpu`` (all those of the best class)."""
+    nics = [n for n in hw.compute_nics() if n.state != "down"]
+    if not nics:
+        return ()
+    best = min(n.relation_to(gpu) for n in nics)
+    return tuple(n.name for n in nics if n.relation_to(gpu) == best)
+
+
+def fill_placement(inv: Inventory, host_gpus: Sequence[Tuple[str, Sequence[int]]], layout,
+                   notes: Sequence[str] = ()) -> Placement:
+    """Ranks in order over ``host_gpus`` (host by host, GPUs in the order
+    given): the last-resort mapping when the planner cannot place the job on
+    the allocation, and a plain reference placement for tests."""
+    from slurmtopo.groups import build_groups
+
+    lay = layout.resolved()
+    slots: List[RankSlot] = []
+    hosts: List[str] = []
+    for host, gpus in host_gpus:
+        hw = inv.nodes[host].hardware
+        for lr, g in enumerate(gpus):
+            if len(slots) == lay.world:
+                break
+            if lr == 0:
+                hosts.append(host)
+            gpu: Gpu = hw.gpus[g]
+            slots.append(RankSlot(rank=len(slots), host=host, gpu=g, local_rank=lr,
+                                  nics=nearest_nics(hw, g), cpus=gpu.cpus,
+                                  numa_node=gpu.numa_node))
+    if len(slots) < lay.world:
+        raise SlurmtopoError(f"the allocation has {len(slots)} GPUs for {lay.world} ranks")
+    return Placement(slots=tuple(slots), groups=dict(build_groups(lay)), hosts=tuple(hosts),
+                     notes=tuple(notes))
+
+
+def allocation_state(inv: Inventory, alloc: Allocation) -> ClusterState:
+    """A ClusterState in which only the allocation is free: every other node
+    is taken whole, and on allocated nodes the GPUs not given are busy."""
+    have = set(alloc.hosts)
+    nodes: Dict[str, NodeState] = {}
+    for n in inv:
+        if n.name not in have:
+            nodes[n.name] = NodeState(n.name, state="allocated", exclusive=True)
+            continue
+        got = alloc.gpus.get(n.name)
+        busy = frozenset(g.index for g in n.gpus if got is not None and g.index not in got)
+        nodes[n.name] = NodeState(n.name, state="mixed" if busy else "idle", busy_gpus=busy)
+    return ClusterState(nodes=nodes, source="allocation")
+
+
+def job_request_from_doc(doc: Mapping[str, Any], relax: bool = False):
+    """Rebuild the JobRequest (slurmtopo.request) for a re-plan on the
+    allocation: exclusivity is already granted (the allocation state says
+    what is free); ``relax`` also drops the requirements and the GPUs-per-node
+    rule, for a second try."""
+    from slurmtopo.request import JobRequest
+
+    names = {f.name for f in fields(JobRequest)}
+    kw: Dict[str, Any] = {k: v for k, v in (doc.get("request") or {}).items() if k in names}
+    kw["layout"] = layout_from_doc(doc)
+    if "exclusive" in names:
+        kw["exclusive"] = False
+    if relax:
+        for k, v in (("require", {}), ("gpus_per_node", None)):
+            if k in names:
+                kw[k] = v
+    for k in ("nodelist", "exclude"):
+        if k in names:
+            kw[k] = None
+    for k in ("require", "prefer", "message_bytes"):
+        if k in kw and kw[k] is None:
+            kw.pop(k)
+    return JobRequest(**kw)
+
+
+def with_allocated_nodes(inv: Inventory, alloc: Allocation, log: List[str]) -> Inventory:
+    """Add allocated nodes the inventory lacks (the embedded copy holds only
+    the planned ones when the cluster is big), with the hardware all
+    planned nodes share; they sit in no known switch."""
+    missing = [h for h in alloc.hosts if h not in inv.nodes]
+    if not missing:
+        return inv
+    hws = {id(n.hardware): n for n in inv}
+    if len(hws) != 1:
+        raise SlurmtopoError(f"allocated node(s) {', '.join(missing)} are not in the inventory "
+                             "and the planned nodes differ in hardware; pass --inventory")
+    ref = next(iter(hws.values()))
+    log.append(f"node(s) {', '.join(missing)} not in the inventory: assuming they are like "
+               f"{ref.name}, with an unknown place in the network")
+    nodes = dict(inv.nodes)
+    for h in missing:
+        nodes[h] = Node(name=h, hardware=ref.hardware, type=ref.type)
+    return Inventory(nodes=nodes, fabric=inv.fabric, node_types=inv.node_types, cost=inv.cost,
+                     source=inv.source)
+
+
+def replan(doc: Mapping[str, Any], inv: Inventory, alloc: Allocation, log: List[str],
+           planner: Optional[Callable] = None) -> Placement:
+    """Plan again with only the allocation free. If the requirements cannot
+    be met there, retry without them, then fall back to ranks in order:
+    the job is already running, refusing to start helps nobody."""
+    from slurmtopo.errors import PlacementError
+
+    if planner is None:
+        from slurmtopo.placement import plan as planner
+    inv = with_allocated_nodes(inv, alloc, log)
+    state = allocation_state(inv, alloc)
+    for relax in (False, True):
+        try:
+            req = job_request_from_doc(doc, relax=relax)
+            p = planner(inv, state, req)
+            if relax:
+                log.append("re-planned without the --require constraints and GPUs per node")
+            return p
+        except PlacementError as exc:
+            log.append(f"re-plan{' without requirements' if relax else ''} failed: "
+                       f"{exc.render()}")
+    hg = [(h, sorted(alloc.gpus[h]) if alloc.gpus.get(h) is not None
+           else [g.index for g in inv.nodes[h].gpus]) for h in alloc.hosts]
+    log.append("falling back to ranks in allocation order")
+    return fill_placement(inv, hg, layout_from_doc(doc),
+                          notes=("ranks in allocation order (re-plan failed)",))
+
+
+def moved_ranks(old: Placement, new: Placement, limit: int = 8) -> List[str]:
+    lines = []
+    moved = [(a, b) for a, b in zip(old.slots, new.slots) if (a.host, a.gpu) != (b.host, b.gpu)]
+    for a, b in moved[:limit]:
+        lines.append(f"rank {a.rank}: {a.host} GPU {a.gpu} -> {b.host} GPU {b.gpu}")
+    if len(moved) > limit:
+        lines.append(f"... and {len(moved) - limit} more ranks moved")
+    if not moved:
+        lines.append("no rank moved")
+    return lines

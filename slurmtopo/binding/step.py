@@ -1,0 +1,159 @@
+"""The batch-host step (`python3 -m slurmtopo bind`): allocation, keep or
+re-plan, then the run directory (hostfile, rankmap.json, ranktable,
+env.sh)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.model import Inventory, Placement, format_cpulist
+from slurmtopo.binding.allocation import Allocation, detect_constrained, read_allocation
+from slurmtopo.binding import common
+from slurmtopo.binding.common import Runner, run_command
+from slurmtopo.binding.launcher import rank_table
+from slurmtopo.binding.plandoc import layout_from_doc, load_inventory_for_bind, planned_placement
+from slurmtopo.binding.replan import differences, moved_ranks, replan
+
+
+@dataclass
+class BindResult:
+    placement: Placement
+    allocation: Allocation
+    constrained: bool
+    replanned: bool
+    job_env: Dict[str, str]
+    table: str
+    log: List[str]
+    inventory: Inventory
+    layout: Any
+
+
+def master_port(doc: Mapping[str, Any], job_id: str) -> int:
+    """The plan's port, else one derived from the job id, so two jobs
+    sharing a node do not collide (range 20000-29999)."""
+    if doc.get("master_port"):
+        return int(doc["master_port"])
+    return 20000 + int(job_id) % 10000 if job_id.isdigit() else 29500
+
+
+def bind(doc: Mapping[str, Any], env: Mapping[str, str], run: Runner = run_command,
+         cgroup_mode: str = "auto", inventory_path: Optional[str] = None,
+         planner: Optional[Callable] = None, dev_dir: str = "/dev",
+         probe: bool = True) -> BindResult:
+    """Everything the start-time step decides, without writing anything."""
+    from slurmtopo.rankmap import job_env, nccl_env, visible_devices
+
+    log: List[str] = []
+    inv = load_inventory_for_bind(doc, inventory_path, log)
+    planned = planned_placement(doc)
+    alloc = read_allocation(env, run, inv, probe=probe)
+    from slurmtopo.inventory import fold_hostlist
+    log.append(f"job {alloc.job_id or '?'}: {len(alloc.hosts)} node(s) "
+               f"{fold_hostlist(alloc.hosts)}")
+    for h in alloc.hosts:
+        g = alloc.gpus[h]
+        log.append(f"  {h}: GPUs {format_cpulist(g) if g is not None else 'unknown'}"
+                   + (f" (from {alloc.sources[h]})" if h in alloc.sources else ""))
+    batch_gpus = alloc.gpus.get(alloc.batch_host) if alloc.batch_host else None
+    constrained, why = detect_constrained(cgroup_mode, env, run, dev_dir, batch_gpus)
+    log.append(f"device cgroup renumbers GPUs: {'yes' if constrained else 'no'} ({why})")
+    diff = differences(planned, alloc)
+    if not diff:
+        placement, replanned = planned, False
+        log.append("allocation matches the plan")
+        extra = [h for h in alloc.hosts if h not in set(planned.hosts)]
+        if extra:
+            log.append(f"node(s) {', '.join(extra)} allocated but not used by the plan")
+    else:
+        log.append("allocation differs from the plan: " + "; ".join(diff[:6])
+                   + (f"; ... {len(diff) - 6} more" if len(diff) > 6 else ""))
+        log.append("re-planning on the allocated nodes and GPUs")
+        placement = replan(doc, inv, alloc, log, planner)
+        replanned = True
+        log.extend("  " + line for line in moved_ranks(planned, placement))
+    from slurmtopo.rankmap import check_placement, node_ranks
+    check_placement(placement)
+    for h in node_ranks(placement):
+        ranks = [s.rank for s in placement.ranks_on(h)]
+        gpus = placement.gpus_on(h)
+        try:
+            cvd = visible_devices(gpus, alloc.gpus.get(h), constrained)
+        except SlurmtopoError as exc:
+            raise SlurmtopoError(f"{h}: {exc.message}") from None
+        log.append(f"  {h}: ranks {format_cpulist(ranks)} on GPUs "
+                   f"{','.join(map(str, gpus))} -> CUDA_VISIBLE_DEVICES={cvd}")
+    port = master_port(doc, alloc.job_id)
+    jenv = job_env(placement, port, nccl_env(inv, placement, doc.get("socket_ifname")))
+    log.append(f"MASTER_ADDR={jenv['MASTER_ADDR']} MASTER_PORT={port} "
+               f"WORLD_SIZE={placement.world_size}")
+    table = rank_table(placement, alloc.gpus, constrained)
+    return BindResult(placement=placement, allocation=alloc, constrained=constrained,
+                      replanned=replanned, job_env=jenv, table=table, log=log, inventory=inv,
+                      layout=layout_from_doc(doc))
+
+
+def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
+               log: List[str]) -> Tuple[str, bool]:
+    """env.sh text (every value shell-quoted) and whether the rank table is
+    passed by file. NCCL variables the user already exported are kept."""
+    import shlex
+
+    q = shlex.quote
+    p = result.placement
+    lines = ["# written by `slurmtopo bind`; sourced by the batch script before srun",
+             f"export SLURM_HOSTFILE={q(os.path.join(run_dir, 'hostfile'))}",
+             f"export SLURMTOPO_NTASKS={p.world_size}",
+             f"export SLURMTOPO_NNODES={len(set(s.host for s in p.slots))}",
+             f"export SLURMTOPO_RUN_DIR={q(run_dir)}"]
+    for k, v in result.job_env.items():
+        if k.startswith("NCCL_") and k in environ:
+            log.append(f"keeping {k}={environ[k]} from the environment (slurmtopo "
+                       f"would set {v})")
+            continue
+        lines.append(f"export {k}={q(v)}")
+    by_file = len(result.table.encode()) > common.ENV_TABLE_LIMIT
+    if by_file:
+        lines.append(f"export SLURMTOPO_RANK_TABLE_FILE={q(os.path.join(run_dir, 'ranktable'))}")
+        lines.append("unset SLURMTOPO_RANK_TABLE")
+        log.append(f"rank table is {len(result.table)} bytes: passed as a file; {run_dir} "
+                   "must be readable on every node")
+    else:
+        lines.append(f"export SLURMTOPO_RANK_TABLE={q(result.table)}")
+        lines.append("unset SLURMTOPO_RANK_TABLE_FILE")
+    # a task must only see GPU variables its own step set; srun reads
+    # SLURM_NTASKS_PER_NODE as an option, which a re-plan may contradict
+    lines.append("unset SLURM_STEP_GPUS SLURM_NTASKS_PER_NODE")
+    return "\n".join(lines) + "\n", by_file
+
+
+def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) -> List[str]:
+    """Write hostfile, ranktable, rankmap.json and env.sh; returns paths."""
+    from slurmtopo.fileio import atomic_write
+    from slurmtopo.rankmap import dumps_rankmap, rankmap_dict
+
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as exc:
+        raise SlurmtopoError(f"cannot create the run directory ({exc.strerror})", run_dir)
+    p = result.placement
+    paths = []
+    hostfile = os.path.join(run_dir, "hostfile")
+    atomic_write(hostfile, "".join(f"{s.host}\n" for s in p.slots))
+    paths.append(hostfile)
+    table = os.path.join(run_dir, "ranktable")
+    atomic_write(table, result.table)
+    paths.append(table)
+    rm = rankmap_dict(p, result.layout, extra={
+        "allocation": {h: (format_cpulist(g) if g is not None else None)
+                       for h, g in result.allocation.gpus.items()},
+        "replanned": result.replanned, "cgroup_devices": result.constrained})
+    rmpath = os.path.join(run_dir, "rankmap.json")
+    atomic_write(rmpath, dumps_rankmap(rm))
+    paths.append(rmpath)
+    text, _ = env_script(result, run_dir, environ, result.log)
+    envsh = os.path.join(run_dir, "env.sh")
+    atomic_write(envsh, text)
+    paths.append(envsh)
+    return paths
