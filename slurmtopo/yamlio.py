@@ -188,8 +188,11 @@ class Reader:
 def _kind(value) -> str:
     if value is None:
         return "nothing"
-    return {dict: "a mapping", list: "a list", str: "a string", int: "a number",
-            float: "a number", bool: "true/false"}.get(type(value), type(value).__name__)
+    for kind, name in ((bool, "true/false"), (dict, "a mapping"), (list, "a list"),
+                       (str, "a string"), ((int, float), "a number")):
+        if isinstance(value, kind):  # LineDict/LineList are a mapping/a list
+            return name
+    return type(value).__name__
 
 
 def _short(exc: Exception) -> str:

@@ -306,3 +306,11 @@ def test_merge_rejects_two_switch_trees(tmp_path):
     b = parse_inventory(parse_text("slurmtopo: fabric\nfabric: {switches: [{name: s2, nodes: n1}]}"), "b")
     with pytest.raises(InventoryError, match="two documents describe switches"):
         merge_inventories([a, b])
+
+
+def test_wrong_value_type_is_named_plainly(tmp_path):
+    msg = load_error(tmp_path, """\
+        nodes:
+          - {name: b, type: [1]}
+        """)
+    assert msg.endswith(":2: node: bad 'type' (expected a string, got a list)")
