@@ -58,8 +58,14 @@ def main(argv=None):
     except click.exceptions.Abort:
         click.echo("slurmtopo: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        # one line like every other error, naming the command's --help
+        where = exc.ctx.command_path if exc.ctx is not None else "slurmtopo"
+        click.echo(f"slurmtopo: error: {' '.join(exc.format_message().split())} "
+                   f"(see '{where} --help')", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"slurmtopo: error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -1,0 +1,56 @@
+"""The CLI hub: every error is one line on stderr with a non-zero exit."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from slurmtopo.cli import COMMANDS, main
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "slurmtopo", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args, text", [
+    (("plan", "--tp", "x", "--inventory", "i.yaml"), "Invalid value for '--tp'"),
+    (("nosuch",), "No such command 'nosuch'"),
+    (("gres", "generate", "--reports", "/nonexistent"), "does not exist"),
+])
+def test_usage_errors_are_one_line(args, text):
+    p = run(*args)
+    assert p.returncode == 2
+    assert p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slurmtopo: error: ") and text in lines[0]
+    assert "--help')" in lines[0]
+
+
+def test_every_registered_command_loads_and_has_help():
+    for name in COMMANDS:
+        with pytest.raises(SystemExit) as exc:
+            main([name, "--help"])
+        assert exc.value.code == 0, name
+
+
+def test_exit_code_set_by_a_command_reaches_the_shell(monkeypatch):
+    # click returns ctx.exit(n)'s code instead of raising it when the hub runs
+    # it with standalone_mode=False; the hub must still exit with n
+    import types
+
+    import click
+
+    @click.command("fail3")
+    @click.pass_context
+    def fail3(ctx):
+        ctx.exit(3)
+
+    module = types.ModuleType("slurmtopo.commands.fail3")
+    module.command = fail3
+    monkeypatch.setitem(sys.modules, "slurmtopo.commands.fail3", module)
+    monkeypatch.setitem(COMMANDS, "fail3", "fail3")
+    with pytest.raises(SystemExit) as exc:
+        main(["fail3"])
+    assert exc.value.code == 3
