@@ -318,12 +318,7 @@ class PySlurmBackend(SlurmBackend):
     def update_job(self, job_id: int, **fields: str) -> None:
         if not fields:
             return
-        attrs = {}
-        for k, v in fields.items():
-            attr = _JOB_FIELDS.get(k.lower())
-            if attr is None:
-                raise SlurmError(f"the pyslurm backend cannot update job field {k!r}")
-            attrs[attr] = v
+        attrs = _attributes(fields, _JOB_FIELDS, "job")
         changes = self._call("job changes", self.pyslurm.JobSubmitDescription, **attrs)
         self._call(f"updating job {job_id}", self.pyslurm.Job(int(job_id)).modify, changes)
 
@@ -337,12 +332,7 @@ class PySlurmBackend(SlurmBackend):
         self._call(f"cancelling job {job_id}", self.pyslurm.Job(int(job_id)).cancel)
 
     def update_node(self, node: str, **fields: str) -> None:
-        attrs = {}
-        for k, v in fields.items():
-            attr = _NODE_FIELDS.get(k.lower())
-            if attr is None:
-                raise SlurmError(f"the pyslurm backend cannot update node field {k!r}")
-            attrs[attr] = v
+        attrs = _attributes(fields, _NODE_FIELDS, "node")
         changes = self._call("node changes", self.pyslurm.Node, **attrs)
         target = self._call(f"loading node {node}", self.pyslurm.Node.load, node)
         self._call(f"updating node {node}", target.modify, changes)
@@ -359,3 +349,14 @@ _JOB_FIELDS = {"comment": "comment", "reqnodelist": "required_nodes",
 _NODE_FIELDS = {"state": "state", "reason": "reason", "comment": "comment",
                 "availablefeatures": "available_features", "activefeatures": "active_features",
                 "weight": "weight"}
+
+
+def _attributes(fields, table, what: str) -> dict:
+    """scontrol-style field names -> pyslurm attribute names."""
+    attrs = {}
+    for k, v in fields.items():
+        attr = table.get(k.lower())
+        if attr is None:
+            raise SlurmError(f"the pyslurm backend cannot update {what} field {k!r}")
+        attrs[attr] = v
+    return attrs

@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from slurmtopo.model import format_cpulist
+
 __version__ = "25.11.0"
 
 LOCAL_CLUSTER = "linux"
@@ -117,15 +119,7 @@ def expand_range_str(text: str) -> List[int]:
 
 
 def _fold(ids) -> str:
-    ids = sorted(set(ids))
-    parts, i = [], 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(parts)
+    return format_cpulist(ids)  # Slurm folds index lists like the kernel cpulists
 
 
 def nodelist_from_range_str(text: str) -> List[str]:
