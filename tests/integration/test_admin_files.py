@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from tests.integration.helpers import scontrol_topology
+
 from slurmtopo.admin.ibgen import FatTreeSpec, generate
 from slurmtopo.inventory import node_report
 from slurmtopo.model import Gpu, Hardware, Node
@@ -20,15 +22,6 @@ def _main(args, capsys):
         main(list(args))
     out, err = capsys.readouterr()
     return exc.value.code, out, err
-
-
-def _topology(cluster) -> dict:
-    out = {}
-    for line in cluster.run(["scontrol", "show", "topology"]).stdout.splitlines():
-        kv = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-        if "SwitchName" in kv:
-            out[kv["SwitchName"]] = kv
-    return out
 
 
 def test_generated_topology_is_loaded_by_reconfigure(devcluster, tmp_path, monkeypatch, capsys):
@@ -45,7 +38,7 @@ def test_generated_topology_is_loaded_by_reconfigure(devcluster, tmp_path, monke
                             "--reconfigure"], capsys)
         assert rc == 0, err
         assert "ran: scontrol reconfigure" in err
-        topo = _topology(devcluster)
+        topo = scontrol_topology(devcluster)
         assert set(topo) == {"su001", "su002", "spine"}
         assert topo["su001"]["Nodes"] == "node[1-2]" and topo["su002"]["Nodes"] == "node[3-4]"
         assert topo["spine"]["Switches"] == "su[001-002]" and topo["spine"]["Level"] == "1"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.helpers import scontrol_topology
+
 ROOT = Path(__file__).resolve().parents[2]
 # scripts/devcluster.py, as loaded by this directory's conftest.py
 devcluster_mod = sys.modules.get("slurmtopo_devcluster")
@@ -25,16 +27,6 @@ if devcluster_mod is None:
 DevClusterError = devcluster_mod.DevClusterError
 
 pytestmark = pytest.mark.integration
-
-
-def _topology(cluster) -> dict:
-    """switch -> {"Nodes": ..., "Switches": ...} from `scontrol show topology`."""
-    out = {}
-    for line in cluster.run(["scontrol", "show", "topology"]).stdout.splitlines():
-        kv = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-        if "SwitchName" in kv:
-            out[kv["SwitchName"]] = kv
-    return out
 
 
 def _env_of(text: str) -> dict:
@@ -68,7 +60,7 @@ def test_nodes_are_idle_with_their_gpus(devcluster):
 
 
 def test_topology_has_two_leaves_under_a_spine(devcluster):
-    topo = _topology(devcluster)
+    topo = scontrol_topology(devcluster)
     assert topo["leaf1"]["Nodes"] == "node[1-2]"
     assert topo["leaf2"]["Nodes"] == "node[3-4]"
     assert topo["spine"]["Switches"] == "leaf[1-2]"
@@ -139,11 +131,11 @@ def test_switches_wait_time_runs_across_leaves_after_it(devcluster):
     assert waited >= 2, info                       # it did wait for one leaf first
 
 
-def test_reconfigure_loads_a_new_topology(devcluster):
+def test_reconfigure_loads_a_newscontrol_topology(devcluster):
     try:
         devcluster.reconfigure(topology_conf="# one leaf, as a generator might write it\n"
                                              "SwitchName=rack0 Nodes=node[1-4]\n")
-        topo = _topology(devcluster)
+        topo = scontrol_topology(devcluster)
         assert list(topo) == ["rack0"] and topo["rack0"]["Nodes"] == "node[1-4]"
         # four nodes under one switch now: --switches=1 is satisfied at once
         job = devcluster.sbatch("-N4", "--switches=1@00:01:00", wrap="true")
@@ -152,7 +144,7 @@ def test_reconfigure_loads_a_new_topology(devcluster):
         assert (_ts(info["StartTime"]) - _ts(info["SubmitTime"])).total_seconds() < 10, info
     finally:
         devcluster.reset()
-    assert set(_topology(devcluster)) == {"leaf1", "leaf2", "spine"}
+    assert set(scontrol_topology(devcluster)) == {"leaf1", "leaf2", "spine"}
 
 
 def test_a_bad_topology_never_takes_the_controller_down(devcluster, monkeypatch):
@@ -163,7 +155,7 @@ def test_a_bad_topology_never_takes_the_controller_down(devcluster, monkeypatch)
     monkeypatch.setattr(devcluster_mod, "check_topology", lambda text, nodes: [])
     with pytest.raises(DevClusterError, match=r"(?s)restored.*not a tree"):
         devcluster.reconfigure(topology_conf=cycle)
-    assert set(_topology(devcluster)) == {"leaf1", "leaf2", "spine"}
+    assert set(scontrol_topology(devcluster)) == {"leaf1", "leaf2", "spine"}
     job = devcluster.sbatch("--gres=gpu:1", wrap="true")
     assert devcluster.wait_job(job, timeout=20) == "COMPLETED"
 

@@ -11,11 +11,12 @@ cluster from the generated files, with the GPU type in slurm.conf
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.integration.helpers import run_slurmtopo
 
 ROOT = Path(__file__).resolve().parents[2]
 INV = ROOT / "tests" / "fixtures" / "slurm" / "devcluster-inventory.yaml"
@@ -24,12 +25,7 @@ devcluster_mod = sys.modules["slurmtopo_devcluster"]   # loaded by conftest.py
 
 
 def slurmtopo(*args, env=None, check=True):
-    p = subprocess.run([sys.executable, "-m", "slurmtopo", *map(str, args)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
-    if check and p.returncode != 0:
-        raise AssertionError(f"slurmtopo {' '.join(map(str, args))} exited {p.returncode}\n"
-                             f"{p.stdout}{p.stderr}")
-    return p
+    return run_slurmtopo(args, env=env, check=check)
 
 
 @pytest.fixture(scope="module")

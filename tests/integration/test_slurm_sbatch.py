@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.integration.helpers import run_slurmtopo
 
 ROOT = Path(__file__).resolve().parents[2]
 INV = ROOT / "tests" / "fixtures" / "slurm" / "devcluster-inventory.yaml"
@@ -26,23 +27,14 @@ DUMP = ("import json, os, sys; json.dump({'env': dict(os.environ), "
         "open(os.path.join(sys.argv[1], 'rank-%s.json' % os.environ['RANK']), 'w'))")
 
 
-def _slurmtopo(args, cwd, env, check=True):
-    p = subprocess.run([sys.executable, "-m", "slurmtopo", *map(str, args)], cwd=cwd, env=env,
-                       capture_output=True, text=True, timeout=120)
-    if check and p.returncode != 0:
-        raise AssertionError(f"slurmtopo {' '.join(map(str, args))}: rc {p.returncode}\n"
-                             f"{p.stdout}\n{p.stderr}")
-    return p
-
-
 @pytest.fixture(scope="module")
 def cluster(devcluster, tmp_path_factory):
     """The dev cluster with slurmtopo's generated gres.conf/topology.conf."""
     d = tmp_path_factory.mktemp("generated")
     env = dict(devcluster.env, PYTHONPATH=str(ROOT))
-    _slurmtopo(["gres", "generate", "--reports", INV, "--output", d / "gres.conf",
+    run_slurmtopo(["gres", "generate", "--reports", INV, "--output", d / "gres.conf",
                 "--slurm-conf", devcluster.conf], ROOT, env)
-    _slurmtopo(["topology", "generate", "--reports", INV, "--output", d / "topology.conf",
+    run_slurmtopo(["topology", "generate", "--reports", INV, "--output", d / "topology.conf",
                 "--slurm-conf", devcluster.conf], ROOT, env)
     devcluster.reconfigure(gres_conf=str(d / "gres.conf"), topology_conf=str(d / "topology.conf"))
     try:
@@ -69,7 +61,7 @@ class Run:
                 self.run_dir, "--output-dir", self.plan_dir, f"--sbatch=--output={tmp}/%j.out",
                 "--parsable", *plan_args, *extra,
                 "--", sys.executable, "-c", DUMP, self.out, *self.cmd_args]
-        self.proc = _slurmtopo(args, tmp, self.env)
+        self.proc = run_slurmtopo(args, tmp, self.env)
         self.job_id = int(self.proc.stdout.strip())
 
     def wait(self, timeout=90):
@@ -262,7 +254,7 @@ def test_shell_metacharacters_arrive_verbatim(cluster, tmp_path):
 
 def test_dry_run_submits_nothing(cluster, tmp_path):
     env = dict(cluster.env, PYTHONPATH=str(ROOT))
-    p = _slurmtopo(["sbatch", "--inventory", INV, "--tp", "4", "--dry-run", "--", "hostname"],
+    p = run_slurmtopo(["sbatch", "--inventory", INV, "--tp", "4", "--dry-run", "--", "hostname"],
                    tmp_path, env)
     assert p.stdout.startswith("#!/bin/bash\n#SBATCH --nodes=1\n")
     assert "dry run: nothing submitted" in p.stderr
@@ -273,7 +265,7 @@ def test_daemon_submission_is_held_and_tagged(cluster, tmp_path):
     from slurmtopo.slurm.cli_backend import CliBackend
 
     env = dict(cluster.env, PYTHONPATH=str(ROOT))
-    p = _slurmtopo(["sbatch", "--inventory", INV, "--tp", "4", "--require", "tp=nvlink-domain",
+    p = run_slurmtopo(["sbatch", "--inventory", INV, "--tp", "4", "--require", "tp=nvlink-domain",
                     "--daemon", "--parsable", "--", "hostname"], tmp_path, env)
     jid = int(p.stdout.strip())
     job = CliBackend(env=cluster.env).job(jid)
