@@ -141,3 +141,17 @@ def guard(func):
         except OSError as exc:
             raise SlurmtopoError(f"{exc.strerror or exc}", getattr(exc, "filename", None)) from None
     return wrapper
+
+
+def report_check(path: str, problems, summary: str) -> None:
+    """The end of every ``check`` command: each problem on stderr, then a
+    one-line failure (exit 1) if any would make Slurm reject the file, else
+    ``path: summary: OK``."""
+    from slurmtopo.admin.checks import ERROR, REFUSE
+
+    for p in problems:
+        echo_err(f"{p.severity}: {p.render()}")
+    bad = [p for p in problems if p.severity in (ERROR, REFUSE)]
+    if bad:
+        raise Failed(f"{summary}: {len(bad)} problem(s)", path)
+    echo_out(f"{path}: {summary}: OK")

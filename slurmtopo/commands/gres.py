@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from slurmtopo.admin.cliutil import (Failed, echo_err, echo_out, guard, load_reports, load_slurm_conf,
-                                     parse_nodes, write_options)
+from slurmtopo.admin.cliutil import (echo_err, echo_out, guard, load_reports, load_slurm_conf,
+                                    parse_nodes, report_check, write_options)
 
 
 @click.group("gres")
@@ -71,18 +71,12 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure):
 @guard
 def check_cmd(path, slurm_conf):
     """Read an existing gres.conf and check it."""
-    from slurmtopo.admin.checks import ERROR, REFUSE, check_text
+    from slurmtopo.admin.checks import check_text
     from slurmtopo.admin.gres_conf import check_gres, read_gres_conf
     from slurmtopo.admin.slurmconf import read_text
 
     lines = read_gres_conf(path)
     slurm = load_slurm_conf(slurm_conf)
     problems = check_text(read_text(path), path) + check_gres(lines, slurm)
-    for p in problems:
-        echo_err(f"{p.severity}: {p.render()}")
-    bad = [p for p in problems if p.severity in (ERROR, REFUSE)]
     nodes = {h for ln in lines if ln.nodes for h in ln.nodes}
-    summary = f"{len(lines)} line(s), {len(nodes)} node(s)"
-    if bad:
-        raise Failed(f"{summary}: {len(bad)} problem(s)", path)
-    echo_out(f"{path}: {summary}: OK")
+    report_check(path, problems, f"{len(lines)} line(s), {len(nodes)} node(s)")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import click
 
-from slurmtopo.admin.cliutil import (Failed, echo_err, echo_out, guard, load_fabric, load_reports,
-                                     load_slurm_conf, parse_nameset, parse_nodes,
-                                     parse_rangeset, parse_sizes, write_options)
+from slurmtopo.admin.cliutil import (echo_err, echo_out, guard, load_fabric, load_reports,
+                                    load_slurm_conf, parse_nameset, parse_nodes, parse_rangeset,
+                                    parse_sizes, report_check, write_options)
 
 
 @click.group("topology")
@@ -92,7 +92,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, block_sizes, output, 
 @guard
 def check_cmd(path, slurm_conf):
     """Read an existing topology.conf/topology.yaml and check it."""
-    from slurmtopo.admin.checks import ERROR, REFUSE, check_text
+    from slurmtopo.admin.checks import check_text
     from slurmtopo.admin.slurmconf import read_text
     from slurmtopo.admin.topology_conf import check, is_yaml_path, read_topology_conf
     from slurmtopo.topology import switch_levels
@@ -111,9 +111,4 @@ def check_cmd(path, slurm_conf):
         parts.append(f"{len(fabric.blocks)} blocks"
                      + (f", BlockSizes={','.join(map(str, fabric.block_sizes))}"
                         if fabric.block_sizes else ""))
-    for p in problems:
-        echo_err(f"{p.severity}: {p.render()}")
-    bad = [p for p in problems if p.severity in (ERROR, REFUSE)]
-    if bad:
-        raise Failed(f"{'; '.join(parts) or 'empty'}: {len(bad)} problem(s)", path)
-    echo_out(f"{path}: {'; '.join(parts) or 'empty'}: OK")
+    report_check(path, problems, "; ".join(parts) or "empty")
