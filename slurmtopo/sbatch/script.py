@@ -240,8 +240,7 @@ class SbatchRequest:
             "# block and the rank table, all shell-quoted by slurmtopo bind",
             'source "$SLURMTOPO_RUN_DIR/env.sh"',
             "",
-            'srun --distribution=arbitrary --ntasks="$SLURMTOPO_NTASKS" '
-            '--nodes="$SLURMTOPO_NNODES" \\',
+            'srun --distribution=arbitrary --ntasks="$SLURMTOPO_NTASKS" \\',
             "    --cpu-bind=none --kill-on-bad-exit=1 \\",
             '    "$SLURMTOPO_PYTHON" -m slurmtopo.binding rank -- \\',
             "    " + " ".join(q(str(a)) for a in self.command),
