@@ -18,9 +18,8 @@ import os
 from dataclasses import replace
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
 from slurmtopo.errors import InventoryError
+from slurmtopo.hostlist import expand_hostlist, fold_hostlist
 from slurmtopo.links import parse_token
 from slurmtopo.model import (SCHEMA_VERSION, Block, CpuTopology, Fabric, Gpu, Hardware,
                              Inventory, MigDevice, Nic, Node, NvlinkDomain, NvLinkPort, Switch,
@@ -46,29 +45,6 @@ NVLINK_KEYS = {"link", "active", "remote_pci_bus_id", "remote_type"}
 FABRIC_KEYS = {"switches", "blocks", "block_sizes"}
 SWITCH_KEYS = {"name", "level", "nodes", "switches", "link_gbps", "description"}
 BLOCK_KEYS = {"name", "nodes"}
-
-
-def expand_hostlist(text, what: str = "hostlist") -> List[str]:
-    """``gpu[01-03],login1`` -> names, in the order ClusterShell gives."""
-    if isinstance(text, list):
-        out: List[str] = []
-        for item in text:
-            out.extend(expand_hostlist(item, what))
-        return out
-    text = str(text)
-    if not any(c in text for c in "[],@^!&"):  # a plain name: skip the parser
-        name = text.strip()
-        if name and not any(c.isspace() for c in name):
-            return [name]
-    try:
-        return list(NodeSet(text))
-    except NodeSetException as exc:
-        raise ValueError(f"bad {what} {text!r}: {exc}") from None
-
-
-def fold_hostlist(names: Iterable[str]) -> str:
-    """Names -> the shortest hostlist expression (``gpu[01-03]``)."""
-    return str(NodeSet.fromlist(list(names)))
 
 
 def _cpus(value) -> Tuple[int, ...]:

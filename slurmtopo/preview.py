@@ -189,7 +189,7 @@ def warnings_block(warnings: Iterable[str], notes: Iterable[str] = ()) -> Option
 
 
 def summary(placement, layout=None, inv=None, script=None) -> Text:
-    from slurmtopo.inventory import fold_hostlist
+    from slurmtopo.hostlist import fold_hostlist
 
     parts = []
     if layout is not None:

@@ -197,7 +197,7 @@ def _hosts(value, what: str) -> Tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        from slurmtopo.inventory import expand_hostlist
+        from slurmtopo.hostlist import expand_hostlist
         try:
             return tuple(expand_hostlist(value, what))
         except ValueError as exc:

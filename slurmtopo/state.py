@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import expand_hostlist
+from slurmtopo.hostlist import expand_hostlist
 from slurmtopo.model import SCHEMA_VERSION, ClusterState, Inventory, NodeState, format_cpulist, parse_cpulist
 from slurmtopo.yamlio import Reader, as_bool, as_pos_int, as_str, dump_yaml, load_document
 

@@ -22,7 +22,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set
 from slurmtopo.admin.fabric import NAME_RE, natural_key
 from slurmtopo.admin.slurmconf import MAX_LINE, logical_lines
 from slurmtopo.errors import InventoryError, SlurmtopoError
-from slurmtopo.inventory import fold_hostlist
+from slurmtopo.hostlist import fold_hostlist
 from slurmtopo.model import Fabric
 from slurmtopo.topology import switch_levels
 

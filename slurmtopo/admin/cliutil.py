@@ -55,7 +55,7 @@ def write_options(func):
 def parse_nodes(text: Optional[str]) -> Optional[List[str]]:
     if text is None:
         return None
-    from slurmtopo.inventory import expand_hostlist
+    from slurmtopo.hostlist import expand_hostlist
     try:
         names = expand_hostlist(text, "--nodes hostlist")
     except ValueError as exc:
@@ -68,17 +68,17 @@ def parse_nodes(text: Optional[str]) -> Optional[List[str]]:
 def parse_rangeset(text: Optional[str], what: str) -> Optional[Set[int]]:
     if text is None:
         return None
-    from ClusterShell.RangeSet import RangeSet, RangeSetParseError
+    from slurmtopo.hostlist import expand_indices
     try:
-        return {int(x) for x in RangeSet(text)}
-    except (RangeSetParseError, ValueError) as exc:
-        raise SlurmtopoError(f"bad {what} {text!r}: {exc}") from None
+        return expand_indices(text, what)
+    except ValueError as exc:
+        raise SlurmtopoError(str(exc)) from None
 
 
 def parse_nameset(text: Optional[str], what: str) -> Optional[Set[str]]:
     if text is None:
         return None
-    from slurmtopo.inventory import expand_hostlist
+    from slurmtopo.hostlist import expand_hostlist
     try:
         return set(expand_hostlist(text, what))
     except ValueError as exc:

@@ -34,10 +34,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
-from ClusterShell.NodeSet import NodeSet
 
 from slurmtopo.admin.ibnetdiscover import IbFabric, IbNode
-from slurmtopo.inventory import fold_hostlist
+from slurmtopo.hostlist import fold_hostlist
 from slurmtopo.model import Fabric, Switch
 
 #: what Slurm and ClusterShell both read as one plain name
@@ -171,7 +170,7 @@ def group_name(members: List[str], taken: Set[str]) -> str:
     stem = _common_stem(members)
     if len(stem) >= 2 and NAME_RE.match(stem) and stem not in taken:
         return stem
-    folded = str(NodeSet.fromlist(members))
+    folded = fold_hostlist(members)
     name = folded.replace("[", "").replace("]", "").replace(",", "_")
     if not NAME_RE.match(name) or len(name) > 48:
         name = f"{sorted(members, key=natural_key)[0]}-x{len(members)}"

@@ -25,7 +25,7 @@ from slurmtopo.admin.fabric import natural_key
 from slurmtopo.admin.slurmconf import (SlurmConf, split_comment, conf_lines, hostlist_at,
                                        parse_pairs, read_text)
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import fold_hostlist
+from slurmtopo.hostlist import fold_hostlist
 from slurmtopo.model import Node, parse_cpulist
 
 GRES_KEYS = {"nodename", "name", "type", "file", "multiplefiles", "cores", "cpus", "links",

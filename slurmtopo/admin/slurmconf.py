@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import expand_hostlist
+from slurmtopo.hostlist import expand_hostlist
 
 #: Slurm's parse buffer is 4096 bytes including the terminating NUL
 MAX_LINE = 4095

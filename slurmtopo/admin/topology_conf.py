@@ -30,7 +30,7 @@ from slurmtopo.admin.checks import check_blocks, check_tree, raise_first_error, 
 from slurmtopo.admin.fabric import natural_key
 from slurmtopo.admin.slurmconf import ConfLine, conf_lines, hostlist_at, read_text
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import fold_hostlist
+from slurmtopo.hostlist import fold_hostlist
 from slurmtopo.model import Block, Fabric, Inventory, Switch
 from slurmtopo.yamlio import LineDict, LineList, Reader, parse_text
 

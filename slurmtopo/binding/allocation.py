@@ -47,7 +47,7 @@ def parse_scontrol_job(text: str) -> Dict[str, Tuple[int, ...]]:
     (Slurm >= 20.02; several GPU types are summed) and the older
     ``GRES_IDX=gpu(IDX:0-3)``. A node line without GPUs maps to ().
     """
-    from slurmtopo.inventory import expand_hostlist
+    from slurmtopo.hostlist import expand_hostlist
 
     out: Dict[str, Tuple[int, ...]] = {}
     for line in text.splitlines():
@@ -97,7 +97,7 @@ def read_allocation(env: Mapping[str, str], run: Runner = run_command,
     in ``scontrol`` is the position in gres.conf, which lists GPUs in index
     order (as ``slurmtopo``'s gres.conf does).
     """
-    from slurmtopo.inventory import expand_hostlist
+    from slurmtopo.hostlist import expand_hostlist
 
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")

@@ -49,7 +49,7 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], run: Runner = run_comma
     inv = load_inventory_for_bind(doc, inventory_path, log)
     planned = planned_placement(doc)
     alloc = read_allocation(env, run, inv, probe=probe)
-    from slurmtopo.inventory import fold_hostlist
+    from slurmtopo.hostlist import fold_hostlist
     log.append(f"job {alloc.job_id or '?'}: {len(alloc.hosts)} node(s) "
                f"{fold_hostlist(alloc.hosts)}")
     for h in alloc.hosts:

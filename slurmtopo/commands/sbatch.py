@@ -134,7 +134,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         notes.append("--wait only matters with --daemon (the placement daemon waits; sbatch "
                      "does not)")
 
-    from slurmtopo.inventory import fold_hostlist
+    from slurmtopo.hostlist import fold_hostlist
     summary = (f"planned {placement.world_size} rank(s) on {len(placement.hosts)} node(s) "
                f"{fold_hostlist(placement.hosts)} against {state_from}")
 

@@ -418,7 +418,7 @@ class Daemon:
         return True
 
     def release(self, d: Decision) -> bool:
-        from slurmtopo.inventory import fold_hostlist
+        from slurmtopo.hostlist import fold_hostlist
 
         if self.dry_run:
             log.info("job %s: [dry run] would %s", d.job_id, d.summary())

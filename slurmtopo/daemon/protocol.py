@@ -110,7 +110,7 @@ class DaemonSpec:
 
 def request_to_dict(req, shape: Optional[Shape] = None) -> Dict[str, Any]:
     """The v1 JSON form of a JobRequest (compact: defaults left out)."""
-    from slurmtopo.inventory import fold_hostlist
+    from slurmtopo.hostlist import fold_hostlist
 
     lay = req.layout
     layout: Dict[str, Any] = {}

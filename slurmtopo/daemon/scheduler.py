@@ -195,7 +195,7 @@ class Decision:
 
     def summary(self) -> str:
         """One line for logs and `slurmtopo daemon status`."""
-        from slurmtopo.inventory import fold_hostlist
+        from slurmtopo.hostlist import fold_hostlist
 
         if self.action == RELEASE:
             where = ", ".join(f"{h}:{_fmt(self.gpus.get(h, ()))}" for h in self.hosts)

@@ -291,10 +291,10 @@ class SbatchRequest:
         nodelist = getattr(req, "nodelist", None)
         exclude = getattr(req, "exclude", None)
         if isinstance(nodelist, (list, tuple)):
-            from slurmtopo.inventory import fold_hostlist
+            from slurmtopo.hostlist import fold_hostlist
             nodelist = fold_hostlist(nodelist) if nodelist else None
         if isinstance(exclude, (list, tuple)):
-            from slurmtopo.inventory import fold_hostlist
+            from slurmtopo.hostlist import fold_hostlist
             exclude = fold_hostlist(exclude) if exclude else None
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
                             socket_ifname)
@@ -314,7 +314,7 @@ def plan_comments(placement, layout, inventory_path: Optional[str],
     import os
 
     from slurmtopo import __version__
-    from slurmtopo.inventory import fold_hostlist
+    from slurmtopo.hostlist import fold_hostlist
     from slurmtopo.model import format_cpulist
     from slurmtopo.rankmap import group_indices
 

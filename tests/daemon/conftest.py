@@ -222,7 +222,7 @@ class FakeSlurm(SlurmBackend):
                  partition=_opt(words, "--partition", "-p") or "gpu")
         nl = _opt(words, "--nodelist", "-w")
         if nl:
-            from slurmtopo.inventory import expand_hostlist
+            from slurmtopo.hostlist import expand_hostlist
             j.req_nodes = expand_hostlist(nl)
         j.cpus = j.tpn
         if j.partition not in {p for ps in self.partitions.values() for p in ps}:
@@ -244,7 +244,7 @@ class FakeSlurm(SlurmBackend):
             if k in ("ReqNodeList", "NodeList"):
                 if j.state != "PENDING":
                     raise SlurmError("Job is no longer pending execution")
-                from slurmtopo.inventory import expand_hostlist
+                from slurmtopo.hostlist import expand_hostlist
                 j.req_nodes = expand_hostlist(v) if v else []
             elif k == "Comment":
                 j.comment = v

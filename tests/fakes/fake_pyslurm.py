@@ -123,12 +123,12 @@ def _fold(ids) -> str:
 
 
 def nodelist_from_range_str(text: str) -> List[str]:
-    from slurmtopo.inventory import expand_hostlist
+    from slurmtopo.hostlist import expand_hostlist
     return expand_hostlist(text) if text else []
 
 
 def nodelist_to_range_str(names) -> str:
-    from slurmtopo.inventory import fold_hostlist
+    from slurmtopo.hostlist import fold_hostlist
     return fold_hostlist(list(names))
 
 

@@ -107,7 +107,7 @@ def check_ranks(run: Run):
     assert sorted(ranks) == list(range(world)), run.output()
     alloc = {h: set(parse_cpulist(v)) for h, v in doc["allocation"].items()}
     # the allocation bind used is Slurm's: the job's node list
-    from slurmtopo.inventory import expand_hostlist
+    from slurmtopo.hostlist import expand_hostlist
     assert set(alloc) == set(expand_hostlist(run.job["NodeList"]))
     nr = node_ranks(placement)
     nccl = nccl_env(inv, placement, None)

@@ -1,0 +1,153 @@
+"""Slurm hostlists, read and written the way Slurm reads them.
+
+Every hostlist slurmtopo reads or writes (inventories, state files, Slurm's
+own output, ``--nodelist``/``--exclude``, topology.conf, gres.conf) goes
+through this module, so one rule holds everywhere:
+
+* ClusterShell parses and folds, with group resolution **off**
+  (``RESOLVER_NOGROUP``): a site's ClusterShell ``groups.conf`` upcall never
+  runs on a login node because a user typed a node name.
+* Only what Slurm itself accepts is accepted: names, ``prefix[ranges]``
+  (several brackets in one name too) and commas. ClusterShell's extensions
+  (the set operators ``!``, ``&``, ``^`` and ``@group`` names) are refused
+  with an error, because Slurm would read ``gpu[1-4]!gpu2`` as one odd name
+  and ``@gpus`` is no host at all: silently expanding them would plan on, or
+  exclude, hosts the user never meant.
+* A hostlist that names no host is an error (``--exclude ""`` would exclude
+  nothing without a word).
+* The size of an expansion is computed from the brackets *before* anything
+  is expanded, and more than :data:`MAX_NAMES` names is refused: a typo such
+  as ``gpu[0000001-9999999]`` fails at once instead of building ten million
+  strings.
+
+Errors are :class:`HostlistError`, a :class:`ValueError`, so every caller
+wraps it in its own located error (``file:line``, or the option's name).
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, List, Set, Union
+
+from ClusterShell.NodeSet import NodeSet, NodeSetException, RESOLVER_NOGROUP
+from ClusterShell.RangeSet import RangeSet, RangeSetParseError
+
+#: the most names one hostlist (or index range) may expand to; far above the
+#: largest clusters slurmtopo plans for (12,500 nodes), far below what would
+#: take noticeable time or memory to build.
+MAX_NAMES = 65536
+
+#: ClusterShell syntax that Slurm does not have
+_REFUSED = {"!": "the set operator '!'", "&": "the set operator '&'",
+            "^": "the set operator '^'", "@": "a group name ('@...')"}
+_RANGE_ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*(?:/\s*(\d+)\s*)?)?$")
+
+
+class HostlistError(ValueError):
+    """A hostlist or index range that Slurm would not read as the same hosts."""
+
+
+def expand_hostlist(text: Union[str, List[str]], what: str = "hostlist") -> List[str]:
+    """``gpu[01-03],login1`` -> names, in the order ClusterShell gives.
+
+    A list (a YAML sequence) expands item by item; an empty list is no hosts.
+    ``what`` names the value in the error (``--exclude``, ``node name``).
+    """
+    if isinstance(text, list):
+        out: List[str] = []
+        for item in text:
+            out.extend(expand_hostlist(item, what))
+        return out
+    text = str(text)
+    if not any(c in text for c in "[],@^!&"):  # a plain name: skip the parser
+        name = text.strip()
+        if name and not any(c.isspace() for c in name):
+            return [name]
+    _check_syntax(text, what)
+    count = _count(text)
+    if count > MAX_NAMES:
+        raise HostlistError(f"{what} {_short(text)} names {count:,} hosts, more than the "
+                            f"{MAX_NAMES:,} slurmtopo expands (a typo in a range?)")
+    try:
+        names = list(NodeSet(text, resolver=RESOLVER_NOGROUP))
+    except NodeSetException as exc:
+        raise HostlistError(f"bad {what} {_short(text)}: {exc}") from None
+    if not names:
+        raise HostlistError(f"{what} {text!r} names no host")
+    return names
+
+
+def fold_hostlist(names: Iterable[str]) -> str:
+    """Names -> the shortest hostlist expression (``gpu[01-03]``)."""
+    return str(NodeSet.fromlist(list(names), resolver=RESOLVER_NOGROUP))
+
+
+def expand_indices(text: str, what: str = "index range") -> Set[int]:
+    """``0-3,8`` -> {0, 1, 2, 3, 8}: a range of numbers (GPU indices, sizes),
+    with the same size cap as a hostlist."""
+    total = _ranges_size(str(text))
+    if total > MAX_NAMES:
+        raise HostlistError(f"{what} {_short(text)} names {total:,} numbers, more than the "
+                            f"{MAX_NAMES:,} slurmtopo expands")
+    try:
+        return {int(x) for x in RangeSet(text)}
+    except (RangeSetParseError, ValueError) as exc:
+        raise HostlistError(f"bad {what} {_short(text)}: {exc}") from None
+
+
+def _check_syntax(text: str, what: str) -> None:
+    for char, meaning in _REFUSED.items():
+        if char in text:
+            raise HostlistError(f"{what} {_short(text)} uses {meaning}, which Slurm does not "
+                                "read as a hostlist; list the hosts (gpu[1-4] or gpu1,gpu3)")
+
+
+def _count(text: str) -> int:
+    """How many names ``text`` expands to, from its brackets alone (an upper
+    bound: duplicates count twice). Malformed brackets count as one name and
+    are left to ClusterShell to reject with its own message."""
+    total = 0
+    for pattern in _split_top(text):
+        n = 1
+        for body in re.findall(r"\[([^\[\]]*)\]", pattern):
+            n *= max(_ranges_size(body), 1)
+            if n > MAX_NAMES:
+                return n
+        total += n
+        if total > MAX_NAMES:
+            break
+    return total
+
+
+def _ranges_size(body: str) -> int:
+    """How many numbers ``0-7,9,10-20/2`` names (an item that is not a range
+    counts as one)."""
+    size = 0
+    for item in body.split(","):
+        m = _RANGE_ITEM.match(item)
+        if m and m.group(2):
+            lo, hi, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
+            size += (hi - lo) // max(step, 1) + 1 if hi >= lo else 1
+        else:
+            size += 1
+    return size
+
+
+def _split_top(text: str) -> List[str]:
+    """Split at the commas outside brackets."""
+    parts, depth, cur = [], 0, []
+    for c in text:
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+        if c == "," and depth <= 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    parts.append("".join(cur))
+    return [p for p in parts if p.strip()]
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")

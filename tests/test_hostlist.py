@@ -1,0 +1,76 @@
+"""One hostlist module: Slurm's syntax only, no group upcalls, bounded size."""
+from __future__ import annotations
+
+import pytest
+
+from slurmtopo.cli import main
+from slurmtopo.hostlist import (MAX_NAMES, HostlistError, expand_hostlist, expand_indices,
+                                fold_hostlist)
+from tests.test_plan_cli import EXAMPLES, _one_line_error, run
+
+
+def test_expand_and_fold_round_trip():
+    names = expand_hostlist("gpu[01-03],login1")
+    assert names == ["gpu01", "gpu02", "gpu03", "login1"]
+    assert fold_hostlist(names) == "gpu[01-03],login1"
+    assert expand_hostlist("rack[0-1]-gpu[1-2]") == ["rack0-gpu1", "rack0-gpu2",
+                                                    "rack1-gpu1", "rack1-gpu2"]
+    assert expand_hostlist(["gpu[1-2]", "gpu9"]) == ["gpu1", "gpu2", "gpu9"]
+    assert expand_hostlist([]) == []
+
+
+@pytest.mark.parametrize("text, word", [
+    ("gpu[1-4]!gpu2", "'!'"), ("gpu[1-4]&gpu[2-3]", "'&'"), ("gpu[1-4]^gpu2", "'^'"),
+    ("@gpus", "group name"), ("gpu1,@typo", "group name"),
+])
+def test_clustershell_extensions_are_refused(text, word):
+    with pytest.raises(HostlistError) as exc:
+        expand_hostlist(text, "--exclude")
+    assert word in str(exc.value) and "--exclude" in str(exc.value)
+
+
+@pytest.mark.parametrize("text", ["", " "])
+def test_empty_hostlist_is_refused(text):
+    with pytest.raises(HostlistError, match="names no host"):
+        expand_hostlist(text, "--nodelist")
+
+
+def test_groups_are_never_resolved(tmp_path, monkeypatch):
+    """A ClusterShell groups.conf on the host must not be consulted: a group
+    name is refused before any resolver could run, and folding never turns
+    names into a group."""
+    conf = tmp_path / "groups.conf"
+    conf.write_text("[Main]\ndefault: local\n[local]\nmap: echo gpu1 gpu2\n")
+    monkeypatch.setenv("CLUSTERSHELL_GROUPS_CONF", str(conf))
+    with pytest.raises(HostlistError):
+        expand_hostlist("@all")
+    assert fold_hostlist(["gpu1", "gpu2"]) == "gpu[1-2]"
+
+
+def test_huge_range_refused_before_expanding():
+    with pytest.raises(HostlistError, match="more than the"):
+        expand_hostlist("gpu[0000001-9999999]")
+    with pytest.raises(HostlistError, match="more than the"):
+        expand_hostlist("a[0-999]b[0-999]")  # a product of two brackets
+    assert len(expand_hostlist(f"gpu[1-{MAX_NAMES}]")) == MAX_NAMES
+    with pytest.raises(HostlistError, match="more than the"):
+        expand_indices("0-99999999", "--gpus")
+
+
+def test_bad_syntax_is_a_hostlist_error():
+    with pytest.raises(HostlistError, match="bad node name"):
+        expand_hostlist("gpu[3-", "node name")
+    assert expand_indices("0-3,8") == {0, 1, 2, 3, 8}
+    with pytest.raises(HostlistError, match="bad --gpus"):
+        expand_indices("x-y", "--gpus")
+
+
+@pytest.mark.parametrize("args, part", [
+    (["--exclude", "@typo"], "group name"),
+    (["--nodelist", "gpu[1-4]!gpu2"], "'!'"),
+    (["--exclude", "gpu[0000001-9999999]"], "more than the"),
+])
+def test_plan_refuses_what_slurm_would_not_read(args, part, tmp_path, capsys):
+    code, _, err = run(["plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
+                        "--tp", "8", "--output-dir", str(tmp_path / "p"), *args], capsys)
+    _one_line_error(code, err, part)
