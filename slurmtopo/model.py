@@ -13,6 +13,7 @@ types costs 12,500 small :class:`Node` objects, not 12,500 link matrices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from slurmtopo.links import LinkClass, parse_token
@@ -55,6 +56,19 @@ def parse_cpulist(text: str) -> Tuple[int, ...]:
 
 def format_cpulist(cpus) -> str:
     """(0, 1, 2, 3, 8) -> ``"0-3,8"`` (the kernel's cpulist format)."""
+    if isinstance(cpus, tuple):
+        return _format_cpu_tuple(cpus)
+    return _format_cpus(cpus)
+
+
+@lru_cache(maxsize=4096)
+def _format_cpu_tuple(cpus: Tuple[int, ...]) -> str:
+    """Remembered: the ranks of a job share a handful of CPU sets, and the
+    rank map, the CSV and the script each write every rank's."""
+    return _format_cpus(cpus)
+
+
+def _format_cpus(cpus) -> str:
     ids = sorted(set(int(c) for c in cpus))
     parts: List[str] = []
     i = 0
@@ -379,8 +393,24 @@ class Placement:
     def world_size(self) -> int:
         return len(self.slots)
 
+    def by_host(self) -> Dict[str, List[RankSlot]]:
+        """host -> its slots by local rank, hosts in placement order (then any
+        host a slot names that ``hosts`` lacks). Built in one pass and kept
+        until ``slots`` or ``hosts`` is replaced: per-host questions asked
+        rank by rank would otherwise cost a pass over all ranks each."""
+        cached = self.__dict__.get("_by_host")
+        if cached is not None and cached[0] is self.slots and cached[1] is self.hosts:
+            return cached[2]
+        index: Dict[str, List[RankSlot]] = {h: [] for h in self.hosts}
+        for s in self.slots:
+            index.setdefault(s.host, []).append(s)
+        for mates in index.values():
+            mates.sort(key=lambda s: s.local_rank)
+        self.__dict__["_by_host"] = (self.slots, self.hosts, index)
+        return index
+
     def ranks_on(self, host: str) -> List[RankSlot]:
-        return sorted((s for s in self.slots if s.host == host), key=lambda s: s.local_rank)
+        return list(self.by_host().get(host, ()))
 
     def gpus_on(self, host: str) -> List[int]:
         """GPUs used on ``host`` ordered by local rank (CUDA_VISIBLE_DEVICES order)."""

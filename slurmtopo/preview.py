@@ -13,11 +13,12 @@ render them with ``Console(record=True)``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich is imported where a renderable is built: `plan --json` needs none
+    from rich.console import Group, RenderableType
+    from rich.table import Table
+    from rich.text import Text
 
 #: distinct, readable on dark and light terminals
 PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue",
@@ -77,6 +78,9 @@ def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
     """Nodes (rows, in placement order) by GPUs (columns); a cell shows the
     rank on that GPU in the colour of its ``color_by`` group; ``·`` is a
     free GPU, ``busy`` one that other jobs hold (from ``state``)."""
+    from rich.table import Table
+    from rich.text import Text
+
     from slurmtopo.groups import rank_to_group
     from slurmtopo.topology import network_view
 
@@ -130,6 +134,8 @@ def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> Table:
     modelled time of the plan and, when given, of the naive placement with
     the gain. Sized to fit an 80-column terminal."""
     from rich import box
+    from rich.table import Table
+    from rich.text import Text
 
     title = "Modelled communication per step" + (" (plan vs naive)" if naive_cost else "")
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
@@ -180,6 +186,9 @@ def _speedup(plan: Optional[float], naive: Optional[float]) -> str:
 
 
 def warnings_block(warnings: Iterable[str], notes: Iterable[str] = ()) -> Optional[Group]:
+    from rich.console import Group
+    from rich.text import Text
+
     lines: List[Text] = []
     for w in warnings:
         lines.append(Text.assemble(("warning: ", "bold yellow"), str(w)))
@@ -189,6 +198,8 @@ def warnings_block(warnings: Iterable[str], notes: Iterable[str] = ()) -> Option
 
 
 def summary(placement, layout=None, inv=None, script=None) -> Text:
+    from rich.text import Text
+
     from slurmtopo.hostlist import fold_hostlist
 
     parts = []
@@ -208,6 +219,9 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
                 files: Optional[Mapping[str, str]] = None) -> Group:
     """The whole preview, top to bottom: summary, grid, cost table,
     warnings and notes, files written."""
+    from rich.console import Group
+    from rich.text import Text
+
     parts: List[RenderableType] = [summary(placement, layout, inv, script),
                                    grid(placement, inv, color_by, state)]
     if plan_cost is not None:

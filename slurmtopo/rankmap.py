@@ -53,8 +53,7 @@ def check_placement(placement: Placement) -> None:
         if s.rank != i:
             raise SlurmtopoError(f"rank map: slot {i} holds rank {s.rank}; ranks must be 0..W-1 "
                                  "in order")
-    for host in _hosts(placement):
-        slots = placement.ranks_on(host)
+    for host, slots in placement.by_host().items():
         lrs = [s.local_rank for s in slots]
         if lrs != list(range(len(slots))):
             raise SlurmtopoError(f"rank map: local ranks on {host} are {lrs}, expected "
@@ -67,18 +66,19 @@ def check_placement(placement: Placement) -> None:
 def _hosts(placement: Placement) -> List[str]:
     """Hosts in placement order, then any host a slot names that the order
     lacks (defensive: hosts should list them all)."""
-    seen = list(placement.hosts)
-    have = set(seen)
-    for s in placement.slots:
-        if s.host not in have:
-            have.add(s.host)
-            seen.append(s.host)
-    return seen
+    return list(placement.by_host())
 
 
 def node_ranks(placement: Placement) -> Dict[str, int]:
-    """host -> its index in the placement's host order (NODE_RANK)."""
-    return {h: i for i, h in enumerate(_hosts(placement))}
+    """host -> its index in the placement's host order (NODE_RANK); kept
+    with the placement's host index (see :meth:`Placement.by_host`)."""
+    by_host = placement.by_host()
+    cached = placement.__dict__.get("_node_ranks")
+    if cached is not None and cached[0] is by_host:
+        return cached[1]
+    nr = {h: i for i, h in enumerate(by_host)}
+    placement.__dict__["_node_ranks"] = (by_host, nr)
+    return nr
 
 
 # --------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def rankmap_dict(placement: Placement, layout=None, extra: Optional[Mapping[str,
     --json`` prints them."""
     check_placement(placement)
     nr = node_ranks(placement)
-    per_host = {h: len(placement.ranks_on(h)) for h in nr}
+    per_host = {h: len(v) for h, v in placement.by_host().items()}
     out: Dict[str, Any] = {"slurmtopo": "rankmap", "version": RANKMAP_VERSION,
                            "world_size": placement.world_size, "hosts": list(nr)}
     if layout is not None:
@@ -131,25 +131,25 @@ def rankmap_dict(placement: Placement, layout=None, extra: Optional[Mapping[str,
 
 def dumps_rankmap(data: Mapping[str, Any]) -> str:
     """JSON with one rank (and one group kind) per line: diffable, greppable,
-    and still small for thousands of ranks."""
+    and still small for thousands of ranks. Lines are encoded by json's
+    default (C) encoder, whose separators are the ones shown."""
+    dumps = json.dumps
     lines = ["{"]
     items = list(data.items())
     for i, (key, value) in enumerate(items):
         comma = "," if i < len(items) - 1 else ""
-        k = json.dumps(key)
-        if key == "ranks" and value:
+        k = dumps(key)
+        if key == "ranks" and isinstance(value, list) and value:
             lines.append(f"  {k}: [")
-            lines.extend(f"    {json.dumps(r, separators=(', ', ': '))}"
-                         + ("," if j < len(value) - 1 else "") for j, r in enumerate(value))
+            lines.append(",\n".join(["    " + dumps(r) for r in value]))
             lines.append(f"  ]{comma}")
         elif key == "groups" and isinstance(value, dict) and value:
             lines.append(f"  {k}: {{")
-            kinds = list(value.items())
-            lines.extend(f"    {json.dumps(kk)}: {json.dumps(v, separators=(',', ':'))}"
-                         + ("," if j < len(kinds) - 1 else "") for j, (kk, v) in enumerate(kinds))
+            lines.append(",\n".join(f"    {dumps(kk)}: {dumps(v, separators=(',', ':'))}"
+                                    for kk, v in value.items()))
             lines.append(f"  }}{comma}")
         else:
-            lines.append(f"  {k}: {json.dumps(value)}{comma}")
+            lines.append(f"  {k}: {dumps(value)}{comma}")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -200,7 +200,7 @@ def rankmap_csv(placement: Placement) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["rank", "host", "node_rank", "gpu", "local_rank", "local_world_size",
                 "numa_node", "nics", "cpus"] + [f"{k}_group" for k in kinds])
-    per_host = {h: len(placement.ranks_on(h)) for h in nr}
+    per_host = {h: len(v) for h, v in placement.by_host().items()}
     for s in placement.slots:
         w.writerow([s.rank, s.host, nr[s.host], s.gpu, s.local_rank, per_host[s.host],
                     "" if s.numa_node is None else s.numa_node, " ".join(s.nics),
@@ -285,13 +285,13 @@ def nccl_env(inv: Optional[Inventory], placement: Placement,
 def rail_aligned(placement: Placement) -> bool:
     """True when all hosts run the same GPUs in the same local order and each
     local rank's nearest NIC is the same name on every host."""
-    hosts = _hosts(placement)
-    if len(hosts) < 2:
+    by_host = list(placement.by_host().values())
+    if len(by_host) < 2:
         return False
-    ref = [(s.gpu, s.nics[:1]) for s in placement.ranks_on(hosts[0])]
+    ref = [(s.gpu, s.nics[:1]) for s in by_host[0]]
     if not all(n for _, n in ref):
         return False
-    return all([(s.gpu, s.nics[:1]) for s in placement.ranks_on(h)] == ref for h in hosts[1:])
+    return all([(s.gpu, s.nics[:1]) for s in mates] == ref for mates in by_host[1:])
 
 
 def job_env(placement: Placement, master_port, nccl: Mapping[str, str]) -> Dict[str, str]:
@@ -310,14 +310,20 @@ def rank_env(placement: Placement, rank: int, allocated: Optional[Iterable[int]]
     the rank's host (needed when ``constrained``); ``cpus``: the CPUs the
     rank is bound to (default: the planned ones)."""
     slot = placement.slots[rank]
-    mates = placement.ranks_on(slot.host)
-    nr = node_ranks(placement)[slot.host]
-    env = {"RANK": str(rank), "LOCAL_RANK": str(slot.local_rank),
-           "WORLD_SIZE": str(placement.world_size), "LOCAL_WORLD_SIZE": str(len(mates)),
-           "NODE_RANK": str(nr), "GROUP_RANK": str(nr),
-           "CUDA_VISIBLE_DEVICES": visible_devices([s.gpu for s in mates], allocated, constrained),
+    mates = placement.by_host()[slot.host]
+    return _rank_vars(slot, placement.world_size, len(mates), node_ranks(placement)[slot.host],
+                      visible_devices([s.gpu for s in mates], allocated, constrained),
+                      slot.cpus if cpus is None else cpus)
+
+
+def _rank_vars(slot: RankSlot, world: int, local_world: int, node_rank: int, cvd: str,
+               cpus: Iterable[int]) -> Dict[str, str]:
+    env = {"RANK": str(slot.rank), "LOCAL_RANK": str(slot.local_rank),
+           "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(local_world),
+           "NODE_RANK": str(node_rank), "GROUP_RANK": str(node_rank),
+           "CUDA_VISIBLE_DEVICES": cvd,
            "SLURMTOPO_GPU": str(slot.gpu),
-           "SLURMTOPO_CPUS": format_cpulist(slot.cpus if cpus is None else cpus)}
+           "SLURMTOPO_CPUS": format_cpulist(cpus)}
     if slot.nics:
         env["SLURMTOPO_NICS"] = ",".join(slot.nics)
     return env
@@ -327,13 +333,20 @@ def env_document(placement: Placement, inv: Optional[Inventory], master_port="fr
                  socket_ifname: Optional[str] = None) -> Dict[str, Any]:
     """The planned per-rank environment as one document (``env.json``):
     ``job`` (shared variables) and ``ranks`` (one mapping per rank), for an
-    allocation equal to the plan and no device cgroup."""
+    allocation equal to the plan and no device cgroup. Built host by host
+    (what :func:`rank_env` gives each rank, without its per-rank lookups)."""
     nccl = nccl_env(inv, placement, socket_ifname)
+    ranks: List[Optional[Dict[str, str]]] = [None] * placement.world_size
+    world = placement.world_size
+    for node_rank, mates in enumerate(placement.by_host().values()):
+        cvd = visible_devices([s.gpu for s in mates], None, False)
+        for s in mates:
+            ranks[s.rank] = _rank_vars(s, world, len(mates), node_rank, cvd, s.cpus)
     return {"slurmtopo": "rank-env", "version": RANKMAP_VERSION,
             "note": "as planned: GPU numbers assume no device cgroup and the planned nodes; "
                     "`slurmtopo bind` recomputes them from the real allocation at job start",
             "job": job_env(placement, master_port, nccl),
-            "ranks": [rank_env(placement, s.rank) for s in placement.slots]}
+            "ranks": ranks}
 
 
 def group_indices(placement: Placement, kinds: Sequence[str]) -> Dict[str, List[int]]:

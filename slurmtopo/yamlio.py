@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any, Callable, Dict, Iterable, List, Optional
-
-import yaml
 
 from slurmtopo.errors import InventoryError
 
@@ -40,69 +39,74 @@ class LineList(list):
         return self.lines[index] if index < len(self.lines) else self.line
 
 
-# libyaml's parser when PyYAML was built with it (about 10x faster on the
-# 12,500 node reports of a big cluster); our constructors still run in Python
-# and the nodes still carry line marks.
-_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+@lru_cache(maxsize=None)
+def _loader():
+    """The YAML loader class, built on first use: PyYAML costs ~10 ms to
+    import, and a command reading only JSON (a compiled inventory, a plan)
+    need not pay it.
 
+    libyaml's parser when PyYAML was built with it (about 10x faster on the
+    12,500 node reports of a big cluster); our constructors still run in
+    Python and the nodes still carry line marks."""
+    import yaml
 
-class _Loader(_Base):
-    pass
+    class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        pass
 
+    # YAML 1.1 resolvers without the base-60 (sexagesimal) int/float forms
+    _Loader.yaml_implicit_resolvers = {
+        ch: [(tag, rx) for tag, rx in resolvers
+             if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+        for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    _Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:int",
+        re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)"
+                   r"|[-+]?0x[0-9a-fA-F_]+)$"),
+        list("-+0123456789"))
+    _Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
+                   r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+                   r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."))
 
-# YAML 1.1 resolvers without the base-60 (sexagesimal) int/float forms
-_Loader.yaml_implicit_resolvers = {
-    ch: [(tag, rx) for tag, rx in resolvers
-         if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"))
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
-               r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
-               r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
+    def construct_mapping(loader, node) -> LineDict:
+        loader.flatten_mapping(node)
+        out = LineDict()
+        out.line = node.start_mark.line + 1
+        out.lines = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key must be a plain value", key_node.start_mark)
+            if key in out:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            out[key] = loader.construct_object(value_node, deep=True)
+            out.lines[key] = key_node.start_mark.line + 1
+        return out
 
+    def construct_sequence(loader, node) -> LineList:
+        out = LineList(loader.construct_object(child, deep=True) for child in node.value)
+        out.line = node.start_mark.line + 1
+        out.lines = [child.start_mark.line + 1 for child in node.value]
+        return out
 
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
-    loader.flatten_mapping(node)
-    out = LineDict()
-    out.line = node.start_mark.line + 1
-    out.lines = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            hash(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, "a mapping key must be a plain value", key_node.start_mark)
-        if key in out:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
-        out[key] = loader.construct_object(value_node, deep=True)
-        out.lines[key] = key_node.start_mark.line + 1
-    return out
-
-
-def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
-    out = LineList(loader.construct_object(child, deep=True) for child in node.value)
-    out.line = node.start_mark.line + 1
-    out.lines = [child.start_mark.line + 1 for child in node.value]
-    return out
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, construct_sequence)
+    return _Loader
 
 
 def parse_text(text: str, path: str = "<string>") -> Any:
     """Parse YAML (or JSON) text; syntax errors become one-line errors."""
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - safe loader subclass
+        return yaml.load(text, Loader=_loader())  # noqa: S506 - safe loader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -246,17 +250,24 @@ class BlockList(list):
     of a link matrix, which read like ``nvidia-smi topo -m``."""
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
+@lru_cache(maxsize=None)
+def _dumper():
+    import yaml
 
+    class _Dumper(yaml.SafeDumper):
+        pass
 
-_Dumper.add_representer(
-    BlockList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=False))
+    _Dumper.add_representer(
+        BlockList,
+        lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=False))
+    return _Dumper
 
 
 def dump_yaml(data: Any) -> str:
     """YAML text for plain dicts/lists, keys in insertion order."""
-    return yaml.dump(_plain(data), Dumper=_Dumper, sort_keys=False, default_flow_style=None,
+    import yaml
+
+    return yaml.dump(_plain(data), Dumper=_dumper(), sort_keys=False, default_flow_style=None,
                      width=100)
 
 

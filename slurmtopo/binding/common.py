@@ -15,6 +15,8 @@ ENV_TABLE_LIMIT = 96 * 1024
 #: embed the whole inventory in the script below this size (JSON bytes),
 #: else only the planned nodes and the switches above them
 EMBED_LIMIT = 256 * 1024
+#: ... and only when it has at most this many nodes
+EMBED_WHOLE_NODES = 1024
 CGROUP_MODES = ("auto", "yes", "no")
 
 #: (argv, env) -> (exit code, stdout); tests pass fakes

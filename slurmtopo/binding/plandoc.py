@@ -19,7 +19,8 @@ def embedded_inventory(inv: Inventory, hosts: Sequence[str]) -> Dict[str, Any]:
     is unreadable on the compute node. Preset hardware is written out (the
     node's slurmtopo may know other presets). Small inventories go in whole
     so a re-plan can use any node; big ones are cut to the planned nodes and
-    the switches above them."""
+    the switches above them (an inventory of more than EMBED_WHOLE_NODES
+    nodes is not even tried whole: folding 100,000 names costs a second)."""
     from slurmtopo.inventory import inventory_dict
     from slurmtopo.model import Fabric
 
@@ -30,9 +31,10 @@ def embedded_inventory(inv: Inventory, hosts: Sequence[str]) -> Dict[str, Any]:
                 types[n.type] = n.hardware
         return Inventory(nodes=sub.nodes, fabric=sub.fabric, node_types=types)
 
-    whole = inventory_dict(with_types(inv))
-    if len(json.dumps(whole)) <= common.EMBED_LIMIT:
-        return whole
+    if len(inv.nodes) <= common.EMBED_WHOLE_NODES:
+        whole = inventory_dict(with_types(inv))
+        if len(json.dumps(whole)) <= common.EMBED_LIMIT:
+            return whole
     keep = set(hosts)
     nodes = {h: inv.nodes[h] for h in hosts if h in inv.nodes}
     from slurmtopo.topology import network_view

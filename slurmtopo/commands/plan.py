@@ -176,9 +176,9 @@ def command(inventory_path, state_path, tp, cp, ep, pp, dp, expert_tp, world, or
              "CSV": _write(output_dir, "rankmap.csv", rankmap_csv(placement)),
              "per-rank environment": _write(
                  output_dir, "env.json",
-                 json.dumps(env_document(placement, inv,
-                                         master_port or "20000 + SLURM_JOB_ID % 10000",
-                                         socket_ifname), indent=1) + "\n")}
+                 dumps_rankmap(env_document(placement, inv,
+                                            master_port or "20000 + SLURM_JOB_ID % 10000",
+                                            socket_ifname)))}
     if script is not None:
         files["batch script"] = _write(output_dir, "job.sbatch", script_text, mode=0o755)
 
