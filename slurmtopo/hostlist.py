@@ -28,8 +28,9 @@ from __future__ import annotations
 import re
 from typing import Iterable, List, Set, Union
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException, RESOLVER_NOGROUP
-from ClusterShell.RangeSet import RangeSet, RangeSetParseError
+# ClusterShell (~10 ms to import) is imported by the functions that parse or
+# fold: inventories written one name a node, compiled inventories and plans
+# never need it.
 
 #: the most names one hostlist (or index range) may expand to; far above the
 #: largest clusters slurmtopo plans for (12,500 nodes), far below what would
@@ -67,6 +68,8 @@ def expand_hostlist(text: Union[str, List[str]], what: str = "hostlist") -> List
     if count > MAX_NAMES:
         raise HostlistError(f"{what} {_short(text)} names {count:,} hosts, more than the "
                             f"{MAX_NAMES:,} slurmtopo expands (a typo in a range?)")
+    from ClusterShell.NodeSet import NodeSet, NodeSetException, RESOLVER_NOGROUP
+
     try:
         names = list(NodeSet(text, resolver=RESOLVER_NOGROUP))
     except NodeSetException as exc:
@@ -78,6 +81,8 @@ def expand_hostlist(text: Union[str, List[str]], what: str = "hostlist") -> List
 
 def fold_hostlist(names: Iterable[str]) -> str:
     """Names -> the shortest hostlist expression (``gpu[01-03]``)."""
+    from ClusterShell.NodeSet import NodeSet, RESOLVER_NOGROUP
+
     return str(NodeSet.fromlist(list(names), resolver=RESOLVER_NOGROUP))
 
 
@@ -88,6 +93,8 @@ def expand_indices(text: str, what: str = "index range") -> Set[int]:
     if total > MAX_NAMES:
         raise HostlistError(f"{what} {_short(text)} names {total:,} numbers, more than the "
                             f"{MAX_NAMES:,} slurmtopo expands")
+    from ClusterShell.RangeSet import RangeSet, RangeSetParseError
+
     try:
         return {int(x) for x in RangeSet(text)}
     except (RangeSetParseError, ValueError) as exc:
