@@ -118,15 +118,23 @@ def check_tree(fabric: Fabric, slurm_nodes: Optional[Sequence[str]] = None) -> L
     except ValueError as exc:  # "switch loop through 'name'"
         looped = str(exc).split("'")[1] if str(exc).count("'") >= 2 else None
         return out + [Problem(ERROR, f"switches do not form a tree: {exc}", origins.get(looped))]
-    if parents:
-        roots = [s.name for s in sw if s.name not in parents]
+    roots = [s.name for s in sw if s.name not in parents]
+    if len(roots) > 1:
         top = max(levels.values())
-        if len(roots) > 1:
-            low = [r for r in roots if levels[r] < top] or roots
-            out.append(Problem(REFUSE, f"switch(es) {', '.join(sorted(low, key=natural_key)[:8])}"
-                                       " have no parent while others have one: jobs could not "
-                                       "span them and the rest of the tree",
-                               origins.get(low[0])))
+        low = sorted((r for r in roots if levels[r] < top), key=natural_key)
+        if parents and low:
+            out.append(Problem(REFUSE, f"switch(es) {', '.join(low[:8])} have no parent while "
+                                       "others have one: jobs could not span them and the rest "
+                                       "of the tree", origins.get(low[0])))
+        else:
+            shown = sorted(roots, key=natural_key)
+            out.append(Problem(REFUSE, f"no switch reaches all nodes: {len(roots)} switches "
+                                       f"have no common parent ({', '.join(shown[:8])}"
+                                       f"{' ...' if len(shown) > 8 else ''}); Slurm warns 'no "
+                                       "switch can reach all nodes' and jobs needing nodes under "
+                                       "two of them never start (add a switch above them; "
+                                       "`slurmtopo topology generate` does)",
+                               origins.get(shown[0])))
     seen: Counter = Counter(h for s in sw for h in set(s.nodes))
     multi = [h for h, c in seen.items() if c > 1]
     if multi:

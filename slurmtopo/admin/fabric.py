@@ -32,7 +32,7 @@ import os
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 
 from slurmtopo.admin.ibnetdiscover import IbFabric, IbNode
@@ -59,6 +59,27 @@ def natural_key(name: str):
 # Which CA belongs to which host
 
 
+_MLX_INDEX = re.compile(r"(?i)^mlx\d+_(\d+)$")
+_HCA_INDEX = re.compile(r"(?i)^HCA-(\d+)$")
+
+
+def hca_rail(hca: str) -> Optional[int]:
+    """The rail an HCA name stands for, counting from 0, or None.
+
+    One port is named two ways in real dumps: rdma-ndd on current stacks
+    writes the RDMA device (``mlx5_4``, numbered from 0), older stacks and
+    some DGX OS images write ``HCA-5`` (numbered from 1). Both are rail 4.
+    Other names (``mlx5_bond_0``, ``ibp12s0``) have no rail number.
+    """
+    m = _MLX_INDEX.match(hca)
+    if m:
+        return int(m.group(1))
+    m = _HCA_INDEX.match(hca)
+    if m and int(m.group(1)) >= 1:
+        return int(m.group(1)) - 1
+    return None
+
+
 @dataclass(frozen=True)
 class CaHost:
     host: str
@@ -66,8 +87,7 @@ class CaHost:
 
     @property
     def rail(self) -> Optional[int]:
-        m = _TRAILING_INT.search(self.hca)
-        return int(m.group(1)) if m else None
+        return hca_rail(self.hca)
 
 
 def host_of(description: str) -> Tuple[Optional[CaHost], str]:
@@ -75,7 +95,8 @@ def host_of(description: str) -> Tuple[Optional[CaHost], str]:
 
     rdma-ndd sets descriptions to ``"<hostname> <hca>"`` (``"gpu001 mlx5_0"``,
     older stacks ``"gpu001 HCA-1"``); a CA nobody named keeps its vendor text
-    (``"MT4123 ConnectX6 Mellanox Technologies"``).
+    (``"MT4123 ConnectX6 Mellanox Technologies"``). Whether a named host is
+    a compute node is another question (:func:`non_compute_reason`).
     """
     desc = description.strip()
     if not desc:
@@ -92,10 +113,37 @@ def host_of(description: str) -> Tuple[Optional[CaHost], str]:
         host = host.split(".", 1)[0]  # Slurm node names are short names
     if not NAME_RE.match(host):
         return None, "no usable host name in its description"
-    if host.lower() in ("localhost", "localhost4", "localhost6"):
-        return None, "host name is localhost"
     hca = tokens[1] if len(tokens) > 1 else ""
     return CaHost(host, hca), ""
+
+
+#: host names an OS installer leaves behind: nobody names a compute node so
+DEFAULT_HOSTNAMES = frozenset({"localhost", "localhost4", "localhost6", "localdomain", "ubuntu",
+                               "debian", "centos", "rocky", "rhel", "redhat", "fedora", "almalinux",
+                               "sles", "suse", "linux", "none", "unknown"})
+#: name parts of fabric/cluster management hosts (UFM, subnet managers, head nodes)
+_MANAGEMENT = re.compile(r"(?i)^(c?ufm\d*|ufmapl\d*|opensm\d*|sm\d*|subnetmanager|mgmt\d*"
+                         r"|mgt\d*|headnode\d*|head\d*|bcm\d*|nvue\d*|ufm[a-z]*)$")
+
+
+def non_compute_reason(host: str) -> Optional[str]:
+    """Why a named CA host is not a compute node, when no node list says.
+
+    Without slurm.conf (or ``--nodes``/``--reports``) the fabric alone must
+    tell compute hosts from the rest, and only names can: a host still
+    called by an installer's default (``ubuntu``, ``localhost``), or one
+    whose name has a part naming management software or a management role
+    (``B11-P1-CUFM-02``, ``ufm01``, ``opensm2``, ``mgmt01``, ``head1``).
+    With a node list, the list decides and this is not asked.
+    """
+    low = host.lower()
+    if low in DEFAULT_HOSTNAMES or low.startswith("localhost"):
+        return "default OS host name"
+    parts = re.split(r"[-_.]", host)
+    hit = next((p for p in parts if _MANAGEMENT.match(p)), None)
+    if hit is not None:
+        return f"management host ({hit!r} in its name)"
+    return None
 
 
 # --------------------------------------------------------------------------
@@ -162,22 +210,74 @@ def _common_stem(members: List[str]) -> str:
     return ""
 
 
-def group_name(members: List[str], taken: Set[str]) -> str:
-    """A name for a logical switch made of several physical ones: their
-    common stem (``spine01, spine02`` -> ``spine``; the leaves of unit
-    ``su001-leaf[0-7]`` -> ``su001``), else the folded list without brackets
-    (``spine[1,3]`` -> ``spine1_3``)."""
-    stem = _common_stem(members)
-    if len(stem) >= 2 and NAME_RE.match(stem) and stem not in taken:
-        return stem
+def _shared_parts(members: List[str]) -> str:
+    """The name parts every member has in the same place, the varying ones
+    dropped: ``A09-P1-IBLEAF-01-02`` .. ``A09-P1-IBLEAF-04-02`` (the four
+    rail leaves of unit 02) -> ``A09-P1-IBLEAF-02``; "" when the names do
+    not split alike."""
+    split = [re.split(r"([-_.])", m) for m in members]
+    if len({len(p) for p in split}) != 1:
+        return ""
+    keep = [i for i in range(0, len(split[0]), 2) if len({p[i] for p in split}) == 1]
+    if len(keep) * 2 - 1 == len(split[0]) or not keep:
+        return ""  # nothing varies, or nothing is shared
+    parts = [split[0][keep[0]]]
+    for i in keep[1:]:
+        parts += [split[0][i - 1], split[0][i]]
+    return "".join(parts)
+
+
+def group_name_candidates(members: List[str]) -> List[str]:
+    """What a logical switch made of ``members`` would like to be called,
+    best first: their common stem (``spine01, spine02`` -> ``spine``; the
+    leaves of unit ``su001-leaf[0-7]`` -> ``su001``), then the parts of the
+    names they share (``A09-P1-IBLEAF-[01-04]-02`` -> ``A09-P1-IBLEAF-02``)."""
+    out = []
+    for cand in (_common_stem(members), _shared_parts(members)):
+        if len(cand) >= 2 and NAME_RE.match(cand) and len(cand) <= 56 and cand not in out:
+            out.append(cand)
+    return out
+
+
+def _folded_name(members: List[str]) -> str:
     folded = fold_hostlist(members)
     name = folded.replace("[", "").replace("]", "").replace(",", "_")
     if not NAME_RE.match(name) or len(name) > 48:
         name = f"{sorted(members, key=natural_key)[0]}-x{len(members)}"
-    cand, n = name, 2
-    while cand in taken:
-        cand, n = f"{name}-{n}", n + 1
-    return cand
+    return name
+
+
+def group_names(groups: List[List[str]], taken: Set[str]) -> List[str]:
+    """Names for several logical switches at once, one per group of
+    physical switch names (single-member groups keep their member's name).
+
+    Decided over all groups together and in a fixed order, so the same
+    fabric always gives the same names, and a stem two groups would share
+    (``A09-P1-IBLEAF`` for every unit of a row) goes to neither: one name
+    never stands for different units from one run, or one format, to the
+    next. ``taken`` (physical names in use) is updated.
+    """
+    cands = [[g[0]] if len(g) == 1 else group_name_candidates(g) for g in groups]
+    out: List[str] = []
+    for k, g in enumerate(groups):
+        if len(g) == 1:
+            out.append(g[0])
+            taken.add(g[0])
+            continue
+        others = {c for j, cs in enumerate(cands) if j != k for c in cs}
+        w = next((c for c in cands[k] if c not in others and (c not in taken or c in g)),
+                 _folded_name(g))
+        cand, n = w, 2
+        while cand in taken and cand not in g:
+            cand, n = f"{w}-{n}", n + 1
+        taken.add(cand)
+        out.append(cand)
+    return out
+
+
+def group_name(members: List[str], taken: Set[str]) -> str:
+    """A name for one logical switch made of several physical ones."""
+    return group_names([list(members)], set(taken) - set(members))[0]
 
 
 # --------------------------------------------------------------------------
@@ -190,20 +290,37 @@ class HostSelection:
 
     nodes: Optional[Set[str]] = None  # allowed host names (None: every named host)
     hcas: Optional[Set[str]] = None  # compute HCA names ("mlx5_0", ...)
-    rails: Optional[Set[int]] = None  # compute rails (trailing number of the HCA name)
+    rails: Optional[Set[int]] = None  # compute rails (mlx5_N and HCA-(N+1) are rail N)
     #: per host, its compute NIC names (from node reports: Nic.role == compute)
     compute_nics: Optional[Mapping[str, Set[str]]] = None
     #: fabric host name -> Slurm node name (slurm.conf NodeHostname)
     rename: Optional[Mapping[str, str]] = None
 
     def is_compute(self, host: str, ca: CaHost) -> bool:
+        """Is this HCA a compute HCA? ``--hca mlx5_4`` also selects
+        ``HCA-5``: both names are rail 4 (:func:`hca_rail`)."""
         if self.hcas is not None:
-            return ca.hca in self.hcas
+            if ca.hca in self.hcas:
+                return True
+            rails = {r for r in map(hca_rail, self.hcas) if r is not None}
+            return ca.rail is not None and ca.rail in rails
         if self.rails is not None:
             return ca.rail in self.rails
         if self.compute_nics is not None and self.compute_nics.get(host):
-            return ca.hca in self.compute_nics[host]
+            nics = self.compute_nics[host]
+            rails = {r for r in map(hca_rail, nics) if r is not None}
+            return ca.hca in nics or (ca.rail is not None and ca.rail in rails)
         return True
+
+    def describe(self) -> str:
+        """The rule that picked the compute HCAs, for messages."""
+        if self.hcas is not None:
+            return f"--hca {fold_hostlist(self.hcas)}"
+        if self.rails is not None:
+            return f"--rails {','.join(str(r) for r in sorted(self.rails))}"
+        if self.compute_nics is not None:
+            return "the compute NICs of the node reports"
+        return "every HCA"
 
 
 @dataclass
@@ -214,6 +331,10 @@ class Derived:
     host_leaves: Dict[str, List[str]] = field(default_factory=dict)
     #: logical switch name -> the physical switches it stands for
     members: Dict[str, List[str]] = field(default_factory=dict)
+    #: hosts of the fabric the HCA selection leaves out, by reason ("with no
+    #: HCA matching --hca mlx5_[0-7]", "whose compute HCAs have no link");
+    #: node-list hosts missing from the fabric are the coverage check's job
+    left_out: Dict[str, List[str]] = field(default_factory=dict)
 
     @property
     def hosts(self) -> List[str]:
@@ -225,6 +346,14 @@ def _sample(names: Iterable[str], limit: int = 6) -> str:
     shown = names[:limit]
     text = fold_hostlist(shown) if all(NAME_RE.match(n) for n in shown) else ", ".join(shown)
     return text if len(names) <= limit else f"{text} and {len(names) - limit} more"
+
+
+def left_out_message(left_out: Mapping[str, Sequence[str]]) -> str:
+    """``3 host(s) left out: 2 no HCA matches --hca ... (gpu[1-2]); 1 ...``."""
+    total = len({h for hosts in left_out.values() for h in hosts})
+    parts = [f"{len(hosts)} {why} ({_sample(hosts, 4)})"
+             for why, hosts in sorted(left_out.items())]
+    return f"{total} host(s) left out: " + "; ".join(parts)
 
 
 class _UnionFind:
@@ -247,13 +376,21 @@ class _UnionFind:
 
 def derive_fabric(ib: IbFabric, select: Optional[HostSelection] = None) -> Derived:
     """Slurm's view of an InfiniBand fabric: logical leaves (scalable units)
-    holding hosts, logical switches above them, one level per hop."""
+    holding hosts, logical switches above them, one level per hop.
+
+    Deterministic: records are visited in GUID order and every choice
+    (names, link rates) is made over sorted data, so the same fabric gives
+    the same tree whatever the order of the dump or ``PYTHONHASHSEED``.
+    """
     return _Derivation(ib, select or HostSelection()).run()
 
 
 def _rate(values: List[float]) -> Optional[float]:
-    """The usual link rate among ``values`` (the most common one)."""
-    return Counter(values).most_common(1)[0][0] if values else None
+    """The usual link rate among ``values`` (the most common one; the
+    fastest of equally common ones)."""
+    if not values:
+        return None
+    return max(Counter(values).items(), key=lambda kv: (kv[1], kv[0]))[0]
 
 
 class _Derivation:
@@ -262,11 +399,14 @@ class _Derivation:
     def __init__(self, ib: IbFabric, select: HostSelection):
         self.ib, self.select = ib, select
         self.notes: List[str] = []
-        self.switches = {g: n for g, n in ib.nodes.items() if n.kind == "switch"}
+        self.switches = {g: ib.nodes[g] for g in sorted(ib.nodes)
+                         if ib.nodes[g].kind == "switch"}
         self.names = switch_names(self.switches.values())
         self.host_leaf: Dict[str, Set[str]] = defaultdict(set)  # host -> leaf guids
         self.host_gbps: Dict[str, List[float]] = defaultdict(list)  # leaf -> host link rates
+        self.leaf_rails: Dict[str, Dict[int, Set[str]]] = defaultdict(lambda: defaultdict(set))
         self.service: Set[str] = set()  # switches carrying only left-out CAs
+        self.left_out: Dict[str, List[str]] = {}
         self.level: Dict[str, int] = {}
         self.adj: Dict[str, Set[str]] = defaultdict(set)  # switch -> switches
         self.link_gbps: Dict[Tuple[str, str], List[float]] = defaultdict(list)
@@ -274,16 +414,17 @@ class _Derivation:
     def run(self) -> Derived:
         self.attach_hosts()
         leaves = {sw for sws in self.host_leaf.values() for sw in sws}
+        self.check_rails()
         self.assign_levels(leaves)
         units, unit_hosts = self.scalable_units(leaves)
         switches, members = self.logical_switches(units, unit_hosts)
         if len(units) != len(leaves):
             self.notes.append(f"{len(leaves)} leaf switches form {len(units)} scalable "
                               "unit(s); each unit is one leaf for Slurm")
-        host_leaves = {h: sorted((self.names[g] for g in sws), key=natural_key)
-                       for h, sws in self.host_leaf.items()}
+        host_leaves = {h: sorted((self.names[g] for g in self.host_leaf[h]), key=natural_key)
+                       for h in sorted(self.host_leaf, key=natural_key)}
         return Derived(fabric=Fabric(switches=tuple(switches)), notes=self.notes,
-                       host_leaves=host_leaves, members=members)
+                       host_leaves=host_leaves, members=members, left_out=self.left_out)
 
     def attach_hosts(self) -> None:
         """CAs -> hosts on leaf switches; who is left out and why."""
@@ -292,9 +433,12 @@ class _Derivation:
         skipped: Dict[str, List[str]] = defaultdict(list)
         other_attached: Set[str] = set()  # switches with left-out named CAs
         excluded_hosts: Set[str] = set()
+        non_compute: Dict[str, Set[str]] = defaultdict(set)
         excluded_hcas: Dict[str, Set[str]] = defaultdict(set)
+        host_hcas: Dict[str, Set[str]] = defaultdict(set)  # every named HCA of a host
         dark_cas: Set[str] = set()
-        for node in self.ib.nodes.values():
+        for guid in sorted(self.ib.nodes):
+            node = self.ib.nodes[guid]
             if node.kind == "switch":
                 continue
             if node.kind == "router":
@@ -305,32 +449,52 @@ class _Derivation:
                 skipped[why].append(node.description or node.guid)
                 continue
             host = (select.rename or {}).get(ca.host, ca.host)
-            peers = [(sw, ln) for _p, sw, _rp, ln in neigh.get(node.guid, ())
-                     if sw in self.switches]
+            peers = sorted((sw, ln) for _p, sw, _rp, ln in neigh.get(node.guid, ())
+                           if sw in self.switches)
+            reason = non_compute_reason(host) if select.nodes is None else None
             if select.nodes is not None and host not in select.nodes:
                 excluded_hosts.add(host)
+            elif reason is not None:
+                non_compute[reason].add(host)
             elif not select.is_compute(host, ca):
                 excluded_hcas[ca.hca or "?"].add(host)
+                host_hcas[host].add(ca.hca or "?")
             elif not peers:
                 dark_cas.add(f"{host}:{ca.hca}" if ca.hca else host)
+                host_hcas[host].add(ca.hca or "?")
             else:
                 for sw, ln in peers:
                     self.host_leaf[host].add(sw)
                     if ln.gbps:
                         self.host_gbps[sw].append(ln.gbps)
+                    if ca.rail is not None:
+                        self.leaf_rails[sw][ca.rail].add(ca.hca)
                 continue
             other_attached.update(sw for sw, _ in peers)
         for why, items in sorted(skipped.items()):
             notes.append(f"skipped {len(items)} CA(s): {why} ({_sample(items, 3)})")
+        for why, hosts in sorted(non_compute.items()):
+            notes.append(f"left out {len(hosts)} host(s) that are not compute nodes by their "
+                         f"name ({why}): {_sample(hosts)}; give --slurm-conf or --nodes to "
+                         "decide by the node list instead")
         if excluded_hosts:
             notes.append(f"left out {len(excluded_hosts)} host(s) not in the node list: "
                          f"{_sample(excluded_hosts)}")
-        for hca, hosts in sorted(excluded_hcas.items()):
+        for hca, hosts in sorted(excluded_hcas.items(), key=lambda kv: natural_key(kv[0])):
             notes.append(f"left out HCA {hca} (not compute) on {len(hosts)} host(s)")
         if dark_cas:
             notes.append(f"{len(dark_cas)} compute HCA(s) have no link: {_sample(dark_cas)}")
+        unplaced = set(host_hcas) - set(self.host_leaf)
+        no_match = {h for h in unplaced if h not in {d.split(":")[0] for d in dark_cas}}
+        if no_match:
+            seen = sorted({x for h in no_match for x in host_hcas[h]}, key=natural_key)
+            self.left_out[f"with no HCA matching {select.describe()} (theirs: "
+                          f"{', '.join(seen[:8])})"] = sorted(no_match, key=natural_key)
+        dark_hosts = unplaced - no_match
+        if dark_hosts:
+            self.left_out["whose compute HCAs have no link"] = sorted(dark_hosts, key=natural_key)
         if select.nodes is not None:
-            absent = select.nodes - set(self.host_leaf)
+            absent = select.nodes - set(self.host_leaf) - unplaced
             if absent:
                 notes.append(f"{len(absent)} host(s) of the node list have no linked compute "
                              f"HCA in the fabric: {_sample(absent)}")
@@ -340,6 +504,18 @@ class _Derivation:
             notes.append(f"left out {len(self.service)} switch(es) that carry only left-out "
                          f"hosts or HCAs (storage/service leaves): "
                          f"{_sample(self.names[g] for g in self.service)}")
+
+    def check_rails(self) -> None:
+        """A leaf reached by HCAs of different rail numbers means the
+        rails are not what the names say (or the cabling is off)."""
+        mixed = sorted(((self.names[sw], sorted(r for r in rails))
+                        for sw, rails in self.leaf_rails.items() if len(rails) > 1),
+                       key=lambda x: natural_key(x[0]))
+        if mixed and len(mixed) < len(self.leaf_rails):
+            self.notes.append(f"{len(mixed)} leaf switch(es) carry HCAs of several rails "
+                              "(check the cabling or the HCA names): "
+                              + "; ".join(f"{n}: rails {','.join(map(str, r))}"
+                                          for n, r in mixed[:4]))
 
     def assign_levels(self, leaves: Set[str]) -> None:
         """Breadth first from the leaves, never through service leaves."""
@@ -355,14 +531,14 @@ class _Derivation:
         flat = {self.names[a] for a in leaves for b in self.adj.get(a, ()) if b in leaves}
         if flat:
             self.notes.append("leaf switches linked to other leaf switches (hosts on a "
-                              f"spine?): {_sample(flat)}")
+                              f"spine, or leaves cabled directly?): {_sample(flat)}")
         level = self.level
-        level.update((sw, 0) for sw in leaves)
+        level.update((sw, 0) for sw in sorted(leaves))
         frontier = sorted(leaves)
         while frontier:
             nxt = set()
             for sw in frontier:
-                for other in self.adj.get(sw, ()):
+                for other in sorted(self.adj.get(sw, ())):
                     if other not in level:
                         level[other] = level[sw] + 1
                         nxt.add(other)
@@ -374,66 +550,74 @@ class _Derivation:
 
     def scalable_units(self, leaves: Set[str]):
         """Leaves that share hosts are one unit: root guid -> its leaves, and
-        root guid -> its hosts."""
+        root guid -> its hosts (roots are the smallest GUID of a unit)."""
         uf = _UnionFind()
-        for sw in leaves:
+        for sw in sorted(leaves):
             uf.find(sw)
-        for sws in self.host_leaf.values():
-            first, *rest = sorted(sws)
+        for host in sorted(self.host_leaf):
+            first, *rest = sorted(self.host_leaf[host])
             for other in rest:
                 uf.union(first, other)
         units: Dict[str, List[str]] = defaultdict(list)
-        for sw in leaves:
+        for sw in sorted(leaves):
             units[uf.find(sw)].append(sw)
         unit_hosts: Dict[str, Set[str]] = defaultdict(set)
         for host, sws in self.host_leaf.items():
-            unit_hosts[uf.find(next(iter(sws)))].add(host)
+            unit_hosts[uf.find(min(sws))].add(host)
         sizes = Counter(len(m) for m in units.values())
-        usual, most = sizes.most_common(1)[0] if sizes else (0, 0)
+        usual, most = max(sizes.items(), key=lambda kv: (kv[1], kv[0])) if sizes else (0, 0)
         if len(sizes) > 1 and most * 2 > len(units):
-            odd = [root for root, m in units.items() if len(m) != usual]
+            odd = sorted((root for root, m in units.items() if len(m) != usual),
+                         key=lambda r: natural_key(min(unit_hosts[r], key=natural_key)))
             self.notes.append(
                 f"{len(odd)} scalable unit(s) do not have the usual {usual} leaves (check "
                 "their cabling): "
                 + "; ".join(_sample(self.names[g] for g in units[r]) for r in odd[:3]))
-        return units, unit_hosts
+        return dict(sorted(units.items())), unit_hosts
 
     def logical_switches(self, units, unit_hosts):
         """Units become leaves; above, switches of one level with the same
-        (logical) children become one logical switch."""
+        (logical) children become one logical switch. Names are given level
+        by level, each level's groups together in a fixed order."""
         names, level = self.names, self.level
         taken: Set[str] = set(names.values())
         logical_of: Dict[str, str] = {}  # physical guid -> logical name
         members: Dict[str, List[str]] = {}
 
-        def make(guids: List[str], **kw) -> Switch:
-            phys = sorted((names[g] for g in guids), key=natural_key)
-            name = phys[0] if len(phys) == 1 else group_name(phys, taken - set(phys))
-            taken.add(name)
-            members[name] = phys
-            logical_of.update((g, name) for g in guids)
-            desc = f"{len(phys)} switches: {_sample(phys, 8)}" if len(phys) > 1 else \
-                (self.switches[guids[0]].description or f"guid {guids[0]}")
-            return Switch(name=name, description=desc, **kw)
+        def make_level(groups: List[List[str]], kws: List[dict]) -> List[Switch]:
+            phys = [sorted((names[g] for g in guids), key=natural_key) for guids in groups]
+            order = sorted(range(len(groups)), key=lambda i: natural_key(phys[i][0]))
+            chosen = group_names([phys[i] for i in order], taken)
+            made: List[Switch] = []
+            for i, name in zip(order, chosen):
+                guids = groups[i]
+                members[name] = phys[i]
+                logical_of.update((g, name) for g in guids)
+                desc = f"{len(phys[i])} switches: {_sample(phys[i], 8)}" if len(guids) > 1 \
+                    else (self.switches[guids[0]].description or f"guid {guids[0]}")
+                made.append(Switch(name=name, description=desc, **kws[i]))
+            return made
 
-        out = sorted((make(guids, level=0,
-                           nodes=tuple(sorted(unit_hosts[root], key=natural_key)),
-                           link_gbps=_rate([r for g in guids for r in self.host_gbps[g]]))
-                      for root, guids in units.items()),
-                     key=lambda s: natural_key(s.nodes[0]))
+        roots = sorted(units, key=lambda r: natural_key(min(unit_hosts[r], key=natural_key)))
+        out = make_level(
+            [units[r] for r in roots],
+            [dict(level=0, nodes=tuple(sorted(unit_hosts[r], key=natural_key)),
+                  link_gbps=_rate([x for g in units[r] for x in self.host_gbps[g]]))
+             for r in roots])
+        out.sort(key=lambda s: natural_key(s.nodes[0]))
         for lvl in range(1, max(level.values(), default=0) + 1):
             groups: Dict[FrozenSet[str], List[str]] = defaultdict(list)
-            for sw, lv in level.items():
-                if lv == lvl:
-                    kids = frozenset(logical_of[o] for o in self.adj[sw]
-                                     if level.get(o) == lvl - 1)
-                    groups[kids].append(sw)
-            made = []
-            for kids, guids in groups.items():
-                speeds = [r for g in guids for o in self.adj[g] if level.get(o) == lvl - 1
-                          for r in self.link_gbps.get((g, o), ())]
-                made.append(make(guids, level=lvl,
-                                 switches=tuple(sorted(kids, key=natural_key)),
-                                 link_gbps=_rate(speeds)))
+            for sw in sorted(g for g, lv in level.items() if lv == lvl):
+                kids = frozenset(logical_of[o] for o in self.adj[sw]
+                                 if level.get(o) == lvl - 1)
+                groups[kids].append(sw)
+            keys = sorted(groups, key=lambda k: sorted(groups[k]))
+            kws = []
+            for kids in keys:
+                speeds = [r for g in groups[kids] for o in sorted(self.adj[g])
+                          if level.get(o) == lvl - 1 for r in self.link_gbps.get((g, o), ())]
+                kws.append(dict(level=lvl, switches=tuple(sorted(kids, key=natural_key)),
+                                link_gbps=_rate(speeds)))
+            made = make_level([groups[k] for k in keys], kws)
             out.extend(sorted(made, key=lambda s: natural_key(s.name)))
         return out, members

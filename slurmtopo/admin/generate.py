@@ -16,6 +16,12 @@ ibnetdiscover dump, a YAML fabric description, or a mix. The rules:
 * **BlockSizes**: ``--block-sizes``, else the document's, else the smallest
   block and its doublings (Slurm needs every block to hold at least the
   first size).
+* **One tree**: switches with no common parent (two leaves cabled to each
+  other, a file of leaves and no spine) get a top switch above them, with a
+  note: otherwise Slurm finds no switch that reaches all nodes and every
+  job needing several leaves fails.
+* **Nobody lost quietly**: hosts the HCA selection or the node list would
+  leave out stop the run (counts per reason) unless ``allow_missing``.
 """
 from __future__ import annotations
 
@@ -24,12 +30,16 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Set, Tuple
 
 from slurmtopo import __version__
-from slurmtopo.admin.fabric import HostSelection, derive_fabric, natural_key
+from slurmtopo.admin.fabric import (HostSelection, derive_fabric, left_out_message,
+                                    natural_key)
 from slurmtopo.admin.ibnetdiscover import IbFabric
 from slurmtopo.admin.slurmconf import SlurmConf
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import Block, Fabric, Inventory
+from slurmtopo.model import Block, Fabric, Inventory, Switch
 from slurmtopo.topology import nvlink_domains, switch_levels
+
+#: name of the switch added above switches that have no common parent
+TOP_SWITCH = "top"
 
 
 @dataclass
@@ -59,6 +69,37 @@ def nvlink_blocks(inv: Inventory) -> Tuple[Block, ...]:
 
 def leaf_blocks(fabric: Fabric) -> Tuple[Block, ...]:
     return tuple(Block(name=s.name, nodes=s.nodes) for s in fabric.switches if s.nodes)
+
+
+def top_level(switches: Sequence[Switch]) -> List[str]:
+    """Switches nobody lists as a child (the roots of the tree)."""
+    children = {c for s in switches for c in s.switches}
+    return [s.name for s in switches if s.name not in children]
+
+
+def join_roots(switches: Tuple[Switch, ...]) -> Tuple[Tuple[Switch, ...], Optional[str]]:
+    """One tree out of several: a top switch above every root, and the note
+    saying so; ``switches`` unchanged (and no note) when there is one root.
+
+    Slurm's topology/tree needs a switch that reaches every node ("no switch
+    can reach all nodes through its descendants"), else a job that needs
+    nodes of two leaves never starts.
+    """
+    roots = top_level(switches)
+    if len(roots) <= 1:
+        return switches, None
+    names = {s.name for s in switches}
+    name, n = TOP_SWITCH, 2
+    while name in names:
+        name, n = f"{TOP_SWITCH}{n}", n + 1
+    level = 1 + max((s.level for s in switches), default=0)
+    top = Switch(name=name, level=level, switches=tuple(sorted(roots, key=natural_key)),
+                 description="added by slurmtopo: no switch above these in the input")
+    shown = ", ".join(sorted(roots, key=natural_key)[:8]) + (" ..." if len(roots) > 8 else "")
+    note = (f"{len(roots)} switches have no common parent ({shown}); added switch {name!r} "
+            "above them so Slurm sees one tree (without it, jobs spanning them fail). If "
+            "they are not linked at all, fix the fabric instead")
+    return switches + (top,), note
 
 
 def default_block_sizes(blocks: Sequence[Block]) -> Tuple[int, ...]:
@@ -97,8 +138,12 @@ def build_topology(fmt: str, *, ib: Optional[IbFabric] = None, fabric_doc: Optio
                    nodes: Optional[Sequence[str]] = None, hcas: Optional[Set[str]] = None,
                    rails: Optional[Set[int]] = None,
                    block_sizes: Optional[Sequence[int]] = None,
-                   fabric_source: Optional[str] = None) -> Built:
-    """The Fabric to write as ``fmt`` (tree, block or yaml) from the sources."""
+                   fabric_source: Optional[str] = None, allow_missing: bool = False) -> Built:
+    """The Fabric to write as ``fmt`` (tree, block or yaml) from the sources.
+
+    Raises SlurmtopoError when the HCA selection or the node list leaves
+    hosts of the fabric out, unless ``allow_missing`` (then it is a note).
+    """
     notes: List[str] = []
     sources: List[str] = []
     doc = fabric_doc
@@ -110,6 +155,12 @@ def build_topology(fmt: str, *, ib: Optional[IbFabric] = None, fabric_doc: Optio
         switches = derived.fabric.switches
         notes += derived.notes
         sources.append(f"ibnetdiscover {os.path.basename(ib.source)}")
+        if derived.left_out:
+            what = left_out_message(derived.left_out)
+            if not allow_missing:
+                raise SlurmtopoError(f"{ib.source}: {what}; check --hca/--rails and the node "
+                                     "list, or pass --allow-missing to write without them")
+            notes.append(what)
         if not switches:
             raise SlurmtopoError(f"{ib.source}: no compute host found on any switch "
                                  + (f"({notes[0]})" if notes else ""))
@@ -145,6 +196,10 @@ def build_topology(fmt: str, *, ib: Optional[IbFabric] = None, fabric_doc: Optio
     if fmt == "yaml" and not (switches or blocks):
         raise SlurmtopoError("nothing to write: give --ibnetdiscover FILE, --fabric FILE or "
                              "node reports with NVLink domains")
+    if switches and fmt in ("tree", "yaml"):
+        switches, note = join_roots(tuple(switches))
+        if note:
+            notes.append(note)
     if fmt == "tree":
         fabric = Fabric(switches=switches)
     elif fmt == "block":

@@ -13,7 +13,10 @@ scalable units:
   group, ``links_per_uplink`` cables each;
 * optional noise seen in real fabrics: SHARP aggregation nodes, unnamed CAs,
   non-compute hosts (``localhost``, a management server), a storage HCA per
-  host on storage leaves, dead HCAs, switches with only GUID names.
+  host on storage leaves, dead HCAs, switches with only GUID names, hosts
+  whose HCAs carry the older ``HCA-<N+1>`` names instead of ``mlx5_<N>``
+  (as in real DGX SuperPOD dumps), leaves cabled to each other with no
+  spine (``spines=0, chain_leaves=True``).
 
 Use it from Python (:func:`generate`) or the command line::
 
@@ -52,6 +55,12 @@ class FatTreeSpec:
     dead_hcas: Sequence[Tuple[int, int]] = ()  # (host index, rail) left uncabled
     speed: str = "4xHDR"
     uplink_speed: str = "4xHDR"
+    legacy_hca_hosts: Sequence[int] = ()  # host indexes whose HCAs are "HCA-<r+1>"
+    chain_leaves: bool = False  # cable leaf u to leaf u+1 of the same rail
+    #: switch names, e.g. "A09-P1-IBLEAF-{rail1:02d}-{unit1:02d}" (1-based
+    #: unit1/rail1, 0-based unit/rail); "" for the default names
+    leaf_format: str = ""
+    spine_format: str = ""  # "A10-P1-IBSPINE-{n:02d}" (n: 1-based)
 
     @property
     def units(self) -> int:
@@ -111,6 +120,8 @@ def _build(spec: FatTreeSpec) -> _Builder:
     groups = rails if spec.rail_spines else 1
 
     def leaf_name(u: int, r: int) -> str:
+        if spec.leaf_format:
+            return spec.leaf_format.format(unit=u, rail=r, unit1=u + 1, rail1=r + 1)
         return f"leaf{u + 1:03d}" if rails == 1 else f"su{u + 1:03d}-leaf{r}"
 
     leaves = {(u, r): b.switch(leaf_name(u, r)) for u in range(spec.units) for r in range(rails)}
@@ -119,7 +130,9 @@ def _build(spec: FatTreeSpec) -> _Builder:
         for g in range(groups):
             tag = f"pod{p + 1}-" if three else ""
             rail = f"r{g}-" if groups > 1 else ""
-            spines[(p, g)] = [b.switch(f"{tag}spine-{rail}{s + 1:02d}") for s in range(spec.spines)]
+            spines[(p, g)] = [b.switch(spec.spine_format.format(n=len(b.switches) + 1 - len(leaves))
+                                       if spec.spine_format else f"{tag}spine-{rail}{s + 1:02d}")
+                              for s in range(spec.spines)]
     cores: Dict[int, List[_Node]] = {}
     if three:
         for g in range(groups):
@@ -132,8 +145,8 @@ def _build(spec: FatTreeSpec) -> _Builder:
         for r in range(rails):
             if (h, r) in dead:
                 continue
-            hca = b.ca(f"{name} {spec.hca_format.format(r)}")
-            b.cable(leaves[(u, r)], hca, spec.speed)
+            hca_name = f"HCA-{r + 1}" if h in spec.legacy_hca_hosts else spec.hca_format.format(r)
+            b.cable(leaves[(u, r)], b.ca(f"{name} {hca_name}"), spec.speed)
     if spec.storage_hca:
         stor_leaves = [b.switch(f"stor-leaf{u + 1:03d}") for u in range(spec.units)]
         for h in range(spec.hosts):
@@ -152,6 +165,10 @@ def _build(spec: FatTreeSpec) -> _Builder:
         for sp in spines[(p, r if spec.rail_spines else 0)]:
             for _ in range(spec.links_per_uplink):
                 b.cable(leaf, sp, spec.uplink_speed)
+    if spec.chain_leaves:
+        for (u, r), leaf in leaves.items():
+            if (u + 1, r) in leaves:
+                b.cable(leaf, leaves[(u + 1, r)], spec.uplink_speed)
     for (p, g), sps in spines.items():
         for sp in sps:
             for core in cores.get(g, ()):

@@ -353,26 +353,54 @@ def leaf_of(fabric: Fabric) -> Dict[str, str]:
     return out
 
 
+def _renames(old: Dict[str, str], new: Dict[str, str]) -> Dict[str, str]:
+    """Old leaf/block name -> new name, for the units whose nodes are all
+    the same under a name that changed (so the nodes did not move)."""
+    members_old: Dict[str, set] = {}
+    members_new: Dict[str, set] = {}
+    for h, leaf in old.items():
+        members_old.setdefault(leaf, set()).add(h)
+    for h, leaf in new.items():
+        members_new.setdefault(leaf, set()).add(h)
+    by_nodes = {frozenset(m): n for n, m in members_new.items()}
+    out = {}
+    for o, m in members_old.items():
+        n = by_nodes.get(frozenset(m))
+        if n is not None and n != o and o not in members_new:
+            out[o] = n
+    return out
+
+
 def describe_changes(old: Fabric, new: Fabric) -> List[str]:
-    """Human summary of what a new topology changes: switches/blocks added or
-    removed, nodes added, removed or moved to another leaf/block."""
+    """Human summary of what a new topology changes: switches/blocks added,
+    removed, renamed or changed, nodes added, removed or moved to another
+    leaf/block. A leaf that keeps its nodes under a new name is a rename,
+    not a move of its nodes."""
     out: List[str] = []
+    lo, ln = leaf_of(old), leaf_of(new)
+    renames = _renames(lo, ln)
     for what, a, b in (("switch", {s.name: s for s in old.switches},
                         {s.name: s for s in new.switches}),
                        ("block", {x.name: x for x in old.blocks}, {x.name: x for x in new.blocks})):
-        added = sorted(set(b) - set(a), key=natural_key)
-        removed = sorted(set(a) - set(b), key=natural_key)
+        renamed = sorted(((o, renames[o]) for o in set(a) - set(b)
+                          if renames.get(o) in set(b) - set(a)), key=lambda p: natural_key(p[0]))
+        gone_names = {o for o, _ in renamed}
+        new_names = {n for _, n in renamed}
+        added = sorted(set(b) - set(a) - new_names, key=natural_key)
+        removed = sorted(set(a) - set(b) - gone_names, key=natural_key)
         changed = sorted((n for n in set(a) & set(b)
                           if (set(a[n].nodes), getattr(a[n], "switches", ()))
                           != (set(b[n].nodes), getattr(b[n], "switches", ()))), key=natural_key)
+        plural = "switches" if what == "switch" else "blocks"
         for label, names in (("added", added), ("removed", removed), ("changed", changed)):
             if names:
-                out.append(f"{what}es {label}: {_short(names)}" if what == "switch"
-                           else f"{what}s {label}: {_short(names)}")
-    lo, ln = leaf_of(old), leaf_of(new)
+                out.append(f"{plural} {label}: {_short(names)}")
+        if renamed:
+            out.append(f"{plural} renamed (same nodes): "
+                       f"{_short(f'{o} -> {n}' for o, n in renamed)}")
     gone = set(lo) - set(ln)
     came = set(ln) - set(lo)
-    moved = [h for h in set(lo) & set(ln) if lo[h] != ln[h]]
+    moved = [h for h in set(lo) & set(ln) if lo[h] != ln[h] and renames.get(lo[h]) != ln[h]]
     if came:
         out.append(f"nodes added: {fold_hostlist(came)}")
     if gone:

@@ -26,14 +26,19 @@ def command():
                    "Default: yaml for a .yaml output, block if slurm.conf says "
                    "topology/block, else tree.")
 @click.option("--hca", default=None,
-              help="Compute HCAs by name, e.g. 'mlx5_[0-7]' (others are storage).")
-@click.option("--rails", default=None, help="Compute rails by number, e.g. '0-7'.")
+              help="Compute HCAs by name, e.g. 'mlx5_[0-7]' (others are storage); "
+                   "mlx5_N also selects HCA-(N+1), the older name of the same port.")
+@click.option("--rails", default=None,
+              help="Compute rails by number, e.g. '0-7' (mlx5_N and HCA-(N+1) are rail N).")
+@click.option("--allow-missing", "allow_missing", is_flag=True,
+              help="Write even when the HCA selection leaves hosts of the fabric out "
+                   "(by default that stops with the counts per reason).")
 @click.option("--block-sizes", "block_sizes", default=None,
               help="BlockSizes, e.g. 18,36,72 (default: smallest block and its doublings).")
 @write_options
 @guard
-def generate(reports, ibnet, fabric_path, fmt, hca, rails, block_sizes, output, diff, slurm_conf,
-             nodes, force, reconfigure):
+def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_sizes, output,
+             diff, slurm_conf, nodes, force, reconfigure):
     """Write topology.conf (or topology.yaml) from the fabric and node reports.
 
     With only --ibnetdiscover, the hosts are the named HCAs it finds. The
@@ -63,7 +68,8 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, block_sizes, output, 
         fmt, ib=read_ibnetdiscover(ibnet) if ibnet else None,
         fabric_doc=load_fabric(fabric_path), fabric_source=fabric_path, inv=inv, slurm=slurm,
         nodes=parse_nodes(nodes), hcas=parse_nameset(hca, "--hca"),
-        rails=parse_rangeset(rails, "--rails"), block_sizes=parse_sizes(block_sizes))
+        rails=parse_rangeset(rails, "--rails"), block_sizes=parse_sizes(block_sizes),
+        allow_missing=allow_missing)
     for note in built.notes:
         echo_err(f"note: {note}")
     what = "topology.yaml" if fmt == "yaml" else "topology.conf"

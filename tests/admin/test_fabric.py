@@ -33,7 +33,6 @@ def test_host_from_ca_description(desc, host, hca):
     ("Mellanox Technologies Aggregation Node", "SHARP"),
     ("MT4123 ConnectX6   Mellanox Technologies", "vendor default"),
     ("MT23108 InfiniHost Mellanox Technologies", "vendor default"),
-    ("localhost mlx5_0", "localhost"),
     ("10.1.2.3 mlx4_0", "address"),
 ])
 def test_cas_that_are_no_host(desc, why):
@@ -43,7 +42,8 @@ def test_cas_that_are_no_host(desc, why):
 
 def test_rail_is_the_number_of_the_hca():
     assert host_of("gpu001 mlx5_7")[0].rail == 7
-    assert host_of("gpu001 HCA-2")[0].rail == 2
+    assert host_of("gpu001 HCA-2")[0].rail == 1  # HCA-(N+1) is mlx5_N
+    assert host_of("gpu001 mlx5_bond_0")[0].rail is None
     assert host_of("gpu001")[0].rail is None
 
 
@@ -126,7 +126,9 @@ def test_without_a_compute_filter_storage_hcas_count():
     d = _two_rails()
     su1 = [s for s in d.fabric.switches if "gpu001" in s.nodes][0]
     assert "stor-leaf1" in d.members[su1.name]  # it is told apart only when asked
-    assert "mgmt01" in su1.nodes
+    # without a node list, a management host is recognised by its name
+    assert "mgmt01" not in su1.nodes and "localhost" not in su1.nodes
+    assert any("management host" in n and "mgmt01" in n for n in d.notes)
 
 
 def test_unnamed_cas_and_guid_switches():
