@@ -38,6 +38,7 @@ __all__ = [
     "NAMES",
     "CONVENTIONS",
     "DEFAULT_ORDER",
+    "DENSE_DIMS",
     "DENSE_KINDS",
     "EXPERT_KINDS",
     "GROUP_KINDS",
@@ -62,8 +63,9 @@ DEFAULT_ORDER: Dict[str, str] = {
     "torch": "pp-dp-ep-cp-tp",
 }
 
-#: Group kinds from the dense (non-expert) generator -> dimensions spanned.
-_DENSE: Dict[str, Tuple[str, ...]] = {
+#: Group kinds from the dense (non-expert) generator -> dimensions spanned
+#: (the planner reads it to move required dimensions inward).
+DENSE_DIMS: Dict[str, Tuple[str, ...]] = {
     "tp": ("tp",),
     "cp": ("cp",),
     "pp": ("pp",),
@@ -85,7 +87,7 @@ _EXPERT: Dict[str, Tuple[str, ...]] = {
     "expert-tp-ep-pp": ("tp", "ep", "pp"),
 }
 
-DENSE_KINDS: List[str] = list(_DENSE)
+DENSE_KINDS: List[str] = list(DENSE_DIMS)
 EXPERT_KINDS: List[str] = list(_EXPERT)
 #: Every key build_groups can return, in the order it returns them.
 GROUP_KINDS: List[str] = DENSE_KINDS + EXPERT_KINDS
@@ -351,7 +353,7 @@ def build_groups(layout: Layout) -> Dict[str, List[List[int]]]:
     dense = {"tp": lay.tp, "cp": lay.cp, "ep": 1, "dp": lay.dp, "pp": lay.pp}
     dense_dims = [(n, dense[n]) for n in fast]
     out = Groups()
-    for kind, span in _DENSE.items():
+    for kind, span in DENSE_DIMS.items():
         out[kind] = _orthogonal_groups(dense_dims, span)
     if lay.ep > 1 or lay.expert_tp != lay.tp:
         expert = {"tp": lay.expert_tp, "cp": 1, "ep": lay.ep, "dp": lay.expert_dp, "pp": lay.pp}

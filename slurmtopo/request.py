@@ -66,6 +66,24 @@ NODE_LEVEL_BOUND: Dict[str, LinkClass] = {
     "node": LinkClass.SYS,
 }
 
+#: The preferences every job has without asking, per group kind, most
+#: important first: TP (and expert-TP) on NVLink, CP, EP and the DP block in
+#: one node. The planner applies them (the DP block is ``dp-cp`` when CP > 1,
+#: see :func:`implicit_preferences`); the placement daemon waits for them when
+#: a job sets a ``wait`` on a kind it did not ``prefer``. One table, so the
+#: two never disagree.
+IMPLICIT_PREFER: Dict[str, str] = {"tp": "nvlink", "expert-tp": "nvlink", "cp": "node",
+                                   "ep": "node", "dp": "node", "dp-cp": "node"}
+
+
+def implicit_preferences(layout: Layout) -> List[Tuple[str, str]]:
+    """(kind, level) pairs of :data:`IMPLICIT_PREFER` that apply to
+    ``layout``, most important first: the DP block is ``dp-cp`` when the
+    layout has context parallelism, else ``dp``."""
+    dp_block = "dp-cp" if layout.cp > 1 else "dp"
+    return [(k, v) for k, v in IMPLICIT_PREFER.items() if k not in ("dp", "dp-cp") or k == dp_block]
+
+
 #: How each level reads in messages ("inside one ...").
 LEVEL_TEXT: Dict[str, str] = {
     "nvlink": "NVLink",

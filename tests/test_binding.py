@@ -20,14 +20,21 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo import binding
-from slurmtopo.binding import (Allocation, allocation_state, bind, detect_constrained,
-                               differences, fill_placement, parse_probe, parse_rank_table,
-                               parse_scontrol_job, plan_document, rank_launch, rank_table,
-                               read_allocation, read_plan)
+from slurmtopo import plandoc
+from slurmtopo.binding import common
+from slurmtopo.binding.allocation import (Allocation, detect_constrained, parse_probe,
+                                          parse_scontrol_job, read_allocation)
+from slurmtopo.binding.launcher import parse_rank_table, rank_launch, rank_main, rank_table
+from slurmtopo.binding.replan import (allocation_state, differences, fill_placement, replan,
+                                      with_allocated_nodes)
+from slurmtopo.binding.step import bind, env_script
+from slurmtopo.plandoc import dumps_plan, plan_document, planned_placement, read_plan
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
+from slurmtopo.model import Inventory, Node
+from slurmtopo.placement.common import nic_choice
+from slurmtopo.presets import PRESETS, preset
 from slurmtopo.sbatch import SbatchRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -268,7 +275,7 @@ def test_allocation_differs_replans(tmp_path, h100, cgroup):
     assert "planned node gpu01 was not allocated" in proc.stderr
     rm = json.loads((tmp_path / "slurmtopo-run-4242" / "rankmap.json").read_text())
     assert rm["replanned"] is True
-    actual = binding.planned_placement({**rm, "layout": rm["layout"]})
+    actual = planned_placement({**rm, "layout": rm["layout"]})
     assert {s.host for s in actual.slots} == set(alloc)
     for s in actual.slots:
         assert s.gpu in alloc[s.host]
@@ -456,7 +463,7 @@ def test_replan_falls_back_when_planner_cannot(h100):
         raise PlacementError("no")
 
     log = []
-    new = binding.replan(doc, h100, alloc, log, planner)
+    new = replan(doc, h100, alloc, log, planner)
     assert len(calls) == 2  # with, then without requirements
     assert [(s.host, s.gpu) for s in new.slots] == [("gpu04", 6), ("gpu04", 7),
                                                    ("gpu03", 0), ("gpu03", 1)]
@@ -483,9 +490,9 @@ def test_rank_table_roundtrip_and_local_truth(h100):
 
 
 def test_rank_main_errors_are_one_line(capsys):
-    assert binding.rank_main(["--", "true"], {}) == 2
+    assert rank_main(["--", "true"], {}) == 2
     assert "SLURM_PROCID is not set" in capsys.readouterr().err
-    assert binding.rank_main(["--", "true"], {"SLURM_PROCID": "0"}) == 2
+    assert rank_main(["--", "true"], {"SLURM_PROCID": "0"}) == 2
     assert "no rank table" in capsys.readouterr().err
 
 
@@ -505,8 +512,8 @@ def test_large_rank_table_goes_by_file(tmp_path, h100, monkeypatch):
     env = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01", "SLURM_JOB_GPUS": "0,1",
            "CUDA_VISIBLE_DEVICES": "0,1"}
     res = bind(doc, env, _runner({}), dev_dir=str(tmp_path))
-    monkeypatch.setattr(binding.common, "ENV_TABLE_LIMIT", 10)
-    text, by_file = binding.env_script(res, str(tmp_path), {}, [])
+    monkeypatch.setattr(common, "ENV_TABLE_LIMIT", 10)
+    text, by_file = env_script(res, str(tmp_path), {}, [])
     assert by_file and "SLURMTOPO_RANK_TABLE_FILE=" in text
 
 
@@ -519,12 +526,12 @@ def test_replan_keeps_requirements(h100):
     req = JobRequest(layout=layout, require={"tp": "node"}, exclusive=True, gpus_per_node=8,
                      message_bytes={"dp": 1 << 30})
     planned = fill_placement(h100, [("gpu01", range(8)), ("gpu02", range(8))], layout)
-    doc = json.loads(binding.dumps_plan(plan_document(h100, planned, layout, req)))
+    doc = json.loads(dumps_plan(plan_document(h100, planned, layout, req)))
     assert doc["request"]["require"] == {"tp": "node"}
     alloc = Allocation("1", ["gpu04", "gpu03"], {"gpu03": tuple(range(8)),
                                                   "gpu04": tuple(range(8))})
     log = []
-    new = binding.replan(doc, h100, alloc, log)
+    new = replan(doc, h100, alloc, log)
     assert {s.host for s in new.slots} == {"gpu03", "gpu04"}
     assert not any("failed" in line for line in log), log
     for g in new.groups["tp"]:
@@ -548,7 +555,7 @@ def test_big_inventory_is_embedded_cut_down(h100, monkeypatch):
     fat = load_inventory(EXAMPLES / "h100-32node-fattree.yaml")
     layout = Layout(tp=8, dp=2).resolved()
     p = fill_placement(fat, [("dgx003", range(8)), ("dgx012", range(8))], layout)
-    monkeypatch.setattr(binding.common, "EMBED_LIMIT", 0)
+    monkeypatch.setattr(plandoc, "EMBED_LIMIT", 0)
     doc = plan_document(fat, p, layout)
     inv = parse_inventory(doc["inventory"], "<embedded>")
     assert sorted(inv.nodes) == ["dgx003", "dgx012"]
@@ -557,6 +564,25 @@ def test_big_inventory_is_embedded_cut_down(h100, monkeypatch):
     log = []
     alloc = Allocation("1", ["dgx003", "dgx020"], {"dgx003": tuple(range(8)),
                                                    "dgx020": tuple(range(8))})
-    inv2 = binding.with_allocated_nodes(inv, alloc, log)
+    inv2 = with_allocated_nodes(inv, alloc, log)
     assert inv2.nodes["dgx020"].hardware == inv.nodes["dgx003"].hardware
     assert "dgx020" in log[0]
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_one_nic_rule_for_plan_and_start_time(name):
+    """The start-time fallback (ranks in allocation order) gives every GPU
+    the NICs the planner gives it, on every preset (they once disagreed on
+    hgx-a100-8 GPU 1: mlx5_1 first from the planner, mlx5_0 at start)."""
+    hw = preset(name)
+    inv = Inventory(nodes={"n1": Node(name="n1", hardware=hw)})
+    p = fill_placement(inv, [("n1", [g.index for g in hw.gpus])],
+                       Layout(tp=hw.gpu_count).resolved())
+    assert [s.nics for s in p.slots] == [nic_choice(hw)[i] for i in range(hw.gpu_count)]
+
+
+def test_hgx_a100_gpu1_nic_order():
+    hw = preset("hgx-a100-8")
+    inv = Inventory(nodes={"n1": Node(name="n1", hardware=hw)})
+    p = fill_placement(inv, [("n1", [1])], Layout().resolved())
+    assert p.slots[0].nics[0] == "mlx5_1"

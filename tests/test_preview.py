@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 import pytest
 from rich.console import Console
 
-from slurmtopo.binding import fill_placement
+from slurmtopo.binding.replan import fill_placement
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
 from slurmtopo.links import LinkClass

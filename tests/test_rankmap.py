@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmtopo.binding import fill_placement
+from slurmtopo.binding.replan import fill_placement
 from slurmtopo.cli import cli
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups

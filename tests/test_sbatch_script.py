@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from slurmtopo import __version__
-from slurmtopo.binding import fill_placement, read_plan
+from slurmtopo.binding.replan import fill_placement
+from slurmtopo.plandoc import read_plan
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory

@@ -32,16 +32,11 @@ its description (``os.sched_getaffinity``).
 
 Pure functions take the environment and a command runner as arguments, so
 the tests drive every path without Slurm.
+
+The modules, one job each (import from them; this package re-exports
+nothing, so no module here can import its own package half-initialised):
+``allocation`` (what Slurm gave), ``replan`` (keep or redo the plan),
+``step`` (the batch-host step and the run directory), ``launcher`` (the
+per-rank exec), ``common`` (limits and the command runner). The plan
+document they read is :mod:`slurmtopo.plandoc`.
 """
-# the public names, from the modules that hold them (one job each)
-from slurmtopo.binding.common import (PLAN_KIND, PLAN_VERSION, TABLE_MAGIC, ENV_TABLE_LIMIT,
-    EMBED_LIMIT, CGROUP_MODES, Runner, run_command)
-from slurmtopo.binding.plandoc import (embedded_inventory, request_dict, plan_document, dumps_plan,
-    read_plan, layout_from_doc, planned_placement, load_inventory_for_bind)
-from slurmtopo.binding.allocation import (Allocation, parse_index_list, parse_scontrol_job,
-    parse_probe, read_allocation, detect_constrained)
-from slurmtopo.binding.replan import (differences, nearest_nics, fill_placement, allocation_state,
-    job_request_from_doc, with_allocated_nodes, replan, moved_ranks)
-from slurmtopo.binding.launcher import (rank_table, RankInfo, parse_rank_table, rank_launch,
-    rank_main)
-from slurmtopo.binding.step import BindResult, master_port, bind, env_script, write_run_dir  # noqa: F401

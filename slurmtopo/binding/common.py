@@ -5,18 +5,11 @@ import subprocess
 from typing import Callable, Mapping, Optional, Sequence, Tuple
 
 
-PLAN_KIND = "plan"
-PLAN_VERSION = 1
 TABLE_MAGIC = "slurmtopo-ranktable"
 #: the rank table travels in the environment below this size (one variable
 #: may not exceed 128 KiB on Linux); above it, in DIR/ranktable, which must
 #: then be on a file system every node can read
 ENV_TABLE_LIMIT = 96 * 1024
-#: embed the whole inventory in the script below this size (JSON bytes),
-#: else only the planned nodes and the switches above them
-EMBED_LIMIT = 256 * 1024
-#: ... and only when it has at most this many nodes
-EMBED_WHOLE_NODES = 1024
 CGROUP_MODES = ("auto", "yes", "no")
 
 #: (argv, env) -> (exit code, stdout); tests pass fakes

@@ -6,10 +6,10 @@ from dataclasses import fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import (ClusterState, Gpu, Hardware, Inventory, Node, NodeState, Placement,
-                             RankSlot, format_cpulist)
+from slurmtopo.model import (ClusterState, Inventory, Node, NodeState, Placement,
+                             format_cpulist)
 from slurmtopo.binding.allocation import Allocation
-from slurmtopo.binding.plandoc import layout_from_doc
+from slurmtopo.plandoc import layout_from_doc
 
 
 def differences(placement: Placement, alloc: Allocation) -> List[str]:
@@ -28,40 +28,21 @@ def differences(placement: Placement, alloc: Allocation) -> List[str]:
     return out
 
 
-def nearest_nics(hw: Hardware, gpu: int) -> Tuple[str, ...]:
-    """The compute NICs closest to ``gpu`` (all those of the best class)."""
-    nics = [n for n in hw.compute_nics() if n.state != "down"]
-    if not nics:
-        return ()
-    best = min(n.relation_to(gpu) for n in nics)
-    return tuple(n.name for n in nics if n.relation_to(gpu) == best)
-
-
 def fill_placement(inv: Inventory, host_gpus: Sequence[Tuple[str, Sequence[int]]], layout,
                    notes: Sequence[str] = ()) -> Placement:
     """Ranks in order over ``host_gpus`` (host by host, GPUs in the order
     given): the last-resort mapping when the planner cannot place the job on
-    the allocation, and a plain reference placement for tests."""
+    the allocation, and a plain reference placement for tests. NICs, CPUs
+    and NUMA nodes come from the planner's own rule
+    (:func:`slurmtopo.placement.common.build_placement`)."""
     from slurmtopo.groups import build_groups
+    from slurmtopo.placement.common import build_placement
 
     lay = layout.resolved()
-    slots: List[RankSlot] = []
-    hosts: List[str] = []
-    for host, gpus in host_gpus:
-        hw = inv.nodes[host].hardware
-        for lr, g in enumerate(gpus):
-            if len(slots) == lay.world:
-                break
-            if lr == 0:
-                hosts.append(host)
-            gpu: Gpu = hw.gpus[g]
-            slots.append(RankSlot(rank=len(slots), host=host, gpu=g, local_rank=lr,
-                                  nics=nearest_nics(hw, g), cpus=gpu.cpus,
-                                  numa_node=gpu.numa_node))
-    if len(slots) < lay.world:
-        raise SlurmtopoError(f"the allocation has {len(slots)} GPUs for {lay.world} ranks")
-    return Placement(slots=tuple(slots), groups=dict(build_groups(lay)), hosts=tuple(hosts),
-                     notes=tuple(notes))
+    assign = [(host, g) for host, gpus in host_gpus for g in gpus][:lay.world]
+    if len(assign) < lay.world:
+        raise SlurmtopoError(f"the allocation has {len(assign)} GPUs for {lay.world} ranks")
+    return build_placement(inv, None, assign, notes, groups=dict(build_groups(lay)))
 
 
 def allocation_state(inv: Inventory, alloc: Allocation) -> ClusterState:

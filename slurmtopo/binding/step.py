@@ -13,8 +13,8 @@ from slurmtopo.binding.allocation import Allocation, detect_constrained, read_al
 from slurmtopo.binding import common
 from slurmtopo.binding.common import Runner, run_command
 from slurmtopo.binding.launcher import rank_table
-from slurmtopo.binding.plandoc import layout_from_doc, load_inventory_for_bind, planned_placement
 from slurmtopo.binding.replan import differences, moved_ranks, replan
+from slurmtopo.plandoc import layout_from_doc, planned_placement
 
 
 @dataclass
@@ -36,6 +36,32 @@ def master_port(doc: Mapping[str, Any], job_id: str) -> int:
     if doc.get("master_port"):
         return int(doc["master_port"])
     return 20000 + int(job_id) % 10000 if job_id.isdigit() else 29500
+
+
+def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
+                            log: List[str]) -> Inventory:
+    """The inventory file recorded at plan time (or ``--inventory``), else
+    the hardware embedded in the script."""
+    from slurmtopo.inventory import load_inventory, parse_inventory
+
+    path = override or doc.get("inventory_path")
+    if path:
+        try:
+            inv = load_inventory(path)
+            log.append(f"inventory: {path}")
+            return inv
+        except SlurmtopoError as exc:
+            if override:
+                raise
+            log.append(f"inventory {path} unusable here ({exc.render()}); using the copy "
+                       "embedded in the script")
+        except OSError as exc:
+            log.append(f"inventory {path} unreadable here ({exc.strerror}); using the copy "
+                       "embedded in the script")
+    if not doc.get("inventory"):
+        raise SlurmtopoError("the plan embeds no inventory and none could be read; pass "
+                             "--inventory")
+    return parse_inventory(doc["inventory"], "<inventory embedded in the batch script>")
 
 
 def bind(doc: Mapping[str, Any], env: Mapping[str, str], run: Runner = run_command,

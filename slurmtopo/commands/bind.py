@@ -29,7 +29,8 @@ from slurmtopo.errors import SlurmtopoError
 @click.option("--quiet", "-q", is_flag=True, help="Log only problems.")
 def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet):
     """Bind a planned job to its real allocation (runs inside the batch job)."""
-    from slurmtopo.binding import bind, read_plan, write_run_dir
+    from slurmtopo.binding.step import bind, write_run_dir
+    from slurmtopo.plandoc import read_plan
 
     if plan_path == "-":
         text, where = sys.stdin.read(), "plan (stdin)"

@@ -57,6 +57,7 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence,
 
 from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.model import ClusterState, Inventory, NodeState, Placement
+from slurmtopo.request import IMPLICIT_PREFER
 
 RELEASE = "release"
 WAIT = "wait"
@@ -65,12 +66,6 @@ REHOLD = "rehold"
 STARTING = "starting"
 RUNNING = "running"
 OUTSIDE = "outside"
-
-#: the planner's implicit preference per group kind (the level a ``wait``
-#: on a kind without ``prefer`` waits for)
-IMPLICIT_LEVEL: Dict[str, str] = {"tp": "nvlink", "expert-tp": "nvlink", "cp": "nvlink-domain",
-                                  "ep": "nvlink-domain", "dp": "leaf", "dp-cp": "leaf"}
-
 
 @dataclass
 class Config:
@@ -406,7 +401,7 @@ class _Job:
             if kind in req.require:
                 self.notes.append(f"wait on {kind} ignored: {kind}={req.require[kind]} is required")
                 continue
-            level = IMPLICIT_LEVEL.get(kind)
+            level = IMPLICIT_PREFER.get(kind)
             if level is None:
                 self.notes.append(f"wait on {kind} ignored: no preference for {kind}")
                 continue

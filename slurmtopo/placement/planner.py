@@ -66,7 +66,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.groups import build_groups
+from slurmtopo.groups import DENSE_DIMS, build_groups
 from slurmtopo.links import LinkClass
 from slurmtopo.model import ClusterState, Inventory, Node, Placement
 from slurmtopo.placement.common import Candidates, build_placement, candidates, not_enough_gpus
@@ -75,14 +75,7 @@ from slurmtopo.placement.intranode import (capacity, hw_info, largest_group, nes
                                            select, select_scored)
 from slurmtopo.placement.intranode import ring as ring_class
 from slurmtopo.request import (LEVEL_INDEX, LEVEL_TEXT, LEVELS, NODE_LEVEL_BOUND, NODE_LEVELS,
-                               JobRequest)
-
-#: dense group kind -> the layout dimensions it spans
-DENSE_DIMS: Dict[str, Tuple[str, ...]] = {
-    "tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("dp",), "dp-cp": ("dp", "cp"),
-    "tp-pp": ("tp", "pp"), "tp-cp": ("tp", "cp"), "tp-dp": ("tp", "dp"),
-    "tp-dp-cp": ("tp", "dp", "cp"),
-}
+                               JobRequest, implicit_preferences)
 
 #: the pseudo group kind of the implicit "whole job inside one NVLink domain"
 JOB = "job"
@@ -385,12 +378,7 @@ class _Planner:
         for kind, level in req.prefer.items():
             add(kind, level, False, False)
             seen.add(kind)
-        implicit = [("tp", "nvlink")]
-        if "expert-tp" in groups:
-            implicit.append(("expert-tp", "nvlink"))
-        implicit += [("cp", "node"), ("ep", "node")]
-        implicit.append(("dp-cp" if lay.cp > 1 else "dp", "node"))
-        for kind, level in implicit:
+        for kind, level in implicit_preferences(lay):
             if kind not in seen:
                 add(kind, level, False, True)
         # multi-node NVLink domains: the whole job inside one when it fits

@@ -262,7 +262,7 @@ class SbatchRequest:
         """The script for ``placement``. Node and task counts come from the
         plan; ``req`` (a JobRequest) supplies gpus_per_node, exclusive,
         nodelist and exclude when given."""
-        from slurmtopo.binding import dumps_plan, plan_document
+        from slurmtopo.plandoc import dumps_plan, plan_document
 
         notes: List[str] = []
         if job_name is not None:

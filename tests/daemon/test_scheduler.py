@@ -157,6 +157,16 @@ def test_wait_on_an_implicit_preference(inv):
     assert d.action == RELEASE and d.taken == "fallback"
 
 
+def test_wait_on_implicit_dp_waits_for_the_planners_level(inv):
+    """The daemon waits for the level the planner itself prefers (one table,
+    request.IMPLICIT_PREFER): the DP block in one node, not a leaf."""
+    # two free GPUs on each node of leaf1: dp=leaf holds now, dp=node does not
+    st = busy(node1={0, 1, 2, 3, 4, 5}, node2={0, 1, 2, 3, 4, 5}, node3="all", node4="all")
+    d = decide([job(1, layout=Layout(tp=2, dp=2), require={"tp": "nvlink"}, wait={"dp": 60},
+                    age=1)], inv, ClusterView(st), NOW)[0]
+    assert d.action == WAIT and d.waiting_for == ("dp=node",)
+
+
 def test_reservation_keeps_a_small_job_off_the_last_island(inv):
     # the big job needs two free quads on one leaf; node2's quad 4-7 is free
     # now and node1 is busy. A 2-GPU job must not break node2's quad when

@@ -1,6 +1,12 @@
-"""The plan document the batch script carries (written at submit time, read
-at start time): the layout, the request, every rank, and enough of the
-inventory to re-plan when the inventory path is unreadable on the node."""
+"""The plan document the batch script carries: the layout, the request,
+every rank, and enough of the inventory to re-plan when the inventory path
+is unreadable on the node.
+
+It is the one contract between submit time and start time, so it lives
+apart from both: the script renderer (``sbatch/script.py``) writes it and
+the start-time step (``binding/``) reads it, and neither imports the other.
+Pure: data in, data out (reading the inventory file it names is the
+start-time step's job)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +16,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Inventory, Placement
-from slurmtopo.binding import common
-from slurmtopo.binding.common import PLAN_KIND, PLAN_VERSION
+
+PLAN_KIND = "plan"
+PLAN_VERSION = 1
+#: embed the whole inventory in the script below this size (JSON bytes),
+#: else only the planned nodes and the switches above them
+EMBED_LIMIT = 256 * 1024
+#: ... and only when it has at most this many nodes
+EMBED_WHOLE_NODES = 1024
 
 
 def embedded_inventory(inv: Inventory, hosts: Sequence[str]) -> Dict[str, Any]:
@@ -31,9 +43,9 @@ def embedded_inventory(inv: Inventory, hosts: Sequence[str]) -> Dict[str, Any]:
                 types[n.type] = n.hardware
         return Inventory(nodes=sub.nodes, fabric=sub.fabric, node_types=types)
 
-    if len(inv.nodes) <= common.EMBED_WHOLE_NODES:
+    if len(inv.nodes) <= EMBED_WHOLE_NODES:
         whole = inventory_dict(with_types(inv))
-        if len(json.dumps(whole)) <= common.EMBED_LIMIT:
+        if len(json.dumps(whole)) <= EMBED_LIMIT:
             return whole
     keep = set(hosts)
     nodes = {h: inv.nodes[h] for h in hosts if h in inv.nodes}
@@ -138,29 +150,3 @@ def planned_placement(doc: Mapping[str, Any]) -> Placement:
         p = Placement(slots=p.slots, groups=dict(build_groups(layout_from_doc(doc))),
                       hosts=p.hosts, notes=p.notes)
     return p
-
-
-def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
-                            log: List[str]) -> Inventory:
-    """The inventory file recorded at plan time (or ``--inventory``), else
-    the hardware embedded in the script."""
-    from slurmtopo.inventory import load_inventory, parse_inventory
-
-    path = override or doc.get("inventory_path")
-    if path:
-        try:
-            inv = load_inventory(path)
-            log.append(f"inventory: {path}")
-            return inv
-        except SlurmtopoError as exc:
-            if override:
-                raise
-            log.append(f"inventory {path} unusable here ({exc.render()}); using the copy "
-                       "embedded in the script")
-        except OSError as exc:
-            log.append(f"inventory {path} unreadable here ({exc.strerror}); using the copy "
-                       "embedded in the script")
-    if not doc.get("inventory"):
-        raise SlurmtopoError("the plan embeds no inventory and none could be read; pass "
-                             "--inventory")
-    return parse_inventory(doc["inventory"], "<inventory embedded in the batch script>")
