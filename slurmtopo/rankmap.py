@@ -359,3 +359,27 @@ def group_indices(placement: Placement, kinds: Sequence[str]) -> Dict[str, List[
 def hosts_gpus(placement: Placement) -> List[Tuple[str, List[int]]]:
     """(host, GPUs in local rank order) in host order."""
     return [(h, placement.gpus_on(h)) for h in _hosts(placement)]
+
+
+def node_contiguous(placement: Placement) -> Optional[str]:
+    """None when torchrun can start this plan, else why not.
+
+    torchrun with ``--node-rank R --nproc-per-node K`` gives local rank i of
+    node R the global rank ``R * K + i``. That equals the plan only when
+    every host runs the same number of ranks K and host R (in the plan's
+    host order) holds ranks R*K .. R*K+K-1 in local-rank order.
+    """
+    hosts = _hosts(placement)
+    counts = {h: len(placement.ranks_on(h)) for h in hosts}
+    if len(set(counts.values())) > 1:
+        return ("ranks per node differ (" + ", ".join(f"{h}: {c}" for h, c in counts.items())
+                + "); torchrun starts the same number on every node")
+    k = counts[hosts[0]] if hosts else 0
+    for r, h in enumerate(hosts):
+        for s in placement.ranks_on(h):
+            if s.rank != r * k + s.local_rank:
+                return (f"rank {s.rank} is local rank {s.local_rank} on {h} (node {r}); torchrun "
+                        f"would make it rank {r * k + s.local_rank}: the plan interleaves ranks "
+                        "across nodes (use --launcher srun, or an order with the intra-node "
+                        "kinds fastest)")
+    return None

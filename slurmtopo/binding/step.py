@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Inventory, Placement, format_cpulist
@@ -28,6 +28,8 @@ class BindResult:
     log: List[str]
     inventory: Inventory
     layout: Any
+    launcher: str = "srun"  # one task per rank, or "torchrun": one per node
+    visible: Optional[Dict[str, str]] = None  # host -> CUDA_VISIBLE_DEVICES
 
 
 def master_port(doc: Mapping[str, Any], job_id: str) -> int:
@@ -67,9 +69,10 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
 def bind(doc: Mapping[str, Any], env: Mapping[str, str], run: Runner = run_command,
          cgroup_mode: str = "auto", inventory_path: Optional[str] = None,
          planner: Optional[Callable] = None, dev_dir: str = "/dev",
-         probe: bool = True) -> BindResult:
-    """Everything the start-time step decides, without writing anything."""
-    from slurmtopo.rankmap import job_env, nccl_env, visible_devices
+         probe: bool = True, allowed: Optional[Iterable[int]] = None) -> BindResult:
+    """Everything the start-time step decides, without writing anything.
+    ``allowed``: the CPUs this node allows (default: os.sched_getaffinity)."""
+    from slurmtopo.rankmap import job_env, nccl_env
 
     log: List[str] = []
     inv = load_inventory_for_bind(doc, inventory_path, log)
@@ -99,17 +102,24 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], run: Runner = run_comma
         placement = replan(doc, inv, alloc, log, planner)
         replanned = True
         log.extend("  " + line for line in moved_ranks(planned, placement))
-    from slurmtopo.rankmap import check_placement, node_ranks
+    from slurmtopo.binding.taskenv import cpu_summary, visible_by_host
+    from slurmtopo.rankmap import check_placement, node_contiguous
+    from slurmtopo.sbatch.launch import launch_from_doc
     check_placement(placement)
-    for h in node_ranks(placement):
+    launcher = launch_from_doc(doc)
+    if launcher == "torchrun" and node_contiguous(placement):
+        log.append(f"torchrun needs a node-contiguous rank map: {node_contiguous(placement)}; "
+                   "filling the nodes in order instead")
+        placement = contiguous_fill(inv, placement, alloc, layout_from_doc(doc))
+        replanned = True
+    visible = visible_by_host(placement, alloc.gpus, constrained)
+    for h, cvd in visible.items():
         ranks = [s.rank for s in placement.ranks_on(h)]
-        gpus = placement.gpus_on(h)
-        try:
-            cvd = visible_devices(gpus, alloc.gpus.get(h), constrained)
-        except SlurmtopoError as exc:
-            raise SlurmtopoError(f"{h}: {exc.message}") from None
         log.append(f"  {h}: ranks {format_cpulist(ranks)} on GPUs "
-                   f"{','.join(map(str, gpus))} -> CUDA_VISIBLE_DEVICES={cvd}")
+                   f"{','.join(map(str, placement.gpus_on(h)))} -> CUDA_VISIBLE_DEVICES={cvd}")
+    log.append(cpu_summary(placement, launcher, env.get("SLURMTOPO_CPU_BIND", "1") != "0",
+                           allowed if allowed is not None else os.sched_getaffinity(0),
+                           alloc.batch_host))
     port = master_port(doc, alloc.job_id)
     jenv = job_env(placement, port, nccl_env(inv, placement, doc.get("socket_ifname")))
     log.append(f"MASTER_ADDR={jenv['MASTER_ADDR']} MASTER_PORT={port} "
@@ -117,7 +127,26 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], run: Runner = run_comma
     table = rank_table(placement, alloc.gpus, constrained)
     return BindResult(placement=placement, allocation=alloc, constrained=constrained,
                       replanned=replanned, job_env=jenv, table=table, log=log, inventory=inv,
-                      layout=layout_from_doc(doc))
+                      layout=layout_from_doc(doc), launcher=launcher, visible=visible)
+
+
+def contiguous_fill(inv: Inventory, placement: Placement, alloc: Allocation, layout
+                    ) -> Placement:
+    """For torchrun after a re-plan that interleaves nodes: the same hosts,
+    each running the same number of ranks, ranks in node order (GPUs as
+    planned on each host, topped up from its allocation)."""
+    from slurmtopo.binding.replan import fill_placement
+
+    hosts = list(placement.hosts)
+    per = -(-placement.world_size // len(hosts))
+    hg = []
+    for h in hosts:
+        gpus = list(placement.gpus_on(h))
+        got = alloc.gpus.get(h)
+        pool = sorted(got) if got is not None else [g.index for g in inv.nodes[h].gpus]
+        gpus += [g for g in pool if g not in gpus]
+        hg.append((h, gpus[:per]))
+    return fill_placement(inv, hg, layout, notes=("ranks in node order for torchrun",))
 
 
 def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
@@ -128,10 +157,12 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
 
     q = shlex.quote
     p = result.placement
+    nnodes = len(set(s.host for s in p.slots))
     lines = ["# written by `slurmtopo bind`; sourced by the batch script before srun",
              f"export SLURM_HOSTFILE={q(os.path.join(run_dir, 'hostfile'))}",
-             f"export SLURMTOPO_NTASKS={p.world_size}",
-             f"export SLURMTOPO_NNODES={len(set(s.host for s in p.slots))}",
+             f"export SLURMTOPO_NTASKS={nnodes if result.launcher == 'torchrun' else p.world_size}",
+             f"export SLURMTOPO_NNODES={nnodes}",
+             f"export SLURMTOPO_NPROC_PER_NODE={p.world_size // max(nnodes, 1)}",
              f"export SLURMTOPO_RUN_DIR={q(run_dir)}"]
     for k, v in result.job_env.items():
         if k.startswith("NCCL_") and k in environ:
@@ -139,19 +170,31 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
                        f"would set {v})")
             continue
         lines.append(f"export {k}={q(v)}")
-    by_file = len(result.table.encode()) > common.ENV_TABLE_LIMIT
+    task_env = task_env_text(result, environ)
+    by_file = len(task_env.encode()) > common.ENV_TABLE_LIMIT
+    # the Python launcher (`python3 -m slurmtopo.binding rank`) reads this table
+    lines.append(f"export SLURMTOPO_RANK_TABLE_FILE={q(os.path.join(run_dir, 'ranktable'))}")
+    lines.append("unset SLURMTOPO_RANK_TABLE")
     if by_file:
-        lines.append(f"export SLURMTOPO_RANK_TABLE_FILE={q(os.path.join(run_dir, 'ranktable'))}")
-        lines.append("unset SLURMTOPO_RANK_TABLE")
-        log.append(f"rank table is {len(result.table)} bytes: passed as a file; {run_dir} "
-                   "must be readable on every node")
+        lines.append(f"export SLURMTOPO_TASK_ENV_FILE={q(os.path.join(run_dir, 'task-env.sh'))}")
+        lines.append("unset SLURMTOPO_TASK_ENV")
+        log.append(f"task environment is {len(task_env)} bytes: passed as a file; {run_dir} "
+                   "must be readable on every node (and inside the container)")
     else:
-        lines.append(f"export SLURMTOPO_RANK_TABLE={q(result.table)}")
-        lines.append("unset SLURMTOPO_RANK_TABLE_FILE")
+        lines.append(f"export SLURMTOPO_TASK_ENV={q(task_env)}")
+        lines.append("unset SLURMTOPO_TASK_ENV_FILE")
     # a task must only see GPU variables its own step set; srun reads
     # SLURM_NTASKS_PER_NODE as an option, which a re-plan may contradict
     lines.append("unset SLURM_STEP_GPUS SLURM_NTASKS_PER_NODE")
     return "\n".join(lines) + "\n", by_file
+
+
+def task_env_text(result: BindResult, environ: Mapping[str, str]) -> str:
+    """The POSIX sh fragment every task sources (see binding.taskenv)."""
+    from slurmtopo.binding.taskenv import task_script
+
+    return task_script(result.placement, result.visible or {}, result.launcher,
+                       cpu_bind=environ.get("SLURMTOPO_CPU_BIND", "1") != "0")
 
 
 def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) -> List[str]:
@@ -166,7 +209,9 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) 
     p = result.placement
     paths = []
     hostfile = os.path.join(run_dir, "hostfile")
-    atomic_write(hostfile, "".join(f"{s.host}\n" for s in p.slots))
+    from slurmtopo.rankmap import node_ranks
+    lines = (list(node_ranks(p)) if result.launcher == "torchrun" else [s.host for s in p.slots])
+    atomic_write(hostfile, "".join(f"{h}\n" for h in lines))
     paths.append(hostfile)
     table = os.path.join(run_dir, "ranktable")
     atomic_write(table, result.table)
@@ -178,6 +223,9 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) 
     rmpath = os.path.join(run_dir, "rankmap.json")
     atomic_write(rmpath, dumps_rankmap(rm))
     paths.append(rmpath)
+    task = os.path.join(run_dir, "task-env.sh")
+    atomic_write(task, task_env_text(result, environ))
+    paths.append(task)
     text, _ = env_script(result, run_dir, environ, result.log)
     envsh = os.path.join(run_dir, "env.sh")
     atomic_write(envsh, text)

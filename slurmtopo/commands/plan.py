@@ -53,6 +53,16 @@ def build_request(layout, require: Sequence[str], prefer: Sequence[str],
     return JobRequest(**{k: v for k, v in kw.items() if k in names})
 
 
+def launch_from(launcher="srun", torchrun_cmd="torchrun", container_image=None,
+                container_mounts=None, container_workdir=None, apptainer_image=None, **_ignored):
+    """The Launch for these option values (shared with ``slurmtopo sbatch``)."""
+    from slurmtopo.sbatch.launch import Launch
+
+    return Launch(launcher=launcher, torchrun=torchrun_cmd, container_image=container_image,
+                  container_mounts=container_mounts, container_workdir=container_workdir,
+                  apptainer=apptainer_image)
+
+
 def _write(out_dir: str, name: str, text: str, mode: int = 0o644) -> str:
     from slurmtopo.fileio import atomic_write
 
@@ -97,7 +107,24 @@ def _write(out_dir: str, name: str, text: str, mode: int = 0o644) -> str:
 @click.option("--socket-ifname", default=None,
               help="NCCL_SOCKET_IFNAME (default: the compute NICs' netdevs, else ^lo,docker).")
 @click.option("--python", "python", default="python3", show_default=True,
-              help="Python with slurmtopo installed, on the compute nodes.")
+              help="Python with slurmtopo installed, on the first node of the job (it runs "
+                   "the start-time step; the other nodes need only /bin/sh).")
+@click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun",
+              show_default=True,
+              help="srun: one task per rank. torchrun: one torchrun per node (--nnodes, "
+                   "--nproc-per-node, --node-rank in plan order; the plan must be "
+                   "node-contiguous).")
+@click.option("--torchrun", "torchrun_cmd", default="torchrun", show_default=True,
+              help="The torchrun command on the compute nodes (--launcher torchrun).")
+@click.option("--container-image", default=None,
+              help="Run the ranks in this container through pyxis/enroot (srun "
+                   "--container-image).")
+@click.option("--container-mounts", default=None,
+              help="pyxis --container-mounts, e.g. /data:/data (needs --container-image).")
+@click.option("--container-workdir", default=None,
+              help="pyxis --container-workdir (needs --container-image).")
+@click.option("--apptainer", "apptainer_image", default=None, metavar="IMAGE",
+              help="Run the command as `apptainer exec --nv IMAGE ...`.")
 @click.option("--color-by", default=None, help="Group kind to colour the grid by.")
 @click.option("--output-dir", "-o", default=DEFAULT_OUTPUT_DIR, show_default=True,
               type=click.Path(file_okay=False), help="Where to write the files.")
@@ -107,8 +134,9 @@ def _write(out_dir: str, name: str, text: str, mode: int = 0o644) -> str:
 def command(inventory_path, state_path, tp, cp, ep, pp, dp, expert_tp, world, order, convention,
             require, prefer, gpus_per_node, exclusive, nodelist, exclude, message_bytes,
             job_name, partition, time_limit, account, extra_sbatch, switch_wait,
-            topology_request, cgroup_devices, master_port, socket_ifname, python, color_by,
-            output_dir, as_json, cmd):
+            topology_request, cgroup_devices, master_port, socket_ifname, python, launcher,
+            torchrun_cmd, container_image, container_mounts, container_workdir,
+            apptainer_image, color_by, output_dir, as_json, cmd):
     """Place a job on the cluster, preview it, write the rank map and script.
 
     Give the training command after `--`; without one, everything but the
@@ -159,7 +187,12 @@ def command(inventory_path, state_path, tp, cp, ep, pp, dp, expert_tp, world, or
             inv, placement, layout, cmd, req, job_name=job_name, partition=partition,
             time=time_limit, account=account, exclusive=exclusive, topology=topology_request,
             switch_wait=wait, extra=extra_sbatch, python=python, cgroup_devices=cgroup_devices,
-            inventory_path=inventory_path, master_port=master_port, socket_ifname=socket_ifname)
+            inventory_path=inventory_path, master_port=master_port, socket_ifname=socket_ifname,
+            launch=launch_from(launcher=launcher, torchrun_cmd=torchrun_cmd,
+                               container_image=container_image,
+                               container_mounts=container_mounts,
+                               container_workdir=container_workdir,
+                               apptainer_image=apptainer_image))
         script_text = script.render()  # validates before anything is written
         notes.extend(script.notes)
     else:

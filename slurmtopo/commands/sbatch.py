@@ -33,7 +33,8 @@ PLAN_OPTIONS = ("inventory_path", "tp", "cp", "ep", "pp", "dp", "expert_tp", "wo
                 "convention", "require", "prefer", "gpus_per_node", "exclusive", "nodelist",
                 "exclude", "message_bytes", "job_name", "partition", "time_limit", "account",
                 "extra_sbatch", "switch_wait", "topology_request", "cgroup_devices",
-                "master_port", "socket_ifname", "python")
+                "master_port", "socket_ifname", "python", "launcher", "torchrun_cmd",
+                "container_image", "container_mounts", "container_workdir", "apptainer_image")
 
 
 def _plan_params() -> List[click.Parameter]:
@@ -63,7 +64,7 @@ def parse_wait(items) -> dict:
 
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
          as_json, cmd, **o):
-    from slurmtopo.commands.plan import build_request, parse_message_bytes
+    from slurmtopo.commands.plan import build_request, launch_from, parse_message_bytes
     from slurmtopo.commands.layout_options import layout_from
     from slurmtopo.inventory import load_inventory
     from slurmtopo.placement import plan
@@ -125,7 +126,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         topology=o["topology_request"], switch_wait=wait, extra=o["extra_sbatch"],
         python=o["python"], cgroup_devices=o["cgroup_devices"],
         inventory_path=os.path.abspath(o["inventory_path"]), master_port=o["master_port"],
-        socket_ifname=o["socket_ifname"], run_dir=run_dir)
+        socket_ifname=o["socket_ifname"], run_dir=run_dir, launch=launch_from(**o))
     text = script.render()
     notes: List[str] = list(script.notes)
     if busy_note:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.sbatch.launch import TASK_NAME, TASK_SNIPPET, Launch, render_words
 
 PLAN_DELIMITER = "SLURMTOPO_PLAN_JSON"
 DEFAULT_SWITCH_WAIT = "5:00"  # Slurm's default max_switch_wait is 300 s
@@ -147,6 +148,7 @@ class SbatchRequest:
     python: str = "python3"
     cgroup_devices: str = "auto"
     run_dir: Optional[str] = None
+    launch: Launch = field(default_factory=Launch)
     notes: Tuple[str, ...] = field(default=(), compare=False)  # for the user, not the script
 
     # ---- directives ----
@@ -199,6 +201,7 @@ class SbatchRequest:
     def render(self) -> str:
         if self.cgroup_devices not in ("auto", "yes", "no"):
             raise SlurmtopoError("cgroup devices must be auto, yes or no")
+        self.launch.check()
         if any(line.strip() == PLAN_DELIMITER for line in self.plan_json.splitlines()):
             raise SlurmtopoError("the plan text contains the here-document delimiter")
         q = shlex.quote
@@ -209,11 +212,12 @@ class SbatchRequest:
         if self.comments:
             lines.append("#")
         lines += [
-            "# At start, `slurmtopo bind` reads the real allocation (SLURM_JOB_NODELIST,",
-            "# `scontrol show job -d`, SLURM_JOB_GPUS), re-plans if Slurm chose other nodes",
-            "# or GPUs, and writes SLURM_HOSTFILE plus env.sh into the run directory; srun",
-            "# then starts every rank through the slurmtopo launcher, which sets RANK,",
-            "# LOCAL_RANK, CUDA_VISIBLE_DEVICES, ... and CPU binding. See docs/sbatch.md.",
+            "# At start, `slurmtopo bind` (Python, this node only) reads the real allocation",
+            "# (SLURM_JOB_NODELIST, `scontrol show job -d`, SLURM_JOB_GPUS), re-plans if Slurm",
+            "# chose other nodes or GPUs, and writes SLURM_HOSTFILE, env.sh and every task's",
+            "# environment into the run directory; srun then starts each task with /bin/sh",
+            "# only (no Python on the nodes), which sets RANK, LOCAL_RANK, CUDA_VISIBLE_DEVICES,",
+            "# ..., binds CPUs and execs the command. See docs/sbatch.md.",
             "# Overrides at submit time: SLURMTOPO_PYTHON, SLURMTOPO_RUN_DIR,",
             "# SLURMTOPO_CGROUP_DEVICES (auto|yes|no), SLURMTOPO_CPU_BIND=0.",
             "",
@@ -242,8 +246,12 @@ class SbatchRequest:
             "",
             'srun --distribution=arbitrary --ntasks="$SLURMTOPO_NTASKS" \\',
             "    --cpu-bind=none --kill-on-bad-exit=1 \\",
-            '    "$SLURMTOPO_PYTHON" -m slurmtopo.binding rank -- \\',
-            "    " + " ".join(q(str(a)) for a in self.command),
+        ]
+        if self.launch.srun_options():
+            lines.append("    " + " ".join(q(o) for o in self.launch.srun_options()) + " \\")
+        lines += [
+            f"    /bin/sh -c {q(TASK_SNIPPET)} {TASK_NAME} \\",
+            "    " + render_words(self.launch.argv(self.command)),
         ]
         return "\n".join(lines) + "\n"
 
@@ -258,7 +266,8 @@ class SbatchRequest:
                   extra: Sequence[str] = (), python: str = "python3",
                   cgroup_devices: str = "auto", inventory_path: Optional[str] = None,
                   master_port: Optional[int] = None, socket_ifname: Optional[str] = None,
-                  run_dir: Optional[str] = None) -> "SbatchRequest":
+                  run_dir: Optional[str] = None, launch: Optional[Launch] = None
+                  ) -> "SbatchRequest":
         """The script for ``placement``. Node and task counts come from the
         plan; ``req`` (a JobRequest) supplies gpus_per_node, exclusive,
         nodelist and exclude when given."""
@@ -296,16 +305,25 @@ class SbatchRequest:
         if isinstance(exclude, (list, tuple)):
             from slurmtopo.hostlist import fold_hostlist
             exclude = fold_hostlist(exclude) if exclude else None
+        launch = launch or Launch()
+        launch.check()
+        if launch.launcher == "torchrun":
+            from slurmtopo.rankmap import node_contiguous
+            why = node_contiguous(placement)
+            if why:
+                raise SlurmtopoError(f"--launcher torchrun cannot start this plan: {why}")
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
                             socket_ifname)
-        comments = plan_comments(placement, layout, inventory_path, topo_why)
+        doc["launch"] = launch.doc()
+        comments = plan_comments(placement, layout, inventory_path,
+                                 list(topo_why) + [launch.comment()])
         return cls(command=tuple(str(c) for c in command), nodes=len(hosts),
                    ntasks=placement.world_size, ntasks_per_node=ntpn, gpus_per_node=gpus,
                    gpus_per_task=gpt, job_name=job_name, partition=partition, time=time,
                    account=account, nodelist=nodelist, exclude=exclude, exclusive=exclusive,
                    topology=tuple(topo), extra=tuple(extra), plan_json=dumps_plan(doc),
                    comments=tuple(comments), python=python, cgroup_devices=cgroup_devices,
-                   run_dir=run_dir, notes=tuple(notes))
+                   run_dir=run_dir, launch=launch, notes=tuple(notes))
 
 
 def plan_comments(placement, layout, inventory_path: Optional[str],
