@@ -25,6 +25,27 @@ EMBED_LIMIT = 256 * 1024
 #: ... and only when it has at most this many nodes
 EMBED_WHOLE_NODES = 1024
 
+# The task launch, the other half of the contract: the script's srun line
+# runs TASK_SNIPPET in every task; the start-time step writes the POSIX sh
+# text it sources (SLURMTOPO_TASK_ENV, or the file SLURMTOPO_TASK_ENV_FILE).
+LAUNCHERS = ("srun", "torchrun")
+#: the torchrun argument the task text rewrites to ``--node-rank=<this node>``
+NODE_RANK_WORD = "--node-rank=SLURMTOPO_NODE_RANK"
+TASK_SNIPPET = ('if [ -n "${SLURMTOPO_TASK_ENV_FILE:-}" ]; then . "$SLURMTOPO_TASK_ENV_FILE"; '
+                'else eval "${SLURMTOPO_TASK_ENV:?no task environment: source env.sh from '
+                'slurmtopo bind before srun}"; fi')
+#: $0 of the task shell, seen in `ps` and in its error messages
+TASK_NAME = "slurmtopo-task"
+
+
+def launcher_of(doc: Mapping[str, Any]) -> str:
+    """The launcher a plan document names (srun for plans that name none)."""
+    mode = (doc.get("launch") or {}).get("launcher", "srun")
+    if mode not in LAUNCHERS:
+        raise SlurmtopoError(f"plan names launcher {mode!r}; this slurmtopo knows "
+                             f"{', '.join(LAUNCHERS)}")
+    return mode
+
 
 def embedded_inventory(inv: Inventory, hosts: Sequence[str]) -> Dict[str, Any]:
     """The inventory in schema form, for bind to use when the inventory path
@@ -90,8 +111,10 @@ def request_dict(req) -> Dict[str, Any]:
 
 def plan_document(inv: Inventory, placement: Placement, layout, req=None,
                   inventory_path: Optional[str] = None, master_port: Optional[int] = None,
-                  socket_ifname: Optional[str] = None) -> Dict[str, Any]:
-    """Everything ``slurmtopo bind`` needs, as JSON data for the script."""
+                  socket_ifname: Optional[str] = None,
+                  launch: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """Everything ``slurmtopo bind`` needs, as JSON data for the script.
+    ``launch``: ``{"launcher": "srun"|"torchrun"}``."""
     from slurmtopo.rankmap import check_placement, layout_dict, slot_dict
 
     check_placement(placement)
@@ -105,6 +128,7 @@ def plan_document(inv: Inventory, placement: Placement, layout, req=None,
         "hosts": list(placement.hosts),
         "ranks": [slot_dict(s) for s in placement.slots],
         "inventory": embedded_inventory(inv, placement.hosts),
+        "launch": dict(launch or {"launcher": "srun"}),
     }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo.binding import fill_placement
+from slurmtopo.binding.replan import fill_placement
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.model import Placement, RankSlot
@@ -247,8 +247,10 @@ def test_task_env_by_file_when_large(tmp_path, h100, monkeypatch):
     directory instead, and the task still starts with /bin/sh alone."""
     import subprocess
 
-    from slurmtopo.binding import bind, common, read_plan, write_run_dir
-    from slurmtopo.sbatch.launch import TASK_SNIPPET
+    from slurmtopo.binding import common
+    from slurmtopo.binding.step import bind, write_run_dir
+    from slurmtopo.plandoc import read_plan
+    from slurmtopo.plandoc import TASK_SNIPPET
 
     layout = Layout(tp=2).resolved()
     p = fill_placement(h100, [("gpu01", [0, 1])], layout)
@@ -280,7 +282,7 @@ def test_wrong_host_is_refused(tmp_path, h100):
     text = task_script(p, {"gpu01": "0,1"})
     env = {"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURMD_NODENAME": "gpu09",
            "SLURMTOPO_TASK_ENV": text}
-    from slurmtopo.sbatch.launch import TASK_SNIPPET
+    from slurmtopo.plandoc import TASK_SNIPPET
     r = subprocess.run(["/bin/sh", "-c", TASK_SNIPPET, "t", "true"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 2

@@ -14,7 +14,7 @@ from slurmtopo.binding import common
 from slurmtopo.binding.common import Runner, run_command
 from slurmtopo.binding.launcher import rank_table
 from slurmtopo.binding.replan import differences, moved_ranks, replan
-from slurmtopo.plandoc import layout_from_doc, planned_placement
+from slurmtopo.plandoc import launcher_of, layout_from_doc, planned_placement
 
 
 @dataclass
@@ -104,9 +104,8 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], run: Runner = run_comma
         log.extend("  " + line for line in moved_ranks(planned, placement))
     from slurmtopo.binding.taskenv import cpu_summary, visible_by_host
     from slurmtopo.rankmap import check_placement, node_contiguous
-    from slurmtopo.sbatch.launch import launch_from_doc
     check_placement(placement)
-    launcher = launch_from_doc(doc)
+    launcher = launcher_of(doc)
     if launcher == "torchrun" and node_contiguous(placement):
         log.append(f"torchrun needs a node-contiguous rank map: {node_contiguous(placement)}; "
                    "filling the nodes in order instead")

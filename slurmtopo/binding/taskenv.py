@@ -7,7 +7,7 @@ slurmtopo, so bind writes what each task needs as shell text: a ``case`` on
 its local rank, GPU, CPUs and NICs), a ``case`` on the node rank giving the
 host and its ``CUDA_VISIBLE_DEVICES``, then the checks, exports, CPU
 binding (``taskset``, when the node has it) and ``exec "$@"``. The batch
-script's srun line sources it through :data:`slurmtopo.sbatch.launch.TASK_SNIPPET`.
+script's srun line sources it through :data:`slurmtopo.plandoc.TASK_SNIPPET`.
 
 Every value is shell-quoted; the text only assigns, tests and execs.
 """
@@ -110,7 +110,7 @@ def task_script(placement: Placement, visible: Mapping[str, str], launcher: str 
     allocation taken into account). ``launcher``: one task per rank (srun)
     or per node (torchrun)."""
     from slurmtopo.rankmap import check_placement, node_ranks
-    from slurmtopo.sbatch.launch import NODE_RANK_WORD
+    from slurmtopo.plandoc import NODE_RANK_WORD
 
     q = shlex.quote
     check_placement(placement)

@@ -32,17 +32,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from slurmtopo.errors import SlurmtopoError
-
-LAUNCHERS = ("srun", "torchrun")
-#: the argument the task fragment rewrites to ``--node-rank=<this node's rank>``
-NODE_RANK_WORD = "--node-rank=SLURMTOPO_NODE_RANK"
-#: what every srun task runs (``/bin/sh -c``): source this task's environment
-#: (a file when it was too big for the environment) and exec the command
-TASK_SNIPPET = ('if [ -n "${SLURMTOPO_TASK_ENV_FILE:-}" ]; then . "$SLURMTOPO_TASK_ENV_FILE"; '
-                'else eval "${SLURMTOPO_TASK_ENV:?no task environment: source env.sh from '
-                'slurmtopo bind before srun}"; fi')
-#: $0 of the task shell, seen in `ps` and in its error messages
-TASK_NAME = "slurmtopo-task"
+# the task-launch contract with the start-time step lives with the plan
+# document (the script and binding never import each other)
+from slurmtopo.plandoc import LAUNCHERS, NODE_RANK_WORD
 
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
@@ -136,12 +128,3 @@ def render_words(words: Sequence[str]) -> str:
     """Shell text for ``words``: user words ``shlex.quote``-d, the fixed
     variable references of :meth:`Launch.argv` left to expand."""
     return " ".join(w if w in _VAR_WORDS else shlex.quote(w) for w in words)
-
-
-def launch_from_doc(doc: Dict[str, Any]) -> str:
-    """The launcher named in a plan document (srun for older plans)."""
-    mode = (doc.get("launch") or {}).get("launcher", "srun")
-    if mode not in LAUNCHERS:
-        raise SlurmtopoError(f"plan names launcher {mode!r}; this slurmtopo knows "
-                             f"{', '.join(LAUNCHERS)}")
-    return mode

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.sbatch.launch import TASK_NAME, TASK_SNIPPET, Launch, render_words
+from slurmtopo.plandoc import TASK_NAME, TASK_SNIPPET
+from slurmtopo.sbatch.launch import Launch, render_words
 
 PLAN_DELIMITER = "SLURMTOPO_PLAN_JSON"
 DEFAULT_SWITCH_WAIT = "5:00"  # Slurm's default max_switch_wait is 300 s
@@ -313,8 +314,7 @@ class SbatchRequest:
             if why:
                 raise SlurmtopoError(f"--launcher torchrun cannot start this plan: {why}")
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
-                            socket_ifname)
-        doc["launch"] = launch.doc()
+                            socket_ifname, launch=launch.doc())
         comments = plan_comments(placement, layout, inventory_path,
                                  list(topo_why) + [launch.comment()])
         return cls(command=tuple(str(c) for c in command), nodes=len(hosts),
