@@ -71,4 +71,10 @@ def main(argv=None):
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(1)
+    except OSError as exc:
+        # last resort for a file-system failure no command anticipated: still
+        # one line naming the file, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"slurmtopo: error: {where}{exc.strerror or exc}", err=True)
+        sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)

@@ -56,6 +56,9 @@ __all__ = [
 NAMES: Tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 
 CONVENTIONS: Tuple[str, ...] = ("megatron", "torch")
+#: most ranks a layout may have: 2**18, more GPUs than the largest clusters
+#: built hold, and a few seconds and a few hundred MiB of group lists
+MAX_WORLD = 1 << 18
 
 #: The natural default order of each convention; both give the same groups.
 DEFAULT_ORDER: Dict[str, str] = {
@@ -230,6 +233,9 @@ class Layout:
                 raise LayoutError(
                     f"dp={self.dp} does not fit: world {world} / (tp*cp*pp = {model}) gives dp={dp}"
                 )
+        if world > MAX_WORLD:
+            raise LayoutError(f"world size {world:,} is larger than {MAX_WORLD:,} ranks, the most "
+                              "slurmtopo lays out (a typo?)")
 
         expert_tp = tp if self.expert_tp is None else self.expert_tp
         expert_block = expert_tp * ep * pp

@@ -15,6 +15,7 @@ is read and merged (node reports from the agents plus a fabric file).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -27,7 +28,8 @@ from slurmtopo.model import (SCHEMA_VERSION, Block, CpuTopology, Fabric, Gpu, Ha
 from slurmtopo.presets import PRESETS, preset
 from slurmtopo.topology import switch_levels
 from slurmtopo.yamlio import (LineDict, Reader, as_bool, as_float, as_int, as_nonneg_int,
-                              as_pos_int, as_str, BlockList, dump_json, dump_yaml, load_document)
+                              as_pos_int, as_rate, as_str, document_kind, BlockList, dump_json,
+                              dump_yaml, load_document)
 
 KINDS = ("inventory", "node-report", "fabric")
 TOP_KEYS = {"slurmtopo", "version", "name", "node_types", "nodes", "fabric", "cost", "report"}
@@ -45,6 +47,27 @@ NVLINK_KEYS = {"link", "active", "remote_pci_bus_id", "remote_type"}
 FABRIC_KEYS = {"switches", "blocks", "block_sizes"}
 SWITCH_KEYS = {"name", "level", "nodes", "switches", "link_gbps", "description"}
 BLOCK_KEYS = {"name", "nodes"}
+
+
+#: a node name as Slurm and a shell take it: a host name, nothing to quote
+NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,254}$")
+
+
+def node_names(value) -> List[str]:
+    """The host names of a node entry's ``name``: a hostlist or a list of
+    them (not a list of lists), every name a plain host name. A name with a
+    blank, a newline or a shell metacharacter would end up inside
+    ``topology.conf``, ``gres.conf`` and the batch script: refused here."""
+    if isinstance(value, list) and any(isinstance(v, (list, dict)) for v in value):
+        raise ValueError("expected a hostlist or a list of names, got a nested list")
+    if isinstance(value, dict):
+        raise ValueError("expected a hostlist or a list of names, got a mapping")
+    names = expand_hostlist(value, "node name")
+    for name in names:
+        if not NODE_NAME.match(name):
+            raise ValueError(f"node name {name!r} is not a host name (letters, digits, '.', "
+                             "'_' and '-' only)")
+    return names
 
 
 def _cpus(value) -> Tuple[int, ...]:
@@ -236,8 +259,8 @@ class _Parser:
         kw: Dict[str, Any] = dict(gpus=gpus, links=links, nics=nics)
         if "cpu" in d:
             kw["cpu"] = None if d["cpu"] is None else self.cpu(d["cpu"])
-        for key, conv in (("nvswitch", as_bool), ("nvlink_lane_gbps", as_float),
-                          ("pcie_gbps", as_float), ("gres_type", as_str)):
+        for key, conv in (("nvswitch", as_bool), ("nvlink_lane_gbps", as_rate),
+                          ("pcie_gbps", as_rate), ("gres_type", as_str)):
             if key in d:
                 kw[key] = r.get(d, key, what, conv)
         if base is not None:
@@ -268,7 +291,7 @@ class _Parser:
         out: List[Node] = []
         for i, spec in enumerate(seq):
             spec = r.mapping(spec, "node", NODE_KEYS, Reader.line(seq, i))
-            names = r.need(spec, "name", "node", lambda v: expand_hostlist(v, "node name"))
+            names = r.need(spec, "name", "node", node_names)
             if not names:
                 raise r.error("node name expands to no host", Reader.line(spec, "name"))
             tname = r.get(spec, "type", "node", as_str)
@@ -289,7 +312,8 @@ class _Parser:
                 dd = r.mapping(spec["nvlink_domain"], "nvlink_domain", {"cluster_uuid", "clique_id"})
                 domain = NvlinkDomain(r.need(dd, "cluster_uuid", "nvlink_domain", as_str),
                                       r.need(dd, "clique_id", "nvlink_domain", as_nonneg_int))
-            feats = tuple(str(f) for f in r.sequence(spec.get("features") or [], "features"))
+            feats = tuple(r.strings(spec.get("features") or [], "features",
+                                    Reader.line(spec, "features")))
             origin = self.where(spec)
             for name in names:
                 out.append(Node(name=name, hardware=hw, type=tname if not hw_keys else None,
@@ -310,7 +334,7 @@ class _Parser:
                 nodes=tuple(r.get(s, "nodes", "switch", expand_hostlist, [])),
                 switches=tuple(r.get(s, "switches", "switch",
                                      lambda v: expand_hostlist(v, "switch list"), [])),
-                link_gbps=r.get(s, "link_gbps", "switch", as_float),
+                link_gbps=r.get(s, "link_gbps", "switch", as_rate),
                 description=r.get(s, "description", "switch", as_str),
                 origin=self.where(s)))
         blocks = []
@@ -336,11 +360,9 @@ def parse_inventory(data: Any, path: str = "<inventory>") -> Inventory:
     r = p.r
     if data is None:
         raise r.error("empty document")
-    d = r.mapping(data, "the document", TOP_KEYS)
-    kind = r.get(d, "slurmtopo", "document", as_str, "inventory")
-    if kind not in KINDS:
-        raise r.error(f"this is a {kind!r} document, expected one of {', '.join(KINDS)}",
-                      Reader.line(d, "slurmtopo"))
+    d = r.mapping(data, "the document")
+    kind = document_kind(r, d, KINDS, "inventory")
+    r.mapping(d, "the document", TOP_KEYS)
     version = r.get(d, "version", "document", as_pos_int, SCHEMA_VERSION)
     if version > SCHEMA_VERSION:
         raise r.error(f"schema version {version} is newer than this slurmtopo understands "

@@ -321,6 +321,8 @@ class Inventory:
 
 #: Slurm node states in which a node can take new work
 USABLE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "planned"})
+#: the flag of an inventory node that Slurm's node list lacks (it is "down")
+UNKNOWN_TO_SLURM = "unknown_to_slurm"
 
 
 @dataclass(frozen=True)

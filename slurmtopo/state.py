@@ -18,7 +18,8 @@ from typing import Any, Dict, Optional
 from slurmtopo.errors import InventoryError
 from slurmtopo.hostlist import expand_hostlist
 from slurmtopo.model import SCHEMA_VERSION, ClusterState, Inventory, NodeState, format_cpulist, parse_cpulist
-from slurmtopo.yamlio import Reader, as_bool, as_pos_int, as_str, dump_yaml, load_document
+from slurmtopo.yamlio import (Reader, as_bool, as_pos_int, as_str, document_kind, dump_yaml,
+                              load_document)
 
 STATE_KEYS = {"slurmtopo", "version", "nodes", "taken_at", "source"}
 NODE_STATE_KEYS = {"name", "state", "busy_gpus", "flags", "exclusive"}
@@ -37,11 +38,9 @@ def parse_state(data: Any, path: str = "<state>", inventory: Optional[Inventory]
     r = Reader(path)
     if data is None:
         raise r.error("empty document")
-    d = r.mapping(data, "the state document", STATE_KEYS)
-    kind = r.get(d, "slurmtopo", "document", as_str, "state")
-    if kind != "state":
-        raise r.error(f"this is a {kind!r} document, expected a 'state' document",
-                      Reader.line(d, "slurmtopo"))
+    d = r.mapping(data, "the state document")
+    document_kind(r, d, ("state",), "state")
+    r.mapping(d, "the state document", STATE_KEYS)
     version = r.get(d, "version", "document", as_pos_int, SCHEMA_VERSION)
     if version > SCHEMA_VERSION:
         raise r.error(f"schema version {version} is newer than this slurmtopo understands",
@@ -58,7 +57,8 @@ def parse_state(data: Any, path: str = "<state>", inventory: Optional[Inventory]
         if state not in BASE_STATES:
             raise r.error(f"unknown node state {state!r} (one of {', '.join(sorted(BASE_STATES))})",
                           Reader.line(e, "state"))
-        flags = frozenset(str(f).lower() for f in r.sequence(e.get("flags") or [], "flags"))
+        flags = frozenset(f.lower() for f in r.strings(e.get("flags") or [], "flags",
+                                                       Reader.line(e, "flags")))
         excl = r.get(e, "exclusive", "node state", as_bool, state == "allocated" and not busy)
         for name in names:
             if name in out:

@@ -12,9 +12,10 @@ remember the line of each key/item, and YAML 1.1's base-60 numbers are off
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import lru_cache
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from slurmtopo.errors import InventoryError
 
@@ -101,12 +102,115 @@ def _loader():
     return _Loader
 
 
-def parse_text(text: str, path: str = "<string>") -> Any:
-    """Parse YAML (or JSON) text; syntax errors become one-line errors."""
+#: how many nodes aliases may add to a document (a reused ``&gpu`` mapping
+#: for 12,500 nodes adds about 250,000); a "billion laughs" alias bomb
+#: would add billions
+MAX_ALIAS_NODES = 1_000_000
+
+
+def _check_aliases(root, path: str) -> None:
+    """Refuse a document whose aliases expand it past MAX_ALIAS_NODES.
+
+    Counted on the composed node graph before anything is constructed: each
+    node's expanded size once (memoised by identity), so the check costs one
+    pass over the document as written, however large its expansion.
+    """
     import yaml
 
+    own: Dict[int, int] = {}
+    size: Dict[int, int] = {}
+
+    def expanded(node) -> int:
+        key = id(node)
+        if key in size:
+            return size[key]
+        if key in own:
+            raise InventoryError("invalid YAML: an alias refers to the node that contains it",
+                                 path, node.start_mark.line + 1)
+        own[key] = 1
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                total += expanded(child)
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                total += expanded(k) + expanded(v)
+        if total > limit:
+            raise InventoryError(f"aliases expand this document past {MAX_ALIAS_NODES:,} "
+                                 "extra nodes: refused (an alias bomb?)", path,
+                                 node.start_mark.line + 1)
+        size[key] = total
+        return total
+
+    distinct = _count_distinct(root)
+    limit = distinct + MAX_ALIAS_NODES
+    expanded(root)
+
+
+def _count_distinct(root) -> int:
+    import yaml
+
+    seen = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.extend((k, v))
+    return len(seen)
+
+
+#: deepest nesting read (real documents nest under 10 levels; libyaml's
+#: composer overflows the C stack somewhere past 20,000)
+MAX_DEPTH = 100
+
+
+def _check_depth(text: str, path: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH, from the parser's events
+    (iterative, so a ``[[[[...`` bomb cannot crash it)."""
+    import yaml
+
+    opening = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+    closing = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+    events = _loader()(text)
     try:
-        return yaml.load(text, Loader=_loader())  # noqa: S506 - safe loader subclass
+        depth = 0
+        while events.check_event():
+            event = events.get_event()
+            if isinstance(event, opening):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise InventoryError(f"invalid YAML: nested deeper than {MAX_DEPTH} levels",
+                                         path, event.start_mark.line + 1)
+            elif isinstance(event, closing):
+                depth -= 1
+    finally:
+        events.dispose()
+
+
+def parse_text(text: str, path: str = "<string>") -> Any:
+    """Parse YAML (or JSON) text; syntax errors become one-line errors.
+
+    Before anything is built, nesting depth and alias expansion are checked,
+    so a small hostile document costs a message, not the process.
+    """
+    import yaml
+
+    loader = None
+    try:
+        _check_depth(text, path)
+        loader = _loader()(text)
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        if "*" in text:  # aliases are possible only where an asterisk is
+            _check_aliases(root, path)
+        return loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -114,19 +218,19 @@ def parse_text(text: str, path: str = "<string>") -> Any:
         raise InventoryError(f"invalid YAML: {what}", path, line) from None
     except yaml.YAMLError as exc:
         raise InventoryError(f"invalid YAML: {exc}", path) from None
+    except RecursionError:
+        raise InventoryError("invalid YAML: nested too deeply", path) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 def load_document(path) -> Any:
-    """Read and parse one YAML/JSON file."""
+    """Read (at most MAX_TEXT_BYTES) and parse one YAML/JSON file."""
+    from slurmtopo.fileio import read_text
+
     path = str(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise InventoryError(f"cannot read: {exc.strerror}", path) from None
-    except UnicodeDecodeError:
-        raise InventoryError("not a text file (invalid UTF-8)", path) from None
-    return parse_text(text, path)
+    return parse_text(read_text(path), path)
 
 
 class Reader:
@@ -172,6 +276,17 @@ class Reader:
                              self.line(value) or line)
         return value
 
+    def strings(self, value, what: str, line: Optional[int] = None) -> List[str]:
+        """A list of plain values (not lists or mappings) as strings."""
+        seq = self.sequence(value, what, line)
+        out = []
+        for i, item in enumerate(seq):
+            if isinstance(item, (dict, list)) or item is None:
+                raise self.error(f"{what}: item {i + 1} must be a string, got {_kind(item)}",
+                                 self.line(seq, i) or line)
+            out.append(str(item))
+        return out
+
     def need(self, d: LineDict, key: str, what: str, conv: Callable = str):
         if key not in d or d[key] is None:
             raise self.error(f"{what} needs {key!r}", self.line(d))
@@ -187,6 +302,45 @@ class Reader:
             raise
         except (TypeError, ValueError) as exc:
             raise self.error(f"{what}: bad {key!r} ({_short(exc)})", self.line(d, key)) from None
+
+
+#: document kind -> (what it is called, the option that reads it)
+DOCUMENT_KINDS = {
+    "inventory": ("an inventory", "--inventory"),
+    "node-report": ("a node report", "--inventory"),
+    "fabric": ("a fabric description", "--inventory"),
+    "state": ("a state snapshot", "--state"),
+    "rankmap": ("a rank map", None),
+    "plan": ("a plan document", "slurmtopo bind --plan"),
+}
+#: top-level keys only one kind of document has (to name a document that
+#: lacks its ``slurmtopo:`` line)
+_KIND_KEYS = {"inventory": ("node_types", "fabric", "cost", "name", "report"),
+              "state": ("taken_at", "source")}
+
+
+def document_kind(r: Reader, d: LineDict, accepted: Sequence[str], default: str) -> str:
+    """The ``slurmtopo:`` kind of document ``d``, which must be one of
+    ``accepted``. A document of another kind (an inventory given as
+    ``--state``) is named as what it is, with the option that reads it."""
+    kind = r.get(d, "slurmtopo", "document", as_str, None)
+    line = Reader.line(d, "slurmtopo")
+    if kind is None:
+        for other, keys in _KIND_KEYS.items():
+            key = next((k for k in keys if k in d), None)
+            if other not in accepted and key is not None:
+                kind, line = other, Reader.line(d, key)
+                break
+        else:
+            return default
+    if kind in accepted:
+        return kind
+    want = " or ".join(DOCUMENT_KINDS.get(k, (repr(k), None))[0] for k in accepted)
+    what, option = DOCUMENT_KINDS.get(kind, (f"a {kind!r} document", None))
+    hint = f" (give it to {option})" if option else ""
+    if "slurmtopo" in d:
+        raise r.error(f"this is {what} (slurmtopo: {kind}), not {want}{hint}", line)
+    raise r.error(f"this looks like {what}, not {want}{hint}", line)
 
 
 def _kind(value) -> str:
@@ -225,11 +379,20 @@ def as_pos_int(value) -> int:
 
 
 def as_float(value) -> float:
+    """A finite number >= 0 (``.inf`` and ``.nan`` are YAML floats too)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"expected a number, got {value!r}")
     v = float(value)
-    if v != v or v < 0:
-        raise ValueError(f"expected a number >= 0, got {value!r}")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"expected a finite number >= 0, got {value!r}")
+    return v
+
+
+def as_rate(value) -> float:
+    """A link rate: a finite number > 0 (the cost model divides by it)."""
+    v = as_float(value)
+    if v <= 0:
+        raise ValueError(f"expected a rate > 0, got {value!r}")
     return v
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.fileio import atomic_write
+from slurmtopo.fileio import atomic_write, read_text
 from slurmtopo.inventory import node_report, parse_inventory
 from slurmtopo.yamlio import load_document, parse_text
 
@@ -171,11 +171,10 @@ def collect_dir(src: str, dest: str, nodes: Optional[Sequence[str]] = None,
         path = os.path.join(src, fname)
         stem = fname.rsplit(".", 1)[0]
         try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
+            text = read_text(path, MAX_REPORT_BYTES)
             name, report = check_report(text, None, path)
-        except (OSError, UnicodeDecodeError) as exc:
-            bad[stem] = f"cannot read {path}: {exc}"
+        except InventoryError as exc:
+            bad[stem] = exc.render()
             continue
         except FetchError as exc:
             bad[stem] = str(exc)

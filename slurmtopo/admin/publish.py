@@ -24,13 +24,14 @@ Echo = Callable[[str], None]
 
 
 def current_text(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except FileNotFoundError:
+    from slurmtopo.fileio import read_text
+
+    if not os.path.lexists(path):
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SlurmtopoError(f"cannot read the current file: {exc}", path) from None
+    try:
+        return read_text(path)
+    except SlurmtopoError as exc:
+        raise SlurmtopoError(f"cannot read the current file: {exc.message}", path) from None
 
 
 def unified_diff(old: Optional[str], new: str, path: str) -> str:

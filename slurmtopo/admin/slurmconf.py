@@ -125,16 +125,10 @@ def conf_lines(text: str, path: str) -> Iterator[ConfLine]:
 
 
 def read_text(path) -> str:
-    path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        raise InventoryError("no such file", path) from None
-    except OSError as exc:
-        raise InventoryError(f"cannot read: {exc.strerror}", path) from None
-    except UnicodeDecodeError:
-        raise InventoryError("not a text file (invalid UTF-8)", path) from None
+    """A Slurm config file's text (bounded: :func:`slurmtopo.fileio.read_text`)."""
+    from slurmtopo.fileio import read_text as read_bounded
+
+    return read_bounded(path)
 
 
 def hostlist_at(value: str, path: str, line: int, what: str) -> List[str]:

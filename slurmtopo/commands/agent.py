@@ -34,11 +34,9 @@ def _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core) -> Li
     if from_smi:
         from slurmtopo.agent.smi import smi_discovery
 
-        try:
-            with open(from_smi, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise InventoryError(f"cannot read: {exc.strerror}", from_smi) from None
+        from slurmtopo.fileio import read_text
+
+        text = read_text(from_smi, errors="replace")
         return smi_discovery(text, from_smi, node_name=node_name, model=model,
                              threads_per_core=threads_per_core)
     from slurmtopo.agent.nvml_discovery import discover

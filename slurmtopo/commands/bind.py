@@ -33,13 +33,15 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet)
     from slurmtopo.plandoc import read_plan
 
     if plan_path == "-":
-        text, where = sys.stdin.read(), "plan (stdin)"
+        from slurmtopo.fileio import MAX_TEXT_BYTES
+
+        text, where = sys.stdin.read(MAX_TEXT_BYTES + 1), "plan (stdin)"
+        if len(text) > MAX_TEXT_BYTES:
+            raise SlurmtopoError(f"{where}: larger than {MAX_TEXT_BYTES} bytes: refused")
     else:
-        try:
-            with open(plan_path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise SlurmtopoError(f"cannot read the plan ({exc.strerror})", plan_path) from None
+        from slurmtopo.fileio import read_text
+
+        text = read_text(plan_path)
         where = plan_path
     doc = read_plan(text, where)
     result = bind(doc, os.environ, cgroup_mode=cgroup_devices, inventory_path=inventory_path,

@@ -15,7 +15,7 @@ DEFAULT_COMMAND = "slurmtopo agent discover"
               help="Hostlist of nodes, e.g. 'gpu[001-128]' (required for SSH).")
 @click.option("--from-dir", "from_dir", type=click.Path(file_okay=False),
               help="Read the reports agents wrote to this (shared) directory instead of SSH.")
-@click.option("--max-age", "max_age", type=float, default=None,
+@click.option("--max-age", "max_age", type=click.FloatRange(min=0), default=None,
               help="With --from-dir: refuse reports older than this many seconds.")
 @click.option("--command", "remote_command", default=None,
               help=f"Command printing the node report on stdout ({{node}} is replaced; "

@@ -103,7 +103,9 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
                         datefmt="%Y-%m-%dT%H:%M:%S")
     loader = inventory_loader(list(inventory_path))
     inv = loader()
-    os.makedirs(spool, exist_ok=True)
+    from slurmtopo.fileio import ensure_dir
+
+    ensure_dir(spool, "spool directory")
     lock = SpoolLock(spool)
     lock.acquire()
     try:
@@ -158,14 +160,17 @@ def status_cmd(spool, as_json, events):
     from slurmtopo.daemon.loop import STATUS_FILE, SpoolLock, read_events
 
     path = os.path.join(spool, STATUS_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
+    from slurmtopo.fileio import read_text
+
+    if not os.path.lexists(path):
         raise SlurmtopoError("no status file: the daemon has not run a cycle with this spool",
-                             path) from None
-    except (OSError, ValueError) as exc:
+                             path)
+    try:
+        doc = json.loads(read_text(path))
+    except ValueError as exc:
         raise SlurmtopoError(f"unreadable status file ({exc})", path) from None
+    if not isinstance(doc, dict):
+        raise SlurmtopoError("unreadable status file (not a JSON object)", path)
     holder = SpoolLock.holder(spool)
     now = time.time()
     if as_json:

@@ -63,14 +63,6 @@ def launch_from(launcher="srun", torchrun_cmd="torchrun", container_image=None,
                   apptainer=apptainer_image)
 
 
-def _write(out_dir: str, name: str, text: str, mode: int = 0o644) -> str:
-    from slurmtopo.fileio import atomic_write
-
-    path = os.path.join(out_dir, name)
-    atomic_write(path, text, mode=mode)
-    return path
-
-
 @click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--inventory", "inventory_path", required=True,
               help="Inventory file or directory of node reports.")
@@ -102,7 +94,7 @@ def _write(out_dir: str, name: str, text: str, mode: int = 0o644) -> str:
               help="Ask Slurm for --switches (tree), --segment (block) or nothing.")
 @click.option("--cgroup-devices", type=click.Choice(["auto", "yes", "no"]), default="auto",
               show_default=True, help="Does a device cgroup renumber GPUs? (start-time step)")
-@click.option("--master-port", type=int, default=None,
+@click.option("--master-port", type=click.IntRange(1, 65535), default=None,
               help="MASTER_PORT (default: 20000 + job id % 10000).")
 @click.option("--socket-ifname", default=None,
               help="NCCL_SOCKET_IFNAME (default: the compute NICs' netdevs, else ^lo,docker).")
@@ -199,21 +191,21 @@ def command(inventory_path, state_path, tp, cp, ep, pp, dp, expert_tp, world, or
         notes.append("no command after --: job.sbatch not written "
                      "(e.g. `slurmtopo plan ... -- python train.py`)")
 
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-    except OSError as exc:
-        raise SlurmtopoError(f"cannot create the output directory ({exc.strerror})",
-                             output_dir) from None
+    from slurmtopo.fileio import Output, ensure_dir, write_all
+
+    ensure_dir(output_dir)
     rm = rankmap_dict(placement, layout)
-    files = {"rank map": _write(output_dir, "rankmap.json", dumps_rankmap(rm)),
-             "CSV": _write(output_dir, "rankmap.csv", rankmap_csv(placement)),
-             "per-rank environment": _write(
-                 output_dir, "env.json",
-                 dumps_rankmap(env_document(placement, inv,
-                                            master_port or "20000 + SLURM_JOB_ID % 10000",
-                                            socket_ifname)))}
+    env_json = dumps_rankmap(env_document(placement, inv,
+                                          master_port or "20000 + SLURM_JOB_ID % 10000",
+                                          socket_ifname))
+    outputs = {"rank map": Output(os.path.join(output_dir, "rankmap.json"), dumps_rankmap(rm)),
+               "CSV": Output(os.path.join(output_dir, "rankmap.csv"), rankmap_csv(placement)),
+               "per-rank environment": Output(os.path.join(output_dir, "env.json"), env_json)}
     if script is not None:
-        files["batch script"] = _write(output_dir, "job.sbatch", script_text, mode=0o755)
+        outputs["batch script"] = Output(os.path.join(output_dir, "job.sbatch"), script_text,
+                                         mode=0o755)
+    write_all(list(outputs.values()))  # all four or none: they describe one plan
+    files = {what: out.path for what, out in outputs.items()}
 
     from slurmtopo.preview import render_plan, report_dict
 

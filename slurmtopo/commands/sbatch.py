@@ -177,17 +177,13 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
 
 
 def _write_files(output_dir, text, placement, layout, inv, o) -> None:
-    from slurmtopo.fileio import atomic_write
+    from slurmtopo.fileio import Output, ensure_dir, write_all
     from slurmtopo.rankmap import dumps_rankmap, rankmap_dict
 
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-    except OSError as exc:
-        raise SlurmtopoError(f"cannot create the output directory ({exc.strerror})",
-                             output_dir) from None
-    atomic_write(os.path.join(output_dir, "job.sbatch"), text, mode=0o755)
-    atomic_write(os.path.join(output_dir, "rankmap.json"),
-                 dumps_rankmap(rankmap_dict(placement, layout)))
+    ensure_dir(output_dir)
+    write_all([Output(os.path.join(output_dir, "job.sbatch"), text, mode=0o755),
+               Output(os.path.join(output_dir, "rankmap.json"),
+                      dumps_rankmap(rankmap_dict(placement, layout)))])
 
 
 def _callback(**kwargs):

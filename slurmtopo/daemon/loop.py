@@ -163,7 +163,11 @@ class SpoolLock:
         self.fd: Optional[int] = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise SlurmtopoError(f"cannot open the daemon's lock file ({exc.strerror}); is "
+                                 "--spool a directory this user may write?", self.path) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

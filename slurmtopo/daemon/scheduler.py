@@ -56,7 +56,7 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurmtopo.errors import PlacementError, SlurmtopoError
-from slurmtopo.model import ClusterState, Inventory, NodeState, Placement
+from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState, Placement
 from slurmtopo.request import IMPLICIT_PREFER
 
 RELEASE = "release"
@@ -534,7 +534,7 @@ class _Pass:
         ideal: Dict[str, NodeState] = {}
         for name in inv.nodes:
             st = view.state.nodes.get(name)
-            if st is not None and "unknown_to_slurm" in st.flags:
+            if st is not None and UNKNOWN_TO_SLURM in st.flags:
                 ideal[name] = st
         self.ideal = ClusterState(nodes=ideal, source="empty cluster")
         from slurmtopo.topology import network_view

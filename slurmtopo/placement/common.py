@@ -8,8 +8,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError
 from slurmtopo.groups import build_groups
-from slurmtopo.model import (USABLE_STATES, ClusterState, Hardware, Inventory, Node, Placement,
-                             RankSlot)
+from slurmtopo.model import (UNKNOWN_TO_SLURM, USABLE_STATES, ClusterState, Hardware, Inventory,
+                             Node, Placement, RankSlot)
 from slurmtopo.request import JobRequest
 
 
@@ -26,6 +26,8 @@ class Candidates:
     partial: int  # dropped by --exclusive because some GPU is busy
     small: int  # dropped because fewer than --gpus-per-node GPUs are free
     free_gpus: int = 0
+    #: inventory nodes Slurm does not know (not counted in ``unusable``)
+    unknown: int = 0
     #: distinct (hardware, free GPUs) signatures, and each usable node's one
     sigs: List[Tuple[Hardware, Tuple[int, ...]]] = field(default_factory=list)
     sig_of: Dict[int, int] = field(default_factory=dict)
@@ -47,8 +49,9 @@ class Candidates:
                 d[sig_of[i]] = d.get(sig_of[i], 0) + 1
                 pod_free[p] = pod_free.get(p, 0) + len(free)
         return Candidates(nodes=nodes, total_nodes=self.total_nodes, excluded=self.excluded,
-                          unusable=self.unusable, full=self.full, partial=self.partial,
-                          small=self.small, free_gpus=sum(len(f) for _, _, f in nodes),
+                          unusable=self.unusable, unknown=self.unknown, full=self.full,
+                          partial=self.partial, small=self.small,
+                          free_gpus=sum(len(f) for _, _, f in nodes),
                           sigs=self.sigs, sig_of=sig_of, pod_sigs=pod_sigs, pod_free=pod_free)
 
     def minus(self, used: Dict[int, Tuple[int, ...]], node_pod: List[int],
@@ -78,8 +81,8 @@ class Candidates:
             nodes.append((i, node, free))
             sig_of[i] = s
         out = Candidates(nodes=nodes, total_nodes=self.total_nodes, excluded=self.excluded,
-                         unusable=self.unusable, full=self.full, partial=self.partial,
-                         small=self.small, sigs=sigs, sig_of=sig_of)
+                         unusable=self.unusable, unknown=self.unknown, full=self.full,
+                         partial=self.partial, small=self.small, sigs=sigs, sig_of=sig_of)
         out.free_gpus = sum(len(f) for _, _, f in nodes)
         for i, _, free in nodes:
             p = node_pod[i]
@@ -95,6 +98,8 @@ class Candidates:
             bits.append(f"{self.full} node{'s' * (self.full != 1)} fully busy")
         if self.unusable:
             bits.append(f"{self.unusable} drained, down or reserved")
+        if self.unknown:
+            bits.append(f"{self.unknown} not in Slurm's node list")
         if self.partial:
             bits.append(f"{self.partial} partly busy (not usable with --exclusive)")
         if self.small:
@@ -127,8 +132,15 @@ def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
     excluded_set = set(req.exclude)
     g = req.gpus_per_node
     min_free = None if g is None else min(g, req.layout.world)
+    if g is not None:
+        # Slurm refuses --gpus-per-node above what a node has: say so now,
+        # not after the script is written
+        most = max((n.hardware.gpu_count for n in inv.nodes.values()), default=0)
+        if g > most:
+            raise PlacementError(f"needs {g} GPUs per node (--gpus-per-node), more than any "
+                                 f"node has (the most is {most})")
     out = []
-    excluded = unusable = full = partial = small = 0
+    excluded = unusable = not_in_slurm = full = partial = small = 0
     states = state.nodes if state is not None else {}
     exclusive = req.exclusive
     # signature key: (id(hardware), busy frozenset or None) -> signature
@@ -152,7 +164,10 @@ def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
             key = (id(hw), None)
         else:
             if (st.state not in USABLE_STATES or st.flags) and not st.usable:
-                unusable += 1
+                if UNKNOWN_TO_SLURM in st.flags:
+                    not_in_slurm += 1
+                else:
+                    unusable += 1
                 continue
             if st.exclusive:
                 full += 1
@@ -178,7 +193,7 @@ def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
         if not n_free:
             full += 1
             continue
-        if min_free is not None and n_free < min_free:
+        if min_free is not None and (n_free < min_free or hw.gpu_count < g):
             small += 1
             continue
         out.append((i, node, sigs[s][1]))
@@ -194,7 +209,7 @@ def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
                 d[s] = d.get(s, 0) + 1
                 pod_free[p] += n_free
     return Candidates(nodes=out, total_nodes=len(inv.nodes), excluded=excluded,
-                      unusable=unusable, full=full, partial=partial, small=small,
+                      unusable=unusable, unknown=not_in_slurm, full=full, partial=partial, small=small,
                       free_gpus=total_free, sigs=sigs, sig_of=sig_of, pod_sigs=pod_sigs,
                       pod_free=pod_free)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 import shlex
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
@@ -45,18 +46,26 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 def sanitize_job_name(name: str) -> Tuple[str, Optional[str]]:
     """(safe name, note or None). A job name with a newline is an error (an
-    #SBATCH line cannot hold one); other characters outside
-    ``A-Za-z0-9._+@%:,=-`` become ``_``, so quotes, ``$()``, backticks,
-    ``;`` and blanks never reach sbatch's directive parser."""
+    #SBATCH line cannot hold one). Letters, digits and marks of any script
+    (``λ-训练`` passes through) and ``._+@%:,=-`` are kept; anything else
+    becomes ``_``, so blanks, quotes, ``#``, ``$()``, backticks and ``;``
+    never reach sbatch's directive parser (which splits on blanks, pairs
+    quotes and ends the line at ``#``)."""
     if "\n" in name or "\r" in name:
         raise SlurmtopoError(f"job name {name!r} contains a newline; an #SBATCH directive is "
                              "one line, give a one-line --job-name")
-    clean = "".join(c if _JOB_NAME_OK.match(c) else "_" for c in name)
+    clean = "".join(c if _job_name_char(c) else "_" for c in name)
     if not clean:
         raise SlurmtopoError("the job name is empty")
     if clean != name:
-        return clean, f"job name {name!r} written as {clean!r} (only A-Za-z0-9._+@%:,=- kept)"
+        return clean, (f"job name {name!r} written as {clean!r} (letters, digits and "
+                       "._+@%:,=- kept)")
     return clean, None
+
+
+def _job_name_char(c: str) -> bool:
+    return bool(_JOB_NAME_OK.match(c)) or (
+        ord(c) > 127 and unicodedata.category(c)[0] in "LNM")
 
 
 def comment_text(text: str) -> str:
@@ -275,6 +284,10 @@ class SbatchRequest:
         from slurmtopo.plandoc import dumps_plan, plan_document
 
         notes: List[str] = []
+        if master_port is not None and (isinstance(master_port, bool) or
+                                        not isinstance(master_port, int) or
+                                        not 1 <= master_port <= 65535):
+            raise SlurmtopoError(f"master port {master_port!r} is not a TCP port (1-65535)")
         if job_name is not None:
             _, note = sanitize_job_name(job_name)
             if note:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmError
-from slurmtopo.model import ClusterState, Inventory, NodeState
+from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState
 
 #: job states in which a job holds its allocation
 ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",
@@ -161,7 +161,7 @@ def cluster_state_from(nodes: Iterable[SlurmNode], inventory: Optional[Inventory
     if inventory is not None:
         for name in inventory.nodes:
             if name not in out:
-                out[name] = NodeState(name=name, state="down", flags=frozenset({"unknown_to_slurm"}))
+                out[name] = NodeState(name=name, state="down", flags=frozenset({UNKNOWN_TO_SLURM}))
     return ClusterState(nodes=out, source=source)
 
 

@@ -46,8 +46,10 @@ class CliBackend(SlurmBackend):
             if "\0" in a:
                 raise SlurmError(f"{argv[0]}: an argument holds a NUL byte")
         try:
+            # UTF-8 whatever the locale: a job name may be `λ-训练`
             p = subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                               env=self.env, timeout=self.timeout)
+                               encoding="utf-8", errors="replace", env=self.env,
+                               timeout=self.timeout)
         except FileNotFoundError:
             raise SlurmError(f"{argv[0]} not found: is Slurm's client installed and on PATH?"
                              ) from None

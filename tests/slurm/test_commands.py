@@ -195,3 +195,15 @@ def test_daemon_submits_even_when_nothing_is_free_now(onpath, capsys):
     code, out, err = run(["sbatch", "--inventory", INV, "--world", "32", "--daemon", "--", "true"],
                          capsys)
     assert code == 3 and "\n" not in err.strip()
+
+
+def test_state_output_that_cannot_be_written(onpath, capsys, tmp_path):
+    onpath.on("sinfo --json", file="sinfo_untyped_drain.json")
+    (tmp_path / "f").write_text("x")
+    for target, why in ((tmp_path / "f" / "s.yaml", f"{tmp_path / 'f'} is not a directory"),
+                        (tmp_path / "no" / "s.yaml", f"{tmp_path / 'no'} does not exist")):
+        code, out, err = run(["state", "-o", str(target)], capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and "Traceback" not in err
+        assert lines[0].startswith(f"slurmtopo: error: {target}: ") and why in lines[0]
+    assert (tmp_path / "f").read_text() == "x" and not (tmp_path / "no").exists()

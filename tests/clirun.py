@@ -1,0 +1,81 @@
+"""Run the ``slurmtopo`` CLI in-process and check its one-line errors.
+
+Shared by the tests of hostile input (tests/test_hostile_input.py) and the
+property test over every reader (tests/test_readers_property.py): both need
+the exit code and both streams of one run, without pytest fixtures (which
+hypothesis cannot re-run per example).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pwd
+from typing import List, Sequence, Tuple
+
+from slurmtopo.cli import main
+
+
+def run_cli(argv: Sequence[str], stdin: str = "") -> Tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``slurmtopo argv``."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(argv))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_line_error(code: int, err: str, *parts: str) -> str:
+    """Assert the run failed with exactly one ``slurmtopo: error:`` line
+    containing ``parts``; returns the line."""
+    assert code != 0, f"exit 0; stderr: {err!r}"
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("slurmtopo: error: "), lines[0]
+    for p in parts:
+        assert p in lines[0], lines[0]
+    return lines[0]
+
+
+def run_cli_unprivileged(argv: Sequence[str]) -> Tuple[int, str]:
+    """(exit code, stderr) of ``slurmtopo argv`` run as user ``nobody``.
+
+    Tests run as root, to whom every permission check passes; a forked child
+    that drops to ``nobody`` meets EACCES as a user would. Modules the command
+    needs must already be imported (run it once as root first): nobody may
+    not be able to read the Python installation's directory. Run directly when
+    the tests do not run as root.
+    """
+    if os.geteuid() != 0:
+        code, _out, err = run_cli(argv)
+        return code, err
+    nobody = pwd.getpwnam("nobody")
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 99
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            code, _out, err = run_cli(argv)
+            os.write(write_fd, err.encode())
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            os.write(write_fd, f"child failed: {exc!r}".encode())
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    chunks: List[bytes] = []
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_fd)
+    _pid, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode()
