@@ -18,30 +18,14 @@ line, exit code 4.
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 from typing import List
 
 import click
 
-from slurmtopo.errors import SlurmtopoError, PlacementError
-
-#: options shared with ``slurmtopo plan`` (copied from it, so help and
-#: defaults stay the same)
-PLAN_OPTIONS = ("inventory_path", "tp", "cp", "ep", "pp", "dp", "expert_tp", "world", "order",
-                "convention", "require", "prefer", "gpus_per_node", "exclusive", "nodelist",
-                "exclude", "message_bytes", "job_name", "partition", "time_limit", "account",
-                "extra_sbatch", "switch_wait", "topology_request", "cgroup_devices",
-                "master_port", "socket_ifname", "python", "launcher", "torchrun_cmd",
-                "container_image", "container_mounts", "container_workdir", "apptainer_image")
-
-
-def _plan_params() -> List[click.Parameter]:
-    from slurmtopo.commands.plan import command as plan_command
-
-    by_name = {p.name: p for p in plan_command.params}
-    return [copy.deepcopy(by_name[n]) for n in PLAN_OPTIONS if n in by_name]
+from slurmtopo.commands.job_options import job_options, request_from, script_options_from
+from slurmtopo.errors import SlurmtopoError
 
 
 def parse_wait(items) -> dict:
@@ -64,19 +48,15 @@ def parse_wait(items) -> dict:
 
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
          as_json, cmd, **o):
-    from slurmtopo.commands.plan import build_request, launch_from, parse_message_bytes
-    from slurmtopo.commands.layout_options import layout_from
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.placement import plan
-    from slurmtopo.sbatch import SbatchRequest, sanitize_job_name
-    from slurmtopo.sbatch.script import DEFAULT_SWITCH_WAIT
+    from slurmtopo import api
+    from slurmtopo.sbatch import sanitize_job_name
 
     if not cmd:
         raise SlurmtopoError("no command to run: give it after --, e.g. "
                              "`slurmtopo sbatch --inventory inv.yaml --tp 8 -- python train.py`")
     if o.get("job_name") is not None:
         sanitize_job_name(o["job_name"])
-    inv = load_inventory(o["inventory_path"])
+    inv = api.load_cluster(o["inventory_path"])
 
     backend = None
 
@@ -91,46 +71,17 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         state = get_backend().cluster_state(inv)
         state_from = f"live Slurm state ({get_backend().name} backend)"
     elif state_path == "none":
-        from slurmtopo.model import ClusterState
-        state, state_from = ClusterState(), "no state (every node idle)"
+        state, state_from = api.load_state_file(inv, None), "no state (every node idle)"
     else:
-        from slurmtopo.state import load_state
-        state, state_from = load_state(state_path, inv), state_path
+        state, state_from = api.load_state_file(inv, state_path), state_path
 
-    layout = layout_from(**o)
-    req = build_request(layout, o["require"], o["prefer"], o["gpus_per_node"], o["exclusive"],
-                        o["nodelist"], o["exclude"], parse_message_bytes(o["message_bytes"]))
     waits = parse_wait(wait)
-    if waits:
-        import dataclasses
-        req = dataclasses.replace(req, wait=waits)
-    busy_note = None
-    try:
-        placement = plan(inv, state, req)
-    except PlacementError as exc:
-        if not daemon:
-            raise
-        # The daemon waits for resources; what must hold now is only that the
-        # job fits the cluster at all (nodes that are down stay out).
-        from slurmtopo.model import ClusterState, NodeState
-        idle = ClusterState(nodes={n: NodeState(n, state=st.state, flags=st.flags)
-                                   for n, st in state.nodes.items() if not st.usable})
-        placement = plan(inv, idle, req)
-        busy_note = (f"no placement is free now ({exc.message}); the script is shaped on the "
-                     "idle cluster and the placement daemon will release the job when one is")
-    sw = o.get("switch_wait")
-    wait = DEFAULT_SWITCH_WAIT if sw is None else (None if sw in ("0", "") else sw)
-    script = SbatchRequest.from_plan(
-        inv, placement, layout, cmd, req, job_name=o["job_name"], partition=o["partition"],
-        time=o["time_limit"], account=o["account"], exclusive=o["exclusive"],
-        topology=o["topology_request"], switch_wait=wait, extra=o["extra_sbatch"],
-        python=o["python"], cgroup_devices=o["cgroup_devices"],
-        inventory_path=os.path.abspath(o["inventory_path"]), master_port=o["master_port"],
-        socket_ifname=o["socket_ifname"], run_dir=run_dir, launch=launch_from(**o))
-    text = script.render()
-    notes: List[str] = list(script.notes)
-    if busy_note:
-        notes.append(busy_note)
+    req = request_from(o, waits)
+    job = api.prepare(inv, state, req, cmd,
+                      script_options_from(o, os.path.abspath(o["inventory_path"]), run_dir),
+                      with_costs=False, shape_on_idle=daemon)
+    placement, text, layout = job.placement, job.script_text, req.layout
+    notes: List[str] = list(job.notes)
     if waits and not daemon:
         notes.append("--wait only matters with --daemon (the placement daemon waits; sbatch "
                      "does not)")
@@ -140,12 +91,13 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                f"{fold_hostlist(placement.hosts)} against {state_from}")
 
     if output_dir:
-        _write_files(output_dir, text, placement, layout, inv, o)
+        _write_files(output_dir, text, placement, layout)
 
     if dry_run:
         if as_json:
             click.echo(json.dumps({"job_id": None, "dry_run": True, "script": text,
-                                   "directives": script.directives(), "hosts": list(placement.hosts),
+                                   "directives": job.script.directives(),
+                                   "hosts": list(placement.hosts),
                                    "notes": notes + [summary]}, separators=(",", ":")))
             return
         click.echo(text, nl=False)
@@ -153,17 +105,9 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
             click.echo(f"slurmtopo: {n}", err=True)
         return
 
-    if daemon:
-        try:
-            from slurmtopo.daemon.submit import submit_for_daemon
-        except ImportError as exc:
-            raise SlurmtopoError("--daemon needs the placement daemon (slurmtopo.daemon.submit), "
-                                 f"which this installation lacks ({exc}); submit without "
-                                 "--daemon") from None
-        job_id = submit_for_daemon(get_backend(), req, text, o["inventory_path"], spool=spool,
-                                   notes=notes)
-    else:
-        job_id = get_backend().submit(text)
+    done = api.submit(job, get_backend(), held=daemon, spool=spool)
+    notes.extend(done.notes)
+    job_id = done.job_id
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "daemon": bool(daemon),
                                "hosts": list(placement.hosts), "notes": notes + [summary]},
@@ -176,7 +120,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                                                    if daemon else ""))
 
 
-def _write_files(output_dir, text, placement, layout, inv, o) -> None:
+def _write_files(output_dir, text, placement, layout) -> None:
     from slurmtopo.fileio import Output, ensure_dir, write_all
     from slurmtopo.rankmap import dumps_rankmap, rankmap_dict
 
@@ -186,41 +130,37 @@ def _write_files(output_dir, text, placement, layout, inv, o) -> None:
                       dumps_rankmap(rankmap_dict(placement, layout)))])
 
 
-def _callback(**kwargs):
+@click.command("sbatch", context_settings={"help_option_names": ["-h", "--help"]})
+@job_options
+@click.option("--state", "state_path", default=None, metavar="FILE|live|none",
+              help="Cluster-state snapshot to plan against (default: live Slurm state; "
+                   "'none': every node idle).")
+@click.option("--backend", "backend_name", default="auto", show_default=True,
+              type=click.Choice(["auto", "cli", "pyslurm"]),
+              help="How to talk to Slurm (also $SLURMTOPO_BACKEND).")
+@click.option("--dry-run", is_flag=True, help="Print the batch script; submit nothing.")
+@click.option("--daemon", is_flag=True,
+              help="Submit held, tagged for the placement daemon (it picks the nodes).")
+@click.option("--wait", multiple=True, metavar="KIND=SECONDS",
+              help="With --daemon: how long the daemon may wait for a --prefer of that kind "
+                   "before giving up on it, e.g. dp=600 or dp=10m (repeatable).")
+@click.option("--spool", default=None,
+              help="The placement daemon's spool directory (for --daemon requests too long "
+                   "for a job comment).")
+@click.option("--run-dir", default=None,
+              help="Where the job's start-time step writes hostfile, env.sh, rankmap.json "
+                   "(default: <submit dir>/slurmtopo-run-<jobid>).")
+@click.option("--output-dir", "-o", default=None, type=click.Path(file_okay=False),
+              help="Also write job.sbatch and rankmap.json here.")
+@click.option("--parsable", is_flag=True, help="Print only the job id.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object (job id, hosts, notes).")
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def command(**kwargs):
+    """Plan a job on the live cluster and submit it with sbatch.
+
+    Planning options are those of `slurmtopo plan`; the command follows `--`.
+    The cluster state is read from Slurm unless --state names a snapshot.
+    Prints `Submitted batch job N` (or N with --parsable).
+    """
     _run(**kwargs)
-
-
-command = click.Command(
-    "sbatch", callback=_callback, context_settings={"help_option_names": ["-h", "--help"]},
-    help="""Plan a job on the live cluster and submit it with sbatch.
-
-Planning options are those of `slurmtopo plan`; the command follows `--`.
-The cluster state is read from Slurm unless --state names a snapshot.
-Prints `Submitted batch job N` (or N with --parsable).""",
-    params=_plan_params() + [
-        click.Option(["--state", "state_path"], default=None, metavar="FILE|live|none",
-                     help="Cluster-state snapshot to plan against (default: live Slurm state; "
-                          "'none': every node idle)."),
-        click.Option(["--backend", "backend_name"], default="auto", show_default=True,
-                     type=click.Choice(["auto", "cli", "pyslurm"]),
-                     help="How to talk to Slurm (also $SLURMTOPO_BACKEND)."),
-        click.Option(["--dry-run"], is_flag=True,
-                     help="Print the batch script; submit nothing."),
-        click.Option(["--daemon"], is_flag=True,
-                     help="Submit held, tagged for the placement daemon (it picks the nodes)."),
-        click.Option(["--wait"], multiple=True, metavar="KIND=SECONDS",
-                     help="With --daemon: how long the daemon may wait for a --prefer of that "
-                          "kind before giving up on it, e.g. dp=600 or dp=10m (repeatable)."),
-        click.Option(["--spool"], default=None,
-                     help="The placement daemon's spool directory (for --daemon requests too "
-                          "long for a job comment)."),
-        click.Option(["--run-dir"], default=None,
-                     help="Where the job's start-time step writes hostfile, env.sh, "
-                          "rankmap.json (default: <submit dir>/slurmtopo-run-<jobid>)."),
-        click.Option(["--output-dir", "-o"], default=None, type=click.Path(file_okay=False),
-                     help="Also write job.sbatch and rankmap.json here."),
-        click.Option(["--parsable"], is_flag=True, help="Print only the job id."),
-        click.Option(["--json", "as_json"], is_flag=True,
-                     help="Print one JSON object (job id, hosts, notes)."),
-        click.Argument(["cmd"], nargs=-1, type=click.UNPROCESSED),
-    ])

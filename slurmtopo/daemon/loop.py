@@ -595,8 +595,9 @@ class Daemon:
 
 
 def inventory_loader(paths) -> Callable[[], object]:
-    """A loader that re-reads the inventory only when a file changed."""
-    from slurmtopo.inventory import load_inventory
+    """A loader that re-reads the inventory only when a file changed (and
+    validates all of it, through the use-case layer's load_cluster)."""
+    from slurmtopo.api import load_cluster
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -621,7 +622,7 @@ def inventory_loader(paths) -> Callable[[], object]:
     def load():
         s = stamp()
         if cache.get("stamp") != s:
-            cache["inv"] = load_inventory(paths)
+            cache["inv"] = load_cluster(paths)
             if "stamp" in cache:
                 log.info("inventory reloaded")
             cache["stamp"] = s

@@ -326,14 +326,14 @@ class Work:
 
 
 def _plan(inv: Inventory, state: Optional[ClusterState], req):
-    from slurmtopo.placement import plan
-    return plan(inv, state, req)
+    from slurmtopo.api import plan_job
+    return plan_job(inv, state, req)
 
 
 def _cost(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
+    from slurmtopo.api import step_time
     try:
-        from slurmtopo.cost import evaluate
-        return float(evaluate(inv, placement, req, params).step_time_s)
+        return step_time(inv, placement, req, params)
     except Exception:  # the cost model is advice; never let it stop a release
         return None
 

@@ -1,0 +1,229 @@
+"""The use cases, as the public Python API: load a cluster, prepare a job,
+submit it.
+
+Everything slurmtopo does for a job runs through here, in one order::
+
+    cluster = load_cluster("cluster.yaml")            # read and validate once
+    job = prepare(cluster, state, request, command)    # plan, cost, script
+    submit(job, backend)                               # sbatch (or held, for the daemon)
+
+``slurmtopo plan`` and ``slurmtopo sbatch`` only turn their options into a
+:class:`~slurmtopo.request.JobRequest` and a :class:`ScriptOptions`, call
+:func:`prepare`, and show or write its result; the placement daemon loads
+its inventory with :func:`load_cluster` and prices placements with
+:func:`step_time`. A notebook or a launcher library calls the same three
+functions (docs/api.md has a runnable example).
+
+Nothing here parses command-line options or prints; Slurm is reached only
+through the backend passed to :func:`submit`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Tuple, Union
+
+from slurmtopo.errors import PlacementError
+from slurmtopo.model import ClusterState, Inventory, Placement
+from slurmtopo.request import JobRequest
+from slurmtopo.sbatch.script import DEFAULT_SWITCH_WAIT
+
+
+@dataclass(frozen=True)
+class ScriptOptions:
+    """How to write the batch script (everything but the placement).
+
+    The names are those of :meth:`slurmtopo.sbatch.SbatchRequest.from_plan`;
+    ``switch_wait`` None means no wait limit in ``--switches``.
+    """
+
+    job_name: Optional[str] = None
+    partition: Optional[str] = None
+    time: Optional[str] = None
+    account: Optional[str] = None
+    topology: str = "auto"
+    switch_wait: Optional[str] = DEFAULT_SWITCH_WAIT
+    extra: Tuple[str, ...] = ()
+    python: str = "python3"
+    cgroup_devices: str = "auto"
+    master_port: Optional[int] = None
+    socket_ifname: Optional[str] = None
+    run_dir: Optional[str] = None
+    #: recorded in the script for ``slurmtopo bind`` (default: the path the
+    #: cluster was loaded from)
+    inventory_path: Optional[str] = None
+    #: how the ranks start (srun or torchrun, containers); None: srun
+    launch: Optional[object] = None  # slurmtopo.sbatch.launch.Launch
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The modelled step time of the plan and of Slurm's default placement
+    (``naive`` is None when there is no default placement to compare with)."""
+
+    plan: object  # slurmtopo.cost.CostReport
+    naive: Optional[object] = None
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A planned job, ready to show, write or submit."""
+
+    cluster: Inventory
+    state: ClusterState
+    request: JobRequest
+    placement: Placement
+    #: None when :func:`prepare` was asked not to price the plan
+    costs: Optional[Costs]
+    #: the batch script as data (None without a command)
+    script: Optional[object]  # slurmtopo.sbatch.SbatchRequest
+    #: the rendered script (None without a command)
+    script_text: Optional[str]
+    #: what the user should know (names sanitised, placements relaxed, ...)
+    notes: Tuple[str, ...] = ()
+    options: ScriptOptions = ScriptOptions()
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    job_id: int
+    held: bool
+    notes: Tuple[str, ...] = field(default_factory=tuple)
+
+
+def load_cluster(paths: Union[str, Sequence[str]]) -> Inventory:
+    """Read an inventory (file, directory of node reports, or several) and
+    validate all of it, the ``cost:`` block included, so a typo fails here
+    for every command and not only for the one that prices a plan."""
+    from slurmtopo.cost import CostParams
+    from slurmtopo.inventory import load_inventory
+
+    inv = load_inventory(paths)
+    CostParams.from_inventory(inv)  # raises InventoryError at file:line
+    return inv
+
+
+def load_state_file(cluster: Inventory, path: Optional[str]) -> ClusterState:
+    """A state snapshot (``None``: every node idle)."""
+    if not path:
+        return ClusterState()
+    from slurmtopo.state import load_state
+
+    return load_state(path, cluster)
+
+
+def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequest) -> Placement:
+    """The topology-aware placement (raises PlacementError)."""
+    from slurmtopo.placement import plan
+
+    return plan(cluster, state, request)
+
+
+def price(cluster: Inventory, placement: Placement, request: JobRequest):
+    """The cost model's report for ``placement`` (a CostReport)."""
+    from slurmtopo.cost import CostParams, evaluate
+
+    return evaluate(cluster, placement, request, CostParams.from_inventory(cluster))
+
+
+def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
+              params=None) -> float:
+    """The modelled seconds per training step of ``placement``."""
+    from slurmtopo.cost import evaluate
+
+    return float(evaluate(cluster, placement, request, params).step_time_s)
+
+
+def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobRequest,
+            command: Sequence[str] = (), options: ScriptOptions = ScriptOptions(), *,
+            with_costs: bool = True, shape_on_idle: bool = False) -> PreparedJob:
+    """Plan ``request`` on ``cluster`` around ``state``, price it against
+    Slurm's default placement, and write the batch script for ``command``.
+
+    ``shape_on_idle``: when nothing fits now, shape the script on the idle
+    cluster (nodes that are down stay out) instead of failing; for jobs the
+    placement daemon will release later. Raises PlacementError, LayoutError
+    or SlurmtopoError (a bad job name, time, partition) before anything is
+    written or submitted.
+    """
+    from slurmtopo.sbatch import SbatchRequest, sanitize_job_name
+
+    state = state if state is not None else ClusterState()
+    if options.job_name is not None:  # cheap checks before the planner
+        sanitize_job_name(options.job_name)
+    notes = []
+    busy_note = None
+    try:
+        placement = plan_job(cluster, state, request)
+    except PlacementError as exc:
+        if not shape_on_idle:
+            raise
+        from slurmtopo.model import NodeState
+
+        idle = ClusterState(nodes={n: NodeState(n, state=st.state, flags=st.flags)
+                                   for n, st in state.nodes.items() if not st.usable})
+        placement = plan_job(cluster, idle, request)
+        busy_note = (f"no placement is free now ({exc.message}); the script is shaped on the "
+                     "idle cluster and the placement daemon will release the job when one is")
+    costs = None
+    if with_costs:
+        from slurmtopo.placement import naive_plan
+
+        try:
+            naive = naive_plan(cluster, state, request)
+        except PlacementError as exc:
+            naive = None
+            notes.append(f"no naive placement to compare with: {exc.render()}")
+        costs = Costs(plan=price(cluster, placement, request),
+                      naive=price(cluster, naive, request) if naive is not None else None)
+    script = text = None
+    if command:
+        script = SbatchRequest.from_plan(
+            cluster, placement, request.layout, command, request, job_name=options.job_name,
+            partition=options.partition, time=options.time, account=options.account,
+            exclusive=request.exclusive, topology=options.topology,
+            switch_wait=options.switch_wait, extra=options.extra, python=options.python,
+            cgroup_devices=options.cgroup_devices,
+            inventory_path=options.inventory_path or _source_path(cluster),
+            master_port=options.master_port, socket_ifname=options.socket_ifname,
+            run_dir=options.run_dir, launch=options.launch)
+        text = script.render()  # validates before anything is written
+        notes.extend(script.notes)
+    if busy_note:
+        notes.append(busy_note)
+    return PreparedJob(cluster=cluster, state=state, request=request, placement=placement,
+                       costs=costs, script=script, script_text=text, notes=tuple(notes),
+                       options=options)
+
+
+def submit(prepared: PreparedJob, backend, held: bool = False,
+           spool: Optional[str] = None) -> SubmittedJob:
+    """Submit the prepared script through ``backend`` (a
+    :class:`slurmtopo.slurm.SlurmBackend`). ``held``: submit it held and
+    tagged for the placement daemon, which picks the nodes and releases it
+    (``spool``: the daemon's spool directory, for requests too long for a
+    job comment). Slurm's refusal is a SlurmError with Slurm's own words."""
+    from slurmtopo.errors import SlurmtopoError
+
+    if prepared.script_text is None:
+        raise SlurmtopoError("nothing to submit: the job was prepared without a command")
+    if not held:
+        return SubmittedJob(job_id=int(backend.submit(prepared.script_text)), held=False)
+    try:
+        from slurmtopo.daemon.submit import submit_for_daemon
+    except ImportError as exc:
+        raise SlurmtopoError("--daemon needs the placement daemon (slurmtopo.daemon.submit), "
+                             f"which this installation lacks ({exc}); submit without "
+                             "--daemon") from None
+
+    notes: list = []
+    job_id = submit_for_daemon(backend, prepared.request, prepared.script_text,
+                               prepared.options.inventory_path or _source_path(prepared.cluster),
+                               spool=spool, notes=notes)
+    return SubmittedJob(job_id=int(job_id), held=True, notes=tuple(notes))
+
+
+def _source_path(cluster: Inventory) -> Optional[str]:
+    src = cluster.source
+    if not src or src.startswith("<"):
+        return None
+    return src

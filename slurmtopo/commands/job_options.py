@@ -1,0 +1,156 @@
+"""The job options shared by ``plan`` and ``sbatch``, defined once.
+
+``plan`` and ``sbatch`` read a job the same way: the inventory, the layout
+(:mod:`slurmtopo.commands.layout_options`), the placement request
+(``--require``, ``--prefer``, ...) and how to write the script
+(``--job-name``, ``--partition``, ...). Each group is one decorator here,
+and :func:`request_from` / :func:`script_options_from` turn the values into
+the use-case layer's inputs (:mod:`slurmtopo.api`).
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional, Sequence
+
+import click
+
+from slurmtopo.commands.layout_options import layout_from, layout_options
+from slurmtopo.errors import SlurmtopoError
+
+
+def _apply(func, options):
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def job_options(func):
+    """--inventory, the layout options, the request options and the script
+    options, in that order."""
+    func = script_options(func)
+    func = request_options(func)
+    func = layout_options(func)
+    return click.option("--inventory", "inventory_path", required=True,
+                        help="Inventory file or directory of node reports.")(func)
+
+
+def request_options(func):
+    """--require --prefer --gpus-per-node --exclusive --nodelist --exclude
+    --message-bytes."""
+    return _apply(func, [
+        click.option("--require", multiple=True, metavar="KIND=LEVEL",
+                     help="Hard constraint, e.g. tp=node (repeatable)."),
+        click.option("--prefer", multiple=True, metavar="KIND=LEVEL",
+                     help="Soft preference, e.g. dp=leaf (repeatable)."),
+        click.option("--gpus-per-node", type=int, default=None,
+                     help="Use this many GPUs of every node (default: as the plan needs)."),
+        click.option("--exclusive", is_flag=True,
+                     help="Whole nodes only; adds #SBATCH --exclusive."),
+        click.option("--nodelist", default=None,
+                     help="Only these nodes (hostlist); passed to sbatch."),
+        click.option("--exclude", default=None,
+                     help="Never these nodes (hostlist); passed to sbatch."),
+        click.option("--message-bytes", multiple=True, metavar="KIND=SIZE",
+                     help="Bytes per collective for the cost model, e.g. dp=1GiB "
+                          "(repeatable)."),
+    ])
+
+
+def script_options(func):
+    """The batch script's options (job name, partition, topology request,
+    start-time step)."""
+    return _apply(func, [
+        click.option("--job-name", default=None, help="#SBATCH --job-name."),
+        click.option("--partition", default=None, help="#SBATCH --partition."),
+        click.option("--time", "time_limit", default=None, help="#SBATCH --time."),
+        click.option("--account", default=None, help="#SBATCH --account."),
+        click.option("--sbatch", "extra_sbatch", multiple=True, metavar="OPTION",
+                     help="Extra #SBATCH option, e.g. --sbatch=--qos=high (repeatable)."),
+        click.option("--switch-wait", default=None,
+                     help="Max wait for the --switches request (Slurm time; default 5:00; "
+                          "0 = no wait limit given)."),
+        click.option("--topology-request", type=click.Choice(["auto", "tree", "block", "none"]),
+                     default="auto", show_default=True,
+                     help="Ask Slurm for --switches (tree), --segment (block) or nothing."),
+        click.option("--cgroup-devices", type=click.Choice(["auto", "yes", "no"]),
+                     default="auto", show_default=True,
+                     help="Does a device cgroup renumber GPUs? (start-time step)"),
+        click.option("--master-port", type=click.IntRange(1, 65535), default=None,
+                     help="MASTER_PORT (default: 20000 + job id % 10000)."),
+        click.option("--socket-ifname", default=None,
+                     help="NCCL_SOCKET_IFNAME (default: the compute NICs' netdevs, else "
+                          "^lo,docker)."),
+        click.option("--python", "python", default="python3", show_default=True,
+                     help="Python with slurmtopo installed, on the first node of the job (it "
+                          "runs the start-time step; the other nodes need only /bin/sh)."),
+        click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun",
+                     show_default=True,
+                     help="srun: one task per rank. torchrun: one torchrun per node (--nnodes, "
+                          "--nproc-per-node, --node-rank in plan order; the plan must be "
+                          "node-contiguous)."),
+        click.option("--torchrun", "torchrun_cmd", default="torchrun", show_default=True,
+                     help="The torchrun command on the compute nodes (--launcher torchrun)."),
+        click.option("--container-image", default=None,
+                     help="Run the ranks in this container through pyxis/enroot (srun "
+                          "--container-image)."),
+        click.option("--container-mounts", default=None,
+                     help="pyxis --container-mounts, e.g. /data:/data (needs "
+                          "--container-image)."),
+        click.option("--container-workdir", default=None,
+                     help="pyxis --container-workdir (needs --container-image)."),
+        click.option("--apptainer", "apptainer_image", default=None, metavar="IMAGE",
+                     help="Run the command as `apptainer exec --nv IMAGE ...`."),
+    ])
+
+
+def parse_message_bytes(items: Sequence[str]) -> Dict[str, int]:
+    """``dp=1GiB`` items -> {kind: bytes} (units as the cost model reads them)."""
+    from slurmtopo.cost import parse_bytes
+
+    out: Dict[str, int] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SlurmtopoError(f"--message-bytes {item!r}: expected KIND=SIZE, e.g. dp=256MiB")
+        try:
+            out[key.strip()] = parse_bytes(value)
+        except ValueError as exc:
+            raise SlurmtopoError(f"--message-bytes {item!r}: bad size ({exc})") from None
+    return out
+
+
+def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None):
+    """The JobRequest for the layout and request options in ``o``."""
+    from slurmtopo.request import JobRequest
+
+    layout = layout_from(**o)
+    req_c, pref_c = JobRequest.parse_constraints(list(o["require"]), list(o["prefer"]))
+    return JobRequest(layout=layout, require=req_c, prefer=pref_c,
+                      gpus_per_node=o["gpus_per_node"], exclusive=o["exclusive"],
+                      nodelist=o["nodelist"], exclude=o["exclude"],
+                      message_bytes=parse_message_bytes(o["message_bytes"]),
+                      wait=dict(wait or {}))
+
+
+def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
+                        run_dir: Optional[str] = None):
+    """The api.ScriptOptions for the script options in ``o``."""
+    from slurmtopo.api import DEFAULT_SWITCH_WAIT, ScriptOptions
+
+    sw = o["switch_wait"]
+    return ScriptOptions(
+        job_name=o["job_name"], partition=o["partition"], time=o["time_limit"],
+        account=o["account"], topology=o["topology_request"],
+        switch_wait=DEFAULT_SWITCH_WAIT if sw is None else (None if sw in ("0", "") else sw),
+        extra=tuple(o["extra_sbatch"]), python=o["python"], cgroup_devices=o["cgroup_devices"],
+        master_port=o["master_port"], socket_ifname=o["socket_ifname"], run_dir=run_dir,
+        inventory_path=inventory_path, launch=launch_from(**o))
+
+
+def launch_from(launcher="srun", torchrun_cmd="torchrun", container_image=None,
+                container_mounts=None, container_workdir=None, apptainer_image=None, **_ignored):
+    """The Launch for these option values."""
+    from slurmtopo.sbatch.launch import Launch
+
+    return Launch(launcher=launcher, torchrun=torchrun_cmd, container_image=container_image,
+                  container_mounts=container_mounts, container_workdir=container_workdir,
+                  apptainer=apptainer_image)

@@ -1,0 +1,105 @@
+"""The use-case layer (slurmtopo.api): docs/api.md's example runs as printed,
+and every command validates the inventory the same way."""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from slurmtopo import api
+from slurmtopo.errors import InventoryError, SlurmtopoError
+from slurmtopo.groups import Layout
+from slurmtopo.request import JobRequest
+from tests.test_plan_cli import EXAMPLES, ROOT, _one_line_error, run
+
+DOC = ROOT / "docs" / "api.md"
+
+
+def _blocks(kind):
+    """The fenced blocks of docs/api.md whose info string is ``kind``."""
+    return [body for info, body in re.findall(r"^```(\w*)\n(.*?)^```$", DOC.read_text(),
+                                              re.S | re.M) if info == kind]
+
+
+def test_docs_example_runs_as_printed(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, printed = _blocks("python")[0], _blocks("")[0]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, str(DOC), "exec"), {})
+    assert out.getvalue() == printed
+
+
+class RecordingBackend:
+    """Only what submit() calls: the script and the options."""
+
+    name = "recording"
+
+    def __init__(self):
+        self.calls = []
+
+    def submit(self, script, args=(), hold=False):
+        self.calls.append((script, list(args), hold))
+        return 42
+
+
+def _job(command=("python", "train.py")):
+    cluster = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    return api.prepare(cluster, None, JobRequest(layout=Layout(tp=8, dp=2)), command)
+
+
+def test_submit_sends_the_prepared_script():
+    job = _job()
+    backend = RecordingBackend()
+    done = api.submit(job, backend)
+    assert done.job_id == 42 and not done.held
+    assert backend.calls == [(job.script_text, [], False)]
+
+
+def test_submit_held_tags_the_job_for_the_daemon():
+    backend = RecordingBackend()
+    done = api.submit(_job(), backend, held=True)
+    assert done.held and backend.calls[0][2] is True
+    assert any(a.startswith("--comment=slurmtopo:v1:") for a in backend.calls[0][1])
+    assert any("submitted held" in n for n in done.notes)
+
+
+def test_prepare_without_command_has_no_script():
+    job = _job(command=())
+    assert job.script is None and job.script_text is None
+    with pytest.raises(SlurmtopoError, match="without a command"):
+        api.submit(job, RecordingBackend())
+
+
+def _typo_inventory(tmp_path):
+    text = (EXAMPLES / "h100-4node-2leaf.yaml").read_text()
+    bad = tmp_path / "typo.yaml"
+    bad.write_text(text.rstrip("\n") + "\ncost:\n  alpha_uss: {NVLINK: 1.0}\n")
+    return bad
+
+
+def test_cost_typo_fails_at_load(tmp_path):
+    bad = _typo_inventory(tmp_path)
+    with pytest.raises(InventoryError, match="alpha_uss") as exc:
+        api.load_cluster(str(bad))
+    assert exc.value.path == str(bad)
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--tp", "8"],
+    ["sbatch", "--tp", "8", "--state", "none", "--dry-run", "--", "true"],
+])
+def test_cost_typo_fails_every_command(argv, tmp_path, capsys):
+    bad = _typo_inventory(tmp_path)
+    code, _, err = run([*argv[:1], "--inventory", str(bad), *argv[1:]], capsys)
+    _one_line_error(code, err, "alpha_uss", str(bad))
+
+
+def test_cost_typo_stops_the_daemon(tmp_path):
+    from slurmtopo.daemon.loop import inventory_loader
+
+    with pytest.raises(InventoryError, match="alpha_uss"):
+        inventory_loader(str(_typo_inventory(tmp_path)))()
