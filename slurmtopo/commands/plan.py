@@ -17,7 +17,6 @@ from typing import List
 import click
 
 from slurmtopo.commands.job_options import job_options, request_from, script_options_from
-from slurmtopo.errors import SlurmtopoError
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 
