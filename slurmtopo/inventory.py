@@ -148,9 +148,9 @@ class _Parser:
             raise r.error(f"NIC {d.get('name')!r}: gpu_relation has {len(rel)} entries for "
                           f"{n_gpus} GPUs", Reader.line(d, "gpu_relation"))
         layer = r.get(d, "link_layer", "NIC", as_str, "InfiniBand")
-        if layer.lower() not in ("infiniband", "ethernet"):
-            raise r.error(f"NIC link_layer must be InfiniBand or Ethernet, got {layer!r}",
-                          Reader.line(d, "link_layer"))
+        if layer.lower() not in ("infiniband", "ethernet", "unknown"):
+            raise r.error(f"NIC link_layer must be InfiniBand, Ethernet or unknown, got "
+                          f"{layer!r}", Reader.line(d, "link_layer"))
         role = r.get(d, "role", "NIC", as_str, "compute")
         if role not in ("compute", "storage", "management"):
             raise r.error(f"NIC role must be compute, storage or management, got {role!r}",
@@ -159,7 +159,8 @@ class _Parser:
             name=r.need(d, "name", "NIC", as_str),
             netdev=r.get(d, "netdev", "NIC", as_str),
             pci_bus_id=r.get(d, "pci_bus_id", "NIC", as_str),
-            link_layer="InfiniBand" if layer.lower() == "infiniband" else "Ethernet",
+            link_layer={"infiniband": "InfiniBand", "ethernet": "Ethernet"}.get(layer.lower(),
+                                                                                "unknown"),
             rate_gbps=r.get(d, "rate_gbps", "NIC", as_float),
             state=r.get(d, "state", "NIC", as_str, "active"),
             port=r.get(d, "port", "NIC", as_pos_int, 1),

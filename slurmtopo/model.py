@@ -135,7 +135,9 @@ class Nic:
     name: str  # RDMA device (mlx5_0) or netdev when there is no RDMA device
     netdev: Optional[str] = None
     pci_bus_id: Optional[str] = None
-    link_layer: str = "InfiniBand"  # InfiniBand | Ethernet
+    #: InfiniBand | Ethernet (RoCE too) | unknown (a source that cannot tell,
+    #: such as nvidia-smi; never guessed)
+    link_layer: str = "InfiniBand"
     rate_gbps: Optional[float] = None  # link rate in Gbit/s
     state: str = "active"  # active | down | unknown
     port: int = 1

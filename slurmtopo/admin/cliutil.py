@@ -30,6 +30,23 @@ def echo_out(text: str) -> None:
     click.echo(text)
 
 
+def _slurm_version(_ctx, _param, value):
+    from slurmtopo.agent.gres import parse_slurm_version
+    try:
+        return parse_slurm_version(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def slurm_version_option(func):
+    """--slurm-version: the release whose gres.conf format to write."""
+    return click.option(
+        "--slurm-version", "slurm_version", default=None, callback=_slurm_version,
+        metavar="X.Y[.Z]",
+        help="Slurm release the gres.conf lines are for, where formats differ (MIG lines "
+             "carry Links= before 23.02.7). Default: current releases.")(func)
+
+
 def write_options(func):
     """--output, --diff, --force, --reconfigure, --slurm-conf, --nodes."""
     opts = [

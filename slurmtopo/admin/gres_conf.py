@@ -39,9 +39,10 @@ LinesOf = Callable[[Node, Optional[Mapping[str, object]]], Sequence[str]]
 Pairs = Tuple[Tuple[str, str], ...]
 
 
-def agent_gres_lines() -> LinesOf:
+def agent_gres_lines(slurm_version=None) -> LinesOf:
     """The node agent's per-node gres.conf lines (imported when needed):
-    one line per GPU, leaving out GPUs the report says NVML lost."""
+    one line per GPU, leaving out GPUs the report says NVML lost, in the
+    format of ``slurm_version`` (None: current releases)."""
     try:
         from slurmtopo.agent.gres import gres_lines
     except ImportError as exc:  # the agent is another package of slurmtopo
@@ -49,7 +50,7 @@ def agent_gres_lines() -> LinesOf:
 
     def lines_of(node: Node, report: Optional[Mapping[str, object]]) -> Sequence[str]:
         lost = tuple((report or {}).get("lost_gpus") or ())
-        return gres_lines(node, lost=lost)
+        return gres_lines(node, lost=lost, slurm_version=slurm_version)
 
     return lines_of
 
@@ -106,13 +107,13 @@ def _text(pairs: Iterable[Tuple[str, str]]) -> str:
 
 def cluster_gres_conf(nodes: Iterable[Node], reports: Optional[Mapping[str, Mapping]] = None,
                       lines_of: Optional[LinesOf] = None,
-                      header: Sequence[str] = ()) -> Tuple[str, List[str]]:
+                      header: Sequence[str] = (), slurm_version=None) -> Tuple[str, List[str]]:
     """(gres.conf text, notes) for ``nodes``; identical nodes folded.
 
     Trailing comments of the agent's lines (a MIG's ``# UniqueId=``) are
     kept for a node alone in its block; they differ per node, so they are
     not a reason to keep identical nodes apart."""
-    lines_of = lines_of or agent_gres_lines()
+    lines_of = lines_of or agent_gres_lines(slurm_version)
     reports = reports or {}
     groups: Dict[Tuple[Pairs, ...], List[str]] = {}
     comments: Dict[str, Tuple[str, ...]] = {}

@@ -28,13 +28,42 @@ below is Slurm's own (``src/plugins/gpu/nvml/gpu_nvml.c``,
   GPUs), ``Links`` is ``-1`` at the MIG's own index among its parent's MIG
   instances. slurmd also records each MIG's UniqueId (the MIG UUID); gres.conf
   has no such key, so it is given in a comment (:func:`gres_notes`).
+
+Where slurmd's output differs between Slurm releases, the release is a
+parameter (``slurm_version``, ``--slurm-version``; default: current
+releases). So far one rule: since 23.02.7 and 23.11.0 slurmd gives MIG
+devices no ``Links=`` (a MIG instance has no NVLink of its own), so MIG
+lines carry ``Links=`` only for older releases.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from slurmtopo.links import parse_token
 from slurmtopo.model import CpuTopology, Gpu, Hardware, MigDevice, Node, format_cpulist
+
+
+#: the first release whose slurmd gives MIG devices no Links= (23.11.0 too)
+MIG_LINKS_DROPPED = (23, 2, 7)
+
+SlurmVersion = Optional[Tuple[int, ...]]
+
+
+def parse_slurm_version(text: Union[str, Tuple[int, ...], None]) -> SlurmVersion:
+    """``"23.02.7"`` -> (23, 2, 7); ``"24.05"`` -> (24, 5, 0); None stays None.
+    Raises ValueError on anything else."""
+    if text is None or isinstance(text, tuple):
+        return text
+    parts = str(text).strip().split(".")
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"not a Slurm version (like 23.11 or 23.02.7): {text!r}")
+    nums = tuple(int(p) for p in parts)
+    return nums + (0,) * (3 - len(nums))
+
+
+def mig_has_links(slurm_version: SlurmVersion) -> bool:
+    """Does slurmd of this release give MIG devices Links=?"""
+    return slurm_version is not None and tuple(slurm_version) < MIG_LINKS_DROPPED
 
 
 def slurm_type_name(model: str) -> str:
@@ -87,17 +116,18 @@ def _line(fields: Sequence[Tuple[str, Optional[str]]]) -> str:
     return " ".join(f"{k}={v}" for k, v in fields if v)
 
 
-def _mig_lines(gpu: Gpu, gtype: Optional[str], cores: str) -> List[str]:
+def _mig_lines(gpu: Gpu, gtype: Optional[str], cores: str, links: bool) -> List[str]:
     out = []
     for j, mig in enumerate(gpu.mig):
         if mig.gi_cap_minor is None or mig.ci_cap_minor is None:
             continue  # slurmd skips a MIG whose cap minors it cannot find
         files = (f"{gpu.device_file},/dev/nvidia-caps/nvidia-cap{mig.gi_cap_minor},"
                  f"/dev/nvidia-caps/nvidia-cap{mig.ci_cap_minor}")
-        links = ",".join("-1" if k == j else "0" for k in range(len(gpu.mig)))
+        vector = ",".join("-1" if k == j else "0" for k in range(len(gpu.mig)))
         out.append(_line([("Name", "gpu"),
                           ("Type", mig_type_name(gtype, mig.profile) if gtype else mig.profile),
-                          ("MultipleFiles", files), ("Cores", cores), ("Links", links)]))
+                          ("MultipleFiles", files), ("Cores", cores),
+                          ("Links", vector if links else None)]))
     return out
 
 
@@ -109,14 +139,16 @@ def mig_unique_id(gpu: Gpu, mig: MigDevice) -> str:
     return f"MIG-{gpu.uuid}/{mig.gi_id}/{mig.ci_id}"
 
 
-def gres_lines(node: Node, type_name: Optional[str] = None, lost: Sequence[int] = ()) -> List[str]:
+def gres_lines(node: Node, type_name: Optional[str] = None, lost: Sequence[int] = (),
+               slurm_version: SlurmVersion = None) -> List[str]:
     """gres.conf lines of ``node``, one GPU (or MIG instance) a line.
 
     Only ``Key=value`` configuration lines, no comments (callers may prefix
     ``NodeName=...``). ``type_name`` overrides the Type (as
     does the hardware's ``gres_type``). GPUs in ``lost`` (NVML could not
     use them) are left out, as slurmd drops a GPU it cannot get a handle
-    for; the Links vectors keep their place. See :func:`gres_notes` for the
+    for; the Links vectors keep their place. ``slurm_version`` picks the
+    format of that release (None: current). See :func:`gres_notes` for the
     comments worth putting above the lines.
     """
     hw = node.hardware
@@ -127,7 +159,7 @@ def gres_lines(node: Node, type_name: Optional[str] = None, lost: Sequence[int] 
         gtype = _type_of(gpu, hw, type_name)
         cores = format_cpulist(abstract_cores(gpu.cpus, hw.cpu))
         if gpu.mig_mode and gpu.mig:
-            out.extend(_mig_lines(gpu, gtype, cores))
+            out.extend(_mig_lines(gpu, gtype, cores, mig_has_links(slurm_version)))
             continue
         out.append(_line([("Name", "gpu"), ("Type", gtype), ("File", gpu.device_file),
                           ("Cores", cores),
@@ -168,14 +200,19 @@ def gres_notes(node: Node, report: Optional[Dict[str, object]] = None) -> List[s
     if report and report.get("lost_gpus"):
         notes.append("# left out, NVML cannot use them (lost): GPU "
                      + ", ".join(str(i) for i in report["lost_gpus"]))
+    if report and report.get("job_capture"):
+        notes.append("# no Cores=: the source was captured inside a cgroup-restricted job, its"
+                     " CPU lists are the job's, not the GPUs'")
     if report and report.get("source") == "nvidia-smi topo -m":
         notes.append("# from nvidia-smi topo -m: File=/dev/nvidiaN assumes minor = index;"
                      " Cores= assume the CPU layout inferred from the affinity lists")
+        notes += [f"# {p}" for p in report.get("problems") or () if str(p).startswith("guess:")]
     return notes
 
 
 def gres_text(node: Node, report: Optional[Dict[str, object]] = None,
-              type_name: Optional[str] = None) -> str:
+              type_name: Optional[str] = None, slurm_version: SlurmVersion = None) -> str:
     """The node's gres.conf section: notes, then the lines."""
     lost = tuple((report or {}).get("lost_gpus") or ())
-    return "\n".join(gres_notes(node, report) + gres_lines(node, type_name, lost)) + "\n"
+    return "\n".join(gres_notes(node, report)
+                     + gres_lines(node, type_name, lost, slurm_version)) + "\n"

@@ -19,10 +19,12 @@ detail, and a CPU layout inferred from the affinity lists. Bad text raises
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from slurmtopo.agent.cpulayout import infer_cpu_layout
 from slurmtopo.agent.report import Discovery, report_block, short_hostname
 from slurmtopo.errors import InventoryError
 from slurmtopo.links import parse_token, normalise_token
@@ -37,6 +39,19 @@ MAX_DIRECT_NVLINKS = 18
 _GPU_RE = re.compile(r"^GPU(\d+)$")
 _HOST_RE = re.compile(r"^([A-Za-z0-9][\w.\-]*):\s(.*)$")
 _LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+#: terminal escapes (nvidia-smi underlines the header when it thinks it
+#: writes to a terminal, e.g. in a batch job with a pseudo-terminal)
+_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[@-Z\\-_])")
+_NIC_COLUMN_RE = re.compile(r"^NIC\d+$")
+
+
+def strip_ansi(line: str) -> str:
+    """``\\x1b[4mGPU0\\x1b[0m`` -> ``GPU0``."""
+    return _ANSI_RE.sub("", line) if "\x1b" in line else line
+
+
+def _numbered(text: str) -> "Lines":
+    return [(i + 1, strip_ansi(ln.rstrip("\r"))) for i, ln in enumerate(text.splitlines())]
 
 
 @dataclass
@@ -63,7 +78,7 @@ def split_hosts(text: str) -> List[Tuple[Optional[str], Lines]]:
     """pdsh output (``host: line``) -> [(host, lines)], hosts in order of
     first appearance; text without host prefixes -> [(None, lines)]. Line
     numbers stay those of the file, so errors point at the right line."""
-    numbered = [(i + 1, ln.rstrip("\r")) for i, ln in enumerate(text.splitlines())]
+    numbered = _numbered(text)
     hosts: List[str] = []
     for _, line in numbered:
         m = _HOST_RE.match(line)
@@ -82,8 +97,7 @@ def split_hosts(text: str) -> List[Tuple[Optional[str], Lines]]:
 def parse_matrix(text, path: str = "<nvidia-smi topo -m>") -> SmiMatrix:
     """Parse the table (text, or numbered lines from :func:`split_hosts`);
     raise InventoryError at the first bad line."""
-    lines: Lines = (text if isinstance(text, list)
-                    else [(i + 1, ln.rstrip("\r")) for i, ln in enumerate(text.splitlines())])
+    lines: Lines = text if isinstance(text, list) else _numbered(text)
     head = next((k for k, (_, ln) in enumerate(lines) if _is_header(ln.split())), None)
     if head is None:
         raise InventoryError("no 'nvidia-smi topo -m' table here (no header line starting "
@@ -167,12 +181,46 @@ def _row(mx: SmiMatrix, tokens: List[str], trailing: List[str], path: str, line:
         if len(rest) > len(trailing):
             raise InventoryError(f"row {name} has {len(rest) - len(trailing)} more values than "
                                  f"the header has columns", path, line)
-        mx.extras[name] = {col: (rest[k] if k < len(rest) else None)
-                           for k, col in enumerate(trailing)}
+        mx.extras[name] = place_trailing(rest, trailing)
     elif rest:
         raise InventoryError(f"row {name} has {len(rest)} values after its link cells",
                              path, line)
     mx.row_line[name] = line
+
+
+_SHAPES = {
+    "CPU Affinity": re.compile(r"^(N/A|\d+(-\d+)?(,\d+(-\d+)?)*)$", re.I),
+    "NUMA Affinity": re.compile(r"^(N/A|\d+(-\d+)?(,\d+(-\d+)?)*)$", re.I),
+    "GPU NUMA ID": re.compile(r"^(N/A|\d+)$", re.I),
+}
+
+
+def place_trailing(values: List[str], columns: List[str]) -> Dict[str, Optional[str]]:
+    """Trailing values of a GPU row -> their columns, when cells are empty.
+
+    Splitting on whitespace loses empty cells: inside a job step nvidia-smi
+    leaves ``CPU Affinity`` empty for a GPU whose CPUs are outside the job,
+    and ``0 N/A`` must then be NUMA Affinity 0 and GPU NUMA ID N/A, not CPU
+    0. nvidia-smi prints every later column (N/A when it has nothing), so
+    the missing cells are taken to be the first ones; the placement must
+    fit each column's shape, else the row is taken to stop early
+    (left-aligned), else any placement that fits.
+    """
+    missing = len(columns) - len(values)
+    if missing <= 0:
+        return dict(zip(columns, values))
+
+    placements = [tuple(range(missing, len(columns))), tuple(range(len(values)))]
+    placements += [p for p in itertools.combinations(range(len(columns)), len(values))
+                   if p not in placements]
+    for cols in placements:
+        if all(_SHAPES.get(columns[c], re.compile(".")).match(v) for c, v in zip(cols, values)):
+            out: Dict[str, Optional[str]] = {c: None for c in columns}
+            out.update((columns[c], v) for c, v in zip(cols, values))
+            return out
+    out = {c: None for c in columns}
+    out.update(zip(columns, values))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -180,26 +228,11 @@ def _row(mx: SmiMatrix, tokens: List[str], trailing: List[str], path: str, line:
 
 
 def infer_cpu_topology(affinities: Sequence[Tuple[int, ...]],
-                       threads_per_core: Optional[int] = None) -> Optional[CpuTopology]:
-    """CPU layout from GPU affinity lists alone (no sysfs at hand).
-
-    Assumes Linux's usual numbering, where thread t of core c is CPU
-    ``c + t * cores``. Two threads per core are assumed when every list is
-    the same set of CPUs in the lower and in the upper half of all CPUs
-    (``0-51,104-155``); pass ``threads_per_core`` when you know better.
-    """
-    sets = [set(a) for a in affinities if a]
-    if not sets:
-        return None
-    ncpu = max(max(s) for s in sets) + 1
-    if threads_per_core is None:
-        half = ncpu // 2
-        threads_per_core = 2 if ncpu % 2 == 0 and all(
-            {c for c in s if c < half} == {c - half for c in s if c >= half} for s in sets) else 1
-    if ncpu % threads_per_core:
-        threads_per_core = 1
-    return CpuTopology(sockets=1, cores_per_socket=ncpu // threads_per_core,
-                       threads_per_core=threads_per_core)
+                       threads_per_core: Optional[int] = None,
+                       numa_nodes: Sequence[Optional[int]] = ()) -> Optional[CpuTopology]:
+    """CPU layout from GPU affinity lists alone (no sysfs at hand); the
+    guesses it rests on: :func:`slurmtopo.agent.cpulayout.infer_cpu_layout`."""
+    return infer_cpu_layout(affinities, numa_nodes, threads_per_core).cpu
 
 
 def looks_like_nvswitch(links: Sequence[Sequence[str]]) -> bool:
@@ -226,6 +259,72 @@ def _int_or_none(value: Optional[str]) -> Optional[int]:
     return int(value) if value is not None and value.isdigit() else None
 
 
+def _numa_list(value: Optional[str]) -> Tuple[int, ...]:
+    if value is None or value.upper() == "N/A":
+        return ()
+    try:
+        return parse_cpulist(value)
+    except ValueError:
+        return ()
+
+
+def cpu_side_numa(value: Optional[str], gpu_memory_nodes: Sequence[int]) -> Optional[int]:
+    """The NUMA node of a GPU's CPUs from the ``NUMA Affinity`` cell.
+
+    A GB200 tray prints ``0,2-17``: the Grace CPU's node 0 plus the GPU
+    memory nodes (2-17, also listed as ``GPU NUMA ID``). The CPU-side node
+    is the first that is no GPU's memory; else the first listed."""
+    nodes = _numa_list(value)
+    if not nodes:
+        return None
+    cpu_side = [n for n in nodes if n not in set(gpu_memory_nodes)]
+    return (cpu_side or list(nodes))[0]
+
+
+def job_capture_signs(gpus: Sequence[Gpu], links,
+                      empty_cpu_cells: Sequence[int] = ()) -> Tuple[List[str], List[str]]:
+    """Signs that the text was captured inside a cgroup-restricted job.
+
+    There nvidia-smi intersects each GPU's CPU list with the job's CPUs (a
+    GPU near none of them gets an empty cell) and may report every GPU pair
+    as SYS. Returns (certain signs: the CPU lists are cut, so no ``Cores=``
+    may come from them; doubtful signs, only worth a warning).
+    """
+    certain: List[str] = []
+    doubtful: List[str] = []
+    n = len(gpus)
+    if empty_cpu_cells:
+        certain.append("CPU Affinity is empty for GPU " + ",".join(map(str, empty_cpu_cells))
+                       + " while its row goes on (the CPU list was cut to a job's CPUs)")
+    by_numa: Dict[int, set] = {}
+    for g in gpus:
+        if g.numa_node is not None and g.cpus:
+            by_numa.setdefault(g.numa_node, set()).add(g.cpus)
+    if any(len(v) > 1 for v in by_numa.values()):
+        certain.append("GPUs on one NUMA node have different CPU lists")
+    lists = [(node, set(c)) for node, v in by_numa.items() for c in v]
+    if any(a[0] != b[0] and a[1] & b[1] for i, a in enumerate(lists) for b in lists[i + 1:]):
+        certain.append("GPUs on different NUMA nodes share CPUs")
+    if 0 in by_numa and all(0 not in c for c in by_numa[0]):
+        certain.append("CPU 0 is missing from the CPU list of NUMA node 0")
+    all_sys = n > 1 and all(parse_token(links[a][b])[0].name == "SYS"
+                            for a in range(n) for b in range(n) if a != b)
+    shared = len({g.numa_node for g in gpus if g.numa_node is not None}) < \
+        len([g for g in gpus if g.numa_node is not None])
+    if all_sys and shared:
+        (certain if certain else doubtful).append(
+            "every GPU pair is SYS although GPUs share a NUMA node (inside a job, a "
+            "container or a VM?)")
+    return certain, doubtful
+
+
+def _nic_layer(name: str) -> str:
+    """What a NIC's name alone says about its link layer: an ``mlx5_bond_N``
+    RDMA device is a RoCE LAG (Ethernet); anything else is unknown from
+    nvidia-smi (sysfs knows: ``agent discover`` on the node)."""
+    return "Ethernet" if re.match(r"^mlx\d+_bond_\d+$", name) else "unknown"
+
+
 def matrix_to_node(mx: SmiMatrix, name: str, model: Optional[str] = None,
                    threads_per_core: Optional[int] = None, path: str = "<smi>",
                    hostname: Optional[str] = None) -> Discovery:
@@ -238,8 +337,10 @@ def matrix_to_node(mx: SmiMatrix, name: str, model: Optional[str] = None,
                                      f"{links[j][i]} (the matrix must be symmetric)", path,
                                      mx.row_line[gnames[j]])
     problems: List[str] = []
+    notes: List[str] = []
+    gpu_numa_ids = [_int_or_none(mx.extras.get(g, {}).get("GPU NUMA ID")) for g in gnames]
+    memory_nodes = [x for x in gpu_numa_ids if x is not None]
     gpus = []
-    gpu_numa_ids = []
     for i, g in enumerate(gnames):
         ex = mx.extras.get(g, {})
         aff = ex.get("CPU Affinity")
@@ -248,20 +349,50 @@ def matrix_to_node(mx: SmiMatrix, name: str, model: Optional[str] = None,
         except ValueError:
             raise InventoryError(f"row {g}: bad CPU Affinity {aff!r}", path,
                                  mx.row_line[g]) from None
-        gpu_numa_ids.append(_int_or_none(ex.get("GPU NUMA ID")))
-        gpus.append(Gpu(index=i, model=model or "unknown", numa_node=_int_or_none(
-            ex.get("NUMA Affinity")), cpus=cpus))
+        numa = ex.get("NUMA Affinity")
+        if numa and len(_numa_list(numa)) > 1:
+            notes.append(f"GPU{i}: NUMA Affinity {numa}: node "
+                         f"{cpu_side_numa(numa, memory_nodes)} taken as its CPUs' node")
+        gpus.append(Gpu(index=i, model=model or "unknown",
+                        numa_node=cpu_side_numa(numa, memory_nodes), cpus=cpus))
+    empty_cells = [i for i, g in enumerate(gnames)
+                   if "CPU Affinity" in mx.extras.get(g, {}) and mx.extras[g]["CPU Affinity"] is None
+                   and any(v is not None for v in mx.extras[g].values())]
+    certain, doubtful = job_capture_signs(gpus, links, empty_cells)
+    job_capture = bool(certain)
+    if job_capture:
+        problems.append("captured inside a cgroup-restricted job: " + "; ".join(certain)
+                        + ". CPU lists dropped (no Cores= from them); run nvidia-smi topo -m "
+                          "outside any job, or use agent discover on the node")
+        gpus = [Gpu(index=g.index, model=g.model, numa_node=g.numa_node) for g in gpus]
+    for sign in doubtful:
+        problems.append(f"suspicious: {sign}; if so, its link classes and CPU lists are not "
+                        "the machine's")
     nics = []
+    unnamed = []
     for col in mx.nic_columns:
         rel = tuple(mx.cells[(g, col)] for g in gnames)
-        nics.append(Nic(name=mx.legend.get(col, col), gpu_relation=rel))
+        nic_name = mx.legend.get(col, col)
+        if _NIC_COLUMN_RE.match(nic_name):
+            unnamed.append(nic_name)
+        nics.append(Nic(name=nic_name, gpu_relation=rel, link_layer=_nic_layer(nic_name)))
     if len({n.name for n in nics}) != len(nics):
         raise InventoryError("two NIC columns map to the same device name", path)
-    cpu = infer_cpu_topology([g.cpus for g in gpus], threads_per_core)
-    notes = []
+    if unnamed:
+        problems.append(f"NIC columns {', '.join(unnamed)} have no NIC Legend: their device "
+                        "names (mlx5_N) are unknown, so NCCL_IB_HCA cannot name them")
+    if nics and any(n.link_layer == "unknown" for n in nics):
+        notes.append("NIC link layer (InfiniBand or Ethernet/RoCE) unknown from nvidia-smi: "
+                     "agent discover on the node reads it from sysfs")
+    guess = infer_cpu_layout([g.cpus for g in gpus], [g.numa_node for g in gpus],
+                             threads_per_core)
+    cpu = guess.cpu
     if cpu is not None:
-        notes.append(f"CPU layout inferred from the affinity lists: {cpu.cores} cores, "
-                     f"{cpu.threads_per_core} thread(s) per core")
+        notes.append(f"CPU layout inferred from the affinity lists: {cpu.sockets} socket(s), "
+                     f"{cpu.cores} cores, {cpu.threads_per_core} thread(s) per core"
+                     + (", threads numbered consecutively per core"
+                        if guess.numbering == "consecutive" else ""))
+        problems += [f"guess: {g}" for g in guess.guesses]
     if not model:
         problems.append("GPU model unknown (nvidia-smi topo -m does not print it)")
     problems.append("device minors unknown: /dev/nvidiaN assumed to follow the GPU index")
@@ -269,7 +400,8 @@ def matrix_to_node(mx: SmiMatrix, name: str, model: Optional[str] = None,
                   nvswitch=looks_like_nvswitch(links))
     report = report_block("nvidia-smi topo -m", problems, hostname=hostname or name,
                           file=path, gpu_numa_ids=gpu_numa_ids
-                          if any(x is not None for x in gpu_numa_ids) else None, notes=notes)
+                          if any(x is not None for x in gpu_numa_ids) else None,
+                          job_capture=True if job_capture else None, notes=notes)
     return Discovery(node=Node(name=name, hardware=hw), report=report)
 
 

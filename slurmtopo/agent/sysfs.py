@@ -288,4 +288,6 @@ def _ib_rate(text: Optional[str]) -> Optional[float]:
 
 
 def _layer(text: Optional[str]) -> str:
-    return "Ethernet" if (text or "").strip().lower() == "ethernet" else "InfiniBand"
+    """The port's link_layer file; "unknown" when there is none (never assumed)."""
+    t = (text or "").strip().lower()
+    return {"ethernet": "Ethernet", "infiniband": "InfiniBand"}.get(t, "unknown")

@@ -16,6 +16,7 @@ from typing import List
 
 import click
 
+from slurmtopo.admin.cliutil import slurm_version_option
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.fileio import atomic_write
 
@@ -115,8 +116,9 @@ def _check_usable(found) -> None:
                    "spaces as underscores).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write the gres.conf lines here (atomically) instead of stdout.")
+@slurm_version_option
 def gres_cmd(from_smi, node_name, sysfs_root, model, threads_per_core, report_path,
-             type_name, output):
+             type_name, output, slurm_version):
     """Print this node's gres.conf lines, as slurmd -G (AutoDetect=nvml) would."""
     from slurmtopo.agent.gres import gres_text
 
@@ -127,10 +129,11 @@ def gres_cmd(from_smi, node_name, sysfs_root, model, threads_per_core, report_pa
         nodes = [n for n in inv if node_name in (None, n.name)]
         if not nodes:
             raise InventoryError(f"no node {node_name!r} in this inventory", report_path)
-        text = "".join(gres_text(n, inv.reports.get(n.name), type_name) for n in nodes)
+        text = "".join(gres_text(n, inv.reports.get(n.name), type_name, slurm_version)
+                       for n in nodes)
     else:
         found = _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core)
-        text = "".join(gres_text(d.node, d.report, type_name) for d in found)
+        text = "".join(gres_text(d.node, d.report, type_name, slurm_version) for d in found)
         _warn(found)
     if output:
         atomic_write(output, text)

@@ -78,7 +78,8 @@ def _nic(root: str, nic: Dict[str, Any], numa: Dict[str, int]) -> None:
             _write(os.path.join(pdir, "state"), nic.get("state", "4: ACTIVE"))
             _write(os.path.join(pdir, "phys_state"), "5: LinkUp")
             _write(os.path.join(pdir, "rate"), nic.get("rate", "200 Gb/sec (4X HDR)"))
-            _write(os.path.join(pdir, "link_layer"), nic.get("link_layer", "InfiniBand"))
+            if nic.get("link_layer", "InfiniBand") is not None:  # None: no such file
+                _write(os.path.join(pdir, "link_layer"), nic.get("link_layer", "InfiniBand"))
         _link(ibdir, os.path.join(root, "sys/class/infiniband", nic["name"]))
     netdev = nic.get("netdev")
     if netdev:
