@@ -122,18 +122,30 @@ DEFAULT_PCIE_GBPS: Tuple[Tuple[str, float], ...] = (
     ("v100", 12.0), ("p100", 12.0), ("t4", 12.0),
 )
 
-#: share of the GPU's PCIe bandwidth a ring gets per PCIe class (peer to
-#: peer through one switch is full speed; through the CPU less; between
-#: sockets NCCL bounces through host memory)
+#: share of the GPU's PCIe bandwidth a ring gets per PCIe class, after
+#: NCCL's topology model (src/graph/topo.h, paths.cc): a path is as fast as
+#: its slowest link; peer to peer under PCIe switches (PIX, PXB) runs at
+#: the GPU's PCIe link speed; through the CPU's root complex (PHB, NODE,
+#: SYS) Intel CPUs split GPU peer traffic into 64-byte TLPs, which NCCL
+#: charges as 6/5 of the bandwidth (``INTEL_P2P_OVERHEAD``), so 5/6 of it
+#: is left. SYS is further capped by the link between the sockets
+#: (:data:`DEFAULT_INTER_SOCKET_GBPS`).
 DEFAULT_PCIE_FACTOR: Dict[LinkClass, float] = {
-    _C.PIX: 1.0, _C.PXB: 0.9, _C.PHB: 0.8, _C.NODE: 0.7, _C.SYS: 0.4,
+    _C.PIX: 1.0, _C.PXB: 1.0, _C.PHB: 5 / 6, _C.NODE: 5 / 6, _C.SYS: 5 / 6,
 }
+
+#: GB/s of the link between CPU sockets, which a SYS ring crosses: NCCL's
+#: ``SKL_QPI_BW`` (Skylake-and-later UPI; the same table has ``BDW_QPI_BW``
+#: 6 for Broadwell, ``SRP_QPI_BW`` 22 for Sapphire Rapids, ``ERP_QPI_BW``
+#: 40 for Emerald Rapids, ``AMD_BW`` 16, ``P9_BW`` 32, ``ARM_BW`` 6). The
+#: inventory does not know the CPU model; set ``cost: inter_socket_gbps``.
+DEFAULT_INTER_SOCKET_GBPS = 10.0
 
 NETWORK_CLASSES = (_C.NET_LEAF, _C.NET_L1, _C.NET_L2, _C.NET_L3, _C.NET_FAR)
 
 #: keys of the inventory's ``cost:`` block
 COST_KEYS = ("alpha_us", "bandwidth_gbps", "nvlink_lane_gbps", "pcie_gbps", "pcie_factor",
-             "oversubscription", "default_nic_gbit", "message_bytes")
+             "inter_socket_gbps", "oversubscription", "default_nic_gbit", "message_bytes")
 
 
 # --------------------------------------------------------------------------
@@ -205,6 +217,8 @@ class CostParams:
     oversubscription: Dict[LinkClass, float] = field(default_factory=dict)
     #: per-node network rate (Gbit/s) assumed when a node lists no compute NIC
     default_nic_gbit: float = 400.0
+    #: GB/s between CPU sockets: the ceiling of a SYS ring
+    inter_socket_gbps: float = DEFAULT_INTER_SOCKET_GBPS
     message_bytes: Dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MESSAGE_BYTES))
     _hw: Dict[int, Tuple[Hardware, "_HwCost"]] = field(default_factory=dict, repr=False,
                                                         compare=False)
@@ -222,7 +236,8 @@ class CostParams:
               bandwidth_gbps: {SYS: 10, NET_L1: 40}      # per class, GB/s per GPU and direction
               nvlink_lane_gbps: {H100: 25, A6000: 14}    # GPU model substring -> GB/s per lane
               pcie_gbps: 25                              # or {model substring: GB/s}
-              pcie_factor: {PXB: 0.9, SYS: 0.4}          # share of PCIe bandwidth per class
+              pcie_factor: {PHB: 0.8, SYS: 0.5}          # share of PCIe bandwidth per class
+              inter_socket_gbps: 22                      # GB/s between sockets (caps SYS)
               oversubscription: {NET_L1: 2, NET_L2: 4}   # divides the NIC share per level
               default_nic_gbit: 400                      # when a node lists no compute NIC
               message_bytes: {tp: 64MiB, dp: 268435456}  # per group kind
@@ -297,11 +312,12 @@ class CostParams:
         p.pcie_gbps, flat = by_model("pcie_gbps", p.pcie_gbps)
         if flat is not None:
             p.pcie_gbps, p.default_pcie_gbps = (), flat
-        if cost.get("default_nic_gbit") is not None:
-            try:
-                p.default_nic_gbit = _positive(cost["default_nic_gbit"], "default_nic_gbit")
-            except ValueError as exc:
-                raise fail(str(exc), cost) from None
+        for key in ("default_nic_gbit", "inter_socket_gbps"):
+            if cost.get(key) is not None:
+                try:
+                    setattr(p, key, _positive(cost[key], key))
+                except ValueError as exc:
+                    raise fail(str(exc), cost) from None
         mb = mapping("message_bytes")
         for k, v in (mb or {}).items():
             from slurmtopo.errors import LayoutError
@@ -401,7 +417,8 @@ class _HwCost:
         if cls is LinkClass.NVLINK_DOMAIN:
             return self.lane * (self.max_lanes or 1)
         if cls.is_pcie:
-            return self.pcie * p.pcie_factor.get(cls, DEFAULT_PCIE_FACTOR[cls])
+            bw = self.pcie * p.pcie_factor.get(cls, DEFAULT_PCIE_FACTOR[cls])
+            return min(bw, p.inter_socket_gbps) if cls is LinkClass.SYS else bw
         raise ValueError(cls)
 
     def intra(self, gpus: Tuple[int, ...]) -> Tuple[LinkClass, float]:
@@ -551,73 +568,145 @@ def _net_gbps(p: CostParams, cls: LinkClass, shares: Iterable[float]) -> float:
     return min(shares) / p.oversubscription.get(cls, 1.0)
 
 
-def _group_cost(inv: Inventory, p: CostParams, net: _Net, slots, ranks: Sequence[int],
-                collective: str, m: int) -> Tuple[LinkClass, float]:
-    nodes = inv.nodes
-    if collective == "p2p":
-        worst_c, worst_t = LinkClass.SELF, 0.0
-        prev = None
-        for r in ranks:
-            s = slots[r]
-            if prev is not None:
-                if s.host == prev.host:
-                    hc = p.hw(nodes[s.host].hardware)
-                    cls, bw = hc.pair(prev.gpu, s.gpu)
-                else:
-                    na, nb = nodes[prev.host], nodes[s.host]
-                    cls = net.hosts_class([na, nb])
-                    ha, hb = p.hw(na.hardware), p.hw(nb.hardware)
-                    if cls is LinkClass.NVLINK_DOMAIN:
-                        bw = min(ha.class_bw(cls), hb.class_bw(cls))
-                    else:
-                        bw = _net_gbps(p, cls, (ha.net[prev.gpu], hb.net[s.gpu]))
-                t = p.alpha[cls] + m / (bw * 1e9)
-                if t > worst_t or (t == worst_t and cls > worst_c):
-                    worst_t = t
-                worst_c = max(worst_c, cls)
-            prev = s
-        return worst_c, worst_t
-    by_host: Dict[str, List[int]] = {}
-    for r in ranks:
-        s = slots[r]
-        lst = by_host.get(s.host)
-        if lst is None:
-            by_host[s.host] = [s.gpu]
+class _Pricer:
+    """What :func:`evaluate` needs per rank, computed once per placement
+    (host index, GPU, network share), and per host (hardware costs, leaf,
+    NVLink domain), so that pricing a group is a few list look-ups: 32,768
+    ranks in a few hundredths of a second."""
+
+    def __init__(self, inv: Inventory, p: CostParams, net: _Net, placement: Placement):
+        self.p = p
+        self.net = net
+        hidx: Dict[str, int] = {}
+        hosts: List[str] = []
+        rank_h: List[int] = []
+        rank_g: List[int] = []
+        for s in placement.slots:
+            i = hidx.get(s.host)
+            if i is None:
+                i = hidx[s.host] = len(hosts)
+                hosts.append(s.host)
+            rank_h.append(i)
+            rank_g.append(s.gpu)
+        self.nodes = [inv.nodes[h] for h in hosts]
+        self.hcs = [p.hw(n.hardware) for n in self.nodes]
+        self.rank_h = rank_h
+        self.rank_g = rank_g
+        self.rank_share = [self.hcs[h].net[g] for h, g in zip(rank_h, rank_g)]
+        view = net.view
+        self.dom = [n.nvlink_domain for n in self.nodes]
+        self.leaf = [None if view.flat else view.leaf.get(n.name) for n in self.nodes]
+        self._pair: Dict[Tuple[int, int], LinkClass] = {}
+
+    def hosts_class(self, hs) -> LinkClass:
+        """Network class (or NVLINK_DOMAIN) of the distinct host indices ``hs``."""
+        dom = self.dom
+        d0 = dom[hs[0]]
+        if d0 is not None and all(dom[h] == d0 for h in hs):
+            return LinkClass.NVLINK_DOMAIN
+        if len(hs) == 2:
+            key = (hs[0], hs[1])
+            hit = self._pair.get(key)
+            if hit is None:
+                hit = self._pair[key] = self.net.hosts_class([self.nodes[h] for h in hs])
+            return hit
+        return self.net.hosts_class([self.nodes[h] for h in hs])
+
+    def cost(self, ranks: Sequence[int], collective: str, m: int) -> Tuple[LinkClass, float]:
+        """(slowest class, seconds) of one collective over ``ranks``."""
+        p = self.p
+        rank_h, rank_g, hcs = self.rank_h, self.rank_g, self.hcs
+        if collective == "p2p":
+            return self.p2p_pricer(m)(ranks)
+        hs = [rank_h[r] for r in ranks]
+        h0 = hs[0]
+        n = len(ranks)
+        if hs.count(h0) == n:  # one host
+            cls, bw = hcs[h0].intra(tuple(sorted([rank_g[r] for r in ranks])))
+            return cls, flat_time(collective, n, m, p.alpha[cls], bw)
+        by_host: Dict[int, List[int]] = {}
+        for r, h in zip(ranks, hs):
+            lst = by_host.get(h)
+            if lst is None:
+                by_host[h] = [rank_g[r]]
+            else:
+                lst.append(rank_g[r])
+        net_cls = self.hosts_class(list(by_host))
+        in_cls, in_bw = LinkClass.SELF, math.inf
+        l_max, l_min = 0, n
+        for h, gpus in by_host.items():
+            k = len(gpus)
+            if k > 1:
+                c, b = hcs[h].intra(tuple(sorted(gpus)))
+                if c > in_cls:
+                    in_cls = c
+                if b < in_bw:
+                    in_bw = b
+            if k > l_max:
+                l_max = k
+            if k < l_min:
+                l_min = k
+        slowest = max(net_cls, in_cls)
+        if net_cls is LinkClass.NVLINK_DOMAIN:
+            # one NVLink fabric: a flat ring over all ranks
+            bw = min(min(hcs[h].class_bw(net_cls) for h in by_host), in_bw)
+            return slowest, flat_time(collective, n, m, p.alpha[slowest], bw)
+        if net_cls in p.bandwidth:
+            net_bw = p.bandwidth[net_cls]
         else:
-            lst.append(s.gpu)
-    n = len(ranks)
-    if len(by_host) == 1:
-        host, gpus = next(iter(by_host.items()))
-        hc = p.hw(nodes[host].hardware)
-        cls, bw = hc.intra(tuple(sorted(gpus)))
-        return cls, flat_time(collective, n, m, p.alpha[cls], bw)
-    host_nodes = [nodes[h] for h in by_host]
-    net_cls = net.hosts_class(host_nodes)
-    in_cls, in_bw = LinkClass.SELF, math.inf
-    shares: List[float] = []
-    l_max, l_min = 0, n
-    for node in host_nodes:
-        gpus = by_host[node.name]
-        hc = p.hw(node.hardware)
-        if len(gpus) > 1:
-            c, b = hc.intra(tuple(sorted(gpus)))
-            in_cls = max(in_cls, c)
-            in_bw = min(in_bw, b)
-        l_max = max(l_max, len(gpus))
-        l_min = min(l_min, len(gpus))
-        if net_cls is not LinkClass.NVLINK_DOMAIN:
-            net_share = hc.net
-            shares.extend(net_share[g] for g in gpus)
-    slowest = max(net_cls, in_cls)
-    if net_cls is LinkClass.NVLINK_DOMAIN:
-        # one NVLink fabric: a flat ring over all ranks
-        bw = min(min(p.hw(nd.hardware).class_bw(net_cls) for nd in host_nodes), in_bw)
-        cls = max(net_cls, in_cls)
-        return slowest, flat_time(collective, n, m, p.alpha[cls], bw)
-    net_bw = _net_gbps(p, net_cls, shares)
-    t = hier_time(collective, n, len(by_host), l_max, l_min, m, p.alpha[in_cls],
-                  in_bw if in_bw != math.inf else 1.0, p.alpha[net_cls], net_bw)
-    return slowest, t
+            share = self.rank_share
+            net_bw = min([share[r] for r in ranks]) / p.oversubscription.get(net_cls, 1.0)
+        t = hier_time(collective, n, len(by_host), l_max, l_min, m, p.alpha[in_cls],
+                      in_bw if in_bw != math.inf else 1.0, p.alpha[net_cls], net_bw)
+        return slowest, t
+
+    def p2p_pricer(self, m: int):
+        """A function pricing one pipeline chain for a message of ``m``
+        bytes: hop costs of a GPU pair inside a host, and of a host pair,
+        are computed once per distinct pair."""
+        p = self.p
+        rank_h, rank_g, hcs, share = self.rank_h, self.rank_g, self.hcs, self.rank_share
+        inside: Dict[Tuple[int, int, int], Tuple[LinkClass, float]] = {}
+        across: Dict[Tuple[int, int], Tuple[LinkClass, float, float]] = {}
+        alpha, over, fixed = p.alpha, p.oversubscription, p.bandwidth
+        dom_cls = LinkClass.NVLINK_DOMAIN
+
+        def chain(ranks: Sequence[int]) -> Tuple[LinkClass, float]:
+            worst_c, worst_t = LinkClass.SELF, 0.0
+            prev = ranks[0]
+            for r in ranks[1:]:
+                ha, hb = rank_h[prev], rank_h[r]
+                if ha == hb:
+                    hc = hcs[ha]
+                    key = (id(hc), rank_g[prev], rank_g[r])
+                    hit = inside.get(key)
+                    if hit is None:
+                        cls, bw = hc.pair(rank_g[prev], rank_g[r])
+                        hit = inside[key] = (cls, alpha[cls] + m / (bw * 1e9))
+                    cls, t = hit
+                else:
+                    hit = across.get((ha, hb))
+                    if hit is None:
+                        cls = self.hosts_class((ha, hb))
+                        if cls is dom_cls:
+                            bw = min(hcs[ha].class_bw(cls), hcs[hb].class_bw(cls))
+                            hit = (cls, alpha[cls] + m / (bw * 1e9), 0.0)
+                        elif cls in fixed:
+                            hit = (cls, alpha[cls] + m / (fixed[cls] * 1e9), 0.0)
+                        else:
+                            hit = (cls, alpha[cls], m * over.get(cls, 1.0) / 1e9)
+                        across[(ha, hb)] = hit
+                    cls, t, per = hit
+                    if per:
+                        t += per / min(share[prev], share[r])
+                if t > worst_t:
+                    worst_t = t
+                if cls > worst_c:
+                    worst_c = cls
+                prev = r
+            return worst_c, worst_t
+
+        return chain
 
 
 _PHRASE = {
@@ -638,42 +727,56 @@ _HEAVY = ("tp", "expert-tp", "cp", "ep", "dp", "dp-cp", "expert-dp", "pp")
 
 
 def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
-             params: Optional[CostParams] = None) -> CostReport:
+             params: Optional[CostParams] = None, step_only: bool = False) -> CostReport:
     """Price one collective of every group kind of ``placement``.
 
     Per kind: the slowest link any group crosses, and the time of the
     slowest group. ``warnings`` name the worst group of each traffic-heavy
     kind whose link is slower than the best its size allows on this
     cluster (e.g. "TP group 3 crosses PCIe between NUMA nodes (SYS)").
+    ``step_only``: price only the kinds counted in the step time, no
+    warnings (what the planner needs to compare placements).
     """
     p = params if params is not None else CostParams.from_inventory(inv)
     groups = placement.groups if placement.groups else build_groups(req.layout)
-    slots = placement.slots
-    net = _Net(inv)
+    counted = counted_kinds(groups, req.layout.cp)
+    pricer = _Pricer(inv, p, _Net(inv), placement)
+    priced: Dict[str, Tuple[list, str, int]] = {}
+    seen: Dict[str, Tuple[float, int, LinkClass, List[int]]] = {}
     kinds: Dict[str, GroupCost] = {}
     warnings: List[str] = []
     warned: List[list] = []
     lb = None
     for kind, gl in groups.items():
+        if step_only and kind not in counted:
+            continue
         size = len(gl[0]) if gl else 0
         coll = COLLECTIVES.get(kind, "all-reduce")
         m = p.message(kind, req)
         if size <= 1:
             kinds[kind] = GroupCost(kind, len(gl), size, coll, m, LinkClass.SELF, 0.0, 0)
             continue
-        worst_t, worst_i, slowest = -1.0, 0, LinkClass.SELF
-        at_slowest: List[int] = []
-        for i, g in enumerate(gl):
-            cls, t = _group_cost(inv, p, net, slots, g, coll, m)
-            if t > worst_t:
-                worst_t, worst_i = t, i
-            if cls > slowest:
-                slowest = cls
-                at_slowest = [i]
-            elif cls == slowest:
-                at_slowest.append(i)
+        same = next((k for k, (g2, c2, m2) in priced.items()
+                     if c2 == coll and m2 == m and g2 == gl), None)
+        if same is not None:  # dp-cp is dp when cp == 1, tp-dp-cp is tp-dp...
+            worst_t, worst_i, slowest, at_slowest = seen[same]
+        else:
+            worst_t, worst_i, slowest = -1.0, 0, LinkClass.SELF
+            at_slowest: List[int] = []
+            price = pricer.p2p_pricer(m) if coll == "p2p" else None
+            for i, g in enumerate(gl):
+                cls, t = price(g) if price is not None else pricer.cost(g, coll, m)
+                if t > worst_t:
+                    worst_t, worst_i = t, i
+                if cls > slowest:
+                    slowest = cls
+                    at_slowest = [i]
+                elif cls == slowest:
+                    at_slowest.append(i)
+            priced[kind] = (gl, coll, m)
+            seen[kind] = (worst_t, worst_i, slowest, at_slowest)
         kinds[kind] = GroupCost(kind, len(gl), size, coll, m, slowest, worst_t, worst_i)
-        if kind in _HEAVY and slowest > LinkClass.NVLINK:
+        if kind in _HEAVY and slowest > LinkClass.NVLINK and not step_only:
             if lb is None:
                 from slurmtopo.placement.planner import span_of
                 lb = _LowerBound(inv, p)
@@ -688,11 +791,9 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
                 what = f"a group of {size}" if span == size else f"its block of {span} ranks"
                 warnings.append(f"{kind.upper()} group {at_slowest[0]}{more} {_PHRASE[slowest]}; "
                                 f"{what} could use {best_cls.label}")
-    if any(p.hw(inv.nodes[h].hardware).no_nics for h in placement.hosts) and \
-            len(placement.hosts) > 1:
+    if not step_only and len(placement.hosts) > 1 and any(hc.no_nics for hc in pricer.hcs):
         warnings.append(f"some nodes list no compute NIC: their network share assumes "
                         f"{p.default_nic_gbit:g} Gbit/s a node (cost.default_nic_gbit)")
-    counted = counted_kinds(groups, req.layout.cp)
     step = sum(kinds[k].time_s for k in counted)
     return CostReport(kinds=kinds, step_time_s=step, warnings=warnings, counted=counted)
 
