@@ -349,21 +349,19 @@ def test_drained_and_down_nodes_are_never_used():
         plan(inv, state, JobRequest(Layout(tp=8, dp=3)))
 
 
-def test_rank_numbering_is_the_frameworks(monkeypatch):
-    from slurmtopo.placement import planner
-    monkeypatch.setattr(planner, "CHECK_NAIVE_MAX_WORLD", 0)  # the planner alone
+def test_rank_numbering_is_the_frameworks():
     inv = ex("h100-4node-2leaf")
     # torch convention, TP innermost: same groups as Megatron's default
     lay = Layout(tp=4, dp=4, order="dp-tp", convention="torch")
     req = JobRequest(lay)
-    pl = plan(inv, None, req)
+    pl = plan(inv, None, req, safety_net=False)  # the planner alone
     assert pl.groups == build_groups(req.layout)
     assert kind_class(inv, pl, req, "tp") is LinkClass.NVLINK
     # an order with TP outermost: the planner still keeps TP groups together
     lay = Layout(tp=4, dp=4, order="dp-tp")
     req = JobRequest(lay)
     assert build_groups(req.layout)["tp"][0] == [0, 4, 8, 12]
-    pl = plan(inv, None, req)
+    pl = plan(inv, None, req, safety_net=False)
     check_invariants(inv, None, req, pl)
     assert kind_class(inv, pl, req, "tp") is LinkClass.NVLINK
     assert positions(req.layout) is not None

@@ -37,7 +37,7 @@ the planner only decides which physical GPU runs each rank.
    group, the largest while none can take the rest, the best fit for the
    rest. Ranks are spread evenly over a pod's chosen nodes in whole units,
    or packed block by block when that splits the groups that must span
-   hosts more evenly (:func:`_pack_blocks`). Multi-node NVLink domains
+   hosts more evenly (:meth:`_Planner._pack`). Multi-node NVLink domains
    count as nearly in-node: in-node preferences give way to keep a
    preference (the DP block, the whole job) inside one domain.
    Best fit keeps big free leaves and idle nodes for big jobs.
@@ -49,12 +49,12 @@ the planner only decides which physical GPU runs each rank.
    so data-parallel peers sit on the same local GPU index (the same rail).
    Each rank then gets its closest NIC(s) and its GPU's NUMA-local CPUs.
 
-6. **Checks.** On clusters mixing GPU models the job is also planned on
-   each single model (a job runs at the pace of its slowest GPU, and link
-   classes do not rank across models); up to :data:`CHECK_NAIVE_MAX_WORLD`
-   ranks the cost model then picks among those plans and Slurm's default
-   placement, so the result is never modelled slower than what Slurm would
-   give.
+6. **Choosing among proposals.** The planner proposes a few placements
+   (:func:`_proposals`: the plan; on PCIe nodes the same with at most half
+   or a quarter of a node per host; on clusters mixing GPU models the job
+   on each model) and the cost model picks the fastest. Slurm's default
+   placement is one more candidate at every job size (``safety_net``), so
+   the result is never modelled slower than what Slurm would give.
 
 Pure and O(nodes + world) after the per-signature caches: a 16k-GPU job on
 a 100k-GPU inventory plans in a few tenths of a second.
@@ -293,7 +293,8 @@ class _Elig:
 
 class _Planner:
     def __init__(self, inv: Inventory, req: JobRequest, groups, cand: Candidates,
-                 tree: FabricTree, need: Optional[int] = None):
+                 tree: FabricTree, need: Optional[int] = None, global_split: bool = True,
+                 node_cap: Optional[int] = None):
         self.inv = inv
         self.req = req
         self.lay = req.layout
@@ -305,6 +306,8 @@ class _Planner:
         self.tree = tree
         g = req.gpus_per_node
         self.per_node = None if g is None else min(g, self.world)
+        if node_cap is not None:  # a variant: at most node_cap ranks a node
+            self.per_node = min(node_cap, self.per_node or node_cap)
         self.sigs = cand.sigs
         self.sig_of = cand.sig_of
         self.pod_sigs = cand.pod_sigs
@@ -313,6 +316,11 @@ class _Planner:
         self._attempts: Dict[Tuple, _Attempt] = {}
         self.notes: List[str] = []
         self.natural: List[int] = []
+        #: split spanning blocks over the whole job's nodes when that is
+        #: better than pod by pod (:meth:`_global_pack`); set when it was
+        self.global_split = global_split
+        self.used_global = False
+        self.node_cap = node_cap
 
     # ---- constraints ----------------------------------------------------
 
@@ -855,6 +863,122 @@ class _Planner:
         return sorted(s for s in spans
                       if 1 < s <= need and need % s == 0 and (whole or att.m_pod % s == 0))
 
+    def _part_speed(self, idx: int, k: int) -> Tuple[float, float]:
+        """(GB/s of the best ring over ``k`` of the node's free GPUs, the
+        smallest network share among them), with the cost model's default
+        parameters: what one piece of a split block gets on this node."""
+        cache = self.__dict__.setdefault("_speed", {})
+        s = self.sig_of[idx]
+        key = (s, k)
+        hit = cache.get(key)
+        if hit is None:
+            from slurmtopo.placement.intranode import _candidates
+            hw, free = self.sigs[s]
+            hc = _default_params().hw(hw)
+            best = None
+            for cand in _candidates(hw_info(hw), free, min(k, len(free))):
+                cand = tuple(sorted(cand))
+                c, bw = hc.intra(cand) if len(cand) > 1 else (LinkClass.SELF, math.inf)
+                share = min(hc.net[g] for g in cand)
+                sc = (-bw, -share)
+                if best is None or sc < best[0]:
+                    best = (sc, (bw, share))
+            hit = cache[key] = best[1] if best is not None else (1.0, 1.0)
+        return hit
+
+    def _split_cost(self, seq: Sequence[Tuple[int, int]], spans: Sequence[int]) -> Tuple:
+        """How badly ``seq`` splits the blocks of each span over hosts,
+        innermost span first: the cost model's hierarchical all-reduce of
+        the worst split block (:func:`_hier_share`: the in-node part on
+        each piece's best ring, the inter-host ring at the slowest piece's
+        NIC share and the smallest piece's slice; 0 when no block is
+        split), then the number of (node, piece) entries."""
+        out = []
+        for s in spans:
+            worst = 0.0
+            for pieces in _blocks_of(seq, s):
+                speeds = [self._part_speed(i, k) for i, k in pieces.items()]
+                b_in = min(sp[0] for (i, k), sp in zip(pieces.items(), speeds) if k > 1) \
+                    if any(k > 1 for k in pieces.values()) else math.inf
+                b_net = min(sp[1] for sp in speeds)
+                t = _hier_share(max(pieces.values()), min(pieces.values()), len(pieces),
+                                b_in, b_net)
+                worst = max(worst, t)
+            out.append(round(worst, 12))
+        out.append(len(seq))
+        return tuple(out)
+
+    def _pack(self, pool, need: int, S: int, v: int, spans) -> Optional[List[Tuple[int, int]]]:
+        """``need`` ranks in blocks of ``S`` over the nodes of ``pool``
+        ((quality, -capacity, tree order, node, capacity), best first),
+        every amount a multiple of ``v``: whole blocks on nodes that hold
+        one (best nodes first); every other block split over 2-4 nodes.
+        The patterns of piece sizes are ranked by the cost model's
+        hierarchical all-reduce (:func:`_hier_share`) and the packing takes
+        the best threshold for which every block fits with a pattern no
+        worse (so no block gets a singleton piece when an even split fits
+        every block). A node may hold pieces of several blocks, a block's
+        pieces stay in one pod when they can. None when nothing fits."""
+        if need % S or S % v or S // v > 64:
+            return None
+        tree = self.tree
+        order = tree.tree_order
+        blocks = need // S
+        seq: List[Tuple[int, int]] = []
+        rest = []
+        for _, _, _, i, c in pool:
+            w = min(c // S, blocks)
+            if w > 0:
+                seq.append((i, w * S))
+                blocks -= w
+                c -= w * S
+            if c >= v:
+                rest.append((c // v * v, self.sig_of[i], tree.node_pod[i], i))
+        if blocks == 0:
+            return seq
+        if not rest:
+            return None
+        ref = max(self._part_speed(i, S)[1] for _, _, _, i in rest)
+        pats = sorted(_patterns(S // v), key=lambda ps: (
+            _hier_share(ps[0] * v, ps[-1] * v, len(ps), math.inf, ref), len(ps), ps))
+        # nodes whose pieces of every size are equally fast share a class
+        sizes = range(v, S, v)
+        classes: Dict[Tuple, int] = {}
+        of_sig: Dict[int, int] = {}
+        ranks: List[Tuple] = []
+        for _, sig, _, i in rest:
+            if sig not in of_sig:
+                key = tuple(self._part_speed(i, k) for k in sizes)
+                if key not in classes:
+                    classes[key] = len(ranks)
+                    ranks.append(tuple((-bw, -share) for bw, share in key))
+                of_sig[sig] = classes[key]
+        rest = [(c, of_sig[sig], pod, i) for c, sig, pod, i in rest]
+
+        def speed_class(cls: int, k: int) -> Tuple[float, float]:
+            return ranks[cls][k // v - 1]
+
+        # the best threshold pattern for which every block fits (binary
+        # search: allowing more patterns only makes more blocks fit)
+        lo, hi, got = 0, len(pats) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            trial = _split_blocks(rest, blocks, S, pats[:mid + 1], v, speed_class)
+            if trial is None:
+                lo = mid + 1
+            else:
+                got, hi = trial, mid - 1
+        if got is not None:
+            out = list(seq)
+            for pieces in got:
+                for i, k in pieces:
+                    if out and out[-1][0] == i:
+                        out[-1] = (i, out[-1][1] + k)
+                    else:
+                        out.append((i, k))
+            return out
+        return None
+
     def _balanced_split(self, att: _Attempt, pod: Scope, chosen, base, need: int,
                         unit: int) -> List[Tuple[int, int]]:
         order = self.tree.tree_order
@@ -868,7 +992,7 @@ class _Planner:
             a = amounts.pop()
             if all(s % a == 0 or a % s == 0 for s in spans):
                 return base  # every block on one host or evenly over whole hosts
-        best_key = _split_key(base, spans)
+        best_key = self._split_cost(base, spans)
         if not any(best_key[:-1]):
             return base  # no block crosses hosts
         # nodes as well connected as the chosen ones (the share of a block
@@ -882,21 +1006,63 @@ class _Planner:
                 if c > 0 and (q[0],) + q[2:] <= worst:
                     pool.append((q, -c, order[i], i, c))
         pool.sort()
-        best = base
+        best = self._best_packing(pool, need, unit, spans, base, best_key)
+        if best is not base:
+            self.__dict__.setdefault("_packed", set()).add(pod.index)
+        return best
+
+    def _global_pack(self, att: _Attempt, alloc) -> Optional[List[Tuple[int, int]]]:
+        """Blocks that must span hosts, split over the whole job's nodes
+        rather than pod by pod: when the pods are nearly full, a pod on its
+        own can only split its last blocks 7+1 or 6+1+1, while the job's
+        other pods have nodes with room for even pieces. Used when the cost
+        model's hierarchical all-reduce of the worst split block
+        (:meth:`_split_cost`) is smaller; only without
+        hard pod- or spine-level constraints, and not on clusters
+        with multi-node NVLink domains (pieces there ring over the domain).
+        It may give up a soft pod- or spine-level preference; :func:`plan`
+        then also prices the pod-by-pod placement and keeps the faster."""
+        if self.tree.has_domains or any(c.level in ("leaf", "spine", "nvlink-domain") and
+                                        c.hard for c in att.cons):
+            return None
+        need = self.need
+        unit = att.unit[False]
+        spans = [s for s in self._split_spans(att, need) if unit % s]
+        if not spans:
+            return None
+        tree = self.tree
+        order = tree.tree_order
+        base = sorted(alloc, key=lambda t: (order[tree.pods[tree.node_pod[t[0]]].first],
+                                            order[t[0]]))
+        base_key = self._split_cost(base, spans)
+        if not any(base_key[:-1]):
+            return None
+        worst = max((q[0],) + q[2:] for q in (self._node_q(att, i) for i, _ in alloc))
+        pool = []
+        for i in self.elig:
+            c = att.node_cap(i)
+            if c <= 0:
+                continue
+            q = self._node_q(att, i)
+            if (q[0],) + q[2:] <= worst:
+                pool.append(((q[0],) + q[2:], order[tree.pods[tree.node_pod[i]].first],
+                             order[i], i, c))
+        pool.sort()
+        return self._best_packing(pool, need, unit, spans, None, base_key)
+
+    def _best_packing(self, pool, need: int, unit: int, spans, best, best_key):
+        """The packing (:meth:`_pack`) of the pool by each span and piece
+        unit that the cost model prices below ``best_key``; ``best`` if none."""
         for S in spans:
             for v in sorted({unit} | {t for t in spans if t < S}, reverse=True):
                 if S % v or v % unit:
                     continue
-                seq = _pack_blocks(pool, need, S, v, order)
+                seq = self._pack(pool, need, S, v, spans)
                 if seq is None:
                     continue
-                key = _split_key(seq, spans)
+                key = self._split_cost(seq, spans)
                 if key < best_key:
                     best_key, best = key, seq
-        if best is not base:
-            seq_of = self.__dict__.setdefault("_seq", {})
-            for n, (i, _) in enumerate(best):
-                seq_of[i] = n
         return best
 
     def best_pod(self, att: _Attempt) -> Optional[Scope]:
@@ -1014,7 +1180,7 @@ class _Planner:
     def _allocate(self, att: _Attempt) -> List[Tuple[int, int]]:
         """(node index, ranks) for ``self.need`` ranks, in tree order."""
         alloc: List[Tuple[int, int]] = []
-        self.__dict__.pop("_seq", None)  # the packing order of this allocation only
+        self.__dict__.pop("_packed", None)  # the packed pods of this allocation only
         single = self._single_node(att)
         if single is not None:
             alloc.append((single, self.need))
@@ -1024,11 +1190,17 @@ class _Planner:
                 alloc.extend(self._fill_pod(att, pod, self.need))
             else:
                 self._fill(att, self.tree.root, self.need, alloc)
+                if self.global_split:
+                    packed = self._global_pack(att, alloc)
+                    if packed is not None:
+                        self.used_global = True
+                        return packed
         tree = self.tree
-        order, seq = tree.tree_order, self.__dict__.get("_seq", {})
-        # tree order; inside a pod packed block by block, the packing's order
+        order, packed = tree.tree_order, self.__dict__.get("_packed", set())
+        # tree order; inside a pod packed block by block, the packing's
+        # order (a stable sort keeps it; a node may appear more than once)
         alloc.sort(key=lambda t: (order[tree.pods[tree.node_pod[t[0]]].first],
-                                  seq.get(t[0], order[t[0]])))
+                                  0 if tree.node_pod[t[0]] in packed else order[t[0]]))
         return alloc
 
     def _map(self, att: _Attempt, alloc, offset: int, assign, inv_pos) -> Dict[int, Tuple]:
@@ -1037,6 +1209,8 @@ class _Planner:
         used: Dict[int, Tuple[int, ...]] = {}
         for idx, k in alloc:
             node, free = self.elig[idx]
+            if idx in used:  # a node holding pieces of several blocks
+                free = tuple(g for g in free if g not in used[idx])
             dom = self.tree.pods[self.tree.node_pod[idx]].is_domain
             levels = self._node_levels(att, dom, k, offset, self.natural)
             gpus = select(node.hardware, free, k, levels)
@@ -1052,7 +1226,7 @@ class _Planner:
             else:
                 for j, g in enumerate(gpus):
                     assign[inv_pos[offset + j]] = (name, g)
-            used[idx] = gpus
+            used[idx] = tuple(used.get(idx, ())) + tuple(gpus)
             offset += k
         return used
 
@@ -1102,12 +1276,14 @@ class _Planner:
         trial = list(assign)
         used = self._map(strict, alloc1, 0, trial, inv_pos)
         cand2 = self.cand.minus(used, self.tree.node_pod, drop_used=self.per_node is not None)
-        p2 = _Planner(self.inv, self.req, self.groups, cand2, self.tree, need=self.need - n1)
+        p2 = _Planner(self.inv, self.req, self.groups, cand2, self.tree, need=self.need - n1,
+                      global_split=self.global_split, node_cap=self.node_cap)
         p2.natural = self.natural
         att2 = p2.attempt(relaxed)
         if not att2.feasible:
             return None
         alloc2 = p2._allocate(att2)
+        self.used_global = self.used_global or p2.used_global
         p2._map(att2, alloc2, n1, trial, inv_pos)
         assign[:] = trial
         want = "NVLink" if c.level == "nvlink" else LEVEL_TEXT[c.level]
@@ -1154,8 +1330,12 @@ class _Planner:
             if p not in seen:
                 seen.add(p)
                 pods.append(tree.pods[p])
-        n = len(alloc)
-        partial = sum(1 for idx, k in alloc if k < self.inv.nodes[tree.names[idx]].hardware.gpu_count)
+        per_node: Dict[int, int] = {}
+        for idx, k in alloc:
+            per_node[idx] = per_node.get(idx, 0) + k
+        n = len(per_node)
+        partial = sum(1 for idx, k in per_node.items()
+                      if k < self.inv.nodes[tree.names[idx]].hardware.gpu_count)
         text = f"{self.world} ranks on {n} node{'s' * (n != 1)}"
         if partial:
             text += f" ({partial} shared or partly used)"
@@ -1196,121 +1376,278 @@ def _water_fill(caps: List[Tuple[int, int]], need: int, unit: int) -> List[Tuple
     return [(i, amount[i] * unit) for i, _ in units if amount[i] > 0]
 
 
-def _split_key(seq: Sequence[Tuple[int, int]], spans: Sequence[int]) -> Tuple:
-    """How badly ``seq`` ((node, ranks) in position order) splits the blocks
-    of each span over hosts, innermost span first: the worst block's
-    ``(h - 1) / (h * l)`` (``h`` hosts, ``l`` the fewest ranks on one of
-    them: the inter-host share of a hierarchical all-reduce; 0 when every
-    block stays on one host), then the number of nodes."""
+def _blocks_of(seq: Sequence[Tuple[int, int]], s: int):
+    """The pieces ({node: ranks}) of every block of ``s`` consecutive
+    positions that ``seq`` ((node, ranks) in position order; a node may
+    appear more than once) puts on more than one host."""
     out = []
-    for s in spans:
-        worst = 0.0
-        pieces: Dict[int, int] = {}
-        pos = 0
-        block = 0
-
-        def close() -> float:
-            h = len(pieces)
-            if h <= 1:
-                return 0.0
-            return (h - 1) / (h * min(pieces.values()))
-
-        for idx, k in seq:
-            while k > 0:
-                b = pos // s
-                if b != block:
-                    worst = max(worst, close())
-                    pieces = {}
-                    block = b
-                take = min(k, (b + 1) * s - pos)
-                pieces[idx] = pieces.get(idx, 0) + take
-                pos += take
-                k -= take
-        worst = max(worst, close())
-        out.append(round(worst, 12))
-    out.append(len(seq))
-    return tuple(out)
+    pieces: Dict[int, int] = {}
+    pos = 0
+    block = 0
+    for idx, k in seq:
+        while k > 0:
+            b = pos // s
+            if b != block:
+                if len(pieces) > 1:
+                    out.append(pieces)
+                pieces = {}
+                block = b
+            take = min(k, (b + 1) * s - pos)
+            pieces[idx] = pieces.get(idx, 0) + take
+            pos += take
+            k -= take
+    if len(pieces) > 1:
+        out.append(pieces)
+    return out
 
 
-def _pack_blocks(pool, need: int, S: int, v: int, order) -> Optional[List[Tuple[int, int]]]:
-    """``need`` ranks in blocks of ``S`` over the nodes of ``pool``
-    ((quality, -capacity, tree order, node, capacity), best first), every
-    amount a multiple of ``v``: whole blocks on nodes that hold one (best
-    nodes first), then each remaining block split as evenly as ``v`` allows
-    over the fewest free nodes, smallest sufficient capacities first (best
-    fit). A node takes whole blocks or one piece of one block. None when the
-    pool cannot."""
-    if need % S or S % v:
-        return None
-    blocks = need // S
-    seq: List[Tuple[int, int]] = []
-    rest = []
-    for _, _, _, i, c in pool:
-        w = min(c // S, blocks)
-        if w > 0:
-            seq.append((i, w * S))
-            blocks -= w
-        else:
-            rest.append((c, order[i], i))
-    if blocks == 0:
-        return seq
-    rest.sort()
-    units = S // v
-    while blocks > 0:
-        got = None
-        for k in range(2, min(units, len(rest)) + 1):
-            q, r = divmod(units, k)
-            amounts = [(q + 1) * v] * r + [q * v] * (k - r)  # largest first
-            taken: List[int] = []
-            picked = []
-            for a in amounts:
-                for j, (c, _, i) in enumerate(rest):
-                    if c >= a and j not in taken:
-                        taken.append(j)
-                        picked.append((i, a))
-                        break
-                else:
+def _hier_share(l_max: int, l_min: int, h: int, b_in: float, b_net: float) -> float:
+    """Bandwidth term of the cost model's hierarchical all-reduce of one
+    byte over ``h`` hosts (:func:`slurmtopo.cost.hier_time` without the
+    latencies): the in-node reduce-scatter/all-gather over ``l_max`` ranks
+    at ``b_in`` plus the inter-host ring of each rank's slice, priced by
+    the host with the fewest ranks at the slowest NIC share ``b_net``."""
+    t = 2 * (h - 1) / (l_min * h * b_net)
+    if l_max > 1:
+        t += 2 * (l_max - 1) / (l_max * b_in)
+    return t
+
+
+def _patterns(units: int, most: int = 4) -> List[Tuple[int, ...]]:
+    """Ways to split a block of ``units`` units over 2..``most`` hosts
+    (parts in units, largest first)."""
+    out: List[Tuple[int, ...]] = []
+
+    def rec(left: int, cap: int, parts: List[int]) -> None:
+        if left == 0:
+            if len(parts) >= 2:
+                out.append(tuple(parts))
+            return
+        if len(parts) >= most:
+            return
+        for a in range(min(left, cap), 0, -1):
+            rec(left - a, a, parts + [a])
+
+    rec(units, units - 1, [])
+    return out
+
+
+class _Room:
+    """Nodes with room for pieces of split blocks, bucketed by free ranks
+    left and by speed class (nodes whose pieces of every size are equally
+    fast), so the best place for a piece is found without scanning every
+    node (a fragmented 100k-GPU inventory has thousands)."""
+
+    def __init__(self, rest: Sequence[Tuple[int, int, int, int]], S: int, speed_class):
+        # rest: (capacity left, speed class, pod, node) in preference order
+        self.S = S
+        self.b: Dict[int, Dict[int, List[Tuple[int, int]]]] = {}
+        for c, cls, pod, i in reversed(rest):  # stacks: the first is on top
+            self.b.setdefault(min(c, S), {}).setdefault(cls, []).append((pod, i))
+        self.speed_class = speed_class
+
+    def take(self, want: int, avoid: Sequence[int], pod: Optional[int]):
+        """Best node for a piece of ``want`` ranks: the fastest for that
+        size, in ``pod`` when possible, then the least room that suffices.
+        Returns an undo record, or None when no node has room."""
+        best = None
+        rank = self.speed_class
+        for c in range(want, self.S + 1):
+            for cls, stack in self.b.get(c, {}).items():
+                for j in range(len(stack) - 1, max(-1, len(stack) - 2 - len(avoid)), -1):
+                    p_, i = stack[j]
+                    if i in avoid:
+                        continue
+                    key = (rank(cls, want), pod is not None and p_ != pod, c)
+                    if best is None or key < best[0]:
+                        best = (key, c, cls, j)
                     break
-            if len(picked) == k:
-                got = (taken, picked)
-                break
-        if got is None:
+        if best is None:
             return None
-        taken, picked = got
-        rest = [x for j, x in enumerate(rest) if j not in taken]
-        seq.extend(sorted(picked, key=lambda t: order[t[0]]))
-        blocks -= 1
-    return seq
+        _, c, cls, j = best
+        p_, i = self.b[c][cls].pop(j)
+        if c > want:
+            self.b.setdefault(c - want, {}).setdefault(cls, []).append((p_, i))
+        return (c, cls, j, p_, i, want)
+
+    def undo(self, rec) -> None:
+        c, cls, j, p_, i, want = rec
+        if c > want:
+            self.b[c - want][cls].pop()
+        self.b[c][cls].insert(j, (p_, i))
 
 
-#: Up to this world size :func:`plan` also prices Slurm's default placement
-#: with the cost model and returns it when it is strictly cheaper (and meets
-#: every ``require``): the planner decides lexicographically (TP first),
-#: the cost model sums the kinds, and on some fragmented states the two
-#: disagree. Pricing is O(world) per kind, cheap at this size.
-CHECK_NAIVE_MAX_WORLD = 4096
+def _split_blocks(rest, blocks: int, S: int, allowed: Sequence[Tuple[int, ...]], v: int,
+                  speed_class) -> Optional[List[List[Tuple[int, int]]]]:
+    """Split ``blocks`` blocks of ``S`` ranks over the nodes ``rest``, each
+    block by the first pattern of ``allowed`` (piece sizes in units of
+    ``v``, largest first) whose pieces all find room on distinct nodes.
+    None when some block finds none."""
+    room = _Room(rest, S, speed_class)
+    out = []
+    for _ in range(blocks):
+        for parts in allowed:
+            recs = []
+            pod = None
+            for a in parts:
+                rec = room.take(a * v, [r[4] for r in recs], pod)
+                if rec is None:
+                    break
+                pod = rec[3] if pod is None else pod
+                recs.append(rec)
+            if len(recs) == len(parts):
+                out.append([(r[4], r[5]) for r in recs])
+                break
+            for rec in reversed(recs):
+                room.undo(rec)
+        else:
+            return None
+    return out
 
 
-def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest) -> Placement:
+def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
+         safety_net: bool = True) -> Placement:
     """Place every rank of ``req`` on a free GPU, topology-aware (gang: all
-    ranks or :class:`PlacementError` saying why not). See the module doc."""
+    ranks or :class:`PlacementError` saying why not). See the module doc.
+
+    The planner proposes a few placements (:func:`_proposals`) and the cost
+    model picks the fastest. With ``safety_net`` (the default) Slurm's
+    default placement is one more candidate, at every job size, so the
+    result is never modelled slower than what Slurm would give; tests turn
+    it off to check the planner's own proposals."""
     tree = fabric_tree(inv)
     cand = candidates(inv, state, req, tree.node_pod)
     err = not_enough_gpus(req, cand)
     if err is not None:
         raise err
     groups = build_groups(req.layout)
+    options = _proposals(inv, req, groups, cand, tree)
+    if safety_net and req.layout.world > 1:
+        from slurmtopo.placement.baselines import naive_from
+        naive = naive_from(inv, req, cand, groups)
+        if _meets_require(inv, req, naive):
+            options.append(("naive", naive))
+    return _cheapest(inv, req, options)
+
+
+def _proposals(inv: Inventory, req: JobRequest, groups, cand: Candidates,
+               tree: FabricTree) -> List[Tuple[str, Placement]]:
+    """The planner's candidates, best guess first: the plan; the same
+    without splitting spanning blocks over the whole job (when it did);
+    on PCIe nodes (no NVLink ring over the whole node) at most half or a
+    quarter of a node per host, so that rings stay on one socket or PCIe
+    switch (not when the job asked for whole nodes or a count per node);
+    on clusters mixing GPU models the job on each single model."""
     world = req.layout.world
-    placement = _Planner(inv, req, groups, cand, tree).run()
+    first = _Planner(inv, req, groups, cand, tree)
+    out = [("plan", first.run())]
+    if first.used_global:
+        try:
+            out.append(("plan", _Planner(inv, req, groups, cand, tree, global_split=False).run()))
+        except PlacementError:
+            pass
+    caps = [] if req.exclusive or req.gpus_per_node else _node_caps(cand, world)
+    for cap in caps:
+        try:
+            out.append((f"cap{cap}", _Planner(inv, req, groups, cand, tree, node_cap=cap).run()))
+        except PlacementError:
+            continue
     models = _models(cand)
     if len(models) > 1:
-        placement = _one_model(inv, req, groups, cand, tree, models, placement)
-    if 1 < world <= CHECK_NAIVE_MAX_WORLD:
-        placement = _check_naive(inv, req, cand, groups, placement)
-    return placement
+        for model in models:
+            sub = cand.restricted(lambda n, m=model: n.hardware.model == m, tree.node_pod)
+            if sub.free_gpus < world:
+                continue
+            try:
+                out.append((f"model:{model}", _Planner(inv, req, groups, sub, tree).run()))
+            except PlacementError:
+                continue
+    return out
+
+
+def _node_caps(cand: Candidates, world: int) -> List[int]:
+    """Ranks-per-node limits worth proposing: half and a quarter of the
+    node, on hardware whose ring over all its GPUs is not NVLink (PCIe-only
+    nodes, NVLink pairs): there a ring on one socket or one PCIe switch on
+    more nodes can beat a whole node whose ring crosses the sockets."""
+    caps = set()
+    for hw, _ in cand.sigs:
+        n = hw.gpu_count
+        if n < 4 or ring_class(hw, tuple(range(n))) <= LinkClass.NVLINK:
+            continue
+        for k in (n // 2, n // 4):
+            if 1 < k < world:
+                caps.add(k)
+    return sorted(caps, reverse=True)
+
+
+def _meets_require(inv: Inventory, req: JobRequest, pl: Placement) -> bool:
+    if not req.require:
+        return True
+    from slurmtopo.cost import CostParams, evaluate
+    from slurmtopo.request import satisfies
+    rep = evaluate(inv, pl, req, CostParams())
+    for kind, level in req.require.items():
+        gc = rep.kinds.get(kind)
+        if gc is not None and gc.size > 1 and not satisfies(gc.slowest, level):
+            return False
+    return True
+
+
+_WHY = {
+    "naive": "Slurm's default placement (nodes in hostname order, ranks in block order)",
+    "plan": "splitting spanning groups pod by pod",
+}
+
+
+def _cheapest(inv: Inventory, req: JobRequest,
+              options: List[Tuple[str, Placement]]) -> Placement:
+    """The option the cost model prices fastest (the first on ties), with
+    a note when it is not the planner's first proposal."""
+    first = options[0][1]
+    if len(options) == 1:
+        return first
+    from slurmtopo.cost import CostParams, evaluate
+    from slurmtopo.errors import SlurmtopoError
+    try:
+        params = CostParams.from_inventory(inv)
+    except SlurmtopoError:
+        return first  # a bad cost block is reported where costs are shown
+    times = [evaluate(inv, pl, req, params, step_only=True).step_time_s for _, pl in options]
+    best = 0
+    for i, t in enumerate(times):
+        if t < times[best] * (1 - 1e-9):
+            best = i
+    if best == 0:
+        return first
+    label, pl = options[best]
+    a, b = times[0], times[best]
+    if label.startswith("model:"):
+        note = (f"all ranks on {label[6:]} nodes: the cluster mixes GPU models and this one "
+                f"holds the job")
+    elif label.startswith("cap"):
+        note = (f"at most {label[3:]} ranks a node, so rings stay on GPUs of one socket or "
+                f"PCIe switch: models faster than filling whole nodes")
+    else:
+        note = f"{_WHY[label]} models faster here"
+    # Slurm's default: the planner's notes say what it tried and why
+    notes = [n for n in first.notes if not n.startswith(f"{req.layout.world} ranks on")] \
+        if label == "naive" else list(pl.notes)
+    notes.append(f"{note} ({b * 1e3:.3f} ms vs {a * 1e3:.3f} ms a step); using it")
+    return Placement(slots=pl.slots, groups=pl.groups, hosts=pl.hosts, notes=tuple(notes))
 
 
 _speed_cache: Dict[int, Tuple[object, Tuple]] = {}
+_params: List[object] = []
+
+
+def _default_params():
+    """The cost model's default parameters (shared: they cache per-hardware
+    figures), for the planner's own comparisons of link speeds."""
+    if not _params:
+        from slurmtopo.cost import CostParams
+        _params.append(CostParams())
+    return _params[0]
 
 
 def _hw_speed(hw) -> Tuple:
@@ -1338,74 +1675,3 @@ def _models(cand: Candidates) -> List[str]:
         if model not in speed or key < speed[model]:
             speed[model] = key
     return sorted(speed, key=lambda m: (speed[m], m))
-
-
-def _one_model(inv: Inventory, req: JobRequest, groups, cand: Candidates, tree: FabricTree,
-               models: List[str], mixed: Placement) -> Placement:
-    """Heterogeneous clusters: a job mixing GPU models runs at the pace of
-    the slowest, and link classes do not rank across models (H100s over the
-    network can beat L40Ss over PCIe). Plan on each single model that has
-    enough free GPUs too; up to CHECK_NAIVE_MAX_WORLD ranks the cost model
-    picks the cheapest, above it the fastest model that holds the job wins."""
-    world = req.layout.world
-    options: List[Tuple[str, Placement]] = []
-    for model in models:
-        sub = cand.restricted(lambda n, m=model: n.hardware.model == m, tree.node_pod)
-        if sub.free_gpus < world:
-            continue
-        try:
-            pl = _Planner(inv, req, groups, sub, tree).run()
-        except PlacementError:
-            continue
-        options.append((model, pl))
-        if world > CHECK_NAIVE_MAX_WORLD:
-            break
-    if not options:
-        return mixed
-    if world > CHECK_NAIVE_MAX_WORLD:
-        model, pl = options[0]
-    else:
-        from slurmtopo.cost import CostParams, evaluate
-        from slurmtopo.errors import SlurmtopoError
-        try:
-            params = CostParams.from_inventory(inv)
-        except SlurmtopoError:
-            return mixed
-        best = (evaluate(inv, mixed, req, params).step_time_s, 1, "", mixed)
-        for i, (model, pl) in enumerate(options):
-            t = evaluate(inv, pl, req, params).step_time_s
-            if t < best[0] * (1 - 1e-9):
-                best = (t, 0, model, pl)
-        if best[1]:
-            return mixed
-        model, pl = best[2], best[3]
-    note = f"all ranks on {model} nodes: the cluster mixes GPU models and this one holds the job"
-    return Placement(slots=pl.slots, groups=pl.groups, hosts=pl.hosts,
-                     notes=tuple(pl.notes) + (note,))
-
-
-def _check_naive(inv: Inventory, req: JobRequest, cand: Candidates, groups,
-                 mine: Placement) -> Placement:
-    from slurmtopo.cost import CostParams, evaluate
-    from slurmtopo.placement.baselines import naive_from
-    from slurmtopo.request import satisfies
-    from slurmtopo.errors import SlurmtopoError
-    try:
-        params = CostParams.from_inventory(inv)
-    except SlurmtopoError:
-        return mine  # a bad cost block is reported where costs are shown
-    naive = naive_from(inv, req, cand, groups)
-    a = evaluate(inv, mine, req, params)
-    b = evaluate(inv, naive, req, params)
-    if not b.step_time_s < a.step_time_s * (1 - 1e-9):
-        return mine
-    for kind, level in req.require.items():
-        gc = b.kinds.get(kind)
-        if gc is not None and gc.size > 1 and not satisfies(gc.slowest, level):
-            return mine
-    notes = [n for n in mine.notes if not n.startswith(f"{req.layout.world} ranks on")]
-    notes.append(f"Slurm's default placement (nodes in hostname order, ranks in block order) "
-                 f"models faster here ({b.step_time_s * 1e3:.3f} ms vs "
-                 f"{a.step_time_s * 1e3:.3f} ms a step); using it")
-    return Placement(slots=naive.slots, groups=naive.groups, hosts=naive.hosts,
-                     notes=tuple(notes))

@@ -145,12 +145,19 @@ def test_submit_the_script_slurmtopo_writes(fake):
     inv = load_inventory(str(FIXTURES / "devcluster-inventory.yaml"))
     layout = Layout(tp=8, dp=2).resolved()
     req = JobRequest(layout=layout)
-    text = SbatchRequest.from_plan(inv, plan(inv, ClusterState(), req), layout,
+    pl = plan(inv, ClusterState(), req)
+    text = SbatchRequest.from_plan(inv, pl, layout,
                                    ["python", "train.py"], req, job_name="llm").render()
     jid = pb.PySlurmBackend(fake_pyslurm).submit(text)
     desc = fake.jobs[jid].desc
-    assert (desc["nodes"], desc["ntasks_per_node"], desc["gpus_per_node"]) == ("2", "8", "8")
-    assert desc["switches"] == "1@5:00" and fake.jobs[jid].name == "llm"
+    # A6000 nodes: the cost model prefers 4 GPUs of one PCIe switch on 4
+    # nodes to a TP ring of 8 across the sockets
+    n = len(pl.hosts)
+    per = str(16 // n)
+    assert (desc["nodes"], desc["ntasks_per_node"], desc["gpus_per_node"]) == (str(n), per, per)
+    leaves = {"node1": "leaf1", "node2": "leaf1", "node3": "leaf2", "node4": "leaf2"}
+    assert desc["switches"] == f"{len({leaves[h] for h in pl.hosts})}@5:00"
+    assert fake.jobs[jid].name == "llm"
 
 
 def test_hold_release_update_cancel(fake):
