@@ -48,7 +48,8 @@ def cluster(devcluster, tmp_path_factory):
 class Run:
     """One `slurmtopo sbatch` submission and what its ranks wrote."""
 
-    def __init__(self, cluster, tmp: Path, plan_args, cmd_args=(), extra=()):
+    def __init__(self, cluster, tmp: Path, plan_args, cmd_args=(), extra=(), command=None,
+                 path=None):
         self.cluster = cluster
         self.tmp = tmp
         self.out = tmp / "ranks"
@@ -56,11 +57,14 @@ class Run:
         self.run_dir = tmp / "run"
         self.plan_dir = tmp / "plan"
         self.env = dict(cluster.env, PYTHONPATH=str(ROOT))
+        if path is not None:  # what the job (and so every task) gets as PATH
+            self.env["PATH"] = str(path)
         self.cmd_args = list(cmd_args)
+        command = list(command) if command else [sys.executable, "-c", DUMP]
         args = ["sbatch", "--inventory", INV, "--python", sys.executable, "--run-dir",
                 self.run_dir, "--output-dir", self.plan_dir, f"--sbatch=--output={tmp}/%j.out",
                 "--parsable", *plan_args, *extra,
-                "--", sys.executable, "-c", DUMP, self.out, *self.cmd_args]
+                "--", *command, self.out, *self.cmd_args]
         self.proc = run_slurmtopo(args, tmp, self.env)
         self.job_id = int(self.proc.stdout.strip())
 
@@ -273,3 +277,98 @@ def test_daemon_submission_is_held_and_tagged(cluster, tmp_path):
     assert job.comment.startswith("slurmtopo:v1:") and '"tp":4' in job.comment
     from slurmtopo.daemon.protocol import parse_comment  # the daemon reads it back
     assert parse_comment(job.comment) is not None
+
+
+# --------------------------------------------------------------------------
+# compute nodes without Python: the tasks get a PATH with Slurm's clients,
+# taskset and /bin/sh stand-ins only; the batch step runs `slurmtopo bind`
+# with the absolute --python, as a first node with slurmtopo would
+
+#: a stand-in that records its arguments and environment; the output
+#: directory is its first argument (the program) or its last (torchrun)
+RECORD = """#!/bin/sh
+if [ "$(basename "$0")" = torchrun ]; then for a in "$@"; do out=$a; done
+else out=$1; shift; fi
+if command -v python3 >/dev/null 2>&1 || command -v python >/dev/null 2>&1; then py=yes
+else py=no; fi
+{ printf 'PYTHON %s\\n' "$py"
+  for a in "$@"; do printf 'ARG %s\\n' "$a"; done
+  /usr/bin/env | /bin/sed 's/^/ENV /'; } > "$out/$(basename "$0")-${NODE_RANK}-${RANK:-node}.txt"
+"""
+
+
+def _no_python_path(cluster, tmp: Path, *scripts: str) -> Path:
+    import shutil
+    d = tmp / "nopython-bin"
+    d.mkdir()
+    slurm_bin = Path(shutil.which("srun", path=cluster.env["PATH"])).parent
+    for name in ("srun", "sbatch", "scontrol", "squeue", "sinfo", "scancel", "sacct"):
+        if (slurm_bin / name).exists():
+            (d / name).symlink_to(slurm_bin / name)
+    (d / "taskset").symlink_to(shutil.which("taskset"))
+    for name in scripts:
+        (d / name).write_text(RECORD)
+        (d / name).chmod(0o755)
+    assert shutil.which("python3", path=str(d)) is None
+    return d
+
+
+def _records(out: Path, prefix: str):
+    recs = {}
+    for f in sorted(out.glob(f"{prefix}-*.txt")):
+        rec = {"args": [], "env": {}}
+        for line in f.read_text().splitlines():
+            tag, _, rest = line.partition(" ")
+            if tag == "PYTHON":
+                rec["python"] = rest
+            elif tag == "ARG":
+                rec["args"].append(rest)
+            elif tag == "ENV" and "=" in rest:
+                k, _, v = rest.partition("=")
+                rec["env"][k] = v
+        recs[f.stem] = rec
+    return recs
+
+
+def test_ranks_run_without_python(cluster, tmp_path):
+    """Every rank starts through /bin/sh alone: no Python on its PATH, and
+    its environment is what `slurmtopo bind` decided."""
+    path = _no_python_path(cluster, tmp_path, "train")
+    run = Run(cluster, tmp_path, ["--tp", "2", "--dp", "2"], cmd_args=["--lr", "3e-4"],
+              command=[str(tmp_path / "nopython-bin" / "train")], path=path).wait()
+    placement, doc = run.bound()
+    recs = {int(k.rsplit("-", 1)[1]): v for k, v in _records(run.out, "train").items()}
+    assert sorted(recs) == list(range(placement.world_size)), run.output()
+    for r, rec in recs.items():
+        slot = placement.slots[r]
+        env = rec["env"]
+        assert rec["python"] == "no"
+        assert rec["args"] == ["--lr", "3e-4"]
+        assert env["SLURMD_NODENAME"] == slot.host
+        assert env["RANK"] == str(r) and env["LOCAL_RANK"] == str(slot.local_rank)
+        assert env["CUDA_VISIBLE_DEVICES"].split(",")[slot.local_rank] == str(slot.gpu)
+        assert env["SLURMTOPO_GPU"] == str(slot.gpu)
+        assert "SLURMTOPO_TASK_ENV" not in env
+    assert "CPU binding:" in run.output()
+
+
+def test_torchrun_one_per_node_without_python(cluster, tmp_path):
+    """--launcher torchrun: one task per node runs a /bin/sh stand-in named
+    torchrun with --nnodes/--nproc-per-node/--node-rank in plan order."""
+    path = _no_python_path(cluster, tmp_path, "torchrun", "train")
+    run = Run(cluster, tmp_path, ["--tp", "4", "--dp", "2", "--launcher", "torchrun"],
+              command=[str(tmp_path / "nopython-bin" / "train")], path=path).wait()
+    placement, doc = run.bound()
+    recs = _records(run.out, "torchrun")
+    assert len(recs) == len(placement.hosts) == 2, run.output()
+    for node, host in enumerate(placement.hosts):
+        rec = recs[f"torchrun-{node}-node"]
+        assert rec["python"] == "no"
+        assert rec["args"][:5] == ["--nnodes=2", "--nproc-per-node=4", f"--node-rank={node}",
+                                   f"--master-addr={placement.hosts[0]}",
+                                   f"--master-port={20000 + run.job_id % 10000}"]
+        assert rec["args"][5:] == ["--no-python", str(tmp_path / "nopython-bin" / "train"),
+                                   str(run.out)]
+        env = rec["env"]
+        assert env["SLURMD_NODENAME"] == host
+        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, placement.gpus_on(host)))
