@@ -20,7 +20,7 @@ through the backend passed to :func:`submit`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Tuple, Union
+from typing import Mapping, Optional, Sequence, Tuple, Union
 
 from slurmtopo.errors import PlacementError
 from slurmtopo.model import ClusterState, Inventory, Placement
@@ -53,6 +53,13 @@ class ScriptOptions:
     inventory_path: Optional[str] = None
     #: how the ranks start (srun or torchrun, containers); None: srun
     launch: Optional[object] = None  # slurmtopo.sbatch.launch.Launch
+    #: first-class sbatch options as (name, value): ("qos", "high"), ...
+    options: Tuple[Tuple[str, str], ...] = ()
+    requeue: bool = False
+
+    @property
+    def constraint(self) -> Optional[str]:
+        return dict(self.options).get("constraint")
 
 
 @dataclass(frozen=True)
@@ -135,35 +142,46 @@ def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
 
 def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobRequest,
             command: Sequence[str] = (), options: ScriptOptions = ScriptOptions(), *,
-            with_costs: bool = True, shape_on_idle: bool = False) -> PreparedJob:
+            with_costs: bool = True, queue: bool = False,
+            partition_members: Optional[Sequence[str]] = None,
+            features: Optional[Mapping[str, Sequence[str]]] = None) -> PreparedJob:
     """Plan ``request`` on ``cluster`` around ``state``, price it against
     Slurm's default placement, and write the batch script for ``command``.
 
-    ``shape_on_idle``: when nothing fits now, shape the script on the idle
-    cluster (nodes that are down stay out) instead of failing; for jobs the
-    placement daemon will release later. Raises PlacementError, LayoutError
-    or SlurmtopoError (a bad job name, time, partition) before anything is
+    Only eligible nodes are planned on: ``partition_members`` (None: all)
+    and those matching the options' ``--constraint`` (inventory features,
+    plus Slurm's ``features`` per node). ``queue``: when nothing fits now,
+    plan on the nodes that could run it (Slurm queues the job; the
+    start-time step re-plans) and say so in a note; without it, fail with
+    "not now" or "never" in the message. Either way a job that can never run
+    raises PlacementError worded "never". Raises LayoutError or
+    SlurmtopoError (a bad job name, time, partition) before anything is
     written or submitted.
     """
+    from slurmtopo.placement.queue import eligible_state, fits_ever, plan_for_queue
     from slurmtopo.sbatch import SbatchRequest, sanitize_job_name
 
     state = state if state is not None else ClusterState()
     if options.job_name is not None:  # cheap checks before the planner
         sanitize_job_name(options.job_name)
-    notes = []
+    state, elig_notes = eligible_state(cluster, state, partition_members, options.constraint,
+                                       features)
+    notes = list(elig_notes)
     busy_note = None
-    try:
-        placement = plan_job(cluster, state, request)
-    except PlacementError as exc:
-        if not shape_on_idle:
-            raise
-        from slurmtopo.model import NodeState
-
-        idle = ClusterState(nodes={n: NodeState(n, state=st.state, flags=st.flags)
-                                   for n, st in state.nodes.items() if not st.usable})
-        placement = plan_job(cluster, idle, request)
-        busy_note = (f"no placement is free now ({exc.message}); the script is shaped on the "
-                     "idle cluster and the placement daemon will release the job when one is")
+    if queue:
+        queued = plan_for_queue(cluster, state, request, plan_job)
+        placement, busy_note = queued.placement, queued.note
+    else:
+        try:
+            placement = plan_job(cluster, state, request)
+        except PlacementError as exc:
+            never = fits_ever(cluster, state, request, plan_job)
+            if never is not None:
+                raise PlacementError(f"never: this job cannot run here even with every "
+                                     f"eligible node idle: {never}") from None
+            raise PlacementError(f"not now: {exc.message} (it fits once running jobs end: "
+                                 "`slurmtopo sbatch` plans it on the nodes that could run it "
+                                 "and Slurm queues it)") from None
     costs = None
     if with_costs:
         from slurmtopo.placement import naive_plan
@@ -181,7 +199,8 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
             cluster, placement, request.layout, command, request, job_name=options.job_name,
             partition=options.partition, time=options.time, account=options.account,
             exclusive=request.exclusive, topology=options.topology,
-            switch_wait=options.switch_wait, extra=options.extra, python=options.python,
+            switch_wait=options.switch_wait, extra=options.extra, options=options.options,
+            requeue=options.requeue, python=options.python,
             cgroup_devices=options.cgroup_devices,
             inventory_path=options.inventory_path or _source_path(cluster),
             master_port=options.master_port, socket_ifname=options.socket_ifname,

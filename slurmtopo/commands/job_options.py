@@ -24,8 +24,11 @@ def _apply(func, options):
 
 
 def job_options(func):
-    """--inventory, the layout options, the request options and the script
-    options, in that order."""
+    """--inventory, the layout options, the request options, the script
+    options and the sbatch options, in that order."""
+    from slurmtopo.commands.sbatch_options import sbatch_options
+
+    func = sbatch_options(func)
     func = script_options(func)
     func = request_options(func)
     func = layout_options(func)
@@ -64,7 +67,9 @@ def script_options(func):
         click.option("--time", "time_limit", default=None, help="#SBATCH --time."),
         click.option("--account", default=None, help="#SBATCH --account."),
         click.option("--sbatch", "extra_sbatch", multiple=True, metavar="OPTION",
-                     help="Extra #SBATCH option, e.g. --sbatch=--qos=high (repeatable)."),
+                     help="Any other #SBATCH option, e.g. --sbatch=--comment=x (repeatable); "
+                          "those the plan sets (--nodes, --ntasks, --gpus*, --nodelist, ...) "
+                          "are refused."),
         click.option("--switch-wait", default=None,
                      help="Max wait for the --switches request (Slurm time; default 5:00; "
                           "0 = no wait limit given)."),
@@ -135,15 +140,18 @@ def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
                         run_dir: Optional[str] = None):
     """The api.ScriptOptions for the script options in ``o``."""
     from slurmtopo.api import DEFAULT_SWITCH_WAIT, ScriptOptions
+    from slurmtopo.commands.sbatch_options import options_from
 
     sw = o["switch_wait"]
+    sb_options, requeue = options_from(**o)
     return ScriptOptions(
         job_name=o["job_name"], partition=o["partition"], time=o["time_limit"],
         account=o["account"], topology=o["topology_request"],
         switch_wait=DEFAULT_SWITCH_WAIT if sw is None else (None if sw in ("0", "") else sw),
         extra=tuple(o["extra_sbatch"]), python=o["python"], cgroup_devices=o["cgroup_devices"],
         master_port=o["master_port"], socket_ifname=o["socket_ifname"], run_dir=run_dir,
-        inventory_path=inventory_path, launch=launch_from(**o))
+        inventory_path=inventory_path, launch=launch_from(**o), options=tuple(sb_options),
+        requeue=requeue)
 
 
 def launch_from(launcher="srun", torchrun_cmd="torchrun", container_image=None,

@@ -67,9 +67,16 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
             backend = factory(backend_name)
         return backend
 
+    members = features = None
     if state_path in (None, "live", "slurm"):
-        state = get_backend().cluster_state(inv)
+        from slurmtopo.slurm.backend import cluster_state_from
+        slurm_nodes = get_backend().nodes()
+        state = cluster_state_from(slurm_nodes, inv, source=f"slurm:{get_backend().name}")
         state_from = f"live Slurm state ({get_backend().name} backend)"
+        features = {n.name: n.features for n in slurm_nodes}
+        if o.get("partition"):
+            # an unknown partition is Slurm's to refuse, in its own words
+            members = [n.name for n in slurm_nodes if o["partition"] in n.partitions] or None
     elif state_path == "none":
         state, state_from = api.load_state_file(inv, None), "no state (every node idle)"
     else:
@@ -79,9 +86,12 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     req = request_from(o, waits)
     job = api.prepare(inv, state, req, cmd,
                       script_options_from(o, os.path.abspath(o["inventory_path"]), run_dir),
-                      with_costs=False, shape_on_idle=daemon)
+                      with_costs=False, queue=True, partition_members=members,
+                      features=features)
     placement, text, layout = job.placement, job.script_text, req.layout
     notes: List[str] = list(job.notes)
+    if daemon and any(n.startswith("not now") for n in notes):
+        notes.append("the placement daemon releases it when a placement is free")
     if waits and not daemon:
         notes.append("--wait only matters with --daemon (the placement daemon waits; sbatch "
                      "does not)")

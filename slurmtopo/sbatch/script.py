@@ -42,6 +42,53 @@ _JOB_NAME_OK = re.compile(r"[A-Za-z0-9._+@%:,=-]")
 _IDENT = re.compile(r"^[A-Za-z0-9._+@%:,=\[\]-]+$")
 _TIME = re.compile(r"^(?:\d+(?:-\d+)?(?::\d+){0,2}|unlimited|infinite)$", re.I)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_PATH = re.compile(r"^[^\s\"'\\]+$")
+_MEM = re.compile(r"^\d+[KMGT]?$", re.I)
+
+#: first-class sbatch options: name -> (syntax, example); values are checked
+#: before they become an #SBATCH line
+OPTION_SYNTAX = {
+    "qos": (_IDENT, "high"),
+    "constraint": (re.compile(r"^[A-Za-z0-9_.:+&|()\[\]*,-]+$"), "a100&ib"),
+    "mem": (_MEM, "64G"),
+    "mem-per-gpu": (_MEM, "80G"),
+    "output": (_PATH, "logs/%x-%j.out"),
+    "error": (_PATH, "logs/%x-%j.err"),
+    "dependency": (re.compile(r"^[A-Za-z0-9_:+?,@\[\]-]+$"), "afterok:1234"),
+    "mail-type": (re.compile(r"^[A-Za-z0-9_,]+$"), "END,FAIL"),
+    "mail-user": (re.compile(r"^[A-Za-z0-9._%+@-]+$"), "me@example.org"),
+    "signal": (re.compile(r"^(?:[RB]{1,2}:)?[A-Za-z0-9]+(?:@\d+)?$"), "B:USR1@120"),
+    "reservation": (_IDENT, "maint"),
+}
+
+#: sbatch options the plan decides or the planner must see: an --sbatch
+#: extra may not set them (option -> what sets it instead)
+PLANNED = {"--nodes": "the plan", "-N": "the plan", "--ntasks": "the plan", "-n": "the plan",
+           "--ntasks-per-node": "the plan", "--gpus": "the plan", "-G": "the plan",
+           "--gpus-per-node": "--gpus-per-node", "--gpus-per-task": "the plan",
+           "--gres": "the plan", "--switches": "--topology-request",
+           "--segment": "--topology-request", "--distribution": "the launch line",
+           "-m": "the launch line", "--nodelist": "--nodelist", "-w": "--nodelist",
+           "--exclude": "--exclude", "-x": "--exclude", "--exclusive": "--exclusive",
+           "--partition": "--partition", "-p": "--partition",
+           "--constraint": "--constraint", "-C": "--constraint"}
+
+
+def extra_conflict(opt: str) -> Optional[str]:
+    """Why an ``--sbatch`` extra may not be given (None: it may)."""
+    opt = opt.strip()
+    if opt.startswith("--"):
+        name = re.split(r"[=\s]", opt, maxsplit=1)[0]
+    else:
+        name = opt[:2]
+    owner = PLANNED.get(name)
+    if owner is None:
+        return None
+    if owner.startswith("the "):
+        return (f"--sbatch={opt}: {name} is set by {owner} (the planner decides nodes, tasks "
+                "and GPUs); drop it")
+    return (f"--sbatch={opt}: use {owner} instead (slurmtopo must see it: the planner or the "
+            "script acts on it)")
 
 
 def sanitize_job_name(name: str) -> Tuple[str, Optional[str]]:
@@ -153,6 +200,9 @@ class SbatchRequest:
     exclusive: bool = False
     topology: Tuple[str, ...] = ()  # e.g. ("--switches=2@5:00",)
     extra: Tuple[str, ...] = ()  # more sbatch options, one per directive
+    #: first-class options (name in OPTION_SYNTAX, value), and --requeue
+    options: Tuple[Tuple[str, str], ...] = ()
+    requeue: bool = False
     plan_json: str = "{}"
     comments: Tuple[str, ...] = ()  # plan summary, per-rank table (no '#')
     python: str = "python3"
@@ -196,8 +246,21 @@ class SbatchRequest:
                 out.append(f"--{key}={_check(value, key, _IDENT, example)}")
         if self.time is not None:
             out.append(f"--time={_check(self.time, 'time limit', _TIME, '1-00:00:00 or 90')}")
+        seen = {k for k, _ in self.options}
+        if {"mem", "mem-per-gpu"} <= seen:
+            raise SlurmtopoError("give --mem or --mem-per-gpu, not both (Slurm refuses the pair)")
+        for key, value in self.options:
+            if key not in OPTION_SYNTAX:
+                raise SlurmtopoError(f"unknown sbatch option --{key}")
+            pattern, example = OPTION_SYNTAX[key]
+            out.append(f"--{key}={_check(value, '--' + key, pattern, example)}")
+        if self.requeue:
+            out.append("--requeue")
         for opt in self.extra:
             opt = str(opt)
+            why = extra_conflict(opt)
+            if why:
+                raise SlurmtopoError(why)
             if "\n" in opt or "\r" in opt:
                 raise SlurmtopoError(f"sbatch option {opt!r} contains a newline; an #SBATCH "
                                      "directive is one line")
@@ -273,7 +336,8 @@ class SbatchRequest:
                   time: Optional[str] = None, account: Optional[str] = None,
                   exclusive: Optional[bool] = None, topology: str = "auto",
                   switch_wait: Optional[str] = DEFAULT_SWITCH_WAIT,
-                  extra: Sequence[str] = (), python: str = "python3",
+                  extra: Sequence[str] = (), options: Sequence[Tuple[str, str]] = (),
+                  requeue: bool = False, python: str = "python3",
                   cgroup_devices: str = "auto", inventory_path: Optional[str] = None,
                   master_port: Optional[int] = None, socket_ifname: Optional[str] = None,
                   run_dir: Optional[str] = None, launch: Optional[Launch] = None
@@ -334,7 +398,8 @@ class SbatchRequest:
                    ntasks=placement.world_size, ntasks_per_node=ntpn, gpus_per_node=gpus,
                    gpus_per_task=gpt, job_name=job_name, partition=partition, time=time,
                    account=account, nodelist=nodelist, exclude=exclude, exclusive=exclusive,
-                   topology=tuple(topo), extra=tuple(extra), plan_json=dumps_plan(doc),
+                   topology=tuple(topo), extra=tuple(extra), options=tuple(options),
+                   requeue=requeue, plan_json=dumps_plan(doc),
                    comments=tuple(comments), python=python, cgroup_devices=cgroup_devices,
                    run_dir=run_dir, launch=launch, notes=tuple(notes))
 

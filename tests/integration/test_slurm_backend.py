@@ -158,7 +158,7 @@ def test_submission_refused_with_slurms_words(devcluster, backend, args, words):
 
 @pytest.mark.parametrize("opts, words", [
     (["--partition", "nosuch"], "Invalid partition name specified"),
-    (["--sbatch=--gpus-per-node=9"], "Requested node configuration is not available"),
+    (["--sbatch=--cpus-per-task=999"], "Requested node configuration is not available"),
 ])
 def test_slurmtopo_sbatch_failure_is_one_line(devcluster, tmp_path, opts, words):
     env = dict(devcluster.env, PYTHONPATH=str(ROOT))

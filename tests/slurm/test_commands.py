@@ -177,24 +177,79 @@ def test_state_command_slurm_down(onpath, capsys):
                    "controller (connect failure)\n")
 
 
-def test_daemon_submits_even_when_nothing_is_free_now(onpath, capsys):
+def test_queued_when_nothing_is_free_now(onpath, capsys):
     # 11 free GPUs on the live cluster (node1 holds 0-2, node2 0-1, node3
-    # drains, node4 allocated): a 16-rank job cannot start now, but the
-    # daemon can wait for it, so --daemon must still submit it
+    # drains, node4 allocated): a 16-rank job cannot start now; it is planned
+    # on the nodes that could run it and submitted, Slurm queues it
     onpath.on("sinfo --json", file="sinfo_untyped_drain.json")
     code, out, err = run(["sbatch", "--inventory", INV, "--world", "16", "--dry-run", "--",
                           "true"], capsys)
-    assert code == 3 and "error" in err          # plain sbatch: gang refusal now
+    assert code == 0, err
+    assert out.startswith("#!/bin/bash\n")
+    assert "slurmtopo: not now: needs 16 GPUs" in err and "queued" in err
     onpath.on("sbatch", stdout="77\n")
     code, out, err = run(["sbatch", "--inventory", INV, "--world", "16", "--daemon", "--", "true"],
                          capsys)
     assert code == 0, err
     assert out == "Submitted batch job 77 (held for the placement daemon)\n"
-    assert "no placement is free now" in err and "placement daemon will release" in err
-    # ... but a job that can never fit (the drained node stays out) is refused
-    code, out, err = run(["sbatch", "--inventory", INV, "--world", "32", "--daemon", "--", "true"],
-                         capsys)
+    assert "not now" in err and "placement daemon releases it" in err
+    # 32 GPUs need the drained node too: still queued, and said so
+    code, out, err = run(["sbatch", "--inventory", INV, "--world", "32", "--", "true"], capsys)
+    assert code == 0, err
+    assert "down or drained now" in err
+    # ... but a job bigger than the cluster can never run: refused, in other words
+    code, out, err = run(["sbatch", "--inventory", INV, "--world", "64", "--", "true"], capsys)
     assert code == 3 and "\n" not in err.strip()
+    assert err.startswith("slurmtopo: error: never: this job cannot run here even with every "
+                          "eligible node idle: needs 64 GPUs")
+
+
+def test_partition_and_constraint_reach_slurm(onpath, capsys):
+    """--partition and --constraint become directives; with no features known
+    the planner says it cannot filter (tests/test_queue.py checks the
+    filtering itself)."""
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    # no node reports features here: the constraint goes to Slurm alone, said so
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "8", "--constraint", "nosuch",
+                          "--dry-run", "--", "true"], capsys)
+    assert code == 0 and "no node features are known" in err, err
+    assert "#SBATCH --constraint=nosuch\n" in out
+    # a partition no node is in is Slurm's to refuse, in its own words
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "8", "--partition", "nosuch",
+                          "--dry-run", "--", "true"], capsys)
+    assert code == 0 and "#SBATCH --partition=nosuch\n" in out, err
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "8", "--partition", "gpu",
+                          "--dry-run", "--", "true"], capsys)
+    assert code == 0 and "#SBATCH --partition=gpu\n" in out, err
+
+
+def test_first_class_options_and_refused_extras(onpath, capsys):
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--qos", "high", "--mem-per-gpu",
+                          "80G", "--output", "logs/%x-%j.out", "--error", "logs/%j.err",
+                          "--dependency", "afterok:12", "--mail-type", "END,FAIL", "--mail-user",
+                          "me@example.org", "--signal", "B:USR1@120", "--requeue",
+                          "--reservation", "maint", "--account", "ml", "--dry-run", "--", "true"],
+                         capsys)
+    assert code == 0, err
+    for line in ("--qos=high", "--mem-per-gpu=80G", "--output=logs/%x-%j.out",
+                 "--error=logs/%j.err", "--dependency=afterok:12", "--mail-type=END,FAIL",
+                 "--mail-user=me@example.org", "--signal=B:USR1@120", "--requeue",
+                 "--reservation=maint", "--account=ml"):
+        assert f"#SBATCH {line}\n" in out
+    for extra, words in (("--nodes=3", "--nodes is set by the plan"),
+                         ("--gpus-per-node=9", "use --gpus-per-node instead"),
+                         ("--nodelist=node1", "use --nodelist instead"),
+                         ("-N 2", "-N is set by the plan")):
+        code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", f"--sbatch={extra}",
+                              "--dry-run", "--", "true"], capsys)
+        assert code == 2 and words in err and out == "", (extra, err)
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--mem", "1G",
+                          "--mem-per-gpu", "2G", "--dry-run", "--", "true"], capsys)
+    assert code == 2 and "not both" in err
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--output", "a b",
+                          "--dry-run", "--", "true"], capsys)
+    assert code == 2 and "--output 'a b' is not valid" in err
 
 
 def test_state_output_that_cannot_be_written(onpath, capsys, tmp_path):

@@ -1,0 +1,189 @@
+"""Plan a job that will wait in Slurm's queue: "not now" versus "never".
+
+On a shared cluster most large jobs do not fit in the GPUs free right now.
+That is Slurm's business: it queues the job, and the start-time step
+re-plans on whatever Slurm gives. So a submission is planned on what is
+free now when it fits, else on the nodes that *could* run it (busy ones
+counted idle, then down/drained ones too), and is refused only when it can
+never run: bigger than the eligible nodes (partition, ``--constraint``)
+even with all of them idle, or a hard requirement no node can meet.
+
+Also here: which nodes are eligible at all (a partition's members, a
+``--constraint`` feature expression), as a state that marks the others
+taken. Pure: the caller reads Slurm.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Set, Tuple
+
+from slurmtopo.errors import PlacementError, SlurmtopoError
+from slurmtopo.model import ClusterState, Inventory, NodeState, Placement
+
+#: the state given to nodes a job may never use (not in its partition, not
+#: matching its constraint); unusable for the planner, whatever Slurm says
+INELIGIBLE = "ineligible"
+
+
+@dataclass(frozen=True)
+class QueuedPlan:
+    """A placement and what it means for when the job starts."""
+
+    placement: Placement
+    #: "now" (fits what is free), "busy" (waits for running jobs), or
+    #: "down" (also needs nodes that are down or drained now)
+    when: str
+    note: Optional[str] = None
+
+
+# --------------------------------------------------------------------------
+# --constraint
+
+
+_TOKEN = re.compile(r"\s*([A-Za-z0-9_.:+-]+|[&|()\[\],]|\*\d+)")
+
+
+def parse_constraint(text: str) -> Tuple[Optional[Callable[[Set[str]], bool]], Optional[str]]:
+    """(predicate over a node's features, note). Understands feature names
+    joined by ``&`` (or ``,``), ``|`` and parentheses; ``[a|b]`` (all nodes
+    with the same one) is read as ``a|b``. Counts (``a*2``) cannot be judged
+    node by node: (None, note) and Slurm alone applies the constraint."""
+    text = str(text).strip()
+    if not text or "\n" in text:
+        raise SlurmtopoError(f"--constraint {text!r}: give a feature expression such as "
+                             "'a100&ib' or 'rack1|rack2'")
+    pos, toks = 0, []
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            raise SlurmtopoError(f"--constraint {text!r}: unexpected {text[pos:]!r} (features "
+                                 "are joined with &, | and parentheses)")
+        toks.append(m.group(1))
+        pos = m.end()
+    if any(t.startswith("*") for t in toks):
+        return None, (f"--constraint {text}: counts (*N) are left to Slurm; the planner "
+                      "considers every node")
+    toks = ["(" if t == "[" else ")" if t == "]" else "&" if t == "," else t for t in toks]
+    i = 0
+
+    def expr():
+        nonlocal i
+        terms = [term()]
+        while i < len(toks) and toks[i] == "|":
+            i += 1
+            terms.append(term())
+        return lambda f: any(t(f) for t in terms)
+
+    def term():
+        nonlocal i
+        factors = [factor()]
+        while i < len(toks) and toks[i] == "&":
+            i += 1
+            factors.append(factor())
+        return lambda f: all(x(f) for x in factors)
+
+    def factor():
+        nonlocal i
+        if i >= len(toks):
+            raise SlurmtopoError(f"--constraint {text!r}: ends too early")
+        t = toks[i]
+        i += 1
+        if t == "(":
+            e = expr()
+            if i >= len(toks) or toks[i] != ")":
+                raise SlurmtopoError(f"--constraint {text!r}: unbalanced parentheses")
+            i += 1
+            return e
+        if t in ("&", "|", ")"):
+            raise SlurmtopoError(f"--constraint {text!r}: {t!r} where a feature was expected")
+        return lambda f, name=t: name in f
+
+    pred = expr()
+    if i != len(toks):
+        raise SlurmtopoError(f"--constraint {text!r}: unexpected {toks[i]!r}")
+    return pred, None
+
+
+def eligible_state(inv: Inventory, state: ClusterState,
+                   partition_members: Optional[Iterable[str]] = None,
+                   constraint: Optional[str] = None,
+                   features: Optional[Mapping[str, Sequence[str]]] = None
+                   ) -> Tuple[ClusterState, Sequence[str]]:
+    """``state`` with the nodes this job may never use marked
+    :data:`INELIGIBLE`, and notes. ``features``: node -> features Slurm
+    reports (joined with the inventory's own)."""
+    notes = []
+    out: Dict[str, NodeState] = dict(state.nodes)
+    keep = set(inv.nodes)
+    if partition_members is not None:
+        members = set(partition_members)
+        keep &= members
+    if constraint:
+        pred, note = parse_constraint(constraint)
+        if note:
+            notes.append(note)
+        else:
+            feats = {n.name: set(n.features) | set((features or {}).get(n.name, ()))
+                     for n in inv}
+            if not any(feats.values()):
+                notes.append(f"--constraint {constraint}: no node features are known (inventory "
+                             "`features:` or Slurm); the planner considers every node")
+            else:
+                keep = {n for n in keep if pred(feats[n])}
+    for name in inv.nodes:
+        if name not in keep:
+            out[name] = NodeState(name, state=INELIGIBLE, exclusive=True)
+    return ClusterState(nodes=out, source=state.source), notes
+
+
+# --------------------------------------------------------------------------
+# now, later, never
+
+
+def _only_ineligible(state: ClusterState, keep_down: bool) -> ClusterState:
+    """Every node idle except the ineligible ones (and, with ``keep_down``,
+    those down or drained now)."""
+    nodes = {}
+    for name, st in state.nodes.items():
+        if st.state == INELIGIBLE or (keep_down and not st.usable):
+            nodes[name] = NodeState(name, state=st.state, flags=st.flags, exclusive=True)
+    return ClusterState(nodes=nodes, source=state.source)
+
+
+def plan_for_queue(inv: Inventory, state: ClusterState, req, planner: Callable
+                   ) -> QueuedPlan:
+    """Plan on what is free now; else on the eligible nodes with busy ones
+    counted idle ("not now": Slurm queues it); else with down/drained nodes
+    too. Raises PlacementError worded "never" when even every eligible node
+    idle cannot hold it."""
+    try:
+        return QueuedPlan(planner(inv, state, req), "now")
+    except PlacementError as exc:
+        now = exc
+    try:
+        p = planner(inv, _only_ineligible(state, keep_down=True), req)
+        return QueuedPlan(p, "busy", (
+            f"not now: {now.message}. The job fits the cluster once running jobs end, so it "
+            "is planned on the nodes that could run it and queued; Slurm starts it when they "
+            "free up and the start-time step re-plans on the nodes Slurm gives"))
+    except PlacementError:
+        pass
+    try:
+        p = planner(inv, _only_ineligible(state, keep_down=False), req)
+        return QueuedPlan(p, "down", (
+            f"not now: {now.message}. The job needs nodes that are down or drained now; it is "
+            "queued and starts when enough of them are back"))
+    except PlacementError as exc:
+        never = exc
+    raise PlacementError(f"never: this job cannot run here even with every eligible node idle: "
+                         f"{never.message}")
+
+
+def fits_ever(inv: Inventory, state: ClusterState, req, planner: Callable) -> Optional[str]:
+    """None when the job fits the eligible nodes all idle, else why not."""
+    try:
+        planner(inv, _only_ineligible(state, keep_down=False), req)
+        return None
+    except PlacementError as exc:
+        return exc.message
