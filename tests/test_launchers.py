@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from slurmtopo.binding.replan import fill_placement
-from slurmtopo.errors import SlurmtopoError
+from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.model import Placement, RankSlot
 from slurmtopo.rankmap import node_contiguous
@@ -40,6 +40,15 @@ f="$OUT_DIR/{name}-${{SLURM_PROCID}}.txt"
 }} > "$f"
 {tail}
 """
+
+
+class RefusingSlurm:
+    """A Slurm backend that answers nothing (every question is refused)."""
+
+    def job_detail(self, job_id):
+        raise SlurmError("scontrol: no answer")
+
+    config_text = step_output = job_detail
 
 
 def _task_path(tmp: Path, **scripts: str) -> Path:
@@ -257,8 +266,8 @@ def test_task_env_by_file_when_large(tmp_path, h100, monkeypatch):
     req = SbatchRequest.from_plan(h100, p, layout, ["train"], inventory_path=H100)
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu01", "SLURMD_NODENAME": "gpu01",
            "SLURM_JOB_GPUS": "0,1"}
-    result = bind(read_plan(req.plan_json), env, run=lambda argv, e=None: (1, ""),
-                  cgroup_mode="no", probe=False)
+    result = bind(read_plan(req.plan_json), env, slurm=RefusingSlurm(), cgroup_mode="no",
+                  probe=False)
     monkeypatch.setattr(common, "ENV_TABLE_LIMIT", 10)
     write_run_dir(result, str(tmp_path), {})
     envsh = (tmp_path / "env.sh").read_text()

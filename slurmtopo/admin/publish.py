@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import shutil
-import subprocess
 from typing import Callable, List, Optional, Sequence
 
 from slurmtopo.admin.checks import ERROR, REFUSE, Problem, enforce
@@ -41,17 +39,17 @@ def unified_diff(old: Optional[str], new: str, path: str) -> str:
         tofile=f"{path} (new)"))
 
 
-def run_reconfigure(echo: Echo) -> None:
-    exe = shutil.which("scontrol")
-    if exe is None:
-        raise SlurmError("scontrol not found in PATH: cannot reconfigure")
+def run_reconfigure(echo: Echo, slurm=None) -> None:
+    """``scontrol reconfigure`` through the Slurm backend (``slurm``; the
+    command-line one unless given): slurmctld re-reads the files just
+    written. Slurm's refusal is a SlurmError in Slurm's own words."""
+    if slurm is None:
+        from slurmtopo.slurm.cli_backend import CliBackend
+        slurm = CliBackend(timeout=120)
     try:
-        res = subprocess.run([exe, "reconfigure"], capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        raise SlurmError("scontrol reconfigure did not return within 120 s") from None
-    if res.returncode != 0:
-        words = (res.stderr or res.stdout).strip().splitlines()
-        raise SlurmError(f"scontrol reconfigure failed: {words[-1] if words else res.returncode}")
+        slurm.reconfigure()
+    except SlurmError as exc:
+        raise SlurmError(f"scontrol reconfigure failed: {exc.message}") from None
     echo("ran: scontrol reconfigure")
 
 

@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import subprocess
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from slurmtopo.agent import health
 from slurmtopo.agent.gres import gres_text
 from slurmtopo.agent.report import Discovery, comparable
-from slurmtopo.errors import SlurmtopoError
+from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.fileio import atomic_write
 from slurmtopo.inventory import load_inventory
 
@@ -53,13 +51,15 @@ class Agent:
 
     def __init__(self, discover: Callable[[], Discovery], report_dir: str,
                  state_dir: Optional[str] = None, drain: bool = False,
-                 gres_conf: Optional[str] = None, scontrol: str = "scontrol"):
+                 gres_conf: Optional[str] = None, slurm=None):
         self.discover = discover
         self.report_dir = report_dir
         self.state_dir = state_dir or report_dir
         self.drain = drain
         self.gres_conf = gres_conf
-        self.scontrol = scontrol
+        #: the Slurm backend (drain, resume, read a node's reason); the
+        #: command-line one unless given
+        self._slurm = slurm
         self._base_cache: Optional[tuple] = None  # (text, node) of the baseline file
 
     # -- files ---------------------------------------------------------------
@@ -145,26 +145,29 @@ class Agent:
 
     # -- Slurm ---------------------------------------------------------------
 
-    def _scontrol(self, *args: str) -> Optional[str]:
+    @property
+    def slurm(self):
+        if self._slurm is None:
+            from slurmtopo.slurm.cli_backend import CliBackend
+            self._slurm = CliBackend()
+        return self._slurm
+
+    def _ask_slurm(self, what: str, call: Callable[[], object]) -> Tuple[bool, object]:
+        """(ok, answer); a refusal is logged and retried next cycle."""
         try:
-            out = subprocess.run([self.scontrol, *args], capture_output=True, text=True,
-                                 timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.error("scontrol %s failed: %s", " ".join(args), exc)
-            return None
-        if out.returncode != 0:
-            log.error("scontrol %s failed (exit %d): %s", " ".join(args), out.returncode,
-                      (out.stderr or out.stdout).strip())
-            return None
-        return out.stdout
+            return True, call()
+        except SlurmError as exc:
+            log.error("%s failed: %s", what, exc.render())
+            return False, None
 
     def _drain(self, name: str, why: str) -> bool:
         reason = f"{REASON_TAG} {why}"
         marker = self.marker_path(name)
         if self._read(marker) == reason + "\n":
             return False  # already drained for exactly this
-        if self._scontrol("update", f"NodeName={name}", "State=DRAIN",
-                          f"Reason={reason}") is None:
+        ok, _ = self._ask_slurm(f"drain {name}", lambda: self.slurm.update_node(
+            name, State="DRAIN", Reason=reason))
+        if not ok:
             return False
         atomic_write(marker, reason + "\n")
         log.warning("%s: drained: %s", name, reason)
@@ -174,16 +177,18 @@ class Agent:
         marker = self.marker_path(name)
         if not os.path.exists(marker):
             return False  # we did not drain it: not ours to resume
-        shown = self._scontrol("show", "node", name)
-        if shown is None:
+        ok, current = self._ask_slurm(f"reading {name}'s reason",
+                                      lambda: self.slurm.node_reason(name))
+        if not ok:
             return False  # try again next cycle
-        m = re.search(r"^\s*Reason=(.*)$", shown, re.MULTILINE)
-        if not (m and m.group(1).strip().startswith(REASON_TAG)):
+        if not (current and current.startswith(REASON_TAG)):
             log.warning("%s: healthy again, but its drain reason is no longer ours (%s); "
-                        "leaving it to the admin", name, m.group(1).strip() if m else "none")
+                        "leaving it to the admin", name, current or "none")
             os.unlink(marker)
             return False
-        if self._scontrol("update", f"NodeName={name}", "State=RESUME") is None:
+        ok, _ = self._ask_slurm(f"resume {name}", lambda: self.slurm.update_node(
+            name, State="RESUME"))
+        if not ok:
             return False
         os.unlink(marker)
         log.warning("%s: healthy again, resumed", name)

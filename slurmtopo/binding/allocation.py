@@ -7,11 +7,12 @@ import errno
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Hardware, Inventory, parse_cpulist
-from slurmtopo.binding.common import CGROUP_MODES, Runner, run_command
+from slurmtopo.binding.common import CGROUP_MODES
+from slurmtopo.errors import SlurmError
 
 
 @dataclass
@@ -88,16 +89,20 @@ def _minor_to_index(hw: Optional[Hardware]) -> Dict[int, int]:
     return {g.device_minor: g.index for g in hw.gpus} if hw is not None else {}
 
 
-def read_allocation(env: Mapping[str, str], run: Runner = run_command,
+def read_allocation(env: Mapping[str, str], slurm=None,
                     inv: Optional[Inventory] = None, probe: bool = True) -> Allocation:
     """The allocation of the running job (see module doc for the sources).
 
     Slurm's ``SLURM_*_GPUS`` carry device-file numbers (``/dev/nvidiaN``);
     they are turned into NVML indices with the inventory's minors. ``IDX``
     in ``scontrol`` is the position in gres.conf, which lists GPUs in index
-    order (as ``slurmtopo``'s gres.conf does).
+    order (as ``slurmtopo``'s gres.conf does). ``slurm`` is the Slurm
+    backend (default: the command-line one); a question it cannot answer
+    falls through to the next source.
     """
     from slurmtopo.hostlist import expand_hostlist
+
+    slurm = slurm if slurm is not None else default_backend()
 
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
@@ -121,8 +126,8 @@ def read_allocation(env: Mapping[str, str], run: Runner = run_command,
         return tuple(sorted(m.get(n, n) for n in nums))
 
     if job:
-        rc, text = run(["scontrol", "show", "job", "-d", job], None)
-        if rc == 0:
+        text = _answer(lambda: slurm.job_detail(int(job)) if job.isdigit() else None)
+        if text is not None:
             for h, g in parse_scontrol_job(text).items():
                 if h in gpus:
                     gpus[h] = g
@@ -138,11 +143,12 @@ def read_allocation(env: Mapping[str, str], run: Runner = run_command,
                 if k not in ("SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_HOSTFILE",
                              "SLURM_DISTRIBUTION")}
         n = str(len(hosts))
-        rc, text = run(["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-                        "--cpu-bind=none", "--kill-on-bad-exit=0", "/bin/sh", "-c",
-                        'echo "SLURMTOPO_PROBE ${SLURMD_NODENAME:-$(hostname -s)} '
-                        '${SLURM_STEP_GPUS:-?}"'], penv)
-        for h, g in parse_probe(text).items():
+        text = _answer(lambda: slurm.step_output(
+            [f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--cpu-bind=none",
+             "--kill-on-bad-exit=0"],
+            ["/bin/sh", "-c", 'echo "SLURMTOPO_PROBE ${SLURMD_NODENAME:-$(hostname -s)} '
+                              '${SLURM_STEP_GPUS:-?}"'], penv))
+        for h, g in parse_probe(text or "").items():
             if h in gpus and gpus[h] is None and g is not None:
                 gpus[h] = from_minors(h, g)
                 sources[h] = "srun probe (SLURM_STEP_GPUS)"
@@ -158,7 +164,24 @@ def _int_list(text: Optional[str]) -> Optional[List[int]]:
         return None
 
 
-def detect_constrained(mode: str, env: Mapping[str, str], run: Runner = run_command,
+def default_backend():
+    """The command-line Slurm backend, with the start-time step's patience
+    (a probe step on a busy controller may take a while)."""
+    from slurmtopo.slurm.cli_backend import CliBackend
+
+    return CliBackend(timeout=120)
+
+
+def _answer(ask: Callable[[], Optional[str]]) -> Optional[str]:
+    """What Slurm answered, or None when it could not (not installed, an
+    error, a time-out): the start-time step then asks the next source."""
+    try:
+        return ask()
+    except SlurmError:
+        return None
+
+
+def detect_constrained(mode: str, env: Mapping[str, str], slurm=None,
                        dev_dir: str = "/dev", allocated: Optional[Iterable[int]] = None
                        ) -> Tuple[bool, str]:
     """Does a device cgroup renumber GPUs (``ConstrainDevices=yes``)?
@@ -184,8 +207,8 @@ def detect_constrained(mode: str, env: Mapping[str, str], run: Runner = run_comm
         if cvd != list(range(len(cvd))):
             return False, (f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} carries the "
                            "node's own GPU numbers")
-    rc, text = run(["scontrol", "show", "config"], None)
-    if rc == 0:
+    text = _answer((slurm if slurm is not None else default_backend()).config_text)
+    if text is not None:
         m = re.search(r"^\s*ConstrainDevices\s*=\s*(\S+)", text, re.M | re.I)
         if m:
             yes = m.group(1).lower() in ("yes", "true", "1")

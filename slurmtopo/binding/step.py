@@ -9,9 +9,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Inventory, Placement, format_cpulist
-from slurmtopo.binding.allocation import Allocation, detect_constrained, read_allocation
+from slurmtopo.binding.allocation import (Allocation, default_backend, detect_constrained,
+                                          read_allocation)
 from slurmtopo.binding import common
-from slurmtopo.binding.common import Runner, run_command
 from slurmtopo.binding.launcher import rank_table
 from slurmtopo.binding.replan import differences, moved_ranks, replan
 from slurmtopo.plandoc import launcher_of, layout_from_doc, planned_placement
@@ -66,7 +66,7 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
     return parse_inventory(doc["inventory"], "<inventory embedded in the batch script>")
 
 
-def bind(doc: Mapping[str, Any], env: Mapping[str, str], run: Runner = run_command,
+def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
          cgroup_mode: str = "auto", inventory_path: Optional[str] = None,
          planner: Optional[Callable] = None, dev_dir: str = "/dev",
          probe: bool = True, allowed: Optional[Iterable[int]] = None) -> BindResult:
@@ -77,7 +77,9 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], run: Runner = run_comma
     log: List[str] = []
     inv = load_inventory_for_bind(doc, inventory_path, log)
     planned = planned_placement(doc)
-    alloc = read_allocation(env, run, inv, probe=probe)
+    if slurm is None:
+        slurm = default_backend()
+    alloc = read_allocation(env, slurm, inv, probe=probe)
     from slurmtopo.hostlist import fold_hostlist
     log.append(f"job {alloc.job_id or '?'}: {len(alloc.hosts)} node(s) "
                f"{fold_hostlist(alloc.hosts)}")
@@ -86,7 +88,7 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], run: Runner = run_comma
         log.append(f"  {h}: GPUs {format_cpulist(g) if g is not None else 'unknown'}"
                    + (f" (from {alloc.sources[h]})" if h in alloc.sources else ""))
     batch_gpus = alloc.gpus.get(alloc.batch_host) if alloc.batch_host else None
-    constrained, why = detect_constrained(cgroup_mode, env, run, dev_dir, batch_gpus)
+    constrained, why = detect_constrained(cgroup_mode, env, slurm, dev_dir, batch_gpus)
     log.append(f"device cgroup renumbers GPUs: {'yes' if constrained else 'no'} ({why})")
     diff = differences(planned, alloc)
     if not diff:

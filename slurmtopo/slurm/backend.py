@@ -135,6 +135,35 @@ class SlurmBackend(abc.ABC):
         """``scontrol update NodeName=<node> Key=Value ...`` (e.g. State=DRAIN Reason=..)."""
 
 
+    # -- administration and the start-time step --------------------------
+    # Not abstract: a backend that cannot do one of these says so with a
+    # SlurmError, which every caller already handles as "Slurm said no".
+
+    def reconfigure(self) -> None:
+        """``scontrol reconfigure``: slurmctld re-reads its configuration."""
+        raise SlurmError(f"the {self.name} backend cannot reconfigure Slurm; use the cli backend")
+
+    def node_reason(self, node: str) -> Optional[str]:
+        """The node's current Reason (without Slurm's ``[user@time]``
+        suffix), or None when it has none."""
+        raise SlurmError(f"the {self.name} backend cannot read node reasons; use the cli backend")
+
+    def job_detail(self, job_id: int) -> str:
+        """``scontrol show job -d <id>`` text (the GPU indices of every node)."""
+        raise SlurmError(f"the {self.name} backend cannot show job details; use the cli backend")
+
+    def config_text(self) -> str:
+        """``scontrol show config`` text (cgroup.conf settings included)."""
+        raise SlurmError(f"the {self.name} backend cannot show Slurm's configuration; use the "
+                         "cli backend")
+
+    def step_output(self, options: Sequence[str], command: Sequence[str],
+                    env: Optional[Mapping[str, str]] = None) -> str:
+        """Run ``srun OPTIONS COMMAND`` inside the current allocation (with
+        ``env`` as its environment) and return what it printed."""
+        raise SlurmError(f"the {self.name} backend cannot start job steps; use the cli backend")
+
+
 def node_state_of(node: SlurmNode) -> NodeState:
     """The planner's view of one Slurm node: busy GPUs are the GRES indices
     jobs hold; an ``allocated`` node (every CPU taken) has no room for a new

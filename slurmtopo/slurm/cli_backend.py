@@ -17,6 +17,7 @@ hold. ``SLURM_CONF`` and ``PATH`` come from the environment (or ``env=``).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
@@ -154,6 +155,29 @@ class CliBackend(SlurmBackend):
         if not node or any(c.isspace() for c in node) or "=" in node:
             raise SlurmError(f"bad node name {node!r}")
         self.run(["scontrol", "update", f"NodeName={node}"] + self._pairs(fields))
+
+    # -- administration and the start-time step --------------------------
+    def reconfigure(self) -> None:
+        self.run(["scontrol", "reconfigure"])
+
+    def node_reason(self, node: str) -> Optional[str]:
+        if not node or any(c.isspace() for c in node) or "=" in node:
+            raise SlurmError(f"bad node name {node!r}")
+        shown = self.run(["scontrol", "show", "node", node]).stdout
+        m = re.search(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]]*\])?\s*$", shown, re.M)
+        return m.group(1).strip() if m and m.group(1).strip() not in ("", "(null)") else None
+
+    def job_detail(self, job_id: int) -> str:
+        return self.run(["scontrol", "show", "job", "-d", str(int(job_id))]).stdout
+
+    def config_text(self) -> str:
+        return self.run(["scontrol", "show", "config"]).stdout
+
+    def step_output(self, options: Sequence[str], command: Sequence[str],
+                    env: Optional[Mapping[str, str]] = None) -> str:
+        runner = self if env is None else CliBackend(env=env, timeout=self.timeout,
+                                                     json=self._json)
+        return runner.run(["srun", *options, *command]).stdout
 
     # -- extras (admin tooling, tests) -------------------------------------
     def topology(self) -> Dict[str, Dict[str, object]]:

@@ -147,3 +147,43 @@ def test_factory(monkeypatch):
         get_backend("pyslurm")
     with pytest.raises(SlurmError, match="unknown Slurm backend"):
         get_backend("rest")
+
+
+# -- administration and the start-time step: the same runner and errors ----------
+
+
+def test_reconfigure_and_its_refusal(slurm):
+    slurm.on("scontrol reconfigure")
+    CliBackend(env=slurm.env).reconfigure()
+    assert slurm.calls()[-1]["argv"] == ["scontrol", "reconfigure"]
+    slurm.on("scontrol reconfigure", stderr="scontrol: error: Zero Bytes were transmitted",
+             rc=1)
+    with pytest.raises(SlurmError, match="Zero Bytes were transmitted"):
+        CliBackend(env=slurm.env).reconfigure()
+
+
+def test_node_reason(slurm):
+    slurm.on("scontrol show node gpu07", stdout="NodeName=gpu07 Arch=x86_64\n"
+             "   State=IDLE+DRAIN ThreadsPerCore=2\n"
+             "   Reason=slurmtopo: GPU 5 lost [root@2026-01-01T00:00:00]\n")
+    assert CliBackend(env=slurm.env).node_reason("gpu07") == "slurmtopo: GPU 5 lost"
+    slurm.on("scontrol show node gpu08", stdout="NodeName=gpu08 Arch=x86_64\n   State=IDLE\n")
+    assert CliBackend(env=slurm.env).node_reason("gpu08") is None
+    with pytest.raises(SlurmError, match="bad node name"):
+        CliBackend(env=slurm.env).node_reason("gpu07 gpu08")
+
+
+def test_job_detail_config_and_step_output(slurm):
+    slurm.on("scontrol show job -d 9", stdout="   Nodes=gpu02 CPU_IDs=0 GRES=gpu:2(IDX:0-1)\n")
+    slurm.on("scontrol show config", stdout="ConstrainDevices = yes\n")
+    b = CliBackend(env=slurm.env)
+    assert "IDX:0-1" in b.job_detail(9) and "ConstrainDevices" in b.config_text()
+    srun = slurm.path / "srun"
+    srun.write_text((slurm.path / "scontrol").read_text())
+    srun.chmod(0o755)
+    slurm.on("srun --nodes=2 /bin/sh -c probe", stdout="SLURMTOPO_PROBE gpu01 0\n")
+    assert b.step_output(["--nodes=2"], ["/bin/sh", "-c", "probe"],
+                         env={**slurm.env, "X": "1"}) == "SLURMTOPO_PROBE gpu01 0\n"
+    slurm.on("srun", stderr="srun: error: Unable to create step", rc=1)
+    with pytest.raises(SlurmError, match="Unable to create step"):
+        b.step_output([], ["true"])
