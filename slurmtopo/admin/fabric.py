@@ -449,8 +449,9 @@ class _Derivation:
                 skipped[why].append(node.description or node.guid)
                 continue
             host = (select.rename or {}).get(ca.host, ca.host)
-            peers = sorted((sw, ln) for _p, sw, _rp, ln in neigh.get(node.guid, ())
-                           if sw in self.switches)
+            peers = sorted(((sw, ln) for _p, sw, _rp, ln in neigh.get(node.guid, ())
+                            if sw in self.switches),
+                           key=lambda p: (p[0], p[1].a, p[1].a_port, p[1].b, p[1].b_port))
             reason = non_compute_reason(host) if select.nodes is None else None
             if select.nodes is not None and host not in select.nodes:
                 excluded_hosts.add(host)

@@ -36,6 +36,10 @@ from typing import List, Optional, Sequence, Tuple
 
 from slurmtopo.model import CpuTopology, format_cpulist
 
+#: more CPUs than any Linux kernel supports (NR_CPUS tops out at 8192):
+#: such ids are not a machine, and no layout is made of them
+MAX_CPUS = 65536
+
 #: NUMA node ids of the two chips of an IBM POWER9 (AC922, IC922) node
 POWER9_CHIP_NODES = frozenset({0, 8})
 
@@ -94,6 +98,8 @@ def infer_cpu_layout(affinities: Sequence[Tuple[int, ...]],
     if not sets:
         return CpuGuess(None)
     guesses: List[str] = []
+    if max(max(s) for s in sets) >= MAX_CPUS:
+        return CpuGuess(None, [f"CPU ids of {MAX_CPUS} and above: no CPU layout inferred"])
     period = _split_period(sets)
     ncpu = max(max(max(s) for s in sets) + 1, 2 * period if period else 0)
     split = period is not None
@@ -101,7 +107,7 @@ def infer_cpu_layout(affinities: Sequence[Tuple[int, ...]],
     if threads_per_core is None:
         if split:
             tpc, numbering = 2, "split"
-        elif ncpu % 2 == 0 and all(s == set(range(ncpu)) for s in sets):
+        elif ncpu % 2 == 0 and all(len(s) == ncpu for s in sets):
             tpc, numbering = 2, "split"
             guesses.append(f"every GPU lists all {ncpu} CPUs, which says nothing about SMT: "
                            "2 threads per core assumed (x86 with SMT on; "

@@ -262,3 +262,14 @@ def test_with_slurm_conf_its_node_list_decides(tmp_path, capsys):
     leaves = {h for s in parse_topology_conf(out).switches for h in s.nodes}
     assert leaves == set(HOSTS) | {"ubuntu"}
     assert "B11-P1-CUFM-02" in err and "not in the node list" in err
+
+
+def test_a_dual_port_hca_cabled_twice_to_one_leaf():
+    """Both ports of one HCA on the same leaf (the man page's example has
+    one): one host, one leaf, whatever the order."""
+    text = Path(fixture("leaves_cabled_directly.topo")).read_text()
+    ca = 'vendid=0x2c9\ncaguid=0x77\nCa\t2 "H-0000000000000077"\t\t# "cn099 mlx5_0"\n' \
+         '[1](77)\t"S-b83fd20300000000"[40]\t\t# lid 90 lmc 0 "x" lid 1 4xHDR\n' \
+         '[2](78)\t"S-b83fd20300000000"[41]\t\t# lid 91 lmc 0 "x" lid 1 4xHDR\n'
+    d = derive_fabric(parse_ibnetdiscover(text + "\n" + ca))
+    assert d.host_leaves["cn099"] == ["ib-leaf1"]
