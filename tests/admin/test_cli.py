@@ -281,3 +281,20 @@ def test_gres_check_bad_file(tmp_path, capsys):
     rc, _, err = run_main(["gres", "check", str(bad)], capsys)
     assert rc == 2 and err == (f"slurmtopo: error: {bad}:1: Links= allows a single device per "
                                "line, this line has 2 files\n")
+
+
+def test_gres_generate_writes_mig_lines_for_the_slurm_release(tmp_path, capsys):
+    from slurmtopo.model import Gpu, Hardware, MigDevice, Node
+
+    migs = tuple(MigDevice(gi_id=g, ci_id=0, profile="3g.20gb", uuid=f"MIG-{g}",
+                           gi_cap_minor=10 + 2 * g, ci_cap_minor=11 + 2 * g) for g in (1, 2))
+    hw = Hardware(gpus=(Gpu(index=0, model="NVIDIA A100-SXM4-40GB", mig_mode=True, mig=migs,
+                            cpus=tuple(range(8))),), links=(("X",),))
+    reports = write_reports(tmp_path / "r", [Node(name=f"gpu{i}", hardware=hw) for i in (1, 2)])
+    rc, now, _ = run_main(["gres", "generate", "--reports", reports], capsys)
+    assert rc == 0 and "MultipleFiles=" in now and "Links=" not in now
+    rc, old, _ = run_main(["gres", "generate", "--reports", reports, "--slurm-version",
+                           "22.05.9"], capsys)
+    assert rc == 0
+    lines = [ln for ln in old.splitlines() if "MultipleFiles=" in ln]
+    assert [ln.rsplit(" ", 1)[1] for ln in lines] == ["Links=-1,0", "Links=0,-1"]

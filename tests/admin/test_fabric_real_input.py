@@ -273,3 +273,4 @@ def test_a_dual_port_hca_cabled_twice_to_one_leaf():
          '[2](78)\t"S-b83fd20300000000"[41]\t\t# lid 91 lmc 0 "x" lid 1 4xHDR\n'
     d = derive_fabric(parse_ibnetdiscover(text + "\n" + ca))
     assert d.host_leaves["cn099"] == ["ib-leaf1"]
+

@@ -87,6 +87,19 @@ def test_gres_command(node, capsys):
     assert "Type=a100_3g.20gb" in out and "Type=a100 File=/dev/nvidia1" in out
 
 
+def test_gres_command_for_an_older_slurm(node, capsys):
+    m = node("a100_mig")
+    code, out, _ = run(capsys, "agent", "gres", "--sysfs-root", str(m.root),
+                       "--slurm-version", "23.02.6")
+    assert code == 0
+    mig = [ln for ln in out.splitlines() if "MultipleFiles=" in ln]
+    assert len(mig) == 3 and mig[0].endswith(" Cores=0-15 Links=-1,0,0")
+    code, _, err = run(capsys, "agent", "gres", "--sysfs-root", str(m.root),
+                       "--slurm-version", "latest")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "not a Slurm version (like 23.11 or 23.02.7): 'latest'" in err
+
+
 def test_gres_from_a_saved_report(node, capsys, tmp_path):
     m = node("dgx1_v100")
     report = tmp_path / "n.yaml"
