@@ -137,8 +137,8 @@ def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
             rguid = _guid(rguid)
             lp, rp = int(lport), int(rport)
             desc = _description(comment)  # the far end's node description
-            if desc:
-                remote_desc.setdefault(rguid, (rletter, desc))
+            if desc and (rguid not in remote_desc or (rletter, desc) < remote_desc[rguid]):
+                remote_desc[rguid] = (rletter, desc)  # the same whatever the record order
             speed = _SPEED.search(comment or "")
             width = speed.group(0) if speed else None
             a, b = sorted([(current.guid, lp), (rguid, rp)])
@@ -150,7 +150,8 @@ def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
             key = (a[0], a[1], b[0], b[1])
             if key not in links:
                 links[key] = IbLink(a[0], a[1], b[0], b[1], width, n)
-            elif width and not links[key].width:
+            elif width and (not links[key].width or width < links[key].width):
+                # both ends say: keep one, the same whatever the record order
                 links[key] = IbLink(a[0], a[1], b[0], b[1], width, links[key].line)
             continue
         if _HEADER.match(line):
