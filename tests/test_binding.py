@@ -227,9 +227,9 @@ def test_allocation_equals_plan(tmp_path, h100, cgroup):
     # every task is a POSIX shell, not Python
     assert launch[0]["argv"][:2] == ["/bin/sh", "-c"]
     assert launch[0]["opts"]["cpu-bind"] == "none"
-    hostfile = (tmp_path / "slurmtopo-run-4242" / "hostfile").read_text().split()
+    hostfile = (tmp_path / ".slurmtopo/runs/4242" / "hostfile").read_text().split()
     assert hostfile == [s.host for s in p.slots]
-    rm = json.loads((tmp_path / "slurmtopo-run-4242" / "rankmap.json").read_text())
+    rm = json.loads((tmp_path / ".slurmtopo/runs/4242" / "rankmap.json").read_text())
     assert rm["replanned"] is False and rm["cgroup_devices"] is cgroup
 
 
@@ -281,7 +281,7 @@ def test_allocation_differs_replans(tmp_path, h100, cgroup):
     assert proc.returncode == 0, proc.stderr
     assert "allocation differs from the plan" in proc.stderr
     assert "planned node gpu01 was not allocated" in proc.stderr
-    rm = json.loads((tmp_path / "slurmtopo-run-4242" / "rankmap.json").read_text())
+    rm = json.loads((tmp_path / ".slurmtopo/runs/4242" / "rankmap.json").read_text())
     assert rm["replanned"] is True
     actual = planned_placement({**rm, "layout": rm["layout"]})
     assert {s.host for s in actual.slots} == set(alloc)

@@ -145,7 +145,7 @@ def test_torchrun_one_task_per_node(tmp_path, h100, cgroup):
     assert proc.returncode == 0, proc.stderr
     recs = _records(tmp_path / "out", "torchrun")
     assert sorted(recs) == [0, 1]
-    hostfile = (tmp_path / "slurmtopo-run-4242" / "hostfile").read_text().split()
+    hostfile = (tmp_path / ".slurmtopo/runs/4242" / "hostfile").read_text().split()
     assert hostfile == ["gpu01", "gpu02"]
     srun = [e for e in log if e["prog"] == "srun" and e["opts"].get("distribution")]
     assert srun[0]["opts"]["ntasks"] == "2"

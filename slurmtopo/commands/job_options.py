@@ -36,14 +36,24 @@ def job_options(func):
                         help="Inventory file or directory of node reports.")(func)
 
 
+def _kinds_and_levels() -> str:
+    """The help's list of group kinds and levels (from their one home)."""
+    from slurmtopo.groups import GROUP_KINDS
+    from slurmtopo.request import LEVELS
+
+    return (f"KIND: {', '.join(GROUP_KINDS)}. LEVEL, tightest first: {', '.join(LEVELS)}.")
+
+
 def request_options(func):
     """--require --prefer --gpus-per-node --exclusive --nodelist --exclude
     --message-bytes."""
+    kl = _kinds_and_levels()
     return _apply(func, [
         click.option("--require", multiple=True, metavar="KIND=LEVEL",
-                     help="Hard constraint, e.g. tp=node (repeatable)."),
+                     help=f"Hard constraint, e.g. tp=nvlink (repeatable). {kl}"),
         click.option("--prefer", multiple=True, metavar="KIND=LEVEL",
-                     help="Soft preference, e.g. dp=leaf (repeatable)."),
+                     help="Soft preference, e.g. dp=leaf (repeatable); kinds and levels as "
+                          "for --require."),
         click.option("--gpus-per-node", type=int, default=None,
                      help="Use this many GPUs of every node (default: as the plan needs)."),
         click.option("--exclusive", is_flag=True,

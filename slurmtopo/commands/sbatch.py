@@ -47,7 +47,7 @@ def parse_wait(items) -> dict:
 
 
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
-         as_json, cmd, **o):
+         as_json, keep_runs, cmd, **o):
     from slurmtopo import api
     from slurmtopo.sbatch import sanitize_job_name
 
@@ -118,16 +118,43 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     done = api.submit(job, get_backend(), held=daemon, spool=spool)
     notes.extend(done.notes)
     job_id = done.job_id
+    job_dir, script_path = _keep_script(job_id, run_dir, text, keep_runs, notes)
     if as_json:
+        from slurmtopo.rankmap import rankmap_dict
+
         click.echo(json.dumps({"job_id": job_id, "daemon": bool(daemon),
-                               "hosts": list(placement.hosts), "notes": notes + [summary]},
-                              separators=(",", ":")))
+                               "hosts": list(placement.hosts), "run_dir": job_dir,
+                               "script": script_path,
+                               "rankmap": rankmap_dict(placement, layout),
+                               "notes": notes + [summary]}, separators=(",", ":")))
         return
     for n in notes + [summary]:
         click.echo(f"slurmtopo: {n}", err=True)
     click.echo(str(job_id) if parsable else
                f"Submitted batch job {job_id}" + (" (held for the placement daemon)"
                                                    if daemon else ""))
+
+
+def _keep_script(job_id, run_dir, text, keep_days, notes):
+    """Keep the submitted script in the job's run directory (so `slurmtopo
+    show` finds the plan after Slurm forgets the job) and remove the run
+    directories of old jobs. Returns (run dir, script path or None); a
+    failure here is a note, never a failed submission."""
+    from slurmtopo.rundirs import clean_old, run_dir_for, save_script
+
+    submit_dir = os.getcwd()
+    where = os.path.abspath(run_dir) if run_dir else run_dir_for(submit_dir, job_id)
+    path = None
+    try:
+        path = save_script(where, text)
+    except (OSError, SlurmtopoError) as exc:
+        notes.append(f"could not keep the script in {where} ({exc}); `slurmtopo show {job_id}` "
+                     "will ask Slurm for it")
+    removed = clean_old(submit_dir, keep_days, keep=(str(job_id),))
+    if removed:
+        notes.append(f"removed {len(removed)} run director{'y' if len(removed) == 1 else 'ies'} "
+                     f"older than {keep_days:g} days from {os.path.dirname(removed[0])}")
+    return where, path
 
 
 def _write_files(output_dir, text, placement, layout) -> None:
@@ -159,12 +186,17 @@ def _write_files(output_dir, text, placement, layout) -> None:
                    "for a job comment).")
 @click.option("--run-dir", default=None,
               help="Where the job's start-time step writes hostfile, env.sh, rankmap.json "
-                   "(default: <submit dir>/slurmtopo-run-<jobid>).")
+                   "(default: <submit dir>/.slurmtopo/runs/<jobid>).")
+@click.option("--keep-runs", type=click.FloatRange(min=0), default=14, show_default=True,
+              metavar="DAYS",
+              help="Remove run directories under <submit dir>/.slurmtopo/runs untouched for "
+                   "this many days (0: keep all).")
 @click.option("--output-dir", "-o", default=None, type=click.Path(file_okay=False),
               help="Also write job.sbatch and rankmap.json here.")
 @click.option("--parsable", is_flag=True, help="Print only the job id.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object (job id, hosts, notes).")
+              help="Print one JSON object (job id, hosts, rank map, run directory, script "
+                   "path, notes).")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def command(**kwargs):
     """Plan a job on the live cluster and submit it with sbatch.

@@ -115,6 +115,32 @@ def _job_name_char(c: str) -> bool:
         ord(c) > 127 and unicodedata.category(c)[0] in "LNM")
 
 
+def default_job_name(command: Sequence[str]) -> Optional[str]:
+    """A job name from the command, as a user would pick it: ``python
+    train.py`` -> ``train``, ``python -m pkg.train`` -> ``train``,
+    ``torchrun ... pretrain.py`` -> ``pretrain``, ``./run.sh`` -> ``run``
+    (None when nothing usable is left; sanitised later like any name)."""
+    import os
+
+    words = [str(w) for w in command]
+    if not words:
+        return None
+    first = os.path.basename(words[0])
+    if re.match(r"^(python[0-9.]*|torchrun|accelerate|deepspeed)$", first):
+        rest = words[1:]
+        for i, w in enumerate(rest):
+            if w == "-c":  # inline code: keep the interpreter's name
+                break
+            if w == "-m" and i + 1 < len(rest):
+                return rest[i + 1].rsplit(".", 1)[-1] or None
+            if not w.startswith("-") and (w.endswith(".py") or first.startswith("python")):
+                first = os.path.basename(w)
+                break
+    name = re.sub(r"\.(py|sh|bash)$", "", first)
+    name = "".join(c if _JOB_NAME_OK.match(c) else "_" for c in name).strip("_")
+    return name or None
+
+
 def comment_text(text: str) -> str:
     """Text safe inside a ``#`` comment: control characters (newline above
     all, which would end the comment and start a command) are escaped."""
@@ -302,7 +328,7 @@ class SbatchRequest:
             lines.append(f"SLURMTOPO_RUN_DIR=${{SLURMTOPO_RUN_DIR:-{q(self.run_dir)}}}")
         else:
             lines.append("SLURMTOPO_RUN_DIR=${SLURMTOPO_RUN_DIR:-${SLURM_SUBMIT_DIR:-$PWD}"
-                         "/slurmtopo-run-${SLURM_JOB_ID}}")
+                         "/.slurmtopo/runs/${SLURM_JOB_ID}}")
         lines += [
             f"SLURMTOPO_CGROUP_DEVICES=${{SLURMTOPO_CGROUP_DEVICES:-{self.cgroup_devices}}}",
             "",
@@ -352,7 +378,9 @@ class SbatchRequest:
                                         not isinstance(master_port, int) or
                                         not 1 <= master_port <= 65535):
             raise SlurmtopoError(f"master port {master_port!r} is not a TCP port (1-65535)")
-        if job_name is not None:
+        if job_name is None:  # like sbatch's default (the script name), from the command
+            job_name = default_job_name(command)
+        else:
             _, note = sanitize_job_name(job_name)
             if note:
                 notes.append(note)
@@ -402,6 +430,16 @@ class SbatchRequest:
                    requeue=requeue, plan_json=dumps_plan(doc),
                    comments=tuple(comments), python=python, cgroup_devices=cgroup_devices,
                    run_dir=run_dir, launch=launch, notes=tuple(notes))
+
+
+def extract_plan(script: str) -> Optional[str]:
+    """The plan JSON a rendered script carries (None: not a slurmtopo script)."""
+    head = f"<<'{PLAN_DELIMITER}'\n"
+    if head not in script:
+        return None
+    body = script.split(head, 1)[1]
+    end = body.find(f"\n{PLAN_DELIMITER}\n")
+    return body[:end] if end >= 0 else None
 
 
 def plan_comments(placement, layout, inventory_path: Optional[str],

@@ -98,6 +98,11 @@ class SlurmBackend(abc.ABC):
                 return j
         return None
 
+    def batch_script(self, job_id: int) -> Optional[str]:
+        """The job's batch script as Slurm keeps it (None: not available,
+        e.g. the job finished and accounting does not store scripts)."""
+        return None
+
     def cluster_state(self, inventory: Optional[Inventory] = None) -> ClusterState:
         """Free/busy view for the planner.
 

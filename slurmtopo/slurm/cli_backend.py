@@ -107,6 +107,14 @@ class CliBackend(SlurmBackend):
         jobs = [j for j in parse.parse_scontrol_jobs(p.stdout) if j.job_id == int(job_id)]
         return jobs[0] if jobs else None
 
+    def batch_script(self, job_id: int) -> Optional[str]:
+        """``scontrol write batch_script JOBID -`` (the script on stdout);
+        None when Slurm no longer has it."""
+        p = self.run(["scontrol", "write", "batch_script", str(int(job_id)), "-"], check=False)
+        if p.returncode != 0 or not p.stdout.startswith("#!"):
+            return None
+        return p.stdout
+
     def version(self) -> str:
         """``slurm 22.05.8`` -> ``22.05.8``."""
         out = self.run(["sinfo", "--version"]).stdout.strip()

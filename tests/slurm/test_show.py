@@ -1,0 +1,102 @@
+"""`slurmtopo show JOBID` and what `slurmtopo sbatch` keeps for it (run
+directory, script), with the Slurm stand-ins of conftest.py."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from slurmtopo.binding.replan import fill_placement
+from slurmtopo.inventory import load_inventory
+from slurmtopo.rankmap import dumps_rankmap, rankmap_dict
+from slurmtopo.rundirs import clean_old, run_dir_for
+from tests.slurm.test_commands import INV, onpath, run  # noqa: F401  (fixture)
+
+
+def _submit(onpath, capsys, job_id, *extra):
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    onpath.on("sbatch", stdout=f"{job_id}\n")
+    return run(["sbatch", "--inventory", INV, "--tp", "2", "--dp", "2", "--json", *extra, "--",
+                "python", "train.py", "--lr", "3e-4"], capsys)
+
+
+def test_sbatch_keeps_the_script_and_reports_it(onpath, capsys):
+    code, out, err = _submit(onpath, capsys, 77)
+    assert code == 0, err
+    doc = json.loads(out)
+    where = run_dir_for(os.getcwd(), 77)
+    assert doc["run_dir"] == where and doc["script"] == os.path.join(where, "job.sbatch")
+    script = open(doc["script"]).read()
+    assert script == [c for c in onpath.calls() if c["argv"][0] == "sbatch"][-1]["stdin"]
+    assert "#SBATCH --job-name=train\n" in script           # from the command
+    assert "/.slurmtopo/runs/${SLURM_JOB_ID}" in script
+    assert [r["rank"] for r in doc["rankmap"]["ranks"]] == [0, 1, 2, 3]
+    assert oct(os.stat(where).st_mode & 0o777) == "0o700"
+
+
+def test_show_planned_and_actual(onpath, capsys):
+    code, out, err = _submit(onpath, capsys, 78)
+    assert code == 0, err
+    planned = json.loads(out)["rankmap"]
+    onpath.on("scontrol -d -o show job 78", stderr="slurm_load_jobs error: Invalid job id "
+              "specified\n", rc=1)
+    # queued: only the plan
+    code, out, err = run(["show", "78", "--backend", "cli", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["state"] is None and doc["actual"] is None
+    assert doc["planned"]["ranks"] == planned["ranks"]
+    # started elsewhere: bind's rankmap.json in the run directory
+    inv = load_inventory(INV)
+    from slurmtopo.groups import Layout
+    layout = Layout(tp=2, dp=2).resolved()
+    actual = fill_placement(inv, [("node3", [4, 5]), ("node4", [0, 1])], layout)
+    where = run_dir_for(os.getcwd(), 78)
+    with open(os.path.join(where, "rankmap.json"), "w") as fh:
+        fh.write(dumps_rankmap(rankmap_dict(actual, layout, extra={"replanned": True})))
+    code, out, err = run(["show", "78", "--backend", "cli", "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["replanned"] is True and doc["actual"]["hosts"] == ["node3", "node4"]
+    assert doc["moved"][0].startswith("rank 0: ") and "-> node3 GPU 4" in doc["moved"][0]
+    code, out, err = run(["show", "78", "--backend", "cli"], capsys)
+    assert code == 0, err
+    assert "Planned at submit time" in out and "Actual, from slurmtopo bind at start" in out
+    assert "re-planned on Slurm's allocation" in out and "rank 0:" in out
+    assert "Rank placement (4 ranks on 2 nodes)" in out
+
+
+def test_show_asks_slurm_for_the_script(onpath, capsys):
+    """No run directory here (submitted elsewhere): the plan comes from the
+    script Slurm holds."""
+    code, out, err = _submit(onpath, capsys, 79)
+    script = open(json.loads(out)["script"]).read()
+    os.remove(json.loads(out)["script"])
+    onpath.on("scontrol write batch_script 79 -", stdout=script)
+    onpath.on("scontrol -d -o show job 79", stderr="Invalid job id specified\n", rc=1)
+    code, out, err = run(["show", "79", "--backend", "cli", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["script"] == "scontrol write batch_script" and len(doc["planned"]["ranks"]) == 4
+    assert any(c["argv"][:3] == ["scontrol", "write", "batch_script"] for c in onpath.calls())
+
+
+def test_show_unknown_job_is_one_line(onpath, capsys):
+    onpath.on("scontrol", stderr="Invalid job id specified\n", rc=1)
+    code, out, err = run(["show", "4242", "--backend", "cli"], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith("slurmtopo: error: job 4242: no plan found")
+
+
+def test_old_run_directories_are_removed(tmp_path):
+    root = tmp_path / ".slurmtopo" / "runs"
+    for name, age_days in (("10", 30), ("11", 1), ("12", 30), ("notajob", 30)):
+        d = root / name
+        d.mkdir(parents=True)
+        (d / "f").write_text("x")
+        t = time.time() - age_days * 86400
+        os.utime(d / "f", (t, t))
+        os.utime(d, (t, t))
+    removed = clean_old(str(tmp_path), 14, keep=("12",))
+    assert removed == [str(root / "10")]
+    assert sorted(p.name for p in root.iterdir()) == ["11", "12", "notajob"]
+    assert clean_old(str(tmp_path), 0) == []
