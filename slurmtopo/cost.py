@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.groups import build_groups
+from slurmtopo.groups import build_groups, span_of
 from slurmtopo.links import LinkClass
 from slurmtopo.model import Hardware, Inventory, Node, Placement
 from slurmtopo.request import JobRequest
@@ -778,7 +778,6 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
         kinds[kind] = GroupCost(kind, len(gl), size, coll, m, slowest, worst_t, worst_i)
         if kind in _HEAVY and slowest > LinkClass.NVLINK and not step_only:
             if lb is None:
-                from slurmtopo.placement.planner import span_of
                 lb = _LowerBound(inv, p)
             # compare with the best for the block the group sits in (a DP
             # group of 2 with TP=8 inside spans 16 ranks: two nodes)

@@ -50,6 +50,7 @@ __all__ = [
     "rank_to_group",
     "group_of",
     "parse_order",
+    "span_of",
 ]
 
 #: The parallel dimensions, in Megatron's default (fastest-first) order.
@@ -446,3 +447,37 @@ def group_of(groups: Mapping[str, List[List[int]]], kind: str, rank: int) -> int
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(index):
         raise LayoutError(f"rank {rank!r} is outside 0..{len(index) - 1}")
     return index[rank]
+
+
+def _divisors(n: int) -> List[int]:
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def span_of(groups: List[List[int]], pos: Optional[List[int]], world: int) -> int:
+    """Smallest aligned block size (a divisor of world) such that every
+    group lies inside one block of positions (``pos[rank]``; None: the rank
+    itself). The planner turns constraints into multiples of it and the
+    cost model prices a group against the best placement of its block."""
+    gsize = len(groups[0])
+    if pos is None:
+        bounds = [(g[0], g[-1]) for g in groups]
+    else:
+        bounds = []
+        for g in groups:
+            ps = [pos[r] for r in g]
+            bounds.append((min(ps), max(ps)))
+    width = max(hi - lo + 1 for lo, hi in bounds)
+    for s in _divisors(world):
+        if s < width or s % gsize:
+            continue
+        if all(lo // s == hi // s for lo, hi in bounds):
+            return s
+    return world

@@ -66,7 +66,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.groups import DENSE_DIMS, build_groups
+from slurmtopo.groups import DENSE_DIMS, build_groups, span_of
 from slurmtopo.links import LinkClass
 from slurmtopo.model import ClusterState, Inventory, Node, Placement
 from slurmtopo.placement.common import Candidates, build_placement, candidates, not_enough_gpus
@@ -142,38 +142,6 @@ def positions(lay, dims: Sequence[str] = DEFAULT_DIMS) -> Optional[List[int]]:
         st = stride[n]
         pos = [p + d * st for d in range(sizes[n]) for p in pos]
     return pos
-
-
-def _divisors(n: int) -> List[int]:
-    small, large = [], []
-    i = 1
-    while i * i <= n:
-        if n % i == 0:
-            small.append(i)
-            if i * i != n:
-                large.append(n // i)
-        i += 1
-    return small + large[::-1]
-
-
-def span_of(groups: List[List[int]], pos: Optional[List[int]], world: int) -> int:
-    """Smallest aligned block size (a divisor of world) such that every
-    group lies inside one block of positions."""
-    gsize = len(groups[0])
-    if pos is None:
-        bounds = [(g[0], g[-1]) for g in groups]
-    else:
-        bounds = []
-        for g in groups:
-            ps = [pos[r] for r in g]
-            bounds.append((min(ps), max(ps)))
-    width = max(hi - lo + 1 for lo, hi in bounds)
-    for s in _divisors(world):
-        if s < width or s % gsize:
-            continue
-        if all(lo // s == hi // s for lo, hi in bounds):
-            return s
-    return world
 
 
 # --------------------------------------------------------------------------

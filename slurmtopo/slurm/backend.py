@@ -14,7 +14,6 @@ Everything above this layer (planner, daemon, ``slurmtopo sbatch``) sees only
 from __future__ import annotations
 
 import abc
-import os
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -197,36 +196,3 @@ def cluster_state_from(nodes: Iterable[SlurmNode], inventory: Optional[Inventory
             if name not in out:
                 out[name] = NodeState(name=name, state="down", flags=frozenset({UNKNOWN_TO_SLURM}))
     return ClusterState(nodes=out, source=source)
-
-
-def get_backend(name: str = "auto", **kwargs) -> SlurmBackend:
-    """The backend called ``name``: "cli", "pyslurm" or "auto".
-
-    "auto" (also ``$SLURMTOPO_BACKEND``) is the command-line backend
-    whenever Slurm's commands are on PATH (every Slurm site), and pyslurm
-    only where they are not and a pyslurm matching the local Slurm imports.
-    The pyslurm backend is used for sure only when chosen by name.
-    """
-    if name in (None, "", "auto"):
-        name = os.environ.get("SLURMTOPO_BACKEND", "auto") or "auto"
-    name = name.lower()
-    if name == "cli":
-        from slurmtopo.slurm.cli_backend import CliBackend
-        return CliBackend(**kwargs)
-    if name == "pyslurm":
-        from slurmtopo.slurm.pyslurm_backend import PySlurmBackend
-        return PySlurmBackend(**kwargs)
-    if name == "auto":
-        import shutil
-        from slurmtopo.slurm.cli_backend import CliBackend
-        env = kwargs.get("env")
-        path = (env or os.environ).get("PATH")
-        if shutil.which("sinfo", path=path) is None:
-            from slurmtopo.slurm import pyslurm_backend
-            if pyslurm_backend.available():
-                try:
-                    return pyslurm_backend.PySlurmBackend()
-                except SlurmError:
-                    pass
-        return CliBackend(**kwargs)
-    raise SlurmError(f"unknown Slurm backend {name!r} (one of auto, cli, pyslurm)")

@@ -1,0 +1,124 @@
+"""Dependencies run one way: no import cycle anywhere in slurmtopo/, and the
+pure layers never import the ones with side effects.
+
+The graph is read from the source with ast, so the imports inside
+functions (the lazy ones that keep start-up fast) count exactly like those
+at the top of a module: a cycle hidden in a function body is still a cycle.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Optional, Set
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: the pure layers (planning, rendering, schema) ...
+PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.topology",
+        "slurmtopo.errors", "slurmtopo.yamlio", "slurmtopo.hostlist", "slurmtopo.groups",
+        "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
+        "slurmtopo.plandoc", "slurmtopo.sbatch", "slurmtopo.preview", "slurmtopo.inventory",
+        "slurmtopo.state")
+#: ... never import these (use cases, side effects, command line)
+OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
+         "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.commands", "slurmtopo.cli")
+
+
+def _modules() -> Dict[str, Path]:
+    out = {}
+    for path in sorted((ROOT / "slurmtopo").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph() -> Dict[str, Set[str]]:
+    """module -> the slurmtopo modules it imports (anywhere in its body).
+    ``from a.b import c`` is an edge to ``a.b.c`` when that is a module,
+    else to ``a.b``."""
+    mods = _modules()
+
+    def known(name: str) -> Optional[str]:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: Dict[str, Set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: List[Optional[str]] = []
+            if isinstance(node, ast.Import):
+                targets = [known(a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: resolve against the package
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else known(base)
+                           for a in node.names]
+            graph[mod].update(t for t in targets if t and t != mod)
+    return graph
+
+
+def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected components with more than one module."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on: Set[str] = set()
+    out: List[List[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan; the graph is ~150 modules deep at most
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _under(mod: str, prefixes) -> bool:
+    return any(mod == p or mod.startswith(p + ".") for p in prefixes)
+
+
+def test_the_walker_sees_lazy_imports():
+    graph = import_graph()
+    # both are imported only inside function bodies
+    assert "slurmtopo.api" in graph["slurmtopo.daemon.scheduler"]
+    assert "slurmtopo.placement.intranode" in graph["slurmtopo.cost"]
+
+
+def test_the_walker_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    found = cycles(import_graph())
+    assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_pure_layers_never_import_side_effects():
+    bad = sorted(f"{m} -> {t}" for m, ts in import_graph().items() if _under(m, PURE)
+                 for t in ts if _under(t, OUTER))
+    assert bad == []
