@@ -51,12 +51,13 @@ class Agent:
 
     def __init__(self, discover: Callable[[], Discovery], report_dir: str,
                  state_dir: Optional[str] = None, drain: bool = False,
-                 gres_conf: Optional[str] = None, slurm=None):
+                 gres_conf: Optional[str] = None, slurm=None, slurm_version=None):
         self.discover = discover
         self.report_dir = report_dir
         self.state_dir = state_dir or report_dir
         self.drain = drain
         self.gres_conf = gres_conf
+        self.slurm_version = slurm_version  # the gres.conf format of that release
         #: the Slurm backend (drain, resume, read a node's reason); the
         #: command-line one unless given
         self._slurm = slurm
@@ -132,7 +133,7 @@ class Agent:
             if base_old is None or comparable(base_old) != comparable(text):
                 atomic_write(self.baseline_path(name), text)
         if self.gres_conf:
-            gtext = gres_text(d.node, d.report)
+            gtext = gres_text(d.node, d.report, slurm_version=self.slurm_version)
             if self._read(self.gres_conf) != gtext:
                 atomic_write(self.gres_conf, gtext)
         res = CycleResult(changed=changed, degraded=found, usable=d.usable)

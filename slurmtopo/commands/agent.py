@@ -164,8 +164,9 @@ def gres_cmd(from_smi, node_name, sysfs_root, model, threads_per_core, report_pa
                    "GPU or NIC was replaced or removed on purpose).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
+@slurm_version_option
 def run_cmd(interval, report_dir, state_dir, drain, gres_conf, node_name, sysfs_root, once,
-            new_baseline, log_level):
+            new_baseline, log_level, slurm_version):
     """Rediscover every --interval seconds; rewrite the report on change; drain on
     a missing GPU, a down NVLink or a down NIC."""
     from slurmtopo.agent.daemon import Agent
@@ -180,7 +181,8 @@ def run_cmd(interval, report_dir, state_dir, drain, gres_conf, node_name, sysfs_
     host = short_hostname()
     agent = Agent(lambda: discover(sysfs_root=sysfs_root, node_name=node_name or host,
                                    hostname=host),
-                  report_dir=report_dir, state_dir=state_dir, drain=drain, gres_conf=gres_conf)
+                  report_dir=report_dir, state_dir=state_dir, drain=drain, gres_conf=gres_conf,
+                  slurm_version=slurm_version)
     if new_baseline:
         agent.forget_baseline(node_name or host)
     if once:

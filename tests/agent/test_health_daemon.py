@@ -224,7 +224,13 @@ def test_gres_conf_kept_up_to_date(agent_for, tmp_path):
     gres = tmp_path / "gres.conf"
     m, agent, reports = agent_for("a100_mig", drain=False, gres_conf=str(gres))
     agent.cycle()
-    assert "Type=nvidia_a100_3g.20gb" in gres.read_text()
+    text = gres.read_text()
+    assert "Type=nvidia_a100_3g.20gb" in text and "nvidia-cap13 Cores=0-15\n" in text
+    old = tmp_path / "gres-2302.conf"
+    m, agent, _ = agent_for("a100_mig", drain=False, gres_conf=str(old),
+                            slurm_version=(23, 2, 6))
+    agent.cycle()
+    assert "nvidia-cap13 Cores=0-15 Links=-1,0,0" in old.read_text()
 
 
 def test_run_loop_stops(agent_for):
