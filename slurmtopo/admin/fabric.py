@@ -460,6 +460,7 @@ class _Derivation:
             elif not select.is_compute(host, ca):
                 excluded_hcas[ca.hca or "?"].add(host)
                 host_hcas[host].add(ca.hca or "?")
+                self._rail_seen(host, ca, peers)
             elif not peers:
                 dark_cas.add(f"{host}:{ca.hca}" if ca.hca else host)
                 host_hcas[host].add(ca.hca or "?")
@@ -468,8 +469,7 @@ class _Derivation:
                     self.host_leaf[host].add(sw)
                     if ln.gbps:
                         self.host_gbps[sw].append(ln.gbps)
-                    if ca.rail is not None:
-                        self.leaf_rails[sw][ca.rail].add(ca.hca)
+                self._rail_seen(host, ca, peers)
                 continue
             other_attached.update(sw for sw, _ in peers)
         for why, items in sorted(skipped.items()):
@@ -506,17 +506,31 @@ class _Derivation:
                          f"hosts or HCAs (storage/service leaves): "
                          f"{_sample(self.names[g] for g in self.service)}")
 
+    def _rail_seen(self, host: str, ca: CaHost, peers) -> None:
+        if ca.rail is not None:
+            for sw, _ln in peers:
+                self.leaf_rails[sw][ca.rail].add(f"{host} {ca.hca}")
+
     def check_rails(self) -> None:
-        """A leaf reached by HCAs of different rail numbers means the
-        rails are not what the names say (or the cabling is off)."""
-        mixed = sorted(((self.names[sw], sorted(r for r in rails))
-                        for sw, rails in self.leaf_rails.items() if len(rails) > 1),
-                       key=lambda x: natural_key(x[0]))
-        if mixed and len(mixed) < len(self.leaf_rails):
-            self.notes.append(f"{len(mixed)} leaf switch(es) carry HCAs of several rails "
-                              "(check the cabling or the HCA names): "
-                              + "; ".join(f"{n}: rails {','.join(map(str, r))}"
-                                          for n, r in mixed[:4]))
+        """In a rail-optimized fabric every leaf carries one rail. A leaf
+        that also carries a few HCAs of another rail (every HCA of the
+        hosts counted, selected or not) has a cable on the wrong rail, or
+        HCA names that do not say the rail: name those HCAs."""
+        per_leaf = {sw: rails for sw, rails in self.leaf_rails.items()}
+        mixed = sorted((sw for sw, rails in per_leaf.items() if len(rails) > 1),
+                       key=lambda sw: natural_key(self.names[sw]))
+        if not mixed or len(mixed) * 2 > len(per_leaf):
+            return  # one rail a leaf is not how this fabric is built
+        parts = []
+        for sw in mixed[:4]:
+            rails = per_leaf[sw]
+            usual = max(rails, key=lambda r: (len(rails[r]), -r))
+            odd = sorted((h for r, hs in rails.items() if r != usual for h in hs), key=natural_key)
+            parts.append(f"{self.names[sw]} (rail {usual}): {', '.join(odd[:3])}"
+                         + (f" and {len(odd) - 3} more" if len(odd) > 3 else ""))
+        self.notes.append(f"{len(mixed)} leaf switch(es) carry HCAs of another rail (a cable on "
+                          "the wrong rail, or HCA names that do not say the rail): "
+                          + "; ".join(parts))
 
     def assign_levels(self, leaves: Set[str]) -> None:
         """Breadth first from the leaves, never through service leaves."""

@@ -143,7 +143,7 @@ def test_one_rail_is_one_physical_rail(select):
     assert d.hosts == HOSTS
     leaves = sorted(p for s in d.fabric.switches if s.nodes for p in d.members[s.name])
     assert leaves == ["A09-P1-IBLEAF-02-01", "A09-P1-IBLEAF-02-02"]  # rail 1 only
-    assert not any("several rails" in n for n in d.notes)
+    assert not any("another rail" in n for n in d.notes)
 
 
 def test_a_cable_on_the_wrong_rail_is_noted():
@@ -151,9 +151,12 @@ def test_a_cable_on_the_wrong_rail_is_noted():
     # c01's mlx5_1 plugged into the rail-2 leaf of its unit, mlx5_2 into rail 1's
     a, b = '"a05-p1-dgx-c01 mlx5_1"', '"a05-p1-dgx-c01 mlx5_2"'
     swapped = text.replace(a, "@@").replace(b, a).replace("@@", b)
-    d = derive_fabric(parse_ibnetdiscover(swapped), HostSelection(rails={0, 1, 2, 3}))
-    note = next(n for n in d.notes if "several rails" in n)
-    assert "A09-P1-IBLEAF-02-01: rails 1,2" in note
+    for select in (HostSelection(rails={0, 1, 2, 3}), HostSelection(rails={1})):
+        d = derive_fabric(parse_ibnetdiscover(swapped), select)
+        note = next(n for n in d.notes if "another rail" in n)
+        assert note.startswith("2 leaf switch(es) carry HCAs of another rail")
+        assert "A09-P1-IBLEAF-02-01 (rail 1): a05-p1-dgx-c01 mlx5_2" in note
+        assert "A09-P1-IBLEAF-03-01 (rail 2): a05-p1-dgx-c01 mlx5_1" in note
 
 
 def test_selection_that_leaves_hosts_out_stops_with_counts(capsys):
