@@ -590,6 +590,28 @@ class _Derivation:
                 + "; ".join(_sample(self.names[g] for g in units[r]) for r in odd[:3]))
         return dict(sorted(units.items())), unit_hosts
 
+    def merge_partial(self, groups: Dict[FrozenSet[str], List[str]], lvl: int
+                      ) -> Dict[FrozenSet[str], List[str]]:
+        """Switches of a level that reach most, not all, of another group's
+        children (a spine missing a cable or two) join that group, with a
+        note naming what they miss: otherwise they would stand as a second
+        root beside their own spine layer."""
+        keys = sorted(groups, key=lambda k: (-len(k), sorted(groups[k])))
+        out: Dict[FrozenSet[str], List[str]] = {}
+        for k in keys:
+            host = next((big for big in out if k < big and len(k) * 2 >= len(big)), None)
+            if host is None:
+                out[k] = list(groups[k])
+                continue
+            out[host].extend(groups[k])
+            missing = sorted(host - k, key=natural_key)
+            self.notes.append(
+                f"{_sample(self.names[g] for g in groups[k])} (level {lvl}) "
+                f"{'has' if len(groups[k]) == 1 else 'have'} no link to "
+                f"{', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} unlike the other "
+                "switches of that level (a missing cable?); counted with them")
+        return {k: sorted(v) for k, v in out.items()}
+
     def logical_switches(self, units, unit_hosts):
         """Units become leaves; above, switches of one level with the same
         (logical) children become one logical switch. Names are given level
@@ -626,6 +648,7 @@ class _Derivation:
                 kids = frozenset(logical_of[o] for o in self.adj[sw]
                                  if level.get(o) == lvl - 1)
                 groups[kids].append(sw)
+            groups = self.merge_partial(groups, lvl)
             keys = sorted(groups, key=lambda k: sorted(groups[k]))
             kws = []
             for kids in keys:

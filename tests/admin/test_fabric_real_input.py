@@ -277,3 +277,33 @@ def test_a_dual_port_hca_cabled_twice_to_one_leaf():
     d = derive_fabric(parse_ibnetdiscover(text + "\n" + ca))
     assert d.host_leaves["cn099"] == ["ib-leaf1"]
 
+
+
+def _cut(text: str, a: str, b: str) -> str:
+    """The dump without the cables between switches named a and b."""
+    out, current = [], ""
+    for line in text.splitlines():
+        if line.startswith("Switch"):
+            current = line
+        if line.startswith("[") and ((f";{a}:" in current and f";{b}:" in line)
+                                     or (f";{b}:" in current and f";{a}:" in line)):
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_a_spine_missing_a_cable_stays_with_its_layer():
+    from slurmtopo.admin.ibgen import FatTreeSpec, generate
+    text = generate(FatTreeSpec(hosts=16, hosts_per_unit=4, rails=1, spines=3))
+    d = derive_fabric(parse_ibnetdiscover(_cut(text, "leaf002", "spine-02")))
+    tops = [s for s in d.fabric.switches if s.switches]
+    assert [(s.name, s.switches) for s in tops] == [
+        ("spine", ("leaf001", "leaf002", "leaf003", "leaf004"))]
+    assert d.members["spine"] == ["spine-01", "spine-02", "spine-03"]
+    assert any(n.startswith("spine-02 (level 1) has no link to leaf002") for n in d.notes)
+    assert check_tree(d.fabric) == []
+    # a spine that reaches under half of the leaves is not taken for one of them
+    for leaf in ("leaf001", "leaf002", "leaf003"):
+        text = _cut(text, leaf, "spine-03")
+    d = derive_fabric(parse_ibnetdiscover(text))
+    assert len([s for s in d.fabric.switches if s.switches]) == 2
