@@ -53,16 +53,24 @@ BLOCK_KEYS = {"name", "nodes"}
 NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,254}$")
 
 
-def node_names(value) -> List[str]:
-    """The host names of a node entry's ``name``: a hostlist or a list of
-    them (not a list of lists), every name a plain host name. A name with a
-    blank, a newline or a shell metacharacter would end up inside
-    ``topology.conf``, ``gres.conf`` and the batch script: refused here."""
-    if isinstance(value, list) and any(isinstance(v, (list, dict)) for v in value):
-        raise ValueError("expected a hostlist or a list of names, got a nested list")
+def flat_hostlist(value, what: str = "hostlist") -> List[str]:
+    """A hostlist, or a list of hostlists, expanded; a list of lists or a
+    mapping is refused rather than flattened or turned into a name."""
     if isinstance(value, dict):
-        raise ValueError("expected a hostlist or a list of names, got a mapping")
-    names = expand_hostlist(value, "node name")
+        raise ValueError(f"expected a {what} or a list of names, got a mapping")
+    if isinstance(value, list) and any(isinstance(v, (list, dict)) for v in value):
+        raise ValueError(f"expected a {what} or a list of names, got a nested list")
+    if isinstance(value, bool) or not isinstance(value, (str, int, list)):
+        raise ValueError(f"expected a {what} or a list of names, got {value!r}")
+    return expand_hostlist(value, what)
+
+
+def node_names(value, what: str = "node name") -> List[str]:
+    """The host names of a node entry's ``name`` (or a switch's ``nodes``):
+    every name a plain host name. A name with a blank, a newline or a shell
+    metacharacter would end up inside ``topology.conf``, ``gres.conf`` and
+    the batch script: refused here."""
+    names = flat_hostlist(value, what)
     for name in names:
         if not NODE_NAME.match(name):
             raise ValueError(f"node name {name!r} is not a host name (letters, digits, '.', "
@@ -332,9 +340,10 @@ class _Parser:
             switches.append(Switch(
                 name=r.need(s, "name", "switch", as_str),
                 level=r.get(s, "level", "switch", as_nonneg_int, -1),
-                nodes=tuple(r.get(s, "nodes", "switch", expand_hostlist, [])),
+                nodes=tuple(r.get(s, "nodes", "switch", lambda v: node_names(v, "hostlist"),
+                                  [])),
                 switches=tuple(r.get(s, "switches", "switch",
-                                     lambda v: expand_hostlist(v, "switch list"), [])),
+                                     lambda v: flat_hostlist(v, "switch list"), [])),
                 link_gbps=r.get(s, "link_gbps", "switch", as_rate),
                 description=r.get(s, "description", "switch", as_str),
                 origin=self.where(s)))
@@ -342,7 +351,8 @@ class _Parser:
         for b in r.sequence(d.get("blocks") or [], "blocks"):
             b = r.mapping(b, "block", BLOCK_KEYS)
             blocks.append(Block(name=r.need(b, "name", "block", as_str),
-                                nodes=tuple(r.need(b, "nodes", "block", expand_hostlist)),
+                                nodes=tuple(r.need(b, "nodes", "block",
+                                                   lambda v: node_names(v, "hostlist"))),
                                 origin=self.where(b)))
         sizes = tuple(r.get(d, "block_sizes", "fabric",
                             lambda v: [as_pos_int(x) for x in (v if isinstance(v, list) else [v])],

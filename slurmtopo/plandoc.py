@@ -141,19 +141,100 @@ def dumps_plan(doc: Mapping[str, Any]) -> str:
 
 
 def read_plan(text: str, where: str = "plan") -> Dict[str, Any]:
+    """The plan document in ``text``, its shape checked (see check_plan)."""
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({exc.msg} at line {exc.lineno})")
+    except (json.JSONDecodeError, RecursionError) as exc:
+        why = (f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError)
+               else "nested too deeply")
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({why})") from None
     if not isinstance(doc, dict) or doc.get("slurmtopo") != PLAN_KIND:
         raise SlurmtopoError(f"{where}: not a slurmtopo plan document")
-    if int(doc.get("version", 0)) > PLAN_VERSION:
+    version = doc.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise SlurmtopoError(f"{where}: plan version {version!r} is not a number")
+    if version > PLAN_VERSION:
         raise SlurmtopoError(f"{where}: plan version {doc['version']} is newer than this "
                              "slurmtopo; install the same slurmtopo on the compute nodes")
     for key in ("layout", "ranks"):
         if key not in doc:
             raise SlurmtopoError(f"{where}: plan has no {key!r}")
+    check_plan(doc, where)
     return doc
+
+
+#: every key of a plan document -> the JSON types its value may have
+_PLAN_KEYS = {"slurmtopo": (str,), "version": (int,), "inventory_path": (str, type(None)),
+              "layout": (dict,), "request": (dict, type(None)),
+              "master_port": (int, type(None)), "socket_ifname": (str, type(None)),
+              "hosts": (list,), "ranks": (list,), "inventory": (dict, type(None)),
+              "launch": (dict, type(None))}
+_LAYOUT_INTS = ("world", "tp", "cp", "ep", "pp", "dp", "expert_tp")
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _json_kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false",
+            type(None): "null"}.get(type(value), "a number")
+
+
+def check_plan(doc: Mapping[str, Any], where: str = "plan") -> None:
+    """Refuse a plan document whose parts have the wrong shape, naming the
+    part: the step must fail with one line, not deep inside the re-plan.
+    (The ranks are checked where they are read, by placement_from_dict; the
+    embedded inventory by parse_inventory.)"""
+    def bad(what: str, value) -> SlurmtopoError:
+        return SlurmtopoError(f"{where}: damaged plan: {what} is {_json_kind(value)} "
+                              f"({str(value)[:60]})")
+
+    for key, value in doc.items():
+        kinds = _PLAN_KEYS.get(key)
+        if kinds is None:
+            raise SlurmtopoError(f"{where}: damaged plan: unknown key {key!r}")
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise bad(repr(key), value)
+    port = doc.get("master_port")
+    if port is not None and not 1 <= port <= 65535:
+        raise SlurmtopoError(f"{where}: damaged plan: master_port {port} is not a TCP port")
+    if any(not isinstance(h, str) for h in doc["hosts"]):
+        raise bad("an entry of 'hosts'", next(h for h in doc["hosts"] if not isinstance(h, str)))
+    for key, value in doc["layout"].items():
+        ok = (value is None or (isinstance(value, int) and not isinstance(value, bool))
+              if key in _LAYOUT_INTS else isinstance(value, str) if key in ("order", "convention")
+              else None)
+        if ok is None:
+            raise SlurmtopoError(f"{where}: damaged plan: unknown layout key {key!r}")
+        if not ok:
+            raise bad(f"layout {key!r}", value)
+    for key in (doc.get("launch") or {}):
+        if key != "launcher":
+            raise SlurmtopoError(f"{where}: damaged plan: unknown launch key {key!r}")
+    launcher_of(doc)
+    for key, value in (doc.get("request") or {}).items():
+        inner = value.values() if isinstance(value, dict) else (
+            value if isinstance(value, list) else ())
+        if any(not isinstance(v, _SCALARS) for v in inner):
+            raise bad(f"request {key!r}", value)
+    _check_request(doc, where)
+    if doc.get("inventory"):
+        from slurmtopo.inventory import parse_inventory
+
+        parse_inventory(doc["inventory"], f"{where} (embedded inventory)")
+
+
+def _check_request(doc: Mapping[str, Any], where: str) -> None:
+    """The request and layout rebuild (as a re-plan would rebuild them)."""
+    from slurmtopo.request import JobRequest
+
+    names = {f.name for f in fields(JobRequest)} - {"layout", "nodelist", "exclude"}
+    request = dict(doc.get("request") or {})
+    unknown = sorted(set(request) - names)
+    if unknown:
+        raise SlurmtopoError(f"{where}: damaged plan: unknown request key {unknown[0]!r}")
+    try:
+        JobRequest(layout=layout_from_doc(doc), **request)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise SlurmtopoError(f"{where}: damaged plan: bad request ({exc})") from None
 
 
 def layout_from_doc(doc: Mapping[str, Any]):

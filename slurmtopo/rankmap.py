@@ -154,6 +154,23 @@ def dumps_rankmap(data: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: the keys of one rank entry (slot_dict)
+RANK_KEYS = frozenset({"rank", "host", "gpu", "local_rank", "node_rank", "local_world_size",
+                       "nics", "cpus", "numa_node"})
+
+
+def _int(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r} is not a whole number")
+    return value
+
+
+def _str(value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a string")
+    return value
+
+
 def placement_from_dict(data: Mapping[str, Any], where: str = "rank map") -> Placement:
     """Rebuild a Placement from :func:`rankmap_dict` data (groups optional).
 
@@ -164,16 +181,20 @@ def placement_from_dict(data: Mapping[str, Any], where: str = "rank map") -> Pla
         ranks = data["ranks"]
         slots = []
         for r in ranks:
+            unknown = sorted(set(r) - RANK_KEYS)
+            if unknown:
+                raise ValueError(f"unknown key {unknown[0]!r}")
             cpus = r.get("cpus", "")
-            cpus = parse_cpulist(cpus) if isinstance(cpus, str) else tuple(int(c) for c in cpus)
-            slots.append(RankSlot(rank=int(r["rank"]), host=str(r["host"]), gpu=int(r["gpu"]),
-                                  local_rank=int(r["local_rank"]),
-                                  nics=tuple(str(n) for n in r.get("nics", ())), cpus=cpus,
-                                  numa_node=r.get("numa_node")))
+            cpus = parse_cpulist(cpus) if isinstance(cpus, str) else tuple(_int(c) for c in cpus)
+            numa = r.get("numa_node")
+            slots.append(RankSlot(rank=_int(r["rank"]), host=_str(r["host"]), gpu=_int(r["gpu"]),
+                                  local_rank=_int(r["local_rank"]),
+                                  nics=tuple(_str(n) for n in r.get("nics", ())), cpus=cpus,
+                                  numa_node=None if numa is None else _int(numa)))
         hosts = tuple(data.get("hosts") or dict.fromkeys(s.host for s in slots))
         groups = {str(k): [[int(x) for x in g] for g in v]
                   for k, v in (data.get("groups") or {}).items()}
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise SlurmtopoError(f"{where}: malformed rank entry ({exc})") from None
     p = Placement(slots=tuple(slots), groups=groups, hosts=hosts,
                   notes=tuple(data.get("notes", ())))

@@ -138,7 +138,7 @@ def hostlist_at(value: str, path: str, line: int, what: str) -> List[str]:
     except ValueError as exc:
         raise InventoryError(str(exc), path, line) from None
     for name in names:
-        if not name or any(c.isspace() for c in name):
+        if not name or any(c.isspace() for c in name) or not name.isprintable():
             raise InventoryError(f"bad {what} {value!r}", path, line)
     return names
 
@@ -201,6 +201,12 @@ def parse_slurm_conf(text: str, path: str = "<slurm.conf>", _depth: int = 0,
             defaults.update(values)
             continue
         names = hostlist_at(pairs[0][1], path, n, "NodeName")
+        from slurmtopo.inventory import NODE_NAME
+
+        odd = next((name for name in names if not NODE_NAME.match(name)), None)
+        if odd is not None:
+            raise InventoryError(f"NodeName {odd!r} is not a host name (letters, digits, '.', "
+                                 "'_' and '-' only)", path, n)
         merged = dict(defaults, **values)
         hosts = None
         if "nodehostname" in values:

@@ -165,12 +165,9 @@ def status_cmd(spool, as_json, events):
     if not os.path.lexists(path):
         raise SlurmtopoError("no status file: the daemon has not run a cycle with this spool",
                              path)
-    try:
-        doc = json.loads(read_text(path))
-    except ValueError as exc:
-        raise SlurmtopoError(f"unreadable status file ({exc})", path) from None
-    if not isinstance(doc, dict):
-        raise SlurmtopoError("unreadable status file (not a JSON object)", path)
+    from slurmtopo.daemon.status import read_status
+
+    doc = read_status(read_text(path), path)
     holder = SpoolLock.holder(spool)
     now = time.time()
     if as_json:

@@ -56,6 +56,7 @@ from slurmtopo.daemon.scheduler import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNIN
                                         WAIT, ClusterView, Config, Decision, JobRecord,
                                         QueuedJob, decide)
 from slurmtopo.errors import SlurmError, SlurmtopoError
+from slurmtopo.daemon.status import STATUS_KIND
 from slurmtopo.fileio import atomic_write
 
 log = logging.getLogger("slurmtopo.daemon")
@@ -560,7 +561,7 @@ class Daemon:
                 "drift": rec.drift if rec else None,
                 "phase": rec.phase if rec else "waiting",
             })
-        doc = {"slurmtopo": "daemon-status", "version": 1,
+        doc = {"slurmtopo": STATUS_KIND, "version": 1,
                "daemon": {"pid": os.getpid(), "host": socket.gethostname(),
                           "started": self.started, "at": self.clock(), "cycles": self.cycles,
                           "cycle_s": round(duration, 3), "inventory": self.inventory_label,

@@ -1,0 +1,346 @@
+"""Every reader of a user's file, fed generated garbage through the CLI.
+
+For each file slurmtopo reads (inventory, directory of node reports, state
+snapshot, node report, fabric YAML, ibnetdiscover dump, ``nvidia-smi topo
+-m`` text, topology.conf, gres.conf, slurm.conf, plan document, the
+daemon's status file) hypothesis generates input that cannot be valid:
+
+* bytes and text of any kind (binary, invalid UTF-8, control characters);
+* random YAML/JSON trees (mappings, lists and scalars nested at random);
+* a valid document with one value replaced by something of the wrong
+  shape (a mapping with an unknown key, a nested list, a shell-hostile
+  name, a number out of range) or one key renamed to an unknown one;
+* for text formats, a valid file with one line replaced by garbage.
+
+and checks the same contract each time: a non-zero exit, exactly one line
+on stderr, starting ``slurmtopo: error:``, no traceback, and nothing written
+(the output path does not appear, the input is unchanged, no temporary file
+is left). ``check`` commands, and ``topology generate`` when it refuses
+what it would write, list each problem on its own ``error:`` / ``warning:``
+/ ``refused:`` line before their one ``slurmtopo: error:`` line; for them
+the last line is the error line and every line before it a problem line.
+
+Each reader's valid seed is first run to exit 0 (test_seed_is_valid), so a
+failure here is the garbage's doing, not a broken command line.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.clirun import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "etc" / "examples"
+FIXTURES = ROOT / "tests" / "fixtures"
+INV = str(EXAMPLES / "h100-4node-2leaf.yaml")
+INV32 = str(EXAMPLES / "h100-32node-fattree.yaml")
+
+FABRIC = """slurmtopo: fabric
+version: 1
+fabric:
+  switches:
+    - {name: leaf1, nodes: "gpu[01-02]", link_gbps: 400}
+    - {name: leaf2, nodes: "gpu[03-04]"}
+    - {name: spine1, switches: "leaf[1-2]"}
+"""
+SLURM_CONF = "NodeName=gpu[01-04] Gres=gpu:h100:8 CPUs=224\nPartitionName=gpu Nodes=ALL\n"
+
+
+@dataclass(frozen=True)
+class ReaderCase:
+    """One reader: how the CLI is pointed at the file (``{in}`` is the
+    input file, ``{dir}`` a directory holding it as ``x.yaml``, ``{out}``
+    the output path that must not appear), and a valid seed."""
+
+    name: str
+    argv: List[str]
+    seed: str
+    structured: bool  # YAML/JSON (tree mutations) or line-oriented text
+    check: bool = False  # a ``check`` command: problem lines before the error line
+    file_name: str = "input.txt"
+    #: text formats: the lines the reader must understand (others, such as a
+    #: slurm.conf key slurmtopo has no use for, are passed over by design)
+    lines: str = r"."
+    env: Optional[Dict[str, str]] = None
+
+
+def _seed_report() -> str:
+    """A node report as the agent writes it (from an nvidia-smi fixture)."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "gpu01.yaml")
+        code, _o, err = run_cli(["agent", "discover", "--from-smi",
+                                 str(FIXTURES / "smi" / "hgx_h100.txt"), "--node-name", "gpu01",
+                                 "-o", out])
+        assert code == 0, err
+        return Path(out).read_text()
+
+
+def _seed_plan() -> str:
+    """The plan document a batch script carries (from `slurmtopo plan`)."""
+    with tempfile.TemporaryDirectory() as d:
+        code, _o, err = run_cli(["plan", "--inventory", INV, "--tp", "8", "-o", d, "--", "true"])
+        assert code == 0, err
+        script = Path(d, "job.sbatch").read_text()
+    return script.split("<<'SLURMTOPO_PLAN_JSON'\n", 1)[1].split("\nSLURMTOPO_PLAN_JSON\n")[0]
+
+
+def _seed_gres() -> str:
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "gres.conf")
+        code, _o, err = run_cli(["gres", "generate", "--reports", INV, "-o", out])
+        assert code == 0, err
+        return Path(out).read_text()
+
+
+def _seed_topology() -> str:
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "topology.conf")
+        code, _o, err = run_cli(["topology", "generate", "--reports", INV, "-o", out])
+        assert code == 0, err
+        return Path(out).read_text()
+
+
+CASES = [
+    ReaderCase("inventory", ["plan", "--inventory", "{in}", "--tp", "8", "-o", "{out}", "--",
+                             "true"], Path(INV).read_text(), True, file_name="inv.yaml"),
+    ReaderCase("inventory-json", ["plan", "--inventory", "{in}", "--tp", "8", "-o", "{out}"],
+               json.dumps(yaml.safe_load(Path(EXAMPLES / "a6000-4node-pcie.yaml").read_text())),
+               True, file_name="inv.json"),
+    ReaderCase("reports-dir", ["plan", "--inventory", "{dir}", "--tp", "8", "-o", "{out}"],
+               _seed_report(), True, file_name="x.yaml"),
+    ReaderCase("state", ["plan", "--inventory", INV32, "--state", "{in}", "--tp", "8",
+                         "-o", "{out}"],
+               Path(EXAMPLES / "h100-32node-state.yaml").read_text(), True,
+               file_name="state.yaml"),
+    ReaderCase("node-report", ["agent", "gres", "--report", "{in}", "-o", "{out}"],
+               _seed_report(), True, file_name="gpu01.yaml"),
+    ReaderCase("fabric-yaml", ["topology", "generate", "--reports", INV, "--fabric", "{in}",
+                               "-o", "{out}"], FABRIC, True, check=True,
+               file_name="fabric.yaml"),
+    ReaderCase("ibnetdiscover", ["topology", "generate", "--ibnetdiscover", "{in}",
+                                 "-o", "{out}"],
+               (FIXTURES / "ibnetdiscover" / "fat_tree_4x2_dual.topo").read_text(), False,
+               check=True, file_name="fabric.topo", lines=r"^(\[\d+\]|Switch|Ca)\s"),
+    ReaderCase("nvidia-smi", ["agent", "discover", "--from-smi", "{in}", "--node-name", "gpu01",
+                              "-o", "{out}"],
+               (FIXTURES / "smi" / "dgx_a100.txt").read_text(), False, file_name="topo.txt",
+               lines=r"^\s*GPU\d+\s"),
+    ReaderCase("topology.conf", ["topology", "check", "{in}"], _seed_topology(), False,
+               check=True, file_name="topology.conf", lines=r"^SwitchName="),
+    ReaderCase("gres.conf", ["gres", "check", "{in}"], _seed_gres(), False, check=True,
+               file_name="gres.conf", lines=r"^\w+="),
+    ReaderCase("slurm.conf", ["topology", "generate", "--reports", INV, "--slurm-conf", "{in}",
+                              "-o", "{out}"], SLURM_CONF, False, check=True,
+               file_name="slurm.conf",
+               lines=r"^NodeName="),
+    ReaderCase("plan-document", ["bind", "--plan", "{in}", "--run-dir", "{out}", "--no-probe",
+                                 "--cgroup-devices", "no"],
+               _seed_plan(), True, file_name="plan.json",
+               env={"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01",
+                    "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7", "SLURMD_NODENAME": "gpu01"}),
+    ReaderCase("daemon-status", ["daemon", "status", "--spool", "{dir}"],
+               json.dumps({"slurmtopo": "daemon-status", "version": 1,
+                           "daemon": {"pid": 4242, "host": "ctl", "started": 1.0e9,
+                                      "at": 1.0e9, "cycles": 1, "cycle_s": 0.1,
+                                      "inventory": "inv.yaml", "dry_run": False,
+                                      "on_reject": "cancel"},
+                           "jobs": [{"job_id": 7, "user": "ann", "name": "llama",
+                                     "slurm_state": "PENDING", "action": "wait",
+                                     "reason": "no room", "since": 1.0e9,
+                                     "submit_time": 1.0e9, "hosts": [], "gpus": {},
+                                     "taken": None, "cost_s": None, "preferred_cost_s": None,
+                                     "waiting_for": ["dp"], "wait_left_s": 30.0,
+                                     "reserved": {}, "releases": 0, "drift": None,
+                                     "phase": "waiting"}],
+                           "rejected": [{"job_id": 6, "at": 1.0e9, "reason": "too big",
+                                         "policy": "cancel"}]}), True,
+               file_name="status.json"),
+]
+BY_NAME = {c.name: c for c in CASES}
+
+
+def _argv(case: ReaderCase, where: Path) -> List[str]:
+    return [a.replace("{in}", str(where / "in" / case.file_name))
+            .replace("{dir}", str(where / "in")).replace("{out}", str(where / "out"))
+            for a in case.argv]
+
+
+def _run(case: ReaderCase, data: bytes):
+    """Run the case on ``data``; (code, stdout, stderr, files left behind)."""
+    where = Path(tempfile.mkdtemp(prefix="slurmtopo-garbage-"))
+    try:
+        (where / "in").mkdir()
+        (where / "in" / case.file_name).write_bytes(data)
+        with _environment(case.env or {}):
+            code, out, err = run_cli(_argv(case, where))
+        left = sorted(str(p.relative_to(where)) for p in where.rglob("*"))
+        unchanged = (where / "in" / case.file_name).read_bytes() == data
+    finally:
+        shutil.rmtree(where)
+    return code, out, err, left, unchanged
+
+
+@contextlib.contextmanager
+def _environment(extra: Dict[str, str]):
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _assert_refused(case: ReaderCase, data: bytes) -> None:
+    code, _out, err, left, unchanged = _run(case, data)
+    assert "Traceback" not in err, err
+    assert code != 0, f"{case.name}: garbage accepted: {data[:300]!r}"
+    lines = err.strip().splitlines()
+    assert lines, f"{case.name}: no message"
+    if case.check:
+        assert all(ln.startswith(("error: ", "warning: ", "refused: ", "note: "))
+                   for ln in lines[:-1]), err
+    else:
+        assert len(lines) == 1, err
+    assert lines[-1].startswith("slurmtopo: error: "), err
+    assert left == ["in", f"in/{case.file_name}"], f"{case.name} wrote {left}"
+    assert unchanged
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_seed_is_valid(case):
+    code, _out, err, left, _ = _run(case, case.seed.encode())
+    assert code == 0, err
+
+
+# -- garbage generators -------------------------------------------------------------
+
+SCALARS = (st.none() | st.booleans() | st.integers(-2**70, 2**70)
+           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=30))
+TREES = st.recursive(SCALARS, lambda kids: st.lists(kids, max_size=4)
+                     | st.dictionaries(st.text(max_size=10) | st.integers(), kids, max_size=4),
+                     max_leaves=25)
+#: values no field accepts where the seed has something else
+WRONG = st.sampled_from([
+    {"zz_unknown": [[1]]},
+    [["zz", ["zz"]]],
+    "gpu01;reboot\nrm -rf /",
+    -1, 10**30, float("inf"), float("nan"),
+    [{"zz_unknown": None}],
+])
+
+
+def _dump(doc, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(doc, allow_nan=True)
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+
+
+def _paths(doc, prefix=()):
+    """Every (path, is_key) in a plain YAML tree: values, and dict keys."""
+    yield prefix, False
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield prefix + (k,), True
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _paths(v, prefix + (i,))
+
+
+def _mutate(doc, path, is_key: bool, value):
+    doc = copy.deepcopy(doc)
+    if not path:
+        return value
+    parent = doc
+    for step in path[:-1]:
+        parent = parent[step]
+    last = path[-1]
+    if is_key:
+        parent["zz_unknown_key"] = parent.pop(last)
+    else:
+        parent[last] = value
+    return doc
+
+
+# paths whose value is free-form by design: any value is as good as another
+FREE_FORM = {
+    "node-report": (("report",),),            # the agent's own notes, kept as written
+    "reports-dir": (("report",),),
+    "plan-document": (),
+    "daemon-status": (),
+}
+
+
+@st.composite
+def mutated_documents(draw, case: ReaderCase) -> bytes:
+    doc = yaml.safe_load(case.seed)
+    choices = [(p, k) for p, k in _paths(doc)
+               if not any(p[:len(f)] == f and len(p) > len(f) - (0 if k else 1)
+                          for f in FREE_FORM.get(case.name, ()))]
+    path, is_key = draw(st.sampled_from(choices))
+    value = draw(WRONG)
+    return _dump(_mutate(doc, path, is_key, value), case.file_name.endswith(".json")).encode()
+
+
+@st.composite
+def mutated_lines(draw, case: ReaderCase) -> bytes:
+    """The seed with one line the reader must understand garbled after its
+    first word (``GPU3 <junk>``, ``[7] <junk>``, ``NodeName=<junk>``)."""
+    lines = case.seed.splitlines(keepends=True)
+    pattern = re.compile(case.lines)
+    meaningful = [i for i, ln in enumerate(lines) if pattern.search(ln)]
+    i = draw(st.sampled_from(meaningful))
+    head = re.match(r"^\s*[^\s=]*=?", lines[i]).group(0)
+    junk = draw(st.sampled_from(["\x00", "=?[", "\"", "[-]", "\x1b[1m", "]]"]))
+    junk += draw(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30))
+    lines[i] = head + junk.replace("\n", " ").replace("\r", " ") + "\n"
+    return "".join(lines).encode("utf-8")
+
+
+def garbage(case: ReaderCase):
+    raw = st.binary(max_size=300) | st.text(max_size=300).map(lambda t: t.encode("utf-8"))
+    trees = TREES.filter(lambda d: d != {}).map(
+        lambda d: _dump(d, case.file_name.endswith(".json")).encode())
+    if case.structured:
+        return st.one_of(raw, trees, mutated_documents(case))
+    return st.one_of(raw, mutated_lines(case))
+
+
+SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.filter_too_much])
+
+
+def _property(case_name: str) -> Callable:
+    case = BY_NAME[case_name]
+
+    @SETTINGS
+    @given(data=garbage(case))
+    def test(data):
+        _assert_refused(case, data)
+
+    test.__name__ = f"test_garbage_{case_name.replace('-', '_').replace('.', '_')}"
+    return test
+
+
+for _case in CASES:
+    _t = _property(_case.name)
+    globals()[_t.__name__] = _t
