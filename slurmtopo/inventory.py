@@ -31,16 +31,18 @@ from slurmtopo.yamlio import (LineDict, Reader, as_bool, as_float, as_int, as_no
                               as_pos_int, as_rate, as_str, document_kind, BlockList, dump_json,
                               dump_yaml, load_document)
 
+_PCI_RE = re.compile(r"^[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7]$")
+
 KINDS = ("inventory", "node-report", "fabric")
 TOP_KEYS = {"slurmtopo", "version", "name", "node_types", "nodes", "fabric", "cost", "report"}
 HW_KEYS = {"gpus", "links", "nics", "cpu", "nvswitch", "nvlink_lane_gbps", "pcie_gbps",
-           "gres_type"}
+           "gres_type", "virtualised", "nccl_topo_file"}
 NODE_KEYS = HW_KEYS | {"name", "type", "nvlink_domain", "features"}
 TYPE_KEYS = HW_KEYS | {"preset"}
 GPU_KEYS = {"index", "model", "pci_bus_id", "memory_mib", "uuid", "minor", "numa_node", "cpus",
-            "mig_mode", "mig", "nvlinks"}
+            "mig_mode", "mig", "nvlinks", "pci_path"}
 NIC_KEYS = {"name", "netdev", "pci_bus_id", "link_layer", "rate_gbps", "state", "port",
-            "numa_node", "gpu_relation", "role"}
+            "numa_node", "gpu_relation", "role", "pci_path"}
 CPU_KEYS = {"sockets", "cores_per_socket", "threads_per_core", "core_cpus"}
 MIG_KEYS = {"gi_id", "ci_id", "profile", "uuid", "memory_mib", "gi_cap_minor", "ci_cap_minor"}
 NVLINK_KEYS = {"link", "active", "remote_pci_bus_id", "remote_type"}
@@ -84,6 +86,15 @@ def _cpus(value) -> Tuple[int, ...]:
     return parse_cpulist(str(value))
 
 
+def _bus_ids(value) -> Tuple[str, ...]:
+    """``pci_path``: a list of PCI bus ids (or one whitespace-separated string)."""
+    ids = _tokens(value)
+    for b in ids:
+        if not _PCI_RE.match(b):
+            raise ValueError(f"{b!r} is not a PCI bus id (expected e.g. 0000:07:00.0)")
+    return ids
+
+
 def _tokens(value) -> Tuple[str, ...]:
     if isinstance(value, str):
         return tuple(value.split())
@@ -120,7 +131,7 @@ class _Parser:
             numa_node=r.get(d, "numa_node", "GPU", as_int),
             cpus=r.get(d, "cpus", "GPU", _cpus, ()),
             mig_mode=r.get(d, "mig_mode", "GPU", as_bool, bool(mig)),
-            mig=mig, nvlinks=nvl)
+            mig=mig, nvlinks=nvl, pci_path=r.get(d, "pci_path", "GPU", _bus_ids, ()))
 
     def mig(self, d) -> MigDevice:
         r = self.r
@@ -173,7 +184,8 @@ class _Parser:
             state=r.get(d, "state", "NIC", as_str, "active"),
             port=r.get(d, "port", "NIC", as_pos_int, 1),
             numa_node=r.get(d, "numa_node", "NIC", as_int),
-            gpu_relation=tuple(_norm(t) for t in rel), role=role)
+            gpu_relation=tuple(_norm(t) for t in rel), role=role,
+            pci_path=r.get(d, "pci_path", "NIC", _bus_ids, ()))
 
     def cpu(self, d) -> CpuTopology:
         r = self.r
@@ -269,7 +281,8 @@ class _Parser:
         if "cpu" in d:
             kw["cpu"] = None if d["cpu"] is None else self.cpu(d["cpu"])
         for key, conv in (("nvswitch", as_bool), ("nvlink_lane_gbps", as_rate),
-                          ("pcie_gbps", as_rate), ("gres_type", as_str)):
+                          ("pcie_gbps", as_rate), ("gres_type", as_str),
+                          ("virtualised", as_bool), ("nccl_topo_file", as_str)):
             if key in d:
                 kw[key] = r.get(d, key, what, conv)
         if base is not None:
@@ -536,6 +549,10 @@ def hardware_dict(hw: Hardware) -> Dict[str, Any]:
     for key in ("nvlink_lane_gbps", "pcie_gbps", "gres_type"):
         if getattr(hw, key) is not None:
             out[key] = getattr(hw, key)
+    if hw.virtualised:
+        out["virtualised"] = True
+    if hw.nccl_topo_file is not None:
+        out["nccl_topo_file"] = hw.nccl_topo_file
     return out
 
 
@@ -552,6 +569,8 @@ def _gpu_dict(g: Gpu) -> Dict[str, Any]:
         d["mig"] = [{k: v for k, v in vars(m).items() if v is not None} for m in g.mig]
     if g.nvlinks:
         d["nvlinks"] = [{k: v for k, v in vars(p).items() if v is not None} for p in g.nvlinks]
+    if g.pci_path:
+        d["pci_path"] = " ".join(g.pci_path)
     return d
 
 
@@ -565,6 +584,8 @@ def _nic_dict(n: Nic) -> Dict[str, Any]:
         d["gpu_relation"] = " ".join(n.gpu_relation)
     if n.role != "compute":
         d["role"] = n.role
+    if n.pci_path:
+        d["pci_path"] = " ".join(n.pci_path)
     return d
 
 

@@ -118,6 +118,10 @@ class Gpu:
     mig_mode: bool = False
     mig: Tuple[MigDevice, ...] = ()
     nvlinks: Tuple[NvLinkPort, ...] = ()  # per-port detail (agent reports)
+    #: bus ids of the PCIe switches (bridges) from the CPU down to this GPU,
+    #: as an NCCL topology file or hwloc gives them; lets ``nccl-topo``
+    #: write the tree back with the ids the VM really has
+    pci_path: Tuple[str, ...] = ()
 
     @property
     def device_minor(self) -> int:
@@ -147,6 +151,8 @@ class Nic:
     #: compute (training traffic) or storage/management; only compute NICs
     #: are given to NCCL
     role: str = "compute"
+    #: PCIe switches from the CPU down to this NIC (see :attr:`Gpu.pci_path`)
+    pci_path: Tuple[str, ...] = ()
 
     def relation_to(self, gpu_index: int) -> LinkClass:
         if gpu_index < len(self.gpu_relation):
@@ -212,6 +218,12 @@ class Hardware(_CachedHash):
     nvlink_lane_gbps: Optional[float] = None
     pcie_gbps: Optional[float] = None
     gres_type: Optional[str] = None  # Slurm GRES type name override
+    #: a VM (or any machine) whose PCI tree NCCL cannot read right: jobs get
+    #: ``NCCL_TOPO_FILE`` (docs/nccl-topo.md)
+    virtualised: bool = False
+    #: where this type's NCCL topology file is on every node; when unset, a
+    #: virtualised type's file is written into the job's run directory
+    nccl_topo_file: Optional[str] = None
 
     # explicit, or @dataclass(frozen=True) would generate an uncached one
     __hash__ = _CachedHash.__hash__

@@ -2,7 +2,10 @@
 
 Runs on a GPU node (NVML + sysfs), or anywhere with ``--from-smi FILE``,
 the saved text of ``nvidia-smi topo -m`` (pdsh output with ``host:``
-prefixes holds several nodes). Exit status: 0 when at least one GPU could
+prefixes holds several nodes). ``--from-nccl-xml FILE`` (NCCL's topology
+file, what cloud providers publish for their GPU VMs) and ``--from-hwloc
+FILE`` (``lstopo --of xml``) give the PCI tree; on a node where NVML works
+it is merged with what NVML sees (``--nvml``). Exit status: 0 when at least one GPU could
 be read, 1 when nothing usable was found (the report is still written, with
 its ``problems``), 2 on bad input.
 """
@@ -28,10 +31,18 @@ class NothingUsable(SlurmtopoError):
     exit_code = 1
 
 
-def _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core) -> List:
+def _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core,
+                 from_nccl_xml=None, from_hwloc=None, nvml="auto") -> List:
     """Discovery objects for this node (NVML) or for the hosts of a file."""
     from slurmtopo.agent.report import short_hostname
 
+    given = [o for o, v in (("--from-smi", from_smi), ("--from-nccl-xml", from_nccl_xml),
+                            ("--from-hwloc", from_hwloc)) if v]
+    if len(given) > 1:
+        raise SlurmtopoError(f"give one of {', '.join(given)}, not several")
+    if from_nccl_xml or from_hwloc:
+        return [_tree_discovery(from_nccl_xml, from_hwloc, node_name, sysfs_root, model,
+                                threads_per_core, nvml)]
     if from_smi:
         from slurmtopo.agent.smi import smi_discovery
 
@@ -46,6 +57,39 @@ def _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core) -> Li
     return [discover(sysfs_root=sysfs_root, node_name=node_name or host, hostname=host)]
 
 
+def _tree_discovery(from_nccl_xml, from_hwloc, node_name, sysfs_root, model,
+                    threads_per_core, nvml):
+    """A topology file, merged with NVML on this node when it can be read
+    (``nvml``: auto, yes or no)."""
+    from slurmtopo.agent.report import short_hostname
+
+    if from_nccl_xml:
+        from slurmtopo.agent.nccl_xml import read_nccl_xml as reader
+        path, source = from_nccl_xml, "nccl-topology-xml"
+    else:
+        from slurmtopo.agent.hwloc_xml import read_hwloc_xml as reader
+        path, source = from_hwloc, "hwloc-xml"
+    host = short_hostname()
+    tree = reader(path, node_name=node_name or host, model=model,
+                  threads_per_core=threads_per_core)
+    if nvml == "no":
+        return tree
+    from slurmtopo.agent.nvml_discovery import discover
+    from slurmtopo.agent.overlay import overlay_tree
+
+    try:
+        seen = discover(sysfs_root=sysfs_root, node_name=node_name or host, hostname=host)
+    except ImportError:
+        seen = None
+    if seen is None or not seen.node.gpus:
+        if nvml == "yes":
+            raise SlurmtopoError("--nvml yes: NVML cannot read this node's GPUs"
+                                 + (f" ({seen.problems[0]})" if seen and seen.problems else ""))
+        tree.report["problems"].append("NVML not usable here: the report is the file alone")
+        return tree
+    return overlay_tree(seen, tree, source)
+
+
 def _warn(discoveries) -> None:
     for d in discoveries:
         for p in d.problems:
@@ -54,10 +98,10 @@ def _warn(discoveries) -> None:
 
 def _source_options(f):
     f = click.option("--threads-per-core", type=click.IntRange(1, 8), default=None,
-                     help="With --from-smi: threads per core (default: inferred from the "
+                     help="With a file: threads per core (default: inferred from the "
                           "CPU affinity lists).")(f)
     f = click.option("--model", default=None,
-                     help="With --from-smi: the GPU model name as NVML prints it, e.g. "
+                     help="With a file: the GPU model name as NVML prints it, e.g. "
                           "'NVIDIA H100 80GB HBM3'.")(f)
     f = click.option("--sysfs-root", default="/", show_default=True,
                      type=click.Path(file_okay=False),
@@ -66,6 +110,15 @@ def _source_options(f):
                      help="Node name in the report (default: short hostname).")(f)
     f = click.option("--from-smi", type=click.Path(dir_okay=False), default=None,
                      help="Read the text of 'nvidia-smi topo -m' instead of NVML.")(f)
+    f = click.option("--from-nccl-xml", type=click.Path(dir_okay=False), default=None,
+                     help="Read an NCCL topology file (NCCL_TOPO_FILE; what cloud providers "
+                          "publish for their GPU VMs).")(f)
+    f = click.option("--from-hwloc", type=click.Path(dir_okay=False), default=None,
+                     help="Read hwloc's XML ('lstopo --of xml').")(f)
+    f = click.option("--nvml", type=click.Choice(["auto", "yes", "no"]), default="auto",
+                     show_default=True,
+                     help="With --from-nccl-xml/--from-hwloc: merge what NVML sees on this "
+                          "node (auto: when NVML can read it).")(f)
     return f
 
 
@@ -82,10 +135,11 @@ def command():
               help="Write one <node>.yaml per node (for --from-smi files with several hosts).")
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default=None,
               help="Report format (default: from the --output suffix, else yaml).")
-def discover_cmd(from_smi, node_name, sysfs_root, model, threads_per_core, output,
-                 output_dir, fmt):
+def discover_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, model,
+                 threads_per_core, output, output_dir, fmt):
     """Print (or write) this node's report: the inventory schema, one node."""
-    found = _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core)
+    found = _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core,
+                         from_nccl_xml, from_hwloc, nvml)
     if len(found) > 1 and not output_dir:
         raise SlurmtopoError(f"{len(found)} hosts in this file: give --output-dir", from_smi)
     for d in found:
@@ -117,8 +171,8 @@ def _check_usable(found) -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write the gres.conf lines here (atomically) instead of stdout.")
 @slurm_version_option
-def gres_cmd(from_smi, node_name, sysfs_root, model, threads_per_core, report_path,
-             type_name, output, slurm_version):
+def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, model,
+             threads_per_core, report_path, type_name, output, slurm_version):
     """Print this node's gres.conf lines, as slurmd -G (AutoDetect=nvml) would."""
     from slurmtopo.agent.gres import gres_text
 
@@ -132,7 +186,8 @@ def gres_cmd(from_smi, node_name, sysfs_root, model, threads_per_core, report_pa
         text = "".join(gres_text(n, inv.reports.get(n.name), type_name, slurm_version)
                        for n in nodes)
     else:
-        found = _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core)
+        found = _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core,
+                             from_nccl_xml, from_hwloc, nvml)
         text = "".join(gres_text(d.node, d.report, type_name, slurm_version) for d in found)
         _warn(found)
     if output:
