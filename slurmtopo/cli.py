@@ -29,6 +29,7 @@ COMMANDS = {
     "sbatch": "sbatch",
     "state": "state",
     "show": "show",
+    "nccl-topo": "nccl_topo",
 }
 
 

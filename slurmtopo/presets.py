@@ -9,7 +9,8 @@ type in the inventory, or lets the node agent report the real thing.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence, Tuple
+from dataclasses import replace
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.model import CpuTopology, Gpu, Hardware, Nic
 
@@ -159,6 +160,129 @@ def gb200_nvl72_tray() -> Hardware:
         cpu=CpuTopology(sockets=2, cores_per_socket=72, threads_per_core=1))
 
 
+# --------------------------------------------------------------------------
+# Cloud GPU shapes. Inside a VM, NVML and sysfs see a flattened PCI tree, so
+# these come from the providers' published NCCL topology files (sources in
+# docs/schema.md): bus ids, which NIC shares a (virtual) PCIe switch with
+# which GPU, NUMA placement and CPU masks. Virtualised shapes get
+# NCCL_TOPO_FILE in every job (docs/nccl-topo.md).
+
+
+def _cloud_nics(names: Sequence[str], buses: Sequence[str], rate: float, link_layer: str,
+                gpus_of: Sequence[Sequence[int]], gpu_numa: Sequence[int],
+                switch_of: Sequence[str]) -> Tuple[Nic, ...]:
+    """NICs that share a switch with the GPUs ``gpus_of[k]`` (PIX), NODE to
+    the other GPUs of their NUMA node, SYS to the rest."""
+    out = []
+    for name, bus, close, sw in zip(names, buses, gpus_of, switch_of):
+        numa = gpu_numa[close[0]]
+        rel = tuple("PIX" if g in close else ("NODE" if gpu_numa[g] == numa else "SYS")
+                    for g in range(len(gpu_numa)))
+        out.append(Nic(name=name, pci_bus_id=bus, rate_gbps=rate, numa_node=numa,
+                       gpu_relation=rel, link_layer=link_layer, pci_path=(sw,)))
+    return tuple(out)
+
+
+def _placed(gpus: Tuple[Gpu, ...], buses: Sequence[Optional[str]],
+            switches: Sequence[str]) -> Tuple[Gpu, ...]:
+    return tuple(replace(g, pci_bus_id=b, pci_path=(sw,))
+                 for g, b, sw in zip(gpus, buses, switches))
+
+
+def aws_p4d_24xlarge() -> Hardware:
+    """AWS p4d.24xlarge: 8x A100 40GB SXM4 on NVSwitch (NV12), 2 sockets of
+    24 cores with HT, 4 EFA devices at 100 Gb/s, one per virtual PCIe switch
+    shared by two GPUs (aws-ofi-nccl ``topology/p4d-24xl-topo.xml``)."""
+    numa = [0, 0, 0, 0, 1, 1, 1, 1]
+    sw = [f"ffff:ff:0{1 + i // 2}.0" for i in range(8)]
+    buses = [f"0000:{b}:{d}.0" for b in ("10", "20", "90", "a0") for d in ("1c", "1d")]
+    gpus = _placed(_gpus("NVIDIA A100-SXM4-40GB", 40960, numa, 24, 2, 2), buses, sw)
+    efa_bus = ["0000:10:1b.0", "0000:20:1b.0", "0000:90:1b.0", "0000:a0:1b.0"]
+    return Hardware(
+        gpus=gpus, links=_matrix(8, lambda a, b: "NV12"), nvswitch=True, virtualised=True,
+        nics=_cloud_nics([f"rdmap{int(b[5:7], 16)}s27" for b in efa_bus], efa_bus, 100,
+                         "Ethernet", [[0, 1], [2, 3], [4, 5], [6, 7]], numa, sw[::2]),
+        cpu=CpuTopology(sockets=2, cores_per_socket=24, threads_per_core=2))
+
+
+#: p5.48xlarge PCIe switches, one GPU and four EFA devices below each
+_P5_SWITCHES = ("45", "56", "67", "78", "89", "9a", "ab", "bc")
+_P5_EFA = (("4f", "50", "51", "52"), ("60", "61", "62", "63"), ("71", "72", "73", "74"),
+           ("82", "83", "84", "85"), ("93", "94", "95", "96"), ("a4", "a5", "a6", "a7"),
+           ("b5", "b6", "b7", "b8"), ("c6", "c7", "c8", "c9"))
+
+
+def aws_p5_48xlarge() -> Hardware:
+    """AWS p5.48xlarge: 8x H100 80GB SXM5 on NVSwitch (NV18), 2 sockets of 48
+    cores with HT, 32 EFA devices at 100 Gb/s, four on each GPU's PCIe
+    switch (aws-ofi-nccl ``topology/p5.48xl-topo.xml``, which names the
+    switches and EFA devices but not the GPUs' bus ids: NCCL adds the GPUs
+    from sysfs below the same switches)."""
+    numa = [0, 0, 0, 0, 1, 1, 1, 1]
+    sw = [f"0000:{s}:00.0" for s in _P5_SWITCHES]
+    gpus = _placed(_gpus("NVIDIA H100 80GB HBM3", 81559, numa, 48, 2, 2), [None] * 8, sw)
+    buses = [f"0000:{b}:00.0" for grp in _P5_EFA for b in grp]
+    return Hardware(
+        gpus=gpus, links=_matrix(8, lambda a, b: "NV18"), nvswitch=True, virtualised=True,
+        nics=_cloud_nics([f"rdmap{int(b[5:7], 16)}s0" for b in buses], buses, 100, "Ethernet",
+                         [[k // 4] for k in range(32)], numa, [sw[k // 4] for k in range(32)]),
+        cpu=CpuTopology(sockets=2, cores_per_socket=48, threads_per_core=2))
+
+
+def azure_nd96asr_v4() -> Hardware:
+    """Azure ND96asr_v4 (ND A100 v4): 8x A100 80GB SXM4 on NVSwitch (NV12),
+    96 cores (2x AMD EPYC, no SMT) in 4 NUMA nodes, 8 HDR InfiniBand HCAs at
+    200 Gb/s; per NUMA node one virtual switch with 2 GPUs and 2 HCAs
+    (azhpc-images ``topology/ndv4-topo.xml``)."""
+    numa = [1, 1, 0, 0, 3, 3, 2, 2]  # GPUs in bus id order: 0001 0002 0003 0004 000b-000e
+    sw = [f"ffff:ff:0{n + 1}.0" for n in numa]
+    buses = [f"{d:04x}:00:00.0" for d in (0x1, 0x2, 0x3, 0x4, 0xb, 0xc, 0xd, 0xe)]
+    gpus = tuple(replace(g, cpus=tuple(range(24 * n, 24 * n + 24)))
+                 for g, n in zip(_gpus("NVIDIA A100-SXM4-80GB", 81920, numa, 24, 4, 1), numa))
+    gpus = _placed(gpus, buses, sw)
+    hca_bus = [f"01{d:02x}:00:00.0" for d in range(1, 9)]
+    pairs = [[0, 1], [0, 1], [2, 3], [2, 3], [4, 5], [4, 5], [6, 7], [6, 7]]
+    return Hardware(
+        gpus=gpus, links=_matrix(8, lambda a, b: "NV12"), nvswitch=True, virtualised=True,
+        nics=_cloud_nics([f"mlx5_ib{k}" for k in range(8)], hca_bus, 200, "InfiniBand", pairs,
+                         numa, [sw[p[0]] for p in pairs]),
+        cpu=CpuTopology(sockets=2, cores_per_socket=48, threads_per_core=1))
+
+
+def azure_nd96isr_h100_v5() -> Hardware:
+    """Azure ND96isr_H100_v5 (ND H100 v5): 8x H100 80GB SXM5 on NVSwitch
+    (NV18), 96 cores (2x Xeon, no SMT), 8 NDR InfiniBand HCAs at 400 Gb/s,
+    one per GPU on its own virtual switch (azhpc-images
+    ``topology/ndv5-topo.xml``, whose NUMA node 0 holds CPUs 48-95)."""
+    numa = [0, 0, 0, 0, 1, 1, 1, 1]
+    sw = [f"ffff:ff:0{k + 1}.0" for k in range(8)]
+    buses = [f"{d:04x}:00:00.0" for d in (0x1, 0x2, 0x3, 0x8, 0x9, 0xa, 0xb, 0xc)]
+    cpus = {0: tuple(range(48, 96)), 1: tuple(range(0, 48))}
+    gpus = tuple(replace(g, cpus=cpus[n])
+                 for g, n in zip(_gpus("NVIDIA H100 80GB HBM3", 81559, numa, 48, 2, 1), numa))
+    gpus = _placed(gpus, buses, sw)
+    return Hardware(
+        gpus=gpus, links=_matrix(8, lambda a, b: "NV18"), nvswitch=True, virtualised=True,
+        nics=_cloud_nics([f"mlx5_ib{k}" for k in range(8)],
+                         [f"01{k + 1:02x}:00:00.0" for k in range(8)], 400, "InfiniBand",
+                         [[k] for k in range(8)], numa, sw),
+        cpu=CpuTopology(sockets=2, cores_per_socket=48, threads_per_core=1))
+
+
+def oci_bm_gpu_h100_8() -> Hardware:
+    """OCI BM.GPU.H100.8: bare metal (NCCL sees the real PCI tree, so not
+    virtualised), 8x H100 80GB SXM5 on NVSwitch (NV18), 2x Xeon Platinum
+    8480+ (56 cores, HT), 16 ConnectX-7 RoCE ports at 200 Gb/s, two on each
+    GPU's PCIe switch."""
+    numa = [0, 0, 0, 0, 1, 1, 1, 1]
+    gpus = _gpus("NVIDIA H100 80GB HBM3", 81559, numa, 56, 2, 2)
+    return Hardware(
+        gpus=gpus, links=_matrix(8, lambda a, b: "NV18"), nvswitch=True,
+        nics=_nics([f"mlx5_{k}" for k in range(16)], 200, [numa[k // 2] for k in range(16)],
+                   [[k // 2] for k in range(16)], numa, near_rel="PIX", link_layer="Ethernet"),
+        cpu=CpuTopology(sockets=2, cores_per_socket=56, threads_per_core=2))
+
+
 PRESETS: Dict[str, Callable[[], Hardware]] = {
     "hgx-h100-8": hgx_h100_8,
     "dgx-h100": hgx_h100_8,
@@ -168,6 +292,11 @@ PRESETS: Dict[str, Callable[[], Hardware]] = {
     "pcie-a6000-8-nvlink-pairs": pcie_a6000_8_nvlink_pairs,
     "pcie-l40s-8": pcie_l40s_8,
     "gb200-nvl72-tray": gb200_nvl72_tray,
+    "aws-p4d.24xlarge": aws_p4d_24xlarge,
+    "aws-p5.48xlarge": aws_p5_48xlarge,
+    "azure-nd96asr-v4": azure_nd96asr_v4,
+    "azure-nd96isr-h100-v5": azure_nd96isr_h100_v5,
+    "oci-bm.gpu.h100.8": oci_bm_gpu_h100_8,
 }
 
 _cache: Dict[str, Hardware] = {}

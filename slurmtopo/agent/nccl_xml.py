@@ -34,7 +34,7 @@ from typing import List, Optional, Tuple
 from slurmtopo.agent.pcitree import Bridge, TreeDevice, parse_affinity, tree_discovery
 from slurmtopo.agent.report import Discovery
 from slurmtopo.agent.sysfs import canonical_pci
-from slurmtopo.agent.xmlsafe import XmlDoc, read_xml
+from slurmtopo.agent.xmlsafe import XmlDoc, parse_xml, read_xml
 
 WHAT = "an NCCL topology file"
 #: deeper PCI nesting than this is a broken (or hostile) file, not a machine
@@ -153,7 +153,18 @@ def _layer(cls: Optional[str], name: Optional[str]) -> str:
 def read_nccl_xml(path: str, node_name: Optional[str] = None, model: Optional[str] = None,
                   threads_per_core: Optional[int] = None) -> Discovery:
     """One node's Discovery from an NCCL topology file."""
-    doc = read_xml(path, ("system",), WHAT)
+    return nccl_discovery(read_xml(path, ("system",), WHAT), node_name, model,
+                          threads_per_core)
+
+
+def parse_nccl_xml(text: str, where: str, node_name: Optional[str] = None) -> Discovery:
+    """Like :func:`read_nccl_xml`, from text (checking what was written)."""
+    return nccl_discovery(parse_xml(text, where, ("system",), WHAT), node_name or "check")
+
+
+def nccl_discovery(doc: XmlDoc, node_name: Optional[str] = None, model: Optional[str] = None,
+                   threads_per_core: Optional[int] = None) -> Discovery:
+    path = doc.path
     walker = _Walker(doc)
     cpus = [c for c in doc.root if c.tag == "cpu"]
     if not cpus:

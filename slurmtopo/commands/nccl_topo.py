@@ -1,0 +1,75 @@
+"""``slurmtopo nccl-topo``: write an NCCL topology file per node type.
+
+    slurmtopo nccl-topo --inventory cluster.yaml --output-dir /shared/slurmtopo/nccl-topo
+
+Each file is what NCCL reads from ``NCCL_TOPO_FILE`` (docs/nccl-topo.md):
+the node type's PCI tree, NUMA nodes, GPUs with their NVLinks and NICs.
+Every file is read back and any relation that did not survive is printed
+as a warning. Files are replaced atomically, the old one kept as a backup.
+"""
+from __future__ import annotations
+
+import os
+
+import click
+
+from slurmtopo.errors import SlurmtopoError
+
+
+@click.command("nccl-topo")
+@click.option("--inventory", "-i", "inventory_path", required=True,
+              help="Inventory file or directory of node reports.")
+@click.option("--output-dir", "-o", required=True, type=click.Path(file_okay=False),
+              help="Where <node type>.xml is written (created if missing).")
+@click.option("--type", "types", multiple=True,
+              help="Only this node type (repeatable; default: every type in the inventory).")
+@click.option("--virtualised-only", is_flag=True,
+              help="Only node types marked virtualised (those jobs get NCCL_TOPO_FILE).")
+@click.option("--nvlink/--no-nvlink", default=True, show_default=True,
+              help="Write the GPUs' NVLinks; without, NCCL reads NVLink from NVML.")
+def command(inventory_path, output_dir, types, virtualised_only, nvlink):
+    """Write NCCL topology files (NCCL_TOPO_FILE) for the inventory's node types."""
+    from slurmtopo import __version__
+    from slurmtopo.fileio import atomic_write
+    from slurmtopo.inventory import fold_hostlist, load_inventory
+    from slurmtopo.nccl_topo import check_written, render, topo_files
+
+    inv = load_inventory(inventory_path)
+    files = topo_files(inv, types, virtualised_only)
+    if not files:
+        raise SlurmtopoError("no node type to write (none is marked virtualised)"
+                             if virtualised_only else "no node type to write", inventory_path)
+    rendered = []
+    for f in files:  # every file is rendered before any is written
+        title = (f"NCCL topology for node type {f.name}, written by slurmtopo {__version__} "
+                 f"(slurmtopo nccl-topo); use with NCCL_TOPO_FILE")
+        try:
+            rendered.append((f, render(f.hardware, title, nvlink=nvlink)))
+        except SlurmtopoError as exc:
+            raise SlurmtopoError(f"node type {f.name}: {exc.message} (or leave the type out: "
+                                 "--type, --virtualised-only)", inventory_path) from None
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as exc:
+        raise SlurmtopoError(f"cannot create the directory ({exc.strerror})", output_dir)
+    for f, done in rendered:
+        path = os.path.join(output_dir, f"{f.name}.xml")
+        nodes = f"{len(f.nodes)} node(s): {fold_hostlist(f.nodes)}"
+        if _same(path, done.text):
+            click.echo(f"unchanged {path} for {nodes}")
+        else:
+            backup = atomic_write(path, done.text, backup=True)
+            click.echo(f"wrote {path} for {nodes}"
+                       + (f" (previous kept as {backup})" if backup else ""))
+        for note in done.notes:
+            click.echo(f"slurmtopo nccl-topo: {f.name}: note: {note}", err=True)
+        for diff in check_written(f.hardware, done.text, path):
+            click.echo(f"slurmtopo nccl-topo: {f.name}: warning: {diff}", err=True)
+
+
+def _same(path: str, text: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read() == text
+    except OSError:
+        return False
