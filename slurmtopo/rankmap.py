@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
@@ -254,8 +255,58 @@ def visible_devices(gpus: Sequence[int], allocated: Optional[Iterable[int]],
     return ",".join(str(pos[g]) for g in gpus)
 
 
+@dataclass(frozen=True)
+class TopoFilePlan:
+    """``NCCL_TOPO_FILE`` for a job: the variable, and the file the
+    start-time step must write into the run directory (when the node type
+    names no installed file)."""
+
+    env: Dict[str, str]
+    write: Optional[Tuple[str, Hardware]] = None  # (path, hardware to render)
+    note: Optional[str] = None
+
+
+#: the placeholder for the run directory before the job starts (env.json)
+RUN_DIR_PLACEHOLDER = "${SLURMTOPO_RUN_DIR}"
+
+
+def nccl_topo_plan(inv: Optional[Inventory], placement: Placement,
+                   run_dir: Optional[str] = None) -> TopoFilePlan:
+    """``NCCL_TOPO_FILE`` when the job's nodes are of one virtualised node
+    type: the type's ``nccl_topo_file`` when it names one, else
+    ``<run dir>/nccl-topo-<type>.xml`` (written at job start). The variable
+    is job-wide, so a job spanning several node types, or virtualised and
+    bare-metal nodes, gets none (and a note)."""
+    if inv is None:
+        return TopoFilePlan({})
+    kinds: Dict[object, Tuple[str, Hardware]] = {}
+    for h in _hosts(placement):
+        node = inv.nodes.get(h)
+        if node is not None:
+            key = node.type if node.type is not None else node.hardware
+            kinds.setdefault(key, (node.type or f"node-{node.name}", node.hardware))
+    virt = [k for k, (_, hw) in kinds.items() if hw.virtualised]
+    if not virt:
+        return TopoFilePlan({})
+    if len(kinds) > 1:
+        return TopoFilePlan({}, note="NCCL_TOPO_FILE not set: the job spans node types "
+                            + ", ".join(sorted(n for n, _ in kinds.values()))
+                            + " and the variable is job-wide")
+    name, hw = kinds[virt[0]]
+    if hw.nccl_topo_file:
+        return TopoFilePlan({"NCCL_TOPO_FILE": hw.nccl_topo_file},
+                            note=f"NCCL_TOPO_FILE={hw.nccl_topo_file} (virtualised node type "
+                                 f"{name})")
+    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+    path = f"{(run_dir or RUN_DIR_PLACEHOLDER).rstrip('/')}/nccl-topo-{stem}.xml"
+    return TopoFilePlan({"NCCL_TOPO_FILE": path}, write=(path, hw),
+                        note=f"NCCL_TOPO_FILE={path} (virtualised node type {name}, written at "
+                             "job start; the run directory must be readable on every node)")
+
+
 def nccl_env(inv: Optional[Inventory], placement: Placement,
-             socket_ifname: Optional[str] = None) -> Dict[str, str]:
+             socket_ifname: Optional[str] = None, run_dir: Optional[str] = None
+             ) -> Dict[str, str]:
     """The job-wide NCCL block.
 
     * ``NCCL_IB_HCA``: the compute NICs the ranks are next to, exact names
@@ -265,6 +316,7 @@ def nccl_env(inv: Optional[Inventory], placement: Placement,
     * ``NCCL_CROSS_NIC=0`` when the job is rail-aligned: every host uses the
       same GPUs in the same local order and each GPU's nearest NIC has the
       same name everywhere, so rank traffic can stay on its rail.
+    * ``NCCL_TOPO_FILE`` on virtualised nodes (:func:`nccl_topo_plan`).
     """
     env: Dict[str, str] = {}
     hws: List[Hardware] = []
@@ -300,6 +352,7 @@ def nccl_env(inv: Optional[Inventory], placement: Placement,
         env["NCCL_SOCKET_IFNAME"] = "^lo,docker"
     if len(rails) > 1 and rail_aligned(placement):
         env["NCCL_CROSS_NIC"] = "0"
+    env.update(nccl_topo_plan(inv, placement, run_dir).env)
     return env
 
 

@@ -116,8 +116,8 @@ def test_unknown_key_names_line(tmp_path):
             gpu_count: 8
         """)
     assert msg.endswith("unknown key 'gpu_count' in node (allowed: cpu, features, gpus, gres_type, "
-                        "links, name, nics, nvlink_domain, nvlink_lane_gbps, nvswitch, pcie_gbps, "
-                        "type)")
+                        "links, name, nccl_topo_file, nics, nvlink_domain, nvlink_lane_gbps, "
+                        "nvswitch, pcie_gbps, type, virtualised)")
     assert ":4:" in msg
 
 

@@ -4,7 +4,7 @@ env.sh)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
@@ -30,6 +30,9 @@ class BindResult:
     layout: Any
     launcher: str = "srun"  # one task per rank, or "torchrun": one per node
     visible: Optional[Dict[str, str]] = None  # host -> CUDA_VISIBLE_DEVICES
+    #: files the run directory gets besides the usual ones (path -> text):
+    #: the NCCL topology file of a virtualised node type
+    extra_files: Dict[str, str] = field(default_factory=dict)
 
 
 def master_port(doc: Mapping[str, Any], job_id: str) -> int:
@@ -69,9 +72,11 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
 def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
          cgroup_mode: str = "auto", inventory_path: Optional[str] = None,
          planner: Optional[Callable] = None, dev_dir: str = "/dev",
-         probe: bool = True, allowed: Optional[Iterable[int]] = None) -> BindResult:
+         probe: bool = True, allowed: Optional[Iterable[int]] = None,
+         run_dir: Optional[str] = None) -> BindResult:
     """Everything the start-time step decides, without writing anything.
-    ``allowed``: the CPUs this node allows (default: os.sched_getaffinity)."""
+    ``allowed``: the CPUs this node allows (default: os.sched_getaffinity);
+    ``run_dir``: where the files will go, for paths the environment names."""
     from slurmtopo.rankmap import job_env, nccl_env
 
     log: List[str] = []
@@ -122,13 +127,15 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
                            allowed if allowed is not None else os.sched_getaffinity(0),
                            alloc.batch_host))
     port = master_port(doc, alloc.job_id)
-    jenv = job_env(placement, port, nccl_env(inv, placement, doc.get("socket_ifname")))
+    jenv = job_env(placement, port, nccl_env(inv, placement, doc.get("socket_ifname"), run_dir))
+    extra = _topo_file(inv, placement, run_dir, log)
     log.append(f"MASTER_ADDR={jenv['MASTER_ADDR']} MASTER_PORT={port} "
                f"WORLD_SIZE={placement.world_size}")
     table = rank_table(placement, alloc.gpus, constrained)
     return BindResult(placement=placement, allocation=alloc, constrained=constrained,
                       replanned=replanned, job_env=jenv, table=table, log=log, inventory=inv,
-                      layout=layout_from_doc(doc), launcher=launcher, visible=visible)
+                      layout=layout_from_doc(doc), launcher=launcher, visible=visible,
+                      extra_files=extra)
 
 
 def contiguous_fill(inv: Inventory, placement: Placement, alloc: Allocation, layout
@@ -148,6 +155,26 @@ def contiguous_fill(inv: Inventory, placement: Placement, alloc: Allocation, lay
         gpus += [g for g in pool if g not in gpus]
         hg.append((h, gpus[:per]))
     return fill_placement(inv, hg, layout, notes=("ranks in node order for torchrun",))
+
+
+def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
+               log: List[str]) -> Dict[str, str]:
+    """The NCCL topology file a virtualised node type needs in the run
+    directory, rendered now (nothing is written here)."""
+    from slurmtopo.nccl_topo import render
+    from slurmtopo.rankmap import nccl_topo_plan
+
+    plan = nccl_topo_plan(inv, placement, run_dir)
+    if plan.note:
+        log.append(plan.note)
+    if plan.write is None or run_dir is None:
+        return {}
+    path, hw = plan.write
+    try:
+        return {path: render(hw, "written by slurmtopo bind for this job").text}
+    except SlurmtopoError as exc:
+        log.append(f"no NCCL topology file: {exc.message}")
+        return {}
 
 
 def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
@@ -228,6 +255,9 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) 
     atomic_write(task, task_env_text(result, environ))
     paths.append(task)
     text, _ = env_script(result, run_dir, environ, result.log)
+    for path, content in sorted(result.extra_files.items()):
+        atomic_write(path, content)
+        paths.append(path)
     envsh = os.path.join(run_dir, "env.sh")
     atomic_write(envsh, text)
     paths.append(envsh)

@@ -44,9 +44,9 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet)
         text = read_text(plan_path)
         where = plan_path
     doc = read_plan(text, where)
-    result = bind(doc, os.environ, cgroup_mode=cgroup_devices, inventory_path=inventory_path,
-                  probe=not no_probe)
     run_dir = os.path.abspath(run_dir)
+    result = bind(doc, os.environ, cgroup_mode=cgroup_devices, inventory_path=inventory_path,
+                  probe=not no_probe, run_dir=run_dir)
     paths = write_run_dir(result, run_dir, os.environ)
     lines = result.log if not quiet else [l for l in result.log
                                           if "differs" in l or "keeping" in l or "unusable" in l]

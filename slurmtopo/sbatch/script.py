@@ -420,8 +420,11 @@ class SbatchRequest:
                 raise SlurmtopoError(f"--launcher torchrun cannot start this plan: {why}")
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
                             socket_ifname, launch=launch.doc())
+        from slurmtopo.rankmap import nccl_topo_plan
+        nccl_topo = nccl_topo_plan(inv, placement).note  # virtualised nodes: NCCL_TOPO_FILE
         comments = plan_comments(placement, layout, inventory_path,
-                                 list(topo_why) + [launch.comment()])
+                                 list(topo_why) + [launch.comment()]
+                                 + ([nccl_topo] if nccl_topo else []))
         return cls(command=tuple(str(c) for c in command), nodes=len(hosts),
                    ntasks=placement.world_size, ntasks_per_node=ntpn, gpus_per_node=gpus,
                    gpus_per_task=gpt, job_name=job_name, partition=partition, time=time,
