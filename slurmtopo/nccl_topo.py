@@ -200,7 +200,7 @@ def render(hw: Hardware, title: Optional[str] = None, nvlink: bool = True) -> Re
                              "agent discover) or give pci_bus_id")
     paths = {("gpu", g.index): g.pci_path for g in hw.gpus}
     paths.update({("nic", k): n.pci_path for k, n in enumerate(hw.nics)})
-    recorded = all(paths[(d.kind, d.index)] for d in devs)
+    recorded = any(paths[(d.kind, d.index)] for d in devs)  # else: from the relations
     ids = _Ids([b for p in paths.values() for b in p] + [d.bus for d in devs])
     words = max(1, (max((c for g in hw.gpus for c in g.cpus), default=0) // 32) + 1)
     speed = _link_speed(hw)
