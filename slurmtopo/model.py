@@ -12,9 +12,10 @@ types costs 12,500 small :class:`Node` objects, not 12,500 link matrices.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from slurmtopo.links import LinkClass, parse_token
 
@@ -79,6 +80,38 @@ def _format_cpus(cpus) -> str:
         parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
         i = j + 1
     return ",".join(parts)
+
+
+#: widest CPU mask read (32768 CPUs): a longer one is a broken file
+MAX_MASK_WORDS = 1024
+_HEX_WORD = re.compile(r"^[0-9a-f]{1,8}$")
+
+
+def parse_cpumask(mask: str) -> Tuple[int, ...]:
+    """NCCL's / the kernel's CPU mask (``0000ffff,ffffffff``: 32-bit hex words,
+    most significant first) -> CPU ids. Raises ValueError."""
+    text = mask.strip().lower().replace("0x", "")
+    if not text:
+        return ()
+    words = text.split(",")
+    if len(words) > MAX_MASK_WORDS:
+        raise ValueError(f"CPU mask of {len(words)} words is wider than "
+                         f"{32 * MAX_MASK_WORDS} CPUs")
+    value = 0
+    for word in words:
+        word = word.strip()
+        if not _HEX_WORD.match(word):
+            raise ValueError(f"bad CPU mask word {word!r} (expected up to 8 hex digits)")
+        value = (value << 32) | int(word, 16)
+    return tuple(i for i in range(value.bit_length()) if value >> i & 1)
+
+
+def format_cpumask(cpus: Sequence[int], words: int) -> str:
+    """CPU ids -> the mask format of :func:`parse_cpumask`, ``words`` wide."""
+    value = 0
+    for c in cpus:
+        value |= 1 << int(c)
+    return ",".join(f"{(value >> (32 * k)) & 0xFFFFFFFF:08x}" for k in reversed(range(words)))
 
 
 @dataclass(frozen=True)

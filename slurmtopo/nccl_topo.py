@@ -29,7 +29,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from xml.sax.saxutils import quoteattr
 
 from slurmtopo.links import LinkClass, parse_token
-from slurmtopo.model import Hardware
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.model import Hardware, format_cpumask
 
 GPU_CLASS = "0x030200"
 BRIDGE_CLASS = "0x060400"
@@ -194,7 +195,6 @@ def render(hw: Hardware, title: Optional[str] = None, nvlink: bool = True) -> Re
     loose = [d for d in devs if d.bus is None and d.kind == "nic"]  # <nic> right under <cpu>
     devs = [d for d in devs if d.bus is not None]
     if not devs:
-        from slurmtopo.errors import SlurmtopoError
         raise SlurmtopoError("no GPU or NIC has a PCI bus id, so there is nothing NCCL could "
                              "match: describe the node type from a node report (slurmtopo "
                              "agent discover) or give pci_bus_id")
@@ -213,8 +213,7 @@ def render(hw: Hardware, title: Optional[str] = None, nvlink: bool = True) -> Re
         cpus = sorted({c for d in here if d.kind == "gpu" for c in hw.gpus[d.index].cpus})
         attrs = f'numaid="{numa}"'
         if cpus:
-            from slurmtopo.agent.pcitree import format_affinity
-            attrs += f' affinity="{format_affinity(cpus, words)}"'
+            attrs += f' affinity="{format_cpumask(cpus, words)}"'
         out.append(f"  <cpu {attrs}>")
         tree = _from_paths(here, paths) if recorded else _inferred(hw, here, ids)
         _emit(hw, tree, out, 2, speed, nvlink)
@@ -302,7 +301,8 @@ class TopoFile:
     nodes: List[str]
 
 
-def _stem(name: str) -> str:
+def file_stem(name: str) -> str:
+    """A node type name as a file name (``nccl-topo-<stem>.xml``)."""
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "_"
 
 
@@ -316,17 +316,16 @@ def topo_files(inv, types: Sequence[str] = (), virtualised_only: bool = False
         key = ("type", node.type) if node.type is not None else ("hw", hw)
         if key not in out:
             name = node.type if node.type is not None else f"node-{node.name}"
-            out[key] = TopoFile(_stem(name), hw, [])
+            out[key] = TopoFile(file_stem(name), hw, [])
         out[key].nodes.append(node.name)
     files = list(out.values())
     if types:
         known = {f.name for f in files}
-        unknown = [t for t in types if _stem(t) not in known]
+        unknown = [t for t in types if file_stem(t) not in known]
         if unknown:
-            from slurmtopo.errors import SlurmtopoError
             raise SlurmtopoError(f"no node of type {', '.join(unknown)} in the inventory "
                                  f"(types: {', '.join(sorted(known))})")
-        files = [f for f in files if f.name in {_stem(t) for t in types}]
+        files = [f for f in files if f.name in {file_stem(t) for t in types}]
     if virtualised_only:
         files = [f for f in files if f.hardware.virtualised]
     return files

@@ -297,8 +297,9 @@ def nccl_topo_plan(inv: Optional[Inventory], placement: Placement,
         return TopoFilePlan({"NCCL_TOPO_FILE": hw.nccl_topo_file},
                             note=f"NCCL_TOPO_FILE={hw.nccl_topo_file} (virtualised node type "
                                  f"{name})")
-    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
-    path = f"{(run_dir or RUN_DIR_PLACEHOLDER).rstrip('/')}/nccl-topo-{stem}.xml"
+    from slurmtopo.nccl_topo import file_stem
+
+    path = f"{(run_dir or RUN_DIR_PLACEHOLDER).rstrip('/')}/nccl-topo-{file_stem(name)}.xml"
     return TopoFilePlan({"NCCL_TOPO_FILE": path}, write=(path, hw),
                         note=f"NCCL_TOPO_FILE={path} (virtualised node type {name}, written at "
                              "job start; the run directory must be readable on every node)")

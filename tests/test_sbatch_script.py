@@ -42,6 +42,7 @@ CASES = {
     "a6000-4node-pcie": (None, dict(tp=2, pp=2, dp=4), dict(job_name="a6000")),
     "dgx1-v100-pair": (None, dict(tp=4, dp=4), dict(job_name="dgx1", time="30")),
     "gb200-nvl72-rack": (None, dict(tp=4, pp=4, dp=2), dict(job_name="nvl72", exclusive=True)),
+    "azure-ndv4-4node": (None, dict(tp=8, dp=4), dict(job_name="ndv4", exclusive=True)),
 }
 COMMAND = ["python", "train.py", "--config", "conf/my run.yaml"]
 

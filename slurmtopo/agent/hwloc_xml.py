@@ -24,10 +24,11 @@ import re
 import xml.etree.ElementTree as ET
 from typing import List, Optional, Tuple
 
-from slurmtopo.agent.pcitree import Bridge, TreeDevice, parse_affinity, tree_discovery
+from slurmtopo.agent.pcitree import Bridge, TreeDevice, tree_discovery
 from slurmtopo.agent.report import Discovery
 from slurmtopo.agent.sysfs import canonical_pci
 from slurmtopo.agent.xmlsafe import XmlDoc, read_xml
+from slurmtopo.model import parse_cpumask
 
 WHAT = "an hwloc topology (lstopo --of xml)"
 MAX_DEPTH = 64
@@ -41,7 +42,7 @@ def _mask(text: Optional[str]) -> Tuple[int, ...]:
     if not text or "f...f" in text:
         return ()
     try:
-        return parse_affinity(",".join(w.strip()[2:] if w.strip().lower().startswith("0x")
+        return parse_cpumask(",".join(w.strip()[2:] if w.strip().lower().startswith("0x")
                                        else w.strip() for w in text.split(",")))
     except ValueError:
         return ()

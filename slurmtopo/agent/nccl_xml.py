@@ -31,10 +31,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import List, Optional, Tuple
 
-from slurmtopo.agent.pcitree import Bridge, TreeDevice, parse_affinity, tree_discovery
+from slurmtopo.agent.pcitree import Bridge, TreeDevice, tree_discovery
 from slurmtopo.agent.report import Discovery
 from slurmtopo.agent.sysfs import canonical_pci
 from slurmtopo.agent.xmlsafe import XmlDoc, parse_xml, read_xml
+from slurmtopo.model import parse_cpumask
 
 WHAT = "an NCCL topology file"
 #: deeper PCI nesting than this is a broken (or hostile) file, not a machine
@@ -47,14 +48,14 @@ class _Walker:
         self.devices: List[TreeDevice] = []
         self.unknown: List[int] = []
 
-    def integer(self, elem: ET.Element, key: str, default=None, base: int = 10):
+    def integer(self, elem: ET.Element, key: str, default=None):
         value = elem.get(key)
         if value is None:
             if default is None:
                 raise self.doc.error(f"<{elem.tag}> needs a {key}= attribute", elem)
             return default
         try:
-            return int(value, 0) if base == 0 else int(float(value))
+            return int(float(value))
         except ValueError:
             raise self.doc.error(f"<{elem.tag}> {key}={value!r} is not a number", elem) from None
 
@@ -74,7 +75,7 @@ class _Walker:
         cpus: Tuple[int, ...] = ()
         if elem.get("affinity"):
             try:
-                cpus = parse_affinity(elem.get("affinity"))
+                cpus = parse_cpumask(elem.get("affinity"))
             except ValueError as exc:
                 raise self.doc.error(f"<cpu> affinity: {exc}", elem) from None
         root = f"cpu{numa}"

@@ -148,7 +148,7 @@ def build_hardware(devices: Sequence[TreeDevice], problems: List[str],
         name = n.name or f"nic-{canonical_pci(n.bus_id) or len(model_nics)}"
         if name in seen:
             problems.append(f"NIC {name} appears twice in the file; the second one "
-                            "(line {}) is left out".format(n.line or "?"))
+                            f"(line {n.line or '?'}) is left out")
             continue
         seen[name] = len(model_nics)
         model_nics.append(Nic(
@@ -178,26 +178,3 @@ def tree_discovery(devices: Sequence[TreeDevice], problems: List[str], path: str
     name = node_name or short_hostname()
     report = report_block(source, problems, hostname=name, file=path)
     return Discovery(node=Node(name=name, hardware=hw), report=report)
-
-
-def parse_affinity(mask: str) -> Tuple[int, ...]:
-    """NCCL's / the kernel's CPU mask (``0000ffff,ffffffff``: 32-bit hex words,
-    most significant first) -> CPU ids. Raises ValueError."""
-    text = mask.strip().lower().replace("0x", "")
-    if not text:
-        return ()
-    value = 0
-    for word in text.split(","):
-        word = word.strip()
-        if not word or len(word) > 8:
-            raise ValueError(f"bad CPU mask word {word!r}")
-        value = (value << 32) | int(word, 16)
-    return tuple(i for i in range(value.bit_length()) if value >> i & 1)
-
-
-def format_affinity(cpus: Sequence[int], words: int) -> str:
-    """CPU ids -> the mask format of :func:`parse_affinity`, ``words`` wide."""
-    value = 0
-    for c in cpus:
-        value |= 1 << int(c)
-    return ",".join(f"{(value >> (32 * k)) & 0xFFFFFFFF:08x}" for k in reversed(range(words)))

@@ -13,10 +13,10 @@ from slurmtopo.agent.hwloc_xml import read_hwloc_xml
 from slurmtopo.agent.nccl_xml import read_nccl_xml
 from slurmtopo.agent.nvml_discovery import discover
 from slurmtopo.agent.overlay import overlay_tree
-from slurmtopo.agent.pcitree import format_affinity, parse_affinity
 from slurmtopo.cli import main
 from slurmtopo.errors import InventoryError
 from slurmtopo.inventory import load_inventory
+from slurmtopo.model import format_cpumask, parse_cpumask
 from slurmtopo.presets import preset
 
 from .conftest import FIXTURES
@@ -249,8 +249,10 @@ def test_no_gpu_and_deep_nesting_are_refused(tmp_path):
 
 def test_affinity_masks_round_trip():
     cpus = tuple(range(0, 48)) + tuple(range(96, 144))
-    text = format_affinity(cpus, 6)
+    text = format_cpumask(cpus, 6)
     assert text == "00000000,0000ffff,ffffffff,00000000,0000ffff,ffffffff"
-    assert parse_affinity(text) == cpus
-    with pytest.raises(ValueError):
-        parse_affinity("123456789")
+    assert parse_cpumask(text) == cpus
+    with pytest.raises(ValueError, match="hex digits"):
+        parse_cpumask("123456789")
+    with pytest.raises(ValueError, match="wider than"):  # bounded work on a hostile mask
+        parse_cpumask(",".join(["ffffffff"] * 5000))
