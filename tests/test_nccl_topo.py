@@ -296,7 +296,7 @@ def test_topo_file_env_named_file_bare_metal_and_mixed_jobs():
 def test_a_job_on_virtualised_nodes_gets_the_file(tmp_path):
     """The batch script run under bash with a fake Slurm: env.sh exports
     NCCL_TOPO_FILE, the file is in the run directory and reads back."""
-    from slurmtopo.binding import fill_placement
+    from slurmtopo.binding.replan import fill_placement
     from slurmtopo.groups import Layout
     from tests.test_binding import DUMP_RANK, _run_job, _script
 
