@@ -14,8 +14,8 @@ the file leaves out. The format is NCCL's own (``src/graph/xml.cc``, read in
 * GPUs as ``<pci class="0x030200">`` with ``<gpu dev>`` and their
   ``<nvlink>``s (NVSwitch links as ``tclass="0x068000"``), or bare with
   ``nvlink=False`` so that NCCL reads NVLink from NVML;
-* NICs as ``<pci class="0x020700">`` (InfiniBand) or ``0x020000``
-  (Ethernet, EFA) with ``<nic><net name dev speed port>`` (speed in Mbit/s).
+* NICs as ``<pci class="0x020700">`` (InfiniBand), ``0x020000``
+  (Ethernet, EFA) or ``0x028000`` (link layer unknown) with ``<nic><net name dev speed port>`` (speed in Mbit/s).
 
 Attributes NCCL measures itself (``sm``, ``gdr``, ``guid``, ``maxconn``,
 ``latency``) are left for it to fill in. NCCL matches devices by PCI bus
@@ -37,6 +37,7 @@ BRIDGE_CLASS = "0x060400"
 NVSWITCH_CLASS = "0x068000"
 NVSWITCH_TARGET = "ffff:fe:00.0"
 NIC_CLASS = {"InfiniBand": "0x020700", "Ethernet": "0x020000"}
+OTHER_NIC_CLASS = "0x028000"  # "other network controller": link layer unknown
 
 
 @dataclass
@@ -272,7 +273,7 @@ def _nvlinks(hw: Hardware, i: int) -> List[Tuple[str, int, str]]:
 def _nic(hw: Hardware, d: _Dev, out: List[str], pad: str, speed: str) -> None:
     n = hw.nics[d.index]
     net = _net_attrs(hw, d)
-    out.append(f'{pad}<pci busid="{d.bus}" class="{NIC_CLASS.get(n.link_layer, "0x020000")}" '
+    out.append(f'{pad}<pci busid="{d.bus}" class="{NIC_CLASS.get(n.link_layer, OTHER_NIC_CLASS)}" '
                f'link_speed="{speed}" link_width="16">')
     out.append(f"{pad}  <nic>")
     out.append(f"{pad}    <net {net}/>")

@@ -96,7 +96,7 @@ class _Walker:
         elif cls.startswith("02"):
             rdma = [o.get("name") for o in osdevs if _is_rdma(o)]
             net = [o.get("name") for o in osdevs if not _is_rdma(o) and _is_net(o)]
-            layer = "InfiniBand" if cls == "0207" else "Ethernet"
+            layer = {"0207": "InfiniBand", "0200": "Ethernet"}.get(cls, "unknown")
             if rdma:
                 for name in rdma:
                     self.devices.append(TreeDevice(

@@ -140,15 +140,17 @@ class _Walker:
 
 
 def _layer(cls: Optional[str], name: Optional[str]) -> str:
-    """InfiniBand for class 0x0207 (and mlx5 names), Ethernet for 0x0200
-    (EFA and RoCE ports, AWS's ``rdmap*`` EFA devices)."""
+    """InfiniBand for class 0x0207, Ethernet for 0x0200 (EFA and RoCE ports;
+    AWS's ``rdmap*`` EFA devices when no class is given), else unknown."""
     if cls and cls.startswith("0x0207"):
         return "InfiniBand"
-    if cls and cls.startswith("0x02"):
+    if cls and cls.startswith("0x0200"):
         return "Ethernet"
     if name and (name.startswith("rdmap") or name.startswith("efa")):
         return "Ethernet"
-    return "InfiniBand"
+    if name and name.startswith("mlx") and not cls:
+        return "InfiniBand"
+    return "unknown"
 
 
 def read_nccl_xml(path: str, node_name: Optional[str] = None, model: Optional[str] = None,

@@ -10,7 +10,6 @@ ask :class:`XmlDoc` for the line of an element when its content is wrong.
 """
 from __future__ import annotations
 
-import os
 import xml.etree.ElementTree as ET
 from typing import Dict, Optional, Sequence
 
@@ -18,6 +17,7 @@ import defusedxml
 from defusedxml.ElementTree import DefusedXMLParser
 
 from slurmtopo.errors import InventoryError
+from slurmtopo.fileio import read_text
 
 #: the largest topology file read (a big hwloc export is a few MB)
 MAX_BYTES = 32 * 1024 * 1024
@@ -82,16 +82,9 @@ def parse_xml(text: str, path: str, roots: Sequence[str], what: str) -> XmlDoc:
 
 
 def read_xml(path: str, roots: Sequence[str], what: str) -> XmlDoc:
-    """Read and parse the file at ``path`` (size-checked first)."""
-    try:
-        size = os.path.getsize(path)
-        if size > MAX_BYTES:
-            raise InventoryError(f"file is {size} bytes; {what} is never bigger than "
-                                 f"{MAX_BYTES // (1024 * 1024)} MiB", path)
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise InventoryError(f"cannot read: {exc.strerror}", path) from None
+    """Read (bounded: devices refused, at most ``MAX_BYTES``) and parse the
+    file at ``path``."""
+    text = read_text(path, limit=MAX_BYTES, errors="replace")
     if not text.strip():
         raise InventoryError(f"file is empty (expected {what})", path)
     return parse_xml(text, path, roots, what)

@@ -30,7 +30,7 @@ from slurmtopo.errors import SlurmtopoError
 def command(inventory_path, output_dir, types, virtualised_only, nvlink):
     """Write NCCL topology files (NCCL_TOPO_FILE) for the inventory's node types."""
     from slurmtopo import __version__
-    from slurmtopo.fileio import atomic_write
+    from slurmtopo.fileio import atomic_write, ensure_dir
     from slurmtopo.inventory import fold_hostlist, load_inventory
     from slurmtopo.nccl_topo import check_written, render, topo_files
 
@@ -48,10 +48,7 @@ def command(inventory_path, output_dir, types, virtualised_only, nvlink):
         except SlurmtopoError as exc:
             raise SlurmtopoError(f"node type {f.name}: {exc.message} (or leave the type out: "
                                  "--type, --virtualised-only)", inventory_path) from None
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-    except OSError as exc:
-        raise SlurmtopoError(f"cannot create the directory ({exc.strerror})", output_dir)
+    ensure_dir(output_dir)
     for f, done in rendered:
         path = os.path.join(output_dir, f"{f.name}.xml")
         nodes = f"{len(f.nodes)} node(s): {fold_hostlist(f.nodes)}"

@@ -231,8 +231,10 @@ def test_hwloc_reader_refuses_an_nccl_file_and_big_files(tmp_path, monkeypatch):
         read_hwloc_xml(str(XML / "pcie_pairs_full.xml"))
     from slurmtopo.agent import xmlsafe
     monkeypatch.setattr(xmlsafe, "MAX_BYTES", 100)
-    with pytest.raises(InventoryError, match="bytes"):
+    with pytest.raises(InventoryError, match="larger than"):
         read_hwloc_xml(str(HWLOC))
+    with pytest.raises(InventoryError, match="is a device"):
+        read_nccl_xml("/dev/zero")
 
 
 def test_no_gpu_and_deep_nesting_are_refused(tmp_path):
