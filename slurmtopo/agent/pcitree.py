@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.agent.report import Discovery, report_block, short_hostname
-from slurmtopo.agent.smi import infer_cpu_topology
+from slurmtopo.agent.cpulayout import infer_cpu_layout
 from slurmtopo.agent.sysfs import canonical_pci
 from slurmtopo.model import Gpu, Hardware, Nic, Node
 
@@ -161,7 +161,9 @@ def build_hardware(devices: Sequence[TreeDevice], problems: List[str],
     if any(not n.name for n in nics):
         problems.append("the file does not name some NICs (given only by PCI class): named "
                         "nic-<bus id>; run on the node to merge the RDMA device names")
-    cpu = infer_cpu_topology([g.cpus for g in gpus], threads_per_core)
+    guess = infer_cpu_layout([g.cpus for g in gpus], [g.numa for g in gpus], threads_per_core)
+    problems.extend(guess.guesses)
+    cpu = guess.cpu
     return Hardware(gpus=model_gpus, links=links, nics=tuple(model_nics), cpu=cpu,
                     nvswitch=nvswitch)
 
