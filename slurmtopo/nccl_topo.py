@@ -290,7 +290,7 @@ def _net_attrs(hw: Hardware, d: _Dev) -> str:
 
 
 # --------------------------------------------------------------------------
-# Which files an inventory needs, and checking what was written
+# Which files an inventory needs
 
 
 @dataclass
@@ -330,31 +330,3 @@ def topo_files(inv, types: Sequence[str] = (), virtualised_only: bool = False
     if virtualised_only:
         files = [f for f in files if f.hardware.virtualised]
     return files
-
-
-def check_written(hw: Hardware, text: str, where: str) -> List[str]:
-    """Read ``text`` back and list every relation that differs from ``hw``
-    (PHB, which NCCL's format cannot say, comes back as NODE)."""
-    from slurmtopo.agent.nccl_xml import parse_nccl_xml
-    from slurmtopo.agent.sysfs import canonical_pci
-
-    back = parse_nccl_xml(text, where).node.hardware if any(
-        g.pci_bus_id for g in hw.gpus) else None
-    if back is None:
-        return []
-    pos = {canonical_pci(g.pci_bus_id): g.index for g in back.gpus}
-    mine = {g.index: pos.get(canonical_pci(g.pci_bus_id)) for g in hw.gpus if g.pci_bus_id}
-    nics = {n.name: n for n in back.nics}
-    out: List[str] = []
-    for a, pa in mine.items():
-        for b, pb in mine.items():
-            if a < b and pa is not None and pb is not None and hw.links[a][b] != back.links[pa][pb]:
-                out.append(f"GPU{a}-GPU{b} is {hw.links[a][b]} but reads back as "
-                           f"{back.links[pa][pb]}")
-        for n in hw.compute_nics():
-            m = nics.get(n.name)
-            if m is not None and pa is not None and n.gpu_relation and \
-                    n.gpu_relation[a] != m.gpu_relation[pa]:
-                out.append(f"GPU{a}-{n.name} is {n.gpu_relation[a]} but reads back as "
-                           f"{m.gpu_relation[pa]}")
-    return out

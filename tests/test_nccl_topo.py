@@ -20,7 +20,8 @@ from slurmtopo.cli import main
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory import dump_inventory, load_inventory, parse_inventory
 from slurmtopo.model import Gpu, Hardware, Inventory, Nic, Node, Placement, RankSlot
-from slurmtopo.nccl_topo import check_written, render
+from slurmtopo.commands.nccl_topo import check_written
+from slurmtopo.nccl_topo import render
 from slurmtopo.presets import preset
 from slurmtopo.rankmap import nccl_env, nccl_topo_plan
 

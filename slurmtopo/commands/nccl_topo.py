@@ -10,10 +10,12 @@ as a warning. Files are replaced atomically, the old one kept as a backup.
 from __future__ import annotations
 
 import os
+from typing import List
 
 import click
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.model import Hardware
 
 
 @click.command("nccl-topo")
@@ -32,7 +34,7 @@ def command(inventory_path, output_dir, types, virtualised_only, nvlink):
     from slurmtopo import __version__
     from slurmtopo.fileio import atomic_write, ensure_dir
     from slurmtopo.inventory import fold_hostlist, load_inventory
-    from slurmtopo.nccl_topo import check_written, render, topo_files
+    from slurmtopo.nccl_topo import render, topo_files
 
     inv = load_inventory(inventory_path)
     files = topo_files(inv, types, virtualised_only)
@@ -70,3 +72,31 @@ def _same(path: str, text: str) -> bool:
             return fh.read() == text
     except OSError:
         return False
+
+
+def check_written(hw: Hardware, text: str, where: str) -> List[str]:
+    """Read ``text`` back and list every relation that differs from ``hw``
+    (PHB, which NCCL's format cannot say, comes back as NODE)."""
+    from slurmtopo.agent.nccl_xml import parse_nccl_xml
+    from slurmtopo.agent.sysfs import canonical_pci
+
+    back = parse_nccl_xml(text, where).node.hardware if any(
+        g.pci_bus_id for g in hw.gpus) else None
+    if back is None:
+        return []
+    pos = {canonical_pci(g.pci_bus_id): g.index for g in back.gpus}
+    mine = {g.index: pos.get(canonical_pci(g.pci_bus_id)) for g in hw.gpus if g.pci_bus_id}
+    nics = {n.name: n for n in back.nics}
+    out: List[str] = []
+    for a, pa in mine.items():
+        for b, pb in mine.items():
+            if a < b and pa is not None and pb is not None and hw.links[a][b] != back.links[pa][pb]:
+                out.append(f"GPU{a}-GPU{b} is {hw.links[a][b]} but reads back as "
+                           f"{back.links[pa][pb]}")
+        for n in hw.compute_nics():
+            m = nics.get(n.name)
+            if m is not None and pa is not None and n.gpu_relation and \
+                    n.gpu_relation[a] != m.gpu_relation[pa]:
+                out.append(f"GPU{a}-{n.name} is {n.gpu_relation[a]} but reads back as "
+                           f"{m.gpu_relation[pa]}")
+    return out
