@@ -420,7 +420,7 @@ def topology_generation(hosts: int = 10000, repeats: int = 3) -> Dict[str, Any]:
     writing: parse a synthetic ibnetdiscover dump of ``hosts`` hosts (8
     rails, scalable units of 32, pods of 8 units: 3 levels), derive the
     tree, render topology.conf."""
-    mods = [_try_import(m) for m in ("slurmtopo.admin.ibgen", "slurmtopo.admin.ibnetdiscover",
+    mods = [_try_import(m) for m in ("bench.ibgen", "slurmtopo.admin.ibnetdiscover",
                                      "slurmtopo.admin.generate", "slurmtopo.admin.topology_conf")]
     for mod in mods:
         if isinstance(mod, Exception):

@@ -355,13 +355,11 @@ def test_group_of_errors():
     assert group_of({"tp": [[0, 1], [2, 3]]}, "tp", 2) == 1  # plain dict works too
 
 
-def test_big_world_is_fast():
-    import time
-
-    start = time.perf_counter()
+def test_big_world():
+    """32,768 ranks: every kind indexed, the index cached (how long it takes
+    is bench/'s business, not a test's)."""
     g = build_groups(Layout(tp=8, cp=2, ep=8, pp=4, world=32768))
     idx = [rank_to_group(g, k) for k in g]
-    assert time.perf_counter() - start < 5
     assert len(idx) == len(GROUP_KINDS)
     assert group_of(g, "tp", 32767) == len(g["tp"]) - 1
     assert rank_to_group(g, "tp") is idx[0]  # cached

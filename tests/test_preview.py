@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
 
 import pytest
 from rich.console import Console
 
 from slurmtopo.binding.replan import fill_placement
+from slurmtopo.cost import CostReport, GroupCost
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
 from slurmtopo.links import LinkClass
@@ -18,25 +17,6 @@ from slurmtopo.preview import (cost_table, default_color_kind, format_bytes, for
                                grid, render_plan, report_dict)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
-
-
-@dataclass
-class _GC:  # the shape of slurmtopo.cost.GroupCost
-    kind: str
-    count: int
-    size: int
-    collective: str
-    message_bytes: int
-    slowest: LinkClass
-    time_s: float
-    worst_group: List[int]
-
-
-@dataclass
-class _Report:  # the shape of slurmtopo.cost.CostReport
-    kinds: Dict[str, Any]
-    step_time_s: float
-    warnings: List[str] = field(default_factory=list)
 
 
 def _text(renderable, width=120) -> str:
@@ -57,11 +37,11 @@ def placement(h100):
 
 
 def _reports():
-    plan = _Report({"tp": _GC("tp", 3, 4, "all-reduce", 64 << 20, LinkClass.NVLINK, 2e-4, [0]),
-                    "dp": _GC("dp", 4, 3, "all-reduce", 1 << 30, LinkClass.NET_L1, 0.012, [0])},
+    plan = CostReport({"tp": GroupCost("tp", 3, 4, "all-reduce", 64 << 20, LinkClass.NVLINK, 2e-4, 0),
+                    "dp": GroupCost("dp", 4, 3, "all-reduce", 1 << 30, LinkClass.NET_L1, 0.012, 0)},
                    0.0122, ["TP group 3 crosses PCIe between NUMA nodes"])
-    naive = _Report({"tp": _GC("tp", 3, 4, "all-reduce", 64 << 20, LinkClass.SYS, 9e-4, [0]),
-                     "dp": _GC("dp", 4, 3, "all-reduce", 1 << 30, LinkClass.NET_L1, 0.02, [0])},
+    naive = CostReport({"tp": GroupCost("tp", 3, 4, "all-reduce", 64 << 20, LinkClass.SYS, 9e-4, 0),
+                     "dp": GroupCost("dp", 4, 3, "all-reduce", 1 << 30, LinkClass.NET_L1, 0.02, 0)},
                     0.0209)
     return plan, naive
 

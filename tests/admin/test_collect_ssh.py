@@ -104,10 +104,8 @@ def test_collect_over_ssh(sshd, tmp_path):
     fetcher = SshFetcher(command=sshd.command, timeout=2.5, ssh_config=sshd.config)
     nodes = ["gpu001", "gpu002", "gpu003", "gpu004", "slow01", "down01", "stranger01", "liar01"]
     seen = []
-    t0 = time.monotonic()
     results = {r.node: r for r in collect_ssh(nodes, str(dest), fetcher, workers=4,
                                               progress=seen.append)}
-    assert time.monotonic() - t0 < 20
     assert len(seen) == len(nodes)
     for n in ("gpu001", "gpu002", "gpu003", "gpu004"):
         assert results[n].ok, results[n].error

@@ -6,7 +6,7 @@ import pytest
 from slurmtopo.admin.checks import REFUSE, check_tree
 from slurmtopo.admin.fabric import (CaHost, HostSelection, derive_fabric, host_of,
                                     switch_base_name, switch_names)
-from slurmtopo.admin.ibgen import FatTreeSpec, generate
+from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.admin.ibnetdiscover import IbNode, parse_ibnetdiscover, read_ibnetdiscover
 from slurmtopo.topology import network_view, switch_levels
 from slurmtopo.links import LinkClass

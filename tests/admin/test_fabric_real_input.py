@@ -6,7 +6,7 @@ one in NVIDIA topograph's tests): rail leaves ``A09-P1-IBLEAF-<rail>-<unit>``,
 spines ``A10-P1-IBSPINE-NN``, some hosts naming their HCAs ``mlx5_N`` and
 others ``HCA-(N+1)``, SHARP aggregation nodes, unnamed ConnectX CAs, and a
 UFM server, a host called ``ubuntu`` and ``localhost`` on a leaf. It was
-written with :mod:`slurmtopo.admin.ibgen` (see FatTreeSpec.legacy_hca_hosts).
+written with :mod:`bench.ibgen` (see FatTreeSpec.legacy_hca_hosts).
 """
 from __future__ import annotations
 

@@ -58,7 +58,6 @@ def test_nodes_without_gpus_are_noted_and_comments_kept_for_single_nodes():
 
 
 def test_with_the_agent_lines():
-    pytest.importorskip("slurmtopo.agent.gres")
     from slurmtopo.agent.gres import gres_lines
     nodes = [node(f"gpu{i}") for i in range(1, 4)]
     text, _ = cluster_gres_conf(nodes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from slurmtopo.admin.checks import check_blocks, check_text, check_tree
 from slurmtopo.admin.fabric import derive_fabric
 from slurmtopo.admin.generate import default_block_sizes, leaf_blocks
-from slurmtopo.admin.ibgen import FatTreeSpec, generate
+from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.admin.ibnetdiscover import parse_ibnetdiscover
 from slurmtopo.admin.topology_conf import (parse_topology_conf, parse_topology_yaml, render)
 from slurmtopo.model import Fabric

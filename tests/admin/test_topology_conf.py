@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from slurmtopo.admin.fabric import derive_fabric
 from slurmtopo.admin.generate import default_block_sizes, leaf_blocks
-from slurmtopo.admin.ibgen import FatTreeSpec, generate
+from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.admin.ibnetdiscover import parse_ibnetdiscover, read_ibnetdiscover
 from slurmtopo.admin.topology_conf import (apply_fabric, describe_changes, parse_topology_conf,
                                            parse_topology_yaml, read_topology_conf, render,

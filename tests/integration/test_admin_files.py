@@ -9,7 +9,7 @@ import pytest
 
 from tests.integration.helpers import scontrol_topology
 
-from slurmtopo.admin.ibgen import FatTreeSpec, generate
+from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.inventory import node_report
 from slurmtopo.model import Gpu, Hardware, Node
 
