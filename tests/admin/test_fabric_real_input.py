@@ -293,7 +293,7 @@ def _cut(text: str, a: str, b: str) -> str:
 
 
 def test_a_spine_missing_a_cable_stays_with_its_layer():
-    from slurmtopo.admin.ibgen import FatTreeSpec, generate
+    from bench.ibgen import FatTreeSpec, generate
     text = generate(FatTreeSpec(hosts=16, hosts_per_unit=4, rails=1, spines=3))
     d = derive_fabric(parse_ibnetdiscover(_cut(text, "leaf002", "spine-02")))
     tops = [s for s in d.fabric.switches if s.switches]
