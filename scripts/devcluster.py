@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A real, private Slurm cluster on one machine, for tests and developers.
 
-    scripts/devcluster.py up      [--nodes 4] [--gpus 8] [--dir DIR] ...
+    scripts/devcluster.py build   --tarball ../shared/slurm/slurm-25.11.7.tar.gz
+    scripts/devcluster.py up      [--slurm PREFIX|TARBALL] [--nodes 4] [--gpus 8] [--dir DIR] ...
     scripts/devcluster.py status  [--dir DIR]
     eval "$(scripts/devcluster.py env [--dir DIR])"
     scripts/devcluster.py reconfigure [--gres-conf F] [--topology-conf F]
@@ -29,8 +30,18 @@ are rewritten to DIR/dev/... (``--keep-dev-paths`` turns that off) and every
 device a gres.conf names is created there as a character device (major 195,
 like /dev/nvidiaN), which is all slurmd checks.
 
-Needs root (mknod, daemons as root) and the Debian packages slurmctld slurmd
-slurm-client munge (scripts/install-deps.sh installs them).
+Which Slurm: by default Debian's packaged one (22.05 on Debian 12, from
+/usr/sbin and /usr/bin). ``--slurm PREFIX`` runs every daemon and client
+from one install prefix instead, and never mixes in the packaged tools;
+``--slurm TARBALL`` (a release tarball such as ../shared/slurm/
+slurm-25.11.7.tar.gz) builds it first. ``build`` compiles a tarball into a
+prefix under the cache (``$SLURMTOPO_SLURM_CACHE``, default
+/var/cache/slurmtopo/slurm), keyed by the tarball's sha256, so a second
+build of the same tarball is free.
+
+Needs root (mknod, daemons as root), munge, and either the Debian packages
+slurmctld slurmd slurm-client or a built prefix (scripts/install-deps.sh
+installs both the packages and the build dependencies).
 
 The module can also be imported (tests/integration/conftest.py does): see
 :class:`DevCluster`.
@@ -38,6 +49,8 @@ The module can also be imported (tests/integration/conftest.py does): see
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -48,10 +61,12 @@ import socket
 import stat
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 DEFAULT_DIR = "/tmp/slurmtopo-devcluster"
 DEFAULT_PORT = 16817          # slurmctld; slurmd of node i gets PORT + i
@@ -87,6 +102,9 @@ class Config:
     topology_conf: Optional[str] = None   # source file given by the caller
     debug: str = "info"
     timeout: float = 60.0
+    slurm: str = ""              # install prefix of the Slurm to run; "" = the packaged one
+    version: str = ""            # its version (slurmctld -V), filled in by 'up'
+    topology_param: str = ""     # TopologyParam= (e.g. SwitchAsNodeRank), "" = none
 
     @classmethod
     def load(cls, dir: str) -> "Config":
@@ -317,6 +335,7 @@ def slurm_conf(cfg: Config) -> str:
         "SelectTypeParameters=CR_Core",
         "GresTypes=gpu",
         "TopologyPlugin=topology/tree",
+        *([f"TopologyParam={cfg.topology_param}"] if cfg.topology_param else []),
         # declared sockets/cores/memory/GRES win over what the machine has
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
@@ -339,9 +358,12 @@ def slurm_conf(cfg: Config) -> str:
 
 
 def cgroup_conf(cfg: Config) -> str:
-    lines = ["# cgroup.conf written by scripts/devcluster.py",
-             "CgroupPlugin=autodetect",
-             "CgroupAutomount=yes"]
+    lines = ["# cgroup.conf written by scripts/devcluster.py"]
+    if cfg.slurm and not cfg.cgroup_devices:
+        # from-source daemons: no cgroup mount needed when nothing is constrained
+        lines.append("CgroupPlugin=disabled")
+    else:
+        lines += ["CgroupPlugin=autodetect", "CgroupAutomount=yes"]
     if cfg.cgroup_devices:
         lines += ["ConstrainDevices=yes", "ConstrainCores=no", "ConstrainRAMSpace=no"]
     return "\n".join(lines) + "\n"
@@ -443,9 +465,20 @@ def free_port_base(nodes: int, start: int = 26817, stop: int = 60000) -> int:
     raise DevClusterError(f"no {nodes + 1} consecutive free ports in {start}..{stop}")
 
 
-def find_binary(name: str) -> Optional[str]:
-    """The real file behind ``name`` (symlinks resolved), searching the
-    system sbin dirs, then PATH, never a dev cluster's own DIR/sbin."""
+def find_binary(name: str, prefix: str = "") -> Optional[str]:
+    """The real file behind ``name`` (symlinks resolved).
+
+    With ``prefix`` (a Slurm install), Slurm's own programs come only from
+    PREFIX/sbin and PREFIX/bin, never from the system, so a from-source
+    cluster cannot pick up the packaged 22.05 tools. Otherwise (and always
+    for munged) the system sbin dirs, then PATH, never a dev cluster's own
+    DIR/sbin."""
+    if prefix and name != "munged":
+        for sub in ("sbin", "bin"):
+            p = os.path.join(prefix, sub, name)
+            if os.path.isfile(p) and os.access(p, os.X_OK):
+                return os.path.realpath(p)
+        return None
     dirs = list(SBIN_DIRS) + os.environ.get("PATH", "").split(os.pathsep)
     for d in filter(None, dirs):
         p = os.path.join(d, name)
@@ -457,9 +490,154 @@ def find_binary(name: str) -> Optional[str]:
     return None
 
 
-def missing_binaries() -> List[str]:
+def missing_binaries(prefix: str = "") -> List[str]:
     return [b for b in ("munged", "slurmctld", "slurmd", "slurmstepd") + CLIENTS
-            if not find_binary(b)]
+            if not find_binary(b, prefix)]
+
+
+def slurm_version(prefix: str = "") -> str:
+    """``25.11.7`` for the Slurm at ``prefix`` (or the packaged one), from
+    ``slurmctld -V``; "" when it cannot be run."""
+    exe = find_binary("slurmctld", prefix)
+    if not exe:
+        return ""
+    try:
+        out = subprocess.run([exe, "-V"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
+    return ".".join(m.groups()) if m else ""
+
+
+def version_tuple(version: str) -> tuple:
+    """``"25.11.7"`` -> (25, 11, 7); unknown -> (0, 0, 0)."""
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    return tuple(int(x or 0) for x in m.groups()) if m else (0, 0, 0)
+
+
+# --------------------------------------------------------------------------
+# building Slurm from a release tarball
+
+CACHE_DIR = os.environ.get("SLURMTOPO_SLURM_CACHE", "/var/cache/slurmtopo/slurm")
+BUILD_MARKER = ".slurmtopo-build.json"
+#: what the dev cluster needs; everything else is switched off (smaller, faster build)
+CONFIGURE_ENABLE = ("--enable-multiple-slurmd", "--disable-slurmrestd", "--disable-x11",
+                    "--disable-sview", "--disable-pam", "--disable-debug")
+#: ``--without-X`` is passed only when ``configure --help`` offers ``--with-X``;
+#: lz4 is left alone (26.05's configure breaks on --without-lz4)
+CONFIGURE_WITHOUT = ("mysql_config", "hdf5", "hwloc", "nvml", "rsmi", "oneapi", "pmix",
+                     "freeipmi", "ucx", "rdkafka", "s2n", "bpf", "hpe-slingshot", "jwt",
+                     "libcurl", "ofed", "lua")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tarball_version(path: Path) -> str:
+    """The release a tarball holds, from its top directory (``slurm-25.11.7/``)."""
+    with tarfile.open(path) as tf:
+        first = tf.next()
+    top = (first.name if first else "").split("/", 1)[0]
+    m = re.fullmatch(r"slurm-(\d+\.\d+\.\d+)(?:-\d+)?", top)
+    if not m:
+        raise DevClusterError(f"{path}: not a Slurm release tarball (top directory {top!r})")
+    return m.group(1)
+
+
+def built_prefix(tarball: Path, cache: str = CACHE_DIR) -> Tuple[Path, str, str]:
+    """(prefix, version, sha256) where ``tarball`` is (or would be) installed."""
+    sha = sha256_file(tarball)
+    version = tarball_version(tarball)
+    return Path(cache) / f"slurm-{version}-{sha[:16]}", version, sha
+
+
+def is_built(prefix: Path, sha: str) -> bool:
+    try:
+        marker = json.loads((prefix / BUILD_MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return marker.get("sha256") == sha and (prefix / "sbin" / "slurmctld").is_file()
+
+
+def _configure_args(src: Path, prefix: Path) -> List[str]:
+    helptext = subprocess.run(["./configure", "--help"], cwd=src, capture_output=True,
+                              text=True).stdout
+    args = [f"--prefix={prefix}", *CONFIGURE_ENABLE]
+    args += [f"--without-{w}" for w in CONFIGURE_WITHOUT if f"--with-{w}" in helptext]
+    return args
+
+
+def build_slurm(tarball: str, cache: str = CACHE_DIR, jobs: int = 0, log=sys.stderr) -> Path:
+    """Build and install a Slurm release tarball into the cache; returns the
+    prefix. Cached by the tarball's sha256: a finished install is reused, a
+    half-finished one never is (the marker is written last, the install is
+    staged with DESTDIR and moved into place). Concurrent builds of the same
+    tarball wait for each other (flock)."""
+    src_tar = Path(tarball).resolve()
+    if not src_tar.is_file():
+        raise DevClusterError(f"{tarball}: no such file")
+    prefix, version, sha = built_prefix(src_tar, cache)
+    if is_built(prefix, sha):
+        return prefix
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    os.chmod(cache, 0o755)
+    with open(Path(cache) / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_built(prefix, sha):
+            return prefix
+        jobs = jobs or max(1, min(os.cpu_count() or 1, 8))
+        work = Path(tempfile.mkdtemp(prefix=f"build-{version}.", dir=cache))
+        t0 = time.monotonic()
+        try:
+            print(f"devcluster: building Slurm {version} from {src_tar} into {prefix} "
+                  f"(make -j{jobs}; a few minutes, once)", file=log, flush=True)
+            with tarfile.open(src_tar) as tf:
+                tf.extractall(work, filter="data")
+            src = work / f"slurm-{version}"
+            if not src.is_dir():
+                src = next(p for p in work.iterdir() if p.is_dir())
+            env = dict(os.environ, CFLAGS="-O1")
+            logfile = work / "build.log"
+            stage = work / "stage"
+            steps = [["./configure", *_configure_args(src, prefix)],
+                     ["make", f"-j{jobs}"],
+                     ["make", "install", f"DESTDIR={stage}"]]
+            with open(logfile, "w") as out:
+                for argv in steps:
+                    p = subprocess.run(argv, cwd=src, env=env, stdout=out, stderr=subprocess.STDOUT)
+                    if p.returncode != 0:
+                        tail = logfile.read_text(errors="replace").splitlines()[-25:]
+                        raise DevClusterError(f"building Slurm {version}: {shlex.join(argv)} exited "
+                                              f"{p.returncode}:\n" + "\n".join(tail))
+            shutil.rmtree(prefix, ignore_errors=True)
+            shutil.move(str(stage / str(prefix).lstrip("/")), str(prefix))
+            (prefix / BUILD_MARKER).write_text(json.dumps(
+                {"version": version, "sha256": sha, "tarball": src_tar.name,
+                 "configure": _configure_args(src, prefix)}, indent=2) + "\n")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"devcluster: Slurm {version} built in {time.monotonic() - t0:.0f}s: {prefix}",
+              file=log, flush=True)
+    return prefix
+
+
+def resolve_slurm(spec: str, cache: str = CACHE_DIR) -> str:
+    """``--slurm`` value -> install prefix: a prefix as is, a tarball built
+    (or found in the cache) first; "" stays "" (the packaged Slurm)."""
+    if not spec:
+        return ""
+    path = Path(spec)
+    if path.is_file() and tarfile.is_tarfile(path):
+        return str(build_slurm(str(path), cache))
+    if not (path / "sbin" / "slurmctld").is_file():
+        raise DevClusterError(f"--slurm {spec}: neither a Slurm install prefix (no sbin/slurmctld) "
+                              "nor a release tarball")
+    return str(path.resolve())
 
 
 # --------------------------------------------------------------------------
@@ -489,13 +667,16 @@ class DevCluster:
         env["SLURM_CONF"] = str(self.conf)
         path = env.get("PATH", "/usr/bin:/bin")
         extra = [str(self.sbin)] + [d for d in SBIN_DIRS if d not in path.split(":")]
+        if self.cfg.slurm:         # the prefix's clients win over any packaged ones
+            extra.insert(0, str(Path(self.cfg.slurm) / "bin"))
         env["PATH"] = ":".join(extra + [path])
         return env
 
     def env_text(self) -> str:
+        bindir = f"{shlex.quote(str(Path(self.cfg.slurm) / 'bin'))}:" if self.cfg.slurm else ""
         return (f"# dev Slurm cluster in {self.dir}: eval \"$(scripts/devcluster.py env --dir {self.dir})\"\n"
                 f"export SLURM_CONF={shlex.quote(str(self.conf))}\n"
-                f"export PATH={shlex.quote(str(self.sbin))}:/usr/sbin:\"$PATH\"\n"
+                f"export PATH={bindir}{shlex.quote(str(self.sbin))}:/usr/sbin:\"$PATH\"\n"
                 f"export SLURMTOPO_DEVCLUSTER_DIR={shlex.quote(str(self.dir))}\n")
 
     def run(self, cmd, check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
@@ -558,10 +739,10 @@ class DevCluster:
             (self.dir / "state" / "slurmd" / n).mkdir(exist_ok=True)
         # daemons must run under these exact names (see module doc)
         for name in ("slurmctld", "slurmd", "slurmstepd"):
-            real = find_binary(name)
+            real = find_binary(name, cfg.slurm)
             if not real:
-                raise DevClusterError(f"{name} not found; run scripts/install-deps.sh "
-                                      "(apt-get install slurmctld slurmd slurm-client munge)")
+                raise DevClusterError(f"{name} not found{' in ' + cfg.slurm if cfg.slurm else ''}; "
+                                      "run scripts/install-deps.sh")
             link = self.sbin / name
             if link.is_symlink() or link.exists():
                 link.unlink()
@@ -741,10 +922,13 @@ class DevCluster:
                 cls(cfg.dir).down()
             except DevClusterError:
                 pass
-        missing = missing_binaries()
+        cfg.slurm = resolve_slurm(cfg.slurm)
+        missing = missing_binaries(cfg.slurm)
         if missing:
-            raise DevClusterError(f"missing {', '.join(missing)}; run scripts/install-deps.sh "
+            where = f" in {cfg.slurm}" if cfg.slurm else ""
+            raise DevClusterError(f"missing {', '.join(missing)}{where}; run scripts/install-deps.sh "
                                   "(apt-get install slurmctld slurmd slurm-client munge)")
+        cfg.version = slurm_version(cfg.slurm)
         if os.geteuid() != 0:
             raise DevClusterError("the dev cluster needs root (mknod, slurmd as root)")
         busy = [p for p in range(cfg.port, cfg.port + cfg.nodes + 1) if not _port_free(p)]
@@ -825,7 +1009,8 @@ class DevCluster:
                         pass
 
     def status(self) -> str:
-        lines = [f"dev cluster in {self.dir} (SLURM_CONF={self.conf})"]
+        lines = [f"dev cluster in {self.dir} (SLURM_CONF={self.conf}; Slurm "
+                 f"{self.cfg.version or '?'} from {self.cfg.slurm or 'the system packages'})"]
         for name, pid in self.daemons().items():
             lines.append(f"  {name:<20} {'pid ' + str(pid) if pid else 'not running'}")
         if self.daemons()["slurmctld"]:
@@ -942,6 +1127,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="proctrack/cgroup + task/cgroup + ConstrainDevices=yes")
     up.add_argument("--debug", default=d.debug, help="SlurmctldDebug/SlurmdDebug level")
     up.add_argument("--timeout", type=float, default=d.timeout, help="seconds to wait for idle nodes")
+    up.add_argument("--slurm", default=os.environ.get("SLURMTOPO_SLURM", d.slurm),
+                    help="Slurm install prefix, or a release tarball to build first "
+                         "(default $SLURMTOPO_SLURM, else the packaged Slurm)")
+    up.add_argument("--topology-param", default=d.topology_param,
+                    help="TopologyParam= for slurm.conf (e.g. SwitchAsNodeRank)")
+    bd = sub.add_parser("build", help="build a Slurm release tarball into the cache; prints the prefix")
+    bd.add_argument("--tarball", required=True, help="e.g. ../shared/slurm/slurm-25.11.7.tar.gz")
+    bd.add_argument("--cache", default=CACHE_DIR, help=f"install cache (default {CACHE_DIR})")
+    bd.add_argument("--jobs", type=int, default=0, help="make -j (default: CPU count)")
     common(sub.add_parser("down", help="stop every daemon and job of the cluster (idempotent)"))
     common(sub.add_parser("status", help="daemons and node states"))
     common(sub.add_parser("env", help="shell exports; eval \"$(devcluster.py env)\""))
@@ -954,6 +1148,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     try:
+        if args.cmd == "build":
+            print(build_slurm(args.tarball, args.cache, args.jobs))
+            return 0
         if args.cmd == "up":
             t0 = time.monotonic()
             cfg = Config(**{f.name: getattr(args, f.name) for f in fields(Config) if hasattr(args, f.name)})

@@ -266,6 +266,14 @@ class Daemon:
         """Bring the journal in line with Slurm (see the module doc)."""
         for job_id, rec in list(self.records.items()):
             j = jobs.get(job_id)
+            if j is None and rec.phase == "releasing":
+                # squeue --json lists finished jobs on 22.05 but not from 23.02
+                # on; scontrol still knows them (MinJobAge), and whether a job
+                # we meant to release ran decides if the release happened
+                try:
+                    j = self.backend.job(job_id)
+                except SlurmError as exc:
+                    log.warning("job %s: cannot look it up (%s)", job_id, exc)
             if j is None or j.state in TERMINAL:
                 if rec.phase == "releasing" and j is not None and (
                         j.state != "CANCELLED" or j.nodes):

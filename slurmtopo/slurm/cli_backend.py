@@ -1,6 +1,7 @@
 """The Slurm backend that runs Slurm's own commands.
 
-Reading: ``sinfo --json`` (nodes, GPUs configured and in use),
+Reading: ``scontrol show nodes --json`` (23.02+) or ``sinfo --json``
+(22.05) for nodes, GPUs configured and in use,
 ``squeue --json`` (jobs, GPUs each running job holds per node) and
 ``scontrol -d -o show job <id>`` (one job, text: 22.05's scontrol has no
 ``--json``). When a ``--json`` option is missing (Slurm built without the
@@ -38,6 +39,8 @@ class CliBackend(SlurmBackend):
         self.timeout = timeout
         #: None: try --json, fall back to scontrol text once it fails
         self._json = json
+        #: --json commands this Slurm lacks (tried once, then skipped)
+        self._unsupported: set = set()
 
     # -- running commands ------------------------------------------------
     def run(self, argv: Sequence[str], stdin: Optional[str] = None,
@@ -62,16 +65,23 @@ class CliBackend(SlurmBackend):
             raise SlurmError(parse.error_text(p.stderr, p.stdout, argv[0]))
         return p
 
-    def _json_or_text(self, json_argv: Sequence[str], text_argv: Sequence[str]):
-        """(kind, stdout): JSON when the command has --json, else text."""
+    def _json_or_text(self, json_argvs: Sequence[Sequence[str]], text_argv: Sequence[str]):
+        """(kind, stdout): the first of ``json_argvs`` that the installed
+        Slurm has (``--json`` output), else ``text_argv``'s text."""
         if self._json is not False:
-            p = self.run(json_argv, check=False)
-            if p.returncode == 0 and p.stdout.lstrip().startswith("{"):
-                self._json = True
-                return "json", p.stdout
-            msg = (p.stderr or "").lower()
-            if self._json is True or not any(s in msg for s in _NO_JSON):
-                raise SlurmError(parse.error_text(p.stderr, p.stdout, json_argv[0]))
+            for i, json_argv in enumerate(json_argvs):
+                if tuple(json_argv) in self._unsupported and i < len(json_argvs) - 1:
+                    continue
+                p = self.run(json_argv, check=False)
+                if p.returncode == 0 and p.stdout.lstrip().startswith("{"):
+                    self._json = True
+                    return "json", p.stdout
+                msg = (p.stderr or "").lower()
+                unsupported = any(s in msg for s in _NO_JSON)
+                if unsupported:
+                    self._unsupported.add(tuple(json_argv))
+                if not unsupported or (self._json is True and i == len(json_argvs) - 1):
+                    raise SlurmError(parse.error_text(p.stderr, p.stdout, json_argv[0]))
             self._json = False
         p = self.run(text_argv, check=False)
         if p.returncode != 0:
@@ -82,13 +92,17 @@ class CliBackend(SlurmBackend):
 
     # -- reading ---------------------------------------------------------
     def nodes(self) -> List[SlurmNode]:
-        kind, out = self._json_or_text(["sinfo", "--json"], ["scontrol", "-d", "-o", "show", "node"])
+        # ``scontrol show nodes --json`` has one record per node on every
+        # version that has it; 22.05's scontrol has no --json, its sinfo
+        # --json the same per-node records (24.05+'s sinfo groups nodes).
+        kind, out = self._json_or_text([["scontrol", "show", "nodes", "--json"], ["sinfo", "--json"]],
+                                       ["scontrol", "-d", "-o", "show", "node"])
         if kind == "json":
-            return parse.parse_sinfo_json(out)
+            return parse.parse_nodes_json(out)
         return parse.parse_scontrol_nodes(out)
 
     def jobs(self, states: Optional[Iterable[str]] = None) -> List[SlurmJob]:
-        kind, out = self._json_or_text(["squeue", "--json"], ["scontrol", "-d", "-o", "show", "job"])
+        kind, out = self._json_or_text([["squeue", "--json"]], ["scontrol", "-d", "-o", "show", "job"])
         if kind == "json":
             return parse.parse_squeue_json(out, states)
         jobs = parse.parse_scontrol_jobs(out)

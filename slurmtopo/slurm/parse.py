@@ -6,7 +6,12 @@ over, the unit tests hand over recorded output (tests/fixtures/slurm/).
 What comes from where (Slurm 22.05, checked on the dev cluster; later
 versions change some JSON shapes, which are handled too):
 
-* ``sinfo --json``: one record per node. ``state`` is the base state
+* ``scontrol show nodes --json`` (23.02 on; preferred where it exists):
+  ``{"nodes": [...]}``, one record per node, the fields below with ``state``
+  a list of flags (``["IDLE", "DRAIN"]``). 24.05+ ``sinfo --json`` instead
+  prints ``{"sinfo": [...]}``, records that group nodes by state (read too,
+  but only one-node groups carry GPU indices).
+* ``sinfo --json`` (22.05): one record per node. ``state`` is the base state
   (``"mixed"``; a list such as ``["MIXED", "DRAIN"]`` from 23.02 on),
   ``state_flags`` the flags (``["DRAIN"]``), ``gres`` the configured GRES
   (``gpu:8(S:0-1)``, ``gpu:a6000:8(S:0-1)``), ``gres_used`` the GPUs held
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmError
@@ -279,13 +285,60 @@ def node_from_json(n: Mapping[str, Any]) -> SlurmNode:
         cpus_alloc=_number(n.get("alloc_cpus")))
 
 
-def parse_sinfo_json(text_or_data: Any) -> List[SlurmNode]:
-    data = load_json(text_or_data, "sinfo --json")
+def _sinfo_record_nodes(rec: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    """One record of the 24.05+ ``sinfo --json`` (top-level ``sinfo``: nodes
+    grouped by partition, state and configuration) -> node records in the
+    ``scontrol show nodes --json`` shape. Only a group of one node carries
+    that node's GPU indices; for a larger group the used count is spread
+    over its nodes unknown, so callers prefer ``scontrol show nodes --json``."""
+    names = (rec.get("nodes") or {}).get("nodes") or []
+    gres = rec.get("gres") or {}
+    feats = rec.get("features") or {}
+    reason = rec.get("reason") or {}
+    part = (rec.get("partition") or {}).get("name")
+    cpus = rec.get("cpus") or {}
+    out = []
+    for name in names:
+        out.append({
+            "name": name, "state": (rec.get("node") or {}).get("state"),
+            "gres": gres.get("total") if isinstance(gres, Mapping) else gres,
+            "gres_used": (gres.get("used") if isinstance(gres, Mapping) else None)
+            if len(names) == 1 else None,
+            "active_features": feats.get("active") if isinstance(feats, Mapping) else feats,
+            "features": feats.get("total") if isinstance(feats, Mapping) else feats,
+            "partitions": [part] if part else [],
+            "reason": reason.get("description") if isinstance(reason, Mapping) else reason,
+            "cpus": cpus.get("total") if isinstance(cpus, Mapping) else cpus,
+        })
+    return out
+
+
+def parse_nodes_json(text_or_data: Any, what: str = "scontrol show nodes --json") -> List[SlurmNode]:
+    """Nodes from any JSON Slurm prints about them: a top-level ``nodes``
+    list (``scontrol show nodes --json`` on every version that has it, and
+    22.05's ``sinfo --json``) or a top-level ``sinfo`` list (``sinfo --json``
+    from 24.05 on). A node listed in several partitions is merged."""
+    data = load_json(text_or_data, what)
+    records: List[Mapping[str, Any]] = list(data.get("nodes") or [])
+    for rec in data.get("sinfo") or []:
+        if isinstance(rec, Mapping):
+            records.extend(_sinfo_record_nodes(rec))
     out: Dict[str, SlurmNode] = {}
-    for n in data.get("nodes") or []:
+    for n in records:
+        if not isinstance(n, Mapping) or not n.get("name"):
+            continue
         node = node_from_json(n)
-        out.setdefault(node.name, node)  # a node in several partitions may repeat
+        seen = out.get(node.name)
+        if seen is None:
+            out[node.name] = node
+        elif node.partitions and not set(node.partitions) <= set(seen.partitions):
+            out[node.name] = replace(seen, partitions=tuple(dict.fromkeys(
+                seen.partitions + node.partitions)))
     return list(out.values())
+
+
+def parse_sinfo_json(text_or_data: Any) -> List[SlurmNode]:
+    return parse_nodes_json(text_or_data, "sinfo --json")
 
 
 # --------------------------------------------------------------------------

@@ -146,6 +146,30 @@ def test_released_then_ended_while_the_daemon_was_down_counts_once(slurm, inv, s
     assert release_count(ev, a) == 1 and d.records == {}
 
 
+def test_released_then_ended_counts_once_when_squeue_hides_finished_jobs(slurm, inv, spool,
+                                                                        killed):
+    """23.02+: squeue --json no longer lists a finished job; the daemon asks
+    for that one job (scontrol keeps it) before deciding the release never
+    happened."""
+    slurm.lists_finished = False
+    a = submit(slurm, **TP4)
+
+    def die(job_id):
+        raise killed()
+
+    slurm.hooks["after_release"] = die
+    with pytest.raises(killed):
+        Daemon(slurm, inv, spool).cycle()
+    del slurm.hooks["after_release"]
+    slurm.finish(a)
+    assert a not in {j.job_id for j in slurm.jobs()}
+    d = Daemon(slurm, inv, spool)
+    d.cycle()
+    ev = read_events(spool, a)
+    assert [e["event"] for e in ev][-2:] == ["release-confirmed", "ended"]
+    assert release_count(ev, a) == 1 and d.records == {}
+
+
 def test_cancelled_while_held_is_not_a_release(slurm, inv, spool, killed):
     a = submit(slurm, **TP4)
 

@@ -10,6 +10,11 @@ into green.
 
 Environment knobs:
 
+* ``SLURMTOPO_IT_SLURM``: which Slurm to test, an install prefix or a
+  release tarball (built once into the cache, see ``devcluster.py build``);
+  empty or unset: the packaged Slurm (/usr/sbin, /usr/bin).
+* ``SLURMTOPO_IT_TOPOLOGY_PARAM``: ``TopologyParam=`` for every test
+  cluster (scripts/test.sh runs 25.11 with ``SwitchAsNodeRank``).
 * ``SLURMTOPO_IT_DIR``: the cluster's state directory (default: a pytest
   temp dir). scripts/test.sh sets it so it can clean up after a killed run.
 * ``SLURMTOPO_IT_REUSE=DIR``: use the dev cluster already running in DIR
@@ -55,18 +60,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
 
-def _load_devcluster():
-    name = "slurmtopo_devcluster"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "devcluster.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-devcluster_mod = _load_devcluster()
+from tests.integration.helpers import devcluster_mod, it_config, it_slurm, it_version  # noqa: F401
 DevClusterError = devcluster_mod.DevClusterError
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
@@ -222,12 +216,6 @@ class Cluster:
 
 @pytest.fixture(scope="session")
 def devcluster(tmp_path_factory):
-    missing = devcluster_mod.missing_binaries()
-    if missing:
-        pytest.fail(f"integration tests need Slurm: {', '.join(missing)} not found. "
-                    "Run: bash scripts/install-deps.sh (apt-get install slurmctld slurmd "
-                    "slurm-client munge), or deselect them with -m 'not integration'.",
-                    pytrace=False)
     reuse = os.environ.get("SLURMTOPO_IT_REUSE")
     if reuse:
         try:
@@ -241,8 +229,8 @@ def devcluster(tmp_path_factory):
         pytest.fail("integration tests need root (the dev cluster mknods fake GPUs and runs "
                     "slurmd as root)", pytrace=False)
     state_dir = os.environ.get("SLURMTOPO_IT_DIR") or str(tmp_path_factory.mktemp("devcluster"))
-    cfg = devcluster_mod.Config(dir=state_dir, nodes=4, gpus=8, leaves=2,
-                                port=devcluster_mod.free_port_base(4))
+    cfg = it_config(dir=state_dir, nodes=4, gpus=8, leaves=2,
+                    port=devcluster_mod.free_port_base(4))
     try:
         dc = devcluster_mod.DevCluster.up(cfg)
     except DevClusterError as exc:

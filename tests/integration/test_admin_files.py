@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.integration.helpers import scontrol_topology
+from tests.integration.helpers import node_records, scontrol_topology
 
 from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.inventory import node_report
@@ -68,7 +68,7 @@ def test_generated_gres_conf_is_loaded(devcluster, tmp_path, capsys):
     assert gres.read_text().count("NodeName=node[1-4] Name=gpu") == 8
     try:
         devcluster.reconfigure(gres_conf=str(gres))
-        nodes = json.loads(devcluster.run(["sinfo", "--json"]).stdout)["nodes"]
+        nodes = node_records(devcluster)
         # slurm.conf says Gres=gpu:8 (untyped); the typed lines fit it, Cores= taken
         assert {n["gres"] for n in nodes} == {"gpu:8(S:0-1)"}
         job = devcluster.sbatch("--gres=gpu:8", wrap="true")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import scontrol_topology
+from tests.integration.helpers import it_config, node_records, scontrol_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 # scripts/devcluster.py, as loaded by this directory's conftest.py
@@ -46,7 +46,7 @@ def _blockers(cluster, *nodes):
 
 
 def test_nodes_are_idle_with_their_gpus(devcluster):
-    nodes = json.loads(devcluster.run(["sinfo", "--json"]).stdout)["nodes"]
+    nodes = node_records(devcluster)
     assert sorted(n["name"] for n in nodes) == sorted(devcluster.nodes) == \
         ["node1", "node2", "node3", "node4"]
     for n in nodes:
@@ -170,14 +170,14 @@ def test_reconfigure_loads_a_generated_gres_conf(devcluster):
         devcluster.reconfigure(gres_conf="\n".join(lines) + "\n")
         installed = (devcluster.dir / "etc" / "gres.conf").read_text()
         assert f"File={devcluster.dir}/dev/nvidia3 " in installed    # /dev rewritten
-        nodes = json.loads(devcluster.run(["sinfo", "--json"]).stdout)["nodes"]
+        nodes = node_records(devcluster)
         assert {n["gres"] for n in nodes} == {"gpu:8(S:0)"}            # new Cores= taken
         job = devcluster.sbatch("--gres=gpu:8", wrap="env")
         assert devcluster.wait_job(job, timeout=20) == "COMPLETED"
         assert _env_of(devcluster.output(job))["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     finally:
         devcluster.reset()
-    nodes = json.loads(devcluster.run(["sinfo", "--json"]).stdout)["nodes"]
+    nodes = node_records(devcluster)
     assert {n["gres"] for n in nodes} == {"gpu:8(S:0-1)"}
 
 
@@ -196,10 +196,8 @@ def test_command_line_status_and_env(devcluster):
 def test_cgroup_devices_mode_fences_off_other_gpus(tmp_path):
     """--cgroup-devices: a job can open only the GPU devices it was given
     (its own small cluster; node names differ so its cgroups cannot clash)."""
-    if devcluster_mod.missing_binaries():
-        pytest.fail("Slurm is not installed: bash scripts/install-deps.sh", pytrace=False)
-    cfg = devcluster_mod.Config(dir=str(tmp_path / "cg"), nodes=1, gpus=4, node_prefix="cgnode",
-                                cgroup_devices=True, port=devcluster_mod.free_port_base(1, start=36817))
+    cfg = it_config(dir=str(tmp_path / "cg"), nodes=1, gpus=4, node_prefix="cgnode",
+                    cgroup_devices=True, port=devcluster_mod.free_port_base(1, start=36817))
     dc = devcluster_mod.DevCluster.up(cfg)
     try:
         dev = dc.dir / "dev"

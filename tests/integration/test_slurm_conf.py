@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import run_slurmtopo
+from tests.integration.helpers import it_config, run_slurmtopo
 
 ROOT = Path(__file__).resolve().parents[2]
 INV = ROOT / "tests" / "fixtures" / "slurm" / "devcluster-inventory.yaml"
@@ -39,12 +39,10 @@ def generated(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def typed_cluster(generated, tmp_path_factory):
-    if devcluster_mod.missing_binaries():
-        pytest.fail("Slurm is not installed: bash scripts/install-deps.sh", pytrace=False)
-    cfg = devcluster_mod.Config(dir=str(tmp_path_factory.mktemp("typed")), nodes=4, gpus=8,
-                                gpu_type=GPU_TYPE, gres_conf=str(generated["gres"]),
-                                topology_conf=str(generated["topology"]),
-                                port=devcluster_mod.free_port_base(4, start=46817))
+    cfg = it_config(dir=str(tmp_path_factory.mktemp("typed")), nodes=4, gpus=8,
+                    gpu_type=GPU_TYPE, gres_conf=str(generated["gres"]),
+                    topology_conf=str(generated["topology"]),
+                    port=devcluster_mod.free_port_base(4, start=46817))
     dc = devcluster_mod.DevCluster.up(cfg)
     try:
         yield dc

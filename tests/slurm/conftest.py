@@ -70,8 +70,16 @@ class Slurm:
         return {**os.environ, "PATH": f"{self.path}:{os.environ.get('PATH', '')}"}
 
 
+#: what 22.05's scontrol (the recorded fixtures' version) says to --json
+NO_SCONTROL_JSON = "scontrol: unrecognized option '--json'\nTry \"scontrol --help\" for more information\n"
+
+
 @pytest.fixture
 def slurm(tmp_path):
+    """Stand-ins answering like Slurm 22.05 unless a test adds rules (a later
+    rule wins): ``scontrol show nodes --json`` is refused as by 22.05."""
     d = tmp_path / "bin"
     d.mkdir()
-    return Slurm(d)
+    s = Slurm(d)
+    s.on("scontrol show nodes --json", stderr=NO_SCONTROL_JSON, rc=1)
+    return s

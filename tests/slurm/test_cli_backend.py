@@ -27,8 +27,11 @@ def test_nodes_jobs_and_one_job(slurm):
     # `scontrol show job 6` printed every job (as a fixture): only 6 is taken
     assert b.job(6).gpus == {"node2": (0, 1), "node4": (4, 5)}
     argvs = [c["argv"] for c in slurm.calls()]
-    assert argvs == [["sinfo", "--json"], ["squeue", "--json"],
-                     ["scontrol", "-d", "-o", "show", "job", "6"]]
+    # 22.05: scontrol has no --json, so nodes come from sinfo --json
+    assert argvs == [["scontrol", "show", "nodes", "--json"], ["sinfo", "--json"],
+                     ["squeue", "--json"], ["scontrol", "-d", "-o", "show", "job", "6"]]
+    b.nodes()      # the missing scontrol --json is remembered, not tried again
+    assert [c["argv"] for c in slurm.calls()][4:] == [["sinfo", "--json"]]
 
 
 def test_unknown_job_is_none(slurm):
@@ -129,7 +132,7 @@ def test_scontrol_failure_is_reported(slurm):
 
 def test_missing_slurm_client(tmp_path):
     b = CliBackend(env={"PATH": str(tmp_path)})
-    with pytest.raises(SlurmError, match="sinfo not found"):
+    with pytest.raises(SlurmError, match="scontrol not found"):
         b.nodes()
 
 
@@ -187,3 +190,16 @@ def test_job_detail_config_and_step_output(slurm):
     slurm.on("srun", stderr="srun: error: Unable to create step", rc=1)
     with pytest.raises(SlurmError, match="Unable to create step"):
         b.step_output([], ["true"])
+
+
+def test_newer_slurm_nodes_come_from_scontrol_json(slurm):
+    """23.02+: `scontrol show nodes --json` (one record per node) is used, and
+    24.05+'s grouped sinfo --json is never needed."""
+    slurm.on("scontrol show nodes --json", file="v25.11/scontrol_show_nodes.json")
+    slurm.on("squeue --json", file="v25.11/squeue.json")
+    b = CliBackend(env=slurm.env)
+    st = b.cluster_state()
+    assert st.nodes["node1"].busy_gpus == {0, 1, 2, 4, 5}
+    assert not st.nodes["node4"].usable and st.nodes["node3"].usable
+    assert b.jobs({"PENDING"})[0].job_id == 3
+    assert [c["argv"][:2] for c in slurm.calls()] == [["scontrol", "show"], ["squeue", "--json"]]

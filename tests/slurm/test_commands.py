@@ -43,7 +43,9 @@ def test_dry_run_prints_the_script_and_submits_nothing(onpath, capsys):
     assert out.startswith("#!/bin/bash\n#SBATCH ")
     assert "python3 -c 'print(1)' '$(touch MARK)' '`id`'" in out
     assert "dry run: nothing submitted" in err
-    assert [c["argv"] for c in onpath.calls()] == [["sinfo", "--json"]]   # no sbatch
+    # the state is read (22.05: scontrol has no --json, sinfo has), nothing submitted
+    assert [c["argv"] for c in onpath.calls()] == [["scontrol", "show", "nodes", "--json"],
+                                                   ["sinfo", "--json"]]
     # live state: node1 holds GPUs 0-2, node4 is taken by an exclusive job
     ranks = _ranks(out)
     assert all(g not in (0, 1, 2) for h, g in ranks if h == "node1")
