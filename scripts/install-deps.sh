@@ -4,6 +4,9 @@
 #   * Slurm 22.05 (slurmctld, slurmd, client tools) and munge, used by the
 #     dev cluster (scripts/devcluster.py) and the integration tests;
 #   * openssh-server, used by the sshd-marked tests;
+#   * when ../shared/slurm/ holds Slurm release tarballs: what building them
+#     needs (scripts/test.sh builds them once into a cached prefix with
+#     scripts/devcluster.py build, and pyslurm with scripts/install-pyslurm.sh);
 #   * the project itself, editable, with its test and bench extras.
 #
 # Idempotent: a second run only re-checks (a few seconds). No daemon is
@@ -14,6 +17,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 PKGS=(slurmctld slurmd slurm-client munge openssh-server)
+SHARED_SLURM="${SLURMTOPO_SHARED_SLURM:-$ROOT/../shared/slurm}"
+if ls "$SHARED_SLURM"/slurm-*.tar.gz >/dev/null 2>&1; then
+    PKGS+=(build-essential pkg-config libmunge-dev libjson-c-dev libyaml-dev
+           libdbus-1-dev libhttp-parser-dev)
+fi
 
 need_apt=()
 for p in "${PKGS[@]}"; do

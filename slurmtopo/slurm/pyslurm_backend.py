@@ -16,6 +16,7 @@ pyslurm API used (pyslurm 25.11, ``pyslurm/core/node.pyx``,
   ``.allocated_gres`` (``{"gpu:a100": {"count": "2", "indexes": "0-1"}}``
   when Slurm printed ``IDX``, else ``{"gpu:a100": 2}``),
   ``.available_features``/``.active_features`` (lists), ``.partitions``,
+  (``allocated_gres`` is empty on a cluster without slurmdbd, see below)
   ``.reason``, ``.total_cpus``, ``.allocated_cpus``;
   ``Node(state=..., reason=...)`` + ``node.modify(changes)`` to update.
 * ``pyslurm.Jobs.load()`` -> collection of ``pyslurm.Job``;
@@ -31,18 +32,37 @@ pyslurm API used (pyslurm 25.11, ``pyslurm/core/node.pyx``,
   ``.load_sbatch_options()`` (reads ``#SBATCH`` lines; first one wins, an
   attribute already set is kept, options pyslurm does not know are
   skipped), ``.submit()`` -> job id. ``priority=0`` submits held.
+
+Where pyslurm 25.11 is wrong against a real libslurm 25.11 (found on the
+dev cluster; each has an integration test in tests/integration/
+test_slurm_backend.py and a unit test on the fake):
+
+* ``Node.allocated_gres`` is empty without slurmdbd: a node's busy GPUs are
+  taken from the running jobs' per-node layouts instead (:meth:`nodes`).
+* ``switches`` fails for every value (``#SBATCH --switches=1@5:00`` and the
+  attribute alike: "Invalid Time Specification"): such a script is
+  submitted with ``sbatch`` (the command-line backend) instead.
+* a digit-only ``time_limit`` (``--time=60``) raises TypeError: passed as a
+  number.
+* ``#SBATCH --segment=S`` is ignored: set as ``segment_size``.
+* a multi-node job with GRES and no ``ntasks`` is given one task and never
+  starts: ``ntasks`` is set to nodes x tasks per node.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
+from dataclasses import replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmError
 from slurmtopo.model import parse_cpulist
 from slurmtopo.slurm import parse
 from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmBackend, SlurmJob, SlurmNode
+
+log = logging.getLogger(__name__)
 
 #: pyslurm's major.minor must be this or newer (the object API of 23.02+)
 MIN_VERSION = (23, 2)
@@ -99,7 +119,26 @@ def unsupported_directives(script: str) -> List[str]:
     return out
 
 
+#: where libslurm looks for slurm.conf when SLURM_CONF is unset (the usual
+#: package paths, and the configless cache slurmd keeps)
+DEFAULT_CONFS = ("/etc/slurm/slurm.conf", "/usr/local/etc/slurm.conf", "/run/slurm/conf/slurm.conf")
+
+
+def slurm_conf_path() -> Optional[str]:
+    """The slurm.conf libslurm would read, or None when there is none to be
+    found. Importing pyslurm runs slurm_init(), and libslurm ends the whole
+    process (``fatal: Could not establish a configuration source``) when it
+    finds no configuration, so nothing imports pyslurm without one."""
+    conf = os.environ.get("SLURM_CONF")
+    candidates = (conf,) if conf else DEFAULT_CONFS
+    return next((c for c in candidates if c and os.path.isfile(c)), None)
+
+
 def _import():
+    if slurm_conf_path() is None:
+        raise SlurmError("pyslurm needs Slurm's configuration and none was found "
+                         f"(SLURM_CONF={os.environ.get('SLURM_CONF', 'unset')}; libslurm would "
+                         "end this process)")
     import pyslurm  # noqa: F401  (optional dependency)
     return pyslurm
 
@@ -222,7 +261,15 @@ class PySlurmBackend(SlurmBackend):
 
     def nodes(self) -> List[SlurmNode]:
         coll = self._call("loading nodes", self.pyslurm.Nodes.load)
-        return [self._node(n) for n in _values(coll)]
+        nodes = [self._node(n) for n in _values(coll)]
+        # pyslurm 25.11 leaves Node.allocated_gres empty without slurmdbd:
+        # the GPUs running jobs hold per node say the same, and always work
+        held: Dict[str, set] = {}
+        for j in self.jobs(ACTIVE_JOB_STATES):
+            for host, idx in j.gpus.items():
+                held.setdefault(host, set()).update(idx)
+        return [replace(n, gpus_used=frozenset(n.gpus_used | held.get(n.name, set())))
+                for n in nodes]
 
     def _job(self, j) -> SlurmJob:
         state = str(j.state or "UNKNOWN").upper()
@@ -293,13 +340,18 @@ class PySlurmBackend(SlurmBackend):
         return out
 
     def submit(self, script: str, args: Sequence[str] = (), hold: bool = False) -> int:
-        dropped = unsupported_directives(script)
+        directives = sbatch_directives(script)
+        if "switches" in directives:
+            return self._submit_with_sbatch(script, args, hold, "pyslurm 25.11 cannot submit "
+                                            "--switches (every value fails)")
+        dropped = [d for d in unsupported_directives(script) if d != "--segment"]
         if dropped:
             raise SlurmError("pyslurm would ignore #SBATCH " + ", ".join(dropped) + " in this "
                              "script; submit with --backend cli")
         attrs = self._desc_from_args(args)
         if hold:
             attrs["priority"] = 0
+        attrs.update(submit_fixups(directives, attrs))
         fd, path = tempfile.mkstemp(prefix="slurmtopo-", suffix=".sbatch")
         try:
             with os.fdopen(fd, "w") as fh:
@@ -315,10 +367,20 @@ class PySlurmBackend(SlurmBackend):
             except OSError:
                 pass
 
+    def _submit_with_sbatch(self, script: str, args: Sequence[str], hold: bool, why: str) -> int:
+        from slurmtopo.slurm.cli_backend import CliBackend
+        log.info("submitting with sbatch: %s", why)
+        try:
+            return CliBackend().submit(script, args, hold=hold)
+        except SlurmError as exc:
+            raise SlurmError(f"{why}, and sbatch failed too: {exc.render()}") from None
+
     def update_job(self, job_id: int, **fields: str) -> None:
         if not fields:
             return
         attrs = _attributes(fields, _JOB_FIELDS, "job")
+        if "time_limit" in attrs and str(attrs["time_limit"]).isdigit():
+            attrs["time_limit"] = int(attrs["time_limit"])   # pyslurm: TypeError on "60"
         changes = self._call("job changes", self.pyslurm.JobSubmitDescription, **attrs)
         self._call(f"updating job {job_id}", self.pyslurm.Job(int(job_id)).modify, changes)
 
@@ -349,6 +411,46 @@ _JOB_FIELDS = {"comment": "comment", "reqnodelist": "required_nodes",
 _NODE_FIELDS = {"state": "state", "reason": "reason", "comment": "comment",
                 "availablefeatures": "available_features", "activefeatures": "active_features",
                 "weight": "weight"}
+
+
+def sbatch_directives(script: str) -> Dict[str, str]:
+    """The script's ``#SBATCH --long[=value]`` options (first one wins, as
+    in sbatch), up to its first command; a flag without value maps to ""."""
+    out: Dict[str, str] = {}
+    for line in script.splitlines()[1:]:
+        s = line.strip()
+        if s and not s.startswith("#"):
+            break
+        if not s.startswith("#SBATCH"):
+            continue
+        words = s[len("#SBATCH"):].split("#", 1)[0].split()
+        if not words or not words[0].startswith("--"):
+            continue
+        name, sep, value = words[0][2:].partition("=")
+        if not sep and len(words) > 1:
+            value = words[1]
+        out.setdefault(name, value)
+    return out
+
+
+def submit_fixups(directives: Mapping[str, str], attrs: Mapping[str, Any]) -> Dict[str, Any]:
+    """Attributes that make pyslurm 25.11 submit what ``sbatch`` would (see
+    the module doc); attributes the caller set are left alone."""
+    out: Dict[str, Any] = {}
+    limit = attrs.get("time_limit", directives.get("time"))
+    if limit is not None and str(limit).isdigit():
+        out["time_limit"] = int(limit)
+    seg = directives.get("segment")
+    if seg and "segment_size" not in attrs:
+        if not seg.isdigit():
+            raise SlurmError(f"#SBATCH --segment={seg}: not a number")
+        out["segment_size"] = int(seg)
+    if "ntasks" not in attrs and "ntasks" not in directives:
+        nodes = str(attrs.get("nodes", directives.get("nodes", "1"))).split("-", 1)[0]
+        per_node = directives.get("ntasks-per-node", "1")
+        if nodes.isdigit() and per_node.isdigit() and int(nodes) > 1:
+            out["ntasks"] = int(nodes) * int(per_node)
+    return out
 
 
 def _attributes(fields, table, what: str) -> dict:

@@ -32,6 +32,20 @@ real one (``pyslurm/core/node.pyx``, ``pyslurm/core/job/job.pyx``,
   ``RPCError`` with Slurm's messages (``Invalid partition name specified``,
   ``Requested node configuration is not available``).
 
+Quirks of pyslurm 25.11 measured against a real libslurm 25.11 (the dev
+cluster built from the release tarball), reproduced here:
+
+* ``Node.allocated_gres`` is ``{}`` on a cluster without slurmdbd
+  (:attr:`FakeCluster.slurmdbd`, False by default like the dev cluster);
+* ``switches`` raises ``ValueError("Invalid Time Specification: '.")`` for
+  every value, as an attribute or through ``#SBATCH --switches``;
+* a digit-only string ``time_limit`` (``"60"``) raises
+  ``TypeError("an integer is required")``; an int or ``"1:00:00"`` works;
+* ``#SBATCH --segment`` is not in pyslurm's option table (skipped), while
+  the ``segment_size`` attribute works;
+* a job of more than one node with a GPU request and no ``ntasks`` gets one
+  task and stays ``PENDING`` (reason ``Resources``) for ever.
+
 The fake's cluster is :data:`cluster` (a :class:`FakeCluster`); tests set it
 up with :func:`reset`, :meth:`FakeCluster.add_node`, :meth:`FakeCluster.add_job`.
 """
@@ -232,6 +246,8 @@ class FakeCluster:
         self.ids = itertools.count(100)
         self.calls: List[tuple] = []   # (what, args) of every RPC, for assertions
         self.fail: Dict[str, RPCError] = {}   # RPC name -> error to raise
+        #: with slurmdbd pyslurm fills Node.allocated_gres; without, it is {}
+        self.slurmdbd = False
 
     def rpc(self, what, *args):
         self.calls.append((what,) + args)
@@ -333,6 +349,8 @@ class Node:
 
     @property
     def allocated_gres(self):
+        if not cluster.slurmdbd:
+            return {}
         return to_gres_dict(self._rec.gres_used()) if self._rec else {}
 
     @property
@@ -528,7 +546,7 @@ class JobSubmitDescription:
               "standard_error", "time_limit", "account", "qos", "working_directory",
               "priority", "nodes", "ntasks", "ntasks_per_node", "gpus", "gpus_per_node",
               "gres_per_node", "resource_sharing", "switches", "constraints",
-              "time_limit_min", "environment"}
+              "time_limit_min", "environment", "segment_size"}
 
     def __init__(self, **kwargs):
         self._attrs: Dict[str, Any] = {}
@@ -542,6 +560,10 @@ class JobSubmitDescription:
         if k not in self._known:
             raise AttributeError(f"'pyslurm.core.job.submission.JobSubmitDescription' object "
                                  f"has no attribute '{k}'")
+        if k == "switches" and v is not None:
+            raise ValueError("Invalid Time Specification: '.")
+        if k == "time_limit" and isinstance(v, str) and v.isdigit():
+            raise TypeError("an integer is required")
         self._attrs[k] = v
 
     def __getattr__(self, k):
@@ -586,9 +608,14 @@ class JobSubmitDescription:
                 raise RPCError(ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)
         prio = self.priority
         held = prio is not None and int(prio) == 0
+        nodes = int(str(self.nodes or 1).split("-")[0])
+        # pyslurm 25.11: several nodes with GPUs and no ntasks -> one task, never starts
+        stuck = nodes > 1 and want is not None and self.ntasks is None
         rec = cluster.add_job(name=self.name or "sbatch", comment=self.comment,
                               priority=0 if held else 1000,
-                              reason="JobHeldUser" if held else "Priority",
+                              reason="JobHeldUser" if held else ("Resources" if stuck
+                                                                 else "Priority"),
                               required_nodes=self.required_nodes, script=text)
+        rec.never_starts = stuck
         rec.desc = dict(self._attrs)
         return rec.id

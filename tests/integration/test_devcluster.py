@@ -152,7 +152,7 @@ def test_a_bad_topology_never_takes_the_controller_down(devcluster, monkeypatch)
     with pytest.raises(DevClusterError, match="cycle"):
         devcluster.reconfigure(topology_conf=cycle)
     # and if it gets past the check, slurmctld dies ("not a tree") and is brought back
-    monkeypatch.setattr(devcluster_mod, "check_topology", lambda text, nodes: [])
+    monkeypatch.setattr(devcluster_mod, "check_topology", lambda text, nodes, plugin="tree": [])
     with pytest.raises(DevClusterError, match=r"(?s)restored.*not a tree"):
         devcluster.reconfigure(topology_conf=cycle)
     assert set(scontrol_topology(devcluster)) == {"leaf1", "leaf2", "spine"}

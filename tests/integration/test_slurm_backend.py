@@ -5,6 +5,7 @@ refuses a submission."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -20,9 +21,20 @@ ROOT = Path(__file__).resolve().parents[2]
 INV = ROOT / "tests" / "fixtures" / "slurm" / "devcluster-inventory.yaml"
 
 
-@pytest.fixture
-def backend(devcluster):
-    return CliBackend(env=devcluster.env)
+#: backends under test: SLURMTOPO_IT_BACKENDS="cli,pyslurm" (scripts/test.sh on
+#: 25.11, with pyslurm built against that Slurm on PYTHONPATH); "cli" elsewhere
+IT_BACKENDS = [b for b in os.environ.get("SLURMTOPO_IT_BACKENDS", "cli").split(",") if b]
+
+
+@pytest.fixture(params=IT_BACKENDS)
+def backend(request, devcluster):
+    if request.param == "cli":
+        return CliBackend(env=devcluster.env)
+    assert request.param == "pyslurm", request.param
+    # libslurm reads SLURM_CONF from this process's environment on first use
+    os.environ["SLURM_CONF"] = str(devcluster.conf)
+    from slurmtopo.slurm.pyslurm_backend import PySlurmBackend
+    return PySlurmBackend()      # no pyslurm here: SlurmError fails the test, never a skip
 
 
 def _sleeper(devcluster, *args):

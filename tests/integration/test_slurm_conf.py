@@ -158,7 +158,7 @@ def test_topology_slurmtopo_refuses_is_one_slurmctld_rejects(case, typed_cluster
     # slurmctld, given the same file (the dev cluster's own check bypassed), dies with fatal:
     log = typed_cluster.dir / "log" / "slurmctld.log"
     start = log.stat().st_size
-    monkeypatch.setattr(devcluster_mod, "check_topology", lambda text, nodes: [])
+    monkeypatch.setattr(devcluster_mod, "check_topology", lambda text, nodes, plugin="tree": [])
     with pytest.raises(devcluster_mod.DevClusterError, match="restored"):
         typed_cluster.reconfigure(topology_conf=str(src))
     new = log.read_text(errors="replace")[start:]
@@ -174,7 +174,7 @@ def test_topology_slurmtopo_refuses_is_one_slurmctld_rejects(case, typed_cluster
 def test_reconfigure_error_names_only_this_failure(typed_cluster, monkeypatch, tmp_path):
     """After an earlier rejected file, the error for a new one should carry
     only the new fatal: line."""
-    monkeypatch.setattr(devcluster_mod, "check_topology", lambda text, nodes: [])
+    monkeypatch.setattr(devcluster_mod, "check_topology", lambda text, nodes, plugin="tree": [])
     for case in ("defined-twice", "cycle"):
         src = tmp_path / f"{case}.conf"
         src.write_text(BROKEN[case][0])

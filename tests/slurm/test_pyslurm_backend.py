@@ -14,7 +14,10 @@ from tests.fakes import fake_pyslurm
 
 
 @pytest.fixture
-def fake(monkeypatch):
+def fake(monkeypatch, tmp_path):
+    conf = tmp_path / "slurm.conf"          # pyslurm is imported only with a config
+    conf.write_text("ClusterName=fake\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
     c = fake_pyslurm.reset()
     c.add_node("gpu1", gres="gpu:a100:8(S:0-1)", gpu_type="a100", state="MIXED", used={0, 1},
                features=("a100", "ib"), alloc_cpus=4, cpus=64)
@@ -120,20 +123,20 @@ def test_submit_failures_carry_slurms_message(fake):
 
 
 def test_submit_refuses_directives_pyslurm_would_drop(fake):
-    """pyslurm skips #SBATCH options it does not map (e.g. --segment, and
-    --gpus-per-task, which its table misspells): refuse rather than run a
-    job with a different shape."""
+    """pyslurm skips #SBATCH options it does not map (--gpus-per-task, which
+    its table misspells): refuse rather than run a job with a different
+    shape. --segment is skipped too, but the backend passes it itself."""
     b = pb.PySlurmBackend(fake_pyslurm)
     script = ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks=12\n"
               "#SBATCH --gpus-per-task=1\n#SBATCH --segment=2\n# comment\n"
               "srun true\n#SBATCH --not-a-directive-after-the-first-command\n")
     assert pb.unsupported_directives(script) == ["--gpus-per-task", "--segment"]
-    with pytest.raises(SlurmError, match="ignore #SBATCH --gpus-per-task, --segment"):
+    with pytest.raises(SlurmError, match=r"ignore #SBATCH --gpus-per-task in"):
         b.submit(script)
     assert len(fake.jobs) == 2
 
 
-def test_submit_the_script_slurmtopo_writes(fake):
+def _script_for(tmp_inv, topology):
     from slurmtopo.groups import Layout
     from slurmtopo.inventory import load_inventory
     from slurmtopo.model import ClusterState
@@ -142,22 +145,87 @@ def test_submit_the_script_slurmtopo_writes(fake):
     from slurmtopo.sbatch import SbatchRequest
     from tests.slurm.conftest import FIXTURES
 
-    inv = load_inventory(str(FIXTURES / "devcluster-inventory.yaml"))
+    inv = load_inventory(str(FIXTURES / tmp_inv))
     layout = Layout(tp=8, dp=2).resolved()
     req = JobRequest(layout=layout)
     pl = plan(inv, ClusterState(), req)
-    text = SbatchRequest.from_plan(inv, pl, layout,
-                                   ["python", "train.py"], req, job_name="llm").render()
+    return SbatchRequest.from_plan(inv, pl, layout, ["python", "train.py"], req, job_name="llm",
+                                   topology=topology).render(), pl
+
+
+def test_submit_the_script_slurmtopo_writes(fake):
+    """Without a topology request the script goes through pyslurm, with the
+    ntasks pyslurm needs for a multi-node GPU job (it would give one task and
+    never start the job otherwise)."""
+    text, pl = _script_for("devcluster-inventory.yaml", "none")
     jid = pb.PySlurmBackend(fake_pyslurm).submit(text)
     desc = fake.jobs[jid].desc
-    # A6000 nodes: the cost model prefers 4 GPUs of one PCIe switch on 4
-    # nodes to a TP ring of 8 across the sockets
+    # (A6000 nodes: the cost model may prefer 4 GPUs of one PCIe switch on 4 nodes)
     n = len(pl.hosts)
     per = str(16 // n)
     assert (desc["nodes"], desc["ntasks_per_node"], desc["gpus_per_node"]) == (str(n), per, per)
-    leaves = {"node1": "leaf1", "node2": "leaf1", "node3": "leaf2", "node4": "leaf2"}
-    assert desc["switches"] == f"{len({leaves[h] for h in pl.hosts})}@5:00"
+    assert desc["ntasks"] == 16 and not fake.jobs[jid].never_starts
     assert fake.jobs[jid].name == "llm"
+
+
+def test_switches_go_through_sbatch(fake, slurm, monkeypatch):
+    """pyslurm 25.11 fails every --switches value: such a script is handed to
+    sbatch (the command-line backend), and pyslurm submits nothing."""
+    text, pl = _script_for("devcluster-inventory.yaml", "tree")
+    leaves = {"node1": "leaf1", "node2": "leaf1", "node3": "leaf2", "node4": "leaf2"}
+    assert f"#SBATCH --switches={len({leaves[h] for h in pl.hosts})}@5:00" in text
+    with pytest.raises(ValueError, match="Invalid Time Specification"):
+        fake_pyslurm.JobSubmitDescription(switches="1@5:00")      # the quirk itself
+    slurm.on("sbatch", stdout="4242\n")
+    monkeypatch.setenv("PATH", slurm.env["PATH"])
+    assert pb.PySlurmBackend(fake_pyslurm).submit(text, hold=True) == 4242
+    (call,) = [c for c in slurm.calls() if c["argv"][0] == "sbatch"]
+    assert call["argv"] == ["sbatch", "--parsable", "--hold"] and call["stdin"] == text
+    assert len(fake.jobs) == 2
+
+
+@pytest.mark.parametrize("directives, attrs, want", [
+    ({"time": "60"}, {}, {"time_limit": 60}),
+    ({"time": "1:00:00"}, {}, {}),
+    ({}, {"time_limit": "90"}, {"time_limit": 90}),
+    ({"segment": "2", "nodes": "4"}, {}, {"segment_size": 2, "ntasks": 4}),
+    ({"nodes": "2", "ntasks-per-node": "4"}, {}, {"ntasks": 8}),
+    ({"nodes": "2", "ntasks": "3"}, {}, {}),
+    ({"nodes": "1"}, {}, {}),
+])
+def test_submit_fixups(directives, attrs, want):
+    assert pb.submit_fixups(directives, attrs) == want
+
+
+def test_digit_time_and_segment_reach_pyslurm(fake):
+    b = pb.PySlurmBackend(fake_pyslurm)
+    with pytest.raises(TypeError):
+        fake_pyslurm.JobSubmitDescription(time_limit="60")          # the quirk itself
+    jid = b.submit("#!/bin/bash\n#SBATCH --time=60\n#SBATCH --segment=2\n#SBATCH --nodes=2\n"
+                   "#SBATCH --gpus-per-node=4\nsrun true\n")
+    desc = fake.jobs[jid].desc
+    assert desc["time_limit"] == 60 and desc["segment_size"] == 2 and desc["ntasks"] == 2
+
+
+def test_busy_gpus_come_from_jobs_without_slurmdbd(fake):
+    """Without slurmdbd pyslurm's Node.allocated_gres is empty: the GPUs the
+    running jobs hold say which are busy."""
+    assert fake_pyslurm.Node.load("gpu1").allocated_gres == {}
+    nodes = {n.name: n for n in pb.PySlurmBackend(fake_pyslurm).nodes()}
+    assert nodes["gpu1"].gpus_used == {0, 1} and nodes["gpu3"].gpus_used == set(range(8))
+    fake.slurmdbd = True
+    assert fake_pyslurm.Node.load("gpu1").allocated_gres
+
+
+def test_no_slurm_conf_no_import(monkeypatch, tmp_path):
+    """libslurm ends the process when it finds no configuration: pyslurm is
+    never imported then."""
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing.conf"))
+    monkeypatch.setitem(sys.modules, "pyslurm", None)   # an import would raise ImportError
+    assert pb.slurm_conf_path() is None
+    assert not pb.available()
+    with pytest.raises(SlurmError, match="needs Slurm's configuration"):
+        pb.PySlurmBackend()
 
 
 def test_hold_release_update_cancel(fake):
