@@ -242,6 +242,17 @@ def default_topology_conf(cfg: Config) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Replace a file the daemons may be reading in one step (temp file +
+    rename). A slurmd that reads a half-written topology.conf sees an empty
+    one and dies (``fatal: No switches configured``, Slurm 23.11+ slurmd
+    reads topology.conf too)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
 def rewrite_dev_paths(text: str, dev_dir: Path) -> str:
     """``File=/dev/nvidia[0-7]`` -> ``File=DIR/dev/nvidia[0-7]``."""
     return re.sub(r"(?i)\bFile=/dev/", f"File={dev_dir}/", text)
@@ -838,7 +849,7 @@ class DevCluster:
         topo = Path(cfg.topology_conf).read_text() if cfg.topology_conf else default_topology_conf(cfg)
         for w in check_topology(topo, cfg.node_names, cfg.topology_plugin):
             print(f"devcluster: warning: {w}", file=sys.stderr)
-        self.topology_file.write_text(topo)
+        write_atomic(self.topology_file, topo)
         self.env_file.write_text(self.env_text())
         cfg.save()
 
@@ -851,7 +862,7 @@ class DevCluster:
                   "CUDA_VISIBLE_DEVICES", file=sys.stderr)
         for path in files:
             self._mknod(Path(path))
-        (self.etc / "gres.conf").write_text(text)
+        write_atomic((self.etc / "gres.conf"), text)
 
     def _mknod(self, path: Path) -> None:
         if path.exists():
@@ -969,6 +980,7 @@ class DevCluster:
         ok = {"idle"} | ({"mixed", "allocated", "completing"} if allow_busy else set())
         deadline = time.monotonic() + (timeout or self.cfg.timeout)
         states: Dict[str, str] = {}
+        dead_since: Dict[str, float] = {}
         while time.monotonic() < deadline:
             states = self.node_states()
             if set(states) == set(self.cfg.node_names) and all(s in ok for s in states.values()):
@@ -978,7 +990,13 @@ class DevCluster:
                 detail = self.run(["scontrol", "show", "node", ",".join(sorted(bad))], check=False).stdout
                 reasons = "\n".join(l.strip() for l in detail.splitlines() if "Reason=" in l)
                 raise DevClusterError(f"nodes refused by slurmctld: {bad}\n{reasons}\n{self.log_tails()}")
-            dead = [n for n, pid in self.daemons().items() if not pid]
+            # 23.11+ daemons re-exec themselves on reconfigure: the pid file
+            # names the old process for a moment, so only a daemon that stays
+            # gone for 3 s has died
+            now = time.monotonic()
+            alive = {n for n, pid in self.daemons().items() if pid}
+            dead_since = {n: dead_since.get(n, now) for n in self._pidfiles() if n not in alive}
+            dead = sorted(n for n, t in dead_since.items() if now - t > 3)
             if dead:
                 raise DevClusterError(f"daemons died: {', '.join(dead)}\n{self.log_tails()}")
             time.sleep(0.2)
@@ -1109,8 +1127,11 @@ class DevCluster:
             self._stop([f"slurmd-{n}" for n in nodes])
         self._stop(["slurmctld"])
         self._start_ctld(clear_state=False)
-        if with_slurmd:
-            for n in nodes:
+        # 23.11+: a slurmd told to reconfigure onto a bad topology.conf dies
+        # (fatal:) even though slurmctld refused the file; bring those back too
+        running = self.daemons()
+        for n in nodes:
+            if with_slurmd or not running.get(f"slurmd-{n}"):
                 self._start_slurmd(n)
         else:
             # without this the nodes stay 'unknown' until slurmctld pings them
@@ -1133,7 +1154,7 @@ class DevCluster:
             text = Path(topology_conf).read_text()
             for w in check_topology(text, self.cfg.node_names, self.cfg.topology_plugin):
                 print(f"devcluster: warning: {w}", file=sys.stderr)
-            self.topology_file.write_text(text)
+            write_atomic(self.topology_file, text)
             self.cfg.topology_conf = str(Path(topology_conf).resolve())
         if gres_conf is not None:
             self._install_gres(Path(gres_conf).read_text())
@@ -1150,8 +1171,8 @@ class DevCluster:
                                           f"{self.log_tails(since=offsets)}")
                 self.wait_idle(allow_busy=True)
         except DevClusterError as exc:
-            self.topology_file.write_text(old_topo)
-            (self.etc / "gres.conf").write_text(old_gres)
+            write_atomic(self.topology_file, old_topo)
+            write_atomic((self.etc / "gres.conf"), old_gres)
             self.cfg.topology_conf, self.cfg.gres_conf = old_paths
             self.cfg.save()
             try:

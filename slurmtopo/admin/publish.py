@@ -53,6 +53,31 @@ def run_reconfigure(echo: Echo, slurm=None) -> None:
     echo("ran: scontrol reconfigure")
 
 
+def restore_after_refusal(path: str, old: Optional[str], output: str, echo: Echo) -> None:
+    """Put the previous file back after slurmctld refused the new one.
+
+    Slurm 23.11 and later keep the controller running on a refused
+    ``scontrol reconfigure`` (22.05's slurmctld died), but the new file stays
+    on disk, and every slurmd reads topology.conf when it (re)starts: a node
+    rebooting later dies with ``fatal:`` on it (an empty one gives ``No
+    switches configured``). So the old file goes back at once; when there was
+    none, the new one is removed."""
+    if old is None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        echo(f"removed {output}: slurmctld refused it")
+        return
+    atomic_write(path, old, mode=0o644, backup=False, keep_owner=True)
+    echo(f"restored the previous {output}: slurmctld refused the new one")
+
+
+def restored_note(old: Optional[str], output: str) -> str:
+    return (f"the previous {output} is back in place" if old is not None
+            else f"{output} was removed again")
+
+
 def publish(text: str, output: Optional[str], *, what: str, problems: Sequence[Problem],
             echo: Echo, out: Echo, diff: bool = False, force: bool = False,
             changes: Optional[Callable[[str], List[str]]] = None,
@@ -95,7 +120,11 @@ def publish(text: str, output: Optional[str], *, what: str, problems: Sequence[P
         changed = True
     if reconfigure:
         if changed:
-            run_reconfigure(echo)
+            try:
+                run_reconfigure(echo)
+            except SlurmError as exc:
+                restore_after_refusal(path, old, output, echo)
+                raise SlurmError(f"{exc.render()}; {restored_note(old, output)}") from None
     else:
         for step in next_steps:
             echo(f"next: {step}")

@@ -76,6 +76,9 @@ SUBMIT_OPTIONS = {
     "--error": "standard_error", "-e": "standard_error", "--time": "time_limit",
     "-t": "time_limit", "--account": "account", "-A": "account", "--qos": "qos", "-q": "qos",
     "--chdir": "working_directory", "-D": "working_directory", "--priority": "priority",
+    "--gres": "gres_per_node", "--nodes": "nodes", "-N": "nodes", "--ntasks": "ntasks",
+    "-n": "ntasks", "--ntasks-per-node": "ntasks_per_node", "--constraint": "constraints",
+    "-C": "constraints",
 }
 
 

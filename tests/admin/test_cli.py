@@ -127,6 +127,15 @@ def test_reconfigure_runs_scontrol_only_when_asked(tmp_path, capsys, monkeypatch
     rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", FAT, "-o", str(out),
                            "--reconfigure"], capsys)
     assert rc == 4 and "scontrol reconfigure failed" in err
+    # 23.11+ slurmctld keeps running the old file, but slurmd would die on the
+    # new one at its next start: the previous file is back, the backup kept
+    assert out.read_text() == "SwitchName=x Nodes=y\n"
+    assert "previous" in err and "back in place" in err
+    assert [b.read_text() for b in tmp_path.glob("topology.conf.*")] == ["SwitchName=x Nodes=y\n"]
+    out.unlink()          # no previous file: the refused one does not stay either
+    rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", FAT, "-o", str(out),
+                           "--reconfigure"], capsys)
+    assert rc == 4 and not out.exists() and "removed again" in err
     rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", FAT, "--reconfigure"],
                           capsys)
     assert rc == 2 and "need --output" in err

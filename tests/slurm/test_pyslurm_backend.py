@@ -273,3 +273,14 @@ def test_backend_never_imports_pyslurm_unless_chosen():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={"PATH": "/usr/bin:/bin"})
     assert p.stdout.strip() == "False", p.stderr
+
+
+def test_gpu_and_shape_options_reach_pyslurm(fake):
+    b = pb.PySlurmBackend(fake_pyslurm)
+    with pytest.raises(SlurmError, match="Requested node configuration is not available"):
+        b.submit("#!/bin/bash\ntrue\n", args=["--gres=gpu:9"])
+    jid = b.submit("#!/bin/bash\ntrue\n", args=["-N", "2", "--ntasks=2", "--gres=gpu:2",
+                                                "--constraint=ib"])
+    desc = fake.jobs[jid].desc
+    assert (desc["nodes"], desc["ntasks"], desc["gres_per_node"], desc["constraints"]) == \
+        ("2", "2", "gpu:2", "ib")
