@@ -109,6 +109,37 @@ def load_cluster(paths: Union[str, Sequence[str]]) -> Inventory:
     return inv
 
 
+def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
+                          partition: Optional[str] = None,
+                          slurm_conf: Optional[str] = None) -> Tuple[Inventory, Tuple[str, ...]]:
+    """The cluster as the job's partition sees it: with ``slurm_topology``
+    (a site's topology.conf or 25.05+ topology.yaml), the switches and blocks
+    of the topology that partition uses (its ``Topology=`` in
+    ``slurm_conf``, else the cluster default) replace the inventory's, so a
+    job on a block partition asks for ``--segment`` and a job on a tree
+    partition for ``--switches``. Returns (cluster, notes)."""
+    if not slurm_topology:
+        return cluster, ()
+    from dataclasses import replace as _replace
+
+    from slurmtopo.admin.slurmconf import read_slurm_conf
+    from slurmtopo.admin.topology_conf import read_one_topology
+    from slurmtopo.model import Fabric
+
+    wanted = read_slurm_conf(slurm_conf).partition_topology(partition) if slurm_conf else None
+    name, fabric = read_one_topology(slurm_topology, wanted)
+    known = set(cluster.nodes)
+    switches = tuple(_replace(sw, nodes=tuple(h for h in sw.nodes if h in known))
+                     for sw in fabric.switches)
+    blocks = tuple(b for b in (_replace(b, nodes=tuple(h for h in b.nodes if h in known))
+                               for b in fabric.blocks) if b.nodes)
+    kind = "block" if blocks else ("tree" if switches else "flat")
+    seen = _replace(cluster, fabric=Fabric(switches=switches, blocks=blocks,
+                                           block_sizes=fabric.block_sizes if blocks else ()))
+    where = f"partition {partition}" if partition else "the default partition"
+    return seen, (f"{where} uses Slurm topology {name!r} ({kind}) of {slurm_topology}",)
+
+
 def load_state_file(cluster: Inventory, path: Optional[str]) -> ClusterState:
     """A state snapshot (``None``: every node idle)."""
     if not path:

@@ -157,6 +157,18 @@ class SlurmConf:
     hostnames: Dict[str, str] = field(default_factory=dict)
     topology_plugin: Optional[str] = None
     path: Optional[str] = None
+    #: partition name -> its PartitionName line's keys (lower-case) and values
+    partitions: Dict[str, Dict[str, str]] = field(default_factory=dict)
+
+    def partition_topology(self, partition: Optional[str]) -> Optional[str]:
+        """The ``Topology=`` of a partition (Slurm 25.05+ topology.yaml
+        name); None when it sets none (the cluster default applies)."""
+        if partition is None:
+            defaults = [n for n, v in self.partitions.items() if v.get("default", "").upper() == "YES"]
+            partition = defaults[0] if defaults else None
+        if partition is None:
+            return None
+        return self.partitions.get(partition, {}).get("topology")
 
     def node_names(self) -> List[str]:
         return list(self.nodes)
@@ -178,6 +190,7 @@ def parse_slurm_conf(text: str, path: str = "<slurm.conf>", _depth: int = 0,
     """Nodes and TopologyPlugin of a slurm.conf text (Include files read too)."""
     conf = conf if conf is not None else SlurmConf(path=path)
     defaults: Dict[str, str] = {}
+    part_defaults: Dict[str, str] = {}
     for n, body, _comment in logical_lines(text):
         if not body.strip():
             continue
@@ -194,6 +207,13 @@ def parse_slurm_conf(text: str, path: str = "<slurm.conf>", _depth: int = 0,
         key = pairs[0][0].lower()
         if key == "topologyplugin":
             conf.topology_plugin = pairs[0][1]
+        if key == "partitionname":
+            values = {k.lower(): v for k, v in pairs[1:]}
+            if pairs[0][1].upper() == "DEFAULT":
+                part_defaults.update(values)
+            else:
+                conf.partitions[pairs[0][1]] = dict(part_defaults, **values)
+            continue
         if key != "nodename":
             continue
         values = {k.lower(): v for k, v in pairs[1:]}

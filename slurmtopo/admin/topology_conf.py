@@ -29,7 +29,7 @@ import yaml
 from slurmtopo.admin.checks import check_blocks, check_tree, raise_first_error, valid_block_sizes
 from slurmtopo.admin.fabric import natural_key
 from slurmtopo.admin.slurmconf import ConfLine, conf_lines, hostlist_at, read_text
-from slurmtopo.errors import InventoryError
+from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.hostlist import fold_hostlist
 from slurmtopo.model import Block, Fabric, Inventory, Switch
 from slurmtopo.yamlio import LineDict, LineList, Reader, parse_text
@@ -321,6 +321,34 @@ def read_topology_conf(path) -> Fabric:
     return Fabric(switches=tree[2].switches if tree else (),
                   blocks=block[2].blocks if block else (),
                   block_sizes=block[2].block_sizes if block else ())
+
+
+def pick_topology(topos: Sequence[Tuple[str, bool, Fabric]], name: Optional[str],
+                  path: str = "<topology.yaml>") -> Tuple[str, Fabric]:
+    """The topology called ``name`` of a topology.yaml (None: the cluster
+    default, the first with ``cluster_default: true``, else the first)."""
+    if not topos:
+        raise SlurmtopoError("no topology defined", path)
+    if name is None:
+        hit = next((t for t in topos if t[1]), topos[0])
+    else:
+        hit = next((t for t in topos if t[0] == name), None)
+        if hit is None:
+            raise SlurmtopoError(f"no topology named {name!r} (there are: "
+                                 f"{', '.join(t[0] for t in topos)})", path)
+    return hit[0], hit[2]
+
+
+def read_one_topology(path, name: Optional[str] = None) -> Tuple[str, Fabric]:
+    """(name, Fabric) of one topology: the named one of a topology.yaml (None:
+    its cluster default), or a topology.conf's only one (named after its
+    plugin: tree or block)."""
+    path = os.fspath(path)
+    text = read_text(path)
+    if not is_yaml_path(path):
+        fab = parse_topology_conf(text, path)
+        return ("block" if fab.blocks and not fab.switches else "tree"), fab
+    return pick_topology(parse_topology_yaml(text, path), name, path)
 
 
 def apply_fabric(inv: Inventory, fabric: Fabric, source: Optional[str] = None) -> Inventory:

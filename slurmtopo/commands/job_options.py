@@ -32,6 +32,13 @@ def job_options(func):
     func = script_options(func)
     func = request_options(func)
     func = layout_options(func)
+    func = click.option("--slurm-conf", "slurm_conf", default=None, metavar="FILE",
+                        help="slurm.conf naming each partition's Topology= (with "
+                             "--slurm-topology; default $SLURM_CONF or /etc/slurm/slurm.conf).")(func)
+    func = click.option("--slurm-topology", default=None, metavar="FILE",
+                        help="Plan on the site's topology.conf or topology.yaml (Slurm 25.05+: "
+                             "the topology of the job's partition) instead of the inventory's "
+                             "fabric.")(func)
     return click.option("--inventory", "inventory_path", required=True,
                         help="Inventory file or directory of node reports.")(func)
 
@@ -42,6 +49,20 @@ def _kinds_and_levels() -> str:
     from slurmtopo.request import LEVELS
 
     return (f"KIND: {', '.join(GROUP_KINDS)}. LEVEL, tightest first: {', '.join(LEVELS)}.")
+
+
+def partition_view(inv, o):
+    """The inventory as the job's partition sees it (``--slurm-topology``),
+    and the notes saying so; see :func:`slurmtopo.api.cluster_for_partition`."""
+    import os
+
+    from slurmtopo import api
+
+    conf = o.get("slurm_conf")
+    if conf is None and o.get("slurm_topology"):
+        conf = next((c for c in (os.environ.get("SLURM_CONF"), "/etc/slurm/slurm.conf")
+                     if c and os.path.isfile(c)), None)
+    return api.cluster_for_partition(inv, o.get("slurm_topology"), o.get("partition"), conf)
 
 
 def request_options(func):

@@ -16,7 +16,8 @@ from typing import List
 
 import click
 
-from slurmtopo.commands.job_options import job_options, request_from, script_options_from
+from slurmtopo.commands.job_options import (job_options, partition_view, request_from,
+                                            script_options_from)
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 
@@ -44,12 +45,12 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
     # cheap checks first: a bad job name should not wait for the planner
     if o["job_name"] is not None:
         sanitize_job_name(o["job_name"])
-    inv = api.load_cluster(o["inventory_path"])
+    inv, topo_notes = partition_view(api.load_cluster(o["inventory_path"]), o)
     state = api.load_state_file(inv, state_path)
     req = request_from(o)
     job = api.prepare(inv, state, req, cmd, script_options_from(o, o["inventory_path"]))
     placement, layout, script = job.placement, req.layout, job.script
-    notes: List[str] = list(job.notes)
+    notes: List[str] = list(topo_notes) + list(job.notes)
     if not cmd:
         notes.append("no command after --: job.sbatch not written "
                      "(e.g. `slurmtopo plan ... -- python train.py`)")

@@ -24,7 +24,8 @@ from typing import List
 
 import click
 
-from slurmtopo.commands.job_options import job_options, request_from, script_options_from
+from slurmtopo.commands.job_options import (job_options, partition_view, request_from,
+                                            script_options_from)
 from slurmtopo.errors import SlurmtopoError
 
 
@@ -56,7 +57,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                              "`slurmtopo sbatch --inventory inv.yaml --tp 8 -- python train.py`")
     if o.get("job_name") is not None:
         sanitize_job_name(o["job_name"])
-    inv = api.load_cluster(o["inventory_path"])
+    inv, topo_notes = partition_view(api.load_cluster(o["inventory_path"]), o)
 
     backend = None
 
@@ -89,7 +90,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                       with_costs=False, queue=True, partition_members=members,
                       features=features)
     placement, text, layout = job.placement, job.script_text, req.layout
-    notes: List[str] = list(job.notes)
+    notes: List[str] = list(topo_notes) + list(job.notes)
     if daemon and any(n.startswith("not now") for n in notes):
         notes.append("the placement daemon releases it when a placement is free")
     if waits and not daemon:

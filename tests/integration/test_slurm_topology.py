@@ -1,0 +1,139 @@
+"""topology/block and topology.yaml on a real Slurm.
+
+The cluster is tests/fixtures/slurm/devcluster-nvl-inventory.yaml: 4 trays
+of 4 GPUs in two NVLink domains ("racks") of 2. slurmtopo generates its
+gres.conf, its topology/block topology.conf and its topology.yaml; the
+tests check that slurmctld loads each, that a job submitted through
+`slurmtopo sbatch` asks for ``--segment`` and lands inside one block, and
+that with a topology.yaml used by two partitions (``Topology=`` on the
+partition) slurmtopo plans each job with its partition's topology.
+
+topology/block exists from Slurm 23.11, topology.yaml from 25.05: on an
+older Slurm (the packaged 22.05) these tests are skipped, saying so; they run
+on 25.11 and 26.05 (scripts/test.sh).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import (Cluster, devcluster_mod, it_config, it_version,
+                                       run_slurmtopo)
+from tests.integration.ranks import Run, check_ranks
+
+ROOT = Path(__file__).resolve().parents[2]
+NVL = ROOT / "tests" / "fixtures" / "slurm" / "devcluster-nvl-inventory.yaml"
+RACKS = ({"node1", "node2"}, {"node3", "node4"})
+
+
+def _need(minimum, what):
+    have = it_version()
+    if have < minimum:
+        pytest.skip(f"{what} needs Slurm {'.'.join(map(str, minimum))} or later; this run "
+                    f"tests {'.'.join(map(str, have))}")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    d = tmp_path_factory.mktemp("nvl-generated")
+    run_slurmtopo(["gres", "generate", "--reports", NVL, "--output", d / "gres.conf"])
+    run_slurmtopo(["topology", "generate", "--reports", NVL, "--format", "block",
+                   "--output", d / "topology.conf"])
+    run_slurmtopo(["topology", "generate", "--reports", NVL, "--format", "yaml",
+                   "--output", d / "topology.yaml"])
+    return {"gres": d / "gres.conf", "block": d / "topology.conf", "yaml": d / "topology.yaml"}
+
+
+def _cluster(tmp_path_factory, name, **kw):
+    cfg = it_config(dir=str(tmp_path_factory.mktemp(name)), nodes=4, gpus=4,
+                    gpu_type="nvidia_gb200", port=devcluster_mod.free_port_base(4, start=56817),
+                    **kw)
+    return devcluster_mod.DevCluster.up(cfg)
+
+
+@pytest.fixture(scope="module")
+def block_cluster(generated, tmp_path_factory):
+    _need((23, 11), "topology/block")
+    dc = _cluster(tmp_path_factory, "block", gres_conf=str(generated["gres"]),
+                  topology_conf=str(generated["block"]), topology_plugin="block")
+    try:
+        yield Cluster(dc)
+    finally:
+        dc.down()
+
+
+@pytest.fixture(scope="module")
+def yaml_cluster(generated, tmp_path_factory):
+    _need((25, 5), "topology.yaml")
+    dc = _cluster(tmp_path_factory, "yaml", gres_conf=str(generated["gres"]),
+                  topology_conf=str(generated["yaml"]), topology_plugin="yaml",
+                  partitions=["nvl Topology=block"])
+    try:
+        yield Cluster(dc)
+    finally:
+        dc.down()
+
+
+def _hosts(run) -> set:
+    from slurmtopo.hostlist import expand_hostlist
+    return set(expand_hostlist(run.job["NodeList"]))
+
+
+def test_slurmctld_loads_the_generated_block_topology(block_cluster, generated):
+    assert "TopologyPlugin=topology/block" in block_cluster.conf.read_text()
+    installed = (block_cluster.dir / "etc" / "topology.conf").read_text()
+    assert installed == generated["block"].read_text()
+    shown = block_cluster.run(["scontrol", "show", "topology"]).stdout
+    assert "rack1" in shown and "rack2" in shown, shown
+    # and slurmtopo reads back what Slurm runs with
+    p = run_slurmtopo(["topology", "check", generated["block"]], check=False)
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_segment_job_lands_inside_one_block(block_cluster, tmp_path):
+    run = Run(block_cluster, tmp_path, ["--tp", "4", "--dp", "2"], inv=NVL).wait()
+    assert "#SBATCH --segment=2" in run.script
+    assert _hosts(run) in RACKS, run.job["NodeList"]
+    placement, _doc = check_ranks(run)
+    assert {s.host for s in placement.slots} in RACKS
+
+
+def test_a_busy_rack_sends_the_job_to_the_other(block_cluster, tmp_path):
+    """node1 taken whole: rack1 has one free tray, so the two-tray job can only
+    run in rack2, and Slurm's --segment keeps it there."""
+    blocker = block_cluster.sbatch("-w", "node1", "--exclusive", "-t", "2", wrap="sleep 120")
+    block_cluster.wait_state(blocker, {"RUNNING"})
+    run = Run(block_cluster, tmp_path, ["--tp", "4", "--dp", "2"], inv=NVL).wait()
+    assert "#SBATCH --segment=2" in run.script
+    assert _hosts(run) == {"node3", "node4"}
+    check_ranks(run)
+
+
+def test_topology_yaml_is_loaded_and_partitions_get_their_topology(yaml_cluster, generated,
+                                                                  tmp_path):
+    """`topology generate --format yaml` is loaded by slurmctld; with the
+    topology.yaml, the job on the default partition (tree) asks for
+    --switches, the job on partition nvl (Topology=block) for --segment,
+    and both run with every rank's environment as planned."""
+    etc = yaml_cluster.dir / "etc"
+    assert (etc / "topology.yaml").read_text() == generated["yaml"].read_text()
+    assert "TopologyPlugin" not in yaml_cluster.conf.read_text()
+    part = yaml_cluster.run(["scontrol", "show", "partition", "nvl"]).stdout
+    assert "nvl" in part
+    runs = {}
+    for name, partition in (("tree", "gpu"), ("block", "nvl")):
+        d = tmp_path / name
+        d.mkdir()
+        runs[name] = Run(yaml_cluster, d, ["--tp", "4", "--dp", "2", "--partition", partition,
+                                           "--slurm-topology", etc / "topology.yaml"],
+                         inv=NVL)
+        assert f"uses Slurm topology {name!r}" in runs[name].proc.stderr, runs[name].proc.stderr
+    assert "#SBATCH --switches=1@" in runs["tree"].script
+    assert "--segment" not in runs["tree"].script
+    assert "#SBATCH --segment=2" in runs["block"].script
+    assert "--switches" not in runs["block"].script
+    for name, run in runs.items():
+        run.wait()
+        check_ranks(run)
+    assert _hosts(runs["block"]) in RACKS
