@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -213,3 +214,15 @@ def test_cgroup_devices_mode_fences_off_other_gpus(tmp_path):
         assert "errno2 1" in out and "errno3 1" in out, out
     finally:
         dc.down()
+
+
+def test_the_topology_param_under_test_is_in_force(devcluster):
+    """scripts/test.sh runs 25.11 with TopologyParam=SwitchAsNodeRank (nodes
+    ordered by switch): the rank checks of that run are made with it on."""
+    want = os.environ.get("SLURMTOPO_IT_TOPOLOGY_PARAM", "")
+    conf = devcluster.run(["scontrol", "show", "config"]).stdout
+    line = next((l for l in conf.splitlines() if l.startswith("TopologyParam")), "")
+    if want:
+        assert want in line, line
+    else:
+        assert line.split("=", 1)[-1].strip() in ("", "(null)"), line

@@ -192,11 +192,12 @@ def test_job_detail_config_and_step_output(slurm):
         b.step_output([], ["true"])
 
 
-def test_newer_slurm_nodes_come_from_scontrol_json(slurm):
+@pytest.mark.parametrize("v", ["v25.11", "v26.05"])
+def test_newer_slurm_nodes_come_from_scontrol_json(slurm, v):
     """23.02+: `scontrol show nodes --json` (one record per node) is used, and
     24.05+'s grouped sinfo --json is never needed."""
-    slurm.on("scontrol show nodes --json", file="v25.11/scontrol_show_nodes.json")
-    slurm.on("squeue --json", file="v25.11/squeue.json")
+    slurm.on("scontrol show nodes --json", file=f"{v}/scontrol_show_nodes.json")
+    slurm.on("squeue --json", file=f"{v}/squeue.json")
     b = CliBackend(env=slurm.env)
     st = b.cluster_state()
     assert st.nodes["node1"].busy_gpus == {0, 1, 2, 4, 5}

@@ -249,12 +249,15 @@ def test_cluster_state_nodes_slurm_lacks_or_has_fewer_gpus(fixture_text):
     assert st.nodes["node3"].state == "down"
 
 
-# ---- Slurm 25.11 (recorded on the dev cluster built from the release tarball) ----
+# ---- Slurm 25.11 and 26.05 (recorded on the dev cluster built from the release tarballs) ----
 # node1: job 1 (GPUs 0-2) and job 2 (GPUs 4-5; its other node is node2, GPUs 0-1);
 # job 3 held; node4 drained "fan failed" (tests/fixtures/slurm/README.md)
+NEWER = pytest.mark.parametrize("v", ["v25.11", "v26.05"])
 
-def test_v25_11_scontrol_nodes_json(fixture_text):
-    nodes = {n.name: n for n in parse.parse_nodes_json(fixture_text("v25.11/scontrol_show_nodes.json"))}
+
+@NEWER
+def test_newer_scontrol_nodes_json(fixture_text, v):
+    nodes = {n.name: n for n in parse.parse_nodes_json(fixture_text(f"{v}/scontrol_show_nodes.json"))}
     assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
     assert nodes["node1"].gpus_used == {0, 1, 2, 4, 5} and nodes["node1"].state == "mixed"
     assert nodes["node2"].gpus_used == {0, 1}
@@ -263,9 +266,10 @@ def test_v25_11_scontrol_nodes_json(fixture_text):
     assert all(n.gpus_total == 8 and n.partitions == ("gpu",) for n in nodes.values())
 
 
-def test_v25_11_sinfo_json_groups_nodes_and_is_still_read(fixture_text):
+@NEWER
+def test_newer_sinfo_json_groups_nodes_and_is_still_read(fixture_text, v):
     """24.05+ sinfo --json: top-level "sinfo", nodes grouped by state."""
-    data = json.loads(fixture_text("v25.11/sinfo.json"))
+    data = json.loads(fixture_text(f"{v}/sinfo.json"))
     assert "nodes" not in data and data["sinfo"]
     nodes = {n.name: n for n in parse.parse_sinfo_json(data)}
     assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
@@ -273,8 +277,9 @@ def test_v25_11_sinfo_json_groups_nodes_and_is_still_read(fixture_text):
     assert nodes["node1"].gpus_used == {0, 1, 2, 4, 5}
 
 
-def test_v25_11_squeue_json(fixture_text):
-    jobs = {j.job_id: j for j in parse.parse_squeue_json(fixture_text("v25.11/squeue.json"))}
+@NEWER
+def test_newer_squeue_json(fixture_text, v):
+    jobs = {j.job_id: j for j in parse.parse_squeue_json(fixture_text(f"{v}/squeue.json"))}
     assert jobs[1].gpus == {"node1": (0, 1, 2)} and jobs[1].state == "RUNNING"
     assert jobs[2].nodes == ("node1", "node2")
     assert jobs[2].gpus == {"node1": (4, 5), "node2": (0, 1)}
@@ -283,6 +288,7 @@ def test_v25_11_squeue_json(fixture_text):
     assert parse.gpu_count(jobs[2].gres_request) == 2
 
 
-def test_v25_11_scontrol_job_text(fixture_text):
-    (job,) = parse.parse_scontrol_jobs(fixture_text("v25.11/scontrol_show_job_d_2.txt"))
+@NEWER
+def test_newer_scontrol_job_text(fixture_text, v):
+    (job,) = parse.parse_scontrol_jobs(fixture_text(f"{v}/scontrol_show_job_d_2.txt"))
     assert job.gpus == {"node1": (4, 5), "node2": (0, 1)}
