@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from slurmtopo import plandoc
-from slurmtopo.binding import common
+from slurmtopo.binding import limits
 from slurmtopo.binding.allocation import (Allocation, detect_constrained, parse_probe,
                                           parse_scontrol_job, read_allocation)
 from slurmtopo.binding.launcher import parse_rank_table, rank_launch, rank_main, rank_table
@@ -534,7 +534,7 @@ def test_large_rank_table_goes_by_file(tmp_path, h100, monkeypatch):
     env = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01", "SLURM_JOB_GPUS": "0,1",
            "CUDA_VISIBLE_DEVICES": "0,1"}
     res = bind(doc, env, _Slurm(), dev_dir=str(tmp_path))
-    monkeypatch.setattr(common, "ENV_TABLE_LIMIT", 10)
+    monkeypatch.setattr(limits, "ENV_TABLE_LIMIT", 10)
     text, by_file = env_script(res, str(tmp_path), {}, [])
     assert by_file and "SLURMTOPO_RANK_TABLE_FILE=" in text
 

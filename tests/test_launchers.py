@@ -256,7 +256,7 @@ def test_task_env_by_file_when_large(tmp_path, h100, monkeypatch):
     directory instead, and the task still starts with /bin/sh alone."""
     import subprocess
 
-    from slurmtopo.binding import common
+    from slurmtopo.binding import limits
     from slurmtopo.binding.step import bind, write_run_dir
     from slurmtopo.plandoc import read_plan
     from slurmtopo.plandoc import TASK_SNIPPET
@@ -268,7 +268,7 @@ def test_task_env_by_file_when_large(tmp_path, h100, monkeypatch):
            "SLURM_JOB_GPUS": "0,1"}
     result = bind(read_plan(req.plan_json), env, slurm=RefusingSlurm(), cgroup_mode="no",
                   probe=False)
-    monkeypatch.setattr(common, "ENV_TABLE_LIMIT", 10)
+    monkeypatch.setattr(limits, "ENV_TABLE_LIMIT", 10)
     write_run_dir(result, str(tmp_path), {})
     envsh = (tmp_path / "env.sh").read_text()
     assert f"export SLURMTOPO_TASK_ENV_FILE={tmp_path}/task-env.sh" in envsh

@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
-from slurmtopo.admin.fabric import NAME_RE, natural_key
+from slurmtopo.admin.switch_tree import NAME_RE, natural_key
 from slurmtopo.admin.slurmconf import MAX_LINE, logical_lines
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.hostlist import fold_hostlist

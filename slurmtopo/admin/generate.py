@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Set, Tuple
 
 from slurmtopo import __version__
-from slurmtopo.admin.fabric import (HostSelection, derive_fabric, left_out_message,
+from slurmtopo.admin.switch_tree import (HostSelection, derive_fabric, left_out_message,
                                     natural_key)
 from slurmtopo.admin.ibnetdiscover import IbFabric
 from slurmtopo.admin.slurmconf import SlurmConf

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.admin.checks import REFUSE, WARNING, Problem, sample_hosts
-from slurmtopo.admin.fabric import natural_key
+from slurmtopo.admin.switch_tree import natural_key
 from slurmtopo.admin.slurmconf import (SlurmConf, split_comment, conf_lines, hostlist_at,
                                        parse_pairs, read_text)
 from slurmtopo.errors import InventoryError

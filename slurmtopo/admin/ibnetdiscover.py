@@ -15,7 +15,7 @@ counted, but a malformed port line inside a record is an error at
 ``file:line``: silently losing a cable would silently move hosts.
 
 This module only reads; deciding hosts, levels and scalable units is
-:mod:`slurmtopo.admin.fabric`.
+:mod:`slurmtopo.admin.switch_tree`.
 """
 from __future__ import annotations
 

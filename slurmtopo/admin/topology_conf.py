@@ -27,7 +27,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import yaml
 
 from slurmtopo.admin.checks import check_blocks, check_tree, raise_first_error, valid_block_sizes
-from slurmtopo.admin.fabric import natural_key
+from slurmtopo.admin.switch_tree import natural_key
 from slurmtopo.admin.slurmconf import ConfLine, conf_lines, hostlist_at, read_text
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.hostlist import fold_hostlist

@@ -1,7 +1,7 @@
 """The node report: one Node plus a ``report`` block, and how to compare two.
 
 Every source (NVML, ``nvidia-smi topo -m``) ends in :class:`Discovery`; the
-CLI and the daemon only deal with that. The ``report`` block carries what
+CLI and the health watch only deal with that. The ``report`` block carries what
 the planner and an admin want to know about the *reading* itself: when,
 by which agent, from what source, with which driver, and ``problems``,
 the list of things that could not be read (a lost GPU, an unsupported NVML
@@ -74,5 +74,5 @@ def comparable(text: str) -> str:
     """A rendered report without the lines that change every run: two
     reports rendered by this agent describe the same node state iff these
     are equal. (Text, not parsed YAML: parsing a big report takes most of a
-    second, and the daemon compares twice a cycle.)"""
+    second, and the health watch compares twice a cycle.)"""
     return _VOLATILE_RE.sub("", text)

@@ -37,6 +37,6 @@ The modules, one job each (import from them; this package re-exports
 nothing, so no module here can import its own package half-initialised):
 ``allocation`` (what Slurm gave), ``replan`` (keep or redo the plan),
 ``step`` (the batch-host step and the run directory), ``launcher`` (the
-per-rank exec), ``common`` (limits and the command runner). The plan
+per-rank exec), ``limits`` (size limits and constants). The plan
 document they read is :mod:`slurmtopo.plandoc`.
 """

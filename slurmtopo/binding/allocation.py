@@ -11,7 +11,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Hardware, Inventory, parse_cpulist
-from slurmtopo.binding.common import CGROUP_MODES
+from slurmtopo.binding.limits import CGROUP_MODES
 from slurmtopo.errors import SlurmError
 
 

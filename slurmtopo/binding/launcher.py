@@ -12,7 +12,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Placement, format_cpulist, parse_cpulist
 from slurmtopo.binding.allocation import _int_list
-from slurmtopo.binding.common import TABLE_MAGIC
+from slurmtopo.binding.limits import TABLE_MAGIC
 
 
 def rank_table(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequence[int]]],

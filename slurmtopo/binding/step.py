@@ -11,7 +11,7 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Inventory, Placement, format_cpulist
 from slurmtopo.binding.allocation import (Allocation, default_backend, detect_constrained,
                                           read_allocation)
-from slurmtopo.binding import common
+from slurmtopo.binding import limits
 from slurmtopo.binding.launcher import rank_table
 from slurmtopo.binding.replan import differences, moved_ranks, replan
 from slurmtopo.plandoc import launcher_of, layout_from_doc, planned_placement
@@ -199,7 +199,7 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
             continue
         lines.append(f"export {k}={q(v)}")
     task_env = task_env_text(result, environ)
-    by_file = len(task_env.encode()) > common.ENV_TABLE_LIMIT
+    by_file = len(task_env.encode()) > limits.ENV_TABLE_LIMIT
     # the Python launcher (`python3 -m slurmtopo.binding rank`) reads this table
     lines.append(f"export SLURMTOPO_RANK_TABLE_FILE={q(os.path.join(run_dir, 'ranktable'))}")
     lines.append("unset SLURMTOPO_RANK_TABLE")

@@ -224,7 +224,7 @@ def run_cmd(interval, report_dir, state_dir, drain, gres_conf, node_name, sysfs_
             new_baseline, log_level, slurm_version):
     """Rediscover every --interval seconds; rewrite the report on change; drain on
     a missing GPU, a down NVLink or a down NIC."""
-    from slurmtopo.agent.daemon import Agent
+    from slurmtopo.agent.watch import Agent
     from slurmtopo.agent.nvml_discovery import discover
     from slurmtopo.agent.report import short_hostname
 

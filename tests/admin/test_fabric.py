@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from slurmtopo.admin.checks import REFUSE, check_tree
-from slurmtopo.admin.fabric import (CaHost, HostSelection, derive_fabric, host_of,
+from slurmtopo.admin.switch_tree import (CaHost, HostSelection, derive_fabric, host_of,
                                     switch_base_name, switch_names)
 from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.admin.ibnetdiscover import IbNode, parse_ibnetdiscover, read_ibnetdiscover

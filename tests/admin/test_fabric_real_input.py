@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from slurmtopo.admin.checks import REFUSE, check_tree
-from slurmtopo.admin.fabric import HostSelection, derive_fabric, non_compute_reason
+from slurmtopo.admin.switch_tree import HostSelection, derive_fabric, non_compute_reason
 from slurmtopo.admin.ibnetdiscover import parse_ibnetdiscover, read_ibnetdiscover
 from slurmtopo.admin.topology_conf import describe_changes, parse_topology_conf
 from slurmtopo.model import Fabric, Switch

@@ -3,7 +3,7 @@ writes and reads back (no timing asserted; it takes a few seconds)."""
 from __future__ import annotations
 
 from slurmtopo.admin.checks import check_blocks, check_text, check_tree
-from slurmtopo.admin.fabric import derive_fabric
+from slurmtopo.admin.switch_tree import derive_fabric
 from slurmtopo.admin.generate import default_block_sizes, leaf_blocks
 from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.admin.ibnetdiscover import parse_ibnetdiscover
@@ -25,7 +25,7 @@ def test_2000_hosts(tmp_path, capsys):
     hosts = {h for s in d.fabric.switches for h in s.nodes}
     # no node list: every named host but those named as management hosts
     assert len(hosts) == 2000 and "ufm01" not in hosts
-    from slurmtopo.admin.fabric import HostSelection
+    from slurmtopo.admin.switch_tree import HostSelection
     compute = {f"gpu{i:04d}" for i in range(1, 2001)}
     d = derive_fabric(ib, HostSelection(nodes=compute, rails={0, 1, 2, 3}))
     leaves = [s for s in d.fabric.switches if s.level == 0]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmtopo.admin.fabric import derive_fabric
+from slurmtopo.admin.switch_tree import derive_fabric
 from slurmtopo.admin.generate import default_block_sizes, leaf_blocks
 from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.admin.ibnetdiscover import parse_ibnetdiscover, read_ibnetdiscover

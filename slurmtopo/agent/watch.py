@@ -206,7 +206,7 @@ class Agent:
                 self.cycle()
             except SlurmtopoError as exc:
                 log.error("cycle failed: %s", exc.render())
-            except Exception:  # noqa: BLE001 - a daemon logs and goes on
+            except Exception:  # noqa: BLE001 - a long-running watch logs and goes on
                 log.exception("cycle failed")
             done += 1
             if iterations is not None and done >= iterations:

@@ -1,4 +1,4 @@
-"""Degradation detection and the daemon: report on change, drain/resume
+"""Degradation detection and the health watch (`agent run`): report on change, drain/resume
 through a fake ``scontrol`` on PATH."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import pytest
 
 from slurmtopo.agent import health
-from slurmtopo.agent.daemon import Agent
+from slurmtopo.agent.watch import Agent
 from slurmtopo.agent.smi import smi_discovery
 from slurmtopo.inventory import load_inventory
 
