@@ -74,17 +74,18 @@ def read_text(path, limit: Optional[int] = None, errors: str = "strict") -> str:
         raise InventoryError("not a text file (invalid UTF-8)", path, line) from None
 
 
-def ensure_dir(path, what: str = "output directory") -> str:
+def ensure_dir(path, what: str = "output directory", mode: int = 0o777) -> str:
     """Create directory ``path`` (and parents) if needed; one-line errors.
 
     A path that names a file, or a parent that does, is refused here, not
-    as a traceback in ``os.makedirs``.
+    as a traceback in ``os.makedirs``. ``mode`` as for ``os.makedirs``
+    (0o700 for a private run directory).
     """
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise SlurmtopoError(f"the {what} is not a directory", path)
     try:
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(path, mode=mode, exist_ok=True)
     except OSError as exc:
         raise SlurmtopoError(f"cannot create the {what} ({exc.strerror or exc})", path) from None
     return path

@@ -33,9 +33,9 @@ def run_dir_for(submit_dir: str, job_id: int) -> str:
 def save_script(run_dir: str, script_text: str) -> str:
     """Keep the submitted script in the job's run directory (private:
     mode 0700 directories, 0600 file, like the run directory bind makes)."""
-    from slurmtopo.fileio import atomic_write
+    from slurmtopo.fileio import atomic_write, ensure_dir
 
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    ensure_dir(run_dir, "run directory", mode=0o700)
     path = os.path.join(run_dir, SCRIPT_NAME)
     atomic_write(path, script_text, mode=0o600)
     return path

@@ -383,3 +383,35 @@ def test_job_name_keeps_letters_of_any_script(name, written):
     from slurmtopo.sbatch import sanitize_job_name
 
     assert sanitize_job_name(name)[0] == written
+
+
+@pytest.mark.parametrize("argv", [
+    ["collect", "--from-dir", "{tmp}", "-o", "{tmp}/f/reports"],
+    ["agent", "discover", "--from-smi", str(ROOT / "tests" / "fixtures" / "smi" / "hgx_h100.txt"),
+     "--node-name", "gpu01", "-o", "{tmp}/f/gpu01.yaml"],
+    ["gres", "generate", "--reports", INV, "-o", "{tmp}/f/gres.conf"],
+    ["topology", "generate", "--reports", INV, "-o", "{tmp}/f/topology.conf"],
+], ids=["collect", "agent-discover", "gres-generate", "topology-generate"])
+def test_every_writer_reports_an_unwritable_target_in_one_line(tmp_path, argv):
+    (tmp_path / "f").write_text("x")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code, _o, err = run_cli(argv)
+    one_line_error(code, err, str(tmp_path / "f"))
+    assert (tmp_path / "f").read_text() == "x"
+
+
+def test_bind_run_dir_under_a_file(tmp_path, monkeypatch):
+    plan_dir = tmp_path / "plan"
+    code, _o, err = run_cli(["plan", "--inventory", INV, "--tp", "8", "-o", str(plan_dir), "--",
+                             "true"])
+    assert code == 0, err
+    script = (plan_dir / "job.sbatch").read_text()
+    plan = script.split("<<'SLURMTOPO_PLAN_JSON'\n", 1)[1].split("\nSLURMTOPO_PLAN_JSON\n")[0]
+    (tmp_path / "plan.json").write_text(plan)
+    (tmp_path / "f").write_text("x")
+    for k, v in {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01",
+                 "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7", "SLURMD_NODENAME": "gpu01"}.items():
+        monkeypatch.setenv(k, v)
+    code, _o, err = run_cli(["bind", "--plan", str(tmp_path / "plan.json"), "--run-dir",
+                             str(tmp_path / "f" / "run"), "--no-probe", "--cgroup-devices", "no"])
+    one_line_error(code, err, str(tmp_path / "f" / "run"), "cannot create the run directory")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.fileio import atomic_write, read_text
+from slurmtopo.fileio import atomic_write, ensure_dir, read_text
 from slurmtopo.inventory import node_report, parse_inventory
 from slurmtopo.yamlio import load_document, parse_text
 
@@ -160,7 +160,7 @@ def collect_dir(src: str, dest: str, nodes: Optional[Sequence[str]] = None,
     ``dest`` (which may be ``src``); mark the missing or bad ones stale."""
     if not os.path.isdir(src):
         raise InventoryError("no such directory", src)
-    os.makedirs(dest, exist_ok=True)
+    ensure_dir(dest, "report directory")
     now = time.time() if now is None else now
     found: Dict[str, Tuple[str, str, float]] = {}  # node -> (path, text, mtime)
     # node (or file stem) -> why its report is not usable
@@ -410,7 +410,7 @@ def run_bounded(nodes: Sequence[str], fetch: Callable[[str], object], workers: i
 def collect_ssh(nodes: Sequence[str], dest: str, fetcher: SshFetcher, workers: int = 32,
                 progress: Optional[Callable[[Result], None]] = None) -> List[Result]:
     """Fetch every node's report over SSH into ``dest``."""
-    os.makedirs(dest, exist_ok=True)
+    ensure_dir(dest, "report directory")
     results: Dict[str, Result] = {}
 
     def on_result(node, got, error, seconds):

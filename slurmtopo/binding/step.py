@@ -226,39 +226,25 @@ def task_env_text(result: BindResult, environ: Mapping[str, str]) -> str:
 
 
 def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) -> List[str]:
-    """Write hostfile, ranktable, rankmap.json and env.sh; returns paths."""
-    from slurmtopo.fileio import atomic_write
-    from slurmtopo.rankmap import dumps_rankmap, rankmap_dict
+    """Write hostfile, ranktable, rankmap.json, task-env.sh, the extra files
+    and env.sh, all or none (they describe one binding); returns their
+    paths."""
+    from slurmtopo.fileio import Output, ensure_dir, write_all
+    from slurmtopo.rankmap import dumps_rankmap, node_ranks, rankmap_dict
 
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-    except OSError as exc:
-        raise SlurmtopoError(f"cannot create the run directory ({exc.strerror})", run_dir)
+    ensure_dir(run_dir, "run directory")
     p = result.placement
-    paths = []
-    hostfile = os.path.join(run_dir, "hostfile")
-    from slurmtopo.rankmap import node_ranks
     lines = (list(node_ranks(p)) if result.launcher == "torchrun" else [s.host for s in p.slots])
-    atomic_write(hostfile, "".join(f"{h}\n" for h in lines))
-    paths.append(hostfile)
-    table = os.path.join(run_dir, "ranktable")
-    atomic_write(table, result.table)
-    paths.append(table)
     rm = rankmap_dict(p, result.layout, extra={
         "allocation": {h: (format_cpulist(g) if g is not None else None)
                        for h, g in result.allocation.gpus.items()},
         "replanned": result.replanned, "cgroup_devices": result.constrained})
-    rmpath = os.path.join(run_dir, "rankmap.json")
-    atomic_write(rmpath, dumps_rankmap(rm))
-    paths.append(rmpath)
-    task = os.path.join(run_dir, "task-env.sh")
-    atomic_write(task, task_env_text(result, environ))
-    paths.append(task)
     text, _ = env_script(result, run_dir, environ, result.log)
-    for path, content in sorted(result.extra_files.items()):
-        atomic_write(path, content)
-        paths.append(path)
-    envsh = os.path.join(run_dir, "env.sh")
-    atomic_write(envsh, text)
-    paths.append(envsh)
-    return paths
+    outputs = [Output(os.path.join(run_dir, "hostfile"), "".join(f"{h}\n" for h in lines)),
+               Output(os.path.join(run_dir, "ranktable"), result.table),
+               Output(os.path.join(run_dir, "rankmap.json"), dumps_rankmap(rm)),
+               Output(os.path.join(run_dir, "task-env.sh"), task_env_text(result, environ))]
+    outputs += [Output(path, content) for path, content in sorted(result.extra_files.items())]
+    outputs.append(Output(os.path.join(run_dir, "env.sh"), text))
+    write_all(outputs)
+    return [o.path for o in outputs]

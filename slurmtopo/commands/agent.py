@@ -142,14 +142,18 @@ def discover_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_roo
                          from_nccl_xml, from_hwloc, nvml)
     if len(found) > 1 and not output_dir:
         raise SlurmtopoError(f"{len(found)} hosts in this file: give --output-dir", from_smi)
-    for d in found:
-        if output_dir:
-            f = fmt or "yaml"
-            atomic_write(os.path.join(output_dir, f"{d.node.name}.{f}"), d.render(f))
-        elif output:
-            f = fmt or ("json" if output.endswith(".json") else "yaml")
+    if output_dir:  # one report per host of the file: all of them or none
+        from slurmtopo.fileio import Output, write_all
+
+        f = fmt or "yaml"
+        write_all([Output(os.path.join(output_dir, f"{d.node.name}.{f}"), d.render(f))
+                   for d in found])
+    elif output:
+        f = fmt or ("json" if output.endswith(".json") else "yaml")
+        for d in found:  # one at most (checked above)
             atomic_write(output, d.render(f))
-        else:
+    else:
+        for d in found:
             click.echo(d.render(fmt or "yaml"), nl=False)
     _warn(found)
     _check_usable(found)

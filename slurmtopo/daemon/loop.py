@@ -57,7 +57,7 @@ from slurmtopo.daemon.scheduler import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNIN
                                         QueuedJob, decide)
 from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.daemon.status import STATUS_KIND
-from slurmtopo.fileio import atomic_write
+from slurmtopo.fileio import atomic_write, ensure_dir
 
 log = logging.getLogger("slurmtopo.daemon")
 
@@ -82,11 +82,7 @@ class Journal:
         self.dir = os.path.join(self.spool, "journal")
         self.events_path = os.path.join(self.spool, EVENTS_FILE)
         for d in (self.spool, self.dir):
-            try:
-                os.makedirs(d, exist_ok=True)
-            except OSError as exc:
-                raise SlurmtopoError(f"cannot create the spool directory ({exc.strerror})",
-                                     d) from None
+            ensure_dir(d, "spool directory")
 
     def _path(self, job_id: int) -> str:
         return os.path.join(self.dir, f"{int(job_id)}.json")

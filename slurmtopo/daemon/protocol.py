@@ -176,11 +176,9 @@ def make_comment(req, shape: Optional[Shape] = None, spool: Optional[str] = None
 
     name = request_file_name(text)
     directory = os.path.join(spool, "requests")
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as exc:
-        raise SlurmtopoError(f"cannot create the request directory ({exc.strerror})",
-                             directory) from None
+    from slurmtopo.fileio import ensure_dir
+
+    ensure_dir(directory, "request directory")
     atomic_write(os.path.join(directory, name + ".json"), text + "\n", mode=0o644)
     return f"{PREFIX}@{name}"
 
