@@ -63,81 +63,16 @@ def cost_params(inv, params=None):
     return None
 
 
-#: dimensions each counted group kind spans, per rank generator (dense
-#: kinds and expert kinds number ranks differently, see slurmtopo.groups)
-_DENSE_DIMS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("dp",), "dp-cp": ("dp", "cp")}
-_EXPERT_DIMS = {"ep": ("ep",), "expert-tp": ("etp",), "expert-dp": ("edp",)}
-
-
-def joint_bound(inv, req, params=None) -> Optional[float]:
-    """A tighter lower bound than ``cost.lower_bound``, for explaining gaps.
-
-    ``cost.lower_bound`` prices every group kind alone, each on the fastest
-    scope its size fits. But kinds share GPUs: if the groups of two
-    orthogonal kinds (say TP of 8 and DP of 2) each stay inside one node,
-    then their combined groups (TP x DP = 16 ranks) do too, which no 8-GPU
-    node can hold. So per kind we price three scopes (inside one node;
-    across nodes but inside one NVLink domain; over the network), using the
-    cost model's own per-scope optimum, and take the cheapest assignment in
-    which, per rank generator, the kinds kept inside one node span at most
-    a node's GPUs and the kinds kept inside a node or a domain at most a
-    domain's. Still a valid bound under the same model (it only drops
-    placements that cannot exist). None when the cost module's internals
-    it needs are not there.
-    """
-    import copy
-    import itertools
-
+def free_bound(inv, req, state, params=None) -> Optional[float]:
+    """``cost.lower_bound`` on the free GPUs of ``state`` (the usable
+    nodes' free GPUs, per node, domain and switch): what no placement of
+    this job on this cluster *now* can beat. None when the cost module has
+    no state-aware bound."""
     from slurmtopo import cost
-    from slurmtopo.groups import build_groups
-
-    LB = getattr(cost, "_LowerBound", None)
-    if LB is None or not hasattr(cost, "counted_kinds"):
+    try:
+        return float(cost.lower_bound(inv, req, params, state=state).step_time_s)
+    except TypeError:  # an older cost module
         return None
-    p = params if params is not None else cost_params(inv)
-    if p is None:
-        p = cost.CostParams.from_inventory(inv)
-    lay = req.layout
-    groups = build_groups(lay)
-    counted = [k for k in cost.counted_kinds(groups, lay.cp) if len(groups[k][0]) > 1]
-    base = LB(inv, p)
-    off_node = copy.copy(base)
-    off_node.node_max = 1
-    off_node._cache = {}
-    net_only = copy.copy(off_node)
-    net_only.dom_max = 0
-    net_only._cache = {}
-    sizes = {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp,
-             "ep": lay.ep, "etp": lay.expert_tp, "edp": lay.expert_dp if lay.ep > 1 or
-             lay.expert_tp != lay.tp else 1}
-    costs = {}
-    for k in counted:
-        n = len(groups[k][0])
-        coll = cost.COLLECTIVES.get(k, "all-reduce")
-        m = p.message(k, req)
-        costs[k] = [base.best(n, coll, m)[1], off_node.best(n, coll, m)[1],
-                    net_only.best(n, coll, m)[1]]
-    node_cap = base.node_max
-    dom_cap = max(base.node_max, base.dom_max)
-
-    def fits(assign) -> bool:
-        for dims_of in (_DENSE_DIMS, _EXPERT_DIMS):
-            for level, cap in ((0, node_cap), (1, dom_cap)):
-                dims = set()
-                for k, lv in assign.items():
-                    if k in dims_of and lv <= level:
-                        dims.update(dims_of[k])
-                if math.prod(sizes[d] for d in dims) > cap:
-                    return False
-        return True
-
-    best = math.inf
-    for levels in itertools.product((0, 1, 2), repeat=len(counted)):
-        assign = dict(zip(counted, levels))
-        total = sum(costs[k][lv] for k, lv in assign.items())
-        if total < best and fits(assign):
-            best = total
-    return 0.0 if not counted else best
 
 
 def _kinds(report) -> Dict[str, Dict[str, Any]]:
@@ -230,10 +165,11 @@ def run_scenario(spec, params=None, planners: Sequence[str] = tuple(PLANNERS),
         return rec
     lb = cost.lower_bound(sc.inv, req, params)
     rec["lower_bound"] = {"step_s": float(lb.step_time_s), "kinds": _kinds(lb),
-                          "counted": list(getattr(lb, "counted", ()) or ())}
-    jb = joint_bound(sc.inv, req, params)
-    if jb is not None:
-        rec["joint_bound_s"] = jb
+                          "counted": list(getattr(lb, "counted", ()) or ()),
+                          "alone_s": getattr(lb, "alone_s", None)}
+    fb = free_bound(sc.inv, req, sc.state, params) if sc.spec.busy_pct else lb.step_time_s
+    if fb is not None:
+        rec["free_bound_s"] = fb
     for name in planners:
         res = place(name, sc, req, params)
         if res["ok"]:
@@ -268,19 +204,17 @@ def run_scenario(spec, params=None, planners: Sequence[str] = tuple(PLANNERS),
         idle = rec["results"].get("slurmtopo-idle")
         if idle and idle.get("ok"):
             rec["ratios"]["slurmtopo-idle/lb"] = idle["step_s"] / lb_s if lb_s > 0 else 1.0
-        jb = rec.get("joint_bound_s")
-        if jb is not None:
-            rec["ratios"]["slurmtopo/joint"] = s / jb if jb > 0 else 1.0
-            if idle and idle.get("ok"):
-                rec["ratios"]["slurmtopo-idle/joint"] = idle["step_s"] / jb if jb > 0 else 1.0
-            found = [r["step_s"] for n, r in rec["results"].items() if r.get("ok")]
-            if jb < lb_s * (1 - 1e-6):
-                rec["problems"].append(f"bench joint bound {jb:.6g}s below cost.lower_bound "
-                                       f"{lb_s:.6g}s (bench bug)")
-            if found and min(found) < jb * (1 - 1e-6):
-                rec["problems"].append(f"a placement ({min(found):.6g}s) beats the bench's joint "
-                                       f"bound {jb:.6g}s (bench bug, or the cost model's "
-                                       "per-scope optimum is not a bound)")
+        fb = rec.get("free_bound_s")
+        if fb is not None:
+            rec["ratios"]["slurmtopo/free"] = s / fb if fb > 0 else 1.0
+            found = [r["step_s"] for n, r in rec["results"].items()
+                     if r.get("ok") and n != "slurmtopo-idle"]
+            if fb < lb_s * (1 - 1e-6):
+                rec["problems"].append(f"the bound on the free GPUs {fb:.6g}s is below the "
+                                       f"bound on the idle cluster {lb_s:.6g}s (cost bug)")
+            if found and min(found) < fb * (1 - 1e-6):
+                rec["problems"].append(f"a placement ({min(found):.6g}s) beats the bound on the "
+                                       f"free GPUs {fb:.6g}s (cost bug)")
     else:
         placed = [b for b in BASELINES if rec["results"].get(b, {}).get("ok")]
         if placed and "slurmtopo" in planners:
@@ -347,23 +281,18 @@ def stats(values: Sequence[float]) -> Dict[str, float]:
 
 #: the factors slurmtopo/lower-bound splits into (their product)
 FACTORS = {
-    "bound": "the bound prices kinds alone (joint bound / cost.lower_bound)",
-    "idle": "gap on the idle cluster (slurmtopo on the idle cluster / joint bound)",
-    "busy": "busy GPUs (slurmtopo / slurmtopo on the idle cluster)",
+    "free": "busy GPUs rule out the bound (bound on the free GPUs / bound on the idle cluster)",
+    "planner": "the rest (slurmtopo / bound on the free GPUs)",
 }
 
 
 def factors(r: Dict[str, Any]) -> Optional[Dict[str, float]]:
-    """slurmtopo / lower bound = bound x idle x busy (see :data:`FACTORS`)."""
+    """slurmtopo / lower bound = free x planner (see :data:`FACTORS`)."""
     x = r["ratios"]
-    if "slurmtopo/lb" not in x or "slurmtopo/joint" not in x:
+    if "slurmtopo/lb" not in x or "slurmtopo/free" not in x:
         return None
-    total, joint = x["slurmtopo/lb"], x["slurmtopo/joint"]
-    idle = x.get("slurmtopo-idle/joint", joint if r["busy_pct"] == 0 else None)
-    if idle is None:
-        return None
-    return {"bound": total / joint if joint > 0 else 1.0, "idle": idle,
-            "busy": joint / idle if idle > 0 else 1.0}
+    total, rest = x["slurmtopo/lb"], x["slurmtopo/free"]
+    return {"free": total / rest if rest > 0 else 1.0, "planner": rest}
 
 
 def cause_of(r: Dict[str, Any]) -> str:
@@ -384,9 +313,9 @@ def summarize(records: Sequence[Dict[str, Any]], worst: int = 10) -> Dict[str, A
             out[key] = stats([r["ratios"].get(key) for r in recs if key in r["ratios"]])
         lbs = [r["ratios"]["slurmtopo/lb"] for r in recs if "slurmtopo/lb" in r["ratios"]]
         out["within_5pct_of_lb"] = (sum(1 for x in lbs if x <= 1.05 + EPS) / len(lbs)) if lbs else None
-        js = [r["ratios"]["slurmtopo/joint"] for r in recs if "slurmtopo/joint" in r["ratios"]]
-        out["slurmtopo/joint"] = stats(js)
-        out["within_5pct_of_joint"] = (sum(1 for x in js if x <= 1.05 + EPS) / len(js)) if js else None
+        js = [r["ratios"]["slurmtopo/free"] for r in recs if "slurmtopo/free" in r["ratios"]]
+        out["slurmtopo/free"] = stats(js)
+        out["within_5pct_of_free"] = (sum(1 for x in js if x <= 1.05 + EPS) / len(js)) if js else None
         for b in BASELINES:
             xs = [r["ratios"][f"{b}/slurmtopo"] for r in recs if f"{b}/slurmtopo" in r["ratios"]]
             out[f"{b}_better"] = sum(1 for x in xs if x < 1 - 1e-6)
@@ -442,8 +371,10 @@ def summarize(records: Sequence[Dict[str, Any]], worst: int = 10) -> Dict[str, A
             if f:
                 for k, v in f.items():
                     fac[k].append(v)
-                if f["idle"] > 1.05 + EPS:
-                    idle_gap.append((f["idle"], r))
+            idle = r["ratios"].get("slurmtopo-idle/lb", r["ratios"]["slurmtopo/lb"]
+                                   if r["busy_pct"] == 0 else None)
+            if idle is not None and idle > 1.05 + EPS:
+                idle_gap.append((idle, r))
     idle_gap.sort(key=lambda t: -t[0])
     return {
         "overall": block(records),
@@ -458,7 +389,7 @@ def summarize(records: Sequence[Dict[str, Any]], worst: int = 10) -> Dict[str, A
         # busy GPUs are the reason) or not even there
         "over_5pct_causes": causes,
         "over_5pct_factors": {k: stats(v) for k, v in fac.items()},
-        # the same job is > 5% from the joint bound even on the idle cluster
+        # the same job is > 5% from the bound even on the idle cluster
         "worst_idle_gap": [dict(brief(r), idle_factor=x) for x, r in idle_gap[:worst]],
         "problems": problems,
     }

@@ -76,10 +76,10 @@ def _dist(st: Dict[str, Any], keys=("median", "p95", "max")) -> List[str]:
 
 def _row(name, blk):
     w = blk.get("within_5pct_of_lb")
-    wj = blk.get("within_5pct_of_joint")
+    wj = blk.get("within_5pct_of_free")
     return ([name, str(blk["scenarios"])] + _dist(blk["slurmtopo/lb"])
             + [f"{w * 100:.0f}%" if w is not None else "-"]
-            + _dist(blk.get("slurmtopo/joint"), ("median", "p95"))
+            + _dist(blk.get("slurmtopo/free"), ("median", "p95"))
             + [f"{wj * 100:.0f}%" if wj is not None else "-"]
             + _dist(blk["slurm-default/slurmtopo"], ("median", "p95", "max", "min"))
             + _dist(blk["slurm-leaf/slurmtopo"], ("median", "p95", "max", "min"))
@@ -88,7 +88,7 @@ def _row(name, blk):
 
 
 QUALITY_HEADER = ["cluster / busy %", "n", "topo/LB med", "p95", "max", "≤5% of LB",
-                  "topo/joint med", "p95", "≤5% of joint",
+                  "topo/free med", "p95", "≤5% of free",
                   "default/topo med", "p95", "max", "min", "leaf/topo med", "p95", "max", "min",
                   "random/topo med", "min", "topo failed"]
 
@@ -96,7 +96,8 @@ QUALITY_HEADER = ["cluster / busy %", "n", "topo/LB med", "p95", "max", "≤5% o
 def _factor_cells(w) -> List[str]:
     from bench.quality import factors
     f = factors(w) or {}
-    return [fmt_ratio(f.get(k)) for k in ("bound", "idle", "busy")]
+    idle = w["ratios"].get("slurmtopo-idle/lb")
+    return [fmt_ratio(f.get(k)) for k in ("free", "planner")] + [fmt_ratio(idle)]
 
 
 def quality_tables(summary: Dict[str, Any], sensitivity: Optional[Dict[str, Any]] = None
@@ -114,7 +115,7 @@ def quality_tables(summary: Dict[str, Any], sensitivity: Optional[Dict[str, Any]
         rows.append(_row(f"all / {busy}", summary["by_busy"][busy]))
     rows.append(_row("all", summary["overall"]))
     tables.append(("Placement quality: modelled communication time of one training step, ratios "
-                   "(topo = slurmtopo, LB = cost.lower_bound, joint = bench joint bound)",
+                   "(topo = slurmtopo, LB = cost.lower_bound, free = cost.lower_bound on the free GPUs)",
                    QUALITY_HEADER, rows))
 
     from bench.quality import FACTORS
@@ -123,7 +124,7 @@ def quality_tables(summary: Dict[str, Any], sensitivity: Optional[Dict[str, Any]
     crows = [[FACTORS[k], str(causes.get(k, 0))] + _dist(facs.get(k), ("median", "p95", "max"))
              for k in FACTORS]
     tables.append(("Why slurmtopo is more than 5% from the lower bound: slurmtopo/LB = "
-                   "bound x idle x busy; scenarios by their largest factor",
+                   "free x planner; scenarios by their largest factor",
                    ["factor", "largest in", "median", "p95", "max"], crows))
 
     def worst_rows(items, extra=None):
@@ -138,11 +139,11 @@ def quality_tables(summary: Dict[str, Any], sensitivity: Optional[Dict[str, Any]
                           if gap.get("kind") else "-"])
         return out
 
-    head = ["scenario", "job", "free GPUs", "topo/LB", "bound", "idle", "busy", "default/topo",
+    head = ["scenario", "job", "free GPUs", "topo/LB", "free", "planner", "idle/LB", "default/topo",
             "leaf/topo", "biggest gap (kind: slurmtopo link vs LB link)"]
     tables.append(("Farthest from the lower bound (rerun: python -m bench.quality --scenario ID)",
                    head, worst_rows(summary["worst_vs_lb"])))
-    tables.append(("Largest gaps on the idle cluster (slurmtopo on the idle cluster / joint bound)",
+    tables.append(("Largest gaps on the idle cluster (slurmtopo on the idle cluster / LB)",
                    head, worst_rows(summary.get("worst_idle_gap") or [])))
 
     brows = []

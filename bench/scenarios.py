@@ -150,6 +150,16 @@ def fattree3(nodes: int) -> Inventory:
     return _homogeneous("hgx-h100-8", "n", nodes, leaf_size=32, pod_leaves=8, levels=3)
 
 
+def l40s(nodes: int) -> Inventory:
+    """8x L40S PCIe (no NVLink; sockets joined by UPI), 16 nodes a leaf."""
+    return _homogeneous("pcie-l40s-8", "l40s", nodes)
+
+
+def h100_nvl(nodes: int) -> Inventory:
+    """8x H100 NVL PCIe with NVLink pairs and a 400G NIC per pair."""
+    return _homogeneous("pcie-h100-nvl-8", "nvl", nodes)
+
+
 #: shape name -> (builder(nodes), node counts used by the quality benchmark,
 #: node counts of the --quick pass)
 SHAPES: Dict[str, Tuple[Callable[[int], Inventory], Tuple[int, ...], Tuple[int, ...]]] = {
@@ -158,8 +168,19 @@ SHAPES: Dict[str, Tuple[Callable[[int], Inventory], Tuple[int, ...], Tuple[int, 
     "dgx1-cubemesh": (dgx1_cubemesh, (16, 64), (16,)),
     "nvl72": (nvl72, (36, 144), (36,)),
     "mixed": (mixed, (64, 256), (64,)),
+    # the shapes where an independent check found the planner losing: big
+    # jobs on fat trees fragmented by partial-node jobs (lopsided splits),
+    # EP=8 on NVL72 racks, pure data parallel on L40S, TP=4 on H100 NVL
+    "hgx-lopsided": (hgx_fattree, (256,), (64,)),
+    "nvl72-ep8": (nvl72, (288,), (72,)),
+    "l40s-dp": (l40s, (16,), (16,)),
+    "h100nvl-tp4": (h100_nvl, (16,), (16,)),
     "fattree3": (fattree3, (), ()),
 }
+
+#: shapes whose busy GPUs come mostly from partial-node jobs (whole-node
+#: jobs, partial-node jobs, single GPUs as shares of the busy GPUs)
+BUSY_MIX: Dict[str, Tuple[float, float]] = {"hgx-lopsided": (0.25, 0.65)}
 
 FRAGMENTATION = (0.0, 0.3, 0.6, 0.85)
 
@@ -476,9 +497,40 @@ def build(spec) -> Scenario:
         spec = ScenarioSpec.parse(spec)
     inv = cluster(spec.shape, spec.nodes)
     rng = random.Random(f"slurmtopo-bench/{spec.id}")
-    state = busy_state(inv, spec.busy_pct / 100.0, rng)
-    job = make_job(inv, state, rng)
+    whole, partial = BUSY_MIX.get(spec.shape, (0.6, 0.3))
+    state = busy_state(inv, spec.busy_pct / 100.0, rng, whole_share=whole, partial_share=partial)
+    maker = JOB_MAKERS.get(spec.shape, make_job)
+    job = maker(inv, state, rng)
     return Scenario(spec=spec, inv=inv, state=state, job=job)
+
+
+def _fixed_job(tps: Sequence[int], ep: int, rng: random.Random, inv: Inventory,
+               state: ClusterState, big: bool) -> Job:
+    """A job of the issue's shapes: TP from ``tps``, EP ``ep``, no PP or
+    CP, DP filling a share of the free GPUs (a quarter to 90% when
+    ``big``, else 16 to 90% log-uniformly), whole multiples of 8 GPUs."""
+    free = free_gpus(inv, state)
+    tp = rng.choice(tps)
+    cap = int(0.9 * free)
+    unit = math.lcm(8, tp * ep)  # EP divides DP; whole 8-GPU nodes
+    lo = unit
+    if cap < lo:
+        return make_job(inv, state, rng)
+    target = rng.uniform(max(lo, 0.25 * free), cap) if big else \
+        math.exp(rng.uniform(math.log(max(lo, 16)), math.log(max(cap, lo))))
+    world = max(lo, int(target) // unit * unit)
+    dp = world // tp
+    sizes, desc = message_sizes(tp, 1, ep, 1, dp, rng)
+    return Job(tp=tp, ep=ep, dp=dp, message_bytes=sizes, model=desc)
+
+
+#: shape -> job generator, for the shapes that test one kind of job
+JOB_MAKERS: Dict[str, Callable[[Inventory, ClusterState, random.Random], Job]] = {
+    "hgx-lopsided": lambda inv, st, rng: _fixed_job((8,), 1, rng, inv, st, True),
+    "nvl72-ep8": lambda inv, st, rng: _fixed_job((1, 4), 8, rng, inv, st, True),
+    "l40s-dp": lambda inv, st, rng: _fixed_job((1,), 1, rng, inv, st, False),
+    "h100nvl-tp4": lambda inv, st, rng: _fixed_job((4,), 1, rng, inv, st, False),
+}
 
 
 def quality_specs(per_cell: int, quick: bool = False, base_seed: int = 1000,

@@ -510,6 +510,9 @@ class CostReport:
     step_time_s: float
     warnings: List[str] = field(default_factory=list)
     counted: Tuple[str, ...] = ()  # kinds summed into step_time_s
+    #: lower bounds only: the per-kind bounds summed (each kind alone,
+    #: <= step_time_s, which prices the kinds jointly)
+    alone_s: Optional[float] = None
 
 
 def counted_kinds(groups: Mapping[str, list], cp: int) -> Tuple[str, ...]:
@@ -803,41 +806,47 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
 
 class _InvStats:
     """What the lower bound needs to know about an inventory's shape (not
-    about the cost parameters): hardware types, NVLink domain sizes, the
-    GPUs under the largest switch of each level. Cached on the inventory."""
+    about the cost parameters): the GPU sets a group could use (per
+    hardware type all its GPUs; with a cluster state the free GPUs of each
+    usable node), NVLink domain sizes, the GPUs under the largest switch of
+    each level. Cached on the inventory when no state is given."""
 
-    def __init__(self, inv: Inventory):
-        hws: Dict[int, Hardware] = {}
+    def __init__(self, inv: Inventory, state=None):
+        sets: Dict[Tuple[int, Tuple[int, ...]], Tuple[Hardware, Tuple[int, ...]]] = {}
         dom_gpus: Dict[str, int] = {}
-        dom_hws: Dict[int, Hardware] = {}
+        dom_sets: Dict[Tuple[int, Tuple[int, ...]], Tuple[Hardware, Tuple[int, ...]]] = {}
+        free_of: Dict[str, int] = {}
         for n in inv:
             hw = n.hardware
-            hws.setdefault(id(hw), hw)
+            gpus = tuple(range(hw.gpu_count)) if state is None else tuple(state.free_gpus(n))
+            if not gpus:
+                continue
+            free_of[n.name] = len(gpus)
+            sets.setdefault((id(hw), gpus), (hw, gpus))
             if n.nvlink_domain is not None:
                 k = n.nvlink_domain.key
-                dom_gpus[k] = dom_gpus.get(k, 0) + hw.gpu_count
-                dom_hws.setdefault(id(hw), hw)
-        self.hws = list(hws.values())
-        self.dom_hws = list(dom_hws.values())
-        self.node_max = max(h.gpu_count for h in self.hws)
+                dom_gpus[k] = dom_gpus.get(k, 0) + len(gpus)
+                dom_sets.setdefault((id(hw), gpus), (hw, gpus))
+        self.sets = list(sets.values())
+        self.dom_sets = list(dom_sets.values())
+        self.node_max = max((len(g) for _, g in self.sets), default=0)
         self.dom_max = max(dom_gpus.values()) if dom_gpus else 0
         view = network_view(inv.fabric)
-        total = inv.gpu_count
+        total = sum(free_of.values())
         self.scope_cap: Dict[LinkClass, int] = {}
         if view.flat:
             for c in NETWORK_CLASSES:
                 self.scope_cap[c] = total
             return
         per_sw: Dict[str, int] = {}
-        for n in inv:
-            g = n.hardware.gpu_count
-            for sw in view.ancestors.get(n.name, ()):
+        for name, g in free_of.items():
+            for sw in view.ancestors.get(name, ()):
                 per_sw[sw] = per_sw.get(sw, 0) + g
         per_leaf: Dict[str, int] = {}
         for host, leaf in view.leaf.items():
-            node = inv.nodes.get(host)
-            if node is not None:
-                per_leaf[leaf] = per_leaf.get(leaf, 0) + node.hardware.gpu_count
+            g = free_of.get(host)
+            if g:
+                per_leaf[leaf] = per_leaf.get(leaf, 0) + g
         self.scope_cap[LinkClass.NET_LEAF] = max(per_leaf.values()) if per_leaf else 1
         top = 0
         for lvl in range(1, 4):
@@ -858,7 +867,9 @@ class _InvStats:
 _STATS = "_slurmtopo_cost_stats"
 
 
-def _inv_stats(inv: Inventory) -> _InvStats:
+def _inv_stats(inv: Inventory, state=None) -> _InvStats:
+    if state is not None:
+        return _InvStats(inv, state)
     stamp = (id(inv.nodes), len(inv.nodes), id(inv.fabric))
     hit = inv.__dict__.get(_STATS)
     if hit is not None and hit[0] == stamp:
@@ -869,24 +880,26 @@ def _inv_stats(inv: Inventory) -> _InvStats:
 
 
 class _LowerBound:
-    """The fastest each group size could possibly be on this inventory."""
+    """The fastest each group size could possibly be on this inventory
+    (on its free GPUs, given a state)."""
 
-    def __init__(self, inv: Inventory, p: CostParams):
+    def __init__(self, inv: Inventory, p: CostParams, state=None):
         self.p = p
-        st = _inv_stats(inv)
-        self.hws = st.hws
+        st = _inv_stats(inv, state)
+        self.sets = st.sets
         self.node_max = st.node_max
-        self.best_net = max(max(p.hw(h).net) for h in self.hws if h.gpu_count)
+        self.best_net = max((max(p.hw(h).net[g] for g in gpus) for h, gpus in self.sets),
+                            default=1.0)
         self.dom_max = st.dom_max
-        self.dom_bw = max((p.hw(h).class_bw(LinkClass.NVLINK_DOMAIN) for h in st.dom_hws),
+        self.dom_bw = max((p.hw(h).class_bw(LinkClass.NVLINK_DOMAIN) for h, _ in st.dom_sets),
                           default=0.0)
         self.scope_cap = st.scope_cap
-        self._best_in: Dict[Tuple[int, int], Tuple[LinkClass, float]] = {}
+        self._best_in: Dict[Tuple[int, Tuple[int, ...], int], Tuple[LinkClass, float]] = {}
         self._cache: Dict[Tuple[int, str, int], Tuple[LinkClass, float]] = {}
 
-    def best_intra(self, hw: Hardware, l: int) -> Tuple[LinkClass, float]:
-        """Fastest (class, GB/s) of a ring over some ``l`` GPUs of ``hw``."""
-        key = (id(hw), l)
+    def best_intra(self, hw: Hardware, gpus: Tuple[int, ...], l: int) -> Tuple[LinkClass, float]:
+        """Fastest (class, GB/s) of a ring over some ``l`` of ``gpus`` of ``hw``."""
+        key = (id(hw), gpus, l)
         hit = self._best_in.get(key)
         if hit is None:
             if l <= 1:
@@ -895,9 +908,8 @@ class _LowerBound:
                 from slurmtopo.placement.intranode import _candidates, hw_info
                 hc = self.p.hw(hw)
                 best = None
-                full = tuple(range(hw.gpu_count))
-                for cand in _candidates(hw_info(hw), full, l):
-                    c, b = hc.intra(tuple(cand))
+                for cand in _candidates(hw_info(hw), gpus, l):
+                    c, b = hc.intra(tuple(sorted(cand)))
                     k = (c, -b)
                     if best is None or k < best[0]:
                         best = (k, (c, b))
@@ -907,12 +919,10 @@ class _LowerBound:
 
     def best_pair(self) -> Tuple[LinkClass, float]:
         best = None
-        for hw in self.hws:
-            if hw.gpu_count < 2:
-                continue
+        for hw, gpus in self.sets:
             hc = self.p.hw(hw)
-            for a in range(hw.gpu_count):
-                for b in range(a + 1, hw.gpu_count):
+            for i, a in enumerate(gpus):
+                for b in gpus[i + 1:]:
                     c, bw = hc.pair(a, b)
                     if best is None or (c, -bw) < (best[0], -best[1]):
                         best = (c, bw)
@@ -934,9 +944,9 @@ class _LowerBound:
                 c, bw = self.best_pair()
                 opts.append((p.alpha[c] + m / (bw * 1e9), c))
             else:
-                for hw in self.hws:
-                    if hw.gpu_count >= n:
-                        c, bw = self.best_intra(hw, n)
+                for hw, gpus in self.sets:
+                    if len(gpus) >= n:
+                        c, bw = self.best_intra(hw, gpus, n)
                         opts.append((flat_time(collective, n, m, p.alpha[c], bw), c))
         # inside one NVLink domain
         if self.dom_max >= n and n > 1:
@@ -958,35 +968,102 @@ class _LowerBound:
             if collective == "p2p":
                 opts.append((p.alpha[c] + m / (b_net * 1e9), c))
                 continue
-            for hw in self.hws:
-                for l in range(1, min(hw.gpu_count, n) + 1):
+            for hw, gpus in self.sets:
+                for l in range(1, min(len(gpus), n) + 1):
                     h = -(-n // l)
                     if h < 2:
                         continue
-                    ci, bi = self.best_intra(hw, l)
+                    ci, bi = self.best_intra(hw, gpus, l)
                     t = hier_time(collective, n, h, l, l, m, p.alpha[ci],
                                   bi if bi != math.inf else 1.0, p.alpha[c], b_net)
                     opts.append((t, max(c, ci)))
+        if not opts:  # no free GPU anywhere (a state with nothing free)
+            opts.append((math.inf, LinkClass.NET_FAR))
         t, c = min(opts, key=lambda x: (x[0], x[1]))
         hit = (c, t)
         self._cache[key] = hit
         return hit
 
 
-def lower_bound(inv: Inventory, req: JobRequest,
-                params: Optional[CostParams] = None) -> CostReport:
-    """Every group on the fastest link class its size could possibly use on
-    this inventory (ignoring the cluster state and the other kinds): inside
-    one node's best GPUs if it fits a node, inside an NVLink domain if it
-    fits one, else over the smallest switch scope that holds that many
-    GPUs, packing as many ranks per host as the fastest option wants, with
-    the best NIC share of the inventory. No placement can beat it under the
-    same parameters.
+#: dimensions each counted group kind spans, per rank generator (dense
+#: kinds and expert kinds number ranks differently, see slurmtopo.groups)
+_DENSE_DIMS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("dp",), "dp-cp": ("dp", "cp")}
+_EXPERT_DIMS = {"ep": ("ep",), "expert-tp": ("etp",), "expert-dp": ("edp",)}
+
+
+def _joint(inv: Inventory, p: CostParams, req: JobRequest, groups, counted, state) -> float:
+    """The cheapest assignment of the counted kinds to three scopes (inside
+    one node; across nodes inside one NVLink domain; over the network),
+    each priced at the cost model's optimum for that scope, in which the
+    kinds kept inside one node span at most a node's GPUs and those kept
+    inside a node or a domain at most a domain's, per rank generator: if
+    TP of 8 and DP of 2 each stay inside one node, so does their product
+    of 16 ranks, which no 8-GPU node holds."""
+    import copy
+    import itertools
+
+    lay = req.layout
+    base = _LowerBound(inv, p, state)
+    off_node = copy.copy(base)
+    off_node.node_max = 1
+    off_node._cache = {}
+    net_only = copy.copy(off_node)
+    net_only.dom_max = 0
+    net_only._cache = {}
+    sizes = {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep,
+             "etp": lay.expert_tp,
+             "edp": lay.expert_dp if lay.ep > 1 or lay.expert_tp != lay.tp else 1}
+    kinds = [k for k in counted if len(groups[k][0]) > 1]
+    costs = {}
+    for k in kinds:
+        n = len(groups[k][0])
+        coll = COLLECTIVES.get(k, "all-reduce")
+        m = p.message(k, req)
+        costs[k] = [base.best(n, coll, m)[1], off_node.best(n, coll, m)[1],
+                    net_only.best(n, coll, m)[1]]
+    node_cap = max(base.node_max, 1)
+    dom_cap = max(base.node_max, base.dom_max, 1)
+
+    def fits(assign) -> bool:
+        for dims_of in (_DENSE_DIMS, _EXPERT_DIMS):
+            for level, cap in ((0, node_cap), (1, dom_cap)):
+                dims = set()
+                for k, lv in assign.items():
+                    if k in dims_of and lv <= level:
+                        dims.update(dims_of[k])
+                if math.prod(sizes[d] for d in dims) > cap:
+                    return False
+        return True
+
+    best = math.inf
+    for levels in itertools.product((0, 1, 2), repeat=len(kinds)):
+        assign = dict(zip(kinds, levels))
+        total = sum(costs[k][lv] for k, lv in assign.items())
+        if total < best and fits(assign):
+            best = total
+    return 0.0 if not kinds else best
+
+
+def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = None,
+                state=None) -> CostReport:
+    """What no placement of ``req`` can beat under the same parameters.
+
+    Per kind (``kinds``): every group on the fastest link class its size
+    could possibly use: inside one node's best GPUs if it fits a node,
+    inside an NVLink domain if it fits one, else over the smallest switch
+    scope that holds that many GPUs, packing as many ranks per host as the
+    fastest option wants, with the best NIC share. ``alone_s`` sums these.
+    ``step_time_s`` is tighter: the kinds *jointly* (:func:`_joint`: two
+    kinds cannot both stay inside a node when their product of ranks
+    exceeds it). Given the cluster ``state``, only the free GPUs of usable
+    nodes count (the largest free set of a node, the free GPUs of a domain
+    or under a switch), so the bound describes this job on this cluster
+    now rather than on an idle one.
     """
     p = params if params is not None else CostParams.from_inventory(inv)
     lay = req.layout
     groups = build_groups(lay)
-    lb = _LowerBound(inv, p)
+    lb = _LowerBound(inv, p, state)
     kinds: Dict[str, GroupCost] = {}
     for kind, gl in groups.items():
         size = len(gl[0])
@@ -995,5 +1072,7 @@ def lower_bound(inv: Inventory, req: JobRequest,
         c, t = lb.best(size, coll, m)
         kinds[kind] = GroupCost(kind, len(gl), size, coll, m, c, t, 0)
     counted = counted_kinds(groups, lay.cp)
-    step = sum(kinds[k].time_s for k in counted)
-    return CostReport(kinds=kinds, step_time_s=step, warnings=[], counted=counted)
+    alone = sum(kinds[k].time_s for k in counted)
+    step = max(alone, _joint(inv, p, req, groups, counted, state))
+    return CostReport(kinds=kinds, step_time_s=step, warnings=[], counted=counted,
+                      alone_s=alone)

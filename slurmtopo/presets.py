@@ -147,6 +147,26 @@ def pcie_l40s_8() -> Hardware:
         cpu=CpuTopology(sockets=2, cores_per_socket=32, threads_per_core=2))
 
 
+def pcie_h100_nvl_8() -> Hardware:
+    """8x H100 NVL PCIe: NVLink bridges on pairs (0-1, 2-3, ...; 12 NVLink4
+    lanes each), every pair and one 400 Gb/s NIC behind one PCIe switch,
+    two pairs per socket (NODE between them), sockets joined by UPI (SYS)."""
+    numa = [0, 0, 0, 0, 1, 1, 1, 1]
+    switch = [0, 0, 1, 1, 2, 2, 3, 3]
+    gpus = _gpus("NVIDIA H100 NVL", 95830, numa, 48, 2, 2)
+
+    def rel(a: int, b: int) -> str:
+        if a // 2 == b // 2:
+            return "NV12"
+        return _pcie(numa, switch, a, b)
+
+    return Hardware(
+        gpus=gpus, links=_matrix(8, rel), nvswitch=False,
+        nics=_nics([f"mlx5_{i}" for i in range(4)], 400, [0, 0, 1, 1],
+                   [[0, 1], [2, 3], [4, 5], [6, 7]], numa, near_rel="PIX"),
+        cpu=CpuTopology(sockets=2, cores_per_socket=48, threads_per_core=2))
+
+
 def gb200_nvl72_tray() -> Hardware:
     """One GB200 compute tray: 4 Blackwell GPUs on the rack's NVSwitch (18
     NVLink5 each), 2 Grace CPUs of 72 cores, one 400 Gb/s NIC per GPU. Give
@@ -291,6 +311,7 @@ PRESETS: Dict[str, Callable[[], Hardware]] = {
     "dgx1-v100": dgx1_v100,
     "pcie-a6000-8-nvlink-pairs": pcie_a6000_8_nvlink_pairs,
     "pcie-l40s-8": pcie_l40s_8,
+    "pcie-h100-nvl-8": pcie_h100_nvl_8,
     "gb200-nvl72-tray": gb200_nvl72_tray,
     "aws-p4d.24xlarge": aws_p4d_24xlarge,
     "aws-p5.48xlarge": aws_p5_48xlarge,

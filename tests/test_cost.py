@@ -352,7 +352,33 @@ def test_lower_bound_values():
     assert dp.time_s == approx(2 * 7 * (1e-6 + md / (8 * 450e9)) +
                                2 * 1 * (6e-6 + md / (8 * 2 * 50e9)))
     assert lb.kinds["pp"].slowest is LinkClass.NVLINK  # 2 stages could share a node
-    assert lb.step_time_s == approx(sum(lb.kinds[k].time_s for k in lb.counted))
+    assert lb.alone_s == approx(sum(lb.kinds[k].time_s for k in lb.counted))
+    # jointly: TP 8 fills the node, so the 2 stages of a pipeline cannot
+    # share it too (16 ranks): either the pipeline hop goes over the leaf,
+    # or TP is split over two hosts; the bound takes the cheaper
+    mp = DEFAULT_MESSAGE_BYTES["pp"]
+    pp_net = 6e-6 + mp / 50e9
+    assert lb.alone_s < lb.step_time_s <= lb.alone_s - lb.kinds["pp"].time_s + pp_net + 1e-15
+
+
+def test_lower_bound_on_the_free_gpus():
+    inv = ex("h100-32node-fattree")
+    state = load_state(os.path.join(EX, "h100-32node-state.yaml"), inv)
+    for layout in (Layout(tp=8, dp=16), Layout(tp=4, dp=8, pp=2), Layout(tp=8, dp=18)):
+        req = JobRequest(layout)
+        idle = lower_bound(inv, req)
+        free = lower_bound(inv, req, state=state)
+        assert free.step_time_s >= idle.step_time_s * (1 - 1e-12)
+        for fn in (plan, naive_plan, leaf_constrained_plan):
+            rep = evaluate(inv, fn(inv, state, req), req)
+            assert rep.step_time_s >= free.step_time_s * (1 - 1e-9), fn.__name__
+    # a node with 4 free GPUs holds no TP group of 8: when no whole node is
+    # free the bound puts TP over the network
+    from slurmtopo.model import ClusterState, NodeState
+    half = ClusterState(nodes={n: NodeState(n, busy_gpus=frozenset(range(4))) for n in inv.nodes})
+    req = JobRequest(Layout(tp=8))
+    assert lower_bound(inv, req).kinds["tp"].slowest is LinkClass.NVLINK
+    assert lower_bound(inv, req, state=half).kinds["tp"].slowest.is_network
 
 
 def test_lower_bound_nvl72_uses_the_domain():

@@ -855,16 +855,16 @@ class _Planner:
         return hit
 
     def _split_cost(self, seq: Sequence[Tuple[int, int]], spans: Sequence[int]) -> Tuple:
-        """How badly ``seq`` splits the blocks of each span over hosts,
-        innermost span first: the cost model's hierarchical all-reduce of
-        the worst split block (:func:`_hier_share`: the in-node part on
-        each piece's best ring, the inter-host ring at the slowest piece's
-        NIC share and the smallest piece's slice; 0 when no block is
-        split), then the number of (node, piece) entries."""
+        """How well ``seq`` places the blocks of each span, innermost span
+        first: the cost model's all-reduce of the worst block (one host: a
+        ring on the node's best GPUs for it; several: hierarchical,
+        :func:`_hier_share`, the in-node part on each piece's best ring,
+        the inter-host ring at the slowest piece's NIC share and the
+        smallest piece's slice), then the number of (node, piece) entries."""
         out = []
         for s in spans:
             worst = 0.0
-            for pieces in _blocks_of(seq, s):
+            for pieces in _blocks_of(seq, s, whole=True):
                 speeds = [self._part_speed(i, k) for i, k in pieces.items()]
                 b_in = min(sp[0] for (i, k), sp in zip(pieces.items(), speeds) if k > 1) \
                     if any(k > 1 for k in pieces.values()) else math.inf
@@ -876,11 +876,15 @@ class _Planner:
         out.append(len(seq))
         return tuple(out)
 
-    def _pack(self, pool, need: int, S: int, v: int, spans) -> Optional[List[Tuple[int, int]]]:
+    def _pack(self, pool, need: int, S: int, v: int, spans,
+              fast_only: bool = False) -> Optional[List[Tuple[int, int]]]:
         """``need`` ranks in blocks of ``S`` over the nodes of ``pool``
         ((quality, -capacity, tree order, node, capacity), best first),
         every amount a multiple of ``v``: whole blocks on nodes that hold
-        one (best nodes first); every other block split over 2-4 nodes.
+        one (best nodes first; with ``fast_only`` only where the block's
+        ring is as fast as a half block's ring on the fastest node: a whole
+        block on a ring across sockets can be slower than one split over
+        NVLink pairs on two hosts); every other block split over 2-4 nodes.
         The patterns of piece sizes are ranked by the cost model's
         hierarchical all-reduce (:func:`_hier_share`) and the packing takes
         the best threshold for which every block fits with a pattern no
@@ -894,8 +898,13 @@ class _Planner:
         blocks = need // S
         seq: List[Tuple[int, int]] = []
         rest = []
+        # a whole block only where its ring is as fast as a piece's could be
+        fastest = max((self._part_speed(i, max(v, S // 2))[0] for *_, i, c in pool),
+                      default=0.0) if fast_only else 0.0
         for _, _, _, i, c in pool:
             w = min(c // S, blocks)
+            if fast_only and w and self._part_speed(i, S)[0] < fastest:
+                w = 0
             if w > 0:
                 seq.append((i, w * S))
                 blocks -= w
@@ -960,9 +969,9 @@ class _Planner:
             a = amounts.pop()
             if all(s % a == 0 or a % s == 0 for s in spans):
                 return base  # every block on one host or evenly over whole hosts
-        best_key = self._split_cost(base, spans)
-        if not any(best_key[:-1]):
+        if not any(_blocks_of(base, s) for s in spans):
             return base  # no block crosses hosts
+        best_key = self._split_cost(base, spans)
         # nodes as well connected as the chosen ones (the share of a block
         # a node holds is what the packing decides, so it is not compared)
         worst = max((q[0],) + q[2:] for q in (self._node_q(att, i) for i, _ in chosen))
@@ -1002,9 +1011,9 @@ class _Planner:
         order = tree.tree_order
         base = sorted(alloc, key=lambda t: (order[tree.pods[tree.node_pod[t[0]]].first],
                                             order[t[0]]))
-        base_key = self._split_cost(base, spans)
-        if not any(base_key[:-1]):
+        if not any(_blocks_of(base, s) for s in spans):
             return None
+        base_key = self._split_cost(base, spans)
         worst = max((q[0],) + q[2:] for q in (self._node_q(att, i) for i, _ in alloc))
         pool = []
         for i in self.elig:
@@ -1025,12 +1034,13 @@ class _Planner:
             for v in sorted({unit} | {t for t in spans if t < S}, reverse=True):
                 if S % v or v % unit:
                     continue
-                seq = self._pack(pool, need, S, v, spans)
-                if seq is None:
-                    continue
-                key = self._split_cost(seq, spans)
-                if key < best_key:
-                    best_key, best = key, seq
+                for fast_only in (False, True):
+                    seq = self._pack(pool, need, S, v, spans, fast_only)
+                    if seq is None:
+                        continue
+                    key = self._split_cost(seq, spans)
+                    if key < best_key:
+                        best_key, best = key, seq
         return best
 
     def best_pod(self, att: _Attempt) -> Optional[Scope]:
@@ -1344,10 +1354,11 @@ def _water_fill(caps: List[Tuple[int, int]], need: int, unit: int) -> List[Tuple
     return [(i, amount[i] * unit) for i, _ in units if amount[i] > 0]
 
 
-def _blocks_of(seq: Sequence[Tuple[int, int]], s: int):
+def _blocks_of(seq: Sequence[Tuple[int, int]], s: int, whole: bool = False):
     """The pieces ({node: ranks}) of every block of ``s`` consecutive
     positions that ``seq`` ((node, ranks) in position order; a node may
-    appear more than once) puts on more than one host."""
+    appear more than once) puts on more than one host (with ``whole``,
+    of every block)."""
     out = []
     pieces: Dict[int, int] = {}
     pos = 0
@@ -1356,7 +1367,7 @@ def _blocks_of(seq: Sequence[Tuple[int, int]], s: int):
         while k > 0:
             b = pos // s
             if b != block:
-                if len(pieces) > 1:
+                if len(pieces) > 1 or (whole and pieces):
                     out.append(pieces)
                 pieces = {}
                 block = b
@@ -1364,7 +1375,7 @@ def _blocks_of(seq: Sequence[Tuple[int, int]], s: int):
             pieces[idx] = pieces.get(idx, 0) + take
             pos += take
             k -= take
-    if len(pieces) > 1:
+    if len(pieces) > 1 or (whole and pieces):
         out.append(pieces)
     return out
 
