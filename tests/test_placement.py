@@ -761,14 +761,19 @@ def test_groups_spanning_hosts_are_split_evenly():
     # three idle HGX nodes and one with 5 free GPUs; DP groups of 10 must
     # span two hosts. Consecutive ranks over 8 + 7 + 5 gave one group 8 + 2
     # (the host with 2 ranks carries half the data over its NICs); two
-    # hosts with 5 each per group is what the network cost rewards
+    # hosts with 5 each per group is what the network cost rewards with TP
+    # innermost; nesting PP innermost (each pipeline pair on one node's
+    # NVLink) models faster still, and splits DP 3 + 3 + 4: even either way
     inv = _leaf_of("hgx-h100-8", 4)
     state = _busy({"n1": {0, 1, 2}})
     req = JobRequest(Layout(tp=1, dp=10, pp=2))
-    pl = plan(inv, state, req)
+    pl = plan(inv, state, req, safety_net=False)
     check_invariants(inv, state, req, pl)
     for g in pl.groups["dp"]:
-        assert _per_host(pl, g) == [5, 5], [_per_host(pl, g) for g in pl.groups["dp"]]
+        parts = _per_host(pl, g)
+        assert parts[-1] - parts[0] <= 1 and len(parts) <= 3, \
+            [_per_host(pl, g) for g in pl.groups["dp"]]
+    assert kind_class(inv, pl, req, "pp") is LinkClass.NVLINK
 
 
 def test_tp_spanning_pcie_nodes_is_split_evenly():
@@ -794,9 +799,11 @@ def test_dgx1_tp_pairs_take_the_double_nvlinks():
     for g in pl.groups["tp"]:
         a, b = (pl.slots[r].gpu for r in g)
         assert hw.nvlink_lanes(a, b) == 2, (a, b)
-    # a half-busy DGX-1 too (the benchmark's dgx1-cubemesh:16:85:1000)
+    # a half-busy DGX-1 too (the benchmark's dgx1-cubemesh:16:85:1000); TP
+    # preferred on NVLink, else the cost model gives the NV2 pairs to the
+    # 128 MiB gradient all-reduce of the CP pairs (CP nested innermost)
     state = _busy({"n1": {0, 1, 2, 3}})
-    req = JobRequest(Layout(tp=2, cp=2))
+    req = JobRequest(Layout(tp=2, cp=2), prefer={"tp": "nvlink"})
     pl = plan(inv, state, req)
     for g in pl.groups["tp"]:
         a, b = (pl.slots[r].gpu for r in g)

@@ -262,7 +262,7 @@ class _Elig:
 class _Planner:
     def __init__(self, inv: Inventory, req: JobRequest, groups, cand: Candidates,
                  tree: FabricTree, need: Optional[int] = None, global_split: bool = True,
-                 node_cap: Optional[int] = None):
+                 node_cap: Optional[int] = None, dims: Tuple[str, ...] = DEFAULT_DIMS):
         self.inv = inv
         self.req = req
         self.lay = req.layout
@@ -289,6 +289,8 @@ class _Planner:
         self.global_split = global_split
         self.used_global = False
         self.node_cap = node_cap
+        #: the nesting of the rank blocks, innermost first
+        self.dims = dims
 
     # ---- constraints ----------------------------------------------------
 
@@ -467,10 +469,14 @@ class _Planner:
         return alt, pos, cons, saved, note
 
     def run(self) -> Placement:
-        dims = DEFAULT_DIMS
+        dims = self.dims
         pos = positions(self.lay, dims)
         cons = self.constraints(pos)
-        if self._strided_bound(cons):
+        if dims != DEFAULT_DIMS:
+            used = "-".join(d for d in dims if _dense_sizes(self.lay)[d] > 1)
+            self.notes.append(f"rank blocks nested {used} (innermost first), so that {dims[0]} "
+                              f"groups get the fastest links")
+        elif self._strided_bound(cons):
             got = self._reordered("so that each required group is one block of GPUs")
             if got is not None:
                 dims, pos, cons, saved, note = got
@@ -1509,10 +1515,21 @@ def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
     return _cheapest(inv, req, options)
 
 
+#: Up to this world size the planner also proposes the nestings with CP,
+#: DP or PP innermost (the kind that then gets the fastest links): on a
+#: DGX-1 the NV2 pairs, or a node's NVLink for DP when TP must cross
+#: nodes anyway. Each is one more planning pass.
+ALT_NESTING_MAX_WORLD = 4096
+#: ... and uses one only when it models at least this much faster
+ALT_NESTING_MARGIN = 0.05
+
+
 def _proposals(inv: Inventory, req: JobRequest, groups, cand: Candidates,
                tree: FabricTree) -> List[Tuple[str, Placement]]:
     """The planner's candidates, best guess first: the plan; the same
     without splitting spanning blocks over the whole job (when it did);
+    with CP, DP or PP nested innermost (no ``require`` or ``prefer``, up to
+    :data:`ALT_NESTING_MAX_WORLD` ranks);
     on PCIe nodes (no NVLink ring over the whole node) at most half or a
     quarter of a node per host, so that rings stay on one socket or PCIe
     switch (not when the job asked for whole nodes or a count per node);
@@ -1525,6 +1542,15 @@ def _proposals(inv: Inventory, req: JobRequest, groups, cand: Candidates,
             out.append(("plan", _Planner(inv, req, groups, cand, tree, global_split=False).run()))
         except PlacementError:
             pass
+    if not req.require and not req.prefer and world <= ALT_NESTING_MAX_WORLD:
+        sizes = _dense_sizes(req.layout)
+        for d in ("cp", "dp", "pp"):
+            if sizes[d] > 1:
+                dims = (d,) + tuple(x for x in DEFAULT_DIMS if x != d)
+                try:
+                    out.append(("dims", _Planner(inv, req, groups, cand, tree, dims=dims).run()))
+                except PlacementError:
+                    continue
     caps = [] if req.exclusive or req.gpus_per_node else _node_caps(cand, world)
     for cap in caps:
         try:
@@ -1592,10 +1618,24 @@ def _cheapest(inv: Inventory, req: JobRequest,
         params = CostParams.from_inventory(inv)
     except SlurmtopoError:
         return first  # a bad cost block is reported where costs are shown
-    times = [evaluate(inv, pl, req, params, step_only=True).step_time_s for _, pl in options]
+    reps = [evaluate(inv, pl, req, params, step_only=True) for _, pl in options]
+    times = [r.step_time_s for r in reps]
+
+    def tp_class(r):
+        return max((r.kinds[k].slowest for k in ("tp", "expert-tp") if k in r.kinds),
+                   default=LinkClass.SELF)
+
     best = 0
     for i, t in enumerate(times):
-        if t < times[best] * (1 - 1e-9):
+        # another nesting never moves tensor parallel to slower links: the
+        # per-kind message sizes weigh one collective each, while a real
+        # step runs TP's many times more often (docs/cost-model.md)
+        margin = 1e-9
+        if options[i][0] == "dims":
+            if tp_class(reps[i]) > tp_class(reps[0]):
+                continue
+            margin = ALT_NESTING_MARGIN  # the usual nesting unless clearly slower
+        if t < times[best] * (1 - margin):
             best = i
     if best == 0:
         return first
@@ -1604,6 +1644,8 @@ def _cheapest(inv: Inventory, req: JobRequest,
     if label.startswith("model:"):
         note = (f"all ranks on {label[6:]} nodes: the cluster mixes GPU models and this one "
                 f"holds the job")
+    elif label == "dims":
+        note = "this nesting models faster than tensor parallel innermost"
     elif label.startswith("cap"):
         note = (f"at most {label[3:]} ranks a node, so rings stay on GPUs of one socket or "
                 f"PCIe switch: models faster than filling whole nodes")
