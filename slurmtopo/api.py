@@ -69,6 +69,8 @@ class Costs:
 
     plan: object  # slurmtopo.cost.CostReport
     naive: Optional[object] = None
+    #: cost.lower_bound on the free GPUs: what no placement can beat now
+    bound: Optional[object] = None
 
 
 @dataclass(frozen=True)
@@ -222,8 +224,12 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
         except PlacementError as exc:
             naive = None
             notes.append(f"no naive placement to compare with: {exc.render()}")
+        from slurmtopo.cost import CostParams, lower_bound
+
         costs = Costs(plan=price(cluster, placement, request),
-                      naive=price(cluster, naive, request) if naive is not None else None)
+                      naive=price(cluster, naive, request) if naive is not None else None,
+                      bound=lower_bound(cluster, request, CostParams.from_inventory(cluster),
+                                        state=state))
     script = text = None
     if command:
         script = SbatchRequest.from_plan(

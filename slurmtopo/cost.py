@@ -816,6 +816,8 @@ class _InvStats:
         dom_gpus: Dict[str, int] = {}
         dom_sets: Dict[Tuple[int, Tuple[int, ...]], Tuple[Hardware, Tuple[int, ...]]] = {}
         free_of: Dict[str, int] = {}
+        #: GPUs (free ones, given a state) per node -> number of such nodes
+        self.node_sizes: Dict[int, int] = {}
         for n in inv:
             hw = n.hardware
             gpus = tuple(range(hw.gpu_count)) if state is None else tuple(state.free_gpus(n))
@@ -823,6 +825,7 @@ class _InvStats:
                 continue
             free_of[n.name] = len(gpus)
             sets.setdefault((id(hw), gpus), (hw, gpus))
+            self.node_sizes[len(gpus)] = self.node_sizes.get(len(gpus), 0) + 1
             if n.nvlink_domain is not None:
                 k = n.nvlink_domain.key
                 dom_gpus[k] = dom_gpus.get(k, 0) + len(gpus)
@@ -831,6 +834,7 @@ class _InvStats:
         self.dom_sets = list(dom_sets.values())
         self.node_max = max((len(g) for _, g in self.sets), default=0)
         self.dom_max = max(dom_gpus.values()) if dom_gpus else 0
+        self.dom_sizes = sorted(dom_gpus.values())
         view = network_view(inv.fabric)
         total = sum(free_of.values())
         self.scope_cap: Dict[LinkClass, int] = {}
@@ -894,8 +898,18 @@ class _LowerBound:
         self.dom_bw = max((p.hw(h).class_bw(LinkClass.NVLINK_DOMAIN) for h, _ in st.dom_sets),
                           default=0.0)
         self.scope_cap = st.scope_cap
+        self.node_sizes = st.node_sizes
+        self.dom_sizes = st.dom_sizes
         self._best_in: Dict[Tuple[int, Tuple[int, ...], int], Tuple[LinkClass, float]] = {}
-        self._cache: Dict[Tuple[int, str, int], Tuple[LinkClass, float]] = {}
+        self._cache: Dict[Tuple[int, str, int, int], Tuple[LinkClass, float]] = {}
+
+    def fit(self, n: int, count: int) -> Tuple[bool, bool]:
+        """Can ``count`` disjoint groups of ``n`` all stay inside one node
+        each / inside one NVLink domain each? When not, the slowest of them
+        cannot have that scope."""
+        nodes = sum(k * (size // n) for size, k in self.node_sizes.items())
+        doms = sum(d // n for d in self.dom_sizes)
+        return nodes >= count, doms >= count
 
     def best_intra(self, hw: Hardware, gpus: Tuple[int, ...], l: int) -> Tuple[LinkClass, float]:
         """Fastest (class, GB/s) of a ring over some ``l`` of ``gpus`` of ``hw``."""
@@ -928,9 +942,12 @@ class _LowerBound:
                         best = (c, bw)
         return best
 
-    def best(self, n: int, collective: str, m: int) -> Tuple[LinkClass, float]:
-        """(class, seconds) of the fastest option for a group of ``n``."""
-        key = (n, collective, m)
+    def best(self, n: int, collective: str, m: int, count: int = 1,
+             l_cap: int = 0) -> Tuple[LinkClass, float]:
+        """(class, seconds) of the fastest option for the slowest of
+        ``count`` disjoint groups of ``n`` (over the network at most
+        ``l_cap`` ranks a host, when given)."""
+        key = (n, collective, m, count, l_cap)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -938,8 +955,9 @@ class _LowerBound:
         if n <= 1:
             return LinkClass.SELF, 0.0
         opts: List[Tuple[float, LinkClass]] = []
+        in_node, in_dom = self.fit(n, count) if count > 1 else (True, True)
         # inside one node
-        if n <= self.node_max:
+        if n <= self.node_max and in_node:
             if collective == "p2p":
                 c, bw = self.best_pair()
                 opts.append((p.alpha[c] + m / (bw * 1e9), c))
@@ -949,7 +967,7 @@ class _LowerBound:
                         c, bw = self.best_intra(hw, gpus, n)
                         opts.append((flat_time(collective, n, m, p.alpha[c], bw), c))
         # inside one NVLink domain
-        if self.dom_max >= n and n > 1:
+        if self.dom_max >= n and n > 1 and in_dom:
             c = LinkClass.NVLINK_DOMAIN
             bw = p.bandwidth.get(c, self.dom_bw)
             opts.append((flat_time(collective, n, m, p.alpha[c], bw), c))
@@ -969,7 +987,7 @@ class _LowerBound:
                 opts.append((p.alpha[c] + m / (b_net * 1e9), c))
                 continue
             for hw, gpus in self.sets:
-                for l in range(1, min(len(gpus), n) + 1):
+                for l in range(1, min(len(gpus), n, l_cap or n) + 1):
                     h = -(-n // l)
                     if h < 2:
                         continue
@@ -1014,15 +1032,31 @@ def _joint(inv: Inventory, p: CostParams, req: JobRequest, groups, counted, stat
              "etp": lay.expert_tp,
              "edp": lay.expert_dp if lay.ep > 1 or lay.expert_tp != lay.tp else 1}
     kinds = [k for k in counted if len(groups[k][0]) > 1]
-    costs = {}
-    for k in kinds:
-        n = len(groups[k][0])
-        coll = COLLECTIVES.get(k, "all-reduce")
-        m = p.message(k, req)
-        costs[k] = [base.best(n, coll, m)[1], off_node.best(n, coll, m)[1],
-                    net_only.best(n, coll, m)[1]]
+    scopes = (base, off_node, net_only)
     node_cap = max(base.node_max, 1)
     dom_cap = max(base.node_max, base.dom_max, 1)
+    cache: Dict[Tuple[str, int, int], float] = {}
+
+    def cost(k: str, level: int, assign) -> float:
+        # kinds kept inside one node leave a kind over the network at most
+        # node / (their ranks) of its own ranks a host: with TP 8 in every
+        # node a DP group has one rank a host
+        l_cap = 0
+        if level:
+            dims_of = _DENSE_DIMS if k in _DENSE_DIMS else _EXPERT_DIMS
+            inner = set()
+            for j, lv in assign.items():
+                if lv == 0 and j in dims_of:
+                    inner.update(dims_of[j])
+            inner -= set(dims_of[k])
+            l_cap = max(1, node_cap // math.prod(sizes[d] for d in inner)) if inner else 0
+        key = (k, level, l_cap)
+        hit = cache.get(key)
+        if hit is None:
+            n = len(groups[k][0])
+            hit = cache[key] = scopes[level].best(n, COLLECTIVES.get(k, "all-reduce"),
+                                                  p.message(k, req), len(groups[k]), l_cap)[1]
+        return hit
 
     def fits(assign) -> bool:
         for dims_of in (_DENSE_DIMS, _EXPERT_DIMS):
@@ -1038,8 +1072,10 @@ def _joint(inv: Inventory, p: CostParams, req: JobRequest, groups, counted, stat
     best = math.inf
     for levels in itertools.product((0, 1, 2), repeat=len(kinds)):
         assign = dict(zip(kinds, levels))
-        total = sum(costs[k][lv] for k, lv in assign.items())
-        if total < best and fits(assign):
+        if not fits(assign):
+            continue
+        total = sum(cost(k, lv, assign) for k, lv in assign.items())
+        if total < best:
             best = total
     return 0.0 if not kinds else best
 
@@ -1052,7 +1088,9 @@ def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = 
     could possibly use: inside one node's best GPUs if it fits a node,
     inside an NVLink domain if it fits one, else over the smallest switch
     scope that holds that many GPUs, packing as many ranks per host as the
-    fastest option wants, with the best NIC share. ``alone_s`` sums these.
+    fastest option wants, with the best NIC share; a scope counts only when
+    every group of the kind can have one (18 TP groups of 8 and 17 free
+    nodes: the slowest TP group crosses a node). ``alone_s`` sums these.
     ``step_time_s`` is tighter: the kinds *jointly* (:func:`_joint`: two
     kinds cannot both stay inside a node when their product of ranks
     exceeds it). Given the cluster ``state``, only the free GPUs of usable
@@ -1069,7 +1107,7 @@ def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = 
         size = len(gl[0])
         coll = COLLECTIVES.get(kind, "all-reduce")
         m = p.message(kind, req)
-        c, t = lb.best(size, coll, m)
+        c, t = lb.best(size, coll, m, len(gl))
         kinds[kind] = GroupCost(kind, len(gl), size, coll, m, c, t, 0)
     counted = counted_kinds(groups, lay.cp)
     alone = sum(kinds[k].time_s for k in counted)

@@ -1,12 +1,16 @@
 """The plan as a person reads it (rich renderables; pure: no printing here).
 
-Three parts, each answering one question before the job is submitted:
+The parts, each answering one question before the job is submitted:
 
 * the **grid** (nodes x GPUs, each cell the rank placed there, coloured by
   its group): "did my tensor-parallel groups stay inside a node?";
 * the **cost table** (per group kind: slowest link and modelled time, beside
   the naive placement's): "what did topology-awareness buy?";
-* **warnings** (from the cost model and the planner): "what is still slow?".
+* the **splits** (every group that spans hosts although a node could hold
+  it, "tp group 12 split 4+4 over gpu031, gpu044"): "where does a group
+  cross the network, and how evenly?";
+* **warnings** (from the cost model and the planner, and when the plan
+  models far above the lower bound on the free GPUs): "what is still slow?".
 
 Callers print the returned renderables (``Console().print(...)``); tests
 render them with ``Console(record=True)``.
@@ -197,6 +201,77 @@ def warnings_block(warnings: Iterable[str], notes: Iterable[str] = ()) -> Option
     return Group(*lines) if lines else None
 
 
+#: group kinds whose splits over hosts the preview lists (innermost traffic)
+SPLIT_KINDS = ("tp", "expert-tp", "cp", "ep", "dp", "dp-cp", "pp")
+
+#: the preview warns when the plan models this many times the lower bound
+FAR_FROM_BOUND = 1.5
+
+
+def splits(placement, inv=None) -> List[str]:
+    """Every group that spans hosts although a node could hold it, one line
+    each: ``tp group 12 split 4+4 over gpu031, gpu044`` (pieces largest
+    first, hosts in that order; ``(one NVLink domain)`` when the hosts
+    share one). Groups whose block of ranks is bigger than any node (a DP
+    group of 2 strided over TP 8) must span hosts and are not listed."""
+    from slurmtopo.groups import span_of
+
+    most = max((n.hardware.gpu_count for n in inv), default=0) if inv is not None else 0
+    world = len(placement.slots)
+    lines: List[str] = []
+    seen: List[list] = []
+    for kind in SPLIT_KINDS:
+        groups = placement.groups.get(kind)
+        if not groups or len(groups[0]) <= 1:
+            continue
+        if most and span_of(groups, None, world) > most:
+            continue
+        if any(groups == g for g in seen):  # dp-cp is dp when cp == 1
+            continue
+        seen.append(groups)
+        for i, g in enumerate(groups):
+            per: Dict[str, int] = {}
+            for r in g:
+                h = placement.slots[r].host
+                per[h] = per.get(h, 0) + 1
+            if len(per) < 2:
+                continue
+            parts = sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))
+            text = (f"{kind} group {i} split {'+'.join(str(k) for _, k in parts)} over "
+                    f"{', '.join(h for h, _ in parts)}")
+            if inv is not None:
+                doms = {inv.nodes[h].nvlink_domain for h in per if h in inv.nodes}
+                if len(doms) == 1 and None not in doms:
+                    text += " (one NVLink domain)"
+            lines.append(text)
+    return lines
+
+
+def bound_warning(plan_cost, bound) -> Optional[str]:
+    """A warning when the plan models far above the lower bound on the
+    free GPUs (:func:`slurmtopo.cost.lower_bound` given the state)."""
+    if plan_cost is None or bound is None or bound.step_time_s <= 0:
+        return None
+    ratio = plan_cost.step_time_s / bound.step_time_s
+    if ratio < FAR_FROM_BOUND:
+        return None
+    return (f"the plan models {ratio:.1f}x the lower bound on the free GPUs "
+            f"({format_seconds(plan_cost.step_time_s)} vs {format_seconds(bound.step_time_s)} a "
+            f"step): the free GPUs are fragmented, or the layout's group kinds compete for the "
+            f"same fast links (the bound gives each its best)")
+
+
+def splits_block(lines: Sequence[str]):
+    """The split groups under a heading (None when no group is split)."""
+    if not lines:
+        return None
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(Text(f"Groups split over hosts ({len(lines)})", style="bold"),
+                 *(Text(f"  {x}") for x in lines))
+
+
 def summary(placement, layout=None, inv=None, script=None) -> Text:
     from rich.text import Text
 
@@ -216,9 +291,9 @@ def summary(placement, layout=None, inv=None, script=None) -> Text:
 
 def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=None, state=None,
                 color_by: Optional[str] = None, notes: Sequence[str] = (), script=None,
-                files: Optional[Mapping[str, str]] = None) -> Group:
-    """The whole preview, top to bottom: summary, grid, cost table,
-    warnings and notes, files written."""
+                files: Optional[Mapping[str, str]] = None, bound=None) -> Group:
+    """The whole preview, top to bottom: summary, grid, cost table, the
+    groups split over hosts, warnings and notes, files written."""
     from rich.console import Group
     from rich.text import Text
 
@@ -226,7 +301,13 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
                                    grid(placement, inv, color_by, state)]
     if plan_cost is not None:
         parts.append(cost_table(plan_cost, naive_cost))
+    split = splits_block(splits(placement, inv))
+    if split is not None:
+        parts.append(split)
     warn = list(getattr(plan_cost, "warnings", []) or [])
+    far = bound_warning(plan_cost, bound)
+    if far is not None:
+        warn.append(far)
     w = warnings_block(warn, list(placement.notes) + list(notes))
     if w is not None:
         parts.append(w)

@@ -107,8 +107,10 @@ def test_json_output(tmp_path, capsys):
     assert code == 0, err
     d = json.loads(out)  # nothing but JSON on stdout
     assert d["rankmap"]["world_size"] == 16
-    assert set(d["cost"]) == {"plan", "naive"}
+    assert set(d["cost"]) == {"plan", "naive", "bound_s"}
     assert "step_time_s" in d["cost"]["plan"] and "kinds" in d["cost"]["plan"]
+    # the lower bound on the free GPUs: no placement beats it
+    assert 0 < d["cost"]["bound_s"] <= d["cost"]["plan"]["step_time_s"]
     assert "--nodes=2" in d["sbatch"]["directives"]
     assert d["files"]["batch script"].endswith("job.sbatch")
 

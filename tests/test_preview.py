@@ -128,3 +128,41 @@ def test_default_colour_kind(h100):
     p = fill_placement(h100, [("gpu01", range(1))], Layout().resolved())
     assert default_color_kind(p) is None
     assert "cell = global rank" in _text(grid(p, h100))
+
+
+def test_preview_lists_every_split_and_warns_far_from_the_bound():
+    from slurmtopo.cost import evaluate, lower_bound
+    from slurmtopo.placement import plan
+    from slurmtopo.request import JobRequest
+    from slurmtopo.preview import render_plan, splits
+
+    inv = load_inventory(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    # two nodes with 4 free GPUs each and one idle: one TP group of 8 fits
+    # a node, the other is split 4+4
+    busy = frozenset(range(4))
+    state = ClusterState(nodes={"gpu01": NodeState("gpu01", busy_gpus=busy),
+                                "gpu02": NodeState("gpu02", busy_gpus=busy),
+                                "gpu04": NodeState("gpu04", state="allocated",
+                                                   exclusive=True)})
+    req = JobRequest(Layout(tp=8, dp=2))
+    pl = plan(inv, state, req)
+    lines = splits(pl, inv)
+    split_tp = [g for g in pl.groups["tp"] if len({pl.slots[r].host for r in g}) > 1]
+    assert len(lines) == len(split_tp) == 1
+    assert lines[0].startswith(f"tp group {pl.groups['tp'].index(split_tp[0])} split 4+4 over ")
+    assert "gpu01" in lines[0] and "gpu02" in lines[0]
+    cost = evaluate(inv, pl, req)
+    bound = lower_bound(inv, req, state=state)
+    con = Console(record=True, width=200)
+    con.print(render_plan(pl, inv, req.layout, cost, None, state, bound=bound))
+    text = con.export_text()
+    assert "Groups split over hosts (1)" in text and lines[0] in text
+    # far from the bound: warned with the ratio; near it: not
+    ratio = cost.step_time_s / bound.step_time_s
+    from slurmtopo.preview import FAR_FROM_BOUND, bound_warning
+    warned = bound_warning(cost, bound)
+    assert (warned is not None) == (ratio >= FAR_FROM_BOUND)
+    assert bound_warning(cost, lower_bound(inv, req, state=state)) == warned
+    idle = lower_bound(inv, req)
+    far = type(idle)(kinds={}, step_time_s=cost.step_time_s / 3, counted=())
+    assert "3.0x the lower bound on the free GPUs" in bound_warning(cost, far)

@@ -75,9 +75,11 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
     from slurmtopo.preview import render_plan, report_dict
 
     plan_cost, naive_cost = job.costs.plan, job.costs.naive
+    bound = job.costs.bound
     if as_json:
         out = {"rankmap": rm,
-               "cost": {"plan": report_dict(plan_cost), "naive": report_dict(naive_cost)},
+               "cost": {"plan": report_dict(plan_cost), "naive": report_dict(naive_cost),
+                        "bound_s": bound.step_time_s if bound is not None else None},
                "sbatch": {"directives": script.directives()} if script is not None else None,
                "files": files, "notes": notes}
         click.echo(json.dumps(out, separators=(",", ":")))
@@ -86,4 +88,4 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
 
     Console(soft_wrap=False).print(render_plan(
         placement, inv, layout, plan_cost, naive_cost, state, color_by, notes, script,
-        files))
+        files, bound=bound))
