@@ -101,12 +101,12 @@ class _Walker:
                 for name in rdma:
                     self.devices.append(TreeDevice(
                         kind="nic", bus_id=bus, numa=numa, root=root, path=path, line=line,
-                        described=True, name=name, netdev=net[0] if net else None,
+                        name=name, netdev=net[0] if net else None,
                         link_layer=layer))
             else:
                 self.devices.append(TreeDevice(
                     kind="nic", bus_id=bus, numa=numa, root=root, path=path, line=line,
-                    described=bool(net), name=net[0] if net else None,
+                    name=net[0] if net else None,
                     netdev=net[0] if net else None, link_layer=layer, rdma=False))
 
 

@@ -96,7 +96,7 @@ class _Walker:
         if "gpu" in tags or (cls.startswith("0x03") and "pci" not in tags):
             gpu = next((k for k in kids if k.tag == "gpu"), None)
             dev = TreeDevice(kind="gpu", bus_id=self.bus(elem, True), numa=numa, root=root,
-                             path=path, line=line, cpus=cpus, described=gpu is not None)
+                             path=path, line=line, cpus=cpus)
             if gpu is not None:
                 for link in gpu:
                     if link.tag != "nvlink":
@@ -133,7 +133,7 @@ class _Walker:
             speed = self.integer(net, "speed", 0)
             self.devices.append(TreeDevice(
                 kind="nic", bus_id=bus, numa=numa, root=root, path=path,
-                line=self.doc.line(net), described=True, name=name,
+                line=self.doc.line(net), name=name,
                 rate_gbps=speed / 1000.0 if speed > 0 else None,
                 port=max(1, self.integer(net, "port", 1)), link_layer=_layer(cls, name),
                 order=self.integer(net, "dev", -1) if net.get("dev") is not None else None))
@@ -181,8 +181,9 @@ def nccl_discovery(doc: XmlDoc, node_name: Optional[str] = None, model: Optional
         seen[numa] = doc.line(c)
         walker.cpu(c)
     if not any(d.kind == "gpu" for d in walker.devices):
-        raise doc.error("no GPU in this file (no <gpu> element and no <pci> of class 0x03...)",
-                        doc.root)
+        raise doc.error("no GPU in this file (no <gpu> element and no <pci> of class 0x03..."
+                        + (f"; {len(walker.unknown)} PCI device(s) have neither class nor "
+                           "element" if walker.unknown else "") + ")", doc.root)
     buses = {}
     for d in walker.devices:
         key = (canonical_pci(d.bus_id), d.name)

@@ -77,8 +77,11 @@ def _nics(hw: Hardware, th: Hardware, pos: List[Optional[int]], problems: List[s
         if n.pci_bus_id:
             by_bus.setdefault(canonical_pci(n.pci_bus_id), n)
 
-    def relation(tn: Nic) -> tuple:
-        return tuple(tn.gpu_relation[p] if p is not None else "SYS" for p in pos)
+    def relation(tn: Nic, mine: Optional[Nic]) -> tuple:
+        """The file's relation for GPUs it has; NVML's (or SYS) for the rest."""
+        return tuple(tn.gpu_relation[p] if p is not None else
+                     (mine.gpu_relation[g] if mine is not None and g < len(mine.gpu_relation)
+                      else "SYS") for g, p in enumerate(pos))
 
     out: List[Nic] = []
     used = set()
@@ -88,14 +91,14 @@ def _nics(hw: Hardware, th: Hardware, pos: List[Optional[int]], problems: List[s
             out.append(n)
             continue
         used.add(id(tn))
-        out.append(replace(n, gpu_relation=relation(tn), pci_path=tn.pci_path,
+        out.append(replace(n, gpu_relation=relation(tn, n), pci_path=tn.pci_path,
                            numa_node=tn.numa_node if tn.numa_node is not None else n.numa_node,
                            rate_gbps=n.rate_gbps or tn.rate_gbps))
     names = {n.name for n in out}
     for tn in th.nics:
         if id(tn) in used or tn.name in names:
             continue
-        out.append(replace(tn, gpu_relation=relation(tn)))
+        out.append(replace(tn, gpu_relation=relation(tn, None)))
         problems.append(f"{source}: NIC {tn.name} is in the file but not in sysfs; kept as "
                         "the file describes it")
     return out

@@ -55,7 +55,6 @@ class TreeDevice:
     # GPU only: (target bus id, link count, target class) per <nvlink>
     nvlinks: List[Tuple[str, int, str]] = field(default_factory=list)
     model: Optional[str] = None  # the GPU's name, when the file gives it
-    described: bool = False  # the file has a <gpu>/<net> element, not just a PCI class
     # NIC only
     name: Optional[str] = None
     netdev: Optional[str] = None
@@ -135,7 +134,7 @@ def build_hardware(devices: Sequence[TreeDevice], problems: List[str],
                         (f"NV{lanes[(min(i, j), max(i, j))]}"
                          if (min(i, j), max(i, j)) in lanes else relation(a, b))
                         for j, b in enumerate(gpus)) for i, a in enumerate(gpus))
-    if gpus and not any(g.described for g in gpus):
+    if gpus and not any(g.nvlinks for g in gpus):
         problems.append("the file does not describe NVLink: the GPU-GPU matrix shows PCIe "
                         "paths; run on the node to merge NVML's NVLinks")
     model_gpus = tuple(

@@ -258,3 +258,42 @@ def test_affinity_masks_round_trip():
         parse_cpumask("123456789")
     with pytest.raises(ValueError, match="wider than"):  # bounded work on a hostile mask
         parse_cpumask(",".join(["ffffffff"] * 5000))
+
+
+def test_gpu_elements_without_nvlinks_do_not_describe_nvlink(tmp_path):
+    """NCCL's dump style with bare <gpu> elements (NCCL then asks NVML)."""
+    p = tmp_path / "bare.xml"
+    p.write_text('<system version="1"><cpu numaid="0" affinity="0000ffff">'
+                 '<pci busid="0000:01:00.0" class="0x030200"><gpu dev="0" sm="90"/></pci>'
+                 '<pci busid="0000:02:00.0" class="0x030200"><gpu dev="1" sm="90"/></pci>'
+                 '</cpu></system>')
+    d = read_nccl_xml(str(p), node_name="b")
+    assert d.node.hardware.links[0][1] == "NODE" and not d.node.hardware.nvswitch
+    assert any("does not describe NVLink" in x for x in d.problems)
+
+
+def test_a_file_of_unclassified_devices_says_how_many(tmp_path):
+    """AWS's p5 file style: switches and leaves without a class."""
+    p = tmp_path / "p5.xml"
+    p.write_text('<system version="1"><cpu numaid="0"><pci busid="0000:45:00.0">'
+                 '<pci busid="0000:4f:00.0" link_speed="32 GT/s PCIe/s" link_width="16"/>'
+                 '<pci busid="0000:50:00.0" link_speed="32 GT/s PCIe/s" link_width="16"/>'
+                 '</pci></cpu></system>')
+    with pytest.raises(InventoryError, match=r"p5.xml:1: no GPU .*2 PCI device\(s\) have neither"):
+        read_nccl_xml(str(p))
+
+
+def test_overlay_keeps_nvml_relations_for_gpus_the_file_lacks(vm, tmp_path):
+    """A file that knows only some GPUs: the others keep NVML's paths."""
+    spec, root = vm
+    seen = discover(FakeNvml(spec), sysfs_root=str(root), node_name="vm1", hostname="vm1")
+    text = (XML / "azure_ndv4_like_skeleton.xml").read_text()
+    part = tmp_path / "part.xml"
+    part.write_text(text.replace('<pci busid="000e:00:00.0" class="0x030200" '
+                                 'link_speed="16 GT/s" link_width="16"/>', ""))
+    m = overlay_tree(seen, read_nccl_xml(str(part), node_name="vm1"), "nccl-topology-xml")
+    got = {n.name: n.gpu_relation for n in m.node.hardware.nics}
+    nvml = {n.name: n.gpu_relation for n in seen.node.hardware.nics}
+    assert got["mlx5_ib6"][:7] == ("SYS",) * 6 + ("PIX",)
+    assert got["mlx5_ib6"][7] == nvml["mlx5_ib6"][7] == "NODE"  # NVML's, not made-up SYS
+    assert any("GPU(s) 7 are not in the file" in p for p in m.problems)
