@@ -153,7 +153,8 @@ def test_dry_run_submits_nothing(cluster, tmp_path):
     env = dict(cluster.env, PYTHONPATH=str(ROOT))
     p = run_slurmtopo(["sbatch", "--inventory", INV, "--tp", "4", "--dry-run", "--", "hostname"],
                    tmp_path, env)
-    assert p.stdout.startswith("#!/bin/bash\n#SBATCH --nodes=1\n")
+    # the job name comes from the command (docs/sbatch.md)
+    assert p.stdout.startswith("#!/bin/bash\n#SBATCH --job-name=hostname\n#SBATCH --nodes=1\n")
     assert "dry run: nothing submitted" in p.stderr
     assert cluster.run(["squeue", "-h"]).stdout.strip() == ""
 
