@@ -43,6 +43,7 @@ CASES = {
     "dgx1-v100-pair": (None, dict(tp=4, dp=4), dict(job_name="dgx1", time="30")),
     "gb200-nvl72-rack": (None, dict(tp=4, pp=4, dp=2), dict(job_name="nvl72", exclusive=True)),
     "azure-ndv4-4node": (None, dict(tp=8, dp=4), dict(job_name="ndv4", exclusive=True)),
+    "devcluster": (None, dict(tp=2, dp=4), dict(job_name="dev", partition="gpu")),
 }
 COMMAND = ["python", "train.py", "--config", "conf/my run.yaml"]
 
