@@ -175,7 +175,7 @@ def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
 
 def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobRequest,
             command: Sequence[str] = (), options: ScriptOptions = ScriptOptions(), *,
-            with_costs: bool = True, queue: bool = False,
+            with_costs: bool = True, queue: bool = False, for_daemon: bool = False,
             partition_members: Optional[Sequence[str]] = None,
             features: Optional[Mapping[str, Sequence[str]]] = None) -> PreparedJob:
     """Plan ``request`` on ``cluster`` around ``state``, price it against
@@ -204,6 +204,12 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
     if queue:
         queued = plan_for_queue(cluster, state, request, plan_job)
         placement, busy_note = queued.placement, queued.note
+        if for_daemon:
+            from slurmtopo.placement.queue import shape_for_preferences
+
+            placement, pref_notes = shape_for_preferences(cluster, state, request, placement,
+                                                          plan_job)
+            notes.extend(pref_notes)
     else:
         try:
             placement = plan_job(cluster, state, request)

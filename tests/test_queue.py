@@ -76,3 +76,37 @@ def test_parse_constraint(text, feats, want):
 def test_bad_constraint(text):
     with pytest.raises(SlurmtopoError, match="--constraint"):
         parse_constraint(text)
+
+
+def test_daemon_job_is_shaped_for_its_preference(inv):
+    """On a busy cluster the free GPUs give 2 nodes x 4; with tensor pairs
+    required inside a node, --prefer dp=node cannot be met with that shape, so the script is shaped 1 node x 8 (the
+    daemon can then wait for it), and the user is told."""
+    from slurmtopo.placement.queue import shape_for_preferences
+
+    busy = ClusterState(nodes={n: NodeState(n, "mixed", busy_gpus=frozenset(range(4, 8)))
+                               for n in inv.nodes})
+    req = JobRequest(layout=Layout(tp=2, dp=4).resolved(), require={"tp": "node"},
+                     prefer={"dp": "node"})
+    now = plan(inv, busy, req)
+    assert len(now.hosts) == 2
+    shaped, notes = shape_for_preferences(inv, busy, req, now, plan)
+    assert len(shaped.hosts) == 1 and len(notes) == 1
+    assert "--prefer dp=node cannot be met with the shape planned on the free GPUs " \
+           "(2 node(s) x 4 GPU(s)); the job is shaped for it instead (1 node(s) x 8 GPU(s))" \
+           in notes[0]
+    # a preference the shape already meets changes nothing
+    same, notes = shape_for_preferences(inv, busy, JobRequest(
+        layout=Layout(tp=2, dp=4).resolved(), prefer={"tp": "node"}), now, plan)
+    assert same is now and notes == []
+
+
+def test_preference_that_can_never_be_met_is_said(inv):
+    from slurmtopo.placement.queue import shape_for_preferences
+
+    req = JobRequest(layout=Layout(tp=16).resolved(), prefer={"tp": "node"})
+    p = plan(inv, ClusterState(), req)
+    same, notes = shape_for_preferences(inv, ClusterState(), req, p, plan)
+    assert same is p
+    assert notes == ["--prefer tp=node can never be met on this cluster; the placement daemon "
+                     "will not wait for it"]

@@ -192,6 +192,8 @@ def status_cmd(spool, as_json, events):
             why = j.get("reason") or ""
             if j.get("drift"):
                 why += f" [drift: {j['drift']}]"
+            if j.get("preference_notes"):
+                why += " [" + "; ".join(j["preference_notes"]) + "]"
             rows.append((str(j.get("job_id")), str(j.get("user") or ""),
                          str(j.get("name") or "")[:20], str(j.get("slurm_state") or ""),
                          action, _age(j.get("submit_time") or j.get("since"), now), why))

@@ -87,7 +87,8 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     req = request_from(o, waits)
     job = api.prepare(inv, state, req, cmd,
                       script_options_from(o, os.path.abspath(o["inventory_path"]), run_dir),
-                      with_costs=False, queue=True, partition_members=members,
+                      with_costs=False, queue=True, for_daemon=daemon,
+                      partition_members=members,
                       features=features)
     placement, text, layout = job.placement, job.script_text, req.layout
     notes: List[str] = list(topo_notes) + list(job.notes)

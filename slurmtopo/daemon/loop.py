@@ -468,7 +468,7 @@ class Daemon:
         self.last_reason.pop(d.job_id, None)
         log.info("job %s: %s", d.job_id, d.summary())
         for n in d.notes:
-            if n.startswith(("waited", "released by the packing")):
+            if n.startswith(("waited", "released by the packing", "prefer ")):
                 log.info("job %s: %s", d.job_id, n)
         return True
 
@@ -564,6 +564,8 @@ class Daemon:
                 "releases": rec.releases if rec else 0,
                 "drift": rec.drift if rec else None,
                 "phase": rec.phase if rec else "waiting",
+                # what became of each --prefer the daemon will not wait for
+                "preference_notes": [n for n in d.notes if n.startswith("prefer ")],
             })
         doc = {"slurmtopo": STATUS_KIND, "version": 1,
                "daemon": {"pid": os.getpid(), "host": socket.gethostname(),

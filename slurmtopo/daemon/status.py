@@ -30,7 +30,7 @@ JOB = {"job_id": (int,), "name": _OPT_STR, "user": _OPT_STR, "slurm_state": _OPT
        "hosts": (list,), "gpus": (dict,), "taken": (int, float, str, list, dict, type(None)),
        "cost_s": _OPT_NUM, "preferred_cost_s": _OPT_NUM, "waiting_for": (list,),
        "wait_left_s": _OPT_NUM, "reserved": (dict,), "releases": (int,), "drift": _OPT_STR,
-       "phase": _OPT_STR}
+       "phase": _OPT_STR, "preference_notes": (list,)}
 REJECTED = {"job_id": (int,), "at": _OPT_NUM, "reason": _OPT_STR, "policy": _OPT_STR}
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.model import ClusterState, Inventory, NodeState, Placement
@@ -187,3 +187,63 @@ def fits_ever(inv: Inventory, state: ClusterState, req, planner: Callable) -> Op
         return None
     except PlacementError as exc:
         return exc.message
+
+
+# --------------------------------------------------------------------------
+# preferences the placement daemon is to wait for
+
+
+def _shape(p: Placement) -> str:
+    per = sorted({len(p.ranks_on(h)) for h in p.hosts})
+    return (f"{len(p.hosts)} node(s) x {per[0]} GPU(s)" if len(per) == 1
+            else f"{len(p.hosts)} node(s), {'/'.join(map(str, per))} GPUs")
+
+
+def shape_for_preferences(inv: Inventory, state: ClusterState, req, placement: Placement,
+                          planner: Callable) -> Tuple[Placement, List[str]]:
+    """For a job the placement daemon releases later: the script's shape
+    (nodes x GPUs per node) is fixed at submit time, and the daemon can
+    only wait for a ``--prefer`` that this shape can meet. Each preference
+    the shape cannot meet even on the idle cluster is reported; when another
+    shape can meet it, the job is shaped that way instead (so the daemon
+    waits for it), else the note says it can never be met and the daemon
+    will not wait for it. Returns (placement to use, notes)."""
+    from dataclasses import replace
+
+    prefer = dict(getattr(req, "prefer", {}) or {})
+    if not prefer:
+        return placement, []
+    idle = _only_ineligible(state, keep_down=True)
+    per = {len(placement.ranks_on(h)) for h in placement.hosts}
+    fixed = replace(req, gpus_per_node=per.pop()) if len(per) == 1 else req
+
+    def meets(base, kinds) -> Optional[Placement]:
+        try:
+            return planner(inv, idle, replace(
+                base, require={**dict(req.require), **{k: prefer[k] for k in kinds}},
+                prefer={k: v for k, v in prefer.items() if k not in kinds}))
+        except PlacementError:
+            return None
+
+    unmet = [k for k in prefer if meets(fixed, [k]) is None]
+    if not unmet:
+        return placement, []
+    notes: List[str] = []
+    other = [k for k in unmet if meets(req, [k]) is not None]
+    for k in unmet:
+        if k not in other:
+            notes.append(f"--prefer {k}={prefer[k]} can never be met on this cluster; the "
+                         "placement daemon will not wait for it")
+    if other:
+        met = [k for k in prefer if k not in unmet or k in other]
+        better = meets(req, met)
+        if better is not None:
+            notes.append(f"--prefer {', '.join(f'{k}={prefer[k]}' for k in other)} cannot be "
+                         f"met with the shape planned on the free GPUs ({_shape(placement)}); "
+                         f"the job is shaped for it instead ({_shape(better)}) so the placement "
+                         "daemon can wait for it")
+            return better, notes
+        notes.append(f"--prefer {', '.join(f'{k}={prefer[k]}' for k in other)} cannot be met "
+                     f"with the submitted shape ({_shape(placement)}); the placement daemon "
+                     "will not wait for it (--gpus-per-node can set another shape)")
+    return placement, notes

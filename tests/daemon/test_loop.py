@@ -309,3 +309,21 @@ def test_a_job_whose_tag_is_replaced_is_no_longer_managed(slurm, inv, spool):
     d.cycle()
     assert a not in d.records and slurm.jobs_[a].state == "PENDING"
     assert read_events(spool, a)[-1]["event"] == "untagged"
+
+
+def test_status_says_what_became_of_a_preference(slurm, inv, spool):
+    """A --prefer the job's shape can never meet is in `daemon status`
+    (text and JSON), not only in a debug log."""
+    from slurmtopo.cli import cli
+
+    slurm.occupy("node3", range(8), exclusive=True)
+    slurm.occupy("node4", range(8), exclusive=True)
+    a = submit(slurm, layout=Layout(tp=4, dp=2), require={"tp": "nvlink"},
+               prefer={"dp": "node"}, wait={"dp": 600})
+    Daemon(slurm, inv, spool).cycle()
+    status = json.load(open(os.path.join(spool, "status.json")))
+    entry = [j for j in status["jobs"] if j["job_id"] == a][0]
+    assert "prefer dp=node can never be met here; not waiting for it" in \
+        entry["preference_notes"]
+    r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool], catch_exceptions=False)
+    assert "[prefer dp=node can never be met here; not waiting for it" in r.output
