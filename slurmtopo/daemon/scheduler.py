@@ -1,5 +1,8 @@
 """The placement daemon's decisions: pure, no Slurm, no files.
 
+(What it decides about is in :mod:`slurmtopo.daemon.decisions`; the working
+state it plans on, in :mod:`slurmtopo.daemon.work`.)
+
 :func:`decide` takes the managed queue (held jobs with their requests, plus
 the jobs the daemon released earlier), the cluster state and the inventory,
 and returns one :class:`Decision` per job:
@@ -52,274 +55,17 @@ Reservation (like backfill, without run times)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from dataclasses import replace
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+# the vocabulary and the working state, re-exported: callers import them here
+from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE,  # noqa: F401
+                                        RUNNING, STARTING, WAIT, ClusterView, Config, Decision,
+                                        JobRecord, QueuedJob, format_gpus, format_wait, format_time)
+from slurmtopo.daemon.work import Work, free_space_key, predicted_claim, slurm_pick  # noqa: F401
 from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState, Placement
 from slurmtopo.request import IMPLICIT_PREFER
-
-RELEASE = "release"
-WAIT = "wait"
-REJECT = "reject"
-REHOLD = "rehold"
-STARTING = "starting"
-RUNNING = "running"
-OUTSIDE = "outside"
-
-@dataclass
-class Config:
-    #: a released job may pend this long with its pinned GPUs free before it
-    #: is held again and re-planned elsewhere
-    release_grace: float = 30.0
-    #: after such a time-out, the job's pinned nodes are avoided this long
-    avoid_for: float = 300.0
-    #: how many blocked jobs get a reservation (0: no reservations)
-    reservations: int = 1
-    #: placements tried per job for best fit (the planner's + alternatives)
-    alternatives: int = 4
-    #: placements within this fraction of the best modelled cost are "equal"
-    cost_tolerance: float = 0.02
-    #: wait for a ``prefer`` that has no ``wait`` of its own (seconds)
-    default_wait: float = 0.0
-
-
-@dataclass
-class JobRecord:
-    """What the daemon did with one job; the loop keeps it in the journal.
-
-    ``phase``: ``waiting`` (held, ours), ``releasing`` (intent written,
-    release may or may not have happened), ``released`` (released, not
-    running yet), ``running``, ``reholding`` (intent to hold it again),
-    ``outside`` (someone else held or released it after us).
-    """
-
-    job_id: int
-    phase: str = "waiting"
-    hosts: Tuple[str, ...] = ()
-    gpus: Dict[str, Tuple[int, ...]] = field(default_factory=dict)  # planned
-    claim: Dict[str, Tuple[int, ...]] = field(default_factory=dict)  # planned + predicted
-    exclusive: bool = False
-    cpus: int = 0  # CPUs per node the job takes (its tasks per node)
-    taken: Optional[str] = None
-    cost_s: Optional[float] = None
-    preferred_cost_s: Optional[float] = None
-    released_at: Optional[float] = None
-    releases: int = 0
-    reholds: int = 0
-    first_seen: Optional[float] = None
-    avoid: Dict[str, float] = field(default_factory=dict)  # node -> until (epoch s)
-    drift: Optional[str] = None
-
-    def as_dict(self) -> Dict[str, object]:
-        return {"job_id": self.job_id, "phase": self.phase, "hosts": list(self.hosts),
-                "gpus": {h: list(g) for h, g in self.gpus.items()},
-                "claim": {h: list(g) for h, g in self.claim.items()},
-                "exclusive": self.exclusive, "cpus": self.cpus, "taken": self.taken,
-                "cost_s": self.cost_s, "preferred_cost_s": self.preferred_cost_s,
-                "released_at": self.released_at, "releases": self.releases,
-                "reholds": self.reholds, "first_seen": self.first_seen,
-                "avoid": dict(self.avoid), "drift": self.drift}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, object]) -> "JobRecord":
-        def gmap(v) -> Dict[str, Tuple[int, ...]]:
-            return {str(h): tuple(int(x) for x in g) for h, g in dict(v or {}).items()}
-        return cls(job_id=int(d["job_id"]), phase=str(d.get("phase") or "waiting"),
-                   hosts=tuple(str(h) for h in d.get("hosts") or ()), gpus=gmap(d.get("gpus")),
-                   claim=gmap(d.get("claim")), exclusive=bool(d.get("exclusive")),
-                   cpus=int(d.get("cpus") or 0), taken=d.get("taken"),
-                   cost_s=d.get("cost_s"), preferred_cost_s=d.get("preferred_cost_s"),
-                   released_at=d.get("released_at"), releases=int(d.get("releases") or 0),
-                   reholds=int(d.get("reholds") or 0), first_seen=d.get("first_seen"),
-                   avoid={str(k): float(v) for k, v in dict(d.get("avoid") or {}).items()},
-                   drift=d.get("drift"))
-
-
-@dataclass(frozen=True)
-class QueuedJob:
-    """One job the daemon looks at (built by the loop from Slurm + journal)."""
-
-    job_id: int
-    spec: Optional[object] = None  # protocol.DaemonSpec; None with error set
-    error: Optional[str] = None
-    state: str = "PENDING"
-    held: bool = True
-    reason: Optional[str] = None
-    priority: int = 0
-    submit_time: Optional[float] = None  # epoch seconds
-    partition: str = ""
-    name: str = ""
-    user: str = ""
-    nodes: Tuple[str, ...] = ()  # allocated nodes (running)
-    gpus: Mapping[str, Tuple[int, ...]] = field(default_factory=dict)  # allocated GPUs
-    record: Optional[JobRecord] = None
-
-
-@dataclass
-class ClusterView:
-    """What the scheduler knows about the cluster besides the inventory."""
-
-    state: ClusterState
-    #: partition -> node names (empty: do not restrict by partition)
-    partitions: Mapping[str, FrozenSet[str]] = field(default_factory=dict)
-    #: node -> free CPUs (missing: unknown, not checked)
-    cpus_free: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class Decision:
-    job_id: int
-    action: str
-    reason: str = ""
-    hosts: Tuple[str, ...] = ()
-    gpus: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
-    claim: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
-    exclusive: bool = False
-    cpus: int = 0
-    placement: Optional[Placement] = None
-    taken: Optional[str] = None  # "preferred" | "fallback"
-    cost_s: Optional[float] = None
-    preferred_cost_s: Optional[float] = None
-    gave_up: Tuple[str, ...] = ()  # "dp=leaf" preferences not waited for any more
-    waiting_for: Tuple[str, ...] = ()  # preferences still waited for
-    wait_left: Optional[float] = None
-    reserved: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
-    avoid: Dict[str, float] = field(default_factory=dict)
-    notes: Tuple[str, ...] = ()
-
-    def summary(self) -> str:
-        """One line for logs and `slurmtopo daemon status`."""
-        from slurmtopo.hostlist import fold_hostlist
-
-        if self.action == RELEASE:
-            where = ", ".join(f"{h}:{_fmt(self.gpus.get(h, ()))}" for h in self.hosts)
-            text = f"release on {fold_hostlist(self.hosts)} (GPUs {where})"
-            if self.taken == "fallback":
-                text += f"; FALLBACK after its wait ({', '.join(self.gave_up)} given up)"
-            elif self.taken:
-                text += f"; {self.taken} placement"
-            if self.cost_s is not None:
-                text += f"; modelled step {format_time(self.cost_s)}"
-                if self.preferred_cost_s is not None and self.taken == "fallback":
-                    text += (f" vs {format_time(self.preferred_cost_s)} preferred "
-                             f"({_pct(self.cost_s, self.preferred_cost_s)})")
-            return text
-        return f"{self.action}: {self.reason}" if self.reason else self.action
-
-
-def format_time(t: Optional[float]) -> str:
-    if t is None:
-        return "-"
-    if t >= 1:
-        return f"{t:.3g} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.3g} ms"
-    return f"{t * 1e6:.3g} us"
-
-
-def _pct(a: float, b: float) -> str:
-    if not b:
-        return "n/a"
-    d = (a - b) / b * 100
-    return f"{d:+.0f}%"
-
-
-def _fmt(gpus: Iterable[int]) -> str:
-    from slurmtopo.model import format_cpulist
-    return format_cpulist(gpus) or "-"
-
-
-def _secs(t: float) -> str:
-    t = max(0.0, t)
-    if t < 120:
-        return f"{t:.0f}s"
-    if t < 7200:
-        m, sec = divmod(int(round(t)), 60)
-        return f"{m}min{sec:02d}s" if sec else f"{m}min"
-    return f"{t / 3600:.1f}h"
-
-
-# --------------------------------------------------------------------------
-# the working state: Slurm's view plus claims (released jobs) and reservations
-
-
-class Work:
-    """Mutable free/busy view: Slurm's busy GPUs, plus GPUs claimed by jobs
-    the daemon released that Slurm has not started yet, plus reservations."""
-
-    def __init__(self, inv: Inventory, view: ClusterView):
-        self.inv = inv
-        self.base = view.state
-        self.view = view
-        self.claimed: Dict[str, Set[int]] = {}
-        self.claimed_whole: Set[str] = set()
-        self.reserved: Dict[str, Set[int]] = {}
-        self.cpus_claimed: Dict[str, int] = {}
-        self._cache: Optional[ClusterState] = None
-
-    def slurm_busy(self, name: str) -> FrozenSet[int]:
-        return self.base.of(name).busy_gpus
-
-    def state(self, freed: Iterable[str] = (), with_reserved: bool = True) -> ClusterState:
-        """The ClusterState to plan on; ``freed`` nodes lose their Slurm
-        busy GPUs (for reservations: "once the jobs there end")."""
-        freed = set(freed)
-        if not freed and with_reserved and self._cache is not None:
-            return self._cache
-        out: Dict[str, NodeState] = {}
-        for name, st in self.base.nodes.items():
-            out[name] = st
-        touched = set(self.claimed) | self.claimed_whole | freed
-        if with_reserved:
-            touched |= set(self.reserved)
-        for name in touched:
-            st = self.base.of(name)
-            busy = set() if name in freed else set(st.busy_gpus)
-            excl = False if name in freed else st.exclusive
-            state = st.state
-            if name in freed and state in ("allocated", "mixed", "completing"):
-                state = "idle"
-            busy |= self.claimed.get(name, set())
-            if with_reserved:
-                busy |= self.reserved.get(name, set())
-            if name in self.claimed_whole:
-                excl = True
-            node = self.inv.nodes.get(name)
-            if node is not None and busy and state == "idle":
-                state = "mixed"
-            out[name] = NodeState(name=name, state=state, busy_gpus=frozenset(busy),
-                                  flags=st.flags, exclusive=excl)
-        cs = ClusterState(nodes=out, source=self.base.source)
-        if not freed and with_reserved:
-            self._cache = cs
-        return cs
-
-    def free_gpus(self, name: str, with_reserved: bool = True) -> Tuple[int, ...]:
-        node = self.inv.nodes[name]
-        return self.state(with_reserved=with_reserved).free_gpus(node)
-
-    def cpus_free(self, name: str) -> Optional[int]:
-        c = self.view.cpus_free.get(name)
-        if c is None:
-            return None
-        return c - self.cpus_claimed.get(name, 0)
-
-    def claim(self, gpus: Mapping[str, Iterable[int]], exclusive: bool = False,
-              cpus: int = 0) -> None:
-        for h, gs in gpus.items():
-            self.claimed.setdefault(h, set()).update(gs)
-            if exclusive:
-                self.claimed_whole.add(h)
-            if cpus:
-                self.cpus_claimed[h] = self.cpus_claimed.get(h, 0) + cpus
-        self._cache = None
-
-    def reserve(self, gpus: Mapping[str, Iterable[int]]) -> None:
-        for h, gs in gpus.items():
-            self.reserved.setdefault(h, set()).update(gs)
-        self._cache = None
-
 
 # --------------------------------------------------------------------------
 # planning helpers
@@ -429,92 +175,6 @@ class _Job:
         return replace(req, require=require, prefer=prefer, exclude=tuple(sorted(exclude)))
 
 
-def _whole_free(work: Work, name: str, extra: Mapping[str, Set[int]]) -> bool:
-    node = work.inv.nodes[name]
-    st = work.state()
-    ns = st.of(name)
-    if not ns.usable:
-        return False
-    free = set(st.free_gpus(node)) - extra.get(name, set())
-    return len(free) == node.hardware.gpu_count
-
-
-def _frag_key(work: Work, touched: Sequence[str], take: Mapping[str, Set[int]],
-              leaf_of: Mapping[str, str], leaf_nodes: Mapping[str, Sequence[str]]):
-    """How good the free space is after taking ``take`` (bigger is better)."""
-    from slurmtopo.links import LinkClass
-
-    st = work.state()
-    keys = []
-    whole_nodes = 0
-    for name in touched:
-        node = work.inv.nodes[name]
-        if not st.of(name).usable:
-            continue
-        free = tuple(g for g in st.free_gpus(node) if g not in take.get(name, ()))
-        if len(free) == node.hardware.gpu_count:
-            whole_nodes += 1
-        hw = node.hardware
-        keys.append((_largest(hw, free, LinkClass.NVLINK), _largest(hw, free, LinkClass.PXB),
-                     _largest(hw, free, LinkClass.NODE), len(free)))
-    leaves = {leaf_of[n] for n in touched if n in leaf_of}
-    whole_leaves = sum(1 for lf in leaves
-                       if all(_whole_free(work, n, take) for n in leaf_nodes[lf]))
-    return (whole_leaves, whole_nodes, sorted(keys, reverse=True))
-
-
-_largest_cache: Dict[Tuple[int, Tuple[int, ...], int], int] = {}
-
-
-def _largest(hw, free: Tuple[int, ...], bound) -> int:
-    from slurmtopo.placement.intranode import largest_group
-    key = (id(hw), free, int(bound))
-    v = _largest_cache.get(key)
-    if v is None:
-        if len(_largest_cache) > 4096:
-            _largest_cache.clear()
-        v = largest_group(hw, free, bound)
-        _largest_cache[key] = v
-    return v
-
-
-def slurm_pick(hw, free: Sequence[int], k: int) -> Tuple[int, ...]:
-    """The ``k`` GPUs Slurm's cons_tres most likely gives a job on a node
-    with ``free`` GPUs: from the socket (NUMA node) with the most free GPUs
-    first (ties: the lower socket), lowest indices first inside a socket.
-    That is what 22.05 does when gres.conf binds GPUs to sockets
-    (``Cores=``); without a binding every GPU is one socket and it is the
-    lowest free indices. A prediction only: the loop compares it with what
-    Slurm really gave, and ``slurmtopo bind`` plans on the real GPUs."""
-    numa = {g.index: (g.numa_node if g.numa_node is not None else 0) for g in hw.gpus}
-    by_socket: Dict[int, List[int]] = {}
-    for g in sorted(free):
-        by_socket.setdefault(numa.get(g, 0), []).append(g)
-    out: List[int] = []
-    for _, gs in sorted(by_socket.items(), key=lambda t: (-len(t[1]), t[0])):
-        for g in gs:
-            if len(out) < k:
-                out.append(g)
-    return tuple(sorted(out))
-
-
-def predicted_claim(work: Work, p: Placement, gpn: Optional[int], exclusive: bool
-                    ) -> Dict[str, Tuple[int, ...]]:
-    """The GPUs the job will hold on each host once Slurm starts it
-    (:func:`slurm_pick` of as many GPUs as Slurm allocates there); every
-    GPU of the node for an exclusive job."""
-    out: Dict[str, Tuple[int, ...]] = {}
-    for h in p.hosts:
-        planned = p.gpus_on(h)
-        node = work.inv.nodes[h]
-        if exclusive:
-            out[h] = tuple(g.index for g in node.gpus)
-            continue
-        want = max(gpn or 0, len(planned))
-        out[h] = slurm_pick(node.hardware, work.free_gpus(h), want)
-    return out
-
-
 class _Pass:
     """One scheduling pass over the queue."""
 
@@ -620,8 +280,8 @@ class _Pass:
             # planner's choice; slurmtopo bind re-plans on what Slurm gives
             i, p, _, pick, _ = scored[0]
             notes.append("Slurm will probably not hand out the planned GPUs ("
-                         + "; ".join(f"{h}: planned {_fmt(p.gpus_on(h))}, likely "
-                                     f"{_fmt(pick[h])}" for h in p.hosts)
+                         + "; ".join(f"{h}: planned {format_gpus(p.gpus_on(h))}, likely "
+                                     f"{format_gpus(pick[h])}" for h in p.hosts)
                          + "); slurmtopo bind re-plans on the GPUs it gets")
             return p, pick, notes
         known = [t[4] for t in usable if t[4] is not None]
@@ -631,7 +291,7 @@ class _Pass:
             if best is not None and (cost is None or cost > best * (1 + self.cfg.cost_tolerance)):
                 continue
             take = {h: set(g) for h, g in pick.items()}
-            key = _frag_key(self.work, touched, take, self.leaf_of, self.leaf_nodes)
+            key = free_space_key(self.work, touched, take, self.leaf_of, self.leaf_nodes)
             ranked.append((key, -i, exp, pick))
         if not ranked:
             i, p, exp, pick, _ = usable[0]
@@ -640,7 +300,7 @@ class _Pass:
         _, negi, exp, pick = ranked[0]
         if exp is not cands[-negi]:
             notes.append("GPUs as Slurm is expected to pick them: " + ", ".join(
-                f"{h}:{_fmt(pick[h])}" for h in exp.hosts))
+                f"{h}:{format_gpus(pick[h])}" for h in exp.hosts))
         return exp, pick, notes
 
     def shape_error(self, job: _Job, p: Placement) -> Optional[str]:
@@ -671,7 +331,7 @@ class _Pass:
                     blocked.append(f"{h} is in use by another job")
             elif len(slurm_free) < need:
                 taken = sorted(set(rec.claim.get(h, ())) - slurm_free)
-                blocked.append(f"{h} GPUs {_fmt(taken)} were taken by another job")
+                blocked.append(f"{h} GPUs {format_gpus(taken)} were taken by another job")
         age = self.now - float(rec.released_at or self.now)
         if blocked:
             return Decision(q.job_id, REHOLD,
@@ -683,7 +343,7 @@ class _Pass:
                             reason=(f"Slurm kept it pending {age:.0f}s after its release "
                                     f"(Reason={q.reason or '?'}) although its GPUs look free; "
                                     f"re-planning without {', '.join(rec.hosts)} for "
-                                    f"{_secs(self.cfg.avoid_for)}"),
+                                    f"{format_wait(self.cfg.avoid_for)}"),
                             avoid={h: until for h in rec.hosts})
         self.work.claim(rec.claim or rec.gpus, rec.exclusive, rec.cpus)
         return Decision(q.job_id, STARTING, hosts=rec.hosts, gpus=dict(rec.gpus),
@@ -760,8 +420,8 @@ class _Pass:
             cost = self.cost(placement, q.spec.request)
             gave_up = tuple(f"{k}={possible[k]}" for k in expired) if taken == "fallback" else ()
             if taken == "fallback":
-                notes.append(f"waited {_secs(job.age)}; "
-                             + ", ".join(f"{k}={possible[k]} (wait {_secs(job.waits.get(k, 0))})"
+                notes.append(f"waited {format_wait(job.age)}; "
+                             + ", ".join(f"{k}={possible[k]} (wait {format_wait(job.waits.get(k, 0))})"
                                          for k in expired)
                              + " not available: took the best placement meeting its requirements")
             self.work.claim(claim, job.base_req.exclusive, job.tasks_per_node)
@@ -776,7 +436,7 @@ class _Pass:
         wait_left = None
         if waiting:
             wait_left = min(job.waits[k] - job.age for k in waiting)
-            reason = (f"waiting up to {_secs(wait_left)} more for its preferred "
+            reason = (f"waiting up to {format_wait(wait_left)} more for its preferred "
                       + ", ".join(f"{k}={possible[k]}" for k in waiting) + f": {full_err}")
             # is a fallback available now? say so
             cur = job.request(self.work, [])
@@ -988,7 +648,7 @@ def preview_lines(inv: Inventory, state: Optional[ClusterState], req,
     job = _Job(q, inv, view, 0.0, cfg)
     for kind, level in job.prefs.items():
         w = job.waits.get(kind, 0.0)
-        lines.append(f"prefers {kind}={level}: waits up to {_secs(w)} for it, then takes the "
+        lines.append(f"prefers {kind}={level}: waits up to {format_wait(w)} for it, then takes the "
                      "best placement meeting its requirements" if w else
                      f"prefers {kind}={level}: no wait (takes the best placement free)")
     if d.action == RELEASE:
