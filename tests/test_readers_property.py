@@ -76,6 +76,8 @@ class ReaderCase:
     #: slurm.conf key slurmtopo has no use for, are passed over by design)
     lines: str = r"."
     env: Optional[Dict[str, str]] = None
+    #: an empty (or comment-only) file is valid here: a flat topology
+    empty_ok: bool = False
 
 
 def _seed_report() -> str:
@@ -106,10 +108,11 @@ def _seed_gres() -> str:
         return Path(out).read_text()
 
 
-def _seed_topology() -> str:
+def _seed_topology(fmt: str = "tree") -> str:
     with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "topology.conf")
-        code, _o, err = run_cli(["topology", "generate", "--reports", INV, "-o", out])
+        out = os.path.join(d, "topology.yaml" if fmt == "yaml" else "topology.conf")
+        code, _o, err = run_cli(["topology", "generate", "--reports", INV, "--format", fmt,
+                                 "-o", out])
         assert code == 0, err
         return Path(out).read_text()
 
@@ -141,6 +144,19 @@ CASES = [
                lines=r"^\s*GPU\d+\s"),
     ReaderCase("topology.conf", ["topology", "check", "{in}"], _seed_topology(), False,
                check=True, file_name="topology.conf", lines=r"^SwitchName="),
+    ReaderCase("topology.yaml", ["topology", "check", "{in}"], _seed_topology("yaml"), True,
+               check=True, file_name="topology.yaml"),
+    ReaderCase("slurm-topology", ["plan", "--inventory", INV, "--slurm-topology", "{in}",
+                                  "--tp", "8", "-o", "{out}"], _seed_topology(), False,
+               file_name="topology.conf", lines=r"^SwitchName=", empty_ok=True),
+    ReaderCase("nccl-xml", ["agent", "discover", "--from-nccl-xml", "{in}", "--node-name",
+                            "gpu01", "--nvml", "no", "-o", "{out}"],
+               (FIXTURES / "nccl_xml" / "aws_p5_like_full.xml").read_text(), False,
+               file_name="topo.xml", lines=r"^\s*<(gpu|nic|net|pci|cpu)\b"),
+    ReaderCase("hwloc-xml", ["agent", "discover", "--from-hwloc", "{in}", "--node-name",
+                             "gpu01", "--nvml", "no", "-o", "{out}"],
+               (FIXTURES / "hwloc" / "two_socket_gpu_node.xml").read_text(), False,
+               file_name="topo.xml", lines=r"^\s*<object\b"),
     ReaderCase("gres.conf", ["gres", "check", "{in}"], _seed_gres(), False, check=True,
                file_name="gres.conf", lines=r"^\w+="),
     ReaderCase("slurm.conf", ["topology", "generate", "--reports", INV, "--slurm-conf", "{in}",
@@ -303,12 +319,13 @@ def mutated_documents(draw, case: ReaderCase) -> bytes:
 @st.composite
 def mutated_lines(draw, case: ReaderCase) -> bytes:
     """The seed with one line the reader must understand garbled after its
-    first word (``GPU3 <junk>``, ``[7] <junk>``, ``NodeName=<junk>``)."""
+    first word (``GPU3 <junk>``, ``[7] <junk>``, ``NodeName=<junk>``, an XML
+    tag ``<nic<junk>``)."""
     lines = case.seed.splitlines(keepends=True)
     pattern = re.compile(case.lines)
     meaningful = [i for i, ln in enumerate(lines) if pattern.search(ln)]
     i = draw(st.sampled_from(meaningful))
-    head = re.match(r"^\s*[^\s=]*=?", lines[i]).group(0)
+    head = re.match(r"^\s*(<\w+|[^\s=]*=?)", lines[i]).group(0)  # `<nic` of `<nic>`
     junk = draw(st.sampled_from(["\x00", "=?[", "\"", "[-]", "\x1b[1m", "]]"]))
     junk += draw(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30))
     lines[i] = head + junk.replace("\n", " ").replace("\r", " ") + "\n"
@@ -317,6 +334,9 @@ def mutated_lines(draw, case: ReaderCase) -> bytes:
 
 def garbage(case: ReaderCase):
     raw = st.binary(max_size=300) | st.text(max_size=300).map(lambda t: t.encode("utf-8"))
+    if case.empty_ok:
+        raw = raw.filter(lambda b: any(ln.strip() and not ln.strip().startswith(b"#")
+                                       for ln in b.splitlines()))
     trees = TREES.filter(lambda d: d != {}).map(
         lambda d: _dump(d, case.file_name.endswith(".json")).encode())
     if case.structured:

@@ -21,6 +21,7 @@ say what really changes (:func:`describe_changes`).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -32,7 +33,7 @@ from slurmtopo.admin.slurmconf import ConfLine, conf_lines, hostlist_at, read_te
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.hostlist import fold_hostlist
 from slurmtopo.model import Block, Fabric, Inventory, Switch
-from slurmtopo.yamlio import LineDict, LineList, Reader, parse_text
+from slurmtopo.yamlio import LineDict, LineList, Reader, as_str, parse_text
 
 FORMATS = ("tree", "block", "yaml")
 SWITCH_KEYS = {"switchname", "switches", "nodes", "linkspeed"}
@@ -233,7 +234,10 @@ def parse_topology_yaml(text: str, path: str = "<topology.yaml>") -> List[Tuple[
     names = set()
     for i, item in enumerate(seq):
         d = r.mapping(item, "topology", _TOPO_KEYS, Reader.line(seq, i))
-        name = r.need(d, "topology", "topology")
+        name = r.need(d, "topology", "topology", as_str)
+        if not isinstance(d["topology"], str) or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+            raise r.error(f"topology name {name!r}: letters, digits, '.', '_' and '-' only "
+                          "(a partition's Topology= names it)", Reader.line(d, "topology"))
         if next(iter(d)) != "topology":
             raise r.error("'topology' must be the first attribute", Reader.line(d))
         if name in names:
@@ -261,8 +265,17 @@ def _hl(r: Reader, d: LineDict, key: str, path: str, what: str) -> Tuple[str, ..
     if value is None:
         return ()
     if isinstance(value, list):
-        value = ",".join(str(v) for v in value)
-    return tuple(hostlist_at(str(value), path, Reader.line(d, key), what))
+        value = ",".join(r.strings(value, what, Reader.line(d, key)))
+    elif not isinstance(value, str):
+        raise r.error(f"{what} must be a hostlist, got {value!r:.40}", Reader.line(d, key))
+    names = hostlist_at(value, path, Reader.line(d, key), what)
+    if key == "nodes":
+        from slurmtopo.inventory import NODE_NAME
+
+        odd = next((n for n in names if not NODE_NAME.match(n)), None)
+        if odd is not None:
+            raise r.error(f"node name {odd!r} is not a host name", Reader.line(d, key))
+    return tuple(names)
 
 
 def _yaml_tree(r: Reader, value, path: str, line) -> Fabric:
