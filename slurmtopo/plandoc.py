@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import fields, is_dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Inventory, Placement
 
 PLAN_KIND = "plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: ranks as (packed) columns; 1 is still read
 #: embed the whole inventory in the script below this size (JSON bytes),
 #: else only the planned nodes and the switches above them
 EMBED_LIMIT = 256 * 1024
@@ -115,7 +115,7 @@ def plan_document(inv: Inventory, placement: Placement, layout, req=None,
                   launch: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """Everything ``slurmtopo bind`` needs, as JSON data for the script.
     ``launch``: ``{"launcher": "srun"|"torchrun"}``."""
-    from slurmtopo.rankmap import check_placement, layout_dict, slot_dict
+    from slurmtopo.rankmap import check_placement, layout_dict
 
     check_placement(placement)
     return {
@@ -125,19 +125,142 @@ def plan_document(inv: Inventory, placement: Placement, layout, req=None,
         "request": request_dict(req),
         "master_port": master_port,
         "socket_ifname": socket_ifname,
-        "hosts": list(placement.hosts),
-        "ranks": [slot_dict(s) for s in placement.slots],
-        "inventory": embedded_inventory(inv, placement.hosts),
+        "hosts": list(placement.by_host()),
+        "ranks": pack(rank_columns(placement)),
+        "inventory": pack(embedded_inventory(inv, placement.hosts)),
         "launch": dict(launch or {"launcher": "srun"}),
     }
 
 
-def dumps_plan(doc: Mapping[str, Any]) -> str:
-    """The plan document as JSON, one rank per line (a reader can scan it;
-    nothing in it can end a quoted here-document: every string is quoted)."""
-    from slurmtopo.rankmap import dumps_rankmap
+# --------------------------------------------------------------------------
+# the ranks, compactly (version 2)
+#
+# Version 1 wrote one JSON object per rank: 2 MB of script at 16,384 ranks,
+# and Slurm refuses scripts over max_script_size (4 MB by default). Version 2
+# writes columns: host index, GPU, local rank, and indices into the few
+# distinct NIC and CPU sets; above PACK_BYTES the columns are zlib-compressed
+# and base64-encoded (lines of BASE64_LINE characters).
 
-    return dumps_rankmap(doc)
+#: columns above this many bytes of JSON are packed
+PACK_BYTES = 16 * 1024
+BASE64_LINE = 76
+COLUMNS = ("host", "gpu", "local_rank", "nics", "cpus", "numa_node")
+
+
+def rank_columns(placement: Placement) -> Dict[str, Any]:
+    """The ranks as columns (rank r is index r of each list): ``host``
+    indexes the plan's ``hosts``, ``nics``/``cpus`` index ``nic_sets``
+    (comma-joined names) and ``cpu_sets`` (kernel cpulists)."""
+    from slurmtopo.model import format_cpulist
+
+    hosts = {h: i for i, h in enumerate(placement.by_host())}
+    nic_sets: Dict[Tuple[str, ...], int] = {}
+    cpu_sets: Dict[Tuple[int, ...], int] = {}
+    cols: Dict[str, List[Any]] = {k: [] for k in COLUMNS}
+    for s in placement.slots:
+        cols["host"].append(hosts[s.host])
+        cols["gpu"].append(s.gpu)
+        cols["local_rank"].append(s.local_rank)
+        cols["nics"].append(nic_sets.setdefault(s.nics, len(nic_sets)))
+        cols["cpus"].append(cpu_sets.setdefault(s.cpus, len(cpu_sets)))
+        cols["numa_node"].append(s.numa_node)
+    out: Dict[str, Any] = {"nic_sets": [",".join(n) for n in nic_sets],
+                           "cpu_sets": [format_cpulist(c) for c in cpu_sets]}
+    out.update(cols)
+    return out
+
+
+def pack(value: Any) -> Any:
+    """``value`` as it is when its JSON is small, else ``{"packed":
+    "zlib+base64", "data": [lines]}``: zlib at level 9 is deterministic, and
+    base64 lines are quoted JSON strings, so nothing in them can end the
+    here-document."""
+    text = json.dumps(value, separators=(",", ":"))
+    if len(text) <= PACK_BYTES:
+        return value
+    import base64
+    import zlib
+
+    b64 = base64.b64encode(zlib.compress(text.encode(), 9)).decode("ascii")
+    return {"packed": "zlib+base64",
+            "data": [b64[i:i + BASE64_LINE] for i in range(0, len(b64), BASE64_LINE)]}
+
+
+def unpack(value: Any, where: str = "plan", what: str = "ranks") -> Any:
+    """:func:`pack`'s input back from its output (anything else as it is)."""
+    if not (isinstance(value, Mapping) and "packed" in value):
+        return value
+    if value.get("packed") != "zlib+base64":
+        raise SlurmtopoError(f"{where}: unknown packing {value.get('packed')!r} of the {what}")
+    import base64
+    import binascii
+    import zlib
+
+    try:
+        return json.loads(zlib.decompress(base64.b64decode("".join(value["data"]),
+                                                           validate=True)))
+    except (KeyError, TypeError, ValueError, binascii.Error, zlib.error) as exc:
+        raise SlurmtopoError(f"{where}: the packed {what} are damaged ({exc})") from None
+
+
+def placement_from_columns(doc: Mapping[str, Any], where: str = "plan") -> Placement:
+    """Rebuild the submit-time Placement (without groups) from a version 2
+    document; SlurmtopoError says what is malformed."""
+    from slurmtopo.model import RankSlot, parse_cpulist
+    from slurmtopo.rankmap import check_placement
+
+    cols = unpack(doc["ranks"], where, "ranks")
+    if not isinstance(cols, Mapping):
+        raise SlurmtopoError(f"{where}: 'ranks' must be columns (version 2)")
+    try:
+        hosts = [str(h) for h in doc["hosts"]]
+        nic_sets = [tuple(n for n in str(x).split(",") if n) for x in cols["nic_sets"]]
+        cpu_sets = [parse_cpulist(str(x)) for x in cols["cpu_sets"]]
+        n = len(cols["host"])
+        if any(len(cols[k]) != n for k in COLUMNS):
+            raise ValueError("columns of different lengths")
+        slots = tuple(
+            RankSlot(rank=r, host=hosts[h], gpu=int(g), local_rank=int(lr), nics=nic_sets[ni],
+                     cpus=cpu_sets[ci], numa_node=None if numa is None else int(numa))
+            for r, (h, g, lr, ni, ci, numa) in enumerate(zip(*(cols[k] for k in COLUMNS))))
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise SlurmtopoError(f"{where}: malformed rank columns ({exc})") from None
+    p = Placement(slots=slots, groups={}, hosts=tuple(hosts), notes=tuple(doc.get("notes", ())))
+    check_placement(p)
+    return p
+
+
+def dumps_plan(doc: Mapping[str, Any]) -> str:
+    """The plan document as JSON, one key a line and one rank column (or
+    base64 line) a line; nothing in it can end a quoted here-document: every
+    line starts with a blank or a brace."""
+    ranks = doc.get("ranks")
+    if not isinstance(ranks, Mapping):  # version 1
+        from slurmtopo.rankmap import dumps_rankmap
+
+        return dumps_rankmap(doc)
+    dumps = json.dumps
+    lines = ["{"]
+    items = list(doc.items())
+    for i, (key, value) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        if key in ("ranks", "inventory") and isinstance(value, Mapping) and (
+                key == "ranks" or "packed" in value):
+            inner = list(value.items())
+            lines.append(f"  {dumps(key)}: {{")
+            for j, (k, v) in enumerate(inner):
+                last = "," if j < len(inner) - 1 else ""
+                if k == "data" and isinstance(v, list):
+                    lines.append(f"    {dumps(k)}: [")
+                    lines.append(",\n".join("      " + dumps(x) for x in v))
+                    lines.append(f"    ]{last}")
+                else:
+                    lines.append(f"    {dumps(k)}: {dumps(v, separators=(',', ':'))}{last}")
+            lines.append(f"  }}{comma}")
+        else:
+            lines.append(f"  {dumps(key)}: {dumps(value)}{comma}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 def read_plan(text: str, where: str = "plan") -> Dict[str, Any]:
@@ -159,6 +282,8 @@ def read_plan(text: str, where: str = "plan") -> Dict[str, Any]:
     for key in ("layout", "ranks"):
         if key not in doc:
             raise SlurmtopoError(f"{where}: plan has no {key!r}")
+    if not isinstance(doc["ranks"], list) and "hosts" not in doc:
+        raise SlurmtopoError(f"{where}: plan has rank columns but no 'hosts'")
     check_plan(doc, where)
     return doc
 
@@ -167,7 +292,7 @@ def read_plan(text: str, where: str = "plan") -> Dict[str, Any]:
 _PLAN_KEYS = {"slurmtopo": (str,), "version": (int,), "inventory_path": (str, type(None)),
               "layout": (dict,), "request": (dict, type(None)),
               "master_port": (int, type(None)), "socket_ifname": (str, type(None)),
-              "hosts": (list,), "ranks": (list,), "inventory": (dict, type(None)),
+              "hosts": (list,), "ranks": (list, dict), "inventory": (dict, type(None)),
               "launch": (dict, type(None))}
 _LAYOUT_INTS = ("world", "tp", "cp", "ep", "pp", "dp", "expert_tp")
 _SCALARS = (str, int, float, bool, type(None))
@@ -181,8 +306,8 @@ def _json_kind(value) -> str:
 def check_plan(doc: Mapping[str, Any], where: str = "plan") -> None:
     """Refuse a plan document whose parts have the wrong shape, naming the
     part: the step must fail with one line, not deep inside the re-plan.
-    (The ranks are checked where they are read, by placement_from_dict; the
-    embedded inventory by parse_inventory.)"""
+    (The ranks are checked where they are read, by placement_from_dict or
+    placement_from_columns; the embedded inventory by parse_inventory.)"""
     def bad(what: str, value) -> SlurmtopoError:
         return SlurmtopoError(f"{where}: damaged plan: {what} is {_json_kind(value)} "
                               f"({str(value)[:60]})")
@@ -219,7 +344,8 @@ def check_plan(doc: Mapping[str, Any], where: str = "plan") -> None:
     if doc.get("inventory"):
         from slurmtopo.inventory import parse_inventory
 
-        parse_inventory(doc["inventory"], f"{where} (embedded inventory)")
+        parse_inventory(unpack(doc["inventory"], where, "inventory"),
+                        f"{where} (embedded inventory)")
 
 
 def _check_request(doc: Mapping[str, Any], where: str) -> None:
@@ -250,7 +376,10 @@ def planned_placement(doc: Mapping[str, Any]) -> Placement:
     from slurmtopo.groups import build_groups
     from slurmtopo.rankmap import placement_from_dict
 
-    p = placement_from_dict(doc, "plan")
+    if isinstance(doc["ranks"], list):  # version 1: one object per rank
+        p = placement_from_dict(doc, "plan")
+    else:
+        p = placement_from_columns(doc, "plan")
     if not p.groups:
         p = Placement(slots=p.slots, groups=dict(build_groups(layout_from_doc(doc))),
                       hosts=p.hosts, notes=p.notes)

@@ -27,7 +27,7 @@ from slurmtopo.binding.allocation import (Allocation, detect_constrained, parse_
 from slurmtopo.binding.launcher import parse_rank_table, rank_launch, rank_main, rank_table
 from slurmtopo.binding.replan import (allocation_state, differences, fill_placement, replan,
                                       with_allocated_nodes)
-from slurmtopo.binding.step import bind, env_script
+from slurmtopo.binding.step import bind, env_script, load_inventory_for_bind, write_run_dir
 from slurmtopo.plandoc import dumps_plan, plan_document, planned_placement, read_plan
 from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.groups import Layout
@@ -527,13 +527,18 @@ def test_read_plan_rejects_garbage():
         read_plan('{"slurmtopo": "plan", "version": 99, "layout": {}, "ranks": []}')
 
 
-def test_large_rank_table_goes_by_file(tmp_path, h100, monkeypatch):
+def _bound_one_node(h100, tmp_path):
+    """bind() of a 2-rank plan on gpu01 whose allocation matches."""
     layout = Layout(tp=2).resolved()
     p = fill_placement(h100, [("gpu01", [0, 1])], layout)
     doc = plan_document(h100, p, layout, inventory_path=str(H100))
     env = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01", "SLURM_JOB_GPUS": "0,1",
            "CUDA_VISIBLE_DEVICES": "0,1"}
-    res = bind(doc, env, _Slurm(), dev_dir=str(tmp_path))
+    return bind(doc, env, _Slurm(), dev_dir=str(tmp_path))
+
+
+def test_large_rank_table_goes_by_file(tmp_path, h100, monkeypatch):
+    res = _bound_one_node(h100, tmp_path)
     monkeypatch.setattr(limits, "ENV_TABLE_LIMIT", 10)
     text, by_file = env_script(res, str(tmp_path), {}, [])
     assert by_file and "SLURMTOPO_RANK_TABLE_FILE=" in text
@@ -608,3 +613,73 @@ def test_hgx_a100_gpu1_nic_order():
     inv = Inventory(nodes={"n1": Node(name="n1", hardware=hw)})
     p = fill_placement(inv, [("n1", [1])], Layout().resolved())
     assert p.slots[0].nics[0] == "mlx5_1"
+
+
+# --------------------------------------------------------------------------
+# the plan document's rank columns (version 2) and version 1
+
+
+def _slots(p):
+    return [(s.rank, s.host, s.gpu, s.local_rank, s.nics, s.cpus, s.numa_node) for s in p.slots]
+
+
+@pytest.mark.parametrize("pack_bytes", [1 << 30, 0])
+def test_plan_columns_round_trip_plain_and_packed(monkeypatch, pack_bytes):
+    fat = load_inventory(EXAMPLES / "h100-32node-fattree.yaml")
+    layout = Layout(tp=8, pp=2, dp=2).resolved()
+    # hosts out of name order, GPUs out of index order: the columns keep both
+    p = fill_placement(fat, [("dgx017", [7, 6, 5, 4, 3, 2, 1, 0]), ("dgx002", range(8)),
+                             ("dgx031", range(8)), ("dgx009", range(8))], layout)
+    monkeypatch.setattr(plandoc, "PACK_BYTES", pack_bytes)
+    text = dumps_plan(plan_document(fat, p, layout))
+    doc = read_plan(text)
+    assert doc["version"] == 2
+    assert ("packed" in doc["ranks"]) == (pack_bytes == 0)
+    assert ("packed" in doc["inventory"]) == (pack_bytes == 0)
+    assert all(line[:1] in ("{", "}", " ") for line in text.splitlines())
+    back = planned_placement(doc)
+    assert _slots(back) == _slots(p) and back.hosts == p.hosts
+    assert back.groups == p.groups
+    log = []
+    inv = load_inventory_for_bind(dict(doc, inventory_path=None), None, log)
+    assert set(inv.nodes) >= {"dgx017", "dgx002"}
+    # deterministic: the same plan gives the same bytes
+    assert dumps_plan(plan_document(fat, p, layout)) == text
+
+
+def test_plan_version_1_is_still_read(h100):
+    from slurmtopo.rankmap import slot_dict
+
+    layout = Layout(tp=2, dp=2).resolved()
+    p = fill_placement(h100, [("gpu02", [1, 0]), ("gpu01", [0, 1])], layout)
+    doc = plan_document(h100, p, layout)
+    v1 = dict(doc, version=1, ranks=[slot_dict(s) for s in p.slots])
+    back = planned_placement(read_plan(dumps_plan(v1)))
+    assert _slots(back) == _slots(p)
+
+
+def test_damaged_packed_ranks_are_one_error(h100, monkeypatch):
+    layout = Layout(tp=2).resolved()
+    p = fill_placement(h100, [("gpu01", [0, 1])], layout)
+    monkeypatch.setattr(plandoc, "PACK_BYTES", 0)
+    doc = json.loads(dumps_plan(plan_document(h100, p, layout)))
+    doc["ranks"]["data"][0] = "!" + doc["ranks"]["data"][0][1:]
+    with pytest.raises(SlurmtopoError, match="packed ranks are damaged"):
+        planned_placement(doc)
+    doc["ranks"] = {"packed": "lzma", "data": []}
+    with pytest.raises(SlurmtopoError, match="unknown packing"):
+        planned_placement(doc)
+    good = plan_document(h100, p, layout)
+    cols = plandoc.unpack(good["ranks"])
+    cols["gpu"] = cols["gpu"][:1]
+    with pytest.raises(SlurmtopoError, match="malformed rank columns"):
+        planned_placement(dict(good, ranks=cols))
+
+
+def test_run_dir_has_the_full_rank_table(tmp_path, h100):
+    res = _bound_one_node(h100, tmp_path)
+    paths = write_run_dir(res, str(tmp_path / "run"), {})
+    csv_text = (tmp_path / "run" / "rankmap.csv").read_text()
+    assert str(tmp_path / "run" / "rankmap.csv") in paths
+    assert [l.split(",")[:4] for l in csv_text.splitlines()[1:]] == \
+        [["0", "gpu01", "0", "0"], ["1", "gpu01", "0", "1"]]

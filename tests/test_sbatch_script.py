@@ -18,7 +18,7 @@ import pytest
 
 from slurmtopo import __version__
 from slurmtopo.binding.replan import fill_placement
-from slurmtopo.plandoc import read_plan
+from slurmtopo.plandoc import planned_placement, read_plan
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
@@ -116,7 +116,10 @@ def test_structure(name):
     start = lines.index(next(l for l in lines if l.endswith(f"<<'{PLAN_DELIMITER}'")))
     end = lines.index(PLAN_DELIMITER)
     doc = read_plan("\n".join(lines[start + 1:end]))
-    assert len(doc["ranks"]) == p.world_size
+    assert doc["version"] == 2
+    back = planned_placement(doc)
+    assert [(s.host, s.gpu, s.local_rank, s.nics, s.cpus, s.numa_node) for s in back.slots] == \
+        [(s.host, s.gpu, s.local_rank, s.nics, s.cpus, s.numa_node) for s in p.slots]
     assert doc["inventory"]["nodes"]
     # the per-rank table is in the comments
     assert any(re.match(r"^#\s+0\s+\S+\s+\d+\s+0\s", l) for l in lines)

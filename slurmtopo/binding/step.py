@@ -66,7 +66,10 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
     if not doc.get("inventory"):
         raise SlurmtopoError("the plan embeds no inventory and none could be read; pass "
                              "--inventory")
-    return parse_inventory(doc["inventory"], "<inventory embedded in the batch script>")
+    from slurmtopo.plandoc import unpack
+
+    where = "<inventory embedded in the batch script>"
+    return parse_inventory(unpack(doc["inventory"], where, "inventory"), where)
 
 
 def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
@@ -226,11 +229,11 @@ def task_env_text(result: BindResult, environ: Mapping[str, str]) -> str:
 
 
 def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) -> List[str]:
-    """Write hostfile, ranktable, rankmap.json, task-env.sh, the extra files
-    and env.sh, all or none (they describe one binding); returns their
-    paths."""
+    """Write hostfile, ranktable, rankmap.json, rankmap.csv, task-env.sh, the
+    extra files and env.sh, all or none (they describe one binding); returns
+    their paths."""
     from slurmtopo.fileio import Output, ensure_dir, write_all
-    from slurmtopo.rankmap import dumps_rankmap, node_ranks, rankmap_dict
+    from slurmtopo.rankmap import dumps_rankmap, node_ranks, rankmap_csv, rankmap_dict
 
     ensure_dir(run_dir, "run directory")
     p = result.placement
@@ -243,6 +246,8 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) 
     outputs = [Output(os.path.join(run_dir, "hostfile"), "".join(f"{h}\n" for h in lines)),
                Output(os.path.join(run_dir, "ranktable"), result.table),
                Output(os.path.join(run_dir, "rankmap.json"), dumps_rankmap(rm)),
+               # the batch script lists big jobs in part: every rank is here
+               Output(os.path.join(run_dir, "rankmap.csv"), rankmap_csv(p)),
                Output(os.path.join(run_dir, "task-env.sh"), task_env_text(result, environ))]
     outputs += [Output(path, content) for path, content in sorted(result.extra_files.items())]
     outputs.append(Output(os.path.join(run_dir, "env.sh"), text))

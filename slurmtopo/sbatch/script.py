@@ -35,8 +35,14 @@ from slurmtopo.sbatch.launch import Launch, render_words
 
 PLAN_DELIMITER = "SLURMTOPO_PLAN_JSON"
 DEFAULT_SWITCH_WAIT = "5:00"  # Slurm's default max_switch_wait is 300 s
-#: ranks listed in the script's comment table; the embedded plan has all
-COMMENT_RANKS = 1024
+#: jobs up to this many ranks list every rank in the script's comment table;
+#: bigger ones list the first COMMENT_HEAD and point at rankmap.csv (the
+#: embedded plan always has all)
+COMMENT_RANKS = 256
+COMMENT_HEAD = 32
+#: Slurm's default max_script_size (slurm.conf SchedulerParameters): sbatch
+#: refuses a bigger script, so render() refuses first
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 
 _JOB_NAME_OK = re.compile(r"[A-Za-z0-9._+@%:,=-]")
 _IDENT = re.compile(r"^[A-Za-z0-9._+@%:,=\[\]-]+$")
@@ -230,6 +236,7 @@ class SbatchRequest:
     options: Tuple[Tuple[str, str], ...] = ()
     requeue: bool = False
     plan_json: str = "{}"
+    max_script_bytes: int = MAX_SCRIPT_BYTES
     comments: Tuple[str, ...] = ()  # plan summary, per-rank table (no '#')
     python: str = "python3"
     cgroup_devices: str = "auto"
@@ -352,7 +359,15 @@ class SbatchRequest:
             f"    /bin/sh -c {q(TASK_SNIPPET)} {TASK_NAME} \\",
             "    " + render_words(self.launch.argv(self.command)),
         ]
-        return "\n".join(lines) + "\n"
+        text = "\n".join(lines) + "\n"
+        size = len(text.encode())
+        if size > self.max_script_bytes:
+            raise SlurmtopoError(
+                f"the batch script would be {size / 2**20:.1f} MiB, over Slurm's "
+                f"max_script_size ({self.max_script_bytes / 2**20:.1f} MiB, the default unless "
+                "slurm.conf's SchedulerParameters raise it), so sbatch would refuse it; the "
+                f"plan of {self.ntasks} ranks on {self.nodes} nodes does not fit")
+        return text
 
     # ---- building one from a plan ----
 
@@ -472,7 +487,8 @@ def plan_comments(placement, layout, inventory_path: Optional[str],
     out.append("")
     idx = group_indices(placement, dims)
     rows = [["rank", "host", "gpu", "local", "nics", "cpus"] + dims]
-    for s in placement.slots[:COMMENT_RANKS]:
+    shown = placement.world_size if placement.world_size <= COMMENT_RANKS else COMMENT_HEAD
+    for s in placement.slots[:shown]:
         rows.append([str(s.rank), s.host, str(s.gpu), str(s.local_rank), ",".join(s.nics) or "-",
                      format_cpulist(s.cpus) or "-"] + [str(idx[d][s.rank]) for d in dims])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -480,8 +496,12 @@ def plan_comments(placement, layout, inventory_path: Optional[str],
     for r in rows:
         out.append("  ".join(c.ljust(w) if i in left else c.rjust(w)
                              for i, (c, w) in enumerate(zip(r, widths))).rstrip())
-    if placement.world_size > COMMENT_RANKS:
-        out.append(f"... {placement.world_size - COMMENT_RANKS} more ranks (see rankmap.csv)")
+    if shown < placement.world_size:
+        rest = placement.slots[shown:]
+        hosts = len(dict.fromkeys(s.host for s in rest))
+        out.append(f"... {len(rest)} more ranks on {hosts} node(s): every rank is in "
+                   "rankmap.csv beside this script (`slurmtopo plan --output-dir`) and, once "
+                   "the job starts, in $SLURMTOPO_RUN_DIR/rankmap.csv")
     if dims:
         out.append("(" + ", ".join(f"{d}: index of the rank's {d} group" for d in dims) + ")")
     return out

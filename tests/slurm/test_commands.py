@@ -31,8 +31,10 @@ def onpath(slurm, monkeypatch):
 
 def _ranks(script: str):
     """(host, gpu) of every rank in the plan embedded in the script."""
+    from slurmtopo.plandoc import planned_placement, read_plan
+
     body = script.split("<<'SLURMTOPO_PLAN_JSON'\n", 1)[1].split("\nSLURMTOPO_PLAN_JSON\n")[0]
-    return [(r["host"], r["gpu"]) for r in json.loads(body)["ranks"]]
+    return [(s.host, s.gpu) for s in planned_placement(read_plan(body)).slots]
 
 
 def test_dry_run_prints_the_script_and_submits_nothing(onpath, capsys):
