@@ -23,6 +23,7 @@ COMMANDS = {
     "collect": "collect",
     "topology": "topology",
     "gres": "gres",
+    "inventory": "inventory",
     "plan": "plan",
     "bind": "bind",
     "daemon": "daemon",

@@ -34,7 +34,8 @@ from slurmtopo.yamlio import (LineDict, Reader, as_bool, as_float, as_int, as_no
 _PCI_RE = re.compile(r"^[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7]$")
 
 KINDS = ("inventory", "node-report", "fabric")
-TOP_KEYS = {"slurmtopo", "version", "name", "node_types", "nodes", "fabric", "cost", "report"}
+TOP_KEYS = {"slurmtopo", "version", "name", "node_types", "nodes", "fabric", "cost", "report",
+            "reports", "compiled"}
 HW_KEYS = {"gpus", "links", "nics", "cpu", "nvswitch", "nvlink_lane_gbps", "pcie_gbps",
            "gres_type", "virtualised", "nccl_topo_file"}
 NODE_KEYS = HW_KEYS | {"name", "type", "nvlink_domain", "features"}
@@ -407,6 +408,13 @@ def parse_inventory(data: Any, path: str = "<inventory>") -> Inventory:
     reports = {}
     if d.get("report") is not None:
         reports = {n.name: dict(r.mapping(d["report"], "report")) for n in nodes}
+    if d.get("reports") is not None:  # a compiled inventory: node name -> its report block
+        rd = r.mapping(d["reports"], "reports")
+        for name, block in rd.items():
+            if name not in by_name:
+                raise r.error(f"reports: {name!r} is not a node of this inventory",
+                              Reader.line(rd, name))
+            reports[str(name)] = dict(r.mapping(block, f"report of {name}"))
     inv = Inventory(nodes=by_name, fabric=fabric, node_types=types, cost=cost, reports=reports,
                     source=path)
     _check_fabric(inv, require_nodes=kind != "fabric")
@@ -462,29 +470,32 @@ DOC_SUFFIXES = (".yaml", ".yml", ".json")
 def load_inventory(paths) -> Inventory:
     """Load one or more files or directories and merge them into one cluster.
 
-    Directories contribute every ``*.yaml``/``*.yml``/``*.json`` in them
-    (sorted by name), so ``--inventory /shared/slurmtopo/reports`` reads the
-    agents' node reports as they are.
+    Directories contribute every ``*.yaml``/``*.yml``/``*.json`` in them, so
+    ``--inventory /shared/slurmtopo/reports`` reads the agents' node reports
+    as they are; the reports are read through their compiled form
+    (:mod:`slurmtopo.compiled`), so only reports changed since the last
+    read are parsed again.
     """
+    from slurmtopo.compiled import load_report_dir
+
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    files: List[str] = []
+    parts: List[Inventory] = []
+    first: Optional[str] = None
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
-            found = sorted(os.path.join(p, f) for f in os.listdir(p)
-                           if f.endswith(DOC_SUFFIXES) and not f.startswith("."))
-            if not found:
-                raise InventoryError("no *.yaml, *.yml or *.json files in this directory", p)
-            files.extend(found)
+            dir_parts, _ = load_report_dir(p)
+            parts.extend(dir_parts)
         elif os.path.exists(p):
-            files.append(p)
+            parts.append(parse_inventory(load_document(p), p))
         else:
             raise InventoryError("no such file or directory", p)
-    parts = [parse_inventory(load_document(f), f) for f in files]
+        first = first or p
     inv = parts[0] if len(parts) == 1 else merge_inventories(parts)
     if not inv.nodes:
-        raise InventoryError("the inventory defines no nodes", files[0] if len(files) == 1 else None)
+        raise InventoryError("the inventory defines no nodes",
+                             first if len(paths) == 1 else None)
     return inv
 
 

@@ -1,0 +1,46 @@
+"""``slurmtopo inventory compile``: a directory of node reports as one file.
+
+    slurmtopo inventory compile /shared/slurmtopo/reports
+    slurmtopo inventory compile /shared/slurmtopo/reports -o /shared/slurmtopo/cluster.json
+
+Without ``-o`` it brings the directory's compiled form up to date (what
+``--inventory DIR`` reads; see :mod:`slurmtopo.compiled`); with ``-o`` it
+also writes the whole inventory (reports folded into node types, fabric and
+all) as one JSON document that ``--inventory FILE`` reads on its own.
+"""
+from __future__ import annotations
+
+import os
+
+import click
+
+from slurmtopo.admin.cliutil import guard
+
+
+@click.group("inventory", context_settings={"help_option_names": ["-h", "--help"]})
+def command():
+    """Inventory tools."""
+
+
+@command.command("compile")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Also write the whole inventory to this file (JSON; the previous one is "
+                   "kept as a .bak).")
+@guard
+def compile_command(directory, output):
+    """Fold a directory of node reports into one compact inventory."""
+    from slurmtopo.compiled import compile_dir, describe, dumps_compiled
+    from slurmtopo.errors import SlurmtopoError
+    from slurmtopo.fileio import atomic_write
+
+    if not os.path.isdir(directory):
+        raise SlurmtopoError("not a directory", directory)
+    doc, inv, log = compile_dir(directory)
+    for line in log:
+        click.echo(line, err=True)
+    click.echo(describe(doc, inv), err=True)
+    if output:
+        text = dumps_compiled(doc)
+        atomic_write(output, text, backup=True)
+        click.echo(f"wrote {output} ({len(text):,} bytes)", err=True)
