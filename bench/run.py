@@ -426,7 +426,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, few scenarios")
     ap.add_argument("--out", default=DEFAULT_OUT, help="results directory (default bench/results)")
-    ap.add_argument("--only", choices=("quality", "speed"), help="run one half")
+    ap.add_argument("--only", choices=("quality", "speed", "cli"),
+                    help="run one part (cli: the command-line timings at 100,000 GPUs)")
     ap.add_argument("--per-cell", type=int, default=None,
                     help=f"scenarios per (shape, size, busy level) (default {PER_CELL}, "
                          f"--quick {QUICK_PER_CELL})")
@@ -518,6 +519,19 @@ def main(argv=None) -> int:
         tables.extend(st)
         if not args.no_plots:
             plot_speed(sp, os.path.join(args.out, "speed.png"))
+
+    if args.only in (None, "cli"):
+        from bench import cli
+
+        console.print("[bold]command line[/]")
+        cr = cli.run(quick=args.quick, progress=lambda m: console.print(f"  {m}"))
+        meta["cli"] = {"wall_s": cr["wall_s"]}
+        write_json(os.path.join(args.out, "cli.json"), {"meta": meta, **cr})
+        ct = cli.tables(cr)
+        print_tables(ct, console)
+        tables.extend(ct)
+        if not args.no_plots:
+            cli.plot(cr, os.path.join(args.out, "cli.png"))
 
     meta["wall_s"] = time.perf_counter() - t0
     meta["loadavg_at_end"] = _loadavg()

@@ -171,3 +171,27 @@ def test_loglog_slope():
     assert loglog_slope([(1, 2), (2, 4), (4, 8)]) == pytest.approx(1.0)
     assert loglog_slope([(1, 1), (2, 4), (4, 16)]) == pytest.approx(2.0)
     assert loglog_slope([(1, 1)]) is None
+
+
+def test_cli_entry_points(tmp_path):
+    """bench.cli end to end on 16 nodes: every part runs, its commands
+    succeed, and the tables and plot are made from what it returns."""
+    _planner_available()
+    from bench import cli
+
+    res = cli.run(workdir=str(tmp_path), nodes=16, worlds=(8, 64), repeats=1, daemon_jobs=3)
+    assert [r["job_gpus"] for r in res["plan"]] == [8, 64]
+    for r in res["plan"]:
+        assert "error" not in r, r
+        assert r["script_bytes"] and r["rss_bytes"] > 0
+        assert set(r["files_bytes"]) == {"env.json", "job.sbatch", "rankmap.csv", "rankmap.json"}
+    rd = res["report_dir"]
+    assert rd["reports"] == 16 and rd["compiled_bytes"] and "error" not in rd["warm"]
+    b = res["bind"]
+    assert "error" not in b["bind"], b["bind"]
+    assert b["ranks"] == 64
+    assert {"release"} <= set(res["daemon"]["actions"][0]), res["daemon"]
+    titles = [t[0] for t in cli.tables(res)]
+    assert any("slurmtopo plan" in t for t in titles) and any("Start time" in t for t in titles)
+    cli.plot(res, str(tmp_path / "cli.png"))
+    assert os.path.getsize(tmp_path / "cli.png") > 0
