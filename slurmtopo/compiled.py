@@ -33,8 +33,8 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.model import Hardware, Inventory, Node
@@ -46,6 +46,21 @@ COMPILED_VERSION = 1
 MAX_OVERRIDE_FIELDS = 3
 
 FileKey = Tuple[int, int]  # (mtime_ns, size)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The schema functions this module works with. :mod:`slurmtopo.inventory`
+    passes its own (``inventory.report_dir_schema()``): it reads directories
+    through this module, so this module cannot import it back."""
+
+    #: one document file -> Inventory (module-level: worker processes get it)
+    read: Callable[[str], Inventory]
+    #: parsed document data, where -> Inventory
+    parse: Callable[[Any, str], Inventory]
+    merge: Callable[[Sequence[Inventory]], Inventory]
+    hardware_dict: Callable[[Hardware], Dict[str, Any]]
+    suffixes: Tuple[str, ...]
 
 
 # --------------------------------------------------------------------------
@@ -102,14 +117,15 @@ def _override(hw_d: Mapping[str, Any], type_d: Mapping[str, Any]) -> Dict[str, A
 
 
 def compile_inventory(inv: Inventory, files: Mapping[str, Tuple[FileKey, Optional[str]]],
-                      source: str = "") -> Dict[str, Any]:
+                      schema: Schema, source: str = "") -> Dict[str, Any]:
     """The compiled document of ``inv`` (the nodes of a report directory, in
     the order they are to be read back). ``files``: document file name ->
     ((mtime_ns, size), node name, or None for a document that is not a node
     report)."""
     from slurmtopo.hostlist import expand_hostlist, fold_hostlist
-    from slurmtopo.inventory import hardware_dict
     from slurmtopo.model import SCHEMA_VERSION
+
+    hardware_dict = schema.hardware_dict
 
     nodes = list(inv.nodes.values())
     types, of = fold_types(nodes)
@@ -198,17 +214,15 @@ def dumps_compiled(doc: Mapping[str, Any]) -> str:
 # the report directory, with the compiled form as a cache
 
 
-def scan(directory: str) -> Dict[str, FileKey]:
+def scan(directory: str, suffixes: Tuple[str, ...]) -> Dict[str, FileKey]:
     """Document file name -> (mtime_ns, size), hidden files skipped."""
-    from slurmtopo.inventory import DOC_SUFFIXES
-
     out: Dict[str, FileKey] = {}
     try:
         entries = list(os.scandir(directory))
     except OSError as exc:
         raise InventoryError(f"cannot list the directory ({exc.strerror})", directory) from None
     for e in entries:
-        if e.name.startswith(".") or not e.name.endswith(DOC_SUFFIXES):
+        if e.name.startswith(".") or not e.name.endswith(suffixes):
             continue
         try:
             st = e.stat()
@@ -257,16 +271,15 @@ def _write_cache(paths: Sequence[str], text: str) -> Optional[str]:
     return None
 
 
-def load_report_dir(directory: str, write_cache: bool = True) -> Tuple[List[Inventory], List[str]]:
+def load_report_dir(directory: str, schema: Schema,
+                    write_cache: bool = True) -> Tuple[List[Inventory], List[str]]:
     """The directory as inventory parts ready to merge: one part holding
     every node report, read from the compiled form (brought up to date
     first: only reports whose size or modification time changed are parsed
     again), and one per other document (a fabric file, an inventory: always
     parsed). Also returns log lines (what was read again, where the compiled
     form went)."""
-    from slurmtopo.inventory import merge_inventories
-
-    files = scan(directory)
+    files = scan(directory, schema.suffixes)
     if not files:
         raise InventoryError("no *.yaml, *.yml or *.json files in this directory", directory)
     paths = cache_paths(directory)
@@ -278,7 +291,7 @@ def load_report_dir(directory: str, write_cache: bool = True) -> Tuple[List[Inve
     parts: List[Inventory] = []
     whole: Optional[Inventory] = None
     if reuse:
-        whole = _parse_compiled(compiled, where)
+        whole = _parse_compiled(compiled, where, schema)
         if set(reuse.values()) <= set(whole.nodes):
             keep = set(reuse.values())
             parts.append(Inventory(nodes={n: node for n, node in whole.nodes.items() if n in keep},
@@ -291,7 +304,8 @@ def load_report_dir(directory: str, write_cache: bool = True) -> Tuple[List[Inve
     others: List[Inventory] = []
     reread = 0
     todo = [f for f in sorted(files) if f not in reuse]
-    for f, part in zip(todo, _parse_files([os.path.join(directory, f) for f in todo])):
+    for f, part in zip(todo, _parse_files([os.path.join(directory, f) for f in todo],
+                                          schema.read)):
         if part.reports and len(part.nodes) == 1 and not part.fabric.switches:
             parts.append(part)
             file_nodes[f] = (files[f], next(iter(part.nodes)))
@@ -303,15 +317,15 @@ def load_report_dir(directory: str, write_cache: bool = True) -> Tuple[List[Inve
     current = {f: [k[0], k[1], node] for f, (k, node) in sorted(file_nodes.items())}
     reports: Optional[Inventory] = None
     if parts and (whole is None or current != known):
-        merged = merge_inventories(parts) if len(parts) > 1 else parts[0]
+        merged = schema.merge(parts) if len(parts) > 1 else parts[0]
         order = [v[2] for v in current.values() if v[2] is not None]
         merged = replace(merged, nodes={n: merged.nodes[n] for n in order})
-        doc = compile_inventory(merged, file_nodes, os.path.abspath(directory))
+        doc = compile_inventory(merged, file_nodes, schema, os.path.abspath(directory))
         text = dumps_compiled(doc)
         written = _write_cache(paths, text) if write_cache else None
         log.append(f"compiled {len(merged.nodes)} node report(s) ({reread} read again) into "
                    f"{written or 'memory only (no writable place for it)'}")
-        reports = _parse_compiled(json.loads(text), written or directory)
+        reports = _parse_compiled(json.loads(text), written or directory, schema)
     elif parts:
         reports = whole
     return ([reports] if reports is not None else []) + others, log
@@ -321,52 +335,21 @@ def load_report_dir(directory: str, write_cache: bool = True) -> Tuple[List[Inve
 PARALLEL_FILES = 256
 
 
-def _parse_one(path: str) -> Inventory:
-    from slurmtopo.inventory import parse_inventory
-    from slurmtopo.yamlio import load_document
-
-    return parse_inventory(load_document(path), path)
-
-
-def _parse_files(paths: Sequence[str]) -> List[Inventory]:
+def _parse_files(paths: Sequence[str], read: Callable[[str], Inventory]) -> List[Inventory]:
     """Parse documents, in worker processes when there are many (the first
     compile of 12,500 reports is a minute of YAML on one core). Results in
     ``paths`` order; the first error is raised as it would be serially."""
     workers = min(os.cpu_count() or 1, 16)
     if len(paths) < PARALLEL_FILES or workers < 2:
-        return [_parse_one(p) for p in paths]
+        return [read(p) for p in paths]
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_parse_one, paths, chunksize=64))
+        return list(pool.map(read, paths, chunksize=64))
 
 
-def _parse_compiled(doc: Mapping[str, Any], where: str) -> Inventory:
-    from slurmtopo.inventory import parse_inventory
-
-    return parse_inventory({k: v for k, v in doc.items() if k != "compiled"}, where)
-
-
-def compile_dir(directory: str) -> Tuple[Dict[str, Any], Inventory, List[str]]:
-    """``slurmtopo inventory compile``: the whole directory (reports, fabric,
-    any other document) as one inventory document, plus the merged
-    Inventory and log lines. Also brings the directory's compiled form up
-    to date."""
-    from slurmtopo.inventory import inventory_dict, merge_inventories
-
-    parts, log = load_report_dir(directory)
-    inv = parts[0] if len(parts) == 1 else merge_inventories(parts)
-    if not inv.nodes:
-        raise InventoryError("the directory defines no nodes", directory)
-    doc = compile_inventory(inv, {}, os.path.abspath(directory))
-    rest = inventory_dict(Inventory(nodes={}, fabric=inv.fabric, cost=inv.cost))
-    for key in ("fabric", "cost"):
-        if key in rest:
-            doc[key] = rest[key]
-    doc["compiled"] = {"version": COMPILED_VERSION, "from": os.path.abspath(directory)}
-    doc = {k: doc[k] for k in ("slurmtopo", "version", "node_types", "nodes", "fabric", "cost",
-                               "reports", "compiled") if k in doc}
-    return doc, inv, log
+def _parse_compiled(doc: Mapping[str, Any], where: str, schema: Schema) -> Inventory:
+    return schema.parse({k: v for k, v in doc.items() if k != "compiled"}, where)
 
 
 def describe(doc: Mapping[str, Any], inv: Inventory) -> str:

@@ -478,6 +478,7 @@ def load_inventory(paths) -> Inventory:
     """
     from slurmtopo.compiled import load_report_dir
 
+    schema = report_dir_schema()
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     parts: List[Inventory] = []
@@ -485,7 +486,7 @@ def load_inventory(paths) -> Inventory:
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
-            dir_parts, _ = load_report_dir(p)
+            dir_parts, _ = load_report_dir(p, schema)
             parts.extend(dir_parts)
         elif os.path.exists(p):
             parts.append(parse_inventory(load_document(p), p))
@@ -497,6 +498,44 @@ def load_inventory(paths) -> Inventory:
         raise InventoryError("the inventory defines no nodes",
                              first if len(paths) == 1 else None)
     return inv
+
+
+def read_document(path: str) -> Inventory:
+    """One inventory, node-report or fabric file."""
+    return parse_inventory(load_document(path), path)
+
+
+def report_dir_schema():
+    """What :mod:`slurmtopo.compiled` needs to read and compile a report
+    directory (it cannot import this module, which reads directories
+    through it)."""
+    from slurmtopo.compiled import Schema
+
+    return Schema(read=read_document, parse=parse_inventory, merge=merge_inventories,
+                  hardware_dict=hardware_dict, suffixes=DOC_SUFFIXES)
+
+
+def compile_report_dir(directory: str) -> Tuple[Dict[str, Any], Inventory, List[str]]:
+    """``slurmtopo inventory compile``: the whole directory (reports, fabric,
+    any other document) as one inventory document, plus the merged
+    Inventory and log lines; the directory's compiled form is brought up to
+    date on the way."""
+    from slurmtopo.compiled import COMPILED_VERSION, compile_inventory, load_report_dir
+
+    schema = report_dir_schema()
+    parts, log = load_report_dir(directory, schema)
+    inv = parts[0] if len(parts) == 1 else merge_inventories(parts)
+    if not inv.nodes:
+        raise InventoryError("the directory defines no nodes", directory)
+    doc = compile_inventory(inv, {}, schema, os.path.abspath(directory))
+    rest = inventory_dict(Inventory(nodes={}, fabric=inv.fabric, cost=inv.cost))
+    for key in ("fabric", "cost"):
+        if key in rest:
+            doc[key] = rest[key]
+    doc["compiled"] = {"version": COMPILED_VERSION, "from": os.path.abspath(directory)}
+    doc = {k: doc[k] for k in ("slurmtopo", "version", "node_types", "nodes", "fabric", "cost",
+                               "reports", "compiled") if k in doc}
+    return doc, inv, log
 
 
 def merge_inventories(parts: Sequence[Inventory]) -> Inventory:

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from slurmtopo import compiled
-from slurmtopo.compiled import COMPILED_NAME, cache_paths, load_report_dir, without_uuids
+from slurmtopo.compiled import COMPILED_NAME, cache_paths, without_uuids
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import inventory_dict, load_inventory, node_report
+from slurmtopo.inventory import inventory_dict, load_inventory, node_report, report_dir_schema
 from slurmtopo.yamlio import dump_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
@@ -80,10 +80,10 @@ def test_only_changed_reports_are_read_again(tmp_path, monkeypatch):
     load_inventory(str(d))
     first = (d / COMPILED_NAME).read_text()
     read = []
-    real = compiled._parse_one
-    monkeypatch.setattr(compiled, "_parse_one", lambda p: read.append(os.path.basename(p))
-                        or real(p))
-    _, log = load_report_dir(str(d))
+    real = compiled._parse_files
+    monkeypatch.setattr(compiled, "_parse_files", lambda paths, r: read.extend(
+        os.path.basename(p) for p in paths) or real(paths, r))
+    _, log = compiled.load_report_dir(str(d), report_dir_schema())
     assert read == ["fabric.yaml"] and log == []               # nothing to rebuild
     assert (d / COMPILED_NAME).read_text() == first
     # one report changes (size and time): only it is read, the result follows it
@@ -134,10 +134,10 @@ def test_unwritable_directory_uses_the_user_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     real = compiled._write_cache
     monkeypatch.setattr(compiled, "_write_cache", lambda paths, text: real(paths[1:], text))
-    _, log = load_report_dir(str(d))
+    _, log = compiled.load_report_dir(str(d), report_dir_schema())
     assert not (d / COMPILED_NAME).exists()
     assert os.path.exists(cache_paths(str(d))[1]) and "cache" in log[0]
-    _, log = load_report_dir(str(d))                          # and is read back from there
+    _, log = compiled.load_report_dir(str(d), report_dir_schema())                          # and is read back from there
     assert log == []
 
 

@@ -30,13 +30,14 @@ def command():
 @guard
 def compile_command(directory, output):
     """Fold a directory of node reports into one compact inventory."""
-    from slurmtopo.compiled import compile_dir, describe, dumps_compiled
+    from slurmtopo.compiled import describe, dumps_compiled
     from slurmtopo.errors import SlurmtopoError
     from slurmtopo.fileio import atomic_write
+    from slurmtopo.inventory import compile_report_dir
 
     if not os.path.isdir(directory):
         raise SlurmtopoError("not a directory", directory)
-    doc, inv, log = compile_dir(directory)
+    doc, inv, log = compile_report_dir(directory)
     for line in log:
         click.echo(line, err=True)
     click.echo(describe(doc, inv), err=True)
