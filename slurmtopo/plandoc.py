@@ -344,8 +344,14 @@ def check_plan(doc: Mapping[str, Any], where: str = "plan") -> None:
     if doc.get("inventory"):
         from slurmtopo.inventory import parse_inventory
 
-        parse_inventory(unpack(doc["inventory"], where, "inventory"),
-                        f"{where} (embedded inventory)")
+        inv = parse_inventory(unpack(doc["inventory"], where, "inventory"),
+                              f"{where} (embedded inventory)")
+        # plan_document writes only the node types its nodes use: another
+        # one means an edit (a renamed type whose nodes fell back to a preset)
+        unused = sorted(set(inv.node_types) - {n.type for n in inv})
+        if unused:
+            raise SlurmtopoError(f"{where}: damaged plan: the embedded inventory defines node "
+                                 f"type {unused[0]!r}, which no node uses")
 
 
 def _check_request(doc: Mapping[str, Any], where: str) -> None:

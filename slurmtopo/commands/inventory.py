@@ -19,7 +19,7 @@ from slurmtopo.admin.cliutil import guard
 
 @click.group("inventory", context_settings={"help_option_names": ["-h", "--help"]})
 def command():
-    """Inventory tools."""
+    """Compile a directory of node reports into one inventory file."""
 
 
 @command.command("compile")
