@@ -176,7 +176,6 @@ def test_loglog_slope():
 def test_cli_entry_points(tmp_path):
     """bench.cli end to end on 16 nodes: every part runs, its commands
     succeed, and the tables and plot are made from what it returns."""
-    _planner_available()
     from bench import cli
 
     res = cli.run(workdir=str(tmp_path), nodes=16, worlds=(8, 64), repeats=1, daemon_jobs=3)
