@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from typing import Dict, Optional
+from typing import Optional
 
 import click
 
@@ -42,19 +42,6 @@ def command():
     plans each against the live cluster in priority order, pins the nodes it
     chose and releases it. See docs/daemon.md.
     """
-
-
-def _pause_opt(items) -> Dict[str, float]:
-    out = {}
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise SlurmtopoError(f"--test-pause {item!r}: expected POINT=SECONDS")
-        try:
-            out[k.strip()] = float(v)
-        except ValueError:
-            raise SlurmtopoError(f"--test-pause {item!r}: bad number of seconds") from None
-    return out
 
 
 @command.command("run", context_settings={"help_option_names": ["-h", "--help"]})
@@ -85,10 +72,8 @@ def _pause_opt(items) -> Dict[str, float]:
 @click.option("--dry-run", is_flag=True, help="Decide and log, but change nothing in Slurm.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-@click.option("--test-pause", multiple=True, hidden=True, metavar="POINT=SECONDS",
-              help="Testing only: sleep at after-intent, after-pin or after-release.")
 def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, reservations,
-            alternatives, default_wait, on_reject, dry_run, log_level, test_pause):
+            alternatives, default_wait, on_reject, dry_run, log_level):
     """Watch held slurmtopo jobs and release each onto a good placement."""
     from slurmtopo.daemon.loop import Daemon, SpoolLock, inventory_loader
     from slurmtopo.daemon.scheduler import Config
@@ -113,7 +98,7 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
         cfg = Config(release_grace=release_grace, reservations=reservations,
                      alternatives=alternatives, default_wait=default_wait)
         daemon = Daemon(backend, inv, spool, cfg, on_reject=on_reject, dry_run=dry_run,
-                        pause=_pause_opt(test_pause), inventory_loader=loader,
+                        inventory_loader=loader,
                         inventory_label=", ".join(os.path.abspath(p) for p in inventory_path))
 
         def stop(signum, frame):

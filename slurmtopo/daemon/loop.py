@@ -64,7 +64,8 @@ log = logging.getLogger("slurmtopo.daemon")
 #: job states after which Slurm never runs the job again
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                       "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
-PAUSE_POINTS = ("after-intent", "after-pin", "after-release")
+#: the steps of a release a crash can fall between (see Daemon.reached)
+RELEASE_STEPS = ("after-intent", "after-pin", "after-release")
 STATUS_FILE = "status.json"
 EVENTS_FILE = "events.log"
 LOCK_FILE = "daemon.lock"
@@ -212,7 +213,6 @@ class Daemon:
     def __init__(self, backend, inventory, spool: str, config: Optional[Config] = None,
                  on_reject: str = "cancel", dry_run: bool = False,
                  clock: Callable[[], float] = time.time,
-                 pause: Optional[Mapping[str, float]] = None,
                  inventory_loader: Optional[Callable[[], object]] = None,
                  inventory_label: Optional[str] = None):
         if on_reject not in ("cancel", "hold"):
@@ -227,10 +227,6 @@ class Daemon:
         self.on_reject = on_reject
         self.dry_run = dry_run
         self.clock = clock
-        self.pause = dict(pause or {})
-        for k in self.pause:
-            if k not in PAUSE_POINTS:
-                raise SlurmtopoError(f"unknown pause point {k!r} (one of {', '.join(PAUSE_POINTS)})")
         self.records: Dict[int, JobRecord] = self.journal.load()
         self.started = clock()
         self.cycles = 0
@@ -242,11 +238,11 @@ class Daemon:
 
     # -- helpers -----------------------------------------------------------
 
-    def _pause(self, point: str) -> None:
-        secs = self.pause.get(point)
-        if secs:
-            log.info("test pause %s: sleeping %.1fs", point, secs)
-            time.sleep(secs)
+    def reached(self, step: str) -> None:
+        """Called after each step of a release (:data:`RELEASE_STEPS`): the
+        journal makes it safe to die between any two, and this is where a
+        test kills the daemon to prove it (tests/integration/paused_daemon.py).
+        Does nothing."""
 
     def _save(self, rec: JobRecord) -> None:
         self.records[rec.job_id] = rec
@@ -442,12 +438,12 @@ class Daemon:
                            gpus={h: list(g) for h, g in d.gpus.items()}, taken=d.taken,
                            cost_s=d.cost_s, preferred_cost_s=d.preferred_cost_s,
                            gave_up=list(d.gave_up) or None)
-        self._pause("after-intent")
+        self.reached("after-intent")
         try:
             self.backend.update_job(d.job_id, ReqNodeList=fold_hostlist(d.hosts))
-            self._pause("after-pin")
+            self.reached("after-pin")
             self.backend.release(d.job_id)
-            self._pause("after-release")
+            self.reached("after-release")
         except SlurmError as exc:
             j = self.backend.job(d.job_id)
             if j is None or j.state in TERMINAL:

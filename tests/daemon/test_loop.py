@@ -327,3 +327,37 @@ def test_status_says_what_became_of_a_preference(slurm, inv, spool):
         entry["preference_notes"]
     r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool], catch_exceptions=False)
     assert "[prefer dp=node can never be met here; not waiting for it" in r.output
+
+
+def test_release_steps_are_marked_in_order(slurm, inv, spool):
+    """Daemon.reached marks the points a crash can fall between (the
+    integration test kills the daemon there through paused_daemon.py)."""
+    a = submit(slurm, **TP4)
+    seen = []
+
+    class Watching(Daemon):
+        def reached(self, step):
+            seen.append((step, Journal(spool).load()[a].phase, slurm.job(a).held))
+
+    Watching(slurm, inv, spool).cycle()
+    assert seen == [("after-intent", "releasing", True), ("after-pin", "releasing", True),
+                    ("after-release", "releasing", False)]
+
+
+def test_the_pausing_driver_lives_in_the_tests(slurm, inv, spool, monkeypatch):
+    import importlib.util
+    import time
+
+    path = os.path.join(os.path.dirname(__file__), "..", "integration", "paused_daemon.py")
+    spec = importlib.util.spec_from_file_location("paused_daemon", path)
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    assert driver.parse(["after-pin=2.5", "--", "daemon", "run"]) == (
+        {"after-pin": 2.5}, ["daemon", "run"])
+    with pytest.raises(SystemExit, match="unknown step"):
+        driver.parse(["after-lunch=1", "--"])
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    a = submit(slurm, **TP4)
+    driver.pausing(Daemon, {"after-pin": 2.5})(slurm, inv, spool).cycle()
+    assert slept == [2.5] and slurm.releases(a) == 1

@@ -261,12 +261,15 @@ def test_a_race_for_the_pinned_node_is_recovered(devcluster, inv, spool):
     assert [e["event"] for e in read_events(spool, x)].count("reheld") == 1
 
 
-def _daemon_proc(devcluster, inv_path, spool, *extra):
+def _daemon_proc(devcluster, inv_path, spool, *pauses):
+    """The daemon as a process; ``pauses`` (``after-intent=60``) make it
+    sleep after those steps of a release (tests/integration/paused_daemon.py)."""
     env = dict(devcluster.env, PYTHONPATH=str(ROOT))
     log = open(os.path.join(spool, f"daemon-{uuid.uuid4().hex[:6]}.log"), "w")
-    return subprocess.Popen([sys.executable, "-m", "slurmtopo", "daemon", "run",
-                             "--inventory", inv_path, "--spool", spool, "--interval", "0.3",
-                             *extra], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    driver = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paused_daemon.py")
+    return subprocess.Popen([sys.executable, driver, *pauses, "--", "daemon", "run",
+                             "--inventory", inv_path, "--spool", spool, "--interval", "0.3"],
+                            env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _until(cond, timeout=30.0, what="condition"):
@@ -286,7 +289,7 @@ def test_a_daemon_killed_mid_cycle_releases_every_job_exactly_once(devcluster, b
         return [e for e in read_events(spool) if e["event"] == kind]
 
     # 1. killed after writing its intent, before touching the job
-    p1 = _daemon_proc(devcluster, inv_path, spool, "--test-pause", "after-intent=60")
+    p1 = _daemon_proc(devcluster, inv_path, spool, "after-intent=60")
     try:
         _until(lambda: events("intent-release"), what="the first intent")
     finally:
@@ -295,7 +298,7 @@ def test_a_daemon_killed_mid_cycle_releases_every_job_exactly_once(devcluster, b
     assert all(backend.job(j).held for j in jobs)          # nothing was released
 
     # 2. killed right after `scontrol release`, before journalling it
-    p2 = _daemon_proc(devcluster, inv_path, spool, "--test-pause", "after-release=60")
+    p2 = _daemon_proc(devcluster, inv_path, spool, "after-release=60")
     try:
         _until(lambda: any(not backend.job(j).held for j in jobs), what="a release")
     finally:
