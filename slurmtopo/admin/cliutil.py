@@ -160,15 +160,75 @@ def guard(func):
     return wrapper
 
 
-def report_check(path: str, problems, summary: str) -> None:
+def json_option(func):
+    """--json: one JSON object on stdout instead of the text (the messages
+    go into it too); errors stay one line on stderr."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print one JSON object instead of text (messages included).")(func)
+
+
+def emit_json(doc) -> None:
+    import json
+
+    click.echo(json.dumps(doc, separators=(",", ":"), default=str))
+
+
+def problems_json(problems) -> List[dict]:
+    return [{"severity": p.severity, "message": p.message, "origin": p.origin}
+            for p in problems]
+
+
+class Messages:
+    """Where a command's messages (stderr) and output (stdout) go: printed,
+    or, with --json, collected for the one JSON object."""
+
+    def __init__(self, as_json: bool):
+        self.as_json = as_json
+        self.messages: List[str] = []
+        self.output: List[str] = []
+
+    def echo(self, text: str) -> None:
+        if self.as_json:
+            self.messages.append(text)
+        else:
+            echo_err(text)
+
+    def out(self, text: str) -> None:
+        if self.as_json:
+            self.output.append(text)
+        else:
+            echo_out(text)
+
+
+def publish_report(msgs: "Messages", what: str, output: Optional[str], diff: bool, changed: bool,
+                   problems) -> None:
+    """With --json, the one object a generate command prints."""
+    if not msgs.as_json:
+        return
+    text = "\n".join(msgs.output) + ("\n" if msgs.output else "")
+    emit_json({"what": what, "output": output, "changed": changed,
+               "written": bool(output) and not diff and changed,
+               "text": text if output is None else None,
+               "diff": text if diff else None,
+               "problems": problems_json(problems), "messages": msgs.messages})
+
+
+def report_check(path: str, problems, summary: str, as_json: bool = False) -> None:
     """The end of every ``check`` command: each problem on stderr, then a
     one-line failure (exit 1) if any would make Slurm reject the file, else
-    ``path: summary: OK``."""
+    ``path: summary: OK``. With ``as_json`` the verdict is one JSON object
+    on stdout (``path``, ``summary``, ``ok``, ``problems``); exit 1 all
+    the same when it is not OK."""
     from slurmtopo.admin.checks import ERROR, REFUSE
 
-    for p in problems:
-        echo_err(f"{p.severity}: {p.render()}")
     bad = [p for p in problems if p.severity in (ERROR, REFUSE)]
+    if as_json:
+        emit_json({"path": path, "summary": summary, "ok": not bad,
+                   "problems": problems_json(problems)})
+    else:
+        for p in problems:
+            echo_err(f"{p.severity}: {p.render()}")
     if bad:
         raise Failed(f"{summary}: {len(bad)} problem(s)", path)
-    echo_out(f"{path}: {summary}: OK")
+    if not as_json:
+        echo_out(f"{path}: {summary}: OK")

@@ -175,8 +175,10 @@ def _check_usable(found) -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write the gres.conf lines here (atomically) instead of stdout.")
 @slurm_version_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: per node its gres.conf lines.")
 def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, model,
-             threads_per_core, report_path, type_name, output, slurm_version):
+             threads_per_core, report_path, type_name, output, slurm_version, as_json):
     """Print this node's gres.conf lines, as slurmd -G (AutoDetect=nvml) would."""
     from slurmtopo.agent.gres import gres_text
 
@@ -187,16 +189,24 @@ def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, m
         nodes = [n for n in inv if node_name in (None, n.name)]
         if not nodes:
             raise InventoryError(f"no node {node_name!r} in this inventory", report_path)
-        text = "".join(gres_text(n, inv.reports.get(n.name), type_name, slurm_version)
-                       for n in nodes)
+        per_node = [(n.name, gres_text(n, inv.reports.get(n.name), type_name, slurm_version))
+                    for n in nodes]
     else:
         found = _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core,
                              from_nccl_xml, from_hwloc, nvml)
-        text = "".join(gres_text(d.node, d.report, type_name, slurm_version) for d in found)
+        per_node = [(d.node.name, gres_text(d.node, d.report, type_name, slurm_version))
+                    for d in found]
         _warn(found)
+    text = "".join(t for _, t in per_node)
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"output": output, "nodes": [
+            {"node": name, "lines": [l for l in t.splitlines() if l and not l.startswith("#")]}
+            for name, t in per_node]}, separators=(",", ":")))
     if output:
         atomic_write(output, text)
-    else:
+    elif not as_json:
         click.echo(text, nl=False)
     if not report_path:
         _check_usable(found)

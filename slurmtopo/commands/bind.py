@@ -27,7 +27,10 @@ from slurmtopo.errors import SlurmtopoError
 @click.option("--no-probe", is_flag=True,
               help="Never start an srun probe to learn other nodes' GPU indices.")
 @click.option("--quiet", "-q", is_flag=True, help="Log only problems.")
-def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet):
+@click.option("--json", "as_json", is_flag=True,
+              help="Also print one JSON object on stdout: the run directory, files, whether "
+                   "it re-planned, the launcher, the rank map that runs.")
+def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet, as_json):
     """Bind a planned job to its real allocation (runs inside the batch job)."""
     from slurmtopo.binding.step import bind, write_run_dir
     from slurmtopo.plandoc import read_plan
@@ -55,3 +58,13 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet)
     if not quiet:
         click.echo(f"slurmtopo bind: wrote {', '.join(os.path.basename(p) for p in paths)} "
                    f"in {run_dir}", err=True)
+    if as_json:
+        import json
+
+        from slurmtopo.rankmap import rankmap_dict
+
+        click.echo(json.dumps({
+            "job_id": result.allocation.job_id or None, "run_dir": run_dir, "files": paths,
+            "replanned": result.replanned, "cgroup_devices": result.constrained,
+            "launcher": result.launcher, "log": result.log,
+            "rankmap": rankmap_dict(result.placement, result.layout)}, separators=(",", ":")))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from slurmtopo.admin.cliutil import Failed, echo_err, guard, parse_nodes
+from slurmtopo.admin.cliutil import Failed, echo_err, emit_json, guard, json_option, parse_nodes
 
 DEFAULT_COMMAND = "slurmtopo agent discover"
 
@@ -36,9 +36,10 @@ DEFAULT_COMMAND = "slurmtopo agent discover"
               help="Private key file (default: from the SSH config and ~/.ssh).")
 @click.option("--port", type=int, default=None, help="SSH port (default: from the SSH config).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@json_option
 @guard
 def command(output, nodes, from_dir, max_age, remote_command, read_path, workers, timeout,
-            ssh_config, known_hosts, user, identity, port, quiet):
+            ssh_config, known_hosts, user, identity, port, quiet, as_json):
     """Collect node reports, from a shared directory or over SSH.
 
     A node that fails keeps its last good report in OUTPUT, marked stale.
@@ -62,8 +63,17 @@ def command(output, nodes, from_dir, max_age, remote_command, read_path, workers
                              read_path=read_path, timeout=timeout, ssh_config=ssh_config,
                              known_hosts=known_hosts or None, user=user, identity=identity,
                              port=port)
-        results = _with_progress(names, output, fetcher, workers, quiet)
+        results = _with_progress(names, output, fetcher, workers, quiet or as_json)
     ok, failed, stale = summary(results)
+    if as_json:
+        emit_json({"output": output, "collected": ok, "total": len(results), "failed": failed,
+                   "stale_kept": stale,
+                   "nodes": [{"node": r.node, "ok": r.ok, "error": r.error, "note": r.note,
+                              "stale_kept": r.stale_kept} for r in results]})
+        if failed:
+            raise Failed(f"{failed} of {len(results)} node(s) failed ({stale} with a stale "
+                         "report kept)")
+        return
     for r in results:
         if r.ok and r.note:
             echo_err(f"{r.node}: {r.note} (report collected)")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import click
 
-from slurmtopo.admin.cliutil import (echo_err, echo_out, guard, load_fabric, load_reports,
+from slurmtopo.admin.cliutil import (Messages, guard, json_option, load_fabric, load_reports,
                                     load_slurm_conf, parse_nameset, parse_nodes, parse_rangeset,
-                                    parse_sizes, report_check, write_options)
+                                    parse_sizes, publish_report, report_check, write_options)
 
 
 @click.group("topology")
@@ -36,9 +36,10 @@ def command():
 @click.option("--block-sizes", "block_sizes", default=None,
               help="BlockSizes, e.g. 18,36,72 (default: smallest block and its doublings).")
 @write_options
+@json_option
 @guard
 def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_sizes, output,
-             diff, slurm_conf, nodes, force, reconfigure):
+             diff, slurm_conf, nodes, force, reconfigure, as_json):
     """Write topology.conf (or topology.yaml) from the fabric and node reports.
 
     With only --ibnetdiscover, the hosts are the named HCAs it finds. The
@@ -55,6 +56,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 
     if ibnet and fabric_path:
         raise SlurmtopoError("give --ibnetdiscover or --fabric, not both")
+    msgs = Messages(as_json)
     slurm = load_slurm_conf(slurm_conf)
     if fmt is None:
         if output and output.endswith((".yaml", ".yml")):
@@ -71,7 +73,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
         rails=parse_rangeset(rails, "--rails"), block_sizes=parse_sizes(block_sizes),
         allow_missing=allow_missing)
     for note in built.notes:
-        echo_err(f"note: {note}")
+        msgs.echo(f"note: {note}")
     what = "topology.yaml" if fmt == "yaml" else "topology.conf"
     text = render(built.fabric, fmt, header(what, fmt, built))
     slurm_nodes = slurm.node_names() if slurm is not None else None
@@ -85,18 +87,20 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
     def changes(_old_text):
         return describe_changes(read_topology_conf(output), built.fabric)
 
-    publish(text, output, what=what, problems=problems, echo=echo_err, out=echo_out, diff=diff,
-            force=force, changes=changes, reconfigure=reconfigure,
-            next_steps=["scontrol reconfigure   (slurmctld rereads the topology; "
-                        "or pass --reconfigure)"])
+    changed = publish(text, output, what=what, problems=problems, echo=msgs.echo, out=msgs.out,
+                      diff=diff, force=force, changes=changes, reconfigure=reconfigure,
+                      next_steps=["scontrol reconfigure   (slurmctld rereads the topology; "
+                                  "or pass --reconfigure)"])
+    publish_report(msgs, what, output, diff, changed, problems)
 
 
 @command.command("check")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--slurm-conf", "slurm_conf", type=click.Path(dir_okay=False),
               help="slurm.conf whose nodes must all be covered.")
+@json_option
 @guard
-def check_cmd(path, slurm_conf):
+def check_cmd(path, slurm_conf, as_json):
     """Read an existing topology.conf/topology.yaml and check it."""
     from slurmtopo.admin.checks import check_text
     from slurmtopo.admin.slurmconf import read_text
@@ -117,4 +121,4 @@ def check_cmd(path, slurm_conf):
         parts.append(f"{len(fabric.blocks)} blocks"
                      + (f", BlockSizes={','.join(map(str, fabric.block_sizes))}"
                         if fabric.block_sizes else ""))
-    report_check(path, problems, "; ".join(parts) or "empty")
+    report_check(path, problems, "; ".join(parts) or "empty", as_json)

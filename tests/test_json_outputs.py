@@ -1,0 +1,99 @@
+"""`--json` on the commands that print: one JSON object on stdout, the
+messages inside it, the exit code unchanged."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from slurmtopo.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+INV = ROOT / "etc" / "examples" / "devcluster.yaml"
+
+
+def _run(args, env=None):
+    """(exit code as `slurmtopo` would exit, stdout, stderr)."""
+    from slurmtopo.errors import SlurmtopoError
+
+    r = CliRunner().invoke(cli, [str(a) for a in args], env=env)
+    if isinstance(r.exception, SlurmtopoError):
+        return r.exception.exit_code, r.stdout, r.stderr
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_topology_generate_and_check(tmp_path):
+    code, out, err = _run(["topology", "generate", "--reports", INV, "--json"])
+    assert code == 0 and err == ""
+    doc = json.loads(out)
+    assert doc["what"] == "topology.conf" and doc["output"] is None
+    assert "SwitchName=leaf1 Nodes=node[1-2]" in doc["text"] and doc["problems"] == []
+    conf = tmp_path / "topology.conf"
+    code, out, err = _run(["topology", "generate", "--reports", INV, "-o", conf, "--json"])
+    doc = json.loads(out)
+    assert code == 0 and doc["written"] is True and f"wrote {conf}" in doc["messages"]
+    code, out, err = _run(["topology", "check", conf, "--json"])
+    assert code == 0 and json.loads(out) == {"path": str(conf), "ok": True, "problems": [],
+                                             "summary": "3 switches, 2 level(s), 4 nodes"}
+
+
+def test_gres_generate_and_check(tmp_path):
+    gres = tmp_path / "gres.conf"
+    code, out, err = _run(["gres", "generate", "--reports", INV, "-o", gres, "--json"])
+    doc = json.loads(out)
+    assert code == 0 and err == "" and doc["changed"] and doc["written"]
+    code, out, err = _run(["gres", "generate", "--reports", INV, "-o", gres, "--json"])
+    assert json.loads(out)["changed"] is False
+    code, out, err = _run(["gres", "check", gres, "--json"])
+    assert code == 0 and json.loads(out)["summary"] == "8 line(s), 4 node(s)"
+
+
+def test_agent_gres(tmp_path):
+    code, out, err = _run(["agent", "gres", "--report", INV, "--node-name", "node2", "--json"])
+    doc = json.loads(out)
+    assert code == 0 and [n["node"] for n in doc["nodes"]] == ["node2"]
+    assert len(doc["nodes"][0]["lines"]) == 8
+    assert doc["nodes"][0]["lines"][0].startswith("Name=gpu Type=nvidia_rtx_a6000 File=/dev/nvidia0")
+
+
+def test_collect_from_dir(tmp_path):
+    src = tmp_path / "reports"
+    src.mkdir()
+    shutil.copy(ROOT / "docs" / "agent.md", tmp_path / "unused")  # not a report: ignored
+    report = (ROOT / "docs" / "agent.md").read_text().split("```yaml\n", 1)[1].split("```")[0]
+    (src / "gpu07.yaml").write_text(report)
+    code, out, err = _run(["collect", "--from-dir", src, "--nodes", "gpu[07-08]",
+                           "-o", tmp_path / "out", "--json"])
+    doc = json.loads(out)
+    assert code == 1 and doc["collected"] == 1 and doc["failed"] == 1
+    assert [n["node"] for n in doc["nodes"]] == ["gpu07", "gpu08"]
+    assert doc["nodes"][0]["ok"] is True and doc["nodes"][1]["ok"] is False
+
+
+def test_bind(tmp_path):
+    from slurmtopo.binding.replan import fill_placement
+    from slurmtopo.groups import Layout
+    from slurmtopo.inventory import load_inventory
+    from slurmtopo.sbatch import SbatchRequest
+    from slurmtopo.sbatch.script import extract_plan
+
+    inv = load_inventory(str(INV))
+    layout = Layout(tp=2).resolved()
+    p = fill_placement(inv, [("node1", [0, 1])], layout)
+    script = SbatchRequest.from_plan(inv, p, layout, ["true"], inventory_path=str(INV)).render()
+    plan = tmp_path / "plan.json"
+    plan.write_text(extract_plan(script))
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node1", "SLURMD_NODENAME": "node1",
+           "SLURM_JOB_GPUS": "0,1", "PATH": str(tmp_path)}  # no scontrol here
+    code, out, err = _run(["bind", "--plan", plan, "--run-dir", tmp_path / "run",
+                           "--cgroup-devices", "no", "--no-probe", "--json"], env=env)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["job_id"] == "7" and doc["replanned"] is False and doc["launcher"] == "srun"
+    assert [r["gpu"] for r in doc["rankmap"]["ranks"]] == [0, 1]
+    assert str(tmp_path / "run" / "env.sh") in doc["files"]
+    assert "slurmtopo bind: " in err  # the log still goes to stderr (the job's output)
