@@ -122,8 +122,11 @@ DEFAULT_HOSTNAMES = frozenset({"localhost", "localhost4", "localhost6", "localdo
                                "debian", "centos", "rocky", "rhel", "redhat", "fedora", "almalinux",
                                "sles", "suse", "linux", "none", "unknown"})
 #: name parts of fabric/cluster management hosts (UFM, subnet managers, head nodes)
-_MANAGEMENT = re.compile(r"(?i)^(c?ufm\d*|ufmapl\d*|opensm\d*|sm\d*|subnetmanager|mgmt\d*"
-                         r"|mgt\d*|headnode\d*|head\d*|bcm\d*|nvue\d*|ufm[a-z]*)$")
+_MANAGEMENT = re.compile(r"(?i)^(c?ufm[a-z]*\d*|opensm\d*|sm\d*|subnetmanager|mgmt\d*"
+                         r"|mgt\d*|headnode\d*|head\d*|bcm\d*|nvue\d*)$")
+#: name parts of storage servers and login nodes on the compute fabric
+_SERVICE = re.compile(r"(?i)^(storage\d*|stor\d*|nfs\d*|lustre\d*|oss\d*|mds\d*|mgs\d*"
+                      r"|ddn\d*|vast\d*|weka\d*|gpfs\d*|nsd\d*|login\d*)$")
 
 
 def non_compute_reason(host: str) -> Optional[str]:
@@ -133,16 +136,19 @@ def non_compute_reason(host: str) -> Optional[str]:
     tell compute hosts from the rest, and only names can: a host still
     called by an installer's default (``ubuntu``, ``localhost``), or one
     whose name has a part naming management software or a management role
-    (``B11-P1-CUFM-02``, ``ufm01``, ``opensm2``, ``mgmt01``, ``head1``).
+    (``B11-P1-CUFM-02``, ``ufm01``, ``opensm2``, ``mgmt01``, ``head1``), or a
+    storage server or login node (``lustre-oss3``, ``vast-cnode-01``,
+    ``login02``).
     With a node list, the list decides and this is not asked.
     """
     low = host.lower()
     if low in DEFAULT_HOSTNAMES or low.startswith("localhost"):
         return "default OS host name"
     parts = re.split(r"[-_.]", host)
-    hit = next((p for p in parts if _MANAGEMENT.match(p)), None)
-    if hit is not None:
-        return f"management host ({hit!r} in its name)"
+    for pattern, what in ((_MANAGEMENT, "management host"), (_SERVICE, "storage or login host")):
+        hit = next((p for p in parts if pattern.match(p)), None)
+        if hit is not None:
+            return f"{what} ({hit!r} in its name)"
     return None
 
 

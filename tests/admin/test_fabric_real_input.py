@@ -240,7 +240,10 @@ def test_top_switch_name_does_not_clash():
     ("localhost6", "default OS host name"),
     ("B11-P1-CUFM-02", "management host ('CUFM' in its name)"),
     ("ufm01", "management host"), ("opensm2", "management host"), ("mgmt-01", "management"),
+    ("lustre-oss3", "storage or login host ('lustre' in its name)"),
+    ("vast-cnode-01", "storage or login host"), ("login02", "storage or login host"),
     ("gpu001", None), ("a05-p1-dgx-c01", None), ("smith01", None), ("dgxsum", None),
+    ("storageless-gpu1", None), ("ossian", None),
 ])
 def test_non_compute_names(host, why):
     reason = non_compute_reason(host)
@@ -307,3 +310,13 @@ def test_a_spine_missing_a_cable_stays_with_its_layer():
         text = _cut(text, leaf, "spine-03")
     d = derive_fabric(parse_ibnetdiscover(text))
     assert len([s for s in d.fabric.switches if s.switches]) == 2
+
+
+def test_report_nic_names_select_the_older_hca_names_too():
+    nics = {h: {f"mlx5_{r}" for r in range(4)} for h in HOSTS}
+    d = _derive(nodes=set(HOSTS), compute_nics=nics)
+    assert d.hosts == HOSTS and d.left_out == {}
+    only_rail0 = {h: {"mlx5_0"} for h in HOSTS}
+    d = _derive(nodes=set(HOSTS), compute_nics=only_rail0)
+    leaves = sorted(p for s in d.fabric.switches if s.nodes for p in d.members[s.name])
+    assert leaves == ["A09-P1-IBLEAF-01-01", "A09-P1-IBLEAF-01-02"]
