@@ -458,6 +458,17 @@ class Placement:
         self.__dict__["_by_host"] = (self.slots, self.hosts, index)
         return index
 
+    def node_ranks(self) -> Dict[str, int]:
+        """host -> its index in the host order of :meth:`by_host` (Slurm's
+        and torchrun's NODE_RANK); kept with that index."""
+        by_host = self.by_host()
+        cached = self.__dict__.get("_node_ranks")
+        if cached is not None and cached[0] is by_host:
+            return cached[1]
+        nr = {h: i for i, h in enumerate(by_host)}
+        self.__dict__["_node_ranks"] = (by_host, nr)
+        return nr
+
     def ranks_on(self, host: str) -> List[RankSlot]:
         return list(self.by_host().get(host, ()))
 

@@ -71,15 +71,8 @@ def _hosts(placement: Placement) -> List[str]:
 
 
 def node_ranks(placement: Placement) -> Dict[str, int]:
-    """host -> its index in the placement's host order (NODE_RANK); kept
-    with the placement's host index (see :meth:`Placement.by_host`)."""
-    by_host = placement.by_host()
-    cached = placement.__dict__.get("_node_ranks")
-    if cached is not None and cached[0] is by_host:
-        return cached[1]
-    nr = {h: i for i, h in enumerate(by_host)}
-    placement.__dict__["_node_ranks"] = (by_host, nr)
-    return nr
+    """host -> its index in the placement's host order (NODE_RANK)."""
+    return placement.node_ranks()
 
 
 # --------------------------------------------------------------------------

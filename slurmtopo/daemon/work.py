@@ -26,6 +26,19 @@ class Work:
         self.reserved: Dict[str, Set[int]] = {}
         self.cpus_claimed: Dict[str, int] = {}
         self._cache: Optional[ClusterState] = None
+        #: (hardware, free GPUs, link bound) -> largest group: one pass asks
+        #: the same few shapes over and over; kept with the pass, not the process
+        self._largest: Dict[Tuple[object, Tuple[int, ...], int], int] = {}
+
+    def largest_group(self, hw, free: Tuple[int, ...], bound) -> int:
+        """:func:`slurmtopo.placement.intranode.largest_group`, remembered
+        for this pass."""
+        key = (hw, free, int(bound))
+        v = self._largest.get(key)
+        if v is None:
+            from slurmtopo.placement.intranode import largest_group
+            v = self._largest[key] = largest_group(hw, free, bound)
+        return v
 
     def slurm_busy(self, name: str) -> FrozenSet[int]:
         return self.base.of(name).busy_gpus
@@ -116,27 +129,13 @@ def free_space_key(work: Work, touched: Sequence[str], take: Mapping[str, Set[in
         if len(free) == node.hardware.gpu_count:
             whole_nodes += 1
         hw = node.hardware
-        keys.append((_largest(hw, free, LinkClass.NVLINK), _largest(hw, free, LinkClass.PXB),
-                     _largest(hw, free, LinkClass.NODE), len(free)))
+        keys.append((work.largest_group(hw, free, LinkClass.NVLINK),
+                     work.largest_group(hw, free, LinkClass.PXB),
+                     work.largest_group(hw, free, LinkClass.NODE), len(free)))
     leaves = {leaf_of[n] for n in touched if n in leaf_of}
     whole_leaves = sum(1 for lf in leaves
                        if all(_whole_free(work, n, take) for n in leaf_nodes[lf]))
     return (whole_leaves, whole_nodes, sorted(keys, reverse=True))
-
-
-_largest_cache: Dict[Tuple[int, Tuple[int, ...], int], int] = {}
-
-
-def _largest(hw, free: Tuple[int, ...], bound) -> int:
-    from slurmtopo.placement.intranode import largest_group
-    key = (id(hw), free, int(bound))
-    v = _largest_cache.get(key)
-    if v is None:
-        if len(_largest_cache) > 4096:
-            _largest_cache.clear()
-        v = largest_group(hw, free, bound)
-        _largest_cache[key] = v
-    return v
 
 
 def slurm_pick(hw, free: Sequence[int], k: int) -> Tuple[int, ...]:
