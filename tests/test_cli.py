@@ -54,3 +54,30 @@ def test_exit_code_set_by_a_command_reaches_the_shell(monkeypatch):
     with pytest.raises(SystemExit) as exc:
         main(["fail3"])
     assert exc.value.code == 3
+
+
+def test_top_level_help_shows_whole_lines():
+    """Each command's whole first sentence, never cut with '...'."""
+    from click.testing import CliRunner
+
+    from slurmtopo.cli import cli
+
+    out = CliRunner().invoke(cli, ["--help"], terminal_width=80).output
+    commands = out.split("Commands:", 1)[1]
+    assert "..." not in commands
+    flat = " ".join(commands.split())
+    assert "plan Place a job on the cluster, preview it, write the rank map and script." in flat
+    assert "show Show a job's planned and actual rank map." in flat
+
+
+def test_require_help_lists_kinds_and_levels():
+    from click.testing import CliRunner
+
+    from slurmtopo.cli import cli
+    from slurmtopo.groups import GROUP_KINDS
+    from slurmtopo.request import LEVELS
+
+    out = " ".join(CliRunner().invoke(cli, ["plan", "--help"]).output.split())
+    out = out.replace("- ", "-")  # help wrapping may break a name at its hyphen
+    for name in tuple(GROUP_KINDS) + tuple(LEVELS):
+        assert name in out, name

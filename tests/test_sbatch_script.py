@@ -254,3 +254,14 @@ def test_python_and_run_dir_values_are_inert(tmp_path):
                          env={"PATH": os.environ["PATH"]})
     assert out.stdout.splitlines() == [py, rd]
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command,name", [
+    (["python", "train.py", "--lr", "1"], "train"), (["python3", "-u", "pre_train.py"], "pre_train"),
+    (["python", "-m", "pkg.finetune"], "finetune"), (["./run.sh", "x"], "run"),
+    (["torchrun", "--nproc-per-node=8", "llama.py"], "llama"), (["hostname"], "hostname"),
+    (["python", "-c", "print(1)"], "python"), (["$(rm -rf x)"], "rm_-rf_x")])
+def test_default_job_name_from_the_command(command, name):
+    from slurmtopo.sbatch.script import default_job_name
+
+    assert default_job_name(command) == name
