@@ -897,7 +897,7 @@ class _Planner:
         worse (so no block gets a singleton piece when an even split fits
         every block). A node may hold pieces of several blocks, a block's
         pieces stay in one pod when they can. None when nothing fits."""
-        if need % S or S % v or S // v > 64:
+        if need % S or S % v or S // v > PACK_MAX_UNITS:
             return None
         tree = self.tree
         order = tree.tree_order
@@ -1417,6 +1417,12 @@ def _patterns(units: int, most: int = 4) -> List[Tuple[int, ...]]:
     return out
 
 
+#: blocks of at most this many units are packed by piece patterns (the
+#: patterns of a bigger block are too many to try, and its pieces are whole
+#: nodes anyway on the clusters seen so far)
+PACK_MAX_UNITS = 16
+
+
 class _Room:
     """Nodes with room for pieces of split blocks, bucketed by free ranks
     left and by speed class (nodes whose pieces of every size are equally
@@ -1437,8 +1443,8 @@ class _Room:
         Returns an undo record, or None when no node has room."""
         best = None
         rank = self.speed_class
-        for c in range(want, self.S + 1):
-            for cls, stack in self.b.get(c, {}).items():
+        for c in [x for x in self.b if x >= want]:
+            for cls, stack in self.b[c].items():
                 for j in range(len(stack) - 1, max(-1, len(stack) - 2 - len(avoid)), -1):
                     p_, i = stack[j]
                     if i in avoid:
