@@ -122,22 +122,13 @@ def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
     partition for ``--switches``. Returns (cluster, notes)."""
     if not slurm_topology:
         return cluster, ()
-    from dataclasses import replace as _replace
-
     from slurmtopo.admin.slurmconf import read_slurm_conf
-    from slurmtopo.admin.topology_conf import read_one_topology
-    from slurmtopo.model import Fabric
+    from slurmtopo.admin.topology_conf import apply_fabric, read_one_topology
 
     wanted = read_slurm_conf(slurm_conf).partition_topology(partition) if slurm_conf else None
     name, fabric = read_one_topology(slurm_topology, wanted)
-    known = set(cluster.nodes)
-    switches = tuple(_replace(sw, nodes=tuple(h for h in sw.nodes if h in known))
-                     for sw in fabric.switches)
-    blocks = tuple(b for b in (_replace(b, nodes=tuple(h for h in b.nodes if h in known))
-                               for b in fabric.blocks) if b.nodes)
-    kind = "block" if blocks else ("tree" if switches else "flat")
-    seen = _replace(cluster, fabric=Fabric(switches=switches, blocks=blocks,
-                                           block_sizes=fabric.block_sizes if blocks else ()))
+    seen = apply_fabric(cluster, fabric, whole=True)
+    kind = "block" if seen.fabric.blocks else ("tree" if seen.fabric.switches else "flat")
     where = f"partition {partition}" if partition else "the default partition"
     return seen, (f"{where} uses Slurm topology {name!r} ({kind}) of {slurm_topology}",)
 

@@ -364,18 +364,22 @@ def read_one_topology(path, name: Optional[str] = None) -> Tuple[str, Fabric]:
     return pick_topology(parse_topology_yaml(text, path), name, path)
 
 
-def apply_fabric(inv: Inventory, fabric: Fabric, source: Optional[str] = None) -> Inventory:
+def apply_fabric(inv: Inventory, fabric: Fabric, source: Optional[str] = None,
+                 whole: bool = False) -> Inventory:
     """``inv`` with its switches/blocks replaced by ``fabric``'s (the ones it
-    has), keeping only the inventory's hosts: a site topology also lists
-    nodes the planner does not know (CPU nodes, login nodes)."""
+    has; with ``whole``, all of them, so a tree-only fabric drops the
+    inventory's blocks), keeping only the inventory's hosts: a site topology
+    also lists nodes the planner does not know (CPU nodes, login nodes)."""
     known = set(inv.nodes)
     switches = tuple(replace(s, nodes=tuple(h for h in s.nodes if h in known))
-                     for s in fabric.switches) if fabric.switches else inv.fabric.switches
+                     for s in fabric.switches) \
+        if fabric.switches or whole else inv.fabric.switches
     blocks = tuple(replace(b, nodes=tuple(h for h in b.nodes if h in known))
-                   for b in fabric.blocks) if fabric.blocks else inv.fabric.blocks
+                   for b in fabric.blocks) if fabric.blocks or whole else inv.fabric.blocks
     blocks = tuple(b for b in blocks if b.nodes)
-    sizes = fabric.block_sizes if fabric.blocks else inv.fabric.block_sizes
-    return replace(inv, fabric=Fabric(switches=switches, blocks=blocks, block_sizes=sizes),
+    sizes = fabric.block_sizes if fabric.blocks or whole else inv.fabric.block_sizes
+    return replace(inv, fabric=Fabric(switches=switches, blocks=blocks,
+                                      block_sizes=sizes if blocks or not whole else ()),
                    source=inv.source or source)
 
 

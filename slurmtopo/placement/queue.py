@@ -67,21 +67,20 @@ def parse_constraint(text: str) -> Tuple[Optional[Callable[[Set[str]], bool]], O
     toks = ["(" if t == "[" else ")" if t == "]" else "&" if t == "," else t for t in toks]
     i = 0
 
-    def expr():
+    def level(op, combine, operand):
+        """operand (op operand)*: | binds looser than &."""
         nonlocal i
-        terms = [term()]
-        while i < len(toks) and toks[i] == "|":
+        parts = [operand()]
+        while i < len(toks) and toks[i] == op:
             i += 1
-            terms.append(term())
-        return lambda f: any(t(f) for t in terms)
+            parts.append(operand())
+        return lambda f: combine(p(f) for p in parts)
+
+    def expr():
+        return level("|", any, term)
 
     def term():
-        nonlocal i
-        factors = [factor()]
-        while i < len(toks) and toks[i] == "&":
-            i += 1
-            factors.append(factor())
-        return lambda f: all(x(f) for x in factors)
+        return level("&", all, factor)
 
     def factor():
         nonlocal i

@@ -104,22 +104,8 @@ PYSLURM_SBATCH_OPTIONS = frozenset({
 
 def unsupported_directives(script: str) -> List[str]:
     """``#SBATCH`` options of the script pyslurm would silently drop."""
-    out = []
-    for line in script.splitlines()[1:]:
-        s = line.strip()
-        if s and not s.startswith("#"):
-            break                       # sbatch reads directives up to the first command
-        if not s.startswith("#SBATCH"):
-            continue
-        words = s[len("#SBATCH"):].split("#", 1)[0].split()
-        if not words:
-            continue
-        opt = words[0]
-        if opt.startswith("--"):
-            name = opt[2:].split("=", 1)[0]
-            if name not in PYSLURM_SBATCH_OPTIONS:
-                out.append(opt.split("=", 1)[0])
-    return out
+    return [f"--{name}" for name in sbatch_directives(script)
+            if name not in PYSLURM_SBATCH_OPTIONS]
 
 
 #: where libslurm looks for slurm.conf when SLURM_CONF is unset (the usual
