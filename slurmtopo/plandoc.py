@@ -27,7 +27,10 @@ EMBED_WHOLE_NODES = 1024
 
 # The task launch, the other half of the contract: the script's srun line
 # runs TASK_SNIPPET in every task; the start-time step writes the POSIX sh
-# text it sources (SLURMTOPO_TASK_ENV, or the file SLURMTOPO_TASK_ENV_FILE).
+# text it evaluates (SLURMTOPO_TASK_ENV: every task's lines, or for a big job
+# a loader of the task's block; SLURMTOPO_TASK_ENV_FILE, the whole text as a
+# file, is what earlier start-time steps passed for big jobs: still sourced,
+# so scripts and start-time steps of different releases agree).
 LAUNCHERS = ("srun", "torchrun")
 #: the torchrun argument the task text rewrites to ``--node-rank=<this node>``
 NODE_RANK_WORD = "--node-rank=SLURMTOPO_NODE_RANK"

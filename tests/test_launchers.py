@@ -22,6 +22,7 @@ from slurmtopo.model import Placement, RankSlot
 from slurmtopo.rankmap import node_contiguous
 from slurmtopo.sbatch import SbatchRequest
 from slurmtopo.sbatch.launch import Launch, torchrun_args
+from slurmtopo.plandoc import TASK_SNIPPET
 
 from test_binding import H100, _run_job  # noqa: E402  (tests/ is on sys.path)
 
@@ -106,24 +107,7 @@ def test_srun_ranks_without_python(tmp_path, h100, cgroup):
     proc, _, log = _run_job(tmp_path, _script(h100, p, layout, ["train", "--lr", "3e-4"]),
                             alloc, cgroup, extra_env={"FAKE_TASK_PATH": str(tb)})
     assert proc.returncode == 0, proc.stderr
-    recs = _records(tmp_path / "out", "rank")
-    assert sorted(recs) == list(range(8))
-    for r, d in recs.items():
-        slot = p.slots[r]
-        gpus = p.gpus_on(slot.host)
-        env = d["env"]
-        assert d["python"] == "no"
-        assert d["args"] == ["--lr", "3e-4"]
-        assert env["RANK"] == str(r) and env["WORLD_SIZE"] == "8"
-        assert env["LOCAL_RANK"] == str(slot.local_rank)
-        assert env["NODE_RANK"] == env["GROUP_RANK"] == str(p.hosts.index(slot.host))
-        assert env["LOCAL_WORLD_SIZE"] == "4"
-        want = ([str(sorted(alloc[slot.host]).index(g)) for g in gpus] if cgroup
-                else [str(g) for g in gpus])
-        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(want)
-        assert env["SLURMTOPO_GPU"] == str(slot.gpu)
-        assert env["MASTER_ADDR"] == "gpu01" and env["MASTER_PORT"] == "24242"
-        assert "SLURMTOPO_TASK_ENV" not in env and "SLURMTOPO_RANK_TABLE" not in env
+    _check_srun_records(_records(tmp_path / "out", "rank"), p, alloc, cgroup, ["--lr", "3e-4"])
     srun = [e for e in log if e["prog"] == "srun" and e["opts"].get("distribution")]
     assert srun[0]["argv"][:2] == ["/bin/sh", "-c"]
     assert srun[0]["argv"][3:] == ["slurmtopo-task", "train", "--lr", "3e-4"]
@@ -251,35 +235,178 @@ def test_launch_option_checks():
         Launch(container_image="a\nb").check()
 
 
-def test_task_env_by_file_when_large(tmp_path, h100, monkeypatch):
-    """Above the environment limit the task fragment is read from the run
-    directory instead, and the task still starts with /bin/sh alone."""
+#: stands in for SLURMTOPO_PYTHON: runs `python3 -m slurmtopo ...` with the
+#: start-time step's limits shrunk, so a 16-rank job is a "big" one whose
+#: tasks read their environment in blocks of 3 ranks
+SMALL_LIMITS_PYTHON = """#!/bin/sh
+shift 2
+exec PYTHON -c 'import runpy, sys
+from slurmtopo.binding import limits
+limits.ENV_TABLE_LIMIT = 10
+limits.TASK_BLOCK = 3
+sys.argv[0] = "slurmtopo"
+runpy.run_module("slurmtopo", run_name="__main__", alter_sys=True)' "$@"
+"""
+
+
+def _small_limits_python(tmp: Path) -> str:
+    path = tmp / "python-small-limits"
+    path.write_text(SMALL_LIMITS_PYTHON.replace("PYTHON", sys.executable))
+    path.chmod(0o755)
+    return str(path)
+
+
+#: four nodes holding different GPUs, 4 ranks each: 16 ranks in 6 blocks of
+#: 3, so blocks straddle nodes
+BIG_ALLOC = {"gpu01": [4, 5, 6, 7], "gpu02": [1, 3, 5, 7], "gpu03": [0, 1, 2, 3],
+             "gpu04": [0, 2, 4, 6]}
+
+
+@pytest.mark.parametrize("cgroup", [False, True], ids=["no-cgroup", "cgroup"])
+def test_big_job_tasks_read_only_their_block(tmp_path, h100, cgroup):
+    """Above the environment limit each task reads the block of its
+    SLURM_PROCID from the run directory (/bin/sh alone, no Python), and
+    every rank gets its planned environment."""
+    layout = Layout(tp=4, dp=4).resolved()
+    p = fill_placement(h100, list(BIG_ALLOC.items()), layout)
+    tb = _task_path(tmp_path, train=RECORDER.format(name="rank", tail=""))
+    proc, _, _ = _run_job(tmp_path, _script(h100, p, layout, ["train", "a b"]), BIG_ALLOC,
+                          cgroup, extra_env={"FAKE_TASK_PATH": str(tb),
+                                             "SLURMTOPO_PYTHON": _small_limits_python(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert "each task reads its block of 3 ranks" in proc.stderr
+    recs = _records(tmp_path / "out", "rank")
+    _check_srun_records(recs, p, BIG_ALLOC, cgroup, ["a b"])
+    run = tmp_path / ".slurmtopo/runs/4242"
+    blocks = sorted((run / "task-env").iterdir(), key=lambda f: int(f.stem))
+    assert [f.name for f in blocks] == [f"{k}.sh" for k in range(6)]
+    for k, f in enumerate(blocks):
+        tasks = [int(l.split(")")[0]) for l in f.read_text().splitlines()
+                 if l.startswith("  ") and ") NODE_RANK=" in l]
+        assert tasks == list(range(3 * k, min(3 * k + 3, 16)))
+    # what travels in the environment holds no rank's line, only the loader
+    envsh = (run / "env.sh").read_text()
+    assert ") NODE_RANK=" not in envsh and "task-env" in envsh
+    # the whole table stays in the run directory, and still works alone
+    whole = (run / "task-env.sh").read_text()
+    assert whole.count(") NODE_RANK=") == 16
+
+
+def _check_srun_records(recs, p, alloc, cgroup, args):
+    """Each rank's recorded arguments and environment are the planned ones."""
+    assert sorted(recs) == list(range(p.world_size))
+    for r, d in recs.items():
+        slot = p.slots[r]
+        gpus = p.gpus_on(slot.host)
+        env = d["env"]
+        assert d["python"] == "no"
+        assert d["args"] == args
+        assert env["RANK"] == str(r) and env["WORLD_SIZE"] == str(p.world_size)
+        assert env["SLURMD_NODENAME"] == slot.host
+        assert env["LOCAL_RANK"] == str(slot.local_rank)
+        assert env["NODE_RANK"] == env["GROUP_RANK"] == str(p.hosts.index(slot.host))
+        assert env["LOCAL_WORLD_SIZE"] == str(len(gpus))
+        want = ([str(sorted(alloc[slot.host]).index(g)) for g in gpus] if cgroup
+                else [str(g) for g in gpus])
+        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(want)
+        assert env["SLURMTOPO_GPU"] == str(slot.gpu)
+        assert env["SLURMTOPO_NICS"] == ",".join(slot.nics)
+        assert env["MASTER_ADDR"] == p.slots[0].host and env["MASTER_PORT"] == "24242"
+        assert "SLURMTOPO_TASK_ENV" not in env and "SLURMTOPO_RANK_TABLE" not in env
+
+
+@pytest.mark.parametrize("cgroup", [False, True], ids=["no-cgroup", "cgroup"])
+def test_big_torchrun_job_reads_node_blocks(tmp_path, h100, cgroup):
+    """torchrun: one task per node, blocks of 3 nodes."""
+    layout = Layout(tp=4, dp=4).resolved()
+    p = fill_placement(h100, list(BIG_ALLOC.items()), layout)
+    tb = _task_path(tmp_path, torchrun=RECORDER.format(name="torchrun", tail=""))
+    script = _script(h100, p, layout, ["python", "train.py"], launch=Launch(launcher="torchrun"))
+    proc, _, _ = _run_job(tmp_path, script, BIG_ALLOC, cgroup,
+                          extra_env={"FAKE_TASK_PATH": str(tb),
+                                     "SLURMTOPO_PYTHON": _small_limits_python(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    recs = _records(tmp_path / "out", "torchrun")
+    assert sorted(recs) == [0, 1, 2, 3]
+    assert sorted(f.name for f in (tmp_path / ".slurmtopo/runs/4242/task-env").iterdir()) == \
+        ["0.sh", "1.sh"]
+    for node, d in recs.items():
+        host = p.hosts[node]
+        env = d["env"]
+        assert d["args"][:3] == ["--nnodes=4", "--nproc-per-node=4", f"--node-rank={node}"]
+        assert env["SLURMD_NODENAME"] == host and env["NODE_RANK"] == str(node)
+        gpus = p.gpus_on(host)
+        want = ([str(sorted(BIG_ALLOC[host]).index(g)) for g in gpus] if cgroup
+                else [str(g) for g in gpus])
+        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(want)
+        assert "RANK" not in env and "SLURMTOPO_TASK_ENV" not in env
+
+
+def _bound_in_blocks(tmp_path, h100, monkeypatch):
+    """The run directory of a 16-rank job written in blocks of 3; returns
+    (placement, env.sh's environment)."""
     import subprocess
 
     from slurmtopo.binding import limits
     from slurmtopo.binding.step import bind, write_run_dir
     from slurmtopo.plandoc import read_plan
-    from slurmtopo.plandoc import TASK_SNIPPET
 
-    layout = Layout(tp=2).resolved()
-    p = fill_placement(h100, [("gpu01", [0, 1])], layout)
+    layout = Layout(tp=4, dp=4).resolved()
+    p = fill_placement(h100, list(BIG_ALLOC.items()), layout)
     req = SbatchRequest.from_plan(h100, p, layout, ["train"], inventory_path=H100)
-    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu01", "SLURMD_NODENAME": "gpu01",
-           "SLURM_JOB_GPUS": "0,1"}
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[01-04]", "SLURMD_NODENAME": "gpu01",
+           "SLURM_JOB_GPUS": "4,5,6,7"}
     result = bind(read_plan(req.plan_json), env, slurm=RefusingSlurm(), cgroup_mode="no",
                   probe=False)
     monkeypatch.setattr(limits, "ENV_TABLE_LIMIT", 10)
+    monkeypatch.setattr(limits, "TASK_BLOCK", 3)
     write_run_dir(result, str(tmp_path), {})
-    envsh = (tmp_path / "env.sh").read_text()
-    assert f"export SLURMTOPO_TASK_ENV_FILE={tmp_path}/task-env.sh" in envsh
-    assert "passed as a file" in "\n".join(result.log)
-    r = subprocess.run(["/bin/sh", "-c", TASK_SNIPPET, "t", "/usr/bin/env"],
-                       env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1",
-                            "SLURMD_NODENAME": "gpu01", "SLURMTOPO_CPU_BIND": "0",
-                            "SLURMTOPO_TASK_ENV_FILE": str(tmp_path / "task-env.sh")},
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "RANK=1" in r.stdout.splitlines() and "CUDA_VISIBLE_DEVICES=0,1" in r.stdout
+    # what the batch script's `source env.sh` exports to srun's tasks
+    dump = subprocess.run(["/bin/sh", "-c", '. "$1" && env -0', "sh", str(tmp_path / "env.sh")],
+                          env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                          check=True).stdout
+    tenv = dict(kv.split("=", 1) for kv in dump.split("\0") if "=" in kv)
+    return p, {k: v for k, v in tenv.items() if k.startswith(("SLURMTOPO_", "MASTER_", "NCCL_"))}
+
+
+def _task(tenv, procid, host, *cmd):
+    import subprocess
+
+    env = dict(tenv, PATH="/usr/bin:/bin", SLURMTOPO_CPU_BIND="0", SLURMD_NODENAME=host)
+    if procid is not None:
+        env["SLURM_PROCID"] = procid
+    return subprocess.run(["/bin/sh", "-c", TASK_SNIPPET, "t", *(cmd or ("true",))], env=env,
+                          capture_output=True, text=True)
+
+
+def test_block_loader_checks_the_task(tmp_path, h100, monkeypatch):
+    """A big job's task: its block gives its variables; a task beyond the
+    job, a non-number, no SLURM_PROCID, a wrong host or an unreadable run
+    directory each stop with one line and exit code 2."""
+    p, tenv = _bound_in_blocks(tmp_path, h100, monkeypatch)
+    for r in (0, 5, 15):
+        host = p.slots[r].host
+        got = _task(tenv, str(r), host, "/usr/bin/env")
+        assert got.returncode == 0, got.stderr
+        lines = got.stdout.splitlines()
+        assert f"RANK={r}" in lines and f"LOCAL_RANK={p.slots[r].local_rank}" in lines
+        assert f"SLURMTOPO_GPU={p.slots[r].gpu}" in lines
+        assert f"CUDA_VISIBLE_DEVICES={','.join(map(str, p.gpus_on(host)))}" in lines
+    for procid, why in (("16", "task 16 is not in this job's plan (16 tasks)"),
+                        ("99999999", "task 99999999 is not in this job's plan"),
+                        ("1x", "task 1x is not in this job's plan"),
+                        (None, "task (no SLURM_PROCID) is not in this job's plan")):
+        got = _task(tenv, procid, "gpu01")
+        assert got.returncode == 2 and why in got.stderr, (procid, got.stderr)
+        assert len(got.stderr.strip().splitlines()) == 1
+    got = _task(tenv, "5", "gpu09")
+    assert got.returncode == 2
+    assert f"planned on {p.slots[5].host} but srun started it on gpu09" in got.stderr
+    (tmp_path / "task-env" / "1.sh").unlink()
+    got = _task(tenv, "4", p.slots[4].host)
+    assert got.returncode == 2
+    assert f"cannot read {tmp_path}/task-env/1.sh: the run directory must be readable" \
+        in got.stderr
 
 
 def test_wrong_host_is_refused(tmp_path, h100):

@@ -19,16 +19,21 @@ which
    :func:`slurmtopo.placement.plan` and logs what moved;
 4. writes ``DIR/hostfile`` (line r = host of rank r, for ``srun
    --distribution=arbitrary``), ``DIR/rankmap.json`` (what really runs),
-   ``DIR/ranktable`` and ``DIR/env.sh`` (job-wide variables, shell-quoted),
-   which the script sources before ``srun``.
+   ``DIR/task-env.sh`` (every task's environment as POSIX sh; for a big job
+   also ``DIR/task-env/K.sh``, blocks of ranks) and ``DIR/env.sh`` (job-wide
+   variables, shell-quoted), which the script sources before ``srun``.
 
-``srun`` then starts every rank through ``python3 -m slurmtopo.binding rank
--- CMD`` (:func:`rank_main`), which looks its ``SLURM_PROCID`` up in the rank
-table, sets RANK, LOCAL_RANK, CUDA_VISIBLE_DEVICES, ..., binds itself to the
+``srun`` then starts every task as ``/bin/sh -c TASK_SNIPPET``
+(:mod:`slurmtopo.plandoc`), which evaluates the task environment for its
+``SLURM_PROCID`` (reading only its block of ranks in a big job), sets RANK,
+LOCAL_RANK, CUDA_VISIBLE_DEVICES, ..., binds itself with ``taskset`` to the
 planned CPUs that exist *on that host* and execs the user's command. Doing
 this on the rank's own host is what makes GPU numbers right when nodes got
 different GPU indices and CPU binding right when a host has fewer CPUs than
-its description (``os.sched_getaffinity``).
+its description; and since only ``/bin/sh`` runs there, the other nodes
+and container images need neither Python nor slurmtopo. (``python3 -m
+slurmtopo.binding rank -- CMD``, :mod:`.launcher`, is the older per-rank
+launcher, kept for scripts written by hand.)
 
 Pure functions take the environment and a command runner as arguments, so
 the tests drive every path without Slurm.
@@ -36,7 +41,8 @@ the tests drive every path without Slurm.
 The modules, one job each (import from them; this package re-exports
 nothing, so no module here can import its own package half-initialised):
 ``allocation`` (what Slurm gave), ``replan`` (keep or redo the plan),
-``step`` (the batch-host step and the run directory), ``launcher`` (the
-per-rank exec), ``limits`` (size limits and constants). The plan
-document they read is :mod:`slurmtopo.plandoc`.
+``step`` (the batch-host step and the run directory), ``taskenv`` (every
+task's environment as POSIX sh), ``launcher`` (the older per-rank exec),
+``limits`` (size limits and constants). The plan document they read is
+:mod:`slurmtopo.plandoc`.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Inventory, Placement, format_cpulist
@@ -15,6 +15,9 @@ from slurmtopo.binding import limits
 from slurmtopo.binding.launcher import rank_table
 from slurmtopo.binding.replan import differences, moved_ranks, replan
 from slurmtopo.plandoc import launcher_of, layout_from_doc, planned_placement
+
+if TYPE_CHECKING:
+    from slurmtopo.binding.taskenv import TaskEnv
 
 
 @dataclass
@@ -181,9 +184,12 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
 
 
 def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
-               log: List[str]) -> Tuple[str, bool]:
-    """env.sh text (every value shell-quoted) and whether the rank table is
-    passed by file. NCCL variables the user already exported are kept."""
+               log: List[str], task: Optional["TaskEnv"] = None) -> Tuple[str, bool]:
+    """env.sh text (every value shell-quoted) and whether the tasks read
+    their environment from files (``run_dir/task-env/``; above
+    ``limits.ENV_TABLE_LIMIT`` the whole text would not fit in the
+    environment, and every task parsing all ranks would cost more the
+    bigger the job). NCCL variables the user already exported are kept."""
     import shlex
 
     q = shlex.quote
@@ -201,36 +207,43 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
                        f"would set {v})")
             continue
         lines.append(f"export {k}={q(v)}")
-    task_env = task_env_text(result, environ)
-    by_file = len(task_env.encode()) > limits.ENV_TABLE_LIMIT
+    task = task or task_env_parts(result, environ)
+    whole = task.whole
+    by_file = len(whole.encode()) > limits.ENV_TABLE_LIMIT
     # the Python launcher (`python3 -m slurmtopo.binding rank`) reads this table
     lines.append(f"export SLURMTOPO_RANK_TABLE_FILE={q(os.path.join(run_dir, 'ranktable'))}")
     lines.append("unset SLURMTOPO_RANK_TABLE")
     if by_file:
-        lines.append(f"export SLURMTOPO_TASK_ENV_FILE={q(os.path.join(run_dir, 'task-env.sh'))}")
-        lines.append("unset SLURMTOPO_TASK_ENV")
-        log.append(f"task environment is {len(task_env)} bytes: passed as a file; {run_dir} "
-                   "must be readable on every node (and inside the container)")
+        where = os.path.join(run_dir, limits.TASK_DIR)
+        lines.append(f"export SLURMTOPO_TASK_ENV={q(task.loader(where, limits.TASK_BLOCK))}")
+        log.append(f"task environment is {len(whole)} bytes: each task reads its block of "
+                   f"{limits.TASK_BLOCK} ranks from {where}; {run_dir} must be readable on "
+                   "every node (and inside the container)")
     else:
-        lines.append(f"export SLURMTOPO_TASK_ENV={q(task_env)}")
-        lines.append("unset SLURMTOPO_TASK_ENV_FILE")
+        lines.append(f"export SLURMTOPO_TASK_ENV={q(whole)}")
+    lines.append("unset SLURMTOPO_TASK_ENV_FILE")
     # a task must only see GPU variables its own step set; srun reads
     # SLURM_NTASKS_PER_NODE as an option, which a re-plan may contradict
     lines.append("unset SLURM_STEP_GPUS SLURM_NTASKS_PER_NODE")
     return "\n".join(lines) + "\n", by_file
 
 
-def task_env_text(result: BindResult, environ: Mapping[str, str]) -> str:
-    """The POSIX sh fragment every task sources (see binding.taskenv)."""
-    from slurmtopo.binding.taskenv import task_script
+def task_env_parts(result: BindResult, environ: Mapping[str, str]) -> "TaskEnv":
+    """Every task's environment as POSIX sh (see binding.taskenv)."""
+    from slurmtopo.binding.taskenv import task_env
 
-    return task_script(result.placement, result.visible or {}, result.launcher,
-                       cpu_bind=environ.get("SLURMTOPO_CPU_BIND", "1") != "0")
+    return task_env(result.placement, result.visible or {}, result.launcher,
+                    cpu_bind=environ.get("SLURMTOPO_CPU_BIND", "1") != "0")
+
+
+def task_env_text(result: BindResult, environ: Mapping[str, str]) -> str:
+    """The whole POSIX sh fragment, every task in it (``task-env.sh``)."""
+    return task_env_parts(result, environ).whole
 
 
 def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) -> List[str]:
-    """Write hostfile, ranktable, rankmap.json, rankmap.csv, task-env.sh, the
-    extra files and env.sh, all or none (they describe one binding); returns
+    """Write hostfile, ranktable, rankmap.json, rankmap.csv, task-env.sh (and
+    for a big job task-env/<block>.sh), the extra files and env.sh, all or none (they describe one binding); returns
     their paths."""
     from slurmtopo.fileio import Output, ensure_dir, write_all
     from slurmtopo.rankmap import dumps_rankmap, node_ranks, rankmap_csv, rankmap_dict
@@ -242,13 +255,20 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) 
         "allocation": {h: (format_cpulist(g) if g is not None else None)
                        for h, g in result.allocation.gpus.items()},
         "replanned": result.replanned, "cgroup_devices": result.constrained})
-    text, _ = env_script(result, run_dir, environ, result.log)
+    task = task_env_parts(result, environ)
+    text, by_file = env_script(result, run_dir, environ, result.log, task)
     outputs = [Output(os.path.join(run_dir, "hostfile"), "".join(f"{h}\n" for h in lines)),
                Output(os.path.join(run_dir, "ranktable"), result.table),
                Output(os.path.join(run_dir, "rankmap.json"), dumps_rankmap(rm)),
                # the batch script lists big jobs in part: every rank is here
                Output(os.path.join(run_dir, "rankmap.csv"), rankmap_csv(p)),
-               Output(os.path.join(run_dir, "task-env.sh"), task_env_text(result, environ))]
+               # every task's environment in one file, for a human (or a task
+               # started by hand); the tasks of a big job read task-env/
+               Output(os.path.join(run_dir, "task-env.sh"), task.whole)]
+    if by_file:
+        blocks = ensure_dir(os.path.join(run_dir, limits.TASK_DIR), "task environment directory")
+        outputs += [Output(os.path.join(blocks, f"{k}.sh"), block)
+                    for k, block in enumerate(task.blocks(limits.TASK_BLOCK))]
     outputs += [Output(path, content) for path, content in sorted(result.extra_files.items())]
     outputs.append(Output(os.path.join(run_dir, "env.sh"), text))
     write_all(outputs)

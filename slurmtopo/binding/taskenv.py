@@ -14,7 +14,9 @@ Every value is shell-quoted; the text only assigns, tests and execs.
 from __future__ import annotations
 
 import shlex
-from typing import Iterable, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.model import Placement, format_cpulist
 
@@ -103,41 +105,119 @@ exec "$@"
 """
 
 
-def task_script(placement: Placement, visible: Mapping[str, str], launcher: str = "srun",
-                cpu_bind: bool = True) -> str:
-    """The fragment for ``placement``. ``visible``: host ->
-    CUDA_VISIBLE_DEVICES as the batch step computed it (device cgroup and
-    allocation taken into account). ``launcher``: one task per rank (srun)
-    or per node (torchrun)."""
+@dataclass(frozen=True)
+class TaskEnv:
+    """Every task's environment, in parts, so it can be written whole (one
+    text, for the environment or a human) or in blocks of ranks (one small
+    file each, so a task of a 32,768-rank job reads 256 ranks' lines and not
+    all of them: its launch then costs the same at any job size).
+
+    ``tasks[i]`` is the ``case`` line of task ``i`` (``SLURM_PROCID``),
+    ``task_node[i]`` its node rank, ``nodes[n]`` the ``case`` line of node
+    rank ``n``; ``prelude`` comes before them and ``tail`` after."""
+
+    prelude: str
+    tasks: Tuple[str, ...]
+    task_node: Tuple[int, ...]
+    nodes: Tuple[str, ...]
+    tail: str
+
+    def table(self, start: int = 0, stop: Optional[int] = None) -> str:
+        """The two ``case`` statements for tasks ``start..stop-1``: task ->
+        node rank (and its own variables), node rank -> host variables."""
+        stop = len(self.tasks) if stop is None else stop
+        used = sorted(set(self.task_node[start:stop]))
+        return "\n".join(['case "${SLURM_PROCID:-}" in', *self.tasks[start:stop], _NOT_IN_PLAN,
+                          "esac", "case $NODE_RANK in", *(self.nodes[n] for n in used),
+                          "esac"]) + "\n"
+
+    @cached_property
+    def whole(self) -> str:
+        """One text for every task (``SLURMTOPO_TASK_ENV``, ``task-env.sh``)."""
+        return self.prelude + self.table() + self.tail
+
+    def blocks(self, size: int) -> List[str]:
+        """File ``k`` of the run directory's ``task-env/``: the table of
+        tasks ``k*size .. k*size+size-1``."""
+        return [_BLOCK_HEAD + self.table(k, k + size) for k in range(0, len(self.tasks), size)]
+
+    def loader(self, directory: str, size: int) -> str:
+        """The text that reads this task's block from ``directory`` (then
+        runs the tail): what travels in the environment for a big job."""
+        return self.prelude + _LOADER.format(
+            dir=shlex.quote(directory), size=size, ntasks=len(self.tasks)) + self.tail
+
+
+#: the last pattern of the task case: a task the plan does not know
+_NOT_IN_PLAN = ('  *) _st_die "task ${SLURM_PROCID:-(no SLURM_PROCID)} is not in this job\'s '
+                'plan; start tasks with the srun line of the batch script" ;;')
+
+_BLOCK_HEAD = """\
+# written by `slurmtopo bind`: one block of the job's tasks; the task shell
+# (SLURMTOPO_TASK_ENV, see env.sh) sources the block of its SLURM_PROCID
+"""
+
+#: task i reads block i / size: POSIX arithmetic, no other program needed
+_LOADER = """\
+case ${{SLURM_PROCID:-}} in
+  ''|*[!0-9]*) _st_die "task ${{SLURM_PROCID:-(no SLURM_PROCID)}} is not in this job's plan; start tasks with the srun line of the batch script" ;;
+esac
+if [ "$SLURM_PROCID" -ge {ntasks} ]; then
+  _st_die "task $SLURM_PROCID is not in this job's plan ({ntasks} tasks); start tasks with the srun line of the batch script"
+fi
+_st_f={dir}/$((SLURM_PROCID / {size})).sh
+if [ ! -r "$_st_f" ]; then
+  _st_die "cannot read $_st_f: the run directory must be readable on every node (and inside the container)"
+fi
+. "$_st_f"
+"""
+
+
+def task_env(placement: Placement, visible: Mapping[str, str], launcher: str = "srun",
+             cpu_bind: bool = True) -> TaskEnv:
+    """The parts for ``placement``. ``visible``: host -> CUDA_VISIBLE_DEVICES
+    as the batch step computed it (device cgroup and allocation taken into
+    account). ``launcher``: one task per rank (srun) or per node
+    (torchrun)."""
     from slurmtopo.rankmap import check_placement, node_ranks
     from slurmtopo.plandoc import NODE_RANK_WORD
 
     q = shlex.quote
     check_placement(placement)
     nr = node_ranks(placement)
-    lines = [_HEAD.rstrip("\n"), f"WORLD_SIZE={placement.world_size}",
-             "_st_slurm_cvd=${CUDA_VISIBLE_DEVICES:-}",
-             'case "${SLURM_PROCID:-}" in']
+    prelude = "\n".join([_HEAD.rstrip("\n"), f"WORLD_SIZE={placement.world_size}",
+                         "_st_slurm_cvd=${CUDA_VISIBLE_DEVICES:-}"]) + "\n"
     if launcher == "torchrun":
-        for h, i in nr.items():
-            lines.append(f"  {i}) NODE_RANK={i} ;;")
+        tasks = tuple(f"  {i}) NODE_RANK={i} ;;" for i in nr.values())
+        task_node = tuple(nr.values())
     else:
+        cpulists: Dict[Tuple[int, ...], str] = {}  # a few distinct CPU sets per job
+        nics: Dict[Tuple[str, ...], str] = {}
+        lines = []
         for s in placement.slots:
-            cpus = format_cpulist(s.cpus) if cpu_bind else ""
+            cpus = cpulists.get(s.cpus)
+            if cpus is None:
+                cpus = cpulists[s.cpus] = q(format_cpulist(s.cpus)) if cpu_bind else "''"
+            nic = nics.get(s.nics)
+            if nic is None:
+                nic = nics[s.nics] = q(",".join(s.nics))
             lines.append(f"  {s.rank}) NODE_RANK={nr[s.host]} LOCAL_RANK={s.local_rank} "
-                         f"SLURMTOPO_GPU={s.gpu} SLURMTOPO_CPUS={q(cpus)} "
-                         f"SLURMTOPO_NICS={q(','.join(s.nics))} ;;")
-    lines += ['  *) _st_die "task ${SLURM_PROCID:-(no SLURM_PROCID)} is not in this job\'s '
-              'plan; start tasks with the srun line of the batch script" ;;', "esac",
-              "case $NODE_RANK in"]
-    for h, i in nr.items():
-        lines.append(f"  {i}) SLURMTOPO_HOST={q(h)} CUDA_VISIBLE_DEVICES={q(visible[h])} "
-                     f"SLURMTOPO_HOST_GPUS={','.join(map(str, placement.gpus_on(h)))} "
-                     f"LOCAL_WORLD_SIZE={len(placement.ranks_on(h))} ;;")
-    lines.append("esac")
+                         f"SLURMTOPO_GPU={s.gpu} SLURMTOPO_CPUS={cpus} SLURMTOPO_NICS={nic} ;;")
+        tasks = tuple(lines)
+        task_node = tuple(nr[s.host] for s in placement.slots)
+    nodes = tuple(f"  {i}) SLURMTOPO_HOST={q(h)} CUDA_VISIBLE_DEVICES={q(visible[h])} "
+                  f"SLURMTOPO_HOST_GPUS={','.join(map(str, placement.gpus_on(h)))} "
+                  f"LOCAL_WORLD_SIZE={len(placement.ranks_on(h))} ;;" for h, i in nr.items())
     tail = (_TORCHRUN_TAIL.replace("{word}", NODE_RANK_WORD) if launcher == "torchrun"
             else _SRUN_TAIL)
-    return "\n".join(lines) + "\n" + _HOST_CHECK + _LOCAL_GPUS + tail
+    return TaskEnv(prelude=prelude, tasks=tasks, task_node=task_node, nodes=nodes,
+                   tail=_HOST_CHECK + _LOCAL_GPUS + tail)
+
+
+def task_script(placement: Placement, visible: Mapping[str, str], launcher: str = "srun",
+                cpu_bind: bool = True) -> str:
+    """The whole fragment for ``placement`` (see :func:`task_env`)."""
+    return task_env(placement, visible, launcher, cpu_bind).whole
 
 
 def cpu_summary(placement: Placement, launcher: str, cpu_bind: bool,
