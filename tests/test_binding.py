@@ -683,3 +683,30 @@ def test_run_dir_has_the_full_rank_table(tmp_path, h100):
     assert str(tmp_path / "run" / "rankmap.csv") in paths
     assert [l.split(",")[:4] for l in csv_text.splitlines()[1:]] == \
         [["0", "gpu01", "0", "0"], ["1", "gpu01", "0", "1"]]
+
+
+def test_big_job_log_names_a_few_nodes(tmp_path):
+    """A 20-node job logs Slurm's node list as given, the first
+    limits.LOG_HOSTS nodes one line each, then how many more and where
+    every rank is, instead of a line a node."""
+    inv = load_inventory(EXAMPLES / "h100-32node-fattree.yaml")
+    layout = Layout(tp=8, dp=20).resolved()
+    hosts = [f"dgx{i:03d}" for i in range(1, 21)]
+    p = fill_placement(inv, [(h, range(8)) for h in hosts], layout)
+    doc = plan_document(inv, p, layout, inventory_path=str(EXAMPLES / "h100-32node-fattree.yaml"))
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "dgx[001-020]", "SLURMD_NODENAME": "dgx001",
+           "SLURM_JOB_GPUS": "0-7", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+    job = "   Nodes=dgx[001-020] CPU_IDs=0-223 Mem=0 GRES=gpu:8(IDX:0-7)\n"
+    res = bind(doc, env, _Slurm(job=job), dev_dir=str(tmp_path), probe=False)
+    assert res.log[1] == "job 5: 20 node(s) dgx[001-020]"
+    gpus = [l for l in res.log if ": GPUs 0-7 (from" in l]
+    ranks = [l for l in res.log if ": ranks " in l]
+    assert [l.split(":")[0].strip() for l in gpus] == hosts[:limits.LOG_HOSTS]
+    assert [l.split(":")[0].strip() for l in ranks] == hosts[:limits.LOG_HOSTS]
+    assert ranks[1] == ("  dgx002: ranks 8-15 on GPUs 0,1,2,3,4,5,6,7 -> "
+                        "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7")
+    more = [l for l in res.log if l.startswith("  ... and ")]
+    assert more == [f"  ... and {20 - limits.LOG_HOSTS} more node(s) (GPUs of every node: the "
+                    "allocation in rankmap.json)",
+                    f"  ... and {20 - limits.LOG_HOSTS} more node(s) (every rank: rankmap.csv "
+                    "in the run directory)"]

@@ -17,9 +17,9 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.inventory import load_inventory
 from slurmtopo.model import Placement, RankSlot
-from slurmtopo.rankmap import (check_placement, dumps_rankmap, env_document, nccl_env,
-                               placement_from_dict, rail_aligned, rank_env, rankmap_csv,
-                               rankmap_dict, visible_devices)
+from slurmtopo.rankmap import (check_placement, dumps_rankmap, env_document, env_json,
+                               nccl_env, placement_from_dict, rail_aligned, rank_env, rankmap_csv,
+                               rankmap_dict, rankmap_json, visible_devices)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
 
@@ -165,3 +165,36 @@ def test_env_document(h100):
     assert doc["job"]["MASTER_ADDR"] == "gpu01" and doc["job"]["MASTER_PORT"] == "12345"
     assert [r["RANK"] for r in doc["ranks"]] == ["0", "1"]
     json.dumps(doc)
+
+
+def _odd_placement():
+    """Hosts and NICs that JSON must escape, ranks with no NICs, no CPUs or
+    no NUMA node, and hosts in an order other than their names'."""
+    layout = Layout(tp=2, dp=3).resolved()
+    hosts = ["gpu-\u00e9\"1", "gpu\\2", "a\u8bad\u7ec3"]
+    slots = tuple(RankSlot(rank=r, host=hosts[r // 2], gpu=(r % 2) * 3, local_rank=r % 2,
+                           nics=(("mlx5_\"0", "ib\u00e91") if r % 3 else ()),
+                           cpus=(tuple(range(r, r + 4)) if r != 4 else ()),
+                           numa_node=(None if r == 1 else r % 2))
+                  for r in range(6))
+    return Placement(slots=slots, groups=dict(build_groups(layout)), hosts=tuple(hosts),
+                     notes=("a note",)), layout
+
+
+def test_fast_writers_equal_the_documents(h100):
+    """rankmap_json and env_json write, byte for byte, what the per-rank
+    dicts encode to, escapes and absent values included."""
+    odd, odd_layout = _odd_placement()
+    big = _p(h100, [(h, range(8)) for h in ("gpu01", "gpu02", "gpu03", "gpu04")], tp=8, dp=4)
+    for p, lay in ((odd, odd_layout), (big, Layout(tp=8, dp=4).resolved())):
+        for extra in (None, {"replanned": True, "allocation": {"x": "0-3"}}):
+            assert rankmap_json(p, lay, extra) == dumps_rankmap(rankmap_dict(p, lay, extra))
+        assert rankmap_json(p) == dumps_rankmap(rankmap_dict(p))
+        for inv, port, ifname in ((h100, 29500, None), (None, "from SLURM_JOB_ID", "eth0")):
+            assert env_json(p, inv, port, ifname) == \
+                dumps_rankmap(env_document(p, inv, port, ifname))
+    text = rankmap_json(odd, odd_layout)
+    back = json.loads(text)
+    assert back["hosts"] == list(odd.hosts) and back["ranks"][0]["nics"] == []
+    assert back["ranks"][1]["nics"] == ["mlx5_\"0", "ib\u00e91"]
+    assert "numa_node" not in back["ranks"][1] and back["ranks"][4]["cpus"] == ""

@@ -23,10 +23,11 @@ def rank_table(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequence[
         H <node_rank> <host> <gpus, local rank order> <allocated GPUs or ->
         R <rank> <node_rank> <local_rank> <cpus or -> <nics or ->
     """
-    from slurmtopo.rankmap import check_placement, node_ranks
+    from slurmtopo.rankmap import check_placement, cpulists, node_ranks
 
     check_placement(placement)
     nr = node_ranks(placement)
+    cpus = cpulists(placement)
     lines = [f"{TABLE_MAGIC} 1 world={placement.world_size} constrained={int(constrained)} "
              f"cpubind={int(cpu_bind)}"]
     for h, i in nr.items():
@@ -35,7 +36,7 @@ def rank_table(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequence[
                      f"{format_cpulist(got) if got else '-'}")
     for s in placement.slots:
         lines.append(f"R {s.rank} {nr[s.host]} {s.local_rank} "
-                     f"{format_cpulist(s.cpus) or '-'} {','.join(s.nics) or '-'}")
+                     f"{cpus[id(s.cpus)] or '-'} {','.join(s.nics) or '-'}")
     return "\n".join(lines) + "\n"
 
 

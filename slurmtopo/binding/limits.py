@@ -16,3 +16,5 @@ ENV_TABLE_LIMIT = 96 * 1024
 TASK_BLOCK = 256
 TASK_DIR = "task-env"
 CGROUP_MODES = ("auto", "yes", "no")
+#: the start-time step logs one line a node up to this many nodes
+LOG_HOSTS = 16

@@ -91,13 +91,17 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
     if slurm is None:
         slurm = default_backend()
     alloc = read_allocation(env, slurm, inv, probe=probe)
-    from slurmtopo.hostlist import fold_hostlist
-    log.append(f"job {alloc.job_id or '?'}: {len(alloc.hosts)} node(s) "
-               f"{fold_hostlist(alloc.hosts)}")
-    for h in alloc.hosts:
-        g = alloc.gpus[h]
-        log.append(f"  {h}: GPUs {format_cpulist(g) if g is not None else 'unknown'}"
-                   + (f" (from {alloc.sources[h]})" if h in alloc.sources else ""))
+    # Slurm's own folded list when it gave one (folding 4,096 names again
+    # would cost 0.1 s)
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        from slurmtopo.hostlist import fold_hostlist
+        nodelist = fold_hostlist(alloc.hosts)
+    log.append(f"job {alloc.job_id or '?'}: {len(alloc.hosts)} node(s) {nodelist}")
+    log.extend(per_host_lines(
+        [(h, f"GPUs {format_cpulist(alloc.gpus[h]) if alloc.gpus[h] is not None else 'unknown'}"
+          + (f" (from {alloc.sources[h]})" if h in alloc.sources else ""))
+         for h in alloc.hosts], "GPUs of every node: the allocation in rankmap.json"))
     batch_gpus = alloc.gpus.get(alloc.batch_host) if alloc.batch_host else None
     constrained, why = detect_constrained(cgroup_mode, env, slurm, dev_dir, batch_gpus)
     log.append(f"device cgroup renumbers GPUs: {'yes' if constrained else 'no'} ({why})")
@@ -105,7 +109,8 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
     if not diff:
         placement, replanned = planned, False
         log.append("allocation matches the plan")
-        extra = [h for h in alloc.hosts if h not in set(planned.hosts)]
+        used = set(planned.hosts)
+        extra = [h for h in alloc.hosts if h not in used]
         if extra:
             log.append(f"node(s) {', '.join(extra)} allocated but not used by the plan")
     else:
@@ -125,10 +130,10 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
         placement = contiguous_fill(inv, placement, alloc, layout_from_doc(doc))
         replanned = True
     visible = visible_by_host(placement, alloc.gpus, constrained)
-    for h, cvd in visible.items():
-        ranks = [s.rank for s in placement.ranks_on(h)]
-        log.append(f"  {h}: ranks {format_cpulist(ranks)} on GPUs "
-                   f"{','.join(map(str, placement.gpus_on(h)))} -> CUDA_VISIBLE_DEVICES={cvd}")
+    log.extend(per_host_lines(
+        [(h, f"ranks {format_cpulist([s.rank for s in placement.ranks_on(h)])} on GPUs "
+             f"{','.join(map(str, placement.gpus_on(h)))} -> CUDA_VISIBLE_DEVICES={cvd}")
+         for h, cvd in visible.items()], "every rank: rankmap.csv in the run directory"))
     log.append(cpu_summary(placement, launcher, env.get("SLURMTOPO_CPU_BIND", "1") != "0",
                            allowed if allowed is not None else os.sched_getaffinity(0),
                            alloc.batch_host))
@@ -142,6 +147,16 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
                       replanned=replanned, job_env=jenv, table=table, log=log, inventory=inv,
                       layout=layout_from_doc(doc), launcher=launcher, visible=visible,
                       extra_files=extra)
+
+
+def per_host_lines(items: List[Tuple[str, str]], rest: str) -> List[str]:
+    """One log line a host up to ``limits.LOG_HOSTS`` hosts; a big job's
+    log says how many more and where to look (``rest``) instead of
+    thousands of lines in the job's output."""
+    lines = [f"  {h}: {text}" for h, text in items[:limits.LOG_HOSTS]]
+    if len(items) > limits.LOG_HOSTS:
+        lines.append(f"  ... and {len(items) - limits.LOG_HOSTS:,} more node(s) ({rest})")
+    return lines
 
 
 def contiguous_fill(inv: Inventory, placement: Placement, alloc: Allocation, layout
@@ -243,15 +258,15 @@ def task_env_text(result: BindResult, environ: Mapping[str, str]) -> str:
 
 def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) -> List[str]:
     """Write hostfile, ranktable, rankmap.json, rankmap.csv, task-env.sh (and
-    for a big job task-env/<block>.sh), the extra files and env.sh, all or none (they describe one binding); returns
-    their paths."""
+    for a big job task-env/<block>.sh), the extra files and env.sh, all or
+    none (they describe one binding); returns their paths."""
     from slurmtopo.fileio import Output, ensure_dir, write_all
-    from slurmtopo.rankmap import dumps_rankmap, node_ranks, rankmap_csv, rankmap_dict
+    from slurmtopo.rankmap import node_ranks, rankmap_csv, rankmap_json
 
     ensure_dir(run_dir, "run directory")
     p = result.placement
     lines = (list(node_ranks(p)) if result.launcher == "torchrun" else [s.host for s in p.slots])
-    rm = rankmap_dict(p, result.layout, extra={
+    rankmap = rankmap_json(p, result.layout, extra={
         "allocation": {h: (format_cpulist(g) if g is not None else None)
                        for h, g in result.allocation.gpus.items()},
         "replanned": result.replanned, "cgroup_devices": result.constrained})
@@ -259,7 +274,7 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) 
     text, by_file = env_script(result, run_dir, environ, result.log, task)
     outputs = [Output(os.path.join(run_dir, "hostfile"), "".join(f"{h}\n" for h in lines)),
                Output(os.path.join(run_dir, "ranktable"), result.table),
-               Output(os.path.join(run_dir, "rankmap.json"), dumps_rankmap(rm)),
+               Output(os.path.join(run_dir, "rankmap.json"), rankmap),
                # the batch script lists big jobs in part: every rank is here
                Output(os.path.join(run_dir, "rankmap.csv"), rankmap_csv(p)),
                # every task's environment in one file, for a human (or a task

@@ -179,7 +179,7 @@ def task_env(placement: Placement, visible: Mapping[str, str], launcher: str = "
     as the batch step computed it (device cgroup and allocation taken into
     account). ``launcher``: one task per rank (srun) or per node
     (torchrun)."""
-    from slurmtopo.rankmap import check_placement, node_ranks
+    from slurmtopo.rankmap import check_placement, cpulists, node_ranks
     from slurmtopo.plandoc import NODE_RANK_WORD
 
     q = shlex.quote
@@ -191,13 +191,14 @@ def task_env(placement: Placement, visible: Mapping[str, str], launcher: str = "
         tasks = tuple(f"  {i}) NODE_RANK={i} ;;" for i in nr.values())
         task_node = tuple(nr.values())
     else:
-        cpulists: Dict[Tuple[int, ...], str] = {}  # a few distinct CPU sets per job
+        cpus_of = cpulists(placement)
+        quoted: Dict[int, str] = {}  # id(CPU tuple) -> its quoted cpulist
         nics: Dict[Tuple[str, ...], str] = {}
         lines = []
         for s in placement.slots:
-            cpus = cpulists.get(s.cpus)
+            cpus = quoted.get(id(s.cpus))
             if cpus is None:
-                cpus = cpulists[s.cpus] = q(format_cpulist(s.cpus)) if cpu_bind else "''"
+                cpus = quoted[id(s.cpus)] = q(cpus_of[id(s.cpus)]) if cpu_bind else "''"
             nic = nics.get(s.nics)
             if nic is None:
                 nic = nics[s.nics] = q(",".join(s.nics))
@@ -239,8 +240,14 @@ def cpu_summary(placement: Placement, launcher: str, cpu_bind: bool,
     if allowed is None:
         return line
     allowed = set(allowed)
-    reduced = [s.rank for s in bound if set(s.cpus) & allowed and not set(s.cpus) <= allowed]
-    none = [s.rank for s in bound if not set(s.cpus) & allowed]
+    fit: Dict[int, str] = {}  # id(CPU tuple) -> "all", "some" or "none" allowed
+    for s in bound:
+        if id(s.cpus) not in fit:
+            cpus = set(s.cpus)
+            fit[id(s.cpus)] = ("all" if cpus <= allowed else "some" if cpus & allowed
+                               else "none")
+    reduced = [s.rank for s in bound if fit[id(s.cpus)] == "some"]
+    none = [s.rank for s in bound if fit[id(s.cpus)] == "none"]
     if not reduced and not none:
         return line
     parts = []

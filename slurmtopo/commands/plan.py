@@ -39,7 +39,7 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
     batch script is written.
     """
     from slurmtopo import api
-    from slurmtopo.rankmap import dumps_rankmap, env_document, rankmap_csv, rankmap_dict
+    from slurmtopo.rankmap import env_json, rankmap_csv, rankmap_dict, rankmap_json
     from slurmtopo.sbatch import sanitize_job_name
 
     # cheap checks first: a bad job name should not wait for the planner
@@ -59,13 +59,12 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
 
     ensure_dir(output_dir)
     master_port, socket_ifname = o["master_port"], o["socket_ifname"]
-    rm = rankmap_dict(placement, layout)
-    env_json = dumps_rankmap(env_document(placement, inv,
-                                          master_port or "20000 + SLURM_JOB_ID % 10000",
-                                          socket_ifname))
-    outputs = {"rank map": Output(os.path.join(output_dir, "rankmap.json"), dumps_rankmap(rm)),
+    env_text = env_json(placement, inv, master_port or "20000 + SLURM_JOB_ID % 10000",
+                        socket_ifname)
+    outputs = {"rank map": Output(os.path.join(output_dir, "rankmap.json"),
+                                  rankmap_json(placement, layout)),
                "CSV": Output(os.path.join(output_dir, "rankmap.csv"), rankmap_csv(placement)),
-               "per-rank environment": Output(os.path.join(output_dir, "env.json"), env_json)}
+               "per-rank environment": Output(os.path.join(output_dir, "env.json"), env_text)}
     if script is not None:
         outputs["batch script"] = Output(os.path.join(output_dir, "job.sbatch"),
                                          job.script_text, mode=0o755)
@@ -77,7 +76,7 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
     plan_cost, naive_cost = job.costs.plan, job.costs.naive
     bound = job.costs.bound
     if as_json:
-        out = {"rankmap": rm,
+        out = {"rankmap": rankmap_dict(placement, layout),
                "cost": {"plan": report_dict(plan_cost), "naive": report_dict(naive_cost),
                         "bound_s": bound.step_time_s if bound is not None else None},
                "sbatch": {"directives": script.directives()} if script is not None else None,
