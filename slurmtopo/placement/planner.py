@@ -262,7 +262,8 @@ class _Elig:
 class _Planner:
     def __init__(self, inv: Inventory, req: JobRequest, groups, cand: Candidates,
                  tree: FabricTree, need: Optional[int] = None, global_split: bool = True,
-                 node_cap: Optional[int] = None, dims: Tuple[str, ...] = DEFAULT_DIMS):
+                 node_cap: Optional[int] = None, dims: Tuple[str, ...] = DEFAULT_DIMS,
+                 two_phase: bool = True):
         self.inv = inv
         self.req = req
         self.lay = req.layout
@@ -291,6 +292,10 @@ class _Planner:
         self.node_cap = node_cap
         #: the nesting of the rank blocks, innermost first
         self.dims = dims
+        #: keep the first relaxed preference for as many blocks as fit
+        #: (:meth:`_two_phase`); set when that was done
+        self.two_phase = two_phase
+        self.used_two_phase = False
 
     # ---- constraints ----------------------------------------------------
 
@@ -549,7 +554,8 @@ class _Planner:
             # relaxed (e.g. 1,525 of 2,048 TP groups on whole NVSwitch
             # nodes, not all of them spread because some must be)
             c, placed = first_relaxed
-            if c.span <= self._structural(c.level):
+            c = self._strict_level(c, placed, fixed)
+            if c is not None and c.span <= self._structural(c.level):
                 if placed is not None and placed.level == "nvlink-domain" and \
                         self.tree.has_domains:
                     # relaxed into a multi-node NVLink domain: barely slower,
@@ -566,6 +572,23 @@ class _Planner:
                 if 0 < att.total < self.need:
                     strict = (att, c, relaxed, self.attempt(hard))
         return self.assemble(final, pos, dims, strict)
+
+    def _strict_level(self, c: Constraint, placed: Optional[Constraint],
+                      fixed: Sequence[Constraint]) -> Optional[Constraint]:
+        """The level at which the first relaxed preference ``c`` is kept for
+        as many blocks as fit (the two phases): its own level when a unit of
+        it can hold a block; otherwise the tightest level between it and
+        where it was relaxed to that can (EP blocks of 32 ranks asked to
+        stay in a 4-GPU tray: the NVL72 racks that hold one keep whole
+        blocks, so only the blocks that do not fit any rack straddle
+        racks). None when there is none."""
+        if c.span <= self._structural(c.level):
+            return c
+        stop = LEVEL_INDEX[placed.level] if placed is not None else len(LEVELS) - 1
+        for lvl in LEVELS[LEVEL_INDEX[c.level] + 1:stop]:
+            if c.span <= self._structural(lvl):
+                return replace(c, level=lvl)
+        return None
 
     def verify(self, pl: Placement, cons: Sequence[Constraint]) -> None:
         """Check the hard link-class bounds on the groups themselves (a
@@ -794,6 +817,8 @@ class _Planner:
         self._pick(kids, need, lambda ch, n: self._fill(att, ch, n, out))
 
     def _pod_choice(self, att: _Attempt, pod: Scope, need: int) -> List[Tuple[int, int]]:
+        if pod.is_domain and att.m_pod > att.unit[True]:
+            return self._domain_choice(att, pod, need)
         kids = []
         for i in pod.members:
             if i in self.elig:
@@ -802,6 +827,34 @@ class _Planner:
                     kids.append((self._node_q(att, i), c, len(self.elig[i][1]), i, i))
         chosen: List[Tuple[int, int]] = []
         self._pick(kids, need, lambda i, n: chosen.append((i, n)))
+        return chosen
+
+    def _domain_choice(self, att: _Attempt, pod: Scope, need: int) -> List[Tuple[int, int]]:
+        """Nodes of a multi-node NVLink domain that receives whole blocks
+        (the attempt gives pods multiples of a block): the best connected
+        first, then the *smallest* free pieces first. A block inside one
+        domain rings over the domain's NVLink whatever its hosts hold, so
+        the partly used trays are filled and the wholly free ones stay free
+        for the blocks that must straddle domains (a whole tray there is a
+        piece of 4 ranks, not 1: the all-to-all's network part shrinks
+        with the smallest piece)."""
+        kids = []
+        for i in pod.members:
+            if i in self.elig:
+                c = att.node_cap(i)
+                if c > 0:
+                    q = self._node_q(att, i)
+                    kids.append(((q[0],) + q[2:], c, i))
+        kids.sort()
+        chosen: List[Tuple[int, int]] = []
+        for _, c, i in kids:
+            if need <= 0:
+                break
+            k = min(c, need)
+            chosen.append((i, k))
+            need -= k
+        if need > 0:  # pragma: no cover - the attempt's capacity says it fits
+            raise PlacementError("internal: capacity accounting went wrong")
         return chosen
 
     def _fill_pod(self, att: _Attempt, pod: Scope, need: int) -> List[Tuple[int, int]]:
@@ -897,8 +950,10 @@ class _Planner:
         worse (so no block gets a singleton piece when an even split fits
         every block). A node may hold pieces of several blocks, a block's
         pieces stay in one pod when they can. None when nothing fits."""
-        if need % S or S % v or S // v > PACK_MAX_UNITS:
+        if need % S or S % v:
             return None
+        if S // v > PACK_MAX_UNITS:
+            return self._pack_large(pool, need, S, v, spans)
         tree = self.tree
         order = tree.tree_order
         blocks = need // S
@@ -961,6 +1016,33 @@ class _Planner:
                         out.append((i, k))
             return out
         return None
+
+    def _pack_large(self, pool, need: int, S: int, v: int, spans) -> Optional[List[Tuple[int, int]]]:
+        """Blocks of more than :data:`PACK_MAX_UNITS` units (a DP group of
+        36 ranks with TP 1), too many for piece patterns: every block split
+        with no piece below a threshold (:func:`_split_min_piece`), each
+        threshold tried and the split the cost model's hierarchical
+        all-reduce prices best kept. The smallest piece sets each rank's
+        slice of the inter-host ring, so 8+8+8+6+6 beats 7+7+7+7+7+1."""
+        tree = self.tree
+        rest = [(c // v * v, tree.node_pod[i], i) for *_, i, c in pool if c >= v]
+        if not rest:
+            return None
+        top = max(c for c, _, _ in rest)
+        thresholds = list(range(min(top, S) // v * v, 0, -v))
+        if len(thresholds) > PACK_MAX_THRESHOLDS:
+            step = len(thresholds) / PACK_MAX_THRESHOLDS
+            thresholds = sorted({thresholds[int(j * step)] for j in range(PACK_MAX_THRESHOLDS)}
+                                | {v}, reverse=True)
+        best = best_key = None
+        for p in thresholds:
+            seq = _split_min_piece(rest, need // S, S, v, p)
+            if seq is None:
+                continue
+            key = self._split_cost(seq, spans)
+            if best_key is None or key < best_key:
+                best, best_key = seq, key
+        return best
 
     def _balanced_split(self, att: _Attempt, pod: Scope, chosen, base, need: int,
                         unit: int) -> List[Tuple[int, int]]:
@@ -1230,8 +1312,9 @@ class _Planner:
                 inv_pos[p] = r
         assign: List[Tuple[str, int]] = [("", 0)] * world
         alloc = None
-        if strict is not None:
+        if strict is not None and self.two_phase:
             alloc = self._two_phase(att, strict, assign, inv_pos)
+            self.used_two_phase = alloc is not None
         if alloc is None:
             alloc = self._allocate(att)
             self._map(att, alloc, 0, assign, inv_pos)
@@ -1423,6 +1506,90 @@ def _patterns(units: int, most: int = 4) -> List[Tuple[int, ...]]:
 PACK_MAX_UNITS = 16
 
 
+#: thresholds of the smallest piece tried for a block too big for patterns
+PACK_MAX_THRESHOLDS = 8
+
+
+def _split_min_piece(rest: Sequence[Tuple[int, int, int]], blocks: int, S: int, v: int,
+                     p: int) -> Optional[List[Tuple[int, int]]]:
+    """``blocks`` blocks of ``S`` ranks over the nodes ``rest`` ((room, pod,
+    node) in preference order), block after block, no piece smaller than
+    ``p`` (amounts in multiples of ``v``) and the pieces of a block on
+    distinct nodes, in the pod of its first piece when they can: the
+    largest room while the rest of the block is bigger than it (keeping
+    ``p`` for the last piece), then the least room that holds the rest.
+    Returns (node, ranks) in position order, or None when a block finds no
+    room."""
+    # room -> pod -> stack of (preference, node), the preferred on top
+    rooms: Dict[int, Dict[int, List[Tuple[int, int]]]] = {}
+    for order, (c, pod, i) in reversed(list(enumerate(rest))):
+        if c >= p:
+            rooms.setdefault(c, {}).setdefault(pod, []).append((order, i))
+
+    def take(c: int, pod: int) -> Tuple[int, int]:
+        stack = rooms[c][pod]
+        order, i = stack.pop()
+        if not stack:
+            del rooms[c][pod]
+            if not rooms[c]:
+                del rooms[c]
+        return order, i
+
+    def put(c: int, pod: int, order: int, i: int) -> None:
+        stack = rooms.setdefault(c, {}).setdefault(pod, [])
+        stack.append((order, i))
+        stack.sort(reverse=True)
+
+    def find(sizes, pod: Optional[int], avoid) -> Optional[Tuple[int, int]]:
+        """(room, pod) of the first size with a node not in ``avoid``: in
+        ``pod`` first, else the pod whose best node is preferred."""
+        for want_pod in ((pod, None) if pod is not None else (None,)):
+            for c in sizes:
+                by_pod = rooms.get(c)
+                if not by_pod:
+                    continue
+                if want_pod is not None:
+                    stack = by_pod.get(want_pod)
+                    if stack and stack[-1][1] not in avoid:
+                        return c, want_pod
+                    continue
+                got = min(((st[-1][0], q) for q, st in by_pod.items()
+                           if st and st[-1][1] not in avoid), default=None)
+                if got is not None:
+                    return c, got[1]
+        return None
+
+    out: List[Tuple[int, int]] = []
+    for _ in range(blocks):
+        left, pod, used, back = S, None, set(), []
+        while left > 0:
+            sizes = sorted(c for c in rooms if c >= left)
+            hit = find(sizes, pod, used)
+            if hit is not None:  # the least room that holds the rest
+                c, q = hit
+                k = left
+            else:
+                if left < 2 * p:
+                    return None
+                hit = find(sorted(rooms, reverse=True), pod, used)
+                if hit is None:
+                    return None
+                c, q = hit
+                k = c if left - c >= p else (left - p) // v * v
+                if k < p:
+                    return None
+            order, i = take(c, q)
+            if c - k >= p:
+                back.append((c - k, q, order, i))
+            used.add(i)
+            pod = q if pod is None else pod
+            out.append((i, k))
+            left -= k
+        for c, q, order, i in back:  # what is left of a node serves the next blocks
+            put(c, q, order, i)
+    return out
+
+
 class _Room:
     """Nodes with room for pieces of split blocks, bucketed by free ranks
     left and by speed class (nodes whose pieces of every size are equally
@@ -1548,6 +1715,14 @@ def _proposals(inv: Inventory, req: JobRequest, groups, cand: Candidates,
             out.append(("plan", _Planner(inv, req, groups, cand, tree, global_split=False).run()))
         except PlacementError:
             pass
+    if first.used_two_phase:
+        # the blocks kept whole first leave fragments for the rest, whose
+        # worst split can be worse than every block relaxed alike
+        try:
+            out.append(("one-phase", _Planner(inv, req, groups, cand, tree,
+                                              two_phase=False).run()))
+        except PlacementError:
+            pass
     if not req.require and not req.prefer and world <= ALT_NESTING_MAX_WORLD:
         sizes = _dense_sizes(req.layout)
         for d in ("cp", "dp", "pp"):
@@ -1608,6 +1783,7 @@ def _meets_require(inv: Inventory, req: JobRequest, pl: Placement) -> bool:
 _WHY = {
     "naive": "Slurm's default placement (nodes in hostname order, ranks in block order)",
     "plan": "splitting spanning groups pod by pod",
+    "one-phase": "relaxing every block alike (none kept whole first)",
 }
 
 
@@ -1631,6 +1807,24 @@ def _cheapest(inv: Inventory, req: JobRequest,
         return max((r.kinds[k].slowest for k in ("tp", "expert-tp") if k in r.kinds),
                    default=LinkClass.SELF)
 
+    def tp_time(r):
+        return max((r.kinds[k].time_s for k in ("tp", "expert-tp") if k in r.kinds),
+                   default=0.0)
+
+    def slower_tp(r) -> bool:
+        """Does ``r`` move tensor parallel to slower links than the first
+        proposal: a slower class, or, where TP crosses the network anyway,
+        a collective slowed by a larger factor than the whole step is sped
+        up (TP groups spread one rank a host instead of 4+4). Such a trade
+        is lost as soon as a step runs TP a little more often than the
+        message sizes weigh it."""
+        first_cls = tp_class(reps[0])
+        if tp_class(r) > first_cls:
+            return True
+        t0, t1 = tp_time(reps[0]), tp_time(r)
+        return first_cls.is_network and t0 > 0 and r.step_time_s > 0 and \
+            t1 / t0 > reps[0].step_time_s / r.step_time_s
+
     best = 0
     for i, t in enumerate(times):
         # another nesting never moves tensor parallel to slower links: the
@@ -1638,7 +1832,7 @@ def _cheapest(inv: Inventory, req: JobRequest,
         # step runs TP's many times more often (docs/cost-model.md)
         margin = 1e-9
         if options[i][0] == "dims":
-            if tp_class(reps[i]) > tp_class(reps[0]):
+            if slower_tp(reps[i]):
                 continue
             margin = ALT_NESTING_MARGIN  # the usual nesting unless clearly slower
         if t < times[best] * (1 - margin):
