@@ -537,10 +537,11 @@ def test_never_worse_than_naive(name, lay, seed, busy):
         naive = naive_plan(inv, state, req)
     except PlacementError:
         return
-    mine = plan(inv, state, req)
-    a = evaluate(inv, mine, req).step_time_s
     b = evaluate(inv, naive, req).step_time_s
-    assert a <= b * (1 + 1e-9)
+    # the planner's own proposals, then with Slurm's default among them
+    for safety_net in (False, True):
+        mine = plan(inv, state, req, safety_net=safety_net)
+        assert evaluate(inv, mine, req).step_time_s <= b * (1 + 1e-9), safety_net
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -560,9 +561,10 @@ def test_examples_never_worse_than_naive(name, layout):
             naive = naive_plan(inv, state, req)
         except PlacementError:
             continue
-        mine = plan(inv, state, req)
-        assert evaluate(inv, mine, req).step_time_s <= \
-            evaluate(inv, naive, req).step_time_s * (1 + 1e-9)
+        for safety_net in (False, True):  # the planner alone, then with the net
+            mine = plan(inv, state, req, safety_net=safety_net)
+            assert evaluate(inv, mine, req).step_time_s <= \
+                evaluate(inv, naive, req).step_time_s * (1 + 1e-9), safety_net
 
 
 # --------------------------------------------------------------------------
@@ -577,6 +579,28 @@ def _big(nodes: int, leaf: int = 32) -> Inventory:
     switches.append(Switch(name="spine", switches=tuple(s.name for s in switches)))
     return Inventory(nodes={n: Node(name=n, hardware=hw, type="hgx-h100-8") for n in names},
                      fabric=Fabric(switches=tuple(switches)))
+
+
+@pytest.mark.parametrize("world", [2, 64, 4096, 8192])
+def test_slurms_default_is_a_candidate_at_every_job_size(world, monkeypatch):
+    # by construction, not by measurement: whatever the planner proposes
+    # (here a random placement stands in for a planner regression), plan()
+    # with the safety net is never modelled slower than Slurm's default,
+    # above the 4,096 ranks where other nestings stop being proposed too
+    from slurmtopo.placement import planner
+
+    inv = _big(1024)
+    req = JobRequest(Layout(tp=2, dp=world // 2))
+
+    def bad(inv_, req_, groups, cand, tree):
+        return [("plan", random_plan(inv_, None, req_, seed=7))]
+
+    monkeypatch.setattr(planner, "_proposals", bad)
+    naive = evaluate(inv, naive_plan(inv, None, req), req).step_time_s
+    alone = evaluate(inv, plan(inv, None, req, safety_net=False), req).step_time_s
+    netted = evaluate(inv, plan(inv, None, req), req).step_time_s
+    assert alone > naive  # the stand-in is worse than Slurm's default
+    assert netted <= naive * (1 + 1e-9)
 
 
 def test_planner_big_job_smoke():

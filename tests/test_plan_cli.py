@@ -115,6 +115,35 @@ def test_json_output(tmp_path, capsys):
     assert d["files"]["batch script"].endswith("job.sbatch")
 
 
+def test_preview_and_json_show_every_split_and_the_bound(tmp_path, capsys):
+    # two nodes with 4 free GPUs and two busy: one TP group of 8 must be
+    # split, and it is split 4+4; the preview lists it, and so does --json
+    state = tmp_path / "state.yaml"
+    state.write_text("slurmtopo: state\nversion: 1\nnodes:\n"
+                     "  - {name: gpu01, busy_gpus: \"0-3\"}\n"
+                     "  - {name: gpu02, busy_gpus: \"0-3\"}\n"
+                     "  - {name: gpu03, state: allocated}\n")
+    args = ["plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
+            "--state", str(state), "--tp", "8", "--dp", "2"]
+    code, text, err = run(args + ["--output-dir", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    assert "Groups split over hosts (1)" in text
+    line = next(x.strip() for x in text.splitlines() if " split 4+4 over " in x)
+    assert line.startswith("tp group ") and "gpu01" in line and "gpu02" in line
+    code, out, err = run(args + ["--output-dir", str(tmp_path / "b"), "--json"], capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["splits"] == [line]
+    # the warning, in the preview and in --json, exactly when the plan
+    # models 1.5x the bound on the free GPUs or more
+    ratio = d["cost"]["plan"]["step_time_s"] / d["cost"]["bound_s"]
+    far = d["far_from_bound"]
+    assert (far is not None) == (ratio >= 1.5)
+    assert ("the lower bound on the free GPUs" in " ".join(text.split())) == (far is not None)
+    if far is not None:
+        assert f"{ratio:.1f}x the lower bound on the free GPUs" in far
+
+
 def test_default_output_dir_and_no_command(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, err = run(["plan", "--inventory", str(EXAMPLES / "dgx1-v100-pair.yaml"),

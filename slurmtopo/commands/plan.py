@@ -71,7 +71,7 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
     write_all(list(outputs.values()))  # all four or none: they describe one plan
     files = {what: out.path for what, out in outputs.items()}
 
-    from slurmtopo.preview import render_plan, report_dict
+    from slurmtopo.preview import bound_warning, render_plan, report_dict, splits
 
     plan_cost, naive_cost = job.costs.plan, job.costs.naive
     bound = job.costs.bound
@@ -80,7 +80,10 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
                "cost": {"plan": report_dict(plan_cost), "naive": report_dict(naive_cost),
                         "bound_s": bound.step_time_s if bound is not None else None},
                "sbatch": {"directives": script.directives()} if script is not None else None,
-               "files": files, "notes": notes}
+               "files": files, "notes": notes,
+               # what the preview shows besides the grid and the table
+               "splits": splits(placement, inv),
+               "far_from_bound": bound_warning(plan_cost, bound)}
         click.echo(json.dumps(out, separators=(",", ":")))
         return
     from rich.console import Console

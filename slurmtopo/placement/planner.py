@@ -1354,8 +1354,10 @@ class _Planner:
         p2._map(att2, alloc2, n1, trial, inv_pos)
         assign[:] = trial
         want = "NVLink" if c.level == "nvlink" else LEVEL_TEXT[c.level]
-        self.notes.append(f"ranks 0-{n1 - 1} in the canonical order ({n1 // c.span} blocks of "
-                          f"{c.span}) keep {c.kind} inside {want}; only the other "
+        kept = n1 // c.span
+        self.notes.append(f"ranks 0-{n1 - 1} in the canonical order ({kept} block"
+                          f"{'s' * (kept != 1)} of {c.span}) keep {c.kind} inside {want}; "
+                          f"only the other "
                           f"{self.need - n1} are relaxed")
         # one node may appear in both phases: merge for the summary
         merged: Dict[int, int] = {}
