@@ -7,7 +7,9 @@ Slurm's default placement, must come within 5% of the best. The instances
 are the shapes where placement is hard: fragmented nodes where a group
 must be split (and a singleton piece is the trap), DGX-1 parts without an
 NVLink ring, NVLink pairs on PCIe nodes, NVL72 trays in two racks,
-pipelines on NVLink pairs.
+pipelines on NVLink pairs; and the shapes of issue 14 in small: a lopsided
+split (7+1 against 4+4), a block too big for piece patterns, socket-local
+pieces on PCIe nodes, EP blocks aligned to NVLink domains.
 """
 from __future__ import annotations
 
@@ -56,11 +58,20 @@ def cluster(kind: str, free: Dict[str, Sequence[int]], leaves: Sequence[Sequence
 
 
 def optimum(inv: Inventory, state: ClusterState, req: JobRequest, params: CostParams) -> float:
-    """The best step time over every assignment of ranks to free GPUs."""
+    """The best step time over every assignment of ranks to free GPUs.
+
+    When every group of every kind is a single rank or the whole job (one
+    TP group, one DP group), the price of a set of GPUs does not depend on
+    which rank gets which GPU (every collective is over all of them; no
+    pipeline), so every *set* of GPUs is enumerated once; otherwise every
+    ordered assignment."""
     gpus = [(n.name, g) for n in inv for g in state.free_gpus(n)]
     groups = build_groups(req.layout)
+    world = req.layout.world
+    symmetric = all(len(g) in (1, world) for gs in groups.values() for g in gs)
+    choose = itertools.combinations if symmetric else itertools.permutations
     best = float("inf")
-    for perm in itertools.permutations(gpus, req.layout.world):
+    for perm in choose(gpus, world):
         pl = Placement(slots=tuple(_Slot(h, g) for h, g in perm), groups=groups,
                        hosts=tuple(dict.fromkeys(h for h, _ in perm)))
         t = evaluate(inv, pl, req, params, step_only=True).step_time_s
@@ -95,6 +106,29 @@ INSTANCES = {
                  Layout(tp=1, ep=4, dp=4)),
     # HGX, a pipeline of 2 stages of TP 2 next to busy GPUs
     "hgx-pp": ("hgx-h100-8", {"a": [0, 1, 2], "b": [4, 5, 6]}, [H4], (), Layout(tp=2, pp=2)),
+    # lopsided split: TP 8 over nodes with 7, 4, 4 and 1 free GPUs; no node
+    # holds the group, 7+1 is the trap, 4+4 the optimum
+    "hgx-lopsided": ("hgx-h100-8", {"a": [1, 2, 3, 4, 5, 6, 7], "b": [0, 1, 2, 3],
+                                    "c": [4, 5, 6, 7], "d": [0]},
+                     [["a", "b", "c", "d"]], (), Layout(tp=8)),
+    # a block too big for piece patterns (DP 18 > 16 units, TP 1) over
+    # nodes with 8, 8, 4 and 4 free GPUs: 8+8+2 is the trap
+    "hgx-big-block": ("hgx-h100-8", {"a": list(range(8)), "b": list(range(8)),
+                                     "c": [0, 1, 2, 3], "d": [4, 5, 6, 7]},
+                      [["a", "b", "c", "d"]], (), Layout(dp=18)),
+    # PCIe socket: DP 8 on L40S nodes, one with a whole socket free, one
+    # with two GPUs on each socket, one with the other whole socket: two
+    # socket-local pieces of 4 beat any piece crossing the sockets
+    "l40s-socket": ("pcie-l40s-8", {"a": [0, 1, 2, 3], "b": [0, 1, 4, 5], "c": [4, 5, 6, 7]},
+                    [["a", "b", "c"]], (), Layout(dp=8)),
+    # NVLink-domain alignment: DP pairs (the heavier collective) on trays
+    # with one free GPU each, three in rack A, two in rack B, one in rack
+    # C: one pair in each of A and B, the pipeline across (filling rack A
+    # first puts the second pair over A and B)
+    "nvl72-align": ("gb200-nvl72-tray", {"t1": [0], "t2": [1], "t3": [2], "t4": [0], "t5": [3],
+                                         "t6": [1]},
+                    [["t1", "t2", "t3"], ["t4", "t5"], ["t6"]],
+                    [["t1", "t2", "t3"], ["t4", "t5"], ["t6"]], Layout(dp=2, pp=2)),
 }
 
 
