@@ -265,3 +265,52 @@ def test_default_job_name_from_the_command(command, name):
     from slurmtopo.sbatch.script import default_job_name
 
     assert default_job_name(command) == name
+
+
+def _fat_tree(nodes: int):
+    """``nodes`` HGX H100 nodes, 32 a leaf switch, the leaves under one
+    spine: big enough for a 32,768-rank plan."""
+    from slurmtopo.inventory import parse_inventory
+
+    leaves = [{"name": f"leaf{i:03d}", "nodes": f"n[{i * 32 + 1:05d}-{i * 32 + 32:05d}]"}
+              for i in range(nodes // 32)]
+    return parse_inventory({"slurmtopo": "inventory", "version": 1,
+                            "nodes": [{"name": f"n[00001-{nodes:05d}]", "type": "hgx-h100-8"}],
+                            "fabric": {"switches": leaves + [
+                                {"name": "spine", "switches": f"leaf[000-{nodes // 32 - 1:03d}]"}]}},
+                           "<fat tree>")
+
+
+def test_script_of_32768_ranks_stays_small():
+    """The batch script of a 32,768-rank job is under 1 MB (Slurm refuses
+    scripts over max_script_size, 4 MiB by default): the plan is columns,
+    packed; the comment table lists 32 ranks and points at rankmap.csv; the
+    start-time step reads every rank back as planned."""
+    from slurmtopo.sbatch.script import COMMENT_HEAD, MAX_SCRIPT_BYTES
+
+    inv = _fat_tree(4096)
+    layout = Layout(tp=8, pp=16, dp=256).resolved()
+    p = fill_placement(inv, [(n.name, range(8)) for n in inv], layout)
+    req = SbatchRequest.from_plan(inv, p, layout, COMMAND, inventory_path="/x/inv.yaml")
+    text = req.render()
+    assert len(text.encode()) < 1_000_000 < MAX_SCRIPT_BYTES
+    table = [l for l in text.splitlines() if re.match(r"^#\s+\d+\s+n\d{5}\s", l)]
+    assert [int(l.split()[1]) for l in table] == list(range(COMMENT_HEAD))
+    assert (f"# ... {32768 - COMMENT_HEAD} more ranks on 4092 node(s): every rank is in "
+            "rankmap.csv") in text
+    doc = read_plan(req.plan_json)
+    assert "packed" in doc["ranks"]
+    back = planned_placement(doc)
+    assert back.slots == p.slots and back.hosts == p.hosts
+
+
+def test_script_over_max_script_size_is_refused():
+    """A script Slurm would refuse is an error before anything is written."""
+    h100 = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    layout = Layout(tp=8, dp=2).resolved()
+    p = fill_placement(h100, [("gpu01", range(8)), ("gpu02", range(8))], layout)
+    req = SbatchRequest.from_plan(h100, p, layout, COMMAND, inventory_path=str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    size = len(req.render().encode())
+    with pytest.raises(SlurmtopoError, match=r"over Slurm's max_script_size \(0\.0 MiB"):
+        dataclasses.replace(req, max_script_bytes=size - 1).render()
+    assert dataclasses.replace(req, max_script_bytes=size).render()
