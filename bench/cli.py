@@ -2,8 +2,9 @@
 
 Every number here is a fresh ``python -m slurmtopo ...`` process (interpreter
 start and imports included; byte-code compiled beforehand, as an installed
-package is), wall clock and the child's peak resident memory
-(``os.wait4``), median of several runs:
+package is), wall clock, the child's CPU time (user + system) and peak resident memory
+(``os.wait4``), median of several runs; CPU time is the figure to read on a
+shared machine, where wall time includes waiting for a core:
 
 * ``plan``: jobs of 8 to 32,768 GPUs (TP 8, PP up to 16, DP the rest) on a
   12,500-node (100,000-GPU) inventory written with a node type and a
@@ -12,9 +13,8 @@ package is), wall clock and the child's peak resident memory
 * ``plan --inventory DIR`` on a directory of node reports (one YAML per
   node, as the agents write them): the first run (which compiles them), a
   run after one report changed, and the usual run;
-* ``bind``, the start-time step, on the batch host of a 16,384-rank job
-  (a fake ``scontrol`` on PATH answers for Slurm), and the per-rank
-  launcher's own cost (one rank started, minus a bare interpreter);
+* ``bind``, the start-time step, on the batch host of jobs of 1,024 to
+  32,768 ranks, and one task's own launch cost (bench/launch.py);
 * the placement daemon's scheduling cycle with 1,000 held jobs on the
   100,000-GPU cluster (in-process, the fake backend of the daemon tests);
 * the in-process phases of the 16,384-GPU plan, to see where time goes.
@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: job sizes of the growth table (GPUs)
-WORLDS = (8, 64, 512, 4096, 16384, 32768)
+WORLDS = (8, 64, 512, 1024, 4096, 8192, 16384, 32768)
 QUICK_WORLDS = (8, 64, 512)
 NODES = 12500
 QUICK_NODES = 512
@@ -225,96 +225,6 @@ def report_dir_runs(report_dir: str, workdir: str, repeats: int,
                                  for f in os.listdir(report_dir) if f.endswith(".yaml"))}
 
 
-FAKE_SCONTROL = """#!/bin/sh
-# answers `scontrol show job -d ID` from a file, like Slurm would
-cat "$SLURMTOPO_BENCH_SCONTROL"
-"""
-
-
-def bind_run(inv_path: str, workdir: str, world: int, repeats: int,
-             progress: Callable[[str], None]) -> Dict[str, Any]:
-    """``slurmtopo bind`` on the batch host of a ``world``-rank job whose
-    allocation is the plan, and one rank's launch."""
-    sys.path.insert(0, ROOT)
-    tp, pp, dp = layout_for(world)
-    plan_dir = os.path.join(workdir, f"plan-{world}")
-    script = os.path.join(plan_dir, "job.sbatch")
-    if not os.path.exists(script):
-        subprocess.run(slurmtopo("plan", "--inventory", inv_path, "--tp", str(tp), "--pp",
-                                 str(pp), "--dp", str(dp), "--output-dir", plan_dir, "--",
-                                 "python", "train.py"), env=_env(), check=True,
-                       stdout=subprocess.DEVNULL)
-    with open(script) as fh:
-        text = fh.read()
-    plan_text = text.split("<<'SLURMTOPO_PLAN_JSON'\n", 1)[1].split("\nSLURMTOPO_PLAN_JSON\n")[0]
-    plan_path = os.path.join(workdir, f"plan-{world}.json")
-    with open(plan_path, "w") as fh:
-        fh.write(plan_text)
-    with open(os.path.join(plan_dir, "rankmap.json")) as fh:
-        rm = json.load(fh)
-    from slurmtopo.hostlist import fold_hostlist
-    from slurmtopo.model import format_cpulist
-
-    per_host: Dict[str, List[int]] = {}
-    for r in rm["ranks"]:
-        per_host.setdefault(r["host"], []).append(r["gpu"])
-    job = ["JobId=4242 JobName=bench", "   JobState=RUNNING Reason=None",
-           f"   NodeList={fold_hostlist(per_host)}"]
-    by_gpus: Dict[str, List[str]] = {}  # Slurm folds nodes with the same GPUs into one line
-    for h, gpus in per_host.items():
-        by_gpus.setdefault(format_cpulist(gpus), []).append(h)
-    for idx, hosts in by_gpus.items():
-        job.append(f"     Nodes={fold_hostlist(hosts)} CPU_IDs=0-223 Mem=0 "
-                   f"GRES=gpu:8(IDX:{idx})")
-    bindir = os.path.join(workdir, "fakebin")
-    os.makedirs(bindir, exist_ok=True)
-    with open(os.path.join(bindir, "scontrol"), "w") as fh:
-        fh.write(FAKE_SCONTROL)
-    os.chmod(os.path.join(bindir, "scontrol"), 0o755)
-    answer = os.path.join(workdir, f"scontrol-{world}.txt")
-    with open(answer, "w") as fh:
-        fh.write("\n".join(job) + "\n")
-    first = next(iter(per_host))
-    env = _env()
-    env.update({"PATH": bindir + os.pathsep + env.get("PATH", ""),
-                "SLURMTOPO_BENCH_SCONTROL": answer, "SLURM_JOB_ID": "4242",
-                "SLURM_JOB_NODELIST": fold_hostlist(per_host), "SLURMD_NODENAME": first,
-                "SLURM_JOB_GPUS": ",".join(map(str, sorted(per_host[first]))),
-                "CUDA_VISIBLE_DEVICES": ",".join(map(str, sorted(per_host[first])))})
-    run_dir = os.path.join(workdir, f"run-{world}")
-    argv = slurmtopo("bind", "--plan", plan_path, "--run-dir", run_dir, "--cgroup-devices",
-                     "no", "--no-probe")
-    progress(f"bind {world} ranks")
-    bind = median_run(argv, repeats, env=env)
-    out: Dict[str, Any] = {"ranks": world, "command": show(argv), "bind": bind}
-    if "error" in bind:
-        return out
-    with open(os.path.join(run_dir, "env.sh")) as fh:
-        envsh = fh.read()
-    # one task as the script's srun line starts it: /bin/sh running the task
-    # snippet with what env.sh exported, then exec'ing the command
-    from slurmtopo.plandoc import TASK_NAME, TASK_SNIPPET
-
-    dump = subprocess.run(["sh", "-c", '. "$1" && env -0', "sh",
-                           os.path.join(run_dir, "env.sh")], env=env, check=True,
-                          capture_output=True).stdout.decode()
-    tenv = dict(kv.split("=", 1) for kv in dump.split("\0") if "=" in kv)
-    last = rm["ranks"][-1]
-    tenv.update(SLURM_PROCID=str(world - 1), SLURMD_NODENAME=last["host"],
-                SLURMTOPO_CPU_BIND="0")
-    progress("one task's launch")
-    launch = median_run(["/bin/sh", "-c", TASK_SNIPPET, TASK_NAME, "true"], repeats * 2,
-                        env=tenv)
-    bare = median_run(["/bin/sh", "-c", "exec true"], repeats * 2, env=tenv)
-    task_file = os.path.join(run_dir, "task-env.sh")
-    out.update({"launch": launch, "bare_shell": bare,
-                "launch_own_s": launch["median_s"] - bare["median_s"],
-                "env_sh_bytes": len(envsh),
-                "task_env_bytes": os.path.getsize(task_file) if os.path.exists(task_file)
-                else None})
-    return out
-
-
 def daemon_cycle(nodes: int, jobs: int, cycles: int) -> Dict[str, Any]:
     """One scheduling cycle of the placement daemon with ``jobs`` held jobs
     on ``nodes`` 8-GPU nodes (in-process; the daemon tests' fake backend)."""
@@ -327,13 +237,15 @@ def daemon_cycle(nodes: int, jobs: int, cycles: int) -> Dict[str, Any]:
 
 
 def phases(inv_path: str, world: int) -> Dict[str, float]:
-    """The 16,384-GPU plan's phases in-process (after imports)."""
-    from slurmtopo.cost import CostParams, evaluate
+    """The plan command's phases in-process (after imports), as
+    ``commands/plan.py`` runs them, to see where its time goes."""
+    from slurmtopo import api
+    from slurmtopo.cost import CostParams, lower_bound
     from slurmtopo.groups import Layout
-    from slurmtopo.inventory import load_inventory
     from slurmtopo.model import ClusterState
-    from slurmtopo.placement import naive_plan, plan
-    from slurmtopo.rankmap import dumps_rankmap, env_document, rankmap_csv, rankmap_dict
+    from slurmtopo.placement import naive_plan
+    from slurmtopo.preview import render_plan
+    from slurmtopo.rankmap import env_json, rankmap_csv, rankmap_json
     from slurmtopo.request import JobRequest
     from slurmtopo.sbatch import SbatchRequest
 
@@ -346,19 +258,30 @@ def phases(inv_path: str, world: int) -> Dict[str, float]:
         out[name] = time.perf_counter() - t0
         return v
 
-    inv = t("load inventory", lambda: load_inventory(inv_path))
+    inv = t("load inventory (+ cost block check)", lambda: api.load_cluster(inv_path))
     lay = Layout(tp=tp, pp=pp, dp=dp)
     req = JobRequest(layout=lay)
     st = ClusterState()
-    p = t("plan", lambda: plan(inv, st, req))
-    n = t("naive plan", lambda: naive_plan(inv, st, req))
-    params = CostParams.from_inventory(inv)
-    t("evaluate x2", lambda: (evaluate(inv, p, req, params), evaluate(inv, n, req, params)))
-    t("batch script", lambda: SbatchRequest.from_plan(inv, p, lay, ["python", "t.py"],
-                                                      req).render())
-    t("rankmap.json", lambda: dumps_rankmap(rankmap_dict(p, lay)))
+    p = t("plan (planner)", lambda: api.plan_job(inv, st, req))
+    n = t("Slurm's default placement", lambda: naive_plan(inv, st, req))
+    costs = t("cost.evaluate x2", lambda: (api.price(inv, p, req), api.price(inv, n, req)))
+    bound = t("cost.lower_bound", lambda: lower_bound(inv, req, CostParams.from_inventory(inv),
+                                                      state=st))
+    script = t("batch script", lambda: SbatchRequest.from_plan(inv, p, lay, ["python", "t.py"],
+                                                               req))
+    t("batch script render", script.render)
+    t("rankmap.json", lambda: rankmap_json(p, lay))
     t("rankmap.csv", lambda: rankmap_csv(p))
-    t("env.json", lambda: dumps_rankmap(env_document(p, inv, "x", None)))
+    t("env.json", lambda: env_json(p, inv, "x", None))
+
+    def preview():
+        from rich.console import Console
+
+        with open(os.devnull, "w") as sink:
+            Console(soft_wrap=False, file=sink).print(render_plan(
+                p, inv, lay, costs[0], costs[1], st, None, [], script, {}, bound=bound))
+
+    t("preview (rich)", preview)
     return out
 
 
@@ -380,6 +303,36 @@ def _kb(x: Optional[float]) -> str:
     return "-" if x is None else (f"{x / 1024:.0f} KiB" if x < 2**20 else f"{x / 2**20:.1f} MiB")
 
 
+def growth_rows(rows: Sequence[Mapping[str, Any]]) -> List[List[str]]:
+    """The growth table: for each step between neighbouring job sizes the
+    log-log slope of CPU time, wall time and peak RSS (1 = linear), and the
+    slope of what a job costs above the smallest one (the fixed start,
+    imports and inventory taken out)."""
+    from bench.speed import loglog_slope
+
+    ok = [r for r in rows if "error" not in r]
+    out = []
+
+    def slope(pts) -> str:
+        v = loglog_slope(pts)
+        return "-" if v is None else f"{v:.2f}"
+
+    for a, b in zip(ok, ok[1:]):
+        pts = lambda key: [(a["job_gpus"], a[key]), (b["job_gpus"], b[key])]  # noqa: E731
+        out.append([f"{a['job_gpus']:,} -> {b['job_gpus']:,}", slope(pts("cpu_s")),
+                    slope(pts("median_s")), slope(pts("rss_bytes"))])
+    if len(ok) >= 2:
+        first, big = ok[0], [r for r in ok if r["job_gpus"] >= 512]
+        whole = lambda key: [(r["job_gpus"], r[key]) for r in ok]  # noqa: E731
+        out.append([f"all, {first['job_gpus']:,} -> {ok[-1]['job_gpus']:,}",
+                    slope(whole("cpu_s")), slope(whole("median_s")), slope(whole("rss_bytes"))])
+        above = lambda key: [(r["job_gpus"], r[key] - first[key]) for r in big]  # noqa: E731
+        out.append([f"above the {first['job_gpus']}-GPU run, {big[0]['job_gpus']:,} -> "
+                    f"{ok[-1]['job_gpus']:,}" if big else "-",
+                    slope(above("cpu_s")), slope(above("median_s")), slope(above("rss_bytes"))])
+    return out
+
+
 def tables(res: Mapping[str, Any]) -> List[tuple]:
     """(title, header, rows) for bench.run's markdown and console."""
     out = []
@@ -389,21 +342,17 @@ def tables(res: Mapping[str, Any]) -> List[tuple]:
         rows.append([f"{r['job_gpus']:,}", r.get("layout", "-"), _s(r.get("median_s")),
                      _s(r.get("cpu_s")), _mib(r.get("rss_bytes")), _kb(r.get("script_bytes")),
                      "; ".join(r.get("error", [])) or ""])
-    from bench.speed import loglog_slope
-
-    fit = [r for r in res.get("plan", []) if "error" not in r and r["job_gpus"] >= 512]
-    for key, label in (("cpu_s", "CPU time"), ("median_s", "wall time"),
-                       ("rss_bytes", "peak RSS")):
-        slope = loglog_slope([(r["job_gpus"], r[key]) for r in fit])
-        if slope is not None:
-            rows.append(["growth", f"{label}: log-log slope {slope:.2f} over "
-                         f"{fit[0]['job_gpus']:,}-{fit[-1]['job_gpus']:,} GPUs (1 = linear)",
-                         "", "", "", "", ""])
+    load = res.get("loadavg")
     out.append((f"`slurmtopo plan` through the command line, {gpus:,}-GPU inventory "
                 f"(wall = process start to exit, bare interpreter "
-                f"{_s(res.get('bare_interpreter', {}).get('median_s'))})",
+                f"{_s(res.get('bare_interpreter', {}).get('median_s'))}"
+                + (f"; load average {load[0]:.1f} at the start, {load[1]:.1f} at the end"
+                   if load else "") + ")",
                 ["job GPUs", "layout", "wall (median)", "CPU", "peak RSS", "job.sbatch", "error"],
                 rows))
+    out.append(("Growth of `slurmtopo plan` with the job (log-log slope; 1 = linear)",
+                ["job GPUs", "CPU time", "wall time", "peak RSS"],
+                growth_rows(res.get("plan", []))))
     ph = res.get("phases")
     if ph:
         out.append((f"In-process phases of the {ph['job_gpus']:,}-GPU plan", ["phase", "time"],
@@ -421,17 +370,10 @@ def tables(res: Mapping[str, Any]) -> List[tuple]:
                       _s(rd.get("one_changed_cpu_s")), "-"],
                      ["compiled form up to date (median)", _s(w.get("median_s")),
                       _s(w.get("cpu_s")), _mib(w.get("rss_bytes"))]]))
-    b = res.get("bind") or {}
-    if b.get("bind"):
-        rows = [["slurmtopo bind (batch host)", _s(b["bind"].get("median_s")),
-                 _s(b["bind"].get("cpu_s")), _mib(b["bind"].get("rss_bytes"))]]
-        if "launch" in b:
-            rows.append(["one task's launch (/bin/sh, the srun line's snippet)", _s(b["launch"]["median_s"]),
-                         _s(b["launch"].get("cpu_s")), _mib(b["launch"].get("rss_bytes"))])
-            rows.append(["... of which its own (minus a bare `sh -c true`)",
-                         _s(b.get("launch_own_s")), "-", "-"])
-        out.append((f"Start time, {b['ranks']:,} ranks", ["step", "wall", "CPU", "peak RSS"],
-                    rows))
+    if res.get("start"):
+        from bench import launch
+
+        out.extend(launch.tables(res["start"]))
     d = res.get("daemon") or {}
     if d.get("cycles_s"):
         out.append((d["what"], ["cycle", "time", "decisions"],
@@ -446,7 +388,8 @@ def plot(res: Mapping[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in res.get("plan", []) if "error" not in r]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    start = [r for r in res.get("start", []) if "launch_own_s" in r]
+    fig, axes = plt.subplots(1, 3 if start else 2, figsize=(16 if start else 11, 4.2))
     xs = [r["job_gpus"] for r in rows]
     axes[0].plot(xs, [r["median_s"] for r in rows], "o-", label="wall (median)")
     axes[0].plot(xs, [r["cpu_s"] for r in rows], "s--", label="CPU")
@@ -455,11 +398,21 @@ def plot(res: Mapping[str, Any], path: str) -> None:
     axes[1].plot(xs, [r["rss_bytes"] / 2**20 for r in rows], "o-", label="peak RSS")
     axes[1].plot(xs, [(r.get("script_bytes") or 0) / 2**10 for r in rows], "s--",
                  label="job.sbatch (KiB)")
-    for ax, title in ((axes[0], "`slurmtopo plan`, interpreter start included"),
-                      (axes[1], "memory (MiB) and script size (KiB)")):
+    panels = [(axes[0], "`slurmtopo plan`, interpreter start included", "job GPUs"),
+              (axes[1], "memory (MiB) and script size (KiB)", "job GPUs")]
+    if start:
+        sx = [r["ranks"] for r in start]
+        axes[2].plot(sx, [r["bind"]["median_s"] for r in start], "o-", label="bind wall (s)")
+        axes[2].plot(sx, [r["bind"]["cpu_s"] for r in start], "s--", label="bind CPU (s)")
+        axes[2].plot(sx, [max(r["launch_own_s"], 1e-5) * 1e3 for r in start], "^-",
+                     label="one task's own launch (ms)")
+        axes[2].axhline(2.0, color="red", ls=":", lw=1, label="2 s bind target (16,384)")
+        axes[2].axhline(50, color="orange", ls=":", lw=1, label="50 ms a task target")
+        panels.append((axes[2], "start time: `slurmtopo bind` and one task", "ranks"))
+    for ax, title, xlabel in panels:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel(f"job GPUs ({res.get('gpus', 0):,}-GPU inventory)")
+        ax.set_xlabel(f"{xlabel} ({res.get('gpus', 0):,}-GPU inventory)")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -471,11 +424,19 @@ def plot(res: Mapping[str, Any], path: str) -> None:
 # --------------------------------------------------------------------------
 
 
+#: the parts of :func:`run`, in the order they run
+PARTS = ("plan", "reports", "start", "daemon")
+
+
 def run(quick: bool = False, workdir: Optional[str] = None,
         progress: Optional[Callable[[str], None]] = None, nodes: Optional[int] = None,
         worlds: Optional[Sequence[int]] = None, repeats: Optional[int] = None,
-        daemon_jobs: Optional[int] = None) -> Dict[str, Any]:
-    """Everything above; ``quick`` (or explicit sizes) for a short pass."""
+        daemon_jobs: Optional[int] = None, start_worlds: Optional[Sequence[int]] = None,
+        parts: Sequence[str] = PARTS) -> Dict[str, Any]:
+    """Everything above (or the named ``parts``); ``quick`` (or explicit
+    sizes) for a short pass."""
+    from bench import launch
+
     progress = progress or (lambda msg: None)
     t0 = time.perf_counter()
     compileall.compile_dir(os.path.join(ROOT, "slurmtopo"), quiet=1)
@@ -484,25 +445,32 @@ def run(quick: bool = False, workdir: Optional[str] = None,
     os.makedirs(workdir, exist_ok=True)
     nodes = nodes or (QUICK_NODES if quick else NODES)
     worlds = tuple(w for w in (worlds or (QUICK_WORLDS if quick else WORLDS)) if w <= nodes * 8)
+    start_worlds = tuple(w for w in (start_worlds or (launch.QUICK_WORLDS if quick
+                                                      else launch.WORLDS)) if w <= nodes * 8)
     repeats = repeats or (2 if quick else 5)
-    out: Dict[str, Any] = {"nodes": nodes, "gpus": nodes * 8}
+    out: Dict[str, Any] = {"nodes": nodes, "gpus": nodes * 8, "loadavg": [os.getloadavg()[0]]}
     try:
         progress("writing the inventory")
         inv_path = write_inventory(workdir, nodes)
         out["bare_interpreter"] = median_run([sys.executable, "-c", "pass"], repeats)
-        out["plan"] = plan_growth(inv_path, workdir, worlds, repeats, progress)
-        big = 16384 if 16384 in worlds else worlds[-1]
-        out["phases"] = {"job_gpus": big, "seconds": phases(inv_path, big)}
-        progress("writing the node reports")
-        rdir = write_report_dir(workdir, nodes)
-        out["report_dir"] = report_dir_runs(rdir, workdir, repeats, progress)
-        out["bind"] = bind_run(inv_path, workdir, big, repeats, progress)
-        progress("daemon cycle")
-        jobs = daemon_jobs or (DAEMON_JOBS_QUICK if quick else DAEMON_JOBS)
-        out["daemon"] = daemon_cycle(nodes, jobs, 2 if quick else 3)
+        if "plan" in parts:
+            out["plan"] = plan_growth(inv_path, workdir, worlds, repeats, progress)
+            big = 16384 if 16384 in worlds else worlds[-1]
+            out["phases"] = {"job_gpus": big, "seconds": phases(inv_path, big)}
+        if "reports" in parts:
+            progress("writing the node reports")
+            rdir = write_report_dir(workdir, nodes)
+            out["report_dir"] = report_dir_runs(rdir, workdir, repeats, progress)
+        if "start" in parts:
+            out["start"] = launch.run(inv_path, workdir, start_worlds, repeats, progress)
+        if "daemon" in parts:
+            progress("daemon cycle")
+            jobs = daemon_jobs or (DAEMON_JOBS_QUICK if quick else DAEMON_JOBS)
+            out["daemon"] = daemon_cycle(nodes, jobs, 2 if quick else 3)
     finally:
         if own:
             shutil.rmtree(workdir, ignore_errors=True)
+    out["loadavg"].append(os.getloadavg()[0])
     out["wall_s"] = time.perf_counter() - t0
     return out
 
@@ -512,8 +480,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=None, help="write cli.json here")
     ap.add_argument("--workdir", default=None, help="keep inputs and outputs here")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"comma-separated parts to run (default all: {','.join(PARTS)})")
     args = ap.parse_args(argv)
-    res = run(args.quick, args.workdir, progress=lambda m: print(f"  {m}", file=sys.stderr))
+    parts = args.parts.split(",")
+    for part in parts:
+        if part not in PARTS:
+            ap.error(f"unknown part {part!r} (known: {', '.join(PARTS)})")
+    res = run(args.quick, args.workdir, progress=lambda m: print(f"  {m}", file=sys.stderr),
+              parts=parts)
+    for title, header, rows in tables(res):
+        print(f"\n{title}", file=sys.stderr)
+        for r in [header] + rows:
+            print("  " + " | ".join(str(c) for c in r), file=sys.stderr)
     text = json.dumps(res, indent=1)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

@@ -178,7 +178,8 @@ def test_cli_entry_points(tmp_path):
     succeed, and the tables and plot are made from what it returns."""
     from bench import cli
 
-    res = cli.run(workdir=str(tmp_path), nodes=16, worlds=(8, 64), repeats=1, daemon_jobs=3)
+    res = cli.run(workdir=str(tmp_path), nodes=16, worlds=(8, 64), repeats=1, daemon_jobs=3,
+                  start_worlds=(64,))
     assert [r["job_gpus"] for r in res["plan"]] == [8, 64]
     for r in res["plan"]:
         assert "error" not in r, r
@@ -186,11 +187,28 @@ def test_cli_entry_points(tmp_path):
         assert set(r["files_bytes"]) == {"env.json", "job.sbatch", "rankmap.csv", "rankmap.json"}
     rd = res["report_dir"]
     assert rd["reports"] == 16 and rd["compiled_bytes"] and "error" not in rd["warm"]
-    b = res["bind"]
-    assert "error" not in b["bind"], b["bind"]
-    assert b["ranks"] == 64
+    start = res["start"]
+    assert [r["ranks"] for r in start] == [64]
+    for r in start:
+        assert "error" not in r["bind"], r["bind"]
+        assert "error" not in r["launch"] and "error" not in r["bare_shell"], r
+        assert r["task_env_var_bytes"] > 0 and r["run_dir_bytes"] > r["task_env_bytes"] > 0
     assert {"release"} <= set(res["daemon"]["actions"][0]), res["daemon"]
     titles = [t[0] for t in cli.tables(res)]
     assert any("slurmtopo plan" in t for t in titles) and any("Start time" in t for t in titles)
+    growth = next(rows for title, _, rows in cli.tables(res) if title.startswith("Growth"))
+    assert growth[0][0] == "8 -> 64" and len(growth) == 3
     cli.plot(res, str(tmp_path / "cli.png"))
     assert os.path.getsize(tmp_path / "cli.png") > 0
+
+
+def test_launch_entry_point(tmp_path, capsys):
+    """`python -m bench.launch` on 16 nodes: bind and one task's launch at
+    64 ranks, and the table printed."""
+    from bench import launch
+
+    assert launch.main(["--workdir", str(tmp_path), "--nodes", "16", "--worlds", "64",
+                        "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Start time through the command line")
+    assert "  64 | " in out and "failed" not in out
