@@ -182,7 +182,6 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
                log: List[str]) -> Dict[str, str]:
     """The NCCL topology file a virtualised node type needs in the run
     directory, rendered now (nothing is written here)."""
-    from slurmtopo.nccl_topo import render
     from slurmtopo.rankmap import nccl_topo_plan
 
     plan = nccl_topo_plan(inv, placement, run_dir)
@@ -190,6 +189,8 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
         log.append(plan.note)
     if plan.write is None or run_dir is None:
         return {}
+    from slurmtopo.nccl_topo import render  # (xml, ~10 ms to import: only when needed)
+
     path, hw = plan.write
     try:
         return {path: render(hw, "written by slurmtopo bind for this job").text}
