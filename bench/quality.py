@@ -27,7 +27,8 @@ from slurmtopo.model import ClusterState
 
 from bench.scenarios import Scenario, ScenarioSpec, build, free_gpus
 
-#: placement -> the function of slurmtopo.placement that makes it
+#: placement -> the function that makes it: slurmtopo.choice.plan, or a
+#: baseline of slurmtopo.placement
 PLANNERS = {
     "slurmtopo": "plan",
     "slurm-default": "naive_plan",
@@ -46,9 +47,15 @@ EPS = 1e-9
 
 
 def _api():
-    from slurmtopo import cost, placement
+    from slurmtopo import choice, cost, placement
     from slurmtopo.errors import PlacementError, SlurmtopoError
-    return placement, cost, PlacementError, SlurmtopoError
+    return placement, cost, PlacementError, SlurmtopoError, choice
+
+
+def planner_function(name: str):
+    """The function that makes placement ``name`` (:data:`PLANNERS`)."""
+    placement, _, _, _, choice = _api()
+    return getattr(choice if name == "slurmtopo" else placement, PLANNERS[name])
 
 
 def cost_params(inv, params=None):
@@ -102,9 +109,9 @@ def _label(value) -> Optional[str]:
 
 def place(name: str, sc: Scenario, req=None, params=None) -> Dict[str, Any]:
     """Place ``sc`` with one planner and price the placement."""
-    placement, cost, PlacementError, SlurmtopoError = _api()
+    placement, cost, PlacementError, SlurmtopoError, _ = _api()
     req = req if req is not None else sc.job.request()
-    fn = getattr(placement, PLANNERS[name])
+    fn = planner_function(name)
     t0 = time.perf_counter()
     try:
         if name == "random":
@@ -147,7 +154,7 @@ def run_scenario(spec, params=None, planners: Sequence[str] = tuple(PLANNERS),
     ``default_messages``: price with the cost model's own per-kind message
     sizes (one collective per kind) instead of the scenario's per-step
     volumes."""
-    placement, cost, PlacementError, SlurmtopoError = _api()
+    placement, cost, PlacementError, SlurmtopoError, _ = _api()
     sc = build(spec)
     if default_messages:
         sc.job = replace(sc.job, message_bytes=())

@@ -121,7 +121,7 @@ def _repeats(world: int, quick: bool) -> int:
 def planner_grid(inventories: Sequence[int] = INVENTORIES, jobs: Sequence[int] = JOBS,
                  busy: Sequence[int] = BUSY, quick: bool = False, memory: bool = True,
                  progress: Optional[Callable[[str], None]] = None) -> List[Dict[str, Any]]:
-    from slurmtopo import cost, placement
+    from slurmtopo import choice, cost
     from slurmtopo.errors import PlacementError
 
     rows = []
@@ -145,7 +145,7 @@ def planner_grid(inventories: Sequence[int] = INVENTORIES, jobs: Sequence[int] =
                 row["layout"] = job.describe()
 
                 def do_plan():
-                    return placement.plan(inv, state, req)
+                    return choice.plan(inv, state, req)
 
                 clear_caches(inv, state)
                 gc.collect()
@@ -273,7 +273,7 @@ def end_to_end(directory: str, repeats: int = 7, world: int = 64,
     """Load inventory + state files, build the request, plan, price: what
     ``slurmtopo plan`` does for a user, minus imports and printing,
     in-process with every cache cleared first. Each phase is timed too."""
-    from slurmtopo import cost, placement
+    from slurmtopo import choice, cost
     from slurmtopo.errors import PlacementError
     from slurmtopo.inventory import load_inventory
     from slurmtopo.state import load_state
@@ -292,7 +292,7 @@ def end_to_end(directory: str, repeats: int = 7, world: int = 64,
             st = load_state(st_p, inv)
             t2 = time.perf_counter()
             req = job.request()
-            pl = placement.plan(inv, st, req)
+            pl = choice.plan(inv, st, req)
             t3 = time.perf_counter()
             cost.evaluate(inv, pl, req, cost_params(inv))
             t4 = time.perf_counter()
@@ -346,7 +346,7 @@ def cli_end_to_end(directory: str, repeats: int = 5, nodes: int = 128,
         return lambda: subprocess.run(c, capture_output=True, cwd=out_dir, check=False)
 
     imports = [sys.executable, "-c", "import slurmtopo.cli, slurmtopo.commands.plan, "
-               "slurmtopo.inventory, slurmtopo.state, slurmtopo.placement, slurmtopo.cost, "
+               "slurmtopo.inventory, slurmtopo.state, slurmtopo.choice, slurmtopo.cost, "
                "slurmtopo.rankmap, slurmtopo.sbatch, slurmtopo.preview, rich.console"]
     bare, imp, full = [], [], []
     for _ in range(repeats):  # interleaved, so load from elsewhere hits all alike

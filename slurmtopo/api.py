@@ -144,7 +144,7 @@ def load_state_file(cluster: Inventory, path: Optional[str]) -> ClusterState:
 
 def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequest) -> Placement:
     """The topology-aware placement (raises PlacementError)."""
-    from slurmtopo.placement import plan
+    from slurmtopo.choice import plan
 
     return plan(cluster, state, request)
 

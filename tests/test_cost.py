@@ -14,7 +14,8 @@ from slurmtopo.groups import Layout, build_groups
 from slurmtopo.inventory import load_inventory
 from slurmtopo.links import LinkClass
 from slurmtopo.model import Inventory
-from slurmtopo.placement import leaf_constrained_plan, naive_plan, plan, random_plan
+from slurmtopo.choice import plan
+from slurmtopo.placement import leaf_constrained_plan, naive_plan, random_plan
 from slurmtopo.placement.common import build_placement
 from slurmtopo.presets import preset
 from slurmtopo.request import JobRequest

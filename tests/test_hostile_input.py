@@ -252,7 +252,7 @@ def test_master_port_checked_by_the_script_builder_too():
     from slurmtopo.errors import SlurmtopoError
     from slurmtopo.groups import Layout
     from slurmtopo.inventory import load_inventory
-    from slurmtopo.placement import plan
+    from slurmtopo.choice import plan
     from slurmtopo.request import JobRequest
     from slurmtopo.sbatch import SbatchRequest
 
@@ -328,7 +328,7 @@ def test_nodes_slurm_does_not_know_are_named_as_such():
     from slurmtopo.groups import Layout
     from slurmtopo.inventory import load_inventory
     from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, NodeState
-    from slurmtopo.placement import plan
+    from slurmtopo.choice import plan
     from slurmtopo.request import JobRequest
 
     inv = load_inventory(INV)

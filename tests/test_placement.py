@@ -16,8 +16,10 @@ from slurmtopo.groups import Layout, build_groups
 from slurmtopo.inventory import load_inventory
 from slurmtopo.links import LinkClass
 from slurmtopo.model import ClusterState, Fabric, Inventory, Node, NodeState, Switch
-from slurmtopo.placement import leaf_constrained_plan, naive_plan, nic_choice, plan, random_plan
-from slurmtopo.placement.planner import positions, span_of
+from slurmtopo.choice import plan
+from slurmtopo.groups import span_of
+from slurmtopo.placement import leaf_constrained_plan, naive_plan, nic_choice, random_plan
+from slurmtopo.placement.constraints import positions
 from slurmtopo.presets import preset
 from slurmtopo.request import LEVELS, JobRequest, satisfies
 from slurmtopo.state import load_state
@@ -587,15 +589,16 @@ def test_slurms_default_is_a_candidate_at_every_job_size(world, monkeypatch):
     # (here a random placement stands in for a planner regression), plan()
     # with the safety net is never modelled slower than Slurm's default,
     # above the 4,096 ranks where other nestings stop being proposed too
-    from slurmtopo.placement import planner
+    from slurmtopo import choice
+    from slurmtopo.placement.planner import FIRST, Proposal
 
     inv = _big(1024)
     req = JobRequest(Layout(tp=2, dp=world // 2))
 
-    def bad(inv_, req_, groups, cand, tree):
-        return [("plan", random_plan(inv_, None, req_, seed=7))]
+    def bad(inv_, req_, groups, cand, tree, speeds):
+        return [Proposal(FIRST, random_plan(inv_, None, req_, seed=7))]
 
-    monkeypatch.setattr(planner, "_proposals", bad)
+    monkeypatch.setattr(choice, "proposals", bad)
     naive = evaluate(inv, naive_plan(inv, None, req), req).step_time_s
     alone = evaluate(inv, plan(inv, None, req, safety_net=False), req).step_time_s
     netted = evaluate(inv, plan(inv, None, req), req).step_time_s
@@ -631,7 +634,7 @@ def test_partly_relaxed_keeps_the_blocks_that_fit():
 
 
 def test_constraint_report():
-    from slurmtopo.placement import constraint_report
+    from slurmtopo.choice import constraint_report
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=8, dp=3), require={"tp": "nvlink"}, prefer={"dp": "leaf"})
     pl = plan(inv, None, req)

@@ -132,7 +132,7 @@ def test_default_colour_kind(h100):
 
 def test_preview_lists_every_split_and_warns_far_from_the_bound():
     from slurmtopo.cost import evaluate, lower_bound
-    from slurmtopo.placement import plan
+    from slurmtopo.choice import plan
     from slurmtopo.request import JobRequest
     from slurmtopo.preview import render_plan, splits
 

@@ -10,7 +10,7 @@ from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
 from slurmtopo.model import ClusterState, NodeState
-from slurmtopo.placement import plan
+from slurmtopo.choice import plan
 from slurmtopo.placement.queue import (INELIGIBLE, eligible_state, fits_ever, parse_constraint,
                                        plan_for_queue)
 from slurmtopo.request import JobRequest

@@ -16,7 +16,7 @@ which
    auto|yes|no``; see :func:`detect_constrained`);
 3. keeps the plan when every planned GPU was allocated, otherwise re-plans
    on exactly the allocation (everything else marked busy) with
-   :func:`slurmtopo.placement.plan` and logs what moved;
+   :func:`slurmtopo.choice.plan` and logs what moved;
 4. writes ``DIR/hostfile`` (line r = host of rank r, for ``srun
    --distribution=arbitrary``), ``DIR/rankmap.json`` (what really runs),
    ``DIR/task-env.sh`` (every task's environment as POSIX sh; for a big job

@@ -114,7 +114,7 @@ def replan(doc: Mapping[str, Any], inv: Inventory, alloc: Allocation, log: List[
     from slurmtopo.errors import PlacementError
 
     if planner is None:
-        from slurmtopo.placement import plan as planner
+        from slurmtopo.choice import plan as planner
     inv = with_allocated_nodes(inv, alloc, log)
     state = allocation_state(inv, alloc)
     for relax in (False, True):

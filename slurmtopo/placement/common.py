@@ -344,23 +344,3 @@ def build_placement(inv: Inventory, req: JobRequest, assign: Sequence[Tuple[str,
                             cpus=cpus, numa_node=numa)
         slots.append(slot)
     return Placement(slots=tuple(slots), groups=groups, hosts=tuple(hosts), notes=tuple(notes))
-
-
-def constraint_report(inv: Inventory, placement: Placement, req: JobRequest,
-                      params=None) -> Dict[str, Tuple[str, str, bool, bool]]:
-    """For every kind in ``req.require`` and ``req.prefer``: (level asked,
-    tightest level its groups actually stay inside, met, hard). The
-    placement daemon uses it to decide whether waiting (``req.wait``) could
-    buy an unmet preference. Kinds the layout lacks (or of size 1) are met."""
-    from slurmtopo.cost import evaluate
-    from slurmtopo.request import level_of_class, satisfies
-    rep = evaluate(inv, placement, req, params)
-    out: Dict[str, Tuple[str, str, bool, bool]] = {}
-    for hard, mapping in ((False, req.prefer), (True, req.require)):
-        for kind, level in mapping.items():
-            gc = rep.kinds.get(kind)
-            if gc is None or gc.size <= 1:
-                out[kind] = (level, "nvlink", True, hard)
-                continue
-            out[kind] = (level, level_of_class(gc.slowest), satisfies(gc.slowest, level), hard)
-    return out

@@ -314,6 +314,13 @@ def _candidates(info: HwInfo, free: Tuple[int, ...], k: int):
     return [tuple(sorted(loc[i:i + k])) for i in range(0, len(loc) - k + 1)]
 
 
+def gpu_subsets(hw: Hardware, free: Tuple[int, ...], k: int):
+    """The sets of ``k`` of the ``free`` GPUs worth trying: every one when
+    there are few, else windows along the node's locality order (NVLink
+    islands, PCIe switches, NUMA nodes)."""
+    return _candidates(hw_info(hw), free, k)
+
+
 def nested_chain(levels: Sequence[Level], k: int) -> Tuple[Level, ...]:
     """Keep the levels that nest (each size divides the next and ``k``),
     bounded levels first; sizes of 1 and duplicates are dropped (a bound

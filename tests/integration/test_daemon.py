@@ -81,7 +81,7 @@ def plain_script(devcluster, nodes: int, gpn: int, cmd: str = "sleep 300") -> st
 def slurmtopo_script(devcluster, inv, inv_path, req, cmd) -> str:
     """The real `slurmtopo sbatch` script: plan embedded, `slurmtopo bind`
     at start, one srun."""
-    from slurmtopo.placement import plan
+    from slurmtopo.choice import plan
     from slurmtopo.sbatch import SbatchRequest
 
     (devcluster.dir / "out").mkdir(exist_ok=True)

@@ -89,7 +89,7 @@ def test_live_nodes_and_jobs_agree_with_slurm(devcluster, backend):
 def test_plan_with_live_state_avoids_gpus_jobs_hold(devcluster, backend):
     from slurmtopo.groups import Layout
     from slurmtopo.inventory import load_inventory
-    from slurmtopo.placement import plan
+    from slurmtopo.choice import plan
     from slurmtopo.request import JobRequest
 
     a = _sleeper(devcluster, "-w", "node1", "--gres=gpu:3")

@@ -23,7 +23,7 @@ from slurmtopo.cost import CostParams, evaluate, lower_bound
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.model import (ClusterState, Fabric, Inventory, Node, NodeState, NvlinkDomain,
                              Placement, Switch)
-from slurmtopo.placement import plan
+from slurmtopo.choice import plan
 from slurmtopo.presets import preset
 from slurmtopo.request import JobRequest
 

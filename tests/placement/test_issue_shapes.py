@@ -15,7 +15,8 @@ from bench.scenarios import build, busy_state, h100_nvl, hgx_fattree, l40s, nvl7
 from slurmtopo.cost import CostParams, evaluate
 from slurmtopo.groups import Layout
 from slurmtopo.links import LinkClass
-from slurmtopo.placement import leaf_constrained_plan, naive_plan, plan, random_plan
+from slurmtopo.choice import plan
+from slurmtopo.placement import leaf_constrained_plan, naive_plan, random_plan
 from slurmtopo.request import JobRequest
 
 

@@ -140,7 +140,7 @@ def _script_for(tmp_inv, topology):
     from slurmtopo.groups import Layout
     from slurmtopo.inventory import load_inventory
     from slurmtopo.model import ClusterState
-    from slurmtopo.placement import plan
+    from slurmtopo.choice import plan
     from slurmtopo.request import JobRequest
     from slurmtopo.sbatch import SbatchRequest
     from tests.slurm.conftest import FIXTURES

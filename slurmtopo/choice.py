@@ -1,0 +1,187 @@
+"""The placement a job gets: the planner's proposals
+(:func:`slurmtopo.placement.planner.proposals`) and Slurm's default
+placement, priced by the cost model, the fastest kept (:func:`plan`).
+
+This is the layer above both the planner and the cost model, so that
+dependencies run one way: groups -> placement -> cost -> choice. The
+planner compares link speeds in the cost model's figures through
+:class:`CostModelSpeeds`, never by importing the cost model itself.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from slurmtopo.cost import CostParams, CostReport, evaluate
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.groups import build_groups
+from slurmtopo.links import LinkClass
+from slurmtopo.model import ClusterState, Hardware, Inventory, Placement
+from slurmtopo.placement.baselines import naive_from
+from slurmtopo.placement.common import candidates, not_enough_gpus
+from slurmtopo.placement.fabric import fabric_tree
+from slurmtopo.placement.planner import (MODEL, NESTING, NODE_CAP, ONE_PHASE, POD_BY_POD, Proposal,
+                                         proposals)
+from slurmtopo.request import JobRequest, level_of_class, satisfies
+
+#: another nesting is used only when it models at least this much faster
+ALT_NESTING_MARGIN = 0.05
+
+#: Proposal.kind of Slurm's default placement (the safety net)
+NAIVE = "naive"
+
+#: why a proposal other than the first was kept, for the note
+_WHY = {
+    NAIVE: "Slurm's default placement (nodes in hostname order, ranks in block order)",
+    POD_BY_POD: "splitting spanning groups pod by pod",
+    ONE_PHASE: "relaxing every block alike (none kept whole first)",
+}
+
+
+class CostModelSpeeds:
+    """The planner's view of link speeds (:class:`~slurmtopo.placement.speeds.LinkSpeeds`)
+    in the cost model's figures under ``params`` (the defaults: the planner
+    compares links, it does not price the job)."""
+
+    def __init__(self, params: Optional[CostParams] = None):
+        self.params = params if params is not None else CostParams()
+        self._order: Dict[int, Tuple[Hardware, Tuple[float, ...]]] = {}
+
+    def ring(self, hw: Hardware, gpus: Tuple[int, ...]) -> Tuple[LinkClass, float]:
+        return self.params.hw(hw).intra(gpus)
+
+    def network_share(self, hw: Hardware) -> Sequence[float]:
+        return self.params.hw(hw).net
+
+    def hardware_order(self, hw: Hardware) -> Tuple[float, ...]:
+        hit = self._order.get(id(hw))
+        if hit is None or hit[0] is not hw:
+            hc = self.params.hw(hw)
+            hit = self._order[id(hw)] = (hw, (-(hc.lane * hc.max_lanes), -max(hc.net or [0.0]),
+                                              -hc.pcie))
+        return hit[1]
+
+
+def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
+         safety_net: bool = True) -> Placement:
+    """Place every rank of ``req`` on a free GPU, topology-aware (gang: all
+    ranks or :class:`~slurmtopo.errors.PlacementError` saying why not). See
+    docs/placement.md.
+
+    The planner proposes a few placements and the cost model picks the
+    fastest (:func:`cheapest`). With ``safety_net`` (the default) Slurm's
+    default placement is one more candidate, at every job size, so the
+    result is never modelled slower than what Slurm would give; tests turn
+    it off to check the planner's own proposals."""
+    tree = fabric_tree(inv)
+    cand = candidates(inv, state, req, tree.node_pod)
+    err = not_enough_gpus(req, cand)
+    if err is not None:
+        raise err
+    groups = build_groups(req.layout)
+    options = proposals(inv, req, groups, cand, tree, CostModelSpeeds())
+    if safety_net and req.layout.world > 1:
+        naive = naive_from(inv, req, cand, groups)
+        if meets_require(inv, req, naive):
+            options.append(Proposal(NAIVE, naive))
+    return cheapest(inv, req, options)
+
+
+def meets_require(inv: Inventory, req: JobRequest, pl: Placement) -> bool:
+    """Does ``pl`` keep every required kind inside its level?"""
+    if not req.require:
+        return True
+    rep = evaluate(inv, pl, req, CostParams())
+    for kind, level in req.require.items():
+        gc = rep.kinds.get(kind)
+        if gc is not None and gc.size > 1 and not satisfies(gc.slowest, level):
+            return False
+    return True
+
+
+def _tp_class(r: CostReport) -> LinkClass:
+    return max((r.kinds[k].slowest for k in ("tp", "expert-tp") if k in r.kinds),
+               default=LinkClass.SELF)
+
+
+def _tp_time(r: CostReport) -> float:
+    return max((r.kinds[k].time_s for k in ("tp", "expert-tp") if k in r.kinds), default=0.0)
+
+
+def slower_tp(r: CostReport, first: CostReport) -> bool:
+    """Does ``r`` move tensor parallel to slower links than ``first``: a
+    slower class, or, where TP crosses the network anyway, a collective
+    slowed by a larger factor than the whole step is sped up (TP groups
+    spread one rank a host instead of 4+4). Such a trade is lost as soon
+    as a step runs TP a little more often than the message sizes weigh
+    it."""
+    first_cls = _tp_class(first)
+    if _tp_class(r) > first_cls:
+        return True
+    t0, t1 = _tp_time(first), _tp_time(r)
+    return first_cls.is_network and t0 > 0 and r.step_time_s > 0 and \
+        t1 / t0 > first.step_time_s / r.step_time_s
+
+
+def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Placement:
+    """The option the cost model prices fastest (the first on ties), with
+    a note when it is not the planner's first proposal. Another nesting
+    must be :data:`ALT_NESTING_MARGIN` faster and keep tensor parallel on
+    links as fast (:func:`slower_tp`): the default message sizes weigh
+    one collective of each kind, while a real step runs TP's many times
+    more often (docs/cost-model.md)."""
+    first = options[0].placement
+    if len(options) == 1:
+        return first
+    try:
+        params = CostParams.from_inventory(inv)
+    except SlurmtopoError:
+        return first  # a bad cost block is reported where costs are shown
+    reps = [evaluate(inv, o.placement, req, params, step_only=True) for o in options]
+    times = [r.step_time_s for r in reps]
+    best = 0
+    for i, t in enumerate(times):
+        margin = 1e-9
+        if options[i].kind == NESTING:
+            if slower_tp(reps[i], reps[0]):
+                continue
+            margin = ALT_NESTING_MARGIN  # the usual nesting unless clearly slower
+        if t < times[best] * (1 - margin):
+            best = i
+    if best == 0:
+        return first
+    chosen = options[best]
+    a, b = times[0], times[best]
+    if chosen.kind == MODEL:
+        note = (f"all ranks on {chosen.model} nodes: the cluster mixes GPU models and this one "
+                f"holds the job")
+    elif chosen.kind == NESTING:
+        note = "this nesting models faster than tensor parallel innermost"
+    elif chosen.kind == NODE_CAP:
+        note = (f"at most {chosen.node_cap} ranks a node, so rings stay on GPUs of one socket "
+                f"or PCIe switch: models faster than filling whole nodes")
+    else:
+        note = f"{_WHY[chosen.kind]} models faster here"
+    # Slurm's default: the planner's notes say what it tried and why
+    notes = [n for n in first.notes if not n.startswith(f"{req.layout.world} ranks on")] \
+        if chosen.kind == NAIVE else list(chosen.placement.notes)
+    notes.append(f"{note} ({b * 1e3:.3f} ms vs {a * 1e3:.3f} ms a step); using it")
+    pl = chosen.placement
+    return Placement(slots=pl.slots, groups=pl.groups, hosts=pl.hosts, notes=tuple(notes))
+
+
+def constraint_report(inv: Inventory, placement: Placement, req: JobRequest,
+                      params=None) -> Dict[str, Tuple[str, str, bool, bool]]:
+    """For every kind in ``req.require`` and ``req.prefer``: (level asked,
+    tightest level its groups actually stay inside, met, hard). The
+    placement daemon uses it to decide whether waiting (``req.wait``) could
+    buy an unmet preference. Kinds the layout lacks (or of size 1) are met."""
+    rep = evaluate(inv, placement, req, params)
+    out: Dict[str, Tuple[str, str, bool, bool]] = {}
+    for hard, mapping in ((False, req.prefer), (True, req.require)):
+        for kind, level in mapping.items():
+            gc = rep.kinds.get(kind)
+            if gc is None or gc.size <= 1:
+                out[kind] = (level, "nvlink", True, hard)
+                continue
+            out[kind] = (level, level_of_class(gc.slowest), satisfies(gc.slowest, level), hard)
+    return out

@@ -1,0 +1,455 @@
+"""Splitting blocks of ranks over hosts: how the ranks of a group that
+must span hosts are cut into pieces, and what a split costs.
+
+A hierarchical collective over ``h`` hosts is set by the host with the
+fewest ranks ``l``: each rank's slice of the inter-host ring is
+``M / (l * h)``, so a rank alone on a host (7+1, 6+1+1) is as bad as it is
+in training. :func:`water_fill` spreads ranks evenly over chosen nodes;
+:class:`BlockPacker` packs them block by block instead (whole blocks on
+nodes that hold one, every other block by a pattern of piece sizes ranked
+by the cost model's hierarchical all-reduce, or, for blocks too big for
+patterns, with no piece below a threshold) and prices the result
+(:meth:`BlockPacker.split_cost`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from slurmtopo.links import LinkClass
+from slurmtopo.placement.common import Candidates
+from slurmtopo.placement.fabric import FabricTree
+from slurmtopo.placement.intranode import gpu_subsets
+from slurmtopo.placement.speeds import LinkSpeeds
+
+#: (node index, ranks) in position order; a node may appear more than once
+Allocation = List[Tuple[int, int]]
+
+
+def water_fill(caps: List[Tuple[int, int]], need: int, unit: int) -> List[Tuple[int, int]]:
+    """Spread ``need`` ranks over nodes ``(index, capacity)`` as evenly as
+    whole units allow: the largest level t with sum(min(cap, t)) <= need,
+    then one more unit to the first nodes with room."""
+    units = [(i, c // unit) for i, c in caps]
+    n = need // unit
+    lo, hi = 0, max(c for _, c in units)
+    while lo < hi:  # largest t with sum(min(c, t)) <= n
+        mid = (lo + hi + 1) // 2
+        if sum(min(c, mid) for _, c in units) <= n:
+            lo = mid
+        else:
+            hi = mid - 1
+    amount = {i: min(c, lo) for i, c in units}
+    left = n - sum(amount.values())
+    for i, c in units:
+        if left <= 0:
+            break
+        if c > amount[i]:
+            amount[i] += 1
+            left -= 1
+    return [(i, amount[i] * unit) for i, _ in units if amount[i] > 0]
+
+
+def blocks_of(seq: Sequence[Tuple[int, int]], s: int, whole: bool = False):
+    """The pieces ({node: ranks}) of every block of ``s`` consecutive
+    positions that ``seq`` ((node, ranks) in position order; a node may
+    appear more than once) puts on more than one host (with ``whole``,
+    of every block)."""
+    out = []
+    pieces: Dict[int, int] = {}
+    pos = 0
+    block = 0
+    for idx, k in seq:
+        while k > 0:
+            b = pos // s
+            if b != block:
+                if len(pieces) > 1 or (whole and pieces):
+                    out.append(pieces)
+                pieces = {}
+                block = b
+            take = min(k, (b + 1) * s - pos)
+            pieces[idx] = pieces.get(idx, 0) + take
+            pos += take
+            k -= take
+    if len(pieces) > 1 or (whole and pieces):
+        out.append(pieces)
+    return out
+
+
+def hier_share(l_max: int, l_min: int, h: int, b_in: float, b_net: float) -> float:
+    """Bandwidth term of the cost model's hierarchical all-reduce of one
+    byte over ``h`` hosts (:func:`slurmtopo.cost.hier_time` without the
+    latencies): the in-node reduce-scatter/all-gather over ``l_max`` ranks
+    at ``b_in`` plus the inter-host ring of each rank's slice, priced by
+    the host with the fewest ranks at the slowest NIC share ``b_net``."""
+    t = 2 * (h - 1) / (l_min * h * b_net)
+    if l_max > 1:
+        t += 2 * (l_max - 1) / (l_max * b_in)
+    return t
+
+
+def piece_patterns(units: int, most: int = 4) -> List[Tuple[int, ...]]:
+    """Ways to split a block of ``units`` units over 2..``most`` hosts
+    (parts in units, largest first)."""
+    out: List[Tuple[int, ...]] = []
+
+    def rec(left: int, cap: int, parts: List[int]) -> None:
+        if left == 0:
+            if len(parts) >= 2:
+                out.append(tuple(parts))
+            return
+        if len(parts) >= most:
+            return
+        for a in range(min(left, cap), 0, -1):
+            rec(left - a, a, parts + [a])
+
+    rec(units, units - 1, [])
+    return out
+
+
+#: blocks of at most this many units are packed by piece patterns (the
+#: patterns of a bigger block are too many to try, and its pieces are whole
+#: nodes anyway on the clusters seen so far)
+PACK_MAX_UNITS = 16
+
+
+#: thresholds of the smallest piece tried for a block too big for patterns
+PACK_MAX_THRESHOLDS = 8
+
+
+def split_min_piece(rest: Sequence[Tuple[int, int, int]], blocks: int, span: int, piece_unit: int,
+                     p: int) -> Optional[List[Tuple[int, int]]]:
+    """``blocks`` blocks of ``span`` ranks over the nodes ``rest`` ((room, pod,
+    node) in preference order), block after block, no piece smaller than
+    ``p`` (amounts in multiples of ``piece_unit``) and the pieces of a block on
+    distinct nodes, in the pod of its first piece when they can: the
+    largest room while the rest of the block is bigger than it (keeping
+    ``p`` for the last piece), then the least room that holds the rest.
+    Returns (node, ranks) in position order, or None when a block finds no
+    room."""
+    # room -> pod -> stack of (preference, node), the preferred on top
+    rooms: Dict[int, Dict[int, List[Tuple[int, int]]]] = {}
+    for order, (c, pod, i) in reversed(list(enumerate(rest))):
+        if c >= p:
+            rooms.setdefault(c, {}).setdefault(pod, []).append((order, i))
+
+    def take(c: int, pod: int) -> Tuple[int, int]:
+        stack = rooms[c][pod]
+        order, i = stack.pop()
+        if not stack:
+            del rooms[c][pod]
+            if not rooms[c]:
+                del rooms[c]
+        return order, i
+
+    def put(c: int, pod: int, order: int, i: int) -> None:
+        stack = rooms.setdefault(c, {}).setdefault(pod, [])
+        stack.append((order, i))
+        stack.sort(reverse=True)
+
+    def find(sizes, pod: Optional[int], avoid) -> Optional[Tuple[int, int]]:
+        """(room, pod) of the first size with a node not in ``avoid``: in
+        ``pod`` first, else the pod whose best node is preferred."""
+        for want_pod in ((pod, None) if pod is not None else (None,)):
+            for c in sizes:
+                by_pod = rooms.get(c)
+                if not by_pod:
+                    continue
+                if want_pod is not None:
+                    stack = by_pod.get(want_pod)
+                    if stack and stack[-1][1] not in avoid:
+                        return c, want_pod
+                    continue
+                got = min(((st[-1][0], q) for q, st in by_pod.items()
+                           if st and st[-1][1] not in avoid), default=None)
+                if got is not None:
+                    return c, got[1]
+        return None
+
+    out: List[Tuple[int, int]] = []
+    for _ in range(blocks):
+        left, pod, used, back = span, None, set(), []
+        while left > 0:
+            sizes = sorted(c for c in rooms if c >= left)
+            hit = find(sizes, pod, used)
+            if hit is not None:  # the least room that holds the rest
+                c, q = hit
+                k = left
+            else:
+                if left < 2 * p:
+                    return None
+                hit = find(sorted(rooms, reverse=True), pod, used)
+                if hit is None:
+                    return None
+                c, q = hit
+                k = c if left - c >= p else (left - p) // piece_unit * piece_unit
+                if k < p:
+                    return None
+            order, i = take(c, q)
+            if c - k >= p:
+                back.append((c - k, q, order, i))
+            used.add(i)
+            pod = q if pod is None else pod
+            out.append((i, k))
+            left -= k
+        for c, q, order, i in back:  # what is left of a node serves the next blocks
+            put(c, q, order, i)
+    return out
+
+
+class PieceRoom:
+    """Nodes with room for pieces of split blocks, bucketed by free ranks
+    left and by speed class (nodes whose pieces of every size are equally
+    fast), so the best place for a piece is found without scanning every
+    node (a fragmented 100k-GPU inventory has thousands)."""
+
+    def __init__(self, rest: Sequence[Tuple[int, int, int, int]], span: int, speed_class):
+        # rest: (capacity left, speed class, pod, node) in preference order
+        self.span = span
+        self.b: Dict[int, Dict[int, List[Tuple[int, int]]]] = {}
+        for c, cls, pod, i in reversed(rest):  # stacks: the first is on top
+            self.b.setdefault(min(c, span), {}).setdefault(cls, []).append((pod, i))
+        self.speed_class = speed_class
+
+    def take(self, want: int, avoid: Sequence[int], pod: Optional[int]):
+        """Best node for a piece of ``want`` ranks: the fastest for that
+        size, in ``pod`` when possible, then the least room that suffices.
+        Returns an undo record, or None when no node has room."""
+        best = None
+        rank = self.speed_class
+        for c in [x for x in self.b if x >= want]:
+            for cls, stack in self.b[c].items():
+                for j in range(len(stack) - 1, max(-1, len(stack) - 2 - len(avoid)), -1):
+                    p_, i = stack[j]
+                    if i in avoid:
+                        continue
+                    key = (rank(cls, want), pod is not None and p_ != pod, c)
+                    if best is None or key < best[0]:
+                        best = (key, c, cls, j)
+                    break
+        if best is None:
+            return None
+        _, c, cls, j = best
+        p_, i = self.b[c][cls].pop(j)
+        if c > want:
+            self.b.setdefault(c - want, {}).setdefault(cls, []).append((p_, i))
+        return (c, cls, j, p_, i, want)
+
+    def undo(self, rec) -> None:
+        c, cls, j, p_, i, want = rec
+        if c > want:
+            self.b[c - want][cls].pop()
+        self.b[c][cls].insert(j, (p_, i))
+
+
+def split_blocks(rest, blocks: int, span: int, allowed: Sequence[Tuple[int, ...]], piece_unit: int,
+                  speed_class) -> Optional[List[List[Tuple[int, int]]]]:
+    """Split ``blocks`` blocks of ``span`` ranks over the nodes ``rest``, each
+    block by the first pattern of ``allowed`` (piece sizes in units of
+    ``piece_unit``, largest first) whose pieces all find room on distinct nodes.
+    None when some block finds none."""
+    room = PieceRoom(rest, span, speed_class)
+    out = []
+    for _ in range(blocks):
+        for parts in allowed:
+            recs = []
+            pod = None
+            for a in parts:
+                rec = room.take(a * piece_unit, [r[4] for r in recs], pod)
+                if rec is None:
+                    break
+                pod = rec[3] if pod is None else pod
+                recs.append(rec)
+            if len(recs) == len(parts):
+                out.append([(r[4], r[5]) for r in recs])
+                break
+            for rec in reversed(recs):
+                room.undo(rec)
+        else:
+            return None
+    return out
+
+
+class BlockPacker:
+    """Packs blocks of ranks over the nodes of one candidate set and prices
+    the splits, with each (signature, piece size)'s speed computed once."""
+
+    def __init__(self, tree: FabricTree, cand: Candidates, speeds: LinkSpeeds):
+        self.tree = tree
+        self.cand = cand
+        self.speeds = speeds
+        self._piece_speed: Dict[Tuple[int, int], Tuple[float, float]] = {}
+
+    def piece_speed(self, idx: int, k: int) -> Tuple[float, float]:
+        """(GB/s of the best ring over ``k`` of the node's free GPUs, the
+        smallest network share among them), in the cost model's figures
+        (:class:`~slurmtopo.placement.speeds.LinkSpeeds`): what one piece of
+        a split block gets on this node."""
+        s = self.cand.sig_of[idx]
+        key = (s, k)
+        hit = self._piece_speed.get(key)
+        if hit is None:
+            hw, free = self.cand.sigs[s]
+            share_of = self.speeds.network_share(hw)
+            best = None
+            for gpus in gpu_subsets(hw, free, min(k, len(free))):
+                gpus = tuple(sorted(gpus))
+                _, bw = self.speeds.ring(hw, gpus) if len(gpus) > 1 else (LinkClass.SELF, math.inf)
+                share = min(share_of[g] for g in gpus)
+                rank = (-bw, -share)
+                if best is None or rank < best[0]:
+                    best = (rank, (bw, share))
+            hit = self._piece_speed[key] = best[1] if best is not None else (1.0, 1.0)
+        return hit
+
+    def split_cost(self, seq: Sequence[Tuple[int, int]], spans: Sequence[int]) -> Tuple:
+        """How well ``seq`` places the blocks of each span, innermost span
+        first: the cost model's all-reduce of the worst block (one host: a
+        ring on the node's best GPUs for it; several: hierarchical,
+        :func:`hier_share`, the in-node part on each piece's best ring,
+        the inter-host ring at the slowest piece's NIC share and the
+        smallest piece's slice), then the number of (node, piece) entries."""
+        out = []
+        for s in spans:
+            worst = 0.0
+            for pieces in blocks_of(seq, s, whole=True):
+                speeds = [self.piece_speed(i, k) for i, k in pieces.items()]
+                b_in = min(sp[0] for (i, k), sp in zip(pieces.items(), speeds) if k > 1) \
+                    if any(k > 1 for k in pieces.values()) else math.inf
+                b_net = min(sp[1] for sp in speeds)
+                t = hier_share(max(pieces.values()), min(pieces.values()), len(pieces),
+                               b_in, b_net)
+                worst = max(worst, t)
+            out.append(round(worst, 12))
+        out.append(len(seq))
+        return tuple(out)
+
+    def pack(self, pool, need: int, span: int, piece_unit: int, spans,
+             whole_where_fast: bool = False) -> Optional[List[Tuple[int, int]]]:
+        """``need`` ranks in blocks of ``span`` over the nodes of ``pool``
+        ((quality, -capacity, tree order, node, capacity), best first),
+        every amount a multiple of ``piece_unit``: whole blocks on nodes that hold
+        one (best nodes first; with ``whole_where_fast`` only where the block's
+        ring is as fast as a half block's ring on the fastest node: a whole
+        block on a ring across sockets can be slower than one split over
+        NVLink pairs on two hosts); every other block split over 2-4 nodes.
+        The patterns of piece sizes are ranked by the cost model's
+        hierarchical all-reduce (:func:`hier_share`) and the packing takes
+        the best threshold for which every block fits with a pattern no
+        worse (so no block gets a singleton piece when an even split fits
+        every block). A node may hold pieces of several blocks, a block's
+        pieces stay in one pod when they can. None when nothing fits."""
+        if need % span or span % piece_unit:
+            return None
+        if span // piece_unit > PACK_MAX_UNITS:
+            return self.pack_large(pool, need, span, piece_unit, spans)
+        tree = self.tree
+        order = tree.tree_order
+        blocks = need // span
+        seq: List[Tuple[int, int]] = []
+        rest = []
+        # a whole block only where its ring is as fast as a piece's could be
+        fastest = max((self.piece_speed(i, max(piece_unit, span // 2))[0] for *_, i, c in pool),
+                      default=0.0) if whole_where_fast else 0.0
+        for _, _, _, i, c in pool:
+            w = min(c // span, blocks)
+            if whole_where_fast and w and self.piece_speed(i, span)[0] < fastest:
+                w = 0
+            if w > 0:
+                seq.append((i, w * span))
+                blocks -= w
+                c -= w * span
+            if c >= piece_unit:
+                rest.append((c // piece_unit * piece_unit, self.cand.sig_of[i],
+                             tree.node_pod[i], i))
+        if blocks == 0:
+            return seq
+        if not rest:
+            return None
+        ref = max(self.piece_speed(i, span)[1] for _, _, _, i in rest)
+        pats = sorted(piece_patterns(span // piece_unit), key=lambda ps: (
+            hier_share(ps[0] * piece_unit, ps[-1] * piece_unit, len(ps), math.inf, ref),
+            len(ps), ps))
+        # nodes whose pieces of every size are equally fast share a class
+        sizes = range(piece_unit, span, piece_unit)
+        classes: Dict[Tuple, int] = {}
+        of_sig: Dict[int, int] = {}
+        ranks: List[Tuple] = []
+        for _, sig, _, i in rest:
+            if sig not in of_sig:
+                key = tuple(self.piece_speed(i, k) for k in sizes)
+                if key not in classes:
+                    classes[key] = len(ranks)
+                    ranks.append(tuple((-bw, -share) for bw, share in key))
+                of_sig[sig] = classes[key]
+        rest = [(c, of_sig[sig], pod, i) for c, sig, pod, i in rest]
+
+        def speed_class(cls: int, k: int) -> Tuple[float, float]:
+            return ranks[cls][k // piece_unit - 1]
+
+        # the best threshold pattern for which every block fits (binary
+        # search: allowing more patterns only makes more blocks fit)
+        lo, hi, got = 0, len(pats) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            trial = split_blocks(rest, blocks, span, pats[:mid + 1], piece_unit, speed_class)
+            if trial is None:
+                lo = mid + 1
+            else:
+                got, hi = trial, mid - 1
+        if got is not None:
+            out = list(seq)
+            for pieces in got:
+                for i, k in pieces:
+                    if out and out[-1][0] == i:
+                        out[-1] = (i, out[-1][1] + k)
+                    else:
+                        out.append((i, k))
+            return out
+        return None
+
+    def pack_large(self, pool, need: int, span: int, piece_unit: int,
+                   spans) -> Optional[Allocation]:
+        """Blocks of more than :data:`PACK_MAX_UNITS` units (a DP group of
+        36 ranks with TP 1), too many for piece patterns: every block split
+        with no piece below a threshold (:func:`split_min_piece`), each
+        threshold tried and the split the cost model's hierarchical
+        all-reduce prices best kept. The smallest piece sets each rank's
+        slice of the inter-host ring, so 8+8+8+6+6 beats 7+7+7+7+7+1."""
+        tree = self.tree
+        rest = [(c // piece_unit * piece_unit, tree.node_pod[i], i)
+                for *_, i, c in pool if c >= piece_unit]
+        if not rest:
+            return None
+        top = max(c for c, _, _ in rest)
+        thresholds = list(range(min(top, span) // piece_unit * piece_unit, 0, -piece_unit))
+        if len(thresholds) > PACK_MAX_THRESHOLDS:
+            step = len(thresholds) / PACK_MAX_THRESHOLDS
+            thresholds = sorted({thresholds[int(j * step)] for j in range(PACK_MAX_THRESHOLDS)}
+                                | {piece_unit}, reverse=True)
+        best = best_key = None
+        for p in thresholds:
+            seq = split_min_piece(rest, need // span, span, piece_unit, p)
+            if seq is None:
+                continue
+            key = self.split_cost(seq, spans)
+            if best_key is None or key < best_key:
+                best, best_key = seq, key
+        return best
+
+    def best_packing(self, pool, need: int, unit: int, spans, best, best_key):
+        """The packing (:meth:`pack`) of the pool by each span and piece
+        unit that the cost model prices below ``best_key``; ``best`` if none."""
+        for span in spans:
+            for piece_unit in sorted({unit} | {t for t in spans if t < span}, reverse=True):
+                if span % piece_unit or piece_unit % unit:
+                    continue
+                for whole_where_fast in (False, True):
+                    seq = self.pack(pool, need, span, piece_unit, spans, whole_where_fast)
+                    if seq is None:
+                        continue
+                    key = self.split_cost(seq, spans)
+                    if key < best_key:
+                        best_key, best = key, seq
+        return best
+

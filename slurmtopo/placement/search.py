@@ -1,0 +1,440 @@
+"""Choosing nodes: the search over the cluster tree for the nodes (and the
+ranks each takes) of a job under one set of capacities.
+
+A job that fits one node goes to the node where its GPUs are best
+connected, then the best fit. One that fits a pod goes to the pod whose
+chosen nodes are best connected, then needs the fewest nodes, then the best
+fit. Bigger jobs walk the tree top-down: children by quality, the largest
+while none can take the rest alone, then the best fit for the rest. Inside
+a pod the ranks are spread evenly in whole units, or packed block by block
+(:mod:`slurmtopo.placement.packing`) when that splits the groups that must
+span hosts better.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+from slurmtopo.errors import PlacementError
+from slurmtopo.links import LinkClass
+from slurmtopo.placement.capacity import Capacities, UsableNodes
+from slurmtopo.placement.common import Candidates
+from slurmtopo.placement.fabric import FabricTree, Scope
+from slurmtopo.placement.intranode import Level, nested_chain, select_scored
+from slurmtopo.placement.packing import Allocation, BlockPacker, blocks_of, water_fill
+from slurmtopo.placement.speeds import LinkSpeeds
+
+#: NodeQuality.tier: the node holds a whole reference block / part of one /
+#: the scope has no usable node (sorts after every node)
+HOLDS_BLOCK, HOLDS_PART, NO_NODE = 0, 1, 9
+
+
+class NodeQuality(NamedTuple):
+    """How well a node's free GPUs can talk, smaller is better, compared as
+    a tuple. Nodes are compared on a common yardstick, the job's innermost
+    block (the *reference block*: TP, or the first block bigger than one
+    rank): a node that holds a whole one is rated by the best ring class of
+    such a block on its free GPUs; one that cannot is worse (the block will
+    cross nodes) and rated by how much of a block it holds, then by that
+    part's ring class. Ties go to the faster node type (mixed clusters)."""
+
+    tier: int
+    part: int  # minus the ranks of the block it holds; 0 when it holds one
+    ring: int  # LinkClass of the best ring over them
+    nvlink: float  # the node type's link speeds, fastest first (negated)
+    network: float
+    pcie: float
+
+    def connection(self) -> tuple:
+        """The quality without the part held: what the packing compares
+        (which share of a block a node holds is what it decides)."""
+        return (self.tier,) + tuple(self[2:])
+
+
+#: the quality of a scope without a usable node
+NO_NODE_QUALITY = NodeQuality(NO_NODE, 0, 99, 0.0, 0.0, 0.0)
+
+
+def pick(kids: List[tuple], need: int, take: Callable) -> None:
+    """``kids``: (quality, capacity, free, order, item). Quality groups
+    best first; in a group the largest while none can take the rest
+    alone, then the best fit (least capacity, fewest free GPUs)."""
+    kids.sort(key=lambda t: (t[0], -t[1], t[3]))
+    i, n = 0, len(kids)
+    while need > 0:
+        if i >= n:
+            raise PlacementError("internal: capacity accounting went wrong")
+        q = kids[i][0]
+        j = i
+        while j < n and kids[j][0] == q:
+            j += 1
+        # kids[i:j]: one quality group, capacity descending
+        while need > 0 and i < j:
+            cap = kids[i][1]
+            if cap < need:
+                take(kids[i][4], cap)
+                need -= cap
+                i += 1
+                continue
+            k = i
+            while k < j and kids[k][1] >= need:
+                k += 1
+            best = min(kids[i:k], key=lambda t: (t[1], t[2], t[3]))
+            take(best[4], need)
+            need = 0
+        i = j
+
+
+class NodeSearch:
+    """The node search of one planning pass: the candidates, the job's
+    nested block sizes (``nested``: TP 8, PP 4 -> [8, 32]) and whether
+    spanning blocks may be packed over the whole job's nodes
+    (``global_split``). :meth:`allocate` records in ``used_global``
+    whether that was done."""
+
+    def __init__(self, tree: FabricTree, cand: Candidates, usable: UsableNodes,
+                 packer: BlockPacker, speeds: LinkSpeeds, world: int, nested: Sequence[int],
+                 global_split: bool):
+        self.tree = tree
+        self.cand = cand
+        self.usable = usable
+        self.packer = packer
+        self.speeds = speeds
+        self.world = world
+        self.nested = list(nested)
+        self.global_split = global_split
+        self.used_global = False
+        #: pods whose ranks the current allocation packed block by block
+        self.packed_pods: Set[int] = set()
+        #: scope (by id) -> free GPUs under it
+        self._scope_free: Dict[int, int] = {}
+
+    # ---- node quality -------------------------------------------------------
+
+    def reference_block(self, caps: Capacities) -> int:
+        sizes = [s for s, _ in caps.node_spans] + [c.span for c in caps.cons] + self.nested
+        sizes = [x for x in sizes if x > 1]
+        return min(sizes) if sizes else 1
+
+    def sig_quality(self, caps: Capacities, s: int, dom: bool) -> NodeQuality:
+        key = (s, dom)
+        q = caps.sig_quality.get(key)
+        if q is None:
+            hw, free = self.cand.sigs[s]
+            cap = caps.caps_by_signature(dom)[s]
+            ref = caps.reference_block
+            if ref is None:
+                ref = caps.reference_block = self.reference_block(caps)
+            k = min(cap, ref, len(free))
+            if k <= 1:
+                cls = int(LinkClass.SELF)
+            else:
+                r = select_scored(hw, free, k, ((k, None),))
+                cls = r[0][0] if r is not None else int(LinkClass.NET_FAR)
+            speed = self.speeds.hardware_order(hw)
+            q = NodeQuality(HOLDS_BLOCK, 0, cls, *speed) if cap >= ref else \
+                NodeQuality(HOLDS_PART, -k, cls, *speed)
+            caps.sig_quality[key] = q
+        return q
+
+    def node_quality(self, caps: Capacities, idx: int) -> NodeQuality:
+        dom = self.tree.pods[self.tree.node_pod[idx]].is_domain
+        return self.sig_quality(caps, self.cand.sig_of[idx], dom)
+
+    def scope_quality(self, caps: Capacities, sc: Scope) -> NodeQuality:
+        """Best node quality available in a scope."""
+        q = caps.scope_quality.get(id(sc))
+        if q is None:
+            if sc.is_pod:
+                counts = self.cand.pod_sigs.get(sc.index, {})
+                by_sig = caps.caps_by_signature(sc.is_domain)
+                qs = [self.sig_quality(caps, s, sc.is_domain) for s in counts if by_sig[s] > 0]
+            else:
+                qs = [self.scope_quality(caps, c) for c in sc.children
+                      if caps.scope_cap.get(id(c), 0) > 0]
+            q = min(qs) if qs else NO_NODE_QUALITY
+            caps.scope_quality[id(sc)] = q
+        return q
+
+    def scope_free(self, sc: Scope) -> int:
+        v = self._scope_free.get(id(sc))
+        if v is None:
+            if sc.is_pod:
+                v = self.cand.pod_free.get(sc.index, 0)
+            else:
+                v = sum(self.scope_free(c) for c in sc.children)
+            self._scope_free[id(sc)] = v
+        return v
+
+    def node_chain(self, caps: Capacities, dom: bool, k: int, offset: int) -> Tuple[Level, ...]:
+        """The nested chain of blocks a node's ``k`` positions starting at
+        ``offset`` must respect (bounded) or should (scored)."""
+        sizes = caps.chain_sizes
+        if sizes is None:
+            sizes = caps.chain_sizes = sorted(
+                {s for s, _ in caps.node_bounds[True] + caps.node_bounds[False]} |
+                {c.span for c in caps.cons} | set(self.nested))
+        key = (dom, k, tuple(offset % x == 0 for x in sizes if x <= k))
+        got = caps.chains.get(key)
+        if got is None:
+            levels = []
+            bound_spans = {s for s, _ in caps.node_bounds[dom]}
+            for s, b in caps.node_bounds[dom]:
+                levels.append((s, b))
+            for c in caps.cons:
+                if c.span not in bound_spans:
+                    levels.append((c.span, None))
+            for s in self.nested:
+                levels.append((s, None))
+            levels = [(s, b) for s, b in levels if s <= k and k % s == 0 and offset % s == 0]
+            got = caps.chains[key] = nested_chain(levels, k)
+        return got
+
+    def gpu_choice_quality(self, caps: Capacities, idx: int, k: int, offset: int = 0) -> tuple:
+        """Score of the best choice of ``k`` GPUs on node ``idx`` (smaller is
+        better; see :func:`~slurmtopo.placement.intranode.select_scored`)."""
+        node, free = self.usable[idx]
+        dom = self.tree.pods[self.tree.node_pod[idx]].is_domain
+        r = select_scored(node.hardware, free, k, self.node_chain(caps, dom, k, offset))
+        return (1,) if r is None else (0,) + tuple(r[0])
+
+    # ---- one node, one pod, the tree -----------------------------------------
+
+    def single_node(self, caps: Capacities, need: int) -> Optional[int]:
+        """When one node can take the whole job: the node where its GPUs
+        are best connected, then the best fit (least capacity that suffices,
+        then fewest free GPUs, then the fullest pod), so small jobs fill
+        holes and leave idle nodes."""
+        best_cap = max((c for dom in caps.computed_doms() for c in caps.caps_by_signature(dom)),
+                       default=0)
+        if best_cap < need:
+            return None
+        best = None
+        node_pod = self.tree.node_pod
+        quality: Dict[Tuple[int, bool], tuple] = {}
+        for idx, (node, free) in self.usable.items():
+            c = caps.node_cap(idx)
+            if c < need:
+                continue
+            qk = (self.cand.sig_of[idx], self.tree.pods[node_pod[idx]].is_domain)
+            q = quality.get(qk)
+            if q is None:
+                q = quality[qk] = self.gpu_choice_quality(caps, idx, need)
+            key = (q, c, len(free), self.cand.pod_free.get(node_pod[idx], 0), idx)
+            if best is None or key < best:
+                best = key
+        return None if best is None else best[-1]
+
+    def best_pod(self, caps: Capacities, need: int) -> Optional[Scope]:
+        """When one pod can take the whole job: the pod whose chosen nodes
+        are best connected, then needs the fewest nodes, then the best fit
+        (least capacity, fewest free GPUs), so the job stays under one leaf
+        and leaves big free leaves alone."""
+        cands = []
+        for p, counts in self.cand.pod_sigs.items():
+            pod = self.tree.pods[p]
+            cap = caps.scope_cap.get(id(pod), 0)
+            if cap < need:
+                continue
+            by_sig = caps.caps_by_signature(pod.is_domain)
+            top = max(by_sig[s] for s in counts)
+            if top <= 0:
+                continue
+            fewest = -(-need // top)
+            cands.append((self.scope_quality(caps, pod), fewest, cap,
+                          self.cand.pod_free.get(p, 0), pod.first, pod))
+        if not cands:
+            return None
+        cands.sort(key=lambda t: t[:5])
+        best = None
+        for qbest, fewest, cap, free, first, pod in cands:
+            if best is not None and (qbest, fewest) > best[0][:2]:
+                break
+            chosen = self.pod_choice(caps, pod, need)
+            qworst = max(self.node_quality(caps, i) for i, _ in chosen)
+            key = (qworst, len(chosen), cap, free, first)
+            if best is None or key < best[0]:
+                best = (key, pod)
+            if (qworst, len(chosen)) == (qbest, fewest):
+                break
+        return best[1]
+
+    def fill(self, caps: Capacities, sc: Scope, need: int, out: Allocation) -> None:
+        """Top-down: at each scope the children are taken by quality group,
+        best first; inside a group the largest while none can take the rest
+        alone, then the best fit for the rest."""
+        if sc.is_pod:
+            out.extend(self.fill_pod(caps, sc, need))
+            return
+        kids = []
+        for ch in sc.children:
+            c = caps.scope_cap.get(id(ch), 0)
+            if c > 0:
+                kids.append((self.scope_quality(caps, ch), c, self.scope_free(ch), ch.first, ch))
+        pick(kids, need, lambda ch, n: self.fill(caps, ch, n, out))
+
+    def pod_choice(self, caps: Capacities, pod: Scope, need: int) -> Allocation:
+        if pod.is_domain and caps.pod_multiple > caps.node_unit[True]:
+            return self.domain_choice(caps, pod, need)
+        kids = []
+        for i in pod.members:
+            if i in self.usable:
+                c = caps.node_cap(i)
+                if c > 0:
+                    kids.append((self.node_quality(caps, i), c, len(self.usable[i][1]), i, i))
+        chosen: Allocation = []
+        pick(kids, need, lambda i, n: chosen.append((i, n)))
+        return chosen
+
+    def domain_choice(self, caps: Capacities, pod: Scope, need: int) -> Allocation:
+        """Nodes of a multi-node NVLink domain that receives whole blocks
+        (the capacities give pods multiples of a block): the best connected
+        first, then the *smallest* free pieces first. A block inside one
+        domain rings over the domain's NVLink whatever its hosts hold, so
+        the partly used trays are filled and the wholly free ones stay free
+        for the blocks that must straddle domains (a whole tray there is a
+        piece of 4 ranks, not 1: the all-to-all's network part shrinks
+        with the smallest piece)."""
+        kids = []
+        for i in pod.members:
+            if i in self.usable:
+                c = caps.node_cap(i)
+                if c > 0:
+                    kids.append((self.node_quality(caps, i).connection(), c, i))
+        kids.sort()
+        chosen: Allocation = []
+        for _, c, i in kids:
+            if need <= 0:
+                break
+            k = min(c, need)
+            chosen.append((i, k))
+            need -= k
+        if need > 0:  # pragma: no cover - the capacities say it fits
+            raise PlacementError("internal: capacity accounting went wrong")
+        return chosen
+
+    def fill_pod(self, caps: Capacities, pod: Scope, need: int) -> Allocation:
+        """Nodes of ``pod`` for ``need`` ranks: the best connected first, as
+        few as possible (largest capacity first, best fit for the rest),
+        then the ranks spread as evenly as the unit allows (more ranks on
+        the bottleneck host means a smaller slice of the inter-node ring;
+        equal counts keep data-parallel peers on the same local GPU index)."""
+        chosen = self.pod_choice(caps, pod, need)
+        if len(chosen) <= 1:
+            return chosen
+        unit = caps.node_unit[pod.is_domain]
+        base = water_fill([(i, caps.node_cap(i)) for i, _ in chosen], need, unit)
+        if pod.is_domain:
+            # a group inside one NVLink domain rings over the domain's
+            # NVLink whatever its hosts' rank counts
+            return base
+        return self.balanced_split(caps, pod, chosen, base, need, unit)
+
+    # ---- splitting blocks over hosts ---------------------------------------------
+    # Consecutive positions over nodes with uneven free GPUs can leave a
+    # block (a group that must span hosts) with one or two ranks on some
+    # host. So when the even spread leaves such a block, the ranks are also
+    # packed block by block (slurmtopo.placement.packing) and the split the
+    # cost model's hierarchical all-reduce prices better is used.
+
+    def split_spans(self, caps: Capacities, need: int) -> List[int]:
+        spans = {s for s, _ in caps.node_spans} | {c.span for c in caps.cons} | set(self.nested)
+        whole = need == self.world
+        return sorted(s for s in spans if 1 < s <= need and need % s == 0
+                      and (whole or caps.pod_multiple % s == 0))
+
+    def balanced_split(self, caps: Capacities, pod: Scope, chosen: Allocation,
+                       base: Allocation, need: int, unit: int) -> Allocation:
+        order = self.tree.tree_order
+        base = sorted(base, key=lambda t: order[t[0]])
+        # blocks of a span dividing the unit never cross hosts
+        spans = [s for s in self.split_spans(caps, need) if unit % s]
+        if not spans:
+            return base
+        amounts = {k for _, k in base}
+        if len(amounts) == 1:
+            a = amounts.pop()
+            if all(s % a == 0 or a % s == 0 for s in spans):
+                return base  # every block on one host or evenly over whole hosts
+        if not any(blocks_of(base, s) for s in spans):
+            return base  # no block crosses hosts
+        best_key = self.packer.split_cost(base, spans)
+        # nodes as well connected as the chosen ones (the share of a block
+        # a node holds is what the packing decides, so it is not compared)
+        worst = max(self.node_quality(caps, i).connection() for i, _ in chosen)
+        pool = []
+        for i in pod.members:
+            if i in self.usable:
+                c = caps.node_cap(i)
+                q = self.node_quality(caps, i)
+                if c > 0 and q.connection() <= worst:
+                    pool.append((q, -c, order[i], i, c))
+        pool.sort()
+        best = self.packer.best_packing(pool, need, unit, spans, base, best_key)
+        if best is not base:
+            self.packed_pods.add(pod.index)
+        return best
+
+    def global_pack(self, caps: Capacities, alloc: Allocation, need: int) -> Optional[Allocation]:
+        """Blocks that must span hosts, split over the whole job's nodes
+        rather than pod by pod: when the pods are nearly full, a pod on its
+        own can only split its last blocks 7+1 or 6+1+1, while the job's
+        other pods have nodes with room for even pieces. Used when the cost
+        model's hierarchical all-reduce of the worst split block
+        (:meth:`BlockPacker.split_cost`) is smaller; only without hard pod-
+        or spine-level constraints, and not on clusters with multi-node
+        NVLink domains (pieces there ring over the domain). It may give up a
+        soft pod- or spine-level preference; the proposals then also hold
+        the pod-by-pod placement and the cost model keeps the faster."""
+        if self.tree.has_domains or any(c.level in ("leaf", "spine", "nvlink-domain") and
+                                        c.hard for c in caps.cons):
+            return None
+        unit = caps.node_unit[False]
+        spans = [s for s in self.split_spans(caps, need) if unit % s]
+        if not spans:
+            return None
+        tree = self.tree
+        order = tree.tree_order
+        base = sorted(alloc, key=lambda t: (order[tree.pods[tree.node_pod[t[0]]].first],
+                                            order[t[0]]))
+        if not any(blocks_of(base, s) for s in spans):
+            return None
+        base_key = self.packer.split_cost(base, spans)
+        worst = max(self.node_quality(caps, i).connection() for i, _ in alloc)
+        pool = []
+        for i in self.usable:
+            c = caps.node_cap(i)
+            if c <= 0:
+                continue
+            q = self.node_quality(caps, i).connection()
+            if q <= worst:
+                pool.append((q, order[tree.pods[tree.node_pod[i]].first], order[i], i, c))
+        pool.sort()
+        return self.packer.best_packing(pool, need, unit, spans, None, base_key)
+
+    # ---- the allocation -----------------------------------------------------------
+
+    def allocate(self, caps: Capacities, need: int) -> Allocation:
+        """(node index, ranks) for ``need`` ranks, in tree order."""
+        alloc: Allocation = []
+        self.packed_pods = set()  # the packed pods of this allocation only
+        single = self.single_node(caps, need)
+        if single is not None:
+            alloc.append((single, need))
+        else:
+            pod = self.best_pod(caps, need)
+            if pod is not None:
+                alloc.extend(self.fill_pod(caps, pod, need))
+            else:
+                self.fill(caps, self.tree.root, need, alloc)
+                if self.global_split:
+                    packed = self.global_pack(caps, alloc, need)
+                    if packed is not None:
+                        self.used_global = True
+                        return packed
+        tree = self.tree
+        order, packed_pods = tree.tree_order, self.packed_pods
+        # tree order; inside a pod packed block by block, the packing's
+        # order (a stable sort keeps it; a node may appear more than once)
+        alloc.sort(key=lambda t: (order[tree.pods[tree.node_pod[t[0]]].first],
+                                  0 if tree.node_pod[t[0]] in packed_pods else order[t[0]]))
+        return alloc
