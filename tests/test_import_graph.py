@@ -18,7 +18,7 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.errors", "slurmtopo.yamlio", "slurmtopo.hostlist", "slurmtopo.groups",
         "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
         "slurmtopo.plandoc", "slurmtopo.sbatch", "slurmtopo.preview", "slurmtopo.inventory",
-        "slurmtopo.state", "slurmtopo.nccl_topo")
+        "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
          "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.commands", "slurmtopo.cli")
@@ -122,3 +122,17 @@ def test_pure_layers_never_import_side_effects():
     bad = sorted(f"{m} -> {t}" for m, ts in import_graph().items() if _under(m, PURE)
                  for t in ts if _under(t, OUTER))
     assert bad == []
+
+
+def test_placement_never_imports_the_cost_model():
+    # groups -> placement -> cost -> choice: the planner compares link
+    # speeds through an interface (placement.speeds) that slurmtopo.choice
+    # fills from the cost model; the choice among its proposals lives there
+    graph = import_graph()
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if _under(m, ("slurmtopo.placement",))
+                 for t in ts if _under(t, ("slurmtopo.cost", "slurmtopo.choice")))
+    assert bad == []
+    # and the layers above it do use it: the check would see an import
+    assert "slurmtopo.cost" in graph["slurmtopo.choice"]
+    assert "slurmtopo.placement.planner" in graph["slurmtopo.choice"]
+    assert not any(_under(t, ("slurmtopo.choice",)) for t in graph["slurmtopo.cost"])
