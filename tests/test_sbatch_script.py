@@ -314,3 +314,32 @@ def test_script_over_max_script_size_is_refused():
     with pytest.raises(SlurmtopoError, match=r"over Slurm's max_script_size \(0\.0 MiB"):
         dataclasses.replace(req, max_script_bytes=size - 1).render()
     assert dataclasses.replace(req, max_script_bytes=size).render()
+
+
+def test_big_embedded_inventory_is_left_out(tmp_path, monkeypatch):
+    """An embedded inventory over EMBED_INVENTORY_BYTES is left out when
+    the plan names the inventory's path (with a note); the start-time step
+    then reads the path, and says so when it cannot."""
+    from slurmtopo.binding.step import load_inventory_for_bind
+    from slurmtopo.sbatch import script as script_mod
+
+    inv_path = EXAMPLES / "h100-4node-2leaf.yaml"
+    h100 = load_inventory(inv_path)
+    layout = Layout(tp=8).resolved()
+    p = fill_placement(h100, [("gpu01", range(8))], layout)
+    kept = SbatchRequest.from_plan(h100, p, layout, COMMAND, inventory_path=str(inv_path))
+    assert read_plan(kept.plan_json)["inventory"] and not kept.notes
+    monkeypatch.setattr(script_mod, "EMBED_INVENTORY_BYTES", 100)
+    req = SbatchRequest.from_plan(h100, p, layout, COMMAND, inventory_path=str(inv_path))
+    doc = read_plan(req.plan_json)
+    assert doc["inventory"] is None
+    assert any(n.startswith("the inventory is not embedded in the script") and str(inv_path) in n
+               for n in req.notes), req.notes
+    assert planned_placement(doc).slots == p.slots
+    log = []
+    assert load_inventory_for_bind(doc, None, log).nodes.keys() == h100.nodes.keys()
+    with pytest.raises(SlurmtopoError, match="embeds no inventory and none could be read"):
+        load_inventory_for_bind(dict(doc, inventory_path=str(tmp_path / "gone.yaml")), None, [])
+    # without a path to read, the copy stays whatever its size
+    anon = SbatchRequest.from_plan(h100, p, layout, COMMAND)
+    assert read_plan(anon.plan_json)["inventory"]

@@ -22,7 +22,9 @@ command (shell-quoted words).
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 import unicodedata
 import shlex
@@ -43,6 +45,11 @@ COMMENT_HEAD = 32
 #: Slurm's default max_script_size (slurm.conf SchedulerParameters): sbatch
 #: refuses a bigger script, so render() refuses first
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+#: an embedded inventory (packed) above this size is left out when the plan
+#: names the inventory's path: nodes whose hardware all differs (no node
+#: types) could otherwise push the script towards MAX_SCRIPT_BYTES, and the
+#: copy is only a fallback for a batch host that cannot read the path
+EMBED_INVENTORY_BYTES = 512 * 1024
 
 _JOB_NAME_OK = re.compile(r"[A-Za-z0-9._+@%:,=-]")
 _IDENT = re.compile(r"^[A-Za-z0-9._+@%:,=\[\]-]+$")
@@ -435,6 +442,14 @@ class SbatchRequest:
                 raise SlurmtopoError(f"--launcher torchrun cannot start this plan: {why}")
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
                             socket_ifname, launch=launch.doc())
+        plan_json = dumps_plan(doc)
+        embedded = len(json.dumps(doc["inventory"]))
+        if inventory_path and embedded > EMBED_INVENTORY_BYTES:
+            plan_json = dumps_plan(dict(doc, inventory=None))
+            notes.append(f"the inventory is not embedded in the script (it would add "
+                         f"{embedded / 2**20:.1f} MiB): the start-time step reads "
+                         f"{os.path.abspath(inventory_path)}, which the job's first node "
+                         "must be able to read")
         from slurmtopo.rankmap import nccl_topo_plan
         nccl_topo = nccl_topo_plan(inv, placement).note  # virtualised nodes: NCCL_TOPO_FILE
         comments = plan_comments(placement, layout, inventory_path,
@@ -445,7 +460,7 @@ class SbatchRequest:
                    gpus_per_task=gpt, job_name=job_name, partition=partition, time=time,
                    account=account, nodelist=nodelist, exclude=exclude, exclusive=exclusive,
                    topology=tuple(topo), extra=tuple(extra), options=tuple(options),
-                   requeue=requeue, plan_json=dumps_plan(doc),
+                   requeue=requeue, plan_json=plan_json,
                    comments=tuple(comments), python=python, cgroup_devices=cgroup_devices,
                    run_dir=run_dir, launch=launch, notes=tuple(notes))
 
