@@ -25,6 +25,7 @@ from slurmtopo.sbatch.launch import Launch, torchrun_args
 from slurmtopo.plandoc import TASK_SNIPPET
 
 from test_binding import H100, _run_job  # noqa: E402  (tests/ is on sys.path)
+from tests.fakes.small_limits import small_limits_python
 
 #: a stand-in that records its arguments and environment, one file per task
 RECORDER = """#!/bin/sh
@@ -235,27 +236,6 @@ def test_launch_option_checks():
         Launch(container_image="a\nb").check()
 
 
-#: stands in for SLURMTOPO_PYTHON: runs `python3 -m slurmtopo ...` with the
-#: start-time step's limits shrunk, so a 16-rank job is a "big" one whose
-#: tasks read their environment in blocks of 3 ranks
-SMALL_LIMITS_PYTHON = """#!/bin/sh
-shift 2
-exec PYTHON -c 'import runpy, sys
-from slurmtopo.binding import limits
-limits.ENV_TABLE_LIMIT = 10
-limits.TASK_BLOCK = 3
-sys.argv[0] = "slurmtopo"
-runpy.run_module("slurmtopo", run_name="__main__", alter_sys=True)' "$@"
-"""
-
-
-def _small_limits_python(tmp: Path) -> str:
-    path = tmp / "python-small-limits"
-    path.write_text(SMALL_LIMITS_PYTHON.replace("PYTHON", sys.executable))
-    path.chmod(0o755)
-    return str(path)
-
-
 #: four nodes holding different GPUs, 4 ranks each: 16 ranks in 6 blocks of
 #: 3, so blocks straddle nodes
 BIG_ALLOC = {"gpu01": [4, 5, 6, 7], "gpu02": [1, 3, 5, 7], "gpu03": [0, 1, 2, 3],
@@ -272,7 +252,7 @@ def test_big_job_tasks_read_only_their_block(tmp_path, h100, cgroup):
     tb = _task_path(tmp_path, train=RECORDER.format(name="rank", tail=""))
     proc, _, _ = _run_job(tmp_path, _script(h100, p, layout, ["train", "a b"]), BIG_ALLOC,
                           cgroup, extra_env={"FAKE_TASK_PATH": str(tb),
-                                             "SLURMTOPO_PYTHON": _small_limits_python(tmp_path)})
+                                             "SLURMTOPO_PYTHON": small_limits_python(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert "each task reads its block of 3 ranks" in proc.stderr
     recs = _records(tmp_path / "out", "rank")
@@ -324,7 +304,7 @@ def test_big_torchrun_job_reads_node_blocks(tmp_path, h100, cgroup):
     script = _script(h100, p, layout, ["python", "train.py"], launch=Launch(launcher="torchrun"))
     proc, _, _ = _run_job(tmp_path, script, BIG_ALLOC, cgroup,
                           extra_env={"FAKE_TASK_PATH": str(tb),
-                                     "SLURMTOPO_PYTHON": _small_limits_python(tmp_path)})
+                                     "SLURMTOPO_PYTHON": small_limits_python(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     recs = _records(tmp_path / "out", "torchrun")
     assert sorted(recs) == [0, 1, 2, 3]

@@ -268,3 +268,31 @@ def test_torchrun_one_per_node_without_python(cluster, tmp_path):
         env = rec["env"]
         assert env["SLURMD_NODENAME"] == host
         assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, placement.gpus_on(host)))
+
+
+def test_big_job_tasks_read_their_block_through_real_srun(cluster, tmp_path):
+    """The big-job path under real Slurm: the batch step runs with its
+    limits shrunk (tests/fakes/small_limits.py), so an 8-rank job's tasks
+    each read their block of 3 ranks from the run directory through srun
+    --distribution=arbitrary, with no Python on their PATH."""
+    from tests.fakes.small_limits import small_limits_python
+
+    path = _no_python_path(cluster, tmp_path, "train")
+    run = Run(cluster, tmp_path, ["--tp", "2", "--dp", "4"], cmd_args=["--lr", "3e-4"],
+              command=[str(tmp_path / "nopython-bin" / "train")], path=path,
+              extra=["--python", small_limits_python(tmp_path)]).wait()
+    assert "each task reads its block of 3 ranks" in run.output(), run.output()
+    assert sorted(f.name for f in (run.run_dir / "task-env").iterdir()) == \
+        ["0.sh", "1.sh", "2.sh"]
+    placement, doc = run.bound()
+    recs = {int(k.rsplit("-", 1)[1]): v for k, v in _records(run.out, "train").items()}
+    assert sorted(recs) == list(range(8)), run.output()
+    for r, rec in recs.items():
+        slot = placement.slots[r]
+        env = rec["env"]
+        assert rec["python"] == "no" and rec["args"] == ["--lr", "3e-4"]
+        assert env["SLURMD_NODENAME"] == slot.host
+        assert env["RANK"] == str(r) and env["LOCAL_RANK"] == str(slot.local_rank)
+        assert env["CUDA_VISIBLE_DEVICES"].split(",")[slot.local_rank] == str(slot.gpu)
+        assert env["SLURMTOPO_GPU"] == str(slot.gpu) and env["WORLD_SIZE"] == "8"
+        assert "SLURMTOPO_TASK_ENV" not in env
