@@ -277,7 +277,8 @@ def _fat_tree(nodes: int):
     return parse_inventory({"slurmtopo": "inventory", "version": 1,
                             "nodes": [{"name": f"n[00001-{nodes:05d}]", "type": "hgx-h100-8"}],
                             "fabric": {"switches": leaves + [
-                                {"name": "spine", "switches": f"leaf[000-{nodes // 32 - 1:03d}]"}]}},
+                                {"name": "spine",
+                                 "switches": f"leaf[000-{nodes // 32 - 1:03d}]"}]}},
                            "<fat tree>")
 
 
@@ -309,7 +310,8 @@ def test_script_over_max_script_size_is_refused():
     h100 = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
     layout = Layout(tp=8, dp=2).resolved()
     p = fill_placement(h100, [("gpu01", range(8)), ("gpu02", range(8))], layout)
-    req = SbatchRequest.from_plan(h100, p, layout, COMMAND, inventory_path=str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    req = SbatchRequest.from_plan(h100, p, layout, COMMAND,
+                                  inventory_path=str(EXAMPLES / "h100-4node-2leaf.yaml"))
     size = len(req.render().encode())
     with pytest.raises(SlurmtopoError, match=r"over Slurm's max_script_size \(0\.0 MiB"):
         dataclasses.replace(req, max_script_bytes=size - 1).render()
@@ -333,8 +335,8 @@ def test_big_embedded_inventory_is_left_out(tmp_path, monkeypatch):
     req = SbatchRequest.from_plan(h100, p, layout, COMMAND, inventory_path=str(inv_path))
     doc = read_plan(req.plan_json)
     assert doc["inventory"] is None
-    assert any(n.startswith("the inventory is not embedded in the script") and str(inv_path) in n
-               for n in req.notes), req.notes
+    assert any(n.startswith("the inventory is not embedded in the script")
+               and str(inv_path) in n for n in req.notes), req.notes
     assert planned_placement(doc).slots == p.slots
     log = []
     assert load_inventory_for_bind(doc, None, log).nodes.keys() == h100.nodes.keys()

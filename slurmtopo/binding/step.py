@@ -99,9 +99,11 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
         nodelist = fold_hostlist(alloc.hosts)
     log.append(f"job {alloc.job_id or '?'}: {len(alloc.hosts)} node(s) {nodelist}")
     log.extend(per_host_lines(
-        [(h, f"GPUs {format_cpulist(alloc.gpus[h]) if alloc.gpus[h] is not None else 'unknown'}"
-          + (f" (from {alloc.sources[h]})" if h in alloc.sources else ""))
-         for h in alloc.hosts], "GPUs of every node: the allocation in rankmap.json"))
+        alloc.hosts,
+        lambda h: ("GPUs " + (format_cpulist(alloc.gpus[h]) if alloc.gpus[h] is not None
+                              else "unknown")
+                   + (f" (from {alloc.sources[h]})" if h in alloc.sources else "")),
+        "GPUs of every node: the allocation in rankmap.json"))
     batch_gpus = alloc.gpus.get(alloc.batch_host) if alloc.batch_host else None
     constrained, why = detect_constrained(cgroup_mode, env, slurm, dev_dir, batch_gpus)
     log.append(f"device cgroup renumbers GPUs: {'yes' if constrained else 'no'} ({why})")
@@ -131,9 +133,11 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
         replanned = True
     visible = visible_by_host(placement, alloc.gpus, constrained)
     log.extend(per_host_lines(
-        [(h, f"ranks {format_cpulist([s.rank for s in placement.ranks_on(h)])} on GPUs "
-             f"{','.join(map(str, placement.gpus_on(h)))} -> CUDA_VISIBLE_DEVICES={cvd}")
-         for h, cvd in visible.items()], "every rank: rankmap.csv in the run directory"))
+        list(visible),
+        lambda h: (f"ranks {format_cpulist([s.rank for s in placement.ranks_on(h)])} on GPUs "
+                   f"{','.join(map(str, placement.gpus_on(h)))} -> "
+                   f"CUDA_VISIBLE_DEVICES={visible[h]}"),
+        "every rank: rankmap.csv in the run directory"))
     log.append(cpu_summary(placement, launcher, env.get("SLURMTOPO_CPU_BIND", "1") != "0",
                            allowed if allowed is not None else os.sched_getaffinity(0),
                            alloc.batch_host))
@@ -149,13 +153,13 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
                       extra_files=extra)
 
 
-def per_host_lines(items: List[Tuple[str, str]], rest: str) -> List[str]:
-    """One log line a host up to ``limits.LOG_HOSTS`` hosts; a big job's
-    log says how many more and where to look (``rest``) instead of
-    thousands of lines in the job's output."""
-    lines = [f"  {h}: {text}" for h, text in items[:limits.LOG_HOSTS]]
-    if len(items) > limits.LOG_HOSTS:
-        lines.append(f"  ... and {len(items) - limits.LOG_HOSTS:,} more node(s) ({rest})")
+def per_host_lines(hosts: List[str], line: Callable[[str], str], rest: str) -> List[str]:
+    """``line(host)`` for the first ``limits.LOG_HOSTS`` hosts (the others'
+    are never made); a big job's log then says how many more and where to
+    look (``rest``) instead of thousands of lines in the job's output."""
+    lines = [f"  {h}: {line(h)}" for h in hosts[:limits.LOG_HOSTS]]
+    if len(hosts) > limits.LOG_HOSTS:
+        lines.append(f"  ... and {len(hosts) - limits.LOG_HOSTS:,} more node(s) ({rest})")
     return lines
 
 

@@ -23,6 +23,7 @@ runpy.run_module("slurmtopo", run_name="__main__", alter_sys=True)' "$@"
 def small_limits_python(directory: Path, block: int = 3, env_limit: int = 10) -> str:
     """Write the stand-in into ``directory``; returns its path."""
     path = Path(directory) / "python-small-limits"
-    path.write_text(_WRAPPER.format(python=shlex.quote(sys.executable), block=block, env_limit=env_limit))
+    path.write_text(_WRAPPER.format(python=shlex.quote(sys.executable), block=block,
+                                    env_limit=env_limit))
     path.chmod(0o755)
     return str(path)
