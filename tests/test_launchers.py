@@ -270,6 +270,14 @@ def test_big_job_tasks_read_only_their_block(tmp_path, h100, cgroup):
     # the whole table stays in the run directory, and still works alone
     whole = (run / "task-env.sh").read_text()
     assert whole.count(") NODE_RANK=") == 16
+    import subprocess
+    got = subprocess.run(["/bin/sh", str(run / "task-env.sh"), "/usr/bin/env"],
+                         env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "13",
+                              "SLURMD_NODENAME": p.slots[13].host, "SLURMTOPO_CPU_BIND": "0"},
+                         capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert "RANK=13" in got.stdout.splitlines()
+    assert f"LOCAL_RANK={p.slots[13].local_rank}" in got.stdout.splitlines()
 
 
 def _check_srun_records(recs, p, alloc, cgroup, args):
