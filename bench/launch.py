@@ -10,10 +10,10 @@ What a big job pays when it starts, measured as the batch script runs it:
   shared) and peak RSS, median of several runs; the files it wrote.
 * One task's launch: ``/bin/sh -c TASK_SNIPPET slurmtopo-task true`` with
   exactly what the script's ``source env.sh`` exports, for the job's last
-  rank (CPU binding off: ``taskset`` is not what is measured), minus a bare
-  ``/bin/sh -c 'exec true'``: the wrapper's own cost per rank. (Peak RSS is
-  not shown for these: a child forked from this Python process reports the
-  parent's pages.)
+  rank, minus a bare ``/bin/sh -c 'exec true'``: the wrapper's own cost
+  per rank, with CPU binding off and, when ``taskset`` is installed, on
+  (the snippet then runs ``taskset`` twice: a check, then the command
+  under it).
 
     python -m bench.launch [--quick] [--workdir DIR] [--worlds 1024,4096] [--nodes N]
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -128,10 +129,17 @@ def bind_run(inv_path: str, workdir: str, world: int, repeats: int,
     launch = median_run(["/bin/sh", "-c", TASK_SNIPPET, TASK_NAME, "true"], repeats * 4,
                         env=tenv)
     bare = median_run(["/bin/sh", "-c", "exec true"], repeats * 4, env=tenv)
+    # with CPU binding as a real rank has it: the snippet tries `taskset -c
+    # CPUS true`, then execs the command under taskset (two more programs)
+    bound = (median_run(["/bin/sh", "-c", TASK_SNIPPET, TASK_NAME, "true"], repeats * 4,
+                        env=dict(tenv, SLURMTOPO_CPU_BIND="1"))
+             if shutil.which("taskset") else None)
     blocks = os.path.join(run_dir, "task-env")
     out.update({"launch": launch, "bare_shell": bare,
                 "launch_own_s": launch["median_s"] - bare["median_s"],
                 "launch_own_cpu_s": launch["cpu_s"] - bare["cpu_s"],
+                "launch_bound_own_s": (bound["median_s"] - bare["median_s"]
+                                       if bound and "error" not in bound else None),
                 "task_env_var_bytes": len(tenv.get("SLURMTOPO_TASK_ENV", "").encode()),
                 "task_env_bytes": os.path.getsize(os.path.join(run_dir, "task-env.sh")),
                 "block_files": len(os.listdir(blocks)) if os.path.isdir(blocks) else 0,
@@ -155,7 +163,7 @@ def tables(rows: Sequence[Mapping[str, Any]]) -> List[tuple]:
     for r in rows:
         b = r.get("bind", {})
         if "error" in b:
-            body.append([f"{r['ranks']:,}", "failed: " + "; ".join(b["error"])] + [""] * 6)
+            body.append([f"{r['ranks']:,}", "failed: " + "; ".join(b["error"])] + [""] * 7)
             continue
         where = (f"{r['block_files']} block files" if r.get("block_files")
                  else "in the environment")
@@ -163,19 +171,22 @@ def tables(rows: Sequence[Mapping[str, Any]]) -> List[tuple]:
                      _mib(b.get("rss_bytes")), _kb(r.get("run_dir_bytes")), where,
                      f"{r['launch_own_s'] * 1e3:.2f} ms" if "launch_own_s" in r else "-",
                      f"{r['launch_own_cpu_s'] * 1e3:.2f} ms" if "launch_own_cpu_s" in r
-                     else "-"])
+                     else "-",
+                     f"{r['launch_bound_own_s'] * 1e3:.2f} ms" if r.get("launch_bound_own_s")
+                     is not None else "-"])
     ok = [r for r in rows if "error" not in r.get("bind", {})]
     for key, label in (("cpu_s", "CPU"), ("median_s", "wall")):
         slope = loglog_slope([(r["ranks"], r["bind"][key]) for r in ok])
         if slope is not None:
             body.append(["growth", f"bind {label}: log-log slope {slope:.2f} over "
                          f"{ok[0]['ranks']:,}-{ok[-1]['ranks']:,} ranks (1 = linear)"]
-                        + [""] * 6)
+                        + [""] * 7)
     return [("Start time through the command line: `slurmtopo bind` on the batch host "
              "(interpreter start included) and one task's own launch (`/bin/sh` and the srun "
              "line's snippet, minus a bare `sh -c 'exec true'`)",
              ["ranks", "bind wall", "bind CPU", "bind peak RSS", "run directory",
-              "task environment", "task launch, own wall", "own CPU"], body)]
+              "task environment", "task launch, own wall", "own CPU",
+              "own wall with CPU binding (taskset)"], body)]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -193,6 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from bench.cli import NODES, QUICK_NODES
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="slurmtopo-bench-launch-")
+    os.makedirs(workdir, exist_ok=True)
     nodes = args.nodes or (QUICK_NODES if args.quick else NODES)
     worlds = ([int(w) for w in args.worlds.split(",")] if args.worlds
               else QUICK_WORLDS if args.quick else WORLDS)

@@ -193,6 +193,7 @@ def test_cli_entry_points(tmp_path):
         assert "error" not in r["bind"], r["bind"]
         assert "error" not in r["launch"] and "error" not in r["bare_shell"], r
         assert r["task_env_var_bytes"] > 0 and r["run_dir_bytes"] > r["task_env_bytes"] > 0
+        assert "launch_bound_own_s" in r
     assert {"release"} <= set(res["daemon"]["actions"][0]), res["daemon"]
     titles = [t[0] for t in cli.tables(res)]
     assert any("slurmtopo plan" in t for t in titles) and any("Start time" in t for t in titles)
