@@ -367,10 +367,14 @@ def _task(tenv, procid, host, *cmd):
                           capture_output=True, text=True)
 
 
-def test_block_loader_checks_the_task(tmp_path, h100, monkeypatch):
-    """A big job's task: its block gives its variables; a task beyond the
-    job, a non-number, no SLURM_PROCID, a wrong host or an unreadable run
-    directory each stop with one line and exit code 2."""
+@pytest.mark.parametrize("run_name", ["run", "run dir's $HOME `x`"])
+def test_block_loader_checks_the_task(tmp_path, h100, monkeypatch, run_name):
+    """A big job's task: its block gives its variables (whatever the run
+    directory's name holds); a task beyond the job, a non-number, no
+    SLURM_PROCID, a wrong host or an unreadable run directory each stop
+    with one line and exit code 2."""
+    tmp_path = tmp_path / run_name
+    tmp_path.mkdir()
     p, tenv = _bound_in_blocks(tmp_path, h100, monkeypatch)
     for r in (0, 5, 15):
         host = p.slots[r].host
