@@ -13,6 +13,7 @@ patterns, with no piece below a threshold) and prices the result
 """
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -117,75 +118,36 @@ PACK_MAX_UNITS = 16
 PACK_MAX_THRESHOLDS = 8
 
 
-def split_min_piece(rest: Sequence[Tuple[int, int, int]], blocks: int, span: int, piece_unit: int,
-                     p: int) -> Optional[List[Tuple[int, int]]]:
-    """``blocks`` blocks of ``span`` ranks over the nodes ``rest`` ((room, pod,
-    node) in preference order), block after block, no piece smaller than
-    ``p`` (amounts in multiples of ``piece_unit``) and the pieces of a block on
-    distinct nodes, in the pod of its first piece when they can: the
-    largest room while the rest of the block is bigger than it (keeping
-    ``p`` for the last piece), then the least room that holds the rest.
-    Returns (node, ranks) in position order, or None when a block finds no
-    room."""
-    # room -> pod -> stack of (preference, node), the preferred on top
-    rooms: Dict[int, Dict[int, List[Tuple[int, int]]]] = {}
-    for order, (c, pod, i) in reversed(list(enumerate(rest))):
-        if c >= p:
-            rooms.setdefault(c, {}).setdefault(pod, []).append((order, i))
-
-    def take(c: int, pod: int) -> Tuple[int, int]:
-        stack = rooms[c][pod]
-        order, i = stack.pop()
-        if not stack:
-            del rooms[c][pod]
-            if not rooms[c]:
-                del rooms[c]
-        return order, i
-
-    def put(c: int, pod: int, order: int, i: int) -> None:
-        stack = rooms.setdefault(c, {}).setdefault(pod, [])
-        stack.append((order, i))
-        stack.sort(reverse=True)
-
-    def find(sizes, pod: Optional[int], avoid) -> Optional[Tuple[int, int]]:
-        """(room, pod) of the first size with a node not in ``avoid``: in
-        ``pod`` first, else the pod whose best node is preferred."""
-        for want_pod in ((pod, None) if pod is not None else (None,)):
-            for c in sizes:
-                by_pod = rooms.get(c)
-                if not by_pod:
-                    continue
-                if want_pod is not None:
-                    stack = by_pod.get(want_pod)
-                    if stack and stack[-1][1] not in avoid:
-                        return c, want_pod
-                    continue
-                got = min(((st[-1][0], q) for q, st in by_pod.items()
-                           if st and st[-1][1] not in avoid), default=None)
-                if got is not None:
-                    return c, got[1]
-        return None
-
-    out: List[Tuple[int, int]] = []
+def split_min_piece(rest: Sequence[Tuple[int, int, int]], blocks: int, span: int,
+                    piece_unit: int, p: int) -> Optional[Allocation]:
+    """``blocks`` blocks of ``span`` ranks over the nodes ``rest`` ((room,
+    pod, node) in preference order), block after block, no piece smaller
+    than ``p`` (amounts in multiples of ``piece_unit``) and the pieces of a
+    block on distinct nodes, in the pod of its first piece when they can:
+    the largest room while the rest of the block is bigger than it
+    (keeping ``p`` for the last piece), then the least room that holds the
+    rest. Returns (node, ranks) in position order, or None when a block
+    finds no room."""
+    rooms = _MinPieceRooms(rest, p)
+    out: Allocation = []
     for _ in range(blocks):
         left, pod, used, back = span, None, set(), []
         while left > 0:
-            sizes = sorted(c for c in rooms if c >= left)
-            hit = find(sizes, pod, used)
+            hit = rooms.find(sorted(c for c in rooms.sizes() if c >= left), pod, used)
             if hit is not None:  # the least room that holds the rest
                 c, q = hit
                 k = left
             else:
                 if left < 2 * p:
                     return None
-                hit = find(sorted(rooms, reverse=True), pod, used)
+                hit = rooms.find(sorted(rooms.sizes(), reverse=True), pod, used)
                 if hit is None:
                     return None
                 c, q = hit
                 k = c if left - c >= p else (left - p) // piece_unit * piece_unit
                 if k < p:
                     return None
-            order, i = take(c, q)
+            order, i = rooms.take(c, q)
             if c - k >= p:
                 back.append((c - k, q, order, i))
             used.add(i)
@@ -193,8 +155,89 @@ def split_min_piece(rest: Sequence[Tuple[int, int, int]], blocks: int, span: int
             out.append((i, k))
             left -= k
         for c, q, order, i in back:  # what is left of a node serves the next blocks
-            put(c, q, order, i)
+            rooms.put(c, q, order, i)
     return out
+
+
+class _MinPieceRooms:
+    """Nodes by room left, then by pod, each pod's nodes a stack with the
+    preferred on top; per room a heap of the pods' tops, so the preferred
+    node of any pod is found without scanning every pod (a fragmented
+    100k-GPU cluster has hundreds)."""
+
+    def __init__(self, rest: Sequence[Tuple[int, int, int]], p: int):
+        self.by_room: Dict[int, Dict[int, List[Tuple[int, int]]]] = {}
+        #: room -> heap of (preference, pod) of the pods' tops; stale
+        #: entries (a top since taken or replaced) are dropped when seen
+        self.tops: Dict[int, List[Tuple[int, int]]] = {}
+        for order, (c, pod, i) in reversed(list(enumerate(rest))):
+            if c >= p:
+                self.by_room.setdefault(c, {}).setdefault(pod, []).append((order, i))
+        for c, by_pod in self.by_room.items():
+            self.tops[c] = [(stack[-1][0], pod) for pod, stack in by_pod.items()]
+            heapq.heapify(self.tops[c])
+
+    def sizes(self):
+        return self.by_room.keys()
+
+    def _top_changed(self, c: int, pod: int) -> None:
+        stack = self.by_room.get(c, {}).get(pod)
+        if stack:
+            heapq.heappush(self.tops.setdefault(c, []), (stack[-1][0], pod))
+
+    def take(self, c: int, pod: int) -> Tuple[int, int]:
+        stack = self.by_room[c][pod]
+        order, i = stack.pop()
+        if not stack:
+            del self.by_room[c][pod]
+            if not self.by_room[c]:
+                del self.by_room[c]
+                self.tops.pop(c, None)
+        else:
+            self._top_changed(c, pod)
+        return order, i
+
+    def put(self, c: int, pod: int, order: int, i: int) -> None:
+        stack = self.by_room.setdefault(c, {}).setdefault(pod, [])
+        stack.append((order, i))
+        stack.sort(reverse=True)
+        self._top_changed(c, pod)
+
+    def _any_pod(self, c: int, avoid) -> Optional[int]:
+        """The pod whose top node of room ``c`` is preferred, skipping pods
+        whose top is in ``avoid``."""
+        heap = self.tops.get(c)
+        by_pod = self.by_room.get(c, {})
+        skipped = []
+        got = None
+        while heap:
+            order, pod = heap[0]
+            stack = by_pod.get(pod)
+            if not stack or stack[-1][0] != order:
+                heapq.heappop(heap)  # stale
+                continue
+            if stack[-1][1] in avoid:
+                skipped.append(heapq.heappop(heap))
+                continue
+            got = pod
+            break
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        return got
+
+    def find(self, sizes, pod: Optional[int], avoid) -> Optional[Tuple[int, int]]:
+        """(room, pod) of the first size with a node not in ``avoid``: in
+        ``pod`` first, else the pod whose best node is preferred."""
+        if pod is not None:
+            for c in sizes:
+                stack = self.by_room.get(c, {}).get(pod)
+                if stack and stack[-1][1] not in avoid:
+                    return c, pod
+        for c in sizes:
+            q = self._any_pod(c, avoid)
+            if q is not None:
+                return c, q
+        return None
 
 
 class PieceRoom:
@@ -444,7 +487,9 @@ class BlockPacker:
             for piece_unit in sorted({unit} | {t for t in spans if t < span}, reverse=True):
                 if span % piece_unit or piece_unit % unit:
                     continue
-                for whole_where_fast in (False, True):
+                # blocks too big for patterns hold no whole block on a node
+                large = span // piece_unit > PACK_MAX_UNITS
+                for whole_where_fast in (False,) if large else (False, True):
                     seq = self.pack(pool, need, span, piece_unit, spans, whole_where_fast)
                     if seq is None:
                         continue

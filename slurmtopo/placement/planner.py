@@ -59,7 +59,7 @@ from slurmtopo.placement.explain import Explainer
 from slurmtopo.placement.fabric import FabricTree
 from slurmtopo.placement.intranode import nested_chain, select
 from slurmtopo.placement.intranode import ring as ring_class
-from slurmtopo.placement.packing import Allocation, BlockPacker
+from slurmtopo.placement.packing import Allocation, BlockPacker, blocks_of
 from slurmtopo.placement.search import NodeSearch
 from slurmtopo.placement.speeds import LinkSpeeds
 from slurmtopo.request import (LEVEL_INDEX, LEVEL_TEXT, LEVELS, NODE_LEVEL_BOUND, NODE_LEVELS,
@@ -128,9 +128,11 @@ class Planner:
         #: the nesting of the rank blocks, innermost first
         self.dims = dims
         #: keep the first relaxed preference for as many blocks as fit
-        #: (:meth:`two_phases`); set when that was done
+        #: (:meth:`two_phases`); set when that was done, and when some block
+        #: of the preference then got a piece of a single rank
         self.two_phase = two_phase
         self.used_two_phase = False
+        self.two_phase_singleton = False
         self.explain = Explainer(inv, req, self.world, tree, cand, self.usable, self.per_node,
                                  sizes, self.capacities)
 
@@ -430,6 +432,8 @@ class Planner:
         self.used_global = self.used_global or search2.used_global
         rest.map_positions(search2, caps2, alloc2, n1, trial, inv_pos)
         assign[:] = trial
+        self.two_phase_singleton = any(min(pieces.values()) == 1
+                                       for pieces in blocks_of(alloc1 + alloc2, c.span))
         want = "NVLink" if c.level == "nvlink" else LEVEL_TEXT[c.level]
         kept = n1 // c.span
         self.notes.append(f"ranks 0-{n1 - 1} in the canonical order ({kept} block"
@@ -486,9 +490,9 @@ def proposals(inv: Inventory, req: JobRequest, groups: Mapping[str, list], cand:
     variants: List[Tuple[str, Dict]] = []
     if first.used_global:
         variants.append((POD_BY_POD, {"global_split": False}))
-    if first.used_two_phase:
-        # the blocks kept whole first leave fragments for the rest, whose
-        # worst split can be worse than every block relaxed alike
+    if first.used_two_phase and first.two_phase_singleton:
+        # the blocks kept whole first left fragments for the rest, one rank
+        # alone on a host: every block relaxed alike can split them better
         variants.append((ONE_PHASE, {"two_phase": False}))
     if not req.require and not req.prefer and world <= ALT_NESTING_MAX_WORLD:
         dense = dense_sizes(req.layout)
