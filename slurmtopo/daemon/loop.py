@@ -235,6 +235,8 @@ class Daemon:
         self.rejected: List[Dict[str, object]] = []
         self.stop_event = threading.Event()
         self.last_decisions: List[Decision] = []
+        #: what decide() may keep between cycles (plans on the empty cluster)
+        self.memo: Dict[str, object] = {}
 
     # -- helpers -----------------------------------------------------------
 
@@ -374,7 +376,8 @@ class Daemon:
             for job_id in [k for k in cache if k not in live]:
                 del cache[job_id]
         now = self.clock()
-        decisions = decide(queue, self.inv, self.view(nodes), now, self.cfg) if queue else []
+        decisions = decide(queue, self.inv, self.view(nodes), now, self.cfg,
+                           memo=self.memo) if queue else []
         skip: set = set()
         for d in decisions:
             if d.job_id in skip:

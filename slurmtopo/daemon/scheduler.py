@@ -56,7 +56,7 @@ Reservation (like backfill, without run times)
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 # the vocabulary and the working state, re-exported: callers import them here
 from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE,  # noqa: F401
@@ -119,6 +119,10 @@ class _Job:
             if known:
                 exclude |= {n for n in inv.nodes if n not in allowed}
         self.partition_excluded = frozenset(exclude) - set(req.exclude)
+        #: the job's partitions the cluster view knows (for the free counts)
+        self.partitions = tuple(p for p in (q.partition or "").split(",")
+                                if p and p in view.partitions)
+        self.world = req.layout.world
         self.tasks_per_node = self.shape.tasks_per_node or 1
         kw = {}
         if gpn != req.gpus_per_node:
@@ -161,10 +165,7 @@ class _Job:
         strict = list(strict)
         exclude = set(req.exclude) | self.avoid | set(extra_exclude)
         if work.view.cpus_free:
-            for name in work.inv.nodes:
-                c = work.cpus_free(name)
-                if c is not None and c < self.tasks_per_node:
-                    exclude.add(name)
+            exclude |= work.low_cpus(self.tasks_per_node)
         require = dict(req.require)
         prefer = dict(req.prefer)
         for kind in strict:
@@ -197,13 +198,15 @@ class _Pass:
             if st is not None and UNKNOWN_TO_SLURM in st.flags:
                 ideal[name] = st
         self.ideal = ClusterState(nodes=ideal, source="empty cluster")
-        from slurmtopo.topology import network_view
-        nv = network_view(inv.fabric)
-        self.leaf_of = dict(nv.leaf)
-        self.leaf_nodes: Dict[str, List[str]] = {}
-        for h, lf in self.leaf_of.items():
-            if h in inv.nodes:
-                self.leaf_nodes.setdefault(lf, []).append(h)
+        if "leaves" not in shared:
+            from slurmtopo.topology import network_view
+            leaf_of = dict(network_view(inv.fabric).leaf)
+            leaf_nodes: Dict[str, List[str]] = {}
+            for h, lf in leaf_of.items():
+                if h in inv.nodes:
+                    leaf_nodes.setdefault(lf, []).append(h)
+            shared["leaves"] = (leaf_of, leaf_nodes)
+        self.leaf_of, self.leaf_nodes = shared["leaves"]  # type: ignore[misc]
         self.reservations_left = cfg.reservations
         #: plans on the empty cluster, shared by both passes of one decide()
         self._ideal_cache: Dict[object, Tuple[Optional[Placement], Optional[str]]] = \
@@ -393,6 +396,11 @@ class _Pass:
                 prefer={k: v for k, v in job.ideal_req.prefer.items() if k not in possible}))
             if ideal_full is not None:
                 preferred_cost = self.cost(ideal_full, q.spec.request)
+        # 4. can it fit at all by the free-GPU counts? (no planning when not)
+        short = self.work.shortfall(job.world, job.gpn, job.partitions)
+        if short is not None:
+            return self.blocked(job, possible, waiting, notes, preferred_cost, short, state,
+                                counted=True)
         placement: Optional[Placement] = None
         taken: Optional[str] = None
         full_err = ""
@@ -431,7 +439,15 @@ class _Pass:
                             placement=placement, taken=taken, cost_s=cost,
                             preferred_cost_s=preferred_cost if possible else cost,
                             gave_up=gave_up, notes=tuple(notes + list(placement.notes)))
-        # 5. blocked: say why, maybe reserve
+        return self.blocked(job, possible, waiting, notes, preferred_cost, full_err, state)
+
+    def blocked(self, job: _Job, possible: Dict[str, str], waiting: List[str],
+                notes: List[str], preferred_cost: Optional[float], full_err: str,
+                state: ClusterState, counted: bool = False) -> Decision:
+        """5. The job stays held: say why, maybe reserve. ``counted``: the
+        free-GPU counts already showed it cannot fit (so no fallback can
+        be free either, and nothing was planned)."""
+        q = job.q
         reason = full_err
         wait_left = None
         if waiting:
@@ -439,13 +455,14 @@ class _Pass:
             reason = (f"waiting up to {format_wait(wait_left)} more for its preferred "
                       + ", ".join(f"{k}={possible[k]}" for k in waiting) + f": {full_err}")
             # is a fallback available now? say so
-            cur = job.request(self.work, [])
-            try:
-                _plan(self.inv, state, cur)
-                reason += " (a fallback placement is free now)"
-            except (PlacementError, SlurmtopoError):
-                pass
-        if self.work.reserved:
+            if not counted:
+                try:
+                    _plan(self.inv, state, job.request(self.work, []))
+                    reason += " (a fallback placement is free now)"
+                except (PlacementError, SlurmtopoError):
+                    pass
+        if self.work.reserved and self.work.shortfall(job.world, job.gpn, job.partitions,
+                                                      with_reserved=False) is None:
             try:
                 _plan(self.inv, self.work.state(with_reserved=False),
                       job.request(self.work, waiting))
@@ -552,7 +569,10 @@ def difficulty(q: QueuedJob) -> Tuple:
 
 
 def _pass(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: float,
-          cfg: Config, pack: bool, shared: Dict[str, object]) -> List[Decision]:
+          cfg: Config, pack: bool, shared: Dict[str, object]
+          ) -> Tuple[List[Decision], Dict[int, int]]:
+    """The decisions of one pass, and the free-GPU counts (free GPUs ->
+    nodes) it planned the held jobs on."""
     p = _Pass(inv, view, now, cfg, shared)
     out: List[Decision] = []
     held: List[QueuedJob] = []
@@ -584,6 +604,7 @@ def _pass(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: flo
             continue
         out.append(Decision(q.job_id, OUTSIDE,
                             reason="released outside the daemon; Slurm schedules it"))
+    counts = p.work.histogram()
     order = sorted(held, key=job_order)
     if pack:
         order = sorted(order, key=lambda q: tuple(-x for x in difficulty(q)))
@@ -592,7 +613,41 @@ def _pass(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: flo
         decided[q.job_id] = p.held(q)
     for q in sorted(held, key=job_order):
         out.append(decided[q.job_id])
-    return out
+    return out, counts
+
+
+def _takes(q: QueuedJob) -> Tuple[int, int]:
+    """(GPUs, fewest free GPUs a node needs to take part) of a held job."""
+    req = q.spec.request
+    world = req.layout.world
+    gpn = q.spec.shape.gpus_per_node or req.gpus_per_node
+    return world, (min(gpn, world) if gpn else 1)
+
+
+def packing_may_help(jobs: Sequence[QueuedJob], first: Sequence[Decision],
+                     counts: Mapping[int, int]) -> bool:
+    """Whether the packing pass could release every job the priority pass
+    released and one more, by counting GPUs (no planning). A job that needs
+    ``t`` free GPUs on each of its nodes can only use the nodes that have
+    at least ``t`` free (``counts``: free GPUs -> nodes, before any held
+    job was placed), and so can every released job needing at least ``t``
+    per node: when those nodes cannot hold them all plus the blocked job,
+    for every blocked job, no order of placing can release more."""
+    by_id = {q.job_id: q for q in jobs if q.spec is not None}
+    released = [_takes(by_id[d.job_id]) for d in first
+                if d.action == RELEASE and d.job_id in by_id]
+    seen: Dict[Tuple[int, int], bool] = {}
+    for d in first:
+        if d.action != WAIT or d.job_id not in by_id:
+            continue
+        world, t = _takes(by_id[d.job_id])
+        if (world, t) not in seen:
+            room = sum(f * c for f, c in counts.items() if f >= t)
+            need = world + sum(w for w, tj in released if tj >= t)
+            seen[(world, t)] = room >= need
+        if seen[(world, t)]:
+            return True
+    return False
 
 
 #: job states in which a job holds (or is about to hold) its allocation
@@ -600,8 +655,24 @@ ACTIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STAGE_
                     "SIGNALING", "RESIZING"})
 
 
+def _memo(memo: Optional[Dict[str, object]], inv: Inventory, view: ClusterView
+          ) -> Dict[str, object]:
+    """What one decide() shares between its passes and, given a ``memo``
+    kept by the caller, with the next cycles: plans on the empty cluster,
+    the cost parameters, the leaves. They depend only on the inventory and
+    on which nodes Slurm does not know, so a change of either starts it
+    afresh."""
+    unknown = frozenset(n for n, st in view.state.nodes.items() if UNKNOWN_TO_SLURM in st.flags)
+    memo = {} if memo is None else memo
+    if memo.get("inv") is not inv or memo.get("unknown") != unknown:
+        memo.clear()
+        memo.update(inv=inv, unknown=unknown)
+    return memo
+
+
 def decide(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: float,
-           config: Optional[Config] = None) -> List[Decision]:
+           config: Optional[Config] = None, memo: Optional[Dict[str, object]] = None
+           ) -> List[Decision]:
     """One decision per job (a re-held job gets two: ``rehold``, then
     ``release`` or ``wait``), in the order the loop must act on them.
 
@@ -610,15 +681,19 @@ def decide(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: fl
     releases every job the priority pass released and more besides: the
     order of release within one pass does not change who runs first, so
     packing only ever adds jobs (two jobs that would each fragment the
-    other both run)."""
+    other both run). The packing pass is skipped when counting free GPUs
+    shows it cannot add a job (:func:`packing_may_help`).
+
+    ``memo``: a dict the caller keeps between cycles (the daemon does), so
+    that plans on the empty cluster are made once per inventory."""
     cfg = config or Config()
-    shared: Dict[str, object] = {}
-    first = _pass(jobs, inv, view, now, cfg, pack=False, shared=shared)
+    shared = _memo(memo, inv, view)
+    first, counts = _pass(jobs, inv, view, now, cfg, pack=False, shared=shared)
     released = {d.job_id for d in first if d.action == RELEASE}
     blocked = [d for d in first if d.action == WAIT]
-    if not blocked or not released:
+    if not blocked or not released or not packing_may_help(jobs, first, counts):
         return first
-    second = _pass(jobs, inv, view, now, cfg, pack=True, shared=shared)
+    second, _ = _pass(jobs, inv, view, now, cfg, pack=True, shared=shared)
     released2 = {d.job_id for d in second if d.action == RELEASE}
     if released <= released2 and len(released2) > len(released):
         for d in second:

@@ -15,7 +15,14 @@ from slurmtopo.model import ClusterState, Inventory, NodeState, Placement
 
 class Work:
     """Mutable free/busy view: Slurm's busy GPUs, plus GPUs claimed by jobs
-    the daemon released that Slurm has not started yet, plus reservations."""
+    the daemon released that Slurm has not started yet, plus reservations.
+
+    Kept incrementally, because one pass claims GPUs hundreds of times on a
+    cluster of thousands of nodes: a claim rewrites only the nodes it
+    touches (the planning state and the free-GPU counts below), never the
+    whole cluster. The counts (how many usable nodes have f free GPUs, per
+    partition) answer "can this job fit at all?" without planning
+    (:meth:`shortfall`)."""
 
     def __init__(self, inv: Inventory, view: ClusterView):
         self.inv = inv
@@ -25,10 +32,85 @@ class Work:
         self.claimed_whole: Set[str] = set()
         self.reserved: Dict[str, Set[int]] = {}
         self.cpus_claimed: Dict[str, int] = {}
+        #: the planning state (claims and reservations applied), node by node
+        self._nodes: Dict[str, NodeState] = dict(view.state.nodes)
         self._cache: Optional[ClusterState] = None
         #: (hardware, free GPUs, link bound) -> largest group: one pass asks
         #: the same few shapes over and over; kept with the pass, not the process
         self._largest: Dict[Tuple[object, Tuple[int, ...], int], int] = {}
+        #: node -> partitions ("*": every node), and per key the number of
+        #: usable nodes by free GPU count, with and without reservations
+        self._parts: Dict[str, Tuple[str, ...]] = {}
+        for part, members in view.partitions.items():
+            for n in members:
+                self._parts[n] = self._parts.get(n, ()) + (part,)
+        self._free_n: Dict[bool, Dict[str, int]] = {True: {}, False: {}}
+        self._hist: Dict[bool, Dict[str, Dict[int, int]]] = {True: {}, False: {}}
+        for name, node in inv.nodes.items():
+            f = len(self._free_of(name, node, True))
+            for res in (True, False):
+                self._free_n[res][name] = f
+                self._count(res, name, f, 1)
+        #: tasks per node -> nodes without that many free CPUs
+        self._low_cpus: Dict[int, Set[str]] = {}
+
+    # -- the free-GPU counts ---------------------------------------------------
+
+    def _count(self, res: bool, name: str, f: int, delta: int) -> None:
+        for key in ("*",) + self._parts.get(name, ()):
+            h = self._hist[res].setdefault(key, {})
+            h[f] = h.get(f, 0) + delta
+
+    def _recount(self, name: str, res: bool) -> None:
+        node = self.inv.nodes.get(name)
+        if node is None:
+            return
+        f = len(self._free_of(name, node, res))
+        old = self._free_n[res].get(name)
+        if old == f:
+            return
+        if old is not None:
+            self._count(res, name, old, -1)
+        self._free_n[res][name] = f
+        self._count(res, name, f, 1)
+
+    def shortfall(self, world: int, gpus_per_node: Optional[int],
+                  partitions: Optional[Sequence[str]] = None,
+                  with_reserved: bool = True) -> Optional[str]:
+        """Why a job of ``world`` GPUs (``gpus_per_node`` on each of its
+        nodes) cannot fit now by counts alone, before any planning; None
+        when the counts allow it (the planner then decides). Only a
+        necessary condition is checked, so a job it turns away could never
+        have been placed: nodes with fewer free GPUs than the job takes per
+        node are no use to it, and the rest must hold its nodes and GPUs.
+        ``partitions``: count only their nodes (None: every node)."""
+        t = min(gpus_per_node, world) if gpus_per_node else 1
+        keys = [p for p in (partitions or ()) if p in self._hist[with_reserved]] or ["*"]
+        nodes = gpus = 0
+        for key in keys:
+            for f, c in self._hist[with_reserved][key].items():
+                if f >= t and c:
+                    nodes += c
+                    gpus += f * c
+        if gpus_per_node and world > gpus_per_node:
+            need = -(-world // gpus_per_node)
+            if nodes < need:
+                return (f"needs {need} nodes with {gpus_per_node} free GPUs each "
+                        f"(--gpus-per-node {gpus_per_node}); only {nodes} usable nodes have "
+                        f"{gpus_per_node} free")
+        if gpus < world:
+            where = f" on nodes with at least {t} free" if t > 1 else ""
+            return f"needs {world} GPUs; only {gpus} are free{where}"
+        return None
+
+    def histogram(self, with_reserved: bool = True) -> Dict[int, int]:
+        """Free GPUs -> how many usable nodes have that many, now."""
+        return {f: c for f, c in self._hist[with_reserved].get("*", {}).items() if c}
+
+    def free_count(self, name: str, with_reserved: bool = True) -> int:
+        return self._free_n[with_reserved].get(name, 0)
+
+    # -- the planning state ----------------------------------------------------
 
     def largest_group(self, hw, free: Tuple[int, ...], bound) -> int:
         """:func:`slurmtopo.placement.intranode.largest_group`, remembered
@@ -43,49 +125,75 @@ class Work:
     def slurm_busy(self, name: str) -> FrozenSet[int]:
         return self.base.of(name).busy_gpus
 
+    def _node_state(self, name: str, freed: bool = False, with_reserved: bool = True
+                    ) -> NodeState:
+        """``name`` as Slurm sees it plus the claims (and reservations)."""
+        st = self.base.of(name)
+        busy = set() if freed else set(st.busy_gpus)
+        excl = False if freed else st.exclusive
+        state = st.state
+        if freed and state in ("allocated", "mixed", "completing"):
+            state = "idle"
+        busy |= self.claimed.get(name, set())
+        if with_reserved:
+            busy |= self.reserved.get(name, set())
+        if name in self.claimed_whole:
+            excl = True
+        if busy and state == "idle" and name in self.inv.nodes:
+            state = "mixed"
+        return NodeState(name=name, state=state, busy_gpus=frozenset(busy), flags=st.flags,
+                         exclusive=excl)
+
+    def _free_of(self, name: str, node, with_reserved: bool) -> Tuple[int, ...]:
+        st = self._nodes.get(name) if with_reserved else self._node_state(name, False, False)
+        if st is None:
+            return tuple(g.index for g in node.gpus)
+        if not st.usable or st.exclusive:
+            return ()
+        return tuple(g.index for g in node.gpus if g.index not in st.busy_gpus)
+
     def state(self, freed: Iterable[str] = (), with_reserved: bool = True) -> ClusterState:
         """The ClusterState to plan on; ``freed`` nodes lose their Slurm
         busy GPUs (for reservations: "once the jobs there end")."""
         freed = set(freed)
-        if not freed and with_reserved and self._cache is not None:
-            return self._cache
-        out: Dict[str, NodeState] = {}
-        for name, st in self.base.nodes.items():
-            out[name] = st
-        touched = set(self.claimed) | self.claimed_whole | freed
-        if with_reserved:
-            touched |= set(self.reserved)
-        for name in touched:
-            st = self.base.of(name)
-            busy = set() if name in freed else set(st.busy_gpus)
-            excl = False if name in freed else st.exclusive
-            state = st.state
-            if name in freed and state in ("allocated", "mixed", "completing"):
-                state = "idle"
-            busy |= self.claimed.get(name, set())
-            if with_reserved:
-                busy |= self.reserved.get(name, set())
-            if name in self.claimed_whole:
-                excl = True
-            node = self.inv.nodes.get(name)
-            if node is not None and busy and state == "idle":
-                state = "mixed"
-            out[name] = NodeState(name=name, state=state, busy_gpus=frozenset(busy),
-                                  flags=st.flags, exclusive=excl)
-        cs = ClusterState(nodes=out, source=self.base.source)
         if not freed and with_reserved:
-            self._cache = cs
-        return cs
+            if self._cache is None:
+                self._cache = ClusterState(nodes=dict(self._nodes), source=self.base.source)
+            return self._cache
+        out = dict(self._nodes)
+        touched = set(self.claimed) | self.claimed_whole | freed | set(self.reserved)
+        for name in touched:
+            out[name] = self._node_state(name, name in freed, with_reserved)
+        return ClusterState(nodes=out, source=self.base.source)
 
     def free_gpus(self, name: str, with_reserved: bool = True) -> Tuple[int, ...]:
-        node = self.inv.nodes[name]
-        return self.state(with_reserved=with_reserved).free_gpus(node)
+        return self._free_of(name, self.inv.nodes[name], with_reserved)
 
     def cpus_free(self, name: str) -> Optional[int]:
         c = self.view.cpus_free.get(name)
         if c is None:
             return None
         return c - self.cpus_claimed.get(name, 0)
+
+    def low_cpus(self, tasks: int) -> Set[str]:
+        """Nodes with fewer than ``tasks`` free CPUs (kept up to date by
+        :meth:`claim`)."""
+        hit = self._low_cpus.get(tasks)
+        if hit is None:
+            hit = self._low_cpus[tasks] = set()
+            for name in self.view.cpus_free:
+                c = self.cpus_free(name)
+                if c is not None and c < tasks and name in self.inv.nodes:
+                    hit.add(name)
+        return hit
+
+    def _touch(self, names: Iterable[str], reserved_only: bool = False) -> None:
+        for name in names:
+            self._nodes[name] = self._node_state(name)
+            self._recount(name, True)
+            if not reserved_only:
+                self._recount(name, False)
+        self._cache = None
 
     def claim(self, gpus: Mapping[str, Iterable[int]], exclusive: bool = False,
               cpus: int = 0) -> None:
@@ -95,12 +203,16 @@ class Work:
                 self.claimed_whole.add(h)
             if cpus:
                 self.cpus_claimed[h] = self.cpus_claimed.get(h, 0) + cpus
-        self._cache = None
+                c = self.cpus_free(h)
+                for tasks, low in self._low_cpus.items():
+                    if c is not None and c < tasks and h in self.inv.nodes:
+                        low.add(h)
+        self._touch(gpus)
 
     def reserve(self, gpus: Mapping[str, Iterable[int]]) -> None:
         for h, gs in gpus.items():
             self.reserved.setdefault(h, set()).update(gs)
-        self._cache = None
+        self._touch(gpus, reserved_only=True)
 
 
 def _whole_free(work: Work, name: str, extra: Mapping[str, Set[int]]) -> bool:
