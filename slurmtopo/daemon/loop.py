@@ -7,24 +7,26 @@ Every cycle:
 3. build the managed queue: held jobs whose comment is a ``slurmtopo:v1:``
    tag, plus the jobs the journal says the daemon released;
 4. :func:`slurmtopo.daemon.scheduler.decide` (pure) -> decisions;
-5. act on each, journal first:
+5. act on each, journal first (releases last, all together):
 
-   release   journal ``releasing`` (intent: job, nodes, GPUs) -> ``scontrol
-             update JobId=J ReqNodeList=<nodes>`` -> ``scontrol release J``
-             -> journal ``released``
-   rehold    journal ``reholding`` -> ``scontrol hold J`` -> journal
-             ``waiting`` (then it is planned again in the same cycle)
+   rehold    journal ``reholding`` (flushed) -> ``scontrol hold J`` ->
+             journal ``waiting`` (then it is planned again in the same cycle)
    reject    ``Comment=slurmtopo:rejected: <why>`` -> ``scancel`` (or left
              held with ``--on-reject hold``) -> journal entry dropped
+   release   journal ``releasing`` for every job of the cycle (intent: job,
+             nodes, GPUs), flushed once -> per job ``scontrol update JobId=J
+             ReqNodeList=<nodes>`` -> ``scontrol release J`` -> journal
+             ``released`` (flushed with the end of the cycle)
 
 6. write ``status.json`` (what ``slurmtopo daemon status`` shows).
 
 Restart safety
-    The spool directory holds one journal file per job the daemon acted on
-    (``journal/<jobid>.json``, replaced atomically) and an append-only event
-    log (``events.log``, one JSON object a line, fsynced). The journal is
-    written *before* each action, and every action is decided again from
-    Slurm's state after a restart:
+    The spool directory holds the journal (``journal.json``: one record per
+    job the daemon acted on, replaced atomically) and an append-only event
+    log (``events.log``, one JSON object a line, fsynced). Writes are
+    batched per cycle (:class:`Journal`), but an intent is always on disk
+    before the Slurm call it announces, and every action is decided again
+    from Slurm's state after a restart:
 
     * ``releasing`` and the job is still held: the release never happened
       (killed before ``scontrol release``): the job is planned again;
@@ -41,6 +43,7 @@ Restart safety
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -67,6 +70,8 @@ TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"
 #: the steps of a release a crash can fall between (see Daemon.reached)
 RELEASE_STEPS = ("after-intent", "after-pin", "after-release")
 STATUS_FILE = "status.json"
+JOURNAL_FILE = "journal.json"
+JOURNAL_KIND = "daemon-journal"
 EVENTS_FILE = "events.log"
 LOCK_FILE = "daemon.lock"
 
@@ -76,55 +81,137 @@ LOCK_FILE = "daemon.lock"
 
 
 class Journal:
-    """Per-job records (atomic files) and an append-only event log."""
+    """The job records (one file, ``journal.json``, replaced atomically)
+    and the append-only event log (``events.log``).
+
+    Writes are batched: inside :meth:`batch` records and events are kept
+    in memory and written by :meth:`flush` (the journal file: temp file,
+    fsync, rename; the new event lines: one write, one fsync). Outside a
+    batch every change is flushed at once. The loop flushes where crash
+    safety needs it (every release intent before the first ``scontrol
+    release`` of a cycle, a re-hold intent before ``scontrol hold``) and at
+    the end of the cycle, so a cycle costs two or three fsyncs however
+    many jobs it releases. What a crash can lose is only what happened
+    after the last flush, and the journal never claims an action that did
+    not reach Slurm's side of the reconcile table (see the module doc)."""
 
     def __init__(self, spool: str):
         self.spool = os.path.abspath(spool)
-        self.dir = os.path.join(self.spool, "journal")
+        self.path = os.path.join(self.spool, JOURNAL_FILE)
+        #: per-job files of daemons before 0.x: read once, removed on the
+        #: first write of journal.json
+        self.legacy_dir = os.path.join(self.spool, "journal")
         self.events_path = os.path.join(self.spool, EVENTS_FILE)
-        for d in (self.spool, self.dir):
-            ensure_dir(d, "spool directory")
-
-    def _path(self, job_id: int) -> str:
-        return os.path.join(self.dir, f"{int(job_id)}.json")
+        ensure_dir(self.spool, "spool directory")
+        self._records: Dict[int, JobRecord] = {}
+        self._dirty = False
+        self._lines: List[str] = []
+        self._depth = 0
 
     def load(self) -> Dict[int, JobRecord]:
         out: Dict[int, JobRecord] = {}
-        for name in sorted(os.listdir(self.dir)):
-            if not name.endswith(".json") or name.startswith("."):
-                continue
-            path = os.path.join(self.dir, name)
-            try:
-                with open(path, encoding="utf-8") as f:
-                    rec = JobRecord.from_dict(json.load(f))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("journal entry %s unreadable (%s); ignored", path, exc)
-                continue
-            out[rec.job_id] = rec
-        return out
-
-    def save(self, rec: JobRecord) -> None:
-        atomic_write(self._path(rec.job_id), json.dumps(rec.as_dict(), sort_keys=True) + "\n",
-                     mode=0o644)
-
-    def drop(self, job_id: int) -> None:
+        if os.path.isdir(self.legacy_dir):
+            for name in sorted(os.listdir(self.legacy_dir)):
+                if name.endswith(".json") and not name.startswith("."):
+                    rec = self._read_record(os.path.join(self.legacy_dir, name))
+                    if rec is not None:
+                        out[rec.job_id] = rec
         try:
-            os.unlink(self._path(job_id))
+            with open(self.path, encoding="utf-8") as f:
+                doc = json.load(f)
+            if not isinstance(doc, dict) or doc.get("slurmtopo") != JOURNAL_KIND:
+                raise ValueError(f"not a {JOURNAL_KIND} document")
+            for d in doc.get("jobs") or ():
+                rec = JobRecord.from_dict(d)
+                out[rec.job_id] = rec
         except FileNotFoundError:
             pass
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("journal %s unreadable (%s); ignored", self.path, exc)
+        self._records = dict(out)
+        return out
+
+    @staticmethod
+    def _read_record(path: str) -> Optional[JobRecord]:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return JobRecord.from_dict(json.load(f))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("journal entry %s unreadable (%s); ignored", path, exc)
+            return None
+
+    def save(self, rec: JobRecord) -> None:
+        self._records[rec.job_id] = rec
+        self._dirty = True
+        self._maybe_flush()
+
+    def drop(self, job_id: int) -> None:
+        if self._records.pop(int(job_id), None) is not None:
+            self._dirty = True
+        self._maybe_flush()
 
     def event(self, kind: str, job_id: Optional[int] = None, **fields) -> None:
         rec = {"at": round(time.time(), 3), "event": kind}
         if job_id is not None:
             rec["job"] = int(job_id)
         rec.update({k: v for k, v in fields.items() if v is not None})
-        line = json.dumps(rec, sort_keys=False, default=str) + "\n"
-        fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._lines.append(json.dumps(rec, sort_keys=False, default=str) + "\n")
+        self._maybe_flush()
+
+    @contextlib.contextmanager
+    def batch(self):
+        """Keep writes in memory until :meth:`flush` or the end of the
+        block (flushed then, also when the block raises an error; not when
+        it is interrupted: that is a kill, and the journal is safe without)."""
+        self._depth += 1
         try:
-            os.write(fd, line.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            yield self
+        except Exception:
+            self._depth -= 1
+            self.flush()
+            raise
+        except BaseException:
+            self._depth -= 1
+            raise
+        self._depth -= 1
+        self.flush()
+
+    def _maybe_flush(self) -> None:
+        if not self._depth:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what changed: the journal file first, then the events."""
+        if self._dirty:
+            doc = {"slurmtopo": JOURNAL_KIND, "version": 1,
+                   "jobs": [self._records[k].as_dict() for k in sorted(self._records)]}
+            atomic_write(self.path, json.dumps(doc, sort_keys=True) + "\n", mode=0o644)
+            self._dirty = False
+            self._drop_legacy()
+        if self._lines:
+            data = "".join(self._lines).encode()
+            fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._lines = []
+
+    def _drop_legacy(self) -> None:
+        if not os.path.isdir(self.legacy_dir):
+            return
+        for name in os.listdir(self.legacy_dir):
+            if name.endswith(".json"):
+                try:
+                    os.unlink(os.path.join(self.legacy_dir, name))
+                except OSError:
+                    pass
+        try:
+            os.rmdir(self.legacy_dir)
+        except OSError:
+            pass
 
     def events(self, job_id: Optional[int] = None) -> List[Dict[str, object]]:
         return read_events(self.spool, job_id)
@@ -369,31 +456,40 @@ class Daemon:
         jobs = self.backend.jobs()
         nodes = self.backend.nodes()
         by_id = {j.job_id: j for j in jobs}
-        self.reconcile(by_id)
-        queue = self.queue(jobs)
-        live = {q.job_id for q in queue}
-        for cache in (self.first_seen, self.last_reason):
-            for job_id in [k for k in cache if k not in live]:
-                del cache[job_id]
-        now = self.clock()
-        decisions = decide(queue, self.inv, self.view(nodes), now, self.cfg,
-                           memo=self.memo) if queue else []
-        skip: set = set()
-        for d in decisions:
-            if d.job_id in skip:
-                continue
-            try:
-                ok = self.act(d, by_id.get(d.job_id))
-            except SlurmError as exc:
-                log.error("job %s: %s failed: %s", d.job_id, d.action, exc.render())
-                self.journal.event("error", d.job_id, action=d.action, error=exc.render())
-                ok = False
-            if not ok:
-                skip.add(d.job_id)
+        with self.journal.batch():
+            self.reconcile(by_id)
+            queue = self.queue(jobs)
+            live = {q.job_id for q in queue}
+            for cache in (self.first_seen, self.last_reason):
+                for job_id in [k for k in cache if k not in live]:
+                    del cache[job_id]
+            now = self.clock()
+            decisions = decide(queue, self.inv, self.view(nodes), now, self.cfg,
+                               memo=self.memo) if queue else []
+            skip: set = set()
+            releases: List[Decision] = []
+            for d in decisions:
+                if d.job_id in skip:
+                    continue
+                if d.action == RELEASE and not self.dry_run:
+                    releases.append(d)  # all together below, after every other action
+                    continue
+                if not self._guarded(d, lambda d=d: self.act(d, by_id.get(d.job_id))):
+                    skip.add(d.job_id)
+            self.release_all(releases)
         self.cycles += 1
         self.last_decisions = decisions
         self.write_status(decisions, queue, time.monotonic() - t0)
         return decisions
+
+    def _guarded(self, d: Decision, action: Callable[[], bool]) -> bool:
+        """Run one action; a Slurm error is logged and journalled, not fatal."""
+        try:
+            return action()
+        except SlurmError as exc:
+            log.error("job %s: %s failed: %s", d.job_id, d.action, exc.render())
+            self.journal.event("error", d.job_id, action=d.action, error=exc.render())
+            return False
 
     # -- actions -----------------------------------------------------------
 
@@ -426,21 +522,43 @@ class Daemon:
         return True
 
     def release(self, d: Decision) -> bool:
-        from slurmtopo.hostlist import fold_hostlist
-
+        """Release one job (see :meth:`release_all`)."""
         if self.dry_run:
             log.info("job %s: [dry run] would %s", d.job_id, d.summary())
             return True
-        old = self.records.get(d.job_id) or JobRecord(d.job_id, first_seen=self.first_seen.get(
-            d.job_id))
-        rec = replace(old, phase="releasing", hosts=tuple(d.hosts), gpus=dict(d.gpus),
-                      claim=dict(d.claim), exclusive=d.exclusive, cpus=d.cpus, taken=d.taken,
-                      cost_s=d.cost_s, preferred_cost_s=d.preferred_cost_s, drift=None)
-        self._save(rec)
-        self.journal.event("intent-release", d.job_id, hosts=list(d.hosts),
-                           gpus={h: list(g) for h, g in d.gpus.items()}, taken=d.taken,
-                           cost_s=d.cost_s, preferred_cost_s=d.preferred_cost_s,
-                           gave_up=list(d.gave_up) or None)
+        return self.release_all([d]).get(d.job_id, False)
+
+    def release_all(self, ds: Sequence[Decision]) -> Dict[int, bool]:
+        """Release the jobs of one cycle: every intent is journalled and
+        flushed first (one fsync for all), then each job is pinned and
+        released in turn; what became of them is flushed with the end of
+        the cycle. A crash anywhere in between leaves ``releasing`` records
+        that the next start reconciles job by job (held: planned again; not
+        held: the release happened), so no job is released twice. Returns
+        job id -> released."""
+        recs: Dict[int, JobRecord] = {}
+        for d in ds:
+            old = self.records.get(d.job_id) or JobRecord(
+                d.job_id, first_seen=self.first_seen.get(d.job_id))
+            rec = replace(old, phase="releasing", hosts=tuple(d.hosts), gpus=dict(d.gpus),
+                          claim=dict(d.claim), exclusive=d.exclusive, cpus=d.cpus,
+                          taken=d.taken, cost_s=d.cost_s, preferred_cost_s=d.preferred_cost_s,
+                          drift=None)
+            self._save(rec)
+            recs[d.job_id] = rec
+            self.journal.event("intent-release", d.job_id, hosts=list(d.hosts),
+                               gpus={h: list(g) for h, g in d.gpus.items()}, taken=d.taken,
+                               cost_s=d.cost_s, preferred_cost_s=d.preferred_cost_s,
+                               gave_up=list(d.gave_up) or None)
+        if ds:
+            self.journal.flush()
+        return {d.job_id: self._guarded(d, lambda d=d: self._release_one(d, recs[d.job_id]))
+                for d in ds}
+
+    def _release_one(self, d: Decision, rec: JobRecord) -> bool:
+        """Pin and release one job whose intent is on disk."""
+        from slurmtopo.hostlist import fold_hostlist
+
         self.reached("after-intent")
         try:
             self.backend.update_job(d.job_id, ReqNodeList=fold_hostlist(d.hosts))
@@ -479,6 +597,7 @@ class Daemon:
         rec = replace(rec, phase="reholding")
         self._save(rec)
         self.journal.event("intent-rehold", d.job_id, reason=d.reason)
+        self.journal.flush()  # on disk before Slurm hears of it
         try:
             self.backend.hold(d.job_id)
         except SlurmError as exc:

@@ -50,7 +50,8 @@ def test_a_cycle_pins_and_releases(slurm, inv, spool):
     assert slurm.releases(a) == slurm.releases(b) == 1
     ev = read_events(spool)
     assert [e["event"] for e in ev if e.get("job") == a] == ["intent-release", "released"]
-    rec = json.load(open(os.path.join(spool, "journal", f"{a}.json")))
+    doc = json.load(open(os.path.join(spool, "journal.json")))
+    rec = [r for r in doc["jobs"] if r["job_id"] == a][0]
     assert rec["phase"] == "released" and rec["hosts"] == ["node1"]
     status = json.load(open(os.path.join(spool, "status.json")))
     assert {j["job_id"] for j in status["jobs"]} == {a, b}
@@ -60,7 +61,7 @@ def test_a_cycle_pins_and_releases(slurm, inv, spool):
     slurm.finish(a)
     slurm.finish(b)
     d.cycle()
-    assert d.records == {} and os.listdir(os.path.join(spool, "journal")) == []
+    assert d.records == {} and Journal(spool).load() == {}
     assert [e["event"] for e in read_events(spool, a)][-1] == "ended"
 
 

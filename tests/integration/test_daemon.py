@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo.daemon.loop import Daemon, read_events, release_count
+from slurmtopo.daemon.loop import Daemon, Journal, read_events, release_count
 from slurmtopo.daemon.protocol import PREFIX, REJECTED_PREFIX
 from slurmtopo.daemon.submit import submit_for_daemon
 from slurmtopo.groups import Layout
@@ -324,7 +324,7 @@ def test_a_daemon_killed_mid_cycle_releases_every_job_exactly_once(devcluster, b
     kinds = [e["event"] for e in ev]
     assert "release-not-done" in kinds and "release-confirmed" in kinds
     assert [e["job"] for e in ev if e["event"] == "release-confirmed"] == first
-    assert os.listdir(os.path.join(spool, "journal")) == []
+    assert Journal(spool).load() == {}
 
 
 def test_a_job_that_can_never_fit_is_rejected_not_held_forever(devcluster, backend, inv,
