@@ -472,7 +472,8 @@ def proposals(inv: Inventory, req: JobRequest, groups: Mapping[str, list], cand:
     """The planner's candidates, best guess first: the plan; the same
     without splitting spanning blocks over the whole job (when it did);
     the same with every block relaxed alike (when some were kept whole
-    first); with CP, DP or PP nested innermost (no ``require`` or
+    first and a block of the rest got a piece of one rank); with CP, DP
+    or PP nested innermost (no ``require`` or
     ``prefer``, up to :data:`ALT_NESTING_MAX_WORLD` ranks); on PCIe nodes
     (no NVLink ring over the whole node) at most half or a quarter of a
     node per host, so that rings stay on one socket or PCIe switch (not
