@@ -127,8 +127,9 @@ def _unlink(path: Optional[str]) -> None:
             pass
 
 
-def _stage(out: Output, st: _Staged) -> None:
-    """Write ``out`` to a temporary file beside its target."""
+def _stage(out: Output, st: _Staged, sync: bool = True) -> None:
+    """Write ``out`` to a temporary file beside its target (flushed to disk
+    with ``sync``)."""
     mode, owner = out.mode, None
     if not os.path.isdir(st.directory):
         why = "is not a directory" if os.path.exists(st.directory) else "does not exist"
@@ -144,8 +145,9 @@ def _stage(out: Output, st: _Staged) -> None:
                                       dir=st.directory)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(out.text)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if sync:
+                fh.flush()
+                os.fsync(fh.fileno())
         if owner is not None:
             try:
                 os.chown(st.tmp, *owner)
@@ -221,20 +223,24 @@ def _fsync_dirs(directories) -> None:
 
 
 def write_all(outputs: Sequence[Output], backup: bool = False,
-              stamp: Optional[str] = None) -> Dict[str, Optional[str]]:
+              stamp: Optional[str] = None, sync: bool = True) -> Dict[str, Optional[str]]:
     """Write every output, or none of them.
 
     All files are staged as temporary files beside their targets first; only
     when every one is written are they renamed over the targets. If a rename
     fails, the targets already replaced get their old content back. With
     ``backup=True`` each replaced file is kept as
-    ``<path>.<YYYYmmdd-HHMMSS>.bak``. Returns {path: backup path or None}.
+    ``<path>.<YYYYmmdd-HHMMSS>.bak``. ``sync=False`` skips the fsyncs, for
+    files that matter only while the machine stays up (a job's run
+    directory: a hundred fsyncs on a shared file system cost more than the
+    rest of the step); all-or-none still holds. Returns {path: backup path
+    or None}.
     """
     staged: List[_Staged] = [_Staged(o) for o in outputs]
     backup_stamp = (stamp or time.strftime("%Y%m%d-%H%M%S")) if backup else None
     try:
         for out, st in zip(outputs, staged):
-            _stage(out, st)
+            _stage(out, st, sync)
         for st in staged:
             _keep_old(st, backup_stamp)
         for st in staged:
@@ -249,7 +255,8 @@ def write_all(outputs: Sequence[Output], backup: bool = False,
     for st in staged:
         if st.backup is None:
             _unlink(st.old)
-    _fsync_dirs(st.directory for st in staged)
+    if sync:
+        _fsync_dirs(st.directory for st in staged)
     return {st.path: st.backup for st in staged}
 
 

@@ -152,6 +152,22 @@ def test_write_all_keeps_backups_and_no_temporaries(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "a.20250101-000000.bak", "b"]
 
 
+@pytest.mark.parametrize("sync", [True, False])
+def test_write_all_fsyncs_unless_told_not_to(tmp_path, monkeypatch, sync):
+    """sync=False (a job's run directory) writes the same files, all or
+    none, without one fsync; the default flushes every file and directory."""
+    from slurmtopo import fileio
+
+    synced = []
+    monkeypatch.setattr(fileio.os, "fsync", lambda fd: synced.append(fd))
+    (tmp_path / "a").write_text("old\n")
+    fileio.write_all([fileio.Output(str(tmp_path / "a"), "new\n"),
+                      fileio.Output(str(tmp_path / "b"), "b\n")], sync=sync)
+    assert (tmp_path / "a").read_text() == "new\n" and (tmp_path / "b").read_text() == "b\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+    assert len(synced) == (3 if sync else 0)  # two files and their directory
+
+
 # -- bounded time and memory -----------------------------------------------------
 
 @pytest.mark.parametrize("flag", ["--inventory", "--state"])

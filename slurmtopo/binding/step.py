@@ -291,5 +291,6 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) 
                     for k, block in enumerate(task.blocks(limits.TASK_BLOCK))]
     outputs += [Output(path, content) for path, content in sorted(result.extra_files.items())]
     outputs.append(Output(os.path.join(run_dir, "env.sh"), text))
-    write_all(outputs)
+    # read at once by this job's tasks, useless after a crash: no fsyncs
+    write_all(outputs, sync=False)
     return [o.path for o in outputs]
