@@ -135,7 +135,9 @@ def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Placem
     try:
         params = CostParams.from_inventory(inv)
     except SlurmtopoError:
-        return first  # a bad cost block is reported where costs are shown
+        # a bad cost block is reported where costs are shown; the choice
+        # (and the safety net) still holds under the default figures
+        params = CostParams()
     reps = [evaluate(inv, o.placement, req, params, step_only=True) for o in options]
     times = [r.step_time_s for r in reps]
     best = 0

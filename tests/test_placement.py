@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmtopo.cost import evaluate
+from slurmtopo.cost import CostParams, evaluate
 from slurmtopo.errors import LayoutError, PlacementError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.inventory import load_inventory
@@ -603,6 +603,26 @@ def test_slurms_default_is_a_candidate_at_every_job_size(world, monkeypatch):
     alone = evaluate(inv, plan(inv, None, req, safety_net=False), req).step_time_s
     netted = evaluate(inv, plan(inv, None, req), req).step_time_s
     assert alone > naive  # the stand-in is worse than Slurm's default
+    assert netted <= naive * (1 + 1e-9)
+
+
+def test_slurms_default_is_a_candidate_with_a_bad_cost_block(monkeypatch):
+    # an inventory built in Python whose cost block does not validate: the
+    # choice falls back to the default figures, it does not skip the net
+    from dataclasses import replace as dc_replace
+
+    from slurmtopo import choice
+    from slurmtopo.placement.planner import FIRST, Proposal
+
+    inv = dc_replace(_big(64), cost={"alpha_uss": 1})
+    req = JobRequest(Layout(tp=2, dp=64))
+
+    def bad(inv_, req_, groups, cand, tree, speeds):
+        return [Proposal(FIRST, random_plan(inv_, None, req_, seed=7))]
+
+    monkeypatch.setattr(choice, "proposals", bad)
+    naive = evaluate(inv, naive_plan(inv, None, req), req, CostParams()).step_time_s
+    netted = evaluate(inv, plan(inv, None, req), req, CostParams()).step_time_s
     assert netted <= naive * (1 + 1e-9)
 
 
