@@ -249,9 +249,10 @@ class PieceRoom:
     def __init__(self, rest: Sequence[Tuple[int, int, int, int]], span: int, speed_class):
         # rest: (capacity left, speed class, pod, node) in preference order
         self.span = span
-        self.b: Dict[int, Dict[int, List[Tuple[int, int]]]] = {}
+        #: room left -> speed class -> stack of (pod, node), preferred on top
+        self.by_room: Dict[int, Dict[int, List[Tuple[int, int]]]] = {}
         for c, cls, pod, i in reversed(rest):  # stacks: the first is on top
-            self.b.setdefault(min(c, span), {}).setdefault(cls, []).append((pod, i))
+            self.by_room.setdefault(min(c, span), {}).setdefault(cls, []).append((pod, i))
         self.speed_class = speed_class
 
     def take(self, want: int, avoid: Sequence[int], pod: Optional[int]):
@@ -260,33 +261,33 @@ class PieceRoom:
         Returns an undo record, or None when no node has room."""
         best = None
         rank = self.speed_class
-        for c in [x for x in self.b if x >= want]:
-            for cls, stack in self.b[c].items():
+        for c in [x for x in self.by_room if x >= want]:
+            for cls, stack in self.by_room[c].items():
                 for j in range(len(stack) - 1, max(-1, len(stack) - 2 - len(avoid)), -1):
-                    p_, i = stack[j]
+                    node_pod, i = stack[j]
                     if i in avoid:
                         continue
-                    key = (rank(cls, want), pod is not None and p_ != pod, c)
+                    key = (rank(cls, want), pod is not None and node_pod != pod, c)
                     if best is None or key < best[0]:
                         best = (key, c, cls, j)
                     break
         if best is None:
             return None
         _, c, cls, j = best
-        p_, i = self.b[c][cls].pop(j)
+        node_pod, i = self.by_room[c][cls].pop(j)
         if c > want:
-            self.b.setdefault(c - want, {}).setdefault(cls, []).append((p_, i))
-        return (c, cls, j, p_, i, want)
+            self.by_room.setdefault(c - want, {}).setdefault(cls, []).append((node_pod, i))
+        return (c, cls, j, node_pod, i, want)
 
     def undo(self, rec) -> None:
-        c, cls, j, p_, i, want = rec
+        c, cls, j, node_pod, i, want = rec
         if c > want:
-            self.b[c - want][cls].pop()
-        self.b[c][cls].insert(j, (p_, i))
+            self.by_room[c - want][cls].pop()
+        self.by_room[c][cls].insert(j, (node_pod, i))
 
 
-def split_blocks(rest, blocks: int, span: int, allowed: Sequence[Tuple[int, ...]], piece_unit: int,
-                  speed_class) -> Optional[List[List[Tuple[int, int]]]]:
+def split_blocks(rest, blocks: int, span: int, allowed: Sequence[Tuple[int, ...]],
+                 piece_unit: int, speed_class) -> Optional[List[List[Tuple[int, int]]]]:
     """Split ``blocks`` blocks of ``span`` ranks over the nodes ``rest``, each
     block by the first pattern of ``allowed`` (piece sizes in units of
     ``piece_unit``, largest first) whose pieces all find room on distinct nodes.

@@ -472,8 +472,9 @@ def proposals(inv: Inventory, req: JobRequest, groups: Mapping[str, list], cand:
     """The planner's candidates, best guess first: the plan; the same
     without splitting spanning blocks over the whole job (when it did);
     the same with every block relaxed alike (when some were kept whole
-    first and a block of the rest got a piece of one rank); with CP, DP
-    or PP nested innermost (no ``require`` or
+    first; above :data:`ALT_NESTING_MAX_WORLD` ranks only when a block of
+    the rest got a piece of one rank); with CP, DP or PP nested innermost
+    (no ``require`` or
     ``prefer``, up to :data:`ALT_NESTING_MAX_WORLD` ranks); on PCIe nodes
     (no NVLink ring over the whole node) at most half or a quarter of a
     node per host, so that rings stay on one socket or PCIe switch (not
@@ -491,9 +492,11 @@ def proposals(inv: Inventory, req: JobRequest, groups: Mapping[str, list], cand:
     variants: List[Tuple[str, Dict]] = []
     if first.used_global:
         variants.append((POD_BY_POD, {"global_split": False}))
-    if first.used_two_phase and first.two_phase_singleton:
-        # the blocks kept whole first left fragments for the rest, one rank
-        # alone on a host: every block relaxed alike can split them better
+    if first.used_two_phase and (first.two_phase_singleton or world <= ALT_NESTING_MAX_WORLD):
+        # the blocks kept whole first left fragments for the rest, whose
+        # worst split every block relaxed alike can better (one more pass:
+        # above ALT_NESTING_MAX_WORLD ranks only when a rank was left alone
+        # on a host)
         variants.append((ONE_PHASE, {"two_phase": False}))
     if not req.require and not req.prefer and world <= ALT_NESTING_MAX_WORLD:
         dense = dense_sizes(req.layout)
