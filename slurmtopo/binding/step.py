@@ -256,11 +256,6 @@ def task_env_parts(result: BindResult, environ: Mapping[str, str]) -> "TaskEnv":
                     cpu_bind=environ.get("SLURMTOPO_CPU_BIND", "1") != "0")
 
 
-def task_env_text(result: BindResult, environ: Mapping[str, str]) -> str:
-    """The whole POSIX sh fragment, every task in it (``task-env.sh``)."""
-    return task_env_parts(result, environ).whole
-
-
 def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) -> List[str]:
     """Write hostfile, ranktable, rankmap.json, rankmap.csv, task-env.sh (and
     for a big job task-env/<block>.sh), the extra files and env.sh, all or
