@@ -17,7 +17,7 @@ from slurmtopo.groups import build_groups
 from slurmtopo.links import LinkClass
 from slurmtopo.model import ClusterState, Hardware, Inventory, Placement
 from slurmtopo.placement.baselines import naive_from
-from slurmtopo.placement.common import candidates, not_enough_gpus
+from slurmtopo.placement.common import Candidates, candidates, not_enough_gpus
 from slurmtopo.placement.fabric import fabric_tree
 from slurmtopo.placement.planner import (MODEL, NESTING, NODE_CAP, ONE_PHASE, POD_BY_POD, Proposal,
                                          proposals)
@@ -62,7 +62,7 @@ class CostModelSpeeds:
 
 
 def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
-         safety_net: bool = True) -> Placement:
+         safety_net: bool = True, cand: Optional[Candidates] = None) -> Placement:
     """Place every rank of ``req`` on a free GPU, topology-aware (gang: all
     ranks or :class:`~slurmtopo.errors.PlacementError` saying why not). See
     docs/placement.md.
@@ -71,9 +71,14 @@ def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
     fastest (:func:`cheapest`). With ``safety_net`` (the default) Slurm's
     default placement is one more candidate, at every job size, so the
     result is never modelled slower than what Slurm would give; tests turn
-    it off to check the planner's own proposals."""
+    it off to check the planner's own proposals.
+
+    ``cand``: the candidate nodes of ``req`` on ``state``, when the caller
+    keeps them up to date itself (the placement daemon, which plans
+    hundreds of jobs on one changing state); None: computed here."""
     tree = fabric_tree(inv)
-    cand = candidates(inv, state, req, tree.node_pod)
+    if cand is None:
+        cand = candidates(inv, state, req, tree.node_pod)
     err = not_enough_gpus(req, cand)
     if err is not None:
         raise err

@@ -63,6 +63,12 @@ def command():
                    "their future placement (0: none).")
 @click.option("--alternatives", type=int, default=4, show_default=True,
               help="Placements compared per job for best fit.")
+@click.option("--max-releases", type=int, default=100, show_default=True,
+              help="Jobs released per cycle at most (0: no limit); the rest are planned "
+                   "next cycle, in priority order.")
+@click.option("--best-fit-releases", type=int, default=16, show_default=True,
+              help="Releases per cycle that compare --alternatives for best fit (0: all); "
+                   "later ones in a burst take the planner's placement.")
 @click.option("--default-wait", type=float, default=0.0, show_default=True,
               help="Seconds to wait for a --prefer that has no --wait of its own.")
 @click.option("--on-reject", type=click.Choice(["cancel", "hold"]), default="cancel",
@@ -73,7 +79,8 @@ def command():
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, reservations,
-            alternatives, default_wait, on_reject, dry_run, log_level):
+            alternatives, max_releases, best_fit_releases, default_wait, on_reject, dry_run,
+            log_level):
     """Watch held slurmtopo jobs and release each onto a good placement."""
     from slurmtopo.daemon.loop import Daemon, SpoolLock, inventory_loader
     from slurmtopo.daemon.scheduler import Config
@@ -83,6 +90,8 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
         raise SlurmtopoError("--interval must be > 0")
     if reservations < 0 or alternatives < 1:
         raise SlurmtopoError("--reservations must be >= 0 and --alternatives >= 1")
+    if max_releases < 0 or best_fit_releases < 0:
+        raise SlurmtopoError("--max-releases and --best-fit-releases must be >= 0")
     logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s slurmtopo-daemon: %(message)s",
                         datefmt="%Y-%m-%dT%H:%M:%S")
@@ -96,7 +105,8 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
     try:
         backend = get_backend(backend_name)
         cfg = Config(release_grace=release_grace, reservations=reservations,
-                     alternatives=alternatives, default_wait=default_wait)
+                     alternatives=alternatives, max_releases=max_releases,
+                     best_fit_releases=best_fit_releases, default_wait=default_wait)
         daemon = Daemon(backend, inv, spool, cfg, on_reject=on_reject, dry_run=dry_run,
                         inventory_loader=loader,
                         inventory_label=", ".join(os.path.abspath(p) for p in inventory_path))

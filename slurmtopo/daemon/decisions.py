@@ -32,6 +32,13 @@ class Config:
     cost_tolerance: float = 0.02
     #: wait for a ``prefer`` that has no ``wait`` of its own (seconds)
     default_wait: float = 0.0
+    #: at most this many releases per cycle (0: no limit); the jobs after
+    #: them wait for the next cycle unplanned, so a burst of submissions
+    #: costs a bounded time per cycle (like Slurm's sched_max_job_start)
+    max_releases: int = 100
+    #: only the first this many releases of a cycle compare alternatives
+    #: for best fit (0: all); later ones take the planner's placement
+    best_fit_releases: int = 16
 
 
 @dataclass

@@ -71,9 +71,9 @@ from slurmtopo.request import IMPLICIT_PREFER
 # planning helpers
 
 
-def _plan(inv: Inventory, state: Optional[ClusterState], req):
-    from slurmtopo.api import plan_job
-    return plan_job(inv, state, req)
+def _plan(inv: Inventory, state: Optional[ClusterState], req, cand=None):
+    from slurmtopo.choice import plan
+    return plan(inv, state, req, cand=cand)
 
 
 def _cost(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
@@ -208,6 +208,8 @@ class _Pass:
             shared["leaves"] = (leaf_of, leaf_nodes)
         self.leaf_of, self.leaf_nodes = shared["leaves"]  # type: ignore[misc]
         self.reservations_left = cfg.reservations
+        #: jobs this pass released so far (Config.max_releases, best_fit_releases)
+        self.released = 0
         #: plans on the empty cluster, shared by both passes of one decide()
         self._ideal_cache: Dict[object, Tuple[Optional[Placement], Optional[str]]] = \
             shared.setdefault("ideal", {})  # type: ignore[assignment]
@@ -226,6 +228,12 @@ class _Pass:
                 hit = (None, exc.render())
             self._ideal_cache[req] = hit
         return hit
+
+    def plan_now(self, req) -> Placement:
+        """``req`` planned on the working state, with the candidate nodes
+        the working state keeps up to date (no pass over the inventory)."""
+        cand = self.work.candidates_for(req) if req.nodelist is None else None
+        return _plan(self.inv, self.work.state(), req, cand)
 
     def cost(self, p: Placement, req) -> Optional[float]:
         return _cost(self.inv, p, req, self.params)
@@ -261,13 +269,16 @@ class _Pass:
         the GPUs Slurm is expected to pick; best modelled cost, then best
         fit. Returns (placement, GPUs Slurm will allocate, notes); raises
         PlacementError when nothing fits."""
-        first = _plan(self.inv, state, req)
+        first = self.plan_now(req)
         cands = [first]
+        alternatives = self.cfg.alternatives
+        if self.cfg.best_fit_releases and self.released >= self.cfg.best_fit_releases:
+            alternatives = 1  # a burst: later jobs of it take the planner's placement
         exclude = set(req.exclude)
-        while len(cands) < max(1, self.cfg.alternatives):
+        while len(cands) < max(1, alternatives):
             exclude |= set(cands[-1].hosts)
             try:
-                cands.append(_plan(self.inv, state, replace(req, exclude=tuple(sorted(exclude)))))
+                cands.append(self.plan_now(replace(req, exclude=tuple(sorted(exclude)))))
             except (PlacementError, SlurmtopoError):
                 break
         scored = []
@@ -396,6 +407,10 @@ class _Pass:
                 prefer={k: v for k, v in job.ideal_req.prefer.items() if k not in possible}))
             if ideal_full is not None:
                 preferred_cost = self.cost(ideal_full, q.spec.request)
+        if self.cfg.max_releases and self.released >= self.cfg.max_releases:
+            return Decision(q.job_id, WAIT, notes=tuple(notes), reason=(
+                f"not planned in this cycle: it already released {self.released} jobs "
+                f"(--max-releases {self.cfg.max_releases}); planned again next cycle"))
         # 4. can it fit at all by the free-GPU counts? (no planning when not)
         short = self.work.shortfall(job.world, job.gpn, job.partitions)
         if short is not None:
@@ -433,6 +448,7 @@ class _Pass:
                                          for k in expired)
                              + " not available: took the best placement meeting its requirements")
             self.work.claim(claim, job.base_req.exclusive, job.tasks_per_node)
+            self.released += 1
             return Decision(q.job_id, RELEASE, hosts=tuple(placement.hosts),
                             gpus=planned_gpus(placement), claim=claim,
                             exclusive=job.base_req.exclusive, cpus=job.tasks_per_node,
@@ -457,7 +473,7 @@ class _Pass:
             # is a fallback available now? say so
             if not counted:
                 try:
-                    _plan(self.inv, state, job.request(self.work, []))
+                    self.plan_now(job.request(self.work, []))
                     reason += " (a fallback placement is free now)"
                 except (PlacementError, SlurmtopoError):
                     pass
@@ -691,7 +707,8 @@ def decide(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: fl
     first, counts = _pass(jobs, inv, view, now, cfg, pack=False, shared=shared)
     released = {d.job_id for d in first if d.action == RELEASE}
     blocked = [d for d in first if d.action == WAIT]
-    if not blocked or not released or not packing_may_help(jobs, first, counts):
+    if (not blocked or not released or (cfg.max_releases and len(released) >= cfg.max_releases)
+            or not packing_may_help(jobs, first, counts)):
         return first
     second, _ = _pass(jobs, inv, view, now, cfg, pack=True, shared=shared)
     released2 = {d.job_id for d in second if d.action == RELEASE}

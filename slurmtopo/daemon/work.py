@@ -3,9 +3,12 @@ reserved) and how good the free space left in it is (fragmentation), and
 which GPUs Slurm will most likely give a released job."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from slurmtopo.daemon.candidates import Filter, filter_of, refreshed, without
 from slurmtopo.daemon.decisions import ClusterView
+from slurmtopo.placement.common import Candidates
 from slurmtopo.model import ClusterState, Inventory, NodeState, Placement
 
 
@@ -53,6 +56,9 @@ class Work:
                 self._count(res, name, f, 1)
         #: tasks per node -> nodes without that many free CPUs
         self._low_cpus: Dict[int, Set[str]] = {}
+        #: the planner's candidates per filter, kept up to date by claims
+        self._cands: Dict[Filter, Candidates] = {}
+        self._index: Optional[Dict[str, int]] = None
 
     # -- the free-GPU counts ---------------------------------------------------
 
@@ -160,8 +166,8 @@ class Work:
             if self._cache is None:
                 self._cache = ClusterState(nodes=dict(self._nodes), source=self.base.source)
             return self._cache
-        out = dict(self._nodes)
-        touched = set(self.claimed) | self.claimed_whole | freed | set(self.reserved)
+        out = dict(self._nodes)  # claims and reservations applied
+        touched = freed | (set(self.reserved) if not with_reserved else set())
         for name in touched:
             out[name] = self._node_state(name, name in freed, with_reserved)
         return ClusterState(nodes=out, source=self.base.source)
@@ -187,13 +193,58 @@ class Work:
                     hit.add(name)
         return hit
 
+    def candidates(self, req) -> Candidates:
+        """:func:`~slurmtopo.placement.common.candidates` of ``req`` on
+        :meth:`state`, ignoring its ``--nodelist`` and ``--exclude`` (see
+        :func:`candidates_for`): computed once per filter, then kept up to
+        date node by node (:mod:`slurmtopo.daemon.candidates`)."""
+        flt = filter_of(req)
+        hit = self._cands.get(flt)
+        if hit is None:
+            from slurmtopo.placement.common import candidates
+            from slurmtopo.placement.fabric import fabric_tree
+            bare = replace(req, nodelist=None, exclude=())
+            hit = self._cands[flt] = candidates(self.inv, self.state(), bare,
+                                                fabric_tree(self.inv).node_pod)
+        return hit
+
+    def candidates_for(self, req) -> Candidates:
+        """:meth:`candidates` less ``req``'s excluded nodes; None semantics
+        of ``--nodelist`` are not kept (callers with a node list plan the
+        usual way)."""
+        from slurmtopo.placement.fabric import fabric_tree
+        cand = self.candidates(req)
+        if req.exclude:
+            index = self.index()
+            cand = without(cand, (index[n] for n in req.exclude if n in index),
+                           fabric_tree(self.inv).node_pod)
+        return cand
+
+    def index(self) -> Dict[str, int]:
+        """Node name -> inventory index."""
+        if self._index is None:
+            self._index = {name: i for i, name in enumerate(self.inv.nodes)}
+        return self._index
+
     def _touch(self, names: Iterable[str], reserved_only: bool = False) -> None:
+        names = [n for n in names]
+        before = {n: self._nodes.get(n) for n in names}
         for name in names:
             self._nodes[name] = self._node_state(name)
             self._recount(name, True)
             if not reserved_only:
                 self._recount(name, False)
         self._cache = None
+        if self._cands:
+            from slurmtopo.placement.fabric import fabric_tree
+            index = self.index()
+            order = list(self.inv.nodes.values())
+            name_at = {index[n]: n for n in names if n in index}
+            node_pod = fabric_tree(self.inv).node_pod
+            for flt, cand in list(self._cands.items()):
+                self._cands[flt] = refreshed(
+                    cand, name_at, order, lambda i: before[name_at[i]],
+                    lambda i: self._nodes.get(name_at[i]), flt, node_pod)
 
     def claim(self, gpus: Mapping[str, Iterable[int]], exclusive: bool = False,
               cpus: int = 0) -> None:

@@ -74,9 +74,9 @@ def count_plans(monkeypatch):
     calls = []
     real = scheduler._plan
 
-    def counting(inv, state, req):
+    def counting(inv, state, req, cand=None):
         calls.append(state.source)
-        return real(inv, state, req)
+        return real(inv, state, req, cand)
 
     monkeypatch.setattr(scheduler, "_plan", counting)
     return calls
@@ -241,3 +241,98 @@ def test_a_journal_of_per_job_files_is_read_and_replaced(slurm, inv, spool):
     assert slurm.releases(a) == 1
     assert not os.path.exists(os.path.join(spool, "journal"))
     assert Journal(spool).load()[a].phase in ("released", "running")
+
+
+# --------------------------------------------------------------------------
+# the planner's candidates, kept up to date
+
+
+def _canonical(cand):
+    """Candidates with signatures named by what they are, not their number."""
+    def sig(s):
+        hw, free = cand.sigs[s]
+        return (id(hw), free)
+    pods = {p: sorted((sig(s), c) for s, c in d.items()) for p, d in cand.pod_sigs.items()}
+    return ([(i, node.name, free) for i, node, free in cand.nodes],
+            {i: sig(s) for i, s in cand.sig_of.items()}, pods, dict(cand.pod_free),
+            cand.free_gpus, cand.full, cand.partial, cand.small, cand.unusable, cand.unknown,
+            cand.excluded)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_candidates_match_a_fresh_scan(seed):
+    import random
+
+    from bench.scenarios import busy_state, cluster
+    from slurmtopo.placement.common import candidates
+    from slurmtopo.placement.fabric import fabric_tree
+
+    inv = cluster("fattree3", 48)
+    rng = random.Random(seed)
+    st = busy_state(inv, 0.4, rng)
+    w = Work(inv, ClusterView(st))
+    names = list(inv.nodes)
+    pod = fabric_tree(inv).node_pod
+    reqs = [JobRequest(layout=Layout(tp=8, dp=2), gpus_per_node=8),
+            JobRequest(layout=Layout(tp=2, dp=3)),
+            JobRequest(layout=Layout(tp=4), gpus_per_node=4, exclusive=True)]
+    for r in reqs:
+        w.candidates(r)
+    for _ in range(12):
+        h = rng.choice(names)
+        free = w.free_gpus(h)
+        if free:
+            w.claim({h: free[:rng.randint(1, len(free))]}, exclusive=rng.random() < 0.2)
+        if rng.random() < 0.3:
+            h2 = rng.choice(names)
+            w.reserve({h2: w.free_gpus(h2)[:2]})
+        for r in reqs:
+            assert _canonical(w.candidates(r)) == \
+                _canonical(candidates(inv, w.state(), r, pod)), r
+    drop = [h for h in names[:10] if h in inv.nodes]
+    r = replace_exclude(reqs[1], drop)
+    assert _canonical(w.candidates_for(r))[:5] == _canonical(candidates(inv, w.state(), r, pod))[:5]
+
+
+def replace_exclude(req, names):
+    from dataclasses import replace
+    return replace(req, exclude=tuple(sorted(names)))
+
+
+# --------------------------------------------------------------------------
+# a burst: bounded releases per cycle, best fit for the first ones
+
+
+def test_a_cycle_releases_at_most_max_releases_in_priority_order(inv, monkeypatch):
+    st = busy(node3="all", node4="all")     # four free quads on node1 and node2
+    jobs = [job(i, age=100 - i, **TP4) for i in range(1, 5)]
+    ds = by_id(decide(jobs, inv, ClusterView(st), NOW, scheduler.Config(max_releases=2)))
+    assert [ds[i].action for i in range(1, 5)] == [RELEASE, RELEASE, WAIT, WAIT]
+    assert "--max-releases 2" in ds[3].reason and not ds[3].reserved
+    plans = count_plans(monkeypatch)
+    decide(jobs, inv, ClusterView(st), NOW, scheduler.Config(max_releases=2, reservations=0))
+    capped = len([p for p in plans if p != "empty cluster"])
+    plans.clear()
+    decide(jobs[:2], inv, ClusterView(st), NOW, scheduler.Config(max_releases=2,
+                                                                  reservations=0))
+    assert capped == len([p for p in plans if p != "empty cluster"])  # 3 and 4 unplanned
+    ds = by_id(decide(jobs, inv, ClusterView(st), NOW, scheduler.Config(max_releases=0)))
+    assert all(ds[i].action == RELEASE for i in range(1, 5))
+
+
+def test_only_the_first_releases_of_a_burst_compare_alternatives(inv, monkeypatch):
+    st = busy(node3="all", node4="all")
+    jobs = [job(i, age=100 - i, layout=Layout(tp=2), require={"tp": "nvlink"},
+                gpus_per_node=2) for i in range(1, 5)]
+
+    def plans_with(cfg):
+        plans = count_plans(monkeypatch)
+        ds = decide(jobs, inv, ClusterView(st), NOW, cfg)
+        monkeypatch.undo()
+        return len([p for p in plans if p != "empty cluster"]), ds
+
+    every, _ = plans_with(scheduler.Config(best_fit_releases=0, reservations=0))
+    first, ds = plans_with(scheduler.Config(best_fit_releases=1, reservations=0))
+    assert all(d.action == RELEASE for d in ds)
+    # jobs 2-4 each skip at least the alternative on the other node
+    assert every - first >= 3
