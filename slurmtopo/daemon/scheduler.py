@@ -40,7 +40,8 @@ The wait knob (``JobRequest.wait``: kind -> seconds)
 
 Fragmentation (best fit)
     Besides the planner's own choice, up to ``alternatives`` placements on
-    other nodes are tried; among those whose modelled cost is within
+    other nodes are tried (for the first ``best_fit_releases`` releases of
+    a pass); among those whose modelled cost is within
     ``cost_tolerance`` of the best, the one leaving the most whole free
     leaves, then whole free nodes, then the largest free NVLink islands
     (then PCIe-switch groups, NUMA groups) is taken.
@@ -52,6 +53,16 @@ Reservation (like backfill, without run times)
     are reserved, so smaller jobs behind it plan around them and cannot
     break the island it waits for. ``reservations`` sets how many blocked
     jobs get one (0: none).
+
+Cost (a cycle on a big queue)
+    The working state is updated node by node as GPUs are claimed, with
+    free-GPU counts that turn away a job that cannot fit before any
+    planning, and the planner's candidate nodes kept up to date
+    (:class:`Work`). At most ``max_releases`` jobs are released per pass
+    (the rest wait, unplanned, for the next cycle) and only the first
+    ``best_fit_releases`` compare alternatives. None of this changes a
+    decision below those limits except the planner's tie-breaking among
+    equal candidates.
 """
 from __future__ import annotations
 
@@ -479,14 +490,20 @@ class _Pass:
                     pass
         if self.work.reserved and self.work.shortfall(job.world, job.gpn, job.partitions,
                                                       with_reserved=False) is None:
-            try:
-                _plan(self.inv, self.work.state(with_reserved=False),
-                      job.request(self.work, waiting))
-                held_for = sorted(self._reserved_for)
-                reason = (f"the GPUs it could use are reserved for job "
-                          f"{', '.join(map(str, held_for))} (higher priority): {reason}")
-            except (PlacementError, SlurmtopoError):
-                pass
+            held_for = ", ".join(map(str, sorted(self._reserved_for)))
+            if counted:
+                # by count it fits once the reservation is left out: say so
+                # without planning (hundreds of jobs can be in this case)
+                reason = (f"the free GPUs it could use are reserved for job {held_for} "
+                          f"(higher priority): {reason}")
+            else:
+                try:
+                    _plan(self.inv, self.work.state(with_reserved=False),
+                          job.request(self.work, waiting))
+                    reason = (f"the GPUs it could use are reserved for job {held_for} "
+                              f"(higher priority): {reason}")
+                except (PlacementError, SlurmtopoError):
+                    pass
         reserved: Dict[str, Tuple[int, ...]] = {}
         if self.reservations_left > 0:
             reserved = self.reserve(job, job.request(self.work, waiting))
