@@ -213,3 +213,24 @@ def test_launch_entry_point(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("Start time through the command line")
     assert "  64 | " in out and "failed" not in out
+
+
+def test_daemon_load_entry_point(tmp_path, capsys):
+    """`python -m bench.daemon_load` on 16 nodes, two queue sizes: every
+    cycle decides every held job, the caps hold, the JSON has what
+    docs/benchmarks.md reads."""
+    from bench import daemon_load
+
+    out = tmp_path / "daemon.json"
+    assert daemon_load.main(["--nodes", "16", "--jobs", "3,12", "--cycles", "2",
+                             "--max-releases", "4", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["config"]["max_releases"] == 4
+    assert [r["jobs"] for r in doc["runs"]] == [3, 12]
+    for r in doc["runs"]:
+        for c in r["cycles"]:
+            assert c["cpu_s"] >= 0 and c["wall_s"] >= 0
+            assert c["actions"].get("release", 0) <= 4
+        first = r["cycles"][0]["actions"]
+        assert sum(first.values()) == r["jobs"]          # one decision per held job
+    assert "held jobs" in capsys.readouterr().out
