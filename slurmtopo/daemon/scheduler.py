@@ -533,8 +533,9 @@ class _Pass:
         names = [n for _, _, n in order]
 
         def attempt(k: int) -> Optional[Placement]:
+            state = work.state(freed=names[:k])
             try:
-                return _plan(self.inv, work.state(freed=names[:k]), req)
+                return _plan(self.inv, state, req, work.candidates_freed(req, names[:k], state))
             except (PlacementError, SlurmtopoError):
                 return None
 

@@ -9,7 +9,7 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence,
 from slurmtopo.daemon.candidates import Filter, filter_of, refreshed, without
 from slurmtopo.daemon.decisions import ClusterView
 from slurmtopo.placement.common import Candidates
-from slurmtopo.model import ClusterState, Inventory, NodeState, Placement
+from slurmtopo.model import ClusterState, Inventory, Node, NodeState, Placement
 
 
 # --------------------------------------------------------------------------
@@ -59,6 +59,7 @@ class Work:
         #: the planner's candidates per filter, kept up to date by claims
         self._cands: Dict[Filter, Candidates] = {}
         self._index: Optional[Dict[str, int]] = None
+        self._order: Optional[List[Node]] = None
 
     # -- the free-GPU counts ---------------------------------------------------
 
@@ -220,6 +221,29 @@ class Work:
                            fabric_tree(self.inv).node_pod)
         return cand
 
+    def candidates_freed(self, req, freed: Sequence[str], state: ClusterState
+                         ) -> Optional[Candidates]:
+        """:meth:`candidates_for` ``req`` on ``state``, which is
+        :meth:`state` with the ``freed`` nodes' Slurm jobs gone (see
+        :meth:`state`); None for a request with a node list. Rewrites only
+        the freed nodes' entries (the reservation search asks this a dozen
+        times a pass)."""
+        if req.nodelist is not None:
+            return None
+        from slurmtopo.placement.fabric import fabric_tree
+        index = self.index()
+        skip = set(req.exclude)
+        at = {index[n]: n for n in freed if n in index and n not in skip}
+        return refreshed(self.candidates_for(req), at, self.order(),
+                         lambda i: self._nodes.get(at[i]), lambda i: state.nodes.get(at[i]),
+                         filter_of(req), fabric_tree(self.inv).node_pod)
+
+    def order(self) -> List[Node]:
+        """The inventory's nodes by inventory index."""
+        if self._order is None:
+            self._order = list(self.inv.nodes.values())
+        return self._order
+
     def index(self) -> Dict[str, int]:
         """Node name -> inventory index."""
         if self._index is None:
@@ -238,7 +262,7 @@ class Work:
         if self._cands:
             from slurmtopo.placement.fabric import fabric_tree
             index = self.index()
-            order = list(self.inv.nodes.values())
+            order = self.order()
             name_at = {index[n]: n for n in names if n in index}
             node_pod = fabric_tree(self.inv).node_pod
             for flt, cand in list(self._cands.items()):

@@ -289,6 +289,12 @@ def test_kept_candidates_match_a_fresh_scan(seed):
         for r in reqs:
             assert _canonical(w.candidates(r)) == \
                 _canonical(candidates(inv, w.state(), r, pod)), r
+    # the reservation search's "once the jobs on these nodes end"
+    freed = names[5:30]
+    for r in reqs:
+        st2 = w.state(freed=freed)
+        assert _canonical(w.candidates_freed(r, freed, st2)) == \
+            _canonical(candidates(inv, st2, r, pod)), r
     drop = [h for h in names[:10] if h in inv.nodes]
     r = replace_exclude(reqs[1], drop)
     assert _canonical(w.candidates_for(r))[:5] == _canonical(candidates(inv, w.state(), r, pod))[:5]
