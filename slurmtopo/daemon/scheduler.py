@@ -67,7 +67,7 @@ Cost (a cycle on a big queue)
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 # the vocabulary and the working state, re-exported: callers import them here
 from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE,  # noqa: F401
@@ -107,11 +107,26 @@ def planned_gpus(p: Placement) -> Dict[str, Tuple[int, ...]]:
     return {h: tuple(sorted(p.gpus_on(h))) for h in p.hosts}
 
 
+def _outside(inv: Inventory, view: ClusterView, partitions: str) -> FrozenSet[str]:
+    """The inventory's nodes outside every partition of ``partitions`` (a
+    comma-separated list) that the view knows; none when it knows none."""
+    allowed: Set[str] = set()
+    known = False
+    for part in partitions.split(","):
+        if part in view.partitions:
+            known = True
+            allowed |= set(view.partitions[part])
+    return frozenset(n for n in inv.nodes if n not in allowed) if known else frozenset()
+
+
 class _Job:
     """Per-job derived values for one pass."""
 
     def __init__(self, q: QueuedJob, inv: Inventory, view: ClusterView, now: float,
-                 cfg: Config):
+                 cfg: Config, outside: Optional[Dict[str, FrozenSet[str]]] = None):
+        """``outside``: partition list -> nodes outside it, shared by the
+        jobs of a pass (one pass over the inventory per partition list,
+        not per job)."""
         self.q = q
         spec = q.spec
         self.spec = spec
@@ -121,14 +136,10 @@ class _Job:
         exclude = set(req.exclude)
         # nodes outside the job's partition(s)
         if view.partitions and q.partition:
-            allowed: Set[str] = set()
-            known = False
-            for part in q.partition.split(","):
-                if part in view.partitions:
-                    known = True
-                    allowed |= set(view.partitions[part])
-            if known:
-                exclude |= {n for n in inv.nodes if n not in allowed}
+            cache = outside if outside is not None else {}
+            if q.partition not in cache:
+                cache[q.partition] = _outside(inv, view, q.partition)
+            exclude |= cache[q.partition]
         self.partition_excluded = frozenset(exclude) - set(req.exclude)
         #: the job's partitions the cluster view knows (for the free counts)
         self.partitions = tuple(p for p in (q.partition or "").split(",")
@@ -219,6 +230,7 @@ class _Pass:
             shared["leaves"] = (leaf_of, leaf_nodes)
         self.leaf_of, self.leaf_nodes = shared["leaves"]  # type: ignore[misc]
         self.reservations_left = cfg.reservations
+        self._outside: Dict[str, FrozenSet[str]] = {}
         #: jobs this pass released so far (Config.max_releases, best_fit_releases)
         self.released = 0
         #: plans on the empty cluster, shared by both passes of one decide()
@@ -381,7 +393,7 @@ class _Pass:
     def held(self, q: QueuedJob) -> Decision:
         if q.spec is None:
             return Decision(q.job_id, REJECT, reason=q.error or "no slurmtopo request")
-        job = _Job(q, self.inv, self.view, self.now, self.cfg)
+        job = _Job(q, self.inv, self.view, self.now, self.cfg, self._outside)
         # 1. can it ever run?
         ideal, why = self.ideal_plan(job.ideal_req)
         if ideal is None:
