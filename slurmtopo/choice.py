@@ -162,7 +162,7 @@ def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Placem
         note = (f"all ranks on {chosen.model} nodes: the cluster mixes GPU models and this one "
                 f"holds the job")
     elif chosen.kind == NESTING:
-        note = "this nesting models faster than tensor parallel innermost"
+        note = "this nesting models faster than the usual one (tp, cp, dp, pp innermost first)"
     elif chosen.kind == NODE_CAP:
         note = (f"at most {chosen.node_cap} ranks a node, so rings stay on GPUs of one socket "
                 f"or PCIe switch: models faster than filling whole nodes")

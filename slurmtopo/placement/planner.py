@@ -499,11 +499,8 @@ def proposals(inv: Inventory, req: JobRequest, groups: Mapping[str, list], cand:
         # on a host)
         variants.append((ONE_PHASE, {"two_phase": False}))
     if not req.require and not req.prefer and world <= ALT_NESTING_MAX_WORLD:
-        dense = dense_sizes(req.layout)
-        for d in ("cp", "dp", "pp"):
-            if dense[d] > 1:
-                variants.append((NESTING, {"dims": (d,) + tuple(x for x in DEFAULT_DIMS
-                                                                 if x != d)}))
+        for dims in other_nestings(req.layout):
+            variants.append((NESTING, {"dims": dims}))
     for kind, kw in variants:
         try:
             out.append(Proposal(kind, planner(**kw).run()))
@@ -525,6 +522,30 @@ def proposals(inv: Inventory, req: JobRequest, groups: Mapping[str, list], cand:
                 out.append(Proposal(MODEL, planner(sub).run(), model=model))
             except PlacementError:
                 continue
+    return out
+
+
+def other_nestings(lay) -> List[Tuple[str, ...]]:
+    """The nestings proposed besides the default: CP, DP or PP innermost
+    (the kind that then gets the fastest links), then TP still innermost
+    with CP, DP or PP next to it (on PCIe nodes a pipeline stage next to
+    its TP group can stay on the node while DP crosses nodes). Each once:
+    dimensions of size 1 do not count."""
+    dense = dense_sizes(lay)
+
+    def used(dims):
+        return tuple(d for d in dims if dense[d] > 1)
+
+    seen = {used(DEFAULT_DIMS)}
+    out: List[Tuple[str, ...]] = []
+    candidates_ = [(d,) + tuple(x for x in DEFAULT_DIMS if x != d) for d in ("cp", "dp", "pp")]
+    if dense["tp"] > 1:
+        candidates_ += [("tp", d) + tuple(x for x in DEFAULT_DIMS if x not in ("tp", d))
+                        for d in ("cp", "dp", "pp")]
+    for dims in candidates_:
+        if dense[dims[0]] > 1 and used(dims) not in seen:
+            seen.add(used(dims))
+            out.append(dims)
     return out
 
 
