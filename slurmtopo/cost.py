@@ -1009,7 +1009,7 @@ _DENSE_DIMS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("dp",), "dp-c
 _EXPERT_DIMS = {"ep": ("ep",), "expert-tp": ("etp",), "expert-dp": ("edp",)}
 
 
-def _joint(inv: Inventory, p: CostParams, req: JobRequest, groups, counted, state) -> float:
+def _joint(base: "_LowerBound", p: CostParams, req: JobRequest, groups, counted) -> float:
     """The cheapest assignment of the counted kinds to three scopes (inside
     one node; across nodes inside one NVLink domain; over the network),
     each priced at the cost model's optimum for that scope, in which the
@@ -1021,7 +1021,6 @@ def _joint(inv: Inventory, p: CostParams, req: JobRequest, groups, counted, stat
     import itertools
 
     lay = req.layout
-    base = _LowerBound(inv, p, state)
     off_node = copy.copy(base)
     off_node.node_max = 1
     off_node._cache = {}
@@ -1111,6 +1110,6 @@ def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = 
         kinds[kind] = GroupCost(kind, len(gl), size, coll, m, c, t, 0)
     counted = counted_kinds(groups, lay.cp)
     alone = sum(kinds[k].time_s for k in counted)
-    step = max(alone, _joint(inv, p, req, groups, counted, state))
+    step = max(alone, _joint(lb, p, req, groups, counted))
     return CostReport(kinds=kinds, step_time_s=step, warnings=[], counted=counted,
                       alone_s=alone)
