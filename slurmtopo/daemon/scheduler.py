@@ -231,6 +231,10 @@ class _Pass:
         self.leaf_of, self.leaf_nodes = shared["leaves"]  # type: ignore[misc]
         self.reservations_left = cfg.reservations
         self._outside: Dict[str, FrozenSet[str]] = {}
+        #: job id -> (planning key, what planning found) of jobs found
+        #: blocked, kept between passes and cycles (see held())
+        self._blocked: Dict[int, Tuple[object, Tuple[str, bool, bool]]] = \
+            shared.setdefault("blocked", {})  # type: ignore[assignment]
         #: jobs this pass released so far (Config.max_releases, best_fit_releases)
         self.released = 0
         #: plans on the empty cluster, shared by both passes of one decide()
@@ -257,6 +261,17 @@ class _Pass:
         the working state keeps up to date (no pass over the inventory)."""
         cand = self.work.candidates_for(req) if req.nodelist is None else None
         return _plan(self.inv, self.work.state(), req, cand)
+
+    def fits_now(self, req, with_reserved: bool = True) -> bool:
+        """Does ``req`` fit on the working state (without the reservations)?"""
+        try:
+            if with_reserved:
+                self.plan_now(req)
+            else:
+                _plan(self.inv, self.work.state(with_reserved=False), req)
+            return True
+        except (PlacementError, SlurmtopoError):
+            return False
 
     def cost(self, p: Placement, req) -> Optional[float]:
         return _cost(self.inv, p, req, self.params)
@@ -439,6 +454,20 @@ class _Pass:
         if short is not None:
             return self.blocked(job, possible, waiting, notes, preferred_cost, short, state,
                                 counted=True)
+        # the same requests on the same free GPUs as when it was last found
+        # blocked (this cycle or an earlier one): the planner would say the
+        # same, so it is not asked again (not when a reservation is still to
+        # be made: that depends on more than the free GPUs)
+        fallback_req = job.request(self.work, waiting) if expired else None
+        key = None
+        if self.reservations_left == 0:
+            key = (self.work.digest(), self.work.digest(False), full, fallback_req,
+                   job.request(self.work, []) if waiting else None, tuple(waiting),
+                   job.shape.nodes)
+            seen = self._blocked.get(q.job_id)
+            if seen is not None and seen[0] == key:
+                return self.blocked(job, possible, waiting, notes, preferred_cost, seen[1][0],
+                                    state, facts=seen[1][1:])
         placement: Optional[Placement] = None
         taken: Optional[str] = None
         full_err = ""
@@ -449,10 +478,10 @@ class _Pass:
             taken = "preferred" if possible else "best"
         except (PlacementError, SlurmtopoError) as exc:
             full_err = exc.render()
-        if placement is None and expired:
+        if placement is None and fallback_req is not None:
             # 4. the fallback: only preferences still waited for are required
             try:
-                placement, claim, more = self.choose(job, job.request(self.work, waiting), state)
+                placement, claim, more = self.choose(job, fallback_req, state)
                 notes += more
                 taken = "fallback"
             except (PlacementError, SlurmtopoError) as exc:
@@ -478,28 +507,34 @@ class _Pass:
                             placement=placement, taken=taken, cost_s=cost,
                             preferred_cost_s=preferred_cost if possible else cost,
                             gave_up=gave_up, notes=tuple(notes + list(placement.notes)))
-        return self.blocked(job, possible, waiting, notes, preferred_cost, full_err, state)
+        return self.blocked(job, possible, waiting, notes, preferred_cost, full_err, state,
+                            key=key)
 
     def blocked(self, job: _Job, possible: Dict[str, str], waiting: List[str],
                 notes: List[str], preferred_cost: Optional[float], full_err: str,
-                state: ClusterState, counted: bool = False) -> Decision:
+                state: ClusterState, counted: bool = False,
+                facts: Optional[Tuple[bool, bool]] = None, key=None) -> Decision:
         """5. The job stays held: say why, maybe reserve. ``counted``: the
         free-GPU counts already showed it cannot fit (so no fallback can
-        be free either, and nothing was planned)."""
+        be free either, and nothing was planned). ``facts``: (a fallback
+        is free now, only the reservation blocks it) as found when it was
+        last blocked on the same state; else they are planned and kept
+        under ``key``."""
         q = job.q
         reason = full_err
         wait_left = None
+        free_now = blocks = False
         if waiting:
             wait_left = min(job.waits[k] - job.age for k in waiting)
             reason = (f"waiting up to {format_wait(wait_left)} more for its preferred "
                       + ", ".join(f"{k}={possible[k]}" for k in waiting) + f": {full_err}")
             # is a fallback available now? say so
-            if not counted:
-                try:
-                    self.plan_now(job.request(self.work, []))
-                    reason += " (a fallback placement is free now)"
-                except (PlacementError, SlurmtopoError):
-                    pass
+            if facts is not None:
+                free_now = facts[0]
+            elif not counted:
+                free_now = self.fits_now(job.request(self.work, []))
+            if free_now:
+                reason += " (a fallback placement is free now)"
         if self.work.reserved and self.work.shortfall(job.world, job.gpn, job.partitions,
                                                       with_reserved=False) is None:
             held_for = ", ".join(map(str, sorted(self._reserved_for)))
@@ -509,13 +544,13 @@ class _Pass:
                 reason = (f"the free GPUs it could use are reserved for job {held_for} "
                           f"(higher priority): {reason}")
             else:
-                try:
-                    _plan(self.inv, self.work.state(with_reserved=False),
-                          job.request(self.work, waiting))
+                blocks = facts[1] if facts is not None else self.fits_now(
+                    job.request(self.work, waiting), with_reserved=False)
+                if blocks:
                     reason = (f"the GPUs it could use are reserved for job {held_for} "
                               f"(higher priority): {reason}")
-                except (PlacementError, SlurmtopoError):
-                    pass
+        if key is not None and not counted:
+            self._blocked[q.job_id] = (key, (full_err, free_now, blocks))
         reserved: Dict[str, Tuple[int, ...]] = {}
         if self.reservations_left > 0:
             reserved = self.reserve(job, job.request(self.work, waiting))
@@ -734,6 +769,11 @@ def decide(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: fl
     that plans on the empty cluster are made once per inventory."""
     cfg = config or Config()
     shared = _memo(memo, inv, view)
+    blocked_before = shared.get("blocked")
+    if isinstance(blocked_before, dict):  # forget jobs that left the queue
+        live = {q.job_id for q in jobs}
+        for job_id in [k for k in blocked_before if k not in live]:
+            del blocked_before[job_id]
     first, counts = _pass(jobs, inv, view, now, cfg, pack=False, shared=shared)
     released = {d.job_id for d in first if d.action == RELEASE}
     blocked = [d for d in first if d.action == WAIT]

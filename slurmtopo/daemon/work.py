@@ -49,11 +49,18 @@ class Work:
                 self._parts[n] = self._parts.get(n, ()) + (part,)
         self._free_n: Dict[bool, Dict[str, int]] = {True: {}, False: {}}
         self._hist: Dict[bool, Dict[str, Dict[int, int]]] = {True: {}, False: {}}
+        #: per node what a plan can see of it (:meth:`_seen`), and the XOR
+        #: of their hashes: equal digests, equal planning states
+        self._seen_of: Dict[bool, Dict[str, int]] = {True: {}, False: {}}
+        self._digest: Dict[bool, int] = {True: 0, False: 0}
         for name, node in inv.nodes.items():
-            f = len(self._free_of(name, node, True))
+            free = self._free_of(name, node, True)
+            h = self._seen(name, free, self._nodes.get(name))
             for res in (True, False):
-                self._free_n[res][name] = f
-                self._count(res, name, f, 1)
+                self._free_n[res][name] = len(free)
+                self._count(res, name, len(free), 1)
+                self._seen_of[res][name] = h
+                self._digest[res] ^= h
         #: tasks per node -> nodes without that many free CPUs
         self._low_cpus: Dict[int, Set[str]] = {}
         #: the planner's candidates per filter, kept up to date by claims
@@ -68,11 +75,28 @@ class Work:
             h = self._hist[res].setdefault(key, {})
             h[f] = h.get(f, 0) + delta
 
+    @staticmethod
+    def _seen(name: str, free: Tuple[int, ...], st: Optional[NodeState]) -> int:
+        """A node as the planner sees it: its free GPUs, and whether Slurm
+        calls it in use (an exclusive job cannot have it)."""
+        return hash((name, free, st is not None and st.state in ("allocated", "mixed")))
+
+    def digest(self, with_reserved: bool = True) -> int:
+        """A fingerprint of the planning state (:meth:`state`): two states
+        with the same digest give the planner the same free GPUs (up to a
+        64-bit hash collision)."""
+        return self._digest[with_reserved]
+
     def _recount(self, name: str, res: bool) -> None:
         node = self.inv.nodes.get(name)
         if node is None:
             return
-        f = len(self._free_of(name, node, res))
+        free = self._free_of(name, node, res)
+        st = self._nodes.get(name) if res else self._node_state(name, False, False)
+        h = self._seen(name, free, st)
+        self._digest[res] ^= self._seen_of[res].get(name, 0) ^ h
+        self._seen_of[res][name] = h
+        f = len(free)
         old = self._free_n[res].get(name)
         if old == f:
             return

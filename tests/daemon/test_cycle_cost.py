@@ -342,3 +342,36 @@ def test_only_the_first_releases_of_a_burst_compare_alternatives(inv, monkeypatc
     assert all(d.action == RELEASE for d in ds)
     # jobs 2-4 each skip at least the alternative on the other node
     assert every - first >= 3
+
+
+def test_a_job_the_planner_refused_is_not_planned_again_on_the_same_state(inv, monkeypatch):
+    # node1 has 4 free GPUs (enough by count) but no free NVLink quad
+    st = busy(node1={0, 2, 4, 6}, node2="all", node3="all", node4="all")
+    jobs = [job(1, age=10, **TP4)]
+    cfg = scheduler.Config(reservations=0)
+    memo: dict = {}
+    plans = count_plans(monkeypatch)
+    first = decide(jobs, inv, ClusterView(st), NOW, cfg, memo=memo)[0]
+    assert first.action == WAIT and [p for p in plans if p != "empty cluster"]
+    plans.clear()
+    again = decide(jobs, inv, ClusterView(st), NOW + 10, cfg, memo=memo)[0]
+    assert [p for p in plans if p != "empty cluster"] == []
+    assert (again.action, again.reason) == (first.action, first.reason)
+    # another state: planned again, and it fits
+    freed = busy(node1={0, 2, 4, 6}, node2={0, 1, 2, 3}, node3="all", node4="all")
+    d = decide(jobs, inv, ClusterView(freed), NOW + 20, cfg, memo=memo)[0]
+    assert [p for p in plans if p != "empty cluster"]
+    assert d.action == RELEASE and d.gpus == {"node2": (4, 5, 6, 7)}
+
+
+def test_the_digest_follows_the_free_gpus(inv):
+    st = busy(node1={0, 1}, node3="all")
+    a, b = Work(inv, ClusterView(st)), Work(inv, ClusterView(st))
+    assert a.digest() == b.digest()
+    a.claim({"node2": (0, 1)})
+    assert a.digest() != b.digest()
+    b.claim({"node2": (1,)})
+    b.claim({"node2": (0,)})
+    assert a.digest() == b.digest()              # same free GPUs, whatever the order
+    a.reserve({"node4": (0,)})
+    assert a.digest() != b.digest() and a.digest(False) == b.digest(False)
