@@ -46,15 +46,22 @@ BUSY = (0, 60)
 
 def clear_caches(*objs) -> None:
     """Empty every functools cache and every module-level ``*cache*`` dict of
-    every loaded slurmtopo module (the node-type presets excepted), and what
-    slurmtopo caches on ``objs`` (e.g. the planner's fabric tree on an
-    inventory: every attribute that is not a dataclass field), so the next
-    call pays for the derived topology like a fresh process would."""
+    every loaded slurmtopo module (the node-type presets excepted), and the
+    tables slurmtopo derives and keeps with ``objs`` (an inventory's fabric
+    tree, its node types' and fabric's tables: :class:`slurmtopo.model.Derived`),
+    so the next call pays for the derived topology like a fresh process would."""
+    from slurmtopo.model import Derived, Inventory
+
+    def reset(obj) -> None:
+        if isinstance(getattr(obj, "derived", None), Derived):
+            object.__setattr__(obj, "derived", Derived())
+
     for obj in objs:
-        fields = getattr(obj, "__dataclass_fields__", None)
-        if fields is not None and hasattr(obj, "__dict__"):
-            for key in [k for k in obj.__dict__ if k not in fields]:
-                del obj.__dict__[key]
+        reset(obj)
+        if isinstance(obj, Inventory):
+            reset(obj.fabric)
+            for hw in {id(n.hardware): n.hardware for n in obj}.values():
+                reset(hw)
     for name, mod in list(sys.modules.items()):
         if mod is None or not (name == "slurmtopo" or name.startswith("slurmtopo.")):
             continue

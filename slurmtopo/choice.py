@@ -44,7 +44,7 @@ class CostModelSpeeds:
 
     def __init__(self, params: Optional[CostParams] = None):
         self.params = params if params is not None else CostParams()
-        self._order: Dict[int, Tuple[Hardware, Tuple[float, ...]]] = {}
+        self._order: Dict[Hardware, Tuple[float, ...]] = {}
 
     def ring(self, hw: Hardware, gpus: Tuple[int, ...]) -> Tuple[LinkClass, float]:
         return self.params.hw(hw).intra(gpus)
@@ -53,12 +53,11 @@ class CostModelSpeeds:
         return self.params.hw(hw).net
 
     def hardware_order(self, hw: Hardware) -> Tuple[float, ...]:
-        hit = self._order.get(id(hw))
-        if hit is None or hit[0] is not hw:
+        hit = self._order.get(hw)
+        if hit is None:
             hc = self.params.hw(hw)
-            hit = self._order[id(hw)] = (hw, (-(hc.lane * hc.max_lanes), -max(hc.net or [0.0]),
-                                              -hc.pcie))
-        return hit[1]
+            hit = self._order[hw] = (-(hc.lane * hc.max_lanes), -max(hc.net or [0.0]), -hc.pcie)
+        return hit
 
 
 def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,

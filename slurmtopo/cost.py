@@ -220,8 +220,7 @@ class CostParams:
     #: GB/s between CPU sockets: the ceiling of a SYS ring
     inter_socket_gbps: float = DEFAULT_INTER_SOCKET_GBPS
     message_bytes: Dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MESSAGE_BYTES))
-    _hw: Dict[int, Tuple[Hardware, "_HwCost"]] = field(default_factory=dict, repr=False,
-                                                        compare=False)
+    _hw: Dict[Hardware, "_HwCost"] = field(default_factory=dict, repr=False, compare=False)
 
     # ---- construction ----------------------------------------------------
 
@@ -333,11 +332,12 @@ class CostParams:
     # ---- per-hardware figures ---------------------------------------------
 
     def hw(self, hw: Hardware) -> "_HwCost":
-        hit = self._hw.get(id(hw))
-        if hit is None or hit[0] is not hw:
-            hit = (hw, _HwCost(self, hw))
-            self._hw[id(hw)] = hit
-        return hit[1]
+        """This hardware's figures under these parameters, built once per
+        hardware value (equal node types share them)."""
+        hit = self._hw.get(hw)
+        if hit is None:
+            hit = self._hw[hw] = _HwCost(self, hw)
+        return hit
 
     def _match(self, table, model: str, default: float) -> float:
         m = model.lower()
@@ -824,12 +824,12 @@ class _InvStats:
             if not gpus:
                 continue
             free_of[n.name] = len(gpus)
-            sets.setdefault((id(hw), gpus), (hw, gpus))
+            sets.setdefault((hw, gpus), (hw, gpus))
             self.node_sizes[len(gpus)] = self.node_sizes.get(len(gpus), 0) + 1
             if n.nvlink_domain is not None:
                 k = n.nvlink_domain.key
                 dom_gpus[k] = dom_gpus.get(k, 0) + len(gpus)
-                dom_sets.setdefault((id(hw), gpus), (hw, gpus))
+                dom_sets.setdefault((hw, gpus), (hw, gpus))
         self.sets = list(sets.values())
         self.dom_sets = list(dom_sets.values())
         self.node_max = max((len(g) for _, g in self.sets), default=0)
@@ -868,19 +868,12 @@ class _InvStats:
         self.scope_cap[LinkClass.NET_FAR] = total
 
 
-_STATS = "_slurmtopo_cost_stats"
-
-
 def _inv_stats(inv: Inventory, state=None) -> _InvStats:
+    """The idle cluster's statistics are kept in the inventory's derived
+    tables; those of a state are built for it."""
     if state is not None:
         return _InvStats(inv, state)
-    stamp = (id(inv.nodes), len(inv.nodes), id(inv.fabric))
-    hit = inv.__dict__.get(_STATS)
-    if hit is not None and hit[0] == stamp:
-        return hit[1]
-    stats = _InvStats(inv)
-    inv.__dict__[_STATS] = (stamp, stats)
-    return stats
+    return inv.derive("cost.inventory_stats", lambda: _InvStats(inv))
 
 
 class _LowerBound:
@@ -913,7 +906,7 @@ class _LowerBound:
 
     def best_intra(self, hw: Hardware, gpus: Tuple[int, ...], l: int) -> Tuple[LinkClass, float]:
         """Fastest (class, GB/s) of a ring over some ``l`` of ``gpus`` of ``hw``."""
-        key = (id(hw), gpus, l)
+        key = (hw, gpus, l)
         hit = self._best_in.get(key)
         if hit is None:
             if l <= 1:

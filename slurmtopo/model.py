@@ -22,18 +22,54 @@ from slurmtopo.links import LinkClass, parse_token
 SCHEMA_VERSION = 1
 
 
+class Derived:
+    """Lookups derived from one value, kept with that value.
+
+    Per-hardware tables (the link matrix as classes, NVLink islands, ring
+    classes, the NIC choice), the network view of a fabric, the planner's
+    view of an inventory: each is computed the first time it is asked for
+    and lives exactly as long as the object it was derived from. A daemon
+    that reloads its inventory drops the old tables with the old objects;
+    there is no process-wide cache, no ``id()`` key that a recycled address
+    could match, and no attribute written into another object behind its
+    back. Holders declare it as a field that takes no part in comparison,
+    hashing or ``repr`` (:func:`derived_field`); the module that derives a
+    table owns its name. Copies and pickles start empty."""
+
+    __slots__ = ("_tables",)
+
+    def __init__(self) -> None:
+        self._tables: Dict[str, object] = {}
+
+    def get(self, name: str, build):
+        """The table ``name``, built by ``build()`` on first use."""
+        hit = self._tables.get(name)
+        if hit is None:
+            hit = self._tables[name] = build()
+        return hit
+
+    def __reduce__(self):
+        return (Derived, ())
+
+    def __repr__(self) -> str:
+        return f"Derived({', '.join(sorted(self._tables))})"
+
+
+def derived_field():
+    """The dataclass field holding a value's :class:`Derived` tables."""
+    return field(default_factory=Derived, init=False, repr=False, compare=False, hash=False)
+
+
 class _CachedHash:
-    """Big frozen values (a node type, the fabric) are cache keys for the
-    derived topology queries; hash them once, not on every lookup."""
+    """Big frozen values (a node type, the fabric) are dictionary keys for
+    the cost model's per-hardware figures; hash them once (into their
+    :class:`Derived` tables), not on every lookup."""
 
     __slots__ = ()
 
     def __hash__(self) -> int:
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
-            object.__setattr__(self, "_hash", h)
-        return h
+        return self.derived.get("hash", lambda: hash(tuple(
+            getattr(self, f.name) for f in self.__dataclass_fields__.values() if f.compare)))
 
 
 def parse_cpulist(text: str) -> Tuple[int, ...]:
@@ -257,6 +293,8 @@ class Hardware(_CachedHash):
     #: where this type's NCCL topology file is on every node; when unset, a
     #: virtualised type's file is written into the job's run directory
     nccl_topo_file: Optional[str] = None
+    #: tables derived from this node type (slurmtopo.topology, placement)
+    derived: Derived = derived_field()
 
     # explicit, or @dataclass(frozen=True) would generate an uncached one
     __hash__ = _CachedHash.__hash__
@@ -325,6 +363,8 @@ class Fabric(_CachedHash):
     switches: Tuple[Switch, ...] = ()
     blocks: Tuple[Block, ...] = ()
     block_sizes: Tuple[int, ...] = ()
+    #: tables derived from this fabric (the network view)
+    derived: Derived = derived_field()
 
     __hash__ = _CachedHash.__hash__
 
@@ -348,6 +388,19 @@ class Inventory:
     #: when, from what source, problems found, stale or not)
     reports: Dict[str, Dict[str, object]] = field(default_factory=dict)
     source: Optional[str] = None
+    #: what the planner and the cost model derive from the whole cluster
+    #: (its fabric tree, the lower bound's statistics); see :meth:`derive`
+    derived: Derived = derived_field()
+
+    def derive(self, name: str, build):
+        """A table derived from the nodes and the fabric, rebuilt when either
+        is replaced or the node count changes (``inv.nodes = ...``;
+        :func:`dataclasses.replace` gives a new inventory with empty tables
+        anyway)."""
+        hit = self.derived.get(name, lambda: [None, None, -1, None])
+        if hit[0] is not self.nodes or hit[1] is not self.fabric or hit[2] != len(self.nodes):
+            hit[:] = [self.nodes, self.fabric, len(self.nodes), build()]
+        return hit[3]
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes.values())
@@ -437,6 +490,8 @@ class Placement:
     groups: Dict[str, List[List[int]]]
     hosts: Tuple[str, ...]  # node order (SLURM_HOSTFILE order of first use)
     notes: Tuple[str, ...] = ()  # decisions worth telling the user
+    #: the per-host index (:meth:`by_host`), kept until slots or hosts change
+    derived: Derived = derived_field()
 
     @property
     def world_size(self) -> int:
@@ -447,27 +502,22 @@ class Placement:
         host a slot names that ``hosts`` lacks). Built in one pass and kept
         until ``slots`` or ``hosts`` is replaced: per-host questions asked
         rank by rank would otherwise cost a pass over all ranks each."""
-        cached = self.__dict__.get("_by_host")
-        if cached is not None and cached[0] is self.slots and cached[1] is self.hosts:
-            return cached[2]
+        hit = self.derived.get("by_host", lambda: [None, None, None, None])
+        if hit[0] is self.slots and hit[1] is self.hosts:
+            return hit[2]
         index: Dict[str, List[RankSlot]] = {h: [] for h in self.hosts}
         for s in self.slots:
             index.setdefault(s.host, []).append(s)
         for mates in index.values():
             mates.sort(key=lambda s: s.local_rank)
-        self.__dict__["_by_host"] = (self.slots, self.hosts, index)
+        hit[:] = [self.slots, self.hosts, index, {h: i for i, h in enumerate(index)}]
         return index
 
     def node_ranks(self) -> Dict[str, int]:
         """host -> its index in the host order of :meth:`by_host` (Slurm's
         and torchrun's NODE_RANK); kept with that index."""
-        by_host = self.by_host()
-        cached = self.__dict__.get("_node_ranks")
-        if cached is not None and cached[0] is by_host:
-            return cached[1]
-        nr = {h: i for i, h in enumerate(by_host)}
-        self.__dict__["_node_ranks"] = (by_host, nr)
-        return nr
+        self.by_host()
+        return self.derived.get("by_host", list)[3]
 
     def ranks_on(self, host: str) -> List[RankSlot]:
         return list(self.by_host().get(host, ()))

@@ -10,26 +10,32 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.links import LinkClass
 from slurmtopo.model import Fabric, Hardware, Inventory, Node
 
 
-@lru_cache(maxsize=None)
 def link_classes(hw: Hardware) -> Tuple[Tuple[LinkClass, ...], ...]:
-    """The link matrix as LinkClass values (parsed once per hardware)."""
+    """The link matrix as LinkClass values (parsed once per hardware, kept
+    in its derived tables)."""
+    return hw.derived.get("topology.link_classes", lambda: _link_classes(hw))
+
+
+def _link_classes(hw: Hardware) -> Tuple[Tuple[LinkClass, ...], ...]:
     return tuple(tuple(hw.link(a, b) for b in range(hw.gpu_count)) for a in range(hw.gpu_count))
 
 
-@lru_cache(maxsize=None)
 def nvlink_islands(hw: Hardware) -> Tuple[Tuple[int, ...], ...]:
     """Connected components of the NVLink graph, as sorted GPU index tuples.
 
     An NVSwitch node is one island; NVLink-bridged pairs are islands of two;
     a PCIe-only node has one island per GPU.
     """
+    return hw.derived.get("topology.nvlink_islands", lambda: _nvlink_islands(hw))
+
+
+def _nvlink_islands(hw: Hardware) -> Tuple[Tuple[int, ...], ...]:
     lc = link_classes(hw)
     n = hw.gpu_count
     seen = [False] * n
@@ -81,15 +87,23 @@ def _has_ring(gpus: Sequence[int], ok) -> bool:
     return dfs()
 
 
-@lru_cache(maxsize=65536)
 def ring_class(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:
     """The slowest hop of the best ring over ``gpus`` inside one node.
 
     NCCL builds rings over the fastest links it can find, so on a DGX-1
     cube-mesh eight GPUs still all-reduce over NVLink although some pairs
     have no direct link. We find the smallest class c such that a ring over
-    the GPUs exists using only hops of class <= c.
+    the GPUs exists using only hops of class <= c. Remembered per GPU set
+    in the hardware's derived tables (a node has at most 2**n sets).
     """
+    known: Dict[Tuple[int, ...], LinkClass] = hw.derived.get("topology.ring_class", dict)
+    hit = known.get(gpus)
+    if hit is None:
+        hit = known[gpus] = _ring_class(hw, gpus)
+    return hit
+
+
+def _ring_class(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:
     if len(gpus) <= 1:
         return LinkClass.SELF
     lc = link_classes(hw)
@@ -154,8 +168,13 @@ def switch_levels(fabric: Fabric) -> Dict[str, int]:
     return memo
 
 
-@lru_cache(maxsize=16)
 def network_view(fabric: Fabric) -> NetworkView:
+    """The switch tree as the planner and the cost model read it, derived
+    once per fabric (kept in its derived tables)."""
+    return fabric.derived.get("topology.network_view", lambda: _network_view(fabric))
+
+
+def _network_view(fabric: Fabric) -> NetworkView:
     levels = switch_levels(fabric)
     parents: Dict[str, List[str]] = {}
     for s in fabric.switches:

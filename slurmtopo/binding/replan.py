@@ -92,7 +92,7 @@ def with_allocated_nodes(inv: Inventory, alloc: Allocation, log: List[str]) -> I
     missing = [h for h in alloc.hosts if h not in inv.nodes]
     if not missing:
         return inv
-    hws = {id(n.hardware): n for n in inv}
+    hws = {n.hardware: n for n in inv}
     if len(hws) != 1:
         raise SlurmtopoError(f"allocated node(s) {', '.join(missing)} are not in the inventory "
                              "and the planned nodes differ in hardware; pass --inventory")

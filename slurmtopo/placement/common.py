@@ -242,9 +242,6 @@ def _tail(cand: Candidates) -> str:
 # NICs and CPUs
 
 
-_nic_cache: Dict[int, Tuple[Hardware, Tuple[Tuple[str, ...], ...]]] = {}
-
-
 def nic_choice(hw: Hardware) -> Tuple[Tuple[str, ...], ...]:
     """Per GPU: the compute NICs with the best PCIe relation to it (all
     ties), best first. Ties are ordered by rate (fastest first), then by how
@@ -252,10 +249,11 @@ def nic_choice(hw: Hardware) -> Tuple[Tuple[str, ...], ...]:
     GPUs that tie on the same NICs, so GPUs 0 and 1 sharing mlx5_0 and
     mlx5_1 get (mlx5_0, mlx5_1) and (mlx5_1, mlx5_0): both NICs carry
     traffic when each rank uses its first NIC. NICs reported down are used
-    only when no compute NIC is up."""
-    hit = _nic_cache.get(id(hw))
-    if hit is not None and hit[0] is hw:
-        return hit[1]
+    only when no compute NIC is up. Kept in the hardware's derived tables."""
+    return hw.derived.get("placement.nic_choice", lambda: _nic_choice(hw))
+
+
+def _nic_choice(hw: Hardware) -> Tuple[Tuple[str, ...], ...]:
     nics = [n for n in hw.compute_nics() if n.state != "down"] or list(hw.compute_nics())
     best: List[Tuple[int, ...]] = []
     for g in range(hw.gpu_count):
@@ -277,32 +275,20 @@ def nic_choice(hw: Hardware) -> Tuple[Tuple[str, ...], ...]:
             r = peers.index(g) % len(ordered)
             ordered = ordered[r:] + ordered[:r]
         out.append(tuple(nics[i].name for i in ordered))
-    res = tuple(out)
-    if len(_nic_cache) >= 256:
-        _nic_cache.clear()
-    _nic_cache[id(hw)] = (hw, res)
-    return res
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------
 # building the Placement
 
 
-_per_gpu_cache: Dict[int, Tuple[Hardware, Dict[int, Tuple]]] = {}
-
-
 def _per_gpu(hw: Hardware) -> Dict[int, Tuple]:
     """GPU index -> (NICs, CPUs, NUMA node), once per hardware object."""
-    hit = _per_gpu_cache.get(id(hw))
-    if hit is not None and hit[0] is hw:
-        return hit[1]
-    nics = nic_choice(hw)
-    table = {g.index: (nics[i] if i < len(nics) else (), g.cpus, g.numa_node)
-             for i, g in enumerate(hw.gpus)}
-    if len(_per_gpu_cache) >= 256:
-        _per_gpu_cache.clear()
-    _per_gpu_cache[id(hw)] = (hw, table)
-    return table
+    def build() -> Dict[int, Tuple]:
+        nics = nic_choice(hw)
+        return {g.index: (nics[i] if i < len(nics) else (), g.cpus, g.numa_node)
+                for i, g in enumerate(hw.gpus)}
+    return hw.derived.get("placement.per_gpu", build)
 
 
 _FAST_SLOTS = not hasattr(RankSlot, "__slots__") and not hasattr(RankSlot, "__post_init__") \

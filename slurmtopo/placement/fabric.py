@@ -155,18 +155,8 @@ def build_tree(inv: Inventory) -> FabricTree:
                       has_domains=any(p.is_domain for p in pod_list))
 
 
-_ATTR = "_slurmtopo_fabric_tree"
-
-
 def fabric_tree(inv: Inventory) -> FabricTree:
-    """The (cached) tree of ``inv``. The cache lives on the inventory object
-    and is rebuilt when ``inv.nodes`` or ``inv.fabric`` is replaced or the
-    node count changes."""
-    stamp = (id(inv.nodes), len(inv.nodes), inv.fabric)
-    hit = inv.__dict__.get(_ATTR)
-    if hit is not None and hit[0][0] == stamp[0] and hit[0][1] == stamp[1] \
-            and hit[0][2] is stamp[2]:
-        return hit[1]
-    tree = build_tree(inv)
-    inv.__dict__[_ATTR] = (stamp, tree)
-    return tree
+    """The tree of ``inv``, kept in its derived tables and rebuilt when
+    ``inv.nodes`` or ``inv.fabric`` is replaced or the node count changes
+    (:meth:`~slurmtopo.model.Inventory.derive`)."""
+    return inv.derive("placement.fabric_tree", lambda: build_tree(inv))

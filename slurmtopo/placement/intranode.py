@@ -75,20 +75,10 @@ class HwInfo:
         self.nvswitch_like = self.max_class <= LinkClass.NVLINK
 
 
-_info_cache: Dict[int, HwInfo] = {}
-#: hardware types remembered at once (a cluster has a handful; the bound
-#: only matters to a long-running process that reloads its inventory)
-_CACHE_MAX = 256
-
-
 def hw_info(hw: Hardware) -> HwInfo:
-    info = _info_cache.get(id(hw))
-    if info is None or info.hw is not hw:
-        if len(_info_cache) >= _CACHE_MAX:  # a daemon reloading inventories
-            _info_cache.clear()
-        info = HwInfo(hw)
-        _info_cache[id(hw)] = info
-    return info
+    """The planner's tables of ``hw``, built once and kept in its derived
+    tables (they go when the hardware object goes)."""
+    return hw.derived.get("placement.hw_info", lambda: HwInfo(hw))
 
 
 def ring(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:

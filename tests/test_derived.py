@@ -1,0 +1,86 @@
+"""What slurmtopo derives from a loaded cluster lives with it, not in the
+process: a daemon that reloads its inventory must drop the old node types'
+tables (no process-wide cache keyed by hardware, no ``id()`` key that a
+recycled address could match, nothing written into ``__dict__``)."""
+from __future__ import annotations
+
+import gc
+import pickle
+import weakref
+from dataclasses import replace
+from pathlib import Path
+
+from slurmtopo.choice import plan
+from slurmtopo.cost import evaluate, lower_bound
+from slurmtopo.groups import Layout
+from slurmtopo.inventory import load_inventory
+from slurmtopo.model import Derived
+from slurmtopo.placement.common import nic_choice
+from slurmtopo.placement.fabric import fabric_tree
+from slurmtopo.placement.intranode import hw_info
+from slurmtopo.request import JobRequest
+from slurmtopo.topology import network_view, ring_class
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
+
+
+def _plan_and_price(path: Path, fresh: bool = False):
+    inv = load_inventory(str(EXAMPLES / path))
+    if fresh:  # node types of this load only (the built-in presets are shared)
+        copies = {}
+        inv.nodes = {k: replace(n, hardware=copies.setdefault(n.hardware, replace(n.hardware)))
+                     for k, n in inv.nodes.items()}
+    req = JobRequest(Layout(tp=4, dp=4).resolved())
+    pl = plan(inv, None, req)
+    evaluate(inv, pl, req)
+    lower_bound(inv, req)
+    return inv
+
+
+def test_a_dropped_inventory_takes_its_tables_with_it():
+    inv = _plan_and_price("h100-4node-2leaf.yaml", fresh=True)
+    hardware = [weakref.ref(n.hardware) for n in inv]
+    fabric = weakref.ref(inv.fabric)
+    assert all(r() is not None for r in hardware)
+    del inv
+    gc.collect()
+    # nothing in the process (a module cache, a functools cache) still holds them
+    assert [r() for r in hardware] == [None] * len(hardware)
+    assert fabric() is None
+
+
+def test_tables_are_kept_with_the_object_they_come_from():
+    inv = _plan_and_price("dgx1-v100-pair.yaml")
+    hw = next(iter(inv)).hardware
+    assert hw_info(hw) is hw_info(hw)
+    assert nic_choice(hw) is nic_choice(hw)
+    assert network_view(inv.fabric) is network_view(inv.fabric)
+    assert fabric_tree(inv) is fabric_tree(inv)
+    # a node type changed by a reload gets tables of its own, right ones
+    other = replace(hw, links=tuple(tuple("X" if a == b else "SYS" for b in range(hw.gpu_count))
+                                    for a in range(hw.gpu_count)))
+    assert hw_info(other) is not hw_info(hw)
+    assert ring_class(other, (0, 1)).name == "SYS"
+    assert ring_class(hw, (0, 1)).name != "SYS"
+
+
+def test_the_fabric_tree_follows_a_replaced_node_table():
+    inv = load_inventory(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    before = fabric_tree(inv)
+    inv.nodes = {k: v for k, v in list(inv.nodes.items())[:2]}
+    after = fabric_tree(inv)
+    assert after is not before
+    assert len(after.nodes) == 2 and len(before.nodes) == 4
+
+
+def test_tables_take_no_part_in_equality_copies_or_pickles():
+    inv = _plan_and_price("h100-4node-2leaf.yaml")
+    hw = next(iter(inv)).hardware
+    assert repr(hw.derived) != "Derived()"  # planning filled some
+    fresh = replace(hw)
+    assert repr(fresh.derived) == "Derived()"
+    assert fresh == hw and hash(fresh) == hash(hw)
+    back = pickle.loads(pickle.dumps(hw))
+    assert back == hw and isinstance(back.derived, Derived)
+    assert repr(back.derived) == "Derived()"
+    assert "derived" not in repr(hw)
