@@ -103,11 +103,11 @@ def load_cluster(paths: Union[str, Sequence[str]]) -> Inventory:
     """Read an inventory (file, directory of node reports, or several) and
     validate all of it, the ``cost:`` block included, so a typo fails here
     for every command and not only for the one that prices a plan."""
-    from slurmtopo.cost import CostParams
+    from slurmtopo.cost import cost_params
     from slurmtopo.inventory import load_inventory
 
     inv = load_inventory(paths)
-    CostParams.from_inventory(inv)  # raises InventoryError at file:line
+    cost_params(inv)  # validated and kept with it; raises InventoryError at file:line
     return inv
 
 
@@ -151,9 +151,9 @@ def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequ
 
 def price(cluster: Inventory, placement: Placement, request: JobRequest):
     """The cost model's report for ``placement`` (a CostReport)."""
-    from slurmtopo.cost import CostParams, evaluate
+    from slurmtopo.cost import cost_params, evaluate
 
-    return evaluate(cluster, placement, request, CostParams.from_inventory(cluster))
+    return evaluate(cluster, placement, request, cost_params(cluster))
 
 
 def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
@@ -221,11 +221,11 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
         except PlacementError as exc:
             naive = None
             notes.append(f"no naive placement to compare with: {exc.render()}")
-        from slurmtopo.cost import CostParams, lower_bound
+        from slurmtopo.cost import cost_params, lower_bound
 
         costs = Costs(plan=price(cluster, placement, request),
                       naive=price(cluster, naive, request) if naive is not None else None,
-                      bound=lower_bound(cluster, request, CostParams.from_inventory(cluster),
+                      bound=lower_bound(cluster, request, cost_params(cluster),
                                         state=state))
     script = text = None
     if command:

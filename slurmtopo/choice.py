@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from slurmtopo.cost import CostParams, CostReport, evaluate
+from slurmtopo.cost import CostParams, CostReport, cost_params, evaluate
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import build_groups
 from slurmtopo.links import LinkClass
@@ -137,7 +137,7 @@ def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Placem
     if len(options) == 1:
         return first
     try:
-        params = CostParams.from_inventory(inv)
+        params = cost_params(inv)
     except SlurmtopoError:
         # a bad cost block is reported where costs are shown; the choice
         # (and the safety net) still holds under the default figures

@@ -362,6 +362,20 @@ class CostParams:
         return int(self.message_bytes.get(kind, DEFAULT_MESSAGE_BYTES.get(kind, MiB)))
 
 
+def cost_params(inv: Inventory) -> CostParams:
+    """The inventory's cost parameters, validated and built once per load
+    and kept in its derived tables (rebuilt if its ``cost`` block is
+    replaced): every command, the daemon and the start-time step price with
+    the same figures, and their per-hardware figures are computed once.
+    Raises :class:`InventoryError` at ``file:line`` on a bad block, which
+    :func:`slurmtopo.api.load_cluster` and the start-time step call at load,
+    so a typo fails there and not only where a plan is priced."""
+    kept = inv.derived.get("cost.params", lambda: [None, None])
+    if kept[1] is None or kept[0] is not inv.cost:
+        kept[:] = [inv.cost, CostParams.from_inventory(inv)]
+    return kept[1]
+
+
 def _ring(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:
     from slurmtopo.placement.intranode import ring
     return ring(hw, gpus)
@@ -740,7 +754,7 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
     ``step_only``: price only the kinds counted in the step time, no
     warnings (what the planner needs to compare placements).
     """
-    p = params if params is not None else CostParams.from_inventory(inv)
+    p = params if params is not None else cost_params(inv)
     groups = placement.groups if placement.groups else build_groups(req.layout)
     counted = counted_kinds(groups, req.layout.cp)
     pricer = _Pricer(inv, p, _Net(inv), placement)
@@ -1090,7 +1104,7 @@ def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = 
     or under a switch), so the bound describes this job on this cluster
     now rather than on an idle one.
     """
-    p = params if params is not None else CostParams.from_inventory(inv)
+    p = params if params is not None else cost_params(inv)
     lay = req.layout
     groups = build_groups(lay)
     lb = _LowerBound(inv, p, state)

@@ -103,3 +103,26 @@ def test_cost_typo_stops_the_daemon(tmp_path):
 
     with pytest.raises(InventoryError, match="alpha_uss"):
         inventory_loader(str(_typo_inventory(tmp_path)))()
+
+
+def test_cost_typo_stops_the_start_time_step(tmp_path):
+    from slurmtopo.binding.step import load_inventory_for_bind
+
+    bad = str(_typo_inventory(tmp_path))
+    with pytest.raises(InventoryError, match="alpha_uss"):
+        load_inventory_for_bind({}, bad, [])
+    # the recorded path unusable: said in the log, then the embedded copy (none here)
+    log: list = []
+    with pytest.raises(SlurmtopoError, match="embeds no inventory"):
+        load_inventory_for_bind({"inventory_path": bad}, None, log)
+    assert any("alpha_uss" in line for line in log)
+
+
+def test_cost_parameters_are_built_once_per_load():
+    from slurmtopo.cost import cost_params
+
+    cluster = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    assert cost_params(cluster) is cost_params(cluster)
+    again = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    assert cost_params(again) is not cost_params(cluster)
+    assert cost_params(again) == cost_params(cluster)

@@ -49,13 +49,16 @@ def master_port(doc: Mapping[str, Any], job_id: str) -> int:
 def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
                             log: List[str]) -> Inventory:
     """The inventory file recorded at plan time (or ``--inventory``), else
-    the hardware embedded in the script."""
+    the hardware embedded in the script, validated whole at load (its
+    ``cost:`` block too, as every command does)."""
+    from slurmtopo.cost import cost_params
     from slurmtopo.inventory import load_inventory, parse_inventory
 
     path = override or doc.get("inventory_path")
     if path:
         try:
             inv = load_inventory(path)
+            cost_params(inv)
             log.append(f"inventory: {path}")
             return inv
         except SlurmtopoError as exc:
@@ -72,7 +75,9 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
     from slurmtopo.plandoc import unpack
 
     where = "<inventory embedded in the batch script>"
-    return parse_inventory(unpack(doc["inventory"], where, "inventory"), where)
+    inv = parse_inventory(unpack(doc["inventory"], where, "inventory"), where)
+    cost_params(inv)
+    return inv
 
 
 def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,

@@ -97,8 +97,8 @@ def _cost(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
 
 def _cost_params(inv: Inventory):
     try:
-        from slurmtopo.cost import CostParams
-        return CostParams.from_inventory(inv)
+        from slurmtopo.cost import cost_params
+        return cost_params(inv)
     except Exception:
         return None
 
