@@ -375,9 +375,16 @@ class Fabric(_CachedHash):
         raise KeyError(name)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Inventory:
-    """A whole cluster: nodes (in file order) and the fabric above them."""
+    """A whole cluster: nodes (in file order) and the fabric above them.
+
+    What :func:`slurmtopo.api.load_cluster` returns: frozen once loaded and
+    validated (a cluster seen another way, e.g. with a site's Slurm
+    topology, is a new object made with :func:`dataclasses.replace`), and
+    carrying what is derived from it (its validated cost parameters,
+    :func:`slurmtopo.cost.cost_params`; the planner's fabric tree; its node
+    types' tables) in :class:`Derived` tables that go with it."""
 
     nodes: Dict[str, Node]
     fabric: Fabric = field(default_factory=Fabric)
@@ -393,10 +400,9 @@ class Inventory:
     derived: Derived = derived_field()
 
     def derive(self, name: str, build):
-        """A table derived from the nodes and the fabric, rebuilt when either
-        is replaced or the node count changes (``inv.nodes = ...``;
-        :func:`dataclasses.replace` gives a new inventory with empty tables
-        anyway)."""
+        """A table derived from the nodes and the fabric, built once
+        (:func:`dataclasses.replace` gives a new inventory with empty
+        tables; rebuilt too if the node table changed size in place)."""
         hit = self.derived.get(name, lambda: [None, None, -1, None])
         if hit[0] is not self.nodes or hit[1] is not self.fabric or hit[2] != len(self.nodes):
             hit[:] = [self.nodes, self.fabric, len(self.nodes), build()]

@@ -7,8 +7,10 @@ from __future__ import annotations
 import gc
 import pickle
 import weakref
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
+
+import pytest
 
 from slurmtopo.choice import plan
 from slurmtopo.cost import evaluate, lower_bound
@@ -28,8 +30,9 @@ def _plan_and_price(path: Path, fresh: bool = False):
     inv = load_inventory(str(EXAMPLES / path))
     if fresh:  # node types of this load only (the built-in presets are shared)
         copies = {}
-        inv.nodes = {k: replace(n, hardware=copies.setdefault(n.hardware, replace(n.hardware)))
-                     for k, n in inv.nodes.items()}
+        inv = replace(inv, nodes={
+            k: replace(n, hardware=copies.setdefault(n.hardware, replace(n.hardware)))
+            for k, n in inv.nodes.items()})
     req = JobRequest(Layout(tp=4, dp=4).resolved())
     pl = plan(inv, None, req)
     evaluate(inv, pl, req)
@@ -64,10 +67,12 @@ def test_tables_are_kept_with_the_object_they_come_from():
     assert ring_class(hw, (0, 1)).name != "SYS"
 
 
-def test_the_fabric_tree_follows_a_replaced_node_table():
+def test_a_cluster_is_frozen_and_a_changed_one_has_tables_of_its_own():
     inv = load_inventory(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     before = fabric_tree(inv)
-    inv.nodes = {k: v for k, v in list(inv.nodes.items())[:2]}
+    with pytest.raises(FrozenInstanceError):
+        inv.nodes = {}
+    inv = replace(inv, nodes={k: v for k, v in list(inv.nodes.items())[:2]})
     after = fabric_tree(inv)
     assert after is not before
     assert len(after.nodes) == 2 and len(before.nodes) == 4
