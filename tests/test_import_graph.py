@@ -106,7 +106,7 @@ def test_the_walker_sees_lazy_imports():
     graph = import_graph()
     # both are imported only inside function bodies
     assert "slurmtopo.api" in graph["slurmtopo.daemon.scheduler"]
-    assert "slurmtopo.placement.intranode" in graph["slurmtopo.cost"]
+    assert "slurmtopo.placement.intranode" in graph["slurmtopo.cost.bound"]
 
 
 def test_the_walker_finds_a_cycle():

@@ -297,7 +297,7 @@ def _fit(info: HwInfo, free: Sequence[int], chosen: Sequence[int]) -> Tuple[int,
     return left_isl, left_numa
 
 
-def _candidates(info: HwInfo, free: Tuple[int, ...], k: int):
+def candidate_sets(info: HwInfo, free: Tuple[int, ...], k: int):
     if math.comb(len(free), k) <= _SUBSET_LIMIT:
         return itertools.combinations(free, k)
     loc = [g for g in info.locality if g in set(free)]
@@ -308,7 +308,7 @@ def gpu_subsets(hw: Hardware, free: Tuple[int, ...], k: int):
     """The sets of ``k`` of the ``free`` GPUs worth trying: every one when
     there are few, else windows along the node's locality order (NVLink
     islands, PCIe switches, NUMA nodes)."""
-    return _candidates(hw_info(hw), free, k)
+    return candidate_sets(hw_info(hw), free, k)
 
 
 def nested_chain(levels: Sequence[Level], k: int) -> Tuple[Level, ...]:
@@ -372,7 +372,7 @@ def _capacity(hw: Hardware, info: HwInfo, free: Tuple[int, ...], unit: int,
     got = 0
     while len(remaining) >= unit:
         best = None
-        for cand in _candidates(info, remaining, unit):
+        for cand in candidate_sets(info, remaining, unit):
             if best_partition(hw, cand, chain) is None:
                 continue
             key = (_fit(info, remaining, cand), cand)
@@ -405,7 +405,7 @@ def _select_scored(hw: Hardware, info: HwInfo, free: Tuple[int, ...], k: int,
     if k > len(free):
         return None
     best = None
-    for cand in _candidates(info, free, k):
+    for cand in candidate_sets(info, free, k):
         r = best_partition(hw, cand, levels)
         if r is None:
             continue
@@ -443,7 +443,7 @@ def _greedy_select(hw: Hardware, free: Tuple[int, ...], k: int,
     out: List[int] = []
     while len(out) < k:
         best = None
-        for cand in _candidates(info, remaining, unit):
+        for cand in candidate_sets(info, remaining, unit):
             r = best_partition(hw, cand, chain) if unit > 1 else ((0,), cand)
             if r is None:
                 continue
@@ -467,7 +467,7 @@ def largest_group(hw: Hardware, free: Tuple[int, ...], bound: LinkClass) -> int:
     if info.nvswitch_like and bound >= LinkClass.NVLINK:
         return len(free)
     for s in range(len(free), 0, -1):
-        for cand in _candidates(info, free, s):
+        for cand in candidate_sets(info, free, s):
             if ring(hw, cand) <= bound:
                 return s
     return 1

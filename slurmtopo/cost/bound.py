@@ -1,0 +1,320 @@
+"""The lower bound: what no placement of a job can beat on this cluster
+(on its free GPUs, given a state), per group kind and jointly over the
+kinds (:func:`lower_bound`)."""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Tuple
+
+from slurmtopo.cost.collectives import COLLECTIVES, counted_kinds, flat_time, hier_time
+from slurmtopo.cost.defaults import NETWORK_CLASSES
+from slurmtopo.cost.params import CostParams, cost_params
+from slurmtopo.cost.report import CostReport, GroupCost
+from slurmtopo.groups import build_groups
+from slurmtopo.links import LinkClass
+from slurmtopo.model import Hardware, Inventory
+from slurmtopo.request import JobRequest
+from slurmtopo.topology import network_view
+
+class InventoryStats:
+    """What the lower bound needs to know about an inventory's shape (not
+    about the cost parameters): the GPU sets a group could use (per
+    hardware type all its GPUs; with a cluster state the free GPUs of each
+    usable node), NVLink domain sizes, the GPUs under the largest switch of
+    each level. Cached on the inventory when no state is given."""
+
+    def __init__(self, inv: Inventory, state=None):
+        sets: Dict[Tuple[int, Tuple[int, ...]], Tuple[Hardware, Tuple[int, ...]]] = {}
+        dom_gpus: Dict[str, int] = {}
+        dom_sets: Dict[Tuple[int, Tuple[int, ...]], Tuple[Hardware, Tuple[int, ...]]] = {}
+        free_of: Dict[str, int] = {}
+        #: GPUs (free ones, given a state) per node -> number of such nodes
+        self.node_sizes: Dict[int, int] = {}
+        for n in inv:
+            hw = n.hardware
+            gpus = tuple(range(hw.gpu_count)) if state is None else tuple(state.free_gpus(n))
+            if not gpus:
+                continue
+            free_of[n.name] = len(gpus)
+            sets.setdefault((hw, gpus), (hw, gpus))
+            self.node_sizes[len(gpus)] = self.node_sizes.get(len(gpus), 0) + 1
+            if n.nvlink_domain is not None:
+                k = n.nvlink_domain.key
+                dom_gpus[k] = dom_gpus.get(k, 0) + len(gpus)
+                dom_sets.setdefault((hw, gpus), (hw, gpus))
+        self.sets = list(sets.values())
+        self.dom_sets = list(dom_sets.values())
+        self.node_max = max((len(g) for _, g in self.sets), default=0)
+        self.dom_max = max(dom_gpus.values()) if dom_gpus else 0
+        self.dom_sizes = sorted(dom_gpus.values())
+        view = network_view(inv.fabric)
+        total = sum(free_of.values())
+        self.scope_cap: Dict[LinkClass, int] = {}
+        if view.flat:
+            for c in NETWORK_CLASSES:
+                self.scope_cap[c] = total
+            return
+        per_sw: Dict[str, int] = {}
+        for name, g in free_of.items():
+            for sw in view.ancestors.get(name, ()):
+                per_sw[sw] = per_sw.get(sw, 0) + g
+        per_leaf: Dict[str, int] = {}
+        for host, leaf in view.leaf.items():
+            g = free_of.get(host)
+            if g:
+                per_leaf[leaf] = per_leaf.get(leaf, 0) + g
+        self.scope_cap[LinkClass.NET_LEAF] = max(per_leaf.values()) if per_leaf else 1
+        top = 0
+        for lvl in range(1, 4):
+            caps = [v for sw, v in per_sw.items() if view.levels.get(sw) == lvl]
+            if caps:
+                self.scope_cap[LinkClass.network(lvl)] = max(caps)
+                top = lvl
+        if any(l > 3 for l in view.levels.values()):
+            caps = [v for sw, v in per_sw.items() if view.levels.get(sw, 0) >= 3]
+            self.scope_cap[LinkClass.NET_L3] = max(caps)
+            top = 3
+        # levels above the top described one hold no more than it does
+        for lvl in range(top + 1, 4):
+            self.scope_cap[LinkClass.network(lvl)] = self.scope_cap[LinkClass.network(top)]
+        self.scope_cap[LinkClass.NET_FAR] = total
+
+
+def inventory_stats(inv: Inventory, state=None) -> InventoryStats:
+    """The idle cluster's statistics are kept in the inventory's derived
+    tables; those of a state are built for it."""
+    if state is not None:
+        return InventoryStats(inv, state)
+    return inv.derive("cost.inventory_stats", lambda: InventoryStats(inv))
+
+
+class LowerBound:
+    """The fastest each group size could possibly be on this inventory
+    (on its free GPUs, given a state)."""
+
+    def __init__(self, inv: Inventory, p: CostParams, state=None):
+        self.p = p
+        st = inventory_stats(inv, state)
+        self.sets = st.sets
+        self.node_max = st.node_max
+        self.best_net = max((max(p.hw(h).net[g] for g in gpus) for h, gpus in self.sets),
+                            default=1.0)
+        self.dom_max = st.dom_max
+        self.dom_bw = max((p.hw(h).class_bw(LinkClass.NVLINK_DOMAIN) for h, _ in st.dom_sets),
+                          default=0.0)
+        self.scope_cap = st.scope_cap
+        self.node_sizes = st.node_sizes
+        self.dom_sizes = st.dom_sizes
+        self._best_in: Dict[Tuple[int, Tuple[int, ...], int], Tuple[LinkClass, float]] = {}
+        self._cache: Dict[Tuple[int, str, int, int], Tuple[LinkClass, float]] = {}
+
+    def fit(self, n: int, count: int) -> Tuple[bool, bool]:
+        """Can ``count`` disjoint groups of ``n`` all stay inside one node
+        each / inside one NVLink domain each? When not, the slowest of them
+        cannot have that scope."""
+        nodes = sum(k * (size // n) for size, k in self.node_sizes.items())
+        doms = sum(d // n for d in self.dom_sizes)
+        return nodes >= count, doms >= count
+
+    def best_intra(self, hw: Hardware, gpus: Tuple[int, ...], l: int) -> Tuple[LinkClass, float]:
+        """Fastest (class, GB/s) of a ring over some ``l`` of ``gpus`` of ``hw``."""
+        key = (hw, gpus, l)
+        hit = self._best_in.get(key)
+        if hit is None:
+            if l <= 1:
+                hit = (LinkClass.SELF, math.inf)
+            else:
+                from slurmtopo.placement.intranode import candidate_sets, hw_info
+                hc = self.p.hw(hw)
+                best = None
+                for cand in candidate_sets(hw_info(hw), gpus, l):
+                    c, b = hc.intra(tuple(sorted(cand)))
+                    k = (c, -b)
+                    if best is None or k < best[0]:
+                        best = (k, (c, b))
+                hit = best[1]
+            self._best_in[key] = hit
+        return hit
+
+    def best_pair(self) -> Tuple[LinkClass, float]:
+        best = None
+        for hw, gpus in self.sets:
+            hc = self.p.hw(hw)
+            for i, a in enumerate(gpus):
+                for b in gpus[i + 1:]:
+                    c, bw = hc.pair(a, b)
+                    if best is None or (c, -bw) < (best[0], -best[1]):
+                        best = (c, bw)
+        return best
+
+    def best(self, n: int, collective: str, m: int, count: int = 1,
+             l_cap: int = 0) -> Tuple[LinkClass, float]:
+        """(class, seconds) of the fastest option for the slowest of
+        ``count`` disjoint groups of ``n`` (over the network at most
+        ``l_cap`` ranks a host, when given)."""
+        key = (n, collective, m, count, l_cap)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        p = self.p
+        if n <= 1:
+            return LinkClass.SELF, 0.0
+        opts: List[Tuple[float, LinkClass]] = []
+        in_node, in_dom = self.fit(n, count) if count > 1 else (True, True)
+        # inside one node
+        if n <= self.node_max and in_node:
+            if collective == "p2p":
+                c, bw = self.best_pair()
+                opts.append((p.alpha[c] + m / (bw * 1e9), c))
+            else:
+                for hw, gpus in self.sets:
+                    if len(gpus) >= n:
+                        c, bw = self.best_intra(hw, gpus, n)
+                        opts.append((flat_time(collective, n, m, p.alpha[c], bw), c))
+        # inside one NVLink domain
+        if self.dom_max >= n and n > 1 and in_dom:
+            c = LinkClass.NVLINK_DOMAIN
+            bw = p.bandwidth.get(c, self.dom_bw)
+            opts.append((flat_time(collective, n, m, p.alpha[c], bw), c))
+        # over the network, packing l ranks a host
+        first = None
+        for c in NETWORK_CLASSES:
+            if self.scope_cap.get(c, 0) >= n:
+                first = c
+                break
+        if first is None:
+            first = LinkClass.NET_FAR
+        for c in NETWORK_CLASSES:
+            if c < first:
+                continue
+            b_net = p.bandwidth.get(c, self.best_net / p.oversubscription.get(c, 1.0))
+            if collective == "p2p":
+                opts.append((p.alpha[c] + m / (b_net * 1e9), c))
+                continue
+            for hw, gpus in self.sets:
+                for l in range(1, min(len(gpus), n, l_cap or n) + 1):
+                    h = -(-n // l)
+                    if h < 2:
+                        continue
+                    ci, bi = self.best_intra(hw, gpus, l)
+                    t = hier_time(collective, n, h, l, l, m, p.alpha[ci],
+                                  bi if bi != math.inf else 1.0, p.alpha[c], b_net)
+                    opts.append((t, max(c, ci)))
+        if not opts:  # no free GPU anywhere (a state with nothing free)
+            opts.append((math.inf, LinkClass.NET_FAR))
+        t, c = min(opts, key=lambda x: (x[0], x[1]))
+        hit = (c, t)
+        self._cache[key] = hit
+        return hit
+
+
+#: dimensions each counted group kind spans, per rank generator (dense
+#: kinds and expert kinds number ranks differently, see slurmtopo.groups)
+_DENSE_DIMS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("dp",), "dp-cp": ("dp", "cp")}
+_EXPERT_DIMS = {"ep": ("ep",), "expert-tp": ("etp",), "expert-dp": ("edp",)}
+
+
+def joint_bound(base: "LowerBound", p: CostParams, req: JobRequest, groups, counted) -> float:
+    """The cheapest assignment of the counted kinds to three scopes (inside
+    one node; across nodes inside one NVLink domain; over the network),
+    each priced at the cost model's optimum for that scope, in which the
+    kinds kept inside one node span at most a node's GPUs and those kept
+    inside a node or a domain at most a domain's, per rank generator: if
+    TP of 8 and DP of 2 each stay inside one node, so does their product
+    of 16 ranks, which no 8-GPU node holds."""
+    import copy
+    import itertools
+
+    lay = req.layout
+    off_node = copy.copy(base)
+    off_node.node_max = 1
+    off_node._cache = {}
+    net_only = copy.copy(off_node)
+    net_only.dom_max = 0
+    net_only._cache = {}
+    sizes = {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep,
+             "etp": lay.expert_tp,
+             "edp": lay.expert_dp if lay.ep > 1 or lay.expert_tp != lay.tp else 1}
+    kinds = [k for k in counted if len(groups[k][0]) > 1]
+    scopes = (base, off_node, net_only)
+    node_cap = max(base.node_max, 1)
+    dom_cap = max(base.node_max, base.dom_max, 1)
+    cache: Dict[Tuple[str, int, int], float] = {}
+
+    def cost(k: str, level: int, assign) -> float:
+        # kinds kept inside one node leave a kind over the network at most
+        # node / (their ranks) of its own ranks a host: with TP 8 in every
+        # node a DP group has one rank a host
+        l_cap = 0
+        if level:
+            dims_of = _DENSE_DIMS if k in _DENSE_DIMS else _EXPERT_DIMS
+            inner = set()
+            for j, lv in assign.items():
+                if lv == 0 and j in dims_of:
+                    inner.update(dims_of[j])
+            inner -= set(dims_of[k])
+            l_cap = max(1, node_cap // math.prod(sizes[d] for d in inner)) if inner else 0
+        key = (k, level, l_cap)
+        hit = cache.get(key)
+        if hit is None:
+            n = len(groups[k][0])
+            hit = cache[key] = scopes[level].best(n, COLLECTIVES.get(k, "all-reduce"),
+                                                  p.message(k, req), len(groups[k]), l_cap)[1]
+        return hit
+
+    def fits(assign) -> bool:
+        for dims_of in (_DENSE_DIMS, _EXPERT_DIMS):
+            for level, cap in ((0, node_cap), (1, dom_cap)):
+                dims = set()
+                for k, lv in assign.items():
+                    if k in dims_of and lv <= level:
+                        dims.update(dims_of[k])
+                if math.prod(sizes[d] for d in dims) > cap:
+                    return False
+        return True
+
+    best = math.inf
+    for levels in itertools.product((0, 1, 2), repeat=len(kinds)):
+        assign = dict(zip(kinds, levels))
+        if not fits(assign):
+            continue
+        total = sum(cost(k, lv, assign) for k, lv in assign.items())
+        if total < best:
+            best = total
+    return 0.0 if not kinds else best
+
+
+def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = None,
+                state=None) -> CostReport:
+    """What no placement of ``req`` can beat under the same parameters.
+
+    Per kind (``kinds``): every group on the fastest link class its size
+    could possibly use: inside one node's best GPUs if it fits a node,
+    inside an NVLink domain if it fits one, else over the smallest switch
+    scope that holds that many GPUs, packing as many ranks per host as the
+    fastest option wants, with the best NIC share; a scope counts only when
+    every group of the kind can have one (18 TP groups of 8 and 17 free
+    nodes: the slowest TP group crosses a node). ``alone_s`` sums these.
+    ``step_time_s`` is tighter: the kinds *jointly* (:func:`joint_bound`: two
+    kinds cannot both stay inside a node when their product of ranks
+    exceeds it). Given the cluster ``state``, only the free GPUs of usable
+    nodes count (the largest free set of a node, the free GPUs of a domain
+    or under a switch), so the bound describes this job on this cluster
+    now rather than on an idle one.
+    """
+    p = params if params is not None else cost_params(inv)
+    lay = req.layout
+    groups = build_groups(lay)
+    lb = LowerBound(inv, p, state)
+    kinds: Dict[str, GroupCost] = {}
+    for kind, gl in groups.items():
+        size = len(gl[0])
+        coll = COLLECTIVES.get(kind, "all-reduce")
+        m = p.message(kind, req)
+        c, t = lb.best(size, coll, m, len(gl))
+        kinds[kind] = GroupCost(kind, len(gl), size, coll, m, c, t, 0)
+    counted = counted_kinds(groups, lay.cp)
+    alone = sum(kinds[k].time_s for k in counted)
+    step = max(alone, joint_bound(lb, p, req, groups, counted))
+    return CostReport(kinds=kinds, step_time_s=step, warnings=[], counted=counted,
+                      alone_s=alone)

@@ -1,0 +1,93 @@
+"""One node type's figures under some cost parameters: GB/s of a ring or a
+GPU pair inside the node by link class, and each GPU's network share (its
+closest compute NICs' rate split among the GPUs that use them)."""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Tuple
+
+from slurmtopo.cost.defaults import DEFAULT_PCIE_FACTOR
+from slurmtopo.links import LinkClass
+from slurmtopo.model import Hardware
+
+
+def _ring(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:
+    # imported here: the cost model loads without the planner until it prices
+    from slurmtopo.placement.intranode import ring
+    return ring(hw, gpus)
+
+
+class HardwareFigures:
+    """Bandwidths of one hardware type under some CostParams."""
+
+    def __init__(self, p: "CostParams", hw: Hardware):
+        self.p = p
+        self.hw = hw
+        from slurmtopo.placement.intranode import hw_info
+        info = hw_info(hw)
+        self.lc = info.lc
+        self.lanes = info.lanes
+        self.lane = p.lane_gbps(hw)
+        n = hw.gpu_count
+        lanes = [info.lanes[a][b] for a in range(n) for b in range(n) if a != b]
+        self.max_lanes = max(lanes) if lanes else 0
+        self.pcie = p.pcie(hw)
+        self.net = self._net_share()
+        self.no_nics = not hw.compute_nics()
+        self._intra: Dict[Tuple[int, ...], Tuple[LinkClass, float]] = {}
+
+    def _net_share(self) -> List[float]:
+        """Per GPU, GB/s of network: its share of its closest compute NICs."""
+        hw, p = self.hw, self.p
+        nics = [x for x in hw.compute_nics() if x.state != "down"] or list(hw.compute_nics())
+        n = hw.gpu_count
+        if not nics:
+            return [p.default_nic_gbit / 8.0 / max(1, n)] * n
+        best = []
+        for g in range(n):
+            rel = [x.relation_to(g) for x in nics]
+            top = min(rel)
+            best.append([i for i, r in enumerate(rel) if r == top])
+        users = [sum(1 for b in best if i in b) for i in range(len(nics))]
+        out = []
+        for g in range(n):
+            out.append(sum((nics[i].rate_gbps or p.default_nic_gbit) / 8.0 / users[i]
+                           for i in best[g]))
+        return out
+
+    def class_bw(self, cls: LinkClass, lanes: int = 0) -> float:
+        """GB/s of a ring hop of class ``cls`` inside this node."""
+        p = self.p
+        if cls in p.bandwidth:
+            return p.bandwidth[cls]
+        if cls is LinkClass.SELF:
+            return math.inf
+        if cls is LinkClass.NVLINK:
+            return self.lane * (lanes or self.max_lanes or 1)
+        if cls is LinkClass.NVLINK_DOMAIN:
+            return self.lane * (self.max_lanes or 1)
+        if cls.is_pcie:
+            bw = self.pcie * p.pcie_factor.get(cls, DEFAULT_PCIE_FACTOR[cls])
+            return min(bw, p.inter_socket_gbps) if cls is LinkClass.SYS else bw
+        raise ValueError(cls)
+
+    def intra(self, gpus: Tuple[int, ...]) -> Tuple[LinkClass, float]:
+        """(ring class, GB/s) of a ring over ``gpus`` (sorted) in this node."""
+        hit = self._intra.get(gpus)
+        if hit is None:
+            cls = _ring(self.hw, gpus)
+            if cls is LinkClass.NVLINK:
+                lm = self.lanes
+                lanes = min(lm[a][b] for i, a in enumerate(gpus)
+                            for b in gpus[i + 1:] if self.lc[a][b] is LinkClass.NVLINK)
+                hit = (cls, self.class_bw(cls, lanes))
+            else:
+                hit = (cls, self.class_bw(cls))
+            self._intra[gpus] = hit
+        return hit
+
+    def pair(self, a: int, b: int) -> Tuple[LinkClass, float]:
+        cls = self.lc[a][b]
+        if cls is LinkClass.NVLINK:
+            return cls, self.class_bw(cls, self.lanes[a][b])
+        return cls, self.class_bw(cls)

@@ -1,0 +1,31 @@
+"""What the cost model reports: per group kind the slowest group and its
+link, and the step time summed over the kinds that carry distinct traffic."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from slurmtopo.links import LinkClass
+
+
+@dataclass
+class GroupCost:
+    kind: str
+    count: int  # groups of this kind
+    size: int  # ranks per group
+    collective: str  # all-reduce | all-gather | all-to-all | p2p
+    message_bytes: int
+    slowest: LinkClass  # slowest link any group of the kind crosses
+    time_s: float  # modelled time of one collective on the slowest group
+    worst_group: int  # index (in groups[kind]) of the slowest group
+
+
+@dataclass
+class CostReport:
+    kinds: Dict[str, GroupCost]
+    step_time_s: float
+    warnings: List[str] = field(default_factory=list)
+    counted: Tuple[str, ...] = ()  # kinds summed into step_time_s
+    #: lower bounds only: the per-kind bounds summed (each kind alone,
+    #: <= step_time_s, which prices the kinds jointly)
+    alone_s: Optional[float] = None
