@@ -67,27 +67,28 @@ Cost (a cycle on a big queue)
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 # the vocabulary and the working state, re-exported: callers import them here
 from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE,  # noqa: F401
                                         RUNNING, STARTING, WAIT, ClusterView, Config, Decision,
                                         JobRecord, QueuedJob, format_gpus, format_wait, format_time)
+from slurmtopo.daemon.held_job import HeldJob
+from slurmtopo.daemon.ordering import ACTIVE, difficulty, job_order, packing_may_help  # noqa: F401
 from slurmtopo.daemon.work import Work, free_space_key, predicted_claim, slurm_pick  # noqa: F401
 from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState, Placement
-from slurmtopo.request import IMPLICIT_PREFER
 
 # --------------------------------------------------------------------------
 # planning helpers
 
 
-def _plan(inv: Inventory, state: Optional[ClusterState], req, cand=None):
+def plan_job(inv: Inventory, state: Optional[ClusterState], req, cand=None):
     from slurmtopo.choice import plan
     return plan(inv, state, req, cand=cand)
 
 
-def _cost(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
+def job_step_time(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
     from slurmtopo.api import step_time
     try:
         return step_time(inv, placement, req, params)
@@ -95,7 +96,7 @@ def _cost(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
         return None
 
 
-def _cost_params(inv: Inventory):
+def cost_params_or_none(inv: Inventory):
     try:
         from slurmtopo.cost import cost_params
         return cost_params(inv)
@@ -107,98 +108,7 @@ def planned_gpus(p: Placement) -> Dict[str, Tuple[int, ...]]:
     return {h: tuple(sorted(p.gpus_on(h))) for h in p.hosts}
 
 
-def _outside(inv: Inventory, view: ClusterView, partitions: str) -> FrozenSet[str]:
-    """The inventory's nodes outside every partition of ``partitions`` (a
-    comma-separated list) that the view knows; none when it knows none."""
-    allowed: Set[str] = set()
-    known = False
-    for part in partitions.split(","):
-        if part in view.partitions:
-            known = True
-            allowed |= set(view.partitions[part])
-    return frozenset(n for n in inv.nodes if n not in allowed) if known else frozenset()
-
-
-class _Job:
-    """Per-job derived values for one pass."""
-
-    def __init__(self, q: QueuedJob, inv: Inventory, view: ClusterView, now: float,
-                 cfg: Config, outside: Optional[Dict[str, FrozenSet[str]]] = None):
-        """``outside``: partition list -> nodes outside it, shared by the
-        jobs of a pass (one pass over the inventory per partition list,
-        not per job)."""
-        self.q = q
-        spec = q.spec
-        self.spec = spec
-        req = spec.request
-        self.shape = spec.shape
-        gpn = self.shape.gpus_per_node or req.gpus_per_node
-        exclude = set(req.exclude)
-        # nodes outside the job's partition(s)
-        if view.partitions and q.partition:
-            cache = outside if outside is not None else {}
-            if q.partition not in cache:
-                cache[q.partition] = _outside(inv, view, q.partition)
-            exclude |= cache[q.partition]
-        self.partition_excluded = frozenset(exclude) - set(req.exclude)
-        #: the job's partitions the cluster view knows (for the free counts)
-        self.partitions = tuple(p for p in (q.partition or "").split(",")
-                                if p and p in view.partitions)
-        self.world = req.layout.world
-        self.tasks_per_node = self.shape.tasks_per_node or 1
-        kw = {}
-        if gpn != req.gpus_per_node:
-            kw["gpus_per_node"] = gpn
-        base = replace(req, exclude=tuple(sorted(exclude)), **kw) if (
-            kw or exclude != set(req.exclude)) else req
-        self.ideal_req = base
-        # nodes to avoid now (recent time-outs), and nodes without CPUs for it
-        avoid = set()
-        if q.record is not None:
-            avoid |= {n for n, until in q.record.avoid.items() if until > now}
-        self.avoid = avoid
-        self.base_req = base
-        self.gpn = gpn
-        self.age = max(0.0, now - (now if q.submit_time is None else float(q.submit_time)))
-        # preferences with their waits
-        self.prefs: Dict[str, str] = {}
-        self.waits: Dict[str, float] = {}
-        self.notes: List[str] = []
-        for kind, level in req.prefer.items():
-            self.prefs[kind] = level
-            self.waits[kind] = float(req.wait.get(kind, cfg.default_wait))
-        for kind, secs in req.wait.items():
-            if kind in req.prefer:
-                continue
-            if kind in req.require:
-                self.notes.append(f"wait on {kind} ignored: {kind}={req.require[kind]} is required")
-                continue
-            level = IMPLICIT_PREFER.get(kind)
-            if level is None:
-                self.notes.append(f"wait on {kind} ignored: no preference for {kind}")
-                continue
-            self.prefs[kind] = level
-            self.waits[kind] = float(secs)
-
-    def request(self, work: Work, strict: Iterable[str], extra_exclude: Iterable[str] = ()):
-        """The request with the ``strict`` preferences made required, minus
-        nodes to avoid and nodes without CPUs for its tasks."""
-        req = self.base_req
-        strict = list(strict)
-        exclude = set(req.exclude) | self.avoid | set(extra_exclude)
-        if work.view.cpus_free:
-            exclude |= work.low_cpus(self.tasks_per_node)
-        require = dict(req.require)
-        prefer = dict(req.prefer)
-        for kind in strict:
-            require[kind] = self.prefs[kind]
-            prefer.pop(kind, None)
-        if not strict and exclude == set(req.exclude):
-            return req
-        return replace(req, require=require, prefer=prefer, exclude=tuple(sorted(exclude)))
-
-
-class _Pass:
+class SchedulingPass:
     """One scheduling pass over the queue."""
 
     def __init__(self, inv: Inventory, view: ClusterView, now: float, cfg: Config,
@@ -210,7 +120,7 @@ class _Pass:
         self.work = Work(inv, view)
         shared = shared if shared is not None else {}
         if "params" not in shared:
-            shared["params"] = _cost_params(inv)
+            shared["params"] = cost_params_or_none(inv)
         self.params = shared["params"]
         # the empty cluster: every node Slurm knows idle (drained nodes may
         # come back), nodes unknown to Slurm down
@@ -248,7 +158,7 @@ class _Pass:
         hit = self._ideal_cache.get(req)
         if hit is None:
             try:
-                hit = (_plan(self.inv, self.ideal, req), None)
+                hit = (plan_job(self.inv, self.ideal, req), None)
             except PlacementError as exc:
                 hit = (None, exc.render())
             except SlurmtopoError as exc:
@@ -260,7 +170,7 @@ class _Pass:
         """``req`` planned on the working state, with the candidate nodes
         the working state keeps up to date (no pass over the inventory)."""
         cand = self.work.candidates_for(req) if req.nodelist is None else None
-        return _plan(self.inv, self.work.state(), req, cand)
+        return plan_job(self.inv, self.work.state(), req, cand)
 
     def fits_now(self, req, with_reserved: bool = True) -> bool:
         """Does ``req`` fit on the working state (without the reservations)?"""
@@ -268,15 +178,15 @@ class _Pass:
             if with_reserved:
                 self.plan_now(req)
             else:
-                _plan(self.inv, self.work.state(with_reserved=False), req)
+                plan_job(self.inv, self.work.state(with_reserved=False), req)
             return True
         except (PlacementError, SlurmtopoError):
             return False
 
     def cost(self, p: Placement, req) -> Optional[float]:
-        return _cost(self.inv, p, req, self.params)
+        return job_step_time(self.inv, p, req, self.params)
 
-    def expected(self, job: _Job, req, p: Placement
+    def expected(self, job: HeldJob, req, p: Placement
                  ) -> Tuple[Optional[Placement], Dict[str, Tuple[int, ...]]]:
         """What will really run when ``p``'s nodes are pinned: Slurm picks
         the GPUs (:func:`slurm_pick`), ranks are planned onto them with the
@@ -292,7 +202,7 @@ class _Pass:
             nodes[h] = NodeState(h, state="mixed", busy_gpus=frozenset(
                 g.index for g in node.gpus if g.index not in keep))
         try:
-            q = _plan(self.inv, ClusterState(nodes=nodes),
+            q = plan_job(self.inv, ClusterState(nodes=nodes),
                       replace(req, nodelist=tuple(p.hosts), exclusive=False))
         except (PlacementError, SlurmtopoError):
             return None, pick
@@ -300,7 +210,7 @@ class _Pass:
             return None, pick
         return q, pick
 
-    def choose(self, job: _Job, req, state: ClusterState
+    def choose(self, job: HeldJob, req, state: ClusterState
                ) -> Tuple[Placement, Dict[str, Tuple[int, ...]], List[str]]:
         """The best placement of ``req`` on ``state``: the planner's and up
         to ``alternatives - 1`` more on other nodes, each as it will run on
@@ -355,7 +265,7 @@ class _Pass:
                 f"{h}:{format_gpus(pick[h])}" for h in exp.hosts))
         return exp, pick, notes
 
-    def shape_error(self, job: _Job, p: Placement) -> Optional[str]:
+    def shape_error(self, job: HeldJob, p: Placement) -> Optional[str]:
         n = job.shape.nodes
         if n is not None and len(p.hosts) != n:
             return (f"the batch script asks for --nodes={n} but the layout needs "
@@ -408,7 +318,7 @@ class _Pass:
     def held(self, q: QueuedJob) -> Decision:
         if q.spec is None:
             return Decision(q.job_id, REJECT, reason=q.error or "no slurmtopo request")
-        job = _Job(q, self.inv, self.view, self.now, self.cfg, self._outside)
+        job = HeldJob(q, self.inv, self.view, self.now, self.cfg, self._outside)
         # 1. can it ever run?
         ideal, why = self.ideal_plan(job.ideal_req)
         if ideal is None:
@@ -510,7 +420,7 @@ class _Pass:
         return self.blocked(job, possible, waiting, notes, preferred_cost, full_err, state,
                             key=key)
 
-    def blocked(self, job: _Job, possible: Dict[str, str], waiting: List[str],
+    def blocked(self, job: HeldJob, possible: Dict[str, str], waiting: List[str],
                 notes: List[str], preferred_cost: Optional[float], full_err: str,
                 state: ClusterState, counted: bool = False,
                 facts: Optional[Tuple[bool, bool]] = None, key=None) -> Decision:
@@ -561,7 +471,7 @@ class _Pass:
             f"{k}={possible[k]}" for k in waiting), wait_left=wait_left, reserved=reserved,
             preferred_cost_s=preferred_cost, notes=tuple(notes))
 
-    def reserve(self, job: _Job, req) -> Dict[str, Tuple[int, ...]]:
+    def reserve(self, job: HeldJob, req) -> Dict[str, Tuple[int, ...]]:
         """Reserve the GPUs free now of where ``req`` would go once running
         jobs on the least busy nodes end (see the module doc)."""
         work = self.work
@@ -582,7 +492,7 @@ class _Pass:
         def attempt(k: int) -> Optional[Placement]:
             state = work.state(freed=names[:k])
             try:
-                return _plan(self.inv, state, req, work.candidates_freed(req, names[:k], state))
+                return plan_job(self.inv, state, req, work.candidates_freed(req, names[:k], state))
             except (PlacementError, SlurmtopoError):
                 return None
 
@@ -621,40 +531,12 @@ class _Pass:
         return out
 
 
-def job_order(q: QueuedJob) -> Tuple:
-    """Slurm's priority (highest first), then submit time, then job id."""
-    return (-int(q.priority or 0), float(q.submit_time or 0.0), int(q.job_id))
-
-
-def difficulty(q: QueuedJob) -> Tuple:
-    """Hardest first, for the packing pass: the largest group that must
-    stay inside one tight unit, then the job's size."""
-    from slurmtopo.groups import build_groups
-    from slurmtopo.request import LEVEL_INDEX
-
-    if q.spec is None:
-        return (0, 0, 0)
-    req = q.spec.request
-    tight = 0
-    level = len(LEVEL_INDEX)
-    try:
-        groups = build_groups(req.layout)
-    except SlurmtopoError:
-        groups = {}
-    for kind, lvl in req.require.items():
-        if kind in groups and groups[kind]:
-            size = len(groups[kind][0])
-            if (size, -LEVEL_INDEX[lvl]) > (tight, -level):
-                tight, level = size, LEVEL_INDEX[lvl]
-    return (tight, -level, req.layout.world)
-
-
-def _pass(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: float,
+def run_pass(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: float,
           cfg: Config, pack: bool, shared: Dict[str, object]
           ) -> Tuple[List[Decision], Dict[int, int]]:
     """The decisions of one pass, and the free-GPU counts (free GPUs ->
     nodes) it planned the held jobs on."""
-    p = _Pass(inv, view, now, cfg, shared)
+    p = SchedulingPass(inv, view, now, cfg, shared)
     out: List[Decision] = []
     held: List[QueuedJob] = []
     # released jobs first: their GPUs are claimed before anything is planned
@@ -697,46 +579,7 @@ def _pass(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: flo
     return out, counts
 
 
-def _takes(q: QueuedJob) -> Tuple[int, int]:
-    """(GPUs, fewest free GPUs a node needs to take part) of a held job."""
-    req = q.spec.request
-    world = req.layout.world
-    gpn = q.spec.shape.gpus_per_node or req.gpus_per_node
-    return world, (min(gpn, world) if gpn else 1)
-
-
-def packing_may_help(jobs: Sequence[QueuedJob], first: Sequence[Decision],
-                     counts: Mapping[int, int]) -> bool:
-    """Whether the packing pass could release every job the priority pass
-    released and one more, by counting GPUs (no planning). A job that needs
-    ``t`` free GPUs on each of its nodes can only use the nodes that have
-    at least ``t`` free (``counts``: free GPUs -> nodes, before any held
-    job was placed), and so can every released job needing at least ``t``
-    per node: when those nodes cannot hold them all plus the blocked job,
-    for every blocked job, no order of placing can release more."""
-    by_id = {q.job_id: q for q in jobs if q.spec is not None}
-    released = [_takes(by_id[d.job_id]) for d in first
-                if d.action == RELEASE and d.job_id in by_id]
-    seen: Dict[Tuple[int, int], bool] = {}
-    for d in first:
-        if d.action != WAIT or d.job_id not in by_id:
-            continue
-        world, t = _takes(by_id[d.job_id])
-        if (world, t) not in seen:
-            room = sum(f * c for f, c in counts.items() if f >= t)
-            need = world + sum(w for w, tj in released if tj >= t)
-            seen[(world, t)] = room >= need
-        if seen[(world, t)]:
-            return True
-    return False
-
-
-#: job states in which a job holds (or is about to hold) its allocation
-ACTIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STAGE_OUT",
-                    "SIGNALING", "RESIZING"})
-
-
-def _memo(memo: Optional[Dict[str, object]], inv: Inventory, view: ClusterView
+def cycle_memo(memo: Optional[Dict[str, object]], inv: Inventory, view: ClusterView
           ) -> Dict[str, object]:
     """What one decide() shares between its passes and, given a ``memo``
     kept by the caller, with the next cycles: plans on the empty cluster,
@@ -768,19 +611,19 @@ def decide(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: fl
     ``memo``: a dict the caller keeps between cycles (the daemon does), so
     that plans on the empty cluster are made once per inventory."""
     cfg = config or Config()
-    shared = _memo(memo, inv, view)
+    shared = cycle_memo(memo, inv, view)
     blocked_before = shared.get("blocked")
     if isinstance(blocked_before, dict):  # forget jobs that left the queue
         live = {q.job_id for q in jobs}
         for job_id in [k for k in blocked_before if k not in live]:
             del blocked_before[job_id]
-    first, counts = _pass(jobs, inv, view, now, cfg, pack=False, shared=shared)
+    first, counts = run_pass(jobs, inv, view, now, cfg, pack=False, shared=shared)
     released = {d.job_id for d in first if d.action == RELEASE}
     blocked = [d for d in first if d.action == WAIT]
     if (not blocked or not released or (cfg.max_releases and len(released) >= cfg.max_releases)
             or not packing_may_help(jobs, first, counts)):
         return first
-    second, _ = _pass(jobs, inv, view, now, cfg, pack=True, shared=shared)
+    second, _ = run_pass(jobs, inv, view, now, cfg, pack=True, shared=shared)
     released2 = {d.job_id for d in second if d.action == RELEASE}
     if released <= released2 and len(released2) > len(released):
         for d in second:
@@ -789,36 +632,3 @@ def decide(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: fl
                                      "so that more jobs fit)",)
         return second
     return first
-
-
-# --------------------------------------------------------------------------
-# for the submit-time preview
-
-
-def preview_lines(inv: Inventory, state: Optional[ClusterState], req,
-                  default_wait: float = 0.0) -> List[str]:
-    """What the daemon would do with ``req`` now, for ``slurmtopo sbatch
-    --daemon``'s preview: which preferences it waits for, for how long,
-    and the modelled cost of the preferred and of the fallback placement."""
-    from slurmtopo.daemon.protocol import DaemonSpec, Shape
-
-    q = QueuedJob(job_id=0, spec=DaemonSpec(request=req, shape=Shape()), submit_time=0.0)
-    view = ClusterView(state=state or ClusterState())
-    cfg = Config(default_wait=default_wait, reservations=0)
-    d = decide([q], inv, view, now=0.0, config=cfg)[-1]
-    lines = []
-    job = _Job(q, inv, view, 0.0, cfg)
-    for kind, level in job.prefs.items():
-        w = job.waits.get(kind, 0.0)
-        lines.append(f"prefers {kind}={level}: waits up to {format_wait(w)} for it, then takes the "
-                     "best placement meeting its requirements" if w else
-                     f"prefers {kind}={level}: no wait (takes the best placement free)")
-    if d.action == RELEASE:
-        lines.append("the daemon would release it now: " + d.summary())
-    elif d.action == WAIT:
-        lines.append("the daemon would keep it held: " + d.reason)
-        if d.preferred_cost_s is not None:
-            lines.append(f"preferred placement: modelled step {format_time(d.preferred_cost_s)}")
-    else:
-        lines.append(f"the daemon would {d.action} it: {d.reason}")
-    return lines + [f"note: {n}" for n in d.notes if "ranks on" not in n]

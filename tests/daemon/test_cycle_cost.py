@@ -72,13 +72,13 @@ def test_the_counts_turn_away_a_job_that_cannot_fit(inv):
 
 def count_plans(monkeypatch):
     calls = []
-    real = scheduler._plan
+    real = scheduler.plan_job
 
     def counting(inv, state, req, cand=None):
         calls.append(state.source)
         return real(inv, state, req, cand)
 
-    monkeypatch.setattr(scheduler, "_plan", counting)
+    monkeypatch.setattr(scheduler, "plan_job", counting)
     return calls
 
 
@@ -133,13 +133,13 @@ def test_plans_on_the_empty_cluster_are_kept_between_cycles(inv, monkeypatch):
 
 def test_the_packing_pass_is_skipped_when_counting_shows_it_cannot_help(inv, monkeypatch):
     passes = []
-    real = scheduler._pass
+    real = scheduler.run_pass
 
     def counting(*a, **k):
         passes.append(k.get("pack"))
         return real(*a, **k)
 
-    monkeypatch.setattr(scheduler, "_pass", counting)
+    monkeypatch.setattr(scheduler, "run_pass", counting)
     # one free quad; two TP4 jobs: packing cannot fit both
     st = busy(node1={0, 1, 2, 3}, node2="all", node3="all", node4="all")
     decide([job(1, age=100, **TP4), job(2, age=10, **TP4)], inv, ClusterView(st), NOW)

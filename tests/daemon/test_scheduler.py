@@ -6,7 +6,8 @@ import pytest
 from slurmtopo.daemon.protocol import DaemonSpec, Shape
 from slurmtopo.daemon.scheduler import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING, STARTING,
                                         WAIT, ClusterView, Config, JobRecord, QueuedJob, decide,
-                                        preview_lines, slurm_pick)
+                                        slurm_pick)
+from slurmtopo.daemon.preview import preview_lines
 from slurmtopo.groups import Layout
 from slurmtopo.model import ClusterState, NodeState
 from slurmtopo.request import JobRequest
