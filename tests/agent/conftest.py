@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import stat
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ if str(ROOT) not in sys.path:
 
 from tests.fakes.fake_pynvml import FakeNvml  # noqa: E402
 from tests.fakes.fake_sysfs import build_sysfs  # noqa: E402
+from tests.fakes.slurm_commands import SlurmCommands  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 MACHINES = sorted(p.stem for p in (FIXTURES / "nvml").glob("*.yaml"))
@@ -82,57 +82,29 @@ def machine(tmp_path):
     return make
 
 
-FAKE_SCONTROL = r'''#!{python}
-"""Fake scontrol: logs its argv, keeps the node's reason in a state file."""
-import json, os, sys
-log = os.environ["FAKE_SCONTROL_LOG"]
-state = log + ".state"
-with open(log, "a") as fh:
-    fh.write(json.dumps(sys.argv[1:]) + "\n")
-reason = open(state).read() if os.path.exists(state) else ""
-if os.environ.get("FAKE_SCONTROL_FAIL"):
-    sys.stderr.write("slurm_update error: Invalid node name specified\n")
-    sys.exit(1)
-if sys.argv[1:3] == ["show", "node"]:
-    print("NodeName=%s Arch=x86_64 CoresPerSocket=56" % sys.argv[3])
-    print("   State=IDLE+DRAIN ThreadsPerCore=2")
-    if reason:
-        print("   Reason=%s [root@2026-01-01T00:00:00]" % reason)
-elif sys.argv[1] == "update":
-    args = dict(a.split("=", 1) for a in sys.argv[2:])
-    if args.get("State") == "DRAIN":
-        open(state, "w").write(args["Reason"])
-    elif args.get("State") == "RESUME" and os.path.exists(state):
-        os.unlink(state)
-'''
-
-
 class FakeScontrol:
+    """The agent's view of the one Slurm stand-in (tests/fakes/slurm_commands.py):
+    ``scontrol`` on PATH keeping each node's drain reason; ``calls`` are
+    its argv without the command name."""
+
     def __init__(self, tmp_path: Path, monkeypatch):
-        bindir = tmp_path / "bin"
-        bindir.mkdir(exist_ok=True)
-        script = bindir / "scontrol"
-        script.write_text(FAKE_SCONTROL.replace("{python}", sys.executable))
-        script.chmod(script.stat().st_mode | stat.S_IEXEC)
-        self.log = tmp_path / "scontrol.log"
-        monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
-        monkeypatch.setenv("FAKE_SCONTROL_LOG", str(self.log))
-        self.monkeypatch = monkeypatch
+        self.commands = SlurmCommands(tmp_path / "bin")
+        self.commands.keep_node_reasons()
+        monkeypatch.setenv("PATH", f"{self.commands.path}{os.pathsep}{os.environ.get('PATH', '')}")
 
     @property
     def calls(self) -> list:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [c["argv"][1:] for c in self.commands.calls() if c["argv"][0] == "scontrol"]
 
     def set_reason(self, reason: str) -> None:
-        Path(str(self.log) + ".state").write_text(reason)
+        self.commands.set_reason(reason)
 
     def fail(self, on: bool = True) -> None:
         if on:
-            self.monkeypatch.setenv("FAKE_SCONTROL_FAIL", "1")
+            self.commands.on("scontrol", stderr="slurm_update error: Invalid node name specified\n",
+                             rc=1)
         else:
-            self.monkeypatch.delenv("FAKE_SCONTROL_FAIL", raising=False)
+            self.commands.off("scontrol")
 
 
 @pytest.fixture
