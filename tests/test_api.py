@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.slurm_backend import FakeSlurm
+
 from slurmtopo import api
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.groups import Layout
@@ -33,19 +35,6 @@ def test_docs_example_runs_as_printed(monkeypatch):
     assert out.getvalue() == printed
 
 
-class RecordingBackend:
-    """Only what submit() calls: the script and the options."""
-
-    name = "recording"
-
-    def __init__(self):
-        self.calls = []
-
-    def submit(self, script, args=(), hold=False):
-        self.calls.append((script, list(args), hold))
-        return 42
-
-
 def _job(command=("python", "train.py")):
     cluster = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     return api.prepare(cluster, None, JobRequest(layout=Layout(tp=8, dp=2)), command)
@@ -53,16 +42,16 @@ def _job(command=("python", "train.py")):
 
 def test_submit_sends_the_prepared_script():
     job = _job()
-    backend = RecordingBackend()
+    backend = FakeSlurm(auto_schedule=False)
     done = api.submit(job, backend)
-    assert done.job_id == 42 and not done.held
-    assert backend.calls == [(job.script_text, [], False)]
+    assert not done.held and backend.jobs_[done.job_id].script == job.script_text
+    assert backend.calls == [("submit", (), False)]
 
 
 def test_submit_held_tags_the_job_for_the_daemon():
-    backend = RecordingBackend()
+    backend = FakeSlurm(auto_schedule=False)
     done = api.submit(_job(), backend, held=True)
-    assert done.held and backend.calls[0][2] is True
+    assert done.held and backend.calls[0][2] is True and backend.jobs_[done.job_id].held
     assert any(a.startswith("--comment=slurmtopo:v1:") for a in backend.calls[0][1])
     assert any("submitted held" in n for n in done.notes)
 
@@ -71,7 +60,7 @@ def test_prepare_without_command_has_no_script():
     job = _job(command=())
     assert job.script is None and job.script_text is None
     with pytest.raises(SlurmtopoError, match="without a command"):
-        api.submit(job, RecordingBackend())
+        api.submit(job, FakeSlurm())
 
 
 def _typo_inventory(tmp_path):

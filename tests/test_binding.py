@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.slurm_backend import FakeSlurm
+
 from slurmtopo import plandoc
 from slurmtopo.binding import limits
 from slurmtopo.binding.allocation import (Allocation, detect_constrained, parse_probe,
@@ -29,7 +31,7 @@ from slurmtopo.binding.replan import (allocation_state, differences, fill_placem
                                       with_allocated_nodes)
 from slurmtopo.binding.step import bind, env_script, load_inventory_for_bind, write_run_dir
 from slurmtopo.plandoc import dumps_plan, plan_document, planned_placement, read_plan
-from slurmtopo.errors import SlurmError, SlurmtopoError
+from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
 from slurmtopo.model import Inventory, Node
@@ -398,48 +400,31 @@ def test_parse_probe():
         {"n1": (0, 1), "n2": None}
 
 
-class _Slurm:
-    """A Slurm backend for the start-time step's questions: each answers
-    with the text given, or is refused (SlurmError) like an absent Slurm."""
-
-    def __init__(self, job=None, probe=None, config=None):
-        self.answers = {"job": job, "probe": probe, "config": config}
-        self.asked = []
-
-    def _answer(self, what):
-        self.asked.append(what)
-        if self.answers[what] is None:
-            raise SlurmError(f"{what}: no answer")
-        return self.answers[what]
-
-    def job_detail(self, job_id):
-        return self._answer("job")
-
-    def step_output(self, options, command, env=None):
-        return self._answer("probe")
-
-    def config_text(self):
-        return self._answer("config")
+def _slurm(**answers) -> FakeSlurm:
+    """The one in-memory backend, answering the start-time step's questions
+    (``job``, ``probe``, ``config``) with the text given, else refusing
+    them (SlurmError) like an absent Slurm."""
+    return FakeSlurm(answers=answers)
 
 
 def test_read_allocation_sources(h100):
     env = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "gpu[01-03]", "SLURMD_NODENAME": "gpu01",
            "SLURM_JOB_GPUS": "4,5"}
-    run = _Slurm(job="  Nodes=gpu02 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)\n",
+    run = _slurm(job="  Nodes=gpu02 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)\n",
                  probe="SLURMTOPO_PROBE gpu03 6,7\nSLURMTOPO_PROBE gpu01 4,5\n")
     a = read_allocation(env, run, h100)
     assert a.hosts == ["gpu01", "gpu02", "gpu03"]
     assert a.gpus == {"gpu01": (4, 5), "gpu02": (0, 1), "gpu03": (6, 7)}
     assert a.sources == {"gpu01": "SLURM_JOB_GPUS", "gpu02": "scontrol show job -d",
                          "gpu03": "srun probe (SLURM_STEP_GPUS)"}
-    a = read_allocation(env, _Slurm(), h100, probe=False)
+    a = read_allocation(env, _slurm(), h100, probe=False)
     assert a.gpus["gpu03"] is None
     with pytest.raises(SlurmtopoError, match="SLURM_JOB_NODELIST"):
-        read_allocation({}, _Slurm())
+        read_allocation({}, _slurm())
 
 
 def test_detect_constrained(tmp_path):
-    none = _Slurm()
+    none = _slurm()
     assert detect_constrained("yes", {}, none)[0] is True
     assert detect_constrained("no", {}, none)[0] is False
     env = {"SLURM_JOB_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "0,1"}
@@ -448,7 +433,7 @@ def test_detect_constrained(tmp_path):
     assert detect_constrained("auto", env, none)[0] is False
     # undecidable from the numbers (0,1 both ways): scontrol show config
     env = {"SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1"}
-    cfg = _Slurm(config="ConstrainDevices        = yes\n")
+    cfg = _slurm(config="ConstrainDevices        = yes\n")
     yes, why = detect_constrained("auto", env, cfg, dev_dir=str(tmp_path))
     assert yes and "ConstrainDevices" in why
     yes, why = detect_constrained("auto", env, none, dev_dir=str(tmp_path))
@@ -534,7 +519,7 @@ def _bound_one_node(h100, tmp_path):
     doc = plan_document(h100, p, layout, inventory_path=str(H100))
     env = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01", "SLURM_JOB_GPUS": "0,1",
            "CUDA_VISIBLE_DEVICES": "0,1"}
-    return bind(doc, env, _Slurm(), dev_dir=str(tmp_path))
+    return bind(doc, env, _slurm(), dev_dir=str(tmp_path))
 
 
 def test_large_rank_table_goes_by_file(tmp_path, h100, monkeypatch):
@@ -697,7 +682,7 @@ def test_big_job_log_names_a_few_nodes(tmp_path):
     env = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "dgx[001-020]", "SLURMD_NODENAME": "dgx001",
            "SLURM_JOB_GPUS": "0-7", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
     job = "   Nodes=dgx[001-020] CPU_IDs=0-223 Mem=0 GRES=gpu:8(IDX:0-7)\n"
-    res = bind(doc, env, _Slurm(job=job), dev_dir=str(tmp_path), probe=False)
+    res = bind(doc, env, _slurm(job=job), dev_dir=str(tmp_path), probe=False)
     assert res.log[1] == "job 5: 20 node(s) dgx[001-020]"
     gpus = [l for l in res.log if ": GPUs 0-7 (from" in l]
     ranks = [l for l in res.log if ": ranks " in l]

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.slurm_backend import FakeSlurm
+
 from slurmtopo.binding.replan import fill_placement
-from slurmtopo.errors import SlurmError, SlurmtopoError
+from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.model import Placement, RankSlot
 from slurmtopo.rankmap import node_contiguous
@@ -42,15 +44,6 @@ f="$OUT_DIR/{name}-${{SLURM_PROCID}}.txt"
 }} > "$f"
 {tail}
 """
-
-
-class RefusingSlurm:
-    """A Slurm backend that answers nothing (every question is refused)."""
-
-    def job_detail(self, job_id):
-        raise SlurmError("scontrol: no answer")
-
-    config_text = step_output = job_detail
 
 
 def _task_path(tmp: Path, **scripts: str) -> Path:
@@ -344,7 +337,8 @@ def _bound_in_blocks(tmp_path, h100, monkeypatch):
     req = SbatchRequest.from_plan(h100, p, layout, ["train"], inventory_path=H100)
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[01-04]", "SLURMD_NODENAME": "gpu01",
            "SLURM_JOB_GPUS": "4,5,6,7"}
-    result = bind(read_plan(req.plan_json), env, slurm=RefusingSlurm(), cgroup_mode="no",
+    # the one in-memory backend with no answers: every question refused
+    result = bind(read_plan(req.plan_json), env, slurm=FakeSlurm(), cgroup_mode="no",
                   probe=False)
     monkeypatch.setattr(limits, "ENV_TABLE_LIMIT", 10)
     monkeypatch.setattr(limits, "TASK_BLOCK", 3)
