@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from slurmtopo.model import UNKNOWN_TO_SLURM, USABLE_STATES, Node, NodeState
-from slurmtopo.placement.common import Candidates
+from slurmtopo.placement.common import Candidates, signature_of
 
 #: (exclusive, --gpus-per-node, fewest free GPUs a node needs)
 Filter = Tuple[bool, Optional[int], Optional[int]]
@@ -95,11 +95,7 @@ def refreshed(cand: Candidates, changed: Iterable[int], nodes: List[Node],
         if what != "ok":
             counts[what] += 1
             continue
-        key = (id(node.hardware), free)
-        s = index.get(key)
-        if s is None:
-            s = index[key] = len(sigs)
-            sigs.append((node.hardware, free))
+        s = signature_of(index, sigs, node.hardware, free)
         free = sigs[s][1]
         sig_of[i] = s
         p = node_pod[i]

@@ -73,11 +73,7 @@ class Candidates:
                 free = tuple(g for g in free if g not in taken)
                 if not free:
                     continue
-                key = (id(node.hardware), free)
-                s = index.get(key)
-                if s is None:
-                    s = index[key] = len(sigs)
-                    sigs.append((node.hardware, free))
+                s = signature_of(index, sigs, node.hardware, free)
             nodes.append((i, node, free))
             sig_of[i] = s
         out = Candidates(nodes=nodes, total_nodes=self.total_nodes, excluded=self.excluded,
@@ -109,6 +105,20 @@ class Candidates:
         n = len(self.nodes)
         text = f"on {n} usable node{'s' * (n != 1)} of {self.total_nodes}"
         return text + (f" ({', '.join(bits)})" if bits else "")
+
+
+def signature_of(index: Dict[Tuple[int, Tuple[int, ...]], int],
+                 sigs: List[Tuple[Hardware, Tuple[int, ...]]], hw: Hardware,
+                 free: Tuple[int, ...]) -> int:
+    """The number of the signature (node type, free GPUs) in ``sigs``,
+    appended when new; ``index`` maps each signature to its number (keyed
+    by the node type's identity: the objects live in ``sigs``)."""
+    key = (id(hw), free)
+    s = index.get(key)
+    if s is None:
+        s = index[key] = len(sigs)
+        sigs.append((hw, free))
+    return s
 
 
 def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
