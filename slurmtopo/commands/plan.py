@@ -16,7 +16,7 @@ from typing import List
 
 import click
 
-from slurmtopo.commands.job_options import (job_options, partition_view, request_from,
+from slurmtopo.commands.job_options import (job_options, load_job_cluster, request_from,
                                             script_options_from)
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
@@ -45,7 +45,7 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
     # cheap checks first: a bad job name should not wait for the planner
     if o["job_name"] is not None:
         sanitize_job_name(o["job_name"])
-    inv, topo_notes = partition_view(api.load_cluster(o["inventory_path"]), o)
+    inv, topo_notes = load_job_cluster(o)
     state = api.load_state_file(inv, state_path)
     req = request_from(o)
     job = api.prepare(inv, state, req, cmd, script_options_from(o, o["inventory_path"]))

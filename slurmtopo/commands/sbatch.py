@@ -24,7 +24,7 @@ from typing import List
 
 import click
 
-from slurmtopo.commands.job_options import (job_options, partition_view, request_from,
+from slurmtopo.commands.job_options import (job_options, load_job_cluster, request_from,
                                             script_options_from)
 from slurmtopo.errors import SlurmtopoError
 
@@ -57,7 +57,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                              "`slurmtopo sbatch --inventory inv.yaml --tp 8 -- python train.py`")
     if o.get("job_name") is not None:
         sanitize_job_name(o["job_name"])
-    inv, topo_notes = partition_view(api.load_cluster(o["inventory_path"]), o)
+    inv, topo_notes = load_job_cluster(o)
 
     backend = None
 

@@ -82,8 +82,9 @@ class InventoryStats:
 
 def inventory_stats(inv: Inventory, state=None) -> InventoryStats:
     """The idle cluster's statistics are kept in the inventory's derived
-    tables; those of a state are built for it."""
-    if state is not None:
+    tables; those of a state are built for it. A state that lists no node
+    is the idle cluster (unlisted nodes are idle and whole)."""
+    if state is not None and state.nodes:
         return InventoryStats(inv, state)
     return inv.derive("cost.inventory_stats", lambda: InventoryStats(inv))
 
