@@ -134,7 +134,7 @@ def main(argv=None) -> int:
         d = Daemon(slurm, inv, tempfile.mkdtemp(), cfg)
         prof = cProfile.Profile()
         prof.runcall(d.cycle)
-        pstats.Stats(prof).sort_stats("cumtime").print_stats(30)
+        pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumtime")).print_stats(30)
         return 0
     runs = []
     for n in counts:

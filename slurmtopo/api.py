@@ -161,7 +161,7 @@ def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
     """The modelled seconds per training step of ``placement``."""
     from slurmtopo.cost import evaluate
 
-    return float(evaluate(cluster, placement, request, params).step_time_s)
+    return float(evaluate(cluster, placement, request, params, step_only=True).step_time_s)
 
 
 def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobRequest,

@@ -94,7 +94,7 @@ def meets_require(inv: Inventory, req: JobRequest, pl: Placement) -> bool:
     """Does ``pl`` keep every required kind inside its level?"""
     if not req.require:
         return True
-    rep = evaluate(inv, pl, req, CostParams())
+    rep = evaluate(inv, pl, req, CostParams(), warn=False)
     for kind, level in req.require.items():
         gc = rep.kinds.get(kind)
         if gc is not None and gc.size > 1 and not satisfies(gc.slowest, level):
@@ -181,7 +181,7 @@ def constraint_report(inv: Inventory, placement: Placement, req: JobRequest,
     tightest level its groups actually stay inside, met, hard). The
     placement daemon uses it to decide whether waiting (``req.wait``) could
     buy an unmet preference. Kinds the layout lacks (or of size 1) are met."""
-    rep = evaluate(inv, placement, req, params)
+    rep = evaluate(inv, placement, req, params, warn=False)
     out: Dict[str, Tuple[str, str, bool, bool]] = {}
     for hard, mapping in ((False, req.prefer), (True, req.require)):
         for kind, level in mapping.items():

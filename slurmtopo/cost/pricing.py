@@ -374,7 +374,8 @@ _HEAVY = ("tp", "expert-tp", "cp", "ep", "dp", "dp-cp", "expert-dp", "pp")
 
 
 def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
-             params: Optional[CostParams] = None, step_only: bool = False) -> CostReport:
+             params: Optional[CostParams] = None, step_only: bool = False,
+             warn: bool = True) -> CostReport:
     """Price one collective of every group kind of ``placement``.
 
     Per kind: the slowest link any group crosses, and the time of the
@@ -382,8 +383,12 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
     kind whose link is slower than the best its size allows on this
     cluster (e.g. "TP group 3 crosses PCIe between NUMA nodes (SYS)").
     ``step_only``: price only the kinds counted in the step time, no
-    warnings (what the planner needs to compare placements).
+    warnings (what the planner needs to compare placements). ``warn``
+    False: every kind priced, no warnings (what checks of the kinds' link
+    classes need; the warnings compare with the lower bound, which costs
+    more than the pricing on a small job).
     """
+    warn = warn and not step_only
     p = params if params is not None else cost_params(inv)
     groups = placement.groups if placement.groups else build_groups(req.layout)
     counted = counted_kinds(groups, req.layout.cp)
@@ -434,7 +439,7 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
             priced[kind] = (gl, coll, m)
             seen[kind] = (worst_t, worst_i, slowest, at_slowest)
         kinds[kind] = GroupCost(kind, len(gl), size, coll, m, slowest, worst_t, worst_i)
-        if kind in _HEAVY and slowest > LinkClass.NVLINK and not step_only:
+        if warn and kind in _HEAVY and slowest > LinkClass.NVLINK:
             if lb is None:
                 lb = LowerBound(inv, p)
             # compare with the best for the block the group sits in (a DP
@@ -448,7 +453,7 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
                 what = f"a group of {size}" if span == size else f"its block of {span} ranks"
                 warnings.append(f"{kind.upper()} group {at_slowest[0]}{more} {_PHRASE[slowest]}; "
                                 f"{what} could use {best_cls.label}")
-    if not step_only and len(placement.hosts) > 1 and any(hc.no_nics for hc in pricer.hcs):
+    if warn and len(placement.hosts) > 1 and any(hc.no_nics for hc in pricer.hcs):
         warnings.append(f"some nodes list no compute NIC: their network share assumes "
                         f"{p.default_nic_gbit:g} Gbit/s a node (cost.default_nic_gbit)")
     step = sum(kinds[k].time_s for k in counted)

@@ -17,7 +17,7 @@ from slurmtopo.links import LinkClass
 from slurmtopo.model import Inventory, Node
 from slurmtopo.placement.common import Candidates
 from slurmtopo.placement.constraints import Constraint, lcm
-from slurmtopo.placement.fabric import FabricTree, Scope
+from slurmtopo.placement.fabric import FabricTree, Scope, fabric_tree
 from slurmtopo.placement.intranode import capacity
 from slurmtopo.request import NODE_LEVEL_BOUND, NODE_LEVELS
 
@@ -62,6 +62,16 @@ class UnitSizes:
             l1 = tree.pod_l1[p.index]
             per[id(l1)] = per.get(id(l1), 0) + self._gpus(p)
         return max(per.values())
+
+
+def unit_sizes(inv: Inventory, tree: FabricTree) -> UnitSizes:
+    """The :class:`UnitSizes` of ``inv`` over ``tree``: for the inventory's
+    own tree (:func:`~slurmtopo.placement.fabric.fabric_tree`) kept in its
+    derived tables, so that the placement daemon, which plans hundreds of
+    jobs a cycle on one inventory, scans the cluster for them once and not
+    once per job (half of a 1,000-job cycle on 100,000 GPUs)."""
+    own = inv.derive("placement.unit_sizes", lambda: UnitSizes(inv, fabric_tree(inv)))
+    return own if own.tree is tree else UnitSizes(inv, tree)
 
 
 class UsableNodes:
@@ -137,7 +147,7 @@ class Capacities:
         self._caps: Dict[bool, List[int]] = {}
         #: scope (by id) -> positions it can take
         self.scope_cap: Dict[int, int] = {}
-        self.total = self._aggregate(tree.root)
+        self.total = self._aggregate()
         # filled by the node search (slurmtopo.placement.search) for this
         # constraint set: node quality per (signature, in a domain), the
         # reference block it is rated by, the best quality per scope (by
@@ -173,22 +183,25 @@ class Capacities:
         dom = tree.pods[tree.node_pod[idx]].is_domain
         return self.caps_by_signature(dom)[self.cand.sig_of[idx]]
 
-    def _aggregate(self, sc: Scope) -> int:
-        if sc.is_pod:
-            counts = self.cand.pod_sigs.get(sc.index)
+    def _aggregate(self) -> int:
+        """Every scope's capacity, pods first, then up the tree (one pass
+        each: the daemon builds thousands of these a cycle)."""
+        tree, scope_cap = self.tree, self.scope_cap
+        pod_sigs, pm, sm = self.cand.pod_sigs, self.pod_multiple, self.spine_multiple
+        for pod in tree.pods:
+            counts = pod_sigs.get(pod.index)
             if not counts:
                 cap = 0
             else:
-                caps = self.caps_by_signature(sc.is_domain)
-                cap = sum(n * caps[s] for s, n in counts.items())
-                cap = cap // self.pod_multiple * self.pod_multiple
-            self.scope_cap[id(sc)] = cap
-            return cap
-        cap = sum(self._aggregate(c) for c in sc.children)
-        if sc.level == 1 and sc.depth > 0:
-            cap = cap // self.spine_multiple * self.spine_multiple
-        self.scope_cap[id(sc)] = cap
-        return cap
+                caps = self.caps_by_signature(pod.is_domain)
+                cap = sum([n * caps[s] for s, n in counts.items()]) // pm * pm
+            scope_cap[id(pod)] = cap
+        for sc in tree.upper:
+            cap = sum([scope_cap[id(c)] for c in sc.children])
+            if sc.level == 1 and sc.depth > 0:
+                cap = cap // sm * sm
+            scope_cap[id(sc)] = cap
+        return scope_cap[id(tree.root)]
 
     @property
     def feasible(self) -> bool:

@@ -67,6 +67,9 @@ class FabricTree:
     #: pod index -> its L1 scope (the spine group)
     pod_l1: List[Scope]
     has_domains: bool
+    #: the scopes above the pods, each after its children (the root last):
+    #: sums up the tree are one pass over the pods and one over this list
+    upper: List[Scope] = field(default_factory=list)
 
 
 def _pod_key(inv: Inventory, view, blocks, name: str, node) -> Tuple[Tuple, str, bool]:
@@ -150,9 +153,20 @@ def build_tree(inv: Inventory) -> FabricTree:
             walk(c)
 
     walk(root)
+    upper: List[Scope] = []  # the scopes above the pods, children first
+
+    def post(sc: Scope) -> None:
+        for c in sc.children:
+            if not c.is_pod:
+                post(c)
+        upper.append(sc)
+
+    if not root.is_pod:
+        post(root)
     return FabricTree(root=root, pods=pod_list, node_pod=node_pod, tree_order=order,
-                      names=names, nodes=list(inv.nodes.values()), flat=view.flat, levels=max_level, pod_l1=pod_l1,
-                      has_domains=any(p.is_domain for p in pod_list))
+                      names=names, nodes=list(inv.nodes.values()), flat=view.flat,
+                      levels=max_level, pod_l1=pod_l1,
+                      has_domains=any(p.is_domain for p in pod_list), upper=upper)
 
 
 def fabric_tree(inv: Inventory) -> FabricTree:

@@ -50,7 +50,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from slurmtopo.errors import PlacementError
 from slurmtopo.links import LinkClass
 from slurmtopo.model import Inventory, Placement
-from slurmtopo.placement.capacity import Capacities, UnitSizes, UsableNodes
+from slurmtopo.placement.capacity import Capacities, UnitSizes, UsableNodes, unit_sizes
 from slurmtopo.placement.common import Candidates, build_placement
 from slurmtopo.placement.constraints import (DEFAULT_DIMS, Constraint, constraints_for,
                                              dense_sizes, importance, lcm, nested_blocks,
@@ -482,7 +482,7 @@ def proposals(inv: Inventory, req: JobRequest, groups: Mapping[str, list], cand:
     mixing GPU models the job on each single model. The first raises
     :class:`PlacementError` when the job cannot be placed."""
     world = req.layout.world
-    sizes = UnitSizes(inv, tree)
+    sizes = unit_sizes(inv, tree)
 
     def planner(sub: Candidates = cand, **kw) -> Planner:
         return Planner(inv, req, groups, sub, tree, speeds, sizes, **kw)
