@@ -17,6 +17,7 @@ from slurmtopo.cost import evaluate, lower_bound
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
 from slurmtopo.model import Derived
+from slurmtopo.placement.capacity import unit_sizes
 from slurmtopo.placement.common import nic_choice
 from slurmtopo.placement.fabric import fabric_tree
 from slurmtopo.placement.intranode import hw_info
@@ -59,6 +60,7 @@ def test_tables_are_kept_with_the_object_they_come_from():
     assert nic_choice(hw) is nic_choice(hw)
     assert network_view(inv.fabric) is network_view(inv.fabric)
     assert fabric_tree(inv) is fabric_tree(inv)
+    assert unit_sizes(inv, fabric_tree(inv)) is unit_sizes(inv, fabric_tree(inv))
     # a node type changed by a reload gets tables of its own, right ones
     other = replace(hw, links=tuple(tuple("X" if a == b else "SYS" for b in range(hw.gpu_count))
                                     for a in range(hw.gpu_count)))
@@ -70,12 +72,16 @@ def test_tables_are_kept_with_the_object_they_come_from():
 def test_a_cluster_is_frozen_and_a_changed_one_has_tables_of_its_own():
     inv = load_inventory(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     before = fabric_tree(inv)
+    assert unit_sizes(inv, before)("spine") == 32
     with pytest.raises(FrozenInstanceError):
         inv.nodes = {}
     inv = replace(inv, nodes={k: v for k, v in list(inv.nodes.items())[:2]})
     after = fabric_tree(inv)
     assert after is not before
     assert len(after.nodes) == 2 and len(before.nodes) == 4
+    # the largest unit of each level follows the cluster it was built for
+    assert unit_sizes(inv, after).tree is after
+    assert unit_sizes(inv, after)("spine") == 16
 
 
 def test_tables_take_no_part_in_equality_copies_or_pickles():
