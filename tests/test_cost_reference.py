@@ -174,9 +174,11 @@ def assert_prices_like_the_reference(inv: Inventory, pl: Placement, req: JobRequ
         assert ref[gc.worst_group][1] == pytest.approx(worst, rel=1e-12, abs=1e-15), kind
     step = sum(rep.kinds[k].time_s for k in rep.counted)
     assert rep.step_time_s == pytest.approx(step, rel=1e-12)
-    # step_only prices the counted kinds alike
+    # step_only prices the counted kinds alike; warn=False every kind alike
     quick = evaluate(inv, pl, req, p, step_only=True)
     assert quick.step_time_s == pytest.approx(rep.step_time_s, rel=1e-12)
+    quiet = evaluate(inv, pl, req, p, warn=False)
+    assert quiet.kinds == rep.kinds and quiet.warnings == []
 
 
 # --------------------------------------------------------------------------
