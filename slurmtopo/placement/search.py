@@ -229,14 +229,17 @@ class NodeSearch:
         if not ranked:
             return None
         top = min(ranked.values())
-        best_sigs = {k for k, v in ranked.items() if v == top}
+        # in a domain or not -> the signatures ranked best
+        best_sigs: Dict[bool, set] = {False: set(), True: set()}
+        for (sig, dom), v in ranked.items():
+            if v == top:
+                best_sigs[dom].add(sig)
         best = None
         for p, counts in cand.pod_sigs.items():
-            dom = tree.pods[p].is_domain
-            if not any((sig, dom) in best_sigs for sig in counts):
+            sigs = best_sigs[tree.pods[p].is_domain]
+            if sigs.isdisjoint(counts):
                 continue
-            idx = min(i for i in tree.pods[p].members
-                      if (cand.sig_of.get(i), dom) in best_sigs)
+            idx = min(i for i in tree.pods[p].members if cand.sig_of.get(i) in sigs)
             key = (cand.pod_free.get(p, 0), idx)
             if best is None or key < best:
                 best = key
