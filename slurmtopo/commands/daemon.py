@@ -82,7 +82,8 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
             alternatives, max_releases, best_fit_releases, default_wait, on_reject, dry_run,
             log_level):
     """Watch held slurmtopo jobs and release each onto a good placement."""
-    from slurmtopo.daemon.loop import Daemon, SpoolLock, inventory_loader
+    from slurmtopo.daemon.loop import Daemon, inventory_loader
+    from slurmtopo.daemon.spool import SpoolLock
     from slurmtopo.daemon.scheduler import Config
     from slurmtopo.slurm import get_backend
 
@@ -152,7 +153,7 @@ def _age(t: Optional[float], now: float) -> str:
               help="Also show the last N events of the event log.")
 def status_cmd(spool, as_json, events):
     """Show the queue the daemon manages and why each job waits."""
-    from slurmtopo.daemon.loop import STATUS_FILE, SpoolLock, read_events
+    from slurmtopo.daemon.spool import STATUS_FILE, SpoolLock, read_events
 
     path = os.path.join(spool, STATUS_FILE)
     from slurmtopo.fileio import read_text

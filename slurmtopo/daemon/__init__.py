@@ -7,7 +7,9 @@
 * :mod:`~slurmtopo.daemon.scheduler` -- the pure decision step (queue +
   cluster state + inventory -> release / wait / reject / re-hold);
 * :mod:`~slurmtopo.daemon.loop` -- the side-effect loop (read Slurm,
-  decide, journal, act).
+  decide, journal, act);
+* :mod:`~slurmtopo.daemon.spool` -- what survives a restart (the journal,
+  the event log, the lock).
 
 See docs/daemon.md.
 """

@@ -12,7 +12,8 @@ import os
 import pytest
 
 from slurmtopo.daemon import scheduler
-from slurmtopo.daemon.loop import Daemon, Journal, read_events, release_count
+from slurmtopo.daemon.loop import Daemon
+from slurmtopo.daemon.spool import Journal, read_events, release_count
 from slurmtopo.daemon.scheduler import RELEASE, WAIT, ClusterView, Work, decide
 from slurmtopo.daemon.submit import submit_for_daemon
 from slurmtopo.groups import Layout
