@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmtopo.links import LinkClass, parse_token
 
@@ -475,9 +475,14 @@ class ClusterState:
 # Placement result: the rank map.
 
 
-@dataclass(frozen=True)
-class RankSlot:
-    """Where one global rank runs."""
+class RankSlot(NamedTuple):
+    """Where one global rank runs.
+
+    A typed named tuple rather than a frozen dataclass: a plan holds one per
+    rank (32,768 for the largest jobs, built for every proposal the planner
+    weighs), and a frozen dataclass sets its seven fields one by one
+    through ``object.__setattr__``; a tuple is built in one step (about 3x
+    faster) and is as immutable."""
 
     rank: int
     host: str

@@ -301,11 +301,6 @@ def _per_gpu(hw: Hardware) -> Dict[int, Tuple]:
     return hw.derived.get("placement.per_gpu", build)
 
 
-_FAST_SLOTS = not hasattr(RankSlot, "__slots__") and not hasattr(RankSlot, "__post_init__") \
-    and list(RankSlot.__dataclass_fields__) == ["rank", "host", "gpu", "local_rank", "nics",
-                                                "cpus", "numa_node"]
-
-
 def build_placement(inv: Inventory, req: JobRequest, assign: Sequence[Tuple[str, int]],
                     notes: Sequence[str] = (), groups=None) -> Placement:
     """``assign[rank] = (host, gpu)`` -> Placement. Local ranks number the
@@ -319,7 +314,6 @@ def build_placement(inv: Inventory, req: JobRequest, assign: Sequence[Tuple[str,
     slots: List[RankSlot] = []
     nodes = inv.nodes
     tables: Dict[str, Dict[int, Tuple]] = {}
-    new = object.__new__
     for rank, (host, gpu) in enumerate(assign):
         lr = local.get(host)
         if lr is None:
@@ -328,15 +322,5 @@ def build_placement(inv: Inventory, req: JobRequest, assign: Sequence[Tuple[str,
             tables[host] = _per_gpu(nodes[host].hardware)
         local[host] = lr + 1
         nics, cpus, numa = tables[host][gpu]
-        if _FAST_SLOTS:
-            # a frozen dataclass __init__ sets fields one by one through
-            # object.__setattr__; filling __dict__ at once is 3x faster at
-            # 32k ranks and builds the same object
-            slot = new(RankSlot)
-            slot.__dict__.update(rank=rank, host=host, gpu=gpu, local_rank=lr, nics=nics,
-                                 cpus=cpus, numa_node=numa)
-        else:  # pragma: no cover - RankSlot changed shape
-            slot = RankSlot(rank=rank, host=host, gpu=gpu, local_rank=lr, nics=nics,
-                            cpus=cpus, numa_node=numa)
-        slots.append(slot)
+        slots.append(RankSlot(rank, host, gpu, lr, nics, cpus, numa))
     return Placement(slots=tuple(slots), groups=groups, hosts=tuple(hosts), notes=tuple(notes))
