@@ -69,7 +69,7 @@ class FabricTree:
     has_domains: bool
     #: the scopes above the pods, each after its children (the root last):
     #: sums up the tree are one pass over the pods and one over this list
-    upper: List[Scope] = field(default_factory=list)
+    upper: List[Scope]
 
 
 def _pod_key(inv: Inventory, view, blocks, name: str, node) -> Tuple[Tuple, str, bool]:
