@@ -27,9 +27,6 @@ from slurmtopo.model import Inventory, Placement
 from slurmtopo.request import JobRequest
 from slurmtopo.topology import network_view
 
-#: the network class of hosts whose leaves meet ``level`` switches up
-_NET_AT = [LinkClass.network(level) for level in range(4)]
-
 #: What one group's collective time depends on, whatever the collective
 #: and message: (slowest class, hosts, most and fewest ranks a host, class
 #: and GB/s inside hosts, network class and GB/s). ``hosts`` 0: one flat
@@ -153,12 +150,6 @@ class PlacementPricer:
         if len(leaves) == 1:
             return LinkClass.NET_LEAF
         tables = [self._switches_by_level(leaf) for leaf in leaves]
-        if len(tables) == 2:
-            ta, tb = tables
-            for level in range(min(len(ta), len(tb))):
-                if not ta[level].isdisjoint(tb[level]):
-                    return _NET_AT[level] if level < len(_NET_AT) else LinkClass.NET_L3
-            return LinkClass.NET_FAR
         for level in range(min(map(len, tables))):
             common = tables[0][level]
             for t in tables[1:]:
@@ -182,13 +173,6 @@ class PlacementPricer:
         return self.hcs[h].intra(tuple(sorted(gpus)))
 
     # -- one group -----------------------------------------------------------
-
-    def cost(self, ranks: Sequence[int], collective: str, m: int) -> Tuple[LinkClass, float]:
-        """(slowest class, seconds) of one collective over ``ranks``."""
-        if collective == "p2p":
-            return self.p2p_pricer(m)(ranks)
-        shape = self.shaper(len(ranks))(ranks)
-        return shape[0], shape_time(self.p, shape, collective, len(ranks), m)
 
     def shaper(self, n: int):
         """A function giving the :data:`Shape` of a group of ``n`` ranks
@@ -283,25 +267,9 @@ class PlacementPricer:
         uniform, pair_class = self.uniform, self.pair_class
         inside: Dict[Tuple[int, int, int], Tuple[LinkClass, float]] = {}
         across: Dict[Tuple[int, int], Tuple[LinkClass, float, float]] = {}
-        between: Dict[Tuple[int, int], Tuple[LinkClass, float]] = {}
         by_hosts: Dict[Tuple[int, ...], Tuple[LinkClass, float]] = {}
         alpha, over, fixed = p.alpha, p.oversubscription, p.bandwidth
         dom_cls, self_cls = LinkClass.NVLINK_DOMAIN, LinkClass.SELF
-
-        def host_hop(ha: int, hb: int) -> Tuple[LinkClass, float, float]:
-            """(class, seconds, bytes-per-GB/s term) of a hop between hosts."""
-            hit = across.get((ha, hb))
-            if hit is None:
-                cls = pair_class(ha, hb)
-                if cls is dom_cls:
-                    bw = min(hcs[ha].class_bw(cls), hcs[hb].class_bw(cls))
-                    hit = (cls, alpha[cls] + m / (bw * 1e9), 0.0)
-                elif cls in fixed:
-                    hit = (cls, alpha[cls] + m / (fixed[cls] * 1e9), 0.0)
-                else:
-                    hit = (cls, alpha[cls], m * over.get(cls, 1.0) / 1e9)
-                across[(ha, hb)] = hit
-            return hit
 
         def hops(ranks: Sequence[int]) -> Tuple[LinkClass, float]:
             worst_c, worst_t = self_cls, 0.0
@@ -317,7 +285,18 @@ class PlacementPricer:
                         hit = inside[key] = (cls, alpha[cls] + m / (bw * 1e9))
                     cls, t = hit
                 else:
-                    cls, t, per = host_hop(ha, hb)
+                    hit = across.get((ha, hb))
+                    if hit is None:
+                        cls = pair_class(ha, hb)
+                        if cls is dom_cls:
+                            bw = min(hcs[ha].class_bw(cls), hcs[hb].class_bw(cls))
+                            hit = (cls, alpha[cls] + m / (bw * 1e9), 0.0)
+                        elif cls in fixed:
+                            hit = (cls, alpha[cls] + m / (fixed[cls] * 1e9), 0.0)
+                        else:
+                            hit = (cls, alpha[cls], m * over.get(cls, 1.0) / 1e9)
+                        across[(ha, hb)] = hit
+                    cls, t, per = hit
                     if per:
                         t += per / min(share[prev], share[r])
                 if t > worst_t:
@@ -332,25 +311,10 @@ class PlacementPricer:
                 return self_cls, 0.0
             hs = itemgetter(*ranks)(rank_h)
             hit = by_hosts.get(hs)  # only host-determined chains are kept
-            if hit is not None:
-                return hit
-            if len(set(hs)) < len(hs) or not all(itemgetter(*hs)(uniform)):
-                return hops(ranks)
-            worst_c, worst_t = self_cls, 0.0
-            for key in zip(hs, hs[1:]):
-                hop = between.get(key)
-                if hop is None:
-                    cls, t, per = host_hop(*key)
-                    if per:
-                        a, b = key
-                        t += per / min(hcs[a].net[0], hcs[b].net[0])
-                    hop = between[key] = (cls, t)
-                cls, t = hop
-                if t > worst_t:
-                    worst_t = t
-                if cls > worst_c:
-                    worst_c = cls
-            hit = by_hosts[hs] = (worst_c, worst_t)
+            if hit is None:
+                hit = hops(ranks)
+                if len(set(hs)) == len(hs) and all(itemgetter(*hs)(uniform)):
+                    by_hosts[hs] = hit
             return hit
 
         return chain
