@@ -94,12 +94,10 @@ def meets_require(inv: Inventory, req: JobRequest, pl: Placement) -> bool:
     """Does ``pl`` keep every required kind inside its level?"""
     if not req.require:
         return True
-    rep = evaluate(inv, pl, req, CostParams(), warn=False)
-    for kind, level in req.require.items():
-        gc = rep.kinds.get(kind)
-        if gc is not None and gc.size > 1 and not satisfies(gc.slowest, level):
-            return False
-    return True
+    # link classes do not depend on the cost figures: a bad cost block
+    # (reported where costs are shown) must not change this answer
+    report = constraint_report(inv, pl, req, CostParams())
+    return all(met for _, _, met, hard in report.values() if hard)
 
 
 def _tp_class(r: CostReport) -> LinkClass:
@@ -178,9 +176,9 @@ def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Placem
 def constraint_report(inv: Inventory, placement: Placement, req: JobRequest,
                       params=None) -> Dict[str, Tuple[str, str, bool, bool]]:
     """For every kind in ``req.require`` and ``req.prefer``: (level asked,
-    tightest level its groups actually stay inside, met, hard). The
-    placement daemon uses it to decide whether waiting (``req.wait``) could
-    buy an unmet preference. Kinds the layout lacks (or of size 1) are met."""
+    tightest level its groups actually stay inside, met, hard):
+    :func:`meets_require` and the public API's answer to "did the plan
+    keep what I asked for". Kinds the layout lacks (or of size 1) are met."""
     rep = evaluate(inv, placement, req, params, warn=False)
     out: Dict[str, Tuple[str, str, bool, bool]] = {}
     for hard, mapping in ((False, req.prefer), (True, req.require)):
