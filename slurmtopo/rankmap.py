@@ -165,7 +165,6 @@ def rankmap_json(placement: Placement, layout=None,
     16,384-rank map in a fifth of the time."""
     check_placement(placement)
     nr = node_ranks(placement)
-    per_host = {h: len(v) for h, v in placement.by_host().items()}
     cpus = cpulists(placement)
     enc = _Encoded()
     tails: Dict[Tuple[int, int, Optional[int]], str] = {}  # nics, cpus, NUMA node

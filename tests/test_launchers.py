@@ -397,11 +397,11 @@ def test_block_loader_checks_the_task(tmp_path, h100, monkeypatch, run_name):
 
 def test_wrong_host_is_refused(tmp_path, h100):
     """A task started on another host than planned stops with the reason."""
-    from slurmtopo.binding.taskenv import task_script
+    from slurmtopo.binding.taskenv import task_env
     import subprocess
     layout = Layout(tp=2).resolved()
     p = fill_placement(h100, [("gpu01", [0, 1])], layout)
-    text = task_script(p, {"gpu01": "0,1"})
+    text = task_env(p, {"gpu01": "0,1"}).whole
     env = {"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURMD_NODENAME": "gpu09",
            "SLURMTOPO_TASK_ENV": text}
     from slurmtopo.plandoc import TASK_SNIPPET

@@ -215,12 +215,6 @@ def task_env(placement: Placement, visible: Mapping[str, str], launcher: str = "
                    tail=_HOST_CHECK + _LOCAL_GPUS + tail)
 
 
-def task_script(placement: Placement, visible: Mapping[str, str], launcher: str = "srun",
-                cpu_bind: bool = True) -> str:
-    """The whole fragment for ``placement`` (see :func:`task_env`)."""
-    return task_env(placement, visible, launcher, cpu_bind).whole
-
-
 def cpu_summary(placement: Placement, launcher: str, cpu_bind: bool,
                 allowed: Optional[Iterable[int]] = None, here: Optional[str] = None) -> str:
     """The one log line about CPU binding (instead of one per rank).

@@ -4,7 +4,7 @@ which GPUs Slurm will most likely give a released job."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurmtopo.daemon.candidates import Filter, filter_of, refreshed, without
 from slurmtopo.daemon.decisions import ClusterView
@@ -138,9 +138,6 @@ class Work:
         """Free GPUs -> how many usable nodes have that many, now."""
         return {f: c for f, c in self._hist[with_reserved].get("*", {}).items() if c}
 
-    def free_count(self, name: str, with_reserved: bool = True) -> int:
-        return self._free_n[with_reserved].get(name, 0)
-
     # -- the planning state ----------------------------------------------------
 
     def largest_group(self, hw, free: Tuple[int, ...], bound) -> int:
@@ -152,9 +149,6 @@ class Work:
             from slurmtopo.placement.intranode import largest_group
             v = self._largest[key] = largest_group(hw, free, bound)
         return v
-
-    def slurm_busy(self, name: str) -> FrozenSet[int]:
-        return self.base.of(name).busy_gpus
 
     def _node_state(self, name: str, freed: bool = False, with_reserved: bool = True
                     ) -> NodeState:

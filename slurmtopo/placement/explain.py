@@ -164,7 +164,7 @@ class Explainer:
 
     def demote_note(self, c: Constraint, demoted: Sequence[Constraint]) -> str:
         kinds = ", ".join(x.kind for x in demoted)
-        what = (f"the job stays in one NVLink domain" if c.kind == JOB
+        what = ("the job stays in one NVLink domain" if c.kind == JOB
                 else f"{c.kind} groups stay in one NVLink domain")
         return (f"{kinds} groups may cross nodes over "
                 f"the NVLink domain so that {what} (multi-node NVLink is nearly as "

@@ -388,7 +388,6 @@ class BlockPacker:
         if span // piece_unit > PACK_MAX_UNITS:
             return self.pack_large(pool, need, span, piece_unit, spans)
         tree = self.tree
-        order = tree.tree_order
         blocks = need // span
         seq: List[Tuple[int, int]] = []
         rest = []
