@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     nodes = a.nodes or (a.gpus // 8 if a.gpus else 12500)
     counts = [int(x) for x in str(a.jobs).split(",") if x.strip()]
-    from slurmtopo.daemon.scheduler import Config
+    from slurmtopo.daemon.decisions import Config
     cfg = Config()
     if a.max_releases is not None:
         cfg.max_releases = a.max_releases

@@ -84,7 +84,7 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
     """Watch held slurmtopo jobs and release each onto a good placement."""
     from slurmtopo.daemon.loop import Daemon, inventory_loader
     from slurmtopo.daemon.spool import SpoolLock
-    from slurmtopo.daemon.scheduler import Config
+    from slurmtopo.daemon.decisions import Config
     from slurmtopo.slurm import get_backend
 
     if interval <= 0:

@@ -53,9 +53,10 @@ from dataclasses import replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from slurmtopo.daemon import protocol
-from slurmtopo.daemon.scheduler import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING, STARTING,
+from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING, STARTING,
                                         WAIT, ClusterView, Config, Decision, JobRecord,
-                                        QueuedJob, decide)
+                                        QueuedJob)
+from slurmtopo.daemon.scheduler import decide
 from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.daemon.spool import STATUS_FILE, Journal
 from slurmtopo.daemon.status import STATUS_KIND

@@ -69,13 +69,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
-# the vocabulary and the working state, re-exported: callers import them here
-from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE,  # noqa: F401
-                                        RUNNING, STARTING, WAIT, ClusterView, Config, Decision,
-                                        JobRecord, QueuedJob, format_gpus, format_wait, format_time)
+from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING, STARTING,
+                                        WAIT, ClusterView, Config, Decision, QueuedJob,
+                                        format_gpus, format_wait)
 from slurmtopo.daemon.held_job import HeldJob
-from slurmtopo.daemon.ordering import ACTIVE, difficulty, job_order, packing_may_help  # noqa: F401
-from slurmtopo.daemon.work import Work, free_space_key, predicted_claim, slurm_pick  # noqa: F401
+from slurmtopo.daemon.ordering import ACTIVE, difficulty, job_order, packing_may_help
+from slurmtopo.daemon.work import Work, free_space_key, predicted_claim
 from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState, Placement
 

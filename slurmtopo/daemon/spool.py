@@ -22,7 +22,7 @@ import os
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from slurmtopo.daemon.scheduler import JobRecord
+from slurmtopo.daemon.decisions import JobRecord
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.fileio import atomic_write, ensure_dir
 

@@ -14,7 +14,9 @@ import pytest
 from slurmtopo.daemon import scheduler
 from slurmtopo.daemon.loop import Daemon
 from slurmtopo.daemon.spool import Journal, read_events, release_count
-from slurmtopo.daemon.scheduler import RELEASE, WAIT, ClusterView, Work, decide
+from slurmtopo.daemon.decisions import RELEASE, WAIT, ClusterView
+from slurmtopo.daemon.scheduler import decide
+from slurmtopo.daemon.work import Work
 from slurmtopo.daemon.submit import submit_for_daemon
 from slurmtopo.groups import Layout
 from slurmtopo.model import ClusterState, NodeState

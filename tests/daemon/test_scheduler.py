@@ -4,9 +4,10 @@ from __future__ import annotations
 import pytest
 
 from slurmtopo.daemon.protocol import DaemonSpec, Shape
-from slurmtopo.daemon.scheduler import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING, STARTING,
-                                        WAIT, ClusterView, Config, JobRecord, QueuedJob, decide,
-                                        slurm_pick)
+from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING, STARTING,
+                                        WAIT, ClusterView, Config, JobRecord, QueuedJob)
+from slurmtopo.daemon.scheduler import decide
+from slurmtopo.daemon.work import slurm_pick
 from slurmtopo.daemon.preview import preview_lines
 from slurmtopo.groups import Layout
 from slurmtopo.model import ClusterState, NodeState
