@@ -17,12 +17,12 @@ import bisect
 from dataclasses import replace
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from slurmtopo.model import UNKNOWN_TO_SLURM, USABLE_STATES, Node, NodeState
-from slurmtopo.placement.common import Candidates, signature_of
+from slurmtopo.model import Node, NodeState
+from slurmtopo.placement.common import (REFUSALS, Candidates, node_refusal, signature_of,
+                                        too_small)
 
 #: (exclusive, --gpus-per-node, fewest free GPUs a node needs)
 Filter = Tuple[bool, Optional[int], Optional[int]]
-_COUNTS = ("unusable", "unknown", "full", "partial", "small")
 
 
 def filter_of(req) -> Filter:
@@ -35,20 +35,14 @@ def classify(node: Node, st: Optional[NodeState], flt: Filter) -> Tuple[str, Tup
     adds to, ()): the per-node rule of ``candidates()``, one node."""
     exclusive, g, min_free = flt
     hw = node.hardware
-    if st is None:
-        free = tuple(x.index for x in hw.gpus)
-    else:
-        if (st.state not in USABLE_STATES or st.flags) and not st.usable:
-            return ("unknown" if UNKNOWN_TO_SLURM in st.flags else "unusable"), ()
-        if st.exclusive:
-            return "full", ()
-        busy = st.busy_gpus
-        if exclusive and (busy or st.state in ("allocated", "mixed")):
-            return ("partial" if len(busy) < hw.gpu_count else "full"), ()
-        free = tuple(x.index for x in hw.gpus if not busy or x.index not in busy)
+    why = node_refusal(st, hw, exclusive)
+    if why is not None:
+        return why, ()
+    busy = st.busy_gpus if st is not None else ()
+    free = tuple(x.index for x in hw.gpus if not busy or x.index not in busy)
     if not free:
         return "full", ()
-    if min_free is not None and (len(free) < min_free or hw.gpu_count < g):
+    if too_small(len(free), hw, g, min_free):
         return "small", ()
     return "ok", free
 
@@ -69,7 +63,7 @@ def refreshed(cand: Candidates, changed: Iterable[int], nodes: List[Node],
     sig_of = dict(cand.sig_of)
     pod_sigs = {p: d for p, d in cand.pod_sigs.items()}
     pod_free = dict(cand.pod_free)
-    counts: Dict[str, int] = {k: getattr(cand, k) for k in _COUNTS}
+    counts: Dict[str, int] = {k: getattr(cand, k) for k in REFUSALS}
     total = cand.free_gpus
     copied = set()
 

@@ -9,8 +9,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from slurmtopo.errors import PlacementError
 from slurmtopo.groups import build_groups
 from slurmtopo.model import (UNKNOWN_TO_SLURM, USABLE_STATES, ClusterState, Hardware, Inventory,
-                             Node, Placement, RankSlot)
+                             Node, NodeState, Placement, RankSlot)
 from slurmtopo.request import JobRequest
+
+
+#: why a node takes no rank: the counts of :class:`Candidates` besides ``excluded``
+REFUSALS = ("unusable", "unknown", "full", "partial", "small")
 
 
 @dataclass
@@ -40,14 +44,8 @@ class Candidates:
         shared; per-pod counts recomputed when ``node_pod`` is given)."""
         nodes = [rec for rec in self.nodes if keep(rec[1])]
         sig_of = {i: self.sig_of[i] for i, _, _ in nodes}
-        pod_sigs: Dict[int, Dict[int, int]] = {}
-        pod_free: Dict[int, int] = {}
-        if node_pod is not None:
-            for i, _, free in nodes:
-                p = node_pod[i]
-                d = pod_sigs.setdefault(p, {})
-                d[sig_of[i]] = d.get(sig_of[i], 0) + 1
-                pod_free[p] = pod_free.get(p, 0) + len(free)
+        pod_sigs, pod_free = _pod_counts(nodes, sig_of, node_pod) if node_pod is not None \
+            else ({}, {})
         return Candidates(nodes=nodes, total_nodes=self.total_nodes, excluded=self.excluded,
                           unusable=self.unusable, unknown=self.unknown, full=self.full,
                           partial=self.partial, small=self.small,
@@ -76,16 +74,12 @@ class Candidates:
                 s = signature_of(index, sigs, node.hardware, free)
             nodes.append((i, node, free))
             sig_of[i] = s
-        out = Candidates(nodes=nodes, total_nodes=self.total_nodes, excluded=self.excluded,
-                         unusable=self.unusable, unknown=self.unknown, full=self.full,
-                         partial=self.partial, small=self.small, sigs=sigs, sig_of=sig_of)
-        out.free_gpus = sum(len(f) for _, _, f in nodes)
-        for i, _, free in nodes:
-            p = node_pod[i]
-            d = out.pod_sigs.setdefault(p, {})
-            d[sig_of[i]] = d.get(sig_of[i], 0) + 1
-            out.pod_free[p] = out.pod_free.get(p, 0) + len(free)
-        return out
+        pod_sigs, pod_free = _pod_counts(nodes, sig_of, node_pod)
+        return Candidates(nodes=nodes, total_nodes=self.total_nodes, excluded=self.excluded,
+                          unusable=self.unusable, unknown=self.unknown, full=self.full,
+                          partial=self.partial, small=self.small,
+                          free_gpus=sum(len(f) for _, _, f in nodes), sigs=sigs, sig_of=sig_of,
+                          pod_sigs=pod_sigs, pod_free=pod_free)
 
     def summary(self) -> str:
         """" on 12 usable nodes of 32 (20 nodes fully busy, 2 drained...)"."""
@@ -121,6 +115,44 @@ def signature_of(index: Dict[Tuple[int, Tuple[int, ...]], int],
     return s
 
 
+def node_refusal(st: Optional[NodeState], hw: Hardware, exclusive: bool) -> Optional[str]:
+    """Why a node in state ``st`` takes no rank of a job whatever its free
+    GPUs: the :class:`Candidates` count it adds to ("unknown", "unusable",
+    "full", "partial"); None when its free GPUs may be used. The one rule,
+    for :func:`candidates` and the daemon's kept candidates."""
+    if st is None:
+        return None
+    if (st.state not in USABLE_STATES or st.flags) and not st.usable:
+        return "unknown" if UNKNOWN_TO_SLURM in st.flags else "unusable"
+    if st.exclusive:
+        return "full"
+    busy = st.busy_gpus
+    if exclusive and (busy or st.state in ("allocated", "mixed")):
+        return "partial" if len(busy) < hw.gpu_count else "full"
+    return None
+
+
+def too_small(n_free: int, hw: Hardware, gpus_per_node: Optional[int],
+              min_free: Optional[int]) -> bool:
+    """``--gpus-per-node``: fewer free GPUs than a node must give the job,
+    or fewer GPUs than the count at all (``min_free``: the count, or the
+    whole job when it is smaller)."""
+    return min_free is not None and (n_free < min_free or hw.gpu_count < gpus_per_node)
+
+
+def _pod_counts(nodes: List[Tuple[int, Node, Tuple[int, ...]]], sig_of: Dict[int, int],
+                node_pod: List[int]) -> Tuple[Dict[int, Dict[int, int]], Dict[int, int]]:
+    """pod -> {signature: nodes} and pod -> free GPUs of ``nodes``."""
+    pod_sigs: Dict[int, Dict[int, int]] = {}
+    pod_free: Dict[int, int] = {}
+    for i, _, free in nodes:
+        p = node_pod[i]
+        d = pod_sigs.setdefault(p, {})
+        d[sig_of[i]] = d.get(sig_of[i], 0) + 1
+        pod_free[p] = pod_free.get(p, 0) + len(free)
+    return pod_sigs, pod_free
+
+
 def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
                node_pod: Optional[List[int]] = None) -> Candidates:
     """Nodes that may take ranks of ``req``: in ``--nodelist`` (when
@@ -150,7 +182,8 @@ def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
             raise PlacementError(f"needs {g} GPUs per node (--gpus-per-node), more than any "
                                  f"node has (the most is {most})")
     out = []
-    excluded = unusable = not_in_slurm = full = partial = small = 0
+    excluded = 0
+    refused = dict.fromkeys(REFUSALS, 0)
     states = state.nodes if state is not None else {}
     exclusive = req.exclusive
     # signature key: (id(hardware), busy frozenset or None) -> signature
@@ -173,24 +206,11 @@ def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
         if st is None:
             key = (id(hw), None)
         else:
-            if (st.state not in USABLE_STATES or st.flags) and not st.usable:
-                if UNKNOWN_TO_SLURM in st.flags:
-                    not_in_slurm += 1
-                else:
-                    unusable += 1
+            why = node_refusal(st, hw, exclusive)
+            if why is not None:
+                refused[why] += 1
                 continue
-            if st.exclusive:
-                full += 1
-                continue
-            busy = st.busy_gpus
-            if exclusive and (busy or st.state in ("allocated", "mixed")):
-                every = hw.gpu_count
-                if len(busy) < every:
-                    partial += 1
-                else:
-                    full += 1
-                continue
-            key = (id(hw), busy or None)
+            key = (id(hw), st.busy_gpus or None)
         s = sig_index.get(key)
         if s is None:
             busy = key[1]
@@ -201,10 +221,10 @@ def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
             sig_len.append(len(free))
         n_free = sig_len[s]
         if not n_free:
-            full += 1
+            refused["full"] += 1
             continue
-        if min_free is not None and (n_free < min_free or hw.gpu_count < g):
-            small += 1
+        if too_small(n_free, hw, g, min_free):
+            refused["small"] += 1
             continue
         out.append((i, node, sigs[s][1]))
         sig_of[i] = s
@@ -218,8 +238,7 @@ def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
             else:
                 d[s] = d.get(s, 0) + 1
                 pod_free[p] += n_free
-    return Candidates(nodes=out, total_nodes=len(inv.nodes), excluded=excluded,
-                      unusable=unusable, unknown=not_in_slurm, full=full, partial=partial, small=small,
+    return Candidates(nodes=out, total_nodes=len(inv.nodes), excluded=excluded, **refused,
                       free_gpus=total_free, sigs=sigs, sig_of=sig_of, pod_sigs=pod_sigs,
                       pod_free=pod_free)
 
