@@ -463,12 +463,17 @@ class ClusterState:
 
     def free_gpus(self, node: Node) -> Tuple[int, ...]:
         """NVML indices of GPUs on ``node`` that a new job may use."""
-        st = self.nodes.get(node.name)
-        if st is None:
-            return tuple(g.index for g in node.gpus)
-        if not st.usable or st.exclusive:
-            return ()
-        return tuple(g.index for g in node.gpus if g.index not in st.busy_gpus)
+        return free_gpus_of(node, self.nodes.get(node.name))
+
+
+def free_gpus_of(node: Node, st: Optional[NodeState]) -> Tuple[int, ...]:
+    """NVML indices of GPUs on ``node`` that a new job may use when the
+    node is in state ``st`` (None: not listed, so idle and whole)."""
+    if st is None:
+        return tuple(g.index for g in node.gpus)
+    if not st.usable or st.exclusive:
+        return ()
+    return tuple(g.index for g in node.gpus if g.index not in st.busy_gpus)
 
 
 # --------------------------------------------------------------------------

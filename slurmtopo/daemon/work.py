@@ -9,7 +9,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 from slurmtopo.daemon.candidates import Filter, filter_of, refreshed, without
 from slurmtopo.daemon.decisions import ClusterView
 from slurmtopo.placement.common import Candidates
-from slurmtopo.model import ClusterState, Inventory, Node, NodeState, Placement
+from slurmtopo.model import ClusterState, Inventory, Node, NodeState, Placement, free_gpus_of
 
 
 # --------------------------------------------------------------------------
@@ -171,11 +171,7 @@ class Work:
 
     def _free_of(self, name: str, node, with_reserved: bool) -> Tuple[int, ...]:
         st = self._nodes.get(name) if with_reserved else self._node_state(name, False, False)
-        if st is None:
-            return tuple(g.index for g in node.gpus)
-        if not st.usable or st.exclusive:
-            return ()
-        return tuple(g.index for g in node.gpus if g.index not in st.busy_gpus)
+        return free_gpus_of(node, st)
 
     def state(self, freed: Iterable[str] = (), with_reserved: bool = True) -> ClusterState:
         """The ClusterState to plan on; ``freed`` nodes lose their Slurm
