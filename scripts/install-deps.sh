@@ -4,6 +4,8 @@
 #   * Slurm 22.05 (slurmctld, slurmd, client tools) and munge, used by the
 #     dev cluster (scripts/devcluster.py) and the integration tests;
 #   * openssh-server, used by the sshd-marked tests;
+#   * Debian's python3 and slurmtopo's runtime dependencies as Debian packages,
+#     for the integration tests that run slurmtopo as unprivileged users;
 #   * when ../shared/slurm/ holds Slurm release tarballs: what building them
 #     needs (scripts/test.sh builds them once into a cached prefix with
 #     scripts/devcluster.py build, and pyslurm with scripts/install-pyslurm.sh);
@@ -17,6 +19,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 PKGS=(slurmctld slurmd slurm-client munge openssh-server)
+# Debian's own python3 with slurmtopo's runtime dependencies: the
+# integration tests run slurmtopo as unprivileged users (docs/security.md),
+# who cannot run a Python installed under /root.
+PKGS+=(python3 python3-yaml python3-click python3-rich python3-clustershell python3-defusedxml)
 SHARED_SLURM="${SLURMTOPO_SHARED_SLURM:-$ROOT/../shared/slurm}"
 if ls "$SHARED_SLURM"/slurm-*.tar.gz >/dev/null 2>&1; then
     PKGS+=(build-essential pkg-config libmunge-dev libjson-c-dev libyaml-dev

@@ -100,6 +100,19 @@ def devcluster(tmp_path_factory):
         dc.down()
 
 
+@pytest.fixture(scope="session")
+def users(devcluster):
+    """Two unprivileged users of one group and a group-shared directory on
+    the dev cluster (tests/integration/users.py)."""
+    from tests.integration.users import Users
+
+    u = Users(devcluster.env, devcluster.dir)
+    try:
+        yield u
+    finally:
+        u.close()
+
+
 @pytest.fixture(autouse=True)
 def _no_jobs_left(request):
     """Tests start on an idle cluster: cancel whatever a test left behind."""
