@@ -225,7 +225,12 @@ class SshFetcher:
                  timeout: float = 60.0, ssh_config: Optional[str] = None,
                  known_hosts: Optional[Sequence[str]] = None, user: Optional[str] = None,
                  identity: Optional[str] = None, port: Optional[int] = None):
-        import paramiko  # only the collector pays for paramiko
+        try:
+            import paramiko  # only the collector pays for paramiko
+        except ImportError:
+            raise InventoryError("collecting over SSH needs paramiko, which is not installed: "
+                                 "pip install 'slurmtopo[collect]' (or collect from a "
+                                 "directory of reports)") from None
 
         self.paramiko = paramiko
         if (command is None) == (read_path is None):
