@@ -3,10 +3,12 @@
 Reading
     Every file slurmtopo reads from a user (inventory, node report, state,
     fabric dump, ``nvidia-smi`` text, Slurm configs, plan documents) goes
-    through :func:`read_text`, which refuses devices (``--inventory
-    /dev/zero``), reads at most a fixed number of bytes and turns every
+    through :func:`read_text`, which reads regular files only (a FIFO,
+    socket, device such as ``--inventory /dev/zero`` or directory is refused
+    without blocking on it), at most a fixed number of bytes, and turns every
     failure into one located :class:`~slurmtopo.errors.InventoryError`. So a
-    wrong path costs a one-line message, never gigabytes of memory.
+    wrong path costs a one-line message, never a hang or gigabytes of
+    memory. Where a command documents ``-`` for stdin, it reads stdin itself.
 
 Writing
     slurmctld reads ``topology.conf`` and ``gres.conf`` whenever it restarts;
@@ -39,29 +41,65 @@ MAX_TEXT_BYTES = 64 * MiB
 MAX_FABRIC_DUMP_BYTES = 256 * MiB
 
 
+#: what each kind of non-regular file is called in the refusal
+_NOT_A_FILE = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a FIFO (pipe)"),
+               (stat.S_ISSOCK, "is a socket"), (stat.S_ISCHR, "is a device"),
+               (stat.S_ISBLK, "is a device"))
+
+
+def open_regular(path) -> int:
+    """A read-only descriptor on ``path``, which must be a regular file.
+
+    Opened with ``O_NONBLOCK`` and checked with ``fstat`` on the descriptor
+    itself (no race between a check and the open): a FIFO with no writer,
+    a device or a terminal is refused at once instead of blocking the
+    reader, a ``slurmtopo plan --inventory`` or the placement daemon,
+    forever. ``O_NOCTTY`` keeps a terminal from becoming ours. Raises
+    InventoryError naming ``path``; the caller closes the descriptor.
+    """
+    path = os.fspath(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise InventoryError("cannot read: no such file", path) from None
+    except OSError as exc:
+        raise InventoryError(f"cannot read: {exc.strerror or exc}", path) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = next((why for test, why in _NOT_A_FILE if test(mode)), "is not a regular file")
+            raise InventoryError(f"{what}, not a regular file: refused", path)
+        os.set_blocking(fd, True)  # a regular file: reads block as usual
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_regular(path) -> None:
+    """Refuse ``path`` unless it is a readable regular file, for files a
+    library opens itself (paramiko's known_hosts and key files): the same
+    one-line InventoryError as :func:`read_text`, never a hang."""
+    os.close(open_regular(path))
+
+
 def read_text(path, limit: Optional[int] = None, errors: str = "strict") -> str:
     """The UTF-8 text of ``path``, at most ``limit`` bytes of it (default
     MAX_TEXT_BYTES).
 
-    Character and block devices are refused outright; pipes and regular
-    files are read up to ``limit`` bytes, and a longer one is refused
-    rather than read on. ``errors="replace"`` reads text with stray bytes
-    (captured terminal output) instead of refusing it.
+    Only regular files are read (:func:`open_regular`): FIFOs, sockets,
+    devices and directories are refused without waiting on them, and a
+    file longer than ``limit`` is refused rather than read on.
+    ``errors="replace"`` reads text with stray bytes (captured terminal
+    output) instead of refusing it.
     """
     path = os.fspath(path)
     limit = MAX_TEXT_BYTES if limit is None else limit
+    fd = open_regular(path)
     try:
-        with open(path, "rb") as fh:
-            mode = os.fstat(fh.fileno()).st_mode
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-                raise InventoryError("is a device, not a file", path)
-            if stat.S_ISSOCK(mode):
-                raise InventoryError("is a socket, not a file", path)
+        with os.fdopen(fd, "rb") as fh:
             data = fh.read(limit + 1)
-    except FileNotFoundError:
-        raise InventoryError("cannot read: no such file", path) from None
-    except IsADirectoryError:
-        raise InventoryError("is a directory, not a file", path) from None
     except OSError as exc:
         raise InventoryError(f"cannot read: {exc.strerror or exc}", path) from None
     if len(data) > limit:
