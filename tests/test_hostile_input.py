@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirun import one_line_error, run_cli, run_cli_unprivileged
+from tests.clirun import one_line_error, run_cli, run_cli_subprocess, run_cli_unprivileged
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "etc" / "examples"
@@ -200,6 +200,55 @@ def test_a_pipe_is_not_read():
     finally:
         os.close(read_fd)
     one_line_error(code, err, f"/dev/fd/{read_fd}", "is a FIFO", "not a regular file")
+
+
+HUGE_RANGE = "0-100000000"  # 100 million ids: 4.7 GB as a Python list
+SMI = ROOT / "tests" / "fixtures" / "smi" / "hgx_h100.txt"
+
+
+def _huge_range_inputs(tmp_path):
+    """(argv, file:line the error must name) per reader of an id range."""
+    gres = tmp_path / "gres.conf"
+    gres.write_text(f"NodeName=gpu01 Name=gpu File=/dev/nvidia0 CPUs={HUGE_RANGE}\n")
+    cores = tmp_path / "cores.conf"
+    cores.write_text(f"NodeName=gpu01 Name=gpu File=/dev/nvidia0 Cores={HUGE_RANGE}\n")
+    report = tmp_path / "report.yaml"
+    code, _o, err = run_cli(["agent", "discover", "--from-smi", str(SMI), "--node-name", "gpu01",
+                             "-o", str(report)])
+    assert code == 0, err
+    text = report.read_text()
+    gpu_line = next(i for i, ln in enumerate(text.splitlines(), 1) if "cpus: '0-55" in ln)
+    (tmp_path / "cpus.yaml").write_text(text.replace("0-55,112-167", HUGE_RANGE, 1))
+    layout_line = next(i for i, ln in enumerate(text.splitlines(), 1) if "cores_per_socket" in ln)
+    (tmp_path / "layout.yaml").write_text(text.replace("cores_per_socket: 56",
+                                                       "cores_per_socket: 100000000"))
+    smi = tmp_path / "smi.txt"
+    smi.write_text(SMI.read_text().replace("0-55,112-167", HUGE_RANGE, 1))
+    state = tmp_path / "state.yaml"
+    state.write_text(f"slurmtopo: state\nnodes:\n  - {{name: gpu01, busy_gpus: '{HUGE_RANGE}'}}\n")
+    return {
+        "gres.conf CPUs": (["gres", "check", str(gres)], f"{gres}:1"),
+        "gres.conf Cores": (["gres", "check", str(cores)], f"{cores}:1"),
+        "inventory cpus": (["plan", "--inventory", str(tmp_path / "cpus.yaml"), "--tp", "8"],
+                           f"{tmp_path / 'cpus.yaml'}:{gpu_line}"),
+        "inventory cpu layout": (["gres", "generate", "--reports", str(tmp_path / "layout.yaml")],
+                                 f"{tmp_path / 'layout.yaml'}:{layout_line}"),
+        "nvidia-smi CPU Affinity": (["agent", "discover", "--from-smi", str(smi),
+                                     "--node-name", "gpu01"], f"{smi}:2"),
+        "state busy_gpus": (["plan", "--inventory", INV, "--state", str(state), "--tp", "8"],
+                            f"{state}:3"),
+    }
+
+
+@pytest.mark.parametrize("reader", ["gres.conf CPUs", "gres.conf Cores", "inventory cpus",
+                                    "inventory cpu layout", "nvidia-smi CPU Affinity",
+                                    "state busy_gpus"])
+def test_a_huge_id_range_is_refused_before_it_is_expanded(tmp_path, reader):
+    """``CPUs=0-100000000`` and its kin: one located line, never a 4.7 GB
+    list and a MemoryError (the child gets 2 GiB of address space)."""
+    argv, where = _huge_range_inputs(tmp_path)[reader]
+    code, _o, err = run_cli_subprocess(argv, memory_bytes=2 << 30)
+    one_line_error(code, err, where, "65,536")
 
 
 def test_groups_world_is_capped():

@@ -41,7 +41,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.clirun import run_cli
+from tests.clirun import SUBPROCESS_TIMEOUT_S, run_cli, run_cli_subprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "etc" / "examples"
@@ -373,23 +373,11 @@ for _case in CASES:
 # error line, not a command that never returns. Each run is a subprocess with
 # a timeout: a reader that blocks fails its test instead of hanging the suite.
 
-FIFO_TIMEOUT_S = 60
-
-
-def _cli(argv: List[str], env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None):
-    """(exit code, stderr) of ``python -m slurmtopo argv`` in a subprocess;
-    a run past FIFO_TIMEOUT_S is killed and fails the test."""
-    import subprocess
-    import sys
-
-    full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
-    try:
-        p = subprocess.run([sys.executable, "-m", "slurmtopo", *argv], env=full, cwd=cwd,
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=FIFO_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"slurmtopo {' '.join(argv)} still blocked after {FIFO_TIMEOUT_S} s")
-    return p.returncode, p.stderr
+def _cli(argv: List[str], env: Optional[Dict[str, str]] = None):
+    """(exit code, stderr) of the CLI in a subprocess (killed, and the test
+    failed, when it blocks)."""
+    code, _out, err = run_cli_subprocess(argv, env=env)
+    return code, err
 
 
 def _fifo_in(where: Path, name: str) -> Path:
@@ -495,7 +483,7 @@ def test_library_readers_pass_over_a_fifo(snippet, tmp_path):
     code = snippet.format(root=str(tmp_path), fifo=str(tmp_path / "f"))
     try:
         p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                           capture_output=True, text=True, timeout=FIFO_TIMEOUT_S)
+                           capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"blocked on a FIFO: {code}")
     assert p.returncode == 0, p.stderr
