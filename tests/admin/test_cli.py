@@ -247,7 +247,8 @@ def test_empty_fabric_is_an_error(tmp_path, capsys):
 
 @pytest.fixture
 def fake_agent(monkeypatch):
-    monkeypatch.setattr(gres_conf, "agent_gres_lines", lambda slurm_version=None: fake_gres_lines)
+    monkeypatch.setattr(gres_conf, "agent_gres_lines",
+                        lambda slurm_version=None, slurm=None: fake_gres_lines)
 
 
 def test_gres_generate(tmp_path, capsys, fake_agent, slurm_conf):
