@@ -38,13 +38,21 @@ def _slurm_version(_ctx, _param, value):
         raise click.BadParameter(str(exc)) from None
 
 
-def slurm_version_option(func):
-    """--slurm-version: the release whose gres.conf format to write."""
-    return click.option(
-        "--slurm-version", "slurm_version", default=None, callback=_slurm_version,
-        metavar="X.Y[.Z]",
-        help="Slurm release the gres.conf lines are for, where formats differ (MIG lines "
-             "carry Links= before 23.02.7). Default: current releases.")(func)
+def _version_option(help_text: str):
+    def decorate(func):
+        return click.option("--slurm-version", "slurm_version", default=None,
+                            callback=_slurm_version, metavar="X.Y[.Z]", help=help_text)(func)
+    return decorate
+
+
+#: --slurm-version: the release whose gres.conf format to write
+slurm_version_option = _version_option(
+    "Slurm release the gres.conf lines are for, where formats differ (MIG lines carry Links= "
+    "before 23.02.7). Default: current releases.")
+#: --slurm-version: the release that will read the topology file
+topology_version_option = _version_option(
+    "Slurm release that reads the file: topology.yaml needs 25.05+, which then ignores "
+    "topology.conf. Default: current releases.")
 
 
 def write_options(func):

@@ -24,16 +24,22 @@ def _main(args, capsys):
     return exc.value.code, out, err
 
 
-def test_generated_topology_is_loaded_by_reconfigure(devcluster, tmp_path, monkeypatch, capsys):
+def _fabric_file(tmp_path) -> str:
+    """An ibnetdiscover dump of the dev cluster's 4 nodes: 2 units of 2."""
     fabric = tmp_path / "fabric.topo"
     fabric.write_text(generate(FatTreeSpec(hosts=4, hosts_per_unit=2, rails=2, spines=2,
                                            links_per_uplink=2, host_format="node{}", sharp=True,
                                            extra_hosts=("mgmt01",))))
+    return str(fabric)
+
+
+def test_generated_topology_is_loaded_by_reconfigure(devcluster, tmp_path, monkeypatch, capsys):
+    fabric = _fabric_file(tmp_path)
     for key, value in devcluster.env.items():
         monkeypatch.setenv(key, value)
     target = devcluster.dir / "etc" / "topology.conf"
     try:
-        rc, _, err = _main(["topology", "generate", "--ibnetdiscover", str(fabric),
+        rc, _, err = _main(["topology", "generate", "--ibnetdiscover", fabric,
                             "--slurm-conf", str(devcluster.conf), "-o", str(target),
                             "--reconfigure"], capsys)
         assert rc == 0, err
@@ -183,3 +189,31 @@ def test_cores_off_socket_boundaries_are_refused_as_slurm_25_11_drains(devcluste
         devcluster.run(["scontrol", "update", f"NodeName={','.join(devcluster.nodes)}",
                         "State=RESUME"], check=False)
         devcluster.reset()
+
+
+def test_block_file_for_a_tree_cluster_is_refused_before_writing(devcluster, tmp_path,
+                                                                 monkeypatch, capsys):
+    """The dev cluster runs topology/tree: a topology/block file made
+    slurmctld log fatal: (and --reconfigure then had to put the old file
+    back). Now nothing is written and Slurm is never asked; the cluster
+    keeps its topology and slurmctld logs no fatal."""
+    for key, value in devcluster.env.items():
+        monkeypatch.setenv(key, value)
+    target = devcluster.dir / "etc" / "topology.conf"
+    before, topo_before = target.read_text(), scontrol_topology(devcluster)
+    log = devcluster.dir / "log" / "slurmctld.log"
+    log_size = log.stat().st_size
+    rc, _, err = _main(["topology", "generate", "--ibnetdiscover", _fabric_file(tmp_path),
+                        "--format", "block", "--slurm-conf", str(devcluster.conf),
+                        "-o", str(target), "--reconfigure"], capsys)
+    assert rc != 0, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("slurmtopo: error: not writing topology.conf"), last
+    assert "TopologyPlugin=topology/tree" in last and "--format tree" in last, last
+    assert "ran: scontrol reconfigure" not in err and "restored" not in err, err
+    assert target.read_text() == before
+    with open(log, encoding="utf-8", errors="replace") as fh:
+        fh.seek(log_size)
+        assert "fatal" not in fh.read()
+    assert scontrol_topology(devcluster) == topo_before
+    _no_node_invalid(devcluster)
