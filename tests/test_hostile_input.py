@@ -152,6 +152,59 @@ def test_write_all_keeps_backups_and_no_temporaries(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "a.20250101-000000.bak", "b"]
 
 
+def test_backups_are_rotated_oldest_first(tmp_path):
+    """30 writes leave the 5 newest backups (there were 29), ordered by the
+    stamp in their names; other files, other targets' backups, and
+    symlinks or directories named like a backup stay, and no link is
+    followed."""
+    from slurmtopo import fileio
+
+    target = tmp_path / "topology.conf"
+    target.write_text("v0\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious").write_text("keep me\n")
+    planted = {"topology.conf.20000101-000000.bak": "symlink",   # older than all: not counted
+               "topology.conf.20000101-000001.bak": "dir",
+               "topology.conf.notes": "file", "gres.conf.20000101-000000.bak": "file",
+               "topology.conf.20000101-000002.bak.tmp": "file"}
+    for name, kind in planted.items():
+        if kind == "symlink":
+            os.symlink(elsewhere / "precious", tmp_path / name)
+        elif kind == "dir":
+            (tmp_path / name).mkdir()
+        else:
+            (tmp_path / name).write_text("x\n")
+    for i in range(1, 31):  # ten stamps, three writes each: .bak, .1.bak, .2.bak
+        fileio.atomic_write(target, f"v{i}\n", backup=True,
+                            stamp=f"2025010{(i - 1) // 3 // 10}-00000{(i - 1) // 3 % 10}")
+    backups = sorted(p.name for p in tmp_path.iterdir()
+                     if p.name.startswith("topology.conf.2025") and p.is_file())
+    assert backups == sorted(f"topology.conf.20250100-00000{k}{n}.bak"
+                             for k, n in ((8, ".1"), (8, ".2"), (9, ""), (9, ".1"), (9, ".2")))
+    kept = {(tmp_path / b).read_text() for b in backups}
+    assert kept == {"v25\n", "v26\n", "v27\n", "v28\n", "v29\n"}  # the newest replaced
+    assert target.read_text() == "v30\n"
+    assert (elsewhere / "precious").read_text() == "keep me\n"
+    for name, kind in planted.items():
+        assert os.path.lexists(tmp_path / name), name
+    assert os.path.islink(tmp_path / "topology.conf.20000101-000000.bak")
+
+
+def test_backups_to_keep_is_a_parameter(tmp_path):
+    from slurmtopo import fileio
+
+    target = tmp_path / "a"
+    target.write_text("0\n")
+    for i in range(1, 5):
+        fileio.atomic_write(target, f"{i}\n", backup=True, stamp=f"20250101-00000{i}",
+                            keep_backups=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a", "a.20250101-000003.bak", "a.20250101-000004.bak"]
+    with pytest.raises(ValueError):
+        fileio.atomic_write(target, "5\n", backup=True, keep_backups=0)
+
+
 @pytest.mark.parametrize("sync", [True, False])
 def test_write_all_fsyncs_unless_told_not_to(tmp_path, monkeypatch, sync):
     """sync=False (a job's run directory) writes the same files, all or

@@ -13,6 +13,7 @@ from typing import List, Optional, Set
 import click
 
 from slurmtopo.errors import InventoryError, SlurmtopoError
+from slurmtopo.fileio import KEEP_BACKUPS
 
 
 class Failed(SlurmtopoError):
@@ -56,7 +57,8 @@ topology_version_option = _version_option(
 
 
 def write_options(func):
-    """--output, --diff, --force, --reconfigure, --slurm-conf, --nodes."""
+    """--output, --diff, --force, --reconfigure, --keep-backups, --slurm-conf,
+    --nodes."""
     opts = [
         click.option("-o", "--output", type=click.Path(dir_okay=False),
                      help="File to write (default: print to stdout)."),
@@ -71,6 +73,10 @@ def write_options(func):
                           "Slurm would reject)."),
         click.option("--reconfigure", is_flag=True,
                      help="Run 'scontrol reconfigure' after a successful write."),
+        click.option("--keep-backups", "keep_backups", type=click.IntRange(0, 1000),
+                     default=KEEP_BACKUPS, show_default=True,
+                     help="Backups of the replaced file to keep (<file>.<stamp>.bak, the "
+                          "oldest removed first); 0 keeps none."),
     ]
     for opt in reversed(opts):
         func = opt(func)

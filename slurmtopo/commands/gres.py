@@ -20,8 +20,8 @@ def command():
 @slurm_version_option
 @json_option
 @guard
-def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, slurm_version,
-             as_json):
+def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_backups,
+             slurm_version, as_json):
     """Write gres.conf for every node of the reports.
 
     Nodes with identical GPUs share one NodeName=<hostlist> block; lines
@@ -66,7 +66,7 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, slurm
 
     changed = publish(text, output, what="gres.conf", problems=problems, echo=msgs.echo,
                       out=msgs.out, diff=diff, force=force, changes=changes,
-                      reconfigure=reconfigure,
+                      reconfigure=reconfigure, keep_backups=keep_backups,
             next_steps=["copy gres.conf to every node unless the cluster runs configless",
                         "scontrol reconfigure   (a change of Type or Cores needs slurmctld "
                         "and slurmd restarted, see gres.conf(5))"])

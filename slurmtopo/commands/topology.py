@@ -41,7 +41,7 @@ def command():
 @json_option
 @guard
 def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_sizes, output,
-             diff, slurm_conf, nodes, force, reconfigure, slurm_version, as_json):
+             diff, slurm_conf, nodes, force, reconfigure, keep_backups, slurm_version, as_json):
     """Write topology.conf (or topology.yaml) from the fabric and node reports.
 
     With only --ibnetdiscover, the hosts are the named HCAs it finds. The
@@ -93,6 +93,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 
     changed = publish(text, output, what=what, problems=problems, echo=msgs.echo, out=msgs.out,
                       diff=diff, force=force, changes=changes, reconfigure=reconfigure,
+                      keep_backups=keep_backups,
                       next_steps=["scontrol reconfigure   (slurmctld rereads the topology; "
                                   "or pass --reconfigure)"])
     publish_report(msgs, what, output, diff, changed, problems)

@@ -355,3 +355,18 @@ def test_topology_yaml_for_a_release_that_reads_none(tmp_path, capsys):
     rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", FAT, "-o", str(out),
                            "--slurm-version", "25.05"], capsys)
     assert rc == 0 and out.exists(), err
+
+
+@pytest.mark.parametrize("keep, expect", [(None, 5), ("2", 2), ("0", 0)])
+def test_backups_of_a_generated_file_are_bounded(tmp_path, capsys, keep, expect):
+    """Every changed write kept a backup forever (26 after 30 writes): now
+    the newest --keep-backups (default 5), 0 keeping none."""
+    out = tmp_path / "topology.conf"
+    two = [FAT, fixture("two_rails.topo")]
+    for i in range(8):  # each write changes the file
+        rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", two[i % 2], "-o",
+                               str(out), *(["--keep-backups", keep] if keep else [])], capsys)
+        assert rc == 0 and f"wrote {out}" in err, err
+    backups = sorted(tmp_path.glob("topology.conf.*.bak"))
+    assert len(backups) == expect  # which ones: tests/test_hostile_input.py
+    assert all(read_topology_conf(b).switches for b in backups)
