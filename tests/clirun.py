@@ -82,8 +82,10 @@ def run_cli_unprivileged(argv: Sequence[str]) -> Tuple[int, str]:
     Tests run as root, to whom every permission check passes; a forked child
     that drops to ``nobody`` meets EACCES as a user would. Modules the command
     needs must already be imported (run it once as root first): nobody may
-    not be able to read the Python installation's directory. Run directly when
-    the tests do not run as root.
+    not be able to read the Python installation's directory. Files the
+    command reads must be outside the checkout too (copied to a 0755 temp
+    directory): a clone inside ``mktemp -d`` is 0700 and closed to nobody.
+    Run directly when the tests do not run as root.
     """
     if os.geteuid() != 0:
         code, _out, err = run_cli(argv)

@@ -43,32 +43,53 @@ def test_plan_output_dir_is_a_file(tmp_path):
     assert (tmp_path / "f").read_text() == "x"
 
 
+def _world_readable_dir(prefix: str) -> Path:
+    """A directory root owns and others may enter but not write (0755), in
+    the system's temp directory (never under the checkout, which may sit in
+    a 0700 directory that ``nobody`` cannot enter)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(d, 0o755)
+    return d
+
+
 @pytest.fixture
 def shared_dir():
-    """A directory root owns and others may enter but not write (0755)."""
-    d = tempfile.mkdtemp(prefix="slurmtopo-ro-")
-    os.chmod(d, 0o755)
-    yield Path(d)
+    d = _world_readable_dir("slurmtopo-ro-")
+    yield d
     import shutil
     shutil.rmtree(d)
 
 
-def test_plan_unwritable_output_dir_names_the_target(shared_dir):
+@pytest.fixture
+def readable_inv():
+    """The example inventory, copied where user ``nobody`` can read it."""
+    d = _world_readable_dir("slurmtopo-inv-")
+    inv = d / "inv.yaml"
+    inv.write_text(Path(INV).read_text())
+    os.chmod(inv, 0o644)
+    yield str(inv)
+    import shutil
+    shutil.rmtree(d)
+
+
+def test_plan_unwritable_output_dir_names_the_target(shared_dir, readable_inv):
+    plan = ["plan", "--inventory", readable_inv, "--tp", "8", "--dp", "2"]
     out = shared_dir / "plan"
     out.mkdir()
-    code, _o, err = run_cli(PLAN + ["-o", str(out), "--", "python", "t.py"])  # imports all
+    code, _o, err = run_cli(plan + ["-o", str(out), "--", "python", "t.py"])  # imports all
     assert code == 0, err
     before = _snapshot(out)
-    code, err = run_cli_unprivileged(PLAN + ["-o", str(out), "--", "python", "t.py"])
+    code, err = run_cli_unprivileged(plan + ["-o", str(out), "--", "python", "t.py"])
     line = one_line_error(code, err, "Permission denied")
     assert any(str(out / f) in line for f in PLAN_FILES), line
     assert ".tmp" not in line and ".bak" not in line and ".old" not in line
     assert _snapshot(out) == before
 
 
-def test_plan_output_dir_nobody_may_not_create(shared_dir):
-    run_cli(PLAN + ["-o", str(shared_dir / "warm")])
-    code, err = run_cli_unprivileged(PLAN + ["-o", str(shared_dir / "new")])
+def test_plan_output_dir_nobody_may_not_create(shared_dir, readable_inv):
+    plan = ["plan", "--inventory", readable_inv, "--tp", "8", "--dp", "2"]
+    run_cli(plan + ["-o", str(shared_dir / "warm")])
+    code, err = run_cli_unprivileged(plan + ["-o", str(shared_dir / "new")])
     one_line_error(code, err, str(shared_dir / "new"), "Permission denied")
     assert not (shared_dir / "new").exists()
 
@@ -83,18 +104,18 @@ def test_daemon_spool_is_a_file(tmp_path):
     one_line_error(code, err, str(tmp_path / "f" / "sub"), "cannot create the spool directory")
 
 
-def test_daemon_spool_unwritable_for_a_user(shared_dir):
+def test_daemon_spool_unwritable_for_a_user(shared_dir, readable_inv):
     import slurmtopo.daemon.loop  # noqa: F401 - imported before dropping privileges
     import slurmtopo.daemon.scheduler  # noqa: F401
     import slurmtopo.commands.daemon  # noqa: F401
     from slurmtopo.inventory import load_inventory
-    load_inventory(INV)
-    code, err = run_cli_unprivileged(["daemon", "run", "--inventory", INV, "--spool",
+    load_inventory(readable_inv)
+    code, err = run_cli_unprivileged(["daemon", "run", "--inventory", readable_inv, "--spool",
                                       str(shared_dir), "--once"])
     one_line_error(code, err, str(shared_dir), "Permission denied")
     assert list(shared_dir.iterdir()) == []
     # the default spool (/var/spool/slurmtopo) for a user: missing or root's
-    code, err = run_cli_unprivileged(["daemon", "run", "--inventory", INV, "--once"])
+    code, err = run_cli_unprivileged(["daemon", "run", "--inventory", readable_inv, "--once"])
     one_line_error(code, err, "/var/spool/slurmtopo")
 
 
