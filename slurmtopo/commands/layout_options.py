@@ -37,9 +37,81 @@ def layout_options(func):
 def layout_from(tp=1, cp=1, ep=1, pp=1, dp=None, expert_tp=None, world=None, order=None,
                 convention=None, **_ignored):
     """The resolved Layout for these option values (raises LayoutError)."""
-    from slurmtopo.groups import DEFAULT_ORDER, Layout
+    from slurmtopo.frameworks.megatron import resolved_layout
 
-    convention = convention or "megatron"
-    return Layout(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, expert_tp=expert_tp,
-                  order=DEFAULT_ORDER[convention] if order is None else order,
-                  world=world, convention=convention).resolved()
+    return resolved_layout(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, expert_tp=expert_tp, world=world,
+                           order=order, convention=convention)
+
+
+#: click's defaults of the layout options, to tell a given value from none
+_LAYOUT_DEFAULTS = {"tp": 1, "cp": 1, "ep": 1, "pp": 1, "dp": None, "expert_tp": None,
+                    "world": None, "order": None, "convention": "megatron"}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def framework_params():
+    """Names of the options framework_options adds (besides the layout ones)."""
+    from slurmtopo.frameworks.registry import all_knobs
+
+    return ("framework",) + tuple(n for n in all_knobs() if n not in LAYOUT_PARAMS)
+
+
+def framework_options(func):
+    """Add --framework and every framework's own settings that the layout
+    options do not already define (--dp-replicate, --dp-shard, --zero-stage ...).
+
+    Use with :func:`layout_options`; :func:`framework_layout_from` reads both.
+    Each setting's default is None (the framework's own default applies), so
+    a setting given to a framework that has none is refused by name."""
+    from slurmtopo.frameworks.registry import DEFAULT_FRAMEWORK, FRAMEWORKS
+
+    options = [click.option(
+        "--framework", type=click.Choice(list(FRAMEWORKS)), default=DEFAULT_FRAMEWORK,
+        show_default=True,
+        help="Whose groups: each framework builds them its own way and names them its way.")]
+    for name in framework_params()[1:]:
+        owner, knob = _owner_of(name)
+        text = f"{owner}: {knob.help}"
+        if knob.kind is bool:
+            options.append(click.option(_flag(name), name, is_flag=True, default=None, help=text))
+        elif isinstance(knob.kind, tuple):
+            options.append(click.option(_flag(name), name, type=click.Choice(list(knob.kind)),
+                                        default=None, help=text))
+        else:
+            options.append(click.option(_flag(name), name, type=int, default=None, help=text))
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _owner_of(name: str):
+    from slurmtopo.frameworks.registry import FRAMEWORKS
+
+    for framework, module in FRAMEWORKS.items():
+        for knob in module.KNOBS:
+            if knob.name == name:
+                return framework, knob
+    raise KeyError(name)  # pragma: no cover - names come from the registry
+
+
+def framework_layout_from(framework=None, **values):
+    """The FrameworkLayout for these option values (raises LayoutError).
+
+    A setting the chosen framework does not have is refused by name when it
+    was given (differs from the option's default)."""
+    from slurmtopo.errors import LayoutError
+    from slurmtopo.frameworks.registry import DEFAULT_FRAMEWORK, framework_layout, knobs_of
+
+    framework = framework or DEFAULT_FRAMEWORK
+    own = {k.name for k in knobs_of(framework)}
+    knobs = {}
+    for name, value in values.items():
+        if name in own:
+            knobs[name] = value
+        elif value is not None and value is not False and value != _LAYOUT_DEFAULTS.get(name):
+            raise LayoutError(f"{_flag(name)} is not a {framework} setting; {framework}'s: "
+                              f"{', '.join(_flag(k.name) for k in knobs_of(framework))}")
+    return framework_layout(framework, **knobs)

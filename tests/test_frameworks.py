@@ -1,0 +1,254 @@
+"""Each framework's groups against what the framework's own code computed.
+
+tests/fixtures/frameworks/*.json were recorded by
+scripts/framework_fixtures.py running torchtitan, DeepSpeed and Megatron-LM
+(megatron-core) themselves on torch's fake process group, rank by rank; the
+file names the versions. The frameworks are not needed to run these tests.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmtopo.errors import LayoutError
+from slurmtopo.frameworks import deepspeed, torchtitan
+from slurmtopo.frameworks.registry import FRAMEWORKS, framework_layout
+from slurmtopo.groups import mesh_groups
+from tests.clirun import run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "frameworks"
+
+
+def _fixture(name):
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def _cases(name):
+    doc = _fixture(name)
+    return [pytest.param(c, id=f"{name}-{i}") for i, c in enumerate(doc["cases"])]
+
+
+#: framework -> (fixture case -> slurmtopo knobs)
+def _knobs(name, case):
+    case = dict(case)
+    if name == "torchtitan":
+        case["world"] = case.pop("world_size")
+    if name == "megatron":
+        case["world"] = case["tp"] * case["cp"] * case["pp"] * case["dp"]
+    return case
+
+
+#: kinds torchtitan builds with the fake backend when ep == 1 (no rank talks
+#: over them), which slurmtopo leaves out
+_FAKE_WITHOUT_EP = {"ep", "efsdp"}
+
+
+@pytest.mark.parametrize("name", list(FRAMEWORKS))
+def test_fixture_names_the_framework_version(name):
+    doc = _fixture(name)
+    assert doc["framework"] == name
+    assert doc["version"] and doc["torch"]
+    assert doc["generated_by"] == "scripts/framework_fixtures.py"
+    refused = [c for c in doc["cases"] if "refused" in c]
+    built = [c for c in doc["cases"] if "groups" in c]
+    assert len(built) >= 8
+    if name != "megatron":
+        assert refused  # the refusals are part of the proof
+
+
+@pytest.mark.parametrize("name", list(FRAMEWORKS))
+def test_every_kind_is_covered_by_the_fixtures(name):
+    """Every kind slurmtopo can emit appears in some recorded case."""
+    recorded = set()
+    for case in _fixture(name)["cases"]:
+        recorded |= set(case.get("groups", {}))
+    emitted = set()
+    for case in _fixture(name)["cases"]:
+        if "groups" in case:
+            emitted |= set(framework_layout(name, **_knobs(name, case["case"])).groups)
+    assert emitted <= recorded
+    assert len(emitted) >= 6
+
+
+@pytest.mark.parametrize(
+    "name,case", [(n, p.values[0]) for n in FRAMEWORKS for p in _cases(n)])
+def test_groups_equal_the_frameworks(name, case):
+    knobs = _knobs(name, case["case"])
+    if "refused" in case:
+        with pytest.raises(LayoutError) as exc:
+            framework_layout(name, **knobs)
+        message = str(exc.value)
+        assert message.startswith(f"{name} refuses this layout: ")
+        theirs = case["refused"]
+        # torchtitan 0.3.0 leaves two refusals to a bare assert or torch's
+        # unflatten; everywhere else slurmtopo gives the framework's words
+        if theirs and not theirs.startswith("The product of mesh_sizes"):
+            assert theirs in message
+        return
+    got = framework_layout(name, **knobs)
+    expected = case["groups"]
+    if name == "torchtitan" and knobs["ep"] == 1:
+        expected = {k: v for k, v in expected.items() if k not in _FAKE_WITHOUT_EP}
+    assert set(got.groups) == set(expected)
+    for kind, groups in expected.items():
+        assert got.groups[kind] == groups, kind
+    if "resolved_dp_shard" in case:
+        assert got.knob("dp_shard") == case["resolved_dp_shard"]
+
+
+def test_megatron_is_todays_groups():
+    """--framework megatron prints byte for byte what groups printed before."""
+    from slurmtopo.commands.groups import command
+
+    for args in (["--world", "16", "--tp", "2", "--pp", "4"],
+                 ["--world", "16", "--tp", "2", "--ep", "4", "--pp", "2", "--expert-tp", "1"],
+                 ["--world", "8", "--tp", "2", "--order", "dp-pp-tp", "--convention", "torch",
+                  "--pp", "2"]):
+        plain = CliRunner().invoke(command, args + ["--json"])
+        named = CliRunner().invoke(command, args + ["--framework", "megatron", "--json"])
+        assert plain.exit_code == named.exit_code == 0, plain.output
+        assert plain.output == named.output
+        table = CliRunner().invoke(command, args).output
+        assert table == CliRunner().invoke(command, args + ["--framework", "megatron"]).output
+
+
+def test_cli_json_uses_the_frameworks_names():
+    case = _fixture("torchtitan")["cases"][2]  # dp_replicate=2 dp_shard=4 tp=2
+    assert case["case"]["dp_replicate"] == 2 and case["case"]["dp_shard"] == 4
+    code, out, err = run_cli(["groups", "--framework", "torchtitan", "--world", "16",
+                              "--dp-replicate", "2", "--dp-shard", "4", "--tp", "2", "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert {k: data[k] for k in ("dp_replicate", "dp_shard", "tp", "batch", "loss")} == \
+        {k: case["groups"][k] for k in ("dp_replicate", "dp_shard", "tp", "batch", "loss")}
+    code, out, err = run_cli(["groups", "--framework", "deepspeed", "--world", "16", "--pp", "2",
+                              "--tp", "2", "--ep", "2", "--zero-stage", "1", "--json"])
+    assert code == 0, err
+    assert list(json.loads(out)) == ["pipe_parallel", "data_parallel", "slice_parallel",
+                                     "model_parallel", "expert_parallel", "expert_data_parallel"]
+    code, out, err = run_cli(["groups", "--framework", "deepspeed", "--world", "8",
+                              "--zero-stage", "3", "--tp", "2"])
+    assert code == 0, err
+    assert "deepspeed: pp=1 tp=2 dp=4 world=8 zero_stage=3 ep=1" in out
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--framework", "deepspeed", "--world", "8", "--cp", "2"],
+     "--cp is not a deepspeed setting"),
+    (["--dp-shard", "2", "--world", "8"], "--dp-shard is not a megatron setting"),
+    (["--framework", "torchtitan", "--world", "8", "--dp", "2"],
+     "--dp is not a torchtitan setting"),
+    (["--framework", "torchtitan", "--world", "8", "--order", "tp-dp"],
+     "--order is not a torchtitan setting"),
+    (["--framework", "torchtitan", "--dp-shard", "-1"], "give the world size"),
+    (["--framework", "torchtitan", "--world", "8", "--dp-replicate", "3"],
+     "Invalid parallel dims: dp_replicate(3) * dp_shard(2)"),
+    (["--framework", "deepspeed", "--world", "8", "--pp", "2", "--zero-stage", "3"],
+     "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
+    (["--framework", "deepspeed", "--world", "8", "--zero-stage", "4"], "not a ZeRO stage"),
+    (["--framework", "deepspeed", "--world", "12", "--ep", "8"], "12 is not divisible by 8"),
+    (["--framework", "megatron", "--world", "8", "--enable-expert-tensor-parallelism"],
+     "--enable-expert-tensor-parallelism is not a megatron setting"),
+])
+def test_cli_refusals_are_one_line(args, fragment):
+    code, out, err = run_cli(["groups", *args])
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("slurmtopo: error: ")
+    assert fragment in err
+
+
+def test_registry_refuses_unknown_names():
+    with pytest.raises(LayoutError, match="unknown framework 'jax'"):
+        framework_layout("jax", tp=1)
+    with pytest.raises(LayoutError, match="torchtitan has no 'order' setting"):
+        framework_layout("torchtitan", order="tp-dp", world=8)
+    with pytest.raises(LayoutError, match="whole number"):
+        framework_layout("torchtitan", tp="2", world=8)
+    with pytest.raises(LayoutError, match="true or false"):
+        framework_layout("deepspeed", world=8, enable_expert_tensor_parallelism=1)
+
+
+# ---------------------------------------------------------------------------
+# properties over many more configurations than the fixtures hold
+
+
+@st.composite
+def titan_dims(draw):
+    sizes = {k: draw(st.sampled_from([1, 1, 2, 3, 4])) for k in
+             ("dp_replicate", "dp_shard", "cp", "tp", "pp")}
+    region = sizes["dp_shard"] * sizes["cp"] * sizes["tp"]
+    ep = draw(st.sampled_from([d for d in range(1, region + 1) if region % d == 0]))
+    backend = draw(st.sampled_from(torchtitan.SPMD_BACKENDS))
+    return dict(sizes, ep=ep, spmd_backend=backend)
+
+
+@settings(max_examples=150, deadline=None)
+@given(titan_dims())
+def test_property_torchtitan_meshes(dims):
+    world = (dims["dp_replicate"] * dims["dp_shard"] * dims["cp"] * dims["tp"] * dims["pp"])
+    got = torchtitan.layout(world=world, **dims)
+    size = {"pp": dims["pp"], "batch": dims["dp_replicate"] * dims["dp_shard"],
+            "dp_replicate": dims["dp_replicate"], "cp": dims["cp"], "tp": dims["tp"],
+            "dp_shard": dims["dp_shard"], "fsdp": dims["dp_shard"] * dims["cp"],
+            "loss": dims["dp_replicate"] * dims["dp_shard"] * dims["cp"],
+            "dp": dims["dp_replicate"] * dims["dp_shard"], "ep": dims["ep"],
+            "efsdp": dims["dp_shard"] * dims["cp"] * dims["tp"] // dims["ep"]}
+    for kind, groups in got.groups.items():
+        assert all(len(g) == size[kind] for g in groups), kind
+        assert sorted(r for g in groups for r in g) == list(range(world)), kind
+    # ep is the innermost part of dp_shard*cp*tp: an ep group lies inside one
+    # (dp_shard, cp, tp) block and is a run of consecutive ranks
+    block = mesh_groups((dims["pp"], dims["dp_replicate"],
+                         dims["dp_shard"] * dims["cp"] * dims["tp"]),
+                        ("pp", "dp_replicate", "region"))["region"]
+    if dims["ep"] > 1:
+        for g in got.groups["ep"]:
+            assert g == list(range(g[0], g[0] + len(g)))
+            assert any(set(g) <= set(b) for b in block)
+    else:
+        assert "ep" not in got.groups
+    # the shard group is orthogonal to tp and replicate: they meet in one rank
+    shard = got.groups.get("dp_shard") or got.groups["fsdp"]
+    for a in shard[:3]:
+        for b in got.groups["tp"][:3] + got.groups["dp_replicate"][:3]:
+            assert len(set(a) & set(b)) <= 1
+
+
+@st.composite
+def speed_dims(draw):
+    pp, tp = draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2, 4]))
+    ep = draw(st.sampled_from([1, 2, 3, 4]))
+    dp = ep * draw(st.sampled_from([1, 2, 3]))
+    return dict(pp=pp, tp=tp, dp=dp, ep=ep,
+                use_data_before_expert_parallelism=draw(st.booleans()),
+                enable_expert_tensor_parallelism=draw(st.booleans()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(speed_dims())
+def test_property_deepspeed_groups(dims):
+    got = deepspeed.layout(**dims)
+    world = dims["pp"] * dims["tp"] * dims["dp"]
+    assert got.world == world
+    for kind, groups in got.groups.items():
+        assert sorted(r for g in groups for r in g) == list(range(world)), kind
+    if dims["ep"] == 1:
+        assert "expert_parallel" not in got.groups
+        return
+    stage = world // dims["pp"]
+    for ep_group in got.groups["expert_parallel"]:
+        assert len(ep_group) == dims["ep"]
+        assert len({r // stage for r in ep_group}) == 1  # inside one pipeline stage
+    for edp in got.groups["expert_data_parallel"]:
+        assert len(edp) == stage // dims["ep"] // (
+            dims["tp"] if dims["enable_expert_tensor_parallelism"] else 1)
+    if dims["enable_expert_tensor_parallelism"]:  # experts split over tp like dense layers
+        data = {tuple(g) for g in got.groups["data_parallel"]}
+        for ep_group in got.groups["expert_parallel"]:
+            assert any(set(ep_group) <= set(g) for g in data)
