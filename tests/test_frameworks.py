@@ -252,3 +252,131 @@ def test_property_deepspeed_groups(dims):
         data = {tuple(g) for g in got.groups["data_parallel"]}
         for ep_group in got.groups["expert_parallel"]:
             assert any(set(ep_group) <= set(g) for g in data)
+
+
+# ---------------------------------------------------------------------------
+# the planner's terms: the same ranks, under the planner's kinds
+
+
+@pytest.mark.parametrize(
+    "name,case", [(n, p.values[0]) for n in FRAMEWORKS for p in _cases(n)
+                  if "groups" in p.values[0]])
+def test_request_terms_number_ranks_as_the_framework(name, case):
+    """Every kind mapped to a planner kind has exactly the framework's groups
+    in the planner's layout (recorded from the framework itself)."""
+    from slurmtopo.frameworks.placement import request_terms
+    from slurmtopo.groups import build_groups
+
+    fl = framework_layout(name, **_knobs(name, case["case"]))
+    terms = request_terms(fl)
+    planned = build_groups(terms.layout)
+    assert terms.layout.world == fl.world
+    for theirs, ours in terms.kinds.items():
+        assert planned[ours] == case["groups"][theirs], (theirs, ours)
+    if name == "torchtitan" and fl.knob("dp_replicate") == 1:
+        assert "dp_shard" in terms.kinds or "fsdp" in terms.kinds
+    assert {"tp", "pp"} <= set(terms.kinds.values())
+
+
+# ---------------------------------------------------------------------------
+# placement: plan and the API take the framework and its settings
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
+
+
+def _host_of(placement):
+    return {s.rank: s.host for s in placement.slots}
+
+
+def _plan(framework, **kw):
+    from slurmtopo import api
+
+    cluster = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    req = api.job_request(framework, **kw)
+    return req, api.plan_job(cluster, None, req)
+
+
+def test_hsdp_shard_groups_stay_in_a_node_and_replicas_go_across():
+    req, placement = _plan("torchtitan", world=32, dp_replicate=4, dp_shard=8)
+    host = _host_of(placement)
+    titan = torchtitan.layout(world=32, dp_replicate=4, dp_shard=8)
+    for group in titan.groups["dp_shard"]:
+        assert len({host[r] for r in group}) == 1, group
+    for group in titan.groups["dp_replicate"]:
+        assert len({host[r] for r in group}) == 4, group
+
+
+def test_fsdp_with_tp_keeps_shard_and_tp_on_nvlink():
+    req, placement = _plan("torchtitan", world=16, dp_shard=4, tp=2, pp=2)
+    assert dict(req.prefer) == {"dp": "nvlink"}
+    host = _host_of(placement)
+    titan = torchtitan.layout(world=16, dp_shard=4, tp=2, pp=2)
+    for kind in ("dp_shard", "tp"):
+        for group in titan.groups[kind]:
+            assert len({host[r] for r in group}) == 1, (kind, group)
+
+
+def test_zero3_prefers_the_data_parallel_group_on_nvlink():
+    req, _ = _plan("deepspeed", world=16, tp=2, zero_stage=3)
+    assert dict(req.prefer) == {"dp": "nvlink"}
+    assert req.layout.tp == 2 and req.layout.dp == 8
+    req, _ = _plan("deepspeed", world=16, tp=2, zero_stage=1)
+    assert dict(req.prefer) == {}
+    # the job's own word wins over the style's preference
+    req, _ = _plan("deepspeed", world=16, tp=2, zero_stage=3, prefer={"data_parallel": "leaf"})
+    assert dict(req.prefer) == {"dp": "leaf"}
+
+
+def test_framework_kind_names_in_preferences():
+    from slurmtopo import api
+
+    req = api.job_request("torchtitan", world=16, dp_shard=8, tp=2,
+                          require={"tp": "nvlink"}, prefer={"dp_shard": "node"})
+    assert dict(req.require) == {"tp": "nvlink"} and dict(req.prefer) == {"dp": "node"}
+    with pytest.raises(LayoutError, match="no 'dp_shard' groups the planner can place"):
+        api.job_request("torchtitan", world=16, dp_replicate=2, dp_shard=4, tp=2,
+                        prefer={"dp_shard": "nvlink"})
+    with pytest.raises(LayoutError, match="no 'tp' groups"):
+        api.job_request("deepspeed", world=16, tp=2, prefer={"tp": "nvlink"})
+    with pytest.raises(LayoutError, match="Invalid parallel dims"):
+        api.job_request("torchtitan", world=16, dp_replicate=3)
+
+
+def test_plan_cli_with_a_framework(tmp_path):
+    out = tmp_path / "plan"
+    code, stdout, err = run_cli([
+        "plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
+        "--framework", "torchtitan", "--world", "32", "--dp-replicate", "4", "--dp-shard", "-1",
+        "--prefer", "dp_replicate=spine", "-o", str(out), "--json"])
+    assert code == 2 and "no 'dp_replicate' groups" in err  # HSDP: no planner kind for it
+    code, stdout, err = run_cli([
+        "plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
+        "--framework", "torchtitan", "--world", "32", "--dp-replicate", "4", "--dp-shard", "-1",
+        "-o", str(out), "--json"])
+    assert code == 0, err
+    ranks = json.loads(stdout)["rankmap"]["ranks"]
+    host = {r["rank"]: r["host"] for r in ranks}
+    for group in torchtitan.layout(world=32, dp_replicate=4).groups["dp_shard"]:
+        assert len({host[r] for r in group}) == 1
+    code, stdout, err = run_cli([
+        "plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"), "--framework",
+        "deepspeed", "--world", "16", "--pp", "2", "--zero-stage", "3", "-o", str(out)])
+    assert code == 2 and "ZeRO-2 and ZeRO-3 are incompatible" in err
+
+
+def test_api_docs_framework_example_runs(monkeypatch):
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "api.md").read_text()
+    blocks = [b for b in re.findall(r"^```python\n(.*?)^```$", text, re.S | re.M)
+              if "job_request" in b]
+    assert len(blocks) == 1
+    monkeypatch.chdir(root)
+    scope = {}
+    exec(compile(blocks[0], "docs/api.md", "exec"), scope)
+    job = scope["job"]
+    assert job.request.layout.world == 32 and job.script_text
+    host = _host_of(job.placement)
+    for group in torchtitan.layout(world=32, dp_replicate=4).groups["dp_shard"]:
+        assert len({host[r] for r in group}) == 1

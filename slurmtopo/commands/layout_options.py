@@ -53,10 +53,11 @@ def _flag(name: str) -> str:
 
 
 def framework_params():
-    """Names of the options framework_options adds (besides the layout ones)."""
+    """The framework settings framework_options adds besides --framework and
+    the layout options (dp_replicate, zero_stage ...)."""
     from slurmtopo.frameworks.registry import all_knobs
 
-    return ("framework",) + tuple(n for n in all_knobs() if n not in LAYOUT_PARAMS)
+    return tuple(n for n in all_knobs() if n not in LAYOUT_PARAMS)
 
 
 def framework_options(func):
@@ -72,7 +73,7 @@ def framework_options(func):
         "--framework", type=click.Choice(list(FRAMEWORKS)), default=DEFAULT_FRAMEWORK,
         show_default=True,
         help="Whose groups: each framework builds them its own way and names them its way.")]
-    for name in framework_params()[1:]:
+    for name in framework_params():
         owner, knob = _owner_of(name)
         text = f"{owner}: {knob.help}"
         if knob.kind is bool:
@@ -97,15 +98,14 @@ def _owner_of(name: str):
     raise KeyError(name)  # pragma: no cover - names come from the registry
 
 
-def framework_layout_from(framework=None, **values):
-    """The FrameworkLayout for these option values (raises LayoutError).
+def framework_knobs(framework, values):
+    """The chosen framework's settings among these option values.
 
-    A setting the chosen framework does not have is refused by name when it
-    was given (differs from the option's default)."""
+    A setting the framework does not have is refused by name when it was
+    given (differs from the option's default)."""
     from slurmtopo.errors import LayoutError
-    from slurmtopo.frameworks.registry import DEFAULT_FRAMEWORK, framework_layout, knobs_of
+    from slurmtopo.frameworks.registry import knobs_of
 
-    framework = framework or DEFAULT_FRAMEWORK
     own = {k.name for k in knobs_of(framework)}
     knobs = {}
     for name, value in values.items():
@@ -114,4 +114,12 @@ def framework_layout_from(framework=None, **values):
         elif value is not None and value is not False and value != _LAYOUT_DEFAULTS.get(name):
             raise LayoutError(f"{_flag(name)} is not a {framework} setting; {framework}'s: "
                               f"{', '.join(_flag(k.name) for k in knobs_of(framework))}")
-    return framework_layout(framework, **knobs)
+    return knobs
+
+
+def framework_layout_from(framework=None, **values):
+    """The FrameworkLayout for these option values (raises LayoutError)."""
+    from slurmtopo.frameworks.registry import DEFAULT_FRAMEWORK, framework_layout
+
+    framework = framework or DEFAULT_FRAMEWORK
+    return framework_layout(framework, **framework_knobs(framework, values))
