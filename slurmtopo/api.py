@@ -176,6 +176,19 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
                       wait=translate_kinds(terms, framework, dict(wait or {}), "wait"))
 
 
+def step_communication(cluster: Inventory, placement: Placement, model: str,
+                       framework: str = "megatron", **knobs):
+    """The collectives of one training step of ``placement`` for ``model``
+    (a ``--model`` text: ``70b``, ``params=7e9,layers=32,hidden=4096``),
+    per the framework's data-parallel style, priced on the framework's own
+    groups: a :class:`slurmtopo.cost.styles.StepReport`."""
+    from slurmtopo.cost.styles import parse_model, price_step
+    from slurmtopo.frameworks.registry import framework_layout
+
+    return price_step(cluster, placement, framework_layout(framework, **knobs),
+                      parse_model(model))
+
+
 def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequest) -> Placement:
     """The topology-aware placement (raises PlacementError)."""
     from slurmtopo.choice import plan

@@ -8,6 +8,7 @@ file names the versions. The frameworks are not needed to run these tests.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -380,3 +381,140 @@ def test_api_docs_framework_example_runs(monkeypatch):
     host = _host_of(job.placement)
     for group in torchtitan.layout(world=32, dp_replicate=4).groups["dp_shard"]:
         assert len({host[r] for r in group}) == 1
+
+
+# ---------------------------------------------------------------------------
+# --config: the framework's own configuration file
+
+TORCHTITAN_TOML = (FIXTURES / "train.toml").read_text()
+MEGATRON_ARGS = (FIXTURES / "megatron.args").read_text()
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_torchtitan_toml_gives_the_layout(tmp_path):
+    from slurmtopo.commands.layout_options import framework_layout_from
+
+    path = _write(tmp_path, "train.toml", TORCHTITAN_TOML)
+    fl = framework_layout_from("torchtitan", config=path, world=16)
+    assert (fl.knob("dp_replicate"), fl.knob("dp_shard"), fl.knob("tp")) == (2, 4, 2)
+    # an option given on the command line wins over the file
+    fl = framework_layout_from("torchtitan", config=path, world=16, tp=4)
+    assert (fl.knob("tp"), fl.knob("dp_shard")) == (4, 2)
+
+
+def test_deepspeed_json_and_megatron_args(tmp_path):
+    from slurmtopo.commands.layout_options import framework_layout_from
+
+    ds = _write(tmp_path, "ds.json", json.dumps({
+        "train_batch_size": 64, "zero_optimization": {"stage": 2, "overlap_comm": True},
+        "tensor_parallel": {"autotp_size": 2}, "use_data_before_expert_parallelism": True}))
+    fl = framework_layout_from("deepspeed", config=ds, world=16, ep=2)
+    assert (fl.knob("zero_stage"), fl.knob("tp"), fl.knob("dp")) == (2, 2, 8)
+    assert fl.knob("use_data_before_expert_parallelism") is True
+    mg = _write(tmp_path, "megatron.args", MEGATRON_ARGS)
+    fl = framework_layout_from("megatron", config=mg, world=16)
+    assert (fl.knob("tp"), fl.knob("pp"), fl.knob("dp")) == (2, 2, 4)
+    assert fl.knob("use_distributed_optimizer") is True
+
+
+@pytest.mark.parametrize("framework,name,text,fragment", [
+    ("torchtitan", "t.toml", "[parallelism]\ntensor_parallel_degree = 2\nfoo_degree = 1\n",
+     "t.toml:3: [parallelism] has no 'foo_degree'"),
+    ("torchtitan", "t.toml", "[parallelism]\n\ntensor_parallel_degree = \"2\"\n",
+     "t.toml:3: tensor_parallel_degree must be a whole number"),
+    ("torchtitan", "t.toml", "[training]\nsteps = 10\n", "needs a [parallelism] table"),
+    ("torchtitan", "t.toml", "[parallelism\n", "not a TOML job file"),
+    ("deepspeed", "d.json", '{\n "zero_optimization": {\n  "stage": "3"\n }\n}\n',
+     "d.json:3: zero_optimization.stage must be a whole number"),
+    ("deepspeed", "d.json", "[1, 2]", "a DeepSpeed config is a JSON object"),
+    ("deepspeed", "d.json", '{"zero_optimization": {"stage": 5}}', "not a ZeRO stage"),
+    ("megatron", "m.args", "--num-layers 2\n--tensor-model-parallel-size x\n",
+     "m.args:2: --tensor-model-parallel-size 'x': expected a whole number"),
+    ("megatron", "m.args", "--tensor-model-parallel-sizes 2\n", "did you mean"),
+    ("megatron", "m.args", "--lr 3e-4\n", "names none of Megatron-LM's parallel settings"),
+])
+def test_config_errors_are_located_one_liners(tmp_path, framework, name, text, fragment):
+    path = _write(tmp_path, name, text)
+    code, out, err = run_cli(["groups", "--framework", framework, "--config", path,
+                              "--world", "16"])
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("slurmtopo: error: ")
+    assert fragment in err
+    assert os.path.basename(path) in err or "refuses" in err
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=5),
+                    lambda kids: st.lists(kids, max_size=3)
+                    | st.dictionaries(st.sampled_from(["zero_optimization", "stage",
+                                                       "tensor_parallel", "autotp_size",
+                                                       "use_data_before_expert_parallelism",
+                                                       "train_batch_size", "x"]), kids,
+                                      max_size=4), max_leaves=12))
+def test_property_deepspeed_config_garbage(doc):
+    """Any JSON: a one-line LayoutError, or settings of the right types (a
+    DeepSpeed config may hold any key slurmtopo does not read, as DeepSpeed
+    allows)."""
+    from slurmtopo.frameworks.configs import knobs_from_config
+
+    try:
+        knobs = knobs_from_config("deepspeed", json.dumps(doc), "ds.json")
+    except LayoutError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("ds.json")
+        return
+    assert set(knobs) <= {"zero_stage", "tp", "use_data_before_expert_parallelism"}
+    for key, value in knobs.items():
+        assert isinstance(value, bool) == (key == "use_data_before_expert_parallelism")
+
+
+def test_sbatch_needs_nothing_but_the_job_file(tmp_path):
+    """`sbatch --framework torchtitan --config train.toml -- torchrun ...`:
+    the world size comes from torchrun's --nnodes x --nproc-per-node."""
+    path = _write(tmp_path, "train.toml", TORCHTITAN_TOML)
+    code, out, err = run_cli([
+        "sbatch", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"), "--state", "none",
+        "--dry-run", "--framework", "torchtitan", "--config", path, "--",
+        "torchrun", "--nnodes=2", "--nproc-per-node", "8", "train.py",
+        "--job.config_file", path])
+    assert code == 0, err
+    assert "#SBATCH --nodes=2" in out
+    assert "layout: world 16 = tp 2 x cp 1 x pp 1 x dp 8" in out
+    code, out, err = run_cli([
+        "sbatch", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"), "--state", "none",
+        "--dry-run", "--framework", "torchtitan", "--config", path, "--", "python", "train.py"])
+    assert code == 2 and "give the world size" in err
+
+
+def test_world_from_torchrun_lines():
+    from slurmtopo.commands.layout_options import world_from_command
+
+    assert world_from_command(["torchrun", "--nnodes", "4", "--nproc_per_node=8", "t.py"]) == 32
+    assert world_from_command(["/usr/bin/torchrun", "--nnodes=2", "--nproc-per-node=4"]) == 8
+    assert world_from_command(["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8"]) is None
+    assert world_from_command(["torchrun", "t.py", "--nnodes", "4", "--nproc-per-node", "8"]) \
+        is None  # the script's own arguments
+    assert world_from_command(["python", "--nnodes", "4", "--nproc-per-node", "8"]) is None
+
+
+def test_frameworks_doc_examples_run(tmp_path, monkeypatch):
+    """Every `slurmtopo` line of docs/frameworks.md runs as printed."""
+    import re
+    import shlex
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "frameworks.md").read_text()
+    lines = [ln[2:] for block in re.findall(r"^```console\n(.*?)^```$", text, re.S | re.M)
+             for ln in block.splitlines() if ln.startswith("$ slurmtopo ")]
+    assert len(lines) >= 7
+    monkeypatch.chdir(root)
+    for i, line in enumerate(lines):
+        argv = [w.replace("/tmp/plan", str(tmp_path / f"plan{i}"))
+                for w in shlex.split(line)[1:]]
+        code, out, err = run_cli(argv)
+        assert code == 0, (line, err)
+        assert out

@@ -21,9 +21,9 @@ def _short(group) -> str:
 
 def _title(resolved) -> str:
     if resolved.framework == "megatron":
-        from slurmtopo.frameworks.megatron import resolved_layout
+        from slurmtopo.frameworks.megatron import layout_knobs, resolved_layout
 
-        layout = resolved_layout(**dict(resolved.knobs))
+        layout = resolved_layout(**layout_knobs(resolved))
         return (
             f"world={layout.world} tp={layout.tp} cp={layout.cp} ep={layout.ep} "
             f"pp={layout.pp} dp={layout.dp} expert_tp={layout.expert_tp} "

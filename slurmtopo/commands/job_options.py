@@ -174,14 +174,20 @@ def parse_message_bytes(items: Sequence[str]) -> Dict[str, int]:
     return out
 
 
-def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None):
-    """The JobRequest for the layout and request options in ``o``."""
+def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()):
+    """The JobRequest for the layout and request options in ``o`` (the
+    world size of a ``torchrun --nnodes --nproc-per-node`` ``command`` when
+    nothing else gives it)."""
     from slurmtopo.api import job_request
     from slurmtopo.commands.layout_options import framework_knobs
     from slurmtopo.request import parse_pairs
 
     framework = o.get("framework") or "megatron"
-    knobs = framework_knobs(framework, {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()})
+    knobs = framework_knobs(framework, {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
+                            o.get("config"))
+    if knobs.get("world") is None and framework != "megatron":
+        from slurmtopo.commands.layout_options import world_from_command
+        knobs["world"] = world_from_command(command)
     kind_of = None if framework == "megatron" else (lambda k: str(k).strip())
     return job_request(framework, require=parse_pairs(o["require"], "require", kind_of),
                        prefer=parse_pairs(o["prefer"], "prefer", kind_of),

@@ -4,6 +4,8 @@ One definition, so the three commands read a layout the same way.
 """
 from __future__ import annotations
 
+import os
+
 import click
 
 #: option names the decorator adds (the keyword arguments it passes on)
@@ -83,6 +85,11 @@ def framework_options(func):
                                         default=None, help=text))
         else:
             options.append(click.option(_flag(name), name, type=int, default=None, help=text))
+    options.append(click.option(
+        "--config", "config", default=None, metavar="FILE",
+        help="Take the framework's settings from its own configuration: torchtitan's TOML "
+             "job file ([parallelism]), a DeepSpeed JSON config, a file with Megatron-LM's "
+             "arguments. Options given here win over it."))
     for option in reversed(options):
         func = option(func)
     return func
@@ -98,28 +105,60 @@ def _owner_of(name: str):
     raise KeyError(name)  # pragma: no cover - names come from the registry
 
 
-def framework_knobs(framework, values):
-    """The chosen framework's settings among these option values.
-
-    A setting the framework does not have is refused by name when it was
-    given (differs from the option's default)."""
+def framework_knobs(framework, values, config=None):
+    """The chosen framework's settings: those of its ``config`` file (if
+    any), overridden by the option values given (that differ from the
+    option's default). A setting the framework does not have is refused by
+    name when it was given."""
     from slurmtopo.errors import LayoutError
     from slurmtopo.frameworks.registry import knobs_of
 
     own = {k.name for k in knobs_of(framework)}
     knobs = {}
+    if config is not None:
+        from slurmtopo.fileio import read_text
+        from slurmtopo.frameworks.configs import knobs_from_config
+
+        knobs.update(knobs_from_config(framework, read_text(config, limit=1 << 20), config))
     for name, value in values.items():
+        given = (value is not None and value is not False
+                 and value != _LAYOUT_DEFAULTS.get(name))
         if name in own:
-            knobs[name] = value
-        elif value is not None and value is not False and value != _LAYOUT_DEFAULTS.get(name):
+            if given or name not in knobs:
+                knobs[name] = value
+        elif given:
             raise LayoutError(f"{_flag(name)} is not a {framework} setting; {framework}'s: "
                               f"{', '.join(_flag(k.name) for k in knobs_of(framework))}")
     return knobs
 
 
-def framework_layout_from(framework=None, **values):
+def world_from_command(command):
+    """The world size a ``torchrun --nnodes N --nproc-per-node M ...``
+    command starts (N*M), or None when the command does not say."""
+    words = list(command)
+    if not words or os.path.basename(words[0]) != "torchrun":
+        return None
+    found = {}
+    i = 1
+    while i < len(words):
+        name, eq, value = words[i].partition("=")
+        if name in ("--nnodes", "--nproc-per-node", "--nproc_per_node"):
+            if not eq:
+                i += 1
+                value = words[i] if i < len(words) else ""
+            found[name.replace("_", "-")] = value
+        elif not name.startswith("-"):
+            break  # the training script: its own arguments follow
+        i += 1
+    nodes, per = found.get("--nnodes", ""), found.get("--nproc-per-node", "")
+    if nodes.isdigit() and per.isdigit() and 0 < int(nodes) * int(per) <= 1 << 20:
+        return int(nodes) * int(per)
+    return None
+
+
+def framework_layout_from(framework=None, config=None, **values):
     """The FrameworkLayout for these option values (raises LayoutError)."""
     from slurmtopo.frameworks.registry import DEFAULT_FRAMEWORK, framework_layout
 
     framework = framework or DEFAULT_FRAMEWORK
-    return framework_layout(framework, **framework_knobs(framework, values))
+    return framework_layout(framework, **framework_knobs(framework, values, config))

@@ -28,7 +28,14 @@ KNOBS = (
     Knob("order", None, "Rank order. megatron: first name fastest (default tp-cp-ep-dp-pp); "
                         "torch: last name fastest (default pp-dp-ep-cp-tp).", str),
     Knob("convention", "megatron", "How to read --order.", CONVENTIONS),
+    Knob("use_distributed_optimizer", False, "Shard the optimizer state over dp: gradients "
+         "reduce-scattered, parameters all-gathered (--use-distributed-optimizer).", bool),
+    Knob("use_megatron_fsdp", False, "Shard parameters over dp (Megatron-FSDP, "
+         "--use-megatron-fsdp).", bool),
 )
+
+#: the knobs that choose the data-parallel style, not the groups
+STYLE_KNOBS = ("use_distributed_optimizer", "use_megatron_fsdp")
 
 
 def resolved_layout(tp: int = 1, cp: int = 1, ep: int = 1, pp: int = 1, dp: Optional[int] = None,
@@ -44,10 +51,24 @@ def resolved_layout(tp: int = 1, cp: int = 1, ep: int = 1, pp: int = 1, dp: Opti
                   world=world, convention=convention).resolved()
 
 
-def layout(**knobs) -> FrameworkLayout:
+def layout(use_distributed_optimizer: bool = False, use_megatron_fsdp: bool = False,
+           **knobs) -> FrameworkLayout:
     """Megatron's groups for these knobs (see :func:`resolved_layout`)."""
+    from slurmtopo.frameworks.common import refuse
+
+    for name, value in (("use_distributed_optimizer", use_distributed_optimizer),
+                        ("use_megatron_fsdp", use_megatron_fsdp)):
+        if not isinstance(value, bool):
+            raise refuse(NAME, f"{name} must be true or false, got {value!r}")
     lay = resolved_layout(**knobs)
     values = (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep), ("pp", lay.pp), ("dp", lay.dp),
               ("expert_tp", lay.expert_tp), ("world", lay.world), ("order", lay.order),
-              ("convention", lay.convention))
+              ("convention", lay.convention),
+              ("use_distributed_optimizer", use_distributed_optimizer),
+              ("use_megatron_fsdp", use_megatron_fsdp))
     return FrameworkLayout(NAME, lay.world, values, build_groups(lay))
+
+
+def layout_knobs(fl: FrameworkLayout) -> dict:
+    """The knobs of ``fl`` that :func:`resolved_layout` takes."""
+    return {k: v for k, v in fl.knobs if k not in STYLE_KNOBS}

@@ -21,7 +21,8 @@ the framework's data-parallel style asks for:
   (model = tp); its MoE groups are Megatron's expert layout with expert_tp =
   tp under expert tensor parallelism, 1 otherwise. ZeRO-3 all-gathers the
   parameters over ``data_parallel`` every layer, so a ZeRO-3 job prefers
-  ``dp`` inside NVLink. With ``use_data_before_expert_parallelism`` the
+  ``dp`` inside NVLink (as Megatron-FSDP's ``dp``/``dp-cp`` does). With
+  ``use_data_before_expert_parallelism`` the
   expert groups are no Megatron layout's: the dense groups are planned and
   the expert ones are not (noted).
 
@@ -54,10 +55,13 @@ class RequestTerms:
 
 
 def _megatron(fl: FrameworkLayout) -> RequestTerms:
-    from slurmtopo.frameworks.megatron import resolved_layout
+    from slurmtopo.frameworks.megatron import layout_knobs, resolved_layout
 
-    layout = resolved_layout(**dict(fl.knobs))
-    return RequestTerms(layout, {k: k for k in fl.groups}, {})
+    layout = resolved_layout(**layout_knobs(fl))
+    prefer = {}
+    if fl.knob("use_megatron_fsdp") and layout.dp * layout.cp > 1:
+        prefer["dp-cp" if layout.cp > 1 else "dp"] = "nvlink"  # the FSDP shard group
+    return RequestTerms(layout, {k: k for k in fl.groups}, prefer)
 
 
 def _torchtitan(fl: FrameworkLayout) -> RequestTerms:
