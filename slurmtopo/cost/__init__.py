@@ -45,7 +45,7 @@ counted twice.
 from __future__ import annotations
 
 from slurmtopo.cost.bound import lower_bound
-from slurmtopo.cost.collectives import COLLECTIVES, counted_kinds, flat_time, hier_time
+from slurmtopo.cost.collectives import COLLECTIVES, collective_time, counted_kinds
 from slurmtopo.cost.defaults import (COST_KEYS, DEFAULT_ALPHA_US, DEFAULT_INTER_SOCKET_GBPS,
                                      DEFAULT_MESSAGE_BYTES, DEFAULT_NVLINK_LANE_GBPS,
                                      DEFAULT_PCIE_FACTOR, DEFAULT_PCIE_GBPS, NETWORK_CLASSES,
@@ -59,4 +59,4 @@ __all__ = ["COLLECTIVES", "COST_KEYS", "DEFAULT_ALPHA_US", "DEFAULT_INTER_SOCKET
            "DEFAULT_MESSAGE_BYTES", "DEFAULT_NVLINK_LANE_GBPS", "DEFAULT_PCIE_FACTOR",
            "DEFAULT_PCIE_GBPS", "NETWORK_CLASSES", "CostParams", "CostReport", "GiB",
            "GroupCost", "HardwareFigures", "KiB", "MiB", "cost_params", "counted_kinds",
-           "evaluate", "flat_time", "hier_time", "lower_bound", "parse_bytes"]
+           "collective_time", "evaluate", "lower_bound", "parse_bytes"]
