@@ -7,7 +7,7 @@ would describe it in an inventory. This module prices every published
 size with :func:`slurmtopo.cost.evaluate` on that inventory and compares:
 
     python -m bench.calibration                 # the table of errors
-    python -m bench.calibration --plots docs    # and one PNG per curve (deterministic)
+    python -m bench.calibration --plots docs/calibration   # and one PNG per curve
 
 tests/test_cost_calibration.py asserts the numbers (docs/cost-model.md,
 "Calibration").
@@ -254,7 +254,9 @@ def plot(cmp: Comparison, path: str) -> None:
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("busbw (GB/s)")
     c = cmp.curve
-    ax.set_title(f"{c.name}: {c.collective}, {c.nodes} x {c.gpus_per_node} GPUs", fontsize=10)
+    note = "" if c.asserted else " (reported, not asserted)"
+    ax.set_title(f"{c.name}: {c.collective}, {c.nodes} x {c.gpus_per_node} GPUs{note}",
+                 fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
