@@ -112,9 +112,10 @@ class CostParams:
     algorithms: Tuple[str, ...] = ALGORITHMS
     nvls_efficiency: Tuple[Tuple[str, float], ...] = DEFAULT_NVLS_EFFICIENCY
     default_nvls_efficiency: float = 0.0
-    #: microseconds of NVLS's fixed latency by GPU model
+    #: microseconds of NVLS's fixed latency by GPU model (a model not in
+    #: the table: the slowest listed)
     nvls_us: Tuple[Tuple[str, float], ...] = DEFAULT_NVLS_US
-    default_nvls_us: float = 40.0
+    default_nvls_us: float = max(us for _, us in DEFAULT_NVLS_US)
     nvls_min_ranks: int = DEFAULT_NVLS_MIN_RANKS
     ring_plateau: float = DEFAULT_RING_PLATEAU
     #: seconds: every collective's launch
@@ -196,29 +197,27 @@ class CostParams:
         p.pcie_factor.update(per_class("pcie_factor", False, tuple(DEFAULT_PCIE_FACTOR)))
         p.oversubscription.update(per_class("oversubscription", False, NETWORK_CLASSES))
 
-        def by_model(key, current):
+        # a table by GPU model substring (entries given first), or one
+        # number for every model (the table emptied, the default set)
+        for key, allow_zero, most in (("nvlink_lane_gbps", False, None),
+                                      ("pcie_gbps", False, None),
+                                      ("nvls_efficiency", True, 1.0), ("nvls_us", True, None)):
             v = cost.get(key)
-            if v is None:
-                return current, None
             if isinstance(v, Mapping):
                 out = []
                 for k, x in v.items():
                     try:
-                        out.append((str(k).lower(), _positive(x, f"{key}.{k}")))
+                        out.append((str(k).lower(), _positive(x, f"{key}.{k}", allow_zero, most)))
                     except ValueError as exc:
                         raise fail(str(exc), v, k) from None
-                return tuple(out) + tuple(current), None
-            try:
-                return current, _positive(v, key)
-            except ValueError as exc:
-                raise fail(str(exc), cost) from None
-
-        p.nvlink_lane_gbps, flat = by_model("nvlink_lane_gbps", p.nvlink_lane_gbps)
-        if flat is not None:
-            p.nvlink_lane_gbps, p.default_nvlink_lane_gbps = (), flat
-        p.pcie_gbps, flat = by_model("pcie_gbps", p.pcie_gbps)
-        if flat is not None:
-            p.pcie_gbps, p.default_pcie_gbps = (), flat
+                setattr(p, key, tuple(out) + tuple(getattr(p, key)))
+            elif v is not None:
+                try:
+                    flat = _positive(v, key, allow_zero, most)
+                except ValueError as exc:
+                    raise fail(str(exc), cost) from None
+                setattr(p, key, ())
+                setattr(p, f"default_{key}", flat)
         for key in ("default_nic_gbit", "inter_socket_gbps"):
             if cost.get(key) is not None:
                 try:
@@ -311,10 +310,10 @@ def _parse_model(p: CostParams, cost: Mapping, fail, mapping) -> None:
             name = _protocol_name(k)
         except ValueError as exc:
             raise fail(f"protocols: {exc}", prot, k) from None
-        if not isinstance(v, Mapping):
-            raise fail(f"protocols.{name} must be a mapping of bandwidth, latency, base_us, "
-                       f"got {v!r}", prot, k)
         fields = dict(vars(p.protocols[name]))
+        if not isinstance(v, Mapping):
+            raise fail(f"protocols.{name} must be a mapping of {', '.join(fields)}, got {v!r}",
+                       prot, k)
         for f, x in v.items():
             if f not in fields:
                 raise fail(f"protocols.{name}: unknown field {f!r} (allowed: "
@@ -341,19 +340,6 @@ def _parse_model(p: CostParams, cost: Mapping, fail, mapping) -> None:
         if "ring" not in got:
             raise fail("algorithms must include ring (every collective can ring)", cost)
         p.algorithms = tuple(a for a in ALGORITHMS if a in got)
-    for key, most in (("nvls_efficiency", 1.0), ("nvls_us", None)):
-        v = cost.get(key)
-        if isinstance(v, Mapping):
-            out = []
-            for k, x in v.items():
-                try:
-                    out.append((str(k).lower(), _positive(x, f"{key}.{k}", True, most)))
-                except ValueError as exc:
-                    raise fail(str(exc), v, k) from None
-            setattr(p, key, tuple(out) + tuple(getattr(p, key)))
-        elif v is not None:
-            setattr(p, key, ())
-            setattr(p, "default_" + key, number(key, most=most))
     if cost.get("launch_us") is not None:
         p.launch = number("launch_us") * 1e-6
     if cost.get("ring_plateau") is not None:
