@@ -131,7 +131,7 @@ class CostParams:
         Keys (all optional; see docs/cost-model.md)::
 
             cost:
-              alpha_us: {NVLINK: 1.0, NET_LEAF: 6}       # per link class, microseconds
+              alpha_us: {NVLINK: 3.4, NET_LEAF: 14}      # per class, us a Simple ring step
               bandwidth_gbps: {SYS: 10, NET_L1: 40}      # per class, GB/s per GPU and direction
               nvlink_lane_gbps: {H100: 25, A6000: 14}    # GPU model substring -> GB/s per lane
               pcie_gbps: 25                              # or {model substring: GB/s}
