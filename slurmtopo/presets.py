@@ -56,16 +56,73 @@ def _nics(names: Sequence[str], rate: float, numa_of_nic: Sequence[int],
     return tuple(out)
 
 
+# --------------------------------------------------------------------------
+# NVIDIA's 8-GPU nodes and their NICs. Sources, named so a reader can check them:
+#
+# * NVIDIA DGX B200 datasheet (nvidia.com, "DGX B200"): 8x B200 (1,440 GB
+#   of HBM3e), NVLink 5 through 2 NVSwitch chips (14.4 TB/s aggregate: 18
+#   links of 50 GB/s a direction per GPU), 2x Intel Xeon Platinum 8570 (112
+#   cores), 4x OSFP ports serving 8x single-port ConnectX-7 VPI at up to
+#   400 Gb/s InfiniBand/Ethernet, 2x BlueField-3 DPUs (storage, in-band).
+# * NVIDIA DGX B300 datasheet (nvidia.com, "DGX B300"): 8x Blackwell Ultra
+#   SXM (2.3 TB of HBM3e), NVLink 5 (14.4 TB/s aggregate), 2x Intel Xeon
+#   6776P (128 cores), 8x OSFP ports serving 8x single-port ConnectX-8 VPI
+#   at up to 800 Gb/s InfiniBand/Ethernet, 2x BlueField-3 DPUs. The
+#   ConnectX-8 SuperNIC carries its own PCIe Gen6 switch, which the GPU
+#   sits behind (PIX).
+# * NVIDIA ConnectX-7 and ConnectX-8 SuperNIC datasheets: one port at 400
+#   (NDR) and 800 Gb/s (XDR) respectively.
+#
+# HGX boards (from server vendors) put the same GPUs and NVSwitch tray with
+# the NICs the builder chose, usually the same one per GPU; CPUs vary. The
+# BlueField DPUs carry storage and management traffic and are left out
+# (only compute NICs matter to NCCL). Memory as NVML reports it.
+
+#: NVIDIA ConnectX-7, one port: 400 Gb/s InfiniBand NDR or Ethernet
+CONNECTX7_GBIT = 400
+#: NVIDIA ConnectX-8 SuperNIC, one port: 800 Gb/s InfiniBand XDR or Ethernet
+CONNECTX8_GBIT = 800
+
+
+def _hgx_8(model: str, mem_mib: int, cores_per_socket: int, nic_gbit: int) -> Hardware:
+    """An HGX board: 8 GPUs on NVSwitch (18 NVLink lanes each, NV18), two
+    sockets of ``cores_per_socket`` with HT, GPUs 0-3 on the first, one
+    compute NIC of ``nic_gbit`` on each GPU's PCIe switch (PIX)."""
+    numa = [0, 0, 0, 0, 1, 1, 1, 1]
+    gpus = _gpus(model, mem_mib, numa, cores_per_socket, 2, 2)
+    return Hardware(
+        gpus=gpus, links=_matrix(8, lambda a, b: "NV18"), nvswitch=True,
+        nics=_nics([f"mlx5_{i}" for i in range(8)], nic_gbit, numa, [[i] for i in range(8)],
+                   numa, near_rel="PIX"),
+        cpu=CpuTopology(sockets=2, cores_per_socket=cores_per_socket, threads_per_core=2))
+
+
 def hgx_h100_8() -> Hardware:
     """DGX/HGX H100: 8x H100 SXM5 on NVSwitch (18 NVLink4 per GPU), 2 sockets
     of 56 cores with HT, one 400 Gb/s ConnectX-7 per GPU on its PCIe switch."""
-    numa = [0, 0, 0, 0, 1, 1, 1, 1]
-    gpus = _gpus("NVIDIA H100 80GB HBM3", 81559, numa, 56, 2, 2)
-    return Hardware(
-        gpus=gpus, links=_matrix(8, lambda a, b: "NV18"), nvswitch=True,
-        nics=_nics([f"mlx5_{i}" for i in range(8)], 400, numa, [[i] for i in range(8)], numa,
-                   near_rel="PIX"),
-        cpu=CpuTopology(sockets=2, cores_per_socket=56, threads_per_core=2))
+    return _hgx_8("NVIDIA H100 80GB HBM3", 81559, 56, CONNECTX7_GBIT)
+
+
+def hgx_h200_8() -> Hardware:
+    """HGX H200: 8x H200 SXM (141 GB HBM3e; NVLink 4, NV18 on NVSwitch like
+    the H100 board), 2 sockets of 56 cores with HT, one 400 Gb/s
+    ConnectX-7 per GPU on its PCIe switch (NVIDIA HGX H200 and DGX H200
+    datasheets)."""
+    return _hgx_8("NVIDIA H200", 143771, 56, CONNECTX7_GBIT)
+
+
+def dgx_b200() -> Hardware:
+    """DGX B200 (and an HGX B200 built the same way): 8x B200, NVLink 5 on
+    NVSwitch, 2x Xeon Platinum 8570 (56 cores, HT), 8x ConnectX-7 at 400
+    Gb/s, one per GPU."""
+    return _hgx_8("NVIDIA B200", 183359, 56, CONNECTX7_GBIT)
+
+
+def dgx_b300() -> Hardware:
+    """DGX B300 (and an HGX B300 built the same way): 8x B300 (Blackwell
+    Ultra), NVLink 5 on NVSwitch, 2x Xeon 6776P (64 cores, HT), 8x
+    ConnectX-8 at 800 Gb/s, one per GPU."""
+    return _hgx_8("NVIDIA B300 SXM6 AC", 275040, 64, CONNECTX8_GBIT)
 
 
 def hgx_a100_8() -> Hardware:
@@ -306,6 +363,12 @@ def oci_bm_gpu_h100_8() -> Hardware:
 PRESETS: Dict[str, Callable[[], Hardware]] = {
     "hgx-h100-8": hgx_h100_8,
     "dgx-h100": hgx_h100_8,
+    "hgx-h200-8": hgx_h200_8,
+    "dgx-h200": hgx_h200_8,
+    "hgx-b200-8": dgx_b200,
+    "dgx-b200": dgx_b200,
+    "hgx-b300-8": dgx_b300,
+    "dgx-b300": dgx_b300,
     "hgx-a100-8": hgx_a100_8,
     "dgx-a100": hgx_a100_8,
     "dgx1-v100": dgx1_v100,

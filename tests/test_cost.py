@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import textwrap
+from dataclasses import replace
 
 import pytest
 
-from slurmtopo.cost import (COLLECTIVES, DEFAULT_MESSAGE_BYTES, CostParams, counted_kinds,
-                            evaluate, flat_time, hier_time, lower_bound, parse_bytes)
+from slurmtopo.cost import (COLLECTIVES, DEFAULT_MESSAGE_BYTES, CostParams, collective_time,
+                            cost_params, counted_kinds, evaluate, lower_bound, parse_bytes)
+from slurmtopo.cost.defaults import (DEFAULT_ALPHA_US, DEFAULT_EFFICIENCY, DEFAULT_NVLS_EFFICIENCY,
+                                     DEFAULT_NVLS_US, DEFAULT_PROTOCOLS, DEFAULT_RING_PLATEAU)
 from slurmtopo.errors import InventoryError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.inventory import load_inventory
@@ -38,45 +41,140 @@ def place(inv, req, assign):
 
 
 # --------------------------------------------------------------------------
-# formulas
+# formulas (docs/cost-model.md): each regime by hand from the defaults
+
+US = 1e-6
+E_NVL = DEFAULT_EFFICIENCY[LinkClass.NVLINK]
+E_NET = DEFAULT_EFFICIENCY[LinkClass.NET_LEAF]
+A = {c: us * US for c, us in DEFAULT_ALPHA_US.items()}
+LL, LL128, SIMPLE = (DEFAULT_PROTOCOLS[k] for k in ("LL", "LL128", "Simple"))
+NVLS_H100 = dict(DEFAULT_NVLS_EFFICIENCY)["h100"]
+NVLS_H100_US = dict(DEFAULT_NVLS_US)["h100"]
+GiB = 1 << 30
 
 
-def test_flat_ring_formulas():
-    # n=4, M=4 GB, alpha=1us, B=100 GB/s: a step moves M/n = 1 GB in 10 ms
-    assert flat_time("all-reduce", 4, 4e9, 1e-6, 100) == approx(2 * 3 * (1e-6 + 0.01))
-    assert flat_time("all-gather", 4, 4e9, 1e-6, 100) == approx(3 * (1e-6 + 0.01))
-    assert flat_time("all-to-all", 4, 4e9, 1e-6, 100) == approx(3 * (1e-6 + 0.01))
-    assert flat_time("p2p", 4, 4e9, 1e-6, 100) == approx(1e-6 + 0.04)
-    assert flat_time("all-reduce", 1, 4e9, 1e-6, 100) == 0.0
+def ring_only(**kw) -> CostParams:
+    """The defaults with NVLS and the tree switched off (one ring left)."""
+    return replace(CostParams(), algorithms=("ring",), **kw)
+
+
+def test_one_node_ring_protocol_by_size():
+    # 8 ranks on 450 GB/s of NVLink: 14 steps, each rank sends 2*7/8 M
+    p = ring_only()
+    bus = E_NVL * 450e9
+    ring = lambda m: collective_time(p, "all-reduce", 8, m, 0, 0, 0, LinkClass.NVLINK, 450.0)
+    # 1 GiB: Simple, the whole bandwidth
+    simple = SIMPLE.base_us * US + 14 * A[LinkClass.NVLINK] + 1.75 * GiB / bus
+    assert ring(GiB) == approx(simple)
+    # 64 bytes: LL, the lowest latency, half the bandwidth (under its ceiling)
+    ll_bw = min(LL.bandwidth * bus, LL.node_gbps * 1e9)
+    ll = LL.base_us * US + 14 * LL.latency * A[LinkClass.NVLINK] + 1.75 * 64 / ll_bw
+    assert ring(64) == approx(ll)
+    # in between LL128 can win; never slower than the best protocol alone
+    for m in (1 << 20, 8 << 20, 64 << 20):
+        only = [ring_only(protocols={k: v}) for k, v in DEFAULT_PROTOCOLS.items()]
+        t = [collective_time(q, "all-reduce", 8, m, 0, 0, 0, LinkClass.NVLINK, 450.0)
+             for q in only]
+        assert ring(m) == approx(min(t))
+    assert collective_time(p, "all-reduce", 1, GiB, 0, 0, 0, LinkClass.NVLINK, 450.0) == 0.0
     with pytest.raises(ValueError):
-        flat_time("broadcast", 4, 1, 1, 1)
+        collective_time(p, "broadcast", 4, 1, 0, 0, 0, LinkClass.NVLINK, 1.0)
 
 
-def test_hierarchical_formulas():
-    # 8 ranks on 2 hosts (4 each), M = 8 GB; inside 100 GB/s, network 10 GB/s
-    args = dict(n=8, h=2, l_max=4, l_min=4, m=8e9, a_in=1e-6, gbps_in=100, a_net=1e-5,
-                gbps_net=10)
-    intra = 2 * 3 * (1e-6 + 8e9 / (4 * 100e9))  # reduce-scatter + all-gather in the node
-    inter = 2 * 1 * (1e-5 + 8e9 / (4 * 2 * 10e9))  # ring over 2 hosts of an M/4 slice
-    assert hier_time("all-reduce", **args) == approx(intra + inter)
-    assert hier_time("all-gather", **args) == approx(
-        1 * (1e-5 + 8e9 / (8 * 10e9)) + 3 * (1e-6 + 8e9 / (4 * 100e9)))
-    assert hier_time("all-to-all", **args) == approx(
-        4 * (1e-5 + 8e9 / (8 * 10e9)) + 3 * (1e-6 + 8e9 / (8 * 100e9)))
-    # one rank a host: the flat ring over the network
-    one = dict(args, h=8, l_max=1, l_min=1)
-    assert hier_time("all-reduce", **one) == approx(flat_time("all-reduce", 8, 8e9, 1e-5, 10))
-    assert hier_time("all-gather", **one) == approx(flat_time("all-gather", 8, 8e9, 1e-5, 10))
-    assert hier_time("all-to-all", **one) == approx(flat_time("all-to-all", 8, 8e9, 1e-5, 10))
-    # one host: the flat ring inside it
-    assert hier_time("all-reduce", **dict(args, h=1)) == approx(
-        flat_time("all-reduce", 8, 8e9, 1e-6, 100))
+def test_nvls_on_a_hopper_nvswitch_from_5_gpus():
+    p = CostParams()
+    hc = p.hw(preset("hgx-h100-8"))
+    assert hc.nvls_bw == approx(NVLS_H100 * 450.0) and hc.nvls_lat == approx(NVLS_H100_US * US)
+    nvls = NVLS_H100_US * US + GiB / (NVLS_H100 * 450e9)
+    args = (0, 0, 0, LinkClass.NVLINK, 450.0)
+    kw = dict(nvls_bw=hc.nvls_bw, nvls_lat=hc.nvls_lat)
+    assert collective_time(p, "all-reduce", 8, GiB, *args, **kw) == approx(nvls)
+    assert collective_time(p, "all-reduce", 8, GiB, *args, **kw) < collective_time(
+        ring_only(), "all-reduce", 8, GiB, *args, **kw)
+    # four GPUs or fewer: NCCL rings
+    assert collective_time(p, "all-reduce", 4, GiB, *args, **kw) == approx(
+        collective_time(ring_only(), "all-reduce", 4, GiB, *args))
+    # all-reduce only; none on A100 (no NVLink SHARP) or without NVSwitch
+    assert collective_time(p, "all-gather", 8, GiB, *args, **kw) == approx(
+        collective_time(p, "all-gather", 8, GiB, *args))
+    assert p.hw(preset("hgx-a100-8")).nvls_bw == 0.0
+    assert p.hw(preset("pcie-h100-nvl-8")).nvls_bw == 0.0
+    assert p.hw(preset("dgx-b200")).nvls_bw == approx(
+        dict(DEFAULT_NVLS_EFFICIENCY)["b200"] * 900.0)
+
+
+def test_ring_across_hosts_is_bound_by_the_hosts_nics():
+    # 4 hosts x 8 ranks, 1 GiB: one ring through all 32 ranks crosses each
+    # host once per channel, so a host's 8 NIC shares carry it: busbw is
+    # the smaller of the NVLink ring and 8 x 50 GB/s (x the efficiencies)
+    p = ring_only()
+    t = collective_time(p, "all-reduce", 32, GiB, 4, 8, 8, LinkClass.NVLINK, 450.0,
+                        LinkClass.NET_LEAF, 50.0)
+    bus = min(E_NVL * 450e9, 8 * E_NET * 50e9)
+    lat = (56 * A[LinkClass.NVLINK] + 6 * A[LinkClass.NET_LEAF]) * DEFAULT_RING_PLATEAU
+    assert t == approx(SIMPLE.base_us * US + lat + 2 * 31 / 32 * GiB / bus)
+    # all-gather: n - 1 steps, h - 1 of them between hosts, no plateau
+    t = collective_time(p, "all-gather", 32, GiB, 4, 8, 8, LinkClass.NVLINK, 450.0,
+                        LinkClass.NET_LEAF, 50.0)
+    lat = 28 * A[LinkClass.NVLINK] + 3 * A[LinkClass.NET_LEAF]
+    assert t == approx(SIMPLE.base_us * US + lat + 31 / 32 * GiB / bus)
+
+
+def test_two_hosts_tree_moves_half_a_rings_network_bytes():
+    # 2 hosts x 8 ranks on 200 Gb/s a GPU: each host sends and receives M
+    # once (a ring: 2(n-1)/n M); the chain inside a host moves 2M a GPU
+    p = CostParams()
+    args = (16, GiB, 2, 8, 8, LinkClass.NVLINK, 450.0, LinkClass.NET_LEAF, 25.0)
+    tree = (SIMPLE.base_us * US + 2 * (7 * A[LinkClass.NVLINK] + 1 * A[LinkClass.NET_LEAF])
+            + max(2 * GiB / (E_NVL * 450e9), GiB / (8 * E_NET * 25e9)))
+    assert collective_time(p, "all-reduce", *args) == approx(tree)
+    assert collective_time(ring_only(), "all-reduce", *args) > 1.5 * tree
+    # on three hosts and more a tree moves as many bytes as a ring: the
+    # ring wins large messages
+    big = (32, GiB, 4, 8, 8, LinkClass.NVLINK, 450.0, LinkClass.NET_LEAF, 50.0)
+    assert collective_time(p, "all-reduce", *big) == approx(
+        collective_time(ring_only(), "all-reduce", *big))
 
 
 def test_uneven_hosts_use_the_bottleneck():
-    # 3 ranks on one host, 1 on another: intra part with l=3, slice M/1
-    t = hier_time("all-reduce", 4, 2, 3, 1, 6e9, 0.0, 100, 0.0, 10)
-    assert t == approx(2 * 2 * (6e9 / (3 * 100e9)) + 2 * 1 * (6e9 / (1 * 2 * 10e9)))
+    # 3 ranks on one host, 1 on another: the host with one rank has one NIC share
+    p = ring_only()
+    t = collective_time(p, "all-reduce", 4, 6e9, 2, 3, 1, LinkClass.NVLINK, 100.0,
+                        LinkClass.NET_LEAF, 10.0)
+    even = collective_time(p, "all-reduce", 4, 6e9, 2, 2, 2, LinkClass.NVLINK, 100.0,
+                           LinkClass.NET_LEAF, 10.0)
+    assert t > even
+    lat = (4 * A[LinkClass.NVLINK] + 2 * A[LinkClass.NET_LEAF]) * DEFAULT_RING_PLATEAU
+    assert t == approx(SIMPLE.base_us * US + lat + 1.5 * 6e9 / (1 * E_NET * 10e9))
+
+
+def test_network_protocols_and_algorithms_overrides():
+    args = (32, 1 << 20, 4, 8, 8, LinkClass.NVLINK, 450.0, LinkClass.NET_LEAF, 50.0)
+    simple_only = replace(CostParams(), network_protocols=("Simple",), algorithms=("ring",))
+    lat = (56 * A[LinkClass.NVLINK] + 6 * A[LinkClass.NET_LEAF]) * DEFAULT_RING_PLATEAU
+    bus = min(E_NVL * 450e9, 8 * E_NET * 50e9)
+    assert collective_time(simple_only, "all-reduce", *args) == approx(
+        SIMPLE.base_us * US + lat + 2 * 31 / 32 * (1 << 20) / bus)
+    # small messages are much cheaper with LL and LL128 allowed
+    assert collective_time(CostParams(), "all-reduce", *args) < 0.6 * collective_time(
+        simple_only, "all-reduce", *args)
+    # inside one node the network protocols do not apply
+    one = (8, 1 << 20, 0, 0, 0, LinkClass.NVLINK, 450.0)
+    assert collective_time(simple_only, "all-reduce", *one) == approx(
+        collective_time(ring_only(), "all-reduce", *one))
+
+
+def test_all_to_all_and_p2p():
+    p = CostParams()
+    a_in, a_net = A[LinkClass.NVLINK], A[LinkClass.NET_LEAF]
+    # 8 ranks, 4 a host: 3 peers over NVLink, 4 over the network, M/8 each
+    t = collective_time(p, "all-to-all", 8, 8e9, 2, 4, 4, LinkClass.NVLINK, 100.0,
+                        LinkClass.NET_LEAF, 10.0)
+    assert t == approx(4 * (a_net + 1e9 / (E_NET * 10e9)) + 3 * (a_in + 1e9 / (E_NVL * 100e9)))
+    assert collective_time(p, "p2p", 2, 4e9, 0, 0, 0, LinkClass.NVLINK, 100.0) == approx(
+        a_in + 4e9 / (E_NVL * 100e9))
+    assert collective_time(p, "p2p", 2, 4e9, 2, 1, 1, LinkClass.SELF, 0.0, LinkClass.NET_L1,
+                           50.0) == approx(A[LinkClass.NET_L1] + 4e9 / (E_NET * 50e9))
 
 
 def test_parse_bytes():
@@ -149,7 +247,8 @@ def test_tp8_on_one_h100_node():
     m = DEFAULT_MESSAGE_BYTES["tp"]
     assert (tp.count, tp.size, tp.collective, tp.message_bytes) == (1, 8, "all-reduce", m)
     assert tp.slowest is LinkClass.NVLINK
-    assert tp.time_s == approx(2 * 7 * (1e-6 + m / (8 * 450e9)))
+    # 8 GPUs on an NVSwitch with NVLink SHARP: NVLS for 64 MiB
+    assert tp.time_s == approx(NVLS_H100_US * US + m / (NVLS_H100 * 450e9))
     assert rep.step_time_s == approx(tp.time_s)
     assert rep.warnings == []
 
@@ -162,12 +261,14 @@ def test_dp_across_a_leaf_and_pp_across_the_spine():
     rep = evaluate(inv, pl, req)
     dp = rep.kinds["dp"]
     m = DEFAULT_MESSAGE_BYTES["dp"]
-    # dp groups {r, r+8}: 2 hosts on one leaf, one rank each: flat ring over the NIC
+    # dp groups {r, r+8}: 2 hosts on one leaf, one rank each: ring or tree
+    # over one NIC share
     assert dp.slowest is LinkClass.NET_LEAF
-    assert dp.time_s == approx(2 * 1 * (6e-6 + m / (1 * 2 * 50e9)))
+    assert dp.time_s == approx(collective_time(CostParams(), "all-reduce", 2, m, 2, 1, 1,
+                                               LinkClass.SELF, 0.0, LinkClass.NET_LEAF, 50.0))
     pp = rep.kinds["pp"]
     assert pp.slowest is LinkClass.NET_L1 and pp.collective == "p2p"
-    assert pp.time_s == approx(7e-6 + DEFAULT_MESSAGE_BYTES["pp"] / 50e9)
+    assert pp.time_s == approx(A[LinkClass.NET_L1] + DEFAULT_MESSAGE_BYTES["pp"] / (E_NET * 50e9))
     assert rep.counted == ("tp", "cp", "dp", "pp")
     assert rep.step_time_s == approx(sum(rep.kinds[k].time_s for k in rep.counted))
 
@@ -178,7 +279,8 @@ def test_hierarchical_all_reduce_on_two_nodes():
     pl = place(inv, req, [("gpu01", g) for g in range(8)] + [("gpu02", g) for g in range(8)])
     dp = evaluate(inv, pl, req).kinds["dp"]
     m = 1 << 30
-    want = 2 * 7 * (1e-6 + m / (8 * 450e9)) + 2 * 1 * (6e-6 + m / (8 * 2 * 50e9))
+    want = collective_time(CostParams(), "all-reduce", 16, m, 2, 8, 8, LinkClass.NVLINK, 450.0,
+                           LinkClass.NET_LEAF, 50.0)
     assert dp.time_s == approx(want) and dp.slowest is LinkClass.NET_LEAF
 
 
@@ -190,9 +292,12 @@ def test_bad_tp_placement_warns_and_costs_more():
     rg, rb = evaluate(inv, good, req), evaluate(inv, bad, req)
     m = DEFAULT_MESSAGE_BYTES["tp"]
     assert rg.kinds["tp"].slowest is LinkClass.NVLINK
-    assert rg.kinds["tp"].time_s == approx(2 * (1e-6 + m / (2 * 56.25e9)))
+    # 2 ranks, 64 MiB: the Simple ring, 2 steps of M/2
+    assert rg.kinds["tp"].time_s == approx(
+        SIMPLE.base_us * US + 2 * A[LinkClass.NVLINK] + m / (E_NVL * 56.25e9))
     assert rb.kinds["tp"].slowest is LinkClass.SYS
-    assert rb.kinds["tp"].time_s == approx(2 * (5e-6 + m / (2 * 10e9)))
+    assert rb.kinds["tp"].time_s == approx(
+        SIMPLE.base_us * US + 2 * A[LinkClass.SYS] + m / (DEFAULT_EFFICIENCY[LinkClass.SYS] * 10e9))
     assert rb.kinds["tp"].worst_group == 0
     assert rb.step_time_s > rg.step_time_s
     assert any(w.startswith("TP group 0 (and 1 more) crosses PCIe between NUMA nodes (SYS)")
@@ -210,11 +315,13 @@ def test_context_all_gather_and_expert_all_to_all():
     cp = rep.kinds["cp"]
     m = DEFAULT_MESSAGE_BYTES["cp"]
     assert cp.collective == "all-gather" and cp.slowest is LinkClass.NET_L1
-    assert cp.time_s == approx(1 * (7e-6 + m / (2 * 50e9)))
+    # one rank a host: a ring of 1 step over one NIC share, M/2 a rank
+    assert cp.time_s == approx(SIMPLE.base_us * US + A[LinkClass.NET_L1] + m / (2 * E_NET * 50e9))
     ep = rep.kinds["ep"]
     assert ep.collective == "all-to-all"
     assert groups["ep"] == [[0, 1], [2, 3]]
-    assert ep.time_s == approx(1 * (7e-6 + DEFAULT_MESSAGE_BYTES["ep"] / (2 * 50e9)))
+    assert ep.time_s == approx(
+        1 * (A[LinkClass.NET_L1] + DEFAULT_MESSAGE_BYTES["ep"] / (2 * E_NET * 50e9)))
     # cp > 1: gradients reduce over dp x cp, so dp-cp is counted, not dp
     assert rep.counted == ("tp", "cp", "dp-cp", "pp", "ep", "expert-tp", "expert-dp")
 
@@ -227,7 +334,14 @@ def test_nvl72_group_across_trays_is_one_nvlink_ring():
     tp = evaluate(inv, pl, req).kinds["tp"]
     m = DEFAULT_MESSAGE_BYTES["tp"]
     assert tp.slowest is LinkClass.NVLINK_DOMAIN
-    assert tp.time_s == approx(2 * 7 * (1.5e-6 + m / (8 * 900e9)))
+    # one flat ring (or NVLS) over the NVLink fabric, 900 GB/s a GPU
+    nvls = dict(DEFAULT_NVLS_EFFICIENCY)["gb200"] * 900.0
+    flat = collective_time(CostParams(), "all-reduce", 8, m, 0, 0, 0, LinkClass.NVLINK_DOMAIN,
+                           900.0, nvls_bw=nvls, nvls_lat=dict(DEFAULT_NVLS_US)["gb200"] * US)
+    assert tp.time_s == approx(flat)
+    ring = (SIMPLE.base_us * US + 14 * A[LinkClass.NVLINK_DOMAIN]
+            + 1.75 * m / (DEFAULT_EFFICIENCY[LinkClass.NVLINK_DOMAIN] * 900e9))
+    assert flat == approx(min(ring, dict(DEFAULT_NVLS_US)["gb200"] * US + m / (nvls * 1e9)))
 
 
 def test_groups_of_one_cost_nothing():
@@ -283,12 +397,55 @@ def test_overrides_from_the_inventory(tmp_path):
     req = JobRequest(Layout(tp=8, dp=2))
     pl = place(inv, req, [("gpu01", g) for g in range(8)] + [("gpu02", g) for g in range(8)])
     rep = evaluate(inv, pl, req)
-    assert rep.kinds["tp"].time_s == approx(2 * 7 * (3e-6 + 16 * MiB / (8 * 180e9)))
-    assert rep.kinds["dp"].time_s == approx(2 * (10e-6 + 1000 / (2 * 25e9)))  # 50 / 2
+    p2 = replace(p, algorithms=("ring",))
+    assert rep.kinds["tp"].time_s == approx(collective_time(
+        p, "all-reduce", 8, 16 * MiB, 0, 0, 0, LinkClass.NVLINK, 180.0,
+        nvls_bw=NVLS_H100 * 180.0, nvls_lat=NVLS_H100_US * US))
+    assert rep.kinds["tp"].time_s <= collective_time(p2, "all-reduce", 8, 16 * MiB, 0, 0, 0,
+                                                     LinkClass.NVLINK, 180.0)
+    # dp: 2 hosts one rank each, the NIC share 50 halved by the leaf's oversubscription
+    assert rep.kinds["dp"].time_s == approx(collective_time(
+        p, "all-reduce", 2, 1000, 2, 1, 1, LinkClass.SELF, 0.0, LinkClass.NET_LEAF, 25.0))
+    assert p.alpha[LinkClass.NET_LEAF] == approx(10e-6)
     # the request beats the inventory
     req2 = JobRequest(Layout(tp=8, dp=2), message_bytes={"tp": 8})
     assert evaluate(inv, place(inv, req2, [(s.host, s.gpu) for s in pl.slots]),
                     req2).kinds["tp"].message_bytes == 8
+
+
+def test_model_overrides_from_the_inventory(tmp_path):
+    inv = _inv_with_cost(tmp_path, """
+        efficiency: {NVLINK: 0.9, leaf: 0.95}
+        protocols: {ll128: {bandwidth: 0.8, node_gbps: 250}, Simple: {base_us: 20}}
+        network_protocols: [simple, LL]
+        algorithms: [ring, nvls]
+        nvls_efficiency: {h100: 0.7}
+        nvls_us: 40
+        nvls_min_ranks: 4
+        ring_plateau: 1.2
+        launch_us: 5
+    """)
+    p = CostParams.from_inventory(inv)
+    assert p.efficiency[LinkClass.NVLINK] == 0.9 and p.efficiency[LinkClass.NET_LEAF] == 0.95
+    assert p.efficiency[LinkClass.NET_L1] == E_NET  # the others keep their defaults
+    assert p.protocols["LL128"] == replace(LL128, bandwidth=0.8, node_gbps=250.0)
+    assert p.protocols["Simple"] == replace(SIMPLE, base_us=20.0)
+    assert p.protocols["LL"] == LL
+    assert p.network_protocols == ("LL", "Simple") and p.algorithms == ("ring", "nvls")
+    assert p.nvls(preset("hgx-h100-8")) == approx((0.7, 40e-6))
+    assert p.nvls(preset("hgx-a100-8"))[0] == 0.0  # no table entry: no NVLS
+    assert p.nvls(preset("pcie-h100-nvl-8")) == (0.0, 0.0)  # no NVSwitch
+    assert p.nvls_min_ranks == 4 and p.ring_plateau == 1.2 and p.launch == approx(5e-6)
+    # the figures reach evaluate(): NVLS at 70% of 450 GB/s plus the launch
+    # (the Simple ring at 90% would take 5 + 20 + 14 x 3.4 us + 1.75 GiB / 405 GB/s)
+    req = JobRequest(Layout(tp=8), message_bytes={"tp": GiB})
+    pl = place(inv, req, [("gpu01", g) for g in range(8)])
+    assert evaluate(inv, pl, req).kinds["tp"].time_s == approx(5e-6 + 40e-6 + GiB / 315e9)
+    # one number for every GPU; 0 switches NVLS off
+    inv = _inv_with_cost(tmp_path, "nvls_efficiency: 0\nnvls_us: 10\n")
+    p = CostParams.from_inventory(inv)
+    assert p.nvls(preset("dgx-b200")) == approx((0.0, 10e-6))
+    assert p.hw(preset("hgx-h100-8")).nvls_bw == 0.0
 
 
 def test_nvlink_lane_single_number(tmp_path):
@@ -312,6 +469,23 @@ def test_nvlink_lane_single_number(tmp_path):
     ("message_bytes: {tp: lots}\n", "message_bytes: expected a size"),
     ("message_bytes: {zz: 5}\n", "unknown group kind 'zz'"),
     ("nvlink_lane_gbps: {h100: x}\n", "nvlink_lane_gbps.h100 must be a number"),
+    ("efficiency: {NVLINK: 1.5}\n", "efficiency.NVLINK must be at most 1"),
+    ("efficiency: {NET_LEAF: 0}\n", "efficiency.NET_LEAF must be > 0"),
+    ("protocols: {LL256: {bandwidth: 0.5}}\n", "unknown protocol 'LL256'"),
+    ("protocols: {LL: {speed: 1}}\n", "protocols.LL: unknown field 'speed'"),
+    ("protocols: {LL: {bandwidth: 2}}\n", "protocols.LL.bandwidth must be at most 1"),
+    ("protocols: {Simple: 3}\n", "protocols.Simple must be a mapping"),
+    ("network_protocols: Simple\n", "network_protocols must be a non-empty list"),
+    ("network_protocols: []\n", "network_protocols must be a non-empty list"),
+    ("network_protocols: [LL, Fast]\n", "unknown protocol 'Fast'"),
+    ("algorithms: [tree, nvls]\n", "algorithms must include ring"),
+    ("algorithms: [ring, collnet]\n", "unknown algorithm 'collnet'"),
+    ("nvls_efficiency: 2\n", "nvls_efficiency must be at most 1"),
+    ("nvls_efficiency: {h100: -1}\n", "nvls_efficiency.h100 must be >= 0"),
+    ("nvls_us: soon\n", "nvls_us must be a number"),
+    ("nvls_min_ranks: 1\n", "nvls_min_ranks must be a whole number >= 2"),
+    ("ring_plateau: 0.5\n", "ring_plateau must be at least 1"),
+    ("launch_us: -2\n", "launch_us must be >= 0"),
 ])
 def test_bad_overrides_are_clear_errors(tmp_path, cost, match):
     inv = _inv_with_cost(tmp_path, cost)
@@ -332,7 +506,8 @@ def test_bad_override_names_its_line(tmp_path):
 def test_no_cost_block_gives_defaults():
     p = CostParams.from_inventory(ex("h100-4node-2leaf"))
     assert p.message_bytes == DEFAULT_MESSAGE_BYTES
-    assert p.alpha[LinkClass.NET_LEAF] == approx(6e-6)
+    assert p.alpha[LinkClass.NET_LEAF] == approx(DEFAULT_ALPHA_US[LinkClass.NET_LEAF] * US)
+    assert p.efficiency == DEFAULT_EFFICIENCY and p.protocols == DEFAULT_PROTOCOLS
 
 
 # --------------------------------------------------------------------------
@@ -345,20 +520,20 @@ def test_lower_bound_values():
     lb = lower_bound(inv, req)
     m = DEFAULT_MESSAGE_BYTES["tp"]
     assert lb.kinds["tp"].slowest is LinkClass.NVLINK
-    assert lb.kinds["tp"].time_s == approx(2 * 7 * (1e-6 + m / (8 * 450e9)))
-    # 16 data-parallel ranks fit two nodes of one leaf: hierarchical, l = 8
+    assert lb.kinds["tp"].time_s == approx(NVLS_H100_US * US + m / (NVLS_H100 * 450e9))
+    # 16 data-parallel ranks fit two nodes of one leaf, 8 a host
     dp = lb.kinds["dp"]
     md = DEFAULT_MESSAGE_BYTES["dp"]
     assert dp.slowest is LinkClass.NET_LEAF
-    assert dp.time_s == approx(2 * 7 * (1e-6 + md / (8 * 450e9)) +
-                               2 * 1 * (6e-6 + md / (8 * 2 * 50e9)))
+    assert dp.time_s == approx(collective_time(CostParams(), "all-reduce", 16, md, 2, 8, 8,
+                                               LinkClass.NVLINK, 450.0, LinkClass.NET_LEAF, 50.0))
     assert lb.kinds["pp"].slowest is LinkClass.NVLINK  # 2 stages could share a node
     assert lb.alone_s == approx(sum(lb.kinds[k].time_s for k in lb.counted))
     # jointly: TP 8 fills the node, so the 2 stages of a pipeline cannot
     # share it too (16 ranks): either the pipeline hop goes over the leaf,
     # or TP is split over two hosts; the bound takes the cheaper
     mp = DEFAULT_MESSAGE_BYTES["pp"]
-    pp_net = 6e-6 + mp / 50e9
+    pp_net = A[LinkClass.NET_LEAF] + mp / (E_NET * 50e9)
     assert lb.alone_s < lb.step_time_s <= lb.alone_s - lb.kinds["pp"].time_s + pp_net + 1e-15
 
 
@@ -435,3 +610,62 @@ def test_identical_group_kinds_warn_once():
     warnings = evaluate(inv, pl, req).warnings
     assert [w.split(" group")[0] for w in warnings] == ["DP"], warnings
     assert "through a spine switch" in warnings[0]
+
+
+# --------------------------------------------------------------------------
+# the Blackwell presets: one line in an inventory, priced sanely
+
+
+def _cluster_of(tmp_path, node_type: str, nodes: int = 4) -> Inventory:
+    path = tmp_path / f"{node_type}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: {node_type}
+        nodes:
+          - {{name: "n[1-{nodes}]", type: {node_type}}}
+        fabric:
+          switches:
+            - {{name: leaf1, nodes: "n[1-{nodes}]"}}
+        """))
+    return load_inventory(str(path))
+
+
+@pytest.mark.parametrize("name,model,nic_gbit,nvlink,cores", [
+    ("dgx-b200", "NVIDIA B200", 400, 900.0, 56),
+    ("hgx-b200-8", "NVIDIA B200", 400, 900.0, 56),
+    ("dgx-b300", "NVIDIA B300 SXM6 AC", 800, 900.0, 64),
+    ("hgx-b300-8", "NVIDIA B300 SXM6 AC", 800, 900.0, 64),
+    ("hgx-h200-8", "NVIDIA H200", 400, 450.0, 56),
+])
+def test_node_presets_load_as_one_line(tmp_path, name, model, nic_gbit, nvlink, cores):
+    inv = _cluster_of(tmp_path, name)
+    hw = inv.nodes["n1"].hardware
+    assert hw.gpu_count == 8 and hw.nvswitch and {g.model for g in hw.gpus} == {model}
+    assert [x.rate_gbps for x in hw.compute_nics()] == [nic_gbit] * 8
+    assert [x.relation_to(i) for i, x in enumerate(hw.nics)] == [LinkClass.PIX] * 8
+    assert hw.cpu.sockets == 2 and hw.cpu.cores_per_socket == cores
+    hc = cost_params(inv).hw(hw)
+    assert hc.intra(tuple(range(8))) == (LinkClass.NVLINK, nvlink)
+    assert hc.net == [nic_gbit / 8.0] * 8
+    assert hc.nvls_bw > 0
+
+
+def test_blackwell_presets_price_sanely(tmp_path):
+    # the same job on 4 nodes of each: TP 8 in a node, DP 4 across them
+    req = JobRequest(Layout(tp=8, dp=4))
+    steps = {}
+    for name in ("hgx-h100-8", "dgx-b200", "dgx-b300"):
+        inv = _cluster_of(tmp_path, name)
+        pl = plan(inv, None, req)
+        rep = evaluate(inv, pl, req)
+        assert rep.kinds["tp"].slowest is LinkClass.NVLINK
+        assert rep.kinds["dp"].slowest is LinkClass.NET_LEAF
+        lb = lower_bound(inv, req)
+        assert lb.step_time_s <= rep.step_time_s * (1 + 1e-12)
+        steps[name] = rep
+    # NVLink 5 doubles NVLink 4 (64 MiB is not all bandwidth: the published
+    # 8-GPU curves at 64 MiB differ 1.16x); ConnectX-8 doubles ConnectX-7
+    assert steps["dgx-b200"].kinds["tp"].time_s < 0.8 * steps["hgx-h100-8"].kinds["tp"].time_s
+    assert steps["dgx-b300"].kinds["tp"].time_s == approx(steps["dgx-b200"].kinds["tp"].time_s)
+    assert steps["dgx-b300"].kinds["dp"].time_s < 0.7 * steps["dgx-b200"].kinds["dp"].time_s
+    assert (steps["dgx-b300"].step_time_s < steps["dgx-b200"].step_time_s
+            < steps["hgx-h100-8"].step_time_s)

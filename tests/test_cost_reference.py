@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from slurmtopo.cost import COLLECTIVES, cost_params, evaluate
-from slurmtopo.cost.collectives import flat_time, hier_time
+from slurmtopo.cost.collectives import collective_time
 from slurmtopo.errors import LayoutError
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
@@ -132,7 +132,7 @@ def ref_group(inv: Inventory, p, pl: Placement, ranks: Sequence[int], coll: str,
                     bw = p.bandwidth[cls]
                 else:
                     bw = min(fa.net[a.gpu], fb.net[b.gpu]) / p.oversubscription.get(cls, 1.0)
-            t = p.alpha[cls] + m / (bw * 1e9)
+            t = p.launch + p.alpha[cls] + m / (p.efficiency.get(cls, 1.0) * bw * 1e9)
             worst_c, worst_t = max(worst_c, cls), max(worst_t, t)
         return worst_c, worst_t
     by_host: Dict[str, List[int]] = {}
@@ -141,8 +141,11 @@ def ref_group(inv: Inventory, p, pl: Placement, ranks: Sequence[int], coll: str,
     figures = {h: p.hw(inv.nodes[h].hardware) for h in by_host}
     if len(by_host) == 1:
         (h, gpus), = by_host.items()
-        cls, bw = figures[h].intra(tuple(sorted(gpus)))
-        return cls, flat_time(coll, n, m, p.alpha[cls], bw)
+        f = figures[h]
+        cls, bw = f.intra(tuple(sorted(gpus)))
+        nvls = f.nvls_bw if cls is LinkClass.NVLINK else 0.0
+        return cls, collective_time(p, coll, n, m, 0, 0, 0, cls, bw, nvls_bw=nvls,
+                                    nvls_lat=f.nvls_lat)
     rings = [figures[h].intra(tuple(sorted(g))) for h, g in by_host.items() if len(g) > 1]
     in_cls = max((c for c, _ in rings), default=LinkClass.SELF)
     in_bw = min((b for _, b in rings), default=math.inf)
@@ -150,14 +153,17 @@ def ref_group(inv: Inventory, p, pl: Placement, ranks: Sequence[int], coll: str,
     slowest = max(net, in_cls)
     if net is LinkClass.NVLINK_DOMAIN:
         bw = min(min(f.class_bw(net) for f in figures.values()), in_bw)
-        return slowest, flat_time(coll, n, m, p.alpha[slowest], bw)
+        nvls = (min(f.nvls_bw for f in figures.values()) if in_cls <= LinkClass.NVLINK else 0.0)
+        lat = max(f.nvls_lat for f in figures.values())
+        return slowest, collective_time(p, coll, n, m, 0, 0, 0, slowest, bw, nvls_bw=nvls,
+                                        nvls_lat=lat)
     if net in p.bandwidth:
         net_bw = p.bandwidth[net]
     else:
         net_bw = min(figures[s.host].net[s.gpu] for s in slots) / p.oversubscription.get(net, 1.0)
     sizes = [len(g) for g in by_host.values()]
-    return slowest, hier_time(coll, n, len(by_host), max(sizes), min(sizes), m, p.alpha[in_cls],
-                              in_bw if in_bw != math.inf else 1.0, p.alpha[net], net_bw)
+    return slowest, collective_time(p, coll, n, m, len(by_host), max(sizes), min(sizes), in_cls,
+                                    in_bw, net, net_bw)
 
 
 def assert_prices_like_the_reference(inv: Inventory, pl: Placement, req: JobRequest) -> None:

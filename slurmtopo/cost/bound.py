@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional, Tuple
 
-from slurmtopo.cost.collectives import COLLECTIVES, counted_kinds, flat_time, hier_time
+from slurmtopo.cost.collectives import COLLECTIVES, collective_time, counted_kinds
 from slurmtopo.cost.defaults import NETWORK_CLASSES
 from slurmtopo.cost.params import CostParams, cost_params
 from slurmtopo.cost.report import CostReport, GroupCost
@@ -103,6 +103,8 @@ class LowerBound:
         self.dom_max = st.dom_max
         self.dom_bw = max((p.hw(h).class_bw(LinkClass.NVLINK_DOMAIN) for h, _ in st.dom_sets),
                           default=0.0)
+        self.dom_nvls = max((p.hw(h).nvls_bw for h, _ in st.dom_sets), default=0.0)
+        self.dom_nvls_lat = min((p.hw(h).nvls_lat for h, _ in st.dom_sets), default=0.0)
         self.scope_cap = st.scope_cap
         self.node_sizes = st.node_sizes
         self.dom_sizes = st.dom_sizes
@@ -137,15 +139,19 @@ class LowerBound:
             self._best_in[key] = hit
         return hit
 
-    def best_pair(self) -> Tuple[LinkClass, float]:
+    def best_pair(self, m: int) -> Tuple[LinkClass, float]:
+        """(class, seconds) of the fastest p2p of ``m`` bytes between two
+        GPUs of one node."""
         best = None
+        p = self.p
         for hw, gpus in self.sets:
-            hc = self.p.hw(hw)
+            hc = p.hw(hw)
             for i, a in enumerate(gpus):
                 for b in gpus[i + 1:]:
                     c, bw = hc.pair(a, b)
-                    if best is None or (c, -bw) < (best[0], -best[1]):
-                        best = (c, bw)
+                    t = collective_time(p, "p2p", 2, m, 0, 0, 0, c, bw)
+                    if best is None or (t, c) < (best[1], best[0]):
+                        best = (c, t)
         return best
 
     def best(self, n: int, collective: str, m: int, count: int = 1,
@@ -165,18 +171,22 @@ class LowerBound:
         # inside one node
         if n <= self.node_max and in_node:
             if collective == "p2p":
-                c, bw = self.best_pair()
-                opts.append((p.alpha[c] + m / (bw * 1e9), c))
+                c, t = self.best_pair(m)
+                opts.append((t, c))
             else:
                 for hw, gpus in self.sets:
                     if len(gpus) >= n:
                         c, bw = self.best_intra(hw, gpus, n)
-                        opts.append((flat_time(collective, n, m, p.alpha[c], bw), c))
+                        hc = p.hw(hw)
+                        nvls = hc.nvls_bw if c is LinkClass.NVLINK else 0.0
+                        opts.append((collective_time(p, collective, n, m, 0, 0, 0, c, bw,
+                                                     nvls_bw=nvls, nvls_lat=hc.nvls_lat), c))
         # inside one NVLink domain
         if self.dom_max >= n and n > 1 and in_dom:
             c = LinkClass.NVLINK_DOMAIN
             bw = p.bandwidth.get(c, self.dom_bw)
-            opts.append((flat_time(collective, n, m, p.alpha[c], bw), c))
+            opts.append((collective_time(p, collective, n, m, 0, 0, 0, c, bw,
+                                         nvls_bw=self.dom_nvls, nvls_lat=self.dom_nvls_lat), c))
         # over the network, packing l ranks a host
         first = None
         for c in NETWORK_CLASSES:
@@ -190,7 +200,8 @@ class LowerBound:
                 continue
             b_net = p.bandwidth.get(c, self.best_net / p.oversubscription.get(c, 1.0))
             if collective == "p2p":
-                opts.append((p.alpha[c] + m / (b_net * 1e9), c))
+                opts.append((collective_time(p, "p2p", 2, m, 2, 1, 1, LinkClass.SELF, 0.0, c,
+                                             b_net), c))
                 continue
             for hw, gpus in self.sets:
                 for l in range(1, min(len(gpus), n, l_cap or n) + 1):
@@ -198,8 +209,7 @@ class LowerBound:
                     if h < 2:
                         continue
                     ci, bi = self.best_intra(hw, gpus, l)
-                    t = hier_time(collective, n, h, l, l, m, p.alpha[ci],
-                                  bi if bi != math.inf else 1.0, p.alpha[c], b_net)
+                    t = collective_time(p, collective, n, m, h, l, l, ci, bi, c, b_net)
                     opts.append((t, max(c, ci)))
         if not opts:  # no free GPU anywhere (a state with nothing free)
             opts.append((math.inf, LinkClass.NET_FAR))

@@ -1,9 +1,12 @@
 """The cost model's default figures: message sizes per group kind, latency
-per link class, NVLink and PCIe bandwidth by GPU model, NCCL's PCIe
+per link class, NCCL's protocols and algorithms, the share of each link's
+bandwidth they reach, NVLink and PCIe bandwidth by GPU model, NCCL's PCIe
 factors and socket link, and the keys of the inventory's ``cost:`` block
 (docs/cost-model.md cites where each number comes from)."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Dict, Tuple
 
 from slurmtopo.links import LinkClass
@@ -40,12 +43,98 @@ DEFAULT_MESSAGE_BYTES: Dict[str, int] = {
 }
 
 
-#: alpha (latency per step), microseconds
+#: alpha: the latency of one step of a ring (one hop, one chunk) with
+#: NCCL's Simple protocol, microseconds, per link class. NCCL's tuner
+#: (src/graph/tuning.cc, ``hwLatencies``) charges a Simple ring step 3.4 us
+#: over NVLink, 5.7 us over PCIe and 14 us over the network; the steps
+#: between the PCIe classes and the switch levels add a little for each
+#: bridge or switch crossed. LL and LL128 steps cost a fraction of these
+#: (:data:`DEFAULT_PROTOCOLS`).
 DEFAULT_ALPHA_US: Dict[LinkClass, float] = {
-    LinkClass.SELF: 0.0, LinkClass.NVLINK: 1.0, LinkClass.NVLINK_DOMAIN: 1.5, LinkClass.PIX: 2.0, LinkClass.PXB: 2.5,
-    LinkClass.PHB: 3.0, LinkClass.NODE: 3.5, LinkClass.SYS: 5.0, LinkClass.NET_LEAF: 6.0, LinkClass.NET_L1: 7.0,
-    LinkClass.NET_L2: 8.0, LinkClass.NET_L3: 9.0, LinkClass.NET_FAR: 12.0,
+    LinkClass.SELF: 0.0, LinkClass.NVLINK: 3.4, LinkClass.NVLINK_DOMAIN: 4.0, LinkClass.PIX: 5.7,
+    LinkClass.PXB: 5.7, LinkClass.PHB: 6.0, LinkClass.NODE: 6.5, LinkClass.SYS: 8.0,
+    LinkClass.NET_LEAF: 14.0, LinkClass.NET_L1: 14.5, LinkClass.NET_L2: 15.0, LinkClass.NET_L3: 15.5,
+    LinkClass.NET_FAR: 17.0,
 }
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One of NCCL's protocols: the share of the Simple protocol's bandwidth
+    it reaches; the share of the Simple per-step latency (alpha) it pays on
+    a step inside a node (or NVLink domain) and on a step between hosts;
+    its fixed latency per collective (microseconds); the most busbw (GB/s)
+    it reaches inside a node and across hosts, whatever the links."""
+
+    bandwidth: float
+    latency: float
+    network_latency: float
+    base_us: float
+    node_gbps: float = math.inf
+    network_gbps: float = math.inf
+
+
+#: NCCL's three protocols (src/graph/tuning.cc): LL sends 8 bytes of data
+#: with 8 bytes of flags (half the bandwidth, the lowest latency); LL128
+#: 120 of every 128 bytes (NCCL counts 0.92 of the bandwidth); Simple the
+#: whole bandwidth after a handshake per chunk. Latency factors are
+#: NCCL's per-step latencies relative to Simple's (LL 0.6/3.4 us on
+#: NVLink, 2.7/14 on the network; LL128 1.9/3.4 and 4/14); base
+#: latencies are NCCL's ``baseLatencies`` for rings. LL and LL128 top out
+#: whatever the links (NCCL: ``llMaxBws``, 141-282 GB/s in a node and
+#: 20-39 across nodes; ``perChMaxRingLL128Bws``, 36.7-40 GB/s a channel,
+#: the same on Hopper and Blackwell); the ceilings here are fitted.
+DEFAULT_PROTOCOLS: Dict[str, Protocol] = {
+    "LL": Protocol(bandwidth=0.5, latency=0.18, network_latency=0.19, base_us=6.6,
+                   node_gbps=200.0, network_gbps=40.0),
+    "LL128": Protocol(bandwidth=0.92, latency=0.56, network_latency=0.29, base_us=14.0,
+                      node_gbps=310.0),
+    "Simple": Protocol(bandwidth=1.0, latency=1.0, network_latency=1.0, base_us=8.4),
+}
+PROTOCOL_NAMES = tuple(DEFAULT_PROTOCOLS)
+
+#: collective algorithms the model can choose (NCCL's names): ``ring``
+#: always; ``tree`` for all-reduce across hosts (NCCL's double binary
+#: tree); ``nvls`` for all-reduce inside one NVSwitch fabric (NVLink SHARP)
+ALGORITHMS = ("ring", "tree", "nvls")
+
+#: The share of a link's bandwidth a Simple ring reaches, per class
+#: (fitted to the published curves in tests/fixtures/calibration/, see
+#: docs/cost-model.md: an H200 ring measures 367.6 GB/s busbw of 450, a
+#: B200 682 of 900; ConnectX-7 and EFA rings across 4 nodes 331-382 GB/s
+#: of 400 a node). PCIe classes are not calibrated and take NVLink's.
+DEFAULT_EFFICIENCY: Dict[LinkClass, float] = {
+    **{c: 0.80 for c in LinkClass if LinkClass.NVLINK <= c <= LinkClass.SYS},
+    **{c: 0.84 for c in LinkClass if c.is_network},
+}
+
+#: NVLink SHARP (NVLS): an all-reduce inside one NVSwitch fabric (a node,
+#: or an NVL72 domain) moves M bytes per GPU each way instead of a ring's
+#: 2(n-1)/n M; its algbw is this share of the GPU's NVLink bandwidth
+#: (fitted: 8x H100/H200 reach 274 GB/s algbw, 480 busbw, of 450; 8x B200
+#: 483 of 900). NVSwitch 3 (Hopper) and later; A100's NVSwitch has none.
+DEFAULT_NVLS_EFFICIENCY: Tuple[Tuple[str, float], ...] = (
+    ("gb300", 0.43), ("gb200", 0.43), ("b300", 0.43), ("b200", 0.43), ("b100", 0.43),
+    ("gh200", 0.58), ("h200", 0.58), ("h100", 0.58), ("h800", 0.58), ("h20", 0.58),
+)
+#: NVLS's fixed latency per all-reduce (microseconds) by GPU model: it
+#: reduces in the switch in one pass but starts later than a ring (NCCL
+#: charges 25 us of hardware latency; fitted: Hopper 33, Blackwell 55)
+DEFAULT_NVLS_US: Tuple[Tuple[str, float], ...] = (
+    ("gb300", 57.0), ("gb200", 57.0), ("b300", 57.0), ("b200", 57.0), ("b100", 57.0),
+    ("gh200", 30.0), ("h200", 30.0), ("h100", 30.0), ("h800", 30.0), ("h20", 30.0),
+)
+#: NCCL does not use NVLS for four GPUs or fewer (the GB200 NVL partition
+#: guide: partitions of 4 GPUs or fewer "will not benefit from multicast")
+DEFAULT_NVLS_MIN_RANKS = 5
+
+#: NCCL multiplies a Simple ring's latency across nodes by 1.4 ("plateau
+#: effect of ring", tuning.cc); fitted 1.5
+DEFAULT_RING_PLATEAU = 1.5
+
+#: fixed cost of every collective (kernel launch), microseconds; 0: NCCL's
+#: base latencies are part of the protocols
+DEFAULT_LAUNCH_US = 0.0
 
 #: GB/s per NVLink lane and direction by GPU model (first substring match)
 DEFAULT_NVLINK_LANE_GBPS: Tuple[Tuple[str, float], ...] = (
@@ -88,4 +177,6 @@ NETWORK_CLASSES = (LinkClass.NET_LEAF, LinkClass.NET_L1, LinkClass.NET_L2, LinkC
 
 #: keys of the inventory's ``cost:`` block
 COST_KEYS = ("alpha_us", "bandwidth_gbps", "nvlink_lane_gbps", "pcie_gbps", "pcie_factor",
-             "inter_socket_gbps", "oversubscription", "default_nic_gbit", "message_bytes")
+             "inter_socket_gbps", "oversubscription", "default_nic_gbit", "message_bytes",
+             "efficiency", "protocols", "network_protocols", "algorithms", "nvls_efficiency",
+             "nvls_us", "nvls_min_ranks", "ring_plateau", "launch_us")

@@ -1,6 +1,7 @@
 """One node type's figures under some cost parameters: GB/s of a ring or a
-GPU pair inside the node by link class, and each GPU's network share (its
-closest compute NICs' rate split among the GPUs that use them)."""
+GPU pair inside the node by link class, each GPU's network share (its
+closest compute NICs' rate split among the GPUs that use them) and the
+algbw of an NVLink SHARP all-reduce on its NVSwitch."""
 from __future__ import annotations
 
 import math
@@ -34,6 +35,11 @@ class HardwareFigures:
         self.pcie = p.pcie(hw)
         self.net = self._net_share()
         self.no_nics = not hw.compute_nics()
+        #: an NVLS all-reduce on this node's NVSwitch: GB/s of algbw (its
+        #: share of the GPU's NVLink bandwidth; 0: no NVLink SHARP), seconds
+        #: of latency
+        share, self.nvls_lat = p.nvls(hw)
+        self.nvls_bw = share * self.class_bw(LinkClass.NVLINK) if self.max_lanes else 0.0
         self._intra: Dict[Tuple[int, ...], Tuple[LinkClass, float]] = {}
 
     def _net_share(self) -> List[float]:

@@ -8,10 +8,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
-from slurmtopo.cost.defaults import (COST_KEYS, DEFAULT_ALPHA_US, DEFAULT_INTER_SOCKET_GBPS,
-                                     DEFAULT_MESSAGE_BYTES, DEFAULT_NVLINK_LANE_GBPS,
-                                     DEFAULT_PCIE_FACTOR, DEFAULT_PCIE_GBPS, NETWORK_CLASSES,
-                                     GiB, KiB, MiB)
+from slurmtopo.cost.defaults import (ALGORITHMS, COST_KEYS, DEFAULT_ALPHA_US, DEFAULT_EFFICIENCY,
+                                     DEFAULT_INTER_SOCKET_GBPS, DEFAULT_LAUNCH_US,
+                                     DEFAULT_MESSAGE_BYTES,
+                                     DEFAULT_NVLINK_LANE_GBPS, DEFAULT_NVLS_EFFICIENCY,
+                                     DEFAULT_NVLS_MIN_RANKS, DEFAULT_NVLS_US, DEFAULT_PCIE_FACTOR,
+                                     DEFAULT_PCIE_GBPS, DEFAULT_PROTOCOLS, DEFAULT_RING_PLATEAU,
+                                     NETWORK_CLASSES, PROTOCOL_NAMES, GiB, KiB, MiB, Protocol)
 from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.errors import InventoryError
 from slurmtopo.links import LinkClass
@@ -53,23 +56,37 @@ def parse_bytes(value) -> int:
     return int(float(m.group(1)) * _UNITS[unit])
 
 
-def _positive(value, what: str, allow_zero: bool = False) -> float:
+def _positive(value, what: str, allow_zero: bool = False, most: Optional[float] = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{what} must be a number, got {value!r}")
     v = float(value)
     if v != v or v < 0 or (v == 0 and not allow_zero) or math.isinf(v):
         raise ValueError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if most is not None and v > most:
+        raise ValueError(f"{what} must be at most {most:g}, got {value!r}")
     return v
+
+
+def _protocol_name(text) -> str:
+    for name in PROTOCOL_NAMES:
+        if str(text).strip().lower() == name.lower():
+            return name
+    raise ValueError(f"unknown protocol {text!r} (known: {', '.join(PROTOCOL_NAMES)})")
 
 
 @dataclass
 class CostParams:
     """Link parameters of the alpha-beta model.
 
-    ``alpha``: seconds per step, per LinkClass. ``bandwidth``: explicit
-    GB/s per direction per GPU for a LinkClass; a class not listed is
-    derived from the hardware (NVLink lanes x ``nvlink_lane_gbps``, PCIe
-    bandwidth x ``pcie_factor``, the GPU's NIC share / ``oversubscription``).
+    ``alpha``: seconds per ring step with NCCL's Simple protocol, per
+    LinkClass. ``bandwidth``: explicit GB/s per direction per GPU for a
+    LinkClass; a class not listed is derived from the hardware (NVLink
+    lanes x ``nvlink_lane_gbps``, PCIe bandwidth x ``pcie_factor``, the
+    GPU's NIC share / ``oversubscription``). ``efficiency``: the share of
+    a class's bandwidth a Simple ring reaches. ``protocols``,
+    ``network_protocols``, ``algorithms``, ``nvls_*``, ``ring_plateau``,
+    ``launch``: how NCCL's protocol and algorithm choice is modelled
+    (docs/cost-model.md).
     """
 
     alpha: Dict[LinkClass, float] = field(
@@ -86,6 +103,23 @@ class CostParams:
     #: GB/s between CPU sockets: the ceiling of a SYS ring
     inter_socket_gbps: float = DEFAULT_INTER_SOCKET_GBPS
     message_bytes: Dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MESSAGE_BYTES))
+    #: share of each class's bandwidth a Simple ring reaches (0 < x <= 1)
+    efficiency: Dict[LinkClass, float] = field(default_factory=lambda: dict(DEFAULT_EFFICIENCY))
+    protocols: Dict[str, Protocol] = field(default_factory=lambda: dict(DEFAULT_PROTOCOLS))
+    #: protocols a ring or tree may use once it crosses the network (AWS
+    #: EFA: Simple only)
+    network_protocols: Tuple[str, ...] = PROTOCOL_NAMES
+    algorithms: Tuple[str, ...] = ALGORITHMS
+    nvls_efficiency: Tuple[Tuple[str, float], ...] = DEFAULT_NVLS_EFFICIENCY
+    default_nvls_efficiency: float = 0.0
+    #: microseconds of NVLS's fixed latency by GPU model (a model not in
+    #: the table: the slowest listed)
+    nvls_us: Tuple[Tuple[str, float], ...] = DEFAULT_NVLS_US
+    default_nvls_us: float = max(us for _, us in DEFAULT_NVLS_US)
+    nvls_min_ranks: int = DEFAULT_NVLS_MIN_RANKS
+    ring_plateau: float = DEFAULT_RING_PLATEAU
+    #: seconds: every collective's launch
+    launch: float = DEFAULT_LAUNCH_US * 1e-6
     _hw: Dict[Hardware, "HardwareFigures"] = field(default_factory=dict, repr=False, compare=False)
 
     # ---- construction ----------------------------------------------------
@@ -97,7 +131,7 @@ class CostParams:
         Keys (all optional; see docs/cost-model.md)::
 
             cost:
-              alpha_us: {NVLINK: 1.0, NET_LEAF: 6}       # per link class, microseconds
+              alpha_us: {NVLINK: 3.4, NET_LEAF: 14}      # per class, us a Simple ring step
               bandwidth_gbps: {SYS: 10, NET_L1: 40}      # per class, GB/s per GPU and direction
               nvlink_lane_gbps: {H100: 25, A6000: 14}    # GPU model substring -> GB/s per lane
               pcie_gbps: 25                              # or {model substring: GB/s}
@@ -106,6 +140,15 @@ class CostParams:
               oversubscription: {NET_L1: 2, NET_L2: 4}   # divides the NIC share per level
               default_nic_gbit: 400                      # when a node lists no compute NIC
               message_bytes: {tp: 64MiB, dp: 268435456}  # per group kind
+              efficiency: {NVLINK: 0.8, NET_LEAF: 0.9}   # share of the bandwidth a ring reaches
+              protocols: {LL128: {bandwidth: 0.9, latency: 0.5, base_us: 14, node_gbps: 330}}
+              network_protocols: [Simple]                # AWS EFA
+              algorithms: [ring, nvls]                   # no tree
+              nvls_efficiency: {H100: 0.6}               # or one number; 0: no NVLS
+              nvls_us: {B200: 55}                        # NVLS latency, or one number
+              nvls_min_ranks: 5
+              ring_plateau: 1.4                          # Simple ring latency factor across hosts
+              launch_us: 5                               # fixed cost of every collective
 
         Raises :class:`InventoryError` naming the key on bad values.
         """
@@ -134,7 +177,7 @@ class CostParams:
                 raise fail(f"{key} must be a mapping, got {v!r}", v)
             return v
 
-        def per_class(key, allow_zero, only=None):
+        def per_class(key, allow_zero, only=None, most=None):
             m = mapping(key)
             out = {}
             for k, v in (m or {}).items():
@@ -143,7 +186,7 @@ class CostParams:
                     if only is not None and c not in only:
                         raise ValueError(f"{key} takes only {', '.join(x.name for x in only)}, "
                                          f"not {c.name}")
-                    out[c] = _positive(v, f"{key}.{k}", allow_zero)
+                    out[c] = _positive(v, f"{key}.{k}", allow_zero, most)
                 except ValueError as exc:
                     raise fail(str(exc), m, k) from None
             return out
@@ -154,35 +197,35 @@ class CostParams:
         p.pcie_factor.update(per_class("pcie_factor", False, tuple(DEFAULT_PCIE_FACTOR)))
         p.oversubscription.update(per_class("oversubscription", False, NETWORK_CLASSES))
 
-        def by_model(key, current):
+        # a table by GPU model substring (entries given first), or one
+        # number for every model (the table emptied, the default set)
+        for key, allow_zero, most in (("nvlink_lane_gbps", False, None),
+                                      ("pcie_gbps", False, None),
+                                      ("nvls_efficiency", True, 1.0), ("nvls_us", True, None)):
             v = cost.get(key)
-            if v is None:
-                return current, None
             if isinstance(v, Mapping):
                 out = []
                 for k, x in v.items():
                     try:
-                        out.append((str(k).lower(), _positive(x, f"{key}.{k}")))
+                        out.append((str(k).lower(), _positive(x, f"{key}.{k}", allow_zero, most)))
                     except ValueError as exc:
                         raise fail(str(exc), v, k) from None
-                return tuple(out) + tuple(current), None
-            try:
-                return current, _positive(v, key)
-            except ValueError as exc:
-                raise fail(str(exc), cost) from None
-
-        p.nvlink_lane_gbps, flat = by_model("nvlink_lane_gbps", p.nvlink_lane_gbps)
-        if flat is not None:
-            p.nvlink_lane_gbps, p.default_nvlink_lane_gbps = (), flat
-        p.pcie_gbps, flat = by_model("pcie_gbps", p.pcie_gbps)
-        if flat is not None:
-            p.pcie_gbps, p.default_pcie_gbps = (), flat
+                setattr(p, key, tuple(out) + tuple(getattr(p, key)))
+            elif v is not None:
+                try:
+                    flat = _positive(v, key, allow_zero, most)
+                except ValueError as exc:
+                    raise fail(str(exc), cost) from None
+                setattr(p, key, ())
+                setattr(p, f"default_{key}", flat)
         for key in ("default_nic_gbit", "inter_socket_gbps"):
             if cost.get(key) is not None:
                 try:
                     setattr(p, key, _positive(cost[key], key))
                 except ValueError as exc:
                     raise fail(str(exc), cost) from None
+        p.efficiency.update(per_class("efficiency", False, most=1.0))
+        _parse_model(p, cost, fail, mapping)
         mb = mapping("message_bytes")
         for k, v in (mb or {}).items():
             from slurmtopo.errors import LayoutError
@@ -222,10 +265,93 @@ class CostParams:
             return float(hw.pcie_gbps)
         return self._match(self.pcie_gbps, hw.model, self.default_pcie_gbps)
 
+    def nvls(self, hw: Hardware) -> Tuple[float, float]:
+        """(share of the GPU's NVLink bandwidth, seconds of latency) of an
+        NVLS all-reduce on ``hw``; share 0: the hardware has no NVLink SHARP."""
+        if not hw.nvswitch:
+            return 0.0, 0.0
+        return (self._match(self.nvls_efficiency, hw.model, self.default_nvls_efficiency),
+                self._match(self.nvls_us, hw.model, self.default_nvls_us) * 1e-6)
+
     def message(self, kind: str, req: Optional[JobRequest] = None) -> int:
         if req is not None and kind in req.message_bytes:
             return int(req.message_bytes[kind])
         return int(self.message_bytes.get(kind, DEFAULT_MESSAGE_BYTES.get(kind, MiB)))
+
+
+def _parse_model(p: CostParams, cost: Mapping, fail, mapping) -> None:
+    """The keys describing NCCL's protocols and algorithms (validated the
+    same way as the rest: one line naming the key on a bad value)."""
+    def number(key, allow_zero=True, most=None):
+        try:
+            return _positive(cost[key], key, allow_zero, most)
+        except ValueError as exc:
+            raise fail(str(exc), cost) from None
+
+    def names(key, parse):
+        v = cost.get(key)
+        if v is None:
+            return None
+        if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)) or not v:
+            raise fail(f"{key} must be a non-empty list, got {v!r}", cost)
+        out = []
+        for x in v:
+            try:
+                name = parse(x)
+            except ValueError as exc:
+                raise fail(f"{key}: {exc}", v) from None
+            if name not in out:
+                out.append(name)
+        return tuple(out)
+
+    prot = mapping("protocols")
+    for k, v in (prot or {}).items():
+        try:
+            name = _protocol_name(k)
+        except ValueError as exc:
+            raise fail(f"protocols: {exc}", prot, k) from None
+        fields = dict(vars(p.protocols[name]))
+        if not isinstance(v, Mapping):
+            raise fail(f"protocols.{name} must be a mapping of {', '.join(fields)}, got {v!r}",
+                       prot, k)
+        for f, x in v.items():
+            if f not in fields:
+                raise fail(f"protocols.{name}: unknown field {f!r} (allowed: "
+                           f"{', '.join(fields)})", v, f)
+            try:
+                fields[f] = _positive(x, f"protocols.{name}.{f}",
+                                      f in ("latency", "network_latency", "base_us"),
+                                      1.0 if f == "bandwidth" else None)
+            except ValueError as exc:
+                raise fail(str(exc), v, f) from None
+        p.protocols[name] = Protocol(**fields)
+    got = names("network_protocols", _protocol_name)
+    if got is not None:
+        p.network_protocols = tuple(n for n in PROTOCOL_NAMES if n in got)
+
+    def algorithm(x) -> str:
+        t = str(x).strip().lower()
+        if t not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {x!r} (known: {', '.join(ALGORITHMS)})")
+        return t
+
+    got = names("algorithms", algorithm)
+    if got is not None:
+        if "ring" not in got:
+            raise fail("algorithms must include ring (every collective can ring)", cost)
+        p.algorithms = tuple(a for a in ALGORITHMS if a in got)
+    if cost.get("launch_us") is not None:
+        p.launch = number("launch_us") * 1e-6
+    if cost.get("ring_plateau") is not None:
+        x = number("ring_plateau", allow_zero=False)
+        if x < 1:
+            raise fail(f"ring_plateau must be at least 1, got {x:g}", cost)
+        p.ring_plateau = x
+    v = cost.get("nvls_min_ranks")
+    if v is not None:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+            raise fail(f"nvls_min_ranks must be a whole number >= 2, got {v!r}", cost)
+        p.nvls_min_ranks = v
 
 
 def cost_params(inv: Inventory) -> CostParams:

@@ -17,7 +17,7 @@ from operator import attrgetter, getitem, itemgetter
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.cost.bound import LowerBound
-from slurmtopo.cost.collectives import COLLECTIVES, counted_kinds, flat_time, hier_time
+from slurmtopo.cost.collectives import COLLECTIVES, collective_time, counted_kinds
 from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.cost.params import CostParams, cost_params
 from slurmtopo.cost.report import CostReport, GroupCost
@@ -29,19 +29,18 @@ from slurmtopo.topology import network_view
 
 #: What one group's collective time depends on, whatever the collective
 #: and message: (slowest class, hosts, most and fewest ranks a host, class
-#: and GB/s inside hosts, network class and GB/s). ``hosts`` 0: one flat
-#: ring whose alpha is the inside class's (a single host, or one NVLink
-#: domain).
-Shape = Tuple[LinkClass, int, int, int, LinkClass, float, LinkClass, float]
+#: and GB/s inside hosts, network class and GB/s, GB/s and seconds of
+#: latency of an NVLS all-reduce). ``hosts`` 0: one flat ring on the
+#: inside class (a single host, or one NVLink domain), NVLS possible when
+#: its GB/s is not 0.
+Shape = Tuple[LinkClass, int, int, int, LinkClass, float, LinkClass, float, float, float]
 
 
 def shape_time(p: CostParams, shape: Shape, collective: str, n: int, m: int) -> float:
     """Seconds of one ``collective`` of ``m`` bytes over ``n`` ranks of ``shape``."""
-    _, hosts, l_max, l_min, in_cls, in_bw, net_cls, net_bw = shape
-    if hosts == 0:
-        return flat_time(collective, n, m, p.alpha[in_cls], in_bw) if n > 1 else 0.0
-    return hier_time(collective, n, hosts, l_max, l_min, m, p.alpha[in_cls], in_bw,
-                     p.alpha[net_cls], net_bw)
+    _, hosts, l_max, l_min, in_cls, in_bw, net_cls, net_bw, nvls_bw, nvls_lat = shape
+    return collective_time(p, collective, n, m, hosts, l_max, l_min, in_cls, in_bw, net_cls,
+                           net_bw, nvls_bw, nvls_lat)
 
 
 class PlacementPricer:
@@ -185,8 +184,9 @@ class PlacementPricer:
         fixed, over = self.p.bandwidth, self.p.oversubscription
         flat: Dict[Tuple[LinkClass, float], Shape] = {}
         dom_cls, self_cls, inf = LinkClass.NVLINK_DOMAIN, LinkClass.SELF, math.inf
+        nvl_cls = LinkClass.NVLINK
         hosts_class, pair_class = self.hosts_class, self.pair_class
-        self_shape: Shape = (self_cls, 0, 0, 0, self_cls, inf, self_cls, 0.0)
+        self_shape: Shape = (self_cls, 0, 0, 0, self_cls, inf, self_cls, 0.0, 0.0, 0.0)
 
         def shape(ranks: Sequence[int]) -> Shape:
             if n < 2:
@@ -202,7 +202,9 @@ class PlacementPricer:
                 sh = flat.get(hit)
                 if sh is None:
                     cls, bw = hit
-                    sh = flat[hit] = (cls, 0, 0, 0, cls, bw, self_cls, 0.0)
+                    hc = hcs[h0]
+                    nvls = hc.nvls_bw if cls is nvl_cls else 0.0
+                    sh = flat[hit] = (cls, 0, 0, 0, cls, bw, self_cls, 0.0, nvls, hc.nvls_lat)
                 return sh
             if n <= 32:
                 distinct = dict.fromkeys(hs)
@@ -243,15 +245,18 @@ class PlacementPricer:
                 net_cls = hosts_class(list(per_host))
             slowest = net_cls if net_cls > in_cls else in_cls
             if net_cls is dom_cls:
-                # one NVLink fabric: a flat ring over all ranks
+                # one NVLink fabric: a flat ring over all ranks (NVLS when
+                # every tray's NVSwitch has it)
                 bw = min(min(hcs[h].class_bw(net_cls) for h in per_host), in_bw)
-                return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0)
+                nvls = (min(hcs[h].nvls_bw for h in per_host) if in_cls <= nvl_cls else 0.0)
+                lat = max(hcs[h].nvls_lat for h in per_host)
+                return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0, nvls, lat)
             if net_cls in fixed:
                 net_bw = fixed[net_cls]
             else:
                 net_bw = min(get(rank_share)) / over.get(net_cls, 1.0)
             return (slowest, len(per_host), l_max, min(counts), in_cls,
-                    in_bw if in_bw != inf else 1.0, net_cls, net_bw)
+                    in_bw if in_bw != inf else 1.0, net_cls, net_bw, 0.0, 0.0)
 
         return shape
 
@@ -268,7 +273,8 @@ class PlacementPricer:
         inside: Dict[Tuple[int, int, int], Tuple[LinkClass, float]] = {}
         across: Dict[Tuple[int, int], Tuple[LinkClass, float, float]] = {}
         by_hosts: Dict[Tuple[int, ...], Tuple[LinkClass, float]] = {}
-        alpha, over, fixed = p.alpha, p.oversubscription, p.bandwidth
+        alpha, over, fixed, eff, launch = (p.alpha, p.oversubscription, p.bandwidth,
+                                           p.efficiency, p.launch)
         dom_cls, self_cls = LinkClass.NVLINK_DOMAIN, LinkClass.SELF
 
         def hops(ranks: Sequence[int]) -> Tuple[LinkClass, float]:
@@ -282,19 +288,21 @@ class PlacementPricer:
                     hit = inside.get(key)
                     if hit is None:
                         cls, bw = hc.pair(rank_g[prev], rank_g[r])
-                        hit = inside[key] = (cls, alpha[cls] + m / (bw * 1e9))
+                        hit = inside[key] = (cls, launch + alpha[cls]
+                                             + m / (eff.get(cls, 1.0) * bw * 1e9))
                     cls, t = hit
                 else:
                     hit = across.get((ha, hb))
                     if hit is None:
                         cls = pair_class(ha, hb)
+                        e = eff.get(cls, 1.0)
                         if cls is dom_cls:
                             bw = min(hcs[ha].class_bw(cls), hcs[hb].class_bw(cls))
-                            hit = (cls, alpha[cls] + m / (bw * 1e9), 0.0)
+                            hit = (cls, launch + alpha[cls] + m / (e * bw * 1e9), 0.0)
                         elif cls in fixed:
-                            hit = (cls, alpha[cls] + m / (fixed[cls] * 1e9), 0.0)
+                            hit = (cls, launch + alpha[cls] + m / (e * fixed[cls] * 1e9), 0.0)
                         else:
-                            hit = (cls, alpha[cls], m * over.get(cls, 1.0) / 1e9)
+                            hit = (cls, launch + alpha[cls], m * over.get(cls, 1.0) / (e * 1e9))
                         across[(ha, hb)] = hit
                     cls, t, per = hit
                     if per:
