@@ -132,8 +132,16 @@ def test_priced_on_the_frameworks_groups():
     assert by["fsdp-replicate"][1].startswith("network")
     (only,) = fsdp.calls
     assert only[2].startswith("network")
-    # sharding over NVLink and replicating across beats sharding across all
-    assert hsdp.step_comm_s < fsdp.step_comm_s
+    # sharding over NVLink and replicating across puts a fraction of the
+    # bytes on the network that sharding over all 32 does. (Which is faster
+    # depends on the network: with eight 400G rails a node, the calibrated
+    # model prices a 32-way ring that uses every rail at once below the
+    # replicas' gradient all-reduce, each replica group on one rail; that is
+    # what the published 4-node curves say, docs/cost-model.md.)
+    def network_bytes(rep):
+        return sum(_WEIGHT[c.collective] * c.message_bytes * c.calls
+                   for c, _, cls in rep.calls if cls.startswith("network"))
+    assert network_bytes(hsdp) < network_bytes(fsdp) / 2
     assert hsdp.step_comm_s == pytest.approx(sum(t for _, t, _ in hsdp.calls))
 
 
