@@ -67,6 +67,13 @@ class CostModelSpeeds:
 
 def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
          safety_net: bool = True, cand: Optional[Candidates] = None) -> Placement:
+    """See :func:`plan_and_default`: the placement alone."""
+    return plan_and_default(inv, state, req, safety_net, cand)[0]
+
+
+def plan_and_default(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
+                     safety_net: bool = True, cand: Optional[Candidates] = None
+                     ) -> Tuple[Placement, Optional[Placement]]:
     """Place every rank of ``req`` on a free GPU, topology-aware (gang: all
     ranks or :class:`~slurmtopo.errors.PlacementError` saying why not). See
     docs/placement.md.
@@ -79,7 +86,12 @@ def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
 
     ``cand``: the candidate nodes of ``req`` on ``state``, when the caller
     keeps them up to date itself (the placement daemon, which plans
-    hundreds of jobs on one changing state); None: computed here."""
+    hundreds of jobs on one changing state); None: computed here.
+
+    Returns the placement and Slurm's default placement when it was
+    weighed (None otherwise: one rank, or no safety net), so that a caller
+    comparing the two (:func:`slurmtopo.api.prepare`) does not build it
+    again (a 16,384-rank placement is a twentieth of a second)."""
     tree = fabric_tree(inv)
     if cand is None:
         cand = candidates(inv, state, req, tree.node_pod)
@@ -88,11 +100,12 @@ def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
         raise err
     groups = build_groups(req.layout)
     options = proposals(inv, req, groups, cand, tree, CostModelSpeeds(params_of(inv)))
+    naive = None
     if safety_net and req.layout.world > 1:
         naive = naive_from(inv, req, cand, groups)
         if meets_require(inv, req, naive):
             options.append(Proposal(NAIVE, naive))
-    return cheapest(inv, req, options)
+    return cheapest(inv, req, options), naive
 
 
 def params_of(inv: Inventory) -> CostParams:
