@@ -80,10 +80,69 @@ def expand_hostlist(text: Union[str, List[str]], what: str = "hostlist") -> List
 
 
 def fold_hostlist(names: Iterable[str]) -> str:
-    """Names -> the shortest hostlist expression (``gpu[01-03]``)."""
+    """Names -> the shortest hostlist expression (``gpu[01-03]``), as
+    ClusterShell folds them. The usual names (letters, then one number of
+    one width per prefix, as a plan's thousands of hosts are) are folded
+    here, the way ClusterShell prints them, without its parser (a tenth of a
+    second for a 16,384-GPU job's batch script); anything else goes to
+    ClusterShell."""
+    names = list(names)
+    folded = _fold_simple(names)
+    if folded is not None:
+        return folded
     from ClusterShell.NodeSet import NodeSet, RESOLVER_NOGROUP
 
-    return str(NodeSet.fromlist(list(names), resolver=RESOLVER_NOGROUP))
+    return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+
+
+#: a name :func:`_fold_simple` folds: a prefix of letters, ``.``, ``_``,
+#: ``-`` and an optional number at the end
+_SIMPLE_NAME = re.compile(r"^([A-Za-z._-]+)([0-9]*)$")
+
+
+def _fold_simple(names: List[str]):
+    """ClusterShell's folding of ``names`` when every name is simple
+    (:data:`_SIMPLE_NAME`) and the numbers of each prefix have one width:
+    patterns in sorted order (``prefix%s``, or the bare name), each with
+    its numbers as sorted runs (``1-3,7``), bracketed when there are
+    several. None otherwise."""
+    numbers: dict = {}
+    bare = set()
+    for name in names:
+        m = _SIMPLE_NAME.match(name)
+        if m is None:
+            return None
+        prefix, digits = m.groups()
+        if not digits:
+            bare.add(name)
+            continue
+        width, seen = numbers.setdefault(prefix, (len(digits), set()))
+        if len(digits) != width:
+            return None
+        seen.add(int(digits))
+    if not numbers and not bare:
+        return None
+    parts = [(name, None) for name in bare] + [(p + "%s", p) for p in numbers]
+    out = []
+    for pattern, prefix in sorted(parts):
+        if prefix is None:
+            out.append(pattern)
+            continue
+        width, seen = numbers[prefix]
+        values = sorted(seen)
+        runs = []
+        start = prev = values[0]
+        for v in values[1:] + [None]:
+            if v is not None and v == prev + 1:
+                prev = v
+                continue
+            runs.append(f"{start:0{width}d}" if start == prev else
+                        f"{start:0{width}d}-{prev:0{width}d}")
+            if v is not None:
+                start = prev = v
+        body = ",".join(runs)
+        out.append(f"{prefix}[{body}]" if len(values) > 1 else prefix + body)
+    return ",".join(out)
 
 
 def expand_indices(text: str, what: str = "index range") -> Set[int]:

@@ -74,3 +74,36 @@ def test_plan_refuses_what_slurm_would_not_read(args, part, tmp_path, capsys):
     code, _, err = run(["plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
                         "--tp", "8", "--output-dir", str(tmp_path / "p"), *args], capsys)
     _one_line_error(code, err, part)
+
+
+def _clustershell_fold(names):
+    from ClusterShell.NodeSet import NodeSet, RESOLVER_NOGROUP
+
+    return str(NodeSet.fromlist(list(names), resolver=RESOLVER_NOGROUP))
+
+
+def _names():
+    from hypothesis import strategies as st
+
+    prefix = st.sampled_from(["n", "gpu", "a-", "a_", "a.", "A", "x", "rack1-n", "n0"])
+    number = st.integers(min_value=0, max_value=1200)
+    padded = st.tuples(prefix, number, st.sampled_from([0, 1, 3, 5])).map(
+        lambda t: f"{t[0]}{t[1]:0{t[2]}d}" if t[2] else f"{t[0]}{t[1]}")
+    bare = st.sampled_from(["login", "a", "A-b", "x.y"])
+    return st.lists(st.one_of(padded, bare), min_size=1, max_size=40)
+
+
+def test_folding_is_clustershells():
+    # the usual names are folded without ClusterShell's parser, the rest by
+    # it; either way the text is the one ClusterShell prints
+    from hypothesis import given, settings
+
+    @settings(max_examples=400, deadline=None)
+    @given(_names())
+    def check(names):
+        assert fold_hostlist(names) == _clustershell_fold(names)
+
+    check()
+    big = [f"n{i:05d}" for i in range(1, 12501) if i % 7 and i % 64 != 3]
+    assert fold_hostlist(big) == _clustershell_fold(big)
+    assert fold_hostlist(["n1", "n01"]) == _clustershell_fold(["n1", "n01"])  # mixed widths
