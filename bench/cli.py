@@ -269,9 +269,12 @@ def fixed_costs(inv_path: str, workdir: str, repeats: int,
     shared machine weighs on all alike; the first plan (which writes the
     inventory's compiled form) is reported apart. Ratios to ``--help``, by
     wall and by CPU time."""
-    from slurmtopo.inventory_cache import SUFFIX
-
-    cache = os.path.join(os.path.dirname(inv_path), "." + os.path.basename(inv_path) + SUFFIX)
+    try:
+        from slurmtopo.inventory_cache import SUFFIX
+    except ImportError:  # a commit before the compiled form of files: measured as it is
+        SUFFIX = None
+    cache = os.path.join(os.path.dirname(inv_path),
+                         "." + os.path.basename(inv_path) + (SUFFIX or ".none"))
     if os.path.exists(cache):
         os.unlink(cache)
 
