@@ -397,6 +397,43 @@ class BlockSplitter:
         return out if len(out) == blocks else None
 
 
+def _pieces_alike(rest, sizes: Sequence[int], speed_class) -> bool:
+    """Is every node of ``rest`` with room for a piece of each size (of
+    ``sizes``) as fast for it as every other (NVSwitch nodes: any of their
+    GPUs ring alike)?"""
+    kinds = {(c, cls) for c, cls, _, _ in rest}
+    return all(len({speed_class(cls, k) for c, cls in kinds if c >= k}) <= 1 for k in sizes)
+
+
+def _threshold_split(splitter: "BlockSplitter", blocks: int, n_options: int
+                     ) -> Optional[List[List[Tuple[int, int]]]]:
+    """The split by the shortest prefix of the splitter's options with which
+    every block fits (binary search: more options only make more blocks
+    fit); None when none does."""
+    lo, hi, got = 0, n_options - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        trial = splitter.split(blocks, mid + 1)
+        if trial is None:
+            lo = mid + 1
+        else:
+            got, hi = trial, mid - 1
+    return got
+
+
+def _joined(seq: Allocation, blocks: List[List[Tuple[int, int]]]) -> Allocation:
+    """``seq`` (the whole blocks) then every split block's pieces, a node's
+    consecutive pieces merged."""
+    out = list(seq)
+    for pieces in blocks:
+        for i, k in pieces:
+            if out and out[-1][0] == i:
+                out[-1] = (i, out[-1][1] + k)
+            else:
+                out.append((i, k))
+    return out
+
+
 def rooms_of(members, span: int) -> List[int]:
     """The rooms of ``members`` (``rest`` entries), largest first."""
     return sorted((min(rec[0], span) for rec in members), reverse=True)
@@ -424,6 +461,9 @@ class BlockPacker:
         self.speeds = speeds
         self._piece_speed: Dict[Tuple[int, int], Tuple[float, float]] = {}
         self._net: Dict[Tuple[object, float], float] = {}
+        #: the network is as fast at every level (no oversubscription, no
+        #: figure per level): a split's price need not look at its pods
+        self.flat_network = all(speeds.network(1.0, c) == 1.0 for c in LinkClass if c.is_network)
 
     def piece_speed(self, idx: int, k: int) -> Tuple[float, float]:
         """(GB/s of the best ring over ``k`` of the node's free GPUs, the
@@ -476,7 +516,7 @@ class BlockPacker:
                 b_in = min(sp[0] for (i, k), sp in zip(pieces.items(), speeds) if k > 1) \
                     if any(k > 1 for k in pieces.values()) else math.inf
                 b_net = min(sp[1] for sp in speeds)
-                if len(pieces) > 1:
+                if len(pieces) > 1 and not self.flat_network:
                     b_net = self.network(pieces, b_net)
                 t = hier_share(max(pieces.values()), min(pieces.values()), len(pieces),
                                b_in, b_net)
@@ -533,14 +573,6 @@ class BlockPacker:
                     if _fits(rooms, tuple(a * piece_unit for a in ps))]
         if not patterns:
             return None
-        # every pattern at every level, ranked by the cost model: a pattern
-        # across an oversubscribed spine after a worse one under a leaf
-        levels, meets = self.split_levels({pod for _, _, pod, _ in rest})
-        nets = [self.speeds.network(ref, cls) for cls in meets]
-        options = sorted(((ps, lvl) for ps in patterns
-                          for lvl in range(len(levels))), key=lambda o: (
-            hier_share(o[0][0] * piece_unit, o[0][-1] * piece_unit, len(o[0]), math.inf,
-                       nets[o[1]]), o[1], len(o[0]), o[0]))
         # nodes whose pieces of every size are equally fast share a class
         sizes = range(piece_unit, span, piece_unit)
         classes: Dict[Tuple, int] = {}
@@ -558,27 +590,41 @@ class BlockPacker:
         def speed_class(cls: int, k: int) -> Tuple[float, float]:
             return ranks[cls][k // piece_unit - 1]
 
-        splitter = BlockSplitter(rest, span, piece_unit, speed_class, options, levels)
-        # the best threshold option for which every block fits (binary
-        # search: allowing more options only makes more blocks fit)
-        lo, hi, got = 0, len(options) - 1, None
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            trial = splitter.split(blocks, mid + 1)
-            if trial is None:
-                lo = mid + 1
-            else:
-                got, hi = trial, mid - 1
-        if got is not None:
-            out = list(seq)
-            for pieces in got:
-                for i, k in pieces:
-                    if out and out[-1][0] == i:
-                        out[-1] = (i, out[-1][1] + k)
-                    else:
-                        out.append((i, k))
-            return out
-        return None
+        # block after block, each piece on the node fastest for it, the
+        # block's pod only among equals (what every pool gets)
+        flat = [(ps, 0) for ps in sorted(patterns, key=lambda ps: (
+            hier_share(ps[0] * piece_unit, ps[-1] * piece_unit, len(ps), math.inf, ref),
+            len(ps), ps))]
+        best = _threshold_split(BlockSplitter(rest, span, piece_unit, speed_class, flat),
+                                blocks, len(flat))
+        best = best if best is None else _joined(seq, best)
+        levels, meets = self.split_levels({pod for _, _, pod, _ in rest})
+        if len(levels) > 1 and _pieces_alike(rest, sizes, speed_class):
+            # over several pods of nodes whose pieces are all alike, also
+            # the leftovers paired by pod, then spine group, ...: every
+            # pattern at every level ranked by the cost model's all-reduce
+            # with the level's network (a pattern across an oversubscribed
+            # spine after a worse one under a leaf) and the ring inside a
+            # node (6+2 under a leaf after 4+4 across a spine that halves
+            # the network); the split the cost model prices better is kept
+            nets = [self.speeds.network(ref, cls) for cls in meets]
+            ring = max(self.piece_speed(i, span)[0] for _, _, _, i in rest)
+            priced = sorted((hier_share(ps[0] * piece_unit, ps[-1] * piece_unit, len(ps), ring,
+                                        nets[lvl]), lvl, len(ps), ps)
+                            for ps in patterns for lvl in range(len(levels)))
+            if best is not None:
+                # an option slower than the block-after-block split's worst
+                # block (priced at the best ring and NIC share) cannot help
+                worst = self.split_cost(best, [span])[0]
+                priced = [o for o in priced if o[0] <= worst * (1 + 1e-9)]
+            options = [(o[3], o[1]) for o in priced]
+            paired = _threshold_split(BlockSplitter(rest, span, piece_unit, speed_class,
+                                                    options, levels), blocks, len(options))
+            if paired is not None:
+                paired = _joined(seq, paired)
+                if best is None or self.split_cost(paired, spans) <= self.split_cost(best, spans):
+                    best = paired
+        return best
 
     def split_levels(self, pods) -> Tuple[List[Optional[Callable[[int], object]]],
                                           List[LinkClass]]:

@@ -436,8 +436,8 @@ class NodeSearch:
         """Does ``seq`` split every block of ``spans`` as well as any packing
         could? Yes when every host takes the same number of ranks, the
         most any usable node can, every block lies on one host or evenly
-        over whole hosts, the usable nodes are all one hardware and the
-        network is alike at every level: each split block then has the
+        over whole hosts, the usable nodes are all one hardware with the
+        same free GPUs and the network is alike at every level: each split block then has the
         fewest hosts and the biggest smallest piece there are (a 16,384-GPU
         job on an idle cluster, whose packing over every node of the
         cluster would cost a tenth of its plan for nothing)."""
@@ -447,10 +447,9 @@ class NodeSearch:
         a = amounts.pop()
         if not all(s % a == 0 or a % s == 0 for s in spans):
             return False
-        if len({id(hw) for hw, _ in self.cand.sigs}) != 1 or \
-                max(caps.caps_by_signature(False), default=0) > a:
+        if len(self.cand.sigs) != 1 or max(caps.caps_by_signature(False), default=0) > a:
             return False
-        return all(self.speeds.network(1.0, c) == 1.0 for c in LinkClass if c.is_network)
+        return self.packer.flat_network
 
     # ---- the allocation -----------------------------------------------------------
 
