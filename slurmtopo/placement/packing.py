@@ -9,11 +9,13 @@ in training. :func:`water_fill` spreads ranks evenly over chosen nodes;
 nodes that hold one, every other block by a pattern of piece sizes ranked
 by the cost model's hierarchical all-reduce, or, for blocks too big for
 patterns, with no piece below a threshold) and prices the result
-(:meth:`BlockPacker.split_cost`). The leftovers (nodes with room for a
-piece) are paired inside one leaf (pod) first, then inside one spine
-group, and so on up (:class:`BlockSplitter`), each pattern at each level
-ranked by the cost model with the level's oversubscription: a split
-group across an oversubscribed spine is the slowest of the step.
+(:meth:`BlockPacker.split_cost`). Over nodes whose pieces are all alike,
+the leftovers (nodes with room for a piece) are also paired inside one
+leaf (pod) first, then inside one spine group, and so on up
+(:class:`BlockSplitter`), each pattern at each level ranked by the cost
+model with the level's oversubscription (a split group across an
+oversubscribed spine is the slowest of the step), and the better split
+kept.
 """
 from __future__ import annotations
 
