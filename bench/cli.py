@@ -17,7 +17,12 @@ shared machine, where wall time includes waiting for a core:
   32,768 ranks, and one task's own launch cost (bench/launch.py);
 * the placement daemon's scheduling cycle with 1,000 held jobs on the
   100,000-GPU cluster (in-process, the fake backend of the daemon tests);
-* the in-process phases of the 16,384-GPU plan, to see where time goes.
+* the in-process phases of the 16,384-GPU plan, to see where time goes;
+* the fixed costs of a plan against the machine itself: ``slurmtopo
+  --help``, and a 64-GPU and a 16,384-GPU plan on the 12,500-node
+  inventory (its compiled form written by a first run, as every run after
+  a user's first finds it), as ratios to ``--help`` measured in the same
+  run, with the machine named (targets: 2x and 5x).
 
     python -m bench.cli [--quick] [--out DIR]
 """
@@ -238,6 +243,76 @@ def report_dir_runs(report_dir: str, workdir: str, repeats: int,
                                  for f in os.listdir(report_dir) if f.endswith(".yaml"))}
 
 
+#: the fixed-cost targets: a plan's wall (and CPU) time over ``slurmtopo --help``'s
+FIXED_TARGETS = {64: 2.0, 16384: 5.0}
+
+
+def machine() -> str:
+    """The machine in words: CPU model, cores, OS, Python."""
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh
+                          if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return (f"{model}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}")
+
+
+def fixed_costs(inv_path: str, workdir: str, repeats: int,
+                progress: Callable[[str], None]) -> Dict[str, Any]:
+    """``slurmtopo --help`` and a 64- and a 16,384-GPU plan on the 12,500-node
+    inventory, median of ``repeats`` each, interleaved so that the load of a
+    shared machine weighs on all alike; the first plan (which writes the
+    inventory's compiled form) is reported apart. Ratios to ``--help``, by
+    wall and by CPU time."""
+    try:
+        from slurmtopo.inventory_cache import SUFFIX
+    except ImportError:  # a commit before the compiled form of files: measured as it is
+        SUFFIX = None
+    cache = os.path.join(os.path.dirname(inv_path),
+                         "." + os.path.basename(inv_path) + (SUFFIX or ".none"))
+    if os.path.exists(cache):
+        os.unlink(cache)
+
+    def plan(world: int) -> List[str]:
+        tp, pp, dp = layout_for(world)
+        return slurmtopo("plan", "--inventory", inv_path, "--tp", str(tp), "--pp", str(pp),
+                         "--dp", str(dp), "--output-dir", os.path.join(workdir, f"fixed-{world}"),
+                         "--", "python", "train.py")
+
+    cases = {"help": slurmtopo("--help"), **{f"plan {w:,} GPUs": plan(w) for w in FIXED_TARGETS}}
+    progress("fixed costs: the first plan (writes the compiled form)")
+    first = run_process(cases["plan 64 GPUs"])
+    runs: Dict[str, List[Dict[str, Any]]] = {k: [] for k in cases}
+    for i in range(max(1, repeats)):
+        progress(f"fixed costs: round {i + 1} of {repeats}")
+        for k, argv in cases.items():
+            runs[k].append(run_process(argv))
+    rows = {}
+    for k, rs in runs.items():
+        bad = [r for r in rs if r["rc"] != 0]
+        rows[k] = {"command": show(cases[k]),
+                   "median_s": statistics.median(r["wall_s"] for r in rs),
+                   "cpu_s": statistics.median(r["cpu_s"] for r in rs),
+                   "samples_s": [r["wall_s"] for r in rs]}
+        if bad:
+            rows[k]["error"] = bad[0]["stderr"].strip().splitlines()[-1:] or ["failed"]
+    help_ = rows["help"]
+    for w, target in FIXED_TARGETS.items():
+        r = rows[f"plan {w:,} GPUs"]
+        r["target"] = target
+        r["wall_ratio"] = r["median_s"] / help_["median_s"]
+        r["cpu_ratio"] = r["cpu_s"] / help_["cpu_s"]
+    return {"machine": machine(), "inventory": os.path.basename(inv_path),
+            "first_plan_64": {"wall_s": first["wall_s"], "cpu_s": first["cpu_s"]},
+            "compiled_bytes": os.path.getsize(cache) if os.path.exists(cache) else None,
+            "runs": rows, "loadavg": list(os.getloadavg())}
+
+
 def daemon_cycle(nodes: int, jobs: int, cycles: int) -> Dict[str, Any]:
     """One scheduling cycle of the placement daemon with ``jobs`` held jobs
     on ``nodes`` 8-GPU nodes (in-process; the daemon tests' fake backend)."""
@@ -383,6 +458,23 @@ def tables(res: Mapping[str, Any]) -> List[tuple]:
                       _s(rd.get("one_changed_cpu_s")), "-"],
                      ["compiled form up to date (median)", _s(w.get("median_s")),
                       _s(w.get("cpu_s")), _mib(w.get("rss_bytes"))]]))
+    fx = res.get("fixed")
+    if fx:
+        rows = []
+        for k, r in fx["runs"].items():
+            ratio = "-" if "target" not in r else \
+                f"{r['wall_ratio']:.2f}x ({r['cpu_ratio']:.2f}x)"
+            rows.append([k, _s(r["median_s"]), _s(r["cpu_s"]), ratio,
+                         f"<= {r['target']:.0f}x" if "target" in r else "",
+                         "; ".join(r.get("error", []))])
+        first = fx.get("first_plan_64") or {}
+        rows.append(["plan 64 GPUs, first run (compiles the inventory)",
+                     _s(first.get("wall_s")), _s(first.get("cpu_s")), "", "", ""])
+        out.append((f"Fixed costs against the machine itself: {fx['inventory']} "
+                    f"(12,500 nodes; compiled form {_kb(fx.get('compiled_bytes'))}); "
+                    f"{fx['machine']}; load average {fx['loadavg'][0]:.1f}",
+                    ["command", "wall (median)", "CPU", "over --help: wall (CPU)", "target",
+                     "error"], rows))
     if res.get("start"):
         from bench import launch
 
@@ -438,7 +530,7 @@ def plot(res: Mapping[str, Any], path: str) -> None:
 
 
 #: the parts of :func:`run`, in the order they run
-PARTS = ("plan", "reports", "start", "daemon")
+PARTS = ("fixed", "plan", "reports", "start", "daemon")
 
 
 def run(quick: bool = False, workdir: Optional[str] = None,
@@ -466,6 +558,10 @@ def run(quick: bool = False, workdir: Optional[str] = None,
         progress("writing the inventory")
         inv_path = write_inventory(workdir, nodes)
         out["bare_interpreter"] = median_run([sys.executable, "-c", "pass"], repeats)
+        if "fixed" in parts:
+            # always on the 12,500-node inventory: the targets are stated for it
+            fixed_inv = inv_path if nodes == NODES else write_inventory(workdir, NODES)
+            out["fixed"] = fixed_costs(fixed_inv, workdir, repeats, progress)
         if "plan" in parts:
             out["plan"] = plan_growth(inv_path, workdir, worlds, repeats, progress)
             big = 16384 if 16384 in worlds else worlds[-1]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -94,6 +94,22 @@ def hgx_fattree(nodes: int) -> Inventory:
     """HGX H100 nodes (NVSwitch), 16 per leaf; 2 levels up to 128 nodes,
     3 levels (pods of 8 leaves under a core) beyond."""
     return _homogeneous("hgx-h100-8", "gpu", nodes)
+
+
+#: what the admin of :func:`hgx_oversubscribed` tells the cost model: the
+#: leaf switches' uplinks are 2:1 oversubscribed, so a ring whose hosts meet
+#: above a leaf gets half of its NIC share (through a spine or a core alike)
+OVERSUBSCRIPTION = {"NET_L1": 2, "NET_L2": 2}
+
+
+def hgx_oversubscribed(nodes: int) -> Inventory:
+    """The fat tree of :func:`hgx_fattree` (2 levels up to 128 nodes, 3
+    beyond) with 2:1 oversubscribed leaf uplinks, told to the planner in
+    the inventory's ``cost:`` block: a TP group split over two partly
+    busy nodes is twice as slow across the spine as under one leaf
+    (issue 27)."""
+    return replace(hgx_fattree(nodes), cost={"oversubscription": dict(OVERSUBSCRIPTION)},
+                   source=f"bench:hgx-h100-8x{nodes}-oversubscribed")
 
 
 def pcie_pairs(nodes: int) -> Inventory:
@@ -175,6 +191,9 @@ SHAPES: Dict[str, Tuple[Callable[[int], Inventory], Tuple[int, ...], Tuple[int, 
     "nvl72-ep8": (nvl72, (288,), (72,)),
     "l40s-dp": (l40s, (16,), (16,)),
     "h100nvl-tp4": (h100_nvl, (16,), (16,)),
+    # TP 8 on half the GPUs of a fat tree with 2:1 leaf uplinks: the split
+    # TP groups must pair partly busy nodes under one leaf (issue 27)
+    "hgx-oversub": (hgx_oversubscribed, (64, 256), (64,)),
     "fattree3": (fattree3, (), ()),
 }
 
@@ -524,12 +543,25 @@ def _fixed_job(tps: Sequence[int], ep: int, rng: random.Random, inv: Inventory,
     return Job(tp=tp, ep=ep, dp=dp, message_bytes=sizes, model=desc)
 
 
+def _half_cluster_tp8(inv: Inventory, state: ClusterState, rng: random.Random) -> Job:
+    """TP 8, DP filling half of the cluster's GPUs (at most 90% of the free
+    ones, whole nodes): TP 8 x DP 32 on 64 nodes, x DP 128 on 256. At 40%
+    busy that is more whole nodes than are free, so some TP groups split
+    over partly busy nodes (issue 27)."""
+    world = min(inv.gpu_count // 2, int(0.9 * free_gpus(inv, state)) // 8 * 8)
+    if world < 8:
+        return make_job(inv, state, rng)
+    sizes, desc = message_sizes(8, 1, 1, 1, world // 8, rng)
+    return Job(tp=8, dp=world // 8, message_bytes=sizes, model=desc)
+
+
 #: shape -> job generator, for the shapes that test one kind of job
 JOB_MAKERS: Dict[str, Callable[[Inventory, ClusterState, random.Random], Job]] = {
     "hgx-lopsided": lambda inv, st, rng: _fixed_job((8,), 1, rng, inv, st, True),
     "nvl72-ep8": lambda inv, st, rng: _fixed_job((1, 4), 8, rng, inv, st, True),
     "l40s-dp": lambda inv, st, rng: _fixed_job((1,), 1, rng, inv, st, False),
     "h100nvl-tp4": lambda inv, st, rng: _fixed_job((4,), 1, rng, inv, st, False),
+    "hgx-oversub": _half_cluster_tp8,
 }
 
 

@@ -1,3 +1,3 @@
-from slurmtopo.cli import main
+from slurmtopo.cli import run
 
-main()
+run()

@@ -106,7 +106,8 @@ def load_cluster(paths: Union[str, Sequence[str]]) -> Inventory:
     from slurmtopo.cost import cost_params
     from slurmtopo.inventory import load_inventory
 
-    inv = load_inventory(paths)
+    # each file is checked before its compiled form is kept; the whole again
+    inv = load_inventory(paths, check=cost_params)
     cost_params(inv)  # validated and kept with it; raises InventoryError at file:line
     return inv
 
@@ -239,6 +240,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
                                        features)
     notes = list(elig_notes)
     busy_note = None
+    naive: Optional[Placement] = None  # Slurm's default, when the planner built it
     if queue:
         queued = plan_for_queue(cluster, state, request, plan_job)
         placement, busy_note = queued.placement, queued.note
@@ -249,8 +251,10 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
                                                           plan_job)
             notes.extend(pref_notes)
     else:
+        from slurmtopo.choice import plan_and_default
+
         try:
-            placement = plan_job(cluster, state, request)
+            placement, naive = plan_and_default(cluster, state, request)
         except PlacementError as exc:
             never = fits_ever(cluster, state, request, plan_job)
             if never is not None:
@@ -264,7 +268,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
         from slurmtopo.placement import naive_plan
 
         try:
-            naive = naive_plan(cluster, state, request)
+            naive = naive if naive is not None else naive_plan(cluster, state, request)
         except PlacementError as exc:
             naive = None
             notes.append(f"no naive placement to compare with: {exc.render()}")

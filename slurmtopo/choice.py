@@ -39,8 +39,10 @@ _WHY = {
 
 class CostModelSpeeds:
     """The planner's view of link speeds (:class:`~slurmtopo.placement.speeds.LinkSpeeds`)
-    in the cost model's figures under ``params`` (the defaults: the planner
-    compares links, it does not price the job)."""
+    in the cost model's figures under ``params`` (:func:`plan` passes the
+    inventory's, :func:`params_of`: the planner then weighs an
+    oversubscribed spine or an admin's NIC rate as the choice among its
+    proposals will; the defaults when none are given)."""
 
     def __init__(self, params: Optional[CostParams] = None):
         self.params = params if params is not None else CostParams()
@@ -52,6 +54,9 @@ class CostModelSpeeds:
     def network_share(self, hw: Hardware) -> Sequence[float]:
         return self.params.hw(hw).net
 
+    def network(self, share: float, cls: LinkClass) -> float:
+        return self.params.network_gbps(share, cls)
+
     def hardware_order(self, hw: Hardware) -> Tuple[float, ...]:
         hit = self._order.get(hw)
         if hit is None:
@@ -62,6 +67,13 @@ class CostModelSpeeds:
 
 def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
          safety_net: bool = True, cand: Optional[Candidates] = None) -> Placement:
+    """See :func:`plan_and_default`: the placement alone."""
+    return plan_and_default(inv, state, req, safety_net, cand)[0]
+
+
+def plan_and_default(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
+                     safety_net: bool = True, cand: Optional[Candidates] = None
+                     ) -> Tuple[Placement, Optional[Placement]]:
     """Place every rank of ``req`` on a free GPU, topology-aware (gang: all
     ranks or :class:`~slurmtopo.errors.PlacementError` saying why not). See
     docs/placement.md.
@@ -74,7 +86,12 @@ def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
 
     ``cand``: the candidate nodes of ``req`` on ``state``, when the caller
     keeps them up to date itself (the placement daemon, which plans
-    hundreds of jobs on one changing state); None: computed here."""
+    hundreds of jobs on one changing state); None: computed here.
+
+    Returns the placement and Slurm's default placement when it was
+    weighed (None otherwise: one rank, or no safety net), so that a caller
+    comparing the two (:func:`slurmtopo.api.prepare`) does not build it
+    again (a 16,384-rank placement is a twentieth of a second)."""
     tree = fabric_tree(inv)
     if cand is None:
         cand = candidates(inv, state, req, tree.node_pod)
@@ -82,12 +99,23 @@ def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
     if err is not None:
         raise err
     groups = build_groups(req.layout)
-    options = proposals(inv, req, groups, cand, tree, CostModelSpeeds())
+    options = proposals(inv, req, groups, cand, tree, CostModelSpeeds(params_of(inv)))
+    naive = None
     if safety_net and req.layout.world > 1:
         naive = naive_from(inv, req, cand, groups)
         if meets_require(inv, req, naive):
             options.append(Proposal(NAIVE, naive))
-    return cheapest(inv, req, options)
+    return cheapest(inv, req, options), naive
+
+
+def params_of(inv: Inventory) -> CostParams:
+    """The inventory's cost parameters, or the defaults when its cost
+    block is bad: that is reported where costs are shown, and the plan
+    (and the safety net) still holds under the default figures."""
+    try:
+        return cost_params(inv)
+    except SlurmtopoError:
+        return CostParams()
 
 
 def meets_require(inv: Inventory, req: JobRequest, pl: Placement) -> bool:
@@ -134,12 +162,7 @@ def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Placem
     first = options[0].placement
     if len(options) == 1:
         return first
-    try:
-        params = cost_params(inv)
-    except SlurmtopoError:
-        # a bad cost block is reported where costs are shown; the choice
-        # (and the safety net) still holds under the default figures
-        params = CostParams()
+    params = params_of(inv)
     reps = [evaluate(inv, o.placement, req, params, step_only=True) for o in options]
     times = [r.step_time_s for r in reps]
     best = 0

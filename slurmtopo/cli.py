@@ -95,3 +95,34 @@ def main(argv=None):
         click.echo(f"slurmtopo: error: {where}{exc.strerror or exc}", err=True)
         sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def run() -> None:
+    """The program (``slurmtopo``, ``python -m slurmtopo``): :func:`main`,
+    then the process ends without tearing the interpreter down.
+
+    A command on a 12,500-node inventory leaves about a million objects
+    behind, and freeing them one by one at exit costs a sixth of a small
+    plan's time; the operating system takes the whole process back at
+    once. The exit handlers still run and the standard streams are
+    flushed first; with other threads alive, or on an uncaught exception,
+    Python exits as usual. :func:`main` itself (which tests call in
+    process) exits as usual too."""
+    import atexit
+    import os
+    import threading
+
+    try:
+        main()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    if not isinstance(code, int) or threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away, a closed stream
+            code = code or 1
+    os._exit(code)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import replace
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
 from slurmtopo.hostlist import expand_hostlist, fold_hostlist
@@ -29,7 +29,7 @@ from slurmtopo.presets import PRESETS, preset
 from slurmtopo.topology import switch_levels
 from slurmtopo.yamlio import (LineDict, Reader, as_bool, as_float, as_int, as_nonneg_int,
                               as_pos_int, as_rate, as_str, document_kind, BlockList, dump_json,
-                              dump_yaml, load_document)
+                              dump_yaml, load_document, parse_text)
 
 _PCI_RE = re.compile(r"^[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7]$")
 
@@ -471,18 +471,21 @@ def _check_fabric(inv: Inventory, require_nodes: bool = True) -> None:
 DOC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def load_inventory(paths) -> Inventory:
+def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None) -> Inventory:
     """Load one or more files or directories and merge them into one cluster.
 
     Directories contribute every ``*.yaml``/``*.yml``/``*.json`` in them, so
     ``--inventory /shared/slurmtopo/reports`` reads the agents' node reports
     as they are; the reports are read through their compiled form
     (:mod:`slurmtopo.compiled`), so only reports changed since the last
-    read are parsed again.
+    read are parsed again. A big file is read through its compiled form
+    too (:mod:`slurmtopo.inventory_cache`): ``check`` (the caller's
+    validation of a whole inventory, e.g. its ``cost:`` block) is run on
+    each file parsed, and only a file that passes gets a compiled form.
     """
-    from slurmtopo.compiled import load_report_dir
+    from slurmtopo.fileio import read_text
+    from slurmtopo.inventory_cache import load_file
 
-    schema = report_dir_schema()
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     parts: List[Inventory] = []
@@ -490,10 +493,12 @@ def load_inventory(paths) -> Inventory:
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
-            dir_parts, _ = load_report_dir(p, schema)
+            from slurmtopo.compiled import load_report_dir
+
+            dir_parts, _ = load_report_dir(p, report_dir_schema())
             parts.extend(dir_parts)
         elif os.path.exists(p):
-            parts.append(parse_inventory(load_document(p), p))
+            parts.append(load_file(p, file_schema(), read_text, check))
         else:
             raise InventoryError("no such file or directory", p)
         first = first or p
@@ -517,6 +522,27 @@ def report_dir_schema():
 
     return Schema(read=read_document, parse=parse_inventory, merge=merge_inventories,
                   hardware_dict=hardware_dict, suffixes=DOC_SUFFIXES)
+
+
+def parse_document_text(text: str, path: str) -> Inventory:
+    """One inventory, node-report or fabric document from its text."""
+    return parse_inventory(parse_text(text, path), path)
+
+
+def parse_hardware(d: Any, where: str) -> Hardware:
+    """One node's hardware from its schema form (:func:`hardware_dict`),
+    checked as in a file."""
+    return _Parser(where).hardware(d, None, "hardware")
+
+
+def file_schema():
+    """What :mod:`slurmtopo.inventory_cache` needs to read, compile and
+    check a file (it cannot import this module, which reads files through
+    it)."""
+    from slurmtopo.inventory_cache import FileSchema
+
+    return FileSchema(parse_text=parse_document_text, hardware_dict=hardware_dict,
+                      parse_hardware=parse_hardware)
 
 
 def compile_report_dir(directory: str) -> Tuple[Dict[str, Any], Inventory, List[str]]:

@@ -49,7 +49,12 @@ RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK"
 
 def check_placement(placement: Placement) -> None:
     """Raise SlurmtopoError unless ranks are 0..W-1 and, on every host, local
-    ranks are 0..k-1 on k distinct GPUs (what a launcher relies on)."""
+    ranks are 0..k-1 on k distinct GPUs (what a launcher relies on). Once
+    per placement (kept until its slots or hosts change): each output
+    asks again."""
+    done = placement.derived.get("rankmap.checked", lambda: [None, None])
+    if done[0] is placement.slots and done[1] is placement.hosts:
+        return
     for i, s in enumerate(placement.slots):
         if s.rank != i:
             raise SlurmtopoError(f"rank map: slot {i} holds rank {s.rank}; ranks must be 0..W-1 "
@@ -62,6 +67,7 @@ def check_placement(placement: Placement) -> None:
         gpus = [s.gpu for s in slots]
         if len(set(gpus)) != len(gpus):
             raise SlurmtopoError(f"rank map: two ranks share a GPU on {host}: {gpus}")
+    done[:] = [placement.slots, placement.hosts]
 
 
 def _hosts(placement: Placement) -> List[str]:

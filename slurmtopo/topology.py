@@ -191,12 +191,19 @@ def _network_view(fabric: Fabric) -> NetworkView:
             sw_anc[sw] = out
         return sw_anc[sw]
 
+    # a host under one switch shares that switch's table (read only, like
+    # every table of the view): no copy per host of a 12,500-node fabric
     ancestors: Dict[str, Dict[str, int]] = {}
     leaf: Dict[str, str] = {}
     for s in fabric.switches:
+        up = anc(s.name)
         for host in s.nodes:
-            leaf.setdefault(host, s.name)
-            ancestors.setdefault(host, {}).update(anc(s.name))
+            had = ancestors.get(host)
+            if had is None:
+                leaf[host] = s.name
+                ancestors[host] = up
+            else:  # under several switches: the union, first switch first
+                ancestors[host] = {**had, **up}
     return NetworkView(ancestors=ancestors, leaf=leaf, levels=levels, flat=not fabric.switches)
 
 

@@ -96,3 +96,34 @@ def test_shell_completion_scripts_as_the_readme_installs_them():
                            env=dict(os.environ, _SLURMTOPO_COMPLETE=f"{shell}_source"), timeout=60)
         assert p.returncode == 0, p.stderr
         assert marker in p.stdout, (shell, p.stdout[-300:])
+
+
+def test_the_program_ends_without_teardown_but_with_every_output(tmp_path):
+    # `python -m slurmtopo` (cli.run) ends the process at once after the
+    # command: exit handlers have run, stdout is whole (a pipe, so it is
+    # block-buffered), the files are written, the exit code is the command's
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[1] / "etc" / "examples"
+    marker = tmp_path / "atexit-ran"
+    code = ("import atexit, sys; from pathlib import Path; "
+            f"atexit.register(Path({str(marker)!r}).write_text, 'yes'); "
+            "sys.argv = ['slurmtopo'] + sys.argv[1:]; "
+            "from slurmtopo.cli import run; run()")
+    out = tmp_path / "plan"
+    p = subprocess.run([sys.executable, "-c", code, "plan", "--inventory",
+                        str(examples / "h100-32node-fattree.yaml"), "--tp", "8", "--dp", "4",
+                        "--json", "-o", str(out), "--", "python", "train.py"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    import json
+
+    doc = json.loads(p.stdout)  # all of it, not cut at a buffer's end
+    assert len(doc["rankmap"]["ranks"]) == 32
+    assert sorted(f.name for f in out.iterdir()) == ["env.json", "job.sbatch", "rankmap.csv",
+                                                     "rankmap.json"]
+    assert marker.read_text() == "yes"
+    p = subprocess.run([sys.executable, "-c", code, "plan", "--inventory",
+                        str(tmp_path / "missing.yaml"), "--tp", "8"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and p.stderr.startswith("slurmtopo: error: ")

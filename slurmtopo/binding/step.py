@@ -57,7 +57,7 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
     path = override or doc.get("inventory_path")
     if path:
         try:
-            inv = load_inventory(path)
+            inv = load_inventory(path, check=cost_params)
             cost_params(inv)
             log.append(f"inventory: {path}")
             return inv

@@ -30,13 +30,24 @@ class InventoryStats:
         free_of: Dict[str, int] = {}
         #: GPUs (free ones, given a state) per node -> number of such nodes
         self.node_sizes: Dict[int, int] = {}
+        # without a state a node's GPUs are its hardware's: one set per node
+        # type, not a hash of the hardware per node (12,500 of them)
+        whole: Dict[int, Tuple[int, ...]] = {}
         for n in inv:
             hw = n.hardware
-            gpus = tuple(range(hw.gpu_count)) if state is None else tuple(state.free_gpus(n))
+            if state is None:
+                gpus = whole.get(id(hw))
+                if gpus is None:
+                    gpus = whole[id(hw)] = tuple(range(hw.gpu_count))
+                    if gpus:
+                        sets.setdefault((hw, gpus), (hw, gpus))
+            else:
+                gpus = tuple(state.free_gpus(n))
+                if gpus:
+                    sets.setdefault((hw, gpus), (hw, gpus))
             if not gpus:
                 continue
             free_of[n.name] = len(gpus)
-            sets.setdefault((hw, gpus), (hw, gpus))
             self.node_sizes[len(gpus)] = self.node_sizes.get(len(gpus), 0) + 1
             if n.nvlink_domain is not None:
                 k = n.nvlink_domain.key
@@ -54,9 +65,20 @@ class InventoryStats:
             for c in NETWORK_CLASSES:
                 self.scope_cap[c] = total
             return
-        per_sw: Dict[str, int] = {}
+        # the hosts under one switch share its ancestors' table
+        # (topology.network_view): add their GPUs up per table first
+        per_table: Dict[int, list] = {}
         for name, g in free_of.items():
-            for sw in view.ancestors.get(name, ()):
+            anc = view.ancestors.get(name)
+            if anc:
+                hit = per_table.get(id(anc))
+                if hit is None:
+                    per_table[id(anc)] = [anc, g]
+                else:
+                    hit[1] += g
+        per_sw: Dict[str, int] = {}
+        for anc, g in per_table.values():
+            for sw in anc:
                 per_sw[sw] = per_sw.get(sw, 0) + g
         per_leaf: Dict[str, int] = {}
         for host, leaf in view.leaf.items():

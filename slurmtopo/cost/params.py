@@ -273,6 +273,17 @@ class CostParams:
         return (self._match(self.nvls_efficiency, hw.model, self.default_nvls_efficiency),
                 self._match(self.nvls_us, hw.model, self.default_nvls_us) * 1e-6)
 
+    def network_gbps(self, share: float, cls: LinkClass) -> float:
+        """GB/s per direction a GPU whose NIC share is ``share`` gets when
+        its ring's hosts meet at the network class ``cls``: the admin's
+        figure for the class when given, else the share divided by the
+        level's oversubscription. The pricing and the planner's view of
+        link speeds (:class:`slurmtopo.choice.CostModelSpeeds`) both use it."""
+        fixed = self.bandwidth.get(cls)
+        if fixed is not None:
+            return fixed
+        return share / self.oversubscription.get(cls, 1.0)
+
     def message(self, kind: str, req: Optional[JobRequest] = None) -> int:
         if req is not None and kind in req.message_bytes:
             return int(req.message_bytes[kind])

@@ -181,7 +181,7 @@ class PlacementPricer:
         dp-cp when cp is 1) share the shapes whatever their messages."""
         hcs, rank_h, rank_g, rank_share = self.hcs, self.rank_h, self.rank_g, self.rank_share
         host_n, host_ring, ring_of = self.host_n, self._host_ring, self._ring_of
-        fixed, over = self.p.bandwidth, self.p.oversubscription
+        network_gbps = self.p.network_gbps
         flat: Dict[Tuple[LinkClass, float], Shape] = {}
         dom_cls, self_cls, inf = LinkClass.NVLINK_DOMAIN, LinkClass.SELF, math.inf
         nvl_cls = LinkClass.NVLINK
@@ -251,10 +251,7 @@ class PlacementPricer:
                 nvls = (min(hcs[h].nvls_bw for h in per_host) if in_cls <= nvl_cls else 0.0)
                 lat = max(hcs[h].nvls_lat for h in per_host)
                 return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0, nvls, lat)
-            if net_cls in fixed:
-                net_bw = fixed[net_cls]
-            else:
-                net_bw = min(get(rank_share)) / over.get(net_cls, 1.0)
+            net_bw = network_gbps(min(get(rank_share)), net_cls)
             return (slowest, len(per_host), l_max, min(counts), in_cls,
                     in_bw if in_bw != inf else 1.0, net_cls, net_bw, 0.0, 0.0)
 

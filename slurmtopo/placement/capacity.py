@@ -34,6 +34,8 @@ class UnitSizes:
         self.inv = inv
         self.tree = tree
         self.largest: Dict[str, int] = {}
+        self._pod_gpus: Optional[List[int]] = None
+        self._node_max: Optional[int] = None
 
     def __call__(self, level: str) -> int:
         got = self.largest.get(level)
@@ -42,12 +44,21 @@ class UnitSizes:
         return got
 
     def _gpus(self, pod: Scope) -> int:
-        nodes, names = self.inv.nodes, self.tree.names
-        return sum(nodes[names[i]].hardware.gpu_count for i in pod.members)
+        """GPUs of the pod's nodes (every pod's counted in one pass)."""
+        if self._pod_gpus is None:
+            tree, nodes = self.tree, self.inv.nodes
+            per = [0] * len(tree.pods)
+            for i, name in enumerate(tree.names):
+                per[tree.node_pod[i]] += nodes[name].hardware.gpu_count
+            self._pod_gpus = per
+        return self._pod_gpus[pod.index]
 
     def _largest(self, level: str) -> int:
         tree = self.tree
-        node_max = max(n.hardware.gpu_count for n in self.inv)
+        if self._node_max is None:
+            self._node_max = max(hw.gpu_count for hw in {id(n.hardware): n.hardware
+                                                         for n in self.inv}.values())
+        node_max = self._node_max
         if level in NODE_LEVELS:
             return node_max
         if level == "nvlink-domain":

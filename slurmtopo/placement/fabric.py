@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
+from slurmtopo.links import LinkClass
 from slurmtopo.model import Inventory
 from slurmtopo.topology import block_of, network_view
 
@@ -70,6 +71,26 @@ class FabricTree:
     #: the scopes above the pods, each after its children (the root last):
     #: sums up the tree are one pass over the pods and one over this list
     upper: List[Scope]
+    #: pod index -> its network scopes, level 1 (the spine group) first
+    pod_up: List[Tuple[Scope, ...]] = field(default_factory=list)
+
+    def meet_class(self, pods) -> LinkClass:
+        """The network class at which the hosts of the pods ``pods`` (pod
+        indices) meet, as the cost model names it: ``NET_LEAF`` inside one
+        pod or on a fabric without switches, ``NET_L1`` under one spine
+        group, ... ``NET_FAR`` when they share no switch (a host no leaf
+        lists). The tree keeps one parent per level (the first by name),
+        so on a fat tree whose leaves have different parents this can be
+        a level above what the cost model finds."""
+        pods = list(pods)
+        if self.flat or len(pods) < 2:
+            return LinkClass.NET_LEAF
+        chains = [self.pod_up[p] for p in pods]
+        for lvl in range(self.levels):
+            first = chains[0][lvl]
+            if all(c[lvl] is first for c in chains[1:]):
+                return LinkClass.network(lvl + 1)
+        return LinkClass.NET_FAR
 
 
 def _pod_key(inv: Inventory, view, blocks, name: str, node) -> Tuple[Tuple, str, bool]:
@@ -111,10 +132,12 @@ def build_tree(inv: Inventory) -> FabricTree:
     # the pod's first node; a pod with no switch at a level is alone there
     scopes: Dict[Tuple, Scope] = {}
     pod_l1: List[Scope] = []
+    pod_up: List[Tuple[Scope, ...]] = []
     for pod in pod_list:
         rep = names[pod.first]
         parent = root
         l1 = None
+        chain: List[Scope] = []
         for lvl in range(max_level, 0, -1):
             if view.flat:
                 k = ("flat", lvl)
@@ -130,12 +153,14 @@ def build_tree(inv: Inventory) -> FabricTree:
                 scopes[k] = sc
                 parent.children.append(sc)
             parent = sc
+            chain.append(sc)
             if lvl == 1:
                 l1 = sc
         parent.children.append(pod)
         if l1 is None:  # no network levels: the pod is its own spine group
             l1 = pod
         pod_l1.append(l1)
+        pod_up.append(tuple(reversed(chain)))
 
     # children in first-index order; depth-first order of nodes
     order: List[int] = [0] * len(names)
@@ -166,7 +191,8 @@ def build_tree(inv: Inventory) -> FabricTree:
     return FabricTree(root=root, pods=pod_list, node_pod=node_pod, tree_order=order,
                       names=names, nodes=list(inv.nodes.values()), flat=view.flat,
                       levels=max_level, pod_l1=pod_l1,
-                      has_domains=any(p.is_domain for p in pod_list), upper=upper)
+                      has_domains=any(p.is_domain for p in pod_list), upper=upper,
+                      pod_up=pod_up)
 
 
 def fabric_tree(inv: Inventory) -> FabricTree:

@@ -9,13 +9,19 @@ in training. :func:`water_fill` spreads ranks evenly over chosen nodes;
 nodes that hold one, every other block by a pattern of piece sizes ranked
 by the cost model's hierarchical all-reduce, or, for blocks too big for
 patterns, with no piece below a threshold) and prices the result
-(:meth:`BlockPacker.split_cost`).
+(:meth:`BlockPacker.split_cost`). Over nodes whose pieces are all alike,
+the leftovers (nodes with room for a piece) are also paired inside one
+leaf (pod) first, then inside one spine group, and so on up
+(:class:`BlockSplitter`), each pattern at each level ranked by the cost
+model with the level's oversubscription (a split group across an
+oversubscribed spine is the slowest of the step), and the better split
+kept.
 """
 from __future__ import annotations
 
 import heapq
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.links import LinkClass
 from slurmtopo.placement.common import Candidates
@@ -285,33 +291,166 @@ class PieceRoom:
             self.by_room[c - want][cls].pop()
         self.by_room[c][cls].insert(j, (node_pod, i))
 
+    def left(self) -> List[Tuple[int, int, int, int]]:
+        """The nodes with room left, as ``rest`` entries (any order)."""
+        return [(c, cls, pod, i) for c, by_cls in self.by_room.items()
+                for cls, stack in by_cls.items() for pod, i in stack]
 
-def split_blocks(rest, blocks: int, span: int, allowed: Sequence[Tuple[int, ...]],
-                 piece_unit: int, speed_class) -> Optional[List[List[Tuple[int, int]]]]:
-    """Split ``blocks`` blocks of ``span`` ranks over the nodes ``rest``, each
-    block by the first pattern of ``allowed`` (piece sizes in units of
-    ``piece_unit``, largest first) whose pieces all find room on distinct nodes.
-    None when some block finds none."""
-    room = PieceRoom(rest, span, speed_class)
-    out = []
-    for _ in range(blocks):
-        for parts in allowed:
-            recs = []
-            pod = None
-            for a in parts:
-                rec = room.take(a * piece_unit, [r[4] for r in recs], pod)
-                if rec is None:
-                    break
-                pod = rec[3] if pod is None else pod
-                recs.append(rec)
-            if len(recs) == len(parts):
-                out.append([(r[4], r[5]) for r in recs])
-                break
-            for rec in reversed(recs):
-                room.undo(rec)
+
+#: a way to split a block: piece sizes in units (largest first), and the
+#: level of the tree its pieces stay inside (0: one pod; then the levels of
+#: :meth:`BlockPacker.split_levels`)
+SplitOption = Tuple[Tuple[int, ...], int]
+
+
+class BlockSplitter:
+    """Splits blocks of ``span`` ranks over the nodes ``rest`` ((room,
+    speed class, pod, node) in preference order) by the options
+    ``options``, ranked by the cost model (:meth:`BlockPacker.pack`), as
+    many times as the packing's search for the best threshold asks
+    (:meth:`split`); what does not depend on the threshold (the nodes of
+    each pod, the first option each can take) is sorted out once.
+
+    ``levels[l]`` gives the scope of a pod at level ``l`` (None: one scope,
+    every node), finest first: the blocks are formed inside pods first,
+    then of what the pods leave inside spine groups, and so on, so that two
+    half-free nodes under one leaf are paired rather than each with a node
+    across the spine."""
+
+    def __init__(self, rest, span: int, piece_unit: int, speed_class,
+                 options: Sequence[SplitOption],
+                 levels: Sequence[Optional[Callable[[int], object]]] = (None,)):
+        self.span = span
+        self.speed_class = speed_class
+        self.levels = levels
+        #: per option: (pieces in ranks, level)
+        self.options = [(tuple(a * piece_unit for a in parts), lvl) for parts, lvl in options]
+        first = levels[0]
+        if first is None:
+            chunks = [(None, list(rest))]
         else:
-            return None
+            by: Dict[object, list] = {}
+            for rec in rest:
+                by.setdefault(first(rec[2]), []).append(rec)
+            chunks = list(by.items())
+        self.order = {rec[3]: n for n, rec in enumerate(rest)} if len(levels) > 1 else {}
+        #: the scopes of the first level: (key, members, index of the first
+        #: option of that level whose pieces fit them, len(options) if none)
+        self.first = []
+        for key, members in chunks:
+            rooms = rooms_of(members, span)
+            fit = next((n for n, (w, lvl) in enumerate(self.options)
+                        if lvl == 0 and _fits(rooms, w)), len(self.options))
+            self.first.append((key, members, fit))
+
+    def split(self, blocks: int, limit: int) -> Optional[List[List[Tuple[int, int]]]]:
+        """Each of ``blocks`` blocks by the first of the first ``limit``
+        options whose pieces all find room on distinct nodes of one scope
+        of the option's level, so a worse pattern inside a pod is used
+        before a better one across an oversubscribed spine only when it
+        models faster. None when some block finds no room."""
+        span, levels = self.span, self.levels
+        allowed = self.options[:limit]
+        out: List[List[Tuple[int, int]]] = []
+        # (key, members, can fit); the first level's fit is known
+        scopes = [(key, members, fit < limit) for key, members, fit in self.first]
+        for lvl in range(len(levels)):
+            last = lvl + 1 == len(levels)
+            opts = [w for w, at in allowed if at == lvl]
+            left: List[Tuple[object, list]] = []
+            for key, members, can in scopes:
+                if can is None:  # a scope above the first level: look
+                    rooms = rooms_of(members, span) if len(members) > 1 else []
+                    can = any(_fits(rooms, w) for w in opts)
+                if not can or not opts or len(out) == blocks:
+                    left.append((key, members))  # no block fits this scope
+                    continue
+                if lvl:  # what the level below left, back in preference order
+                    members = sorted(members, key=lambda rec: self.order[rec[3]])
+                room = PieceRoom(members, span, self.speed_class)
+                take, undo = room.take, room.undo
+                live = list(opts)  # rooms only shrink: an option that failed stays failed
+                while len(out) < blocks and live:
+                    recs: list = []
+                    pod = None  # the later pieces in the pod of the first when they can
+                    for w in live[0]:
+                        rec = take(w, [r[4] for r in recs], pod)
+                        if rec is None:
+                            for r in reversed(recs):
+                                undo(r)
+                            del live[0]
+                            break
+                        pod = rec[3] if pod is None else pod
+                        recs.append(rec)
+                    else:
+                        out.append([(r[4], r[5]) for r in recs])
+                if not last:
+                    left.append((key, room.left()))
+            if len(out) == blocks or last:
+                break
+            # the next level's scopes: what each scope of this one left
+            scope_of = levels[lvl + 1]
+            groups: Dict[object, list] = {}
+            for key, members in left:
+                # every node of a scope has the same scope one level up
+                up = None if scope_of is None or not members else scope_of(members[0][2])
+                groups.setdefault(up, []).extend(members)
+            scopes = [(key, members, None) for key, members in groups.items()]
+        return out if len(out) == blocks else None
+
+
+def _pieces_alike(rest, sizes: Sequence[int], speed_class) -> bool:
+    """Is every node of ``rest`` with room for a piece of each size (of
+    ``sizes``) as fast for it as every other (NVSwitch nodes: any of their
+    GPUs ring alike)?"""
+    kinds = {(c, cls) for c, cls, _, _ in rest}
+    return all(len({speed_class(cls, k) for c, cls in kinds if c >= k}) <= 1 for k in sizes)
+
+
+def _threshold_split(splitter: "BlockSplitter", blocks: int, n_options: int
+                     ) -> Optional[List[List[Tuple[int, int]]]]:
+    """The split by the shortest prefix of the splitter's options with which
+    every block fits (binary search: more options only make more blocks
+    fit); None when none does."""
+    lo, hi, got = 0, n_options - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        trial = splitter.split(blocks, mid + 1)
+        if trial is None:
+            lo = mid + 1
+        else:
+            got, hi = trial, mid - 1
+    return got
+
+
+def _joined(seq: Allocation, blocks: List[List[Tuple[int, int]]]) -> Allocation:
+    """``seq`` (the whole blocks) then every split block's pieces, a node's
+    consecutive pieces merged."""
+    out = list(seq)
+    for pieces in blocks:
+        for i, k in pieces:
+            if out and out[-1][0] == i:
+                out[-1] = (i, out[-1][1] + k)
+            else:
+                out.append((i, k))
     return out
+
+
+def rooms_of(members, span: int) -> List[int]:
+    """The rooms of ``members`` (``rest`` entries), largest first."""
+    return sorted((min(rec[0], span) for rec in members), reverse=True)
+
+
+def _fits(rooms: Sequence[int], wants: Sequence[int]) -> bool:
+    """Can pieces of ``wants`` ranks (largest first) find room on distinct
+    nodes whose rooms are ``rooms`` (largest first)? Exactly when the j-th
+    largest room holds the j-th largest piece."""
+    if len(wants) > len(rooms):
+        return False
+    for r, w in zip(rooms, wants):
+        if r < w:
+            return False
+    return True
 
 
 class BlockPacker:
@@ -323,6 +462,10 @@ class BlockPacker:
         self.cand = cand
         self.speeds = speeds
         self._piece_speed: Dict[Tuple[int, int], Tuple[float, float]] = {}
+        self._net: Dict[Tuple[object, float], float] = {}
+        #: the network is as fast at every level (no oversubscription, no
+        #: figure per level): a split's price need not look at its pods
+        self.flat_network = all(speeds.network(1.0, c) == 1.0 for c in LinkClass if c.is_network)
 
     def piece_speed(self, idx: int, k: int) -> Tuple[float, float]:
         """(GB/s of the best ring over ``k`` of the node's free GPUs, the
@@ -346,13 +489,27 @@ class BlockPacker:
             hit = self._piece_speed[key] = best[1] if best is not None else (1.0, 1.0)
         return hit
 
+    def network(self, nodes, share: float) -> float:
+        """GB/s of network a piece whose NIC share is ``share`` gets in a
+        ring over the hosts ``nodes`` (node indices, several), over the
+        level at which they meet (:meth:`FabricTree.meet_class`): an
+        oversubscribed spine slows it. Kept per set of pods and share."""
+        node_pod = self.tree.node_pod
+        pods = {node_pod[i] for i in nodes}
+        key = (next(iter(pods)) if len(pods) == 1 else frozenset(pods), share)
+        hit = self._net.get(key)
+        if hit is None:
+            hit = self._net[key] = self.speeds.network(share, self.tree.meet_class(pods))
+        return hit
+
     def split_cost(self, seq: Sequence[Tuple[int, int]], spans: Sequence[int]) -> Tuple:
         """How well ``seq`` places the blocks of each span, innermost span
         first: the cost model's all-reduce of the worst block (one host: a
         ring on the node's best GPUs for it; several: hierarchical,
         :func:`hier_share`, the in-node part on each piece's best ring,
-        the inter-host ring at the slowest piece's NIC share and the
-        smallest piece's slice), then the number of (node, piece) entries."""
+        the inter-host ring at the slowest piece's NIC share over the
+        level the hosts meet at (:meth:`network`), and the smallest
+        piece's slice), then the number of (node, piece) entries."""
         out = []
         for s in spans:
             worst = 0.0
@@ -361,6 +518,8 @@ class BlockPacker:
                 b_in = min(sp[0] for (i, k), sp in zip(pieces.items(), speeds) if k > 1) \
                     if any(k > 1 for k in pieces.values()) else math.inf
                 b_net = min(sp[1] for sp in speeds)
+                if len(pieces) > 1 and not self.flat_network:
+                    b_net = self.network(pieces, b_net)
                 t = hier_share(max(pieces.values()), min(pieces.values()), len(pieces),
                                b_in, b_net)
                 worst = max(worst, t)
@@ -410,9 +569,12 @@ class BlockPacker:
         if not rest:
             return None
         ref = max(self.piece_speed(i, span)[1] for _, _, _, i in rest)
-        pats = sorted(piece_patterns(span // piece_unit), key=lambda ps: (
-            hier_share(ps[0] * piece_unit, ps[-1] * piece_unit, len(ps), math.inf, ref),
-            len(ps), ps))
+        # patterns whose pieces find room nowhere never will
+        rooms = rooms_of(rest, span)
+        patterns = [ps for ps in piece_patterns(span // piece_unit)
+                    if _fits(rooms, tuple(a * piece_unit for a in ps))]
+        if not patterns:
+            return None
         # nodes whose pieces of every size are equally fast share a class
         sizes = range(piece_unit, span, piece_unit)
         classes: Dict[Tuple, int] = {}
@@ -430,26 +592,70 @@ class BlockPacker:
         def speed_class(cls: int, k: int) -> Tuple[float, float]:
             return ranks[cls][k // piece_unit - 1]
 
-        # the best threshold pattern for which every block fits (binary
-        # search: allowing more patterns only makes more blocks fit)
-        lo, hi, got = 0, len(pats) - 1, None
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            trial = split_blocks(rest, blocks, span, pats[:mid + 1], piece_unit, speed_class)
-            if trial is None:
-                lo = mid + 1
-            else:
-                got, hi = trial, mid - 1
-        if got is not None:
-            out = list(seq)
-            for pieces in got:
-                for i, k in pieces:
-                    if out and out[-1][0] == i:
-                        out[-1] = (i, out[-1][1] + k)
-                    else:
-                        out.append((i, k))
-            return out
-        return None
+        # block after block, each piece on the node fastest for it, the
+        # block's pod only among equals (what every pool gets)
+        flat = [(ps, 0) for ps in sorted(patterns, key=lambda ps: (
+            hier_share(ps[0] * piece_unit, ps[-1] * piece_unit, len(ps), math.inf, ref),
+            len(ps), ps))]
+        best = _threshold_split(BlockSplitter(rest, span, piece_unit, speed_class, flat),
+                                blocks, len(flat))
+        best = best if best is None else _joined(seq, best)
+        levels, meets = self.split_levels({pod for _, _, pod, _ in rest})
+        if len(levels) > 1 and _pieces_alike(rest, sizes, speed_class):
+            # over several pods of nodes whose pieces are all alike, also
+            # the leftovers paired by pod, then spine group, ...: every
+            # pattern at every level ranked by the cost model's all-reduce
+            # with the level's network (a pattern across an oversubscribed
+            # spine after a worse one under a leaf) and the ring inside a
+            # node (6+2 under a leaf after 4+4 across a spine that halves
+            # the network); the split the cost model prices better is kept
+            nets = [self.speeds.network(ref, cls) for cls in meets]
+            ring = max(self.piece_speed(i, span)[0] for _, _, _, i in rest)
+            priced = sorted((hier_share(ps[0] * piece_unit, ps[-1] * piece_unit, len(ps), ring,
+                                        nets[lvl]), lvl, len(ps), ps)
+                            for ps in patterns for lvl in range(len(levels)))
+            if best is not None:
+                # an option slower than the block-after-block split's worst
+                # block (priced at the best ring and NIC share) cannot help
+                worst = self.split_cost(best, [span])[0]
+                priced = [o for o in priced if o[0] <= worst * (1 + 1e-9)]
+            options = [(o[3], o[1]) for o in priced]
+            paired = _threshold_split(BlockSplitter(rest, span, piece_unit, speed_class,
+                                                    options, levels), blocks, len(options))
+            if paired is not None:
+                paired = _joined(seq, paired)
+                if best is None or self.split_cost(paired, spans) <= self.split_cost(best, spans):
+                    best = paired
+        return best
+
+    def split_levels(self, pods) -> Tuple[List[Optional[Callable[[int], object]]],
+                                          List[LinkClass]]:
+        """The levels of the tree that split blocks may stay inside, over
+        the pods ``pods``, finest first: (per level the scope of a pod, None
+        for one scope over every pod; the network class a block inside
+        one scope of the level meets at). One pod, then each switch level
+        that groups these pods more coarsely than the one below it, then
+        everything when the top level still parts them (no common
+        switch)."""
+        tree = self.tree
+        if len(pods) < 2:
+            return [None], [LinkClass.NET_LEAF]
+        scopes: List[Optional[Callable[[int], object]]] = [lambda p: p]
+        meets = [LinkClass.NET_LEAF]
+        distinct = len(pods)
+        for lvl in range(1, tree.levels + 1):
+            keys = {id(tree.pod_up[p][lvl - 1]) for p in pods}
+            if len(keys) == distinct:
+                continue
+            meets.append(LinkClass.network(lvl))
+            if len(keys) == 1:
+                scopes.append(None)
+                return scopes, meets
+            scopes.append(lambda p, lvl=lvl: id(tree.pod_up[p][lvl - 1]))
+            distinct = len(keys)
+        scopes.append(None)
+        meets.append(LinkClass.NET_LEAF if tree.flat else LinkClass.NET_FAR)
+        return scopes, meets
 
     def pack_large(self, pool, need: int, span: int, piece_unit: int,
                    spans) -> Optional[Allocation]:

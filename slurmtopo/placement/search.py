@@ -417,7 +417,7 @@ class NodeSearch:
         order = tree.tree_order
         base = sorted(alloc, key=lambda t: (order[tree.pods[tree.node_pod[t[0]]].first],
                                             order[t[0]]))
-        if not any(blocks_of(base, s) for s in spans):
+        if not any(blocks_of(base, s) for s in spans) or self.split_at_best(caps, base, spans):
             return None
         base_key = self.packer.split_cost(base, spans)
         worst = max(self.node_quality(caps, i).connection() for i, _ in alloc)
@@ -431,6 +431,25 @@ class NodeSearch:
                 pool.append((q, order[tree.pods[tree.node_pod[i]].first], order[i], i, c))
         pool.sort()
         return self.packer.best_packing(pool, need, unit, spans, None, base_key)
+
+    def split_at_best(self, caps: Capacities, seq: Allocation, spans: Sequence[int]) -> bool:
+        """Does ``seq`` split every block of ``spans`` as well as any packing
+        could? Yes when every host takes the same number of ranks, the
+        most any usable node can, every block lies on one host or evenly
+        over whole hosts, the usable nodes are all one hardware with the
+        same free GPUs and the network is alike at every level: each split block then has the
+        fewest hosts and the biggest smallest piece there are (a 16,384-GPU
+        job on an idle cluster, whose packing over every node of the
+        cluster would cost a tenth of its plan for nothing)."""
+        amounts = {k for _, k in seq}
+        if len(amounts) != 1:
+            return False
+        a = amounts.pop()
+        if not all(s % a == 0 or a % s == 0 for s in spans):
+            return False
+        if len(self.cand.sigs) != 1 or max(caps.caps_by_signature(False), default=0) > a:
+            return False
+        return self.packer.flat_network
 
     # ---- the allocation -----------------------------------------------------------
 

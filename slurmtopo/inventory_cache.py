@@ -1,0 +1,268 @@
+"""The compiled form of a big inventory file, kept by its content hash.
+
+Reading a 12,500-node inventory file costs a tenth of a second or more on
+every command: YAML, hostlists expanded by ClusterShell, every field
+checked, a Node object per node. The compiled form is the parsed
+inventory as one JSON image that loads in a fraction of that: hardware as
+a table (each entry checked again as in a file), nodes in runs that share
+everything but the name, hostlists expanded, origins as line numbers (the
+file's path is the one it is read by, so a file keeps one entry whatever
+path names it). Loading it gives an inventory equal to parsing the file,
+node types shared by the same nodes, so plans are byte-identical.
+
+Where and how entries are kept is :mod:`slurmtopo.usercache`'s (only
+where no other user can write, 0600 files in 0700 directories, no
+symbolic link followed). An entry is used only when its header names
+this format, the slurmtopo code that made it (the package's modules, by
+size and modification time) and the SHA-256 of the file's bytes, and the
+SHA-256 of its payload matches; an entry that fails any of these, or
+whose payload does not build, is rebuilt from the file. Entries are
+written only for inventories of :data:`MIN_NODES` nodes or more, and only
+by loaders that validate the whole inventory first (``check``: its
+``cost:`` block), so an entry never holds what a command would refuse.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Dict, List, Optional
+
+from slurmtopo.model import Block, Fabric, Hardware, Inventory, Node, NvlinkDomain, Switch
+
+#: the image's layout; entries of another are rebuilt
+FORMAT = 1
+#: smaller inventories are parsed every time (no file beside every example)
+MIN_NODES = 1000
+#: the user's cache directory for entries (:func:`slurmtopo.usercache.slot_for`)
+KIND = "inventories"
+SUFFIX = ".slurmtopo-cache"
+
+
+@dataclass(frozen=True)
+class FileSchema:
+    """The schema functions this module works with; :mod:`slurmtopo.inventory`
+    passes its own (it reads files through this module, so this module
+    cannot import it back)."""
+
+    #: a document's text and path -> the checked Inventory
+    parse_text: Callable[[str, str], Inventory]
+    hardware_dict: Callable[[Hardware], Dict[str, Any]]
+    #: a hardware mapping (as ``hardware_dict`` writes it), where -> checked Hardware
+    parse_hardware: Callable[[Any, str], Hardware]
+
+
+#: Node is a plain frozen dataclass with these fields, in this order, and
+#: nothing run on construction: :func:`build` may fill its instances' dicts
+_PLAIN_NODE = ("__slots__" not in vars(Node) and not hasattr(Node, "__post_init__")
+               and [f.name for f in fields(Node)] ==
+               ["name", "hardware", "type", "nvlink_domain", "features", "origin"])
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data`` in hex, from CPython's own module when there is
+    one: :mod:`hashlib` loads OpenSSL on import, a few milliseconds of
+    every command that reads a compiled inventory."""
+    try:
+        from _sha2 import sha256  # CPython 3.12 and later
+    except ImportError:
+        try:
+            from _sha256 import sha256  # CPython up to 3.11
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
+
+
+class _NotExact(Exception):
+    """The inventory holds something its image would not give back."""
+
+
+def code_fingerprint() -> str:
+    """The slurmtopo code an entry was made with: every module's size and
+    modification time (a change anywhere, an upgrade, rebuilds entries)."""
+    from slurmtopo import __version__
+
+    top = os.path.dirname(os.path.abspath(__file__))
+    parts = [f"{FORMAT}/{__version__}"]
+    for root, dirs, files in os.walk(top):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(root, name))
+                parts.append(f"{os.path.relpath(os.path.join(root, name), top)}:{st.st_size}:"
+                             f"{st.st_mtime_ns}")
+    return sha256_hex(";".join(parts).encode())
+
+
+# --------------------------------------------------------------------------
+# the image
+
+
+def image(inv: Inventory, path: str, schema: FileSchema) -> Dict[str, Any]:
+    """The JSON-ready image of ``inv``, parsed from ``path``. Raises
+    :class:`_NotExact` when loading it would not give ``inv`` back (a value
+    JSON does not keep, an origin not in this file, hardware whose mapping
+    reads back different)."""
+
+    def line(origin: Optional[str]) -> int:
+        if origin is None:
+            return -1
+        if origin == path:
+            return 0
+        head, _, tail = origin.rpartition(":")
+        if head == path and tail.isdigit() and int(tail) > 0:
+            return int(tail)
+        raise _NotExact(origin)
+
+    if inv.source != path:
+        raise _NotExact(inv.source)
+    hw_of: Dict[int, int] = {}  # id(Hardware) -> table index: the sharing is kept
+    hardware: List[Dict[str, Any]] = []
+
+    def hw_ref(hw: Hardware) -> int:
+        i = hw_of.get(id(hw))
+        if i is None:
+            d = json.loads(json.dumps(schema.hardware_dict(hw)))
+            if schema.parse_hardware(d, path) != hw:
+                raise _NotExact("hardware")
+            i = hw_of[id(hw)] = len(hardware)
+            hardware.append(d)
+        return i
+
+    domains: Dict[NvlinkDomain, int] = {}
+    runs: List[list] = []
+    for n in inv.nodes.values():
+        dom = -1 if n.nvlink_domain is None else domains.setdefault(n.nvlink_domain, len(domains))
+        key = [hw_ref(n.hardware), n.type, dom, list(n.features), line(n.origin)]
+        if runs and runs[-1][:5] == key:
+            runs[-1][5].append(n.name)
+        else:
+            runs.append(key + [[n.name]])
+    plain = {"cost": inv.cost, "reports": inv.reports}
+    try:
+        if json.loads(json.dumps(plain)) != plain:
+            raise _NotExact("cost or reports")
+    except (TypeError, ValueError):  # a date, a set: JSON keeps neither
+        raise _NotExact("cost or reports") from None
+    f = inv.fabric
+    return {
+        "hardware": hardware,
+        "types": [[name, hw_ref(hw)] for name, hw in inv.node_types.items()],
+        "domains": [[d.cluster_uuid, d.clique_id] for d in domains],
+        "runs": runs,
+        "switches": [[s.name, s.level, list(s.nodes), list(s.switches), s.link_gbps,
+                      s.description, line(s.origin)] for s in f.switches],
+        "blocks": [[b.name, list(b.nodes), line(b.origin)] for b in f.blocks],
+        "block_sizes": list(f.block_sizes),
+        **plain,
+    }
+
+
+def build(img: Dict[str, Any], path: str, schema: FileSchema) -> Inventory:
+    """The inventory of an image, read from ``path``. Raises on a payload
+    that does not build (KeyError, TypeError, ValueError, IndexError, or
+    the schema's own error for bad hardware)."""
+
+    def origin(line: int) -> Optional[str]:
+        return None if line < 0 else (path if line == 0 else f"{path}:{line}")
+
+    hardware = [schema.parse_hardware(d, path) for d in img["hardware"]]
+    domains = [NvlinkDomain(str(u), int(c)) for u, c in img["domains"]]
+    nodes: Dict[str, Node] = {}
+    new = object.__new__
+    for hw, typ, dom, feats, line, names in img["runs"]:
+        fields = {"hardware": hardware[hw], "type": typ if typ is None else str(typ),
+                  "nvlink_domain": domains[dom] if dom >= 0 else None,
+                  "features": tuple(str(f) for f in feats), "origin": origin(line)}
+        if not _PLAIN_NODE:
+            for name in names:
+                nodes[str(name)] = Node(name=str(name), **fields)
+            continue
+        for name in names:
+            # every field but the name is the run's: set them in one step,
+            # as Node's generated __init__ would one by one (a run is
+            # thousands of nodes)
+            node = new(Node)
+            state = node.__dict__
+            state["name"] = str(name)
+            state.update(fields)
+            nodes[node.name] = node
+    switches = tuple(Switch(name=a, level=lvl, nodes=tuple(hosts), switches=tuple(kids),
+                            link_gbps=gbps, description=desc, origin=origin(line))
+                     for a, lvl, hosts, kids, gbps, desc, line in img["switches"])
+    blocks = tuple(Block(name=a, nodes=tuple(hosts), origin=origin(line))
+                   for a, hosts, line in img["blocks"])
+    if not isinstance(img["cost"], dict) or not isinstance(img["reports"], dict):
+        raise TypeError("cost or reports")
+    return Inventory(nodes=nodes, fabric=Fabric(switches=switches, blocks=blocks,
+                                                block_sizes=tuple(img["block_sizes"])),
+                     node_types={name: hardware[i] for name, i in img["types"]},
+                     cost=img["cost"], reports=img["reports"], source=path)
+
+
+# --------------------------------------------------------------------------
+# the entry
+
+
+def _header(source_sha: str, payload: bytes, code: str) -> Dict[str, Any]:
+    return {"slurmtopo-cache": "inventory", "format": FORMAT, "code": code,
+            "source_sha256": source_sha, "payload_sha256": sha256_hex(payload)}
+
+
+def entry_bytes(inv: Inventory, path: str, source_sha: str, schema: FileSchema,
+                code: Optional[str] = None) -> Optional[bytes]:
+    """The entry of ``inv`` (a header line, then the image), or None when
+    its image would not be exact."""
+    try:
+        payload = json.dumps(image(inv, path, schema), separators=(",", ":")).encode()
+    except _NotExact:
+        return None
+    head = _header(source_sha, payload, code or code_fingerprint())
+    return json.dumps(head, separators=(",", ":")).encode() + b"\n" + payload
+
+
+def from_entry(data: bytes, path: str, source_sha: str, schema: FileSchema,
+               code: Optional[str] = None) -> Optional[Inventory]:
+    """The inventory of an entry made from this file by this code, or None
+    when the entry is anything else (stale, damaged, not ours)."""
+    head_text, sep, payload = data.partition(b"\n")
+    try:
+        head = json.loads(head_text)
+        if not sep or not isinstance(head, dict) or \
+                head != _header(source_sha, payload, code or code_fingerprint()):
+            return None
+        return build(json.loads(payload), path, schema)
+    except Exception:  # noqa: BLE001 - whatever the payload holds, it is rebuilt
+        return None
+
+
+def load_file(path: str, schema: FileSchema, read_text: Callable[[str], str],
+              check: Optional[Callable[[Inventory], object]] = None) -> Inventory:
+    """The inventory of the file ``path``: from its entry when there is a
+    good one, else parsed (``schema.parse_text``), and, when it has
+    :data:`MIN_NODES` nodes or more and ``check`` (the caller's
+    validation of the whole inventory) passes, kept for next time."""
+    from slurmtopo.usercache import slot_for
+
+    text = read_text(path)
+    sha = sha256_hex(text.encode("utf-8", "surrogateescape"))
+    code = None
+    slot = slot_for(path, KIND, SUFFIX)
+    if slot is not None:
+        with slot:
+            data = slot.read()
+        if data is not None:
+            code = code_fingerprint()
+            inv = from_entry(data, path, sha, schema, code)
+            if inv is not None:
+                return inv
+    inv = schema.parse_text(text, path)
+    if check is not None:
+        check(inv)
+        if len(inv.nodes) >= MIN_NODES:
+            out = entry_bytes(inv, path, sha, schema, code)
+            slot = slot_for(path, KIND, SUFFIX, create=True) if out is not None else None
+            if slot is not None:
+                with slot:
+                    slot.write(out)
+    return inv
