@@ -75,33 +75,60 @@ OPTION_SYNTAX = {
 }
 
 #: sbatch options the plan decides or the planner must see: an --sbatch
-#: extra may not set them (option -> what sets it instead)
-PLANNED = {"--nodes": "the plan", "-N": "the plan", "--ntasks": "the plan", "-n": "the plan",
-           "--ntasks-per-node": "the plan", "--gpus": "the plan", "-G": "the plan",
-           "--gpus-per-node": "--gpus-per-node", "--gpus-per-task": "the plan",
-           "--gres": "the plan", "--switches": "--topology-request",
-           "--segment": "--topology-request", "--distribution": "the launch line",
-           "-m": "the launch line", "--nodelist": "--nodelist", "-w": "--nodelist",
-           "--exclude": "--exclude", "-x": "--exclude", "--exclusive": "--exclusive",
-           "--partition": "--partition", "-p": "--partition",
-           "--constraint": "--constraint", "-C": "--constraint"}
+#: extra may not set them (long name -> what sets it instead). Extras are
+#: read the way sbatch reads them (slurmtopo.sbatch.directives), so an
+#: abbreviation (--nodel), a short letter (-w) or a bundle (-vN3) of one of
+#: these is refused too.
+PLANNED = {"nodes": "the plan", "ntasks": "the plan", "ntasks-per-node": "the plan",
+           "ntasks-per-gpu": "the plan", "ntasks-per-tres": "the plan", "gpus": "the plan",
+           "gpus-per-node": "--gpus-per-node", "gpus-per-task": "the plan",
+           "gpus-per-socket": "the plan", "tres-per-task": "the plan", "gres": "the plan",
+           "switches": "--topology-request", "segment": "--topology-request",
+           "distribution": "the launch line", "nodelist": "--nodelist", "nodefile": "--nodelist",
+           "exclude": "--exclude", "exclusive": "--exclusive", "partition": "--partition",
+           "constraint": "--constraint"}
+#: options that make sbatch print something and submit nothing: slurmtopo
+#: runs sbatch and reads the job id it prints
+NOT_SUBMITTING = ("help", "usage", "version", "test-only", "autocomplete")
 
 
-def extra_conflict(opt: str) -> Optional[str]:
-    """Why an ``--sbatch`` extra may not be given (None: it may)."""
-    opt = opt.strip()
-    if opt.startswith("--"):
-        name = re.split(r"[=\s]", opt, maxsplit=1)[0]
-    else:
-        name = opt[:2]
-    owner = PLANNED.get(name)
-    if owner is None:
-        return None
-    if owner.startswith("the "):
-        return (f"--sbatch={opt}: {name} is set by {owner} (the planner decides nodes, tasks "
-                "and GPUs); drop it")
-    return (f"--sbatch={opt}: use {owner} instead (slurmtopo must see it: the planner or the "
-            "script acts on it)")
+def extras_problem(extras: Sequence[str]) -> Optional[str]:
+    """Why these ``--sbatch`` extras may not be given (None: they may).
+
+    They are read as sbatch reads ``#SBATCH`` lines, with the option table
+    of every Slurm release slurmtopo knows: refused when any release would
+    apply an option the plan sets, or would refuse the script."""
+    from slurmtopo.sbatch.directives import DirectiveError, read_extras
+    from slurmtopo.sbatch.slurm_options import known_anywhere
+
+    extras = [str(e) for e in extras]
+    for text in extras:
+        if not text.lstrip().startswith("-"):
+            return f"sbatch option {text!r} must start with '-'"
+    try:
+        found = read_extras(extras)
+    except DirectiveError as exc:
+        return f"--sbatch: {exc.message}"
+    anywhere = known_anywhere()
+    owner_of = {anywhere[name].val: (name, owner) for name, owner in PLANNED.items()}
+    owner_of.update((anywhere[name].val, (name, None)) for name in NOT_SUBMITTING)
+    for version in sorted(found):
+        for d in found[version]:
+            if d.option is None or d.option.val not in owner_of:
+                continue
+            name, owner = owner_of[d.option.val]
+            what = (d.written if d.written == "--" + name
+                    else f"{d.written} (sbatch reads it as --{name})")
+            head = f"--sbatch={extras[d.extra]}: {what}"
+            if owner is None:
+                return (f"{head} makes sbatch print and submit nothing; slurmtopo sbatch "
+                        "submits the job and reads its id (run sbatch yourself for that)")
+            if owner.startswith("the "):
+                return (f"{head} is set by {owner} (the planner decides nodes, tasks and "
+                        "GPUs); drop it")
+            return (f"{head}: use {owner} instead (slurmtopo must see it: the planner or the "
+                    "script acts on it)")
+    return None
 
 
 def sanitize_job_name(name: str) -> Tuple[str, Optional[str]]:
@@ -297,16 +324,13 @@ class SbatchRequest:
         if self.requeue:
             out.append("--requeue")
         for opt in self.extra:
-            opt = str(opt)
-            why = extra_conflict(opt)
-            if why:
-                raise SlurmtopoError(why)
-            if "\n" in opt or "\r" in opt:
-                raise SlurmtopoError(f"sbatch option {opt!r} contains a newline; an #SBATCH "
-                                     "directive is one line")
-            if not opt.startswith("-"):
-                raise SlurmtopoError(f"sbatch option {opt!r} must start with '-'")
-            out.append(opt)
+            if "\n" in str(opt) or "\r" in str(opt):
+                raise SlurmtopoError(f"sbatch option {str(opt)!r} contains a newline; an "
+                                     "#SBATCH directive is one line")
+        why = extras_problem(self.extra)
+        if why:
+            raise SlurmtopoError(why)
+        out += [str(opt) for opt in self.extra]
         return out
 
     # ---- the script ----

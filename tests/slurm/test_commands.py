@@ -244,7 +244,12 @@ def test_first_class_options_and_refused_extras(onpath, capsys):
     for extra, words in (("--nodes=3", "--nodes is set by the plan"),
                          ("--gpus-per-node=9", "use --gpus-per-node instead"),
                          ("--nodelist=node1", "use --nodelist instead"),
-                         ("-N 2", "-N is set by the plan")):
+                         ("-N 2", "-N (sbatch reads it as --nodes) is set by the plan"),
+                         # sbatch's own readings: a bundle, unique prefixes (issue 21)
+                         ("-vN3", "-N (sbatch reads it as --nodes) is set by the plan"),
+                         ("--ntasks-per-no=1", "reads it as --ntasks-per-node) is set by"),
+                         ("--nodel=node4", "use --nodelist instead"),
+                         ("--partit=gpu", "use --partition instead")):
         code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", f"--sbatch={extra}",
                               "--dry-run", "--", "true"], capsys)
         assert code == 2 and words in err and out == "", (extra, err)
