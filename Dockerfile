@@ -15,7 +15,7 @@ WORKDIR /opt/slurmtopo
 COPY setup.cfg pyproject.toml README.md ./
 COPY slurmtopo ./slurmtopo
 COPY etc ./etc
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir '.[collect]' \
  && useradd --create-home --uid 10001 slurmtopo
 
 USER slurmtopo

@@ -658,6 +658,34 @@ def _configure_args(src: Path, prefix: Path) -> List[str]:
     return args
 
 
+#: seconds between progress lines while a build step runs
+PROGRESS_EVERY = 30.0
+
+
+def _run_step(argv, cwd, env, out, logfile: Path, what: str, t0: float, log,
+              every: float = PROGRESS_EVERY) -> int:
+    """Run one build step with its output in ``logfile``; every ``every``
+    seconds say on ``log`` which step runs, for how long, and the last line
+    it wrote (a build on a loaded 2-core machine takes over ten minutes:
+    silence would look like a hang). Returns the exit code."""
+    p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    while True:
+        try:
+            return p.wait(timeout=every)
+        except subprocess.TimeoutExpired:
+            last = ""
+            try:
+                with open(logfile, "rb") as fh:
+                    fh.seek(max(0, os.path.getsize(logfile) - 4096))
+                    lines = fh.read().decode(errors="replace").strip().splitlines()
+                    last = lines[-1].strip()[:100] if lines else ""
+            except OSError:
+                pass
+            print(f"devcluster: building {what}: {argv[0]} {' '.join(argv[1:2])} running, "
+                  f"{time.monotonic() - t0:.0f}s so far{': ' + last if last else ''}",
+                  file=log, flush=True)
+
+
 def build_slurm(tarball: str, cache: str = CACHE_DIR, jobs: int = 0, log=sys.stderr) -> Path:
     """Build and install a Slurm release tarball into the cache; returns the
     prefix. Cached by the tarball's sha256: a finished install is reused, a
@@ -681,7 +709,8 @@ def build_slurm(tarball: str, cache: str = CACHE_DIR, jobs: int = 0, log=sys.std
         t0 = time.monotonic()
         try:
             print(f"devcluster: building Slurm {version} from {src_tar} into {prefix} "
-                  f"(make -j{jobs}; a few minutes, once)", file=log, flush=True)
+                  f"(make -j{jobs}; once; 5-12 minutes on 2 cores, progress every "
+                  f"{PROGRESS_EVERY:.0f}s)", file=log, flush=True)
             with tarfile.open(src_tar) as tf:
                 tf.extractall(work, filter="data")
             src = work / f"slurm-{version}"
@@ -695,11 +724,11 @@ def build_slurm(tarball: str, cache: str = CACHE_DIR, jobs: int = 0, log=sys.std
                      ["make", "install", f"DESTDIR={stage}"]]
             with open(logfile, "w") as out:
                 for argv in steps:
-                    p = subprocess.run(argv, cwd=src, env=env, stdout=out, stderr=subprocess.STDOUT)
-                    if p.returncode != 0:
+                    rc = _run_step(argv, src, env, out, logfile, f"Slurm {version}", t0, log)
+                    if rc != 0:
                         tail = logfile.read_text(errors="replace").splitlines()[-25:]
                         raise DevClusterError(f"building Slurm {version}: {shlex.join(argv)} exited "
-                                              f"{p.returncode}:\n" + "\n".join(tail))
+                                              f"{rc}:\n" + "\n".join(tail))
             shutil.rmtree(prefix, ignore_errors=True)
             shutil.move(str(stage / str(prefix).lstrip("/")), str(prefix))
             (prefix / BUILD_MARKER).write_text(json.dumps(

@@ -246,10 +246,11 @@ def cache_paths(directory: str) -> List[str]:
 def read_compiled(path: str) -> Optional[Dict[str, Any]]:
     """The compiled document at ``path``, or None when it is missing or not
     one (a damaged cache is rebuilt, never trusted)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError):
+    from slurmtopo.fileio import read_text
+
+    try:  # a FIFO or device planted as the cache is refused, never waited on
+        doc = json.loads(read_text(path))
+    except (SlurmtopoError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("compiled"), dict):
         return None

@@ -3,10 +3,12 @@
 Reading
     Every file slurmtopo reads from a user (inventory, node report, state,
     fabric dump, ``nvidia-smi`` text, Slurm configs, plan documents) goes
-    through :func:`read_text`, which refuses devices (``--inventory
-    /dev/zero``), reads at most a fixed number of bytes and turns every
+    through :func:`read_text`, which reads regular files only (a FIFO,
+    socket, device such as ``--inventory /dev/zero`` or directory is refused
+    without blocking on it), at most a fixed number of bytes, and turns every
     failure into one located :class:`~slurmtopo.errors.InventoryError`. So a
-    wrong path costs a one-line message, never gigabytes of memory.
+    wrong path costs a one-line message, never a hang or gigabytes of
+    memory. Where a command documents ``-`` for stdin, it reads stdin itself.
 
 Writing
     slurmctld reads ``topology.conf`` and ``gres.conf`` whenever it restarts;
@@ -17,11 +19,14 @@ Writing
     does this for a set of files at once: all are staged before any is
     renamed, and a failure part-way puts the replaced ones back, so the
     targets end up all new or all old. Errors name the target, never a
-    temporary or backup file. Nothing is written world-writable.
+    temporary or backup file. Nothing is written world-writable. With
+    backups, the replaced file is kept as ``<file>.<stamp>.bak`` and only
+    the newest :data:`KEEP_BACKUPS` (a parameter) of a target stay.
 """
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 import time
@@ -37,31 +42,69 @@ MAX_TEXT_BYTES = 64 * MiB
 #: largest ``ibnetdiscover`` dump read (100,000 HCAs and their switches are
 #: about 50 MiB)
 MAX_FABRIC_DUMP_BYTES = 256 * MiB
+#: backups ``write_all(backup=True)`` keeps of each target, the newest
+KEEP_BACKUPS = 5
+
+
+#: what each kind of non-regular file is called in the refusal
+_NOT_A_FILE = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a FIFO (pipe)"),
+               (stat.S_ISSOCK, "is a socket"), (stat.S_ISCHR, "is a device"),
+               (stat.S_ISBLK, "is a device"))
+
+
+def open_regular(path) -> int:
+    """A read-only descriptor on ``path``, which must be a regular file.
+
+    Opened with ``O_NONBLOCK`` and checked with ``fstat`` on the descriptor
+    itself (no race between a check and the open): a FIFO with no writer,
+    a device or a terminal is refused at once instead of blocking the
+    reader, a ``slurmtopo plan --inventory`` or the placement daemon,
+    forever. ``O_NOCTTY`` keeps a terminal from becoming ours. Raises
+    InventoryError naming ``path``; the caller closes the descriptor.
+    """
+    path = os.fspath(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise InventoryError("cannot read: no such file", path) from None
+    except OSError as exc:
+        raise InventoryError(f"cannot read: {exc.strerror or exc}", path) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = next((why for test, why in _NOT_A_FILE if test(mode)), "is not a regular file")
+            raise InventoryError(f"{what}, not a regular file: refused", path)
+        os.set_blocking(fd, True)  # a regular file: reads block as usual
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_regular(path) -> None:
+    """Refuse ``path`` unless it is a readable regular file, for files a
+    library opens itself (paramiko's known_hosts and key files): the same
+    one-line InventoryError as :func:`read_text`, never a hang."""
+    os.close(open_regular(path))
 
 
 def read_text(path, limit: Optional[int] = None, errors: str = "strict") -> str:
     """The UTF-8 text of ``path``, at most ``limit`` bytes of it (default
     MAX_TEXT_BYTES).
 
-    Character and block devices are refused outright; pipes and regular
-    files are read up to ``limit`` bytes, and a longer one is refused
-    rather than read on. ``errors="replace"`` reads text with stray bytes
-    (captured terminal output) instead of refusing it.
+    Only regular files are read (:func:`open_regular`): FIFOs, sockets,
+    devices and directories are refused without waiting on them, and a
+    file longer than ``limit`` is refused rather than read on.
+    ``errors="replace"`` reads text with stray bytes (captured terminal
+    output) instead of refusing it.
     """
     path = os.fspath(path)
     limit = MAX_TEXT_BYTES if limit is None else limit
+    fd = open_regular(path)
     try:
-        with open(path, "rb") as fh:
-            mode = os.fstat(fh.fileno()).st_mode
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-                raise InventoryError("is a device, not a file", path)
-            if stat.S_ISSOCK(mode):
-                raise InventoryError("is a socket, not a file", path)
+        with os.fdopen(fd, "rb") as fh:
             data = fh.read(limit + 1)
-    except FileNotFoundError:
-        raise InventoryError("cannot read: no such file", path) from None
-    except IsADirectoryError:
-        raise InventoryError("is a directory, not a file", path) from None
     except OSError as exc:
         raise InventoryError(f"cannot read: {exc.strerror or exc}", path) from None
     if len(data) > limit:
@@ -183,6 +226,52 @@ def _keep_old(st: _Staged, backup_stamp: Optional[str]) -> None:
         raise _cannot_write(st.path, exc) from None
 
 
+def _backup_pattern(path: str) -> "re.Pattern[str]":
+    """The names :func:`_backup_name` gives ``path``'s backups, with the
+    stamp and the counter as groups."""
+    return re.compile(rf"^{re.escape(os.path.basename(path))}\.(\d{{8}}-\d{{6}})(?:\.(\d+))?"
+                      r"\.bak$")
+
+
+def prune_backups(path, keep: int = KEEP_BACKUPS) -> List[str]:
+    """Remove all but the ``keep`` newest backups of ``path``; returns the
+    names removed.
+
+    Only regular files named as :func:`write_all` names this target's
+    backups (``<name>.<YYYYmmdd-HHMMSS>[.<n>].bak``) count; they are ordered
+    by the stamp in the name (a backup is a hard link: its mtime is the old
+    file's). Symlinks, directories and other names are left alone, nothing
+    is followed (the directory is read and entries unlinked through its
+    descriptor), and a failure to remove one is no failure of the write.
+    """
+    path = os.fspath(path)
+    pattern = _backup_pattern(path)
+    try:
+        dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return []
+    removed: List[str] = []
+    try:
+        found = []
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                m = pattern.match(entry.name)
+                if m and entry.is_file(follow_symlinks=False):
+                    found.append(((m.group(1), int(m.group(2) or 0)), entry.name))
+        found.sort()
+        for _key, name in found[:max(0, len(found) - keep)]:
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+                removed.append(name)
+            except OSError:
+                pass
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return removed
+
+
 def _backup_name(path: str, stamp: str) -> str:
     name = f"{path}.{stamp}.bak"
     n = 1
@@ -223,19 +312,24 @@ def _fsync_dirs(directories) -> None:
 
 
 def write_all(outputs: Sequence[Output], backup: bool = False,
-              stamp: Optional[str] = None, sync: bool = True) -> Dict[str, Optional[str]]:
+              stamp: Optional[str] = None, sync: bool = True,
+              keep_backups: int = KEEP_BACKUPS) -> Dict[str, Optional[str]]:
     """Write every output, or none of them.
 
     All files are staged as temporary files beside their targets first; only
     when every one is written are they renamed over the targets. If a rename
     fails, the targets already replaced get their old content back. With
     ``backup=True`` each replaced file is kept as
-    ``<path>.<YYYYmmdd-HHMMSS>.bak``. ``sync=False`` skips the fsyncs, for
+    ``<path>.<YYYYmmdd-HHMMSS>.bak``, and only the ``keep_backups`` newest
+    backups of a target are kept (:func:`prune_backups`: the oldest go
+    first). ``sync=False`` skips the fsyncs, for
     files that matter only while the machine stays up (a job's run
     directory: a hundred fsyncs on a shared file system cost more than the
     rest of the step); all-or-none still holds. Returns {path: backup path
     or None}.
     """
+    if keep_backups < 1:
+        raise ValueError(f"keep_backups must be at least 1, got {keep_backups}")
     staged: List[_Staged] = [_Staged(o) for o in outputs]
     backup_stamp = (stamp or time.strftime("%Y%m%d-%H%M%S")) if backup else None
     try:
@@ -255,14 +349,19 @@ def write_all(outputs: Sequence[Output], backup: bool = False,
     for st in staged:
         if st.backup is None:
             _unlink(st.old)
+        else:
+            prune_backups(st.path, keep_backups)
     if sync:
         _fsync_dirs(st.directory for st in staged)
     return {st.path: st.backup for st in staged}
 
 
 def atomic_write(path, text: str, mode: int = 0o644, backup: bool = False,
-                 stamp: Optional[str] = None, keep_owner: bool = False) -> Optional[str]:
+                 stamp: Optional[str] = None, keep_owner: bool = False,
+                 keep_backups: int = KEEP_BACKUPS) -> Optional[str]:
     """Atomically replace ``path`` with ``text``; returns the backup's path
-    (with ``backup=True`` and an existing file), else None."""
+    (with ``backup=True`` and an existing file), else None. At most
+    ``keep_backups`` backups of ``path`` stay."""
     path = os.fspath(path)
-    return write_all([Output(path, text, mode, keep_owner)], backup=backup, stamp=stamp)[path]
+    return write_all([Output(path, text, mode, keep_owner)], backup=backup, stamp=stamp,
+                     keep_backups=keep_backups)[path]

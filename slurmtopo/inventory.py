@@ -24,7 +24,7 @@ from slurmtopo.hostlist import expand_hostlist, fold_hostlist
 from slurmtopo.links import parse_token
 from slurmtopo.model import (SCHEMA_VERSION, Block, CpuTopology, Fabric, Gpu, Hardware,
                              Inventory, MigDevice, Nic, Node, NvlinkDomain, NvLinkPort, Switch,
-                             format_cpulist, parse_cpulist)
+                             MAX_CPUS, check_cpu_id, format_cpulist, parse_cpulist)
 from slurmtopo.presets import PRESETS, preset
 from slurmtopo.topology import switch_levels
 from slurmtopo.yamlio import (LineDict, Reader, as_bool, as_float, as_int, as_nonneg_int,
@@ -83,7 +83,7 @@ def node_names(value, what: str = "node name") -> List[str]:
 
 def _cpus(value) -> Tuple[int, ...]:
     if isinstance(value, list):
-        return tuple(sorted({as_nonneg_int(v) for v in value}))
+        return tuple(sorted({check_cpu_id(as_nonneg_int(v)) for v in value}))
     return parse_cpulist(str(value))
 
 
@@ -200,6 +200,10 @@ class _Parser:
             cores_per_socket=r.need(d, "cores_per_socket", "cpu", as_pos_int),
             threads_per_core=r.get(d, "threads_per_core", "cpu", as_pos_int, 1),
             core_cpus=core_cpus)
+        if topo.cores * topo.threads_per_core > MAX_CPUS:  # before any table is built
+            raise r.error(f"cpu layout of {topo.sockets:,} x {topo.cores_per_socket:,} x "
+                          f"{topo.threads_per_core:,} CPUs is more than {MAX_CPUS:,}, the most "
+                          "slurmtopo reads", Reader.line(d))
         if core_cpus is not None and len(core_cpus) != topo.cores:
             raise r.error(f"cpu core_cpus lists {len(core_cpus)} cores, expected "
                           f"sockets x cores_per_socket = {topo.cores}", Reader.line(d, "core_cpus"))

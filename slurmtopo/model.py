@@ -72,8 +72,29 @@ class _CachedHash:
             getattr(self, f.name) for f in self.__dataclass_fields__.values() if f.compare)))
 
 
+#: more CPUs than any Linux kernel supports (NR_CPUS tops out at 8192):
+#: every CPU, core, GPU or NUMA id read from a list is below this, and a
+#: CPU layout has at most this many CPUs. Checked before a range is
+#: expanded, so ``CPUs=0-100000000`` costs one error line, not 4 GB.
+MAX_CPUS = 65536
+
+
+def check_cpu_id(value: int, what: str = "CPU id") -> int:
+    """``value`` when it is a valid id (0 <= value < MAX_CPUS); ValueError
+    otherwise."""
+    if value < 0:
+        raise ValueError(f"{what} {value} is negative")
+    if value >= MAX_CPUS:
+        raise ValueError(f"{what} {value:,} is not below {MAX_CPUS:,}, the most CPUs slurmtopo "
+                         "reads (a typo in a range?)")
+    return value
+
+
 def parse_cpulist(text: str) -> Tuple[int, ...]:
-    """``"0-3,8,10-11"`` -> (0, 1, 2, 3, 8, 10, 11). Raises ValueError."""
+    """``"0-3,8,10-11"`` -> (0, 1, 2, 3, 8, 10, 11): the kernel's cpulist
+    format, read for CPU, core, GPU and NUMA lists alike. Every id is
+    checked against :data:`MAX_CPUS` before a range is expanded. Raises
+    ValueError."""
     out: List[int] = []
     text = str(text).strip()
     if not text:
@@ -85,9 +106,10 @@ def parse_cpulist(text: str) -> Tuple[int, ...]:
             lo, hi = int(lo_s), int(hi_s)
             if hi < lo:
                 raise ValueError(f"bad CPU range {part!r}")
+            check_cpu_id(hi, f"CPU range {part!r}: id")
             out.extend(range(lo, hi + 1))
         else:
-            out.append(int(part))
+            out.append(check_cpu_id(int(part)))
     return tuple(sorted(set(out)))
 
 

@@ -11,9 +11,12 @@ import contextlib
 import io
 import os
 import pwd
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.cli import main
+
+#: the checkout these tests run from (the child processes import it)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_cli(argv: Sequence[str], stdin: str = "") -> Tuple[int, str, str]:
@@ -26,6 +29,38 @@ def run_cli(argv: Sequence[str], stdin: str = "") -> Tuple[int, str, str]:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return code, out.getvalue(), err.getvalue()
+
+
+#: seconds a CLI run in a subprocess may take before it counts as hung
+SUBPROCESS_TIMEOUT_S = 60
+
+
+def run_cli_subprocess(argv: Sequence[str], env: Optional[Dict[str, str]] = None,
+                       memory_bytes: Optional[int] = None,
+                       timeout: float = SUBPROCESS_TIMEOUT_S) -> Tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``python -m slurmtopo argv`` in a
+    child process, for input that could hang or exhaust the test process:
+    a run past ``timeout`` is killed and fails the test, and
+    ``memory_bytes`` caps the child's address space (a MemoryError there
+    is a traceback the test sees, not a dead test runner)."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    def limit():
+        if memory_bytes is not None:
+            import resource
+            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+    full = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
+    try:
+        p = subprocess.run([sys.executable, "-m", "slurmtopo", *argv], env=full,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=timeout, preexec_fn=limit)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"slurmtopo {' '.join(argv)} still running after {timeout:g} s")
+    return p.returncode, p.stdout, p.stderr
 
 
 def one_line_error(code: int, err: str, *parts: str) -> str:
@@ -47,8 +82,10 @@ def run_cli_unprivileged(argv: Sequence[str]) -> Tuple[int, str]:
     Tests run as root, to whom every permission check passes; a forked child
     that drops to ``nobody`` meets EACCES as a user would. Modules the command
     needs must already be imported (run it once as root first): nobody may
-    not be able to read the Python installation's directory. Run directly when
-    the tests do not run as root.
+    not be able to read the Python installation's directory. Files the
+    command reads must be outside the checkout too (copied to a 0755 temp
+    directory): a clone inside ``mktemp -d`` is 0700 and closed to nobody.
+    Run directly when the tests do not run as root.
     """
     if os.geteuid() != 0:
         code, _out, err = run_cli(argv)

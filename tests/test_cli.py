@@ -81,3 +81,18 @@ def test_require_help_lists_kinds_and_levels():
     out = out.replace("- ", "-")  # help wrapping may break a name at its hyphen
     for name in tuple(GROUP_KINDS) + tuple(LEVELS):
         assert name in out, name
+
+
+def test_shell_completion_scripts_as_the_readme_installs_them():
+    """README's completion lines: each shell's script names the completion
+    function for slurmtopo (click's completion, wired to the entry point)."""
+    import os
+    import subprocess
+    import sys
+
+    for shell, marker in (("bash", "complete -o nosort -F _slurmtopo_completion slurmtopo"),
+                          ("zsh", "#compdef slurmtopo"), ("fish", "complete --no-files --command slurmtopo")):
+        p = subprocess.run([sys.executable, "-m", "slurmtopo"], capture_output=True, text=True,
+                           env=dict(os.environ, _SLURMTOPO_COMPLETE=f"{shell}_source"), timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert marker in p.stdout, (shell, p.stdout[-300:])

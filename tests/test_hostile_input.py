@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirun import one_line_error, run_cli, run_cli_unprivileged
+from tests.clirun import one_line_error, run_cli, run_cli_subprocess, run_cli_unprivileged
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "etc" / "examples"
@@ -43,32 +43,53 @@ def test_plan_output_dir_is_a_file(tmp_path):
     assert (tmp_path / "f").read_text() == "x"
 
 
+def _world_readable_dir(prefix: str) -> Path:
+    """A directory root owns and others may enter but not write (0755), in
+    the system's temp directory (never under the checkout, which may sit in
+    a 0700 directory that ``nobody`` cannot enter)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(d, 0o755)
+    return d
+
+
 @pytest.fixture
 def shared_dir():
-    """A directory root owns and others may enter but not write (0755)."""
-    d = tempfile.mkdtemp(prefix="slurmtopo-ro-")
-    os.chmod(d, 0o755)
-    yield Path(d)
+    d = _world_readable_dir("slurmtopo-ro-")
+    yield d
     import shutil
     shutil.rmtree(d)
 
 
-def test_plan_unwritable_output_dir_names_the_target(shared_dir):
+@pytest.fixture
+def readable_inv():
+    """The example inventory, copied where user ``nobody`` can read it."""
+    d = _world_readable_dir("slurmtopo-inv-")
+    inv = d / "inv.yaml"
+    inv.write_text(Path(INV).read_text())
+    os.chmod(inv, 0o644)
+    yield str(inv)
+    import shutil
+    shutil.rmtree(d)
+
+
+def test_plan_unwritable_output_dir_names_the_target(shared_dir, readable_inv):
+    plan = ["plan", "--inventory", readable_inv, "--tp", "8", "--dp", "2"]
     out = shared_dir / "plan"
     out.mkdir()
-    code, _o, err = run_cli(PLAN + ["-o", str(out), "--", "python", "t.py"])  # imports all
+    code, _o, err = run_cli(plan + ["-o", str(out), "--", "python", "t.py"])  # imports all
     assert code == 0, err
     before = _snapshot(out)
-    code, err = run_cli_unprivileged(PLAN + ["-o", str(out), "--", "python", "t.py"])
+    code, err = run_cli_unprivileged(plan + ["-o", str(out), "--", "python", "t.py"])
     line = one_line_error(code, err, "Permission denied")
     assert any(str(out / f) in line for f in PLAN_FILES), line
     assert ".tmp" not in line and ".bak" not in line and ".old" not in line
     assert _snapshot(out) == before
 
 
-def test_plan_output_dir_nobody_may_not_create(shared_dir):
-    run_cli(PLAN + ["-o", str(shared_dir / "warm")])
-    code, err = run_cli_unprivileged(PLAN + ["-o", str(shared_dir / "new")])
+def test_plan_output_dir_nobody_may_not_create(shared_dir, readable_inv):
+    plan = ["plan", "--inventory", readable_inv, "--tp", "8", "--dp", "2"]
+    run_cli(plan + ["-o", str(shared_dir / "warm")])
+    code, err = run_cli_unprivileged(plan + ["-o", str(shared_dir / "new")])
     one_line_error(code, err, str(shared_dir / "new"), "Permission denied")
     assert not (shared_dir / "new").exists()
 
@@ -83,18 +104,18 @@ def test_daemon_spool_is_a_file(tmp_path):
     one_line_error(code, err, str(tmp_path / "f" / "sub"), "cannot create the spool directory")
 
 
-def test_daemon_spool_unwritable_for_a_user(shared_dir):
+def test_daemon_spool_unwritable_for_a_user(shared_dir, readable_inv):
     import slurmtopo.daemon.loop  # noqa: F401 - imported before dropping privileges
     import slurmtopo.daemon.scheduler  # noqa: F401
     import slurmtopo.commands.daemon  # noqa: F401
     from slurmtopo.inventory import load_inventory
-    load_inventory(INV)
-    code, err = run_cli_unprivileged(["daemon", "run", "--inventory", INV, "--spool",
+    load_inventory(readable_inv)
+    code, err = run_cli_unprivileged(["daemon", "run", "--inventory", readable_inv, "--spool",
                                       str(shared_dir), "--once"])
     one_line_error(code, err, str(shared_dir), "Permission denied")
     assert list(shared_dir.iterdir()) == []
     # the default spool (/var/spool/slurmtopo) for a user: missing or root's
-    code, err = run_cli_unprivileged(["daemon", "run", "--inventory", INV, "--once"])
+    code, err = run_cli_unprivileged(["daemon", "run", "--inventory", readable_inv, "--once"])
     one_line_error(code, err, "/var/spool/slurmtopo")
 
 
@@ -152,6 +173,59 @@ def test_write_all_keeps_backups_and_no_temporaries(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "a.20250101-000000.bak", "b"]
 
 
+def test_backups_are_rotated_oldest_first(tmp_path):
+    """30 writes leave the 5 newest backups (there were 29), ordered by the
+    stamp in their names; other files, other targets' backups, and
+    symlinks or directories named like a backup stay, and no link is
+    followed."""
+    from slurmtopo import fileio
+
+    target = tmp_path / "topology.conf"
+    target.write_text("v0\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious").write_text("keep me\n")
+    planted = {"topology.conf.20000101-000000.bak": "symlink",   # older than all: not counted
+               "topology.conf.20000101-000001.bak": "dir",
+               "topology.conf.notes": "file", "gres.conf.20000101-000000.bak": "file",
+               "topology.conf.20000101-000002.bak.tmp": "file"}
+    for name, kind in planted.items():
+        if kind == "symlink":
+            os.symlink(elsewhere / "precious", tmp_path / name)
+        elif kind == "dir":
+            (tmp_path / name).mkdir()
+        else:
+            (tmp_path / name).write_text("x\n")
+    for i in range(1, 31):  # ten stamps, three writes each: .bak, .1.bak, .2.bak
+        fileio.atomic_write(target, f"v{i}\n", backup=True,
+                            stamp=f"2025010{(i - 1) // 3 // 10}-00000{(i - 1) // 3 % 10}")
+    backups = sorted(p.name for p in tmp_path.iterdir()
+                     if p.name.startswith("topology.conf.2025") and p.is_file())
+    assert backups == sorted(f"topology.conf.20250100-00000{k}{n}.bak"
+                             for k, n in ((8, ".1"), (8, ".2"), (9, ""), (9, ".1"), (9, ".2")))
+    kept = {(tmp_path / b).read_text() for b in backups}
+    assert kept == {"v25\n", "v26\n", "v27\n", "v28\n", "v29\n"}  # the newest replaced
+    assert target.read_text() == "v30\n"
+    assert (elsewhere / "precious").read_text() == "keep me\n"
+    for name, kind in planted.items():
+        assert os.path.lexists(tmp_path / name), name
+    assert os.path.islink(tmp_path / "topology.conf.20000101-000000.bak")
+
+
+def test_backups_to_keep_is_a_parameter(tmp_path):
+    from slurmtopo import fileio
+
+    target = tmp_path / "a"
+    target.write_text("0\n")
+    for i in range(1, 5):
+        fileio.atomic_write(target, f"{i}\n", backup=True, stamp=f"20250101-00000{i}",
+                            keep_backups=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a", "a.20250101-000003.bak", "a.20250101-000004.bak"]
+    with pytest.raises(ValueError):
+        fileio.atomic_write(target, "5\n", backup=True, keep_backups=0)
+
+
 @pytest.mark.parametrize("sync", [True, False])
 def test_write_all_fsyncs_unless_told_not_to(tmp_path, monkeypatch, sync):
     """sync=False (a job's run directory) writes the same files, all or
@@ -189,27 +263,66 @@ def test_a_file_is_read_up_to_the_cap(tmp_path, monkeypatch):
     one_line_error(code, err, str(big), "larger than 1 MiB")
 
 
-def test_a_pipe_is_read_up_to_the_cap(tmp_path, monkeypatch):
-    import threading
-    from slurmtopo import fileio
+def test_a_pipe_is_not_read():
+    """``--inventory <(yes)``: a pipe is refused at once, not read (only
+    regular files are; a FIFO with no writer would block the reader)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, b"slurmtopo: inventory\n")
+        os.close(write_fd)
+        code, _o, err = run_cli(["plan", "--inventory", f"/dev/fd/{read_fd}", "--tp", "8"])
+    finally:
+        os.close(read_fd)
+    one_line_error(code, err, f"/dev/fd/{read_fd}", "is a FIFO", "not a regular file")
 
-    fifo = tmp_path / "inv.fifo"
-    os.mkfifo(fifo)
-    monkeypatch.setattr(fileio, "MAX_TEXT_BYTES", fileio.MiB)
 
-    def endless():  # like `--inventory <(yes)`: never ends on its own
-        try:
-            with open(fifo, "wb") as fh:
-                while True:
-                    fh.write(b"y\n" * 65536)
-        except BrokenPipeError:
-            pass
+HUGE_RANGE = "0-100000000"  # 100 million ids: 4.7 GB as a Python list
+SMI = ROOT / "tests" / "fixtures" / "smi" / "hgx_h100.txt"
 
-    writer = threading.Thread(target=endless, daemon=True)
-    writer.start()
-    code, _o, err = run_cli(["plan", "--inventory", str(fifo), "--tp", "8"])
-    writer.join(timeout=30)
-    one_line_error(code, err, str(fifo), "larger than 1 MiB")
+
+def _huge_range_inputs(tmp_path):
+    """(argv, file:line the error must name) per reader of an id range."""
+    gres = tmp_path / "gres.conf"
+    gres.write_text(f"NodeName=gpu01 Name=gpu File=/dev/nvidia0 CPUs={HUGE_RANGE}\n")
+    cores = tmp_path / "cores.conf"
+    cores.write_text(f"NodeName=gpu01 Name=gpu File=/dev/nvidia0 Cores={HUGE_RANGE}\n")
+    report = tmp_path / "report.yaml"
+    code, _o, err = run_cli(["agent", "discover", "--from-smi", str(SMI), "--node-name", "gpu01",
+                             "-o", str(report)])
+    assert code == 0, err
+    text = report.read_text()
+    gpu_line = next(i for i, ln in enumerate(text.splitlines(), 1) if "cpus: '0-55" in ln)
+    (tmp_path / "cpus.yaml").write_text(text.replace("0-55,112-167", HUGE_RANGE, 1))
+    layout_line = next(i for i, ln in enumerate(text.splitlines(), 1) if "cores_per_socket" in ln)
+    (tmp_path / "layout.yaml").write_text(text.replace("cores_per_socket: 56",
+                                                       "cores_per_socket: 100000000"))
+    smi = tmp_path / "smi.txt"
+    smi.write_text(SMI.read_text().replace("0-55,112-167", HUGE_RANGE, 1))
+    state = tmp_path / "state.yaml"
+    state.write_text(f"slurmtopo: state\nnodes:\n  - {{name: gpu01, busy_gpus: '{HUGE_RANGE}'}}\n")
+    return {
+        "gres.conf CPUs": (["gres", "check", str(gres)], f"{gres}:1"),
+        "gres.conf Cores": (["gres", "check", str(cores)], f"{cores}:1"),
+        "inventory cpus": (["plan", "--inventory", str(tmp_path / "cpus.yaml"), "--tp", "8"],
+                           f"{tmp_path / 'cpus.yaml'}:{gpu_line}"),
+        "inventory cpu layout": (["gres", "generate", "--reports", str(tmp_path / "layout.yaml")],
+                                 f"{tmp_path / 'layout.yaml'}:{layout_line}"),
+        "nvidia-smi CPU Affinity": (["agent", "discover", "--from-smi", str(smi),
+                                     "--node-name", "gpu01"], f"{smi}:2"),
+        "state busy_gpus": (["plan", "--inventory", INV, "--state", str(state), "--tp", "8"],
+                            f"{state}:3"),
+    }
+
+
+@pytest.mark.parametrize("reader", ["gres.conf CPUs", "gres.conf Cores", "inventory cpus",
+                                    "inventory cpu layout", "nvidia-smi CPU Affinity",
+                                    "state busy_gpus"])
+def test_a_huge_id_range_is_refused_before_it_is_expanded(tmp_path, reader):
+    """``CPUs=0-100000000`` and its kin: one located line, never a 4.7 GB
+    list and a MemoryError (the child gets 2 GiB of address space)."""
+    argv, where = _huge_range_inputs(tmp_path)[reader]
+    code, _o, err = run_cli_subprocess(argv, memory_bytes=2 << 30)
+    one_line_error(code, err, where, "65,536")
 
 
 def test_groups_world_is_capped():

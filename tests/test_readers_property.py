@@ -41,7 +41,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.clirun import run_cli
+from tests.clirun import SUBPROCESS_TIMEOUT_S, run_cli, run_cli_subprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "etc" / "examples"
@@ -364,3 +364,126 @@ def _property(case_name: str) -> Callable:
 for _case in CASES:
     _t = _property(_case.name)
     globals()[_t.__name__] = _t
+
+
+# -- a FIFO where a file belongs ----------------------------------------------------
+#
+# Every reader opens without blocking and refuses what is not a regular file,
+# so a FIFO with no writer (``mkfifo f; slurmtopo plan --inventory f``) is one
+# error line, not a command that never returns. Each run is a subprocess with
+# a timeout: a reader that blocks fails its test instead of hanging the suite.
+
+def _cli(argv: List[str], env: Optional[Dict[str, str]] = None):
+    """(exit code, stderr) of the CLI in a subprocess (killed, and the test
+    failed, when it blocks)."""
+    code, _out, err = run_cli_subprocess(argv, env=env)
+    return code, err
+
+
+def _fifo_in(where: Path, name: str) -> Path:
+    (where / "in").mkdir(exist_ok=True)
+    fifo = where / "in" / name
+    os.mkfifo(fifo)
+    return fifo
+
+
+def _assert_fifo_refused(code: int, err: str, fifo: Path, check: bool = False) -> None:
+    assert code != 0, err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    if check:  # problem lines may come first; the error line is last
+        lines = lines[-1:]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("slurmtopo: error: "), err
+    assert f"{fifo}: is a FIFO" in lines[0], err
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_every_reader_refuses_a_fifo(case, tmp_path):
+    fifo = _fifo_in(tmp_path, case.file_name)
+    code, err = _cli(_argv(case, tmp_path), env=case.env)
+    _assert_fifo_refused(code, err, fifo, case.check)
+    assert not (tmp_path / "out").exists()
+
+
+#: the other commands that read a file a user names ({fifo}: the FIFO;
+#: {good_*}: valid files beside it)
+OTHER_READERS = {
+    "gres-generate-reports": ["gres", "generate", "--reports", "{fifo}"],
+    "gres-generate-slurm-conf": ["gres", "generate", "--reports", INV, "--slurm-conf", "{fifo}"],
+    "gres-check-slurm-conf": ["gres", "check", "{good_gres}", "--slurm-conf", "{fifo}"],
+    "topology-generate-reports": ["topology", "generate", "--reports", "{fifo}"],
+    "topology-check-slurm-conf": ["topology", "check", "{good_topology}", "--slurm-conf",
+                                  "{fifo}"],
+    "nccl-topo-inventory": ["nccl-topo", "--inventory", "{fifo}", "-o", "{out}"],
+    "state-inventory": ["state", "--inventory", "{fifo}"],
+    "sbatch-inventory": ["sbatch", "--inventory", "{fifo}", "--tp", "8", "--state", "none",
+                         "--", "true"],
+    "sbatch-state": ["sbatch", "--inventory", INV, "--tp", "8", "--state", "{fifo}", "--",
+                     "true"],
+    "daemon-inventory": ["daemon", "run", "--inventory", "{fifo}", "--spool", "{out}",
+                         "--once"],
+    "bind-inventory": ["bind", "--plan", "{good_plan}", "--inventory", "{fifo}", "--run-dir",
+                       "{out}", "--no-probe", "--cgroup-devices", "no"],
+    "collect-ssh-config": ["collect", "--ssh-config", "{fifo}", "--nodes", "gpu01", "-o",
+                           "{out}"],
+    "inventory-compile": ["inventory", "compile", "{dir}", "-o", "{out}"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_READERS))
+def test_other_readers_refuse_a_fifo(name, tmp_path):
+    fifo = _fifo_in(tmp_path, "x.yaml")
+    good = {"good_gres": tmp_path / "gres.conf", "good_topology": tmp_path / "topology.conf",
+            "good_plan": tmp_path / "plan.json"}
+    good["good_gres"].write_text(BY_NAME["gres.conf"].seed)
+    good["good_topology"].write_text(BY_NAME["topology.conf"].seed)
+    good["good_plan"].write_text(BY_NAME["plan-document"].seed)
+    subst = {"fifo": str(fifo), "dir": str(fifo.parent), "out": str(tmp_path / "out"),
+             **{k: str(v) for k, v in good.items()}}
+    argv = [a.format(**subst) if a.startswith("{") else a for a in OTHER_READERS[name]]
+    env = BY_NAME["plan-document"].env if name.startswith("bind") else None
+    code, err = _cli(argv, env=env)
+    _assert_fifo_refused(code, err, fifo)
+
+
+def test_collect_from_dir_reports_a_fifo_as_a_failed_node(tmp_path):
+    fifo = _fifo_in(tmp_path, "gpu01.yaml")
+    code, err = _cli(["collect", "--from-dir", str(fifo.parent), "-o", str(tmp_path / "out")])
+    assert code != 0 and "Traceback" not in err, err
+    assert f"{fifo}: is a FIFO" in err, err
+    assert err.strip().splitlines()[-1].startswith("slurmtopo: error: "), err
+
+
+def test_a_fifo_as_the_compiled_cache_is_passed_over(tmp_path):
+    """A report directory whose compiled form (the cache) is a FIFO still
+    reads: the cache is rebuilt, never waited on."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "gpu01.yaml").write_text(BY_NAME["reports-dir"].seed)
+    from slurmtopo.compiled import COMPILED_NAME
+    os.mkfifo(reports / COMPILED_NAME)
+    code, err = _cli(["plan", "--inventory", str(reports), "--tp", "8"],
+                     env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("snippet", [
+    "from slurmtopo.agent.sysfs import Sysfs; assert Sysfs({root!r}).read('f') is None",
+    "from slurmtopo.agent.watch import Agent; assert Agent._read({fifo!r}) is None",
+    "from slurmtopo.compiled import read_compiled; assert read_compiled({fifo!r}) is None",
+], ids=["sysfs", "agent-watch", "compiled-cache"])
+def test_library_readers_pass_over_a_fifo(snippet, tmp_path):
+    """Readers that treat an unreadable file as absent (sysfs attributes,
+    the agent's baseline files, the compiled cache) do so for a FIFO too."""
+    import subprocess
+    import sys
+
+    os.mkfifo(tmp_path / "f")
+    code = snippet.format(root=str(tmp_path), fifo=str(tmp_path / "f"))
+    try:
+        p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                           capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"blocked on a FIFO: {code}")
+    assert p.returncode == 0, p.stderr

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 from slurmtopo.admin.switch_tree import NAME_RE, natural_key
-from slurmtopo.admin.slurmconf import MAX_LINE, logical_lines
+from slurmtopo.admin.slurmconf import MAX_LINE, SlurmConf, logical_lines
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.hostlist import fold_hostlist
 from slurmtopo.model import Fabric
@@ -194,6 +194,71 @@ def check_blocks(fabric: Fabric, slurm_nodes: Optional[Sequence[str]] = None) ->
         out.append(Problem(REFUSE, f"{len(multi)} node(s) are in more than one block: "
                                    f"{sample_hosts(multi)}"))
     return out + _coverage(set(seen), slurm_nodes, "block")
+
+
+#: the first release that reads topology.yaml (and then ignores TopologyPlugin)
+TOPOLOGY_YAML_SINCE = (25, 5, 0)
+#: TopologyPlugin values that read no topology file (slurm.conf(5); the
+#: default is topology/flat, called topology/none before 23.11)
+_FLAT = {"", "none", "default", "flat"}
+
+
+def topology_plugin(value: Optional[str]) -> str:
+    """``topology/tree`` -> ``tree``; no TopologyPlugin (or none, default,
+    flat) -> ``flat``."""
+    name = (value or "").strip().lower()
+    name = name[len("topology/"):] if name.startswith("topology/") else name
+    return "flat" if name in _FLAT else name
+
+
+def check_plugin(fmt: str, slurm: Optional[SlurmConf], slurm_version=None,
+                 yaml_beside: bool = False) -> List[Problem]:
+    """The file format against slurm.conf's ``TopologyPlugin`` (when
+    ``slurm`` is given) and the Slurm release (``slurm_version``, a tuple;
+    None: current releases).
+
+    topology/tree and topology/block read topology.conf with different
+    keys: a block file under topology/tree (or the reverse) stops
+    slurmctld with ``fatal:`` (an error: never written). Without a
+    TopologyPlugin nothing reads topology.conf (a warning). topology.yaml
+    is read from 25.05 on, and then wins over TopologyPlugin and
+    topology.conf: an older release ignores it (refused), and a
+    topology.conf where ``yaml_beside`` (a topology.yaml next to
+    slurm.conf) is ignored by current releases (refused)."""
+    plugin = slurm.topology_plugin if slurm is not None else None
+    have = topology_plugin(plugin) if slurm is not None else None
+    old = slurm_version is not None and tuple(slurm_version) < TOPOLOGY_YAML_SINCE
+    out: List[Problem] = []
+    if fmt == "yaml":
+        if old:
+            out.append(Problem(REFUSE, f"Slurm {'.'.join(map(str, slurm_version[:2]))} reads no "
+                                       "topology.yaml (25.05 and later do): write topology.conf "
+                                       "(--format tree or block) for it"))
+        elif have in ("tree", "block"):
+            out.append(Problem(WARNING, f"slurm.conf's TopologyPlugin=topology/{have} is ignored "
+                                        "once topology.yaml exists (Slurm 25.05+); remove it "
+                                        "from slurm.conf"))
+        return out
+    if have is None:
+        pass
+    elif have in ("tree", "block") and have != fmt:
+        out.append(Problem(ERROR, f"slurm.conf has TopologyPlugin=topology/{have}: slurmctld "
+                                  f"stops with fatal: on a topology.conf for topology/{fmt}; "
+                                  f"give --format {have}, or set TopologyPlugin=topology/{fmt} in "
+                                  "slurm.conf and restart slurmctld before writing this file"))
+    elif have == "flat":
+        out.append(Problem(WARNING, f"slurm.conf sets no TopologyPlugin (topology/flat): Slurm "
+                                    "does not read topology.conf until it says "
+                                    f"TopologyPlugin=topology/{fmt} (slurmctld restarted)"))
+    elif have != fmt:
+        out.append(Problem(WARNING, f"slurm.conf has TopologyPlugin={plugin}, which does not "
+                                    f"read a topology/{fmt} file"))
+    if yaml_beside and not old:
+        out.append(Problem(REFUSE, "a topology.yaml sits next to slurm.conf: Slurm 25.05+ reads "
+                                   "it and ignores TopologyPlugin and topology.conf; remove it, "
+                                   "or write topology.yaml (--format yaml); give --slurm-version "
+                                   "for an older release"))
+    return out
 
 
 def check_text(text: str, what: str) -> List[Problem]:

@@ -13,6 +13,7 @@ from typing import List, Optional, Set
 import click
 
 from slurmtopo.errors import InventoryError, SlurmtopoError
+from slurmtopo.fileio import KEEP_BACKUPS
 
 
 class Failed(SlurmtopoError):
@@ -38,17 +39,26 @@ def _slurm_version(_ctx, _param, value):
         raise click.BadParameter(str(exc)) from None
 
 
-def slurm_version_option(func):
-    """--slurm-version: the release whose gres.conf format to write."""
-    return click.option(
-        "--slurm-version", "slurm_version", default=None, callback=_slurm_version,
-        metavar="X.Y[.Z]",
-        help="Slurm release the gres.conf lines are for, where formats differ (MIG lines "
-             "carry Links= before 23.02.7). Default: current releases.")(func)
+def _version_option(help_text: str):
+    def decorate(func):
+        return click.option("--slurm-version", "slurm_version", default=None,
+                            callback=_slurm_version, metavar="X.Y[.Z]", help=help_text)(func)
+    return decorate
+
+
+#: --slurm-version: the release whose gres.conf format to write
+slurm_version_option = _version_option(
+    "Slurm release the gres.conf lines are for, where formats differ (MIG lines carry Links= "
+    "before 23.02.7). Default: current releases.")
+#: --slurm-version: the release that will read the topology file
+topology_version_option = _version_option(
+    "Slurm release that reads the file: topology.yaml needs 25.05+, which then ignores "
+    "topology.conf. Default: current releases.")
 
 
 def write_options(func):
-    """--output, --diff, --force, --reconfigure, --slurm-conf, --nodes."""
+    """--output, --diff, --force, --reconfigure, --keep-backups, --slurm-conf,
+    --nodes."""
     opts = [
         click.option("-o", "--output", type=click.Path(dir_okay=False),
                      help="File to write (default: print to stdout)."),
@@ -63,6 +73,10 @@ def write_options(func):
                           "Slurm would reject)."),
         click.option("--reconfigure", is_flag=True,
                      help="Run 'scontrol reconfigure' after a successful write."),
+        click.option("--keep-backups", "keep_backups", type=click.IntRange(0, 1000),
+                     default=KEEP_BACKUPS, show_default=True,
+                     help="Backups of the replaced file to keep (<file>.<stamp>.bak, the "
+                          "oldest removed first); 0 keeps none."),
     ]
     for opt in reversed(opts):
         func = opt(func)

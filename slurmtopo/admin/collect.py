@@ -214,6 +214,18 @@ def _age(seconds: float) -> str:
 # Over SSH
 
 
+def _regular(path: str, what: str) -> None:
+    """A file paramiko will open must be a regular file (a FIFO would hang
+    the collection)."""
+    from slurmtopo.errors import SlurmtopoError
+    from slurmtopo.fileio import check_regular
+
+    try:
+        check_regular(path)
+    except SlurmtopoError as exc:
+        raise FetchError(f"{what} {exc.render()}") from None
+
+
 class SshFetcher:
     """Runs one command on a node over SSH and returns its stdout.
 
@@ -225,7 +237,12 @@ class SshFetcher:
                  timeout: float = 60.0, ssh_config: Optional[str] = None,
                  known_hosts: Optional[Sequence[str]] = None, user: Optional[str] = None,
                  identity: Optional[str] = None, port: Optional[int] = None):
-        import paramiko  # only the collector pays for paramiko
+        try:
+            import paramiko  # only the collector pays for paramiko
+        except ImportError:
+            raise InventoryError("collecting over SSH needs paramiko, which is not installed: "
+                                 "pip install 'slurmtopo[collect]' (or collect from a "
+                                 "directory of reports)") from None
 
         self.paramiko = paramiko
         if (command is None) == (read_path is None):
@@ -238,8 +255,9 @@ class SshFetcher:
         self.config = paramiko.SSHConfig()
         cfg_path = ssh_config or os.path.expanduser("~/.ssh/config")
         if os.path.exists(cfg_path):
+            text = read_text(cfg_path)  # a FIFO or device is refused, not waited on
             try:
-                self.config = paramiko.SSHConfig.from_path(cfg_path)
+                self.config = paramiko.SSHConfig.from_text(text)
             except Exception as exc:  # paramiko raises several types for bad files
                 raise InventoryError(f"cannot read SSH config: {exc}", cfg_path) from None
         elif ssh_config:
@@ -271,9 +289,12 @@ class SshFetcher:
         keys = [os.path.expanduser(self.identity)] if self.identity else \
             [os.path.expanduser(k) for k in cfg.get("identityfile", [])]
         keys = [k for k in keys if os.path.exists(k)]
+        for k in keys:  # paramiko opens them itself: no FIFO or device
+            _regular(k, "identity file")
         client = paramiko.SSHClient()
         for f in self._known_hosts_files(cfg):
             if os.path.exists(f):
+                _regular(f, "known_hosts file")
                 try:
                     client.load_system_host_keys(f)
                 except Exception as exc:

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from slurmtopo.admin.checks import REFUSE, WARNING, Problem, sample_hosts
+from slurmtopo.admin.checks import ERROR, REFUSE, WARNING, Problem, sample_hosts
 from slurmtopo.admin.switch_tree import natural_key
 from slurmtopo.admin.slurmconf import (SlurmConf, split_comment, conf_lines, hostlist_at,
                                        parse_pairs, read_text)
 from slurmtopo.errors import InventoryError
 from slurmtopo.hostlist import fold_hostlist
-from slurmtopo.model import Node, parse_cpulist
+from slurmtopo.model import CpuTopology, Node, format_cpulist, parse_cpulist
 
 GRES_KEYS = {"nodename", "name", "type", "file", "multiplefiles", "cores", "cpus", "links",
              "count", "flags", "autodetect"}
@@ -39,10 +39,16 @@ LinesOf = Callable[[Node, Optional[Mapping[str, object]]], Sequence[str]]
 Pairs = Tuple[Tuple[str, str], ...]
 
 
-def agent_gres_lines(slurm_version=None) -> LinesOf:
+def agent_gres_lines(slurm_version=None, slurm: Optional[SlurmConf] = None) -> LinesOf:
     """The node agent's per-node gres.conf lines (imported when needed):
     one line per GPU, leaving out GPUs the report says NVML lost, in the
-    format of ``slurm_version`` (None: current releases)."""
+    format of ``slurm_version`` (None: current releases).
+
+    ``Cores=`` are Slurm's core indices, so CPU ids are translated with the
+    node's layout: the report's, else the one ``slurm`` declares for the
+    node (whose CPUs must then hold every CPU of the report: else the
+    report and slurm.conf describe different machines, refused naming
+    both), else one thread per core."""
     try:
         from slurmtopo.agent.gres import gres_lines
     except ImportError as exc:  # the agent is another package of slurmtopo
@@ -50,9 +56,34 @@ def agent_gres_lines(slurm_version=None) -> LinesOf:
 
     def lines_of(node: Node, report: Optional[Mapping[str, object]]) -> Sequence[str]:
         lost = tuple((report or {}).get("lost_gpus") or ())
-        return gres_lines(node, lost=lost, slurm_version=slurm_version)
+        declared = None
+        if node.hardware.cpu is None and slurm is not None:
+            declared = slurm.cpu_layout(node.name)
+            if declared is not None:
+                _fits_declared(node, declared)
+        return gres_lines(node, lost=lost, slurm_version=slurm_version, cpu=declared)
 
     return lines_of
+
+
+def describe_layout(cpu: CpuTopology) -> str:
+    """``2 sockets x 8 cores x 1 thread`` (slurm.conf's Sockets,
+    CoresPerSocket, ThreadsPerCore)."""
+    return (f"{cpu.sockets} socket(s) x {cpu.cores_per_socket} core(s) x "
+            f"{cpu.threads_per_core} thread(s)")
+
+
+def _fits_declared(node: Node, cpu: CpuTopology) -> None:
+    """Every GPU's CPUs exist in the layout slurm.conf declares, or
+    InventoryError naming the node, the GPU and both numbers."""
+    ncpus = cpu.cores * cpu.threads_per_core
+    for gpu in node.hardware.gpus:
+        if gpu.cpus and max(gpu.cpus) >= ncpus:
+            raise InventoryError(
+                f"node {node.name}: GPU {gpu.index}'s CPUs {format_cpulist(gpu.cpus)} go past "
+                f"the {ncpus} CPUs slurm.conf declares for it ({describe_layout(cpu)}): the "
+                "report and slurm.conf's NodeName line describe different machines; fix the "
+                "NodeName line (slurmd -C prints the real one)")
 
 
 def _normalise(line: str) -> Tuple[Pairs, str]:
@@ -107,13 +138,14 @@ def _text(pairs: Iterable[Tuple[str, str]]) -> str:
 
 def cluster_gres_conf(nodes: Iterable[Node], reports: Optional[Mapping[str, Mapping]] = None,
                       lines_of: Optional[LinesOf] = None,
-                      header: Sequence[str] = (), slurm_version=None) -> Tuple[str, List[str]]:
+                      header: Sequence[str] = (), slurm_version=None,
+                      slurm: Optional[SlurmConf] = None) -> Tuple[str, List[str]]:
     """(gres.conf text, notes) for ``nodes``; identical nodes folded.
 
     Trailing comments of the agent's lines (a MIG's ``# UniqueId=``) are
     kept for a node alone in its block; they differ per node, so they are
     not a reason to keep identical nodes apart."""
-    lines_of = lines_of or agent_gres_lines(slurm_version)
+    lines_of = lines_of or agent_gres_lines(slurm_version, slurm)
     reports = reports or {}
     groups: Dict[Tuple[Pairs, ...], List[str]] = {}
     comments: Dict[str, Tuple[str, ...]] = {}
@@ -289,13 +321,17 @@ def slurm_gres_counts(gres: str, name: str = "gpu") -> Dict[Optional[str], int]:
     return out
 
 
-def check_gres(lines: Sequence[GresLine], slurm: Optional[SlurmConf] = None) -> List[Problem]:
-    """A generated gres.conf against slurm.conf: every node slurm.conf gives
-    GPUs must get them here, with the same count (and types, when given)."""
+def check_gres(lines: Sequence[GresLine], slurm: Optional[SlurmConf] = None,
+               path: Optional[str] = None) -> List[Problem]:
+    """A gres.conf against slurm.conf: every node slurm.conf gives GPUs must
+    get them here, with the same count (and types, when given), and Cores=
+    Slurm can read for the node's declared layout (:func:`check_cores`).
+    ``path`` (a file read back) locates the problems of one line."""
     out: List[Problem] = []
     named = {h for ln in lines if ln.nodes for h in ln.nodes}
     if slurm is None:
         return out
+    out += check_cores(lines, slurm, path)
     unknown = named - set(slurm.nodes)
     if unknown:
         out.append(Problem(WARNING, f"{len(unknown)} node(s) of gres.conf are not in slurm.conf: "
@@ -334,6 +370,99 @@ def check_gres(lines: Sequence[GresLine], slurm: Optional[SlurmConf] = None) -> 
                                     f"that ask for the type are refused; declare "
                                     f"Gres=gpu:<type>:N in slurm.conf: {sample_hosts(untyped)}"))
     return out
+
+
+def check_cores(lines: Sequence[GresLine], slurm: SlurmConf,
+                path: Optional[str] = None) -> List[Problem]:
+    """``Cores=`` of every line against the layout slurm.conf declares for
+    each of its nodes (nodes that declare none are not checked).
+
+    gres.conf ``Cores=`` are Slurm's core indices, 0 to Sockets x
+    CoresPerSocket - 1 of the node as slurm.conf declares it, not CPU ids.
+    slurmctld reads them into a bitmap of that size: an index past it is
+    ``invalid GRES core specification`` and the node goes INVAL (an error:
+    never written). Slurm 25.11 also wants each line's cores to be one
+    whole socket or all of them ("doesn't match socket boundaries", the
+    node is drained); 22.05 accepts other sets, so that one is a refusal
+    (``--force`` writes it). Checked only where the NodeName line gives
+    CoresPerSocket: from CPUs= alone Slurm's sockets are a guess.
+    """
+    past: Dict[Tuple[int, str, Tuple[str, ...]], List[GresLine]] = {}
+    split: Dict[Tuple[int, int, Tuple[str, ...]], List[GresLine]] = {}
+    for ln in lines:
+        if ln.cores is None or (ln.name or "").lower() in SHARING:
+            continue
+        cores = set(parse_cpulist(ln.cores))
+        if not cores:
+            continue
+        over: Dict[Tuple[int, str], List[str]] = {}
+        uneven: Dict[Tuple[int, int], List[str]] = {}
+        for node in ln.nodes if ln.nodes is not None else tuple(slurm.nodes):
+            cpu = slurm.cpu_layout(node)
+            if cpu is None:
+                continue
+            if max(cores) >= cpu.cores:
+                over.setdefault((cpu.cores, describe_layout(cpu)), []).append(node)
+            elif ("corespersocket" in slurm.nodes[node] and len(cores) != cpu.cores
+                  and not _one_socket(cores, cpu.cores_per_socket)):
+                uneven.setdefault((cpu.sockets, cpu.cores_per_socket), []).append(node)
+        for key, names in over.items():
+            past.setdefault(key + (tuple(names),), []).append(ln)
+        for key, names in uneven.items():
+            split.setdefault(key + (tuple(names),), []).append(ln)
+    out: List[Problem] = []
+    for (total, layout, names), bad in past.items():
+        out.append(Problem(ERROR, f"{_which(bad, path)}Cores={_cores_of(bad)} for "
+                                  f"{sample_hosts(names)}, but slurm.conf declares {total} cores "
+                                  f"there ({layout}: core indices 0-{total - 1}); slurmctld "
+                                  "marks the node(s) INVAL ('invalid GRES core "
+                                  "specification'). Cores= are core indices, not CPU ids: fix "
+                                  "the reports or slurm.conf's NodeName line",
+                           f"{path}:{bad[0].line}" if path else None))
+    for (sockets, per_socket, names), bad in split.items():
+        out.append(Problem(REFUSE, f"{_which(bad, path)}Cores={_cores_of(bad)} for "
+                                   f"{sample_hosts(names)}: a line's cores must be one whole "
+                                   f"socket or all {sockets} (slurm.conf: {per_socket} cores per "
+                                   f"socket, socket 0 is cores 0-{per_socket - 1}); Slurm 25.11 "
+                                   "drains the node(s) ('doesn't match socket boundaries'), "
+                                   "22.05 takes it",
+                           f"{path}:{bad[0].line}" if path else None))
+    return out
+
+
+def layout_differences(nodes: Iterable[Node], slurm: Optional[SlurmConf]) -> List[Problem]:
+    """Nodes whose report gives another number of cores than slurm.conf
+    declares (a warning: the Cores= check says what Slurm would refuse;
+    this says why)."""
+    if slurm is None:
+        return []
+    differ: Dict[Tuple[str, str], List[str]] = {}
+    for node in nodes:
+        have, declared = node.hardware.cpu, slurm.cpu_layout(node.name)
+        if have is not None and declared is not None and have.cores != declared.cores:
+            differ.setdefault((describe_layout(have), describe_layout(declared)),
+                              []).append(node.name)
+    return [Problem(WARNING, f"{sample_hosts(names)}: the node reports say {have}, slurm.conf "
+                             f"declares {declared}")
+            for (have, declared), names in sorted(differ.items())]
+
+
+def _which(lines: Sequence[GresLine], path: Optional[str]) -> str:
+    """``gres.conf line(s) 4-11: `` (nothing when ``path`` locates them)."""
+    if path and len(lines) == 1:
+        return ""
+    numbers = format_cpulist(ln.line for ln in lines)
+    return f"line(s) {numbers}: " if path else f"gres.conf line(s) {numbers}: "
+
+
+def _cores_of(lines: Sequence[GresLine]) -> str:
+    values = list(dict.fromkeys(ln.cores for ln in lines))
+    return " / ".join(values[:4]) + (" ..." if len(values) > 4 else "")
+
+
+def _one_socket(cores: Set[int], per_socket: int) -> bool:
+    first = min(cores) // per_socket * per_socket
+    return cores == set(range(first, first + per_socket))
 
 
 def describe_changes(old: Sequence[GresLine], new: Sequence[GresLine]) -> List[str]:

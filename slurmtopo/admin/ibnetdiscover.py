@@ -14,6 +14,14 @@ Every cable shows up twice (once from each end); we keep one link per
 counted, but a malformed port line inside a record is an error at
 ``file:line``: silently losing a cable would silently move hosts.
 
+Sizes are bounded while reading, before anything is built from them: an
+InfiniBand node has at most :data:`MAX_PORTS` ports (NodeInfo's NumPorts is
+one byte), so a record declaring more, a port number past it, or more port
+lines than that in one record is refused at its line; and a dump naming
+more than :data:`MAX_NODES` nodes is refused where it passes the count (one
+subnet addresses at most 49,151 LIDs). A dump of 200,000 hosts on one
+switch is one error line at once, not a minute of parsing.
+
 This module only reads; deciding hosts, levels and scalable units is
 :mod:`slurmtopo.admin.switch_tree`.
 """
@@ -38,6 +46,12 @@ _QUOTED = re.compile(r'"([^"]*)"')
 _SPEED = re.compile(r"\b(\d+)x(SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR|GDR)\b")
 _HEADER = re.compile(r"^[A-Za-z]+=\S*")
 _KIND = {"Switch": "switch", "Ca": "ca", "Rt": "router"}
+
+#: ports of one InfiniBand node (NodeInfo.NumPorts is 8 bits)
+MAX_PORTS = 255
+#: nodes (switches, CAs, routers) in one dump: several subnets' worth (one
+#: subnet has at most 49,151 unicast LIDs)
+MAX_NODES = 131072
 
 
 @dataclass(frozen=True)
@@ -113,6 +127,16 @@ def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
     remote_desc: Dict[str, Tuple[str, str]] = {}  # guid -> (kind letter, description)
     current: Optional[IbNode] = None
     links: Dict[Tuple[str, int, str, int], IbLink] = {}
+    guids: set = set()  # every node named so far, with a record or as a far end
+    port_lines = 0  # of the current record
+
+    def count(guid: str, n: int) -> None:
+        if guid not in guids:
+            guids.add(guid)
+            if len(guids) > MAX_NODES:
+                raise InventoryError(f"more than {MAX_NODES:,} InfiniBand nodes: refused (one "
+                                     "subnet has at most 49,151; is this one fabric?)", path, n)
+
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -124,8 +148,14 @@ def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
             if guid in fab.nodes:
                 raise InventoryError(f"node {guid} is described twice (first at line "
                                      f"{fab.nodes[guid].line})", path, n)
+            if int(nports) > MAX_PORTS:
+                raise InventoryError(f"{kind} {guid} declares {int(nports):,} ports; an "
+                                     f"InfiniBand node has at most {MAX_PORTS}: refused (is this "
+                                     "ibnetdiscover output?)", path, n)
+            count(guid, n)
             current = IbNode(guid, _KIND[kind], int(nports), _description(comment), n)
             fab.nodes[guid] = current
+            port_lines = 0
             continue
         if line.startswith("["):
             if current is None:
@@ -136,6 +166,14 @@ def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
             lport, _lpguid, rletter, rguid, rport, _rpguid, comment = p.groups()
             rguid = _guid(rguid)
             lp, rp = int(lport), int(rport)
+            port_lines += 1
+            if max(lp, rp) > MAX_PORTS or port_lines > MAX_PORTS:
+                what = (f"port {max(lp, rp):,}" if max(lp, rp) > MAX_PORTS
+                        else f"more than {MAX_PORTS} port lines")
+                raise InventoryError(f"{what} in the record of {current.guid} (line "
+                                     f"{current.line}); an InfiniBand node has at most "
+                                     f"{MAX_PORTS} ports: refused", path, n)
+            count(rguid, n)
             desc = _description(comment)  # the far end's node description
             if desc and (rguid not in remote_desc or (rletter, desc) < remote_desc[rguid]):
                 remote_desc[rguid] = (rletter, desc)  # the same whatever the record order

@@ -16,7 +16,7 @@ from typing import Callable, List, Optional, Sequence
 
 from slurmtopo.admin.checks import ERROR, REFUSE, Problem, enforce
 from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.fileio import atomic_write
+from slurmtopo.fileio import KEEP_BACKUPS, atomic_write
 
 Echo = Callable[[str], None]
 
@@ -81,10 +81,12 @@ def restored_note(old: Optional[str], output: str) -> str:
 def publish(text: str, output: Optional[str], *, what: str, problems: Sequence[Problem],
             echo: Echo, out: Echo, diff: bool = False, force: bool = False,
             changes: Optional[Callable[[str], List[str]]] = None,
-            reconfigure: bool = False, next_steps: Sequence[str] = ()) -> bool:
+            reconfigure: bool = False, next_steps: Sequence[str] = (),
+            keep_backups: int = KEEP_BACKUPS) -> bool:
     """Check, then diff or write ``text``. ``out`` gets file content and
     diffs, ``echo`` messages. ``changes(old_text)`` summarises what changes.
-    Returns whether the file changed (or would change)."""
+    The replaced file is kept as a backup, the ``keep_backups`` newest
+    (none with 0). Returns whether the file changed (or would change)."""
     if output is None:
         if diff or reconfigure:
             raise SlurmtopoError("--diff and --reconfigure need --output FILE")
@@ -115,7 +117,8 @@ def publish(text: str, output: Optional[str], *, what: str, problems: Sequence[P
         echo(f"{output}: unchanged, not rewritten")
         changed = False
     else:
-        backup = atomic_write(path, text, mode=0o644, backup=True, keep_owner=True)
+        backup = atomic_write(path, text, mode=0o644, backup=keep_backups > 0, keep_owner=True,
+                              keep_backups=max(keep_backups, 1))
         echo(f"wrote {output}" + (f" (previous version kept as {backup})" if backup else ""))
         changed = True
     if reconfigure:

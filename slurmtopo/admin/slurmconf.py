@@ -23,6 +23,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from slurmtopo.errors import InventoryError
 from slurmtopo.hostlist import expand_hostlist
+from slurmtopo.model import CpuTopology
 
 #: Slurm's parse buffer is 4096 bytes including the terminating NUL
 MAX_LINE = 4095
@@ -159,6 +160,8 @@ class SlurmConf:
     path: Optional[str] = None
     #: partition name -> its PartitionName line's keys (lower-case) and values
     partitions: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    #: node name -> the CPU layout its NodeName line declares (absent: none)
+    layouts: Dict[str, CpuTopology] = field(default_factory=dict)
 
     def partition_topology(self, partition: Optional[str]) -> Optional[str]:
         """The ``Topology=`` of a partition (Slurm 25.05+ topology.yaml
@@ -172,6 +175,13 @@ class SlurmConf:
 
     def node_names(self) -> List[str]:
         return list(self.nodes)
+
+    def cpu_layout(self, node: str) -> Optional[CpuTopology]:
+        """The sockets, cores and threads slurm.conf declares for ``node``
+        (Slurm's own inference from CPUs=, Boards=, ...), or None when its
+        NodeName line declares none of them. gres.conf ``Cores=`` index
+        this layout's cores: 0 to sockets x cores_per_socket - 1."""
+        return self.layouts.get(node)
 
     def gres(self, node: str) -> str:
         return self.nodes.get(node, {}).get("gres", "")
@@ -228,6 +238,7 @@ def parse_slurm_conf(text: str, path: str = "<slurm.conf>", _depth: int = 0,
             raise InventoryError(f"NodeName {odd!r} is not a host name (letters, digits, '.', "
                                  "'_' and '-' only)", path, n)
         merged = dict(defaults, **values)
+        layout = declared_layout(merged, path, n)
         hosts = None
         if "nodehostname" in values:
             hosts = hostlist_at(values["nodehostname"], path, n, "NodeHostname")
@@ -236,9 +247,51 @@ def parse_slurm_conf(text: str, path: str = "<slurm.conf>", _depth: int = 0,
                                      "nodes", path, n)
         for i, name in enumerate(names):
             conf.nodes[name] = merged
+            if layout is not None:
+                conf.layouts[name] = layout
             if hosts is not None and hosts[i] != name:
                 conf.hostnames[hosts[i]] = name
     return conf
+
+
+#: NodeName keys that describe the CPU layout (Slurm reads each as uint16),
+#: lower case -> as written in slurm.conf(5)
+LAYOUT_KEYS = {"cpus": "CPUs", "procs": "Procs", "boards": "Boards", "sockets": "Sockets",
+               "socketsperboard": "SocketsPerBoard", "corespersocket": "CoresPerSocket",
+               "threadspercore": "ThreadsPerCore"}
+
+
+def declared_layout(values: Dict[str, str], path: str, line: int) -> Optional[CpuTopology]:
+    """The CPU layout of a NodeName line's (lower-case) keys, inferred the
+    way slurmctld does (read_config.c): missing CoresPerSocket, ThreadsPerCore
+    and Boards are 1, a zero is read as 1; Sockets are Boards x
+    SocketsPerBoard when that is given, else Sockets=, else CPUs / (cores x
+    threads) when that divides, else Boards. None when the line gives none
+    of these keys (the layout is then whatever slurmd reports)."""
+    if not any(k in values for k in LAYOUT_KEYS):
+        return None
+
+    def number(key: str) -> Optional[int]:
+        if key not in values:
+            return None
+        text = values[key].strip()
+        if not text.isdigit() or int(text) > 0xFFFF:
+            raise InventoryError(f"{LAYOUT_KEYS[key]}={values[key]!r} is not a number from 0 to "
+                                 "65535", path, line)
+        return int(text) or 1
+
+    cores, threads = number("corespersocket") or 1, number("threadspercore") or 1
+    boards, per_board = number("boards") or 1, number("socketsperboard")
+    cpus = number("cpus") or number("procs")
+    if per_board is not None:
+        sockets = boards * per_board
+    elif number("sockets") is not None:
+        sockets = number("sockets")
+    elif cpus and cpus // (cores * threads) and not cpus % (cores * threads):
+        sockets = cpus // (cores * threads)
+    else:
+        sockets = boards
+    return CpuTopology(sockets=sockets, cores_per_socket=cores, threads_per_core=threads)
 
 
 def _include(pattern: str, path: str, line: int, depth: int, conf: SlurmConf) -> None:

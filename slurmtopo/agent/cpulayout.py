@@ -34,11 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from slurmtopo.model import CpuTopology, format_cpulist
-
-#: more CPUs than any Linux kernel supports (NR_CPUS tops out at 8192):
-#: such ids are not a machine, and no layout is made of them
-MAX_CPUS = 65536
+from slurmtopo.model import MAX_CPUS, CpuTopology, format_cpulist
 
 #: NUMA node ids of the two chips of an IBM POWER9 (AC922, IC922) node
 POWER9_CHIP_NODES = frozenset({0, 8})

@@ -140,7 +140,8 @@ def mig_unique_id(gpu: Gpu, mig: MigDevice) -> str:
 
 
 def gres_lines(node: Node, type_name: Optional[str] = None, lost: Sequence[int] = (),
-               slurm_version: SlurmVersion = None) -> List[str]:
+               slurm_version: SlurmVersion = None,
+               cpu: Optional[CpuTopology] = None) -> List[str]:
     """gres.conf lines of ``node``, one GPU (or MIG instance) a line.
 
     Only ``Key=value`` configuration lines, no comments (callers may prefix
@@ -148,16 +149,19 @@ def gres_lines(node: Node, type_name: Optional[str] = None, lost: Sequence[int] 
     does the hardware's ``gres_type``). GPUs in ``lost`` (NVML could not
     use them) are left out, as slurmd drops a GPU it cannot get a handle
     for; the Links vectors keep their place. ``slurm_version`` picks the
-    format of that release (None: current). See :func:`gres_notes` for the
-    comments worth putting above the lines.
+    format of that release (None: current). ``cpu`` is the CPU layout to
+    number cores by when the hardware records none (the node's layout in
+    slurm.conf). See :func:`gres_notes` for the comments worth putting
+    above the lines.
     """
     hw = node.hardware
+    layout = hw.cpu or cpu
     out: List[str] = []
     for gpu in hw.gpus:
         if gpu.index in lost:
             continue
         gtype = _type_of(gpu, hw, type_name)
-        cores = format_cpulist(abstract_cores(gpu.cpus, hw.cpu))
+        cores = format_cpulist(abstract_cores(gpu.cpus, layout))
         if gpu.mig_mode and gpu.mig:
             out.extend(_mig_lines(gpu, gtype, cores, mig_has_links(slurm_version)))
             continue

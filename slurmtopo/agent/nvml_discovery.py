@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from slurmtopo.agent.report import Discovery, report_block, short_hostname
+from slurmtopo.errors import SlurmtopoError
 from slurmtopo.agent.sysfs import IBMNPU_CLASS, NVSWITCH_CLASS, Sysfs, canonical_pci
 from slurmtopo.model import (Gpu, Hardware, MigDevice, Nic, Node, NvlinkDomain, NvLinkPort,
                              format_cpulist)
@@ -98,7 +99,12 @@ def discover(nvml=None, sysfs_root: str = "/", node_name: Optional[str] = None,
              hostname: Optional[str] = None) -> Discovery:
     """Read this node. ``nvml`` defaults to the real :mod:`pynvml`."""
     if nvml is None:
-        import pynvml as nvml  # noqa: PLC0415 - imported only where used
+        try:
+            import pynvml as nvml  # noqa: PLC0415 - imported only where used
+        except ImportError:
+            raise SlurmtopoError("NVML discovery needs nvidia-ml-py, which is not installed: "
+                                 "pip install 'slurmtopo[agent]' on GPU nodes (or use "
+                                 "--from-smi / --from-nccl-xml)") from None
     sysfs = Sysfs(sysfs_root)
     rd = _Reader(nvml)
     probes: List[_Probe] = []

@@ -346,8 +346,8 @@ def matrix_to_node(mx: SmiMatrix, name: str, model: Optional[str] = None,
         aff = ex.get("CPU Affinity")
         try:
             cpus = parse_cpulist(aff) if aff and aff.upper() != "N/A" else ()
-        except ValueError:
-            raise InventoryError(f"row {g}: bad CPU Affinity {aff!r}", path,
+        except ValueError as exc:
+            raise InventoryError(f"row {g}: bad CPU Affinity {aff!r}: {exc}", path,
                                  mx.row_line[g]) from None
         numa = ex.get("NUMA Affinity")
         if numa and len(_numa_list(numa)) > 1:

@@ -33,6 +33,8 @@ ROOT_BUS_RE = re.compile(r"^pci([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2})$")
 #: PCI class codes NCCL uses to recognise the far end of an NVLink
 NVSWITCH_CLASS = "0x068000"
 IBMNPU_CLASS = "0x068001"
+#: the most read of one sysfs/procfs attribute (the kernel's are a page)
+MAX_ATTRIBUTE_BYTES = 1 << 20
 
 
 def canonical_pci(bus_id) -> Optional[str]:
@@ -82,10 +84,15 @@ class Sysfs:
         return os.path.join(self.root, *[p.lstrip("/") for p in parts])
 
     def read(self, *parts: str) -> Optional[str]:
+        """The attribute's text, stripped; None when it is missing,
+        unreadable or not a regular file (a FIFO under a test root is
+        refused, never waited on)."""
+        from slurmtopo.errors import SlurmtopoError
+        from slurmtopo.fileio import read_text
+
         try:
-            with open(self.path(*parts), encoding="utf-8", errors="replace") as fh:
-                return fh.read().strip()
-        except OSError:
+            return read_text(self.path(*parts), MAX_ATTRIBUTE_BYTES, errors="replace").strip()
+        except SlurmtopoError:
             return None
 
     def read_int(self, *parts: str) -> Optional[int]:

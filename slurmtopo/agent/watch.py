@@ -76,10 +76,13 @@ class Agent:
 
     @staticmethod
     def _read(path: str) -> Optional[str]:
+        """The file's text, or None when it is missing or unreadable (a
+        FIFO or device in its place included: refused, never waited on)."""
+        from slurmtopo.fileio import read_text
+
         try:
-            with open(path, encoding="utf-8") as fh:
-                return fh.read()
-        except OSError:
+            return read_text(path)
+        except SlurmtopoError:
             return None
 
     def forget_baseline(self, name: str) -> None:

@@ -20,8 +20,8 @@ def command():
 @slurm_version_option
 @json_option
 @guard
-def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, slurm_version,
-             as_json):
+def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_backups,
+             slurm_version, as_json):
     """Write gres.conf for every node of the reports.
 
     Nodes with identical GPUs share one NodeName=<hostlist> block; lines
@@ -31,7 +31,7 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, slurm
     from slurmtopo import __version__
     from slurmtopo.admin.checks import check_text
     from slurmtopo.admin.gres_conf import (check_gres, cluster_gres_conf, describe_changes,
-                                           parse_gres_conf, read_gres_conf)
+                                           layout_differences, parse_gres_conf, read_gres_conf)
     from slurmtopo.admin.publish import publish
 
     msgs = Messages(as_json)
@@ -48,11 +48,12 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, slurm
             + (f", {len(stale)} stale" if stale else ""),
             "Do not edit: regenerate with `slurmtopo gres generate`."]
     text, notes = cluster_gres_conf(chosen, inv.reports, header=head,
-                                    slurm_version=slurm_version)
+                                    slurm_version=slurm_version, slurm=slurm)
     for note in notes:
         msgs.echo(f"note: {note}")
     lines = parse_gres_conf(text, "<generated gres.conf>")
-    problems = check_text(text, "gres.conf") + check_gres(lines, slurm)
+    problems = (check_text(text, "gres.conf") + check_gres(lines, slurm)
+                + layout_differences(chosen, slurm))
     if wanted is not None:
         from slurmtopo.admin.checks import REFUSE, Problem, sample_hosts
         missing = [n for n in wanted if n not in inv.nodes]
@@ -65,7 +66,7 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, slurm
 
     changed = publish(text, output, what="gres.conf", problems=problems, echo=msgs.echo,
                       out=msgs.out, diff=diff, force=force, changes=changes,
-                      reconfigure=reconfigure,
+                      reconfigure=reconfigure, keep_backups=keep_backups,
             next_steps=["copy gres.conf to every node unless the cluster runs configless",
                         "scontrol reconfigure   (a change of Type or Cores needs slurmctld "
                         "and slurmd restarted, see gres.conf(5))"])
@@ -86,6 +87,6 @@ def check_cmd(path, slurm_conf, as_json):
 
     lines = read_gres_conf(path)
     slurm = load_slurm_conf(slurm_conf)
-    problems = check_text(read_text(path), path) + check_gres(lines, slurm)
+    problems = check_text(read_text(path), path) + check_gres(lines, slurm, path)
     nodes = {h for ln in lines if ln.nodes for h in ln.nodes}
     report_check(path, problems, f"{len(lines)} line(s), {len(nodes)} node(s)", as_json)

@@ -67,10 +67,12 @@ def command(inventory_path, output_dir, types, virtualised_only, nvlink):
 
 
 def _same(path: str, text: str) -> bool:
+    from slurmtopo.errors import SlurmtopoError
+    from slurmtopo.fileio import read_text
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read() == text
-    except OSError:
+        return read_text(path) == text
+    except SlurmtopoError:  # missing, or not a regular file: it gets replaced
         return False
 
 

@@ -5,7 +5,8 @@ import click
 
 from slurmtopo.admin.cliutil import (Messages, guard, json_option, load_fabric, load_reports,
                                     load_slurm_conf, parse_nameset, parse_nodes, parse_rangeset,
-                                    parse_sizes, publish_report, report_check, write_options)
+                                    parse_sizes, publish_report, report_check,
+                                    topology_version_option, write_options)
 
 
 @click.group("topology")
@@ -36,20 +37,22 @@ def command():
 @click.option("--block-sizes", "block_sizes", default=None,
               help="BlockSizes, e.g. 18,36,72 (default: smallest block and its doublings).")
 @write_options
+@topology_version_option
 @json_option
 @guard
 def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_sizes, output,
-             diff, slurm_conf, nodes, force, reconfigure, as_json):
+             diff, slurm_conf, nodes, force, reconfigure, keep_backups, slurm_version, as_json):
     """Write topology.conf (or topology.yaml) from the fabric and node reports.
 
     With only --ibnetdiscover, the hosts are the named HCAs it finds. The
-    file is checked before it is written: nothing Slurm would reject, no
-    node of --slurm-conf left off every switch (--force overrides that).
+    file is checked before it is written: nothing Slurm would reject (a
+    format --slurm-conf's TopologyPlugin cannot read included), no node of
+    --slurm-conf left off every switch (--force overrides that).
     """
     from slurmtopo.admin.generate import build_topology, header
     from slurmtopo.admin.ibnetdiscover import read_ibnetdiscover
     from slurmtopo.admin.publish import publish
-    from slurmtopo.admin.checks import check_text
+    from slurmtopo.admin.checks import check_plugin, check_text
     from slurmtopo.admin.topology_conf import (check, describe_changes, parse_topology_conf,
                                                parse_topology_yaml, read_topology_conf, render)
     from slurmtopo.errors import SlurmtopoError
@@ -78,6 +81,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
     text = render(built.fabric, fmt, header(what, fmt, built))
     slurm_nodes = slurm.node_names() if slurm is not None else None
     problems = check_text(text, what) + check(built.fabric, fmt, slurm_nodes)
+    problems += check_plugin(fmt, slurm, slurm_version, yaml_beside=_yaml_beside(slurm))
     # what Slurm will read is the text: it must read back as the same topology
     if fmt == "yaml":
         parse_topology_yaml(text, f"<generated {what}>")
@@ -89,6 +93,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 
     changed = publish(text, output, what=what, problems=problems, echo=msgs.echo, out=msgs.out,
                       diff=diff, force=force, changes=changes, reconfigure=reconfigure,
+                      keep_backups=keep_backups,
                       next_steps=["scontrol reconfigure   (slurmctld rereads the topology; "
                                   "or pass --reconfigure)"])
     publish_report(msgs, what, output, diff, changed, problems)
@@ -102,7 +107,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 @guard
 def check_cmd(path, slurm_conf, as_json):
     """Read an existing topology.conf/topology.yaml and check it."""
-    from slurmtopo.admin.checks import check_text
+    from slurmtopo.admin.checks import check_plugin, check_text
     from slurmtopo.admin.slurmconf import read_text
     from slurmtopo.admin.topology_conf import check, is_yaml_path, read_topology_conf
     from slurmtopo.topology import switch_levels
@@ -112,6 +117,7 @@ def check_cmd(path, slurm_conf, as_json):
     fmt = "yaml" if is_yaml_path(path) else ("block" if fabric.blocks else "tree")
     problems = check_text(read_text(path), path) + \
         check(fabric, fmt, slurm.node_names() if slurm else None)
+    problems += check_plugin(fmt, slurm)
     parts = []
     if fabric.switches:
         levels = 1 + max(switch_levels(fabric).values())
@@ -122,3 +128,14 @@ def check_cmd(path, slurm_conf, as_json):
                      + (f", BlockSizes={','.join(map(str, fabric.block_sizes))}"
                         if fabric.block_sizes else ""))
     report_check(path, problems, "; ".join(parts) or "empty", as_json)
+
+
+def _yaml_beside(slurm) -> bool:
+    """Is there a topology.yaml next to slurm.conf (where Slurm 25.05+ reads
+    it, ignoring TopologyPlugin and topology.conf)?"""
+    import os
+
+    if slurm is None or not slurm.path:
+        return False
+    return os.path.exists(os.path.join(os.path.dirname(os.path.abspath(slurm.path)),
+                                       "topology.yaml"))

@@ -111,3 +111,40 @@ def test_enforce():
     assert said[-1] == "forced: r"
     with pytest.raises(SlurmtopoError, match="Slurm would reject"):
         enforce([Problem(ERROR, "e"), Problem(REFUSE, "r")], "x", force=True)
+
+
+# -- the file format against slurm.conf's TopologyPlugin and the release ----------
+
+from slurmtopo.admin.checks import check_plugin, topology_plugin  # noqa: E402
+
+
+@pytest.mark.parametrize("value, name", [
+    (None, "flat"), ("", "flat"), ("none", "flat"), ("topology/none", "flat"),
+    ("topology/default", "flat"), ("topology/flat", "flat"), ("topology/tree", "tree"),
+    ("Topology/Block", "block"), ("tree", "tree"), ("topology/3d_torus", "3d_torus"),
+])
+def test_topology_plugin_names(value, name):
+    assert topology_plugin(value) == name
+
+
+@pytest.mark.parametrize("fmt, plugin, version, beside, want", [
+    ("tree", "topology/tree", None, False, []),
+    ("block", "topology/block", None, False, []),
+    ("block", "topology/tree", None, False, [ERROR]),   # slurmctld: fatal
+    ("tree", "topology/block", None, False, [ERROR]),
+    ("tree", "topology/block", (22, 5, 0), False, [ERROR]),
+    ("tree", None, None, False, [WARNING]),               # nothing reads topology.conf
+    ("tree", "topology/tree", None, True, [REFUSE]),     # 25.05+ reads topology.yaml instead
+    ("tree", "topology/tree", (24, 11, 0), True, []),    # ... older releases do not
+    ("yaml", None, None, False, []),
+    ("yaml", None, (25, 5, 0), False, []),
+    ("yaml", None, (24, 11, 6), False, [REFUSE]),         # reads no topology.yaml
+    ("yaml", "topology/tree", None, False, [WARNING]),   # TopologyPlugin is ignored
+])
+def test_format_against_topology_plugin(fmt, plugin, version, beside, want):
+    from slurmtopo.admin.slurmconf import SlurmConf
+
+    problems = check_plugin(fmt, SlurmConf(topology_plugin=plugin), version, yaml_beside=beside)
+    assert [p.severity for p in problems] == want
+    if fmt != "yaml" or version is None:  # without slurm.conf: only the release counts
+        assert check_plugin(fmt, None, version) == []

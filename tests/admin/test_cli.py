@@ -247,7 +247,8 @@ def test_empty_fabric_is_an_error(tmp_path, capsys):
 
 @pytest.fixture
 def fake_agent(monkeypatch):
-    monkeypatch.setattr(gres_conf, "agent_gres_lines", lambda slurm_version=None: fake_gres_lines)
+    monkeypatch.setattr(gres_conf, "agent_gres_lines",
+                        lambda slurm_version=None, slurm=None: fake_gres_lines)
 
 
 def test_gres_generate(tmp_path, capsys, fake_agent, slurm_conf):
@@ -307,3 +308,65 @@ def test_gres_generate_writes_mig_lines_for_the_slurm_release(tmp_path, capsys):
     assert rc == 0
     lines = [ln for ln in old.splitlines() if "MultipleFiles=" in ln]
     assert [ln.rsplit(" ", 1)[1] for ln in lines] == ["Links=-1,0", "Links=0,-1"]
+
+
+@pytest.mark.parametrize("plugin, fmt", [("tree", "block"), ("block", "tree")])
+def test_format_the_topology_plugin_cannot_read_is_never_written(tmp_path, capsys, slurm_conf,
+                                                                 plugin, fmt):
+    """A block file for topology/tree (or the reverse) made slurmctld stop
+    with fatal:. Refused before anything is written, --force or not, with
+    the fix in the message."""
+    conf = slurm_conf(f"TopologyPlugin=topology/{plugin}\nNodeName=gpu[001-008]\n")
+    out = tmp_path / "topology.conf"
+    out.write_text("# the old file\n")
+    for extra in ([], ["--force"], ["--reconfigure"]):
+        rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", FAT, "--format", fmt,
+                               "--slurm-conf", conf, "-o", str(out), *extra], capsys)
+        assert rc == 2, err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("slurmtopo: error: not writing topology.conf: "), last
+        assert f"TopologyPlugin=topology/{plugin}" in last and f"--format {plugin}" in last
+        assert "ran: scontrol" not in err
+        assert out.read_text() == "# the old file\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["slurm.conf", "topology.conf"]
+    # the check command says the same of a file already there
+    run_main(["topology", "generate", "--ibnetdiscover", FAT, "--format", fmt, "-o", str(out)],
+             capsys)
+    rc, _, err = run_main(["topology", "check", str(out), "--slurm-conf", conf], capsys)
+    assert rc == 1 and f"TopologyPlugin=topology/{plugin}" in err, err
+
+
+def test_topology_conf_beside_a_topology_yaml_is_refused(tmp_path, capsys, slurm_conf):
+    conf = slurm_conf("TopologyPlugin=topology/tree\nNodeName=gpu[001-008]\n")
+    (tmp_path / "topology.yaml").write_text("- topology: default\n")
+    out = tmp_path / "topology.conf"
+    argv = ["topology", "generate", "--ibnetdiscover", FAT, "--slurm-conf", conf, "-o", str(out)]
+    rc, _, err = run_main(argv, capsys)
+    assert rc == 2 and not out.exists() and "ignores TopologyPlugin and topology.conf" in err
+    rc, _, err = run_main(argv + ["--slurm-version", "24.11"], capsys)
+    assert rc == 0 and out.exists(), err
+
+
+def test_topology_yaml_for_a_release_that_reads_none(tmp_path, capsys):
+    out = tmp_path / "topology.yaml"
+    rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", FAT, "-o", str(out),
+                           "--slurm-version", "24.05"], capsys)
+    assert rc == 2 and not out.exists() and "reads no topology.yaml" in err
+    rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", FAT, "-o", str(out),
+                           "--slurm-version", "25.05"], capsys)
+    assert rc == 0 and out.exists(), err
+
+
+@pytest.mark.parametrize("keep, expect", [(None, 5), ("2", 2), ("0", 0)])
+def test_backups_of_a_generated_file_are_bounded(tmp_path, capsys, keep, expect):
+    """Every changed write kept a backup forever (26 after 30 writes): now
+    the newest --keep-backups (default 5), 0 keeping none."""
+    out = tmp_path / "topology.conf"
+    two = [FAT, fixture("two_rails.topo")]
+    for i in range(8):  # each write changes the file
+        rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", two[i % 2], "-o",
+                               str(out), *(["--keep-backups", keep] if keep else [])], capsys)
+        assert rc == 0 and f"wrote {out}" in err, err
+    backups = sorted(tmp_path.glob("topology.conf.*.bak"))
+    assert len(backups) == expect  # which ones: tests/test_hostile_input.py
+    assert all(read_topology_conf(b).switches for b in backups)

@@ -146,3 +146,122 @@ def test_describe_changes():
     new = parse_gres_conf("NodeName=a1 Name=gpu File=/dev/nvidia[0-1]\n"
                           "NodeName=a[2-3] Name=gpu File=/dev/nvidia[0-3]\n")
     assert describe_changes(old, new) == ["nodes added: a3", "nodes changed: a2"]
+
+
+# -- Cores= are Slurm's core indices of the node slurm.conf declares -------------
+
+from slurmtopo.admin.checks import ERROR  # noqa: E402
+from slurmtopo.model import CpuTopology, Gpu, Hardware  # noqa: E402
+
+from .conftest import run_main, write_reports  # noqa: E402
+
+#: the dev cluster's nodes: 2 sockets of 8 cores, one thread each
+DEV_SLURM_CONF = ("NodeName=node[1-4] Sockets=2 CoresPerSocket=8 ThreadsPerCore=1 "
+                  "Gres=gpu:8\n")
+
+
+def _smt_node(name: str, cpu=None) -> "Node":
+    """8 GPUs, GPUs 0-3 near CPUs 0-7 and their SMT siblings 16-23 (a
+    2 x 8 x 2 machine in the usual Linux numbering), 4-7 near the rest."""
+    return node(name, Hardware(
+        gpus=tuple(Gpu(index=i, model="NVIDIA H100 80GB HBM3",
+                       cpus=(*range(0, 8), *range(16, 24)) if i < 4
+                       else (*range(8, 16), *range(24, 32))) for i in range(8)),
+        links=tuple(tuple("X" if i == j else "NV18" for j in range(8)) for i in range(8)),
+        nvswitch=True, cpu=cpu))
+
+
+def _write(tmp_path, text: str, name: str = "slurm.conf") -> str:
+    (tmp_path / name).write_text(text)
+    return str(tmp_path / name)
+
+
+def test_cpu_ids_become_core_indices_with_slurm_confs_threads(tmp_path, capsys):
+    """A report without a CPU layout: its CPU ids are numbered into cores
+    with the threads per core slurm.conf declares (Cores=0-7, not
+    Cores=0-7,16-23, which is past the node's 16 cores)."""
+    reports = write_reports(tmp_path / "r", [_smt_node("node1"), _smt_node("node2")])
+    slurm = _write(tmp_path, "NodeName=node[1-2] Sockets=2 CoresPerSocket=8 ThreadsPerCore=2 "
+                             "Gres=gpu:8\n")
+    out = tmp_path / "gres.conf"
+    rc, _o, err = run_main(["gres", "generate", "--reports", reports, "--slurm-conf", slurm,
+                            "-o", str(out)], capsys)
+    assert rc == 0, err
+    cores = sorted({ln.cores for ln in parse_gres_conf(out.read_text())})
+    assert cores == ["0-7", "8-15"]
+
+
+def test_cores_past_the_declared_layout_are_refused_before_writing(tmp_path, capsys):
+    """Reports of a 2 x 56 x 2 machine, slurm.conf declaring 2 x 8 (the dev
+    cluster): Cores=0-55 would make every node INVAL. Nothing is written,
+    not even with --force; the message names the nodes and both numbers."""
+    big = CpuTopology(sockets=2, cores_per_socket=56, threads_per_core=2)
+    hw = Hardware(gpus=tuple(Gpu(index=i, model="NVIDIA H100 80GB HBM3",
+                                 cpus=(*range(0, 56), *range(112, 168)) if i < 4
+                                 else (*range(56, 112), *range(168, 224))) for i in range(8)),
+                  links=tuple(tuple("X" if i == j else "NV18" for j in range(8))
+                              for i in range(8)), nvswitch=True, cpu=big)
+    reports = write_reports(tmp_path / "r", [node(f"node{i}", hw) for i in range(1, 5)])
+    slurm = _write(tmp_path, DEV_SLURM_CONF)
+    out = tmp_path / "gres.conf"
+    for extra in ([], ["--force"]):
+        rc, _o, err = run_main(["gres", "generate", "--reports", reports, "--slurm-conf", slurm,
+                                "-o", str(out), *extra], capsys)
+        assert rc != 0 and not out.exists(), err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("slurmtopo: error: not writing gres.conf"), err
+        for words in ("node[1-4]", "Cores=0-55", "16 cores", "0-15", "INVAL"):
+            assert words in last, last
+        assert "the node reports say 2 socket(s) x 56 core(s)" in err
+
+
+def test_a_report_without_layout_that_slurm_conf_cannot_hold(tmp_path, capsys):
+    reports = write_reports(tmp_path / "r", [_smt_node("node1")])
+    slurm = _write(tmp_path, "NodeName=node1 Sockets=2 CoresPerSocket=4 ThreadsPerCore=1 "
+                             "Gres=gpu:8\n")
+    out = tmp_path / "gres.conf"
+    rc, _o, err = run_main(["gres", "generate", "--reports", reports, "--slurm-conf", slurm,
+                            "-o", str(out)], capsys)
+    assert rc != 0 and not out.exists()
+    assert err.strip().splitlines() == [
+        "slurmtopo: error: node node1: GPU 0's CPUs 0-7,16-23 go past the 8 CPUs slurm.conf "
+        "declares for it (2 socket(s) x 4 core(s) x 1 thread(s)): the report and slurm.conf's "
+        "NodeName line describe different machines; fix the NodeName line (slurmd -C prints "
+        "the real one)"]
+
+
+@pytest.mark.parametrize("cores, severity", [
+    ("0-7", None), ("8-15", None), ("0-15", None),      # a socket, or all of them
+    ("0-3", REFUSE), ("4-11", REFUSE), ("0-7,12", REFUSE),  # not socket boundaries
+    ("0-16", ERROR), ("16", ERROR), ("0-55", ERROR),    # past the 16 cores
+])
+def test_check_cores_against_the_declared_sockets(cores, severity):
+    slurm = parse_slurm_conf(DEV_SLURM_CONF)
+    lines = parse_gres_conf(f"NodeName=node[1-4] Name=gpu File=/dev/nvidia[0-7] Cores={cores}\n")
+    problems = check_gres(lines, slurm, "gres.conf")
+    assert [p.severity for p in problems] == ([severity] if severity else [])
+    if severity:
+        assert problems[0].origin == "gres.conf:1"
+        assert f"Cores={cores} for node[1-4]" in problems[0].message
+
+
+def test_cores_unchecked_where_slurm_conf_declares_no_layout():
+    slurm = parse_slurm_conf("NodeName=node[1-2] Gres=gpu:8\n")
+    lines = parse_gres_conf("NodeName=node[1-2] Name=gpu File=/dev/nvidia[0-7] Cores=0-200\n")
+    assert check_gres(lines, slurm) == []
+    # from CPUs= alone Slurm's sockets are a guess: the count is checked,
+    # socket boundaries are not
+    slurm = parse_slurm_conf("NodeName=node[1-2] CPUs=32 Gres=gpu:8\n")
+    assert check_gres(parse_gres_conf("Name=gpu File=/dev/nvidia[0-7] Cores=0-3\n"), slurm) == []
+    assert [p.severity for p in check_gres(
+        parse_gres_conf("Name=gpu File=/dev/nvidia[0-7] Cores=0-32\n"), slurm)] == [ERROR]
+
+
+def test_gres_check_refuses_cores_past_the_layout(tmp_path, capsys):
+    slurm = _write(tmp_path, DEV_SLURM_CONF)
+    gres = _write(tmp_path, "NodeName=node[1-4] Name=gpu File=/dev/nvidia[0-3] Cores=0-55\n"
+                            "NodeName=node[1-4] Name=gpu File=/dev/nvidia[4-7] Cores=8-15\n",
+                  "gres.conf")
+    rc, _o, err = run_main(["gres", "check", gres, "--slurm-conf", slurm], capsys)
+    assert rc != 0
+    assert err.splitlines()[0].startswith(f"error: {gres}:1: Cores=0-55 for node[1-4]"), err

@@ -83,3 +83,67 @@ def test_port_linked_twice():
 
 def test_not_ibnetdiscover_at_all():
     assert "no Switch or Ca records" in _error("SwitchName=s1 Nodes=gpu[1-4]\n")
+
+
+# -- sizes bounded while reading ---------------------------------------------------
+
+SWITCH = 'Switch\t{ports} "S-b8cffff0053ee"\t\t# "MF0;leaf01:MQM8700/U1" enhanced port 0 lid 3\n'
+
+
+def _port(port: int, host: int, rport: int = 1) -> str:
+    return (f'[{port}]\t"H-{host:016x}"[{rport}]\t\t# "gpu{host:05d} mlx5_0" lid {host + 4} '
+            "4xHDR\n")
+
+
+def test_a_switch_declaring_more_ports_than_infiniband_has():
+    text = SWITCH.format(ports=200001) + "".join(_port(p, p) for p in range(1, 4))
+    with pytest.raises(InventoryError) as exc:
+        parse_ibnetdiscover(text, "dump.topo")
+    assert exc.value.render().startswith("dump.topo:1: Switch 000b8cffff0053ee declares "
+                                         "200,001 ports; an InfiniBand node has at most 255")
+
+
+def test_port_numbers_past_255_are_refused_at_their_line():
+    text = SWITCH.format(ports=36) + "".join(_port(p, p) for p in range(1, 300))
+    with pytest.raises(InventoryError) as exc:
+        parse_ibnetdiscover(text, "dump.topo")
+    assert exc.value.render().startswith("dump.topo:257: port 256 in the record of "
+                                         "000b8cffff0053ee (line 1)")
+    far = SWITCH.format(ports=36) + _port(1, 7, rport=4096)
+    with pytest.raises(InventoryError, match="port 4,096"):
+        parse_ibnetdiscover(far, "dump.topo")
+
+
+def test_a_record_with_more_port_lines_than_ports():
+    text = SWITCH.format(ports=36) + _port(1, 1) * 300  # the same cable, again and again
+    with pytest.raises(InventoryError) as exc:
+        parse_ibnetdiscover(text, "dump.topo")
+    assert exc.value.render().startswith("dump.topo:257: more than 255 port lines")
+
+
+def test_the_node_count_is_bounded_while_reading(monkeypatch):
+    from slurmtopo.admin import ibnetdiscover
+
+    monkeypatch.setattr(ibnetdiscover, "MAX_NODES", 10)
+    text = SWITCH.format(ports=36) + "".join(_port(p, p) for p in range(1, 13))
+    with pytest.raises(InventoryError) as exc:
+        parse_ibnetdiscover(text, "dump.topo")
+    # the switch and 9 hosts fit; the 10th host (line 11) is one too many
+    assert exc.value.render().startswith("dump.topo:11: more than 10 InfiniBand nodes")
+    parse_ibnetdiscover(SWITCH.format(ports=36) + "".join(_port(p, p) for p in range(1, 10)))
+
+
+def test_one_switch_with_thousands_of_hosts_is_refused_through_the_cli(tmp_path, capsys):
+    """bench/ibgen's fat tree with every host on one leaf (the 200,000-host
+    dump took about a minute to be refused after parsing; 300 show the rule)."""
+    from bench.ibgen import FatTreeSpec, generate
+    from .conftest import run_main
+
+    dump = tmp_path / "one-leaf.topo"
+    dump.write_text(generate(FatTreeSpec(hosts=300, hosts_per_unit=300, spines=1)))
+    out = tmp_path / "topology.conf"
+    rc, _o, err = run_main(["topology", "generate", "--ibnetdiscover", str(dump), "-o", str(out)],
+                           capsys)
+    assert rc == 2 and not out.exists()
+    assert err.strip().splitlines() == [err.strip()]
+    assert "declares 301 ports; an InfiniBand node has at most 255" in err

@@ -38,6 +38,8 @@ def test_nodes_defaults_hostnames_gres_include(tmp_path):
     ("NodeName=a1 oops\n", 1, "expected Key=Value"),
     ("Include missing-*.conf\n", 1, "no file matches"),
     ("ClusterName=x\n", None, "no NodeName= lines"),
+    ("NodeName=a1 Sockets=two\n", 1, "Sockets='two' is not a number"),
+    ("NodeName=DEFAULT CoresPerSocket=70000\nNodeName=a1\n", 2, "CoresPerSocket='70000'"),
 ])
 def test_slurm_conf_errors(tmp_path, text, line, words):
     conf = tmp_path / "slurm.conf"
@@ -47,6 +49,24 @@ def test_slurm_conf_errors(tmp_path, text, line, words):
     msg = exc.value.render()
     assert words in msg
     assert msg.startswith(f"{conf}:{line}:" if line else f"{conf}:")
+
+
+@pytest.mark.parametrize("line, layout", [
+    ("Sockets=2 CoresPerSocket=8 ThreadsPerCore=2", (2, 8, 2)),
+    ("CPUs=224", (224, 1, 1)),                       # Sockets inferred from CPUs
+    ("CPUs=224 CoresPerSocket=56 ThreadsPerCore=2", (2, 56, 2)),
+    ("CPUs=30 CoresPerSocket=8", (1, 8, 1)),          # 30 / 8 does not divide: Boards
+    ("Boards=2 SocketsPerBoard=2 CoresPerSocket=4", (4, 4, 1)),
+    ("Sockets=3 SocketsPerBoard=2 CoresPerSocket=4", (2, 4, 1)),  # SocketsPerBoard wins
+    ("Sockets=0 CoresPerSocket=0 ThreadsPerCore=0", (1, 1, 1)),   # zero reads as one
+    ("RealMemory=1000", None),                        # no layout declared
+])
+def test_declared_cpu_layout_as_slurmctld_infers_it(line, layout):
+    from slurmtopo.admin.slurmconf import parse_slurm_conf
+
+    got = parse_slurm_conf(f"NodeName=a[1-2] {line}\n").cpu_layout("a2")
+    assert (got.sockets, got.cores_per_socket, got.threads_per_core) == layout if layout \
+        else got is None
 
 
 def test_tokenizer_like_slurm():
