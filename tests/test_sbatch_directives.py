@@ -3,7 +3,7 @@
 of the options the plan sets are refused like their full names, and what
 only looks like one (a job name ``--nodes=3``, a comment) passes.
 
-tests/integration/test_sbatch_directives.py checks the same reading
+tests/integration/test_slurm_directives.py checks the same reading
 against the real sbatch of every Slurm release the dev cluster runs."""
 from __future__ import annotations
 

@@ -191,22 +191,20 @@ def rank_main(argv: Sequence[str], environ: Optional[Dict[str, str]] = None) -> 
 
 
 def _read_own(path: str) -> str:
-    """The rank table at ``path``, checked on the open file: it must be the
-    user's and writable by nobody else (the path may cross a directory
-    others can rename entries of; what it names is only used when it is
-    what ``slurmtopo bind`` wrote, mode 0600)."""
-    import stat
+    """The rank table at ``path``, checked on the open file: a regular file
+    (a FIFO would block the rank), the user's and writable by nobody else
+    (the path may cross a directory others can rename entries of; what it
+    names is only used when it is what ``slurmtopo bind`` wrote, 0600)."""
+    from slurmtopo.fileio import MAX_TEXT_BYTES, open_regular
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise SlurmtopoError("the rank table is not a file", path)
-            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-                raise SlurmtopoError("the rank table is not yours alone (another user may have "
-                                     "replaced it): not using it", path)
-            return fh.read(64 * 1024 * 1024)
-    except OSError as exc:
-        raise SlurmtopoError(f"cannot read the rank table ({exc.strerror}); large jobs "
-                             "need --run-dir on a file system all nodes see", path) from None
-
+        fd = open_regular(path)
+    except SlurmtopoError as exc:
+        raise SlurmtopoError(f"the rank table: {exc.message}; large jobs need --run-dir on a "
+                             "file system all nodes see", path) from None
+    with os.fdopen(fd, encoding="utf-8") as fh:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise SlurmtopoError("the rank table is not yours alone (another user may have "
+                                 "replaced it): not using it", path)
+        return fh.read(MAX_TEXT_BYTES)

@@ -7,10 +7,12 @@ Script layout, and why:
 2. A comment block with the plan: layout, inventory, topology request and a
    per-rank table (rank, host, GPU, NICs, CPUs, group indices), so whoever
    reads the job script sees what was planned.
-3. The start-time step: ``python3 -m slurmtopo bind --plan -`` reading the
-   plan from a quoted here-document (no expansion happens inside it, and
-   every JSON line starts with a brace or a blank, so no line can end it),
-   then ``source``-ing the env.sh it writes.
+3. The start-time step: ``python3 -m slurmtopo bind --plan - --print-env``
+   reading the plan from a quoted here-document (no expansion happens
+   inside it, and every JSON line starts with a brace or a blank, so no
+   line can end it), run from ``/`` so that Python imports nothing from the
+   submit directory (others may write there), then ``eval``-ing env.sh's
+   text from its stdout: no file is read again by path (docs/security.md).
 4. One ``srun --distribution=arbitrary`` that starts every rank through the
    per-rank launcher with the user's command, every word ``shlex.quote``-d.
 
