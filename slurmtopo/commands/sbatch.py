@@ -118,9 +118,10 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         return
 
     # the run directory's place must be the user's own before the job exists
-    # (docs/security.md): a refusal here submits nothing
+    # (docs/security.md): a refusal here submits nothing. SLURMTOPO_RUN_DIR
+    # travels into the job (sbatch exports the environment) and wins there.
     from slurmtopo.rundirs import check_location
-    check_location(run_dir, os.getcwd())
+    check_location(run_dir or os.environ.get("SLURMTOPO_RUN_DIR") or None, os.getcwd())
     done = api.submit(job, get_backend(), held=daemon, spool=spool)
     notes.extend(done.notes)
     job_id = done.job_id

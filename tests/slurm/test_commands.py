@@ -298,3 +298,8 @@ def test_unsafe_run_directory_is_refused_before_submitting(onpath, capsys, tmp_p
     assert "old run directories not removed" in err and "symbolic link" in err
     assert (ckpt / "1000").is_dir()
     assert (tmp_path / "mine" / "job.sbatch").is_file()
+    # SLURMTOPO_RUN_DIR travels into the job and wins there: it is what is checked
+    monkeypatch.setenv("SLURMTOPO_RUN_DIR", str(tmp_path / "env-run"))
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--", "true"], capsys)
+    assert code == 0 and out == "Submitted batch job 4242\n", err
+    assert (tmp_path / "env-run").is_dir() and (ckpt / "1000").is_dir()
