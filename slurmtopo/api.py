@@ -142,6 +142,53 @@ def load_state_file(cluster: Inventory, path: Optional[str]) -> ClusterState:
     return load_state(path, cluster)
 
 
+def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, str]] = None,
+                prefer: Optional[Mapping[str, str]] = None,
+                message_bytes: Optional[Mapping[str, int]] = None,
+                wait: Optional[Mapping[str, float]] = None, gpus_per_node: Optional[int] = None,
+                exclusive: bool = False, nodelist=None, exclude=(), **knobs) -> JobRequest:
+    """The JobRequest for a job laid out by ``framework`` with its own
+    settings (``knobs``: ``dp_replicate=2, dp_shard=-1, world=16`` for
+    torchtitan, ``zero_stage=3`` for DeepSpeed ...; None means the
+    framework's default).
+
+    ``require``, ``prefer``, ``message_bytes`` and ``wait`` may name group
+    kinds by the framework's names (``dp_shard``, ``data_parallel``); the
+    planner gets the Megatron layout that numbers the ranks as the framework
+    does, and the preferences of the framework's data-parallel style (a
+    FSDP shard group or a ZeRO-3 data-parallel group inside NVLink) unless
+    the job says otherwise (:mod:`slurmtopo.frameworks.placement`). Raises
+    LayoutError for a layout the framework refuses, with its reason."""
+    from slurmtopo.frameworks.placement import request_terms, translate_kinds
+    from slurmtopo.frameworks.registry import framework_layout
+
+    terms = request_terms(framework_layout(framework, **knobs))
+    require = translate_kinds(terms, framework, dict(require or {}), "require")
+    prefer = translate_kinds(terms, framework, dict(prefer or {}), "prefer")
+    for kind, level in terms.prefer.items():
+        if kind not in require:
+            prefer.setdefault(kind, level)
+    return JobRequest(layout=terms.layout, require=require, prefer=prefer,
+                      gpus_per_node=gpus_per_node, exclusive=exclusive, nodelist=nodelist,
+                      exclude=exclude,
+                      message_bytes=translate_kinds(terms, framework, dict(message_bytes or {}),
+                                                    "message-bytes"),
+                      wait=translate_kinds(terms, framework, dict(wait or {}), "wait"))
+
+
+def step_communication(cluster: Inventory, placement: Placement, model: str,
+                       framework: str = "megatron", **knobs):
+    """The collectives of one training step of ``placement`` for ``model``
+    (a ``--model`` text: ``70b``, ``params=7e9,layers=32,hidden=4096``),
+    per the framework's data-parallel style, priced on the framework's own
+    groups: a :class:`slurmtopo.cost.styles.StepReport`."""
+    from slurmtopo.cost.styles import parse_model, price_step
+    from slurmtopo.frameworks.registry import framework_layout
+
+    return price_step(cluster, placement, framework_layout(framework, **knobs),
+                      parse_model(model))
+
+
 def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequest) -> Placement:
     """The topology-aware placement (raises PlacementError)."""
     from slurmtopo.choice import plan

@@ -346,3 +346,28 @@ def _plain(v):
     if isinstance(v, (int, float, str)) or v is None:
         return v
     return str(v)
+
+
+def render_step(report) -> "object":
+    """A rich table of a :class:`slurmtopo.cost.styles.StepReport`."""
+    from rich.table import Table
+
+    m = report.model
+    table = Table(title=f"Communication per step ({report.framework}, {report.style}; "
+                        f"model {m.params / 1e9:g}B params, {m.layers} layers, hidden "
+                        f"{m.hidden}, seq {m.seq_len}, micro-batch {m.micro_batch}, {m.dtype})",
+                  title_justify="left")
+    for col in ("what", "group kind", "collective", "message", "calls", "time", "slowest link"):
+        table.add_column(col, justify="right" if col in ("message", "calls", "time") else "left")
+    for call, t, cls in report.calls:
+        table.add_row(call.what, call.kind, call.collective, _human_bytes(call.message_bytes),
+                      str(call.calls), f"{t * 1e3:.1f} ms", cls)
+    table.add_row("step", "", "", "", "", f"{report.step_comm_s * 1e3:.1f} ms", "")
+    return table
+
+
+def _human_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

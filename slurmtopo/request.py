@@ -184,7 +184,14 @@ class FrozenMap(dict):
         return dict.__repr__(self)
 
 
-def _parse_pairs(items: Iterable[str], what: str) -> Dict[str, str]:
+def parse_pairs(items: Iterable[str], what: str, kind_of=None) -> Dict[str, str]:
+    """``KIND=LEVEL`` texts (comma-separated too) -> {kind: level}.
+
+    ``kind_of`` turns a written kind into the key (default
+    :func:`normalise_kind`, the planner's kinds); a framework's own kind
+    names pass with their spelling kept and are mapped later
+    (:mod:`slurmtopo.frameworks.placement`)."""
+    kind_of = normalise_kind if kind_of is None else kind_of
     out: Dict[str, str] = {}
     for item in items or ():
         for part in str(item).split(","):
@@ -195,7 +202,7 @@ def _parse_pairs(items: Iterable[str], what: str) -> Dict[str, str]:
                 raise LayoutError(f"--{what} {part!r}: expected KIND=LEVEL, e.g. tp=nvlink "
                                   f"(levels: {', '.join(LEVELS)})")
             k, _, v = part.partition("=")
-            kind = normalise_kind(k)
+            kind = kind_of(k)
             level = normalise_level(v)
             if kind in out and out[kind] != level:
                 raise LayoutError(f"--{what} names {kind!r} twice ({out[kind]} and {level})")
@@ -284,7 +291,7 @@ class JobRequest:
         Kind spellings with ``_`` are accepted (``expert_tp``), and a few
         level aliases (``pcie``, ``socket``, ``host``, ``domain``, ``switch``).
         """
-        return _parse_pairs(require, "require"), _parse_pairs(prefer, "prefer")
+        return parse_pairs(require, "require"), parse_pairs(prefer, "prefer")
 
     def constraint(self, kind: str) -> Tuple[Optional[str], bool]:
         """(level, hard) for ``kind``: the require level if any, else the

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the pure layers (planning, rendering, schema) ...
 PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.topology",
         "slurmtopo.errors", "slurmtopo.yamlio", "slurmtopo.hostlist", "slurmtopo.groups",
+        "slurmtopo.frameworks",
         "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
         "slurmtopo.plandoc", "slurmtopo.sbatch", "slurmtopo.preview", "slurmtopo.inventory",
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice")

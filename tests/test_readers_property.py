@@ -58,6 +58,10 @@ fabric:
     - {name: spine1, switches: "leaf[1-2]"}
 """
 SLURM_CONF = "NodeName=gpu[01-04] Gres=gpu:h100:8 CPUs=224\nPartitionName=gpu Nodes=ALL\n"
+#: a torchtitan job file ([parallelism] as the TOML job files had it) and
+#: Megatron-LM's arguments, one option a line
+TORCHTITAN_TOML = (FIXTURES / "frameworks" / "train.toml").read_text()
+MEGATRON_ARGS = (FIXTURES / "frameworks" / "megatron.args").read_text()
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,12 @@ CASES = [
                _seed_plan(), True, file_name="plan.json",
                env={"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "gpu01",
                     "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7", "SLURMD_NODENAME": "gpu01"}),
+    ReaderCase("torchtitan-toml", ["groups", "--framework", "torchtitan", "--config", "{in}",
+                                   "--world", "16"], TORCHTITAN_TOML, False,
+               file_name="train.toml", lines=r"^\w+_degree\s*="),
+    ReaderCase("megatron-args", ["groups", "--framework", "megatron", "--config", "{in}",
+                                 "--world", "16"], MEGATRON_ARGS, False,
+               file_name="megatron.args", lines=r"^\s*--(tensor|pipeline|context|expert)-"),
     ReaderCase("daemon-status", ["daemon", "status", "--spool", "{dir}"],
                json.dumps({"slurmtopo": "daemon-status", "version": 1,
                            "daemon": {"pid": 4242, "host": "ctl", "started": 1.0e9,

@@ -231,7 +231,7 @@ def check_plugin(fmt: str, slurm: Optional[SlurmConf], slurm_version=None,
     out: List[Problem] = []
     if fmt == "yaml":
         if old:
-            out.append(Problem(REFUSE, f"Slurm {'.'.join(map(str, slurm_version[:2]))} reads no "
+            out.append(Problem(REFUSE, f"Slurm {slurm_version[0]}.{slurm_version[1]:02d} reads no "
                                        "topology.yaml (25.05 and later do): write topology.conf "
                                        "(--format tree or block) for it"))
         elif have in ("tree", "block"):

@@ -67,7 +67,7 @@ def agent_gres_lines(slurm_version=None, slurm: Optional[SlurmConf] = None) -> L
 
 
 def describe_layout(cpu: CpuTopology) -> str:
-    """``2 sockets x 8 cores x 1 thread`` (slurm.conf's Sockets,
+    """``2 socket(s) x 8 core(s) x 1 thread(s)`` (slurm.conf's Sockets,
     CoresPerSocket, ThreadsPerCore)."""
     return (f"{cpu.sockets} socket(s) x {cpu.cores_per_socket} core(s) x "
             f"{cpu.threads_per_core} thread(s)")
@@ -384,13 +384,13 @@ def check_cores(lines: Sequence[GresLine], slurm: SlurmConf,
     never written). Slurm 25.11 also wants each line's cores to be one
     whole socket or all of them ("doesn't match socket boundaries", the
     node is drained); 22.05 accepts other sets, so that one is a refusal
-    (``--force`` writes it). Checked only where the NodeName line gives
-    CoresPerSocket: from CPUs= alone Slurm's sockets are a guess.
+    (``--force`` writes it). That rule is checked only where the NodeName
+    line gives CoresPerSocket: from CPUs= alone Slurm's sockets are a guess.
     """
     past: Dict[Tuple[int, str, Tuple[str, ...]], List[GresLine]] = {}
     split: Dict[Tuple[int, int, Tuple[str, ...]], List[GresLine]] = {}
     for ln in lines:
-        if ln.cores is None or (ln.name or "").lower() in SHARING:
+        if ln.cores is None:
             continue
         cores = set(parse_cpulist(ln.cores))
         if not cores:

@@ -5,8 +5,8 @@ import json
 
 import click
 
-from slurmtopo.commands.layout_options import layout_from, layout_options
-from slurmtopo.groups import build_groups
+from slurmtopo.commands.layout_options import (framework_layout_from, framework_options,
+                                               layout_options)
 
 _SHOWN_GROUPS = 3
 _SHOWN_RANKS = 8
@@ -19,14 +19,30 @@ def _short(group) -> str:
     return f"[{head}, … +{len(group) - _SHOWN_RANKS}]"
 
 
+def _title(resolved) -> str:
+    if resolved.framework == "megatron":
+        from slurmtopo.frameworks.megatron import layout_knobs, resolved_layout
+
+        layout = resolved_layout(**layout_knobs(resolved))
+        return (
+            f"world={layout.world} tp={layout.tp} cp={layout.cp} ep={layout.ep} "
+            f"pp={layout.pp} dp={layout.dp} expert_tp={layout.expert_tp} "
+            f"expert_dp={layout.expert_dp} order={layout.order} ({layout.convention})"
+        )
+    settings = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                        for k, v in resolved.knobs)
+    return f"{resolved.framework}: {settings}"
+
+
 @click.command("groups")
 @layout_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: kind -> groups.")
-def command(world, tp, cp, ep, pp, dp, expert_tp, order, convention, as_json):
-    """Show which ranks form each tensor/context/expert/pipeline/data group."""
-    layout = layout_from(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, expert_tp=expert_tp, world=world,
-                         order=order, convention=convention)
-    groups = build_groups(layout)
+@framework_options
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: kind (the framework's name) -> groups.")
+def command(as_json, **options):
+    """Show which ranks form each group kind, as the chosen framework builds them."""
+    resolved = framework_layout_from(**options)
+    groups = resolved.groups
     if as_json:
         click.echo(json.dumps(dict(groups), separators=(",", ":")))
         return
@@ -34,11 +50,7 @@ def command(world, tp, cp, ep, pp, dp, expert_tp, order, convention, as_json):
     from rich.console import Console
     from rich.table import Table
 
-    title = (
-        f"world={layout.world} tp={layout.tp} cp={layout.cp} ep={layout.ep} "
-        f"pp={layout.pp} dp={layout.dp} expert_tp={layout.expert_tp} "
-        f"expert_dp={layout.expert_dp} order={layout.order} ({layout.convention})"
-    )
+    title = _title(resolved)
     table = Table(title=title, title_justify="left")
     table.add_column("kind")
     table.add_column("groups", justify="right")

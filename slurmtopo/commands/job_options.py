@@ -13,7 +13,8 @@ from typing import Dict, Mapping, Optional, Sequence
 
 import click
 
-from slurmtopo.commands.layout_options import layout_from, layout_options
+from slurmtopo.commands.layout_options import (LAYOUT_PARAMS, framework_options,
+                                               framework_params, layout_options)
 from slurmtopo.errors import SlurmtopoError
 
 
@@ -31,6 +32,7 @@ def job_options(func):
     func = sbatch_options(func)
     func = script_options(func)
     func = request_options(func)
+    func = framework_options(func)
     func = layout_options(func)
     func = click.option("--slurm-conf", "slurm_conf", default=None, metavar="FILE",
                         help="slurm.conf naming each partition's Topology= (with "
@@ -172,17 +174,27 @@ def parse_message_bytes(items: Sequence[str]) -> Dict[str, int]:
     return out
 
 
-def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None):
-    """The JobRequest for the layout and request options in ``o``."""
-    from slurmtopo.request import JobRequest
+def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()):
+    """The JobRequest for the layout and request options in ``o`` (the
+    world size of a ``torchrun --nnodes --nproc-per-node`` ``command`` when
+    nothing else gives it)."""
+    from slurmtopo.api import job_request
+    from slurmtopo.commands.layout_options import framework_knobs
+    from slurmtopo.request import parse_pairs
 
-    layout = layout_from(**o)
-    req_c, pref_c = JobRequest.parse_constraints(list(o["require"]), list(o["prefer"]))
-    return JobRequest(layout=layout, require=req_c, prefer=pref_c,
-                      gpus_per_node=o["gpus_per_node"], exclusive=o["exclusive"],
-                      nodelist=o["nodelist"], exclude=o["exclude"],
-                      message_bytes=parse_message_bytes(o["message_bytes"]),
-                      wait=dict(wait or {}))
+    framework = o.get("framework") or "megatron"
+    knobs = framework_knobs(framework, {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
+                            o.get("config"))
+    if knobs.get("world") is None and framework != "megatron":
+        from slurmtopo.commands.layout_options import world_from_command
+        knobs["world"] = world_from_command(command)
+    kind_of = None if framework == "megatron" else (lambda k: str(k).strip())
+    return job_request(framework, require=parse_pairs(o["require"], "require", kind_of),
+                       prefer=parse_pairs(o["prefer"], "prefer", kind_of),
+                       gpus_per_node=o["gpus_per_node"], exclusive=o["exclusive"],
+                       nodelist=o["nodelist"], exclude=o["exclude"],
+                       message_bytes=parse_message_bytes(o["message_bytes"]),
+                       wait=dict(wait or {}), **knobs)
 
 
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,

@@ -4,6 +4,8 @@ One definition, so the three commands read a layout the same way.
 """
 from __future__ import annotations
 
+import os
+
 import click
 
 #: option names the decorator adds (the keyword arguments it passes on)
@@ -37,9 +39,126 @@ def layout_options(func):
 def layout_from(tp=1, cp=1, ep=1, pp=1, dp=None, expert_tp=None, world=None, order=None,
                 convention=None, **_ignored):
     """The resolved Layout for these option values (raises LayoutError)."""
-    from slurmtopo.groups import DEFAULT_ORDER, Layout
+    from slurmtopo.frameworks.megatron import resolved_layout
 
-    convention = convention or "megatron"
-    return Layout(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, expert_tp=expert_tp,
-                  order=DEFAULT_ORDER[convention] if order is None else order,
-                  world=world, convention=convention).resolved()
+    return resolved_layout(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, expert_tp=expert_tp, world=world,
+                           order=order, convention=convention)
+
+
+#: click's defaults of the layout options, to tell a given value from none
+_LAYOUT_DEFAULTS = {"tp": 1, "cp": 1, "ep": 1, "pp": 1, "dp": None, "expert_tp": None,
+                    "world": None, "order": None, "convention": "megatron"}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def framework_params():
+    """The framework settings framework_options adds besides --framework and
+    the layout options (dp_replicate, zero_stage ...)."""
+    from slurmtopo.frameworks.registry import all_knobs
+
+    return tuple(n for n in all_knobs() if n not in LAYOUT_PARAMS)
+
+
+def framework_options(func):
+    """Add --framework and every framework's own settings that the layout
+    options do not already define (--dp-replicate, --dp-shard, --zero-stage ...).
+
+    Use with :func:`layout_options`; :func:`framework_layout_from` reads both.
+    Each setting's default is None (the framework's own default applies), so
+    a setting given to a framework that has none is refused by name."""
+    from slurmtopo.frameworks.registry import DEFAULT_FRAMEWORK, FRAMEWORKS
+
+    options = [click.option(
+        "--framework", type=click.Choice(list(FRAMEWORKS)), default=DEFAULT_FRAMEWORK,
+        show_default=True,
+        help="Whose groups: each framework builds them its own way and names them its way.")]
+    for name in framework_params():
+        owner, knob = _owner_of(name)
+        text = f"{owner}: {knob.help}"
+        if knob.kind is bool:
+            options.append(click.option(_flag(name), name, is_flag=True, default=None, help=text))
+        elif isinstance(knob.kind, tuple):
+            options.append(click.option(_flag(name), name, type=click.Choice(list(knob.kind)),
+                                        default=None, help=text))
+        else:
+            options.append(click.option(_flag(name), name, type=int, default=None, help=text))
+    options.append(click.option(
+        "--config", "config", default=None, metavar="FILE",
+        help="Take the framework's settings from its own configuration: torchtitan's TOML "
+             "job file ([parallelism]), a DeepSpeed JSON config, a file with Megatron-LM's "
+             "arguments. Options given here win over it."))
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _owner_of(name: str):
+    from slurmtopo.frameworks.registry import FRAMEWORKS
+
+    for framework, module in FRAMEWORKS.items():
+        for knob in module.KNOBS:
+            if knob.name == name:
+                return framework, knob
+    raise KeyError(name)  # pragma: no cover - names come from the registry
+
+
+def framework_knobs(framework, values, config=None):
+    """The chosen framework's settings: those of its ``config`` file (if
+    any), overridden by the option values given (that differ from the
+    option's default). A setting the framework does not have is refused by
+    name when it was given."""
+    from slurmtopo.errors import LayoutError
+    from slurmtopo.frameworks.registry import knobs_of
+
+    own = {k.name for k in knobs_of(framework)}
+    knobs = {}
+    if config is not None:
+        from slurmtopo.fileio import read_text
+        from slurmtopo.frameworks.configs import knobs_from_config
+
+        knobs.update(knobs_from_config(framework, read_text(config, limit=1 << 20), config))
+    for name, value in values.items():
+        given = (value is not None and value is not False
+                 and value != _LAYOUT_DEFAULTS.get(name))
+        if name in own:
+            if given or name not in knobs:
+                knobs[name] = value
+        elif given:
+            raise LayoutError(f"{_flag(name)} is not a {framework} setting; {framework}'s: "
+                              f"{', '.join(_flag(k.name) for k in knobs_of(framework))}")
+    return knobs
+
+
+def world_from_command(command):
+    """The world size a ``torchrun --nnodes N --nproc-per-node M ...``
+    command starts (N*M), or None when the command does not say."""
+    words = list(command)
+    if not words or os.path.basename(words[0]) != "torchrun":
+        return None
+    found = {}
+    i = 1
+    while i < len(words):
+        name, eq, value = words[i].partition("=")
+        if name in ("--nnodes", "--nproc-per-node", "--nproc_per_node"):
+            if not eq:
+                i += 1
+                value = words[i] if i < len(words) else ""
+            found[name.replace("_", "-")] = value
+        elif not name.startswith("-"):
+            break  # the training script: its own arguments follow
+        i += 1
+    nodes, per = found.get("--nnodes", ""), found.get("--nproc-per-node", "")
+    if nodes.isdigit() and per.isdigit() and 0 < int(nodes) * int(per) <= 1 << 20:
+        return int(nodes) * int(per)
+    return None
+
+
+def framework_layout_from(framework=None, config=None, **values):
+    """The FrameworkLayout for these option values (raises LayoutError)."""
+    from slurmtopo.frameworks.registry import DEFAULT_FRAMEWORK, framework_layout
+
+    framework = framework or DEFAULT_FRAMEWORK
+    return framework_layout(framework, **framework_knobs(framework, values, config))

@@ -27,12 +27,17 @@ DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 @click.option("--state", "state_path", default=None,
               help="Cluster-state snapshot: busy nodes and GPUs to place around.")
 @click.option("--color-by", default=None, help="Group kind to colour the grid by.")
+@click.option("--model", "model", default=None, metavar="SPEC",
+              help="Price one training step's collectives for this model, per the framework's "
+                   "data-parallel style: a preset (7b, 8b, 13b, 70b, 405b), optionally changed "
+                   "(70b,seq=8192), or params=...,layers=...,hidden=... "
+                   "[,seq_len,micro_batch,dtype,micro_batches,top_k].")
 @click.option("--output-dir", "-o", default=DEFAULT_OUTPUT_DIR, show_default=True,
               type=click.Path(file_okay=False), help="Where to write the files.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the rank map and cost comparison as JSON instead of the preview.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def command(state_path, color_by, output_dir, as_json, cmd, **o):
+def command(state_path, color_by, model, output_dir, as_json, cmd, **o):
     """Place a job on the cluster, preview it, write the rank map and script.
 
     Give the training command after `--`; without one, everything but the
@@ -47,8 +52,22 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
         sanitize_job_name(o["job_name"])
     inv, topo_notes = load_job_cluster(o)
     state = api.load_state_file(inv, state_path)
-    req = request_from(o)
+    req = request_from(o, command=cmd)
+    if model is not None:  # a bad --model fails before the planner runs
+        from slurmtopo.cost.styles import parse_model
+        parse_model(model)
     job = api.prepare(inv, state, req, cmd, script_options_from(o, o["inventory_path"]))
+    step = None
+    if model is not None:
+        from slurmtopo.commands.layout_options import LAYOUT_PARAMS, framework_knobs, \
+            framework_params
+        framework = o.get("framework") or "megatron"
+        knobs = framework_knobs(framework,
+                                {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
+                                o.get("config"))
+        knobs["world"] = req.layout.world
+        step = api.step_communication(inv, job.placement, model, framework,
+                                      **{k: v for k, v in knobs.items() if v is not None})
     placement, layout, script = job.placement, req.layout, job.script
     notes: List[str] = list(topo_notes) + list(job.notes)
     if not cmd:
@@ -84,10 +103,17 @@ def command(state_path, color_by, output_dir, as_json, cmd, **o):
                # what the preview shows besides the grid and the table
                "splits": splits(placement, inv),
                "far_from_bound": bound_warning(plan_cost, bound)}
+        if step is not None:
+            from slurmtopo.cost.styles import step_dict
+            out["step"] = step_dict(step)
         click.echo(json.dumps(out, separators=(",", ":")))
         return
     from rich.console import Console
 
-    Console(soft_wrap=False).print(render_plan(
+    console = Console(soft_wrap=False)
+    console.print(render_plan(
         placement, inv, layout, plan_cost, naive_cost, state, color_by, notes, script,
         files, bound=bound))
+    if step is not None:
+        from slurmtopo.preview import render_step
+        console.print(render_step(step))

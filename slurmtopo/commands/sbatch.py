@@ -84,7 +84,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         state, state_from = api.load_state_file(inv, state_path), state_path
 
     waits = parse_wait(wait)
-    req = request_from(o, waits)
+    req = request_from(o, waits, cmd)
     job = api.prepare(inv, state, req, cmd,
                       script_options_from(o, os.path.abspath(o["inventory_path"]), run_dir),
                       with_costs=False, queue=True, for_daemon=daemon,

@@ -351,7 +351,7 @@ def test_topology_yaml_for_a_release_that_reads_none(tmp_path, capsys):
     out = tmp_path / "topology.yaml"
     rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", FAT, "-o", str(out),
                            "--slurm-version", "24.05"], capsys)
-    assert rc == 2 and not out.exists() and "reads no topology.yaml" in err
+    assert rc == 2 and not out.exists() and "Slurm 24.05 reads no topology.yaml" in err
     rc, _, err = run_main(["topology", "generate", "--ibnetdiscover", FAT, "-o", str(out),
                            "--slurm-version", "25.05"], capsys)
     assert rc == 0 and out.exists(), err
