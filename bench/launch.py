@@ -9,7 +9,7 @@ What a big job pays when it starts, measured as the batch script runs it:
   line). Wall and CPU time (user + system, from ``wait4``: this VM is
   shared) and peak RSS, median of several runs; the files it wrote.
 * One task's launch: ``/bin/sh -c TASK_SNIPPET slurmtopo-task true`` with
-  exactly what the script's ``source env.sh`` exports, for the job's last
+  exactly what env.sh exports (the batch script evaluates that text), for the job's last
   rank, minus a bare ``/bin/sh -c 'exec true'`` (wall: best of 20 runs
   each, CPU: medians): the wrapper's own cost per rank, with CPU binding off and, when ``taskset`` is installed, on
   (the snippet then runs ``taskset`` twice: a check, then the command

@@ -28,15 +28,15 @@ EMBED_WHOLE_NODES = 1024
 # The task launch, the other half of the contract: the script's srun line
 # runs TASK_SNIPPET in every task; the start-time step writes the POSIX sh
 # text it evaluates (SLURMTOPO_TASK_ENV: every task's lines, or for a big job
-# a loader of the task's block; SLURMTOPO_TASK_ENV_FILE, the whole text as a
-# file, is what earlier start-time steps passed for big jobs: still sourced,
-# so scripts and start-time steps of different releases agree).
+# a loader that checks and sources the task's block). The snippet sources no
+# file by path: earlier releases sourced SLURMTOPO_TASK_ENV_FILE, which
+# another user able to rename entries of a shared submit directory could
+# swap between the start-time step and the task.
 LAUNCHERS = ("srun", "torchrun")
 #: the torchrun argument the task text rewrites to ``--node-rank=<this node>``
 NODE_RANK_WORD = "--node-rank=SLURMTOPO_NODE_RANK"
-TASK_SNIPPET = ('if [ -n "${SLURMTOPO_TASK_ENV_FILE:-}" ]; then . "$SLURMTOPO_TASK_ENV_FILE"; '
-                'else eval "${SLURMTOPO_TASK_ENV:?no task environment: source env.sh from '
-                'slurmtopo bind before srun}"; fi')
+TASK_SNIPPET = ('eval "${SLURMTOPO_TASK_ENV:?no task environment: evaluate what '
+                'slurmtopo bind --print-env prints before srun}"')
 #: $0 of the task shell, seen in `ps` and in its error messages
 TASK_NAME = "slurmtopo-task"
 

@@ -7,19 +7,31 @@ starts, what ``slurmtopo bind`` writes there (``rankmap.json`` with the
 actual rank map, ``hostfile``, ``env.sh``, ``task-env.sh``). Keeping them
 under one hidden directory stops ``slurmtopo-run-*`` directories piling up
 next to the user's files; :func:`clean_old` removes those of old jobs.
+
+Submit directories are often shared by a group, so every directory here is
+reached through :mod:`slurmtopo.safedir`: ``.slurmtopo``, ``runs`` and the
+job's directory must be the user's own, are never followed when they are
+links, and are kept at mode 0700; a run directory named with ``--run-dir``
+must be the user's own and writable by nobody else (docs/security.md).
 """
 from __future__ import annotations
 
 import os
-import shutil
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
+
+from slurmtopo import safedir
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.safedir import SafeDir
 
 #: relative to the submit directory; the batch script uses the same path
 RUNS_SUBDIR = os.path.join(".slurmtopo", "runs")
 #: run directories untouched this long are removed at the next submission
 DEFAULT_KEEP_DAYS = 14.0
 SCRIPT_NAME = "job.sbatch"
+#: the way out of a refused run directory, for every message
+HINT = ("remove it (or have its owner remove it), or give --run-dir (SLURMTOPO_RUN_DIR) "
+        "in a directory only you can write")
 
 
 def runs_root(submit_dir: str) -> str:
@@ -30,46 +42,78 @@ def run_dir_for(submit_dir: str, job_id: int) -> str:
     return os.path.join(runs_root(submit_dir), str(int(job_id)))
 
 
+def layout(run_dir: str) -> Tuple[str, List[str], List[bool]]:
+    """(anchor, components below it, whether each is slurmtopo's own by
+    name) for ``run_dir``. The default ``<dir>/.slurmtopo/runs/<job>`` is
+    anchored at ``<dir>`` and all three components are slurmtopo's; any
+    other run directory is anchored at its deepest existing parent, the
+    missing parents are slurmtopo's (made 0700) and the directory itself is
+    the user's choice (refused when others may write it, never chmod-ed)."""
+    path = os.path.abspath(run_dir)
+    head, leaf = os.path.split(path)
+    if os.path.basename(head) == "runs" and os.path.basename(os.path.dirname(head)) == \
+            ".slurmtopo" and leaf:
+        return os.path.dirname(os.path.dirname(head)), [".slurmtopo", "runs", leaf], [True] * 3
+    parts = [leaf]
+    while head != os.path.dirname(head) and not os.path.isdir(head):
+        head, name = os.path.split(head)
+        parts.insert(0, name)
+    return head, parts, [True] * (len(parts) - 1) + [False]
+
+
+def open_run_dir(run_dir: str, create: bool = True) -> SafeDir:
+    """The job's run directory, checked (and made) as :func:`layout` says."""
+    anchor, parts, own = layout(run_dir)
+    return safedir.open_under(anchor, parts, create=create, own=own, hint=HINT)
+
+
+def open_runs_root(submit_dir: str, create: bool = True) -> SafeDir:
+    """``<submit dir>/.slurmtopo/runs``, checked (and made)."""
+    return safedir.open_under(submit_dir, RUNS_SUBDIR.split(os.sep), create=create, hint=HINT)
+
+
+def check_location(run_dir: Optional[str], submit_dir: str) -> None:
+    """Before a job is submitted: its run directory (``--run-dir``), else
+    the runs root of the submit directory, is the user's own and private
+    (made now when missing), so a refusal comes before the job exists."""
+    with (open_run_dir(run_dir) if run_dir else open_runs_root(submit_dir)):
+        pass
+
+
 def save_script(run_dir: str, script_text: str) -> str:
-    """Keep the submitted script in the job's run directory (private:
-    mode 0700 directories, 0600 file, like the run directory bind makes)."""
-    from slurmtopo.fileio import atomic_write, ensure_dir
-
-    ensure_dir(run_dir, "run directory", mode=0o700)
-    path = os.path.join(run_dir, SCRIPT_NAME)
-    atomic_write(path, script_text, mode=0o600)
-    return path
-
-
-def _newest_mtime(path: str) -> float:
-    newest = os.lstat(path).st_mtime
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            try:
-                newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
-            except OSError:
-                continue
-    return newest
+    """Keep the submitted script in the job's run directory (mode 0600, in
+    directories of mode 0700, like everything bind writes there)."""
+    with open_run_dir(run_dir) as where:
+        safedir.write_files([(where, SCRIPT_NAME, script_text)])
+        return where.child(SCRIPT_NAME)
 
 
 def clean_old(submit_dir: str, keep_days: float = DEFAULT_KEEP_DAYS,
-              now: Optional[float] = None, keep: tuple = ()) -> List[str]:
-    """Remove run directories (named by job id) under ``submit_dir`` whose
-    newest file is older than ``keep_days``; never one named in ``keep``.
-    Returns the removed paths. ``keep_days`` <= 0 removes nothing."""
-    root = runs_root(submit_dir)
-    if keep_days <= 0 or not os.path.isdir(root):
+              now: Optional[float] = None, keep: Sequence[str] = ()) -> List[str]:
+    """Remove the run directories (named by job id) in ``submit_dir``'s runs
+    root whose newest file is older than ``keep_days``; never one named in
+    ``keep``. Returns the removed paths; ``keep_days`` <= 0 removes nothing.
+
+    Only directories the user owns, directly inside the runs root, are
+    considered, and every step goes through descriptors: a runs root that
+    is a link or another user's is refused (SlurmtopoError, nothing
+    removed), and nothing outside it is ever touched."""
+    if keep_days <= 0:
         return []
     cutoff = (time.time() if now is None else now) - keep_days * 86400
+    try:
+        root = open_runs_root(submit_dir, create=False)
+    except safedir.MissingDir:
+        return []
     removed = []
-    for name in sorted(os.listdir(root)):
-        path = os.path.join(root, name)
-        if not name.isdigit() or name in keep or os.path.islink(path) or not os.path.isdir(path):
-            continue
-        try:
-            if _newest_mtime(path) < cutoff:
-                shutil.rmtree(path)
-                removed.append(path)
-        except OSError:
-            continue
+    with root:
+        for name, st in safedir.owned_dirs(root).items():
+            if not name.isdigit() or name in keep:
+                continue
+            try:
+                if safedir.newest_mtime(root, name) < cutoff:
+                    safedir.remove_tree(root, name, st)
+                    removed.append(root.child(name))
+            except (OSError, SlurmtopoError):
+                continue
     return removed

@@ -366,6 +366,32 @@ def test_hostile_arguments_arrive_intact(tmp_path, h100):
                          + "_pwned8____x"]
 
 
+def test_start_time_step_imports_nothing_from_the_submit_directory(tmp_path, h100):
+    """Another member of a group-shared submit directory plants a
+    ``slurmtopo`` package there. ``python -m slurmtopo bind`` run from the
+    submit directory imported it first (code run as the job's user); the
+    script now runs it from /, so the planted code never runs, even with an
+    empty PYTHONPATH entry (which means the current directory) and a
+    relative SLURMTOPO_RUN_DIR (made absolute before leaving)."""
+    layout = Layout(tp=2).resolved()
+    alloc = {"gpu01": [0, 1]}
+    p = fill_placement(h100, list(alloc.items()), layout)
+    planted = tmp_path / "slurmtopo"
+    planted.mkdir()
+    marker = tmp_path / "PLANTED-RAN"
+    for name in ("__init__.py", "__main__.py"):
+        (planted / name).write_text(f"open({str(marker)!r}, 'a').write('{name}\\n')\n")
+    script = _script(h100, p, layout, [sys.executable, "-c", DUMP_RANK])
+    proc, ranks, _ = _run_job(tmp_path, script, alloc, False, extra_env={
+        "PYTHONPATH": ":" + str(ROOT), "SLURMTOPO_RUN_DIR": "myrun"})
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists(), marker.read_text()
+    _check_ranks(ranks, p, alloc, False)
+    assert (tmp_path / "myrun" / "hostfile").read_text().split() == ["gpu01", "gpu01"]
+    # the shell takes the environment from bind's stdout: no env.sh is sourced
+    assert "source " not in script and 'eval "$SLURMTOPO_ENV"' in script
+
+
 def test_job_name_with_newline_is_rejected(h100):
     layout = Layout(tp=2).resolved()
     p = fill_placement(h100, [("gpu01", [0, 1])], layout)
@@ -501,6 +527,19 @@ def test_rank_main_errors_are_one_line(capsys):
     assert "SLURM_PROCID is not set" in capsys.readouterr().err
     assert rank_main(["--", "true"], {"SLURM_PROCID": "0"}) == 2
     assert "no rank table" in capsys.readouterr().err
+
+
+def test_rank_main_uses_only_a_rank_table_of_the_users_alone(tmp_path, h100, capsys):
+    """The Python launcher reads SLURMTOPO_RANK_TABLE_FILE by path; a table
+    others may write (or another user's) is refused on the open file."""
+    res = _bound_one_node(h100, tmp_path)
+    table = write_run_dir(res, str(tmp_path / "run"), {}).paths
+    path = next(p for p in table if p.endswith("ranktable"))
+    env = {"SLURM_PROCID": "0", "SLURMD_NODENAME": "gpu01", "SLURMTOPO_RANK_TABLE_FILE": path,
+           "PATH": os.environ["PATH"]}
+    os.chmod(path, 0o664)
+    assert rank_main(["--", "true"], env) == 2
+    assert "is not yours alone" in capsys.readouterr().err
 
 
 def test_read_plan_rejects_garbage():
@@ -663,7 +702,7 @@ def test_damaged_packed_ranks_are_one_error(h100, monkeypatch):
 
 def test_run_dir_has_the_full_rank_table(tmp_path, h100):
     res = _bound_one_node(h100, tmp_path)
-    paths = write_run_dir(res, str(tmp_path / "run"), {})
+    paths = write_run_dir(res, str(tmp_path / "run"), {}).paths
     csv_text = (tmp_path / "run" / "rankmap.csv").read_text()
     assert str(tmp_path / "run" / "rankmap.csv") in paths
     assert [l.split(",")[:4] for l in csv_text.splitlines()[1:]] == \

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -413,3 +414,67 @@ def test_wrong_host_is_refused(tmp_path, h100):
     r = subprocess.run(["/bin/sh", "-c", TASK_SNIPPET, "t", "true"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 2 and "task 7 is not in this job's plan" in r.stderr
+
+
+def test_a_swapped_block_is_not_run(tmp_path, h100, monkeypatch):
+    """Another user who can rename entries above the run directory (a
+    group-shared submit directory) can put any file where a task looks for
+    its block. The task runs a block only when it starts with this
+    binding's mark: planted code, a link to it, and a genuine block of
+    another binding of the same job are each refused with one line, and the
+    planted code never runs (issue 21)."""
+    p, tenv = _bound_in_blocks(tmp_path / "run", h100, monkeypatch)
+    block = tmp_path / "run" / "task-env" / "1.sh"
+    marker = tmp_path / "PLANTED-RAN"
+    planted = f"touch {marker}\nNODE_RANK=0 LOCAL_RANK=0\n"
+    host = p.slots[4].host
+    assert _task(tenv, "4", host).returncode == 0
+    # 1. the block rewritten (whoever owns the file, without the mark)
+    good = block.read_text()
+    block.write_text(planted)
+    got = _task(tenv, "4", host)
+    assert got.returncode == 2 and "was not written for this job by slurmtopo bind" in got.stderr
+    assert len(got.stderr.strip().splitlines()) == 1 and not marker.exists()
+    # 2. a link to planted code, with the mark's first words but a guessed token
+    (tmp_path / "evil.sh").write_text("# slurmtopo task-env 00 block 1\n" + planted)
+    block.unlink()
+    block.symlink_to(tmp_path / "evil.sh")
+    got = _task(tenv, "4", host)
+    assert got.returncode == 2 and "not written for this job" in got.stderr
+    assert not marker.exists()
+    # 3. a genuine block of another binding (another job of the same user)
+    _, other = _bound_in_blocks(tmp_path / "other", h100, monkeypatch)
+    block.unlink()
+    block.write_text((tmp_path / "other" / "task-env" / "1.sh").read_text())
+    got = _task(tenv, "4", host)
+    assert got.returncode == 2 and "not written for this job" in got.stderr
+    # ... and block 0 of this binding in the place of block 1
+    block.write_text((tmp_path / "run" / "task-env" / "0.sh").read_text())
+    assert _task(tenv, "4", host).returncode == 2
+    block.write_text(good)
+    assert _task(tenv, "4", host).returncode == 0
+
+
+def test_run_dir_files_are_private_whatever_the_umask(tmp_path, h100, monkeypatch):
+    """umask 002 in a setgid group directory made the run directory
+    group-writable; now every directory is 0700 and every file 0600, and a
+    link planted at a file's name is replaced, not written through."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2775)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    old = os.umask(0o002)
+    try:
+        run = shared / ".slurmtopo" / "runs" / "7"
+        run.mkdir(parents=True)          # as an earlier release left it: 0775
+        (run / "env.sh").symlink_to(victim)
+        p, _ = _bound_in_blocks(run, h100, monkeypatch)
+    finally:
+        os.umask(old)
+    for d in (shared / ".slurmtopo", shared / ".slurmtopo" / "runs", run, run / "task-env"):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    for f in list(run.iterdir()) + list((run / "task-env").iterdir()):
+        if f.is_file():
+            assert stat.S_IMODE(f.lstat().st_mode) == 0o600, f
+    assert not (run / "env.sh").is_symlink() and victim.read_text() == "keep"

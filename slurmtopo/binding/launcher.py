@@ -168,12 +168,7 @@ def rank_main(argv: Sequence[str], environ: Optional[Dict[str, str]] = None) -> 
                 raise SlurmtopoError("no rank table (SLURMTOPO_RANK_TABLE or "
                                      "SLURMTOPO_RANK_TABLE_FILE); source env.sh from "
                                      "`slurmtopo bind` before srun")
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    text = fh.read()
-            except OSError as exc:
-                raise SlurmtopoError(f"cannot read the rank table ({exc.strerror}); large jobs "
-                                     "need --run-dir on a file system all nodes see", path)
+            text = _read_own(path)
         info = parse_rank_table(text, int(procid))
         env, bind, log = rank_launch(info, environ, os.sched_getaffinity(0))
         host = environ.get("SLURMD_NODENAME") or info.host
@@ -193,3 +188,23 @@ def rank_main(argv: Sequence[str], environ: Optional[Dict[str, str]] = None) -> 
         print(f"{tag}: error: cannot run {args[0]!r}: {exc.strerror}", file=sys.stderr)
         return 127
     return 0  # pragma: no cover
+
+
+def _read_own(path: str) -> str:
+    """The rank table at ``path``, checked on the open file: a regular file
+    (a FIFO would block the rank), the user's and writable by nobody else
+    (the path may cross a directory others can rename entries of; what it
+    names is only used when it is what ``slurmtopo bind`` wrote, 0600)."""
+    from slurmtopo.fileio import MAX_TEXT_BYTES, open_regular
+
+    try:
+        fd = open_regular(path)
+    except SlurmtopoError as exc:
+        raise SlurmtopoError(f"the rank table: {exc.message}; large jobs need --run-dir on a "
+                             "file system all nodes see", path) from None
+    with os.fdopen(fd, encoding="utf-8") as fh:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise SlurmtopoError("the rank table is not yours alone (another user may have "
+                                 "replaced it): not using it", path)
+        return fh.read(MAX_TEXT_BYTES)

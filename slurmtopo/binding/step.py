@@ -209,12 +209,15 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
 
 
 def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
-               log: List[str], task: Optional["TaskEnv"] = None) -> Tuple[str, bool]:
+               log: List[str], task: Optional["TaskEnv"] = None,
+               token: Optional[str] = None) -> Tuple[str, bool]:
     """env.sh text (every value shell-quoted) and whether the tasks read
     their environment from files (``run_dir/task-env/``; above
     ``limits.ENV_TABLE_LIMIT`` the whole text would not fit in the
     environment, and every task parsing all ranks would cost more the
-    bigger the job). NCCL variables the user already exported are kept."""
+    bigger the job). NCCL variables the user already exported are kept.
+    ``token``: the secret the task-env blocks start with (see
+    :func:`slurmtopo.binding.taskenv.block_mark`; made here when None)."""
     import shlex
 
     q = shlex.quote
@@ -240,7 +243,8 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
     lines.append("unset SLURMTOPO_RANK_TABLE")
     if by_file:
         where = os.path.join(run_dir, limits.TASK_DIR)
-        lines.append(f"export SLURMTOPO_TASK_ENV={q(task.loader(where, limits.TASK_BLOCK))}")
+        loader = task.loader(where, limits.TASK_BLOCK, token or new_token())
+        lines.append(f"export SLURMTOPO_TASK_ENV={q(loader)}")
         log.append(f"task environment is {len(whole)} bytes: each task reads its block of "
                    f"{limits.TASK_BLOCK} ranks from {where}; {run_dir} must be readable on "
                    "every node (and inside the container)")
@@ -261,14 +265,41 @@ def task_env_parts(result: BindResult, environ: Mapping[str, str]) -> "TaskEnv":
                     cpu_bind=environ.get("SLURMTOPO_CPU_BIND", "1") != "0")
 
 
-def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) -> List[str]:
+def new_token() -> str:
+    """A fresh secret for one binding's task-env blocks."""
+    import secrets
+
+    return secrets.token_hex(16)
+
+
+@dataclass
+class RunDirFiles:
+    """What :func:`write_run_dir` wrote: the files, env.sh's text (which
+    ``slurmtopo bind --print-env`` hands to the batch script on stdout) and
+    a note when other users may write in the directory above the run
+    directory (they can make the job fail there, not change what it runs)."""
+
+    paths: List[str]
+    env: str
+    note: Optional[str] = None
+
+
+def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str],
+                  token: Optional[str] = None) -> RunDirFiles:
     """Write hostfile, ranktable, rankmap.json, rankmap.csv, task-env.sh (and
     for a big job task-env/<block>.sh), the extra files and env.sh, all or
-    none (they describe one binding); returns their paths."""
-    from slurmtopo.fileio import Output, ensure_dir, write_all
-    from slurmtopo.rankmap import node_ranks, rankmap_csv, rankmap_json
+    none (they describe one binding).
 
-    ensure_dir(run_dir, "run directory")
+    The run directory is opened through :mod:`slurmtopo.rundirs` (every
+    component the user's own, no link followed, 0700) and every file is
+    written through its descriptor, mode 0600, whatever the umask: another
+    user who can rename entries of the submit directory cannot make this
+    step write elsewhere or follow a planted link."""
+    from slurmtopo import safedir
+    from slurmtopo.rankmap import node_ranks, rankmap_csv, rankmap_json
+    from slurmtopo.rundirs import HINT, open_run_dir
+
+    token = token or new_token()
     p = result.placement
     lines = (list(node_ranks(p)) if result.launcher == "torchrun" else [s.host for s in p.slots])
     rankmap = rankmap_json(p, result.layout, extra={
@@ -276,21 +307,31 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str]) 
                        for h, g in result.allocation.gpus.items()},
         "replanned": result.replanned, "cgroup_devices": result.constrained})
     task = task_env_parts(result, environ)
-    text, by_file = env_script(result, run_dir, environ, result.log, task)
-    outputs = [Output(os.path.join(run_dir, "hostfile"), "".join(f"{h}\n" for h in lines)),
-               Output(os.path.join(run_dir, "ranktable"), result.table),
-               Output(os.path.join(run_dir, "rankmap.json"), rankmap),
-               # the batch script lists big jobs in part: every rank is here
-               Output(os.path.join(run_dir, "rankmap.csv"), rankmap_csv(p)),
-               # every task's environment in one file, for a human (or a task
-               # started by hand); the tasks of a big job read task-env/
-               Output(os.path.join(run_dir, "task-env.sh"), task.whole)]
-    if by_file:
-        blocks = ensure_dir(os.path.join(run_dir, limits.TASK_DIR), "task environment directory")
-        outputs += [Output(os.path.join(blocks, f"{k}.sh"), block)
-                    for k, block in enumerate(task.blocks(limits.TASK_BLOCK))]
-    outputs += [Output(path, content) for path, content in sorted(result.extra_files.items())]
-    outputs.append(Output(os.path.join(run_dir, "env.sh"), text))
-    # read at once by this job's tasks, useless after a crash: no fsyncs
-    write_all(outputs, sync=False)
-    return [o.path for o in outputs]
+    text, by_file = env_script(result, run_dir, environ, result.log, task, token)
+    with open_run_dir(run_dir) as where:
+        files = [(where, "hostfile", "".join(f"{h}\n" for h in lines)),
+                 (where, "ranktable", result.table),
+                 (where, "rankmap.json", rankmap),
+                 # the batch script lists big jobs in part: every rank is here
+                 (where, "rankmap.csv", rankmap_csv(p)),
+                 # every task's environment in one file, for a human (or a task
+                 # started by hand); the tasks of a big job read task-env/
+                 (where, "task-env.sh", task.whole)]
+        for path, content in sorted(result.extra_files.items()):
+            if os.path.dirname(os.path.abspath(path)) != os.path.abspath(run_dir):
+                raise SlurmtopoError("is not in the run directory", path)
+            files.append((where, os.path.basename(path), content))
+        # env.sh for a human and for batch scripts of earlier releases, which
+        # source it; this release's script evaluates what --print-env prints
+        files.append((where, "env.sh", text))
+        blocks = where.subdir(limits.TASK_DIR, hint=HINT) if by_file else None
+        try:
+            if blocks is not None:
+                files += [(blocks, f"{k}.sh", block)
+                          for k, block in enumerate(task.blocks(limits.TASK_BLOCK, token))]
+            # read at once by this job's tasks, useless after a crash: no fsyncs
+            safedir.write_files(files)
+        finally:
+            if blocks is not None:
+                blocks.close()
+        return RunDirFiles([d.child(name) for d, name, _ in files], text, where.shared_anchor)

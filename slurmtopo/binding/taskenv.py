@@ -136,16 +136,36 @@ class TaskEnv:
         """One text for every task (``SLURMTOPO_TASK_ENV``, ``task-env.sh``)."""
         return self.prelude + self.table() + self.tail
 
-    def blocks(self, size: int) -> List[str]:
+    def blocks(self, size: int, token: str) -> List[str]:
         """File ``k`` of the run directory's ``task-env/``: the table of
-        tasks ``k*size .. k*size+size-1``."""
-        return [_BLOCK_HEAD + self.table(k, k + size) for k in range(0, len(self.tasks), size)]
+        tasks ``k*size .. k*size+size-1``, after the line that proves it is
+        block ``k`` of this binding (:func:`block_mark`)."""
+        return [block_mark(token, i) + "\n" + _BLOCK_HEAD + self.table(k, k + size)
+                for i, k in enumerate(range(0, len(self.tasks), size))]
 
-    def loader(self, directory: str, size: int) -> str:
+    def loader(self, directory: str, size: int, token: str) -> str:
         """The text that reads this task's block from ``directory`` (then
         runs the tail): what travels in the environment for a big job."""
+        _check_token(token)
         return self.prelude + _LOADER.format(
-            dir=shlex.quote(directory), size=size, ntasks=len(self.tasks)) + self.tail
+            dir=shlex.quote(directory), size=size, ntasks=len(self.tasks),
+            mark=block_mark(token, "$_st_k")) + self.tail
+
+
+def block_mark(token: str, block) -> str:
+    """The first line of block ``block`` of the binding whose secret is
+    ``token``: a task runs a block only when its first line is this one.
+    The token is made anew by every ``slurmtopo bind`` and travels only in
+    the job's own environment and its 0600 files, so another user cannot
+    write a block a task accepts, and a block of another of the user's own
+    jobs (or another block of this one) is refused too."""
+    _check_token(token)
+    return f"# slurmtopo task-env {token} block {block}"
+
+
+def _check_token(token: str) -> None:
+    if not token or not all(c in "0123456789abcdef" for c in token):
+        raise ValueError("the task-env token is hexadecimal")
 
 
 #: the last pattern of the task case: a task the plan does not know
@@ -155,9 +175,17 @@ _NOT_IN_PLAN = ('  *) _st_die "task ${SLURM_PROCID:-(no SLURM_PROCID)} is not in
 _BLOCK_HEAD = """\
 # written by `slurmtopo bind`: one block of the job's tasks; the task shell
 # (SLURMTOPO_TASK_ENV, see env.sh) sources the block of its SLURM_PROCID
+# after checking, on the open file, that it is the user's and this job's
 """
 
-#: task i reads block i / size: POSIX arithmetic, no other program needed
+#: task i reads block i / size: POSIX arithmetic, no other program needed.
+#: The block is opened once (fd 9, closed after the braces) and everything
+#: is checked on that open file, never on the path again: another user who
+#: can rename entries of the directories above it (a group-shared submit
+#: directory) may swap the path at any moment, so the file must be the
+#: user's own (``[ -O ]`` on /proc/self/fd/9) and start with this
+#: binding's mark (which only the job knows), then /proc/self/fd/9 is
+#: sourced: the same open file.
 _LOADER = """\
 case ${{SLURM_PROCID:-}} in
   ''|*[!0-9]*) _st_die "task ${{SLURM_PROCID:-(no SLURM_PROCID)}} is not in this job's plan; start tasks with the srun line of the batch script" ;;
@@ -165,11 +193,21 @@ esac
 if [ "$SLURM_PROCID" -ge {ntasks} ]; then
   _st_die "task $SLURM_PROCID is not in this job's plan ({ntasks} tasks); start tasks with the srun line of the batch script"
 fi
-_st_f={dir}/$((SLURM_PROCID / {size})).sh
+_st_k=$((SLURM_PROCID / {size}))
+_st_f={dir}/$_st_k.sh
 if [ ! -r "$_st_f" ]; then
   _st_die "cannot read $_st_f: the run directory must be readable on every node (and inside the container)"
 fi
-. "$_st_f"
+_st_ok=
+{{
+  [ -e /proc/self/fd/9 ] || _st_die "no /proc/self/fd on this node: cannot check $_st_f before running it"
+  [ -O /proc/self/fd/9 ] || _st_die "$_st_f is not yours (another user may have replaced it): not running it"
+  IFS= read -r _st_l <&9 || _st_l=
+  [ "$_st_l" = "{mark}" ] || _st_die "$_st_f was not written for this job by slurmtopo bind: not running it"
+  . /proc/self/fd/9
+  _st_ok=1
+}} 9<"$_st_f"
+[ -n "$_st_ok" ] || _st_die "cannot read $_st_f"
 """
 
 

@@ -30,10 +30,17 @@ from slurmtopo.errors import SlurmtopoError
 @click.option("--json", "as_json", is_flag=True,
               help="Also print one JSON object on stdout: the run directory, files, whether "
                    "it re-planned, the launcher, the rank map that runs.")
-def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet, as_json):
+@click.option("--print-env", is_flag=True,
+              help="Print env.sh's text on stdout, and nothing else there, for the batch "
+                   "script to evaluate (so the shell reads no file another user could swap).")
+def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet, as_json,
+            print_env):
     """Bind a planned job to its real allocation (runs inside the batch job)."""
     from slurmtopo.binding.step import bind, write_run_dir
     from slurmtopo.plandoc import read_plan
+
+    if print_env and as_json:
+        raise SlurmtopoError("give --print-env or --json, not both (both use stdout)")
 
     if plan_path == "-":
         from slurmtopo.fileio import MAX_TEXT_BYTES
@@ -50,7 +57,10 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
     run_dir = os.path.abspath(run_dir)
     result = bind(doc, os.environ, cgroup_mode=cgroup_devices, inventory_path=inventory_path,
                   probe=not no_probe, run_dir=run_dir)
-    paths = write_run_dir(result, run_dir, os.environ)
+    written = write_run_dir(result, run_dir, os.environ)
+    paths = written.paths
+    if written.note:
+        result.log.append(f"note: {written.note}")
     lines = result.log if not quiet else [l for l in result.log
                                           if "differs" in l or "keeping" in l or "unusable" in l]
     for line in lines:
@@ -58,6 +68,9 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
     if not quiet:
         click.echo(f"slurmtopo bind: wrote {', '.join(os.path.basename(p) for p in paths)} "
                    f"in {run_dir}", err=True)
+    if print_env:
+        sys.stdout.write(written.env)
+        sys.stdout.flush()
     if as_json:
         import json
 

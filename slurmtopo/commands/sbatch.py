@@ -117,6 +117,11 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
             click.echo(f"slurmtopo: {n}", err=True)
         return
 
+    # the run directory's place must be the user's own before the job exists
+    # (docs/security.md): a refusal here submits nothing. SLURMTOPO_RUN_DIR
+    # travels into the job (sbatch exports the environment) and wins there.
+    from slurmtopo.rundirs import check_location
+    check_location(run_dir or os.environ.get("SLURMTOPO_RUN_DIR") or None, os.getcwd())
     done = api.submit(job, get_backend(), held=daemon, spool=spool)
     notes.extend(done.notes)
     job_id = done.job_id
@@ -152,7 +157,11 @@ def _keep_script(job_id, run_dir, text, keep_days, notes):
     except (OSError, SlurmtopoError) as exc:
         notes.append(f"could not keep the script in {where} ({exc}); `slurmtopo show {job_id}` "
                      "will ask Slurm for it")
-    removed = clean_old(submit_dir, keep_days, keep=(str(job_id),))
+    try:
+        removed = clean_old(submit_dir, keep_days, keep=(str(job_id),))
+    except SlurmtopoError as exc:
+        removed = []
+        notes.append(f"old run directories not removed: {exc.render()}")
     if removed:
         notes.append(f"removed {len(removed)} run director{'y' if len(removed) == 1 else 'ies'} "
                      f"older than {keep_days:g} days from {os.path.dirname(removed[0])}")

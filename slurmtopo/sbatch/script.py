@@ -7,10 +7,12 @@ Script layout, and why:
 2. A comment block with the plan: layout, inventory, topology request and a
    per-rank table (rank, host, GPU, NICs, CPUs, group indices), so whoever
    reads the job script sees what was planned.
-3. The start-time step: ``python3 -m slurmtopo bind --plan -`` reading the
-   plan from a quoted here-document (no expansion happens inside it, and
-   every JSON line starts with a brace or a blank, so no line can end it),
-   then ``source``-ing the env.sh it writes.
+3. The start-time step: ``python3 -m slurmtopo bind --plan - --print-env``
+   reading the plan from a quoted here-document (no expansion happens
+   inside it, and every JSON line starts with a brace or a blank, so no
+   line can end it), run from ``/`` so that Python imports nothing from the
+   submit directory (others may write there), then ``eval``-ing env.sh's
+   text from its stdout: no file is read again by path (docs/security.md).
 4. One ``srun --distribution=arbitrary`` that starts every rank through the
    per-rank launcher with the user's command, every word ``shlex.quote``-d.
 
@@ -75,33 +77,60 @@ OPTION_SYNTAX = {
 }
 
 #: sbatch options the plan decides or the planner must see: an --sbatch
-#: extra may not set them (option -> what sets it instead)
-PLANNED = {"--nodes": "the plan", "-N": "the plan", "--ntasks": "the plan", "-n": "the plan",
-           "--ntasks-per-node": "the plan", "--gpus": "the plan", "-G": "the plan",
-           "--gpus-per-node": "--gpus-per-node", "--gpus-per-task": "the plan",
-           "--gres": "the plan", "--switches": "--topology-request",
-           "--segment": "--topology-request", "--distribution": "the launch line",
-           "-m": "the launch line", "--nodelist": "--nodelist", "-w": "--nodelist",
-           "--exclude": "--exclude", "-x": "--exclude", "--exclusive": "--exclusive",
-           "--partition": "--partition", "-p": "--partition",
-           "--constraint": "--constraint", "-C": "--constraint"}
+#: extra may not set them (long name -> what sets it instead). Extras are
+#: read the way sbatch reads them (slurmtopo.sbatch.directives), so an
+#: abbreviation (--nodel), a short letter (-w) or a bundle (-vN3) of one of
+#: these is refused too.
+PLANNED = {"nodes": "the plan", "ntasks": "the plan", "ntasks-per-node": "the plan",
+           "ntasks-per-gpu": "the plan", "ntasks-per-tres": "the plan", "gpus": "the plan",
+           "gpus-per-node": "--gpus-per-node", "gpus-per-task": "the plan",
+           "gpus-per-socket": "the plan", "tres-per-task": "the plan", "gres": "the plan",
+           "switches": "--topology-request", "segment": "--topology-request",
+           "distribution": "the launch line", "nodelist": "--nodelist", "nodefile": "--nodelist",
+           "exclude": "--exclude", "exclusive": "--exclusive", "partition": "--partition",
+           "constraint": "--constraint"}
+#: options that make sbatch print something and submit nothing: slurmtopo
+#: runs sbatch and reads the job id it prints
+NOT_SUBMITTING = ("help", "usage", "version", "test-only", "autocomplete")
 
 
-def extra_conflict(opt: str) -> Optional[str]:
-    """Why an ``--sbatch`` extra may not be given (None: it may)."""
-    opt = opt.strip()
-    if opt.startswith("--"):
-        name = re.split(r"[=\s]", opt, maxsplit=1)[0]
-    else:
-        name = opt[:2]
-    owner = PLANNED.get(name)
-    if owner is None:
-        return None
-    if owner.startswith("the "):
-        return (f"--sbatch={opt}: {name} is set by {owner} (the planner decides nodes, tasks "
-                "and GPUs); drop it")
-    return (f"--sbatch={opt}: use {owner} instead (slurmtopo must see it: the planner or the "
-            "script acts on it)")
+def extras_problem(extras: Sequence[str]) -> Optional[str]:
+    """Why these ``--sbatch`` extras may not be given (None: they may).
+
+    They are read as sbatch reads ``#SBATCH`` lines, with the option table
+    of every Slurm release slurmtopo knows: refused when any release would
+    apply an option the plan sets, or would refuse the script."""
+    from slurmtopo.sbatch.directives import DirectiveError, read_extras
+    from slurmtopo.sbatch.slurm_options import known_anywhere
+
+    extras = [str(e) for e in extras]
+    for text in extras:
+        if not text.lstrip().startswith("-"):
+            return f"sbatch option {text!r} must start with '-'"
+    try:
+        found = read_extras(extras)
+    except DirectiveError as exc:
+        return f"--sbatch: {exc.message}"
+    anywhere = known_anywhere()
+    owner_of = {anywhere[name].val: (name, owner) for name, owner in PLANNED.items()}
+    owner_of.update((anywhere[name].val, (name, None)) for name in NOT_SUBMITTING)
+    for version in sorted(found):
+        for d in found[version]:
+            if d.option is None or d.option.val not in owner_of:
+                continue
+            name, owner = owner_of[d.option.val]
+            what = (d.written if d.written == "--" + name
+                    else f"{d.written} (sbatch reads it as --{name})")
+            head = f"--sbatch={extras[d.extra]}: {what}"
+            if owner is None:
+                return (f"{head} makes sbatch print and submit nothing; slurmtopo sbatch "
+                        "submits the job and reads its id (run sbatch yourself for that)")
+            if owner.startswith("the "):
+                return (f"{head} is set by {owner} (the planner decides nodes, tasks and "
+                        "GPUs); drop it")
+            return (f"{head}: use {owner} instead (slurmtopo must see it: the planner or the "
+                    "script acts on it)")
+    return None
 
 
 def sanitize_job_name(name: str) -> Tuple[str, Optional[str]]:
@@ -297,16 +326,13 @@ class SbatchRequest:
         if self.requeue:
             out.append("--requeue")
         for opt in self.extra:
-            opt = str(opt)
-            why = extra_conflict(opt)
-            if why:
-                raise SlurmtopoError(why)
-            if "\n" in opt or "\r" in opt:
-                raise SlurmtopoError(f"sbatch option {opt!r} contains a newline; an #SBATCH "
-                                     "directive is one line")
-            if not opt.startswith("-"):
-                raise SlurmtopoError(f"sbatch option {opt!r} must start with '-'")
-            out.append(opt)
+            if "\n" in str(opt) or "\r" in str(opt):
+                raise SlurmtopoError(f"sbatch option {str(opt)!r} contains a newline; an "
+                                     "#SBATCH directive is one line")
+        why = extras_problem(self.extra)
+        if why:
+            raise SlurmtopoError(why)
+        out += [str(opt) for opt in self.extra]
         return out
 
     # ---- the script ----
@@ -346,16 +372,25 @@ class SbatchRequest:
         lines += [
             f"SLURMTOPO_CGROUP_DEVICES=${{SLURMTOPO_CGROUP_DEVICES:-{self.cgroup_devices}}}",
             "",
-            '"$SLURMTOPO_PYTHON" -m slurmtopo bind --plan - --run-dir "$SLURMTOPO_RUN_DIR" \\',
-            f'    --cgroup-devices "$SLURMTOPO_CGROUP_DEVICES" <<\'{PLAN_DELIMITER}\'',
+            "# Others may write in the submit directory: `slurmtopo bind` runs from / so that",
+            "# Python imports nothing from it (paths are made absolute first), and the",
+            "# environment comes from its stdout, not from a file read again by path.",
+            'case $SLURMTOPO_RUN_DIR in /*) ;; *) SLURMTOPO_RUN_DIR=$PWD/$SLURMTOPO_RUN_DIR ;; esac',
+            'case $SLURMTOPO_PYTHON in /*) ;; */*) SLURMTOPO_PYTHON=$PWD/$SLURMTOPO_PYTHON ;; esac',
+            "slurmtopo_bind() {",
+            '    cd / && "$SLURMTOPO_PYTHON" -m slurmtopo bind --plan - --print-env \\',
+            '        --run-dir "$SLURMTOPO_RUN_DIR" --cgroup-devices "$SLURMTOPO_CGROUP_DEVICES" \\',
+            f"        <<'{PLAN_DELIMITER}'",
         ]
         lines += self.plan_json.rstrip("\n").splitlines()
         lines += [
             PLAN_DELIMITER,
-            "",
+            "}",
             "# SLURM_HOSTFILE, SLURMTOPO_NTASKS/NNODES, WORLD_SIZE, MASTER_ADDR/PORT, the NCCL",
-            "# block and the rank table, all shell-quoted by slurmtopo bind",
-            'source "$SLURMTOPO_RUN_DIR/env.sh"',
+            "# block and the task environment, all shell-quoted by slurmtopo bind",
+            "SLURMTOPO_ENV=$(slurmtopo_bind)",
+            'eval "$SLURMTOPO_ENV"',
+            "unset SLURMTOPO_ENV",
             "",
             'srun --distribution=arbitrary --ntasks="$SLURMTOPO_NTASKS" \\',
             "    --cpu-bind=none --kill-on-bad-exit=1 \\",

@@ -76,10 +76,16 @@ class Users:
         self.site = self.base / "site"
         shutil.copytree(ROOT / "slurmtopo", self.site / "slurmtopo",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        # what pip installs as the `slurmtopo` command: its own directory,
+        # not the working directory, is first on sys.path (`python -m` would
+        # import a slurmtopo/ planted in a shared working directory)
+        (self.site / "bin").mkdir()
+        (self.site / "bin" / "slurmtopo").write_text(
+            f"#!{USER_PYTHON}\nimport sys\nfrom slurmtopo.cli import main\nsys.exit(main())\n")
         for root, dirs, files in os.walk(self.site):
             os.chmod(root, 0o755)
             for f in files:
-                os.chmod(os.path.join(root, f), 0o644)
+                os.chmod(os.path.join(root, f), 0o755 if root.endswith("bin") else 0o644)
         self.shared = self.base / "shared"
         self.shared.mkdir()
         os.chown(self.shared, 0, self.group.gr_gid)
@@ -147,9 +153,20 @@ class Users:
 
     def slurmtopo(self, user: str, *args: str, cwd=None, env=None, input=None,
                   check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
-        """The slurmtopo CLI as ``user`` (Debian's Python, the users' copy)."""
-        return self.run(user, [USER_PYTHON, "-m", "slurmtopo", *args], cwd=cwd, env=env,
+        """The slurmtopo CLI as ``user`` (Debian's Python, the users' copy),
+        through its console script as an installed slurmtopo is run."""
+        return self.run(user, [str(self.site / "bin" / "slurmtopo"), *args], cwd=cwd, env=env,
                         input=input, check=check, timeout=timeout)
+
+    def private_dir(self, user: str, name: str) -> Path:
+        """A directory only ``user`` may enter (mode 0700, theirs), like a
+        home directory; the tests (root) read it."""
+        d = self.base / f"{user}-{name}"
+        d.mkdir()
+        pw = pwd.getpwnam(user)
+        os.chown(d, pw.pw_uid, pw.pw_gid)
+        os.chmod(d, 0o700)
+        return d
 
     def uid(self, user: str) -> int:
         return pwd.getpwnam(user).pw_uid

@@ -244,7 +244,12 @@ def test_first_class_options_and_refused_extras(onpath, capsys):
     for extra, words in (("--nodes=3", "--nodes is set by the plan"),
                          ("--gpus-per-node=9", "use --gpus-per-node instead"),
                          ("--nodelist=node1", "use --nodelist instead"),
-                         ("-N 2", "-N is set by the plan")):
+                         ("-N 2", "-N (sbatch reads it as --nodes) is set by the plan"),
+                         # sbatch's own readings: a bundle, unique prefixes (issue 21)
+                         ("-vN3", "-N (sbatch reads it as --nodes) is set by the plan"),
+                         ("--ntasks-per-no=1", "reads it as --ntasks-per-node) is set by"),
+                         ("--nodel=node4", "use --nodelist instead"),
+                         ("--partit=gpu", "use --partition instead")):
         code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", f"--sbatch={extra}",
                               "--dry-run", "--", "true"], capsys)
         assert code == 2 and words in err and out == "", (extra, err)
@@ -266,3 +271,35 @@ def test_state_output_that_cannot_be_written(onpath, capsys, tmp_path):
         assert code == 2 and len(lines) == 1 and "Traceback" not in err
         assert lines[0].startswith(f"slurmtopo: error: {target}: ") and why in lines[0]
     assert (tmp_path / "f").read_text() == "x" and not (tmp_path / "no").exists()
+
+
+def test_unsafe_run_directory_is_refused_before_submitting(onpath, capsys, tmp_path,
+                                                           monkeypatch):
+    """A `.slurmtopo/runs` that is a link (a group member's, or to the
+    user's checkpoints) is refused with one line before sbatch runs, and
+    the old-run pruning of a submission with --run-dir elsewhere leaves it
+    alone (issue 21)."""
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    onpath.on("sbatch", stdout="4242\n")
+    submit = tmp_path / "shared"
+    (submit / ".slurmtopo").mkdir(parents=True)
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "1000").mkdir(parents=True)
+    (submit / ".slurmtopo" / "runs").symlink_to(ckpt)
+    monkeypatch.chdir(submit)
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--", "true"], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"{submit}/.slurmtopo/runs: is a symbolic link (to {ckpt}" in err
+    assert "give --run-dir" in err
+    assert not any(c["argv"][0] == "sbatch" for c in onpath.calls())
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--keep-runs", "1",
+                          "--run-dir", str(tmp_path / "mine"), "--", "true"], capsys)
+    assert code == 0 and out == "Submitted batch job 4242\n", err
+    assert "old run directories not removed" in err and "symbolic link" in err
+    assert (ckpt / "1000").is_dir()
+    assert (tmp_path / "mine" / "job.sbatch").is_file()
+    # SLURMTOPO_RUN_DIR travels into the job and wins there: it is what is checked
+    monkeypatch.setenv("SLURMTOPO_RUN_DIR", str(tmp_path / "env-run"))
+    code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--", "true"], capsys)
+    assert code == 0 and out == "Submitted batch job 4242\n", err
+    assert (tmp_path / "env-run").is_dir() and (ckpt / "1000").is_dir()
