@@ -77,7 +77,10 @@ def test_round_trip_fixtures(name, tmp_path):
 
 
 @settings(max_examples=20, deadline=None)
-@given(hosts=st.integers(1, 80), per_unit=st.integers(1, 12), rails=st.integers(1, 3),
+# hosts <= 40: with one leaf a pod, a core switch has 40 pods x 3 spines x 2
+# links = 240 ports; more would pass InfiniBand's 255 ports a node, which the
+# reader refuses (docs/schema.md)
+@given(hosts=st.integers(1, 40), per_unit=st.integers(1, 12), rails=st.integers(1, 3),
        spines=st.integers(1, 3), pods=st.sampled_from([0, 1, 2, 3]), dual=st.booleans(),
        named=st.booleans())
 def test_round_trip_generated(tmp_path_factory, hosts, per_unit, rails, spines, pods, dual, named):
