@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # rich is imported where a renderable is built: `plan --json`
     from rich.table import Table
     from rich.text import Text
 
+    from slurmtopo.tablefit import Fitted
+
 #: distinct, readable on dark and light terminals
 PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue",
            "bright_red", "cyan", "magenta", "green", "dark_orange", "blue", "red")
@@ -78,12 +80,15 @@ def _short(link) -> str:
 
 
 def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
-         max_hosts: int = MAX_GRID_HOSTS) -> Table:
+         max_hosts: int = MAX_GRID_HOSTS) -> "Fitted":
     """Nodes (rows, in placement order) by GPUs (columns); a cell shows the
     rank on that GPU in the colour of its ``color_by`` group; ``·`` is a
-    free GPU, ``busy`` one that other jobs hold (from ``state``)."""
+    free GPU, ``busy`` one that other jobs hold (from ``state``). On a
+    terminal too narrow for the table, a line a node (ranks never cut)."""
     from rich.table import Table
     from rich.text import Text
+
+    from slurmtopo.tablefit import Fitted
 
     from slurmtopo.groups import rank_to_group
     from slurmtopo.topology import network_view
@@ -129,17 +134,21 @@ def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
         t.add_row(*row)
     if len(hosts) > max_hosts:
         t.add_row(f"… {len(hosts) - max_hosts} more", *([""] * (len(t.columns) - 1)))
-    return t
+    return Fitted(t, inline=True)
 
 
-def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> Table:
+def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> "Fitted":
     """Per group kind (those summed into the step time, or all with
     ``all_kinds``): groups x size, collective and message, slowest link and
     modelled time of the plan and, when given, of the naive placement with
-    the gain. Sized to fit an 80-column terminal."""
+    the gain. A table on an 80-column terminal; on one too narrow for it,
+    a block per kind (:class:`slurmtopo.tablefit.Fitted`), never a cut
+    number."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
+
+    from slurmtopo.tablefit import Fitted
 
     title = "Modelled communication per step" + (" (plan vs naive)" if naive_cost else "")
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
@@ -178,7 +187,10 @@ def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> Table:
                  _speedup(plan_cost.step_time_s, naive_cost.step_time_s)]
     t.add_section()
     t.add_row(*[Text(c, style="bold") for c in step])
-    return t
+    labels = ["group", "collective", "slowest link", "time"]
+    if naive_cost is not None:  # two "time" columns: say whose in the blocks
+        labels = labels[:3] + ["plan time", "naive link", "naive time", "gain"]
+    return Fitted(t, labels)
 
 
 def _speedup(plan: Optional[float], naive: Optional[float]) -> str:
