@@ -71,6 +71,9 @@ class Costs:
     naive: Optional[object] = None
     #: cost.lower_bound on the free GPUs: what no placement can beat now
     bound: Optional[object] = None
+    #: the same bound on an idle cluster (``bound`` itself when nothing is
+    #: busy): how much of the gap the running jobs make
+    idle_bound: Optional[object] = None
 
 
 @dataclass(frozen=True)
@@ -274,10 +277,13 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
             notes.append(f"no naive placement to compare with: {exc.render()}")
         from slurmtopo.cost import cost_params, lower_bound
 
+        params = cost_params(cluster)
+        bound = lower_bound(cluster, request, params, state=state)
+        idle = bound if state is None or not state.nodes else \
+            lower_bound(cluster, request, params)
         costs = Costs(plan=price(cluster, placement, request),
                       naive=price(cluster, naive, request) if naive is not None else None,
-                      bound=lower_bound(cluster, request, cost_params(cluster),
-                                        state=state))
+                      bound=bound, idle_bound=idle)
     script = text = None
     if command:
         script = SbatchRequest.from_plan(

@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # rich is imported where a renderable is built: `plan --json`
     from rich.table import Table
     from rich.text import Text
 
+    from slurmtopo.tablefit import Fitted
+
 #: distinct, readable on dark and light terminals
 PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue",
            "bright_red", "cyan", "magenta", "green", "dark_orange", "blue", "red")
@@ -78,12 +80,15 @@ def _short(link) -> str:
 
 
 def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
-         max_hosts: int = MAX_GRID_HOSTS) -> Table:
+         max_hosts: int = MAX_GRID_HOSTS) -> "Fitted":
     """Nodes (rows, in placement order) by GPUs (columns); a cell shows the
     rank on that GPU in the colour of its ``color_by`` group; ``·`` is a
-    free GPU, ``busy`` one that other jobs hold (from ``state``)."""
+    free GPU, ``busy`` one that other jobs hold (from ``state``). On a
+    terminal too narrow for the table, a line a node (ranks never cut)."""
     from rich.table import Table
     from rich.text import Text
+
+    from slurmtopo.tablefit import Fitted
 
     from slurmtopo.groups import rank_to_group
     from slurmtopo.topology import network_view
@@ -129,17 +134,21 @@ def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
         t.add_row(*row)
     if len(hosts) > max_hosts:
         t.add_row(f"… {len(hosts) - max_hosts} more", *([""] * (len(t.columns) - 1)))
-    return t
+    return Fitted(t, inline=True)
 
 
-def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> Table:
+def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> "Fitted":
     """Per group kind (those summed into the step time, or all with
     ``all_kinds``): groups x size, collective and message, slowest link and
     modelled time of the plan and, when given, of the naive placement with
-    the gain. Sized to fit an 80-column terminal."""
+    the gain. A table on an 80-column terminal; on one too narrow for it,
+    a block per kind (:class:`slurmtopo.tablefit.Fitted`), never a cut
+    number."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
+
+    from slurmtopo.tablefit import Fitted
 
     title = "Modelled communication per step" + (" (plan vs naive)" if naive_cost else "")
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
@@ -178,7 +187,10 @@ def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> Table:
                  _speedup(plan_cost.step_time_s, naive_cost.step_time_s)]
     t.add_section()
     t.add_row(*[Text(c, style="bold") for c in step])
-    return t
+    labels = ["group", "collective", "slowest link", "time"]
+    if naive_cost is not None:  # two "time" columns: say whose in the blocks
+        labels = labels[:3] + ["plan time", "naive link", "naive time", "gain"]
+    return Fitted(t, labels)
 
 
 def _speedup(plan: Optional[float], naive: Optional[float]) -> str:
@@ -247,18 +259,36 @@ def splits(placement, inv=None) -> List[str]:
     return lines
 
 
-def bound_warning(plan_cost, bound) -> Optional[str]:
+def bound_warning(plan_cost, bound, idle_bound=None) -> Optional[str]:
     """A warning when the plan models far above the lower bound on the
-    free GPUs (:func:`slurmtopo.cost.lower_bound` given the state)."""
+    free GPUs (:func:`slurmtopo.cost.lower_bound` given the state).
+
+    The gap has two causes, and the warning names only the true ones:
+    running jobs that leave the free GPUs fragmented (``bound``, on the
+    free GPUs, above ``idle_bound``, the same bound on an idle cluster),
+    and group kinds that compete for the same fast links (the bound gives
+    every kind its best links at once; no placement can when, say, tp and
+    dp both want a node's NVLink). With ``bound`` no worse than the idle
+    one, fragmentation is not it: saying so on an idle cluster would send
+    the user waiting for nothing. ``idle_bound`` None: not known, both
+    causes are named as possible."""
     if plan_cost is None or bound is None or bound.step_time_s <= 0:
         return None
     ratio = plan_cost.step_time_s / bound.step_time_s
     if ratio < FAR_FROM_BOUND:
         return None
-    return (f"the plan models {ratio:.1f}x the lower bound on the free GPUs "
+    head = (f"the plan models {ratio:.1f}x the lower bound on the free GPUs "
             f"({format_seconds(plan_cost.step_time_s)} vs {format_seconds(bound.step_time_s)} a "
-            f"step): the free GPUs are fragmented, or the layout's group kinds compete for the "
-            f"same fast links (the bound gives each its best)")
+            f"step)")
+    compete = ("the layout's group kinds compete for the same fast links (the bound gives "
+               "each its best at once)")
+    if idle_bound is None:
+        return f"{head}: the free GPUs may be fragmented, or {compete}"
+    if bound.step_time_s > idle_bound.step_time_s * (1 + 1e-9):
+        return (f"{head}: the running jobs leave the free GPUs fragmented (on an idle cluster "
+                f"the bound is {format_seconds(idle_bound.step_time_s)}), or {compete}")
+    return (f"{head}: not for want of free GPUs (the bound is the idle cluster's): "
+            f"{compete}; another split of the ranks over tp/pp/dp may model faster")
 
 
 def splits_block(lines: Sequence[str]):
@@ -291,7 +321,8 @@ def summary(placement, layout=None, inv=None, script=None) -> Text:
 
 def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=None, state=None,
                 color_by: Optional[str] = None, notes: Sequence[str] = (), script=None,
-                files: Optional[Mapping[str, str]] = None, bound=None) -> Group:
+                files: Optional[Mapping[str, str]] = None, bound=None,
+                idle_bound=None) -> Group:
     """The whole preview, top to bottom: summary, grid, cost table, the
     groups split over hosts, warnings and notes, files written."""
     from rich.console import Group
@@ -305,7 +336,7 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
     if split is not None:
         parts.append(split)
     warn = list(getattr(plan_cost, "warnings", []) or [])
-    far = bound_warning(plan_cost, bound)
+    far = bound_warning(plan_cost, bound, idle_bound)
     if far is not None:
         warn.append(far)
     w = warnings_block(warn, list(placement.notes) + list(notes))

@@ -166,3 +166,54 @@ def test_preview_lists_every_split_and_warns_far_from_the_bound():
     idle = lower_bound(inv, req)
     far = type(idle)(kinds={}, step_time_s=cost.step_time_s / 3, counted=())
     assert "3.0x the lower bound on the free GPUs" in bound_warning(cost, far)
+
+
+def _numbers(text):
+    """Every number with its unit in ``text`` ("12.8 ms", "64 MiB", "1.87×", "8×2")."""
+    import re
+    return re.findall(r"\d+(?:\.\d+)?(?: ?(?:ms|µs|s|MiB|GiB|KiB|B)\b|×\d*)?", text)
+
+
+@pytest.mark.parametrize("width", [60, 40])
+def test_cost_table_keeps_every_number_whole_on_a_narrow_terminal(width):
+    """Rich cut the table's cells at 60 columns ("1.2 …"): below the
+    table's width every number is printed whole, one block per kind."""
+    plan, naive = _reports()
+    wide = _text(cost_table(plan, naive), width=200)
+    assert "…" not in wide
+    numbers = _numbers(wide)
+    assert {"64 MiB", "12 ms", "12.2 ms", "1.67×", "3×4"} <= set(numbers), numbers
+    narrow = _text(cost_table(plan, naive), width=width)
+    assert "…" not in narrow
+    assert all(len(line.rstrip()) <= width for line in narrow.splitlines()), narrow
+    assert sorted(_numbers(" ".join(narrow.split()))) == sorted(numbers), narrow
+    # the plan's and the naive time are told apart
+    assert "plan time" in narrow and "naive time" in narrow
+
+
+def test_cost_table_stays_a_table_where_it_fits():
+    plan, naive = _reports()
+    text = _text(cost_table(plan, naive), width=80)
+    assert "plan time" not in text and "─" in text
+    assert " tp 3×4 " in text and "12.2 ms" in text
+
+
+def test_preview_of_a_real_plan_at_60_columns_cuts_no_number(tmp_path):
+    """The whole `slurmtopo plan` preview as a 60-column terminal shows it."""
+    from slurmtopo.api import prepare
+    from slurmtopo.preview import render_plan
+    from slurmtopo.request import JobRequest
+
+    inv = load_inventory(EXAMPLES / "a6000-4node-pcie.yaml")
+    req = JobRequest(Layout(tp=2, pp=2, dp=4))
+    job = prepare(inv, None, req)
+    full = _text(cost_table(job.costs.plan, job.costs.naive), width=200)
+    narrow = _text(render_plan(job.placement, inv, req.layout, job.costs.plan,
+                               job.costs.naive), width=60)
+    assert "…" not in narrow.split("Groups split")[0], narrow
+    for number in _numbers(full):
+        assert number in " ".join(narrow.split()), number
+    # the grid: a line a node, every rank whole
+    rows = [ln.split() for ln in narrow.splitlines() if ln.startswith("ws")]
+    assert [r[0] for r in rows] == ["ws1", "ws2", "ws3", "ws4"], narrow
+    assert sorted(int(x) for r in rows for x in r[2:] if x.isdigit()) == list(range(16))

@@ -227,6 +227,32 @@ def publish_report(msgs: "Messages", what: str, output: Optional[str], diff: boo
                "problems": problems_json(problems), "messages": msgs.messages})
 
 
+def read_checked(path: str, parse, as_json: bool = False):
+    """``(text, parse(text, path))`` of the file a ``check`` command checks.
+
+    A file that cannot be read or parsed is the worst verdict a check can
+    give, not a usage error: exit 1 like any file with problems, the one
+    ``slurmtopo: error: file:line: ...`` line on stderr, and with
+    ``as_json`` the verdict object on stdout as well (``ok`` false, the
+    error as its one problem), so a monitoring script reads every outcome
+    the same way."""
+    from slurmtopo.admin.slurmconf import read_text
+
+    stage = "cannot be read"
+    try:
+        text = read_text(path)
+        stage = "cannot be parsed"
+        return text, parse(text, path)
+    except Failed:
+        raise
+    except SlurmtopoError as exc:
+        if as_json:
+            emit_json({"path": path, "summary": stage, "ok": False,
+                       "problems": [{"severity": "error", "message": exc.message,
+                                     "origin": exc.where or None}]})
+        raise Failed(exc.message, exc.path, exc.line) from None
+
+
 def report_check(path: str, problems, summary: str, as_json: bool = False) -> None:
     """The end of every ``check`` command: each problem on stderr, then a
     one-line failure (exit 1) if any would make Slurm reject the file, else

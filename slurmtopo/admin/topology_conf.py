@@ -324,7 +324,12 @@ def read_topology_conf(path) -> Fabric:
     the first block topology.
     """
     path = os.fspath(path)
-    text = read_text(path)
+    return topology_from_text(read_text(path), path)
+
+
+def topology_from_text(text: str, path: str) -> Fabric:
+    """:func:`read_topology_conf` on text already read (``path`` says which
+    format and names the file in errors)."""
     if not is_yaml_path(path):
         return parse_topology_conf(text, path)
     topos = parse_topology_yaml(text, path)

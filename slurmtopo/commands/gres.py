@@ -4,7 +4,8 @@ from __future__ import annotations
 import click
 
 from slurmtopo.admin.cliutil import (Messages, guard, json_option, load_reports,
-                                    load_slurm_conf, parse_nodes, publish_report, report_check,
+                                    load_slurm_conf, parse_nodes, publish_report, read_checked,
+                                    report_check,
                                     slurm_version_option, write_options)
 
 
@@ -74,7 +75,7 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_
 
 
 @command.command("check")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.argument("path", type=click.Path())
 @click.option("--slurm-conf", "slurm_conf", type=click.Path(dir_okay=False),
               help="slurm.conf: GPU counts and types must agree with it.")
 @json_option
@@ -82,11 +83,10 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_
 def check_cmd(path, slurm_conf, as_json):
     """Read an existing gres.conf and check it."""
     from slurmtopo.admin.checks import check_text
-    from slurmtopo.admin.gres_conf import check_gres, read_gres_conf
-    from slurmtopo.admin.slurmconf import read_text
+    from slurmtopo.admin.gres_conf import check_gres, parse_gres_conf
 
-    lines = read_gres_conf(path)
+    text, lines = read_checked(path, parse_gres_conf, as_json)
     slurm = load_slurm_conf(slurm_conf)
-    problems = check_text(read_text(path), path) + check_gres(lines, slurm, path)
+    problems = check_text(text, path) + check_gres(lines, slurm, path)
     nodes = {h for ln in lines if ln.nodes for h in ln.nodes}
     report_check(path, problems, f"{len(lines)} line(s), {len(nodes)} node(s)", as_json)

@@ -102,7 +102,7 @@ def command(state_path, color_by, model, output_dir, as_json, cmd, **o):
                "files": files, "notes": notes,
                # what the preview shows besides the grid and the table
                "splits": splits(placement, inv),
-               "far_from_bound": bound_warning(plan_cost, bound)}
+               "far_from_bound": bound_warning(plan_cost, bound, job.costs.idle_bound)}
         if step is not None:
             from slurmtopo.cost.styles import step_dict
             out["step"] = step_dict(step)
@@ -113,7 +113,7 @@ def command(state_path, color_by, model, output_dir, as_json, cmd, **o):
     console = Console(soft_wrap=False)
     console.print(render_plan(
         placement, inv, layout, plan_cost, naive_cost, state, color_by, notes, script,
-        files, bound=bound))
+        files, bound=bound, idle_bound=job.costs.idle_bound))
     if step is not None:
         from slurmtopo.preview import render_step
         console.print(render_step(step))

@@ -5,7 +5,7 @@ import click
 
 from slurmtopo.admin.cliutil import (Messages, guard, json_option, load_fabric, load_reports,
                                     load_slurm_conf, parse_nameset, parse_nodes, parse_rangeset,
-                                    parse_sizes, publish_report, report_check,
+                                    parse_sizes, publish_report, read_checked, report_check,
                                     topology_version_option, write_options)
 
 
@@ -100,7 +100,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 
 
 @command.command("check")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.argument("path", type=click.Path())
 @click.option("--slurm-conf", "slurm_conf", type=click.Path(dir_okay=False),
               help="slurm.conf whose nodes must all be covered.")
 @json_option
@@ -108,14 +108,13 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 def check_cmd(path, slurm_conf, as_json):
     """Read an existing topology.conf/topology.yaml and check it."""
     from slurmtopo.admin.checks import check_plugin, check_text
-    from slurmtopo.admin.slurmconf import read_text
-    from slurmtopo.admin.topology_conf import check, is_yaml_path, read_topology_conf
+    from slurmtopo.admin.topology_conf import check, is_yaml_path, topology_from_text
     from slurmtopo.topology import switch_levels
 
-    fabric = read_topology_conf(path)
+    text, fabric = read_checked(path, topology_from_text, as_json)
     slurm = load_slurm_conf(slurm_conf)
     fmt = "yaml" if is_yaml_path(path) else ("block" if fabric.blocks else "tree")
-    problems = check_text(read_text(path), path) + \
+    problems = check_text(text, path) + \
         check(fabric, fmt, slurm.node_names() if slurm else None)
     problems += check_plugin(fmt, slurm)
     parts = []

@@ -35,6 +35,16 @@ class Explainer:
         self.sizes = sizes
         self.capacities = capacities
 
+    def largest_unit(self, level: str) -> int:
+        """GPUs of the largest unit of node ``level`` (NVLink island, PCIe
+        switch, socket, node) on any node of the inventory, busy or not: when
+        a group is bigger, no state would let it fit, and the message says
+        so instead of blaming busy GPUs. One pass per node type."""
+        bound = NODE_LEVEL_BOUND[level]
+        types = {n.hardware for n in self.inv.nodes.values()}
+        return max((largest_group(hw, tuple(g.index for g in hw.gpus), bound) for hw in types),
+                   default=0)
+
     def largest_free(self, level: str) -> Tuple[int, int, str]:
         """(GPUs, count, where) of the largest free unit of ``level``."""
         tree = self.tree
@@ -93,6 +103,12 @@ class Explainer:
         if c.span > c.size and c.span > self.sizes(level):
             return (f"in this layout each {c.kind} group sits in a block of {c.span} ranks, "
                     f"more than any {unit} holds")
+        if level in NODE_LEVELS:
+            most = self.largest_unit(level)
+            if c.span > most:  # the hardware's limit, whatever is busy
+                return f"no {unit} of the cluster has more than {most} GPU{'s' * (most != 1)}"
+            if self.per_node is not None and c.span > self.per_node:
+                return self._capped(c)
         fit = self.capacities(list(fixed) + [c]).total // c.span
         need = self.world // c.span
         short = ""
@@ -109,6 +125,19 @@ class Explainer:
             return (f"{short}there are no multi-node NVLink domains and the largest free node "
                     f"has {best} GPUs")
         return f"{short}the largest free {unit} has {best} GPUs ({where})"
+
+    def _capped(self, c: Constraint) -> str:
+        """Why: fewer ranks a node than a block of ``c``, by the user's
+        --gpus-per-node or by the plan's own choice (a node cap that keeps
+        rings on one socket or PCIe switch, said plainly as a choice: the
+        nodes themselves hold the block)."""
+        block = (f"a {c.kind} group has {c.size} ranks" if c.span == c.size
+                 else f"each {c.kind} group sits in a block of {c.span} ranks")
+        g = self.req.gpus_per_node
+        if g is not None and self.per_node == min(g, self.world):
+            return f"{block} and --gpus-per-node {g} puts at most {self.per_node} on a node"
+        return (f"{block} and this plan puts at most {self.per_node} ranks on a node by choice "
+                f"(see the note on rings)")
 
     def diagnose(self, hard: Sequence[Constraint]) -> PlacementError:
         world = self.world
@@ -184,11 +213,14 @@ class Explainer:
         for idx, k in alloc:
             per_node[idx] = per_node.get(idx, 0) + k
         n = len(per_node)
-        partial = sum(1 for idx, k in per_node.items()
-                      if k < self.inv.nodes[tree.names[idx]].hardware.gpu_count)
+        part = [(k, self.inv.nodes[tree.names[idx]].hardware.gpu_count)
+                for idx, k in per_node.items()]
+        part = [(k, g) for k, g in part if k < g]
         text = f"{self.world} ranks on {n} node{'s' * (n != 1)}"
-        if partial:
-            text += f" ({partial} shared or partly used)"
+        if part:
+            # the rest of those GPUs are busy or left to other jobs
+            text += (f" ({len(part)} not filled: {sum(k for k, _ in part)} of their "
+                     f"{sum(g for _, g in part)} GPUs)")
         kinds = {p.key[0] for p in pods}
         if pods and kinds <= {"leaf", "domain"}:
             word = "NVLink domain" if kinds == {"domain"} else (

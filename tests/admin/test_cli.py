@@ -289,7 +289,7 @@ def test_gres_check_bad_file(tmp_path, capsys):
     bad = tmp_path / "gres.conf"
     bad.write_text("NodeName=a Name=gpu File=/dev/nvidia[0-1] Links=-1,2\n")
     rc, _, err = run_main(["gres", "check", str(bad)], capsys)
-    assert rc == 2 and err == (f"slurmtopo: error: {bad}:1: Links= allows a single device per "
+    assert rc == 1 and err == (f"slurmtopo: error: {bad}:1: Links= allows a single device per "
                                "line, this line has 2 files\n")
 
 

@@ -150,7 +150,7 @@ def test_bad_file_through_the_cli_is_one_line(tmp_path, capsys):
     p = tmp_path / "topology.conf"
     p.write_text("SwitchName=s1 Nodes=a1\nSwitchName=s2 Nodes=a2 Switches=s1\n")
     rc, out, err = run_main(["topology", "check", str(p)], capsys)
-    assert rc == 2
+    assert rc == 1  # a file Slurm refuses: a check verdict, not a usage error
     assert err == f"slurmtopo: error: {p}:2: switch 's2' has both Nodes and Switches\n"
     assert "Traceback" not in err
 

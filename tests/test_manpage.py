@@ -1,0 +1,60 @@
+"""slurmtopo(1) stays the CLI's: the committed docs/man/slurmtopo.1 is what
+slurmtopo.commands.manpage writes from the click command tree today, byte
+for byte, and every command is on it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from slurmtopo.cli import cli
+from slurmtopo.commands.manpage import MAN_PATH, REGENERATE, generate, render
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_page_is_the_generated_one():
+    committed = (ROOT / MAN_PATH).read_text(encoding="utf-8")
+    assert generate() == committed, (f"{MAN_PATH} is stale (a command or an option changed): "
+                                     f"run `{REGENERATE}` and commit the result")
+
+
+def _paths(cmd, prefix):
+    yield prefix
+    if isinstance(cmd, click.Group):
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            yield from _paths(cmd.get_command(ctx, name), f"{prefix} {name}")
+
+
+def test_every_command_and_option_is_on_the_page():
+    page = generate()
+    paths = list(_paths(cli, "slurmtopo"))[1:]
+    assert "slurmtopo plan" in paths and "slurmtopo topology check" in paths
+    for path in paths:
+        assert f'.SS "{path.replace("-", chr(92) + "-")} ' in page, path
+    # an option and its help, roff-escaped
+    assert "\\fB\\-\\-state FILE|live|none\\fR" in page
+    assert ".SH SHELL COMPLETION" in page and "_SLURMTOPO_COMPLETE=bash_source" in page
+
+
+def test_roff_escapes_and_verbatim_blocks():
+    @click.command(help=".leading dot and a back\\slash -x\n\n\b\nkeep\n  these lines")
+    @click.option("--a-b", help="'quoted' start")
+    def tool(a_b):
+        pass
+
+    group = click.Group("g", commands={"tool": tool}, help="G does things.")
+    page = render(group, "1.0")
+    assert "\\&.leading dot and a back\\eslash \\-x" in page
+    assert ".nf\nkeep\n  these lines\n.fi" in page
+    assert "\\fB\\-\\-a\\-b TEXT\\fR\n\\&'quoted' start" in page
+    assert page == render(group, "1.0")  # deterministic
+
+
+def test_setup_installs_the_page():
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert cfg["options.data_files"]["share/man/man1"].strip() == MAN_PATH
