@@ -89,6 +89,9 @@ def test_framework_groups_form_where_the_rank_map_says(cluster, tmp_path, name, 
               # the dev cluster's nodes are all this machine
               env={"GLOO_SOCKET_IFNAME": "lo"}).wait(timeout=240)
     placement, doc = run.bound()
+    if master_addr(placement.slots[0].host) != placement.slots[0].host:  # the dev cluster's
+        assert (f"node name {placement.slots[0].host} does not resolve here: MASTER_ADDR is "
+                "its NodeAddr 127.0.0.1") in run.output()
     slots = placement.slots
     assert placement.world_size == 8 and len(placement.hosts) == 2, run.output()
     files = {int(f.stem.split("-")[1]): json.loads(f.read_text())
