@@ -9,7 +9,10 @@
 #   * when ../shared/slurm/ holds Slurm release tarballs: what building them
 #     needs (scripts/test.sh builds them once into a cached prefix with
 #     scripts/devcluster.py build, and pyslurm with scripts/install-pyslurm.sh);
-#   * the project itself, editable, with its test and bench extras.
+#   * the project itself, editable, with its test, bench and frameworks
+#     extras (frameworks: torch, for the integration tests' real
+#     torch.distributed ranks; PyPI's Linux wheel is the CUDA build, about
+#     3 GB to fetch with its nvidia-* libraries and 5.3 GB installed).
 #
 # Idempotent: a second run only re-checks (a few seconds). No daemon is
 # started: the packages' init scripts are held back with a temporary
@@ -88,7 +91,7 @@ else
             && [[ -z "${VIRTUAL_ENV:-}" ]]; then
         pip_args+=(--break-system-packages)
     fi
-    PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install "${pip_args[@]}" -e "${ROOT}[test,bench]"
+    PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install "${pip_args[@]}" -e "${ROOT}[test,bench,frameworks]"
     mkdir -p "$stamp_dir" && printf '%s\n' "$want" > "$stamp"
 fi
 echo "install-deps.sh: done"

@@ -734,3 +734,52 @@ def test_big_job_log_names_a_few_nodes(tmp_path):
                     "allocation in rankmap.json)",
                     f"  ... and {20 - limits.LOG_HOSTS} more node(s) (every rank: rankmap.csv "
                     "in the run directory)"]
+
+
+# --------------------------------------------------------------------------
+# MASTER_ADDR: rank 0's node by a name that resolves (binding.master)
+
+def test_master_address_keeps_a_name_that_resolves():
+    from slurmtopo.binding.master import master_address
+
+    slurm = _slurm(**{"addr gpu01": "10.0.0.1"})
+    assert master_address("gpu01", slurm, lambda n: True) == ("gpu01", None)
+    assert slurm.asked == []                       # Slurm not even asked
+
+
+def test_master_address_falls_back_to_node_addr():
+    from slurmtopo.binding.master import master_address
+
+    slurm = _slurm(**{"addr node1": "127.0.0.1"})
+    addr, note = master_address("node1", slurm, lambda n: n != "node1")
+    assert addr == "127.0.0.1" and slurm.asked == ["addr node1"]
+    assert note == ("node name node1 does not resolve here: MASTER_ADDR is its NodeAddr "
+                    "127.0.0.1 (scontrol show node)")
+    # NodeAddr that does not resolve either, or none at all: the name, with a warning
+    for slurm in (_slurm(**{"addr node1": "bad.example"}), _slurm()):
+        addr, note = master_address("node1", slurm, lambda n: False)
+        assert addr == "node1" and "the ranks may not find MASTER_ADDR" in note
+
+
+def test_master_address_real_resolver():
+    from slurmtopo.binding.master import resolves
+
+    assert resolves("127.0.0.1") and resolves("localhost")
+    assert not resolves("no-such-node.invalid")     # RFC 6761: never resolves
+    assert not resolves("a" * 300)
+
+
+def test_bind_logs_the_node_addr_it_gives(h100, tmp_path):
+    from slurmtopo.binding.step import bind
+
+    layout = Layout(tp=2).resolved()
+    p = fill_placement(h100, [("gpu01", [0, 1])], layout)
+    doc = json.loads(dumps_plan(plan_document(h100, p, layout, inventory_path=str(H100))))
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu01", "SLURMD_NODENAME": "gpu01",
+           "SLURM_JOB_GPUS": "0,1"}
+    slurm = _slurm(**{"addr gpu01": "192.0.2.7"})
+    res = bind(doc, env, slurm, probe=False, allowed={0}, resolve=lambda n: n != "gpu01")
+    assert res.job_env["MASTER_ADDR"] == "192.0.2.7"
+    assert any("MASTER_ADDR is its NodeAddr 192.0.2.7" in line for line in res.log)
+    res = bind(doc, env, _slurm(), probe=False, allowed={0}, resolve=lambda n: True)
+    assert res.job_env["MASTER_ADDR"] == "gpu01"

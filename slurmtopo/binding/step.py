@@ -12,6 +12,7 @@ from slurmtopo.model import Inventory, Placement, format_cpulist
 from slurmtopo.binding.allocation import (Allocation, default_backend, detect_constrained,
                                           read_allocation)
 from slurmtopo.binding import limits
+from slurmtopo.binding.master import master_address, resolves
 from slurmtopo.binding.launcher import rank_table
 from slurmtopo.binding.replan import differences, moved_ranks, replan
 from slurmtopo.plandoc import launcher_of, layout_from_doc, planned_placement
@@ -84,12 +85,16 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
          cgroup_mode: str = "auto", inventory_path: Optional[str] = None,
          planner: Optional[Callable] = None, dev_dir: str = "/dev",
          probe: bool = True, allowed: Optional[Iterable[int]] = None,
-         run_dir: Optional[str] = None) -> BindResult:
+         run_dir: Optional[str] = None,
+         resolve: Optional[Callable[[str], bool]] = None) -> BindResult:
     """Everything the start-time step decides, without writing anything.
     ``allowed``: the CPUs this node allows (default: os.sched_getaffinity);
-    ``run_dir``: where the files will go, for paths the environment names."""
+    ``run_dir``: where the files will go, for paths the environment names;
+    ``resolve``: whether a name resolves here (default: the resolver's
+    answer; binding.master)."""
     from slurmtopo.rankmap import job_env, nccl_env
 
+    resolve = resolve or resolves
     log: List[str] = []
     inv = load_inventory_for_bind(doc, inventory_path, log)
     planned = planned_placement(doc)
@@ -148,6 +153,9 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
                            alloc.batch_host))
     port = master_port(doc, alloc.job_id)
     jenv = job_env(placement, port, nccl_env(inv, placement, doc.get("socket_ifname"), run_dir))
+    jenv["MASTER_ADDR"], note = master_address(jenv["MASTER_ADDR"], slurm, resolve)
+    if note:
+        log.append(note)
     extra = _topo_file(inv, placement, run_dir, log)
     log.append(f"MASTER_ADDR={jenv['MASTER_ADDR']} MASTER_PORT={port} "
                f"WORLD_SIZE={placement.world_size}")

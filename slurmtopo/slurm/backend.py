@@ -152,6 +152,12 @@ class SlurmBackend(abc.ABC):
         suffix), or None when it has none."""
         raise SlurmError(f"the {self.name} backend cannot read node reasons; use the cli backend")
 
+    def node_addr(self, node: str) -> Optional[str]:
+        """The node's NodeAddr (where slurmctld reaches its slurmd), or None
+        when Slurm shows none."""
+        raise SlurmError(f"the {self.name} backend cannot read node addresses; use the cli "
+                         "backend")
+
     def job_detail(self, job_id: int) -> str:
         """``scontrol show job -d <id>`` text (the GPU indices of every node)."""
         raise SlurmError(f"the {self.name} backend cannot show job details; use the cli backend")

@@ -189,6 +189,13 @@ class CliBackend(SlurmBackend):
         m = re.search(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]]*\])?\s*$", shown, re.M)
         return m.group(1).strip() if m and m.group(1).strip() not in ("", "(null)") else None
 
+    def node_addr(self, node: str) -> Optional[str]:
+        if not node or any(c.isspace() for c in node) or "=" in node:
+            raise SlurmError(f"bad node name {node!r}")
+        shown = self.run(["scontrol", "show", "node", node]).stdout
+        m = re.search(r"(?:^|\s)NodeAddr=(\S+)", shown)
+        return m.group(1) if m and m.group(1) != "(null)" else None
+
     def job_detail(self, job_id: int) -> str:
         return self.run(["scontrol", "show", "job", "-d", str(int(job_id))]).stdout
 

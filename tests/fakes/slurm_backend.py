@@ -293,6 +293,9 @@ class FakeSlurm(SlurmBackend):
     def job_detail(self, job_id: int) -> str:
         return self._answer("job")
 
+    def node_addr(self, node: str):
+        return self._answer(f"addr {node}")
+
     def step_output(self, options, command, env=None) -> str:
         return self._answer("probe")
 

@@ -176,6 +176,16 @@ def test_node_reason(slurm):
         CliBackend(env=slurm.env).node_reason("gpu07 gpu08")
 
 
+def test_node_addr(slurm):
+    slurm.on("scontrol show node node1", stdout="NodeName=node1 Arch=x86_64 CoresPerSocket=4\n"
+             "   NodeAddr=127.0.0.1 NodeHostName=localhost Version=25.11.7\n")
+    assert CliBackend(env=slurm.env).node_addr("node1") == "127.0.0.1"
+    slurm.on("scontrol show node gpu08", stdout="NodeName=gpu08 Arch=x86_64\n   State=IDLE\n")
+    assert CliBackend(env=slurm.env).node_addr("gpu08") is None
+    with pytest.raises(SlurmError, match="bad node name"):
+        CliBackend(env=slurm.env).node_addr("a=b")
+
+
 def test_job_detail_config_and_step_output(slurm):
     slurm.on("scontrol show job -d 9", stdout="   Nodes=gpu02 CPU_IDs=0 GRES=gpu:2(IDX:0-1)\n")
     slurm.on("scontrol show config", stdout="ConstrainDevices = yes\n")
