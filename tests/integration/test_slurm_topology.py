@@ -137,3 +137,49 @@ def test_topology_yaml_is_loaded_and_partitions_get_their_topology(yaml_cluster,
         run.wait()
         check_ranks(run)
     assert _hosts(runs["block"]) in RACKS
+
+
+def _nested_inventory(tmp_path) -> Path:
+    """The dev cluster as one NVLink fabric partitioned in two cliques
+    (node[1-2], node3) and a second fabric (node4), no fabric section: the
+    blocks come from the NVLink domains, laid out as topograph does."""
+    text = NVL.read_text()
+    text = text[:text.index("nodes:\n")] + (
+        "nodes:\n"
+        "  - name: \"node[1-2]\"\n    type: gb200-dev\n"
+        "    nvlink_domain: {cluster_uuid: 5b1a2c3d-0000-4000-8000-0000000000f1, clique_id: 1}\n"
+        "  - name: node3\n    type: gb200-dev\n"
+        "    nvlink_domain: {cluster_uuid: 5b1a2c3d-0000-4000-8000-0000000000f1, clique_id: 2}\n"
+        "  - name: node4\n    type: gb200-dev\n"
+        "    nvlink_domain: {cluster_uuid: 5b1a2c3d-0000-4000-8000-0000000000f2, clique_id: 1}\n")
+    path = tmp_path / "nested-inventory.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_two_block_levels_with_a_placeholder_load(block_cluster, generated, tmp_path):
+    """Domains inside domains: BlockSizes=2,4 (largest clique 2, largest
+    fabric 3) and an empty block004 keeping node4's fabric slot two blocks
+    wide; slurmctld loads it and shows both levels."""
+    inv = _nested_inventory(tmp_path)
+    conf = tmp_path / "topology.conf"
+    run_slurmtopo(["topology", "generate", "--reports", inv, "--format", "block",
+                   "--output", conf])
+    text = conf.read_text()
+    assert "BlockName=block004\n" in text and "BlockSizes=2,4\n" in text, text
+    try:
+        block_cluster.reconfigure(topology_conf=str(conf))
+        shown = block_cluster.run(["scontrol", "show", "topology"]).stdout
+        lines = {ln.split()[0]: ln for ln in shown.splitlines() if ln.strip()}
+        assert "Nodes=node[1-2]" in lines["BlockName=block001"], shown
+        assert "Nodes=node3" in lines["BlockName=block002"], shown
+        assert "Nodes=node4" in lines["BlockName=block003"], shown
+        assert "BlockName=block004" in lines, shown
+        # the second level: block001+002 (the partitioned fabric) and
+        # block003+004 (node4's fabric and its placeholder), 4 nodes each
+        assert "Nodes=node[1-3] BlockSize=4" in lines["AggregatedBlock=block[001-002]"], shown
+        assert "Nodes=node4 BlockSize=4" in lines["AggregatedBlock=block[003-004]"], shown
+        p = run_slurmtopo(["topology", "check", conf], check=False)
+        assert p.returncode == 0, p.stderr
+    finally:
+        block_cluster.reconfigure(topology_conf=str(generated["block"]))
