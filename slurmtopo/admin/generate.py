@@ -135,6 +135,17 @@ def nvlink_domain_map(inv: Inventory) -> Dict[str, Dict[str, str]]:
             for u, hosts in members.items()}
 
 
+def fabric_pending(inv: Inventory) -> Dict[str, str]:
+    """Trays whose agent found the NVLink fabric not completed (node ->
+    state): the agent reports no domain for them, so no block holds them."""
+    out: Dict[str, str] = {}
+    for name, rep in sorted(inv.reports.items(), key=lambda kv: natural_key(kv[0])):
+        fab = rep.get("nvlink_fabric") if isinstance(rep, dict) else None
+        if isinstance(fab, dict):
+            out[name] = str(fab.get("state", "unknown"))
+    return out
+
+
 def layout_domains(inv: Inventory, sizes: Sequence[int],
                    naming: Optional[BlockNaming]) -> Optional[Tuple[Tuple[Block, ...],
                                                                   Tuple[int, ...]]]:
@@ -215,6 +226,11 @@ def build_topology(fmt: str, *, ib: Optional[IbFabric] = None, fabric_doc: Optio
     blocks: Tuple[Block, ...] = ()
     sizes: Tuple[int, ...] = tuple(block_sizes or ())
     if fmt in ("block", "yaml"):
+        if inv is not None and not (doc is not None and doc.blocks) \
+                and (pend := fabric_pending(inv)):
+            shown = ", ".join(f"{n} ({st})" for n, st in list(pend.items())[:8])
+            notes.append(f"{len(pend)} tray(s) left out of NVLink blocks, their NVLink fabric "
+                         f"not completed: {shown}{' ...' if len(pend) > 8 else ''}")
         if doc is not None and doc.blocks:
             blocks = doc.blocks
             sizes = sizes or doc.block_sizes

@@ -440,3 +440,17 @@ def test_block_sizes_given_lay_out_placeholders(tmp_path, capsys):
     assert body == ["BlockName=block001 Nodes=r1t[1-2]", "BlockName=block002 Nodes=r2t[1-2]",
                     "BlockName=block003 Nodes=r3t[1-2]", "BlockName=block004",
                     "BlockSizes=2,8"]
+
+
+def test_trays_with_fabric_not_completed_are_left_out_with_a_note(tmp_path, capsys):
+    uuid = "5b1a2c3d-0000-4000-8000-00000000a001"
+    nodes = [node(f"r1t{i}", domain=(uuid, 1)) for i in range(1, 4)] + [node("r1t4")]
+    reports = write_reports(tmp_path / "reports", nodes, {
+        **{f"r1t{i}": {"source": "nvml"} for i in range(1, 4)},
+        "r1t4": {"source": "nvml", "nvlink_fabric": {"state": "in_progress", "gpus": [0]}}})
+    rc, out, err = run_main(["topology", "generate", "--reports", reports, "--format", "block"],
+                            capsys)
+    assert rc == 0, err
+    assert "BlockName=nvl-5b1a2c3d-1 Nodes=r1t[1-3]\n" in out and "r1t4" not in out
+    assert "1 tray(s) left out of NVLink blocks, their NVLink fabric not completed: " \
+           "r1t4 (in_progress)" in err
