@@ -200,13 +200,12 @@ def _task_nodes(cluster, job_opts, srun_opts, env=None) -> list:
 def test_task_order_with_blocks_not_in_name_order(block_cluster, generated, tmp_path):
     """Slurm 26.05's CHANGELOG: tasks follow topology order by default
     when a topology plugin is configured (CR_NO_DIST_TOPO_BLOCK turns it
-    off). With blocks listed against name order (node[3-4] first), what
-    the dev cluster shows (select/cons_tres, CR_Core, no TopologyParam):
-    a user's own plain ``srun`` inside a job still numbers tasks in
-    node-name order on 26.05.3 as on 25.11.7, and the per-rank order
-    slurmtopo asks for (``--distribution=arbitrary`` with SLURM_HOSTFILE)
-    is kept on both. If a release starts reordering plain steps, the first
-    assertion fails and docs/slurm.md must say so."""
+    off). With blocks listed against name order (node[3-4] first): the
+    per-rank order slurmtopo asks for (``--distribution=arbitrary`` with
+    SLURM_HOSTFILE) is kept on 25.11 and 26.05; a user's own plain ``srun``
+    gets node-name order or block order (26.05.3 gave name order when run
+    alone, and failed a name-order assertion once in a whole-file run), so
+    only that it is one of the two is checked (docs/slurm.md)."""
     hostfile = tmp_path / "hosts"
     hostfile.write_text("node2\nnode4\nnode1\nnode3\n")
     tmp_path.chmod(0o755)
@@ -221,5 +220,6 @@ def test_task_order_with_blocks_not_in_name_order(block_cluster, generated, tmp_
                                 "-n 4 --distribution=arbitrary", env=hostfile)
     finally:
         block_cluster.reconfigure(topology_conf=str(generated["block"]))
-    assert plain == ["node1", "node2", "node3", "node4"], plain
+    assert plain in (["node1", "node2", "node3", "node4"], ["node3", "node4", "node1", "node2"]), \
+        plain
     assert arbitrary == ["node2", "node4", "node1", "node3"], arbitrary
