@@ -276,8 +276,10 @@ BLOCK_KEYS = {"blockname", "nodes", "blocksizes"}
 
 def check_blocks(text: str, nodes: Iterable[str]) -> List[str]:
     """Reject a topology/block topology.conf that slurmctld would refuse:
-    unknown keys, a block without nodes or defined twice, no block at all."""
+    unknown keys, a block defined twice, no block with nodes (a block
+    without Nodes= is a placeholder, which slurmctld accepts)."""
     known, blocks, warnings = set(nodes), set(), []
+    filled = False
     for n, line in enumerate(text.splitlines(), 1):
         if not line.split("#", 1)[0].strip():
             continue
@@ -288,18 +290,21 @@ def check_blocks(text: str, nodes: Iterable[str]) -> List[str]:
         if "blocksizes" in kv and "blockname" not in kv:
             continue
         name = kv.get("blockname")
-        if not name or not kv.get("nodes"):
-            raise DevClusterError(f"topology.conf:{n}: expected BlockName=... Nodes=..., "
+        if not name or ("nodes" in kv and not kv["nodes"]):
+            raise DevClusterError(f"topology.conf:{n}: expected BlockName=... [Nodes=...], "
                                   f"got {line.strip()!r}")
         if name in blocks:
             raise DevClusterError(f"topology.conf:{n}: block {name} defined twice")
         blocks.add(name)
+        if "nodes" not in kv:
+            continue  # a placeholder block: block_record.c gives it an empty bitmap
+        filled = True
         unknown = [x for x in expand(kv["nodes"]) if x not in known]
         if unknown:
             warnings.append(f"topology.conf: block {name} names nodes not in the cluster "
                             f"({','.join(unknown)})")
-    if not blocks:
-        raise DevClusterError("topology.conf: no blocks")
+    if not filled:
+        raise DevClusterError("topology.conf: no block with nodes")
     return warnings
 
 

@@ -373,11 +373,15 @@ class Switch:
 
 @dataclass(frozen=True)
 class Block:
-    """A Slurm topology/block block (e.g. one NVL72 rack)."""
+    """A Slurm topology/block block (e.g. one NVL72 rack). No nodes: a
+    placeholder that keeps the positions of the blocks after it (a rack not
+    there yet, or gone)."""
 
     name: str
     nodes: Tuple[str, ...]
     origin: Optional[str] = field(default=None, compare=False)  # file:line
+    #: the accelerator domain it holds, written as a comment (topograph's style)
+    domain: Optional[str] = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -380,7 +380,13 @@ def nccl_env(inv: Optional[Inventory], placement: Placement,
     * ``NCCL_CROSS_NIC=0`` when the job is rail-aligned: every host uses the
       same GPUs in the same local order and each GPU's nearest NIC has the
       same name everywhere, so rank traffic can stay on its rail.
-    * ``NCCL_TOPO_FILE`` on virtualised nodes (:func:`nccl_topo_plan`).
+    * ``NCCL_NETDEVS_POLICY=MAX:1`` (NCCL 2.28+) when the job is
+      rail-aligned and every GPU of a host has its own nearest NIC: with the
+      default AUTO, GPUs of different communicators (TP, EP, DP) may share a
+      NIC; one NIC per GPU keeps each on its rail.
+    * ``NCCL_MNNVL_ENABLE`` and ``NCCL_CUMEM_ENABLE`` (:func:`mnnvl_env`).
+    * ``NCCL_TOPO_FILE`` on virtualised nodes (:func:`nccl_topo_plan`);
+      it describes one node, as NCCL wants on multi-node NVLink systems.
     """
     env: Dict[str, str] = {}
     hws: List[Hardware] = []
@@ -416,8 +422,42 @@ def nccl_env(inv: Optional[Inventory], placement: Placement,
         env["NCCL_SOCKET_IFNAME"] = "^lo,docker"
     if len(rails) > 1 and rail_aligned(placement):
         env["NCCL_CROSS_NIC"] = "0"
+        if own_nic_per_gpu(placement):
+            env["NCCL_NETDEVS_POLICY"] = "MAX:1"
+    env.update(mnnvl_env(inv, placement))
     env.update(nccl_topo_plan(inv, placement, run_dir).env)
     return env
+
+
+def mnnvl_env(inv: Optional[Inventory], placement: Placement) -> Dict[str, str]:
+    """Multi-node NVLink (NCCL 2.21+, env.rst): when two or more hosts of
+    the job share an NVLink domain (cluster UUID and clique), ``2`` (use it
+    where the IMEX domain works, never fail init) and ``NCCL_CUMEM_ENABLE=1``
+    (MNNVL needs it); ``0`` when the job's hosts have NVLink domains but
+    none shares one (no IMEX set-up for nothing). Nothing without domains."""
+    if inv is None:
+        return {}
+    count: Dict[str, int] = {}
+    for h in _hosts(placement):
+        node = inv.nodes.get(h)
+        if node is not None and node.nvlink_domain is not None:
+            key = node.nvlink_domain.key
+            count[key] = count.get(key, 0) + 1
+    if not count:
+        return {}
+    if max(count.values()) >= 2:
+        return {"NCCL_MNNVL_ENABLE": "2", "NCCL_CUMEM_ENABLE": "1"}
+    return {"NCCL_MNNVL_ENABLE": "0"}
+
+
+def own_nic_per_gpu(placement: Placement) -> bool:
+    """Every rank's nearest NIC differs from those of the other ranks on
+    its host (a 1:1 GPU:NIC, rail-optimised design)."""
+    for slots in placement.by_host().values():
+        first = [s.nics[0] for s in slots if s.nics]
+        if len(first) != len(slots) or len(set(first)) != len(first):
+            return False
+    return True
 
 
 def rail_aligned(placement: Placement) -> bool:

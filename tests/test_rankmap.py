@@ -198,3 +198,27 @@ def test_fast_writers_equal_the_documents(h100):
     assert back["hosts"] == list(odd.hosts) and back["ranks"][0]["nics"] == []
     assert back["ranks"][1]["nics"] == ["mlx5_\"0", "ib\u00e91"]
     assert "numa_node" not in back["ranks"][1] and back["ranks"][4]["cpus"] == ""
+
+
+NVL = Path(__file__).resolve().parent / "fixtures" / "slurm" / "devcluster-nvl-inventory.yaml"
+
+
+def test_mnnvl_where_hosts_share_an_nvlink_domain():
+    """env.rst: MNNVL needs CUMEM; 2 uses it where it works and never fails."""
+    nvl = load_inventory(NVL)  # node[1-2] one NVLink domain, node[3-4] another
+    same = nccl_env(nvl, _p(nvl, [("node1", range(4)), ("node2", range(4))], tp=4, dp=2))
+    assert same["NCCL_MNNVL_ENABLE"] == "2" and same["NCCL_CUMEM_ENABLE"] == "1"
+    apart = nccl_env(nvl, _p(nvl, [("node1", range(4)), ("node3", range(4))], tp=4, dp=2))
+    assert apart["NCCL_MNNVL_ENABLE"] == "0" and "NCCL_CUMEM_ENABLE" not in apart
+
+
+def test_no_mnnvl_variables_without_nvlink_domains(h100):
+    env = nccl_env(h100, _p(h100, [("gpu01", range(8)), ("gpu02", range(8))], tp=8, dp=2))
+    assert "NCCL_MNNVL_ENABLE" not in env and "NCCL_CUMEM_ENABLE" not in env
+
+
+def test_netdevs_policy_one_nic_per_gpu_when_rail_aligned(h100):
+    p = _p(h100, [("gpu01", range(8)), ("gpu02", range(8))], tp=8, dp=2)
+    assert nccl_env(h100, p)["NCCL_NETDEVS_POLICY"] == "MAX:1"  # 8 GPUs, 8 rails
+    q = _p(h100, [("gpu01", [0, 1]), ("gpu02", [2, 3])], tp=2, dp=2)
+    assert "NCCL_NETDEVS_POLICY" not in nccl_env(h100, q)  # not rail-aligned

@@ -179,15 +179,21 @@ def check_blocks(fabric: Fabric, slurm_nodes: Optional[Sequence[str]] = None) ->
     if why:
         out.append(Problem(ERROR, why))
     base = fabric.block_sizes[0] if fabric.block_sizes else None
+    if not any(b.nodes for b in blocks):
+        out.append(Problem(ERROR, "no block has nodes: slurmctld needs at least one"
+                                  + ("" if base else " (or BlockSizes)"), blocks[0].origin))
     for b in blocks:
         if not b.nodes:
-            out.append(Problem(ERROR, f"block {b.name!r} has no nodes", b.origin))
-            continue
+            continue  # a placeholder: keeps the positions of the blocks after it
         if base is None:
-            base = len(b.nodes)  # without BlockSizes the first block sets the base
+            base = len(b.nodes)  # without BlockSizes the first block with nodes sets the base
         elif len(b.nodes) < base:
-            out.append(Problem(ERROR, f"block {b.name!r} has {len(b.nodes)} nodes, fewer than "
-                                      f"the base block size {base}", b.origin))
+            # slurmctld loads it (block_record.c does not refuse it) but never
+            # fills a base block there; topograph writes such blocks for a
+            # sub-domain smaller than the largest
+            out.append(Problem(WARNING, f"block {b.name!r} has {len(b.nodes)} nodes, fewer "
+                                        f"than the base block size {base}: Slurm never "
+                                        "places a whole base block there", b.origin))
     seen: Counter = Counter(h for b in blocks for h in set(b.nodes))
     multi = [h for h, c in seen.items() if c > 1]
     if multi:

@@ -13,9 +13,17 @@ ibnetdiscover dump, a YAML fabric description, or a mix. The rules:
 * **Blocks**: the fabric document's, else one per NVLink domain of the
   reports (same cluster UUID and clique id: one NVL72 rack), else, for
   ``--format block`` over a switch tree, one per leaf (scalable unit).
-* **BlockSizes**: ``--block-sizes``, else the document's, else the smallest
-  block and its doublings (Slurm needs every block to hold at least the
-  first size).
+* **BlockSizes**: ``--block-sizes``, else the document's, else as NVIDIA
+  topograph infers them (``admin/block_domains.py``): the smallest block
+  and one doubling per power of two in the number of blocks, or, when one
+  NVLink cluster UUID holds several cliques (domains inside a domain), the
+  largest clique and its doublings up to the largest domain.
+* **Placeholders**: NVLink domains with cliques inside them, or given
+  ``--block-sizes``, are laid out as topograph does: every domain the same
+  power-of-two run of base blocks, empty ``BlockName=`` lines where a rack
+  is missing, so the positions of the others do not shift; the blocks are
+  then ``block001``... with their domain as a comment, or named from node
+  names with ``--block-name REGEXP=FORMAT``.
 * **One tree**: switches with no common parent (two leaves cabled to each
   other, a file of leaves and no spine) get a top switch above them, with a
   note: otherwise Slurm finds no switch that reaches all nodes and every
@@ -27,11 +35,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from slurmtopo import __version__
 from slurmtopo.admin.switch_tree import (HostSelection, derive_fabric, left_out_message,
                                     natural_key)
+from slurmtopo.admin.block_domains import BlockNaming, domain_blocks, doubling_sizes
 from slurmtopo.admin.ibnetdiscover import IbFabric
 from slurmtopo.admin.slurmconf import SlurmConf
 from slurmtopo.errors import SlurmtopoError
@@ -103,15 +112,54 @@ def join_roots(switches: Tuple[Switch, ...]) -> Tuple[Tuple[Switch, ...], Option
 
 
 def default_block_sizes(blocks: Sequence[Block]) -> Tuple[int, ...]:
-    """The smallest block and its doublings up to all block nodes."""
-    if not blocks:
-        return ()
-    base = min(len(b.nodes) for b in blocks)
-    total = sum(len(b.nodes) for b in blocks)
-    sizes = [base]
-    while sizes[-1] * 2 <= total and len(sizes) < 16:
-        sizes.append(sizes[-1] * 2)
-    return tuple(sizes)
+    """topograph's one-level BlockSizes: the smallest block with nodes and
+    one doubling per power of two in the number of such blocks."""
+    counts = [len(b.nodes) for b in blocks if b.nodes]
+    return doubling_sizes(counts) if counts else ()
+
+
+def nvlink_domain_map(inv: Inventory) -> Dict[str, Dict[str, str]]:
+    """The NVLink domains of the reports as topograph's domain map: the
+    cluster UUID is the domain; where one UUID holds several cliques (one
+    NVLink fabric partitioned, or racks joined into one), each clique is a
+    sub-domain (named ``UUID:clique``)."""
+    cliques: Dict[str, Set[int]] = {}
+    members: Dict[str, Dict[str, int]] = {}
+    for n in inv:
+        d = n.nvlink_domain
+        if d is None:
+            continue
+        cliques.setdefault(d.cluster_uuid, set()).add(d.clique_id)
+        members.setdefault(d.cluster_uuid, {})[n.name] = d.clique_id
+    return {u: {h: (f"{u}:{c}" if len(cliques[u]) > 1 else "") for h, c in hosts.items()}
+            for u, hosts in members.items()}
+
+
+def fabric_pending(inv: Inventory) -> Dict[str, str]:
+    """Trays whose agent found the NVLink fabric not completed (node ->
+    state): the agent reports no domain for them, so no block holds them."""
+    out: Dict[str, str] = {}
+    for name, rep in sorted(inv.reports.items(), key=lambda kv: natural_key(kv[0])):
+        fab = rep.get("nvlink_fabric") if isinstance(rep, dict) else None
+        if isinstance(fab, dict):
+            out[name] = str(fab.get("state", "unknown"))
+    return out
+
+
+def layout_domains(inv: Inventory, sizes: Sequence[int],
+                   naming: Optional[BlockNaming]) -> Optional[Tuple[Tuple[Block, ...],
+                                                                  Tuple[int, ...]]]:
+    """Blocks with placeholders (topograph's layout), or None where the
+    one-block-per-domain list stands: no domains inside domains, no sizes
+    given and no naming rule."""
+    dmap = nvlink_domain_map(inv)
+    if not dmap:
+        return None
+    nested = any(sub for hosts in dmap.values() for sub in hosts.values())
+    if not (nested or sizes or naming):
+        return None
+    laid, eff = domain_blocks(dmap, tuple(sizes), naming)
+    return tuple(Block(name=b.name, nodes=b.nodes, domain=b.domain or None) for b in laid), eff
 
 
 def selection(nodes: Optional[Sequence[str]], slurm: Optional[SlurmConf],
@@ -138,6 +186,7 @@ def build_topology(fmt: str, *, ib: Optional[IbFabric] = None, fabric_doc: Optio
                    nodes: Optional[Sequence[str]] = None, hcas: Optional[Set[str]] = None,
                    rails: Optional[Set[int]] = None,
                    block_sizes: Optional[Sequence[int]] = None,
+                   block_naming: Optional[BlockNaming] = None,
                    fabric_source: Optional[str] = None, allow_missing: bool = False) -> Built:
     """The Fabric to write as ``fmt`` (tree, block or yaml) from the sources.
 
@@ -177,9 +226,19 @@ def build_topology(fmt: str, *, ib: Optional[IbFabric] = None, fabric_doc: Optio
     blocks: Tuple[Block, ...] = ()
     sizes: Tuple[int, ...] = tuple(block_sizes or ())
     if fmt in ("block", "yaml"):
+        if inv is not None and not (doc is not None and doc.blocks) \
+                and (pend := fabric_pending(inv)):
+            shown = ", ".join(f"{n} ({st})" for n, st in list(pend.items())[:8])
+            notes.append(f"{len(pend)} tray(s) left out of NVLink blocks, their NVLink fabric "
+                         f"not completed: {shown}{' ...' if len(pend) > 8 else ''}")
         if doc is not None and doc.blocks:
             blocks = doc.blocks
             sizes = sizes or doc.block_sizes
+        elif inv is not None and (laid := layout_domains(inv, sizes, block_naming)):
+            blocks, sizes = laid
+            empty = sum(1 for b in blocks if not b.nodes)
+            notes.append(f"{len(blocks) - empty} block(s) from NVLink domains of the node "
+                         f"reports, {empty} placeholder(s) keeping block positions")
         elif inv is not None and (nv := nvlink_blocks(inv)):
             blocks = nv
             notes.append(f"{len(blocks)} block(s) from NVLink domains of the node reports")
@@ -187,6 +246,9 @@ def build_topology(fmt: str, *, ib: Optional[IbFabric] = None, fabric_doc: Optio
             blocks = leaf_blocks(Fabric(switches=switches))
             notes.append(f"{len(blocks)} block(s), one per leaf switch (scalable unit)")
         sizes = sizes or default_block_sizes(blocks)
+    if block_naming is not None and blocks and not any(b.domain for b in blocks):
+        raise SlurmtopoError("--block-name names blocks made from NVLink domains of the node "
+                             "reports; these blocks come from elsewhere")
     if fmt == "tree" and not switches:
         raise SlurmtopoError("no switches to write: give --ibnetdiscover FILE or --fabric FILE "
                              "(or a fabric document among the reports)")
@@ -222,6 +284,8 @@ def header(what: str, fmt: str, built: Built) -> List[str]:
         hosts = {h for s in f.switches for h in s.nodes}
         lines.append(f"{len(f.switches)} switches, {levels} level(s), {len(hosts)} nodes")
     if f.blocks:
-        lines.append(f"{len(f.blocks)} blocks, {sum(len(b.nodes) for b in f.blocks)} nodes")
+        empty = sum(1 for b in f.blocks if not b.nodes)
+        lines.append(f"{len(f.blocks) - empty} blocks, {sum(len(b.nodes) for b in f.blocks)} "
+                     "nodes" + (f", {empty} placeholder block(s)" if empty else ""))
     lines.append("Do not edit: regenerate with `slurmtopo topology generate`.")
     return lines

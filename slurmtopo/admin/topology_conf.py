@@ -70,7 +70,10 @@ def render_block(fabric: Fabric, header: Sequence[str] = ()) -> str:
     """topology.conf lines for topology/block."""
     lines = _comment(header)
     for b in fabric.blocks:
-        lines.append(f"BlockName={b.name} Nodes={fold_hostlist(b.nodes)}")
+        if b.domain and b.nodes:
+            lines.append(f"# {b.name}={b.domain}")
+        lines.append(f"BlockName={b.name} Nodes={fold_hostlist(b.nodes)}" if b.nodes
+                     else f"BlockName={b.name}")
     if fabric.block_sizes:
         lines.append("BlockSizes=" + ",".join(str(s) for s in fabric.block_sizes))
     return "\n".join(lines) + "\n"
@@ -96,8 +99,8 @@ def yaml_topologies(fabric: Fabric, tree_name: str = "tree",
         block: Dict[str, object] = {}
         if fabric.block_sizes:
             block["block_sizes"] = list(fabric.block_sizes)
-        block["blocks"] = [{"block": b.name, "nodes": fold_hostlist(b.nodes)}
-                           for b in fabric.blocks]
+        block["blocks"] = [{"block": b.name, "nodes": fold_hostlist(b.nodes)} if b.nodes
+                           else {"block": b.name} for b in fabric.blocks]
         out.append({"topology": block_name, "cluster_default": not out, "block": block})
     return out
 
@@ -192,11 +195,10 @@ def parse_topology_conf(text: str, path: str = "<topology.conf>") -> Fabric:
                 link_gbps=speed, description=cl.comment or None, origin=where))
         elif first == "blockname":
             d = _one_line_keys(cl, BLOCK_KEYS, path)
-            if "nodes" not in d:
-                raise InventoryError(f"block {d['blockname']!r} has no Nodes=", path, cl.line)
+            # no Nodes=: a placeholder block (block_record.c gives it an empty bitmap)
             blocks.append(Block(name=d["blockname"],
-                                nodes=tuple(hostlist_at(d["nodes"], path, cl.line, "Nodes")),
-                                origin=where))
+                                nodes=tuple(hostlist_at(d["nodes"], path, cl.line, "Nodes"))
+                                if "nodes" in d else (), origin=where))
             if "blocksizes" in d:
                 sizes = _sizes(d["blocksizes"], path, cl.line)
         elif first == "blocksizes":
@@ -302,9 +304,7 @@ def _yaml_block(r: Reader, value, path: str, line) -> Fabric:
     blocks = []
     for b in r.sequence(d.get("blocks") or LineList(), "blocks", Reader.line(d)):
         b = r.mapping(b, "block", {"block", "nodes"})
-        nodes = _hl(r, b, "nodes", path, "nodes")
-        if not nodes:
-            raise r.error(f"block {b.get('block')!r} has no nodes", Reader.line(b))
+        nodes = _hl(r, b, "nodes", path, "nodes") if b.get("nodes") is not None else ()
         blocks.append(Block(name=str(r.need(b, "block", "block")), nodes=nodes,
                             origin=f"{path}:{Reader.line(b)}"))
     fab = Fabric(blocks=tuple(blocks), block_sizes=sizes)

@@ -59,6 +59,9 @@ class _Probe:
     migs: List[MigDevice] = field(default_factory=list)
     ports: List[NvLinkPort] = field(default_factory=list)
     fabric: Optional[Tuple[str, int]] = None
+    #: why a GPU with fabric support has no domain yet: "not_started",
+    #: "in_progress" or "failed" (registration status not success)
+    fabric_pending: Optional[str] = None
     lost: bool = False
 
 
@@ -161,7 +164,7 @@ def _probe_gpu(rd: _Reader, sysfs: Sysfs, i: int) -> _Probe:
         if p.mig_mode:
             p.migs = _probe_migs(rd, sysfs, p)
         p.ports = _probe_nvlinks(rd, h, what)
-        p.fabric = _probe_fabric(rd, h, what)
+        p.fabric, p.fabric_pending = _probe_fabric(rd, h, what)
     except GpuLost as exc:
         p.lost = True
         rd.problem(f"{what}: {exc}")
@@ -260,9 +263,13 @@ def _probe_nvlinks(rd: _Reader, h, what: str) -> List[NvLinkPort]:
     return ports
 
 
-def _probe_fabric(rd: _Reader, h, what: str) -> Optional[Tuple[str, int]]:
+def _probe_fabric(rd: _Reader, h, what: str
+                  ) -> Tuple[Optional[Tuple[str, int]], Optional[str]]:
     """(cluster UUID, clique id) of a multi-node NVLink domain, once the
-    fabric manager has registered the GPU; None elsewhere."""
+    fabric manager has registered the GPU (nvml.h: ``status`` is valid only
+    when ``state`` is COMPLETED), else None; and, for a GPU that has a
+    fabric but no domain yet, why (``not_started``, ``in_progress``,
+    ``failed``)."""
     nv = rd.nvml
     info = None
     for fn_name, struct_name in (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
@@ -278,22 +285,26 @@ def _probe_fabric(rd: _Reader, h, what: str) -> Optional[Tuple[str, int]]:
                 raise GpuLost(str(exc)) from None
             if rd.code(exc) not in rd.quiet:
                 rd.problem(f"{what} fabric info: {exc}")
-                return None
+                return None, None
             continue
         info = candidate
         break
-    if info is None or info.state != nv.NVML_GPU_FABRIC_STATE_COMPLETED:
-        return None
+    if info is None or info.state == nv.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+        return None, None
+    if info.state != nv.NVML_GPU_FABRIC_STATE_COMPLETED:
+        pending = ("not_started" if info.state == nv.NVML_GPU_FABRIC_STATE_NOT_STARTED
+                   else "in_progress")
+        return None, pending
     if info.status != nv.NVML_SUCCESS:
         rd.problem(f"{what}: NVLink fabric registration failed "
                            f"({nv.NVMLError(info.status)})")
-        return None
+        return None, "failed"
     raw = bytes(info.clusterUuid)
     if not any(raw):
-        return None
+        return None, None
     h32 = raw.hex()
     uuid = f"{h32[:8]}-{h32[8:12]}-{h32[12:16]}-{h32[16:20]}-{h32[20:]}"
-    return uuid, int(info.cliqueId)
+    return (uuid, int(info.cliqueId)), None
 
 
 # ---------------------------------------------------------------------------
@@ -406,6 +417,13 @@ def _assemble(rd: _Reader, sysfs: Sysfs, probes: List[_Probe], links, p2p, drive
                            "assumed an NVSwitch fabric")
     nics = _nics(rd, sysfs, gpus)
     domains = sorted({p.fabric for p in probes if p.fabric})
+    pending = sorted({p.fabric_pending for p in probes if p.fabric_pending})
+    if pending:
+        # one GPU not registered is enough: the tray cannot join its
+        # rack's NVLink domain, so it stays out of the rack's block
+        rd.problem(f"NVLink fabric not completed on this tray ({', '.join(pending)}): it is "
+                   "left out of NVLink blocks until the fabric manager registers every GPU")
+        domains = []
     domain = NvlinkDomain(*domains[0]) if len(domains) == 1 else None
     if len(domains) > 1:
         rd.problem(f"GPUs report {len(domains)} different NVLink domains: "
@@ -419,7 +437,10 @@ def _assemble(rd: _Reader, sysfs: Sysfs, probes: List[_Probe], links, p2p, drive
         "nvml", rd.problems, hostname=host, driver_version=driver, nvml_version=nvml_version,
         numa_nodes={str(k): format_cpulist(v) for k, v in sorted(numa.items()) if v},
         gpu_numa_ids=gpu_numa if any(x is not None for x in gpu_numa) else None,
-        p2p_read=p2p if len(probes) > 1 else None, lost_gpus=lost or None)
+        p2p_read=p2p if len(probes) > 1 else None, lost_gpus=lost or None,
+        nvlink_fabric={"state": pending[0] if len(pending) == 1 else "mixed",
+                       "gpus": sorted(p.index for p in probes if p.fabric_pending)}
+        if pending else None)
     return Discovery(node=Node(name=node_name or host, hardware=hw, nvlink_domain=domain),
                      report=report, lost_gpus=lost)
 

@@ -36,11 +36,16 @@ def command():
                    "(by default that stops with the counts per reason).")
 @click.option("--block-sizes", "block_sizes", default=None,
               help="BlockSizes, e.g. 18,36,72 (default: smallest block and its doublings).")
+@click.option("--block-name", "block_name", default=None, metavar="REGEXP=FORMAT",
+              help="Name blocks from their node names, as topograph's blockName: REGEXP "
+                   "(searched in each node name) and FORMAT with $1/${name} groups, e.g. "
+                   "'r([0-9]+)-=rack$1'. Every node of a block must give the same name.")
 @write_options
 @topology_version_option
 @json_option
 @guard
-def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_sizes, output,
+def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_sizes,
+             block_name, output,
              diff, slurm_conf, nodes, force, reconfigure, keep_backups, slurm_version, as_json):
     """Write topology.conf (or topology.yaml) from the fabric and node reports.
 
@@ -74,7 +79,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
         fabric_doc=load_fabric(fabric_path), fabric_source=fabric_path, inv=inv, slurm=slurm,
         nodes=parse_nodes(nodes), hcas=parse_nameset(hca, "--hca"),
         rails=parse_rangeset(rails, "--rails"), block_sizes=parse_sizes(block_sizes),
-        allow_missing=allow_missing)
+        block_naming=_block_naming(block_name), allow_missing=allow_missing)
     for note in built.notes:
         msgs.echo(f"note: {note}")
     what = "topology.yaml" if fmt == "yaml" else "topology.conf"
@@ -138,3 +143,17 @@ def _yaml_beside(slurm) -> bool:
         return False
     return os.path.exists(os.path.join(os.path.dirname(os.path.abspath(slurm.path)),
                                        "topology.yaml"))
+
+
+def _block_naming(value):
+    """``--block-name REGEXP=FORMAT`` (split at the last '=': a format has none)."""
+    if value is None:
+        return None
+    from slurmtopo.admin.block_domains import BlockNaming
+    from slurmtopo.errors import SlurmtopoError
+    regexp, eq, fmt = value.rpartition("=")
+    if not eq or not regexp or not fmt:
+        raise SlurmtopoError(f"--block-name wants REGEXP=FORMAT, got {value!r}")
+    naming = BlockNaming(regexp, fmt)
+    naming.compiled()
+    return naming

@@ -83,8 +83,15 @@ def test_block_checks():
     assert check_blocks(good, ["a1", "a2", "a3", "a4", "a5"]) == []
     small = Fabric(blocks=(Block("b1", ("a1", "a2")), Block("b2", ("a3",))))
     assert "fewer than the base block size 2" in check_blocks(small)[0].message
+    # slurmctld loads a block smaller than the base (topograph writes them for
+    # small sub-domains): a warning, not a refusal
     assert check_blocks(Fabric(blocks=(Block("b1", ("a1",)),), block_sizes=(2,)))[0].severity \
-        == ERROR
+        == WARNING
+    # placeholders (no nodes) keep positions; all placeholders is an error
+    holder = Fabric(blocks=(Block("b1", ("a1", "a2")), Block("b2", ())), block_sizes=(2, 4))
+    assert check_blocks(holder, ["a1", "a2"]) == []
+    empty = check_blocks(Fabric(blocks=(Block("b1", ()),), block_sizes=(2,)))
+    assert [p.severity for p in empty] == [ERROR] and "no block has nodes" in empty[0].message
     shared = Fabric(blocks=(Block("b1", ("a1", "a2")), Block("b2", ("a2", "a3"))))
     assert [p.severity for p in check_blocks(shared)] == [REFUSE]
     assert check_blocks(Fabric())[0].message.startswith("no blocks")

@@ -370,3 +370,87 @@ def test_backups_of_a_generated_file_are_bounded(tmp_path, capsys, keep, expect)
     backups = sorted(tmp_path.glob("topology.conf.*.bak"))
     assert len(backups) == expect  # which ones: tests/test_hostile_input.py
     assert all(read_topology_conf(b).switches for b in backups)
+
+
+def _nested_reports(tmp_path):
+    """One NVLink fabric (cluster UUID) with two cliques of 4 and 3 trays,
+    and a second fabric with one clique of 4."""
+    fab, other = "5b1a2c3d-0000-4000-8000-00000000a001", "77aa2c3d-0000-4000-8000-00000000a002"
+    nodes = ([node(f"r1t{i}", domain=(fab, 1)) for i in range(1, 5)]
+             + [node(f"r2t{i}", domain=(fab, 2)) for i in range(1, 4)]
+             + [node(f"r3t{i}", domain=(other, 1)) for i in range(1, 5)])
+    return write_reports(tmp_path / "reports", nodes)
+
+
+def test_domains_inside_domains_give_two_levels_and_placeholders(tmp_path, capsys):
+    reports = _nested_reports(tmp_path)
+    rc, out, err = run_main(["topology", "generate", "--reports", reports, "--format", "block"],
+                            capsys)
+    assert rc == 0, err
+    body = [ln for ln in out.splitlines() if not ln.startswith("#") or ln.startswith("# block")]
+    # topograph: largest clique 4, largest domain 7 -> [4, 8]; the second
+    # domain gets the same two-block slot as the first, one left empty
+    assert body == ["# block001=5b1a2c3d-0000-4000-8000-00000000a001:1",
+                    "BlockName=block001 Nodes=r1t[1-4]",
+                    "# block002=5b1a2c3d-0000-4000-8000-00000000a001:2",
+                    "BlockName=block002 Nodes=r2t[1-3]",
+                    "# block003=77aa2c3d-0000-4000-8000-00000000a002",
+                    "BlockName=block003 Nodes=r3t[1-4]",
+                    "BlockName=block004",
+                    "BlockSizes=4,8"]
+    assert "1 placeholder(s) keeping block positions" in err
+    assert "# 3 blocks, 11 nodes, 1 placeholder block(s)" in out
+    rc, yout, err = run_main(["topology", "generate", "--reports", reports, "--format", "yaml"],
+                             capsys)
+    assert rc == 0, err
+    assert "    - block: block004\n" in yout and "block_sizes:\n    - 4\n    - 8\n" in yout
+    conf, yml = tmp_path / "topology.conf", tmp_path / "topology.yaml"
+    conf.write_text(out)
+    yml.write_text(yout)
+    for path in (conf, yml):  # the files read back, placeholders included
+        rc, cout, err = run_main(["topology", "check", str(path)], capsys)
+        assert rc == 0, err
+
+
+def test_block_names_from_node_names(tmp_path, capsys):
+    reports = _nested_reports(tmp_path)
+    rc, out, err = run_main(["topology", "generate", "--reports", reports, "--format", "block",
+                             "--block-name", r"^r([0-9]+)t=rack$1"], capsys)
+    assert rc == 0, err
+    names = [ln.split()[0] for ln in out.splitlines() if ln.startswith("BlockName=")]
+    assert names == ["BlockName=rack1", "BlockName=rack2", "BlockName=rack3",
+                     "BlockName=block004"]
+    rc, out, err = run_main(["topology", "generate", "--reports", reports, "--format", "block",
+                             "--block-name", r"^(r)=x$1"], capsys)
+    assert rc == 2 and "the same name" in err and "Traceback" not in err
+    rc, out, err = run_main(["topology", "generate", "--reports", reports, "--format", "block",
+                             "--block-name", "nothing"], capsys)
+    assert rc == 2 and "REGEXP=FORMAT" in err
+
+
+def test_block_sizes_given_lay_out_placeholders(tmp_path, capsys):
+    uuids = [f"{c}0000000-0000-4000-8000-00000000a00{c}" for c in "123"]
+    nodes = [node(f"r{r}t{i}", domain=(u, 1)) for r, u in enumerate(uuids, 1)
+             for i in range(1, 3)]
+    reports = write_reports(tmp_path / "reports", nodes)
+    rc, out, err = run_main(["topology", "generate", "--reports", reports, "--format", "block",
+                             "--block-sizes", "2,8"], capsys)
+    assert rc == 0, err
+    body = [ln for ln in out.splitlines() if ln.startswith(("BlockName", "BlockSizes"))]
+    assert body == ["BlockName=block001 Nodes=r1t[1-2]", "BlockName=block002 Nodes=r2t[1-2]",
+                    "BlockName=block003 Nodes=r3t[1-2]", "BlockName=block004",
+                    "BlockSizes=2,8"]
+
+
+def test_trays_with_fabric_not_completed_are_left_out_with_a_note(tmp_path, capsys):
+    uuid = "5b1a2c3d-0000-4000-8000-00000000a001"
+    nodes = [node(f"r1t{i}", domain=(uuid, 1)) for i in range(1, 4)] + [node("r1t4")]
+    reports = write_reports(tmp_path / "reports", nodes, {
+        **{f"r1t{i}": {"source": "nvml"} for i in range(1, 4)},
+        "r1t4": {"source": "nvml", "nvlink_fabric": {"state": "in_progress", "gpus": [0]}}})
+    rc, out, err = run_main(["topology", "generate", "--reports", reports, "--format", "block"],
+                            capsys)
+    assert rc == 0, err
+    assert "BlockName=nvl-5b1a2c3d-1 Nodes=r1t[1-3]\n" in out and "r1t4" not in out
+    assert "1 tray(s) left out of NVLink blocks, their NVLink fabric not completed: " \
+           "r1t4 (in_progress)" in err

@@ -145,7 +145,25 @@ def test_gb200_nvlink_domain_and_gpu_numa_ids(machine):
 def test_fabric_not_registered_yet_gives_no_domain(machine):
     m = machine("gb200_tray")
     m.spec["gpu_defaults"]["fabric"]["state"] = "IN_PROGRESS"
-    assert m.discover().node.nvlink_domain is None
+    d = m.discover()
+    assert d.node.nvlink_domain is None
+    # flagged: the report says why the tray is in no NVLink block
+    assert d.report["nvlink_fabric"] == {"state": "in_progress", "gpus": [0, 1, 2, 3]}
+    assert any("NVLink fabric not completed on this tray (in_progress)" in p
+               for p in d.problems)
+
+
+def test_one_gpu_not_started_keeps_the_whole_tray_out(machine):
+    m = machine("gb200_tray")
+    m.spec["gpus"][2]["fabric"] = dict(m.spec["gpu_defaults"]["fabric"], state="NOT_STARTED")
+    d = m.discover()
+    assert d.node.nvlink_domain is None
+    assert d.report["nvlink_fabric"] == {"state": "not_started", "gpus": [2]}
+
+
+def test_completed_fabric_adds_no_flag(machine):
+    d = machine("gb200_tray").discover()
+    assert d.node.nvlink_domain is not None and "nvlink_fabric" not in d.report
 
 
 def test_fabric_registration_failure_is_a_problem(machine):
@@ -154,6 +172,7 @@ def test_fabric_registration_failure_is_a_problem(machine):
     d = m.discover()
     assert d.node.nvlink_domain is None
     assert any("fabric registration failed" in p for p in d.problems)
+    assert d.report["nvlink_fabric"]["state"] == "failed"
 
 
 def test_two_cliques_on_one_tray_is_a_problem(machine):
