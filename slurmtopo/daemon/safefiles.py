@@ -73,7 +73,8 @@ def open_file(directory: str, name: str, flags: int, owners: Optional[Collection
               what: str, mode: int = 0o600) -> int:
     """``name`` in ``directory`` opened with ``flags`` (plus no-follow,
     non-blocking, close-on-exec), checked to be a regular file owned by one
-    of ``owners`` (None: anyone). FileNotFoundError passes through."""
+    of ``owners`` (None: anyone; empty: no one, the rightful owner being
+    unknown). FileNotFoundError passes through."""
     dfd = open_dir(directory)
     path = os.path.join(directory, name)
     try:
@@ -91,6 +92,9 @@ def open_file(directory: str, name: str, flags: int, owners: Optional[Collection
         if not stat.S_ISREG(st.st_mode):
             raise SpoolFileError(f"the {what} is {kind_of(st.st_mode)}, not a regular file", path)
         if owners is not None and st.st_uid not in owners:
+            if not owners:
+                raise SpoolFileError(f"the {what} belongs to uid {st.st_uid}, and its rightful "
+                                     "owner cannot be checked (the owner is not known)", path)
             raise SpoolFileError(f"the {what} belongs to uid {st.st_uid}, not to "
                                  + " or ".join(f"uid {u}" for u in sorted(set(owners))), path)
     except BaseException:

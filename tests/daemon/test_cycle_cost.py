@@ -169,11 +169,6 @@ def submit(slurm, layout, gpn=2, **kw):
                                           f"#SBATCH --gpus-per-node={gpn}\nsrun true\n"))
 
 
-@pytest.fixture
-def spool(tmp_path):
-    return str(tmp_path / "spool")
-
-
 def test_a_cycle_fsyncs_a_few_times_however_many_jobs_it_releases(slurm, inv, spool,
                                                                    monkeypatch):
     counts = []

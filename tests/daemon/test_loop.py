@@ -31,11 +31,6 @@ def submit(slurm, layout, gpn=4, **kw):
 TP4 = dict(layout=Layout(tp=4), require={"tp": "nvlink"})
 
 
-@pytest.fixture
-def spool(tmp_path):
-    return str(tmp_path / "spool")
-
-
 def test_a_cycle_pins_and_releases(slurm, inv, spool):
     slurm.occupy("node1", [0, 1, 2, 3])
     a = submit(slurm, **TP4)
