@@ -130,6 +130,10 @@ class Daemon:
         self.faulted: Dict[int, str] = {}
         #: what the spool could not take in the last cycle (status.json)
         self.spool_error: Optional[str] = None
+        #: comment -> its decoded request (or why not), for the comments of
+        #: the jobs in the last snapshot (see _read_request)
+        self._specs: Dict[str, Tuple[Optional[protocol.DaemonSpec], Optional[str]]] = {}
+        self._specs_seen: Set[str] = set()
 
     # -- helpers -----------------------------------------------------------
 
@@ -240,6 +244,7 @@ class Daemon:
         out: List[QueuedJob] = []
         faults: List[Decision] = []
         now = self.clock()
+        self._specs_seen = set()
         for j in jobs:
             try:
                 q = self._queued(j, now)
@@ -248,6 +253,8 @@ class Daemon:
                 continue
             if q is not None:
                 out.append(q)
+        for comment in [c for c in self._specs if c not in self._specs_seen]:
+            del self._specs[comment]
         return out, faults
 
     def _queued(self, j: SlurmJob, now: float) -> Optional[QueuedJob]:
@@ -269,12 +276,7 @@ class Daemon:
             rec = replace(rec or JobRecord(j.job_id, first_seen=now),
                           fingerprint=j.fingerprint())
             self._save(rec)
-        spec, error = None, None
-        owners = frozenset({j.user_id}) if j.user_id is not None else frozenset()
-        try:
-            spec = protocol.parse_comment(j.comment, self.spool, owners)
-        except protocol.ProtocolError as exc:
-            error = f"bad slurmtopo request: {exc.message}"
+        spec, error = self._read_request(j)
         self.first_seen.setdefault(j.job_id, now)
         return QueuedJob(
             job_id=j.job_id, spec=spec, error=error, state=j.state, held=bool(j.held),
@@ -283,6 +285,25 @@ class Daemon:
             partition=j.partition or "", name=j.name, user=j.user,
             nodes=tuple(j.nodes), gpus=dict(j.gpus or {}), record=rec,
             foreign_hold=still_ours.foreign_hold(j), changed=still_ours.changes(rec, j))
+
+    def _read_request(self, j: SlurmJob) -> Tuple[Optional[protocol.DaemonSpec], Optional[str]]:
+        """(spec, None) or (None, why) for the job's tag. A tag in the
+        comment itself is decoded once and kept while a job carries it (a
+        held job's comment is read every cycle); a pointer to a request
+        file is read every time (the file is the user's)."""
+        hit = self._specs.get(j.comment)
+        if hit is not None:
+            self._specs_seen.add(j.comment)
+            return hit
+        owners = frozenset({j.user_id}) if j.user_id is not None else frozenset()
+        try:
+            out = (protocol.parse_comment(j.comment, self.spool, owners), None)
+        except protocol.ProtocolError as exc:
+            out = (None, f"bad slurmtopo request: {exc.message}")
+        if not protocol.is_pointer(j.comment):
+            self._specs[j.comment] = out
+            self._specs_seen.add(j.comment)
+        return out
 
     def view(self, nodes: Sequence[object], jobs: Sequence[SlurmJob] = ()) -> ClusterView:
         """The cluster as the nodes say, with who holds which GPU as the

@@ -205,6 +205,11 @@ def is_tagged(comment: Optional[str]) -> bool:
     return isinstance(comment, str) and comment.startswith(PREFIX)
 
 
+def is_pointer(comment: Optional[str]) -> bool:
+    """A v1 tag that names a request file (``slurmtopo:v1:@<hash>``)."""
+    return is_tagged(comment) and comment[len(PREFIX):].strip().startswith("@")
+
+
 def is_rejected(comment: Optional[str]) -> bool:
     return isinstance(comment, str) and comment.startswith(REJECTED_PREFIX)
 
