@@ -67,7 +67,7 @@ def test_daemon_status_escapes_job_names_reasons_users(tmp_path):
     from slurmtopo.daemon.loop import Daemon
     from slurmtopo.daemon.protocol import PREFIX
     from tests.daemon.conftest import FakeSlurm, quad8_inventory
-    from tests.daemon.test_hostile_input import alice_job, bob_job
+    from tests.daemon.test_untrusted_input import alice_job, bob_job
 
     slurm = FakeSlurm()
     spool = str(tmp_path / "spool")

@@ -182,7 +182,7 @@ def make_comment(req, shape: Optional[Shape] = None, spool: Optional[str] = None
 # or SlurmUser: every field's type and range is checked before anything is
 # built from it, sizes are bounded before the JSON is parsed, and the only
 # exception that leaves parse_comment() is ProtocolError (one line, the
-# user's values quoted short). tests/daemon/test_hostile_input.py fuzzes it.
+# user's values quoted short). tests/daemon/test_untrusted_input.py fuzzes it.
 
 #: Limits (docs/security.md): the longest tag read from a comment, the
 #: deepest nesting (the v1 object nests 2 levels), the longest name

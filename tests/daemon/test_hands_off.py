@@ -17,7 +17,7 @@ from slurmtopo.daemon.loop import Daemon
 from slurmtopo.daemon.spool import read_events
 from slurmtopo.groups import Layout
 
-from tests.daemon.test_hostile_input import alice_job
+from tests.daemon.test_untrusted_input import alice_job
 from tests.daemon.test_loop import submit
 
 

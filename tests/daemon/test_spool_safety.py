@@ -18,7 +18,7 @@ from slurmtopo.daemon.spool import (JOURNAL_FILE, Journal, SpoolLock, prepare_sp
                                     read_events)
 from slurmtopo.errors import SlurmtopoError
 
-from tests.daemon.test_hostile_input import alice_job, within
+from tests.daemon.test_untrusted_input import alice_job, within
 
 
 def events_of(spool, kind, job=None):
@@ -247,3 +247,27 @@ def test_status_says_when_the_spool_fails(slurm, inv, spool, monkeypatch):
     monkeypatch.undo()
     r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool], catch_exceptions=False)
     assert "SPOOL PROBLEM: cannot write journal.json" in r.output
+
+
+def test_users_read_the_status_but_not_the_event_log(slurm, inv):
+    """status.json is for users (0644), the event log the daemon's (0600):
+    a user asking for events gets one line saying so."""
+    import shutil
+    import tempfile
+
+    from tests.clirun import one_line_error, run_cli, run_cli_unprivileged
+
+    base = tempfile.mkdtemp(prefix="slurmtopo-spool-")
+    os.chmod(base, 0o755)
+    spool = os.path.join(base, "spool")
+    try:
+        alice_job(slurm)
+        Daemon(slurm, inv, spool).cycle()
+        run_cli(["daemon", "status", "--spool", spool, "--events", "3"])   # imports, as root
+        code, err = run_cli_unprivileged(["daemon", "status", "--spool", spool])
+        assert code == 0, err
+        code, err = run_cli_unprivileged(["daemon", "status", "--spool", spool, "--events", "3"])
+        one_line_error(code, err, "events.log", "Permission denied",
+                       "readable by its user only")
+    finally:
+        shutil.rmtree(base)
