@@ -314,8 +314,10 @@ class Decision:
     reserved: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
     avoid: Dict[str, float] = field(default_factory=dict)
     notes: Tuple[str, ...] = ()
-    #: the traceback of a FAULT (for the daemon's log, never the user)
+    #: the traceback of a FAULT as text (the event log), and the exception
+    #: itself (the daemon's log); never shown to the job's owner
     trace: Optional[str] = None
+    exc: Optional[BaseException] = field(default=None, repr=False, compare=False)
 
     def summary(self) -> str:
         """One line for logs and `slurmtopo daemon status`."""
@@ -345,7 +347,7 @@ def fault(job_id: int, what: str, exc: BaseException) -> Decision:
     the other jobs."""
     from slurmtopo.termsafe import printable
 
-    return Decision(job_id, FAULT, trace="".join(traceback.format_exception(
+    return Decision(job_id, FAULT, exc=exc, trace="".join(traceback.format_exception(
         type(exc), exc, exc.__traceback__)), reason=(
         f"the placement daemon failed while {what} ({type(exc).__name__}: "
         f"{printable(exc, 160)}); the job is left held for an admin to look at"))

@@ -600,7 +600,11 @@ class Daemon:
         comment (no longer a v1 tag: never looked at again; a held job
         stays held, it is never cancelled for the daemon's fault). The
         cycle goes on."""
-        log.error("job %s: %s\n%s", d.job_id, d.reason, (d.trace or "").rstrip())
+        if d.exc is not None:
+            log.error("job %s: %s", d.job_id, d.reason,
+                      exc_info=(type(d.exc), d.exc, d.exc.__traceback__))
+        else:
+            log.error("job %s: %s", d.job_id, d.reason)
         self.journal.event("error", d.job_id, action="fault", error=d.reason,
                            trace=(d.trace or "").splitlines()[-12:] or None)
         self.faulted[d.job_id] = d.reason
