@@ -66,11 +66,14 @@ def cli():
 
 
 def main(argv=None):
+    from slurmtopo.termsafe import printable
+
     try:
         # standalone_mode=False returns ctx.exit(n)'s code instead of exiting
         rc = cli.main(args=argv, prog_name="slurmtopo", standalone_mode=False)
     except SlurmtopoError as exc:
-        click.echo(f"slurmtopo: error: {exc.render()}", err=True)
+        # messages quote what the user or someone else wrote: escaped
+        click.echo(f"slurmtopo: error: {printable(exc.render())}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("slurmtopo: aborted", err=True)
@@ -78,11 +81,12 @@ def main(argv=None):
     except click.UsageError as exc:
         # one line like every other error, naming the command's --help
         where = exc.ctx.command_path if exc.ctx is not None else "slurmtopo"
-        click.echo(f"slurmtopo: error: {' '.join(exc.format_message().split())} "
+        click.echo(f"slurmtopo: error: {printable(' '.join(exc.format_message().split()))} "
                    f"(see '{where} --help')", err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        click.echo(f"slurmtopo: error: {' '.join(exc.format_message().split())}", err=True)
+        click.echo(f"slurmtopo: error: {printable(' '.join(exc.format_message().split()))}",
+                   err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -92,7 +96,7 @@ def main(argv=None):
         # last resort for a file-system failure no command anticipated: still
         # one line naming the file, never a traceback
         where = f"{exc.filename}: " if exc.filename else ""
-        click.echo(f"slurmtopo: error: {where}{exc.strerror or exc}", err=True)
+        click.echo(f"slurmtopo: error: {printable(f'{where}{exc.strerror or exc}')}", err=True)
         sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)
 

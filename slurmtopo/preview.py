@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+from slurmtopo.termsafe import printable
+
 if TYPE_CHECKING:  # rich is imported where a renderable is built: `plan --json` needs none
     from rich.console import Group, RenderableType
     from rich.table import Table
@@ -130,7 +132,10 @@ def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
                 cells.append(Text("busy", style="dim red"))
             else:
                 cells.append(Text("·", style="dim"))
-        row = [h] + ([view.leaf.get(h, "?")] if show_leaf else []) + cells
+        # host and switch names may come from a file someone else wrote (a
+        # rank map in a shared directory): Text, escaped (slurmtopo.termsafe)
+        row = [Text(printable(h))] + (
+            [Text(printable(view.leaf.get(h, "?")))] if show_leaf else []) + cells
         t.add_row(*row)
     if len(hosts) > max_hosts:
         t.add_row(f"… {len(hosts) - max_hosts} more", *([""] * (len(t.columns) - 1)))
@@ -207,9 +212,9 @@ def warnings_block(warnings: Iterable[str], notes: Iterable[str] = ()) -> Option
 
     lines: List[Text] = []
     for w in warnings:
-        lines.append(Text.assemble(("warning: ", "bold yellow"), str(w)))
+        lines.append(Text.assemble(("warning: ", "bold yellow"), printable(w)))
     for n in notes:
-        lines.append(Text.assemble(("note: ", "bold cyan"), str(n)))
+        lines.append(Text.assemble(("note: ", "bold cyan"), printable(n)))
     return Group(*lines) if lines else None
 
 
@@ -299,7 +304,7 @@ def splits_block(lines: Sequence[str]):
     from rich.text import Text
 
     return Group(Text(f"Groups split over hosts ({len(lines)})", style="bold"),
-                 *(Text(f"  {x}") for x in lines))
+                 *(Text(f"  {printable(x)}") for x in lines))
 
 
 def summary(placement, layout=None, inv=None, script=None) -> Text:
@@ -316,7 +321,7 @@ def summary(placement, layout=None, inv=None, script=None) -> Text:
     parts.append(f"nodes {fold_hostlist(placement.hosts)}")
     if script is not None and getattr(script, "topology", None):
         parts.append("sbatch " + " ".join(script.topology))
-    return Text("Plan: " + "; ".join(parts), style="bold")
+    return Text(printable("Plan: " + "; ".join(parts)), style="bold")
 
 
 def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=None, state=None,
@@ -349,8 +354,9 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
         where = dirs.pop() if len(dirs) == 1 else None
         names = ", ".join(f"{os.path.basename(p) if where else p} ({what})"
                           for what, p in files.items())
-        parts.append(Text.assemble(("Wrote ", "bold"), (f"in {where}: " if where else ""),
-                                   names))
+        parts.append(Text.assemble(("Wrote ", "bold"),
+                                   printable(f"in {where}: " if where else ""),
+                                   printable(names)))
     return Group(*parts)
 
 

@@ -20,7 +20,7 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
         "slurmtopo.plandoc", "slurmtopo.sbatch", "slurmtopo.preview", "slurmtopo.tablefit",
         "slurmtopo.inventory",
-        "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice")
+        "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
          "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.commands", "slurmtopo.cli")

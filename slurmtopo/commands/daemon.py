@@ -93,14 +93,18 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
         raise SlurmtopoError("--reservations must be >= 0 and --alternatives >= 1")
     if max_releases < 0 or best_fit_releases < 0:
         raise SlurmtopoError("--max-releases and --best-fit-releases must be >= 0")
-    logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
-                        format="%(asctime)s slurmtopo-daemon: %(message)s",
-                        datefmt="%Y-%m-%dT%H:%M:%S")
+    from slurmtopo.termsafe import PrintableFormatter
+
+    # job names, comments and reasons reach the log: escaped (termsafe)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter("%(asctime)s slurmtopo-daemon: %(message)s",
+                                            datefmt="%Y-%m-%dT%H:%M:%S"))
+    logging.basicConfig(level=getattr(logging, log_level.upper()), handlers=[handler])
     loader = inventory_loader(list(inventory_path))
     inv = loader()
-    from slurmtopo.fileio import ensure_dir
+    from slurmtopo.daemon.spool import prepare_spool
 
-    ensure_dir(spool, "spool directory")
+    prepare_spool(spool)
     lock = SpoolLock(spool)
     lock.acquire()
     try:
@@ -153,31 +157,36 @@ def _age(t: Optional[float], now: float) -> str:
               help="Also show the last N events of the event log.")
 def status_cmd(spool, as_json, events):
     """Show the queue the daemon manages and why each job waits."""
-    from slurmtopo.daemon.spool import STATUS_FILE, SpoolLock, read_events
-
-    path = os.path.join(spool, STATUS_FILE)
-    from slurmtopo.fileio import read_text
-
-    if not os.path.lexists(path):
-        raise SlurmtopoError("no status file: the daemon has not run a cycle with this spool",
-                             path)
+    from slurmtopo.daemon.safefiles import read_file
+    from slurmtopo.daemon.spool import STATUS_FILE, SpoolLock, read_events, spool_path
     from slurmtopo.daemon.status import read_status
+    from slurmtopo.termsafe import printable
 
-    doc = read_status(read_text(path), path)
+    spool = spool_path(spool)
+    path = os.path.join(spool, STATUS_FILE)
+    try:
+        raw = read_file(spool, STATUS_FILE, MAX_STATUS_BYTES, None, "status file")
+    except FileNotFoundError:
+        raise SlurmtopoError("no status file: the daemon has not run a cycle with this spool",
+                             path) from None
+    doc = read_status(raw.decode("utf-8", errors="replace"), path)
     holder = SpoolLock.holder(spool)
     now = time.time()
+    recent = _events(spool, events, read_events) if events else []
     if as_json:
         doc["running"] = holder is not None
         if events:
-            doc["events"] = read_events(spool, limit=events)
+            doc["events"] = recent
         click.echo(json.dumps(doc, indent=1, default=str))
         return
     d = doc.get("daemon", {})
-    state = f"running (pid {holder})" if holder else "NOT running"
+    state = f"running (pid {printable(holder)})" if holder else "NOT running"
     click.echo(f"daemon: {state}; last cycle {_age(d.get('at'), now)} ago "
                f"({d.get('cycles', 0)} cycles, {d.get('cycle_s', 0)}s each); "
-               f"inventory {d.get('inventory') or '?'}"
+               f"inventory {printable(d.get('inventory') or '?')}"
                + ("; DRY RUN" if d.get("dry_run") else ""))
+    if d.get("spool_error"):
+        click.echo(f"SPOOL PROBLEM: {printable(d['spool_error'])}")
     jobs = doc.get("jobs") or []
     if not jobs:
         click.echo("no jobs managed")
@@ -189,10 +198,11 @@ def status_cmd(spool, as_json, events):
             if j.get("drift"):
                 why += f" [drift: {j['drift']}]"
             if j.get("preference_notes"):
-                why += " [" + "; ".join(j["preference_notes"]) + "]"
-            rows.append((str(j.get("job_id")), str(j.get("user") or ""),
-                         str(j.get("name") or "")[:20], str(j.get("slurm_state") or ""),
-                         action, _age(j.get("submit_time") or j.get("since"), now), why))
+                why += " [" + "; ".join(map(str, j["preference_notes"])) + "]"
+            rows.append((str(j.get("job_id")), printable(j.get("user") or "", 16),
+                         printable(j.get("name") or "", 20), printable(j.get("slurm_state") or ""),
+                         printable(action), _age(j.get("submit_time") or j.get("since"), now),
+                         printable(why)))
         widths = [max(len(r[i]) for r in rows) for i in range(6)]
         for r in rows:
             click.echo("  ".join(c.ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6])
@@ -200,12 +210,28 @@ def status_cmd(spool, as_json, events):
     if rej:
         click.echo("rejected recently:")
         for r in rej[-10:]:
-            click.echo(f"  job {r.get('job_id')} ({r.get('policy')}, {_age(r.get('at'), now)} "
-                       f"ago): {r.get('reason')}")
+            click.echo(f"  job {r.get('job_id')} ({printable(r.get('policy'))}, "
+                       f"{_age(r.get('at'), now)} ago): {printable(r.get('reason'))}")
     if events:
         click.echo("events:")
-        for e in read_events(spool, limit=events):
-            at = time.strftime("%H:%M:%S", time.localtime(e.get("at", 0)))
+        for e in recent:
+            at = e.get("at")
+            at = time.strftime("%H:%M:%S", time.localtime(at)) \
+                if isinstance(at, (int, float)) and 0 <= at < 1 << 40 else "?"
             rest = {k: v for k, v in e.items() if k not in ("at", "event", "job")}
-            click.echo(f"  {at} {e.get('event')} job {e.get('job', '-')} "
+            click.echo(f"  {at} {printable(e.get('event'))} job {printable(e.get('job', '-'))} "
                        + json.dumps(rest, separators=(",", ":"), default=str))
+
+
+#: the largest status.json read (1,000 jobs take about 1 MiB)
+MAX_STATUS_BYTES = 64 << 20
+
+
+def _events(spool: str, n: int, read_events) -> list:
+    """The last ``n`` events, or one error line: the event log is readable
+    by the daemon's user only (docs/security.md)."""
+    try:
+        return read_events(spool, limit=n)
+    except SlurmtopoError as exc:
+        raise SlurmtopoError(f"{exc.message} (the event log is the daemon's: readable by its "
+                             "user only; the status above is what users see)", exc.path) from None

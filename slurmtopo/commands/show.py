@@ -153,30 +153,34 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     from slurmtopo.binding.replan import moved_ranks
     from slurmtopo.hostlist import fold_hostlist
     from slurmtopo.preview import grid
+    from slurmtopo.termsafe import printable
 
     con = Console(soft_wrap=False)
     job = g["job"]
+    # Slurm's reason, the run directory, host names and notes may hold what
+    # someone else chose: every one escaped, never read as markup (termsafe)
     state = (f"{job.state}" + (f" on {fold_hostlist(job.nodes)}" if job.nodes else "")
              + (f" ({job.reason})" if job.reason and job.state == "PENDING" else "")
              if job is not None else "not known to Slurm (finished long ago?)")
-    con.print(Text(f"Job {job_id}: {state}", style="bold"))
-    con.print(f"run directory: {g['run_dir']}")
+    con.print(Text(printable(f"Job {job_id}: {state}"), style="bold"))
+    con.print(Text(printable(f"run directory: {g['run_dir']}")))
     if g["planned"] is not None:
         p, doc = g["planned"]
-        con.print(Text(f"Planned at submit time ({g['script_from']}): {p.world_size} ranks on "
-                       f"{fold_hostlist(p.hosts)}", style="bold"))
+        con.print(Text(printable(f"Planned at submit time ({g['script_from']}): {p.world_size} "
+                                 f"ranks on {fold_hostlist(p.hosts)}"), style="bold"))
         con.print(grid(p, None, color_by))
     if g["actual"] is not None:
         a, adoc = g["actual"]
         how = "re-planned on Slurm's allocation" if adoc.get("replanned") else "as planned"
-        con.print(Text(f"Actual, from slurmtopo bind at start ({how}): {a.world_size} ranks on "
-                       f"{fold_hostlist(a.hosts)}", style="bold"))
+        con.print(Text(printable(f"Actual, from slurmtopo bind at start ({how}): "
+                                 f"{a.world_size} ranks on {fold_hostlist(a.hosts)}"),
+                       style="bold"))
         con.print(grid(a, None, color_by))
         if g["planned"] is not None and adoc.get("replanned"):
             for line in moved_ranks(g["planned"][0], a):
-                con.print(f"  {line}")
+                con.print(Text(printable(f"  {line}")))
     else:
         con.print("Actual: not started yet (slurmtopo bind writes rankmap.json when the job "
                   "starts)")
     for n in g["notes"]:
-        con.print(f"note: {n}")
+        con.print(Text(printable(f"note: {n}")))

@@ -5,12 +5,18 @@ Every cycle:
 1. read every job (``squeue``) and node (``sinfo``) from the backend;
 2. **reconcile** the journal with what Slurm says (see below);
 3. build the managed queue: held jobs whose comment is a ``slurmtopo:v1:``
-   tag, plus the jobs the journal says the daemon released;
+   tag, plus the jobs the journal says the daemon released; a job held by
+   an admin or changed by someone since the daemon first saw it is left
+   alone (:mod:`slurmtopo.daemon.still_ours`);
 4. :func:`slurmtopo.daemon.scheduler.decide` (pure) -> decisions;
-5. act on each, journal first (releases last, all together):
+5. act on each, journal first (releases last, all together), each checked
+   against a fresh ``scontrol show job`` right before (still pending, still
+   held the protocol's way, unchanged):
 
-   rehold    journal ``reholding`` (flushed) -> ``scontrol hold J`` ->
-             journal ``waiting`` (then it is planned again in the same cycle)
+   rehold    journal ``reholding`` (flushed) -> ``scontrol uhold J`` (a user
+             hold, told apart from an admin's) -> journal ``waiting`` (then
+             it is planned again in the same cycle); a hold that landed on
+             a job that had started after all is released at once
    reject    ``Comment=slurmtopo:rejected: <why>`` -> ``scancel`` (or left
              held with ``--on-reject hold``) -> journal entry dropped
    release   journal ``releasing`` for every job of the cycle (intent: job,
@@ -18,21 +24,30 @@ Every cycle:
              ReqNodeList=<nodes>`` -> ``scontrol release J`` -> journal
              ``released`` (flushed with the end of the cycle)
 
-6. write ``status.json`` (what ``slurmtopo daemon status`` shows).
+6. write ``status.json`` (what ``slurmtopo daemon status`` shows), and
+   report once what the spool could not take.
+
+One user's job never stops the daemon for the others: a request is read
+by a total decoder (:mod:`slurmtopo.daemon.protocol`), and one barrier per
+job (:meth:`Daemon._barrier` here, :func:`slurmtopo.daemon.scheduler.
+run_pass` for planning) turns any unexpected exception while handling one
+job into a ``fault`` for that job alone: the traceback in the log, the
+reason in the job's comment, and the cycle goes on.
 
 Restart safety
     The spool directory holds the journal (``journal.json``: one record per
-    job the daemon acted on, replaced atomically) and an append-only event
+    job the daemon manages, replaced atomically) and an append-only event
     log (``events.log``, one JSON object a line, fsynced). Writes are
     batched per cycle (:class:`Journal`), but an intent is always on disk
-    before the Slurm call it announces, and every action is decided again
-    from Slurm's state after a restart:
+    before the Slurm call it announces (no intent on disk, no action), and
+    every action is decided again from Slurm's state after a restart:
 
     * ``releasing`` and the job is still held: the release never happened
       (killed before ``scontrol release``): the job is planned again;
     * ``releasing`` and the job is no longer held: it happened: recorded as
       ``released`` (event ``release-confirmed``), never released again;
-    * ``reholding`` and held: the hold happened; ``waiting`` again;
+    * ``reholding`` and held: the hold happened; ``waiting`` again (and if
+      the job is running, the hold landed on a started job: undone);
     * a job the daemon released that is found *held* again was held by
       someone else: it is left alone.
 
@@ -50,23 +65,23 @@ import socket
 import threading
 import time
 from dataclasses import replace
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from slurmtopo.daemon import protocol
-from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING, STARTING,
-                                        WAIT, ClusterView, Config, Decision, JobRecord,
-                                        QueuedJob)
+from slurmtopo.daemon import protocol, still_ours
+from slurmtopo.daemon.actions import Actions
+from slurmtopo.daemon.decisions import (FAULT, RELEASE, ClusterView, Config, Decision, JobRecord,
+                                        QueuedJob, fault)
 from slurmtopo.daemon.scheduler import decide
-from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.daemon.spool import STATUS_FILE, Journal
+from slurmtopo.daemon.spool import (STATUS_FILE, MODES, Journal, SpoolError, prepare_spool,
+                                    spool_path)
 from slurmtopo.daemon.status import STATUS_KIND
+from slurmtopo.daemon.still_ours import TERMINAL
+from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.fileio import atomic_write
+from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmJob
 
 log = logging.getLogger("slurmtopo.daemon")
 
-#: job states after which Slurm never runs the job again
-TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                      "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
 #: the steps of a release a crash can fall between (see Daemon.reached)
 RELEASE_STEPS = ("after-intent", "after-pin", "after-release")
 
@@ -75,8 +90,9 @@ RELEASE_STEPS = ("after-intent", "after-pin", "after-release")
 # the daemon
 
 
-class Daemon:
-    """One placement daemon. ``cycle()`` is one pass; ``run()`` loops."""
+class Daemon(Actions):
+    """One placement daemon. ``cycle()`` is one pass; ``run()`` loops. What
+    it does to each job is in :class:`~slurmtopo.daemon.actions.Actions`."""
 
     def __init__(self, backend, inventory, spool: str, config: Optional[Config] = None,
                  on_reject: str = "cancel", dry_run: bool = False,
@@ -89,7 +105,8 @@ class Daemon:
         self.inv = inventory
         self.inventory_loader = inventory_loader
         self.inventory_label = inventory_label or getattr(inventory, "source", None)
-        self.spool = os.path.abspath(spool)
+        self.spool = spool_path(spool)
+        prepare_spool(self.spool)
         self.journal = Journal(self.spool)
         self.cfg = config or Config()
         self.on_reject = on_reject
@@ -105,6 +122,17 @@ class Daemon:
         self.last_decisions: List[Decision] = []
         #: what decide() may keep between cycles (plans on the empty cluster)
         self.memo: Dict[str, object] = {}
+        #: jobs of this cycle's snapshot, by id
+        self.snapshot: Dict[int, SlurmJob] = {}
+        #: jobs the daemon failed on and could not take out of its hands
+        #: (their comment could not be rewritten): not handled again
+        self.faulted: Dict[int, str] = {}
+        #: what the spool could not take in the last cycle (status.json)
+        self.spool_error: Optional[str] = None
+        #: comment -> its decoded request (or why not), for the comments of
+        #: the jobs in the last snapshot (see _read_request)
+        self._specs: Dict[str, Tuple[Optional[protocol.DaemonSpec], Optional[str]]] = {}
+        self._specs_seen: Set[str] = set()
 
     # -- helpers -----------------------------------------------------------
 
@@ -122,54 +150,80 @@ class Daemon:
         self.records.pop(job_id, None)
         self.journal.drop(job_id)
 
+    def _barrier(self, job_id: int, what: str, action: Callable[[], object],
+                 failed: object = None) -> object:
+        """One job's work, fenced: a Slurm error is logged and journalled
+        (``failed`` returned); any other exception is a bug met on this job
+        only: it becomes a ``fault`` of this job (:meth:`fault`) and the
+        cycle goes on with everyone else's jobs."""
+        try:
+            return action()
+        except SlurmError as exc:
+            log.error("job %s: %s failed: %s", job_id, what, exc.render())
+            self.journal.event("error", job_id, action=what, error=exc.render())
+            return failed
+        except SpoolError:
+            return failed  # recorded in journal.problems, reported once per cycle
+        except Exception as exc:  # noqa: BLE001 - the per-job fault barrier
+            self.fault(fault(job_id, what, exc))
+            return failed
+
     # -- reconcile ---------------------------------------------------------
 
-    def reconcile(self, jobs: Mapping[int, object]) -> None:
+    def reconcile(self, jobs: Mapping[int, SlurmJob]) -> None:
         """Bring the journal in line with Slurm (see the module doc)."""
         for job_id, rec in list(self.records.items()):
-            j = jobs.get(job_id)
-            if j is None and rec.phase == "releasing":
-                # squeue --json lists finished jobs on 22.05 but not from 23.02
-                # on; scontrol still knows them (MinJobAge), and whether a job
-                # we meant to release ran decides if the release happened
-                try:
-                    j = self.backend.job(job_id)
-                except SlurmError as exc:
-                    log.warning("job %s: cannot look it up (%s)", job_id, exc)
-            if j is None or j.state in TERMINAL:
-                if rec.phase == "releasing" and j is not None and (
-                        j.state != "CANCELLED" or j.nodes):
-                    # released (it ran) and finished before the daemon came back
-                    rec = replace(rec, phase="released", releases=rec.releases + 1)
-                    self.journal.event("release-confirmed", job_id, hosts=list(rec.hosts),
-                                       note="the release happened before the daemon stopped; "
-                                            "the job has ended since")
+            self._barrier(job_id, "reconciling its journal record",
+                          lambda job_id=job_id, rec=rec: self._reconcile_one(job_id, rec, jobs))
+
+    def _reconcile_one(self, job_id: int, rec: JobRecord, jobs: Mapping[int, SlurmJob]) -> None:
+        j = jobs.get(job_id)
+        if j is None and rec.phase == "releasing":
+            # squeue --json lists finished jobs on 22.05 but not from 23.02
+            # on; scontrol still knows them (MinJobAge), and whether a job
+            # we meant to release ran decides if the release happened
+            try:
+                j = self.backend.job(job_id)
+            except SlurmError as exc:
+                log.warning("job %s: cannot look it up (%s)", job_id, exc.render())
+        if j is None or j.state in TERMINAL:
+            if rec.phase == "releasing" and j is not None and (
+                    j.state != "CANCELLED" or j.nodes):
+                # released (it ran) and finished before the daemon came back
+                rec = replace(rec, phase="released", releases=rec.releases + 1)
+                self.journal.event("release-confirmed", job_id, hosts=list(rec.hosts),
+                                   note="the release happened before the daemon stopped; "
+                                        "the job has ended since")
+            if rec.phase != "waiting" or rec.hosts or rec.releases or rec.reholds:
+                # (a job only ever seen waiting has no events to close)
                 self.journal.event("ended", job_id, state=getattr(j, "state", "gone"),
                                    releases=rec.releases)
-                self._drop(job_id)
-                self.first_seen.pop(job_id, None)
-                continue
-            if rec.phase == "releasing":
-                if j.held and j.state == "PENDING":
-                    self.journal.event("release-not-done", job_id,
-                                       note="intent found, job still held: planned again")
-                    self._save(replace(rec, phase="waiting"))
-                else:
-                    rec = replace(rec, phase="released", released_at=self.clock(),
-                                  releases=rec.releases + 1)
-                    self._save(rec)
-                    self.journal.event("release-confirmed", job_id, hosts=list(rec.hosts),
-                                       note="the release happened before the daemon stopped")
-                    log.info("job %s: release found done after a restart", job_id)
-            elif rec.phase == "reholding":
-                if j.held:
-                    self._save(replace(rec, phase="waiting", reholds=rec.reholds + 1))
-                    self.journal.event("rehold-confirmed", job_id)
-                else:
-                    self._save(replace(rec, phase="released"))
-            if j.state != "PENDING" and rec.phase == "waiting":
-                # released by someone else (or started) while ours: not ours any more
-                self._save(replace(self.records[job_id], phase="outside"))
+            self._drop(job_id)
+            self.first_seen.pop(job_id, None)
+            return
+        if rec.phase == "releasing":
+            if j.held and j.state == "PENDING":
+                self.journal.event("release-not-done", job_id,
+                                   note="intent found, job still held: planned again")
+                self._save(replace(rec, phase="waiting"))
+            else:
+                rec = replace(rec, phase="released", released_at=self.clock(),
+                              releases=rec.releases + 1)
+                self._save(rec)
+                self.journal.event("release-confirmed", job_id, hosts=list(rec.hosts),
+                                   note="the release happened before the daemon stopped")
+                log.info("job %s: release found done after a restart", job_id)
+        elif rec.phase == "reholding":
+            if still_ours.hold_landed_on_a_started_job(j):
+                self._undo_hold(job_id, j, replace(rec, phase="released"))
+            elif j.held:
+                self._save(replace(rec, phase="waiting", reholds=rec.reholds + 1))
+                self.journal.event("rehold-confirmed", job_id)
+            else:
+                self._save(replace(rec, phase="released"))
+        if j.state != "PENDING" and self.records[job_id].phase == "waiting":
+            # released by someone else (or started) while ours: not ours any more
+            self._save(replace(self.records[job_id], phase="outside"))
 
     # -- one cycle ---------------------------------------------------------
 
@@ -184,38 +238,76 @@ class Daemon:
         if inv is not None and inv is not self.inv:
             self.inv = inv
 
-    def queue(self, jobs: Sequence[object]) -> List[QueuedJob]:
-        out = []
+    def queue(self, jobs: Sequence[SlurmJob]) -> Tuple[List[QueuedJob], List[Decision]]:
+        """The managed queue, and a ``fault`` for each job the daemon
+        failed to read (the others are read all the same)."""
+        out: List[QueuedJob] = []
+        faults: List[Decision] = []
         now = self.clock()
+        self._specs_seen = set()
         for j in jobs:
-            rec = self.records.get(j.job_id)
-            tagged = protocol.is_tagged(j.comment)
-            if rec is None and not (tagged and j.held and j.state == "PENDING"):
-                continue
-            if j.state in TERMINAL:
-                continue
-            if not tagged:
-                # its comment was changed by someone: not ours any more
-                self.journal.event("untagged", j.job_id, comment=j.comment[:200])
-                log.info("job %s: its slurmtopo comment was replaced; no longer managed",
-                         j.job_id)
-                self._drop(j.job_id)
-                continue
-            spec, error = None, None
             try:
-                spec = protocol.parse_comment(j.comment, self.spool)
-            except protocol.ProtocolError as exc:
-                error = f"bad slurmtopo request: {exc.message}"
-            self.first_seen.setdefault(j.job_id, now)
-            out.append(QueuedJob(
-                job_id=j.job_id, spec=spec, error=error, state=j.state, held=bool(j.held),
-                reason=j.reason, priority=int(j.priority or 0),
-                submit_time=float(j.submit_time) if j.submit_time else None,
-                partition=j.partition or "", name=j.name, user=j.user,
-                nodes=tuple(j.nodes), gpus=dict(j.gpus or {}), record=rec))
+                q = self._queued(j, now)
+            except Exception as exc:  # noqa: BLE001 - the per-job fault barrier
+                faults.append(fault(j.job_id, "reading its request", exc))
+                continue
+            if q is not None:
+                out.append(q)
+        for comment in [c for c in self._specs if c not in self._specs_seen]:
+            del self._specs[comment]
+        return out, faults
+
+    def _queued(self, j: SlurmJob, now: float) -> Optional[QueuedJob]:
+        rec = self.records.get(j.job_id)
+        tagged = protocol.is_tagged(j.comment)
+        if rec is None and not (tagged and j.held and j.state == "PENDING"):
+            return None
+        if j.state in TERMINAL or j.job_id in self.faulted:
+            return None
+        if not tagged:
+            # its comment was changed by someone: not ours any more
+            self.journal.event("untagged", j.job_id, comment=j.comment[:200])
+            log.info("job %s: its slurmtopo comment was replaced; no longer managed",
+                     j.job_id)
+            self._drop(j.job_id)
+            return None
+        if rec is None or not rec.fingerprint:
+            # first sight: what it was submitted with (docs/daemon.md)
+            rec = replace(rec or JobRecord(j.job_id, first_seen=now),
+                          fingerprint=j.fingerprint())
+            self._save(rec)
+        spec, error = self._read_request(j)
+        self.first_seen.setdefault(j.job_id, now)
+        return QueuedJob(
+            job_id=j.job_id, spec=spec, error=error, state=j.state, held=bool(j.held),
+            reason=j.reason, priority=int(j.priority or 0),
+            submit_time=float(j.submit_time) if j.submit_time else None,
+            partition=j.partition or "", name=j.name, user=j.user,
+            nodes=tuple(j.nodes), gpus=dict(j.gpus or {}), record=rec,
+            foreign_hold=still_ours.foreign_hold(j), changed=still_ours.changes(rec, j))
+
+    def _read_request(self, j: SlurmJob) -> Tuple[Optional[protocol.DaemonSpec], Optional[str]]:
+        """(spec, None) or (None, why) for the job's tag. A tag in the
+        comment itself is decoded once and kept while a job carries it (a
+        held job's comment is read every cycle); a pointer to a request
+        file is read every time (the file is the user's)."""
+        hit = self._specs.get(j.comment)
+        if hit is not None:
+            self._specs_seen.add(j.comment)
+            return hit
+        owners = frozenset({j.user_id}) if j.user_id is not None else frozenset()
+        try:
+            out = (protocol.parse_comment(j.comment, self.spool, owners), None)
+        except protocol.ProtocolError as exc:
+            out = (None, f"bad slurmtopo request: {exc.message}")
+        if not protocol.is_pointer(j.comment):
+            self._specs[j.comment] = out
+            self._specs_seen.add(j.comment)
         return out
 
-    def view(self, nodes: Sequence[object]) -> ClusterView:
+    def view(self, nodes: Sequence[object], jobs: Sequence[SlurmJob] = ()) -> ClusterView:
+        """The cluster as the nodes say, with who holds which GPU as the
+        same job snapshot as the queue says (see ClusterView)."""
         from slurmtopo.slurm.backend import cluster_state_from
 
         state = cluster_state_from(nodes, self.inv, source="slurm")
@@ -226,8 +318,19 @@ class Daemon:
                 parts.setdefault(p, set()).add(n.name)
             if getattr(n, "cpus_total", 0):
                 cpus[n.name] = int(n.cpus_total) - int(getattr(n, "cpus_alloc", 0) or 0)
+        holders: Dict[str, Dict[int, int]] = {}
+        on_node: Dict[str, Set[int]] = {}
+        for j in jobs:
+            if j.state not in ACTIVE_JOB_STATES:
+                continue
+            for h in j.nodes:
+                on_node.setdefault(h, set()).add(j.job_id)
+            for h, gs in (j.gpus or {}).items():
+                for g in gs:
+                    holders.setdefault(h, {})[g] = j.job_id
         return ClusterView(state=state, partitions={k: frozenset(v) for k, v in parts.items()},
-                           cpus_free=cpus)
+                           cpus_free=cpus, gpu_holders=holders,
+                           node_jobs={h: frozenset(v) for h, v in on_node.items()})
 
     def cycle(self) -> List[Decision]:
         """One pass; returns the decisions taken. Slurm errors while reading
@@ -237,16 +340,19 @@ class Daemon:
         jobs = self.backend.jobs()
         nodes = self.backend.nodes()
         by_id = {j.job_id: j for j in jobs}
+        self.snapshot = by_id
+        for job_id in [k for k in self.faulted if k not in by_id]:
+            del self.faulted[job_id]
         with self.journal.batch():
             self.reconcile(by_id)
-            queue = self.queue(jobs)
+            queue, faults = self.queue(jobs)
             live = {q.job_id for q in queue}
             for cache in (self.first_seen, self.last_reason):
                 for job_id in [k for k in cache if k not in live]:
                     del cache[job_id]
             now = self.clock()
-            decisions = decide(queue, self.inv, self.view(nodes), now, self.cfg,
-                               memo=self.memo) if queue else []
+            decisions = faults + (decide(queue, self.inv, self.view(nodes, jobs), now, self.cfg,
+                                         memo=self.memo) if queue else [])
             skip: set = set()
             releases: List[Decision] = []
             for d in decisions:
@@ -255,190 +361,29 @@ class Daemon:
                 if d.action == RELEASE and not self.dry_run:
                     releases.append(d)  # all together below, after every other action
                     continue
-                if not self._guarded(d, lambda d=d: self.act(d, by_id.get(d.job_id))):
+                if not self._barrier(d.job_id, d.action, lambda d=d: self.act(d),
+                                     failed=False):
                     skip.add(d.job_id)
-            self.release_all(releases)
+            self.release_all([d for d in releases if d.job_id not in skip])
         self.cycles += 1
         self.last_decisions = decisions
         self.write_status(decisions, queue, time.monotonic() - t0)
+        self.report_spool()
         return decisions
 
-    def _guarded(self, d: Decision, action: Callable[[], bool]) -> bool:
-        """Run one action; a Slurm error is logged and journalled, not fatal."""
-        try:
-            return action()
-        except SlurmError as exc:
-            log.error("job %s: %s failed: %s", d.job_id, d.action, exc.render())
-            self.journal.event("error", d.job_id, action=d.action, error=exc.render())
-            return False
-
-    # -- actions -----------------------------------------------------------
-
-    def act(self, d: Decision, job) -> bool:
-        """Carry out one decision; False stops later decisions for the job
-        in this cycle."""
-        if d.action == RELEASE:
-            return self.release(d)
-        if d.action == REHOLD:
-            return self.rehold(d)
-        if d.action == REJECT:
-            return self.reject(d)
-        if d.action == RUNNING:
-            self.started_running(d)
-            return True
-        if d.action in (WAIT, STARTING, OUTSIDE):
-            if self.last_reason.get(d.job_id) != d.reason:
-                self.last_reason[d.job_id] = d.reason
-                log.info("job %s: %s", d.job_id, d.summary())
-                if d.action == WAIT and d.reserved:
-                    log.info("job %s: reserved %s", d.job_id,
-                             ", ".join(f"{h}:{','.join(map(str, g))}"
-                                       for h, g in d.reserved.items()))
-            if d.action == OUTSIDE:
-                rec = self.records.get(d.job_id)
-                if rec is not None and rec.phase != "outside":
-                    self._save(replace(rec, phase="outside"))
-                    self.journal.event("outside", d.job_id, reason=d.reason)
-            return True
-        return True
-
-    def release(self, d: Decision) -> bool:
-        """Release one job (see :meth:`release_all`)."""
-        if self.dry_run:
-            log.info("job %s: [dry run] would %s", d.job_id, d.summary())
-            return True
-        return self.release_all([d]).get(d.job_id, False)
-
-    def release_all(self, ds: Sequence[Decision]) -> Dict[int, bool]:
-        """Release the jobs of one cycle: every intent is journalled and
-        flushed first (one fsync for all), then each job is pinned and
-        released in turn; what became of them is flushed with the end of
-        the cycle. A crash anywhere in between leaves ``releasing`` records
-        that the next start reconciles job by job (held: planned again; not
-        held: the release happened), so no job is released twice. Returns
-        job id -> released."""
-        recs: Dict[int, JobRecord] = {}
-        for d in ds:
-            old = self.records.get(d.job_id) or JobRecord(
-                d.job_id, first_seen=self.first_seen.get(d.job_id))
-            rec = replace(old, phase="releasing", hosts=tuple(d.hosts), gpus=dict(d.gpus),
-                          claim=dict(d.claim), exclusive=d.exclusive, cpus=d.cpus,
-                          taken=d.taken, cost_s=d.cost_s, preferred_cost_s=d.preferred_cost_s,
-                          drift=None)
-            self._save(rec)
-            recs[d.job_id] = rec
-            self.journal.event("intent-release", d.job_id, hosts=list(d.hosts),
-                               gpus={h: list(g) for h, g in d.gpus.items()}, taken=d.taken,
-                               cost_s=d.cost_s, preferred_cost_s=d.preferred_cost_s,
-                               gave_up=list(d.gave_up) or None)
-        if ds:
-            self.journal.flush()
-        return {d.job_id: self._guarded(d, lambda d=d: self._release_one(d, recs[d.job_id]))
-                for d in ds}
-
-    def _release_one(self, d: Decision, rec: JobRecord) -> bool:
-        """Pin and release one job whose intent is on disk."""
-        from slurmtopo.hostlist import fold_hostlist
-
-        self.reached("after-intent")
-        try:
-            self.backend.update_job(d.job_id, ReqNodeList=fold_hostlist(d.hosts))
-            self.reached("after-pin")
-            self.backend.release(d.job_id)
-            self.reached("after-release")
-        except SlurmError as exc:
-            j = self.backend.job(d.job_id)
-            if j is None or j.state in TERMINAL:
-                self.journal.event("ended", d.job_id, state=getattr(j, "state", "gone"),
-                                   note=exc.render())
-                self._drop(d.job_id)
-                return False
-            if j.held:
-                self._save(replace(rec, phase="waiting"))
-                self.journal.event("release-failed", d.job_id, error=exc.render())
-                log.error("job %s: release failed: %s", d.job_id, exc.render())
-                return False
-            # the release went through although the command complained
-        rec = replace(rec, phase="released", released_at=self.clock(), releases=rec.releases + 1)
-        self._save(rec)
-        self.journal.event("released", d.job_id, hosts=list(d.hosts), taken=d.taken,
-                           summary=d.summary())
-        self.last_reason.pop(d.job_id, None)
-        log.info("job %s: %s", d.job_id, d.summary())
-        for n in d.notes:
-            if n.startswith(("waited", "released by the packing", "prefer ")):
-                log.info("job %s: %s", d.job_id, n)
-        return True
-
-    def rehold(self, d: Decision) -> bool:
-        if self.dry_run:
-            log.info("job %s: [dry run] would hold again: %s", d.job_id, d.reason)
-            return False
-        rec = self.records.get(d.job_id) or JobRecord(d.job_id)
-        rec = replace(rec, phase="reholding")
-        self._save(rec)
-        self.journal.event("intent-rehold", d.job_id, reason=d.reason)
-        self.journal.flush()  # on disk before Slurm hears of it
-        try:
-            self.backend.hold(d.job_id)
-        except SlurmError as exc:
-            j = self.backend.job(d.job_id)
-            if j is not None and j.held:
-                pass  # held after all
-            else:
-                state = getattr(j, "state", "gone")
-                self._save(replace(rec, phase="released"))
-                self.journal.event("rehold-failed", d.job_id, state=state, error=exc.render())
-                log.info("job %s: could not hold it again (%s): it is %s", d.job_id,
-                         exc.render(), state)
-                return False
-        avoid = {**rec.avoid, **d.avoid}
-        self._save(replace(rec, phase="waiting", reholds=rec.reholds + 1, avoid=avoid))
-        self.journal.event("reheld", d.job_id, reason=d.reason)
-        log.warning("job %s: held again: %s", d.job_id, d.reason)
-        return True
-
-    def reject(self, d: Decision) -> bool:
-        log.warning("job %s: rejected: %s", d.job_id, d.reason)
-        if self.dry_run:
-            return False
-        self.journal.event("rejected", d.job_id, reason=d.reason, policy=self.on_reject)
-        try:
-            self.backend.update_job(d.job_id, Comment=protocol.rejected_comment(d.reason))
-        except SlurmError as exc:
-            log.error("job %s: could not write the reason into its comment: %s", d.job_id,
-                      exc.render())
-        if self.on_reject == "cancel":
-            self.backend.cancel(d.job_id)
-        self._drop(d.job_id)
-        self.rejected.append({"job_id": d.job_id, "at": self.clock(), "reason": d.reason,
-                              "policy": self.on_reject})
-        self.rejected = self.rejected[-50:]
-        return False
-
-    def started_running(self, d: Decision) -> None:
-        rec = self.records.get(d.job_id)
-        if rec is None or rec.phase == "running":
+    def report_spool(self) -> None:
+        """What the spool could not take this cycle, in one log line (and
+        in the next status.json); nothing when all was written."""
+        problems = self.journal.take_problems()
+        if not problems:
+            self.spool_error = None
             return
-        drift = []
-        for h in rec.hosts:
-            if h not in d.gpus and h not in d.hosts:
-                drift.append(f"{h} not allocated")
-                continue
-            got = set(d.gpus.get(h, ()))
-            want = set(rec.gpus.get(h, ()))
-            if got and not want <= got:
-                drift.append(f"{h}: planned GPUs {','.join(map(str, sorted(want)))}, Slurm gave "
-                             f"{','.join(map(str, sorted(got)))}")
-        text = "; ".join(drift) if drift else None
-        self._save(replace(rec, phase="running", drift=text))
-        self.journal.event("started", d.job_id, hosts=list(d.hosts),
-                           gpus={h: list(g) for h, g in d.gpus.items()}, drift=text)
-        if text:
-            log.info("job %s: started; %s (slurmtopo bind re-plans on the real GPUs)",
-                     d.job_id, text)
-        else:
-            log.info("job %s: started as planned", d.job_id)
+        text = "; ".join(problems)
+        if self.journal.lost_events:
+            text += f" ({self.journal.lost_events} event lines not written so far)"
+        self.spool_error = text
+        log.error("spool %s: %s; no job was released or held on what could not be recorded",
+                  self.spool, text)
 
     # -- status ------------------------------------------------------------
 
@@ -448,11 +393,14 @@ class Daemon:
         jobs: Dict[int, Dict[str, object]] = {}
         for d in decisions:
             q = qmap.get(d.job_id)
+            snap = self.snapshot.get(d.job_id)
             rec = self.records.get(d.job_id)
             e = jobs.setdefault(d.job_id, {"job_id": d.job_id})
             e.update({
-                "name": q.name if q else "", "user": q.user if q else "",
-                "slurm_state": q.state if q else "", "action": d.action,
+                "name": q.name if q else (snap.name if snap else ""),
+                "user": q.user if q else (snap.user if snap else ""),
+                "slurm_state": q.state if q else (snap.state if snap else ""),
+                "action": d.action,
                 "reason": d.summary() if d.action == RELEASE else d.reason,
                 "since": self.first_seen.get(d.job_id),
                 "submit_time": q.submit_time if q else None,
@@ -462,28 +410,33 @@ class Daemon:
                 "reserved": {h: list(g) for h, g in d.reserved.items()},
                 "releases": rec.releases if rec else 0,
                 "drift": rec.drift if rec else None,
-                "phase": rec.phase if rec else "waiting",
+                "phase": rec.phase if rec else ("fault" if d.action == FAULT else "waiting"),
                 # what became of each --prefer the daemon will not wait for
                 "preference_notes": [n for n in d.notes if n.startswith("prefer ")],
             })
+        problems = list(self.journal.problems)
         doc = {"slurmtopo": STATUS_KIND, "version": 1,
                "daemon": {"pid": os.getpid(), "host": socket.gethostname(),
                           "started": self.started, "at": self.clock(), "cycles": self.cycles,
                           "cycle_s": round(duration, 3), "inventory": self.inventory_label,
-                          "dry_run": self.dry_run, "on_reject": self.on_reject},
+                          "dry_run": self.dry_run, "on_reject": self.on_reject,
+                          "spool_error": "; ".join(problems) or None,
+                          "lost_events": self.journal.lost_events},
                "jobs": list(jobs.values()), "rejected": self.rejected}
         try:
             atomic_write(os.path.join(self.spool, STATUS_FILE),
-                         json.dumps(doc, indent=1, default=str) + "\n", mode=0o644)
+                         json.dumps(doc, indent=1, default=str) + "\n", mode=MODES[STATUS_FILE])
         except SlurmtopoError as exc:
-            log.error("cannot write the status file: %s", exc.render())
+            self.journal.problem(f"cannot write {STATUS_FILE}: {exc.message}")
 
     # -- the loop ----------------------------------------------------------
 
     def run(self, interval: float = 10.0, once: bool = False,
             max_cycles: Optional[int] = None) -> int:
         """Cycle every ``interval`` seconds until stopped (SIGTERM/SIGINT set
-        ``stop_event``). Returns an exit code."""
+        ``stop_event``). Returns an exit code. A cycle that fails (Slurm
+        unreachable; a bug outside any one job, logged with its traceback)
+        is tried again at the next interval."""
         rc = 0
         n = 0
         while not self.stop_event.is_set():
@@ -492,6 +445,9 @@ class Daemon:
                 rc = 0
             except SlurmtopoError as exc:
                 log.error("cycle failed: %s", exc.render())
+                rc = 1
+            except Exception:  # noqa: BLE001 - logged with its traceback; next interval
+                log.exception("cycle failed (a bug in slurmtopo, please report it)")
                 rc = 1
             n += 1
             if once or (max_cycles is not None and n >= max_cycles):

@@ -47,7 +47,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 
@@ -58,6 +58,9 @@ COMMENT_LIMIT = 1000
 #: the largest request file the daemon reads (a hostile spool entry must
 #: not make it read gigabytes)
 MAX_REQUEST_BYTES = 1 << 20
+#: the spool's directory for request files, the one place in the spool
+#: users write into (made by the daemon: mode 1733, see docs/security.md)
+REQUESTS_DIR = "requests"
 
 _LAYOUT_DEFAULTS = {"tp": 1, "cp": 1, "ep": 1, "pp": 1, "dp": None, "expert_tp": None,
                     "order": "tp-cp-ep-dp-pp", "world": None, "convention": "megatron"}
@@ -82,17 +85,6 @@ class Shape:
             if value is not None:
                 out[key] = int(value)
         return out
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Shape":
-        def num(key):
-            v = d.get(key)
-            if v is None:
-                return None
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ProtocolError(f"shape.{key} must be a whole number >= 1, got {v!r}")
-            return v
-        return cls(nodes=num("nodes"), gpus_per_node=num("gpn"), tasks_per_node=num("tpn"))
 
 
 @dataclass(frozen=True)
@@ -175,117 +167,241 @@ def make_comment(req, shape: Optional[Shape] = None, spool: Optional[str] = None
     from slurmtopo.fileio import atomic_write
 
     name = request_file_name(text)
-    directory = os.path.join(spool, "requests")
-    from slurmtopo.fileio import ensure_dir
-
-    ensure_dir(directory, "request directory")
+    directory = os.path.join(spool, REQUESTS_DIR)
+    if not os.path.isdir(directory):
+        raise SlurmtopoError(f"the daemon's spool has no {REQUESTS_DIR}/ directory (the daemon "
+                             "makes it when it starts: is --spool the daemon's?)", spool)
     atomic_write(os.path.join(directory, name + ".json"), text + "\n", mode=0o644)
     return f"{PREFIX}@{name}"
 
 
 # --------------------------------------------------------------------------
-# decoding
+# decoding: total over any input (see "Limits" below)
+#
+# Everything here reads what a user wrote, for a daemon that runs as root
+# or SlurmUser: every field's type and range is checked before anything is
+# built from it, sizes are bounded before the JSON is parsed, and the only
+# exception that leaves parse_comment() is ProtocolError (one line, the
+# user's values quoted short). tests/daemon/test_untrusted_input.py fuzzes it.
+
+#: Limits (docs/security.md): the longest tag read from a comment, the
+#: deepest nesting (the v1 object nests 2 levels), the longest name
+#: (group kind, level, order, convention), GPUs per node, nodes and tasks
+#: per node of a shape, the longest wait, the largest message size
+MAX_COMMENT_BYTES = 16 << 10
+MAX_DEPTH = 4
+MAX_NAME_CHARS = 64
+MAX_GPUS_PER_NODE = 1024
+MAX_TASKS_PER_NODE = 1 << 14
+MAX_WAIT_S = 30 * 24 * 3600
+MAX_MESSAGE_BYTES = 1 << 50
+
+_FIELDS = ("layout", "require", "prefer", "wait", "gpn", "exclusive", "nodelist", "exclude",
+           "msg", "shape")
+_SHAPE_FIELDS = {"nodes": "nodes", "gpn": "gpus_per_node", "tpn": "tasks_per_node"}
 
 
 def is_tagged(comment: Optional[str]) -> bool:
-    return bool(comment) and comment.startswith(PREFIX)
+    return isinstance(comment, str) and comment.startswith(PREFIX)
+
+
+def is_pointer(comment: Optional[str]) -> bool:
+    """A v1 tag that names a request file (``slurmtopo:v1:@<hash>``)."""
+    return is_tagged(comment) and comment[len(PREFIX):].strip().startswith("@")
 
 
 def is_rejected(comment: Optional[str]) -> bool:
-    return bool(comment) and comment.startswith(REJECTED_PREFIX)
+    return isinstance(comment, str) and comment.startswith(REJECTED_PREFIX)
 
 
 def rejected_comment(reason: str) -> str:
-    """``slurmtopo:rejected: <reason>``, cut to fit a Slurm comment."""
-    text = REJECTED_PREFIX + " " + " ".join(str(reason).split())
+    """``slurmtopo:rejected: <reason>``, one printable line cut to fit a
+    Slurm comment."""
+    from slurmtopo.termsafe import printable
+
+    text = REJECTED_PREFIX + " " + printable(" ".join(str(reason).split()))
     raw = text.encode()
     if len(raw) > COMMENT_LIMIT:
         text = raw[:COMMENT_LIMIT - 3].decode(errors="ignore") + "..."
     return text
 
 
-def _levels(d: Any, what: str) -> Dict[str, str]:
-    if d is None:
+def _show(value: Any) -> str:
+    """A user's value quoted in an error message: short, one line."""
+    from slurmtopo.termsafe import printable
+
+    return printable(repr(value), 40)
+
+
+def _whole(value: Any, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ProtocolError(f"{what} must be a whole number from {low} to {high:,}, "
+                            f"got {_show(value)}")
+    return value
+
+
+def _name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_CHARS:
+        raise ProtocolError(f"{what} must be a name of 1 to {MAX_NAME_CHARS} characters, "
+                            f"got {_show(value)}")
+    return value
+
+
+def _mapping(value: Any, what: str, meaning: str) -> Dict[str, Any]:
+    if value is None:
         return {}
-    if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                          for k, v in d.items()):
-        raise ProtocolError(f"{what} must map group kinds to levels")
-    return d
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{what} must map group kinds to {meaning}, got {_show(value)}")
+    for key in value:
+        _name(key, f"a group kind in {what}")
+    return value
+
+
+def _seconds(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= MAX_WAIT_S:
+        raise ProtocolError(f"{what} must be a number of seconds from 0 to {MAX_WAIT_S:,}, "
+                            f"got {_show(value)}")
+    return value
+
+
+def _hostlist(value: Any, what: str) -> str:
+    if not isinstance(value, str) or len(value) > MAX_REQUEST_BYTES:
+        raise ProtocolError(f"{what} must be a hostlist (text), got {_show(value)}")
+    return value
+
+
+def _layout(value: Any):
+    from slurmtopo.groups import MAX_WORLD, Layout
+
+    if not isinstance(value, dict):
+        raise ProtocolError("the slurmtopo request has no layout")
+    known = {f.name for f in fields(Layout)}
+    bad = sorted(k for k in value if k not in known)
+    if bad:
+        raise ProtocolError("unknown layout field(s): " + ", ".join(_show(k) for k in bad[:5]))
+    kw: Dict[str, Any] = {}
+    for key, v in value.items():
+        if key in ("order", "convention"):
+            kw[key] = _name(v, f"layout.{key}")
+        elif v is None and key in ("dp", "expert_tp", "world"):
+            kw[key] = None
+        else:
+            kw[key] = _whole(v, f"layout.{key}", 1, MAX_WORLD)
+    return Layout(**kw).resolved()
+
+
+def _shape(value: Any) -> Shape:
+    from slurmtopo.hostlist import MAX_NAMES
+
+    if value is None:
+        return Shape()
+    if not isinstance(value, dict):
+        raise ProtocolError(f"shape must be an object (nodes, gpn, tpn), got {_show(value)}")
+    bad = sorted(k for k in value if k not in _SHAPE_FIELDS)
+    if bad:
+        raise ProtocolError("unknown shape field(s): " + ", ".join(_show(k) for k in bad[:5]))
+    high = {"nodes": MAX_NAMES, "gpn": MAX_GPUS_PER_NODE, "tpn": MAX_TASKS_PER_NODE}
+    return Shape(**{_SHAPE_FIELDS[k]: None if v is None else _whole(v, f"shape.{k}", 1, high[k])
+                    for k, v in value.items()})
 
 
 def spec_from_dict(data: Any, source: str = "comment") -> DaemonSpec:
     """Validate the v1 JSON and build the JobRequest; ProtocolError (one
-    line) for anything wrong."""
-    from slurmtopo.groups import Layout
+    line) for anything wrong, whatever ``data`` is."""
     from slurmtopo.request import JobRequest
 
     if not isinstance(data, dict):
         raise ProtocolError("the slurmtopo request is not a JSON object")
-    known = {"layout", "require", "prefer", "wait", "gpn", "exclusive", "nodelist", "exclude",
-             "msg", "shape"}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(k for k in data if k not in _FIELDS)
     if unknown:
-        raise ProtocolError(f"unknown field(s) in the slurmtopo request: {', '.join(unknown)}")
-    lay = data.get("layout")
-    if not isinstance(lay, dict):
-        raise ProtocolError("the slurmtopo request has no layout")
-    names = {f.name for f in fields(Layout)}
-    bad = sorted(set(lay) - names)
-    if bad:
-        raise ProtocolError(f"unknown layout field(s): {', '.join(bad)}")
+        raise ProtocolError("unknown field(s) in the slurmtopo request: "
+                            + ", ".join(_show(k) for k in unknown[:5]))
     try:
-        layout = Layout(**lay).resolved()
-        wait = data.get("wait") or {}
-        if not isinstance(wait, dict):
-            raise ProtocolError("wait must map group kinds to seconds")
-        msg = data.get("msg") or {}
-        if not isinstance(msg, dict):
-            raise ProtocolError("msg must map group kinds to bytes")
+        layout = _layout(data.get("layout"))
+        levels = {}
+        for key in ("require", "prefer"):
+            levels[key] = {k: _name(v, f"{key}.{k}")
+                           for k, v in _mapping(data.get(key), key, "levels").items()}
+        wait = {k: _seconds(v, f"wait.{k}")
+                for k, v in _mapping(data.get("wait"), "wait", "seconds").items()}
+        msg = {k: _whole(v, f"msg.{k}", 0, MAX_MESSAGE_BYTES)
+               for k, v in _mapping(data.get("msg"), "msg", "bytes").items()}
+        gpn = data.get("gpn")
+        if gpn is not None:
+            gpn = _whole(gpn, "gpn", 1, MAX_GPUS_PER_NODE)
+        exclusive = data.get("exclusive", False)
+        if not isinstance(exclusive, bool):
+            raise ProtocolError(f"exclusive must be true or false, got {_show(exclusive)}")
         nodelist = data.get("nodelist")
-        req = JobRequest(layout=layout, require=_levels(data.get("require"), "require"),
-                         prefer=_levels(data.get("prefer"), "prefer"),
-                         gpus_per_node=data.get("gpn"), exclusive=bool(data.get("exclusive")),
-                         nodelist=None if nodelist is None else (nodelist or ()),
-                         exclude=data.get("exclude") or (), message_bytes=msg, wait=wait)
-        shape = Shape.from_dict(data.get("shape") or {})
+        if nodelist is not None:
+            nodelist = _hostlist(nodelist, "nodelist") or ()
+        exclude = data.get("exclude")
+        exclude = () if exclude is None else _hostlist(exclude, "exclude")
+        shape = _shape(data.get("shape"))
+        req = JobRequest(layout=layout, require=levels["require"], prefer=levels["prefer"],
+                         gpus_per_node=gpn, exclusive=exclusive, nodelist=nodelist,
+                         exclude=exclude or (), message_bytes=msg, wait=wait)
     except ProtocolError:
         raise
     except SlurmtopoError as exc:
         raise ProtocolError(exc.message) from None
-    except (TypeError, ValueError) as exc:
-        raise ProtocolError(f"bad slurmtopo request: {exc}") from None
+    except ValueError as exc:  # a hostlist ClusterShell cannot read
+        raise ProtocolError(f"bad slurmtopo request: {_show(str(exc))}") from None
     return DaemonSpec(request=req, shape=shape, source=source)
 
 
-def parse_comment(comment: Optional[str], spool: Optional[str] = None) -> Optional[DaemonSpec]:
+def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] = None
+                      ) -> Tuple[str, str]:
+    """(text, path) of the request file ``name`` (16 hex digits) in
+    ``<spool>/requests``: opened without following a link or blocking on a
+    FIFO, a regular file owned by one of ``owners`` (None: not checked) of
+    at most MAX_REQUEST_BYTES, whose SHA-256 starts with its name."""
+    from slurmtopo.daemon.safefiles import read_file
+
+    directory = os.path.join(spool, REQUESTS_DIR)
+    path = os.path.join(directory, name + ".json")
+    try:
+        raw = read_file(directory, name + ".json", MAX_REQUEST_BYTES, owners,
+                        "job's request file")
+    except FileNotFoundError:
+        raise ProtocolError(f"the job's request file {path} does not exist") from None
+    except SlurmtopoError as exc:
+        raise ProtocolError(exc.render()) from None
+    try:
+        body = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ProtocolError(f"request file {path} is not UTF-8 text") from None
+    if request_file_name(body) != name:
+        raise ProtocolError(f"request file {path} does not match its name (edited?)")
+    return body, path
+
+
+def parse_comment(comment: Optional[str], spool: Optional[str] = None,
+                  owners: Optional[Collection[int]] = None) -> Optional[DaemonSpec]:
     """The request a job comment carries; None when the comment is not a
-    v1 tag (the job is not the daemon's). Raises ProtocolError when it is a
-    tag but cannot be read."""
+    v1 tag (the job is not the daemon's). Raises ProtocolError, and only
+    that, when it is a tag but cannot be read. ``owners``: the uids that
+    may own a request file the comment points at (the daemon passes the
+    job's owner; None: not checked)."""
     if not is_tagged(comment):
         return None
+    if len(comment) > MAX_COMMENT_BYTES:
+        raise ProtocolError(f"the slurmtopo tag is longer than {MAX_COMMENT_BYTES:,} characters "
+                            "(long requests go to a request file)")
     body = comment[len(PREFIX):].strip()
     source = "comment"
     if body.startswith("@"):
         name = body[1:]
-        if not name or not all(c in "0123456789abcdef" for c in name):
-            raise ProtocolError(f"bad request file name {name!r} in the job comment")
+        if not 0 < len(name) <= 64 or not all(c in "0123456789abcdef" for c in name):
+            raise ProtocolError(f"bad request file name {_show(name)} in the job comment")
         if not spool:
             raise ProtocolError("the request is in a spool file but the daemon has no --spool")
-        path = os.path.join(spool, "requests", name + ".json")
-        try:
-            with open(path, "rb") as f:
-                raw = f.read(MAX_REQUEST_BYTES + 1)
-        except OSError as exc:
-            raise ProtocolError(f"cannot read the job's request file {path} "
-                                f"({exc.strerror})") from None
-        if len(raw) > MAX_REQUEST_BYTES:
-            raise ProtocolError(f"request file {path} is too big")
-        body = raw.decode("utf-8", errors="replace").strip()
-        if request_file_name(body) != name:
-            raise ProtocolError(f"request file {path} does not match its name (edited?)")
-        source = path
+        body, source = read_request_file(spool, name, owners)
+    from slurmtopo.daemon.boundedjson import JsonRefused, loads
+
     try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise ProtocolError(f"the slurmtopo request is not valid JSON ({exc.msg})") from None
+        data = loads(body, MAX_DEPTH)
+    except JsonRefused as exc:
+        raise ProtocolError(f"the slurmtopo request is refused: {exc}") from None
     return spec_from_dict(data, source)

@@ -20,7 +20,13 @@ and returns one :class:`Decision` per job:
 ``starting``  released, Slurm has not started it yet (its GPUs stay
               claimed so that no other job is planned onto them);
 ``running``   released and running (the loop checks which GPUs Slurm gave);
-``outside``   someone else held or released it; the daemon leaves it alone.
+``outside``   someone else held or released it; the daemon leaves it alone;
+``left-alone`` an admin decided about it: held it (``JobHeldAdmin``) or
+              changed where or how it runs since the daemon first saw it
+              (partition, reservation, ...); left alone while that lasts;
+``fault``     the daemon failed on it (an unexpected exception while
+              planning it): one job's bug never stops the pass for the
+              others (:func:`run_pass` fences each job).
 
 Order and fairness
     Held jobs are planned in priority order: Slurm's priority (0 for every
@@ -69,9 +75,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
-from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING, STARTING,
-                                        WAIT, ClusterView, Config, Decision, QueuedJob,
-                                        format_gpus, format_wait)
+from slurmtopo.daemon.decisions import (LEFT_ALONE, OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING,
+                                        STARTING, WAIT, ClusterView, Config, Decision,
+                                        QueuedJob, fault, format_gpus, format_wait)
 from slurmtopo.daemon.held_job import HeldJob
 from slurmtopo.daemon.ordering import ACTIVE, difficulty, job_order, packing_may_help
 from slurmtopo.daemon.work import Work, free_space_key, predicted_claim
@@ -283,8 +289,9 @@ class SchedulingPass:
             if node is None or not ns.usable:
                 blocked.append(f"{h} is {ns.state}{'+' + ','.join(sorted(ns.flags)) if ns.flags else ''}")
                 continue
-            slurm_free = set(g.index for g in node.gpus) - set(ns.busy_gpus)
-            if ns.exclusive:
+            busy, whole = self.taken_by_others(q.job_id, h, ns)
+            slurm_free = set(g.index for g in node.gpus) - busy
+            if whole:
                 slurm_free = set()
             need = len(rec.claim.get(h, rec.gpus.get(h, ())))
             if rec.exclusive:
@@ -311,6 +318,22 @@ class SchedulingPass:
                         claim=dict(rec.claim),
                         reason=f"released {age:.0f}s ago on {', '.join(rec.hosts)}; "
                                f"waiting for Slurm to start it (Reason={q.reason or 'none yet'})")
+
+    def taken_by_others(self, job_id: int, host: str, ns: NodeState) -> Tuple[Set[int], bool]:
+        """(busy GPUs, whole node busy) of ``host`` as far as *other* jobs
+        explain them. With the job snapshot's holders (ClusterView), only
+        GPUs another running job holds count: GPUs that look busy without
+        one are the released job itself, started between the two reads of
+        Slurm, and holding it again then would hold a running job."""
+        busy = set(ns.busy_gpus)
+        whole = ns.exclusive
+        if self.view.gpu_holders is not None:
+            held = {g for g, other in self.view.gpu_holders.get(host, {}).items()
+                    if other != job_id}
+            busy &= held
+            others = (self.view.node_jobs or {}).get(host, frozenset()) - {job_id}
+            whole = whole and bool(others)
+        return busy, whole
 
     # -- held jobs -------------------------------------------------------------
 
@@ -530,6 +553,29 @@ class SchedulingPass:
         return out
 
 
+def left_alone(q: QueuedJob) -> Decision:
+    """Someone else decided about this job: say who and what, touch nothing."""
+    if q.held and q.foreign_hold:
+        why = (f"held by an admin (Reason={q.foreign_hold}): the daemon leaves it alone until "
+               "it is released (Slurm then schedules it) or given back with `scontrol uhold "
+               f"{q.job_id}`")
+    else:
+        why = ("changed since the daemon first saw it (" + "; ".join(q.changed) + "): the "
+               "daemon leaves it alone (release it yourself with `scontrol release "
+               f"{q.job_id}`, or submit it again)")
+    return Decision(q.job_id, LEFT_ALONE, reason=why)
+
+
+def fenced(q: QueuedJob, what: str, plan) -> Decision:
+    """``plan()`` for one job, or a ``fault`` decision for that job alone
+    when it raises anything unexpected (the pass goes on with the others;
+    the loop logs the traceback and tells the job's owner)."""
+    try:
+        return plan()
+    except Exception as exc:  # noqa: BLE001 - the per-job fault barrier
+        return fault(q.job_id, what, exc)
+
+
 def run_pass(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: float,
           cfg: Config, pack: bool, shared: Dict[str, object]
           ) -> Tuple[List[Decision], Dict[int, int]]:
@@ -542,6 +588,10 @@ def run_pass(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: 
     for q in sorted(jobs, key=job_order):
         rec = q.record
         phase = rec.phase if rec is not None else None
+        if q.state == "PENDING" and (q.changed or (q.held and q.foreign_hold)) \
+                and phase not in ("outside",):
+            out.append(left_alone(q))
+            continue
         if q.state != "PENDING":
             if phase in ("released", "running", "releasing") and q.state in ACTIVE:
                 out.append(Decision(q.job_id, RUNNING, hosts=tuple(q.nodes),
@@ -558,7 +608,7 @@ def run_pass(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: 
             continue
         # pending, not held
         if phase in ("released", "running"):
-            d = p.in_flight(q)
+            d = fenced(q, "checking its release", lambda q=q: p.in_flight(q))
             out.append(d)
             if d.action == REHOLD:
                 rec2 = replace(rec, avoid={**rec.avoid, **d.avoid}, phase="waiting")
@@ -572,7 +622,7 @@ def run_pass(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: 
         order = sorted(order, key=lambda q: tuple(-x for x in difficulty(q)))
     decided: Dict[int, Decision] = {}
     for q in order:
-        decided[q.job_id] = p.held(q)
+        decided[q.job_id] = fenced(q, "planning it", lambda q=q: p.held(q))
     for q in sorted(held, key=job_order):
         out.append(decided[q.job_id])
     return out, counts

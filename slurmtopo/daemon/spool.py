@@ -1,13 +1,24 @@
 """The daemon's spool directory: what survives a restart.
 
-* ``journal.json`` -- one record per job the daemon acted on, replaced
+* ``journal.json`` -- one record per job the daemon manages, replaced
   atomically (:class:`Journal`);
 * ``events.log`` -- the append-only event log, one JSON object a line,
   fsynced (:class:`Journal`, :func:`read_events`);
 * ``status.json`` -- what ``slurmtopo daemon status`` shows (written by the
   loop, :data:`STATUS_FILE`);
 * ``daemon.lock`` -- the ``flock`` that keeps a second daemon off the same
-  spool (:class:`SpoolLock`).
+  spool (:class:`SpoolLock`);
+* ``requests/`` -- request files too long for a job comment, written by
+  users (:mod:`slurmtopo.daemon.protocol`).
+
+Who may write what (docs/security.md): the spool belongs to the daemon's
+user and nobody else may write into it (:func:`prepare_spool` refuses to
+start otherwise), except ``requests/`` (mode 1733: everyone may create a
+file, nobody may list it or remove another user's). The daemon's own files
+are created with fixed modes whatever the umask (:data:`MODES`), opened
+without following links or blocking (:mod:`slurmtopo.daemon.safefiles`),
+and read back like user input: bounded, nesting checked, every value of a
+record validated (:meth:`JobRecord.from_dict`).
 
 How the loop uses them to act once whatever the moment of a kill is in
 :mod:`slurmtopo.daemon.loop`.
@@ -19,12 +30,15 @@ import fcntl
 import json
 import logging
 import os
+import stat
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from slurmtopo.daemon.decisions import JobRecord
+from slurmtopo.daemon.protocol import REQUESTS_DIR
+from slurmtopo.daemon.safefiles import SpoolFileError, open_dir, open_file, read_file
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.fileio import atomic_write, ensure_dir
+from slurmtopo.fileio import atomic_write
 
 log = logging.getLogger("slurmtopo.daemon")
 
@@ -33,6 +47,96 @@ JOURNAL_FILE = "journal.json"
 JOURNAL_KIND = "daemon-journal"
 EVENTS_FILE = "events.log"
 LOCK_FILE = "daemon.lock"
+#: where a journal that cannot be read is set aside (one, replaced)
+DAMAGED_SUFFIX = ".bad"
+
+#: the mode of everything the daemon creates in its spool, whatever the
+#: umask: the journal and the event log are the daemon's alone (they hold
+#: every user's jobs); status.json is world-readable because `slurmtopo
+#: daemon status` is for users (it shows what squeue shows: job ids,
+#: names, users, reasons), and so is the lock (status reads the daemon's
+#: pid from it); the spool itself 0755 and requests/ 1733 (see the module
+#: doc)
+MODES = {JOURNAL_FILE: 0o600, EVENTS_FILE: 0o600, JOURNAL_FILE + DAMAGED_SUFFIX: 0o600,
+         STATUS_FILE: 0o644, LOCK_FILE: 0o644, ".": 0o755, REQUESTS_DIR: 0o1733}
+#: the largest journal read back (1,000 jobs take about 0.5 MiB)
+MAX_JOURNAL_BYTES = 64 << 20
+#: nesting of the journal document (document, jobs, record, gpus, list)
+JOURNAL_DEPTH = 6
+#: how much of the end of events.log `read_events` reads
+MAX_EVENTS_READ = 16 << 20
+
+
+class SpoolError(SlurmtopoError):
+    """The spool could not be written; what was to be written is not on
+    disk (the caller must not act on it)."""
+
+
+# --------------------------------------------------------------------------
+# the directory
+
+
+def spool_path(spool: str) -> str:
+    """The spool's real path: the admin may name it through a link; the
+    daemon follows none inside it."""
+    return os.path.realpath(spool)
+
+
+def _refuse(what: str, path: str) -> SlurmtopoError:
+    return SlurmtopoError(f"{what}; the daemon refuses a spool others may write into "
+                          "(docs/security.md)", path)
+
+
+def prepare_spool(spool: str) -> None:
+    """Make the spool (0755) and its ``requests/`` (1733) when missing, and
+    refuse to run on one that someone else owns or may write into (a user
+    who can write into the spool can replace the journal the daemon acts
+    on). The spool path itself is the admin's: a link to a directory is
+    fine there, never inside."""
+    spool = spool_path(spool)
+    euid = os.geteuid()
+    if not os.path.lexists(spool):
+        try:
+            parent = os.path.dirname(spool)
+            if not os.path.isdir(parent):
+                os.makedirs(parent)
+            os.mkdir(spool, 0o700)
+            os.chmod(spool, MODES["."])
+        except OSError as exc:
+            if not os.path.isdir(spool):
+                raise SlurmtopoError(f"cannot create the spool directory ({exc.strerror})",
+                                     spool) from None
+    try:
+        st = os.stat(spool)
+    except OSError as exc:
+        raise SlurmtopoError(f"cannot use the spool directory ({exc.strerror})", spool) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise SlurmtopoError("the spool directory is not a directory", spool)
+    if st.st_uid != euid:
+        raise _refuse(f"the spool directory belongs to uid {st.st_uid}, not to the daemon's "
+                      f"user (uid {euid})", spool)
+    if st.st_mode & 0o022:
+        raise _refuse(f"the spool directory is writable by its group or others (mode "
+                      f"{stat.S_IMODE(st.st_mode):04o}; make it 0755: users write only into "
+                      f"{REQUESTS_DIR}/)", spool)
+    path = os.path.join(spool, REQUESTS_DIR)
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, MODES[REQUESTS_DIR])
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise SlurmtopoError(f"cannot create the request directory ({exc.strerror})",
+                             path) from None
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise _refuse(f"{REQUESTS_DIR} in the spool is not a directory", path)
+    if st.st_uid != euid:
+        raise _refuse(f"the request directory belongs to uid {st.st_uid}, not to the daemon's "
+                      f"user (uid {euid}); remove it, the daemon makes it (mode 1733)", path)
+    if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
+        raise _refuse("the request directory is world-writable without the sticky bit (any "
+                      "user could remove another's request); make it 1733", path)
 
 
 # --------------------------------------------------------------------------
@@ -52,52 +156,109 @@ class Journal:
     the end of the cycle, so a cycle costs two or three fsyncs however
     many jobs it releases. What a crash can lose is only what happened
     after the last flush, and the journal never claims an action that did
-    not reach Slurm's side of the reconcile table (see the module doc)."""
+    not reach Slurm's side of the reconcile table (see the module doc).
+
+    A spool that cannot be written (read-only, full) never stops the
+    daemon and never duplicates an event: a journal that cannot be written
+    raises :class:`SpoolError` (the caller does not act on what it could
+    not record), and event lines are handed to the disk once, written or
+    dropped, never kept to be written again. What failed is collected in
+    :attr:`problems` for the loop to report once per cycle."""
 
     def __init__(self, spool: str):
-        self.spool = os.path.abspath(spool)
+        self.spool = spool_path(spool)
         self.path = os.path.join(self.spool, JOURNAL_FILE)
         #: per-job files of daemons before 0.x: read once, removed on the
         #: first write of journal.json
         self.legacy_dir = os.path.join(self.spool, "journal")
         self.events_path = os.path.join(self.spool, EVENTS_FILE)
-        ensure_dir(self.spool, "spool directory")
         self._records: Dict[int, JobRecord] = {}
         self._dirty = False
         self._lines: List[str] = []
         self._depth = 0
+        #: what could not be written since the loop last took them
+        self.problems: List[str] = []
+        #: event lines dropped because the spool could not take them
+        self.lost_events = 0
+
+    # -- reading -------------------------------------------------------------
 
     def load(self) -> Dict[int, JobRecord]:
+        """The records on disk. A journal that is not a regular file of the
+        daemon's user (a FIFO, a link, someone else's) is refused with a
+        SlurmtopoError; one that cannot be read as a journal is set aside
+        (``journal.json.bad``) with a warning, and a record out of shape
+        is skipped with a warning: the daemon then starts from Slurm's
+        state, which is safe (it only ever releases held jobs)."""
         out: Dict[int, JobRecord] = {}
-        if os.path.isdir(self.legacy_dir):
+        if os.path.isdir(self.legacy_dir) and not os.path.islink(self.legacy_dir):
             for name in sorted(os.listdir(self.legacy_dir)):
                 if name.endswith(".json") and not name.startswith("."):
-                    rec = self._read_record(os.path.join(self.legacy_dir, name))
+                    rec = self._read_record(name)
                     if rec is not None:
                         out[rec.job_id] = rec
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                doc = json.load(f)
-            if not isinstance(doc, dict) or doc.get("slurmtopo") != JOURNAL_KIND:
-                raise ValueError(f"not a {JOURNAL_KIND} document")
-            for d in doc.get("jobs") or ():
+        doc = self._read_journal()
+        for d in doc:
+            try:
                 rec = JobRecord.from_dict(d)
-                out[rec.job_id] = rec
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("journal %s unreadable (%s); ignored", self.path, exc)
+            except ValueError as exc:
+                log.warning("journal %s: a record is out of shape (%s); skipped", self.path, exc)
+                continue
+            out[rec.job_id] = rec
         self._records = dict(out)
         return out
 
-    @staticmethod
-    def _read_record(path: str) -> Optional[JobRecord]:
+    def _read_journal(self) -> list:
+        from slurmtopo.daemon.boundedjson import JsonRefused, loads
+
         try:
-            with open(path, encoding="utf-8") as f:
-                return JobRecord.from_dict(json.load(f))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("journal entry %s unreadable (%s); ignored", path, exc)
+            raw = read_file(self.spool, JOURNAL_FILE, MAX_JOURNAL_BYTES, {os.geteuid()},
+                            "journal")
+        except FileNotFoundError:
+            return []
+        except SpoolFileError as exc:
+            if "larger than" not in exc.message:
+                raise SlurmtopoError(f"{exc.message}; refusing to use this spool (has someone "
+                                     "else written into it?)", exc.path) from None
+            why = exc.message
+        else:
+            try:
+                doc = loads(raw.decode("utf-8"), JOURNAL_DEPTH)
+                if not isinstance(doc, dict) or doc.get("slurmtopo") != JOURNAL_KIND:
+                    raise ValueError(f"not a {JOURNAL_KIND} document")
+                jobs = doc.get("jobs") or []
+                if not isinstance(jobs, list):
+                    raise ValueError("its jobs are not a list")
+                return jobs
+            except (UnicodeDecodeError, JsonRefused, ValueError) as exc:
+                why = str(exc)
+        bad = JOURNAL_FILE + DAMAGED_SUFFIX
+        try:
+            dfd = open_dir(self.spool)
+            try:
+                os.rename(JOURNAL_FILE, bad, src_dir_fd=dfd, dst_dir_fd=dfd)
+            finally:
+                os.close(dfd)
+            where = f"set aside as {bad}"
+        except OSError as exc:
+            where = f"could not be set aside ({exc.strerror})"
+        log.warning("journal %s unreadable (%s); %s, starting from Slurm's state", self.path,
+                    why, where)
+        return []
+
+    def _read_record(self, name: str) -> Optional[JobRecord]:
+        from slurmtopo.daemon.boundedjson import JsonRefused, loads
+
+        path = os.path.join(self.legacy_dir, name)
+        try:
+            raw = read_file(self.legacy_dir, name, 1 << 20, {os.geteuid()}, "journal entry")
+            return JobRecord.from_dict(loads(raw.decode("utf-8"), JOURNAL_DEPTH))
+        except (OSError, SlurmtopoError, UnicodeDecodeError, ValueError) as exc:
+            log.warning("journal entry %s unreadable (%s); ignored", path,
+                        exc.render() if isinstance(exc, SlurmtopoError) else exc)
             return None
+
+    # -- changing --------------------------------------------------------------
 
     def save(self, rec: JobRecord) -> None:
         self._records[rec.job_id] = rec
@@ -121,45 +282,90 @@ class Journal:
     def batch(self):
         """Keep writes in memory until :meth:`flush` or the end of the
         block (flushed then, also when the block raises an error; not when
-        it is interrupted: that is a kill, and the journal is safe without)."""
+        it is interrupted: that is a kill, and the journal is safe without).
+        A spool that cannot be written at the end of the block is recorded
+        in :attr:`problems`, not raised."""
         self._depth += 1
         try:
             yield self
         except Exception:
             self._depth -= 1
-            self.flush()
+            self.flush(quiet=True)
             raise
         except BaseException:
             self._depth -= 1
             raise
         self._depth -= 1
-        self.flush()
+        self.flush(quiet=True)
 
     def _maybe_flush(self) -> None:
         if not self._depth:
-            self.flush()
+            self.flush(quiet=True)
 
-    def flush(self) -> None:
-        """Write what changed: the journal file first, then the events."""
+    def take_problems(self) -> List[str]:
+        out, self.problems = self.problems, []
+        return out
+
+    def problem(self, text: str) -> None:
+        if text not in self.problems:
+            self.problems.append(text)
+
+    def flush(self, quiet: bool = False) -> None:
+        """Write what changed: the journal file first, then the events.
+        Raises :class:`SpoolError` when the journal file cannot be written
+        (unless ``quiet``); the events of that flush are then dropped
+        with it (they describe what is not recorded)."""
         if self._dirty:
             doc = {"slurmtopo": JOURNAL_KIND, "version": 1,
                    "jobs": [self._records[k].as_dict() for k in sorted(self._records)]}
-            atomic_write(self.path, json.dumps(doc, sort_keys=True) + "\n", mode=0o644)
+            try:
+                atomic_write(self.path, json.dumps(doc, sort_keys=True) + "\n",
+                             mode=MODES[JOURNAL_FILE])
+            except SlurmtopoError as exc:
+                self._drop_lines(len(self._lines))
+                self.problem(f"cannot write {JOURNAL_FILE}: {exc.message}")
+                if quiet:
+                    return
+                raise SpoolError(f"cannot write the journal: {exc.message}", self.path) from None
             self._dirty = False
             self._drop_legacy()
         if self._lines:
-            data = "".join(self._lines).encode()
-            fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._append_events()
+
+    def _drop_lines(self, n: int) -> None:
+        self.lost_events += n
+        self._lines = []
+
+    def _append_events(self) -> None:
+        """The pending event lines, appended and fsynced; each is handed to
+        the disk once: written, or counted in lost_events (a spool that
+        fails for 23 cycles does not get 23 copies of anything)."""
+        lines, self._lines = self._lines, []
+        data = "".join(lines).encode()
+        written = 0
+        try:
+            fd = open_file(self.spool, EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                           {os.geteuid()}, "event log", MODES[EVENTS_FILE])
             try:
-                while data:
-                    data = data[os.write(fd, data):]
+                if stat.S_IMODE(os.fstat(fd).st_mode) != MODES[EVENTS_FILE]:
+                    os.fchmod(fd, MODES[EVENTS_FILE])
+                while written < len(data):
+                    written += os.write(fd, data[written:])
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            self._lines = []
+        except (OSError, SlurmtopoError) as exc:
+            lost, end = 0, 0
+            for line in lines:
+                end += len(line.encode())
+                if end > written:
+                    lost += 1
+            self.lost_events += lost
+            why = exc.render() if isinstance(exc, SlurmtopoError) else (exc.strerror or str(exc))
+            self.problem(f"cannot write {EVENTS_FILE}: {why}")
 
     def _drop_legacy(self) -> None:
-        if not os.path.isdir(self.legacy_dir):
+        if not os.path.isdir(self.legacy_dir) or os.path.islink(self.legacy_dir):
             return
         for name in os.listdir(self.legacy_dir):
             if name.endswith(".json"):
@@ -178,18 +384,35 @@ class Journal:
 
 def read_events(spool: str, job_id: Optional[int] = None, limit: Optional[int] = None
                 ) -> List[Dict[str, object]]:
-    out = []
+    """The events of the log (of ``job_id``; the last ``limit``), from at
+    most its last MAX_EVENTS_READ bytes; lines that are not events (cut by
+    a crash) are skipped. A log that is not a regular file, or that the
+    caller may not read (it is the daemon's alone), is a SlurmtopoError."""
+    from slurmtopo.daemon.boundedjson import JsonRefused, loads
+
     try:
-        with open(os.path.join(spool, EVENTS_FILE), encoding="utf-8") as f:
-            for line in f:
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a crash
-                if job_id is None or e.get("job") == job_id:
-                    out.append(e)
+        fd = open_file(spool_path(spool), EVENTS_FILE, os.O_RDONLY, None, "event log")
     except FileNotFoundError:
-        pass
+        return []
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - MAX_EVENTS_READ)
+        data = os.pread(fd, MAX_EVENTS_READ, start)
+    finally:
+        os.close(fd)
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if start:
+        lines = lines[1:]  # the first line is cut
+    out = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            e = loads(line, 8)
+        except JsonRefused:
+            continue
+        if isinstance(e, dict) and (job_id is None or e.get("job") == job_id):
+            out.append(e)
     return out[-limit:] if limit else out
 
 
@@ -203,24 +426,29 @@ class SpoolLock:
     """``flock`` on ``<spool>/daemon.lock``: one daemon per spool."""
 
     def __init__(self, spool: str):
-        self.path = os.path.join(spool, LOCK_FILE)
+        self.spool = spool_path(spool)
+        self.path = os.path.join(self.spool, LOCK_FILE)
         self.fd: Optional[int] = None
 
     def acquire(self) -> None:
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_file(self.spool, LOCK_FILE, os.O_RDWR | os.O_CREAT, {os.geteuid()},
+                           "lock file", MODES[LOCK_FILE])
         except OSError as exc:
             raise SlurmtopoError(f"cannot open the daemon's lock file ({exc.strerror}); is "
                                  "--spool a directory this user may write?", self.path) from None
         try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != MODES[LOCK_FILE]:
+                os.fchmod(fd, MODES[LOCK_FILE])
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             try:
                 other = os.pread(fd, 64, 0).decode(errors="replace").strip()
             finally:
                 os.close(fd)
-            raise SlurmtopoError(f"another slurmtopo daemon (pid {other or '?'}) is running on "
-                                 "this spool directory", self.path) from None
+            from slurmtopo.termsafe import printable
+            raise SlurmtopoError(f"another slurmtopo daemon (pid {printable(other, 20) or '?'}) "
+                                 "is running on this spool directory", self.path) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
@@ -232,17 +460,18 @@ class SpoolLock:
 
     @staticmethod
     def holder(spool: str) -> Optional[str]:
-        """The pid holding the lock, or None when no daemon runs."""
-        path = os.path.join(spool, LOCK_FILE)
+        """The pid holding the lock, or None when no daemon runs (or the
+        lock file is not one: a link or a FIFO is never opened)."""
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
+            fd = open_file(spool_path(spool), LOCK_FILE, os.O_RDONLY, None, "lock file")
+        except (OSError, SlurmtopoError):
             return None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except OSError:
-                return os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                return text if text.isdigit() else "?"
             fcntl.flock(fd, fcntl.LOCK_UN)
             return None
         finally:

@@ -8,12 +8,13 @@ never a traceback halfway through the table.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, Mapping, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 
 STATUS_KIND = "daemon-status"
+#: nesting of the status document (document, jobs, job, gpus, list)
+MAX_DEPTH = 8
 
 _NUM = (int, float)
 _OPT_NUM = (int, float, type(None))
@@ -24,7 +25,7 @@ TOP = {"slurmtopo": (str,), "version": (int,), "daemon": (dict,), "jobs": (list,
        "rejected": (list,)}
 DAEMON = {"pid": (int,), "host": _OPT_STR, "started": _OPT_NUM, "at": _OPT_NUM,
           "cycles": (int,), "cycle_s": _OPT_NUM, "inventory": _OPT_STR, "dry_run": (bool,),
-          "on_reject": _OPT_STR}
+          "on_reject": _OPT_STR, "spool_error": _OPT_STR, "lost_events": (int,)}
 JOB = {"job_id": (int,), "name": _OPT_STR, "user": _OPT_STR, "slurm_state": _OPT_STR,
        "action": _OPT_STR, "reason": _OPT_STR, "since": _OPT_NUM, "submit_time": _OPT_NUM,
        "hosts": (list,), "gpus": (dict,), "taken": (int, float, str, list, dict, type(None)),
@@ -48,9 +49,11 @@ def _check(entry: Mapping[str, Any], spec: Dict[str, Tuple[type, ...]], what: st
 
 def read_status(text: str, path: str) -> Dict[str, Any]:
     """The status document in ``text`` (read from ``path``), checked."""
+    from slurmtopo.daemon.boundedjson import JsonRefused, loads
+
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+        doc = loads(text, MAX_DEPTH)
+    except JsonRefused as exc:
         raise SlurmtopoError(f"unreadable status file ({str(exc)[:80]})", path) from None
     if not isinstance(doc, dict) or doc.get("slurmtopo") != STATUS_KIND:
         raise SlurmtopoError("not a slurmtopo daemon status file", path)

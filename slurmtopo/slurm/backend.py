@@ -23,6 +23,19 @@ from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState
 #: job states in which a job holds its allocation
 ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",
                                "STAGE_OUT", "SIGNALING", "RESIZING"})
+#: the reason Slurm gives a job held by its user (``sbatch --hold``,
+#: ``scontrol uhold``); an admin's ``scontrol hold`` gives ``JobHeldAdmin``
+USER_HOLD_REASON = "JobHeldUser"
+ADMIN_HOLD_REASON = "JobHeldAdmin"
+#: the job fields that say where and under whose terms a job may run, as
+#: squeue --json / scontrol show job / pyslurm report them on Slurm 22.05
+#: to 26.05 (Partition, Reservation, QOS, Account, ReqNodeList,
+#: ExcNodeList, Features): the placement daemon leaves a job alone once
+#: one of them changed after it first saw the job (docs/daemon.md)
+#: (SlurmJob attribute -> the field's name in scontrol)
+JOB_FINGERPRINT = {"partition": "Partition", "reservation": "Reservation", "qos": "QOS",
+                   "account": "Account", "req_nodes": "ReqNodeList", "exc_nodes": "ExcNodeList",
+                   "features": "Features"}
 
 
 @dataclass(frozen=True)
@@ -67,10 +80,38 @@ class SlurmJob:
     #: GPU request as Slurm states it ("gpu:8", "gres:gpu:4", ...), informational
     gres_request: str = ""
     exclusive: bool = False
+    #: the owner's uid (None: the backend cannot tell)
+    user_id: Optional[int] = None
+    #: what an admin (or the user) may change after submission; the
+    #: placement daemon keeps them as a fingerprint (JOB_FINGERPRINT)
+    reservation: str = ""
+    qos: str = ""
+    account: str = ""
+    exc_nodes: Tuple[str, ...] = ()
+    features: str = ""
 
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_JOB_STATES
+
+    @property
+    def held_by_user(self) -> bool:
+        """Pending with a *user* hold (``JobHeldUser``: ``sbatch --hold``,
+        ``scontrol hold`` by the job's owner, ``scontrol uhold`` by anyone),
+        the only hold the placement daemon lifts. An admin's ``scontrol
+        hold`` gives ``JobHeldAdmin``."""
+        return self.state == "PENDING" and self.held and self.reason == USER_HOLD_REASON
+
+    def fingerprint(self) -> Dict[str, str]:
+        """The fields of :data:`JOB_FINGERPRINT` as text (hostlists folded
+        sorted), to tell a job changed after submission."""
+        out = {}
+        for key in JOB_FINGERPRINT:
+            value = getattr(self, key)
+            if isinstance(value, tuple):
+                value = ",".join(sorted(value))
+            out[key] = str(value or "")
+        return out
 
     def __hash__(self) -> int:  # gpus is a dict; hash on identity fields
         return hash((self.job_id, self.state, self.nodes))
@@ -126,7 +167,14 @@ class SlurmBackend(abc.ABC):
         """``scontrol update JobId=<id> Key=Value ...``."""
 
     @abc.abstractmethod
-    def hold(self, job_id: int) -> None: ...
+    def hold(self, job_id: int) -> None:
+        """``scontrol hold``: an admin hold when the caller is privileged."""
+
+    @abc.abstractmethod
+    def uhold(self, job_id: int) -> None:
+        """``scontrol uhold``: a *user* hold whoever asks (``JobHeldUser``,
+        which the job's owner may release), the only hold the placement
+        daemon places, so that its holds are told from an admin's."""
 
     @abc.abstractmethod
     def release(self, job_id: int) -> None: ...

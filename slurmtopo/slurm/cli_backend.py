@@ -9,7 +9,7 @@ JSON plugins, or older than 21.08), the same data is read from
 ``scontrol -d -o show node|job`` text.
 
 Acting: ``sbatch --parsable`` (script on stdin), ``scontrol update``,
-``scontrol hold|release``, ``scancel``.
+``scontrol hold|uhold|release``, ``scancel``.
 
 Every command is run as an argv list, never through a shell, so job names,
 comments and node reasons reach Slurm verbatim whatever characters they
@@ -164,6 +164,9 @@ class CliBackend(SlurmBackend):
 
     def hold(self, job_id: int) -> None:
         self.run(["scontrol", "hold", str(int(job_id))])
+
+    def uhold(self, job_id: int) -> None:
+        self.run(["scontrol", "uhold", str(int(job_id))])
 
     def release(self, job_id: int) -> None:
         self.run(["scontrol", "release", str(int(job_id))])

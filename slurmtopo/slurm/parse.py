@@ -241,6 +241,27 @@ def _job_state(value: Any) -> str:
     return str(value or "UNKNOWN").upper()
 
 
+def _text(value: Any) -> str:
+    """A job field as text: Slurm's ``(null)``/``None``/``N/A`` and a
+    missing field are ""."""
+    if value is None or isinstance(value, (dict, list)):
+        return ""
+    s = str(value).strip()
+    return "" if s in ("(null)", "None", "N/A") else s
+
+
+def _uid(value: Any) -> Optional[int]:
+    """A uid as Slurm prints it (a number, or digits in text); None when
+    it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value < 1 << 32 else None
+    if isinstance(value, str) and value.isdigit() and len(value) <= 10:
+        return int(value)
+    return None
+
+
 def _none_if_empty(value: Any) -> Optional[str]:
     if value is None:
         return None
@@ -387,7 +408,10 @@ def job_from_json(j: Mapping[str, Any]) -> SlurmJob:
         num_nodes=_number(j.get("node_count")),
         gres_request=str(j.get("tres_per_node") or j.get("tres_per_job") or
                          j.get("tres_per_task") or ""),
-        exclusive=(shared == "none" or (isinstance(shared, list) and "none" in shared)))
+        exclusive=(shared == "none" or (isinstance(shared, list) and "none" in shared)),
+        user_id=_uid(j.get("user_id")), reservation=_text(j.get("resv_name")),
+        qos=_text(j.get("qos")), account=_text(j.get("account")),
+        exc_nodes=_hosts(j.get("excluded_nodes")), features=_text(j.get("features")))
 
 
 def parse_squeue_json(text_or_data: Any, states: Optional[Iterable[str]] = None,
@@ -501,7 +525,9 @@ def job_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmJob:
     state = _job_state(_first(rec, "JobState"))
     reason = _none_if_empty(_first(rec, "Reason"))
     priority = _number(_first(rec, "Priority"))
-    user = (_first(rec, "UserId") or "").split("(", 1)[0]
+    user_field = _first(rec, "UserId") or ""
+    user = user_field.split("(", 1)[0]
+    m = re.search(r"\((\d+)\)$", user_field)
     nodes = _hosts(_first(rec, "NodeList")) if state != "PENDING" else ()
     held = reason in HELD_REASONS or (state == "PENDING" and priority == 0)
     num_nodes = (_first(rec, "NumNodes") or "0").split("-", 1)[0]
@@ -514,7 +540,10 @@ def job_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmJob:
         req_nodes=_hosts(_first(rec, "ReqNodeList")), partition=_first(rec, "Partition") or "",
         num_nodes=_number(num_nodes),
         gres_request=_first(rec, "TresPerNode") or _first(rec, "TresPerJob") or "",
-        exclusive=(_first(rec, "OverSubscribe") == "NO"))
+        exclusive=(_first(rec, "OverSubscribe") == "NO"),
+        user_id=_uid(m.group(1) if m else None), reservation=_text(_first(rec, "Reservation")),
+        qos=_text(_first(rec, "QOS")), account=_text(_first(rec, "Account")),
+        exc_nodes=_hosts(_first(rec, "ExcNodeList")), features=_text(_first(rec, "Features")))
 
 
 def parse_scontrol_jobs(text: str) -> List[SlurmJob]:

@@ -24,9 +24,11 @@ pyslurm API used (pyslurm 25.11, ``pyslurm/core/node.pyx``,
   id); ``Job.id``, ``.name``, ``.user_name``, ``.state``,
   ``.state_reason``, ``.priority``, ``.submit_time``, ``.allocated_nodes``
   / ``.required_nodes`` (hostlist strings), ``.comment``, ``.partition``,
-  ``.num_nodes``, ``.gres_per_node``, ``.resource_sharing``,
+  ``.num_nodes``, ``.gres_per_node``, ``.resource_sharing``, ``.user_id``,
+  ``.reservation``, ``.qos``, ``.account``, ``.excluded_nodes``, ``.constraints``,
   ``.get_resource_layout_per_node()`` -> ``{node: {"gres": {"gpu:t":
-  {"count": .., "indexes": "0-1"}}, ...}}``; ``Job(id).hold()``,
+  {"count": .., "indexes": "0-1"}}, ...}}``; ``Job(id).hold()`` (an admin
+  hold; ``hold(mode="user")``: a user hold, ``scontrol uhold``),
   ``.release()``, ``.cancel()``, ``.modify(JobSubmitDescription(...))``.
 * ``pyslurm.JobSubmitDescription(script=PATH, ...)``,
   ``.load_sbatch_options()`` (reads ``#SBATCH`` lines; first one wins, an
@@ -281,7 +283,10 @@ class PySlurmBackend(SlurmBackend):
             req_nodes=parse._hosts(j.required_nodes), partition=j.partition or "",
             num_nodes=int(j.num_nodes or 0),
             gres_request=",".join(f"{k}:{v}" for k, v in gres_req.items()),
-            exclusive=(str(j.resource_sharing or "").lower() in ("no", "none", "exclusive")))
+            exclusive=(str(j.resource_sharing or "").lower() in ("no", "none", "exclusive")),
+            user_id=j.user_id if isinstance(j.user_id, int) else None,
+            reservation=j.reservation or "", qos=j.qos or "", account=j.account or "",
+            exc_nodes=parse._hosts(j.excluded_nodes), features=j.constraints or "")
 
     def jobs(self, states: Optional[Iterable[str]] = None) -> List[SlurmJob]:
         coll = self._call("loading jobs", self.pyslurm.Jobs.load)
@@ -375,6 +380,9 @@ class PySlurmBackend(SlurmBackend):
 
     def hold(self, job_id: int) -> None:
         self._call(f"holding job {job_id}", self.pyslurm.Job(int(job_id)).hold)
+
+    def uhold(self, job_id: int) -> None:
+        self._call(f"holding job {job_id}", self.pyslurm.Job(int(job_id)).hold, mode="user")
 
     def release(self, job_id: int) -> None:
         self._call(f"releasing job {job_id}", self.pyslurm.Job(int(job_id)).release)

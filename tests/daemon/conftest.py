@@ -44,6 +44,12 @@ def inv_file(tmp_path):
 
 
 @pytest.fixture
+def spool(tmp_path):
+    """Where a daemon of the test keeps its spool (made by the daemon)."""
+    return str(tmp_path / "spool")
+
+
+@pytest.fixture
 def killed():
     """The exception a hook raises to simulate the daemon being killed."""
     return Crash

@@ -169,11 +169,6 @@ def submit(slurm, layout, gpn=2, **kw):
                                           f"#SBATCH --gpus-per-node={gpn}\nsrun true\n"))
 
 
-@pytest.fixture
-def spool(tmp_path):
-    return str(tmp_path / "spool")
-
-
 def test_a_cycle_fsyncs_a_few_times_however_many_jobs_it_releases(slurm, inv, spool,
                                                                    monkeypatch):
     counts = []
@@ -227,7 +222,7 @@ def test_a_cycle_killed_mid_batch_leaves_a_journal_the_restart_can_trust(slurm, 
 def test_the_journal_is_one_file_written_atomically(slurm, inv, spool):
     a = submit(slurm, **dict(layout=Layout(tp=2), require={"tp": "nvlink"}))
     Daemon(slurm, inv, spool).cycle()
-    assert set(os.listdir(spool)) == {"events.log", "journal.json", "status.json"}
+    assert set(os.listdir(spool)) == {"events.log", "journal.json", "status.json", "requests"}
     doc = json.load(open(os.path.join(spool, "journal.json")))
     assert doc["slurmtopo"] == "daemon-journal" and [r["job_id"] for r in doc["jobs"]] == [a]
 

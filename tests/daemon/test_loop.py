@@ -31,11 +31,6 @@ def submit(slurm, layout, gpn=4, **kw):
 TP4 = dict(layout=Layout(tp=4), require={"tp": "nvlink"})
 
 
-@pytest.fixture
-def spool(tmp_path):
-    return str(tmp_path / "spool")
-
-
 def test_a_cycle_pins_and_releases(slurm, inv, spool):
     slurm.occupy("node1", [0, 1, 2, 3])
     a = submit(slurm, **TP4)
@@ -192,7 +187,9 @@ def test_a_race_for_the_pinned_nodes_is_recovered(slurm, inv, spool):
     assert [x.action for x in ds if x.job_id == a] == ["rehold", "release"]
     assert slurm.jobs_[a].state == "RUNNING"
     assert set(slurm.jobs_[a].alloc) != set(first)
-    assert slurm.releases(a) == 2 and ("hold", a) in slurm.calls
+    # the daemon's own hold is a user hold (scontrol uhold), never an admin's
+    assert slurm.releases(a) == 2 and ("uhold", a) in slurm.calls
+    assert ("hold", a) not in slurm.calls
     ev = [e["event"] for e in read_events(spool, a)]
     assert ev.count("reheld") == 1 and release_count(read_events(spool), a) == 2
 

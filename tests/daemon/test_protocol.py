@@ -9,6 +9,7 @@ import pytest
 from slurmtopo.daemon import protocol
 from slurmtopo.daemon.protocol import (PREFIX, ProtocolError, Shape, make_comment,
                                        parse_comment, rejected_comment)
+from slurmtopo.daemon.spool import prepare_spool
 from slurmtopo.daemon.submit import prepare_script, script_shape, submit_for_daemon
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout
@@ -55,6 +56,9 @@ def test_long_request_goes_to_the_spool(tmp_path):
     r = req(exclude=many)
     with pytest.raises(SlurmtopoError, match="spool"):
         make_comment(r)
+    with pytest.raises(SlurmtopoError, match="no requests/ directory"):
+        make_comment(r, spool=str(tmp_path))          # the daemon makes it, not a user
+    prepare_spool(str(tmp_path))
     c = make_comment(r, spool=str(tmp_path))
     assert c.startswith(PREFIX + "@") and len(c) < 40
     files = os.listdir(tmp_path / "requests")

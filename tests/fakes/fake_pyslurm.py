@@ -218,10 +218,11 @@ class _JobRec:
     def __init__(self, job_id, name="job", user="alice", state="PENDING", reason="Priority",
                  priority=1000, nodes=None, layout=None, comment=None, partition="gpu",
                  required_nodes=None, num_nodes=1, gres_per_node="gres:gpu:8", script=None,
-                 submit_time=None, shared=None):
+                 submit_time=None, shared=None, uid=1000):
         self.id = job_id
         self.name = name
         self.user = user
+        self.uid = uid
         self.state = state
         self.reason = reason
         self.priority = priority
@@ -491,6 +492,14 @@ class Job:
     num_nodes = property(lambda self: (self._rec or self._target()).num_nodes)
     gres_per_node = property(lambda self: to_gres_dict((self._rec or self._target()).gres_per_node))
     resource_sharing = property(lambda self: (self._rec or self._target()).shared)
+    user_id = property(lambda self: (self._rec or self._target()).uid)
+    # unset strings are None in pyslurm (cstr.to_unicode); set by modify()
+    reservation = property(lambda self: (self._rec or self._target()).desc.get("reservation"))
+    qos = property(lambda self: (self._rec or self._target()).desc.get("qos"))
+    account = property(lambda self: (self._rec or self._target()).desc.get("account"))
+    excluded_nodes = property(
+        lambda self: (self._rec or self._target()).desc.get("excluded_nodes"))
+    constraints = property(lambda self: (self._rec or self._target()).desc.get("constraints"))
     cluster = property(lambda self: LOCAL_CLUSTER)
 
 

@@ -2,7 +2,14 @@
 
 :class:`FakeSlurm` implements the :class:`slurmtopo.slurm.SlurmBackend`
 interface over a few nodes with GPUs: jobs are submitted (held or not),
-updated (``ReqNodeList``, ``Comment``), held, released and cancelled;
+updated (``ReqNodeList``, ``Comment``, and the fields an admin changes:
+``Partition``, ``Reservation``, ``ExcNodeList``, ``QOS``, ``Account``,
+``Features``), held (``hold``: an admin hold, ``JobHeldAdmin``, as when
+root or an operator holds; ``uhold``: a user hold, ``JobHeldUser``),
+released and cancelled; like slurmctld, a hold on a job that has started
+does not stop it but sets its priority to 0 and its reason (``scontrol``'s
+man page: "attempting to hold a running job will not suspend or cancel
+it"), and a release clears any hold of a job that has not finished;
 ``schedule()`` starts pending jobs the way Slurm would (a pinned job on
 exactly its nodes, GPUs by socket with the most free then lowest index,
 like cons_tres with gres.conf ``Cores=``). A release triggers a scheduling
@@ -19,6 +26,7 @@ command-line backend itself is tested against the command stand-in
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
@@ -35,6 +43,8 @@ class FJob:
     args: List[str]
     comment: str = ""
     held: bool = False
+    #: who held it: "user" (JobHeldUser) or "admin" (JobHeldAdmin)
+    held_by: str = "user"
     state: str = "PENDING"
     reason: Optional[str] = None
     nodes_n: int = 1
@@ -46,6 +56,14 @@ class FJob:
     submit_time: int = 0
     alloc: Dict[str, List[int]] = field(default_factory=dict)
     cpus: int = 1
+    user: str = "alice"
+    uid: int = field(default_factory=os.getuid)
+    name: str = ""
+    reservation: str = ""
+    qos: str = ""
+    account: str = ""
+    exc_nodes: List[str] = field(default_factory=list)
+    features: str = ""
 
 
 
@@ -73,6 +91,8 @@ class FakeSlurm(SlurmBackend):
         self.clock = itertools.count(int(time.time()))
         self.auto_schedule = auto_schedule
         self.calls: List[tuple] = []
+        #: job ids asked for one by one (``job()``: ``scontrol show job``)
+        self.looked_up: List[int] = []
         self.hooks: Dict[str, Callable] = {}
 
     # -- helpers for tests ---------------------------------------------------
@@ -159,6 +179,7 @@ class FakeSlurm(SlurmBackend):
 
     # -- the backend interface -------------------------------------------------
     def nodes(self) -> List[SlurmNode]:
+        self.nodes_hook()
         out = []
         for n in self.node_names:
             used = frozenset(self.busy[n])
@@ -175,15 +196,29 @@ class FakeSlurm(SlurmBackend):
         return out
 
     def _as_job(self, j: FJob) -> SlurmJob:
-        return SlurmJob(job_id=j.job_id, name=f"job{j.job_id}", user="alice", state=j.state,
-                        reason=("JobHeldUser" if j.held else j.reason), priority=0 if j.held else 1,
+        # like the parsers: a job with a hold reason is held, running or not
+        # (a hold that lands on a started job leaves it running at priority 0)
+        reason = (("JobHeldAdmin" if j.held_by == "admin" else "JobHeldUser") if j.held
+                  else j.reason)
+        return SlurmJob(job_id=j.job_id, name=j.name or f"job{j.job_id}", user=j.user,
+                        state=j.state, reason=reason, priority=0 if j.held else 1,
                         submit_time=j.submit_time, nodes=tuple(j.alloc),
                         gpus={h: tuple(g) for h, g in j.alloc.items()}, comment=j.comment,
-                        held=j.held and j.state == "PENDING", req_nodes=tuple(j.req_nodes),
-                        partition=j.partition, num_nodes=j.nodes_n)
+                        held=j.held and j.state not in self.FINISHED,
+                        req_nodes=tuple(j.req_nodes), partition=j.partition,
+                        num_nodes=j.nodes_n, user_id=j.uid, reservation=j.reservation,
+                        qos=j.qos, account=j.account, exc_nodes=tuple(j.exc_nodes),
+                        features=j.features)
+
+    FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT"})
 
     #: squeue --json lists finished jobs on 22.05, not from 23.02 on (job() still finds them)
     lists_finished = True
+
+    def nodes_hook(self) -> None:
+        hook = self.hooks.get("nodes")
+        if hook:
+            hook()
 
     def jobs(self, states=None) -> List[SlurmJob]:
         hook = self.hooks.get("jobs")
@@ -196,6 +231,10 @@ class FakeSlurm(SlurmBackend):
         return out
 
     def job(self, job_id: int) -> Optional[SlurmJob]:
+        self.looked_up.append(int(job_id))
+        hook = self.hooks.get("job")
+        if hook:
+            hook(int(job_id))
         j = self.jobs_.get(int(job_id))
         return self._as_job(j) if j else None
 
@@ -244,15 +283,42 @@ class FakeSlurm(SlurmBackend):
                 j.req_nodes = expand_hostlist(v) if v else []
             elif k == "Comment":
                 j.comment = v
+            elif k in self.ADMIN_FIELDS:
+                if j.state != "PENDING":
+                    raise SlurmError("Job is no longer pending execution")
+                attr = self.ADMIN_FIELDS[k]
+                if attr == "exc_nodes":
+                    from slurmtopo.hostlist import expand_hostlist
+                    v = expand_hostlist(v) if v else []
+                setattr(j, attr, v)
             else:
                 raise SlurmError(f"Update of this parameter is not supported: {k}={v}")
 
-    def hold(self, job_id: int) -> None:
-        self.calls.append(("hold", int(job_id)))
+    #: scontrol update fields an admin changes -> FJob attribute
+    ADMIN_FIELDS = {"Partition": "partition", "Reservation": "reservation",
+                    "ExcNodeList": "exc_nodes", "QOS": "qos", "Account": "account",
+                    "Features": "features"}
+
+    def _hold(self, call: str, job_id: int, by: str) -> None:
+        self.calls.append((call, int(job_id)))
+        hook = self.hooks.get("hold")
+        if hook:
+            hook(int(job_id))
         j = self.jobs_.get(int(job_id))
-        if j is None or j.state != "PENDING":
-            raise SlurmError("Job is no longer pending execution")
-        j.held = True
+        if j is None:
+            raise SlurmError("Invalid job id specified")
+        if j.state in self.FINISHED:
+            raise SlurmError("Job/step already completing or completed")
+        # slurmctld sets priority 0 whatever the state: a started job keeps
+        # running, held (Priority=0 Reason=JobHeldAdmin)
+        j.held, j.held_by = True, by
+
+    def hold(self, job_id: int) -> None:
+        """An admin hold (the daemon runs as root or an operator)."""
+        self._hold("hold", job_id, "admin")
+
+    def uhold(self, job_id: int) -> None:
+        self._hold("uhold", job_id, "user")
 
     def release(self, job_id: int) -> None:
         hook = self.hooks.get("release")
@@ -260,7 +326,9 @@ class FakeSlurm(SlurmBackend):
             hook(int(job_id))
         self.calls.append(("release", int(job_id)))
         j = self.jobs_.get(int(job_id))
-        if j is None or j.state != "PENDING":
+        if j is None or j.state in self.FINISHED:
+            raise SlurmError("Job/step already completing or completed")
+        if j.state != "PENDING" and not j.held:
             raise SlurmError("Job is no longer pending execution")
         j.held = False
         if self.auto_schedule:

@@ -101,13 +101,15 @@ def test_update_hold_release_cancel_node(slurm):
     b = CliBackend(env=slurm.env)
     b.update_job(12, Comment="slurmtopo:v1:{} a;b", ReqNodeList="node[1-2]", ExcNodeList="")
     b.hold(12)
+    b.uhold(12)
     b.release(12)
     b.cancel(12)
     b.update_node("node3", State="DRAIN", Reason="slurmtopo agent: GPU 3 lost; see $(log)")
     assert [c["argv"] for c in slurm.calls()] == [
         ["scontrol", "update", "JobId=12", "Comment=slurmtopo:v1:{} a;b",
          "ReqNodeList=node[1-2]", "ExcNodeList="],
-        ["scontrol", "hold", "12"], ["scontrol", "release", "12"], ["scancel", "12"],
+        ["scontrol", "hold", "12"], ["scontrol", "uhold", "12"], ["scontrol", "release", "12"],
+        ["scancel", "12"],
         ["scontrol", "update", "NodeName=node3", "State=DRAIN",
          "Reason=slurmtopo agent: GPU 3 lost; see $(log)"]]
 

@@ -134,7 +134,11 @@ def test_squeue_filters_client_side(fixture_text):
     assert [j.job_id for j in parse.parse_squeue_json(text, job_ids=[3])] == [3]
     jobs = {j.job_id: j for j in parse.parse_squeue_json(text)}
     assert jobs[1].held and jobs[1].state == "RUNNING"      # admin hold on a running job
+    assert not jobs[1].held_by_user and jobs[3].held_by_user  # sbatch --hold: a user hold
     assert jobs[3].comment == "slurmtopo:daemon v=1"
+    assert jobs[3].user_id == 0 and jobs[1].fingerprint() == {
+        "partition": "gpu", "reservation": "", "qos": "", "account": "", "req_nodes": "node1",
+        "exc_nodes": "", "features": ""}
     assert jobs[5].state == "FAILED" and jobs[5].reason == "BadConstraints"
 
 
@@ -156,9 +160,11 @@ def test_scontrol_jobs_agree_with_squeue(fixture_text, name):
     for jid, j in from_json.items():
         t = from_text[jid]
         assert (t.name, t.state, t.nodes, dict(t.gpus), t.comment, t.held, t.req_nodes,
-                t.priority, t.submit_time, t.user, t.partition) == \
+                t.priority, t.submit_time, t.user, t.partition, t.user_id, t.fingerprint(),
+                t.held_by_user) == \
                (j.name, j.state, j.nodes, dict(j.gpus), j.comment, j.held, j.req_nodes,
-                j.priority, j.submit_time, j.user, j.partition), jid
+                j.priority, j.submit_time, j.user, j.partition, j.user_id, j.fingerprint(),
+                j.held_by_user), jid
 
 
 def test_scontrol_job_untyped_multi_node(fixture_text):
@@ -284,6 +290,8 @@ def test_newer_squeue_json(fixture_text, v):
     assert jobs[2].nodes == ("node1", "node2")
     assert jobs[2].gpus == {"node1": (4, 5), "node2": (0, 1)}
     assert jobs[3].held and jobs[3].reason == "JobHeldUser" and jobs[3].priority == 0
+    assert jobs[3].held_by_user and jobs[3].user_id == 0
+    assert jobs[3].fingerprint()["partition"] == "gpu" and jobs[3].reservation == ""
     assert jobs[3].comment == "slurmtopo:v1:x"
     assert parse.gpu_count(jobs[2].gres_request) == 2
 

@@ -232,8 +232,12 @@ def test_hold_release_update_cancel(fake):
     b = pb.PySlurmBackend(fake_pyslurm)
     b.hold(7)
     assert fake.jobs[7].priority == 0 and fake.jobs[7].reason == "JobHeldAdmin"
+    assert not b.job(7).held_by_user
     b.release(7)
     assert fake.jobs[7].priority > 0
+    b.uhold(7)                                  # the placement daemon's hold: a user hold
+    assert fake.jobs[7].priority == 0 and fake.jobs[7].reason == "JobHeldUser"
+    b.release(7)
     b.update_job(8, Comment="new comment", ReqNodeList="gpu1")
     assert fake.jobs[8].comment == "new comment" and fake.jobs[8].required_nodes == "gpu1"
     with pytest.raises(SlurmError, match="cannot update job field 'Bogus'"):
