@@ -90,7 +90,8 @@ def open_file(directory: str, name: str, flags: int, owners: Optional[Collection
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise SpoolFileError(f"the {what} is {kind_of(st.st_mode)}, not a regular file", path)
+            raise SpoolFileError(f"is {kind_of(st.st_mode)}, not a regular file: refused "
+                                 f"(the {what})", path)
         if owners is not None and st.st_uid not in owners:
             if not owners:
                 raise SpoolFileError(f"the {what} belongs to uid {st.st_uid}, and its rightful "
