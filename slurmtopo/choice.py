@@ -82,7 +82,10 @@ def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
     if err is not None:
         raise err
     groups = build_groups(req.layout)
-    options = proposals(inv, req, groups, cand, tree, CostModelSpeeds())
+    # the default figures' per-node-type tables, kept with the inventory
+    # rather than rebuilt for every job
+    speeds = inv.derive("choice.speeds", CostModelSpeeds)
+    options = proposals(inv, req, groups, cand, tree, speeds)
     if safety_net and req.layout.world > 1:
         naive = naive_from(inv, req, cand, groups)
         if meets_require(inv, req, naive):

@@ -102,6 +102,10 @@ class SwitchTable:
     parent: Tuple[Optional[int], ...]
     nodes: Tuple[Tuple[int, ...], ...]
     dist: Tuple[Tuple[Optional[int], ...], ...]
+    #: per inventory index, the switches (of every level) above the node
+    above: Tuple[Tuple[int, ...], ...] = ()
+    #: node name -> inventory index
+    node_index: Optional[Dict[str, int]] = None
 
     @property
     def leaves(self) -> List[int]:
@@ -156,8 +160,13 @@ def _switch_table(inv: Inventory) -> SwitchTable:
                     d[b] = d[a] + 1
                     todo.append(b)
         dist.append(tuple(d))
+    above: List[List[int]] = [[] for _ in index]
+    for sw, members in enumerate(nodes):
+        for i in members:
+            above[i].append(sw)
     return SwitchTable(names=names, level=tuple(levels.get(n, 0) for n in names),
-                       parent=tuple(parent), nodes=nodes, dist=tuple(dist))
+                       parent=tuple(parent), nodes=nodes, dist=tuple(dist),
+                       above=tuple(tuple(a) for a in above), node_index=index)
 
 
 # --------------------------------------------------------------------------
@@ -275,22 +284,30 @@ def _tree(inv: Inventory, nodes: List[Rec], ask: _Ask) -> None:
     n_sw = len(table.names)
     by_index = {rec[0]: rec for rec in nodes}
     weight = {rec[0]: _weight(rec, ask.world, ask.gpn) for rec in nodes}
-    elig = [[i for i in table.nodes[s] if i in by_index] for s in range(n_sw)]
+    elig = [0] * n_sw
+    lightest: List[Optional[int]] = [None] * n_sw
+    for rec in nodes:
+        w = weight[rec[0]]
+        for s in table.above[rec[0]]:
+            elig[s] += 1
+            if lightest[s] is None or w < lightest[s]:
+                lightest[s] = w
     # the top switch: the highest with enough nodes (and its lightest nodes)
     top, top_w = -1, 0
     for s in range(n_sw):
-        if len(elig[s]) < ask.rem_nodes or not elig[s]:
+        if elig[s] < ask.rem_nodes or not elig[s]:
             continue
-        w = min(weight[i] for i in elig[s])
+        w = lightest[s]
         if top < 0 or (table.level[s] >= table.level[top] and w <= top_w):
             top, top_w = s, w
     if top < 0:
         return
-    under_top = set(elig[top])
     # the lightest nodes that suffice, weight by weight; all weights but the
     # last are taken whole, like required nodes
     tiers: Dict[int, List[int]] = {}
-    for i in sorted(under_top):
+    for i in table.nodes[top]:
+        if i not in by_index:
+            continue
         tiers.setdefault(weight[i], []).append(i)
     best: List[int] = []
     forced: List[int] = []
@@ -306,7 +323,10 @@ def _tree(inv: Inventory, nodes: List[Rec], ask: _Ask) -> None:
     if len(best) < ask.rem_nodes or gpus < ask.world:
         return
     best_set = set(best)
-    count = [sum(1 for i in elig[s] if i in best_set) for s in range(n_sw)]
+    count = [0] * n_sw
+    for i in best:
+        for s in table.above[i]:
+            count[s] += 1
     required = [False] * n_sw
     taken = set()
     for i in sorted(forced):
@@ -410,6 +430,10 @@ def _compare(table: SwitchTable, count, rem_nodes: int, i: int, j: int) -> Tuple
 def leaves_used(inv: Inventory, hosts: Sequence[str]) -> int:
     """How many leaf switches ``hosts`` span (what ``--switches`` counts)."""
     table = switch_table(inv)
-    index = {name: i for i, name in enumerate(inv.nodes)}
-    want = {index[h] for h in hosts if h in index}
-    return sum(1 for s in table.leaves if want.intersection(table.nodes[s]))
+    index = table.node_index or {}
+    leaves = set()
+    for h in hosts:
+        i = index.get(h)
+        if i is not None:
+            leaves.update(s for s in table.above[i] if table.level[s] == 0)
+    return len(leaves)

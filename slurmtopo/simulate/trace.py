@@ -5,7 +5,8 @@ ran, how many GPUs it held), read from one of three formats, each by a
 module of its own: the CSV of the public GPU-cluster traces
 (:mod:`~slurmtopo.simulate.trace_csv`), the Standard Workload Format of the
 Parallel Workloads Archive (:mod:`~slurmtopo.simulate.trace_swf`) and
-``sacct -P`` output (:mod:`~slurmtopo.simulate.trace_sacct`).
+``sacct -P`` output (:mod:`~slurmtopo.simulate.trace_sacct`);
+:func:`slurmtopo.simulate.trace_read.read_trace` picks the reader.
 
 Every file goes through :func:`slurmtopo.fileio.read_text` (64 MiB at most).
 A file that is not a trace at all (no header, a column missing) is refused
@@ -17,10 +18,9 @@ silently.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 
@@ -186,56 +186,3 @@ def finish(path: str, fmt: str, rows: int, jobs: Sequence[Tuple[float, TraceJob]
                          where=jobs[i][1].where) for i in kept)
     return Trace(jobs=out, source=path, format=fmt, rows=rows, skipped=log.skipped(),
                  beyond_limit=len(order) - len(kept))
-
-
-def sniff(path: str, text: str) -> str:
-    """The format of a trace file: ``.swf`` or a first line starting with
-    ``;`` or holding only numbers is SWF, a ``|``-separated header naming
-    ``JobID`` is sacct, anything else CSV."""
-    if path.lower().endswith((".swf", ".swf.txt")):
-        return SWF
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        if line.startswith(";"):
-            return SWF
-        if "|" in line and "jobid" in line.lower():
-            return SACCT
-        if all(_is_number(w) for w in line.split()):
-            return SWF
-        return CSV
-    return CSV
-
-
-def _is_number(word: str) -> bool:
-    try:
-        float(word)
-        return True
-    except ValueError:
-        return False
-
-
-def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None) -> Trace:
-    """Read the trace at ``path`` (``fmt``: csv, swf, sacct, or None to
-    tell from the file); ``limit``: keep the first that many jobs by
-    submit time."""
-    from slurmtopo.fileio import read_text
-
-    path = os.fspath(path)
-    if fmt is not None and fmt not in FORMATS:
-        raise TraceError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
-    if limit is not None and limit < 1:
-        raise TraceError(f"--jobs must be at least 1, got {limit}")
-    text = read_text(path)
-    if "\x00" in text:
-        raise TraceError("not a text file (NUL bytes)", path)
-    fmt = fmt or sniff(path, text)
-    reader: Callable[[str, str, Optional[int]], Trace]
-    if fmt == SWF:
-        from slurmtopo.simulate.trace_swf import read_swf as reader
-    elif fmt == SACCT:
-        from slurmtopo.simulate.trace_sacct import read_sacct as reader
-    else:
-        from slurmtopo.simulate.trace_csv import read_csv as reader
-    return reader(text, path, limit)
