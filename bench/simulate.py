@@ -11,10 +11,12 @@ jobs in the CSV shape of the public GPU traces, then times::
 (interpreter start, reading, the four replays and the output included) and
 keeps the command's JSON beside the timing. The trace mimics the published
 GPU-cluster traces' shape: half the jobs on one GPU, a tail up to 128 GPUs
-(16 nodes), log-normal run times (median 30 minutes), Poisson arrivals at
-about 75% of the cluster's GPUs.
+(16 nodes), log-normal run times (median 30 minutes), Poisson arrivals
+offering 110% of the cluster's GPU-hours over the submission period (jobs
+queue at the peaks: a minute's wait on average under Slurm's own
+placement).
 
-    python -m bench.simulate [--jobs 15000] [--nodes 1000] [--workers 2] \\
+    python -m bench.simulate [--jobs 15000] [--nodes 1000] [--workers 2] [--each] \\
         [--out bench/results/simulate.json]
 """
 from __future__ import annotations
@@ -39,7 +41,7 @@ SIZES = ((1, 0.50), (2, 0.10), (4, 0.10), (8, 0.15), (16, 0.07), (32, 0.05), (64
 POLICIES = ("slurm", "slurm-switches:wait=600", "slurmtopo", "daemon:wait=600")
 
 
-def write_trace(path: str, jobs: int, gpus: int, load: float = 0.75, seed: int = 26) -> None:
+def write_trace(path: str, jobs: int, gpus: int, load: float = 1.1, seed: int = 26) -> None:
     """``jobs`` jobs arriving at ``load`` of ``gpus`` GPUs (see the module doc)."""
     rng = random.Random(f"simulate-trace-{seed}")
     sizes = [s for s, _ in SIZES]
@@ -82,26 +84,44 @@ def machine() -> Dict[str, Any]:
     return info
 
 
-def run(jobs: int, nodes: int, workers: int, workdir: str,
-        policies: Sequence[str] = POLICIES) -> Dict[str, Any]:
-    inv = write_inventory(workdir, nodes)
-    trace = os.path.join(workdir, f"trace-{jobs}.csv")
-    write_trace(trace, jobs, nodes * 8)
+def simulate(inv: str, trace: str, workers: int, policies: Sequence[str],
+             workdir: str) -> Dict[str, Any]:
+    """One ``slurmtopo simulate --json`` run: its wall and CPU seconds, and its output."""
     argv = [sys.executable, "-m", "slurmtopo", "simulate", "--inventory", inv, "--trace", trace,
             "--json", "--workers", str(workers)]
     for p in policies:
         argv += ["--policy", p]
     env = dict(os.environ, PYTHONPATH=ROOT)
+    before = os.times()
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=workdir)
     wall = time.perf_counter() - t0
+    after = os.times()
     if proc.returncode != 0:
         raise SystemExit(f"slurmtopo simulate failed ({proc.returncode}):\n{proc.stderr}")
-    out = json.loads(proc.stdout)
-    return {"command": " ".join(["slurmtopo"] + argv[3:]), "jobs": jobs, "nodes": nodes,
-            "gpus": nodes * 8, "workers": workers, "wall_s": round(wall, 1),
-            "policy_s": {p["policy"]: p["replay_s"] for p in out["policies"]},
-            "machine": machine(), "result": out}
+    cpu = (after.children_user - before.children_user) + \
+        (after.children_system - before.children_system)
+    return {"command": " ".join(["slurmtopo"] + argv[3:]), "wall_s": round(wall, 1),
+            "cpu_s": round(cpu, 1), "output": json.loads(proc.stdout)}
+
+
+def run(jobs: int, nodes: int, workers: int, workdir: str,
+        policies: Sequence[str] = POLICIES, each: bool = False) -> Dict[str, Any]:
+    inv = write_inventory(workdir, nodes)
+    trace = os.path.join(workdir, f"trace-{jobs}.csv")
+    write_trace(trace, jobs, nodes * 8)
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    whole = simulate(inv, trace, workers, policies, workdir)
+    out: Dict[str, Any] = {"command": whole["command"], "jobs": jobs, "nodes": nodes,
+                           "gpus": nodes * 8, "workers": workers, "wall_s": whole["wall_s"],
+                           "cpu_s": whole["cpu_s"], "load_average_before": load,
+                           "machine": machine(), "result": whole["output"]}
+    if each:  # every policy alone, one process: what each costs
+        out["each"] = {}
+        for p in policies:
+            one = simulate(inv, trace, 1, [p], workdir)
+            out["each"][p] = {"wall_s": one["wall_s"], "cpu_s": one["cpu_s"]}
+    return out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -112,14 +132,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--policy", action="append", default=None)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "simulate.json"))
     ap.add_argument("--workdir", default=None, help="keep the inventory and trace here")
+    ap.add_argument("--each", action="store_true",
+                    help="also time every policy alone (one process each)")
     args = ap.parse_args(argv)
     workdir = args.workdir or tempfile.mkdtemp(prefix="slurmtopo-bench-sim-")
     os.makedirs(workdir, exist_ok=True)
-    res = run(args.jobs, args.nodes, args.workers, workdir, args.policy or POLICIES)
+    res = run(args.jobs, args.nodes, args.workers, workdir, args.policy or POLICIES, args.each)
     rows: List[str] = [f"{res['jobs']} jobs, {res['nodes']} nodes ({res['gpus']} GPUs), "
-                       f"{res['workers']} workers: {res['wall_s']} s through the command line"]
-    for name, secs in res["policy_s"].items():
-        rows.append(f"  {name}: {secs} s")
+                       f"{res['workers']} workers: {res['wall_s']} s through the command line "
+                       f"({res['cpu_s']} s CPU; load average before {res['load_average_before']})"]
+    for name, t in res.get("each", {}).items():
+        rows.append(f"  {name} alone: {t['wall_s']} s ({t['cpu_s']} s CPU)")
+    for p in res["result"]["policies"]:
+        w, s = p["queue_wait_s"], p["slowdown"]
+        rows.append(f"  {p['policy']}: wait mean {w['mean']} s p95 {w['p95']} s, slowdown mean "
+                    f"{s['mean']}, utilisation {p['gpu_utilisation']}")
     print("\n".join(rows))
     with open(args.out, "w") as fh:
         json.dump(res, fh, indent=2, sort_keys=True)
