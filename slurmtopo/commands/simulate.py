@@ -10,7 +10,6 @@ See docs/simulate.md.
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
@@ -55,7 +54,7 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     from slurmtopo.simulate.layouts import load_rules
     from slurmtopo.simulate.policies import DEFAULT_POLICIES, parse_policy
     from slurmtopo.simulate.report import document, notes, plot_png, table
-    from slurmtopo.simulate.runner import prepare, run_policies
+    from slurmtopo.simulate.runner import prepare
     from slurmtopo.simulate.trace_read import read_trace
 
     specs = [parse_policy(p) for p in (policies or DEFAULT_POLICIES)]

@@ -113,3 +113,20 @@ def test_refused_inputs(tmp_path):
     code, _out, err = run_cli(["simulate", "--inventory", INV, "--trace", str(big)])
     one_line_error(code, err, "no job of the trace can run on this inventory", "big.csv:2")
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_byte_identical_across_processes(tmp_path):
+    """Two runs in fresh interpreters with different hash seeds (set and
+    dict orders of strings differ) print the same bytes."""
+    import subprocess
+    import sys
+
+    outs = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(ROOT))
+        p = subprocess.run([sys.executable, "-m", "slurmtopo"] + BASE[:-1] + ["40"] + POLICIES
+                           + ["--json", "--workers", "2"], capture_output=True, env=env,
+                           cwd=tmp_path, timeout=300)
+        assert p.returncode == 0, p.stderr
+        outs.append(p.stdout)
+    assert outs[0] == outs[1]

@@ -153,3 +153,16 @@ def test_jobs_that_never_fit_are_left_out(inv):
     setup = prepare(inv, _trace((0, 8, 10), (1, 40, 10)), BUILTIN["default"], 0.3)
     assert [j.trace.job_id for j in setup.jobs] == ["j0"]
     assert [(t.job_id, "needs 5 nodes" in why) for t, why in setup.never] == [("j1", True)]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_runner_reports_progress_and_keeps_the_order(inv, workers):
+    from slurmtopo.simulate.runner import run_policies
+
+    setup = prepare(inv, _trace(*[(i, 8, 50) for i in range(70)]), BUILTIN["default"], 0.3)
+    specs = [parse_policy("daemon:wait=0"), parse_policy("slurm")]
+    seen = {}
+    out = run_policies(setup, specs, workers, lambda k, done: seen.__setitem__(k, done))
+    assert [r.label for r, _ in out] == ["daemon:wait=0", "slurm"]
+    assert seen == {0: 70, 1: 70}
+    assert all(seconds >= 0 for _, seconds in out)
