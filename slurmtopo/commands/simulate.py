@@ -75,7 +75,7 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
                              f"{first[0].job_id} at {first[0].where}: {first[1]})")
     if workers is None:
         workers = max(1, min(len(specs), os.cpu_count() or 1))
-    results = _run(setup, specs, workers, quiet=as_json)
+    results = _run(setup, specs, workers)
     doc = document(setup, inventory_path, specs, [r for r, _ in results])
     image = plot_png(doc) if plot_path is not None else None
     if image is not None:
@@ -99,8 +99,9 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
         console.print(f"plot: {plot_path}", highlight=False)
 
 
-def _run(setup, specs, workers: int, quiet: bool):
-    """The replays, with a progress bar per policy on a terminal."""
+def _run(setup, specs, workers: int):
+    """The replays, with a progress bar per policy when stderr is a terminal
+    (with --json too: the document goes to stdout)."""
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
