@@ -99,7 +99,11 @@ def plan_and_default(inv: Inventory, state: Optional[ClusterState], req: JobRequ
     if err is not None:
         raise err
     groups = build_groups(req.layout)
-    options = proposals(inv, req, groups, cand, tree, CostModelSpeeds(params_of(inv)))
+    # the link speeds in the inventory's own cost figures, with their
+    # per-node-type tables, kept with the inventory rather than rebuilt for
+    # every job
+    speeds = inv.derive("choice.speeds", lambda: CostModelSpeeds(params_of(inv)))
+    options = proposals(inv, req, groups, cand, tree, speeds)
     naive = None
     if safety_net and req.layout.world > 1:
         naive = naive_from(inv, req, cand, groups)

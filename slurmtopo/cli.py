@@ -31,6 +31,7 @@ COMMANDS = {
     "state": "state",
     "show": "show",
     "nccl-topo": "nccl_topo",
+    "simulate": "simulate",
 }
 
 

@@ -31,7 +31,7 @@ import stat
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 from slurmtopo.errors import InventoryError, SlurmtopoError
 
@@ -141,7 +141,7 @@ class Output:
     ``topology.conf`` must stay readable to a ``0640 root:slurm`` setup)."""
 
     path: str
-    text: str
+    text: Union[str, bytes]  # bytes: written as they are (an image)
     mode: int = 0o644
     keep_owner: bool = False
 
@@ -186,7 +186,8 @@ def _stage(out: Output, st: _Staged, sync: bool = True) -> None:
     try:
         fd, st.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(st.path)}.", suffix=".tmp",
                                       dir=st.directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        binary = isinstance(out.text, bytes)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
             fh.write(out.text)
             if sync:
                 fh.flush()
@@ -356,7 +357,7 @@ def write_all(outputs: Sequence[Output], backup: bool = False,
     return {st.path: st.backup for st in staged}
 
 
-def atomic_write(path, text: str, mode: int = 0o644, backup: bool = False,
+def atomic_write(path, text: Union[str, bytes], mode: int = 0o644, backup: bool = False,
                  stamp: Optional[str] = None, keep_owner: bool = False,
                  keep_backups: int = KEEP_BACKUPS) -> Optional[str]:
     """Atomically replace ``path`` with ``text``; returns the backup's path

@@ -312,6 +312,7 @@ DOCUMENT_KINDS = {
     "state": ("a state snapshot", "--state"),
     "rankmap": ("a rank map", None),
     "plan": ("a plan document", "slurmtopo bind --plan"),
+    "layout-rules": ("a layout-rules file", "slurmtopo simulate --layout-rule"),
 }
 #: top-level keys only one kind of document has (to name a document that
 #: lacks its ``slurmtopo:`` line)

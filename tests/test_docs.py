@@ -60,6 +60,10 @@ def test_yaml_example_loads(path, line, body, tmp_path):
         (tmp_path / "state.yaml").write_text(body)
         state = load_state(str(tmp_path / "state.yaml"), inv)
         assert state.nodes
+    elif kind == "layout-rules":
+        from slurmtopo.simulate.layouts import load_rules
+        (tmp_path / "rules.yaml").write_text(body)
+        assert load_rules(str(tmp_path / "rules.yaml")).rules
     else:
         assert kind is None, f"{where}: unknown document kind {kind!r}"
         full = {"slurmtopo": "inventory", "version": 1, "nodes": BASE_NODES, **doc}

@@ -23,7 +23,8 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
-         "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.commands", "slurmtopo.cli")
+         "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate", "slurmtopo.commands",
+         "slurmtopo.cli")
 
 
 def _modules() -> Dict[str, Path]:
@@ -138,3 +139,16 @@ def test_placement_never_imports_the_cost_model():
     assert "slurmtopo.cost" in graph["slurmtopo.choice"]
     assert "slurmtopo.placement.planner" in graph["slurmtopo.choice"]
     assert not any(_under(t, ("slurmtopo.choice",)) for t in graph["slurmtopo.cost"])
+
+
+def test_nothing_below_the_simulator_imports_it():
+    # slurmtopo simulate is a use case beside the daemon and the api: only
+    # the command line may import it
+    graph = import_graph()
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if not _under(m, (
+        "slurmtopo.simulate", "slurmtopo.commands", "slurmtopo.cli"))
+        for t in ts if _under(t, ("slurmtopo.simulate",)))
+    assert bad == []
+    # and it does use the real code paths (the check would see an import)
+    assert "slurmtopo.daemon.scheduler" in graph["slurmtopo.simulate.policies"]
+    assert "slurmtopo.simulate.runner" in graph["slurmtopo.commands.simulate"]

@@ -10,7 +10,9 @@ daemon's status file) hypothesis generates input that cannot be valid:
 * a valid document with one value replaced by something of the wrong
   shape (a mapping with an unknown key, a nested list, a shell-hostile
   name, a number out of range) or one key renamed to an unknown one;
-* for text formats, a valid file with one line replaced by garbage.
+* for text formats, a valid file with one line replaced by garbage (for a
+  job trace, whose bad rows are skipped and counted by design, its header,
+  or its only job).
 
 and checks the same contract each time: a non-zero exit, exactly one line
 on stderr, starting ``slurmtopo: error:``, no traceback, and nothing written
@@ -178,6 +180,25 @@ CASES = [
     ReaderCase("megatron-args", ["groups", "--framework", "megatron", "--config", "{in}",
                                  "--world", "16"], MEGATRON_ARGS, False,
                file_name="megatron.args", lines=r"^\s*--(tensor|pipeline|context|expert)-"),
+    ReaderCase("trace-csv", ["simulate", "--inventory", INV, "--trace", "{in}", "--policy",
+                             "slurm"],
+               "job_id,gpu_num,submit_time,duration\n1,8,2020-09-01 00:00:00,600\n"
+               "2,16,2020-09-01 00:01:00,300\n", False, file_name="trace.csv",
+               lines=r"^job_id,"),
+    ReaderCase("trace-swf", ["simulate", "--inventory", INV, "--trace", "{in}", "--policy",
+                             "slurm"],
+               "; Version: 2.2\n; UnixStartTime: 0\n1 0 -1 60 8 -1 -1 8 120 -1 1 1 1 -1 1 -1 -1 -1\n",
+               False, file_name="trace.swf", lines=r"^\s*\d"),
+    ReaderCase("trace-sacct", ["simulate", "--inventory", INV, "--trace", "{in}", "--policy",
+                               "slurm", "--trace-format", "sacct"],
+               "JobID|Submit|Start|End|AllocTRES\n7|2025-01-06T09:00:00|2025-01-06T09:00:02|"
+               "2025-01-06T11:00:02|cpu=16,gres/gpu=8,node=1\n", False, file_name="sacct.txt",
+               lines=r"^JobID\|"),
+    ReaderCase("layout-rules", ["simulate", "--inventory", INV, "--trace",
+                                str(EXAMPLES / "traces" / "philly-excerpt.csv"), "--jobs", "3",
+                                "--policy", "slurm", "--layout-rule", "{in}"],
+               "slurmtopo: layout-rules\nversion: 1\nrules:\n  - {up_to: 8, tp: 1}\n"
+               "  - {tp: 8, pp: 2}\n", True, file_name="rules.yaml"),
     ReaderCase("daemon-status", ["daemon", "status", "--spool", "{dir}"],
                json.dumps({"slurmtopo": "daemon-status", "version": 1,
                            "daemon": {"pid": 4242, "host": "ctl", "started": 1.0e9,

@@ -9,6 +9,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 from slurmtopo.daemon.candidates import Filter, filter_of, refreshed, without
 from slurmtopo.daemon.decisions import ClusterView
 from slurmtopo.placement.common import Candidates
+from slurmtopo.placement.slurm_select import slurm_pick
 from slurmtopo.model import ClusterState, Inventory, Node, NodeState, Placement, free_gpus_of
 
 
@@ -337,26 +338,6 @@ def free_space_key(work: Work, touched: Sequence[str], take: Mapping[str, Set[in
     whole_leaves = sum(1 for lf in leaves
                        if all(_whole_free(work, n, take) for n in leaf_nodes[lf]))
     return (whole_leaves, whole_nodes, sorted(keys, reverse=True))
-
-
-def slurm_pick(hw, free: Sequence[int], k: int) -> Tuple[int, ...]:
-    """The ``k`` GPUs Slurm's cons_tres most likely gives a job on a node
-    with ``free`` GPUs: from the socket (NUMA node) with the most free GPUs
-    first (ties: the lower socket), lowest indices first inside a socket.
-    That is what 22.05 does when gres.conf binds GPUs to sockets
-    (``Cores=``); without a binding every GPU is one socket and it is the
-    lowest free indices. A prediction only: the loop compares it with what
-    Slurm really gave, and ``slurmtopo bind`` plans on the real GPUs."""
-    numa = {g.index: (g.numa_node if g.numa_node is not None else 0) for g in hw.gpus}
-    by_socket: Dict[int, List[int]] = {}
-    for g in sorted(free):
-        by_socket.setdefault(numa.get(g, 0), []).append(g)
-    out: List[int] = []
-    for _, gs in sorted(by_socket.items(), key=lambda t: (-len(t[1]), t[0])):
-        for g in gs:
-            if len(out) < k:
-                out.append(g)
-    return tuple(sorted(out))
 
 
 def predicted_claim(work: Work, p: Placement, gpn: Optional[int], exclusive: bool

@@ -14,6 +14,14 @@ All three are gang placements over the same free GPUs as :func:`plan`
     No awareness of NVLink islands or NUMA inside the nodes.
 :func:`random_plan`
     a random feasible placement (seeded): random free GPUs, random ranks.
+
+The first two are simplified stand-ins for Slurm that the benchmarks and
+the planner's safety net have always compared with. Slurm's actual choice
+(best fit over runs of nodes or over its switch tree, whole free nodes
+first for ``--gpus=N``, GPUs by socket; checked against Slurm's source and
+a real slurmctld) is :func:`slurm_plan`
+(:mod:`slurmtopo.placement.slurm_select`), what ``slurmtopo simulate``
+replays a trace with. It is often better than the stand-ins.
 """
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ from typing import Dict, List, Optional, Tuple
 from slurmtopo.errors import PlacementError
 from slurmtopo.model import ClusterState, Inventory, Node, Placement
 from slurmtopo.placement.common import Candidates, build_placement, candidates, not_enough_gpus
+from slurmtopo.placement.slurm_select import TREE, choose_nodes, leaves_used
 from slurmtopo.request import JobRequest
 from slurmtopo.topology import network_view
 
@@ -106,6 +115,35 @@ def leaf_constrained_plan(inv: Inventory, state: Optional[ClusterState],
     notes = [f"leaf-constrained: no leaf holds {world} free GPUs; {len(chosen)} leaves used "
              f"(largest first), as Slurm does after --switches' wait"]
     return _block_fill(inv, req, nodes, notes)
+
+
+def slurm_from(inv: Inventory, req: JobRequest, cand: Candidates, topology: str = TREE,
+               groups=None) -> Placement:
+    """:func:`slurm_plan` over already computed candidates."""
+    _check(req, cand)
+    world = req.layout.world
+    chosen = choose_nodes(inv, cand.nodes, world, req.gpus_per_node, topology)
+    assign: List[Tuple[str, int]] = []
+    for (_, node, _free), gpus in chosen:
+        take = min(len(gpus), world - len(assign))
+        assign.extend((node.name, g) for g in gpus[:take])
+    if len(assign) < world:  # pragma: no cover - choose_nodes raised before
+        raise PlacementError(f"needs {world} GPUs; only {len(assign)} could be placed")
+    if topology == TREE and inv.fabric.switches:
+        n = leaves_used(inv, [h for h, _ in assign])
+        note = f"slurm: Slurm's choice over its switch tree ({n} leaf switch{'es' * (n != 1)})"
+    else:
+        note = "slurm: Slurm's choice without topology (best fit over runs of nodes)"
+    return build_placement(inv, req, assign, [note + ", ranks in block order"], groups)
+
+
+def slurm_plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
+               topology: str = TREE) -> Placement:
+    """Slurm's own placement (see the module doc): ``tree`` as with
+    topology/tree (every job, unless ``TopologyParam=TopoOptional``),
+    ``flat`` without a topology plugin. Raises PlacementError when Slurm
+    would not start the job now."""
+    return slurm_from(inv, req, candidates(inv, state, req), topology)
 
 
 def random_plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,

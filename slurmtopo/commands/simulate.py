@@ -1,0 +1,122 @@
+"""``slurmtopo simulate``: replay a job trace under several placement policies.
+
+    slurmtopo simulate --inventory etc/examples/devcluster.yaml \\
+        --trace etc/examples/traces/nasa-ipsc-excerpt.swf \\
+        --policy slurm --policy slurm-switches:wait=600 --policy slurmtopo \\
+        --policy daemon:wait=600 [--json] [--plot wait-vs-slowdown.png]
+
+See docs/simulate.md.
+"""
+from __future__ import annotations
+
+import os
+
+import click
+
+from slurmtopo.errors import SlurmtopoError
+
+
+@click.command("simulate")
+@click.option("--inventory", "inventory_path", required=True,
+              help="Inventory file or directory of node reports.")
+@click.option("--trace", "trace_path", required=True, metavar="FILE",
+              help="Job trace: CSV (Helios, Philly, Alibaba shape), SWF, or sacct -P output.")
+@click.option("--trace-format", type=click.Choice(["csv", "swf", "sacct"]), default=None,
+              help="The trace's format (default: told from the file).")
+@click.option("--policy", "policies", multiple=True, metavar="NAME[:key=value,...]",
+              help="A policy to replay the trace with, repeatable: slurm[:topology=tree|flat], "
+                   "slurm-switches:wait=T, slurmtopo, daemon:wait=T[,level=L,reservations=N,"
+                   "max_releases=N,interval=S], random. Default: slurm, slurm-switches:wait=600, "
+                   "slurmtopo, daemon:wait=600.")
+@click.option("--comm-fraction", type=click.FloatRange(0.0, 1.0), default=0.3,
+              show_default=True,
+              help="Share of a job's run time spent communicating: a placement that models a "
+                   "step N times slower stretches the run by 1 + f*(N-1).")
+@click.option("--layout-rule", default="default", show_default=True, metavar="RULE",
+              help="How a trace's GPU count becomes a layout: default, dp, or a YAML rules "
+                   "file (docs/simulate.md).")
+@click.option("--jobs", "limit", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Replay only the first N jobs (by submission).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the results as JSON (byte-identical for the same input and seed).")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png",
+              help="Draw queue wait against slowdown for every policy (needs matplotlib).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the random policy.")
+@click.option("--workers", type=click.IntRange(min=1, max=256), default=None,
+              help="Policies replayed at once, in separate processes (default: one per CPU, "
+                   "at most one per policy). The results do not depend on it.")
+def command(inventory_path, trace_path, trace_format, policies, comm_fraction, layout_rule,
+            limit, as_json, plot_path, seed, workers):
+    """Replay a job trace on the inventory under each placement policy: queue wait,
+    modelled slowdown, JCT, GPU utilisation and stranded GPUs, side by side."""
+    from slurmtopo.api import load_cluster
+    from slurmtopo.simulate.layouts import load_rules
+    from slurmtopo.simulate.policies import DEFAULT_POLICIES, parse_policy
+    from slurmtopo.simulate.report import document, notes, plot_png, table
+    from slurmtopo.simulate.runner import prepare
+    from slurmtopo.simulate.trace_read import read_trace
+
+    specs = [parse_policy(p) for p in (policies or DEFAULT_POLICIES)]
+    seen = set()
+    for s in specs:
+        if s.label in seen:
+            raise SlurmtopoError(f"--policy {s.label} is given twice")
+        seen.add(s.label)
+    if plot_path is not None and not plot_path.lower().endswith(".png"):
+        raise SlurmtopoError(f"--plot {plot_path}: the plot is a PNG file (name it .png)")
+    rules = load_rules(layout_rule)
+    inv = load_cluster(inventory_path)
+    trace = read_trace(trace_path, trace_format, limit)
+    setup = prepare(inv, trace, rules, comm_fraction, seed)
+    if not setup.jobs:
+        first = setup.never[0]
+        raise SlurmtopoError(f"no job of the trace can run on this inventory (first: "
+                             f"{first[0].job_id} at {first[0].where}: {first[1]})")
+    if workers is None:
+        workers = max(1, min(len(specs), os.cpu_count() or 1))
+    results = _run(setup, specs, workers)
+    doc = document(setup, inventory_path, specs, [r for r, _ in results])
+    image = plot_png(doc) if plot_path is not None else None
+    if image is not None:
+        from slurmtopo.fileio import atomic_write
+
+        atomic_write(plot_path, image)
+    if as_json:
+        from slurmtopo.yamlio import dump_json
+
+        click.echo(dump_json(doc), nl=False)
+        return
+    from rich.console import Console
+
+    console = Console(soft_wrap=False)
+    if not console.is_terminal:
+        console.width = 132  # a file or a pipe: every column, whatever $COLUMNS says
+    console.print(table(doc))
+    for line in notes(doc):
+        console.print(line, highlight=False)
+    if plot_path is not None:
+        console.print(f"plot: {plot_path}", highlight=False)
+
+
+def _run(setup, specs, workers: int):
+    """The replays, with a progress bar per policy when stderr is a terminal
+    (with --json too: the document goes to stdout)."""
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+
+    from slurmtopo.simulate.runner import run_policies
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return run_policies(setup, specs, workers)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=False) as progress:
+        tasks = [progress.add_task(s.label, total=len(setup.jobs)) for s in specs]
+
+        def tick(k: int, done: int) -> None:
+            progress.update(tasks[k], completed=done)
+
+        return run_policies(setup, specs, workers, tick)

@@ -1,0 +1,468 @@
+"""The event loop: a trace replayed on a simulated clock under one policy.
+
+Events are job submissions, job ends, and wake-ups (a wait that runs out);
+between them nothing changes, so the clock jumps from one to the next.
+The cluster's free GPUs are kept node by node (:class:`FreeState`), never
+rescanned.
+
+Run time
+    A job runs ``run_time * (1 + f * (step / best_step - 1))``: its trace
+    run time, stretched by the share ``f`` of it spent communicating
+    (``--comm-fraction``) times how much slower its placement's modelled
+    step is than the best it gets on the idle cluster (the planner's, by
+    the cost model, :func:`slurmtopo.api.step_time`). ``step / best_step``
+    is the job's *slowdown* (1 for a one-GPU job, which does not
+    communicate).
+
+Slurm's queue (every policy but ``daemon``)
+    Jobs are considered in submission order (trace order on ties), after
+    every event. A job that the policy can place now starts. The first job
+    that cannot gets a reservation, as Slurm's backfill gives it: running
+    jobs are taken to end at their time limit (the trace's, else their
+    actual end: perfect estimates), the earliest time it fits is found and
+    its GPUs of that placement are set aside; a later job may start only
+    on other GPUs, or on those if it ends before that time. One
+    reservation (EASY backfill; Slurm's backfill makes one per job up to
+    ``bf_max_job_test``). A ``slurm-switches`` job held for its switch
+    count is passed over without a reservation until its wait ends. When
+    only submissions happened since the last pass, only the new jobs are
+    considered: the state the others were refused on has not changed.
+
+The placement daemon (``daemon``)
+    Every job is held. The daemon's :func:`~slurmtopo.daemon.scheduler.decide`
+    runs at the daemon's cycle (every ``interval`` seconds of the clock),
+    at the first cycle after anything happened (a submission, an end, a
+    preference's wait running out, a cycle that hit the release limit);
+    a released job starts at once on the GPUs the daemon claimed for it,
+    at the modelled step the decision gives. A cycle after nothing but
+    submissions of jobs that the free GPUs cannot hold by count is not
+    run: the daemon turns such a job away before planning, and the jobs
+    before it were refused on the same GPUs (the decisions would be the
+    same waits).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from slurmtopo.model import Inventory
+from slurmtopo.request import JobRequest
+from slurmtopo.simulate.freestate import FreeState
+from slurmtopo.simulate.layouts import JobShape
+from slurmtopo.simulate.trace import TraceJob
+
+END, SUBMIT, WAKE, CYCLE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A trace job made placeable (the same for every policy)."""
+
+    index: int
+    trace: TraceJob
+    shape: JobShape
+    request: JobRequest
+    #: modelled step time on the idle cluster (0 for a job that does not
+    #: communicate)
+    best_step: float
+
+    @property
+    def submit(self) -> float:
+        return self.trace.submit
+
+
+@dataclass
+class Outcome:
+    """What happened to one job under one policy."""
+
+    start: Optional[float] = None
+    end: Optional[float] = None
+    step: Optional[float] = None
+    gpus_held: int = 0
+    nodes: int = 0
+    leaves: int = 0
+
+
+@dataclass
+class Replay:
+    """One policy's replay: per job outcomes (by :attr:`JobSpec.index`),
+    the stranded GPUs integrated over time, and when the last job ended."""
+
+    label: str
+    outcomes: List[Outcome]
+    stranded_gpu_s: float = 0.0
+    end: float = 0.0
+    rejected: int = 0
+    cycles: int = 0
+    notes: List[str] = field(default_factory=list)
+
+
+def slowdown(step: Optional[float], best: float) -> float:
+    """``step / best`` (1 when the job does not communicate or is not priced)."""
+    if step is None or best <= 0:
+        return 1.0
+    return step / best
+
+
+def stretched(job: JobSpec, step: Optional[float], fraction: float) -> float:
+    """The run time of ``job`` at modelled step ``step`` (see the module doc)."""
+    return job.trace.run_time * (1.0 + fraction * (slowdown(step, job.best_step) - 1.0))
+
+
+class _Loop:
+    """What both loops share: the clock, the events, the state and the outcomes."""
+
+    def __init__(self, inv: Inventory, jobs: List[JobSpec], label: str, fraction: float,
+                 progress: Optional[Callable[[int], None]]):
+        self.inv = inv
+        self.jobs = jobs
+        self.fraction = fraction
+        self.state = FreeState(inv)
+        self.out = [Outcome() for _ in jobs]
+        self.replay = Replay(label=label, outcomes=self.out)
+        self.events: List[Tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.done = 0
+        self.progress = progress
+        self.alloc: Dict[int, Dict[str, Tuple[int, ...]]] = {}
+        self.running: Dict[int, float] = {}  # job -> when the scheduler believes it ends
+        self.params = None
+        for job in jobs:
+            self.push(job.submit, SUBMIT, job.index)
+
+    def push(self, t: float, kind: int, what: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, what))
+
+    def advance(self, t: float) -> None:
+        if t > self.now:
+            self.replay.stranded_gpu_s += self.state.stranded * (t - self.now)
+            self.now = t
+
+    def step_of(self, job: JobSpec, placement) -> Optional[float]:
+        if job.best_step <= 0:
+            return 0.0
+        from slurmtopo.api import step_time
+        from slurmtopo.cost import CostParams, cost_params
+
+        if self.params is None:
+            try:
+                self.params = cost_params(self.inv)
+            except Exception:  # validated when loaded; the defaults if not
+                self.params = CostParams()
+        return step_time(self.inv, placement, job.request, self.params)
+
+    def start(self, job: JobSpec, alloc: Dict[str, Tuple[int, ...]], step: Optional[float],
+              limit_end: Optional[float] = None) -> None:
+        self.state.allocate(alloc)
+        run = stretched(job, step, self.fraction)
+        o = self.out[job.index]
+        o.start, o.step, o.end = self.now, step, self.now + run
+        o.gpus_held = sum(len(g) for g in alloc.values())
+        o.nodes = len(alloc)
+        if len(alloc) > 1 and self.inv.fabric.switches:
+            from slurmtopo.placement.slurm_select import leaves_used
+            o.leaves = leaves_used(self.inv, list(alloc))
+        else:
+            o.leaves = 1
+        self.alloc[job.index] = alloc
+        limit = job.trace.time_limit
+        self.running[job.index] = self.now + limit if limit else o.end
+        self.push(o.end, END, job.index)
+
+    def finish(self, index: int) -> None:
+        self.state.release(self.alloc.pop(index))
+        self.running.pop(index, None)
+        self.done += 1
+        if self.progress is not None and (self.done % 64 == 0 or self.done == len(self.jobs)):
+            self.progress(self.done)
+
+
+class QueueLoop(_Loop):
+    """Slurm's queue with a placement policy (see the module doc)."""
+
+    def __init__(self, inv, jobs, policy, fraction, progress=None):
+        super().__init__(inv, jobs, policy.label, fraction, progress)
+        self.policy = policy
+        self.pending: List[JobSpec] = []
+        self.fresh: List[JobSpec] = []
+        self.dirty = True
+        self.reserve: Optional[Tuple[float, Dict[str, Tuple[int, ...]]]] = None
+        self.reserve_view = None
+        self.blocked_seen = False
+        self.fails: Dict[Tuple, bool] = {}
+        self.wakes: set = set()
+
+    def run(self) -> Replay:
+        while self.events:
+            t = self.events[0][0]
+            self.advance(t)
+            while self.events and self.events[0][0] == t:
+                _, kind, _, what = heapq.heappop(self.events)
+                if kind == END:
+                    self.finish(what)
+                    self.dirty = True
+                elif kind == SUBMIT:
+                    self.fresh.append(self.jobs[what])
+                else:
+                    self.wakes.discard(t)
+                    self.dirty = True
+            self.schedule()
+        self.replay.end = self.now
+        return self.replay
+
+    # -- one pass --------------------------------------------------------------
+
+    def view(self):
+        """The state a job is placed on: with the reservation's GPUs busy."""
+        if self.reserve is None:
+            return self.state.cluster
+        if self.reserve_view is None:
+            from slurmtopo.model import ClusterState, NodeState
+
+            nodes = dict(self.state.cluster.nodes)
+            for h, gs in self.reserve[1].items():
+                st = nodes.get(h)
+                busy = frozenset(gs) | (st.busy_gpus if st is not None else frozenset())
+                nodes[h] = NodeState(h, state="mixed", busy_gpus=busy)
+            self.reserve_view = ClusterState(nodes=nodes, source="simulation")
+        return self.reserve_view
+
+    def changed(self) -> None:
+        self.fails.clear()
+        self.reserve_view = None
+
+    def schedule(self) -> None:
+        if self.dirty:
+            self.pending.extend(self.fresh)
+            self.fresh = []
+            todo = self.pending
+            self.reserve = None
+            self.reserve_view = None
+            self.blocked_seen = False
+            self.fails.clear()
+        else:
+            todo = self.fresh
+            self.pending.extend(self.fresh)
+            self.fresh = []
+        self.dirty = False
+        started = set()
+        for job in list(todo):
+            if self.consider(job):
+                started.add(job.index)
+        if started:
+            self.pending = [j for j in self.pending if j.index not in started]
+
+    def consider(self, job: JobSpec) -> bool:
+        """Start ``job`` if it can start now; True when it did."""
+        shape = job.shape
+        if not self.state.fits_by_count(shape.nodes, min(shape.gpus_per_node, shape.gpus),
+                                        shape.gpus):
+            self.blocked(job)
+            return False
+        res = self.reserve
+        guess = job.trace.time_limit or job.trace.run_time
+        short = res is not None and self.now + guess <= res[0]
+        key = (job.request, short)
+        if key in self.fails:
+            self.blocked(job)
+            return False
+        st = self.place(job, self.reserve is not None)
+        if st is None and short:
+            # it may use the reserved GPUs if it ends before the reservation
+            st = self.place(job, False)
+            if st is not None:
+                step = self.step_of(job, st.placement)
+                end = self.now + (job.trace.time_limit or stretched(job, step, self.fraction))
+                if end > res[0] or st.hold_until is not None:
+                    st = None
+                else:
+                    return self.go(job, st, step, shrink=True)
+        if st is None:
+            self.fails[key] = True
+            self.blocked(job)
+            return False
+        if st.hold_until is not None and self.now < st.hold_until:
+            if st.hold_until not in self.wakes:
+                self.wakes.add(st.hold_until)
+                self.push(st.hold_until, WAKE, job.index)
+            return False
+        return self.go(job, st, self.step_of(job, st.placement))
+
+    def place(self, job: JobSpec, reserved: bool):
+        """The policy's placement of ``job`` now, around the reservation or not."""
+        if reserved and self.reserve is not None:
+            view = self.view()
+            cand = self.state.candidates(job.request, view, self.reserve[1])
+        else:
+            view = self.state.cluster
+            cand = self.state.candidates(job.request)
+        return self.policy.place(view, job, self.now, cand)
+
+    def go(self, job: JobSpec, st, step, shrink: bool = False) -> bool:
+        self.start(job, st.alloc, step)
+        if shrink and self.reserve is not None:
+            # the reservation keeps the GPUs this short job did not take
+            left = {h: tuple(g for g in gs if g not in st.alloc.get(h, ()))
+                    for h, gs in self.reserve[1].items()}
+            self.reserve = (self.reserve[0], {h: gs for h, gs in left.items() if gs})
+        self.changed()
+        return True
+
+    def blocked(self, job: JobSpec) -> None:
+        if self.blocked_seen:
+            return
+        self.blocked_seen = True
+        self.reserve = self.reservation(job)
+        self.reserve_view = None
+
+    def reservation(self, job: JobSpec) -> Optional[Tuple[float, Dict[str, Tuple[int, ...]]]]:
+        """When and where ``job`` would start once running jobs end (at the
+        time the scheduler believes), or None."""
+        if not self.running:
+            return None
+        order = sorted((max(end, self.now), index) for index, end in self.running.items())
+        freed: List[int] = []
+        found = None
+        shape = job.shape
+        state = self.state
+        i = 0
+        try:
+            while i < len(order):
+                t = order[i][0]
+                while i < len(order) and order[i][0] == t:
+                    index = order[i][1]
+                    state.release(self.alloc[index], track=False)
+                    freed.append(index)
+                    i += 1
+                if not state.fits_by_count(shape.nodes, min(shape.gpus_per_node, shape.gpus),
+                                           shape.gpus):
+                    continue
+                st = self.policy.place(state.cluster, job, t, state.candidates(job.request))
+                if st is not None:
+                    found = (t, st.alloc)
+                    break
+        finally:
+            for index in reversed(freed):
+                state.allocate(self.alloc[index], track=False)
+        if found is None:
+            return None
+        # only the GPUs that are free now can be set aside
+        now_free = {h: tuple(g for g in gs if g not in state.busy[state.index[h]])
+                    for h, gs in found[1].items()}
+        return found[0], {h: gs for h, gs in now_free.items() if gs}
+
+
+class DaemonLoop(_Loop):
+    """The placement daemon on the simulated clock (see the module doc)."""
+
+    def __init__(self, inv, jobs, policy, fraction, progress=None):
+        super().__init__(inv, jobs, policy.label, fraction, progress)
+        self.policy = policy
+        self.held: Dict[int, JobSpec] = {}
+        self.next_cycle: Optional[float] = None
+        #: since the last cycle: something besides submissions happened, and
+        #: the jobs submitted
+        self.moved = True
+        self.new: List[JobSpec] = []
+
+    def tick(self, t: float) -> float:
+        """The first daemon cycle at or after ``t``."""
+        iv = self.policy.interval
+        return math.ceil(t / iv - 1e-9) * iv
+
+    def want_cycle(self, t: float) -> None:
+        c = self.tick(t)
+        if self.next_cycle is None or c < self.next_cycle:
+            self.next_cycle = c
+            self.push(c, CYCLE, 0)
+
+    def run(self) -> Replay:
+        from slurmtopo.daemon.decisions import REJECT, RELEASE, WAIT
+
+        while self.events:
+            t = self.events[0][0]
+            self.advance(t)
+            cycle = False
+            while self.events and self.events[0][0] == t:
+                _, kind, _, what = heapq.heappop(self.events)
+                if kind == END:
+                    self.finish(what)
+                    self.moved = True
+                    self.want_cycle(t)
+                elif kind == SUBMIT:
+                    job = self.jobs[what]
+                    self.held[what] = job
+                    self.new.append(job)
+                    self.want_cycle(t)
+                    wait = self.policy.wait_of(job)
+                    if wait:
+                        self.push(t + wait, WAKE, what)
+                elif kind == WAKE:
+                    if what in self.held:
+                        self.moved = True
+                        self.want_cycle(t)
+                elif kind == CYCLE and self.next_cycle == t:
+                    cycle = True
+            if not cycle:
+                continue
+            self.next_cycle = None
+            if not self.held:
+                continue
+            if not self.moved and not any(self.fits(j) for j in self.new):
+                self.new = []
+                continue
+            self.moved = False
+            self.new = []
+            order = sorted(self.held.values(), key=lambda j: (j.submit, j.index))
+            decisions = self.policy.decide(order, self.state.cluster, t)
+            self.replay.cycles += 1
+            released = 0
+            for d in decisions:
+                index = d.job_id - 1
+                job = self.held.get(index)
+                if job is None:
+                    continue
+                if d.action == RELEASE:
+                    alloc = dict(d.claim or d.gpus)
+                    step = d.cost_s
+                    if step is None and d.placement is not None:
+                        step = self.step_of(job, d.placement)
+                    del self.held[index]
+                    self.policy.forget(job)
+                    self.start(job, alloc, step if job.best_step > 0 else 0.0)
+                    released += 1
+                elif d.action == REJECT:
+                    del self.held[index]
+                    self.policy.forget(job)
+                    self.replay.rejected += 1
+                    self.replay.notes.append(f"job {job.trace.job_id} ({job.trace.where}) "
+                                             f"rejected: {d.reason}")
+                elif d.action == WAIT and d.wait_left is not None and d.wait_left > 0:
+                    self.push(t + d.wait_left, WAKE, index)
+            cap = self.policy.config.max_releases
+            if cap and released >= cap and self.held:
+                self.moved = True
+                self.want_cycle(t + self.policy.interval)
+        self.replay.end = self.now
+        return self.replay
+
+
+    def fits(self, job: JobSpec) -> bool:
+        """Can the free GPUs hold ``job`` by count (the daemon's first test)?"""
+        shape = job.shape
+        return self.state.fits_by_count(shape.nodes, min(shape.gpus_per_node, shape.gpus),
+                                        shape.gpus)
+
+
+def replay(inv: Inventory, jobs: List[JobSpec], policy, fraction: float,
+           progress: Optional[Callable[[int], None]] = None) -> Replay:
+    """Replay ``jobs`` under ``policy`` (a QueuePolicy or DaemonPolicy)."""
+    from slurmtopo.simulate.policies import DaemonPolicy
+
+    loop = (DaemonLoop if isinstance(policy, DaemonPolicy) else QueueLoop)(
+        inv, jobs, policy, fraction, progress)
+    return loop.run()

@@ -1,0 +1,188 @@
+"""A job trace as ``slurmtopo simulate`` replays it, and what the readers share.
+
+A trace is a list of :class:`TraceJob` (when it was submitted, how long it
+ran, how many GPUs it held), read from one of three formats, each by a
+module of its own: the CSV of the public GPU-cluster traces
+(:mod:`~slurmtopo.simulate.trace_csv`), the Standard Workload Format of the
+Parallel Workloads Archive (:mod:`~slurmtopo.simulate.trace_swf`) and
+``sacct -P`` output (:mod:`~slurmtopo.simulate.trace_sacct`);
+:func:`slurmtopo.simulate.trace_read.read_trace` picks the reader.
+
+Every file goes through :func:`slurmtopo.fileio.read_text` (64 MiB at most).
+A file that is not a trace at all (no header, a column missing) is refused
+with one located error; a row that cannot be used (a bad number, no GPUs,
+a job that never ran) is skipped and counted by reason, with the first
+such line, and the counts are part of every report: nothing is dropped
+silently.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from slurmtopo.errors import SlurmtopoError
+
+CSV = "csv"
+SWF = "swf"
+SACCT = "sacct"
+FORMATS = (CSV, SWF, SACCT)
+
+#: a trace longer than this (10 years of submissions) is a unit mistake
+MAX_SPAN_S = 10 * 365 * 86400.0
+#: one job's run time or time limit longer than a year is refused likewise
+MAX_RUN_S = 365 * 86400.0
+#: more GPUs than this in one job is not a job of this planet
+MAX_JOB_GPUS = 1 << 20
+
+
+class TraceError(SlurmtopoError):
+    """A trace file that cannot be read at all."""
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """One job of a trace. ``submit`` counts seconds from the trace's
+    first submission; ``nodes`` and ``time_limit`` are None when the trace
+    does not say."""
+
+    job_id: str
+    submit: float
+    run_time: float
+    gpus: int
+    nodes: Optional[int] = None
+    time_limit: Optional[float] = None
+    #: ``file:line`` of its row
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Rows left out for one reason: how many, and the first one."""
+
+    reason: str
+    count: int
+    first: str
+
+    def as_dict(self) -> Dict[str, object]:
+        return {"reason": self.reason, "rows": self.count, "first": self.first}
+
+
+@dataclass(frozen=True)
+class Trace:
+    jobs: Tuple[TraceJob, ...]
+    source: str
+    format: str
+    #: data rows read (jobs kept + rows skipped)
+    rows: int
+    skipped: Tuple[Skipped, ...] = ()
+    #: jobs of the file left out by ``--jobs`` (the latest submissions)
+    beyond_limit: int = 0
+
+    def summary(self) -> str:
+        """``1200 jobs from trace.csv (csv); 3 rows skipped: 2 no GPUs (trace.csv:17), ...``"""
+        text = f"{len(self.jobs)} jobs from {self.source} ({self.format})"
+        if self.beyond_limit:
+            text += f", the first {len(self.jobs)} of {len(self.jobs) + self.beyond_limit}"
+        skipped = sum(s.count for s in self.skipped)
+        if skipped:
+            text += f"; {skipped} row{'s' * (skipped != 1)} skipped: " + ", ".join(
+                f"{s.count} {s.reason} ({s.first})" for s in self.skipped)
+        return text
+
+
+class RowLog:
+    """Counts the rows a reader skips, by reason, keeping the first line
+    of each (reasons in the order first met)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._seen: Dict[str, List] = {}
+
+    def skip(self, reason: str, line: int) -> None:
+        hit = self._seen.get(reason)
+        if hit is None:
+            self._seen[reason] = [1, f"{self.path}:{line}"]
+        else:
+            hit[0] += 1
+
+    def skipped(self) -> Tuple[Skipped, ...]:
+        return tuple(Skipped(r, c, f) for r, (c, f) in self._seen.items())
+
+    @property
+    def count(self) -> int:
+        return sum(c for c, _ in self._seen.values())
+
+
+class BadRow(ValueError):
+    """A row that cannot be used; its message is the reason it is counted under."""
+
+
+def number(text: str, what: str, lo: float = 0.0, hi: float = MAX_RUN_S) -> float:
+    """A finite number in [lo, hi], or BadRow naming ``what``."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise BadRow(f"bad {what}") from None
+    if not math.isfinite(value) or value < lo or value > hi:
+        raise BadRow(f"{what} out of range")
+    return value
+
+
+def whole(text: str, what: str, lo: int = 0, hi: int = MAX_JOB_GPUS) -> int:
+    """A whole number in [lo, hi] (``8`` or ``8.0``), or BadRow."""
+    value = number(text, what, lo, hi)
+    if value != int(value):
+        raise BadRow(f"bad {what}")
+    return int(value)
+
+
+def instant(text: str, what: str) -> float:
+    """A point in time: seconds (``1601510400``, ``12.5``) or an ISO 8601
+    date and time (``2020-10-01 00:00:00``, ``2020-10-01T00:00:00+08:00``;
+    without a zone it is read as UTC: only differences matter)."""
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is not None:
+        if not math.isfinite(value) or abs(value) > 1e12:
+            raise BadRow(f"{what} out of range")
+        return value
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRow(f"bad {what}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def finish(path: str, fmt: str, rows: int, jobs: Sequence[Tuple[float, TraceJob]],
+           log: RowLog, limit: Optional[int] = None) -> Trace:
+    """The :class:`Trace` of ``jobs`` ((absolute submit time, job) in file
+    order): sorted by submit time (file order on ties), times counted from
+    the first submission, the first ``limit`` kept."""
+    if not jobs:
+        why = ""
+        if log.count:
+            why = " (" + ", ".join(f"{s.count} {s.reason}, first at {s.first}"
+                                   for s in log.skipped()) + ")"
+        raise TraceError(f"no job to replay in this trace: {rows} row{'s' * (rows != 1)} "
+                         f"read{why}", path)
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i][0], i))
+    t0 = jobs[order[0]][0]
+    span = jobs[order[-1]][0] - t0
+    if span > MAX_SPAN_S:
+        first, last = jobs[order[0]][1], jobs[order[-1]][1]
+        raise TraceError(f"submissions span {span / 86400 / 365:.0f} years (from {first.where} "
+                         f"to {last.where}): are the times in seconds?", path)
+    kept = order if limit is None else order[:limit]
+    out = tuple(TraceJob(job_id=jobs[i][1].job_id, submit=jobs[i][0] - t0,
+                         run_time=jobs[i][1].run_time, gpus=jobs[i][1].gpus,
+                         nodes=jobs[i][1].nodes, time_limit=jobs[i][1].time_limit,
+                         where=jobs[i][1].where) for i in kept)
+    return Trace(jobs=out, source=path, format=fmt, rows=rows, skipped=log.skipped(),
+                 beyond_limit=len(order) - len(kept))

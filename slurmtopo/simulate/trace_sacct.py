@@ -1,0 +1,160 @@
+"""``sacct -P`` output, so that a site can replay its own history.
+
+Made by, for example::
+
+    sacct -a -X -P -S 2025-01-01 -E 2025-02-01 \\
+          -o JobID,Submit,Start,End,AllocTRES,NodeList,NNodes,Timelimit,State > jobs.txt
+
+A header line of ``|``-separated field names, then one line per job (or
+step). Fields read: ``JobID``, ``Submit``, ``Start``, ``End`` (or
+``Elapsed``), ``AllocTRES`` (GPUs from ``gres/gpu=N``, else the typed
+``gres/gpu:TYPE=N`` summed; nodes from ``node=N``), and when present
+``NNodes`` or ``NodeList`` (nodes), ``Timelimit`` (the time limit). Job
+steps (``123.batch``, ``123.0``; absent with ``-X``), jobs that never
+started (``Start`` of ``Unknown`` or ``None``), jobs still running (``End``
+``Unknown``) and jobs without GPUs are skipped and counted. Times are
+Slurm's ``YYYY-MM-DDTHH:MM:SS``, durations ``[D-]HH:MM:SS``.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from slurmtopo.simulate.trace import (MAX_JOB_GPUS, MAX_RUN_S, SACCT, BadRow, RowLog, Trace,
+                                      TraceError, TraceJob, finish, instant, whole)
+
+NEEDED = ("jobid", "submit", "start", "alloctres")
+#: longest line read (AllocTRES and NodeList of a big job fit easily)
+MAX_LINE = 256 * 1024
+_NOT_A_TIME = ("unknown", "none", "", "n/a")
+
+
+def slurm_duration(text: str, what: str) -> Optional[float]:
+    """Slurm's ``[D-]HH:MM:SS`` (also ``MM:SS``, ``MM``, ``D-HH``,
+    ``D-HH:MM``) in seconds; None for ``UNLIMITED``/``Partition_Limit``."""
+    text = text.strip()
+    if text.upper() in ("UNLIMITED", "PARTITION_LIMIT", "INVALID", "NONE", ""):
+        return None
+    days = 0
+    rest = text
+    if "-" in text:
+        d, _, rest = text.partition("-")
+        days = whole(d, what, 0, 366)
+        parts = rest.split(":")
+        if not 1 <= len(parts) <= 3:
+            raise BadRow(f"bad {what}")
+        parts += ["0"] * (3 - len(parts))  # D-HH, D-HH:MM
+    else:
+        parts = rest.split(":")
+        if not 1 <= len(parts) <= 3:
+            raise BadRow(f"bad {what}")
+        parts = ["0"] * (3 - len(parts)) + parts if len(parts) > 1 else ["0", parts[0], "0"]
+    h, m = whole(parts[0], what, 0, 1 << 20), whole(parts[1], what, 0, 1 << 20)
+    s = whole(parts[2], what, 0, 1 << 20)
+    total = days * 86400.0 + h * 3600.0 + m * 60.0 + s
+    if total > MAX_RUN_S:
+        raise BadRow(f"{what} out of range")
+    return total
+
+
+def _tres(text: str) -> Tuple[int, Optional[int]]:
+    """(GPUs, nodes) of an AllocTRES string."""
+    untyped = None
+    typed = 0
+    nodes = None
+    for item in text.split(","):
+        key, _, value = item.strip().partition("=")
+        key = key.strip().lower()
+        if key == "node":
+            nodes = whole(value, "node count in AllocTRES", 0, MAX_JOB_GPUS)
+        elif key == "gres/gpu":
+            untyped = whole(value, "GPU count in AllocTRES", 0, MAX_JOB_GPUS)
+        elif key.startswith("gres/gpu:"):
+            typed += whole(value, "GPU count in AllocTRES", 0, MAX_JOB_GPUS)
+    return (untyped if untyped is not None else typed), nodes
+
+
+def read_sacct(text: str, path: str, limit: Optional[int] = None) -> Trace:
+    """The jobs of ``sacct -P`` output (see the module doc)."""
+    lines = text.splitlines()
+    header = None
+    head_line = 0
+    for n, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE:
+            raise TraceError(f"a line of {len(line)} characters: not sacct output", path, n)
+        if line.strip():
+            header, head_line = line, n
+            break
+    if header is None:
+        raise TraceError("empty: no sacct header", path)
+    names = [c.strip().lower() for c in header.split("|")]
+    missing = [f for f in NEEDED if f not in names]
+    if "end" not in names and "elapsed" not in names:
+        missing.append("end (or elapsed)")
+    if missing:
+        raise TraceError("this is not `sacct -P` output with a header: it lacks "
+                         + ", ".join(missing) + " (run sacct -P -o JobID,Submit,Start,End,"
+                         "AllocTRES,...)", path, head_line)
+    at = {name: i for i, name in enumerate(names)}
+    log = RowLog(path)
+    jobs: List[Tuple[float, TraceJob]] = []
+    count = 0
+    for n in range(head_line + 1, len(lines) + 1):
+        line = lines[n - 1]
+        if len(line) > MAX_LINE:
+            raise TraceError(f"a line of {len(line)} characters: not sacct output", path, n)
+        if not line.strip():
+            continue
+        count += 1
+        cells = line.split("|")
+        if len(cells) != len(names):
+            log.skip(f"with other than {len(names)} fields", n)
+            continue
+        row = {name: cells[i].strip() for name, i in at.items()}
+        try:
+            job = _job(row, path, n)
+        except BadRow as exc:
+            log.skip(str(exc), n)
+            continue
+        jobs.append((job.submit, job))
+    if not count:
+        raise TraceError("no job lines under the sacct header", path, head_line)
+    return finish(path, SACCT, count, jobs, log, limit)
+
+
+def _job(row: Dict[str, str], path: str, line: int) -> TraceJob:
+    job_id = row["jobid"]
+    if not job_id:
+        raise BadRow("without a JobID")
+    if "." in job_id:
+        raise BadRow("job steps (not jobs)")
+    if row["start"].lower() in _NOT_A_TIME:
+        raise BadRow("that never started")
+    submit = instant(row["submit"], "Submit")
+    start = instant(row["start"], "Start")
+    end_text = row.get("end")
+    if end_text is not None and end_text.lower() not in _NOT_A_TIME:
+        run = instant(end_text, "End") - start
+    elif row.get("elapsed"):
+        run = slurm_duration(row["elapsed"], "Elapsed")
+        if run is None:
+            raise BadRow("still running")
+    else:
+        raise BadRow("still running")
+    if run < 0:
+        raise BadRow("ends before it starts")
+    if run > MAX_RUN_S:
+        raise BadRow("run time out of range")
+    gpus, nodes = _tres(row["alloctres"])
+    if gpus == 0:
+        raise BadRow("without GPUs")
+    if nodes is None and row.get("nnodes"):
+        nodes = whole(row["nnodes"], "NNodes", 1, MAX_JOB_GPUS)
+    if nodes is None and row.get("nodelist") and row["nodelist"] not in ("None assigned", ""):
+        from slurmtopo.hostlist import expand_hostlist
+        try:
+            nodes = len(expand_hostlist(row["nodelist"], "NodeList"))
+        except ValueError:
+            raise BadRow("bad NodeList") from None
+    limit = slurm_duration(row["timelimit"], "Timelimit") if row.get("timelimit") else None
+    return TraceJob(job_id=job_id[:64], submit=submit, run_time=run, gpus=gpus,
+                    nodes=nodes or None, time_limit=limit or None, where=f"{path}:{line}")

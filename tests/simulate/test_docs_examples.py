@@ -1,0 +1,46 @@
+"""Every `slurmtopo simulate` command line of docs/simulate.md and README.md
+runs as printed, from the repository's root (a plot goes to a temporary
+directory instead)."""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tests.clirun import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _commands():
+    out = []
+    for doc in (ROOT / "docs" / "simulate.md", ROOT / "README.md"):
+        text = doc.read_text()
+        for m in re.finditer(r"^```bash\n(.*?)^```", text, re.S | re.M):
+            body = m.group(1).replace("\\\n", " ")
+            for line in body.splitlines():
+                words = shlex.split(line, comments=True)
+                if words[:2] == ["slurmtopo", "simulate"]:
+                    out.append(pytest.param(words[1:], id=f"{doc.name}:{len(out)}"))
+    return out
+
+
+COMMANDS = _commands()
+
+
+def test_there_are_examples():
+    assert len(COMMANDS) >= 5
+
+
+@pytest.mark.parametrize("argv", COMMANDS)
+def test_simulate_example_runs(argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    argv = list(argv)
+    if "--plot" in argv:
+        i = argv.index("--plot") + 1
+        argv[i] = str(tmp_path / argv[i])
+    code, out, err = run_cli(argv)
+    assert code == 0, err
+    assert out.strip()
