@@ -502,12 +502,15 @@ def test_world_from_torchrun_lines():
 
 
 def test_frameworks_doc_examples_run(tmp_path, monkeypatch):
-    """Every `slurmtopo` line of docs/frameworks.md runs as printed."""
+    """Every `slurmtopo` line of docs/frameworks.md and the framework pages
+    (docs/frameworks/*.md) runs as printed."""
     import re
     import shlex
 
     root = Path(__file__).resolve().parents[1]
-    text = (root / "docs" / "frameworks.md").read_text()
+    pages = [root / "docs" / "frameworks.md"] + sorted((root / "docs" / "frameworks").glob("*.md"))
+    assert len(pages) == 4
+    text = "\n".join(p.read_text() for p in pages)
     lines = [ln[2:] for block in re.findall(r"^```console\n(.*?)^```$", text, re.S | re.M)
              for ln in block.splitlines() if ln.startswith("$ slurmtopo ")]
     assert len(lines) >= 7
