@@ -125,18 +125,12 @@ def test_run_bounded_limits_concurrency_and_gives_up_on_hung_nodes():
 def test_ssh_collection_without_paramiko_names_the_extra(monkeypatch):
     """paramiko is the `collect` extra: without it, the SSH collector says
     which extra to install instead of an ImportError traceback."""
-    import builtins
+    import sys
+
     import pytest
     from slurmtopo.admin.collect import SshFetcher
     from slurmtopo.errors import InventoryError
 
-    real_import = builtins.__import__
-
-    def no_paramiko(name, *a, **kw):
-        if name == "paramiko":
-            raise ImportError("No module named 'paramiko'")
-        return real_import(name, *a, **kw)
-
-    monkeypatch.setattr(builtins, "__import__", no_paramiko)
+    monkeypatch.setitem(sys.modules, "paramiko", None)  # `import paramiko` fails
     with pytest.raises(InventoryError, match=r"slurmtopo\[collect\]"):
         SshFetcher(command="slurmtopo agent discover")

@@ -232,18 +232,12 @@ def test_fake_logs_calls_and_shutdown(machine):
 def test_missing_nvml_binding_names_the_extra(monkeypatch):
     """nvidia-ml-py is the `agent` extra: without it, NVML discovery says
     which extra to install instead of an ImportError traceback."""
-    import builtins
+    import sys
+
     import pytest
     from slurmtopo.agent.nvml_discovery import discover
     from slurmtopo.errors import SlurmtopoError
 
-    real_import = builtins.__import__
-
-    def no_pynvml(name, *a, **kw):
-        if name == "pynvml":
-            raise ImportError("No module named 'pynvml'")
-        return real_import(name, *a, **kw)
-
-    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` fails
     with pytest.raises(SlurmtopoError, match=r"slurmtopo\[agent\]"):
         discover()
