@@ -18,7 +18,7 @@ from slurmtopo.inventory import load_inventory, parse_inventory
 from slurmtopo.state import load_state
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("**/*.md"))
 BASE_NODES = [{"name": "gpu[001-129]", "type": "hgx-h100-8"}]
 
 
