@@ -186,3 +186,12 @@ def finish(path: str, fmt: str, rows: int, jobs: Sequence[Tuple[float, TraceJob]
                          where=jobs[i][1].where) for i in kept)
     return Trace(jobs=out, source=path, format=fmt, rows=rows, skipped=log.skipped(),
                  beyond_limit=len(order) - len(kept))
+
+
+def is_number(word: str) -> bool:
+    """A word a trace gives as a number (SWF fields, a header-less line)."""
+    try:
+        float(word)
+        return True
+    except ValueError:
+        return False

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from slurmtopo.simulate.trace import CSV, FORMATS, SACCT, SWF, Trace, TraceError
+from slurmtopo.simulate.trace import CSV, FORMATS, SACCT, SWF, Trace, TraceError, is_number
 
 
 def sniff(path: str, text: str) -> str:
@@ -23,18 +23,10 @@ def sniff(path: str, text: str) -> str:
             return SWF
         if "|" in line and "jobid" in line.lower():
             return SACCT
-        if all(_is_number(w) for w in line.split()):
+        if all(is_number(w) for w in line.split()):
             return SWF
         return CSV
     return CSV
-
-
-def _is_number(word: str) -> bool:
-    try:
-        float(word)
-        return True
-    except ValueError:
-        return False
 
 
 def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None) -> Trace:

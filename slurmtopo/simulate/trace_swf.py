@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from slurmtopo.simulate.trace import (MAX_JOB_GPUS, MAX_SPAN_S, SWF, BadRow, RowLog, Trace,
-                                      TraceError, TraceJob, finish, number, whole)
+                                      TraceError, TraceJob, finish, is_number, number, whole)
 
 #: fields of a standard line
 FIELDS = 18
@@ -43,7 +43,7 @@ def read_swf(text: str, path: str, limit: Optional[int] = None) -> Trace:
         count += 1
         words = line.split()
         if len(words) < 5:
-            if count == 1 and not any(_number(w) for w in words):
+            if count == 1 and not any(is_number(w) for w in words):
                 raise TraceError("not an SWF log: a job line is numbers separated by blanks",
                                  path, n)
             log.skip("with fewer than 5 fields", n)
@@ -55,7 +55,7 @@ def read_swf(text: str, path: str, limit: Optional[int] = None) -> Trace:
         try:
             job = _job(words, path, n)
         except BadRow as exc:
-            if count == 1 and not any(_number(w) for w in words):
+            if count == 1 and not any(is_number(w) for w in words):
                 raise TraceError("not an SWF log: a job line is numbers separated by blanks",
                                  path, n) from None
             log.skip(str(exc), n)
@@ -64,14 +64,6 @@ def read_swf(text: str, path: str, limit: Optional[int] = None) -> Trace:
     if not count:
         raise TraceError("no job lines (only ';' header lines or nothing)", path)
     return finish(path, SWF, count, jobs, log, limit)
-
-
-def _number(word: str) -> bool:
-    try:
-        float(word)
-        return True
-    except ValueError:
-        return False
 
 
 def _job(w: List[str], path: str, line: int) -> TraceJob:
