@@ -9,8 +9,9 @@
 #   * when ../shared/slurm/ holds Slurm release tarballs: what building them
 #     needs (scripts/test.sh builds them once into a cached prefix with
 #     scripts/devcluster.py build, and pyslurm with scripts/install-pyslurm.sh);
-#   * the project itself, editable, with its test, bench and frameworks
-#     extras (frameworks: torch, for the integration tests' real
+#   * the project itself, editable, with its test, bench, metrics and
+#     frameworks extras (metrics: prometheus-client, the daemon's
+#     Prometheus metrics; frameworks: torch, for the integration tests' real
 #     torch.distributed ranks; PyPI's Linux wheel is the CUDA build, about
 #     3 GB to fetch with its nvidia-* libraries and 5.3 GB installed).
 #
@@ -25,7 +26,8 @@ PKGS=(slurmctld slurmd slurm-client munge openssh-server)
 # Debian's own python3 with slurmtopo's runtime dependencies: the
 # integration tests run slurmtopo as unprivileged users (docs/security.md),
 # who cannot run a Python installed under /root.
-PKGS+=(python3 python3-yaml python3-click python3-rich python3-clustershell python3-defusedxml)
+PKGS+=(python3 python3-yaml python3-click python3-rich python3-clustershell python3-defusedxml
+       python3-prometheus-client)
 SHARED_SLURM="${SLURMTOPO_SHARED_SLURM:-$ROOT/../shared/slurm}"
 if ls "$SHARED_SLURM"/slurm-*.tar.gz >/dev/null 2>&1; then
     PKGS+=(build-essential pkg-config libmunge-dev libjson-c-dev libyaml-dev
@@ -91,7 +93,7 @@ else
             && [[ -z "${VIRTUAL_ENV:-}" ]]; then
         pip_args+=(--break-system-packages)
     fi
-    PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install "${pip_args[@]}" -e "${ROOT}[test,bench,frameworks]"
+    PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install "${pip_args[@]}" -e "${ROOT}[test,bench,frameworks,metrics]"
     mkdir -p "$stamp_dir" && printf '%s\n' "$want" > "$stamp"
 fi
 echo "install-deps.sh: done"

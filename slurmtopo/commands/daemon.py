@@ -78,9 +78,17 @@ def command():
 @click.option("--dry-run", is_flag=True, help="Decide and log, but change nothing in Slurm.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port (/metrics; needs prometheus-client).")
+@click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+              help="Address --metrics-port listens on (anyone who can connect reads the "
+                   "metrics; docs/security.md).")
+@click.option("--metrics-textfile", default=None, metavar="PATH",
+              help="Write Prometheus metrics to this *.prom file after every cycle, for "
+                   "node-exporter's textfile collector (needs prometheus-client).")
 def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, reservations,
             alternatives, max_releases, best_fit_releases, default_wait, on_reject, dry_run,
-            log_level):
+            log_level, metrics_port, metrics_addr, metrics_textfile):
     """Watch held slurmtopo jobs and release each onto a good placement."""
     from slurmtopo.daemon.loop import Daemon, inventory_loader
     from slurmtopo.daemon.spool import SpoolLock
@@ -93,6 +101,12 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
         raise SlurmtopoError("--reservations must be >= 0 and --alternatives >= 1")
     if max_releases < 0 or best_fit_releases < 0:
         raise SlurmtopoError("--max-releases and --best-fit-releases must be >= 0")
+    from slurmtopo.daemon.metrics import recorder
+
+    if metrics_port is None and metrics_addr != "127.0.0.1":
+        raise SlurmtopoError("--metrics-addr needs --metrics-port")
+    # prometheus-client and the textfile's directory are checked now, before anything
+    metrics = recorder(metrics_textfile, metrics_port is not None)
     from slurmtopo.termsafe import PrintableFormatter
 
     # job names, comments and reasons reach the log: escaped (termsafe)
@@ -108,12 +122,14 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
     lock = SpoolLock(spool)
     lock.acquire()
     try:
+        if metrics_port is not None:
+            metrics.serve(metrics_addr, metrics_port)
         backend = get_backend(backend_name)
         cfg = Config(release_grace=release_grace, reservations=reservations,
                      alternatives=alternatives, max_releases=max_releases,
                      best_fit_releases=best_fit_releases, default_wait=default_wait)
         daemon = Daemon(backend, inv, spool, cfg, on_reject=on_reject, dry_run=dry_run,
-                        inventory_loader=loader,
+                        inventory_loader=loader, metrics=metrics,
                         inventory_label=", ".join(os.path.abspath(p) for p in inventory_path))
 
         def stop(signum, frame):
@@ -133,6 +149,7 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
     finally:
+        metrics.close()
         lock.release()
     if rc:
         sys.exit(rc)

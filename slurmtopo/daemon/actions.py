@@ -149,6 +149,7 @@ class Actions:
             if j.held:
                 self._save(replace(rec, phase="waiting"))
                 self.journal.event("release-failed", d.job_id, error=exc.render())
+                self.metrics.error("slurm")
                 log.error("job %s: release failed: %s", d.job_id, exc.render())
                 return False
             # the release went through although the command complained
@@ -209,6 +210,7 @@ class Actions:
         try:
             self.backend.release(job_id)
         except SlurmError as exc:
+            self.metrics.error("slurm")
             log.error("job %s: started, and held by the daemon in the same moment; the hold "
                       "could not be undone (%s): `scontrol release %s` lifts it", job_id,
                       exc.render(), job_id)
@@ -229,6 +231,7 @@ class Actions:
         try:
             self.backend.update_job(d.job_id, Comment=protocol.rejected_comment(d.reason))
         except SlurmError as exc:
+            self.metrics.error("slurm")
             log.error("job %s: could not write the reason into its comment: %s", d.job_id,
                       exc.render())
         if self.on_reject == "cancel":
@@ -254,6 +257,7 @@ class Actions:
                       exc_info=(type(d.exc), d.exc, d.exc.__traceback__))
         else:
             log.error("job %s: %s", d.job_id, d.reason)
+        self.metrics.error("fault")
         self.journal.event("error", d.job_id, action="fault", error=d.reason,
                            trace=(d.trace or "").splitlines()[-12:] or None)
         self.faulted[d.job_id] = d.reason
@@ -261,6 +265,7 @@ class Actions:
             try:
                 self.backend.update_job(d.job_id, Comment=protocol.rejected_comment(d.reason))
             except SlurmError as exc:
+                self.metrics.error("slurm")
                 log.error("job %s: could not write the reason into its comment: %s", d.job_id,
                           exc.render())
         self._drop(d.job_id)

@@ -71,6 +71,7 @@ from slurmtopo.daemon import protocol, still_ours
 from slurmtopo.daemon.actions import Actions
 from slurmtopo.daemon.decisions import (FAULT, RELEASE, ClusterView, Config, Decision, JobRecord,
                                         QueuedJob, fault)
+from slurmtopo.daemon.metrics import NO_METRICS, NoMetrics
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.spool import (STATUS_FILE, MODES, Journal, SpoolError, prepare_spool,
                                     spool_path)
@@ -98,7 +99,7 @@ class Daemon(Actions):
                  on_reject: str = "cancel", dry_run: bool = False,
                  clock: Callable[[], float] = time.time,
                  inventory_loader: Optional[Callable[[], object]] = None,
-                 inventory_label: Optional[str] = None):
+                 inventory_label: Optional[str] = None, metrics: NoMetrics = NO_METRICS):
         if on_reject not in ("cancel", "hold"):
             raise SlurmtopoError("--on-reject must be cancel or hold")
         self.backend = backend
@@ -112,6 +113,8 @@ class Daemon(Actions):
         self.on_reject = on_reject
         self.dry_run = dry_run
         self.clock = clock
+        #: the Prometheus metrics (slurmtopo.daemon.metrics); none by default
+        self.metrics = metrics
         self.records: Dict[int, JobRecord] = self.journal.load()
         self.started = clock()
         self.cycles = 0
@@ -160,6 +163,7 @@ class Daemon(Actions):
             return action()
         except SlurmError as exc:
             log.error("job %s: %s failed: %s", job_id, what, exc.render())
+            self.metrics.error("slurm")
             self.journal.event("error", job_id, action=what, error=exc.render())
             return failed
         except SpoolError:
@@ -234,6 +238,7 @@ class Daemon(Actions):
             inv = self.inventory_loader()
         except SlurmtopoError as exc:
             log.error("inventory reload failed (%s); keeping the previous one", exc.render())
+            self.metrics.error("inventory")
             return
         if inv is not None and inv is not self.inv:
             self.inv = inv
@@ -364,11 +369,12 @@ class Daemon(Actions):
                 if not self._barrier(d.job_id, d.action, lambda d=d: self.act(d),
                                      failed=False):
                     skip.add(d.job_id)
-            self.release_all([d for d in releases if d.job_id not in skip])
+            done = self.release_all([d for d in releases if d.job_id not in skip])
         self.cycles += 1
         self.last_decisions = decisions
         self.write_status(decisions, queue, time.monotonic() - t0)
         self.report_spool()
+        self.metrics.observe_cycle(decisions, queue, done, time.monotonic() - t0, self.clock())
         return decisions
 
     def report_spool(self) -> None:
@@ -382,6 +388,7 @@ class Daemon(Actions):
         if self.journal.lost_events:
             text += f" ({self.journal.lost_events} event lines not written so far)"
         self.spool_error = text
+        self.metrics.error("spool")
         log.error("spool %s: %s; no job was released or held on what could not be recorded",
                   self.spool, text)
 
@@ -445,10 +452,13 @@ class Daemon(Actions):
                 rc = 0
             except SlurmtopoError as exc:
                 log.error("cycle failed: %s", exc.render())
+                self.metrics.error("cycle")
                 rc = 1
             except Exception:  # noqa: BLE001 - logged with its traceback; next interval
                 log.exception("cycle failed (a bug in slurmtopo, please report it)")
+                self.metrics.error("cycle")
                 rc = 1
+            self.metrics.publish()
             n += 1
             if once or (max_cycles is not None and n >= max_cycles):
                 break
