@@ -377,3 +377,75 @@ def test_cli_sbatch_daemon_then_daemon_once(devcluster, inv_path, spool):
     assert f"job {job}: release on node1" in p.stderr, p.stderr
     assert devcluster.wait_job(job, timeout=60) == "COMPLETED"
     assert "ranks 0-3 on GPUs 0,1,2,3" in devcluster.output(job)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(text: str) -> dict:
+    """{sample name: value} of the unlabelled samples of a text exposition,
+    read with prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {s.name: s.value for fam in text_string_to_metric_families(text)
+            for s in fam.samples if not s.labels}
+
+
+def test_metrics_show_a_held_job_released(devcluster, backend, inv_path, spool):
+    """A background daemon with a node-exporter textfile and a port: the
+    job is counted held while no node is free, then released once one is
+    (releases 1, held 0), in both exports."""
+    import urllib.request
+
+    blockers = block(devcluster, "node1", "node2", "node3", "node4")
+    job = submit(backend, devcluster, Layout(tp=4), require={"tp": "nvlink"},
+                 script=plain_script(devcluster, 1, 4, "sleep 1"))
+    mdir = devcluster.dir / f"metrics-{uuid.uuid4().hex[:8]}"
+    mdir.mkdir()
+    os.chmod(mdir, 0o755)
+    textfile = mdir / "slurmtopo.prom"
+    port = _free_port()
+    env = dict(devcluster.env, PYTHONPATH=str(ROOT))
+    log = open(os.path.join(spool, "daemon-metrics.log"), "w")
+    proc = subprocess.Popen([sys.executable, "-m", "slurmtopo", "daemon", "run", "--inventory",
+                             inv_path, "--spool", spool, "--interval", "0.3",
+                             "--metrics-textfile", str(textfile), "--metrics-port", str(port)],
+                            env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+    def from_file():
+        return _scrape(textfile.read_text()) if textfile.exists() else {}
+
+    def from_port():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            return _scrape(r.read().decode())
+
+    try:
+        _until(lambda: from_file().get("slurmtopo_daemon_held_jobs") == 1, what="held 1")
+        assert from_file()["slurmtopo_daemon_releases_total"] == 0
+        assert backend.job(job).held
+        scraped = from_port()
+        assert scraped["slurmtopo_daemon_held_jobs"] == 1
+        assert scraped["slurmtopo_daemon_releases_total"] == 0
+        devcluster.run(["scancel", str(blockers["node1"])])
+        devcluster.wait_job(blockers["node1"])
+        _until(lambda: from_file().get("slurmtopo_daemon_releases_total") == 1,
+               what="releases 1")
+        doc = from_file()
+        assert doc["slurmtopo_daemon_held_jobs"] == 0
+        assert doc["slurmtopo_daemon_release_wait_seconds_count"] == 1
+        scraped = from_port()
+        assert scraped["slurmtopo_daemon_releases_total"] == 1
+        assert scraped["slurmtopo_daemon_held_jobs"] == 0
+        assert devcluster.wait_job(job, timeout=60) == "COMPLETED"
+        assert devcluster.job(job)["NodeList"] == "node1"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=20)
+    assert rc == 0
+    assert oct(os.stat(textfile).st_mode & 0o777) == oct(0o644)
+    assert releases_in_log(devcluster, job) == 1
