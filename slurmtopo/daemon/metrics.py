@@ -74,8 +74,9 @@ CYCLE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 #: the textfile's mode: node-exporter (its own user) reads it; nothing in
 #: it is more than what `slurmtopo daemon status` shows every user
 TEXTFILE_MODE = 0o644
-#: seconds an HTTP client may take to send its request (one at a time is
-#: served, so a silent connection must not hold the port for good)
+#: seconds an HTTP client may stay silent before it is dropped (one
+#: request is served at a time, so a silent connection must not hold the
+#: port for good)
 HTTP_TIMEOUT_S = 10
 
 
@@ -278,8 +279,9 @@ class Recorder(NoMetrics):
         self._write_failed = False
 
     def serve(self, addr: str, port: int) -> None:
-        """Serve ``/metrics`` on ``addr:port`` from a thread, one request
-        at a time, each given :data:`HTTP_TIMEOUT_S` to arrive."""
+        """Serve the metrics on ``addr:port`` from a thread, one request
+        at a time, a client silent for :data:`HTTP_TIMEOUT_S` dropped.
+        Port 0 takes a free one (:attr:`address` says which)."""
         from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
         class Quiet(WSGIRequestHandler):
