@@ -22,7 +22,7 @@ from slurmtopo.binding.replan import fill_placement
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.model import Placement, RankSlot
-from slurmtopo.rankmap import node_contiguous
+from slurmtopo.rankmap import node_contiguous, rank_env
 from slurmtopo.sbatch import SbatchRequest
 from slurmtopo.sbatch.launch import Launch, torchrun_args
 from slurmtopo.plandoc import TASK_SNIPPET
@@ -284,6 +284,11 @@ def _check_srun_records(recs, p, alloc, cgroup, args):
         assert d["python"] == "no"
         assert d["args"] == args
         assert env["RANK"] == str(r) and env["WORLD_SIZE"] == str(p.world_size)
+        # the shell text sets what rankmap.rank_vars (the one home) gives the
+        # rank, CPUs aside (taskset's outcome depends on this machine)
+        planned = rank_env(p, r, alloc[slot.host], cgroup)
+        del planned["SLURMTOPO_CPUS"]
+        assert {k: env.get(k) for k in planned} == planned
         assert env["SLURMD_NODENAME"] == slot.host
         assert env["LOCAL_RANK"] == str(slot.local_rank)
         assert env["NODE_RANK"] == env["GROUP_RANK"] == str(p.hosts.index(slot.host))
