@@ -228,6 +228,30 @@ def test_launch_option_checks():
         Launch(launcher="mpirun").check()
     with pytest.raises(SlurmtopoError, match="one non-empty line"):
         Launch(container_image="a\nb").check()
+    with pytest.raises(SlurmtopoError, match="--torchrun \"'python3 -m\": No closing"):
+        Launch(launcher="torchrun", torchrun="'python3 -m").check()
+    assert Launch(launcher="torchrun", torchrun="python3 -m torch.distributed.run").argv(
+        ["python", "t.py"])[:3] == ["python3", "-m", "torch.distributed.run"]
+    # srun runs the command itself: --torchrun plays no part
+    assert Launch(torchrun="'unbalanced").argv(["t"]) == ["t"]
+
+
+def test_a_missing_torchrun_fails_at_once_naming_the_node_and_the_fix(tmp_path, h100):
+    """No torchrun on the compute node: every task stops before anything
+    else with its node and the fix, not the shell's "exec: torchrun: not
+    found" (exit 127)."""
+    layout = Layout(tp=4, dp=2).resolved()
+    alloc = {"gpu01": [4, 5, 6, 7], "gpu02": [1, 3, 5, 7]}
+    p = fill_placement(h100, list(alloc.items()), layout)
+    tb = _task_path(tmp_path)  # taskset only
+    script = _script(h100, p, layout, ["python", "train.py"], launch=Launch(launcher="torchrun"))
+    proc, _, _ = _run_job(tmp_path, script, alloc, False, extra_env={"FAKE_TASK_PATH": str(tb)})
+    assert proc.returncode != 0
+    for node in ("gpu01", "gpu02"):
+        assert (f"({node}): error: torchrun: command not found on this node (PATH={tb}); give "
+                "torchrun's path with --torchrun PATH, or use --torchrun 'python3 -m "
+                "torch.distributed.run'") in proc.stderr
+    assert "exec: torchrun: not found" not in proc.stderr
 
 
 #: four nodes holding different GPUs, 4 ranks each: 16 ranks in 6 blocks of
