@@ -507,3 +507,73 @@ def test_run_dir_files_are_private_whatever_the_umask(tmp_path, h100, monkeypatc
         if f.is_file():
             assert stat.S_IMODE(f.lstat().st_mode) == 0o600, f
     assert not (run / "env.sh").is_symlink() and victim.read_text() == "keep"
+
+
+# ---------------------------------------------------------------------------
+# the launcher's requirement is part of the choice (issue #24)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
+
+
+@pytest.mark.parametrize("how", ["nodelist", "busy-state"])
+def test_torchrun_is_planned_node_contiguous_on_a_partly_busy_cluster(tmp_path, how):
+    """Two free nodes hold a node-contiguous placement: torchrun gets it
+    (the faster-modelled nesting that interleaves nodes is not chosen),
+    where the choice used to ignore the launcher and the script then
+    refused the plan."""
+    from tests.clirun import run_cli
+
+    if how == "nodelist":  # the issue's `plan --nodelist 'ws[3-4]'`
+        where = ["plan", "--inventory", str(EXAMPLES / "a6000-4node-pcie.yaml"),
+                 "--nodelist", "ws[3-4]", "--output-dir", str(tmp_path / "out")]
+        hosts = ["ws3", "ws4"]
+    else:  # `sbatch` with node1 and node2 held by other jobs
+        state = tmp_path / "busy.yaml"
+        state.write_text('slurmtopo: state\nversion: 1\nnodes:\n'
+                         '  - {name: "node[1-2]", state: allocated}\n')
+        where = ["sbatch", "--inventory", str(EXAMPLES / "devcluster.yaml"),
+                 "--state", str(state), "--dry-run"]
+        hosts = ["node3", "node4"]
+    layout = ["--tp", "2", "--pp", "2", "--dp", "4"]
+    code, out, err = run_cli(where + layout + ["--launcher", "torchrun", "--", "python", "t.py"])
+    assert code == 0, err
+    script = (tmp_path / "out" / "job.sbatch").read_text() if how == "nodelist" else out
+    from slurmtopo.plandoc import planned_placement, read_plan
+    from slurmtopo.sbatch.script import extract_plan
+
+    p = planned_placement(read_plan(extract_plan(script)))
+    assert node_contiguous(p) is None
+    assert list(p.hosts) == hosts
+    assert "# note: the job's launcher cannot start 2 of the 5 placements weighed (rank 8 " \
+        "is local rank 4 on " + hosts[0] in script
+    # srun is not held back: the same job with srun takes the faster nesting
+    code, out, err = run_cli(where + layout + ["--", "python", "t.py"])
+    assert code == 0, err
+    script = (tmp_path / "out" / "job.sbatch").read_text() if how == "nodelist" else out
+    assert node_contiguous(planned_placement(read_plan(extract_plan(script)))) is not None
+
+
+def test_cheapest_weighs_only_what_the_launcher_admits(h100):
+    """choice.cheapest: the admitted options only, with a note; all
+    refused: the usual choice (the script's check then says why)."""
+    from slurmtopo.choice import cheapest
+    from slurmtopo.placement.planner import Proposal
+    from slurmtopo.request import JobRequest
+
+    layout = Layout(tp=2, dp=2).resolved()
+    req = JobRequest(layout=layout)
+    hw = h100.nodes["gpu01"].hardware
+    slots = tuple(RankSlot(rank=r, host=("gpu01", "gpu02")[r % 2], gpu=r // 2,
+                           local_rank=r // 2, cpus=hw.gpus[r // 2].cpus) for r in range(4))
+    interleaved = Placement(slots=slots, groups=dict(build_groups(layout)),
+                            hosts=("gpu01", "gpu02"))
+    contiguous = fill_placement(h100, [("gpu01", [0, 1]), ("gpu02", [0, 1])], layout)
+    options = [Proposal("plan", interleaved), Proposal("nesting", contiguous)]
+    got = cheapest(h100, req, options, admit=node_contiguous)
+    assert [s.host for s in got.slots] == [s.host for s in contiguous.slots]
+    assert got.notes[-1].startswith("the job's launcher cannot start 1 of the 2 placements "
+                                    "weighed (rank 2 is local rank 1 on gpu01")
+    refused = cheapest(h100, req, [Proposal("plan", interleaved)], admit=node_contiguous)
+    assert refused is interleaved
+    assert cheapest(h100, req, options, admit=lambda p: None) == \
+        cheapest(h100, req, options)
