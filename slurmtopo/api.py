@@ -320,11 +320,16 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
     :class:`slurmtopo.slurm.SlurmBackend`). ``held``: submit it held and
     tagged for the placement daemon, which picks the nodes and releases it
     (``spool``: the daemon's spool directory, for requests too long for a
-    job comment). Slurm's refusal is a SlurmError with Slurm's own words."""
+    job comment). Slurm's refusal is a SlurmError with Slurm's own words.
+    A container option the cluster's srun lacks (no pyxis) is refused
+    first (:meth:`slurmtopo.sbatch.launch.Launch.check_srun`)."""
     from slurmtopo.errors import SlurmtopoError
 
     if prepared.script_text is None:
         raise SlurmtopoError("nothing to submit: the job was prepared without a command")
+    if prepared.options.launch is not None and prepared.options.launch.srun_options():
+        # pyxis missing: refused here rather than by srun once the job runs
+        prepared.options.launch.check_srun(backend.srun_options())
     if not held:
         return SubmittedJob(job_id=int(backend.submit(prepared.script_text)), held=False)
     try:

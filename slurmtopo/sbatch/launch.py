@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo import launchers
 from slurmtopo.errors import SlurmtopoError
@@ -92,6 +92,23 @@ class Launch:
             if value is not None:
                 out.append(f"--{key}={value}")
         return out
+
+    def check_srun(self, known: Optional[AbstractSet[str]]) -> None:
+        """Refuse, before submitting, a container option this cluster's
+        srun does not know (``known``: its long options, from ``srun
+        --help`` on the login node; None: unknown, nothing refused): the
+        job would otherwise fail at run time with srun's "unrecognized
+        option"."""
+        if known is None:
+            return
+        for option in self.srun_options():
+            name = option.split("=", 1)[0]
+            if name not in known:
+                raise SlurmtopoError(
+                    f"{name}: this cluster's srun has no such option (its pyxis plugin, which "
+                    "runs containers through enroot, is not installed: `srun --help` does not "
+                    "list it); ask the admins for pyxis, or run the image with --apptainer "
+                    "IMAGE instead")
 
     def argv(self, command: Sequence[str]) -> List[str]:
         """The words after the task snippet: wrapper, launcher, command.
