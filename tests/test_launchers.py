@@ -577,3 +577,52 @@ def test_cheapest_weighs_only_what_the_launcher_admits(h100):
     assert refused is interleaved
     assert cheapest(h100, req, options, admit=lambda p: None) == \
         cheapest(h100, req, options)
+
+
+# ---------------------------------------------------------------------------
+# the registry: a launcher is one object, found by name everywhere
+
+def test_the_registry_names_and_refuses():
+    from slurmtopo import launchers
+
+    assert launchers.names() == ("srun", "torchrun")
+    assert launchers.get("torchrun") is launchers.TORCHRUN
+    with pytest.raises(SlurmtopoError, match="--launcher must be one of srun, torchrun, "
+                                             "got 'mpirun'"):
+        launchers.get("mpirun")
+    with pytest.raises(ValueError, match="registered already"):
+        launchers.register(launchers.SRUN)
+
+
+def test_a_registered_launcher_reaches_the_script_the_plan_and_the_tasks(h100, monkeypatch):
+    """Adding a launcher is one object in slurmtopo.launchers: the script's
+    srun line, the plan document, the task count, hostfile and the task
+    shell's tail all come from it."""
+    from slurmtopo import launchers
+    from slurmtopo.binding.taskenv import task_env
+    from slurmtopo.plandoc import launcher_of, read_plan
+    from slurmtopo.sbatch.script import extract_plan
+
+    class PerNode(launchers.Launcher):
+        def argv(self, program, command):
+            return [*program, '-n="$SLURMTOPO_NPROC_PER_NODE"', *command]
+
+    mine = PerNode(name="pernode", per_node=True, summary="one starter per node",
+                   help="pernode: test.", default_program=("starter",),
+                   var_words=frozenset({'-n="$SLURMTOPO_NPROC_PER_NODE"'}),
+                   task_tail='echo "pernode tail"\nexec "$@"\n')
+    monkeypatch.setitem(launchers._REGISTRY, "pernode", mine)
+    layout = Layout(tp=4, dp=2).resolved()
+    p = fill_placement(h100, [("gpu01", [0, 1, 2, 3]), ("gpu02", [0, 1, 2, 3])], layout)
+    script = _script(h100, p, layout, ["python", "t.py"],
+                     launch=Launch(launcher="pernode", torchrun="/opt/bin/starter --x"))
+    assert script.rstrip().endswith("slurmtopo-task \\\n"
+                                    '    /opt/bin/starter --x -n="$SLURMTOPO_NPROC_PER_NODE" '
+                                    "python t.py")
+    assert "# launcher: pernode (one starter per node)" in script
+    assert launcher_of(read_plan(extract_plan(script))) is mine
+    assert Launch(launcher="pernode").argv(["t"])[0] == "starter"  # its own default
+    assert mine.tasks(p) == 2 and mine.hostfile_hosts(p) == ["gpu01", "gpu02"]
+    text = task_env(p, {"gpu01": "0,1,2,3", "gpu02": "0,1,2,3"}, mine).whole
+    assert text.endswith('echo "pernode tail"\nexec "$@"\n')
+    assert "  1) NODE_RANK=1 ;;" in text and "LOCAL_RANK=" not in text.split("esac")[0]

@@ -142,9 +142,10 @@ def script_options(func):
         click.option("--launcher", type=click.Choice(list(launchers.names())),
                      default=launchers.DEFAULT, show_default=True,
                      help=" ".join(launchers.get(n).help for n in launchers.names())),
-        click.option("--torchrun", "torchrun_cmd", default="torchrun", show_default=True,
-                     help="The torchrun command on the compute nodes (--launcher torchrun): a "
-                          "path, or words such as 'python3 -m torch.distributed.run'."),
+        click.option("--torchrun", "torchrun_cmd", default=None,
+                     help="The torchrun command on the compute nodes (--launcher torchrun; "
+                          "default: torchrun): a path, or words such as 'python3 -m "
+                          "torch.distributed.run'."),
         click.option("--container-image", default=None,
                      help="Run the ranks in this container through pyxis/enroot (srun "
                           "--container-image)."),
@@ -215,7 +216,7 @@ def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
         requeue=requeue)
 
 
-def launch_from(launcher="srun", torchrun_cmd="torchrun", container_image=None,
+def launch_from(launcher="srun", torchrun_cmd=None, container_image=None,
                 container_mounts=None, container_workdir=None, apptainer_image=None, **_ignored):
     """The Launch for these option values."""
     from slurmtopo.sbatch.launch import Launch

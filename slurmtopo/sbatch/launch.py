@@ -43,8 +43,8 @@ class Launch:
     launcher: str = launchers.DEFAULT
     #: the launcher's program on the compute nodes (``--torchrun``): one
     #: word, or words split as the shell would (``python3 -m
-    #: torch.distributed.run``)
-    torchrun: str = "torchrun"
+    #: torch.distributed.run``); None: the launcher's own default
+    torchrun: Optional[str] = None
     container_image: Optional[str] = None  # pyxis/enroot
     container_mounts: Optional[str] = None
     container_workdir: Optional[str] = None
@@ -75,6 +75,8 @@ class Launch:
         shell would, so ``python3 -m torch.distributed.run`` works)."""
         if not self.kind.default_program:
             return ()
+        if self.torchrun is None:
+            return self.kind.default_program
         try:
             words = tuple(shlex.split(self.torchrun))
         except ValueError as exc:
