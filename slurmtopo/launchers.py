@@ -86,6 +86,14 @@ class Launcher:
     #: binds nothing itself (None: the tasks bind with taskset)
     cpu_binding: Optional[str] = None
 
+    #: what a user can do when :meth:`requirement` refuses every placement
+    remedy: str = ""
+
+    def refusal(self, why: str) -> str:
+        """The one-line error for a plan this launcher cannot start."""
+        return (f"--launcher {self.name} cannot start this plan: {why}"
+                + (f" ({self.remedy})" if self.remedy else ""))
+
 
 class Srun(Launcher):
     """srun starts every rank: one task per rank, placed by the hostfile."""
@@ -178,6 +186,7 @@ TORCHRUN = Torchrun(
                          '--nproc-per-node="$SLURMTOPO_NPROC_PER_NODE"',
                          '--master-addr="$MASTER_ADDR"', '--master-port="$MASTER_PORT"'}),
     task_tail=_TORCHRUN_TAIL,
+    remedy="use --launcher srun, or an order with the intra-node kinds fastest",
     cpu_binding=("CPU binding: none (torchrun starts the ranks; rankmap.json lists each "
                  "rank's planned CPUs for a program that binds itself)"))
 

@@ -598,6 +598,5 @@ def node_contiguous(placement: Placement) -> Optional[str]:
             if s.rank != r * k + s.local_rank:
                 return (f"rank {s.rank} is local rank {s.local_rank} on {h} (node {r}); torchrun "
                         f"would make it rank {r * k + s.local_rank}: the plan interleaves ranks "
-                        "across nodes (use --launcher srun, or an order with the intra-node "
-                        "kinds fastest)")
+                        "across nodes")
     return None

@@ -164,6 +164,12 @@ def test_torchrun_refuses_an_interleaved_plan(h100):
                                              "rank 2 is local rank 1 on gpu01 \\(node 0\\); torchrun "
                                              "would make it rank 1"):
         _script(h100, p, layout, ["python", "t.py"], launch=Launch(launcher="torchrun"))
+    with pytest.raises(SlurmtopoError) as exc:
+        _script(h100, p, layout, ["python", "t.py"], launch=Launch(launcher="torchrun"))
+    assert exc.value.render() == (
+        "--launcher torchrun cannot start this plan: rank 2 is local rank 1 on gpu01 (node 0); "
+        "torchrun would make it rank 1: the plan interleaves ranks across nodes (use --launcher "
+        "srun, or an order with the intra-node kinds fastest)")
     uneven = fill_placement(h100, [("gpu01", [0, 1, 2]), ("gpu02", [0])], layout)
     assert "ranks per node differ" in node_contiguous(uneven)
 

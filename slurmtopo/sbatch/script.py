@@ -472,7 +472,7 @@ class SbatchRequest:
         launch.check()
         why = launch.kind.requirement(placement)
         if why:
-            raise SlurmtopoError(f"--launcher {launch.launcher} cannot start this plan: {why}")
+            raise SlurmtopoError(launch.kind.refusal(why))
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
                             socket_ifname, launch=launch.doc())
         plan_json = dumps_plan(doc)
