@@ -162,7 +162,10 @@ export NODE_RANK GROUP_RANK CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER=PCI_BUS_ID
 # torchrun sets the per-process variables itself
 unset SLURMTOPO_TASK_ENV SLURMTOPO_HOST SLURMTOPO_HOST_GPUS RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE
 if ! command -v "$1" >/dev/null 2>&1; then
-  _st_die "$1: command not found on this node (PATH=$PATH); give torchrun's path with --torchrun PATH, or use --torchrun 'python3 -m torch.distributed.run'"
+  case $1 in
+    apptainer) _st_die "apptainer: command not found on this node (PATH=$PATH); install Apptainer on the compute nodes, or submit without --apptainer" ;;
+    *) _st_die "$1: command not found on this node (PATH=$PATH); give torchrun's path with --torchrun PATH, or use --torchrun 'python3 -m torch.distributed.run'" ;;
+  esac
 fi
 for _st_a in "$@"; do
   shift

@@ -258,6 +258,15 @@ def test_a_missing_torchrun_fails_at_once_naming_the_node_and_the_fix(tmp_path, 
                 "torchrun's path with --torchrun PATH, or use --torchrun 'python3 -m "
                 "torch.distributed.run'") in proc.stderr
     assert "exec: torchrun: not found" not in proc.stderr
+    # inside Apptainer torchrun is the image's: what the node lacks is apptainer
+    script = _script(h100, p, layout, ["python", "train.py"],
+                     launch=Launch(launcher="torchrun", apptainer="/images/x.sif"))
+    (tmp_path / "box").mkdir()
+    proc, _, _ = _run_job(tmp_path / "box", script, alloc, False,
+                          extra_env={"FAKE_TASK_PATH": str(tb)})
+    assert proc.returncode != 0
+    assert (f"(gpu02): error: apptainer: command not found on this node (PATH={tb}); install "
+            "Apptainer on the compute nodes, or submit without --apptainer") in proc.stderr
 
 
 #: four nodes holding different GPUs, 4 ranks each: 16 ranks in 6 blocks of
