@@ -79,7 +79,9 @@ class Launcher:
     var_words: FrozenSet[str] = frozenset()
 
     #: the POSIX sh that ends every task, after ``slurmtopo bind``'s tables
-    #: set its variables (see slurmtopo.binding.taskenv); it execs "$@"
+    #: set its variables (see slurmtopo.binding.taskenv, whose head defines
+    #: ``_st_die MESSAGE``: the task's one-line error naming rank and node,
+    #: exit 2); it execs "$@"
     task_tail: str = ""
 
     #: the "CPU binding:" line of the start-time log when the launcher

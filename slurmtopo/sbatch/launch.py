@@ -56,7 +56,7 @@ class Launch:
         return launchers.get(self.launcher)
 
     def check(self) -> None:
-        self.kind
+        launchers.get(self.launcher)  # a known launcher, else its one-line error
         for what, value in (("--container-image", self.container_image),
                             ("--container-mounts", self.container_mounts),
                             ("--container-workdir", self.container_workdir),
