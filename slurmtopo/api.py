@@ -25,6 +25,7 @@ from typing import Mapping, Optional, Sequence, Tuple, Union
 from slurmtopo.errors import PlacementError
 from slurmtopo.model import ClusterState, Inventory, Placement
 from slurmtopo.request import JobRequest
+from slurmtopo.sbatch.launch import Launch
 from slurmtopo.sbatch.script import DEFAULT_SWITCH_WAIT
 
 
@@ -52,7 +53,7 @@ class ScriptOptions:
     #: cluster was loaded from)
     inventory_path: Optional[str] = None
     #: how the ranks start (srun or torchrun, containers); None: srun
-    launch: Optional[object] = None  # slurmtopo.sbatch.launch.Launch
+    launch: Optional["Launch"] = None
     #: first-class sbatch options as (name, value): ("qos", "high"), ...
     options: Tuple[Tuple[str, str], ...] = ()
     requeue: bool = False
@@ -241,25 +242,33 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
         sanitize_job_name(options.job_name)
     state, elig_notes = eligible_state(cluster, state, partition_members, options.constraint,
                                        features)
+    # the launcher's requirement (torchrun: node-contiguous ranks) is part
+    # of the choice between the planner's proposals, not a refusal after it
+    admit = options.launch.kind.requirement if options.launch is not None else None
+
+    def planner(c: Inventory, s: ClusterState, r: JobRequest) -> Placement:
+        from slurmtopo.choice import plan
+
+        return plan(c, s, r, admit=admit)
     notes = list(elig_notes)
     busy_note = None
     naive: Optional[Placement] = None  # Slurm's default, when the planner built it
     if queue:
-        queued = plan_for_queue(cluster, state, request, plan_job)
+        queued = plan_for_queue(cluster, state, request, planner)
         placement, busy_note = queued.placement, queued.note
         if for_daemon:
             from slurmtopo.placement.queue import shape_for_preferences
 
             placement, pref_notes = shape_for_preferences(cluster, state, request, placement,
-                                                          plan_job)
+                                                          planner)
             notes.extend(pref_notes)
     else:
         from slurmtopo.choice import plan_and_default
 
         try:
-            placement, naive = plan_and_default(cluster, state, request)
+            placement, naive = plan_and_default(cluster, state, request, admit=admit)
         except PlacementError as exc:
-            never = fits_ever(cluster, state, request, plan_job)
+            never = fits_ever(cluster, state, request, planner)
             if never is not None:
                 raise PlacementError(f"never: this job cannot run here even with every "
                                      f"eligible node idle: {never}") from None
@@ -311,11 +320,16 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
     :class:`slurmtopo.slurm.SlurmBackend`). ``held``: submit it held and
     tagged for the placement daemon, which picks the nodes and releases it
     (``spool``: the daemon's spool directory, for requests too long for a
-    job comment). Slurm's refusal is a SlurmError with Slurm's own words."""
+    job comment). Slurm's refusal is a SlurmError with Slurm's own words.
+    A container option the cluster's srun lacks (no pyxis) is refused
+    first (:meth:`slurmtopo.sbatch.launch.Launch.check_srun`)."""
     from slurmtopo.errors import SlurmtopoError
 
     if prepared.script_text is None:
         raise SlurmtopoError("nothing to submit: the job was prepared without a command")
+    if prepared.options.launch is not None and prepared.options.launch.srun_options():
+        # pyxis missing: refused here rather than by srun once the job runs
+        prepared.options.launch.check_srun(backend.srun_options())
     if not held:
         return SubmittedJob(job_id=int(backend.submit(prepared.script_text)), held=False)
     try:

@@ -9,7 +9,7 @@ planner compares link speeds in the cost model's figures through
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.cost import CostParams, CostReport, cost_params, evaluate
 from slurmtopo.errors import SlurmtopoError
@@ -28,6 +28,10 @@ ALT_NESTING_MARGIN = 0.05
 
 #: Proposal.kind of Slurm's default placement (the safety net)
 NAIVE = "naive"
+
+#: what the launcher requires of a placement: None when it can start it,
+#: else why not (slurmtopo.launchers.Launcher.requirement)
+Admit = Callable[[Placement], Optional[str]]
 
 #: why a proposal other than the first was kept, for the note
 _WHY = {
@@ -66,13 +70,15 @@ class CostModelSpeeds:
 
 
 def plan(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
-         safety_net: bool = True, cand: Optional[Candidates] = None) -> Placement:
+         safety_net: bool = True, cand: Optional[Candidates] = None,
+         admit: Optional[Admit] = None) -> Placement:
     """See :func:`plan_and_default`: the placement alone."""
-    return plan_and_default(inv, state, req, safety_net, cand)[0]
+    return plan_and_default(inv, state, req, safety_net, cand, admit)[0]
 
 
 def plan_and_default(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
-                     safety_net: bool = True, cand: Optional[Candidates] = None
+                     safety_net: bool = True, cand: Optional[Candidates] = None,
+                     admit: Optional[Admit] = None
                      ) -> Tuple[Placement, Optional[Placement]]:
     """Place every rank of ``req`` on a free GPU, topology-aware (gang: all
     ranks or :class:`~slurmtopo.errors.PlacementError` saying why not). See
@@ -87,6 +93,11 @@ def plan_and_default(inv: Inventory, state: Optional[ClusterState], req: JobRequ
     ``cand``: the candidate nodes of ``req`` on ``state``, when the caller
     keeps them up to date itself (the placement daemon, which plans
     hundreds of jobs on one changing state); None: computed here.
+
+    ``admit``: what the job's launcher requires of a placement (torchrun:
+    node-contiguous ranks); only the proposals it admits are weighed, so
+    the launcher is part of the choice and not a refusal after it (see
+    :func:`cheapest`).
 
     Returns the placement and Slurm's default placement when it was
     weighed (None otherwise: one rank, or no safety net), so that a caller
@@ -109,7 +120,7 @@ def plan_and_default(inv: Inventory, state: Optional[ClusterState], req: JobRequ
         naive = naive_from(inv, req, cand, groups)
         if meets_require(inv, req, naive):
             options.append(Proposal(NAIVE, naive))
-    return cheapest(inv, req, options), naive
+    return cheapest(inv, req, options, admit), naive
 
 
 def params_of(inv: Inventory) -> CostParams:
@@ -156,13 +167,31 @@ def slower_tp(r: CostReport, first: CostReport) -> bool:
         t1 / t0 > first.step_time_s / r.step_time_s
 
 
-def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Placement:
+def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal],
+             admit: Optional[Admit] = None) -> Placement:
     """The option the cost model prices fastest (the first on ties), with
     a note when it is not the planner's first proposal. Another nesting
     must be :data:`ALT_NESTING_MARGIN` faster and keep tensor parallel on
     links as fast (:func:`slower_tp`): the default message sizes weigh
     one collective of each kind, while a real step runs TP's many times
-    more often (docs/cost-model.md)."""
+    more often (docs/cost-model.md).
+
+    ``admit`` (the launcher's requirement) drops the options it refuses
+    first, with a note; when it refuses them all the usual choice is made,
+    and the caller's check of the launcher says why it cannot start it."""
+    kept = options if admit is None else [o for o in options if admit(o.placement) is None]
+    if not kept or len(kept) == len(options):
+        return _cheapest(inv, req, kept or options)
+    pl = _cheapest(inv, req, kept)
+    why = next(w for w in map(admit, (o.placement for o in options)) if w is not None)
+    note = (f"the job's launcher cannot start {len(options) - len(kept)} of the "
+            f"{len(options)} placements weighed ({why}); chose among the others")
+    return Placement(slots=pl.slots, groups=pl.groups, hosts=pl.hosts,
+                     notes=tuple(pl.notes) + (note,))
+
+
+def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Placement:
+    """:func:`cheapest` among ``options``, all admitted."""
     first = options[0].placement
     if len(options) == 1:
         return first

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import fields, is_dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Inventory, Placement
+
+if TYPE_CHECKING:
+    from slurmtopo.launchers import Launcher
 
 PLAN_KIND = "plan"
 PLAN_VERSION = 2  # 2: ranks as (packed) columns; 1 is still read
@@ -32,22 +35,22 @@ EMBED_WHOLE_NODES = 1024
 # file by path: earlier releases sourced SLURMTOPO_TASK_ENV_FILE, which
 # another user able to rename entries of a shared submit directory could
 # swap between the start-time step and the task.
-LAUNCHERS = ("srun", "torchrun")
-#: the torchrun argument the task text rewrites to ``--node-rank=<this node>``
-NODE_RANK_WORD = "--node-rank=SLURMTOPO_NODE_RANK"
+# What differs between launchers (srun, torchrun) is in slurmtopo.launchers.
 TASK_SNIPPET = ('eval "${SLURMTOPO_TASK_ENV:?no task environment: evaluate what '
                 'slurmtopo bind --print-env prints before srun}"')
 #: $0 of the task shell, seen in `ps` and in its error messages
 TASK_NAME = "slurmtopo-task"
 
 
-def launcher_of(doc: Mapping[str, Any]) -> str:
+def launcher_of(doc: Mapping[str, Any]) -> "Launcher":
     """The launcher a plan document names (srun for plans that name none)."""
-    mode = (doc.get("launch") or {}).get("launcher", "srun")
-    if mode not in LAUNCHERS:
+    from slurmtopo import launchers
+
+    mode = (doc.get("launch") or {}).get("launcher", launchers.DEFAULT)
+    if not isinstance(mode, str) or mode not in launchers.names():
         raise SlurmtopoError(f"plan names launcher {mode!r}; this slurmtopo knows "
-                             f"{', '.join(LAUNCHERS)}")
-    return mode
+                             f"{', '.join(launchers.names())}")
+    return launchers.get(mode)
 
 
 def embedded_inventory(inv: Inventory, hosts: Sequence[str]) -> Dict[str, Any]:

@@ -494,17 +494,29 @@ def rank_env(placement: Placement, rank: int, allocated: Optional[Iterable[int]]
                       slot.cpus if cpus is None else cpus)
 
 
-def _rank_vars(slot: RankSlot, world: int, local_world: int, node_rank: int, cvd: str,
-               cpus: Iterable[int]) -> Dict[str, str]:
-    env = {"RANK": str(slot.rank), "LOCAL_RANK": str(slot.local_rank),
+def rank_vars(rank: int, local_rank: int, world: int, local_world: int, node_rank: int,
+              cvd: str, gpu: int, cpus: str, nics: Sequence[str]) -> Dict[str, str]:
+    """The variables one rank is started with, in the order they are shown:
+    the one home of their names and values. ``env.json`` (:func:`env_json`),
+    the per-rank Python launcher (``slurmtopo.binding.launcher``) and the
+    tests of the per-task shell text (``slurmtopo.binding.taskenv``, which
+    computes the same values on the node) all take them from here.
+    ``cvd``: CUDA_VISIBLE_DEVICES; ``cpus``: a cpulist ("" unbound)."""
+    env = {"RANK": str(rank), "LOCAL_RANK": str(local_rank),
            "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(local_world),
            "NODE_RANK": str(node_rank), "GROUP_RANK": str(node_rank),
            "CUDA_VISIBLE_DEVICES": cvd,
-           "SLURMTOPO_GPU": str(slot.gpu),
-           "SLURMTOPO_CPUS": format_cpulist(cpus)}
-    if slot.nics:
-        env["SLURMTOPO_NICS"] = ",".join(slot.nics)
+           "SLURMTOPO_GPU": str(gpu),
+           "SLURMTOPO_CPUS": cpus}
+    if nics:
+        env["SLURMTOPO_NICS"] = ",".join(nics)
     return env
+
+
+def _rank_vars(slot: RankSlot, world: int, local_world: int, node_rank: int, cvd: str,
+               cpus: Iterable[int]) -> Dict[str, str]:
+    return rank_vars(slot.rank, slot.local_rank, world, local_world, node_rank, cvd, slot.gpu,
+                     format_cpulist(cpus), slot.nics)
 
 
 def env_document(placement: Placement, inv: Optional[Inventory], master_port="from SLURM_JOB_ID",
@@ -536,21 +548,21 @@ def _env_fields(placement: Placement, inv: Optional[Inventory], master_port,
 def env_json(placement: Placement, inv: Optional[Inventory], master_port="from SLURM_JOB_ID",
              socket_ifname: Optional[str] = None) -> str:
     """``env.json``: byte for byte ``dumps_rankmap(env_document(...))``,
-    one format string a rank (see :func:`rankmap_json`)."""
-    world = json.dumps(str(placement.world_size))
+    one line a rank from :func:`rank_vars` (values a job repeats, such as
+    cpulists and NIC lists, encoded once each; see :func:`rankmap_json`)."""
+    world = placement.world_size
     cpus = cpulists(placement)
     enc = _Encoded()
-    lines: List[str] = [""] * placement.world_size
+    lines: List[str] = [""] * world
     for node_rank, mates in enumerate(placement.by_host().values()):
-        head = (f'"WORLD_SIZE": {world}, "LOCAL_WORLD_SIZE": "{len(mates)}", '
-                f'"NODE_RANK": "{node_rank}", "GROUP_RANK": "{node_rank}", '
-                f'"CUDA_VISIBLE_DEVICES": '
-                f'{enc[visible_devices([s.gpu for s in mates], None, False)]}')
+        cvd = visible_devices([s.gpu for s in mates], None, False)
         for s in mates:
-            nics = f', "SLURMTOPO_NICS": {enc[",".join(s.nics)]}' if s.nics else ""
-            lines[s.rank] = (f'{{"RANK": "{int(s.rank)}", "LOCAL_RANK": "{int(s.local_rank)}", '
-                             f'{head}, "SLURMTOPO_GPU": "{int(s.gpu)}", '
-                             f'"SLURMTOPO_CPUS": {enc[cpus[id(s.cpus)]]}{nics}}}')
+            env = rank_vars(s.rank, s.local_rank, world, len(mates), node_rank, cvd, s.gpu,
+                            cpus[id(s.cpus)], s.nics)
+            # (digits need no escaping: most values are numbers)
+            lines[s.rank] = "{" + ", ".join([
+                f'"{k}": "{v}"' if v.isdigit() else f'"{k}": {enc[v]}'
+                for k, v in env.items()]) + "}"
     return dumps_rankmap(_env_fields(placement, inv, master_port, socket_ifname, lines),
                          ("ranks",))
 
@@ -586,6 +598,5 @@ def node_contiguous(placement: Placement) -> Optional[str]:
             if s.rank != r * k + s.local_rank:
                 return (f"rank {s.rank} is local rank {s.local_rank} on {h} (node {r}); torchrun "
                         f"would make it rank {r * k + s.local_rank}: the plan interleaves ranks "
-                        "across nodes (use --launcher srun, or an order with the intra-node "
-                        "kinds fastest)")
+                        "across nodes")
     return None

@@ -18,7 +18,8 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.errors", "slurmtopo.yamlio", "slurmtopo.hostlist", "slurmtopo.groups",
         "slurmtopo.frameworks",
         "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
-        "slurmtopo.plandoc", "slurmtopo.sbatch", "slurmtopo.preview", "slurmtopo.tablefit",
+        "slurmtopo.plandoc", "slurmtopo.launchers", "slurmtopo.sbatch", "slurmtopo.preview",
+        "slurmtopo.tablefit",
         "slurmtopo.inventory",
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe")
 #: ... never import these (use cases, side effects, command line)

@@ -22,7 +22,7 @@ from slurmtopo.binding.replan import fill_placement
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.model import Placement, RankSlot
-from slurmtopo.rankmap import node_contiguous
+from slurmtopo.rankmap import node_contiguous, rank_env
 from slurmtopo.sbatch import SbatchRequest
 from slurmtopo.sbatch.launch import Launch, torchrun_args
 from slurmtopo.plandoc import TASK_SNIPPET
@@ -164,6 +164,12 @@ def test_torchrun_refuses_an_interleaved_plan(h100):
                                              "rank 2 is local rank 1 on gpu01 \\(node 0\\); torchrun "
                                              "would make it rank 1"):
         _script(h100, p, layout, ["python", "t.py"], launch=Launch(launcher="torchrun"))
+    with pytest.raises(SlurmtopoError) as exc:
+        _script(h100, p, layout, ["python", "t.py"], launch=Launch(launcher="torchrun"))
+    assert exc.value.render() == (
+        "--launcher torchrun cannot start this plan: rank 2 is local rank 1 on gpu01 (node 0); "
+        "torchrun would make it rank 1: the plan interleaves ranks across nodes (use --launcher "
+        "srun, or an order with the intra-node kinds fastest)")
     uneven = fill_placement(h100, [("gpu01", [0, 1, 2]), ("gpu02", [0])], layout)
     assert "ranks per node differ" in node_contiguous(uneven)
 
@@ -228,6 +234,39 @@ def test_launch_option_checks():
         Launch(launcher="mpirun").check()
     with pytest.raises(SlurmtopoError, match="one non-empty line"):
         Launch(container_image="a\nb").check()
+    with pytest.raises(SlurmtopoError, match="--torchrun \"'python3 -m\": No closing"):
+        Launch(launcher="torchrun", torchrun="'python3 -m").check()
+    assert Launch(launcher="torchrun", torchrun="python3 -m torch.distributed.run").argv(
+        ["python", "t.py"])[:3] == ["python3", "-m", "torch.distributed.run"]
+    # srun runs the command itself: --torchrun plays no part
+    assert Launch(torchrun="'unbalanced").argv(["t"]) == ["t"]
+
+
+def test_a_missing_torchrun_fails_at_once_naming_the_node_and_the_fix(tmp_path, h100):
+    """No torchrun on the compute node: every task stops before anything
+    else with its node and the fix, not the shell's "exec: torchrun: not
+    found" (exit 127)."""
+    layout = Layout(tp=4, dp=2).resolved()
+    alloc = {"gpu01": [4, 5, 6, 7], "gpu02": [1, 3, 5, 7]}
+    p = fill_placement(h100, list(alloc.items()), layout)
+    tb = _task_path(tmp_path)  # taskset only
+    script = _script(h100, p, layout, ["python", "train.py"], launch=Launch(launcher="torchrun"))
+    proc, _, _ = _run_job(tmp_path, script, alloc, False, extra_env={"FAKE_TASK_PATH": str(tb)})
+    assert proc.returncode != 0
+    for node in ("gpu01", "gpu02"):
+        assert (f"({node}): error: torchrun: command not found on this node (PATH={tb}); give "
+                "torchrun's path with --torchrun PATH, or use --torchrun 'python3 -m "
+                "torch.distributed.run'") in proc.stderr
+    assert "exec: torchrun: not found" not in proc.stderr
+    # inside Apptainer torchrun is the image's: what the node lacks is apptainer
+    script = _script(h100, p, layout, ["python", "train.py"],
+                     launch=Launch(launcher="torchrun", apptainer="/images/x.sif"))
+    (tmp_path / "box").mkdir()
+    proc, _, _ = _run_job(tmp_path / "box", script, alloc, False,
+                          extra_env={"FAKE_TASK_PATH": str(tb)})
+    assert proc.returncode != 0
+    assert (f"(gpu02): error: apptainer: command not found on this node (PATH={tb}); install "
+            "Apptainer on the compute nodes, or submit without --apptainer") in proc.stderr
 
 
 #: four nodes holding different GPUs, 4 ranks each: 16 ranks in 6 blocks of
@@ -284,6 +323,11 @@ def _check_srun_records(recs, p, alloc, cgroup, args):
         assert d["python"] == "no"
         assert d["args"] == args
         assert env["RANK"] == str(r) and env["WORLD_SIZE"] == str(p.world_size)
+        # the shell text sets what rankmap.rank_vars (the one home) gives the
+        # rank, CPUs aside (taskset's outcome depends on this machine)
+        planned = rank_env(p, r, alloc[slot.host], cgroup)
+        del planned["SLURMTOPO_CPUS"]
+        assert {k: env.get(k) for k in planned} == planned
         assert env["SLURMD_NODENAME"] == slot.host
         assert env["LOCAL_RANK"] == str(slot.local_rank)
         assert env["NODE_RANK"] == env["GROUP_RANK"] == str(p.hosts.index(slot.host))
@@ -478,3 +522,122 @@ def test_run_dir_files_are_private_whatever_the_umask(tmp_path, h100, monkeypatc
         if f.is_file():
             assert stat.S_IMODE(f.lstat().st_mode) == 0o600, f
     assert not (run / "env.sh").is_symlink() and victim.read_text() == "keep"
+
+
+# ---------------------------------------------------------------------------
+# the launcher's requirement is part of the choice (issue #24)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
+
+
+@pytest.mark.parametrize("how", ["nodelist", "busy-state"])
+def test_torchrun_is_planned_node_contiguous_on_a_partly_busy_cluster(tmp_path, how):
+    """Two free nodes hold a node-contiguous placement: torchrun gets it
+    (the faster-modelled nesting that interleaves nodes is not chosen),
+    where the choice used to ignore the launcher and the script then
+    refused the plan."""
+    from tests.clirun import run_cli
+
+    if how == "nodelist":  # the issue's `plan --nodelist 'ws[3-4]'`
+        where = ["plan", "--inventory", str(EXAMPLES / "a6000-4node-pcie.yaml"),
+                 "--nodelist", "ws[3-4]", "--output-dir", str(tmp_path / "out")]
+        hosts = ["ws3", "ws4"]
+    else:  # `sbatch` with node1 and node2 held by other jobs
+        state = tmp_path / "busy.yaml"
+        state.write_text('slurmtopo: state\nversion: 1\nnodes:\n'
+                         '  - {name: "node[1-2]", state: allocated}\n')
+        where = ["sbatch", "--inventory", str(EXAMPLES / "devcluster.yaml"),
+                 "--state", str(state), "--dry-run"]
+        hosts = ["node3", "node4"]
+    layout = ["--tp", "2", "--pp", "2", "--dp", "4"]
+    code, out, err = run_cli(where + layout + ["--launcher", "torchrun", "--", "python", "t.py"])
+    assert code == 0, err
+    script = (tmp_path / "out" / "job.sbatch").read_text() if how == "nodelist" else out
+    from slurmtopo.plandoc import planned_placement, read_plan
+    from slurmtopo.sbatch.script import extract_plan
+
+    p = planned_placement(read_plan(extract_plan(script)))
+    assert node_contiguous(p) is None
+    assert list(p.hosts) == hosts
+    assert "# note: the job's launcher cannot start 2 of the 5 placements weighed (rank 8 " \
+        "is local rank 4 on " + hosts[0] in script
+    # srun is not held back: the same job with srun takes the faster nesting
+    code, out, err = run_cli(where + layout + ["--", "python", "t.py"])
+    assert code == 0, err
+    script = (tmp_path / "out" / "job.sbatch").read_text() if how == "nodelist" else out
+    assert node_contiguous(planned_placement(read_plan(extract_plan(script)))) is not None
+
+
+def test_cheapest_weighs_only_what_the_launcher_admits(h100):
+    """choice.cheapest: the admitted options only, with a note; all
+    refused: the usual choice (the script's check then says why)."""
+    from slurmtopo.choice import cheapest
+    from slurmtopo.placement.planner import Proposal
+    from slurmtopo.request import JobRequest
+
+    layout = Layout(tp=2, dp=2).resolved()
+    req = JobRequest(layout=layout)
+    hw = h100.nodes["gpu01"].hardware
+    slots = tuple(RankSlot(rank=r, host=("gpu01", "gpu02")[r % 2], gpu=r // 2,
+                           local_rank=r // 2, cpus=hw.gpus[r // 2].cpus) for r in range(4))
+    interleaved = Placement(slots=slots, groups=dict(build_groups(layout)),
+                            hosts=("gpu01", "gpu02"))
+    contiguous = fill_placement(h100, [("gpu01", [0, 1]), ("gpu02", [0, 1])], layout)
+    options = [Proposal("plan", interleaved), Proposal("nesting", contiguous)]
+    got = cheapest(h100, req, options, admit=node_contiguous)
+    assert [s.host for s in got.slots] == [s.host for s in contiguous.slots]
+    assert got.notes[-1].startswith("the job's launcher cannot start 1 of the 2 placements "
+                                    "weighed (rank 2 is local rank 1 on gpu01")
+    refused = cheapest(h100, req, [Proposal("plan", interleaved)], admit=node_contiguous)
+    assert refused is interleaved
+    assert cheapest(h100, req, options, admit=lambda p: None) == \
+        cheapest(h100, req, options)
+
+
+# ---------------------------------------------------------------------------
+# the registry: a launcher is one object, found by name everywhere
+
+def test_the_registry_names_and_refuses():
+    from slurmtopo import launchers
+
+    assert launchers.names() == ("srun", "torchrun")
+    assert launchers.get("torchrun") is launchers.TORCHRUN
+    with pytest.raises(SlurmtopoError, match="--launcher must be one of srun, torchrun, "
+                                             "got 'mpirun'"):
+        launchers.get("mpirun")
+    with pytest.raises(ValueError, match="registered already"):
+        launchers.register(launchers.SRUN)
+
+
+def test_a_registered_launcher_reaches_the_script_the_plan_and_the_tasks(h100, monkeypatch):
+    """Adding a launcher is one object in slurmtopo.launchers: the script's
+    srun line, the plan document, the task count, hostfile and the task
+    shell's tail all come from it."""
+    from slurmtopo import launchers
+    from slurmtopo.binding.taskenv import task_env
+    from slurmtopo.plandoc import launcher_of, read_plan
+    from slurmtopo.sbatch.script import extract_plan
+
+    class PerNode(launchers.Launcher):
+        def argv(self, program, command):
+            return [*program, '-n="$SLURMTOPO_NPROC_PER_NODE"', *command]
+
+    mine = PerNode(name="pernode", per_node=True, summary="one starter per node",
+                   help="pernode: test.", default_program=("starter",),
+                   var_words=frozenset({'-n="$SLURMTOPO_NPROC_PER_NODE"'}),
+                   task_tail='echo "pernode tail"\nexec "$@"\n')
+    monkeypatch.setitem(launchers._REGISTRY, "pernode", mine)
+    layout = Layout(tp=4, dp=2).resolved()
+    p = fill_placement(h100, [("gpu01", [0, 1, 2, 3]), ("gpu02", [0, 1, 2, 3])], layout)
+    script = _script(h100, p, layout, ["python", "t.py"],
+                     launch=Launch(launcher="pernode", torchrun="/opt/bin/starter --x"))
+    assert script.rstrip().endswith("slurmtopo-task \\\n"
+                                    '    /opt/bin/starter --x -n="$SLURMTOPO_NPROC_PER_NODE" '
+                                    "python t.py")
+    assert "# launcher: pernode (one starter per node)" in script
+    assert launcher_of(read_plan(extract_plan(script))) is mine
+    assert Launch(launcher="pernode").argv(["t"])[0] == "starter"  # its own default
+    assert mine.tasks(p) == 2 and mine.hostfile_hosts(p) == ["gpu01", "gpu02"]
+    text = task_env(p, {"gpu01": "0,1,2,3", "gpu02": "0,1,2,3"}, mine).whole
+    assert text.endswith('echo "pernode tail"\nexec "$@"\n')
+    assert "  1) NODE_RANK=1 ;;" in text and "LOCAL_RANK=" not in text.split("esac")[0]

@@ -24,6 +24,7 @@ from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
 from slurmtopo.model import ClusterState
 from slurmtopo.sbatch import SbatchRequest, sanitize_job_name, topology_request
+from slurmtopo.sbatch.launch import Launch
 from slurmtopo.sbatch.script import PLAN_DELIMITER, comment_text
 from slurmtopo.state import load_state
 
@@ -46,6 +47,19 @@ CASES = {
     "devcluster": (None, dict(tp=2, dp=4), dict(job_name="dev", partition="gpu")),
 }
 COMMAND = ["python", "train.py", "--config", "conf/my run.yaml"]
+#: golden -> (example of CASES, launcher and container choices): the other
+#: launchers and the containers, rendered on the same reference placement
+LAUNCH_CASES = {
+    "h100-4node-2leaf.torchrun": ("h100-4node-2leaf", dict(launcher="torchrun")),
+    "a6000-4node-pcie.torchrun-module": ("a6000-4node-pcie", dict(
+        launcher="torchrun", torchrun="python3 -m torch.distributed.run")),
+    "h100-4node-2leaf.pyxis": ("h100-4node-2leaf", dict(
+        container_image="nvcr.io#nvidia/pytorch:24.05-py3", container_mounts="/data:/data,/scratch",
+        container_workdir="/workspace")),
+    "devcluster.apptainer": ("devcluster", dict(apptainer="/images/pytorch 24.05.sif")),
+    "devcluster.apptainer-torchrun": ("devcluster", dict(apptainer="/images/pytorch.sif",
+                                                         launcher="torchrun")),
+}
 
 
 def reference_placement(inv, state, layout):
@@ -61,14 +75,15 @@ def reference_placement(inv, state, layout):
     return fill_placement(inv, out, layout)
 
 
-def render_case(name):
+def render_case(name, launch=None):
     state_file, lay, opts = CASES[name]
     inv_path = EXAMPLES / f"{name}.yaml"
     inv = load_inventory(inv_path)
     state = load_state(EXAMPLES / state_file, inv) if state_file else ClusterState()
     layout = Layout(**lay).resolved()
     p = reference_placement(inv, state, layout)
-    req = SbatchRequest.from_plan(inv, p, layout, COMMAND, inventory_path=str(inv_path), **opts)
+    req = SbatchRequest.from_plan(inv, p, layout, COMMAND, inventory_path=str(inv_path),
+                                  launch=launch, **opts)
     return inv, p, req, req.render()
 
 
@@ -77,9 +92,13 @@ def normalise(text: str) -> str:
                                                      "slurmtopo <VERSION> ")
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(CASES) + sorted(LAUNCH_CASES))
 def test_golden(name):
-    _, _, _, text = render_case(name)
+    if name in LAUNCH_CASES:
+        example, launch = LAUNCH_CASES[name]
+        _, _, _, text = render_case(example, Launch(**launch))
+    else:
+        _, _, _, text = render_case(name)
     text = normalise(text)
     path = GOLDEN / f"{name}.sbatch"
     if REGEN:
@@ -93,7 +112,7 @@ def test_every_example_inventory_has_a_golden():
     inventories = {p.stem for p in EXAMPLES.glob("*.yaml")
                    if "slurmtopo: inventory" in p.read_text()}
     assert inventories <= set(CASES)
-    assert {p.stem for p in GOLDEN.glob("*.sbatch")} == set(CASES)
+    assert {p.stem for p in GOLDEN.glob("*.sbatch")} == set(CASES) | set(LAUNCH_CASES)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -96,7 +96,7 @@ def rank_launch(info: RankInfo, environ: Mapping[str, str], allowed: Iterable[in
     renumbered GPUs on this node (device cgroup), whatever the batch host
     thought; the step's GPUs stand in for an allocation the table lacks.
     """
-    from slurmtopo.rankmap import visible_devices
+    from slurmtopo.rankmap import rank_vars, visible_devices
 
     log: List[str] = []
     me = environ.get("SLURMD_NODENAME")
@@ -123,13 +123,6 @@ def rank_launch(info: RankInfo, environ: Mapping[str, str], allowed: Iterable[in
             log.append(f"this step holds GPUs {format_cpulist(step)}, the allocation said "
                        f"{format_cpulist(alloc)}")
     cvd = visible_devices(info.host_gpus, alloc, constrained)
-    env = {"RANK": str(info.rank), "LOCAL_RANK": str(info.local_rank),
-           "WORLD_SIZE": str(info.world), "LOCAL_WORLD_SIZE": str(len(info.host_gpus)),
-           "NODE_RANK": str(info.node_rank), "GROUP_RANK": str(info.node_rank),
-           "CUDA_VISIBLE_DEVICES": cvd, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-           "SLURMTOPO_GPU": str(info.host_gpus[info.local_rank])}
-    if info.nics:
-        env["SLURMTOPO_NICS"] = ",".join(info.nics)
     bind: Optional[Tuple[int, ...]] = None
     allowed = set(allowed)
     if info.cpu_bind and info.cpus and environ.get("SLURMTOPO_CPU_BIND", "1") != "0":
@@ -143,7 +136,10 @@ def rank_launch(info: RankInfo, environ: Mapping[str, str], allowed: Iterable[in
                 log.append(f"CPU binding reduced from {format_cpulist(planned)} to "
                            f"{format_cpulist(inter)} (allowed here: {format_cpulist(allowed)})")
             bind = inter
-    env["SLURMTOPO_CPUS"] = format_cpulist(bind) if bind else ""
+    env = rank_vars(info.rank, info.local_rank, info.world, len(info.host_gpus),
+                    info.node_rank, cvd, info.host_gpus[info.local_rank],
+                    format_cpulist(bind) if bind else "", info.nics)
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env, bind, log
 
 

@@ -15,6 +15,7 @@ from slurmtopo.binding import limits
 from slurmtopo.binding.master import master_address, resolves
 from slurmtopo.binding.launcher import rank_table
 from slurmtopo.binding.replan import differences, moved_ranks, replan
+from slurmtopo.launchers import SRUN, Launcher
 from slurmtopo.plandoc import launcher_of, layout_from_doc, planned_placement
 
 if TYPE_CHECKING:
@@ -32,7 +33,9 @@ class BindResult:
     log: List[str]
     inventory: Inventory
     layout: Any
-    launcher: str = "srun"  # one task per rank, or "torchrun": one per node
+    #: how the tasks start (slurmtopo.launchers): one task per rank (srun)
+    #: or per node (torchrun)
+    launcher: Launcher = SRUN
     visible: Optional[Dict[str, str]] = None  # host -> CUDA_VISIBLE_DEVICES
     #: files the run directory gets besides the usual ones (path -> text):
     #: the NCCL topology file of a virtualised node type
@@ -133,11 +136,12 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
         replanned = True
         log.extend("  " + line for line in moved_ranks(planned, placement))
     from slurmtopo.binding.taskenv import cpu_summary, visible_by_host
-    from slurmtopo.rankmap import check_placement, node_contiguous
+    from slurmtopo.rankmap import check_placement
     check_placement(placement)
     launcher = launcher_of(doc)
-    if launcher == "torchrun" and node_contiguous(placement):
-        log.append(f"torchrun needs a node-contiguous rank map: {node_contiguous(placement)}; "
+    need = launcher.requirement(placement)
+    if need:
+        log.append(f"{launcher.name} needs a node-contiguous rank map: {need}; "
                    "filling the nodes in order instead")
         placement = contiguous_fill(inv, placement, alloc, layout_from_doc(doc))
         replanned = True
@@ -233,7 +237,7 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
     nnodes = len(set(s.host for s in p.slots))
     lines = ["# written by `slurmtopo bind`; sourced by the batch script before srun",
              f"export SLURM_HOSTFILE={q(os.path.join(run_dir, 'hostfile'))}",
-             f"export SLURMTOPO_NTASKS={nnodes if result.launcher == 'torchrun' else p.world_size}",
+             f"export SLURMTOPO_NTASKS={result.launcher.tasks(p)}",
              f"export SLURMTOPO_NNODES={nnodes}",
              f"export SLURMTOPO_NPROC_PER_NODE={p.world_size // max(nnodes, 1)}",
              f"export SLURMTOPO_RUN_DIR={q(run_dir)}"]
@@ -304,12 +308,12 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str],
     user who can rename entries of the submit directory cannot make this
     step write elsewhere or follow a planted link."""
     from slurmtopo import safedir
-    from slurmtopo.rankmap import node_ranks, rankmap_csv, rankmap_json
+    from slurmtopo.rankmap import rankmap_csv, rankmap_json
     from slurmtopo.rundirs import HINT, open_run_dir
 
     token = token or new_token()
     p = result.placement
-    lines = (list(node_ranks(p)) if result.launcher == "torchrun" else [s.host for s in p.slots])
+    lines = result.launcher.hostfile_hosts(p)
     rankmap = rankmap_json(p, result.layout, extra={
         "allocation": {h: (format_cpulist(g) if g is not None else None)
                        for h, g in result.allocation.gpus.items()},

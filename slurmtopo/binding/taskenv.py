@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from slurmtopo.launchers import SRUN, Launcher
 from slurmtopo.model import Placement, format_cpulist
 
 _HEAD = """\
@@ -67,43 +68,8 @@ if [ -n "${SLURMD_NODENAME:-}" ] && [ "$SLURMD_NODENAME" != "$SLURMTOPO_HOST" ];
 fi
 """
 
-_SRUN_TAIL = """\
-RANK=$SLURM_PROCID
-GROUP_RANK=$NODE_RANK
-export RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK CUDA_VISIBLE_DEVICES
-export CUDA_DEVICE_ORDER=PCI_BUS_ID SLURMTOPO_GPU SLURMTOPO_NICS SLURMTOPO_CPUS
-unset SLURMTOPO_TASK_ENV SLURMTOPO_HOST SLURMTOPO_HOST_GPUS
-if [ -n "$SLURMTOPO_CPUS" ] && [ "${SLURMTOPO_CPU_BIND:-1}" != 0 ]; then
-  if command -v taskset >/dev/null 2>&1; then
-    # the kernel keeps only the CPUs that exist and are allowed here; when
-    # none are, taskset fails and the rank runs unbound (the batch step's
-    # "CPU binding:" line says which ranks)
-    if taskset -c "$SLURMTOPO_CPUS" true 2>/dev/null; then
-      exec taskset -c "$SLURMTOPO_CPUS" "$@"
-    fi
-  elif [ "$LOCAL_RANK" = 0 ]; then
-    echo "slurmtopo task $RANK (${SLURMD_NODENAME:-?}): no taskset on this node; its ranks run without CPU binding" >&2
-  fi
-fi
-SLURMTOPO_CPUS=
-exec "$@"
-"""
-
-_TORCHRUN_TAIL = """\
-GROUP_RANK=$NODE_RANK
-export NODE_RANK GROUP_RANK CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER=PCI_BUS_ID
-# torchrun sets the per-process variables itself
-unset SLURMTOPO_TASK_ENV SLURMTOPO_HOST SLURMTOPO_HOST_GPUS RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE
-for _st_a in "$@"; do
-  shift
-  case $_st_a in
-    {word}) set -- "$@" "--node-rank=$NODE_RANK" ;;
-    *) set -- "$@" "$_st_a" ;;
-  esac
-done
-exec "$@"
-"""
-
+# the launcher's own tail (the exports, CPU binding, the exec) comes from
+# slurmtopo.launchers: Launcher.task_tail
 
 @dataclass(frozen=True)
 class TaskEnv:
@@ -211,21 +177,20 @@ _st_ok=
 """
 
 
-def task_env(placement: Placement, visible: Mapping[str, str], launcher: str = "srun",
+def task_env(placement: Placement, visible: Mapping[str, str], launcher: Launcher = SRUN,
              cpu_bind: bool = True) -> TaskEnv:
     """The parts for ``placement``. ``visible``: host -> CUDA_VISIBLE_DEVICES
     as the batch step computed it (device cgroup and allocation taken into
-    account). ``launcher``: one task per rank (srun) or per node
-    (torchrun)."""
+    account). ``launcher``: one task per rank (srun: each task's line sets
+    its own rank's variables) or per node (torchrun: the node's)."""
     from slurmtopo.rankmap import check_placement, cpulists, node_ranks
-    from slurmtopo.plandoc import NODE_RANK_WORD
 
     q = shlex.quote
     check_placement(placement)
     nr = node_ranks(placement)
     prelude = "\n".join([_HEAD.rstrip("\n"), f"WORLD_SIZE={placement.world_size}",
                          "_st_slurm_cvd=${CUDA_VISIBLE_DEVICES:-}"]) + "\n"
-    if launcher == "torchrun":
+    if launcher.per_node:
         tasks = tuple(f"  {i}) NODE_RANK={i} ;;" for i in nr.values())
         task_node = tuple(nr.values())
     else:
@@ -247,21 +212,18 @@ def task_env(placement: Placement, visible: Mapping[str, str], launcher: str = "
     nodes = tuple(f"  {i}) SLURMTOPO_HOST={q(h)} CUDA_VISIBLE_DEVICES={q(visible[h])} "
                   f"SLURMTOPO_HOST_GPUS={','.join(map(str, placement.gpus_on(h)))} "
                   f"LOCAL_WORLD_SIZE={len(placement.ranks_on(h))} ;;" for h, i in nr.items())
-    tail = (_TORCHRUN_TAIL.replace("{word}", NODE_RANK_WORD) if launcher == "torchrun"
-            else _SRUN_TAIL)
     return TaskEnv(prelude=prelude, tasks=tasks, task_node=task_node, nodes=nodes,
-                   tail=_HOST_CHECK + _LOCAL_GPUS + tail)
+                   tail=_HOST_CHECK + _LOCAL_GPUS + launcher.task_tail)
 
 
-def cpu_summary(placement: Placement, launcher: str, cpu_bind: bool,
+def cpu_summary(placement: Placement, launcher: Launcher, cpu_bind: bool,
                 allowed: Optional[Iterable[int]] = None, here: Optional[str] = None) -> str:
     """The one log line about CPU binding (instead of one per rank).
 
     ``allowed`` is what this (batch) node lets the job use; ranks are judged
     by it, on the assumption that the job's nodes are alike."""
-    if launcher == "torchrun":
-        return ("CPU binding: none (torchrun starts the ranks; rankmap.json lists each "
-                "rank's planned CPUs for a program that binds itself)")
+    if launcher.cpu_binding is not None:
+        return launcher.cpu_binding
     if not cpu_bind:
         return "CPU binding: off (SLURMTOPO_CPU_BIND=0)"
     bound = [s for s in placement.slots if s.cpus]

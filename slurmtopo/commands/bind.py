@@ -79,5 +79,5 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
         click.echo(json.dumps({
             "job_id": result.allocation.job_id or None, "run_dir": run_dir, "files": paths,
             "replanned": result.replanned, "cgroup_devices": result.constrained,
-            "launcher": result.launcher, "log": result.log,
+            "launcher": result.launcher.name, "log": result.log,
             "rankmap": rankmap_dict(result.placement, result.layout)}, separators=(",", ":")))

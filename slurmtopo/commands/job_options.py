@@ -15,6 +15,7 @@ import click
 
 from slurmtopo.commands.layout_options import (LAYOUT_PARAMS, framework_options,
                                                framework_params, layout_options)
+from slurmtopo import launchers
 from slurmtopo.errors import SlurmtopoError
 
 
@@ -138,13 +139,13 @@ def script_options(func):
         click.option("--python", "python", default="python3", show_default=True,
                      help="Python with slurmtopo installed, on the first node of the job (it "
                           "runs the start-time step; the other nodes need only /bin/sh)."),
-        click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun",
-                     show_default=True,
-                     help="srun: one task per rank. torchrun: one torchrun per node (--nnodes, "
-                          "--nproc-per-node, --node-rank in plan order; the plan must be "
-                          "node-contiguous)."),
-        click.option("--torchrun", "torchrun_cmd", default="torchrun", show_default=True,
-                     help="The torchrun command on the compute nodes (--launcher torchrun)."),
+        click.option("--launcher", type=click.Choice(list(launchers.names())),
+                     default=launchers.DEFAULT, show_default=True,
+                     help=" ".join(launchers.get(n).help for n in launchers.names())),
+        click.option("--torchrun", "torchrun_cmd", default=None,
+                     help="The torchrun command on the compute nodes (--launcher torchrun; "
+                          "default: torchrun): a path, or words such as 'python3 -m "
+                          "torch.distributed.run'."),
         click.option("--container-image", default=None,
                      help="Run the ranks in this container through pyxis/enroot (srun "
                           "--container-image)."),
@@ -215,7 +216,7 @@ def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
         requeue=requeue)
 
 
-def launch_from(launcher="srun", torchrun_cmd="torchrun", container_image=None,
+def launch_from(launcher="srun", torchrun_cmd=None, container_image=None,
                 container_mounts=None, container_workdir=None, apptainer_image=None, **_ignored):
     """The Launch for these option values."""
     from slurmtopo.sbatch.launch import Launch

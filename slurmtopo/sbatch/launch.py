@@ -17,7 +17,9 @@ Why the launch looks like this:
   ``R * K + LOCAL_RANK`` is the planned rank. That holds only for a
   node-contiguous plan (:func:`slurmtopo.rankmap.node_contiguous`), which is
   checked at submit time. The node rank is only known on the node, so the
-  line carries :data:`NODE_RANK_WORD` and the task fragment replaces it.
+  line carries :data:`slurmtopo.launchers.NODE_RANK_WORD` and the task
+  fragment replaces it. (What differs between launchers is in
+  :mod:`slurmtopo.launchers`.)
 * **Containers**: pyxis/enroot options go on the srun step (the snippet then
   runs inside the container, which needs only ``/bin/sh``); Apptainer is a
   wrapper (``apptainer exec --nv IMAGE``) between the snippet and the
@@ -25,50 +27,36 @@ Why the launch looks like this:
 """
 from __future__ import annotations
 
-import os
-import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
+from slurmtopo import launchers
 from slurmtopo.errors import SlurmtopoError
-# the task-launch contract with the start-time step lives with the plan
-# document (the script and binding never import each other)
-from slurmtopo.plandoc import LAUNCHERS, NODE_RANK_WORD
-
-_PYTHON = re.compile(r"^python[0-9.]*$")
-
-
-def torchrun_args(command: Sequence[str]) -> List[str]:
-    """What follows torchrun's own options for ``command``: ``python x.py
-    ARGS`` -> ``x.py ARGS``; ``python -m pkg ARGS`` -> ``-m pkg ARGS``;
-    anything else (a binary, python with interpreter options) ->
-    ``--no-python CMD`` (torchrun then execs it as given)."""
-    cmd = [str(c) for c in command]
-    if cmd and _PYTHON.match(os.path.basename(cmd[0])) and len(cmd) > 1:
-        rest = cmd[1:]
-        if rest[0] == "-m" and len(rest) > 1:
-            return rest
-        if not rest[0].startswith("-"):
-            return rest
-    return ["--no-python"] + cmd
+from slurmtopo.launchers import torchrun_args  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
 class Launch:
     """Launcher and container choices of one job."""
 
-    launcher: str = "srun"
-    torchrun: str = "torchrun"  # the torchrun command on the compute nodes
+    launcher: str = launchers.DEFAULT
+    #: the launcher's program on the compute nodes (``--torchrun``): one
+    #: word, or words split as the shell would (``python3 -m
+    #: torch.distributed.run``); None: the launcher's own default
+    torchrun: Optional[str] = None
     container_image: Optional[str] = None  # pyxis/enroot
     container_mounts: Optional[str] = None
     container_workdir: Optional[str] = None
     apptainer: Optional[str] = None  # image for `apptainer exec --nv`
 
+    @property
+    def kind(self) -> launchers.Launcher:
+        """The launcher object (see slurmtopo.launchers)."""
+        return launchers.get(self.launcher)
+
     def check(self) -> None:
-        if self.launcher not in LAUNCHERS:
-            raise SlurmtopoError(f"--launcher must be one of {', '.join(LAUNCHERS)}, "
-                                 f"got {self.launcher!r}")
+        launchers.get(self.launcher)  # a known launcher, else its one-line error
         for what, value in (("--container-image", self.container_image),
                             ("--container-mounts", self.container_mounts),
                             ("--container-workdir", self.container_workdir),
@@ -76,10 +64,26 @@ class Launch:
             if value is not None and (not str(value).strip() or "\n" in str(value)
                                       or "\r" in str(value)):
                 raise SlurmtopoError(f"{what} {value!r}: give one non-empty line")
+        self.program()
         if (self.container_mounts or self.container_workdir) and not self.container_image:
             raise SlurmtopoError("--container-mounts/--container-workdir need --container-image")
         if self.container_image and self.apptainer:
             raise SlurmtopoError("give --container-image (pyxis) or --apptainer, not both")
+
+    def program(self) -> Tuple[str, ...]:
+        """The launcher's own command words (``--torchrun``, split as the
+        shell would, so ``python3 -m torch.distributed.run`` works)."""
+        if not self.kind.default_program:
+            return ()
+        if self.torchrun is None:
+            return self.kind.default_program
+        try:
+            words = tuple(shlex.split(self.torchrun))
+        except ValueError as exc:
+            raise SlurmtopoError(f"--torchrun {self.torchrun!r}: {exc}") from None
+        if not words:
+            raise SlurmtopoError(f"--torchrun {self.torchrun!r}: give one non-empty line")
+        return words
 
     def srun_options(self) -> List[str]:
         """pyxis/enroot options for the srun step."""
@@ -91,40 +95,43 @@ class Launch:
                 out.append(f"--{key}={value}")
         return out
 
+    def check_srun(self, known: Optional[AbstractSet[str]]) -> None:
+        """Refuse, before submitting, a container option this cluster's
+        srun does not know (``known``: its long options, from ``srun
+        --help`` on the login node; None: unknown, nothing refused): the
+        job would otherwise fail at run time with srun's "unrecognized
+        option"."""
+        if known is None:
+            return
+        for option in self.srun_options():
+            name = option.split("=", 1)[0]
+            if name not in known:
+                raise SlurmtopoError(
+                    f"{name}: this cluster's srun has no such option (its pyxis plugin, which "
+                    "runs containers through enroot, is not installed: `srun --help` does not "
+                    "list it); ask the admins for pyxis, or run the image with --apptainer "
+                    "IMAGE instead")
+
     def argv(self, command: Sequence[str]) -> List[str]:
         """The words after the task snippet: wrapper, launcher, command.
         Words holding ``$VAR`` are marked by :meth:`render_words`."""
         words: List[str] = []
         if self.apptainer:
             words += ["apptainer", "exec", "--nv", self.apptainer]
-        if self.launcher == "torchrun":
-            words += [self.torchrun, '--nnodes="$SLURMTOPO_NNODES"',
-                      '--nproc-per-node="$SLURMTOPO_NPROC_PER_NODE"', NODE_RANK_WORD,
-                      '--master-addr="$MASTER_ADDR"', '--master-port="$MASTER_PORT"']
-            words += torchrun_args(command)
-        else:
-            words += [str(c) for c in command]
-        return words
+        return words + self.kind.argv(self.program(), command)
 
     def doc(self) -> Dict[str, Any]:
         """What the start-time step needs to know (in the plan document)."""
         return {"launcher": self.launcher}
 
     def comment(self) -> str:
-        where = ("one task per rank" if self.launcher == "srun"
-                 else "one torchrun per node, static rendezvous on the first host")
         box = (f", in container {self.container_image} (pyxis)" if self.container_image
                else f", in apptainer image {self.apptainer}" if self.apptainer else "")
-        return f"launcher: {self.launcher} ({where}){box}"
+        return f"launcher: {self.launcher} ({self.kind.summary}){box}"
 
 
-#: the torchrun words that reference the batch shell's variables (kept
-#: unquoted-but-safe: they are fixed text, not user input)
-_VAR_WORDS = {'--nnodes="$SLURMTOPO_NNODES"', '--nproc-per-node="$SLURMTOPO_NPROC_PER_NODE"',
-              '--master-addr="$MASTER_ADDR"', '--master-port="$MASTER_PORT"'}
-
-
-def render_words(words: Sequence[str]) -> str:
+def render_words(words: Sequence[str], launch: Launch) -> str:
     """Shell text for ``words``: user words ``shlex.quote``-d, the fixed
-    variable references of :meth:`Launch.argv` left to expand."""
-    return " ".join(w if w in _VAR_WORDS else shlex.quote(w) for w in words)
+    variable references of ``launch``'s launcher left to expand."""
+    keep = launch.kind.var_words
+    return " ".join(w if w in keep else shlex.quote(w) for w in words)

@@ -399,7 +399,7 @@ class SbatchRequest:
             lines.append("    " + " ".join(q(o) for o in self.launch.srun_options()) + " \\")
         lines += [
             f"    /bin/sh -c {q(TASK_SNIPPET)} {TASK_NAME} \\",
-            "    " + render_words(self.launch.argv(self.command)),
+            "    " + render_words(self.launch.argv(self.command), self.launch),
         ]
         text = "\n".join(lines) + "\n"
         size = len(text.encode())
@@ -470,11 +470,9 @@ class SbatchRequest:
             exclude = fold_hostlist(exclude) if exclude else None
         launch = launch or Launch()
         launch.check()
-        if launch.launcher == "torchrun":
-            from slurmtopo.rankmap import node_contiguous
-            why = node_contiguous(placement)
-            if why:
-                raise SlurmtopoError(f"--launcher torchrun cannot start this plan: {why}")
+        why = launch.kind.requirement(placement)
+        if why:
+            raise SlurmtopoError(launch.kind.refusal(why))
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
                             socket_ifname, launch=launch.doc())
         plan_json = dumps_plan(doc)

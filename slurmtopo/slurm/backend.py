@@ -221,6 +221,12 @@ class SlurmBackend(abc.ABC):
         ``env`` as its environment) and return what it printed."""
         raise SlurmError(f"the {self.name} backend cannot start job steps; use the cli backend")
 
+    def srun_options(self) -> Optional[FrozenSet[str]]:
+        """The long options this cluster's srun knows (``--container-image``
+        only where the pyxis plugin is installed), or None when that cannot
+        be told from here (then nothing is refused on its account)."""
+        return None
+
 
 def node_state_of(node: SlurmNode) -> NodeState:
     """The planner's view of one Slurm node: busy GPUs are the GRES indices

@@ -20,13 +20,24 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence
 
 from slurmtopo.errors import SlurmError
 from slurmtopo.slurm import parse
 from slurmtopo.slurm.backend import SlurmBackend, SlurmJob, SlurmNode
 
 DEFAULT_TIMEOUT = 60.0
+#: seconds ``srun --help`` may take (it answers at once where Slurm is set up)
+SRUN_HELP_TIMEOUT = 10.0
+_UNASKED = object()
+_LONG_OPTION = re.compile(r"(?<![\w-])(--[A-Za-z][A-Za-z0-9-]*)")
+
+
+def parse_srun_help(text: str) -> Optional[FrozenSet[str]]:
+    """The long options ``srun --help`` lists, or None when ``text`` is
+    not srun's help (its own ``--ntasks`` is missing)."""
+    found = frozenset(_LONG_OPTION.findall(text))
+    return found if "--ntasks" in found else None
 _NO_JSON = ("unrecognized option", "invalid option", "unknown option", "plugin", "json")
 
 
@@ -41,6 +52,8 @@ class CliBackend(SlurmBackend):
         self._json = json
         #: --json commands this Slurm lacks (tried once, then skipped)
         self._unsupported: set = set()
+        #: srun's long options (see srun_options; asked at most once)
+        self._srun_options: object = _UNASKED
 
     # -- running commands ------------------------------------------------
     def run(self, argv: Sequence[str], stdin: Optional[str] = None,
@@ -210,6 +223,23 @@ class CliBackend(SlurmBackend):
         runner = self if env is None else CliBackend(env=env, timeout=self.timeout,
                                                      json=self._json)
         return runner.run(["srun", *options, *command]).stdout
+
+    def srun_options(self) -> Optional[FrozenSet[str]]:
+        """From ``srun --help`` (which lists the options of SPANK plugins
+        such as pyxis), asked once per backend and bounded by
+        :data:`SRUN_HELP_TIMEOUT`: srun looks its configuration up first
+        and can hang on DNS where it has none. None when srun cannot say
+        (no srun, no configuration, a help text without its usual options)."""
+        if self._srun_options is _UNASKED:
+            runner = CliBackend(env=self.env, timeout=min(self.timeout, SRUN_HELP_TIMEOUT))
+            try:
+                p = runner.run(["srun", "--help"], check=False)
+            except SlurmError:
+                self._srun_options = None
+            else:
+                found = parse_srun_help(p.stdout) if p.returncode == 0 else None
+                self._srun_options = found
+        return self._srun_options  # type: ignore[return-value]
 
     # -- extras (admin tooling, tests) -------------------------------------
     def topology(self) -> Dict[str, Dict[str, object]]:

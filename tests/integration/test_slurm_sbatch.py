@@ -278,3 +278,56 @@ def test_big_job_tasks_read_their_block_through_real_srun(cluster, tmp_path):
         assert env["CUDA_VISIBLE_DEVICES"].split(",")[slot.local_rank] == str(slot.gpu)
         assert env["SLURMTOPO_GPU"] == str(slot.gpu) and env["WORLD_SIZE"] == "8"
         assert "SLURMTOPO_TASK_ENV" not in env
+
+
+def test_torchrun_on_a_partly_busy_cluster(cluster, tmp_path):
+    """node1 and node2 held by other jobs: `--launcher torchrun` gets a
+    node-contiguous plan on node3-4 from the live state (the faster-modelled
+    interleaved nesting is left out) instead of being refused, and torchrun
+    starts as planned (issue #24)."""
+    _blockers(cluster, "node1", "node2")
+    path = _no_python_path(cluster, tmp_path, "torchrun", "train")
+    run = Run(cluster, tmp_path, ["--tp", "2", "--pp", "2", "--dp", "4",
+                                  "--launcher", "torchrun"],
+              command=[str(tmp_path / "nopython-bin" / "train")], path=path).wait()
+    assert "# note: the job's launcher cannot start" in run.script
+    placement, doc = run.bound()
+    assert not doc["replanned"], run.output()
+    assert list(placement.hosts) == ["node3", "node4"]
+    recs = _records(run.out, "torchrun")
+    assert len(recs) == 2, run.output()
+    for node, host in enumerate(placement.hosts):
+        rec = recs[f"torchrun-{node}-node"]
+        assert rec["args"][:3] == ["--nnodes=2", "--nproc-per-node=8", f"--node-rank={node}"]
+        assert rec["env"]["SLURMD_NODENAME"] == host
+
+
+def test_a_missing_torchrun_fails_at_once_naming_the_node(cluster, tmp_path):
+    """No torchrun on the nodes: the job fails in its first moment with
+    the node and the fix, not `exec: torchrun: not found` (exit 127)."""
+    path = _no_python_path(cluster, tmp_path, "train")
+    run = Run(cluster, tmp_path, ["--tp", "4", "--dp", "2", "--gpus-per-node", "4",
+                                  "--launcher", "torchrun"],
+              command=[str(tmp_path / "nopython-bin" / "train")], path=path)
+    assert cluster.wait_job(run.job_id, timeout=90) != "COMPLETED"
+    out = run.output()
+    assert "error: torchrun: command not found on this node (PATH=" in out, out
+    assert "--torchrun 'python3 -m torch.distributed.run'" in out
+    assert "exec: torchrun: not found" not in out
+
+
+def test_container_image_without_pyxis_is_refused_at_submit(cluster, tmp_path):
+    """The dev cluster has no pyxis: srun --help on the login node does not
+    list --container-image, so sbatch refuses with the fix and submits
+    nothing (it used to fail at run time: srun "unrecognized option")."""
+    env = dict(cluster.env, PYTHONPATH=str(ROOT))
+    p = run_slurmtopo(["sbatch", "--inventory", INV, "--tp", "2", "--container-image",
+                       "nvcr.io#nvidia/pytorch:24.05-py3", "--run-dir", tmp_path / "run",
+                       "--", "hostname"], tmp_path, env, check=False)
+    assert p.returncode != 0
+    assert p.stderr.strip() == (
+        "slurmtopo: error: --container-image: this cluster's srun has no such option (its "
+        "pyxis plugin, which runs containers through enroot, is not installed: `srun --help` "
+        "does not list it); ask the admins for pyxis, or run the image with --apptainer IMAGE "
+        "instead"), p.stderr
+    assert cluster.run(["squeue", "-h"]).stdout.strip() == ""

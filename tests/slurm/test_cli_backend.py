@@ -216,3 +216,78 @@ def test_newer_slurm_nodes_come_from_scontrol_json(slurm, v):
     assert not st.nodes["node4"].usable and st.nodes["node3"].usable
     assert b.jobs({"PENDING"})[0].job_id == 3
     assert [c["argv"][:2] for c in slurm.calls()] == [["scontrol", "show"], ["squeue", "--json"]]
+
+
+#: the lines pyxis adds to `srun --help` (its SPANK options, as its README
+#: shows them), after srun's own
+PYXIS_HELP = """
+Options provided by plugins:
+      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH
+                              [pyxis] the image to use for the container
+      --container-mounts=SRC:DST[:FLAGS][,SRC:DST...]
+                              [pyxis] bind mount[s] inside the container
+      --container-workdir=PATH
+                              [pyxis] working directory inside the container
+"""
+
+
+def test_srun_options_from_srun_help_asked_once(slurm, fixture_text):
+    help_text = fixture_text("v25.11/srun_help.txt")  # recorded: no pyxis
+    slurm.on("srun --help", stdout=help_text)
+    b = CliBackend(env=slurm.env)
+    known = b.srun_options()
+    assert {"--ntasks", "--distribution", "--kill-on-bad-exit", "--gpus-per-node"} <= known
+    assert "--container-image" not in known
+    assert b.srun_options() is known
+    assert [c["argv"] for c in slurm.calls()] == [["srun", "--help"]]
+    slurm.on("srun --help", stdout=help_text + PYXIS_HELP)
+    assert {"--container-image", "--container-mounts", "--container-workdir"} <= \
+        CliBackend(env=slurm.env).srun_options()
+
+
+def test_srun_options_unknown_when_srun_cannot_say(slurm, tmp_path):
+    # no configuration on this host: srun fails before printing its help
+    slurm.on("srun --help", stderr="srun: fatal: Could not establish a configuration source\n",
+             rc=1)
+    assert CliBackend(env=slurm.env).srun_options() is None
+    slurm.on("srun --help", stdout="usage: something else\n")
+    assert CliBackend(env=slurm.env).srun_options() is None
+    assert CliBackend(env={"PATH": str(tmp_path)}).srun_options() is None  # no srun
+
+
+@pytest.mark.parametrize("pyxis", [False, True], ids=["no-pyxis", "pyxis"])
+def test_submit_refuses_a_container_image_srun_does_not_know(slurm, fixture_text, pyxis):
+    """--container-image on a cluster without pyxis: refused on the login
+    node with the fix, before sbatch (it used to fail at run time with
+    srun's "unrecognized option")."""
+    from slurmtopo import api
+    from slurmtopo.errors import SlurmtopoError
+    from slurmtopo.groups import Layout
+    from slurmtopo.inventory import load_inventory
+    from slurmtopo.request import JobRequest
+    from slurmtopo.sbatch.launch import Launch
+    from tests.clirun import ROOT
+
+    slurm.on("srun --help", stdout=fixture_text("v25.11/srun_help.txt")
+             + (PYXIS_HELP if pyxis else ""))
+    slurm.on("sbatch", stdout="42\n")
+    inv = load_inventory(f"{ROOT}/etc/examples/devcluster.yaml")
+    job = api.prepare(inv, None, JobRequest(layout=Layout(tp=2, dp=2)), ["python", "t.py"],
+                      api.ScriptOptions(launch=Launch(container_image="nvcr.io#nvidia/pytorch")),
+                      with_costs=False)
+    backend = CliBackend(env=slurm.env)
+    if pyxis:
+        assert api.submit(job, backend).job_id == 42
+        return
+    with pytest.raises(SlurmtopoError) as exc:
+        api.submit(job, backend)
+    assert exc.value.render() == (
+        "--container-image: this cluster's srun has no such option (its pyxis plugin, which "
+        "runs containers through enroot, is not installed: `srun --help` does not list it); "
+        "ask the admins for pyxis, or run the image with --apptainer IMAGE instead")
+    assert [c["argv"][0] for c in slurm.calls()] == ["srun"]  # sbatch never ran
+    # without a container nothing is asked
+    plain = api.prepare(inv, None, JobRequest(layout=Layout(tp=2, dp=2)), ["python", "t.py"],
+                        with_costs=False)
+    assert api.submit(plain, CliBackend(env=slurm.env)).job_id == 42
+    assert [c["argv"][0] for c in slurm.calls()] == ["srun", "sbatch"]
