@@ -149,12 +149,16 @@ def _job(row: Dict[str, str], path: str, line: int) -> TraceJob:
         raise BadRow("without GPUs")
     if nodes is None and row.get("nnodes"):
         nodes = whole(row["nnodes"], "NNodes", 1, MAX_JOB_GPUS)
-    if nodes is None and row.get("nodelist") and row["nodelist"] not in ("None assigned", ""):
+    hosts: Tuple[str, ...] = ()
+    if row.get("nodelist") and row["nodelist"] not in ("None assigned", ""):
         from slurmtopo.hostlist import expand_hostlist
         try:
-            nodes = len(expand_hostlist(row["nodelist"], "NodeList"))
+            hosts = tuple(expand_hostlist(row["nodelist"], "NodeList"))
         except ValueError:
             raise BadRow("bad NodeList") from None
+        if nodes is None:
+            nodes = len(hosts)
     limit = slurm_duration(row["timelimit"], "Timelimit") if row.get("timelimit") else None
     return TraceJob(job_id=job_id[:64], submit=submit, run_time=run, gpus=gpus,
-                    nodes=nodes or None, time_limit=limit or None, where=f"{path}:{line}")
+                    nodes=nodes or None, time_limit=limit or None, where=f"{path}:{line}",
+                    wait=max(0.0, start - submit), hosts=hosts)
