@@ -124,11 +124,9 @@ def _show(doc, as_json: bool) -> None:
 
         click.echo(dump_json(doc), nl=False)
         return
-    from rich.console import Console
+    from slurmtopo.commands.report_console import report_console
 
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:
-        console.width = 132  # a file or a pipe: every column, whatever $COLUMNS says
+    console = report_console()
     if doc["jobs"]:
         console.print(job_table(doc))
     else:
