@@ -12,6 +12,7 @@ that hold GPUs::
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Tuple
 
 from slurmtopo.audit.placements import RunningJob
@@ -19,6 +20,13 @@ from slurmtopo.model import Inventory, parse_cpulist
 from slurmtopo.yamlio import Reader
 
 JOB_KEYS = {"id", "name", "nodes", "gpus", "start"}
+#: a job id as Slurm writes one (``4711``, an array task ``4711_3``, a het
+#: component ``4711+1``)
+JOB_ID = re.compile(r"[0-9]{1,20}([_+][0-9]{1,10})?")
+#: latest start accepted (seconds since the epoch: the year 5138)
+MAX_EPOCH = 1e11
+#: longest job name kept (Slurm's own limit is lower)
+MAX_NAME = 256
 #: most jobs a snapshot may list
 MAX_JOBS = 100_000
 
@@ -48,6 +56,13 @@ def parse_jobs(data: Any, path: str, inv: Inventory) -> List[RunningJob]:
         e = r.mapping(item, "job", JOB_KEYS, Reader.line(seq, i))
         line = Reader.line(e) or Reader.line(seq, i)
         job_id = r.need(e, "id", "job", as_str)
+        if not JOB_ID.fullmatch(job_id):
+            raise r.error(f"job id {job_id[:40]!r} is not a Slurm job id (4711, 4711_3, "
+                          "4711+1)", Reader.line(e, "id"))
+        name = r.get(e, "name", "job", as_str, "")
+        if len(name) > MAX_NAME:
+            raise r.error(f"job {job_id}: a name of {len(name)} characters (at most "
+                          f"{MAX_NAME})", Reader.line(e, "name"))
         if job_id in seen:
             raise r.error(f"job {job_id!r} is listed twice", line)
         seen[job_id] = line
@@ -77,8 +92,12 @@ def parse_jobs(data: Any, path: str, inv: Inventory) -> List[RunningJob]:
             if bad or not ids:
                 raise r.error(f"job {job_id}: node {h!r} has {n} GPUs, gpus names "
                               f"{bad or 'none'}", Reader.line(e, "gpus"))
-        out.append(RunningJob(job_id=job_id, alloc=alloc, name=r.get(e, "name", "job", as_str, ""),
-                              start=r.get(e, "start", "job", as_float, None),
+        start = r.get(e, "start", "job", as_float, None)
+        if start is not None and not 0 <= start <= MAX_EPOCH:
+            raise r.error(f"job {job_id}: start {start!r} is not seconds since the epoch",
+                          Reader.line(e, "start"))
+        out.append(RunningJob(job_id=job_id, alloc=alloc, name=name,
+                              start=start,
                               where=f"{path}:{line}" if line else path))
     taken: Dict[Tuple[str, int], str] = {}
     for job in out:

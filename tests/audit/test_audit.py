@@ -259,3 +259,15 @@ def test_cli_sacct_file_not_sacct(tmp_path):
     path.write_text("a,b,c\n1,2,3\n")
     code, _out, err = run_cli(["audit", "--inventory", INV, "--sacct-file", str(path)])
     one_line_error(code, err, "x.txt")
+
+
+@pytest.mark.parametrize("entry, what", [
+    ("{id: '1;reboot', nodes: node1, gpus: '0'}", "not a Slurm job id"),
+    ("{id: '1', nodes: node1, gpus: '0', start: .inf}", "a finite number"),
+    ("{id: '1', nodes: node1, gpus: '0', start: 1e300}", "not seconds since the epoch"),
+])
+def test_bad_job_fields(tmp_path, entry, what):
+    path = tmp_path / "state.yaml"
+    path.write_text(f"slurmtopo: state\njobs:\n  - {entry}\n")
+    code, _out, err = run_cli(["audit", "--inventory", INV, "--state", str(path)])
+    one_line_error(code, err, "state.yaml:3", what)
