@@ -165,6 +165,6 @@ def test_the_audit_is_computation_apart_from_slurm():
     assert bad == []
     users = sorted(m for m, ts in graph.items() if not _under(m, ("slurmtopo.audit",))
                    and any(_under(t, ("slurmtopo.audit",)) for t in ts))
-    assert users == ["slurmtopo.commands.audit"]
+    assert users == ["slurmtopo.commands.audit", "slurmtopo.commands.state"]
     assert "slurmtopo.simulate.freestate" in graph["slurmtopo.audit.stranded"]
     assert "slurmtopo.simulate.layouts" in graph["slurmtopo.audit.placements"]

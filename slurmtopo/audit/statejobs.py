@@ -108,3 +108,27 @@ def parse_jobs(data: Any, path: str, inv: Inventory) -> List[RunningJob]:
                     raise r.error(f"jobs {other} and {job.job_id} both hold GPU {g} of {h}",
                                   seen[job.job_id])
     return out
+
+
+def jobs_list(jobs: List[RunningJob]) -> List[Dict[str, Any]]:
+    """``jobs`` as a state snapshot lists them (what :func:`parse_jobs` reads back)."""
+    from slurmtopo.hostlist import fold_hostlist
+    from slurmtopo.model import format_cpulist
+
+    out = []
+    for job in jobs:
+        if not job.alloc:
+            continue
+        e: Dict[str, Any] = {"id": job.job_id}
+        if job.name:
+            e["name"] = job.name
+        e["nodes"] = fold_hostlist(job.alloc)
+        ids = set(job.alloc.values())
+        if len(ids) == 1:
+            e["gpus"] = format_cpulist(next(iter(ids)))
+        else:
+            e["gpus"] = {h: format_cpulist(g) for h, g in job.alloc.items()}
+        if job.start is not None:
+            e["start"] = job.start
+        out.append(e)
+    return out

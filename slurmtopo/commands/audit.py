@@ -105,15 +105,21 @@ def _now(inv, state_path, backend_name):
         data = load_document(state_path)
         state = parse_state(data, str(state_path), inv)
         return state, parse_jobs(data, str(state_path), inv), str(state_path)
-    from slurmtopo.audit.placements import RunningJob
     from slurmtopo.slurm import get_backend
 
     backend = get_backend(backend_name)
     state = backend.cluster_state(inv)
-    jobs = [RunningJob(job_id=str(j.job_id), name=j.name,
+    return state, running_jobs(backend), f"slurm ({backend.name} backend)"
+
+
+def running_jobs(backend):
+    """Slurm's running jobs with the GPUs they hold on each node (in
+    Slurm's node order; a node where it holds none left out)."""
+    from slurmtopo.audit.placements import RunningJob
+
+    return [RunningJob(job_id=str(j.job_id), name=j.name,
                        alloc={h: tuple(j.gpus[h]) for h in j.nodes if j.gpus.get(h)})
             for j in backend.jobs({"RUNNING"})]
-    return state, jobs, f"slurm ({backend.name} backend)"
 
 
 def _show(doc, as_json: bool) -> None:

@@ -1,0 +1,57 @@
+"""``slurmtopo audit`` and ``slurmtopo state --jobs`` on the live cluster,
+through the CLI backend and the Slurm command stand-ins (tests/fakes)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurmtopo.cli import main
+from tests.slurm.conftest import FIXTURES
+
+INV = str(FIXTURES / "devcluster-inventory.yaml")
+
+
+def run(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+@pytest.fixture
+def onpath(slurm, monkeypatch):
+    monkeypatch.setenv("PATH", slurm.env["PATH"])
+    monkeypatch.delenv("SLURMTOPO_BACKEND", raising=False)
+    monkeypatch.chdir(slurm.path.parent)
+    slurm.on("sinfo --json", file="sinfo_untyped_busy.json")
+    slurm.on("squeue --json", file="squeue_untyped.json")
+    return slurm
+
+
+def test_live_audit(onpath, capsys):
+    # job 2 holds GPUs 0-1 of node2 (leaf1) and node3 (leaf2); without it
+    # node1 and node2, both under leaf1, have two free GPUs each
+    code, out, err = run(["audit", "--inventory", INV, "--json", "--backend", "cli"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    (j,) = doc["jobs"]
+    assert (j["job"], j["nodes"], j["gpus"]) == ("2", "node[2-3]", 4)
+    assert (j["spans"]["leaves"], j["fewest"]["leaves"]) == (2, 1)
+    assert doc["not_audited"] == {"on one node": 2}
+    assert doc["source"] == "slurm (cli backend)"
+    assert doc["stranded"]["free"] == 32 - 3 - 2 - 2 - 8
+
+
+def test_state_jobs_round_trip_through_the_audit(onpath, capsys, tmp_path):
+    code, out, err = run(["state", "--inventory", INV, "--jobs", "--backend", "cli"], capsys)
+    assert code == 0, err
+    path = tmp_path / "snap.yaml"
+    path.write_text(out)
+    live = json.loads(run(["audit", "--inventory", INV, "--json", "--backend", "cli"],
+                          capsys)[1])
+    code, again, err = run(["audit", "--inventory", INV, "--state", str(path), "--json"], capsys)
+    assert code == 0, err
+    snap = json.loads(again)
+    assert snap["jobs"] == live["jobs"]
+    assert snap["stranded"] == live["stranded"]
