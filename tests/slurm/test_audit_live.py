@@ -6,30 +6,17 @@ import json
 
 import pytest
 
-from slurmtopo.cli import main
-from tests.slurm.conftest import FIXTURES
-
-INV = str(FIXTURES / "devcluster-inventory.yaml")
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
+from tests.slurm.test_commands import INV, onpath, run  # noqa: F401 (onpath: a fixture)
 
 
 @pytest.fixture
-def onpath(slurm, monkeypatch):
-    monkeypatch.setenv("PATH", slurm.env["PATH"])
-    monkeypatch.delenv("SLURMTOPO_BACKEND", raising=False)
-    monkeypatch.chdir(slurm.path.parent)
-    slurm.on("sinfo --json", file="sinfo_untyped_busy.json")
-    slurm.on("squeue --json", file="squeue_untyped.json")
-    return slurm
+def live(onpath):
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    onpath.on("squeue --json", file="squeue_untyped.json")
+    return onpath
 
 
-def test_live_audit(onpath, capsys):
+def test_live_audit(live, capsys):
     # job 2 holds GPUs 0-1 of node2 (leaf1) and node3 (leaf2); without it
     # node1 and node2, both under leaf1, have two free GPUs each
     code, out, err = run(["audit", "--inventory", INV, "--json", "--backend", "cli"], capsys)
@@ -43,7 +30,7 @@ def test_live_audit(onpath, capsys):
     assert doc["stranded"]["free"] == 32 - 3 - 2 - 2 - 8
 
 
-def test_state_jobs_round_trip_through_the_audit(onpath, capsys, tmp_path):
+def test_state_jobs_round_trip_through_the_audit(live, capsys, tmp_path):
     code, out, err = run(["state", "--inventory", INV, "--jobs", "--backend", "cli"], capsys)
     assert code == 0, err
     path = tmp_path / "snap.yaml"
