@@ -196,7 +196,7 @@ CASES = [
                lines=r"^JobID\|"),
     ReaderCase("audit-state", ["audit", "--inventory", str(EXAMPLES / "devcluster.yaml"),
                                "--state", "{in}", "--json"],
-               (FIXTURES / "audit" / "devcluster-state.yaml").read_text(), True,
+               (EXAMPLES / "devcluster-jobs-state.yaml").read_text(), True,
                file_name="state.yaml"),
     ReaderCase("audit-sacct", ["audit", "--inventory", str(EXAMPLES / "devcluster.yaml"),
                                "--sacct-file", "{in}", "--json"],

@@ -134,11 +134,13 @@ def job_table(doc: Dict[str, Any]):
 
     s = doc["summary"]
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
-                title=f"{s['jobs']} multi-node GPU jobs, {s['optimal']} optimal "
+                title=f"{s['jobs']} multi-node GPU job{'s' * (s['jobs'] != 1)}, "
+                      f"{s['optimal']} optimal "
                       f"(spans today/fewest; ! over the fewest)")
     tab.add_column("job", overflow="fold")
     tab.add_column("nodes", overflow="fold")
-    for col in ("GPUs", "leaves", "blocks", "domains", "step\ntoday", "step\nslurmtopo", "x"):
+    for col in ("GPUs", "leaves", "blocks", "domains", "step\ntoday", "step\nslurmtopo",
+                "slow-\ndown"):
         tab.add_column(col, justify="right", no_wrap=True)
     for j in doc["jobs"]:
         label = markup(j["job"]) + (f" {markup(j['name'], 24)}" if j["name"] else "")
@@ -147,7 +149,7 @@ def job_table(doc: Dict[str, Any]):
                     _ms(j["step_s"]["slurmtopo"]),
                     "-" if j["slowdown"] is None else f"{j['slowdown']:.2f}")
     return Fitted(tab, ["job", "nodes", "GPUs", "leaves", "blocks", "domains", "step today",
-                        "step slurmtopo", "today / slurmtopo"])
+                        "step slurmtopo", "slowdown"])
 
 
 def stranded_table(doc: Dict[str, Any]):
@@ -177,7 +179,9 @@ def notes(doc: Dict[str, Any]) -> List[str]:
     out = []
     if s["jobs"]:
         over = ", ".join(f"{v} over the fewest {k}" for k, v in s["over_fewest"].items() if v)
-        out.append(f"{s['optimal']} of {s['jobs']} jobs span no more than they could have"
+        one = s["jobs"] == 1
+        out.append(f"{s['optimal']} of {s['jobs']} job{'' if one else 's'} "
+                   f"span{'s' if one else ''} no more than they could have"
                    + (f"; {over}" if over else ""))
     if s["slowdown_gpu_weighted"] is not None:
         out.append(f"modelled step, today against slurmtopo's: {s['slowdown_gpu_weighted']:.3f}"

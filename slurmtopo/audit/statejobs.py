@@ -4,7 +4,7 @@ A state snapshot (docs/schema.md) may list, beside its nodes, the jobs
 that hold GPUs::
 
     jobs:
-      - {id: "4711", name: train, nodes: "node[1-2]", gpus: "0-7"}       # the same GPUs on each node
+      - {id: "4711", name: train, nodes: "node[1-2]", gpus: "0-7"}   # the same GPUs on each
       - {id: "4712", nodes: "node[3-4]", gpus: {node3: "0-3", node4: "4-7"}}
 
 ``slurmtopo state --jobs`` writes them. Every problem is one error at

@@ -22,9 +22,8 @@ from tests.clirun import one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 INV = str(ROOT / "etc" / "examples" / "devcluster.yaml")
-FIX = ROOT / "tests" / "fixtures" / "audit"
-STATE = str(FIX / "devcluster-state.yaml")
-SACCT = str(FIX / "sacct-devcluster.txt")
+STATE = str(ROOT / "etc" / "examples" / "devcluster-jobs-state.yaml")
+SACCT = str(ROOT / "etc" / "examples" / "traces" / "devcluster-sacct.txt")
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +96,8 @@ def test_today_is_priced_against_slurmtopo_on_an_oversubscribed_spine(inv, audit
 
 def test_blocks_and_nvlink_domains_over_the_fewest():
     # two NVL racks (blocks rack1 = node[1-2], rack2 = node[3-4]) under one leaf
-    nvl = load_inventory(str(ROOT / "tests" / "fixtures" / "slurm" / "devcluster-nvl-inventory.yaml"))
+    nvl = load_inventory(str(ROOT / "tests" / "fixtures" / "slurm" /
+                             "devcluster-nvl-inventory.yaml"))
     assert spans(nvl, ["node1", "node2", "node3"]) == spans(nvl, ["node3", "node1", "node2"])
     s = spans(nvl, ["node1", "node2", "node3"])
     assert (s.nodes, s.leaves, s.blocks, s.domains) == (3, 1, 2, 2)
@@ -166,7 +166,7 @@ def test_cli_table(tmp_path):
     code, out, err = run_cli(["audit", "--inventory", INV, "--state", STATE])
     assert code == 0, err
     assert "2/1 !" in out
-    assert "0 of 1 jobs span no more than they could have; 1 over the fewest leaves" in out
+    assert "0 of 1 job spans no more than they could have; 1 over the fewest leaves" in out
 
 
 @pytest.mark.parametrize("body, where, what", [
