@@ -3,8 +3,6 @@ runs as printed, from the repository's root (a plot goes to a temporary
 directory instead)."""
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 
 import pytest
