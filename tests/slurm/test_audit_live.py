@@ -42,3 +42,27 @@ def test_state_jobs_round_trip_through_the_audit(live, capsys, tmp_path):
     snap = json.loads(again)
     assert snap["jobs"] == live["jobs"]
     assert snap["stranded"] == live["stranded"]
+
+
+def test_sacct_period_through_the_backend(onpath, capsys):
+    from pathlib import Path
+
+    record = Path(__file__).resolve().parents[2] / "etc" / "examples" / "traces" / \
+        "devcluster-sacct.txt"
+    onpath.on("sacct -a -X -P -S 2025-03-03 -E 2025-03-04 -o JobID,Submit,Start,End,AllocTRES,"
+              "NodeList,NNodes,Timelimit,State", stdout=record.read_text())
+    code, out, err = run(["audit", "--inventory", INV, "--backend", "cli", "--sacct",
+                          "--starttime", "2025-03-03", "--endtime", "2025-03-04", "--json"],
+                         capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["source"] == "sacct -S 2025-03-03 -E 2025-03-04"
+    assert [j["job"] for j in doc["jobs"]] == ["202", "203"]
+    code, out, err = run(["audit", "--inventory", INV, "--backend", "cli", "--sacct",
+                          "--starttime", "-x"], capsys)
+    assert code != 0 and "bad start time" in err and len(err.strip().splitlines()) == 1
+    onpath.on("sacct", rc=1, stderr="sacct: error: Slurm accounting storage is disabled\n")
+    code, out, err = run(["audit", "--inventory", INV, "--backend", "cli", "--sacct",
+                          "--starttime", "2025-03-03"], capsys)
+    assert code != 0 and err == "slurmtopo: error: sacct: error: Slurm accounting storage " \
+                                "is disabled\n"
