@@ -28,6 +28,10 @@ from slurmtopo.model import ClusterState, Inventory, NodeState
 from slurmtopo.simulate.layouts import JobShape, LayoutRules, node_size, shape_of
 
 
+#: the flags of a node being drained (a job still running there)
+DRAIN_FLAGS = frozenset({"drain", "draining"})
+
+
 @dataclass(frozen=True)
 class RunningJob:
     """A job holding GPUs: ``alloc`` node -> GPU indices, in Slurm's node order."""
@@ -71,8 +75,10 @@ class JobAudit:
 
 
 def without(state: ClusterState, alloc: Dict[str, Tuple[int, ...]]) -> ClusterState:
-    """``state`` with the GPUs of ``alloc`` free again (a node the job held
-    whole is no longer held whole: its other CPUs are taken to be free)."""
+    """``state`` with the GPUs of ``alloc`` free again. A node the job held
+    whole is no longer held whole (its other CPUs are taken to be free),
+    and a node draining under the job was not draining when it started:
+    its drain flag is dropped."""
     nodes = dict(state.nodes)
     for host, gpus in alloc.items():
         st = nodes.get(host)
@@ -82,7 +88,8 @@ def without(state: ClusterState, alloc: Dict[str, Tuple[int, ...]]) -> ClusterSt
         base = st.state
         if base in ("allocated", "mixed"):
             base = "mixed" if busy else "idle"
-        nodes[host] = NodeState(host, base, busy, st.flags, exclusive=False)
+        flags = st.flags - DRAIN_FLAGS
+        nodes[host] = NodeState(host, base, busy, flags, exclusive=False)
     return ClusterState(nodes=nodes, source=state.source)
 
 
@@ -103,15 +110,12 @@ class Auditor:
     parameters and the node size found once)."""
 
     def __init__(self, inv: Inventory, rules: LayoutRules):
-        from slurmtopo.cost import CostParams, cost_params
+        from slurmtopo.choice import params_of
 
         self.inv = inv
         self.rules = rules
         self.per_node = node_size(inv)
-        try:
-            self.params = cost_params(inv)
-        except Exception:
-            self.params = CostParams()
+        self.params = params_of(inv)
 
     def shape(self, job: RunningJob) -> JobShape:
         return shape_of(job.gpus, len(job.alloc), self.rules, self.per_node)
@@ -130,7 +134,6 @@ class Auditor:
         today_pl = build_placement(inv, req, assign, ["today: block order, GPUs by index"])
         today = spans(inv, list(job.alloc))
         step_today = step_time(inv, today_pl, req, self.params)
-        note = ""
         try:
             best_pl = plan(inv, before, req)
         except PlacementError as exc:
@@ -138,5 +141,4 @@ class Auditor:
                             f"slurmtopo cannot place it on the cluster without it: {exc.message}")
         best = spans(inv, list(best_pl.hosts))
         step_best = step_time(inv, best_pl, req, self.params)
-        return JobAudit(job, shape, today, best, fewest(today, best), step_today, step_best,
-                        note)
+        return JobAudit(job, shape, today, best, fewest(today, best), step_today, step_best)

@@ -187,6 +187,9 @@ def notes(doc: Dict[str, Any]) -> List[str]:
         out.append(f"modelled step, today against slurmtopo's: {s['slowdown_gpu_weighted']:.3f}"
                    f" weighted by GPUs (mean {s['slowdown_mean']:.3f}, worst "
                    f"{s['slowdown_max']:.3f})")
+    for j in doc["jobs"]:
+        if j["note"]:
+            out.append(f"job {j['job']}: {j['note']}")
     if doc["not_audited"]:
         out.append("not audited: " + ", ".join(f"{v} {k}" for k, v in doc["not_audited"].items()))
     if "stranded" in doc:

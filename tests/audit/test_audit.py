@@ -79,6 +79,9 @@ def test_freeing_a_job_keeps_the_other_jobs_gpus_busy():
     assert out.nodes["n1"].busy_gpus == frozenset({4, 5, 6, 7})
     assert out.nodes["n1"].state == "mixed" and not out.nodes["n1"].exclusive
     assert without(state, {"n1": tuple(range(8))}).nodes["n1"].state == "idle"
+    draining = ClusterState({"n1": NodeState("n1", "mixed", frozenset({0}),
+                                             flags=frozenset({"drain"}))})
+    assert without(draining, {"n1": (0,)}).nodes["n1"].usable
     back = with_jobs(ClusterState(), [job("1", "n1", gpus=(2,))])
     assert back.nodes["n1"].busy_gpus == frozenset({2})
 
@@ -271,3 +274,19 @@ def test_bad_job_fields(tmp_path, entry, what):
     path.write_text(f"slurmtopo: state\njobs:\n  - {entry}\n")
     code, _out, err = run_cli(["audit", "--inventory", INV, "--state", str(path)])
     one_line_error(code, err, "state.yaml:3", what)
+
+
+def test_a_job_slurmtopo_cannot_place_is_said_so(inv, auditor):
+    # a job on GPUs 0-3 of node1 and node3, other jobs on their GPUs 4-7,
+    # node2 and node4 down: without it, its own GPUs are all it could have had
+    state = ClusterState({
+        "node1": NodeState("node1", "mixed", frozenset(range(8))),
+        "node3": NodeState("node3", "mixed", frozenset(range(8))),
+        "node2": NodeState("node2", "down"), "node4": NodeState("node4", "down")})
+    a = auditor.audit(job("3", "node1", "node3", gpus=(0, 1, 2, 3)),
+                      without(state, {"node1": (0, 1, 2, 3), "node3": (0, 1, 2, 3)}))
+    assert a.slurmtopo is not None and a.optimal
+    # the same with its GPUs still busy (a state that lies): said, not hidden
+    b = auditor.audit(job("3", "node1", "node3", gpus=(0, 1, 2, 3)), state)
+    assert b.slurmtopo is None and b.step_slurmtopo_s is None and b.slowdown is None
+    assert "cannot place it" in b.note and b.fewest == b.today
