@@ -2,7 +2,7 @@
 
 The record is read by ``slurmtopo simulate``'s sacct reader
 (:mod:`slurmtopo.simulate.trace_sacct`: the same fields, the same rows
-skipped and counted). Each job's ``Start``, ``End`` and ``NodeList`` are
+skipped and counted, but for the jobs still running, kept here). Each job's ``Start``, ``End`` and ``NodeList`` are
 replayed in time order on the inventory (ends before starts at the same
 second); at each multi-node job's start the cluster is what the other
 jobs' intervals leave free, and the job is audited on it
@@ -13,11 +13,12 @@ of a job gets ``GPUs / nodes`` (the first nodes one more where that does
 not divide), the indices chosen as Slurm chooses them
 (:func:`slurmtopo.placement.slurm_select.slurm_pick`). Node states
 (drained, down) are not in the record: every node counts as up. A job
-still running at the end of the record (``End`` ``Unknown``) is not in
-it, so the GPUs it held count as free.
+still running when the record was taken (``End`` ``Unknown``) is read
+as running: it holds its GPUs to the end of the record, and is audited
+at its start like the others.
 
 The stranded GPUs (:mod:`~slurmtopo.audit.stranded`) are averaged over the
-record, from its first start to its last end, as ``slurmtopo simulate``
+record, from its first start to its last start or end, as ``slurmtopo simulate``
 averages them over a replay.
 """
 from __future__ import annotations
@@ -40,6 +41,8 @@ class History:
     stranded_mean: Optional[float]
     stranded_peak: int
     span_s: float
+    #: jobs still running when the record was taken (they hold their GPUs to its end)
+    running: int = 0
 
 
 def split(gpus: int, hosts: int) -> List[int]:
@@ -63,6 +66,7 @@ def replay(inv: Inventory, trace: Trace, auditor: Auditor) -> History:
 
     log = RowLog(trace.source)
     events: List[Tuple[float, int, int]] = []  # (time, 0 end / 1 start, job)
+    running = 0
     for k, tj in enumerate(trace.jobs):
         line = _line(tj.where)
         if tj.wait is None or not tj.hosts:
@@ -74,7 +78,10 @@ def replay(inv: Inventory, trace: Trace, auditor: Auditor) -> History:
             continue
         start = tj.submit + tj.wait
         events.append((start, 1, k))
-        events.append((start + tj.run_time, 0, k))
+        if not tj.running:  # a running job holds its GPUs to the end of the record
+            events.append((start + tj.run_time, 0, k))
+        else:
+            running += 1
     events.sort()
     fs = FreeState(inv)
     held: Dict[int, Dict[str, Tuple[int, ...]]] = {}
@@ -125,4 +132,4 @@ def replay(inv: Inventory, trace: Trace, auditor: Auditor) -> History:
     return History(audits=tuple(audits), single_node=single,
                    skipped=trace.skipped + log.skipped(),
                    stranded_mean=(area / span) if span > 0 else None,
-                   stranded_peak=peak, span_s=span)
+                   stranded_peak=peak, span_s=span, running=running)

@@ -100,6 +100,7 @@ def document(*, inventory: str, inv, source: str, rules, audits: Sequence[JobAud
             "stranded_gpus_mean": None if history.stranded_mean is None
             else round(history.stranded_mean, 3),
             "stranded_gpus_peak": history.stranded_peak,
+            "running_at_end": history.running,
             "skipped": [s.as_dict() for s in history.skipped],
         }
     return doc
@@ -200,6 +201,9 @@ def notes(doc: Dict[str, Any]) -> List[str]:
         mean = period["stranded_gpus_mean"]
         out.append(f"stranded GPUs over {period['span_s'] / 3600:.1f} h: mean "
                    f"{'-' if mean is None else f'{mean:.1f}'}, peak {period['stranded_gpus_peak']}")
+        if period["running_at_end"]:
+            out.append(f"{period['running_at_end']} still running at the end of the record "
+                       "(holding their GPUs to its end)")
         for sk in period["skipped"]:
             out.append(f"skipped: {sk['rows']} {sk['reason']} (first {sk['first']})")
     out.append(f"layout rule: {doc['layout_rule']}")

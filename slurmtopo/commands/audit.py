@@ -72,14 +72,14 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
         from slurmtopo.simulate.trace_sacct import read_sacct
 
         if sacct_file:
-            trace = read_trace(sacct_file, "sacct")
+            trace = read_trace(sacct_file, "sacct", keep_running=True)
             source = sacct_file
         else:
             from slurmtopo.slurm import get_backend
 
             text = get_backend(backend_name).accounting(starttime, endtime, SACCT_FIELDS)
             source = f"sacct -S {starttime} -E {endtime}"
-            trace = read_sacct(text, source)
+            trace = read_sacct(text, source, keep_running=True)
         history = replay(inv, trace, auditor)
         doc = document(inventory=inventory_path, inv=inv, source=source, rules=rules,
                        audits=history.audits, history=history,

@@ -60,6 +60,9 @@ class TraceJob:
     #: audit --sacct`` rebuilds the cluster's past from)
     wait: Optional[float] = None
     hosts: Tuple[str, ...] = ()
+    #: still running when the record was taken (sacct's ``End`` ``Unknown``,
+    #: kept only when the reader is asked to): ``run_time`` is then 0
+    running: bool = False
 
 
 @dataclass(frozen=True)

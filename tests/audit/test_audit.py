@@ -211,7 +211,7 @@ def test_split_gpus_over_nodes():
 
 
 def test_sacct_record_replayed(inv, auditor):
-    trace = read_trace(SACCT, "sacct")
+    trace = read_trace(SACCT, "sacct", keep_running=True)
     hist = replay(inv, trace, auditor)
     by = {a.job.job_id: a for a in hist.audits}
     # 202 on node2 (leaf1) and node3 (leaf2) while only node1 was busy:
@@ -222,10 +222,11 @@ def test_sacct_record_replayed(inv, auditor):
     # 203 on node[3-4], one leaf: optimal
     assert by["203"].optimal and by["203"].today.leaves == 1
     assert by["202"].job.start == pytest.approx(1740992700.0)  # 2025-03-03T09:05:00Z
-    assert hist.single_node == 2  # 201 and 206
+    assert hist.single_node == 3  # 201, 206 and 204 (still running)
+    assert hist.running == 1
     reasons = {s.reason: s.count for s in hist.skipped}
     assert reasons["on nodes not in the inventory"] == 1
-    assert reasons["still running"] == 1
+    assert "still running" not in reasons
     # 206 took GPUs 0-2 of node4 from 09:10 to 09:40 while node3 (leaf2)
     # was busy: GPU 3 alone in its pair for 30 of the record's 150 minutes
     assert hist.stranded_peak == 1
@@ -240,7 +241,7 @@ def test_sacct_overlapping_record_is_counted_not_audited(inv, auditor, tmp_path)
         "billing=32,cpu=32,gres/gpu=16,mem=128G,node=2|node[1,3]")
     path = tmp_path / "sacct.txt"
     path.write_text(text)
-    hist = replay(inv, read_trace(str(path), "sacct"), auditor)
+    hist = replay(inv, read_trace(str(path), "sacct", keep_running=True), auditor)
     assert [a.job.job_id for a in hist.audits] == ["203"]
     assert any(s.reason.startswith("whose GPUs other jobs") for s in hist.skipped)
 
@@ -252,9 +253,11 @@ def test_cli_sacct_file():
     assert [j["job"] for j in doc["jobs"]] == ["202", "203"]
     assert doc["jobs"][0]["start"] == "2025-03-03T09:05:00+00:00"
     assert doc["period"]["stranded_gpus_peak"] == 1
+    assert doc["period"]["running_at_end"] == 1
     assert "stranded" not in doc
     code, text, err = run_cli(["audit", "--inventory", INV, "--sacct-file", SACCT])
     assert code == 0 and "stranded GPUs over 2.5 h: mean 0.2, peak 1" in text
+    assert "1 still running at the end of the record" in text
 
 
 def test_cli_sacct_file_not_sacct(tmp_path):
@@ -290,3 +293,17 @@ def test_a_job_slurmtopo_cannot_place_is_said_so(inv, auditor):
     b = auditor.audit(job("3", "node1", "node3", gpus=(0, 1, 2, 3)), state)
     assert b.slurmtopo is None and b.step_slurmtopo_s is None and b.slowdown is None
     assert "cannot place it" in b.note and b.fewest == b.today
+
+
+def test_a_job_still_running_holds_its_gpus_to_the_end_of_the_record(inv, auditor, tmp_path):
+    # 204 runs on node2 from 10:41 with no end; 208 starts at 11:40 on
+    # node[1-2] asking 16 GPUs: node2's are still 204's
+    path = tmp_path / "sacct.txt"
+    path.write_text(Path(SACCT).read_text() + "208|2025-03-03T11:39:00|2025-03-03T11:40:00|"
+                    "2025-03-03T12:00:00|gres/gpu=16,node=2|node[1-2]|2|01:00:00|COMPLETED\n")
+    hist = replay(inv, read_trace(str(path), "sacct", keep_running=True), auditor)
+    assert "208" not in {a.job.job_id for a in hist.audits}
+    assert any(s.reason.startswith("whose GPUs other jobs") for s in hist.skipped)
+    # read as simulate reads it, 204 is skipped, and 208 finds node2 free
+    hist = replay(inv, read_trace(str(path), "sacct"), auditor)
+    assert "208" in {a.job.job_id for a in hist.audits}
