@@ -139,5 +139,7 @@ def _show(doc, as_json: bool) -> None:
         console.print("no multi-node GPU job to audit", highlight=False)
     if "stranded" in doc:
         console.print(stranded_table(doc))
-    for line in notes(doc):
-        console.print(line, highlight=False, markup=False)
+    from slurmtopo.termsafe import printable
+
+    for line in notes(doc):  # job ids and names of a file someone else wrote: escaped
+        console.print(printable(line), highlight=False, markup=False)

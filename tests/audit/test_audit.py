@@ -307,3 +307,16 @@ def test_a_job_still_running_holds_its_gpus_to_the_end_of_the_record(inv, audito
     # read as simulate reads it, 204 is skipped, and 208 finds node2 free
     hist = replay(inv, read_trace(str(path), "sacct"), auditor)
     assert "208" in {a.job.job_id for a in hist.audits}
+
+
+def test_what_a_record_names_reaches_the_terminal_escaped(tmp_path):
+    # a saved sacct file is anyone's: a job id with a terminal escape
+    path = tmp_path / "sacct.txt"
+    path.write_text("JobID|Submit|Start|End|AllocTRES|NodeList\n"
+                    "7\x1b[2J|2025-01-01T00:00:00|2025-01-01T00:00:00|2025-01-01T01:00:00|"
+                    "gres/gpu=16,node=2|node[1-2]\n"
+                    "8|2025-01-01T00:00:00|2025-01-01T00:00:00|2025-01-01T01:00:00|"
+                    "gres/gpu=16,node=2|node[8-9]\n")
+    code, out, err = run_cli(["audit", "--inventory", INV, "--sacct-file", str(path)])
+    assert code == 0, err
+    assert "\x1b" not in out and "7\\x1b[2J" in out
