@@ -19,6 +19,7 @@ from slurmtopo.errors import SlurmtopoError
 # `slurmtopo groups` does not pay for paramiko or pynvml).
 COMMANDS = {
     "agent": "agent",
+    "audit": "audit",
     "groups": "groups",
     "collect": "collect",
     "topology": "topology",

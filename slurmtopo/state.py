@@ -21,7 +21,9 @@ from slurmtopo.model import SCHEMA_VERSION, ClusterState, Inventory, NodeState, 
 from slurmtopo.yamlio import (Reader, as_bool, as_pos_int, as_str, document_kind, dump_yaml,
                               load_document)
 
-STATE_KEYS = {"slurmtopo", "version", "nodes", "taken_at", "source"}
+#: ``jobs`` (running jobs and their GPUs) is read by ``slurmtopo audit``
+#: (slurmtopo.audit.statejobs); the planner needs only the nodes
+STATE_KEYS = {"slurmtopo", "version", "nodes", "jobs", "taken_at", "source"}
 NODE_STATE_KEYS = {"name", "state", "busy_gpus", "flags", "exclusive"}
 BASE_STATES = {"idle", "mixed", "allocated", "completing", "down", "drained", "draining",
                "fail", "future", "maint", "planned", "reserved", "unknown", "power_down",

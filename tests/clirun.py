@@ -116,3 +116,22 @@ def run_cli_unprivileged(argv: Sequence[str]) -> Tuple[int, str]:
     os.close(read_fd)
     _pid, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), b"".join(chunks).decode()
+
+
+def doc_commands(paths: Sequence[str], command: str) -> List[List[str]]:
+    """The argv (after ``slurmtopo``) of every ``slurmtopo COMMAND`` line in
+    the bash blocks of the documents ``paths`` (continuations joined,
+    comments dropped): the examples a command's doc test runs as printed."""
+    import re
+    import shlex
+
+    out = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for m in re.finditer(r"^```bash\n(.*?)^```", text, re.S | re.M):
+            for line in m.group(1).replace("\\\n", " ").splitlines():
+                words = shlex.split(line, comments=True)
+                if words[:2] == ["slurmtopo", command]:
+                    out.append(words[1:])
+    return out

@@ -60,6 +60,9 @@ def test_yaml_example_loads(path, line, body, tmp_path):
         (tmp_path / "state.yaml").write_text(body)
         state = load_state(str(tmp_path / "state.yaml"), inv)
         assert state.nodes
+        if "jobs" in doc:  # slurmtopo audit --state reads them
+            from slurmtopo.audit.statejobs import parse_jobs
+            assert len(parse_jobs(doc, where, inv)) == len(doc["jobs"])
     elif kind == "layout-rules":
         from slurmtopo.simulate.layouts import load_rules
         (tmp_path / "rules.yaml").write_text(body)

@@ -24,8 +24,8 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
-         "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate", "slurmtopo.commands",
-         "slurmtopo.cli")
+         "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate", "slurmtopo.audit",
+         "slurmtopo.commands", "slurmtopo.cli")
 
 
 def _modules() -> Dict[str, Path]:
@@ -147,9 +147,25 @@ def test_nothing_below_the_simulator_imports_it():
     # the command line may import it
     graph = import_graph()
     bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if not _under(m, (
-        "slurmtopo.simulate", "slurmtopo.commands", "slurmtopo.cli"))
+        "slurmtopo.simulate", "slurmtopo.audit", "slurmtopo.commands", "slurmtopo.cli"))
         for t in ts if _under(t, ("slurmtopo.simulate",)))
     assert bad == []
     # and it does use the real code paths (the check would see an import)
     assert "slurmtopo.daemon.scheduler" in graph["slurmtopo.simulate.policies"]
     assert "slurmtopo.simulate.runner" in graph["slurmtopo.commands.simulate"]
+
+
+def test_the_audit_is_computation_apart_from_slurm():
+    # slurmtopo audit: the command reads Slurm through the backend, the
+    # audit package only computes; only the command line imports it, and it
+    # reuses the simulator's stranded count, layout rule and sacct reader
+    graph = import_graph()
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if _under(m, ("slurmtopo.audit",))
+                 for t in ts if _under(t, ("slurmtopo.slurm", "slurmtopo.commands",
+                                           "slurmtopo.daemon", "slurmtopo.cli")))
+    assert bad == []
+    users = sorted(m for m, ts in graph.items() if not _under(m, ("slurmtopo.audit",))
+                   and any(_under(t, ("slurmtopo.audit",)) for t in ts))
+    assert users == ["slurmtopo.commands.audit", "slurmtopo.commands.state"]
+    assert "slurmtopo.simulate.freestate" in graph["slurmtopo.audit.stranded"]
+    assert "slurmtopo.simulate.layouts" in graph["slurmtopo.audit.placements"]

@@ -194,6 +194,15 @@ CASES = [
                "JobID|Submit|Start|End|AllocTRES\n7|2025-01-06T09:00:00|2025-01-06T09:00:02|"
                "2025-01-06T11:00:02|cpu=16,gres/gpu=8,node=1\n", False, file_name="sacct.txt",
                lines=r"^JobID\|"),
+    ReaderCase("audit-state", ["audit", "--inventory", str(EXAMPLES / "devcluster.yaml"),
+                               "--state", "{in}", "--json"],
+               (EXAMPLES / "devcluster-jobs-state.yaml").read_text(), True,
+               file_name="state.yaml"),
+    ReaderCase("audit-sacct", ["audit", "--inventory", str(EXAMPLES / "devcluster.yaml"),
+                               "--sacct-file", "{in}", "--json"],
+               "JobID|Submit|Start|End|NodeList|AllocTRES\n7|2025-01-06T09:00:00|"
+               "2025-01-06T09:00:02|2025-01-06T11:00:02|node[1-2]|gres/gpu=16,node=2\n", False,
+               file_name="sacct.txt", lines=r"^JobID\|"),
     ReaderCase("layout-rules", ["simulate", "--inventory", INV, "--trace",
                                 str(EXAMPLES / "traces" / "philly-excerpt.csv"), "--jobs", "3",
                                 "--policy", "slurm", "--layout-rule", "{in}"],

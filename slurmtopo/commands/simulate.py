@@ -87,11 +87,9 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
 
         click.echo(dump_json(doc), nl=False)
         return
-    from rich.console import Console
+    from slurmtopo.commands.report_console import report_console
 
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:
-        console.width = 132  # a file or a pipe: every column, whatever $COLUMNS says
+    console = report_console()
     console.print(table(doc))
     for line in notes(doc):
         console.print(line, highlight=False)

@@ -6,7 +6,8 @@
 Reads Slurm through the backend (``sinfo --json``: node states and flags,
 GPUs in use by index) and writes the ``slurmtopo: state`` document that
 ``slurmtopo plan --state`` reads, so an admin can see what the planner
-sees, keep a snapshot for a bug report, or replay it. With ``--inventory``
+sees, keep a snapshot for a bug report, or replay it (``--jobs``: with
+the running jobs' nodes and GPUs, for ``slurmtopo audit --state``). With ``--inventory``
 only inventory nodes are written and inventory nodes Slurm does not know
 are written ``down``.
 """
@@ -29,7 +30,10 @@ import click
 @click.option("--all", "show_all", is_flag=True,
               help="List idle nodes too (by default a node that is idle with no flag is left "
                    "out: the schema reads an absent node as idle and whole).")
-def command(inventory_path, backend_name, output, as_json, show_all):
+@click.option("--jobs", "with_jobs", is_flag=True,
+              help="List the running jobs too, with their nodes and GPUs (what `slurmtopo "
+                   "audit --state` reads).")
+def command(inventory_path, backend_name, output, as_json, show_all, with_jobs):
     """Dump the live Slurm cluster state as a state snapshot."""
     from slurmtopo.slurm import get_backend
     from slurmtopo.state import state_dict
@@ -47,6 +51,11 @@ def command(inventory_path, backend_name, output, as_json, show_all):
                               if s.state != "idle" or s.flags or s.busy_gpus or s.exclusive},
                              source=state.source)
     doc = state_dict(state)
+    if with_jobs:
+        from slurmtopo.audit.statejobs import jobs_list
+        from slurmtopo.commands.audit import running_jobs
+
+        doc["jobs"] = jobs_list(running_jobs(backend))
     doc["taken_at"] = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     doc["source"] = f"slurm ({backend.name} backend)"
     text = json.dumps(doc, indent=1) + "\n" if as_json else dump_yaml(doc)

@@ -64,6 +64,9 @@ class FreeState:
                 uid = unit_ids.setdefault(key, len(unit_ids))
                 pieces.append((i, uid, lid, tuple(gpus)))
         self._pieces = pieces
+        #: unit id -> its key (("domain", key) or ("island", node, GPUs)); leaf id -> name
+        self._unit_keys: List[object] = list(unit_ids)
+        self._leaf_names: List[str] = list(leaf_ids)
         self._unit_busy = [0] * len(unit_ids)
         self._leaf_busy = [0] * len(leaf_ids)
         self._node_pieces: List[List[int]] = [[] for _ in self.names]
@@ -208,6 +211,20 @@ class FreeState:
         cut = self._log_start(oldest)
         if cut > 4096:
             del self._log[:cut]
+
+    def stranded_pieces(self) -> List[Tuple[str, object, Optional[str], int, int]]:
+        """Every piece (a domain's or an island's GPUs on one node) as
+        (node, unit key, leaf name or None, free GPUs, stranded GPUs), so
+        that a report can sum the stranded count by leaf or by domain
+        (``slurmtopo audit``); same rule as :attr:`stranded`."""
+        out = []
+        for p, (i, uid, lid, gpus) in enumerate(self._pieces):
+            busy = self.busy[i]
+            free = sum(1 for g in gpus if g not in busy)
+            out.append((self.names[i], self._unit_keys[uid],
+                        None if lid is None else self._leaf_names[lid], free,
+                        self._piece_stranded(p)))
+        return out
 
     def recount_stranded(self) -> int:
         """The stranded GPUs counted from scratch (the tests check the

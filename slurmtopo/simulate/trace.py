@@ -18,7 +18,7 @@ silently.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -55,6 +55,14 @@ class TraceJob:
     time_limit: Optional[float] = None
     #: ``file:line`` of its row
     where: str = ""
+    #: seconds from submission to start, and the nodes it ran on, where the
+    #: trace says (sacct's ``Start`` and ``NodeList``; what ``slurmtopo
+    #: audit --sacct`` rebuilds the cluster's past from)
+    wait: Optional[float] = None
+    hosts: Tuple[str, ...] = ()
+    #: still running when the record was taken (sacct's ``End`` ``Unknown``,
+    #: kept only when the reader is asked to): ``run_time`` is then 0
+    running: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,9 @@ class Trace:
     skipped: Tuple[Skipped, ...] = ()
     #: jobs of the file left out by ``--jobs`` (the latest submissions)
     beyond_limit: int = 0
+    #: the first submission as the file gives it (seconds; an ISO time as
+    #: seconds since the epoch, UTC when no zone is given): ``submit`` counts from here
+    origin: float = 0.0
 
     def summary(self) -> str:
         """``1200 jobs from trace.csv (csv); 3 rows skipped: 2 no GPUs (trace.csv:17), ...``"""
@@ -180,12 +191,9 @@ def finish(path: str, fmt: str, rows: int, jobs: Sequence[Tuple[float, TraceJob]
         raise TraceError(f"submissions span {span / 86400 / 365:.0f} years (from {first.where} "
                          f"to {last.where}): are the times in seconds?", path)
     kept = order if limit is None else order[:limit]
-    out = tuple(TraceJob(job_id=jobs[i][1].job_id, submit=jobs[i][0] - t0,
-                         run_time=jobs[i][1].run_time, gpus=jobs[i][1].gpus,
-                         nodes=jobs[i][1].nodes, time_limit=jobs[i][1].time_limit,
-                         where=jobs[i][1].where) for i in kept)
+    out = tuple(replace(jobs[i][1], submit=jobs[i][0] - t0) for i in kept)
     return Trace(jobs=out, source=path, format=fmt, rows=rows, skipped=log.skipped(),
-                 beyond_limit=len(order) - len(kept))
+                 beyond_limit=len(order) - len(kept), origin=t0)
 
 
 def is_number(word: str) -> bool:

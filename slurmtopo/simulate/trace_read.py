@@ -29,10 +29,12 @@ def sniff(path: str, text: str) -> str:
     return CSV
 
 
-def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None) -> Trace:
+def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None,
+               keep_running: bool = False) -> Trace:
     """Read the trace at ``path`` (``fmt``: csv, swf, sacct, or None to
     tell from the file); ``limit``: keep the first that many jobs by
-    submit time."""
+    submit time; ``keep_running``: sacct's jobs still running are kept
+    (:func:`~slurmtopo.simulate.trace_sacct.read_sacct`)."""
     from slurmtopo.fileio import read_text
 
     path = os.fspath(path)
@@ -47,7 +49,9 @@ def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None
     if fmt == SWF:
         from slurmtopo.simulate.trace_swf import read_swf as reader
     elif fmt == SACCT:
-        from slurmtopo.simulate.trace_sacct import read_sacct as reader
+        from slurmtopo.simulate.trace_sacct import read_sacct
+
+        return read_sacct(text, path, limit, keep_running)
     else:
         from slurmtopo.simulate.trace_csv import read_csv as reader
     return reader(text, path, limit)

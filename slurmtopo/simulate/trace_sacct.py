@@ -12,7 +12,8 @@ step). Fields read: ``JobID``, ``Submit``, ``Start``, ``End`` (or
 ``NNodes`` or ``NodeList`` (nodes), ``Timelimit`` (the time limit). Job
 steps (``123.batch``, ``123.0``; absent with ``-X``), jobs that never
 started (``Start`` of ``Unknown`` or ``None``), jobs still running (``End``
-``Unknown``) and jobs without GPUs are skipped and counted. Times are
+``Unknown``; kept, marked ``running``, when asked) and jobs without GPUs are
+skipped and counted. Times are
 Slurm's ``YYYY-MM-DDTHH:MM:SS``, durations ``[D-]HH:MM:SS``.
 """
 from __future__ import annotations
@@ -73,8 +74,11 @@ def _tres(text: str) -> Tuple[int, Optional[int]]:
     return (untyped if untyped is not None else typed), nodes
 
 
-def read_sacct(text: str, path: str, limit: Optional[int] = None) -> Trace:
-    """The jobs of ``sacct -P`` output (see the module doc)."""
+def read_sacct(text: str, path: str, limit: Optional[int] = None,
+               keep_running: bool = False) -> Trace:
+    """The jobs of ``sacct -P`` output (see the module doc); with
+    ``keep_running``, jobs still running are kept, marked ``running``
+    (``slurmtopo audit``: they hold their GPUs to the end of the record)."""
     lines = text.splitlines()
     header = None
     head_line = 0
@@ -111,7 +115,7 @@ def read_sacct(text: str, path: str, limit: Optional[int] = None) -> Trace:
             continue
         row = {name: cells[i].strip() for name, i in at.items()}
         try:
-            job = _job(row, path, n)
+            job = _job(row, path, n, keep_running)
         except BadRow as exc:
             log.skip(str(exc), n)
             continue
@@ -121,7 +125,7 @@ def read_sacct(text: str, path: str, limit: Optional[int] = None) -> Trace:
     return finish(path, SACCT, count, jobs, log, limit)
 
 
-def _job(row: Dict[str, str], path: str, line: int) -> TraceJob:
+def _job(row: Dict[str, str], path: str, line: int, keep_running: bool = False) -> TraceJob:
     job_id = row["jobid"]
     if not job_id:
         raise BadRow("without a JobID")
@@ -132,8 +136,11 @@ def _job(row: Dict[str, str], path: str, line: int) -> TraceJob:
     submit = instant(row["submit"], "Submit")
     start = instant(row["start"], "Start")
     end_text = row.get("end")
+    running = False
     if end_text is not None and end_text.lower() not in _NOT_A_TIME:
         run = instant(end_text, "End") - start
+    elif keep_running and end_text is not None:  # End Unknown: it runs on
+        run, running = 0.0, True
     elif row.get("elapsed"):
         run = slurm_duration(row["elapsed"], "Elapsed")
         if run is None:
@@ -149,12 +156,16 @@ def _job(row: Dict[str, str], path: str, line: int) -> TraceJob:
         raise BadRow("without GPUs")
     if nodes is None and row.get("nnodes"):
         nodes = whole(row["nnodes"], "NNodes", 1, MAX_JOB_GPUS)
-    if nodes is None and row.get("nodelist") and row["nodelist"] not in ("None assigned", ""):
+    hosts: Tuple[str, ...] = ()
+    if row.get("nodelist") and row["nodelist"] not in ("None assigned", ""):
         from slurmtopo.hostlist import expand_hostlist
         try:
-            nodes = len(expand_hostlist(row["nodelist"], "NodeList"))
+            hosts = tuple(expand_hostlist(row["nodelist"], "NodeList"))
         except ValueError:
             raise BadRow("bad NodeList") from None
+        if nodes is None:
+            nodes = len(hosts)
     limit = slurm_duration(row["timelimit"], "Timelimit") if row.get("timelimit") else None
     return TraceJob(job_id=job_id[:64], submit=submit, run_time=run, gpus=gpus,
-                    nodes=nodes or None, time_limit=limit or None, where=f"{path}:{line}")
+                    nodes=nodes or None, time_limit=limit or None, where=f"{path}:{line}",
+                    wait=max(0.0, start - submit), hosts=hosts, running=running)

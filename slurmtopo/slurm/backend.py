@@ -227,6 +227,12 @@ class SlurmBackend(abc.ABC):
         be told from here (then nothing is refused on its account)."""
         return None
 
+    def accounting(self, start: str, end: str, fields: Sequence[str]) -> str:
+        """``sacct -a -X -P -S START -E END -o FIELDS``: the jobs that ran in
+        the period as ``sacct -P`` text, header included (``slurmtopo
+        audit --sacct``)."""
+        raise SlurmError(f"the {self.name} backend cannot read accounting; use the cli backend")
+
 
 def node_state_of(node: SlurmNode) -> NodeState:
     """The planner's view of one Slurm node: busy GPUs are the GRES indices

@@ -218,6 +218,13 @@ class CliBackend(SlurmBackend):
     def config_text(self) -> str:
         return self.run(["scontrol", "show", "config"]).stdout
 
+    def accounting(self, start: str, end: str, fields: Sequence[str]) -> str:
+        for what, value in (("start", start), ("end", end)):
+            if not value or value.startswith("-") or any(c.isspace() for c in value):
+                raise SlurmError(f"sacct: bad {what} time {value!r}")
+        return self.run(["sacct", "-a", "-X", "-P", "-S", start, "-E", end,
+                         "-o", ",".join(fields)]).stdout
+
     def step_output(self, options: Sequence[str], command: Sequence[str],
                     env: Optional[Mapping[str, str]] = None) -> str:
         runner = self if env is None else CliBackend(env=env, timeout=self.timeout,

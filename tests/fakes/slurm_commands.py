@@ -1,6 +1,6 @@
 """The one stand-in for Slurm's command-line tools in the unit tests.
 
-``sinfo``, ``squeue``, ``scontrol``, ``sbatch``, ``scancel`` and ``srun`` become
+``sinfo``, ``squeue``, ``scontrol``, ``sbatch``, ``scancel``, ``srun`` and ``sacct`` become
 small executables in a directory put first on ``PATH``: each records its
 argv (and ``sbatch``'s stdin) in ``calls.jsonl`` and answers by the first
 rule whose prefix matches its command line (the text or exit code a real
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import List, Optional
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
-COMMANDS = ("sinfo", "squeue", "scontrol", "sbatch", "scancel", "srun")
+COMMANDS = ("sinfo", "squeue", "scontrol", "sbatch", "scancel", "srun", "sacct")
 
 STANDIN = r'''#!{python}
 import json, os, sys

@@ -3,28 +3,19 @@ runs as printed, from the repository's root (a plot goes to a temporary
 directory instead)."""
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 
 import pytest
 
-from tests.clirun import run_cli
+from tests.clirun import doc_commands, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _commands():
-    out = []
-    for doc in (ROOT / "docs" / "simulate.md", ROOT / "README.md"):
-        text = doc.read_text()
-        for m in re.finditer(r"^```bash\n(.*?)^```", text, re.S | re.M):
-            body = m.group(1).replace("\\\n", " ")
-            for line in body.splitlines():
-                words = shlex.split(line, comments=True)
-                if words[:2] == ["slurmtopo", "simulate"]:
-                    out.append(pytest.param(words[1:], id=f"{doc.name}:{len(out)}"))
-    return out
+    docs = (ROOT / "docs" / "simulate.md", ROOT / "README.md")
+    return [pytest.param(argv, id=f"{i}") for i, argv in
+            enumerate(doc_commands([str(d) for d in docs], "simulate"))]
 
 
 COMMANDS = _commands()
