@@ -3,7 +3,8 @@ command line, as a user runs them (issue 25).
 
 For every scenario of the rack-scale shapes (``nvl72``, ``nvl72-ep8`` and
 the mixed ``nvl72-hgx``: bench/scenarios.py) the inventory and the state
-are written as files, ``slurmtopo plan --json`` places the job, and the
+are written as files, ``slurmtopo plan --json`` places the job (with the
+scenario's message sizes, ``--message-bytes``), and the
 rank map it prints is read back: a TP, expert-TP or EP group *straddles*
 when its ranks sit in more than one NVLink domain (a GB200 NVL72 rack;
 a node outside one is its own). A group's block (the ranks of the layout
@@ -50,6 +51,8 @@ def plan_cli(sc: Scenario, workdir: str) -> Dict[str, Any]:
             "--state", base + ".state.yaml", "--tp", str(j.tp), "--cp", str(j.cp),
             "--ep", str(j.ep), "--pp", str(j.pp), "--dp", str(j.dp), "--json",
             "-o", base + ".out"]
+    for kind, size in j.message_bytes:  # priced as the quality benchmark prices it
+        argv += ["--message-bytes", f"{kind}={size}"]
     p = subprocess.run(argv, env=_env(), capture_output=True, text=True, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"{sc.id}: {p.stderr.strip()[-500:]}")

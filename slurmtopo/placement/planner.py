@@ -304,14 +304,15 @@ class Planner:
                              if x is not placed and (x.hard or x.span <= kept.span)]
                     relaxed = inner + ([placed] if placed is not None else [])
                 strict = self.capacities(inner + [kept])
-                loose = self._loosened(inner, kept)
+                loose = self._loosened(inner, kept, placed)
                 if loose is not None and strict.total < kept.span:
                     strict, loose = self.capacities(loose), None
                 if 0 < strict.total < self.need:
                     phases = TwoPhase(strict, kept, relaxed, self.capacities(hard), loose)
         return self.assemble(final, pos, dims, phases)
 
-    def _loosened(self, inner: List[Constraint], kept: Constraint) -> Optional[List[Constraint]]:
+    def _loosened(self, inner: List[Constraint], kept: Constraint,
+                  placed: Optional[Constraint]) -> Optional[List[Constraint]]:
         """``inner`` and ``kept`` with the in-node preferences finer than a
         multi-node NVLink domain moved to that domain, when ``kept`` is
         one and that holds more of its blocks (else None). EP blocks of 32
@@ -322,17 +323,26 @@ class Planner:
         talks over the rack's NVLink (barely slower, :meth:`_domain_relief`),
         so after the blocks that whole trays hold, the blocks that the
         racks' other free GPUs hold stay in a rack too (:meth:`two_phases`):
-        no TP or EP group leaves its rack unless its block fits no rack."""
-        if kept.level != "nvlink-domain" or not self.tree.has_domains:
+        no TP or EP group leaves its rack unless its block fits no rack.
+
+        The same when ``kept`` is an in-node level and the preference was
+        relaxed past the domains (TP 4 kept on a node where whole free
+        GPUs allow, the rest relaxed to a leaf): the blocks that do not fit
+        a node but fit a rack's free GPUs stay in the rack, at the domain
+        level, before the rest goes to the network."""
+        if not self.tree.has_domains:
+            return None
+        strict = self.capacities(inner + [kept]).total // kept.span
+        if kept.level in NODE_LEVELS:
+            if placed is not None and LEVEL_INDEX[placed.level] <= LEVEL_INDEX["nvlink-domain"]:
+                return None
+            kept = replace(kept, level="nvlink-domain")
+        elif kept.level != "nvlink-domain":
             return None
         loose = [replace(x, level="nvlink-domain")
                  if not x.hard and x.implicit and x.level in NODE_LEVELS and x.span <= kept.span
-                 else x for x in inner]
-        if all(a is b for a, b in zip(loose, inner)):
-            return None
-        loose.append(kept)
-        more = self.capacities(loose).total // kept.span
-        return loose if more > self.capacities(inner + [kept]).total // kept.span else None
+                 else x for x in inner] + [kept]
+        return loose if self.capacities(loose).total // kept.span > strict else None
 
     def _strict_level(self, c: Constraint, placed: Optional[Constraint]) -> Optional[Constraint]:
         """The level at which the first relaxed preference ``c`` is kept for

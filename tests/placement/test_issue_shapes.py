@@ -186,3 +186,28 @@ def test_nvl72_tp4_ep8_blocks_fill_racks(seed):
     assert len(straddle) == blocks - fit
     assert all(len(racks(g)) == 1 for g in pl.groups["tp"])
     assert step(inv, pl, req) < step(inv, naive_plan(inv, state, req), req)
+
+
+def test_tp_groups_that_miss_a_node_stay_in_a_rack():
+    # nvl72-hgx:144:85:1002, TP 4 x CP 2 x DP 13 on NVL72 racks and HGX B200
+    # nodes 85% busy: 18 of 26 TP groups fit a node's free GPUs; of the
+    # other 8, the racks' free GPUs hold 6. Those stay in a rack (over its
+    # NVLink) and only 2 cross the network (before: 4, the rest relaxed to
+    # a leaf as one)
+    sc = build("nvl72-hgx:144:85:1002")
+    req = sc.job.request()
+    assert (req.layout.tp, req.layout.cp) == (4, 2)
+    pl = plan(sc.inv, sc.state, req, safety_net=False)
+
+    def domain(r):
+        node = sc.inv.nodes[pl.slots[r].host]
+        return node.name if node.nvlink_domain is None else node.nvlink_domain.key
+
+    free = Counter()
+    for n in sc.inv:
+        free[n.name if n.nvlink_domain is None else n.nvlink_domain.key] += \
+            len(sc.state.free_gpus(n))
+    must = len(pl.groups["tp"]) - sum(g // 4 for g in free.values())
+    crossing = [g for g in pl.groups["tp"] if len({domain(r) for r in g}) > 1]
+    assert must == 2 and len(crossing) == must
+    assert step(sc.inv, pl, req) < step(sc.inv, naive_plan(sc.inv, sc.state, req), req)
