@@ -383,3 +383,20 @@ def test_a_domain_dump_as_nccl_topo_file_is_dropped_at_job_start(tmp_path):
     jenv = nccl_env(inv, p)
     _topo_file(inv, p, None, [], jenv)
     assert jenv["NCCL_TOPO_FILE"] == str(good)
+
+
+def test_no_file_rendered_no_variable(tmp_path):
+    # a virtualised type whose hardware has no PCI bus ids cannot be
+    # rendered: the job must not get NCCL_TOPO_FILE naming a file that is
+    # never written (NCCL would fail to open it)
+    from slurmtopo.binding.step import _topo_file
+
+    hw = replace(preset("hgx-b200-8"), virtualised=True)
+    inv = Inventory(nodes={"n0": Node("n0", hw, type="vm")})
+    p = _placement(["n0"])
+    jenv = nccl_env(inv, p, run_dir=str(tmp_path))
+    assert jenv["NCCL_TOPO_FILE"].startswith(str(tmp_path))
+    log = []
+    assert _topo_file(inv, p, str(tmp_path), log, jenv) == {}
+    assert "NCCL_TOPO_FILE" not in jenv
+    assert any(line.startswith("no NCCL topology file") for line in log), log

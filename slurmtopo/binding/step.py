@@ -223,6 +223,9 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
     try:
         return {path: render(hw, "written by slurmtopo bind for this job").text}
     except SlurmtopoError as exc:
+        # the variable must not name a file that is never written
+        if jenv is not None and jenv.get("NCCL_TOPO_FILE") == path:
+            del jenv["NCCL_TOPO_FILE"]
         log.append(f"no NCCL topology file: {exc.message}")
         return {}
 
