@@ -122,22 +122,55 @@ def dgx1_cubemesh(nodes: int) -> Inventory:
     return _homogeneous("dgx1-v100", "dgx", nodes)
 
 
+def _nvl72_racks(racks: int, into: Dict[str, Node]) -> List[Block]:
+    """``racks`` GB200 NVL72 racks of 18 trays (``nvl001t01``...), each one
+    NVLink domain, added to ``into``; their Slurm blocks."""
+    hw = preset("gb200-nvl72-tray")
+    blocks = []
+    for r in range(racks):
+        dom = NvlinkDomain(cluster_uuid=f"5b1a2c3d-0000-4000-8000-{r + 1:012x}", clique_id=1)
+        rack = [f"nvl{r + 1:03d}t{t + 1:02d}" for t in range(18)]
+        into.update(_nodes(rack, hw, "gb200-nvl72-tray", dom))
+        blocks.append(Block(name=f"nvl72-r{r + 1:03d}", nodes=tuple(rack)))
+    return blocks
+
+
 def nvl72(nodes: int) -> Inventory:
     """GB200 NVL72 racks: 18 trays of 4 GPUs share one NVLink domain and
     one Slurm block; 2 leaves of 9 trays per rack, spines over all racks."""
     racks = max(1, nodes // 18)
-    hw = preset("gb200-nvl72-tray")
     all_nodes: Dict[str, Node] = {}
-    blocks = []
-    names: List[str] = []
-    for r in range(racks):
-        dom = NvlinkDomain(cluster_uuid=f"5b1a2c3d-0000-4000-8000-{r + 1:012x}", clique_id=1)
-        rack = [f"nvl{r + 1:03d}t{t + 1:02d}" for t in range(18)]
-        all_nodes.update(_nodes(rack, hw, "gb200-nvl72-tray", dom))
-        blocks.append(Block(name=f"nvl72-r{r + 1:03d}", nodes=tuple(rack)))
-        names.extend(rack)
+    blocks = _nvl72_racks(racks, all_nodes)
+    names = [n for b in blocks for n in b.nodes]
     switches = fat_tree_fabric(names, leaf_size=9, pod_leaves=64)
     return _inventory(all_nodes, switches, blocks, (18,), source=f"bench:nvl72x{racks}")
+
+
+def nvl72_hgx(nodes: int) -> Inventory:
+    """A cluster mixing rack-scale NVLink and HGX: half the nodes GB200
+    NVL72 trays (racks of 18, each one NVLink domain and one Slurm block,
+    as :func:`nvl72`), half HGX B200 nodes (8 GPUs on NVSwitch), all on one
+    fat tree (9 trays or 16 HGX nodes a leaf, spines over everything). A
+    job's TP or EP group must stay in a rack or a node; the GPU model
+    proposals must not mix the two where one holds the job."""
+    racks = max(1, nodes // 2 // 18)
+    hgx = preset("hgx-b200-8")
+    all_nodes: Dict[str, Node] = {}
+    blocks = _nvl72_racks(racks, all_nodes)
+    leaves: List[Switch] = []
+    for rack in (b.nodes for b in blocks):
+        for i in (0, 9):
+            leaves.append(Switch(name=f"leaf{len(leaves) + 1:04d}", nodes=tuple(rack[i:i + 9]),
+                                 link_gbps=400.0))
+    hosts = [f"b200n{i + 1:03d}" for i in range(max(1, nodes - racks * 18))]
+    all_nodes.update(_nodes(hosts, hgx, "hgx-b200-8"))
+    for i in range(0, len(hosts), 16):
+        leaves.append(Switch(name=f"leaf{len(leaves) + 1:04d}", nodes=tuple(hosts[i:i + 16]),
+                             link_gbps=400.0))
+    spines = tuple(Switch(name=f"spine{s + 1}", switches=tuple(l.name for l in leaves))
+                   for s in range(2))
+    return _inventory(all_nodes, tuple(leaves) + spines, blocks, (18,),
+                      source=f"bench:nvl72-hgxx{nodes}")
 
 
 #: node types of the mixed cluster, in hostname order, with their share
@@ -184,6 +217,8 @@ SHAPES: Dict[str, Tuple[Callable[[int], Inventory], Tuple[int, ...], Tuple[int, 
     "dgx1-cubemesh": (dgx1_cubemesh, (16, 64), (16,)),
     "nvl72": (nvl72, (36, 144), (36,)),
     "mixed": (mixed, (64, 256), (64,)),
+    # GB200 NVL72 racks beside HGX B200 nodes on one fat tree (issue 25)
+    "nvl72-hgx": (nvl72_hgx, (72, 144), (72,)),
     # the shapes where an independent check found the planner losing: big
     # jobs on fat trees fragmented by partial-node jobs (lopsided splits),
     # EP=8 on NVL72 racks, pure data parallel on L40S, TP=4 on H100 NVL

@@ -26,6 +26,12 @@ from slurmtopo.request import JobRequest, level_of_class, satisfies
 #: another nesting is used only when it models at least this much faster
 ALT_NESTING_MARGIN = 0.05
 
+#: the group kinds that must not leave an NVLink domain (a GB200 NVL72
+#: rack, or one node elsewhere) where the planner kept them in one: a
+#: variant of the plan that sends more of their groups over the network is
+#: used only when it models :data:`ALT_NESTING_MARGIN` faster
+DOMAIN_KINDS = ("tp", "expert-tp", "ep")
+
 #: Proposal.kind of Slurm's default placement (the safety net)
 NAIVE = "naive"
 
@@ -167,6 +173,23 @@ def slower_tp(r: CostReport, first: CostReport) -> bool:
         t1 / t0 > first.step_time_s / r.step_time_s
 
 
+def domain_crossings(inv: Inventory, pl: Placement) -> int:
+    """How many groups of :data:`DOMAIN_KINDS` span more than one NVLink
+    domain (a node outside a multi-node domain is its own). The cost
+    model prices a kind by its slowest group, so one EP block over the
+    network costs a step as much as eleven; the spine's load and the
+    issue's rule (a TP or EP group never leaves its rack when it fits
+    one) count them all."""
+    nodes = inv.nodes
+    dom: Dict[str, object] = {}
+    for h in pl.hosts:
+        d = nodes[h].nvlink_domain
+        dom[h] = h if d is None else d.key
+    slots = pl.slots
+    return sum(1 for kind in DOMAIN_KINDS for g in pl.groups.get(kind, ())
+               if len(g) > 1 and len({dom[slots[r].host] for r in g}) > 1)
+
+
 def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal],
              admit: Optional[Admit] = None) -> Placement:
     """The option the cost model prices fastest (the first on ties), with
@@ -174,7 +197,9 @@ def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal],
     must be :data:`ALT_NESTING_MARGIN` faster and keep tensor parallel on
     links as fast (:func:`slower_tp`): the default message sizes weigh
     one collective of each kind, while a real step runs TP's many times
-    more often (docs/cost-model.md).
+    more often (docs/cost-model.md). A variant of the plan (pod by pod,
+    every block relaxed alike) that sends more TP or EP groups out of
+    their NVLink domain (:func:`domain_crossings`) needs the same margin.
 
     ``admit`` (the launcher's requirement) drops the options it refuses
     first, with a note; when it refuses them all the usual choice is made,
@@ -199,8 +224,14 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
     reps = [evaluate(inv, o.placement, req, params, step_only=True) for o in options]
     times = [r.step_time_s for r in reps]
     best = 0
+    crossings: Optional[int] = None
     for i, t in enumerate(times):
         margin = 1e-9
+        if options[i].kind in (ONE_PHASE, POD_BY_POD) and t < times[best] * (1 - margin):
+            if crossings is None:
+                crossings = domain_crossings(inv, first)
+            if domain_crossings(inv, options[i].placement) > crossings:
+                margin = ALT_NESTING_MARGIN
         if options[i].kind == NESTING:
             if slower_tp(reps[i], reps[0]):
                 continue

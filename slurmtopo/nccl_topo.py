@@ -24,6 +24,7 @@ text in, text out; :mod:`slurmtopo.commands.nccl_topo` writes the files.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 from xml.sax.saxutils import quoteattr
@@ -330,3 +331,24 @@ def topo_files(inv, types: Sequence[str] = (), virtualised_only: bool = False
     if virtualised_only:
         files = [f for f in files if f.hardware.virtualised]
     return files
+
+
+#: the GPUs and the host hashes of a topology file, as NCCL writes them
+_GPU_TAG = re.compile(r"<gpu[\s/>]")
+_HOST_HASH = re.compile(r"""\bhost_hash\s*=\s*["']([^"']*)["']""")
+
+
+def single_node_problem(text: str, hw: Hardware) -> Optional[str]:
+    """Why a topology file does not describe one node of ``hw`` (None when
+    it does). On multi-node NVLink systems NCCL wants ``NCCL_TOPO_FILE`` to
+    describe a single node (env.rst), but ``NCCL_TOPO_DUMP_FILE`` on such a
+    job dumps the whole NVLink domain: every tray's ``<cpu>`` tagged with
+    its ``host_hash``, 72 GPUs where a GB200 tray has 4. Either gives it
+    away; :func:`render` never writes one."""
+    hosts = set(_HOST_HASH.findall(text))
+    gpus = len(_GPU_TAG.findall(text))
+    if len(hosts) > 1:
+        return f"it describes {len(hosts)} hosts (host_hash), {gpus} GPUs"
+    if gpus > hw.gpu_count:
+        return f"it describes {gpus} GPUs where a node has {hw.gpu_count}"
+    return None

@@ -59,12 +59,16 @@ def _nics(names: Sequence[str], rate: float, numa_of_nic: Sequence[int],
 # --------------------------------------------------------------------------
 # NVIDIA's 8-GPU nodes and their NICs. Sources, named so a reader can check them:
 #
-# * NVIDIA DGX B200 datasheet (nvidia.com, "DGX B200"): 8x B200 (1,440 GB
+# * NVIDIA DGX B200 datasheet (nvidia.com, "DGX B200"; the DGX B200 User
+#   Guide, https://docs.nvidia.com/dgx/dgxb200-user-guide/introduction-to-dgxb200.html,
+#   checked for issue 25: 8x B200, 1,440 GB, 2x Xeon 8570 of 56 cores, 4x
+#   OSFP for 8x single-port ConnectX-7 up to 400 Gb/s): 8x B200 (1,440 GB
 #   of HBM3e), NVLink 5 through 2 NVSwitch chips (14.4 TB/s aggregate: 18
 #   links of 50 GB/s a direction per GPU), 2x Intel Xeon Platinum 8570 (112
 #   cores), 4x OSFP ports serving 8x single-port ConnectX-7 VPI at up to
 #   400 Gb/s InfiniBand/Ethernet, 2x BlueField-3 DPUs (storage, in-band).
-# * NVIDIA DGX B300 datasheet (nvidia.com, "DGX B300"): 8x Blackwell Ultra
+# * NVIDIA DGX B300 datasheet (nvidia.com, "DGX B300",
+#   https://www.nvidia.com/en-us/data-center/dgx-b300/): 8x Blackwell Ultra
 #   SXM (2.3 TB of HBM3e), NVLink 5 (14.4 TB/s aggregate), 2x Intel Xeon
 #   6776P (128 cores), 8x OSFP ports serving 8x single-port ConnectX-8 VPI
 #   at up to 800 Gb/s InfiniBand/Ethernet, 2x BlueField-3 DPUs. The
@@ -224,17 +228,46 @@ def pcie_h100_nvl_8() -> Hardware:
         cpu=CpuTopology(sockets=2, cores_per_socket=48, threads_per_core=2))
 
 
+def _grace_tray(model: str, mem_mib: int, nic_names: Sequence[str], nic_gbit: float,
+                link_layer: str = "InfiniBand") -> Hardware:
+    """A Grace Blackwell compute tray: 4 GPUs on the rack's NVSwitch (18
+    NVLink 5 links each, NV18), 2 Grace CPUs of 72 cores (no SMT), GPUs 0-1
+    on the first, one compute NIC per GPU next to it (PIX). Trays of one
+    rack share an ``nvlink_domain``."""
+    numa = [0, 0, 1, 1]
+    gpus = _gpus(model, mem_mib, numa, 72, 2, 1)
+    return Hardware(
+        gpus=gpus, links=_matrix(4, lambda a, b: "NV18"), nvswitch=True,
+        nics=_nics(nic_names, nic_gbit, numa, [[i] for i in range(4)], numa, near_rel="PIX",
+                   link_layer=link_layer),
+        cpu=CpuTopology(sockets=2, cores_per_socket=72, threads_per_core=1))
+
+
 def gb200_nvl72_tray() -> Hardware:
     """One GB200 compute tray: 4 Blackwell GPUs on the rack's NVSwitch (18
     NVLink5 each), 2 Grace CPUs of 72 cores, one 400 Gb/s NIC per GPU. Give
     nodes an ``nvlink_domain`` so 18 trays form one NVL72 domain."""
-    numa = [0, 0, 1, 1]
-    gpus = _gpus("NVIDIA GB200", 189471, numa, 72, 2, 1)
-    return Hardware(
-        gpus=gpus, links=_matrix(4, lambda a, b: "NV18"), nvswitch=True,
-        nics=_nics([f"mlx5_{i}" for i in range(4)], 400, numa, [[i] for i in range(4)], numa,
-                   near_rel="PIX"),
-        cpu=CpuTopology(sockets=2, cores_per_socket=72, threads_per_core=1))
+    return _grace_tray("NVIDIA GB200", 189471, [f"mlx5_{i}" for i in range(4)], CONNECTX7_GBIT)
+
+
+#: GB300 GPU memory: NVIDIA's GB300 NVL72 page gives 20 TB of HBM3e for 72
+#: GPUs (279 GB a GPU, 266,075 MiB; the 288 GB of a B300's stacks less what
+#: NVML keeps back)
+GB300_MEM_MIB = 266075
+
+
+def gb300_nvl72_tray() -> Hardware:
+    """One GB300 NVL72 compute tray: 4 Blackwell Ultra GPUs and 2 Grace CPUs
+    (72 cores each), the GPUs on the rack's NVSwitch trays (NVLink 5, 1.8
+    TB/s a GPU: NV18), 4 ConnectX-8 at 800 Gb/s, one per GPU. Sources:
+    NVIDIA's GB300 NVL72 page (https://www.nvidia.com/en-us/data-center/gb300-nvl72/:
+    72 Blackwell Ultra GPUs and 36 Grace CPUs a rack, 20 TB HBM3e, a
+    ConnectX-8 SuperNIC at 800 Gb/s a GPU) and NVIDIA's NVL72 enterprise
+    reference architecture (https://docs.nvidia.com/enterprise-reference-architectures/nvl72-ai-factory/latest/components.html:
+    a tray holds 4 Blackwell Ultra GPUs, 2 Grace CPUs and 4 ConnectX-8
+    HCAs on 2 mezzanine boards; 9 NVSwitch trays join all 72 GPUs)."""
+    return _grace_tray("NVIDIA GB300", GB300_MEM_MIB, [f"mlx5_{i}" for i in range(4)],
+                       CONNECTX8_GBIT)
 
 
 # --------------------------------------------------------------------------
@@ -304,6 +337,45 @@ def aws_p5_48xlarge() -> Hardware:
         nics=_cloud_nics([f"rdmap{int(b[5:7], 16)}s0" for b in buses], buses, 100, "Ethernet",
                          [[k // 4] for k in range(32)], numa, [sw[k // 4] for k in range(32)]),
         cpu=CpuTopology(sockets=2, cores_per_socket=48, threads_per_core=2))
+
+
+#: AWS P6: the instance types' page (https://aws.amazon.com/ec2/instance-types/p6/)
+#: and the EKS guide to P6e-GB200 UltraServers
+#: (https://docs.aws.amazon.com/eks/latest/userguide/ml-eks-nvidia-ultraserver.html:
+#: ``p6e-gb200.36xlarge``, 4 Blackwell GPUs, sold only as UltraServers of 9
+#: (``u-p6e-gb200x36``) or 18 (``u-p6e-gb200x72``) instances on one NVLink
+#: domain). Both are Nitro VMs, but AWS publishes no NCCL topology file with
+#: their bus ids here, so these presets are not ``virtualised`` (no
+#: NCCL_TOPO_FILE: the aws-ofi-nccl plugin gives NCCL its topology for the
+#: platforms it knows); EFA device names are the kernel's ``rdmap*`` names
+#: only once a node report has them, so the presets say ``efa0``...
+P6_EFA_GBIT = 400
+
+
+def aws_p6_b200_48xlarge() -> Hardware:
+    """AWS p6-b200.48xlarge: 8x B200 (1,440 GB HBM3e) on NVSwitch (NVLink 5,
+    NV18), 192 vCPUs (2 sockets of 48 cores with HT), 2 TiB of memory,
+    3,200 Gb/s of EFAv4: 8 EFA at 400 Gb/s, one per GPU on its PCIe switch
+    (the split of the total is this preset's reading; a node report shows
+    the real devices). Source: https://aws.amazon.com/ec2/instance-types/p6/."""
+    numa = [0, 0, 0, 0, 1, 1, 1, 1]
+    gpus = _gpus("NVIDIA B200", 183359, numa, 48, 2, 2)
+    return Hardware(
+        gpus=gpus, links=_matrix(8, lambda a, b: "NV18"), nvswitch=True,
+        nics=_nics([f"efa{i}" for i in range(8)], P6_EFA_GBIT, numa, [[i] for i in range(8)],
+                   numa, near_rel="PIX", link_layer="Ethernet"),
+        cpu=CpuTopology(sockets=2, cores_per_socket=48, threads_per_core=2))
+
+
+def aws_p6e_gb200_36xlarge() -> Hardware:
+    """AWS p6e-gb200.36xlarge, one instance of a P6e-GB200 UltraServer: 4x
+    B200 of two GB200 superchips on the UltraServer's NVLink domain (NV18),
+    2 Grace CPUs of 72 cores (144 vCPUs), 4 EFAv4 at 400 Gb/s, one per GPU.
+    Give the 9 or 18 instances of an UltraServer one ``nvlink_domain``.
+    Sources: https://aws.amazon.com/ec2/instance-types/p6/ and the EKS guide
+    named above."""
+    return _grace_tray("NVIDIA GB200", 189471, [f"efa{i}" for i in range(4)], P6_EFA_GBIT,
+                       link_layer="Ethernet")
 
 
 def azure_nd96asr_v4() -> Hardware:
@@ -376,8 +448,11 @@ PRESETS: Dict[str, Callable[[], Hardware]] = {
     "pcie-l40s-8": pcie_l40s_8,
     "pcie-h100-nvl-8": pcie_h100_nvl_8,
     "gb200-nvl72-tray": gb200_nvl72_tray,
+    "gb300-nvl72-tray": gb300_nvl72_tray,
     "aws-p4d.24xlarge": aws_p4d_24xlarge,
     "aws-p5.48xlarge": aws_p5_48xlarge,
+    "aws-p6-b200.48xlarge": aws_p6_b200_48xlarge,
+    "aws-p6e-gb200.36xlarge": aws_p6e_gb200_36xlarge,
     "azure-nd96asr-v4": azure_nd96asr_v4,
     "azure-nd96isr-h100-v5": azure_nd96isr_h100_v5,
     "oci-bm.gpu.h100.8": oci_bm_gpu_h100_8,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.topology import rail_optimised
 from slurmtopo.model import (Hardware, Inventory, Placement, RankSlot, format_cpulist,
                              parse_cpulist)
 
@@ -377,9 +378,16 @@ def nccl_env(inv: Optional[Inventory], placement: Placement,
       with port, in rail (hardware) order; storage/management NICs never.
     * ``NCCL_SOCKET_IFNAME``: the compute NICs' netdevs when the inventory
       knows them, else everything but loopback and docker bridges.
-    * ``NCCL_CROSS_NIC=0`` when the job is rail-aligned: every host uses the
-      same GPUs in the same local order and each GPU's nearest NIC has the
-      same name everywhere, so rank traffic can stay on its rail.
+    * ``NCCL_CROSS_NIC=0`` when the fabric under the job's hosts is
+      rail-optimised by the inventory's NIC and leaf wiring
+      (:func:`slurmtopo.topology.rail_optimised`: a leaf per rail; NCCL's
+      env.rst: 0 suits networks with a switch per NIC, rails joined only
+      at the top), or, where the inventory cannot tell, when the job is
+      rail-aligned: every host uses the same GPUs in the same local order
+      and each GPU's nearest NIC has the same name everywhere, so rank
+      traffic can stay on its rail. Never 1 (all of a host's NICs on one
+      switch): a merged scalable unit looks the same in the inventory, and
+      NCCL's default (2) is right for both.
     * ``NCCL_NETDEVS_POLICY=MAX:1`` (NCCL 2.28+) when the job is
       rail-aligned and every GPU of a host has its own nearest NIC: with the
       default AUTO, GPUs of different communicators (TP, EP, DP) may share a
@@ -420,9 +428,11 @@ def nccl_env(inv: Optional[Inventory], placement: Placement,
         env["NCCL_SOCKET_IFNAME"] = "=" + ",".join(netdevs)
     else:
         env["NCCL_SOCKET_IFNAME"] = "^lo,docker"
-    if len(rails) > 1 and rail_aligned(placement):
+    aligned = rail_aligned(placement)
+    wired = rail_optimised(inv, _hosts(placement)) if inv is not None else None
+    if len(rails) > 1 and (wired or aligned):
         env["NCCL_CROSS_NIC"] = "0"
-        if own_nic_per_gpu(placement):
+        if aligned and own_nic_per_gpu(placement):
             env["NCCL_NETDEVS_POLICY"] = "MAX:1"
     env.update(mnnvl_env(inv, placement))
     env.update(nccl_topo_plan(inv, placement, run_dir).env)
@@ -448,6 +458,42 @@ def mnnvl_env(inv: Optional[Inventory], placement: Placement) -> Dict[str, str]:
     if max(count.values()) >= 2:
         return {"NCCL_MNNVL_ENABLE": "2", "NCCL_CUMEM_ENABLE": "1"}
     return {"NCCL_MNNVL_ENABLE": "0"}
+
+
+def mnnvl_clique_ids(inv: Optional[Inventory], placement: Placement,
+                     parts: Sequence[Sequence[str]]) -> Dict[str, str]:
+    """``NCCL_MNNVL_CLIQUE_ID`` per host, where the job must not share a
+    clique: hosts of one NVLink clique (cluster UUID and clique id) split
+    over ``parts`` that share no IMEX channel (Slurm's
+    ``--network=unique-channel-per-segment`` gives each segment its own), so
+    multi-node NVLink cannot map memory between the parts. NCCL (env.rst)
+    takes the clique from the fabric and uses MNNVL between ranks of one
+    (UUID, clique); the variable overrides the clique id, so each part gets
+    its own, above every clique id of that UUID among the job's hosts, and
+    NCCL goes over the network between parts. Never set job-wide: one value
+    for every host would join cliques the fabric manager keeps apart, and
+    nothing where a clique lies within one part."""
+    if inv is None:
+        return {}
+    part_of = {h: i for i, hosts in enumerate(parts) for h in hosts}
+    doms: Dict[Tuple[str, int], Dict[int, List[str]]] = {}
+    top: Dict[str, int] = {}
+    for h in _hosts(placement):
+        node = inv.nodes.get(h)
+        d = node.nvlink_domain if node is not None else None
+        if d is None or h not in part_of:
+            continue
+        doms.setdefault((d.cluster_uuid, d.clique_id), {}).setdefault(part_of[h], []).append(h)
+        top[d.cluster_uuid] = max(top.get(d.cluster_uuid, 0), d.clique_id)
+    out: Dict[str, str] = {}
+    for (uuid, _), by_part in doms.items():
+        if len(by_part) < 2:
+            continue
+        for part, hosts in sorted(by_part.items()):
+            top[uuid] += 1
+            for h in hosts:
+                out[h] = str(top[uuid])
+    return out
 
 
 def own_nic_per_gpu(placement: Placement) -> bool:

@@ -239,3 +239,41 @@ def nvlink_domains(nodes: Iterable[Node]) -> Dict[str, List[str]]:
         if n.nvlink_domain is not None:
             out.setdefault(n.nvlink_domain.key, []).append(n.name)
     return out
+
+
+def rail_optimised(inv: Inventory, hosts: Iterable[str]) -> Optional[bool]:
+    """Is the network under ``hosts`` rail-optimised, as the inventory's
+    NIC and leaf wiring says? True when every host with two or more
+    compute NICs sits under as many leaf switches as it has compute NICs
+    (a leaf per rail) and any two such hosts are under the same leaves or
+    under none in common (the hosts of a scalable unit share its rail
+    leaves). None when the inventory cannot tell: no fabric, hosts with
+    one compute NIC, a host under one leaf (its NICs on one switch, or a
+    scalable unit's rail leaves merged into the one leaf Slurm sees:
+    ``admin/switch_tree.py`` writes those), or leaves shared irregularly.
+    It never answers False: nothing in the inventory tells a leaf that
+    holds all of a host's NICs from a merged scalable unit. Feeds
+    ``NCCL_CROSS_NIC`` (``rankmap.nccl_env``)."""
+    if not inv.fabric.switches:
+        return None
+    leaves: Dict[str, List[str]] = {}
+    for s in inv.fabric.switches:
+        for h in s.nodes:
+            leaves.setdefault(h, []).append(s.name)
+    seen: Dict[str, FrozenSet[str]] = {}  # leaf -> the leaf set of its hosts
+    any_multi = False
+    for h in dict.fromkeys(hosts):
+        node = inv.nodes.get(h)
+        if node is None:
+            return None
+        nics = {n.name for n in node.hardware.compute_nics()}
+        if len(nics) < 2:
+            continue
+        mine = frozenset(leaves.get(h, ()))
+        if len(mine) != len(nics) or len(mine) < 2:
+            return None
+        for leaf in mine:
+            if seen.setdefault(leaf, mine) != mine:
+                return None
+        any_multi = True
+    return True if any_multi else None

@@ -48,7 +48,8 @@ def test_scenarios_are_reproducible():
 
 @pytest.mark.parametrize("shape,nodes", [("hgx-fattree", 16), ("hgx-fattree", 1024),
                                          ("pcie-pairs", 16), ("dgx1-cubemesh", 16),
-                                         ("nvl72", 36), ("mixed", 64), ("fattree3", 40)])
+                                         ("nvl72", 36), ("mixed", 64), ("fattree3", 40),
+                                         ("nvl72-hgx", 72)])
 def test_shapes_build(shape, nodes):
     inv = cluster(shape, nodes)
     assert len(inv) == nodes
@@ -90,6 +91,19 @@ def test_jobs_fit_and_are_valid_layouts():
 
 TINY = ["hgx-fattree:16:0:1", "hgx-fattree:16:60:2", "pcie-pairs:16:30:3",
         "dgx1-cubemesh:16:85:4", "nvl72:36:30:5", "mixed:64:60:6"]
+
+
+def test_racks_through_the_command_line(tmp_path):
+    # bench.racks runs `slurmtopo plan --json` and reads its rank map: on
+    # 4 racks 85% busy the one EP block of this job fits no rack's free
+    # GPUs, so it must straddle, and nothing else may
+    from bench import racks
+
+    sc = build("nvl72-ep8:72:85:1001")
+    got = racks.check(sc, racks.plan_cli(sc, str(tmp_path)))
+    assert got["ep"]["must"] == 1 and got["ep"]["straddling_blocks"] == 1
+    assert all(v["avoidable"] == 0 for v in got.values()), got
+    assert got["tp"]["straddling"] == 0
 
 
 @pytest.mark.parametrize("sid", TINY)

@@ -314,3 +314,28 @@ def test_wrong_value_type_is_named_plainly(tmp_path):
           - {name: b, type: [1]}
         """)
     assert msg.endswith(":2: node: bad 'type' (expected a string, got a list)")
+
+
+def test_rack_presets_one_line_per_node_range():
+    # docs/schema.md's example: a GB300 rack, a P6e-GB200 UltraServer and
+    # P6-B200 nodes, one line each; trays of a rack share their domain
+    text = ("slurmtopo: inventory\nversion: 1\nnodes:\n"
+            "  - {name: 'gb300-r01t[01-18]', type: gb300-nvl72-tray,\n"
+            "     nvlink_domain: {cluster_uuid: 7f3c2a10-0000-4000-8000-000000000001, "
+            "clique_id: 1}}\n"
+            "  - {name: 'p6e-u01i[01-09]', type: aws-p6e-gb200.36xlarge,\n"
+            "     nvlink_domain: {cluster_uuid: 0c1d2e3f-0000-4000-8000-0000000000a1, "
+            "clique_id: 1}}\n"
+            "  - {name: 'p6b[001-004]', type: aws-p6-b200.48xlarge}\n")
+    inv = parse_inventory(parse_text(text, "racks.yaml"), "racks.yaml")
+    assert len(inv) == 18 + 9 + 4
+    racks = {n.nvlink_domain.key for n in inv if n.nvlink_domain is not None}
+    assert len(racks) == 2
+    gb300 = inv.nodes["gb300-r01t07"].hardware
+    assert gb300.gpu_count == 4 and gb300.gpus[0].model == "NVIDIA GB300"
+    assert [n.rate_gbps for n in gb300.compute_nics()] == [800] * 4
+    p6e = inv.nodes["p6e-u01i03"].hardware
+    assert p6e.gpu_count == 4 and {n.link_layer for n in p6e.nics} == {"Ethernet"}
+    p6b = inv.nodes["p6b002"].hardware
+    assert p6b.gpu_count == 8 and sum(n.rate_gbps for n in p6b.compute_nics()) == 3200
+    assert not p6b.virtualised and inv.nodes["p6b002"].nvlink_domain is None

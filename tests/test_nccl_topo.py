@@ -320,3 +320,83 @@ def test_a_job_on_virtualised_nodes_gets_the_file(tmp_path):
     hw = read_nccl_xml(want, node_name="n").node.hardware
     assert view(hw) == view(preset("azure-nd96asr-v4"))
     assert "must be readable on every node" in proc.stderr
+
+
+def _nvl72_vm_inventory(topo_file):
+    """Two GB200 trays as VMs (a cloud's NVL72) in one NVLink domain, the
+    admin naming the node type's topology file."""
+    from slurmtopo.model import NvlinkDomain
+
+    hw = replace(preset("gb200-nvl72-tray"), virtualised=True, nccl_topo_file=str(topo_file))
+    dom = NvlinkDomain("5b1a2c3d-0000-4000-8000-000000000001", 1)
+    return Inventory(nodes={f"n{k}": Node(f"n{k}", hw, type="gb200-vm", nvlink_domain=dom)
+                            for k in range(2)}), hw
+
+
+#: one GB200 tray as NCCL dumps it (4 GPUs under one Grace), trimmed
+_TRAY_XML = """<system version="1">
+  <cpu numaid="0" arch="arm64" vendor="NVIDIA">
+    <pci busid="0008:01:00.0" class="0x030200"><gpu dev="0" sm="100" rank="0" gdr="1"/></pci>
+    <pci busid="0009:01:00.0" class="0x030200"><gpu dev="1" sm="100" rank="1" gdr="1"/></pci>
+  </cpu>
+  <cpu numaid="1" arch="arm64" vendor="NVIDIA">
+    <pci busid="0018:01:00.0" class="0x030200"><gpu dev="2" sm="100" rank="2" gdr="1"/></pci>
+    <pci busid="0019:01:00.0" class="0x030200"><gpu dev="3" sm="100" rank="3" gdr="1"/></pci>
+  </cpu>
+</system>
+"""
+
+
+def test_rendered_files_describe_one_node():
+    from slurmtopo.nccl_topo import single_node_problem
+
+    for name in ("aws-p5.48xlarge", "azure-nd96asr-v4", "azure-nd96isr-h100-v5"):
+        hw = preset(name)
+        assert single_node_problem(render(hw).text, hw) is None, name
+    tray = preset("gb200-nvl72-tray")
+    assert single_node_problem(_TRAY_XML, tray) is None
+    rack = _TRAY_XML.replace("</system>", "").replace('<system version="1">', "") * 18
+    assert "72 GPUs where a node has 4" in single_node_problem(
+        '<system version="1">' + rack + "</system>", tray)
+
+
+def test_a_domain_dump_as_nccl_topo_file_is_dropped_at_job_start(tmp_path):
+    # NCCL_TOPO_DUMP_FILE on an NVL72 job writes every tray, each <cpu>
+    # with its host_hash: NCCL wants one node's file (env.rst), so the
+    # start-time step leaves NCCL_TOPO_FILE out and says why
+    from slurmtopo.binding.step import _topo_file
+
+    dump = tmp_path / "dump.xml"
+    dump.write_text(_TRAY_XML.replace('<cpu numaid="0"', '<cpu host_hash="0x1a" numaid="0"')
+                    .replace('<cpu numaid="1"', '<cpu host_hash="0x2b" numaid="1"'))
+    inv, _ = _nvl72_vm_inventory(dump)
+    p = _placement(["n0", "n1"])
+    jenv = nccl_env(inv, p)
+    assert jenv["NCCL_TOPO_FILE"] == str(dump)
+    log = []
+    _topo_file(inv, p, None, log, jenv)
+    assert "NCCL_TOPO_FILE" not in jenv
+    assert any("NCCL_TOPO_FILE not set" in line and "2 hosts" in line for line in log), log
+    good = tmp_path / "tray.xml"
+    good.write_text(_TRAY_XML)
+    inv, _ = _nvl72_vm_inventory(good)
+    jenv = nccl_env(inv, p)
+    _topo_file(inv, p, None, [], jenv)
+    assert jenv["NCCL_TOPO_FILE"] == str(good)
+
+
+def test_no_file_rendered_no_variable(tmp_path):
+    # a virtualised type whose hardware has no PCI bus ids cannot be
+    # rendered: the job must not get NCCL_TOPO_FILE naming a file that is
+    # never written (NCCL would fail to open it)
+    from slurmtopo.binding.step import _topo_file
+
+    hw = replace(preset("hgx-b200-8"), virtualised=True)
+    inv = Inventory(nodes={"n0": Node("n0", hw, type="vm")})
+    p = _placement(["n0"])
+    jenv = nccl_env(inv, p, run_dir=str(tmp_path))
+    assert jenv["NCCL_TOPO_FILE"].startswith(str(tmp_path))
+    log = []
+    assert _topo_file(inv, p, str(tmp_path), log, jenv) == {}
+    assert "NCCL_TOPO_FILE" not in jenv
+    assert any(line.startswith("no NCCL topology file") for line in log), log

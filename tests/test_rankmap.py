@@ -222,3 +222,50 @@ def test_netdevs_policy_one_nic_per_gpu_when_rail_aligned(h100):
     assert nccl_env(h100, p)["NCCL_NETDEVS_POLICY"] == "MAX:1"  # 8 GPUs, 8 rails
     q = _p(h100, [("gpu01", [0, 1]), ("gpu02", [2, 3])], tp=2, dp=2)
     assert "NCCL_NETDEVS_POLICY" not in nccl_env(h100, q)  # not rail-aligned
+
+
+def test_cross_nic_from_the_inventorys_rail_wiring(h100):
+    # the same nodes on a rail-optimised fabric: NIC r of every host on
+    # rail leaf r (each host under 8 leaves). A job whose hosts run
+    # different local GPUs (not rail-aligned) still gets NCCL_CROSS_NIC=0:
+    # the wiring, not the plan, says the rails meet only at the top
+    from dataclasses import replace as dc_replace
+
+    from slurmtopo.model import Fabric, Switch
+    from slurmtopo.topology import rail_optimised
+
+    hosts = tuple(h100.nodes)
+    rails = tuple(Switch(name=f"rail{r}", nodes=hosts) for r in range(8))
+    wired = dc_replace(h100, fabric=Fabric(switches=rails + (
+        Switch(name="spine", switches=tuple(s.name for s in rails)),)))
+    assert rail_optimised(wired, hosts) is True
+    assert rail_optimised(h100, hosts) is None  # one leaf a host: cannot tell
+    q = _p(wired, [("gpu01", [0, 1]), ("gpu02", [2, 3])], tp=2, dp=2)
+    assert not rail_aligned(q)
+    assert nccl_env(wired, q)["NCCL_CROSS_NIC"] == "0"
+    assert "NCCL_CROSS_NIC" not in nccl_env(h100, q)
+    # a leaf shared irregularly (rail0 holds one host less): no answer
+    odd = dc_replace(wired, fabric=Fabric(switches=(Switch(name="rail0", nodes=hosts[1:]),)
+                                          + rails[1:]))
+    assert rail_optimised(odd, hosts) is None
+
+
+def test_mnnvl_clique_ids_split_a_clique_over_parts_only():
+    # two racks of 4 trays; the job's 6 hosts in two IMEX parts (segments
+    # with a channel each): rack 1's trays fall in both parts, so each part
+    # gets its own clique id above the UUID's ids; rack 2 lies in one part
+    from slurmtopo.model import Inventory, Node, NvlinkDomain
+    from slurmtopo.presets import preset
+    from slurmtopo.rankmap import mnnvl_clique_ids
+
+    hw = preset("gb200-nvl72-tray")
+    r1, r2 = NvlinkDomain("uuid-1", 3), NvlinkDomain("uuid-2", 1)
+    nodes = {f"a{i}": Node(f"a{i}", hw, nvlink_domain=r1) for i in range(4)}
+    nodes.update({f"b{i}": Node(f"b{i}", hw, nvlink_domain=r2) for i in range(2)})
+    inv = Inventory(nodes=nodes)
+    hosts = list(nodes)
+    p = Placement(slots=tuple(RankSlot(rank=k, host=h, gpu=0, local_rank=0)
+                              for k, h in enumerate(hosts)), groups={}, hosts=tuple(hosts))
+    got = mnnvl_clique_ids(inv, p, [["a0", "a1"], ["a2", "a3", "b0", "b1"]])
+    assert got == {"a0": "4", "a1": "4", "a2": "5", "a3": "5"}
+    assert mnnvl_clique_ids(inv, p, [hosts]) == {}  # one part: NCCL's own cliques

@@ -41,6 +41,8 @@ from slurmtopo import __version__
 from slurmtopo.admin.switch_tree import (HostSelection, derive_fabric, left_out_message,
                                     natural_key)
 from slurmtopo.admin.block_domains import BlockNaming, domain_blocks, doubling_sizes
+from slurmtopo.admin.cliques import (drop_from_blocks, stray_note, strays_in_blocks,
+                                     strays_in_reports, without_strays)
 from slurmtopo.admin.ibnetdiscover import IbFabric
 from slurmtopo.admin.slurmconf import SlurmConf
 from slurmtopo.errors import SlurmtopoError
@@ -231,8 +233,16 @@ def build_topology(fmt: str, *, ib: Optional[IbFabric] = None, fabric_doc: Optio
             shown = ", ".join(f"{n} ({st})" for n, st in list(pend.items())[:8])
             notes.append(f"{len(pend)} tray(s) left out of NVLink blocks, their NVLink fabric "
                          f"not completed: {shown}{' ...' if len(pend) > 8 else ''}")
+        strays = []
+        if inv is not None and doc is not None and doc.blocks:
+            strays = strays_in_blocks(inv, doc.blocks)
+        elif inv is not None:
+            strays = strays_in_reports(inv)
+            inv = without_strays(inv, strays)
+        if strays:
+            notes.append(stray_note(strays))
         if doc is not None and doc.blocks:
-            blocks = doc.blocks
+            blocks = drop_from_blocks(doc.blocks, strays)
             sizes = sizes or doc.block_sizes
         elif inv is not None and (laid := layout_domains(inv, sizes, block_naming)):
             blocks, sizes = laid

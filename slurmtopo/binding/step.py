@@ -160,7 +160,7 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
     jenv["MASTER_ADDR"], note = master_address(jenv["MASTER_ADDR"], slurm, resolve)
     if note:
         log.append(note)
-    extra = _topo_file(inv, placement, run_dir, log)
+    extra = _topo_file(inv, placement, run_dir, log, jenv)
     log.append(f"MASTER_ADDR={jenv['MASTER_ADDR']} MASTER_PORT={port} "
                f"WORLD_SIZE={placement.world_size}")
     table = rank_table(placement, alloc.gpus, constrained)
@@ -200,14 +200,25 @@ def contiguous_fill(inv: Inventory, placement: Placement, alloc: Allocation, lay
 
 
 def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
-               log: List[str]) -> Dict[str, str]:
+               log: List[str], jenv: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """The NCCL topology file a virtualised node type needs in the run
-    directory, rendered now (nothing is written here)."""
+    directory, rendered now (nothing is written here). A file the admin
+    named for a node type in a multi-node NVLink domain must describe one
+    node (NCCL's env.rst); when it does not, ``NCCL_TOPO_FILE`` leaves
+    ``jenv`` and the log says why."""
     from slurmtopo.rankmap import nccl_topo_plan
 
     plan = nccl_topo_plan(inv, placement, run_dir)
     if plan.note:
         log.append(plan.note)
+    named = plan.env.get("NCCL_TOPO_FILE")
+    if plan.write is None and named and jenv is not None \
+            and jenv.get("NCCL_TOPO_FILE") == named:
+        why = _multi_node_topo_file(inv, placement, named)
+        if why is not None:
+            del jenv["NCCL_TOPO_FILE"]
+            log.append(f"NCCL_TOPO_FILE not set: {named}: {why}; on multi-node NVLink "
+                       "systems NCCL wants a file of a single node")
     if plan.write is None or run_dir is None:
         return {}
     from slurmtopo.nccl_topo import render  # (xml, ~10 ms to import: only when needed)
@@ -216,8 +227,28 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
     try:
         return {path: render(hw, "written by slurmtopo bind for this job").text}
     except SlurmtopoError as exc:
+        # the variable must not name a file that is never written
+        if jenv is not None and jenv.get("NCCL_TOPO_FILE") == path:
+            del jenv["NCCL_TOPO_FILE"]
         log.append(f"no NCCL topology file: {exc.message}")
         return {}
+
+
+def _multi_node_topo_file(inv: Inventory, placement: Placement, path: str) -> Optional[str]:
+    """Why the admin's topology file ``path`` is not one node's, when the
+    job's nodes share a multi-node NVLink domain (None otherwise, or when
+    it cannot be read here: NCCL then says so itself)."""
+    from slurmtopo.fileio import read_text
+    from slurmtopo.nccl_topo import single_node_problem
+
+    nodes = [inv.nodes[h] for h in placement.hosts if h in inv.nodes]
+    if not any(n.nvlink_domain is not None for n in nodes):
+        return None
+    try:
+        text = read_text(path, limit=16 << 20, errors="replace")
+    except (OSError, SlurmtopoError):
+        return None
+    return single_node_problem(text, nodes[0].hardware)
 
 
 def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],

@@ -82,6 +82,11 @@ class TwoPhase:
     kept: Constraint
     relaxed: List[Constraint]
     hard_only: Capacities
+    #: when ``kept`` is a multi-node NVLink domain: the constraints under
+    #: which more blocks stay in a domain once the in-node preferences
+    #: finer than it give way (:meth:`Planner._loosened`), tried on what
+    #: the first blocks leave before the rest is relaxed
+    loose: Optional[List[Constraint]] = None
 
 
 #: rank -> (host, GPU), filled position by position
@@ -299,9 +304,45 @@ class Planner:
                              if x is not placed and (x.hard or x.span <= kept.span)]
                     relaxed = inner + ([placed] if placed is not None else [])
                 strict = self.capacities(inner + [kept])
+                loose = self._loosened(inner, kept, placed)
+                if loose is not None and strict.total < kept.span:
+                    strict, loose = self.capacities(loose), None
                 if 0 < strict.total < self.need:
-                    phases = TwoPhase(strict, kept, relaxed, self.capacities(hard))
+                    phases = TwoPhase(strict, kept, relaxed, self.capacities(hard), loose)
         return self.assemble(final, pos, dims, phases)
+
+    def _loosened(self, inner: List[Constraint], kept: Constraint,
+                  placed: Optional[Constraint]) -> Optional[List[Constraint]]:
+        """``inner`` and ``kept`` with the in-node preferences finer than a
+        multi-node NVLink domain moved to that domain, when ``kept`` is
+        one and that holds more of its blocks (else None). EP blocks of 32
+        ranks in a GB200 NVL72 rack with TP 4 on a tray: a rack with 57
+        free GPUs on trays with a busy GPU or two holds one block by its
+        GPUs but none by its whole trays, and the block went over the
+        network to another rack. A TP group on two trays of one rack still
+        talks over the rack's NVLink (barely slower, :meth:`_domain_relief`),
+        so after the blocks that whole trays hold, the blocks that the
+        racks' other free GPUs hold stay in a rack too (:meth:`two_phases`):
+        no TP or EP group leaves its rack unless its block fits no rack.
+
+        The same when ``kept`` is an in-node level and the preference was
+        relaxed past the domains (TP 4 kept on a node where whole free
+        GPUs allow, the rest relaxed to a leaf): the blocks that do not fit
+        a node but fit a rack's free GPUs stay in the rack, at the domain
+        level, before the rest goes to the network."""
+        if not self.tree.has_domains:
+            return None
+        strict = self.capacities(inner + [kept]).total // kept.span
+        if kept.level in NODE_LEVELS:
+            if placed is not None and LEVEL_INDEX[placed.level] <= LEVEL_INDEX["nvlink-domain"]:
+                return None
+            kept = replace(kept, level="nvlink-domain")
+        elif kept.level != "nvlink-domain":
+            return None
+        loose = [replace(x, level="nvlink-domain")
+                 if not x.hard and x.implicit and x.level in NODE_LEVELS and x.span <= kept.span
+                 else x for x in inner] + [kept]
+        return loose if self.capacities(loose).total // kept.span > strict else None
 
     def _strict_level(self, c: Constraint, placed: Optional[Constraint]) -> Optional[Constraint]:
         """The level at which the first relaxed preference ``c`` is kept for
@@ -404,6 +445,14 @@ class Planner:
         self.verify(pl, caps.cons)
         return pl
 
+    def _rest(self, cand: Candidates, need: int) -> "Planner":
+        """A planner for the ``need`` ranks after the first ones, on ``cand``."""
+        rest = Planner(self.inv, self.req, self.groups, cand, self.tree, self.speeds,
+                       self.sizes, need=need, global_split=self.global_split,
+                       node_cap=self.node_cap)
+        rest.nested = self.nested
+        return rest
+
     def two_phases(self, search: NodeSearch, caps: Capacities, phases: TwoPhase,
                    assign: Assignment, inv_pos: Optional[List[int]]) -> Optional[Allocation]:
         """Phase 1 places the first ``n1`` positions under ``phases.strict``,
@@ -419,11 +468,22 @@ class Planner:
         alloc1 = search.allocate(strict, n1)
         trial = list(assign)
         used = self.map_positions(search, strict, alloc1, 0, trial, inv_pos)
-        cand2 = self.cand.minus(used, self.tree.node_pod, drop_used=self.per_node is not None)
-        rest = Planner(self.inv, self.req, self.groups, cand2, self.tree, self.speeds,
-                       self.sizes, need=self.need - n1, global_split=self.global_split,
-                       node_cap=self.node_cap)
-        rest.nested = self.nested
+        drop = self.per_node is not None
+        cand2 = self.cand.minus(used, self.tree.node_pod, drop_used=drop)
+        kept_allocs = list(alloc1)
+        if phases.loose is not None:  # the blocks the domains' other free GPUs hold
+            mid = self._rest(cand2, self.need - n1)
+            loose = mid.capacities(phases.loose)
+            m2 = lcm([loose.spine_multiple, phases.hard_only.spine_multiple])
+            n2 = min(loose.total, mid.need) // m2 * m2
+            if 0 < n2 < mid.need:
+                search_mid = mid.search()
+                alloc_mid = search_mid.allocate(loose, n2)
+                used_mid = mid.map_positions(search_mid, loose, alloc_mid, n1, trial, inv_pos)
+                cand2 = cand2.minus(used_mid, self.tree.node_pod, drop_used=drop)
+                kept_allocs += alloc_mid
+                n1 += n2
+        rest = self._rest(cand2, self.need - n1)
         caps2 = rest.capacities(phases.relaxed)
         if not caps2.feasible:
             return None
@@ -432,6 +492,7 @@ class Planner:
         self.used_global = self.used_global or search2.used_global
         rest.map_positions(search2, caps2, alloc2, n1, trial, inv_pos)
         assign[:] = trial
+        alloc1 = kept_allocs
         self.two_phase_singleton = any(min(pieces.values()) == 1
                                        for pieces in blocks_of(alloc1 + alloc2, c.span))
         want = "NVLink" if c.level == "nvlink" else LEVEL_TEXT[c.level]

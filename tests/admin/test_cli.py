@@ -454,3 +454,41 @@ def test_trays_with_fabric_not_completed_are_left_out_with_a_note(tmp_path, caps
     assert "BlockName=nvl-5b1a2c3d-1 Nodes=r1t[1-3]\n" in out and "r1t4" not in out
     assert "1 tray(s) left out of NVLink blocks, their NVLink fabric not completed: " \
            "r1t4 (in_progress)" in err
+
+
+def test_trays_of_another_clique_are_left_out_of_a_declared_rack(tmp_path, capsys):
+    # the fabric document declares the rack; r1t3's agent reports clique 2
+    # where the rack's other trays report 1: no NVLink to them, so it is
+    # flagged and left out of the rack's block
+    uuid = "5b1a2c3d-0000-4000-8000-00000000a001"
+    nodes = [node(f"r1t{i}", domain=(uuid, 2 if i == 3 else 1)) for i in range(1, 5)]
+    reports = write_reports(tmp_path / "reports", nodes)
+    fab = tmp_path / "fabric.yaml"
+    fab.write_text("slurmtopo: fabric\nfabric:\n  blocks:\n    - {name: rack1, nodes: \"r1t[1-4]\"}\n")
+    rc, out, err = run_main(["topology", "generate", "--reports", reports, "--fabric", str(fab),
+                             "--format", "block"], capsys)
+    assert rc == 0, err
+    assert "BlockName=rack1 Nodes=r1t[1-2,4]\n" in out
+    assert "1 tray(s) left out of NVLink blocks, their NVLink clique not their rack's: " \
+           "r1t3 (clique 2, rack rack1: 1)" in err
+
+
+def test_a_tray_alone_in_its_clique_is_left_out_of_its_uuids_blocks(tmp_path, capsys):
+    # reports only: the cluster UUID is the rack; r1t4 is alone in clique 7
+    # while clique 1 holds three trays. Two cliques of two trays each would
+    # be sub-domains (a partitioned rack), not strays
+    uuid = "5b1a2c3d-0000-4000-8000-00000000a001"
+    nodes = [node(f"r1t{i}", domain=(uuid, 7 if i == 4 else 1)) for i in range(1, 5)]
+    reports = write_reports(tmp_path / "reports", nodes)
+    rc, out, err = run_main(["topology", "generate", "--reports", reports, "--format", "block"],
+                            capsys)
+    assert rc == 0, err
+    assert "BlockName=nvl-5b1a2c3d-1 Nodes=r1t[1-3]\n" in out and "r1t4" not in out
+    assert "r1t4 (clique 7, rack 5b1a2c3d-0000-4000-8000-00000000a001: 1)" in err
+    halves = [node(f"r1t{i}", domain=(uuid, 1 + (i > 2))) for i in range(1, 5)]
+    reports = write_reports(tmp_path / "halves", halves)
+    rc, out, err = run_main(["topology", "generate", "--reports", reports, "--format", "block"],
+                            capsys)
+    assert rc == 0, err
+    assert "clique not their rack's" not in err
+    assert "Nodes=r1t[3-4]" in out

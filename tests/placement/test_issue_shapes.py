@@ -160,23 +160,54 @@ def test_ep_group_straddling_racks_gets_whole_trays():
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_nvl72_tp4_ep8_blocks_fill_racks(seed):
-    # GB200 NVL72, TP 4 EP 8: an EP block is 32 ranks, 8 whole trays (TP 4
-    # on a tray's NVLink). 16 racks at 20% busy hold fewer whole blocks than
-    # the job's 24, so some block must straddle racks; exactly those that
-    # do not fit do (before: 10-11 straddled, the EP preference was
-    # relaxed to the spine for every block)
+    # GB200 NVL72, TP 4 EP 8: an EP block is 32 ranks. The whole rack is
+    # one NVLink domain, so a block fits a rack with 32 free GPUs, whole
+    # trays or not (a TP group on two trays of a rack still talks over its
+    # NVLink). 16 racks at 20% busy hold fewer blocks than the job's 24,
+    # so some block must straddle racks; exactly those that fit no rack do
+    # (before: those that fit no rack's whole trays, 3 of 24 with seed 0
+    # where 1 must; before that 10-11), and no TP group leaves its rack
     inv = nvl72(18 * 16)
     state = busy_state(inv, 0.2, random.Random(seed))
     req = JobRequest(Layout(tp=4, ep=8, dp=192))
     pl = plan(inv, state, req, safety_net=False)
-    whole = Counter(n.nvlink_domain.key for n in inv
-                    if len(state.free_gpus(n)) == 4)
-    fit = sum(trays * 4 // 32 for trays in whole.values())
+    free = Counter()
+    for n in inv:
+        free[n.nvlink_domain.key] += len(state.free_gpus(n))
     span = req.layout.tp * req.layout.ep
+    fit = sum(gpus // span for gpus in free.values())
     blocks = req.layout.world // span
     assert fit < blocks
-    straddle = [b for b in range(blocks)
-                if len({inv.nodes[pl.slots[r].host].nvlink_domain.key
-                        for r in range(b * span, (b + 1) * span)}) > 1]
+
+    def racks(ranks):
+        return {inv.nodes[pl.slots[r].host].nvlink_domain.key for r in ranks}
+
+    straddle = [b for b in range(blocks) if len(racks(range(b * span, (b + 1) * span))) > 1]
     assert len(straddle) == blocks - fit
+    assert all(len(racks(g)) == 1 for g in pl.groups["tp"])
     assert step(inv, pl, req) < step(inv, naive_plan(inv, state, req), req)
+
+
+def test_tp_groups_that_miss_a_node_stay_in_a_rack():
+    # nvl72-hgx:144:85:1002, TP 4 x CP 2 x DP 13 on NVL72 racks and HGX B200
+    # nodes 85% busy: 18 of 26 TP groups fit a node's free GPUs; of the
+    # other 8, the racks' free GPUs hold 6. Those stay in a rack (over its
+    # NVLink) and only 2 cross the network (before: 4, the rest relaxed to
+    # a leaf as one)
+    sc = build("nvl72-hgx:144:85:1002")
+    req = sc.job.request()
+    assert (req.layout.tp, req.layout.cp) == (4, 2)
+    pl = plan(sc.inv, sc.state, req, safety_net=False)
+
+    def domain(r):
+        node = sc.inv.nodes[pl.slots[r].host]
+        return node.name if node.nvlink_domain is None else node.nvlink_domain.key
+
+    free = Counter()
+    for n in sc.inv:
+        free[n.name if n.nvlink_domain is None else n.nvlink_domain.key] += \
+            len(sc.state.free_gpus(n))
+    must = len(pl.groups["tp"]) - sum(g // 4 for g in free.values())
+    crossing = [g for g in pl.groups["tp"] if len({domain(r) for r in g}) > 1]
+    assert must == 2 and len(crossing) == must
+    assert step(sc.inv, pl, req) < step(sc.inv, naive_plan(sc.inv, sc.state, req), req)
