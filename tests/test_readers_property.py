@@ -100,7 +100,7 @@ def _seed_report() -> str:
 def _seed_plan() -> str:
     """The plan document a batch script carries (from `slurmtopo plan`)."""
     with tempfile.TemporaryDirectory() as d:
-        code, _o, err = run_cli(["plan", "--inventory", INV, "--tp", "8", "-o", d, "--", "true"])
+        code, _o, err = run_cli(["plan", "--inventory", INV, "--tp", "8", "--output-dir", d, "--", "true"])
         assert code == 0, err
         script = Path(d, "job.sbatch").read_text()
     return script.split("<<'SLURMTOPO_PLAN_JSON'\n", 1)[1].split("\nSLURMTOPO_PLAN_JSON\n")[0]
@@ -124,15 +124,15 @@ def _seed_topology(fmt: str = "tree") -> str:
 
 
 CASES = [
-    ReaderCase("inventory", ["plan", "--inventory", "{in}", "--tp", "8", "-o", "{out}", "--",
+    ReaderCase("inventory", ["plan", "--inventory", "{in}", "--tp", "8", "--output-dir", "{out}", "--",
                              "true"], Path(INV).read_text(), True, file_name="inv.yaml"),
-    ReaderCase("inventory-json", ["plan", "--inventory", "{in}", "--tp", "8", "-o", "{out}"],
+    ReaderCase("inventory-json", ["plan", "--inventory", "{in}", "--tp", "8", "--output-dir", "{out}"],
                json.dumps(yaml.safe_load(Path(EXAMPLES / "a6000-4node-pcie.yaml").read_text())),
                True, file_name="inv.json"),
-    ReaderCase("reports-dir", ["plan", "--inventory", "{dir}", "--tp", "8", "-o", "{out}"],
+    ReaderCase("reports-dir", ["plan", "--inventory", "{dir}", "--tp", "8", "--output-dir", "{out}"],
                _seed_report(), True, file_name="x.yaml"),
     ReaderCase("state", ["plan", "--inventory", INV32, "--state", "{in}", "--tp", "8",
-                         "-o", "{out}"],
+                         "--output-dir", "{out}"],
                Path(EXAMPLES / "h100-32node-state.yaml").read_text(), True,
                file_name="state.yaml"),
     ReaderCase("node-report", ["agent", "gres", "--report", "{in}", "-o", "{out}"],
@@ -153,7 +153,7 @@ CASES = [
     ReaderCase("topology.yaml", ["topology", "check", "{in}"], _seed_topology("yaml"), True,
                check=True, file_name="topology.yaml"),
     ReaderCase("slurm-topology", ["plan", "--inventory", INV, "--slurm-topology", "{in}",
-                                  "--tp", "8", "-o", "{out}"], _seed_topology(), False,
+                                  "--tp", "8", "--output-dir", "{out}"], _seed_topology(), False,
                file_name="topology.conf", lines=r"^SwitchName=", empty_ok=True),
     ReaderCase("nccl-xml", ["agent", "discover", "--from-nccl-xml", "{in}", "--node-name",
                             "gpu01", "--nvml", "no", "-o", "{out}"],

@@ -89,6 +89,13 @@ PLANNED = {"nodes": "the plan", "ntasks": "the plan", "ntasks-per-node": "the pl
            "distribution": "the launch line", "nodelist": "--nodelist", "nodefile": "--nodelist",
            "exclude": "--exclude", "exclusive": "--exclusive", "partition": "--partition",
            "constraint": "--constraint"}
+#: sbatch options slurmtopo does not plan, refused in extras and on the
+#: command line alike (long name -> why)
+NOT_PLANNED = {
+    "array": "job arrays are not planned: every task of an array would start on the "
+             "placement planned for one job; submit one `slurmtopo sbatch` per task "
+             "(docs/sbatch.md, Job arrays)",
+}
 #: options that make sbatch print something and submit nothing: slurmtopo
 #: runs sbatch and reads the job id it prints
 NOT_SUBMITTING = ("help", "usage", "version", "test-only", "autocomplete")
@@ -114,6 +121,7 @@ def extras_problem(extras: Sequence[str]) -> Optional[str]:
     anywhere = known_anywhere()
     owner_of = {anywhere[name].val: (name, owner) for name, owner in PLANNED.items()}
     owner_of.update((anywhere[name].val, (name, None)) for name in NOT_SUBMITTING)
+    owner_of.update((anywhere[name].val, (name, "")) for name in NOT_PLANNED)
     for version in sorted(found):
         for d in found[version]:
             if d.option is None or d.option.val not in owner_of:
@@ -122,6 +130,8 @@ def extras_problem(extras: Sequence[str]) -> Optional[str]:
             what = (d.written if d.written == "--" + name
                     else f"{d.written} (sbatch reads it as --{name})")
             head = f"--sbatch={extras[d.extra]}: {what}"
+            if owner == "":
+                return f"{head}: {NOT_PLANNED[name]}"
             if owner is None:
                 return (f"{head} makes sbatch print and submit nothing; slurmtopo sbatch "
                         "submits the job and reads its id (run sbatch yourself for that)")
