@@ -89,6 +89,9 @@ class SlurmJob:
     account: str = ""
     exc_nodes: Tuple[str, ...] = ()
     features: str = ""
+    #: the job's working directory (sbatch's submit directory unless
+    #: --chdir; "" when the backend cannot tell): where its run directory is
+    work_dir: str = ""
 
     @property
     def active(self) -> bool:
