@@ -127,7 +127,10 @@ def daemon_warnings(spool) -> List[str]:
     """A warning when no placement daemon holds ``spool`` on this host: a
     job submitted held for it would wait until one starts."""
     from slurmtopo.commands.daemon import DEFAULT_SPOOL
-    from slurmtopo.daemon.spool import SpoolLock
+    try:
+        from slurmtopo.daemon.spool import SpoolLock
+    except ImportError:  # no daemon package: api.submit says so
+        return []
 
     where = spool or DEFAULT_SPOOL
     if SpoolLock.holder(where) is not None:

@@ -143,3 +143,25 @@ def test_plan_state_live_is_what_sbatch_submits(onpath, tmp_path, capsys):
     code, _out, err = run(["plan", "--inventory", INV, "--tp", "2", "--dp", "2",
                            "--output-dir", str(tmp_path / "q"), "--json", "--", "true"], capsys)
     assert _ranks((tmp_path / "q" / "job.sbatch").read_text()) != submitted
+
+
+def test_sbatch_daemon_warns_when_no_daemon_runs(onpath, tmp_path, capsys):
+    from slurmtopo.daemon.spool import SpoolLock, prepare_spool
+
+    spool = str(tmp_path / "spool")
+    prepare_spool(spool)
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    onpath.on("sbatch", stdout="56\n")
+    argv = ["sbatch", "--inventory", INV, "--tp", "2", "--daemon", "--spool", spool, "--",
+            "true"]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert out == "Submitted batch job 56 (held for the placement daemon)\n"
+    assert f"warning: no placement daemon is running with spool {spool}" in err
+    lock = SpoolLock(spool)
+    lock.acquire()
+    try:
+        code, out, err = run(argv, capsys)
+    finally:
+        lock.release()
+    assert code == 0 and "no placement daemon" not in err, err
