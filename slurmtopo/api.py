@@ -20,47 +20,22 @@ through the backend passed to :func:`submit`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple, Union
 
 from slurmtopo.errors import PlacementError
 from slurmtopo.model import ClusterState, Inventory, Placement
 from slurmtopo.request import JobRequest
 from slurmtopo.rundirs import DEFAULT_KEEP_DAYS
-from slurmtopo.sbatch.script import DEFAULT_SWITCH_WAIT
+from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 
+if TYPE_CHECKING:
+    from slurmtopo.cost.report import CostReport
+    from slurmtopo.sbatch.script import SbatchRequest
 
-@dataclass(frozen=True)
-class ScriptOptions:
-    """How to write the batch script (everything but the placement).
-
-    The names are those of :meth:`slurmtopo.sbatch.SbatchRequest.from_plan`;
-    ``switch_wait`` None means no wait limit in ``--switches``.
-    """
-
-    job_name: Optional[str] = None
-    partition: Optional[str] = None
-    time: Optional[str] = None
-    account: Optional[str] = None
-    topology: str = "auto"
-    switch_wait: Optional[str] = DEFAULT_SWITCH_WAIT
-    extra: Tuple[str, ...] = ()
-    python: str = "python3"
-    cgroup_devices: str = "auto"
-    master_port: Optional[int] = None
-    socket_ifname: Optional[str] = None
-    run_dir: Optional[str] = None
-    #: recorded in the script for ``slurmtopo bind`` (default: the path the
-    #: cluster was loaded from)
-    inventory_path: Optional[str] = None
-    #: how the ranks start (srun or torchrun, containers); None: srun
-    launch: Optional[object] = None  # slurmtopo.sbatch.launch.Launch
-    #: first-class sbatch options as (name, value): ("qos", "high"), ...
-    options: Tuple[Tuple[str, str], ...] = ()
-    requeue: bool = False
-
-    @property
-    def constraint(self) -> Optional[str]:
-        return dict(self.options).get("constraint")
+__all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
+           "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
+           "live_state", "job_request", "step_communication", "plan_job", "price",
+           "step_time", "prepare", "submit"]
 
 
 @dataclass(frozen=True)
@@ -68,13 +43,13 @@ class Costs:
     """The modelled step time of the plan and of Slurm's default placement
     (``naive`` is None when there is no default placement to compare with)."""
 
-    plan: object  # slurmtopo.cost.CostReport
-    naive: Optional[object] = None
+    plan: CostReport
+    naive: Optional[CostReport] = None
     #: cost.lower_bound on the free GPUs: what no placement can beat now
-    bound: Optional[object] = None
+    bound: Optional[CostReport] = None
     #: the same bound on an idle cluster (``bound`` itself when nothing is
     #: busy): how much of the gap the running jobs make
-    idle_bound: Optional[object] = None
+    idle_bound: Optional[CostReport] = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +63,7 @@ class PreparedJob:
     #: None when :func:`prepare` was asked not to price the plan
     costs: Optional[Costs]
     #: the batch script as data (None without a command)
-    script: Optional[object]  # slurmtopo.sbatch.SbatchRequest
+    script: Optional[SbatchRequest]
     #: the rendered script (None without a command)
     script_text: Optional[str]
     #: what the user should know (names sanitised, placements relaxed, ...)
@@ -324,15 +299,9 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
     script = text = None
     if command:
         script = SbatchRequest.from_plan(
-            cluster, placement, request.layout, command, request, job_name=options.job_name,
-            partition=options.partition, time=options.time, account=options.account,
-            exclusive=request.exclusive, topology=options.topology,
-            switch_wait=options.switch_wait, extra=options.extra, options=options.options,
-            requeue=options.requeue, python=options.python,
-            cgroup_devices=options.cgroup_devices,
-            inventory_path=options.inventory_path or _source_path(cluster),
-            master_port=options.master_port, socket_ifname=options.socket_ifname,
-            run_dir=options.run_dir, launch=options.launch)
+            cluster, placement, request.layout, command, request, options,
+            exclusive=request.exclusive,
+            inventory_path=options.inventory_path or _source_path(cluster))
         text = script.render()  # validates before anything is written
         notes.extend(script.notes)
     if busy_note:
