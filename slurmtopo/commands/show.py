@@ -66,8 +66,15 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
             job = backend.job(job_id)
         except SlurmtopoError as exc:
             notes.append(f"Slurm not asked about the job: {exc.render()}")
-    if job is not None and job.work_dir and os.path.isabs(job.work_dir):
-        submit_dir = job.work_dir  # Slurm's WorkDir: the submit directory, from anywhere
+    work_dir = job.work_dir if job is not None else None
+    accounted = getattr(backend, "accounted_work_dir", None)
+    if job is None and run_dir is None and accounted is not None:
+        try:  # forgotten by slurmctld: accounting may still know it
+            work_dir = accounted(job_id)
+        except SlurmtopoError as exc:
+            notes.append(f"accounting not asked about the job: {exc.render()}")
+    if work_dir and os.path.isabs(work_dir):
+        submit_dir = work_dir  # Slurm's WorkDir: the submit directory, from anywhere
     where = run_dir or run_dir_for(submit_dir, job_id)
     script = _read(where, SCRIPT_NAME, notes)
     script_from = os.path.join(where, SCRIPT_NAME) if script is not None else None

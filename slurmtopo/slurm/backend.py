@@ -146,6 +146,11 @@ class SlurmBackend(abc.ABC):
         e.g. the job finished and accounting does not store scripts)."""
         return None
 
+    def accounted_work_dir(self, job_id: int) -> Optional[str]:
+        """The job's working directory from accounting, for a job slurmctld
+        has forgotten (None: unknown, or no accounting)."""
+        return None
+
     def cluster_state(self, inventory: Optional[Inventory] = None) -> ClusterState:
         """Free/busy view for the planner.
 

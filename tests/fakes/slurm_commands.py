@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import List, Optional
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
-COMMANDS = ("sinfo", "squeue", "scontrol", "sbatch", "scancel")
+COMMANDS = ("sinfo", "squeue", "scontrol", "sbatch", "scancel", "sacct")
 
 STANDIN = r'''#!{python}
 import json, os, sys

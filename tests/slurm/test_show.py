@@ -116,6 +116,17 @@ def _job_line(job_id: int, work_dir: str, state: str = "COMPLETED") -> str:
             f"WorkDir={work_dir} StdOut={work_dir}/slurm-{job_id}.out\n")
 
 
+def _show_json_from_elsewhere(job_id, tmp_path, monkeypatch, capsys):
+    """`slurmtopo show JOBID --json` run from a directory other than the
+    submit directory."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    monkeypatch.chdir(elsewhere)
+    code, out, err = run(["show", str(job_id), "--backend", "cli", "--json"], capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
 def test_show_finds_the_run_dir_from_slurms_workdir(onpath, capsys, tmp_path, monkeypatch):
     """From another directory, the job's WorkDir says where its run
     directory is: the plan and the actual map are found there."""
@@ -128,12 +139,7 @@ def test_show_finds_the_run_dir_from_slurms_workdir(onpath, capsys, tmp_path, mo
         fh.write(json.dumps(planned))
     os.chmod(os.path.join(where, "rankmap.json"), 0o600)
     onpath.on("scontrol -d -o show job 81", stdout=_job_line(81, submit_dir))
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    code, out, err = run(["show", "81", "--backend", "cli", "--json"], capsys)
-    assert code == 0, err
-    doc = json.loads(out)
+    doc = _show_json_from_elsewhere(81, tmp_path, monkeypatch, capsys)
     assert doc["state"] == "COMPLETED" and doc["run_dir"] == where
     assert doc["script"] == os.path.join(where, "job.sbatch")
     assert doc["actual"] is not None and doc["actual"]["ranks"] == planned["ranks"]
@@ -154,3 +160,25 @@ def test_show_never_follows_a_link_in_the_run_dir(onpath, capsys, tmp_path):
     doc = json.loads(out)
     assert doc["actual"] is None
     assert any("rankmap.json" in n and "link" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_show_asks_accounting_for_a_forgotten_jobs_workdir(onpath, capsys, tmp_path,
+                                                          monkeypatch):
+    """slurmctld no longer knows the job: sacct's WorkDir still finds the
+    run directory from elsewhere."""
+    code, out, err = _submit(onpath, capsys, 83)
+    assert code == 0, err
+    submit_dir = os.getcwd()
+    onpath.on("scontrol -d -o show job 83", stderr="slurm_load_jobs error: Invalid job id "
+              "specified\n", rc=1)
+    onpath.on("sacct -j 83", stdout=f"{submit_dir}\n")
+    doc = _show_json_from_elsewhere(83, tmp_path, monkeypatch, capsys)
+    assert doc["state"] is None and doc["run_dir"] == run_dir_for(submit_dir, 83)
+    assert doc["script"] == os.path.join(run_dir_for(submit_dir, 83), "job.sbatch")
+    assert ["sacct", "-j", "83", "-X", "-n", "-P", "-o", "WorkDir"] in \
+        [c["argv"] for c in onpath.calls()]
+    # no accounting (sacct fails): the current directory, as before
+    onpath.on("sacct -j 83", stderr="sacct: error: Slurm accounting storage is disabled\n",
+              rc=1)
+    code, out, err = run(["show", "83", "--backend", "cli", "--json"], capsys)
+    assert code != 0 and "no plan found" in err, err
