@@ -10,7 +10,15 @@ snapshot instead). The batch script is the one ``slurmtopo plan`` writes
 the script goes to sbatch's stdin and the command's words are shell-quoted
 inside it, so nothing the user typed is ever run by a shell at submit time.
 
-``--dry-run`` prints the script and submits nothing. ``--daemon`` submits
+sbatch's own options mean what they mean to sbatch (``-p -t -J -A -o -e
+-q -C -d -w -x``, ``--wrap``; those the plan sets are refused with the
+reason: :mod:`slurmtopo.commands.sbatch_options`). Reading Slurm's state and
+submitting (with the run directory kept for ``slurmtopo show``) are the
+API's (:func:`slurmtopo.api.live_state`, :func:`slurmtopo.api.submit`); this
+module parses and prints.
+
+``--dry-run`` prints the preview (grid, cost table, warnings) on stderr and
+the script on stdout, submits nothing and writes nothing. ``--daemon`` submits
 it held and tagged for the placement daemon
 (:func:`slurmtopo.daemon.submit.submit_for_daemon`). A Slurm refusal
 (bad partition, too many GPUs) is printed as Slurm's own message on one
