@@ -20,47 +20,22 @@ through the backend passed to :func:`submit`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple, Union
 
 from slurmtopo.errors import PlacementError
 from slurmtopo.model import ClusterState, Inventory, Placement
 from slurmtopo.request import JobRequest
-from slurmtopo.sbatch.launch import Launch
-from slurmtopo.sbatch.script import DEFAULT_SWITCH_WAIT
+from slurmtopo.rundirs import DEFAULT_KEEP_DAYS
+from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 
+if TYPE_CHECKING:
+    from slurmtopo.cost.report import CostReport
+    from slurmtopo.sbatch.script import SbatchRequest
 
-@dataclass(frozen=True)
-class ScriptOptions:
-    """How to write the batch script (everything but the placement).
-
-    The names are those of :meth:`slurmtopo.sbatch.SbatchRequest.from_plan`;
-    ``switch_wait`` None means no wait limit in ``--switches``.
-    """
-
-    job_name: Optional[str] = None
-    partition: Optional[str] = None
-    time: Optional[str] = None
-    account: Optional[str] = None
-    topology: str = "auto"
-    switch_wait: Optional[str] = DEFAULT_SWITCH_WAIT
-    extra: Tuple[str, ...] = ()
-    python: str = "python3"
-    cgroup_devices: str = "auto"
-    master_port: Optional[int] = None
-    socket_ifname: Optional[str] = None
-    run_dir: Optional[str] = None
-    #: recorded in the script for ``slurmtopo bind`` (default: the path the
-    #: cluster was loaded from)
-    inventory_path: Optional[str] = None
-    #: how the ranks start (srun or torchrun, containers); None: srun
-    launch: Optional["Launch"] = None
-    #: first-class sbatch options as (name, value): ("qos", "high"), ...
-    options: Tuple[Tuple[str, str], ...] = ()
-    requeue: bool = False
-
-    @property
-    def constraint(self) -> Optional[str]:
-        return dict(self.options).get("constraint")
+__all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
+           "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
+           "live_state", "job_request", "step_communication", "plan_job", "price",
+           "step_time", "prepare", "submit"]
 
 
 @dataclass(frozen=True)
@@ -68,13 +43,13 @@ class Costs:
     """The modelled step time of the plan and of Slurm's default placement
     (``naive`` is None when there is no default placement to compare with)."""
 
-    plan: object  # slurmtopo.cost.CostReport
-    naive: Optional[object] = None
+    plan: CostReport
+    naive: Optional[CostReport] = None
     #: cost.lower_bound on the free GPUs: what no placement can beat now
-    bound: Optional[object] = None
+    bound: Optional[CostReport] = None
     #: the same bound on an idle cluster (``bound`` itself when nothing is
     #: busy): how much of the gap the running jobs make
-    idle_bound: Optional[object] = None
+    idle_bound: Optional[CostReport] = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +63,7 @@ class PreparedJob:
     #: None when :func:`prepare` was asked not to price the plan
     costs: Optional[Costs]
     #: the batch script as data (None without a command)
-    script: Optional[object]  # slurmtopo.sbatch.SbatchRequest
+    script: Optional[SbatchRequest]
     #: the rendered script (None without a command)
     script_text: Optional[str]
     #: what the user should know (names sanitised, placements relaxed, ...)
@@ -101,17 +76,53 @@ class SubmittedJob:
     job_id: int
     held: bool
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    #: the job's run directory (None: :func:`submit` was not asked to keep one)
+    run_dir: Optional[str] = None
+    #: the kept copy of the batch script (None: not kept, see ``notes``)
+    script_path: Optional[str] = None
 
 
-def load_cluster(paths: Union[str, Sequence[str]]) -> Inventory:
+@dataclass(frozen=True)
+class LiveState:
+    """What Slurm says about the cluster now, as the planner needs it."""
+
+    state: ClusterState
+    #: where it came from, for the user ("live Slurm state (cli backend)")
+    source: str
+    #: the nodes of the job's partition (None: all nodes, or the partition
+    #: is unknown, which Slurm refuses in its own words at submission)
+    partition_members: Optional[Tuple[str, ...]] = None
+    #: node -> Slurm's features of it
+    features: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+
+
+def live_state(cluster: Inventory, backend, partition: Optional[str] = None) -> LiveState:
+    """The cluster's state as ``backend`` (a
+    :class:`slurmtopo.slurm.SlurmBackend`) reports it: busy nodes and GPUs,
+    the members of ``partition`` and every node's features."""
+    from slurmtopo.slurm.backend import cluster_state_from
+
+    slurm_nodes = backend.nodes()
+    state = cluster_state_from(slurm_nodes, cluster, source=f"slurm:{backend.name}")
+    members = None
+    if partition:
+        members = tuple(n.name for n in slurm_nodes if partition in n.partitions) or None
+    return LiveState(state=state, source=f"live Slurm state ({backend.name} backend)",
+                     partition_members=members,
+                     features={n.name: tuple(n.features) for n in slurm_nodes})
+
+
+def load_cluster(paths: Union[str, Sequence[str]], write_cache: bool = True) -> Inventory:
     """Read an inventory (file, directory of node reports, or several) and
     validate all of it, the ``cost:`` block included, so a typo fails here
-    for every command and not only for the one that prices a plan."""
+    for every command and not only for the one that prices a plan.
+    ``write_cache`` False keeps no compiled form for next time (a dry run
+    writes nothing)."""
     from slurmtopo.cost import cost_params
     from slurmtopo.inventory import load_inventory
 
     # each file is checked before its compiled form is kept; the whole again
-    inv = load_inventory(paths, check=cost_params)
+    inv = load_inventory(paths, check=cost_params, write_cache=write_cache)
     cost_params(inv)  # validated and kept with it; raises InventoryError at file:line
     return inv
 
@@ -296,15 +307,9 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
     script = text = None
     if command:
         script = SbatchRequest.from_plan(
-            cluster, placement, request.layout, command, request, job_name=options.job_name,
-            partition=options.partition, time=options.time, account=options.account,
-            exclusive=request.exclusive, topology=options.topology,
-            switch_wait=options.switch_wait, extra=options.extra, options=options.options,
-            requeue=options.requeue, python=options.python,
-            cgroup_devices=options.cgroup_devices,
-            inventory_path=options.inventory_path or _source_path(cluster),
-            master_port=options.master_port, socket_ifname=options.socket_ifname,
-            run_dir=options.run_dir, launch=options.launch)
+            cluster, placement, request.layout, command, request, options,
+            exclusive=request.exclusive,
+            inventory_path=options.inventory_path or _source_path(cluster))
         text = script.render()  # validates before anything is written
         notes.extend(script.notes)
     if busy_note:
@@ -315,14 +320,24 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
 
 
 def submit(prepared: PreparedJob, backend, held: bool = False,
-           spool: Optional[str] = None) -> SubmittedJob:
+           spool: Optional[str] = None, *, submit_dir: Optional[str] = None,
+           keep_days: float = DEFAULT_KEEP_DAYS) -> SubmittedJob:
     """Submit the prepared script through ``backend`` (a
     :class:`slurmtopo.slurm.SlurmBackend`). ``held``: submit it held and
     tagged for the placement daemon, which picks the nodes and releases it
     (``spool``: the daemon's spool directory, for requests too long for a
     job comment). Slurm's refusal is a SlurmError with Slurm's own words.
-    A container option the cluster's srun lacks (no pyxis) is refused
-    first (:meth:`slurmtopo.sbatch.launch.Launch.check_srun`)."""
+
+    ``submit_dir`` (the job's submit directory, as sbatch sees it): keep
+    the job's run directory as ``slurmtopo sbatch`` does. Its place (the
+    options' ``run_dir``, else $SLURMTOPO_RUN_DIR, else ``<submit_dir>/
+    .slurmtopo/runs``) must be the user's own before the job exists (a
+    refusal submits nothing; docs/security.md); after submission the
+    script is kept there (so ``slurmtopo show`` finds the plan after Slurm
+    forgets the job) and run directories untouched for ``keep_days`` are
+    removed. A failure after submission is a note, never a failed
+    submission. A container option the cluster's srun lacks (no pyxis)
+    is refused first (:meth:`slurmtopo.sbatch.launch.Launch.check_srun`)."""
     from slurmtopo.errors import SlurmtopoError
 
     if prepared.script_text is None:
@@ -330,6 +345,55 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
     if prepared.options.launch is not None and prepared.options.launch.srun_options():
         # pyxis missing: refused here rather than by srun once the job runs
         prepared.options.launch.check_srun(backend.srun_options())
+    run_dir = prepared.options.run_dir
+    if submit_dir is not None:
+        import os
+
+        from slurmtopo.rundirs import check_location
+
+        # SLURMTOPO_RUN_DIR travels into the job (sbatch exports the
+        # environment) and wins there
+        check_location(run_dir or os.environ.get("SLURMTOPO_RUN_DIR") or None, submit_dir)
+    done = _submit(prepared, backend, held, spool)
+    if submit_dir is None:
+        return done
+    notes = list(done.notes)
+    where, path = _keep_run_dir(done.job_id, run_dir, submit_dir, prepared.script_text,
+                                keep_days, notes)
+    return SubmittedJob(job_id=done.job_id, held=done.held, notes=tuple(notes), run_dir=where,
+                        script_path=path)
+
+
+def _keep_run_dir(job_id: int, run_dir: Optional[str], submit_dir: str, text: str,
+                  keep_days: float, notes: list) -> Tuple[str, Optional[str]]:
+    """Keep the submitted script in the job's run directory and remove the
+    run directories of old jobs. Returns (run dir, script path or None)."""
+    import os
+
+    from slurmtopo.errors import SlurmtopoError
+    from slurmtopo.rundirs import clean_old, run_dir_for, save_script
+
+    where = os.path.abspath(run_dir) if run_dir else run_dir_for(submit_dir, job_id)
+    path = None
+    try:
+        path = save_script(where, text)
+    except (OSError, SlurmtopoError) as exc:
+        notes.append(f"could not keep the script in {where} ({exc}); `slurmtopo show {job_id}` "
+                     "will ask Slurm for it")
+    try:
+        removed = clean_old(submit_dir, keep_days, keep=(str(job_id),))
+    except SlurmtopoError as exc:
+        removed = []
+        notes.append(f"old run directories not removed: {exc.render()}")
+    if removed:
+        notes.append(f"removed {len(removed)} run director{'y' if len(removed) == 1 else 'ies'} "
+                     f"older than {keep_days:g} days from {os.path.dirname(removed[0])}")
+    return where, path
+
+
+def _submit(prepared: PreparedJob, backend, held: bool, spool: Optional[str]) -> SubmittedJob:
+    from slurmtopo.errors import SlurmtopoError
+
     if not held:
         return SubmittedJob(job_id=int(backend.submit(prepared.script_text)), held=False)
     try:

@@ -471,7 +471,8 @@ def _check_fabric(inv: Inventory, require_nodes: bool = True) -> None:
 DOC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None) -> Inventory:
+def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None,
+                   write_cache: bool = True) -> Inventory:
     """Load one or more files or directories and merge them into one cluster.
 
     Directories contribute every ``*.yaml``/``*.yml``/``*.json`` in them, so
@@ -482,6 +483,8 @@ def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None)
     too (:mod:`slurmtopo.inventory_cache`): ``check`` (the caller's
     validation of a whole inventory, e.g. its ``cost:`` block) is run on
     each file parsed, and only a file that passes gets a compiled form.
+    ``write_cache`` False reads compiled forms but writes none (a dry run
+    leaves nothing behind).
     """
     from slurmtopo.fileio import read_text
     from slurmtopo.inventory_cache import load_file
@@ -495,10 +498,10 @@ def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None)
         if os.path.isdir(p):
             from slurmtopo.compiled import load_report_dir
 
-            dir_parts, _ = load_report_dir(p, report_dir_schema())
+            dir_parts, _ = load_report_dir(p, report_dir_schema(), write_cache)
             parts.extend(dir_parts)
         elif os.path.exists(p):
-            parts.append(load_file(p, file_schema(), read_text, check))
+            parts.append(load_file(p, file_schema(), read_text, check, write_cache))
         else:
             raise InventoryError("no such file or directory", p)
         first = first or p

@@ -237,11 +237,13 @@ def from_entry(data: bytes, path: str, source_sha: str, schema: FileSchema,
 
 
 def load_file(path: str, schema: FileSchema, read_text: Callable[[str], str],
-              check: Optional[Callable[[Inventory], object]] = None) -> Inventory:
+              check: Optional[Callable[[Inventory], object]] = None,
+              write: bool = True) -> Inventory:
     """The inventory of the file ``path``: from its entry when there is a
     good one, else parsed (``schema.parse_text``), and, when it has
     :data:`MIN_NODES` nodes or more and ``check`` (the caller's
-    validation of the whole inventory) passes, kept for next time."""
+    validation of the whole inventory) passes, kept for next time (unless
+    ``write`` is False)."""
     from slurmtopo.usercache import slot_for
 
     text = read_text(path)
@@ -259,7 +261,7 @@ def load_file(path: str, schema: FileSchema, read_text: Callable[[str], str],
     inv = schema.parse_text(text, path)
     if check is not None:
         check(inv)
-        if len(inv.nodes) >= MIN_NODES:
+        if write and len(inv.nodes) >= MIN_NODES:
             out = entry_bytes(inv, path, sha, schema, code)
             slot = slot_for(path, KIND, SUFFIX, create=True) if out is not None else None
             if slot is not None:

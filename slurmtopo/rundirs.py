@@ -17,6 +17,7 @@ must be the user's own and writable by nobody else (docs/security.md).
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import List, Optional, Sequence, Tuple
 
@@ -117,3 +118,42 @@ def clean_old(submit_dir: str, keep_days: float = DEFAULT_KEEP_DAYS,
             except (OSError, SlurmtopoError):
                 continue
     return removed
+
+
+#: the largest file read back from a run directory (a 16,384-rank
+#: rankmap.json is a few MiB; a script is at most Slurm's 4 MiB)
+MAX_READ_BYTES = 64 << 20
+
+
+def read_run_file(run_dir: str, name: str, limit: int = MAX_READ_BYTES) -> Optional[str]:
+    """The text of ``name`` in the run directory ``run_dir``, read back the
+    way it was written: the directory through :func:`open_run_dir` (the
+    user's own, no link followed), the file relative to it without
+    following a link, only a regular file of the user's that nobody else
+    may write. None when the directory or the file is not there; a
+    SlurmtopoError saying why when either is refused. Run directories may
+    sit under a directory others can write (a job's WorkDir), so a path is
+    never simply opened."""
+    try:
+        where = open_run_dir(run_dir, create=False)
+    except safedir.MissingDir:
+        return None
+    with where:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=where.fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SlurmtopoError(f"cannot open ({exc.strerror or exc}; a link is never "
+                                 "followed)", where.child(name)) from None
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or \
+                    st.st_mode & 0o022:
+                raise SlurmtopoError("not a regular file of yours that only you can write: "
+                                     "not read", where.child(name))
+            data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise SlurmtopoError(f"larger than {limit >> 20} MiB: not read", where.child(name))
+    return data.decode("utf-8", errors="replace")

@@ -115,3 +115,52 @@ def test_cost_parameters_are_built_once_per_load():
     again = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     assert cost_params(again) is not cost_params(cluster)
     assert cost_params(again) == cost_params(cluster)
+
+
+def test_submit_keeps_the_run_dir_when_given_the_submit_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURMTOPO_RUN_DIR", raising=False)
+    job = _job()
+    backend = FakeSlurm(auto_schedule=False)
+    done = api.submit(job, backend, submit_dir=str(tmp_path))
+    where = tmp_path / ".slurmtopo" / "runs" / str(done.job_id)
+    assert done.run_dir == str(where) and done.script_path == str(where / "job.sbatch")
+    assert (where / "job.sbatch").read_text() == job.script_text
+    # without submit_dir nothing is kept (a library caller's own choice)
+    assert api.submit(job, backend).run_dir is None
+
+
+def test_submit_checks_the_run_dir_before_submitting(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURMTOPO_RUN_DIR", raising=False)
+    (tmp_path / ".slurmtopo").symlink_to(tmp_path)
+    backend = FakeSlurm(auto_schedule=False)
+    with pytest.raises(SlurmtopoError):
+        api.submit(_job(), backend, submit_dir=str(tmp_path))
+    assert backend.calls == []  # refused before the job exists
+
+
+def test_live_state_reads_slurm():
+    cluster = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    backend = FakeSlurm(nodes=4, prefix="gpu0", partition="gpu")
+    live = api.live_state(cluster, backend, partition="gpu")
+    assert live.partition_members == ("gpu01", "gpu02", "gpu03", "gpu04")
+    assert "live Slurm state" in live.source and set(live.features) == set(live.partition_members)
+    assert api.live_state(cluster, backend, partition="nosuch").partition_members is None
+
+
+def test_from_plan_takes_the_script_options():
+    """One declaration of the script options: ScriptOptions, what prepare
+    passes on; keyword changes are a shorthand for replace()."""
+    from slurmtopo.sbatch import SbatchRequest
+
+    job = _job()
+    opts = api.ScriptOptions(job_name="llm", partition="gpu", options=(("qos", "high"),))
+    a = SbatchRequest.from_plan(job.cluster, job.placement, job.request.layout,
+                                ["python", "train.py"], job.request, opts)
+    b = SbatchRequest.from_plan(job.cluster, job.placement, job.request.layout,
+                                ["python", "train.py"], job.request, job_name="llm",
+                                partition="gpu", options=(("qos", "high"),))
+    assert a.render() == b.render()
+    assert "#SBATCH --qos=high\n" in a.render() and "#SBATCH --job-name=llm\n" in a.render()
+    with pytest.raises(TypeError):
+        SbatchRequest.from_plan(job.cluster, job.placement, job.request.layout, ["true"],
+                                job.request, no_such_option=1)

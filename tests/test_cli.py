@@ -113,7 +113,7 @@ def test_the_program_ends_without_teardown_but_with_every_output(tmp_path):
     out = tmp_path / "plan"
     p = subprocess.run([sys.executable, "-c", code, "plan", "--inventory",
                         str(examples / "h100-32node-fattree.yaml"), "--tp", "8", "--dp", "4",
-                        "--json", "-o", str(out), "--", "python", "train.py"],
+                        "--json", "--output-dir", str(out), "--", "python", "train.py"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     import json

@@ -148,17 +148,17 @@ def test_priced_on_the_frameworks_groups():
 def test_plan_cli_model(tmp_path):
     code, out, err = run_cli(["plan", "--inventory", EXAMPLE, "--framework", "deepspeed",
                               "--world", "16", "--tp", "8", "--zero-stage", "1", "--model",
-                              "70b,seq=8192", "-o", str(tmp_path / "p"), "--json"])
+                              "70b,seq=8192", "--output-dir", str(tmp_path / "p"), "--json"])
     assert code == 0, err
     step = json.loads(out)["step"]
     assert step["style"] == "zero12" and step["model"]["seq_len"] == 8192
     assert [c["kind"] for c in step["calls"]] == ["slice_parallel", "data_parallel"]
     assert step["step_comm_s"] == pytest.approx(sum(c["time_s"] for c in step["calls"]))
     code, out, err = run_cli(["plan", "--inventory", EXAMPLE, "--tp", "8", "--world", "16",
-                              "--model", "70b", "-o", str(tmp_path / "q")])
+                              "--model", "70b", "--output-dir", str(tmp_path / "q")])
     assert code == 0, err
     assert "Communication per step (megatron, ddp" in out
     code, out, err = run_cli(["plan", "--inventory", EXAMPLE, "--tp", "8", "--world", "16",
-                              "--model", "huge", "-o", str(tmp_path / "r")])
+                              "--model", "huge", "--output-dir", str(tmp_path / "r")])
     assert code == 2 and err.count("\n") == 1 and "no such preset" in err
     assert not (tmp_path / "r").exists()

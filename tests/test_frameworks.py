@@ -348,12 +348,12 @@ def test_plan_cli_with_a_framework(tmp_path):
     code, stdout, err = run_cli([
         "plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
         "--framework", "torchtitan", "--world", "32", "--dp-replicate", "4", "--dp-shard", "-1",
-        "--prefer", "dp_replicate=spine", "-o", str(out), "--json"])
+        "--prefer", "dp_replicate=spine", "--output-dir", str(out), "--json"])
     assert code == 2 and "no 'dp_replicate' groups" in err  # HSDP: no planner kind for it
     code, stdout, err = run_cli([
         "plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
         "--framework", "torchtitan", "--world", "32", "--dp-replicate", "4", "--dp-shard", "-1",
-        "-o", str(out), "--json"])
+        "--output-dir", str(out), "--json"])
     assert code == 0, err
     ranks = json.loads(stdout)["rankmap"]["ranks"]
     host = {r["rank"]: r["host"] for r in ranks}
@@ -361,7 +361,7 @@ def test_plan_cli_with_a_framework(tmp_path):
         assert len({host[r] for r in group}) == 1
     code, stdout, err = run_cli([
         "plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"), "--framework",
-        "deepspeed", "--world", "16", "--pp", "2", "--zero-stage", "3", "-o", str(out)])
+        "deepspeed", "--world", "16", "--pp", "2", "--zero-stage", "3", "--output-dir", str(out)])
     assert code == 2 and "ZeRO-2 and ZeRO-3 are incompatible" in err
 
 

@@ -32,13 +32,13 @@ def _snapshot(directory: Path):
 
 def test_plan_output_dir_under_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
-    code, _out, err = run_cli(PLAN + ["-o", str(tmp_path / "f" / "plan"), "--", "python", "t.py"])
+    code, _out, err = run_cli(PLAN + ["--output-dir", str(tmp_path / "f" / "plan"), "--", "python", "t.py"])
     one_line_error(code, err, str(tmp_path / "f" / "plan"), "cannot create the output directory")
 
 
 def test_plan_output_dir_is_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
-    code, _out, err = run_cli(PLAN + ["-o", str(tmp_path / "f")])
+    code, _out, err = run_cli(PLAN + ["--output-dir", str(tmp_path / "f")])
     one_line_error(code, err, str(tmp_path / "f"))
     assert (tmp_path / "f").read_text() == "x"
 
@@ -76,10 +76,10 @@ def test_plan_unwritable_output_dir_names_the_target(shared_dir, readable_inv):
     plan = ["plan", "--inventory", readable_inv, "--tp", "8", "--dp", "2"]
     out = shared_dir / "plan"
     out.mkdir()
-    code, _o, err = run_cli(plan + ["-o", str(out), "--", "python", "t.py"])  # imports all
+    code, _o, err = run_cli(plan + ["--output-dir", str(out), "--", "python", "t.py"])  # imports all
     assert code == 0, err
     before = _snapshot(out)
-    code, err = run_cli_unprivileged(plan + ["-o", str(out), "--", "python", "t.py"])
+    code, err = run_cli_unprivileged(plan + ["--output-dir", str(out), "--", "python", "t.py"])
     line = one_line_error(code, err, "Permission denied")
     assert any(str(out / f) in line for f in PLAN_FILES), line
     assert ".tmp" not in line and ".bak" not in line and ".old" not in line
@@ -88,8 +88,8 @@ def test_plan_unwritable_output_dir_names_the_target(shared_dir, readable_inv):
 
 def test_plan_output_dir_nobody_may_not_create(shared_dir, readable_inv):
     plan = ["plan", "--inventory", readable_inv, "--tp", "8", "--dp", "2"]
-    run_cli(plan + ["-o", str(shared_dir / "warm")])
-    code, err = run_cli_unprivileged(plan + ["-o", str(shared_dir / "new")])
+    run_cli(plan + ["--output-dir", str(shared_dir / "warm")])
+    code, err = run_cli_unprivileged(plan + ["--output-dir", str(shared_dir / "new")])
     one_line_error(code, err, str(shared_dir / "new"), "Permission denied")
     assert not (shared_dir / "new").exists()
 
@@ -124,14 +124,14 @@ def test_daemon_spool_unwritable_for_a_user(shared_dir, readable_inv):
 
 def test_plan_writes_all_outputs_or_none(tmp_path):
     out = tmp_path / "plan"
-    code, _o, err = run_cli(PLAN + ["-o", str(out), "--job-name", "first", "--",
+    code, _o, err = run_cli(PLAN + ["--output-dir", str(out), "--job-name", "first", "--",
                                     "python", "t.py"])
     assert code == 0, err
     (out / "env.json").unlink()
     (out / "env.json").mkdir()  # one output cannot be written
     before = _snapshot(out)
     code, _o, err = run_cli(["plan", "--inventory", INV, "--tp", "4", "--dp", "2",
-                             "-o", str(out), "--job-name", "second", "--", "python", "t.py"])
+                             "--output-dir", str(out), "--job-name", "second", "--", "python", "t.py"])
     one_line_error(code, err, str(out / "env.json"))
     assert _snapshot(out) == before  # the other three are the first plan's still
 
@@ -364,7 +364,7 @@ def test_ordinary_aliases_still_read(tmp_path):
 # -- values checked before anything is written or submitted ----------------------
 
 def test_gpus_per_node_above_what_a_node_has(tmp_path):
-    code, _o, err = run_cli(PLAN + ["--gpus-per-node", "16", "-o", str(tmp_path / "o"), "--",
+    code, _o, err = run_cli(PLAN + ["--gpus-per-node", "16", "--output-dir", str(tmp_path / "o"), "--",
                                     "python", "t.py"])
     one_line_error(code, err, "--gpus-per-node", "the most is 8")
     assert not (tmp_path / "o").exists()
@@ -372,7 +372,7 @@ def test_gpus_per_node_above_what_a_node_has(tmp_path):
 
 @pytest.mark.parametrize("port", ["0", "70000", "-1"])
 def test_master_port_outside_the_tcp_range(tmp_path, port):
-    code, _o, err = run_cli(PLAN + ["--master-port", port, "-o", str(tmp_path / "o"), "--",
+    code, _o, err = run_cli(PLAN + ["--master-port", port, "--output-dir", str(tmp_path / "o"), "--",
                                     "python", "t.py"])
     one_line_error(code, err, "--master-port")
     assert not (tmp_path / "o").exists()
@@ -493,7 +493,7 @@ def test_inventory_without_its_kind_line_given_as_state(tmp_path):
 # -- a UTF-8 job name ----------------------------------------------------------------
 
 def test_utf8_job_name_passes_through(tmp_path):
-    code, out, err = run_cli(PLAN + ["--job-name", "λ-训练", "-o", str(tmp_path), "--",
+    code, out, err = run_cli(PLAN + ["--job-name", "λ-训练", "--output-dir", str(tmp_path), "--",
                                      "python", "t.py"])
     assert code == 0, err
     script = (tmp_path / "job.sbatch").read_text(encoding="utf-8")
@@ -532,7 +532,7 @@ def test_every_writer_reports_an_unwritable_target_in_one_line(tmp_path, argv):
 
 def test_bind_run_dir_under_a_file(tmp_path, monkeypatch):
     plan_dir = tmp_path / "plan"
-    code, _o, err = run_cli(["plan", "--inventory", INV, "--tp", "8", "-o", str(plan_dir), "--",
+    code, _o, err = run_cli(["plan", "--inventory", INV, "--tp", "8", "--output-dir", str(plan_dir), "--",
                              "true"])
     assert code == 0, err
     script = (plan_dir / "job.sbatch").read_text()

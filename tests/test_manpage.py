@@ -34,7 +34,7 @@ def test_every_command_and_option_is_on_the_page():
     for path in paths:
         assert f'.SS "{path.replace("-", chr(92) + "-")} ' in page, path
     # an option and its help, roff-escaped
-    assert "\\fB\\-\\-state FILE|live|none\\fR" in page
+    assert "\\fB\\-\\-state live|none|FILE\\fR" in page
     assert ".SH SHELL COMPLETION" in page and "_SLURMTOPO_COMPLETE=bash_source" in page
 
 

@@ -17,7 +17,7 @@ H100 = str(EXAMPLES / "h100-4node-2leaf.yaml")
 
 
 def _plan(tmp_path, *args):
-    code, out, err = run_cli(["plan", *args, "-o", str(tmp_path / "out")])
+    code, out, err = run_cli(["plan", *args, "--output-dir", str(tmp_path / "out")])
     assert code == 0, err
     return " ".join(out.split())  # rich folds long lines
 
@@ -58,14 +58,14 @@ def test_a_fragmented_state_still_warns_and_names_free_gpus(tmp_path):
            in text
     assert "tp groups of 8 cannot all stay inside NVLink: the largest free NVLink island is 4 " \
            "GPUs, on 4 nodes" in text
-    code, out, err = run_cli(["plan", *args, "-o", str(tmp_path / "json"), "--json"])
+    code, out, err = run_cli(["plan", *args, "--output-dir", str(tmp_path / "json"), "--json"])
     assert code == 0, err
     assert "fragmented" in json.loads(out)["far_from_bound"]
 
 
 def test_idle_json_bound_warning_has_no_fragmentation(tmp_path):
     code, out, err = run_cli(["plan", "--inventory", A6000, "--tp", "2", "--pp", "2",
-                              "--dp", "4", "-o", str(tmp_path / "o"), "--json"])
+                              "--dp", "4", "--output-dir", str(tmp_path / "o"), "--json"])
     assert code == 0, err
     far = json.loads(out)["far_from_bound"]
     assert far is not None and "fragmented" not in far

@@ -134,9 +134,15 @@ def replan(doc: Mapping[str, Any], inv: Inventory, alloc: Allocation, log: List[
                           notes=("ranks in allocation order (re-plan failed)",))
 
 
+def moved_slots(old: Placement, new: Placement) -> list:
+    """(planned slot, actual slot) of every rank whose host or GPU changed."""
+    return [(a, b) for a, b in zip(old.slots, new.slots) if (a.host, a.gpu) != (b.host, b.gpu)]
+
+
 def moved_ranks(old: Placement, new: Placement, limit: int = 8) -> List[str]:
+    """The moves for a reader: the first ``limit``, then how many more."""
     lines = []
-    moved = [(a, b) for a, b in zip(old.slots, new.slots) if (a.host, a.gpu) != (b.host, b.gpu)]
+    moved = moved_slots(old, new)
     for a, b in moved[:limit]:
         lines.append(f"rank {a.rank}: {a.host} GPU {a.gpu} -> {b.host} GPU {b.gpu}")
     if len(moved) > limit:

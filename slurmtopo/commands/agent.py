@@ -15,11 +15,10 @@ import logging
 import os
 import signal
 import threading
-from typing import List
-
 import click
 
-from slurmtopo.admin.cliutil import slurm_version_option
+from slurmtopo.agent.sources import discoveries
+from slurmtopo.commands.cliutil import slurm_version_option
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.fileio import atomic_write
 
@@ -29,65 +28,6 @@ class NothingUsable(SlurmtopoError):
     exit 1, after the report was written."""
 
     exit_code = 1
-
-
-def _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core,
-                 from_nccl_xml=None, from_hwloc=None, nvml="auto") -> List:
-    """Discovery objects for this node (NVML) or for the hosts of a file."""
-    from slurmtopo.agent.report import short_hostname
-
-    given = [o for o, v in (("--from-smi", from_smi), ("--from-nccl-xml", from_nccl_xml),
-                            ("--from-hwloc", from_hwloc)) if v]
-    if len(given) > 1:
-        raise SlurmtopoError(f"give one of {', '.join(given)}, not several")
-    if from_nccl_xml or from_hwloc:
-        return [_tree_discovery(from_nccl_xml, from_hwloc, node_name, sysfs_root, model,
-                                threads_per_core, nvml)]
-    if from_smi:
-        from slurmtopo.agent.smi import smi_discovery
-
-        from slurmtopo.fileio import read_text
-
-        text = read_text(from_smi, errors="replace")
-        return smi_discovery(text, from_smi, node_name=node_name, model=model,
-                             threads_per_core=threads_per_core)
-    from slurmtopo.agent.nvml_discovery import discover
-
-    host = short_hostname()
-    return [discover(sysfs_root=sysfs_root, node_name=node_name or host, hostname=host)]
-
-
-def _tree_discovery(from_nccl_xml, from_hwloc, node_name, sysfs_root, model,
-                    threads_per_core, nvml):
-    """A topology file, merged with NVML on this node when it can be read
-    (``nvml``: auto, yes or no)."""
-    from slurmtopo.agent.report import short_hostname
-
-    if from_nccl_xml:
-        from slurmtopo.agent.nccl_xml import read_nccl_xml as reader
-        path, source = from_nccl_xml, "nccl-topology-xml"
-    else:
-        from slurmtopo.agent.hwloc_xml import read_hwloc_xml as reader
-        path, source = from_hwloc, "hwloc-xml"
-    host = short_hostname()
-    tree = reader(path, node_name=node_name or host, model=model,
-                  threads_per_core=threads_per_core)
-    if nvml == "no":
-        return tree
-    from slurmtopo.agent.nvml_discovery import discover
-    from slurmtopo.agent.overlay import overlay_tree
-
-    try:
-        seen = discover(sysfs_root=sysfs_root, node_name=node_name or host, hostname=host)
-    except ImportError:
-        seen = None
-    if seen is None or not seen.node.gpus:
-        if nvml == "yes":
-            raise SlurmtopoError("--nvml yes: NVML cannot read this node's GPUs"
-                                 + (f" ({seen.problems[0]})" if seen and seen.problems else ""))
-        tree.report["problems"].append("NVML not usable here: the report is the file alone")
-        return tree
-    return overlay_tree(seen, tree, source)
 
 
 def _warn(discoveries) -> None:
@@ -138,8 +78,8 @@ def command():
 def discover_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, model,
                  threads_per_core, output, output_dir, fmt):
     """Print (or write) this node's report: the inventory schema, one node."""
-    found = _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core,
-                         from_nccl_xml, from_hwloc, nvml)
+    found = discoveries(from_smi, node_name, sysfs_root, model, threads_per_core,
+                        from_nccl_xml, from_hwloc, nvml)
     if len(found) > 1 and not output_dir:
         raise SlurmtopoError(f"{len(found)} hosts in this file: give --output-dir", from_smi)
     if output_dir:  # one report per host of the file: all of them or none
@@ -192,8 +132,8 @@ def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, m
         per_node = [(n.name, gres_text(n, inv.reports.get(n.name), type_name, slurm_version))
                     for n in nodes]
     else:
-        found = _discoveries(from_smi, node_name, sysfs_root, model, threads_per_core,
-                             from_nccl_xml, from_hwloc, nvml)
+        found = discoveries(from_smi, node_name, sysfs_root, model, threads_per_core,
+                            from_nccl_xml, from_hwloc, nvml)
         per_node = [(d.node.name, gres_text(d.node, d.report, type_name, slurm_version))
                     for d in found]
         _warn(found)

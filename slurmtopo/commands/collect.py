@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from slurmtopo.admin.cliutil import Failed, echo_err, emit_json, guard, json_option, parse_nodes
+from slurmtopo.commands.cliutil import Failed, echo_err, emit_json, guard, json_option, parse_nodes
 
 DEFAULT_COMMAND = "slurmtopo agent discover"
 

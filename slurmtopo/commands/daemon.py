@@ -166,14 +166,32 @@ def _age(t: Optional[float], now: float) -> str:
     return f"{d / 3600:.1f}h"
 
 
+#: ``daemon status``'s exit code when no daemon holds the spool (as an init
+#: script's status: 3, "not running"); the status is printed all the same
+NOT_RUNNING = 3
+
+
+class DaemonNotRunning(SlurmtopoError):
+    """No daemon runs, and none has left a status to show."""
+
+    exit_code = NOT_RUNNING
+
+
 @command.command("status", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--spool", default=DEFAULT_SPOOL, show_default=True,
               help="The daemon's spool directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON.")
 @click.option("--events", type=int, default=0, show_default=True,
               help="Also show the last N events of the event log.")
-def status_cmd(spool, as_json, events):
-    """Show the queue the daemon manages and why each job waits."""
+@click.option("--backend", "backend_name", default="auto", show_default=True,
+              type=click.Choice(["auto", "cli", "pyslurm", "none"]),
+              help="How to ask Slurm for held slurmtopo jobs the last cycle did not see "
+                   "('none': do not).")
+def status_cmd(spool, as_json, events, backend_name):
+    """Show the queue the daemon manages and why each job waits.
+
+    Exit code 0 when a daemon holds the spool on this host, 3 when none
+    does (the last status is shown all the same), 2 on an error."""
     from slurmtopo.daemon.safefiles import read_file
     from slurmtopo.daemon.spool import STATUS_FILE, SpoolLock, read_events, spool_path
     from slurmtopo.daemon.status import read_status
@@ -184,17 +202,26 @@ def status_cmd(spool, as_json, events):
     try:
         raw = read_file(spool, STATUS_FILE, MAX_STATUS_BYTES, None, "status file")
     except FileNotFoundError:
-        raise SlurmtopoError("no status file: the daemon has not run a cycle with this spool",
-                             path) from None
+        raise DaemonNotRunning("no status file: the daemon has not run a cycle with this "
+                               "spool", path) from None
     doc = read_status(raw.decode("utf-8", errors="replace"), path)
     holder = SpoolLock.holder(spool)
     now = time.time()
     recent = _events(spool, events, read_events) if events else []
+    unseen, slurm_note = _unseen(doc, backend_name)
+    rc = 0 if holder is not None else NOT_RUNNING
     if as_json:
         doc["running"] = holder is not None
+        doc["unseen"] = [{"job_id": j.job_id, "user": j.user, "name": j.name,
+                          "slurm_state": j.state, "submit_time": j.submit_time}
+                         for j in unseen]
+        if slurm_note:
+            doc["slurm_note"] = slurm_note
         if events:
             doc["events"] = recent
         click.echo(json.dumps(doc, indent=1, default=str))
+        if rc:
+            sys.exit(rc)
         return
     d = doc.get("daemon", {})
     state = f"running (pid {printable(holder)})" if holder else "NOT running"
@@ -204,7 +231,14 @@ def status_cmd(spool, as_json, events):
                + ("; DRY RUN" if d.get("dry_run") else ""))
     if d.get("spool_error"):
         click.echo(f"SPOOL PROBLEM: {printable(d['spool_error'])}")
-    jobs = doc.get("jobs") or []
+    jobs = list(doc.get("jobs") or [])
+    for j in unseen:  # from Slurm: held for the daemon, not in its last cycle
+        jobs.append({"job_id": j.job_id, "user": j.user, "name": j.name,
+                     "slurm_state": j.state, "action": "unseen", "submit_time": j.submit_time,
+                     "reason": "held for the daemon; not in its last cycle (submitted since, "
+                               "or while it is down)"})
+    if slurm_note:
+        click.echo(f"note: {printable(slurm_note)}")
     if not jobs:
         click.echo("no jobs managed")
     else:
@@ -238,6 +272,22 @@ def status_cmd(spool, as_json, events):
             rest = {k: v for k, v in e.items() if k not in ("at", "event", "job")}
             click.echo(f"  {at} {printable(e.get('event'))} job {printable(e.get('job', '-'))} "
                        + json.dumps(rest, separators=(",", ":"), default=str))
+    if rc:
+        sys.exit(rc)
+
+
+def _unseen(doc, backend_name):
+    """(held slurmtopo jobs Slurm has that the status does not list, a note
+    when Slurm could not be asked)."""
+    if backend_name == "none":
+        return [], None
+    from slurmtopo.daemon.status import unseen_jobs
+    from slurmtopo.slurm import get_backend
+
+    try:
+        return unseen_jobs(doc, get_backend(backend_name).jobs(states=["PENDING"])), None
+    except SlurmtopoError as exc:
+        return [], f"Slurm not asked for held jobs: {exc.render()}"
 
 
 #: the largest status.json read (1,000 jobs take about 1 MiB)

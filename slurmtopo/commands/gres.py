@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from slurmtopo.admin.cliutil import (Messages, guard, json_option, load_reports,
+from slurmtopo.commands.cliutil import (Messages, guard, json_option, load_reports,
                                     load_slurm_conf, parse_nodes, publish_report, read_checked,
                                     report_check,
                                     slurm_version_option, write_options)

@@ -14,7 +14,7 @@ import os
 
 import click
 
-from slurmtopo.admin.cliutil import guard
+from slurmtopo.commands.cliutil import guard
 
 
 @click.group("inventory", context_settings={"help_option_names": ["-h", "--help"]})

@@ -9,13 +9,14 @@ the use-case layer's inputs (:mod:`slurmtopo.api`).
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import click
 
 from slurmtopo.commands.layout_options import (LAYOUT_PARAMS, framework_options,
                                                framework_params, layout_options)
 from slurmtopo import launchers
+from slurmtopo.commands.sbatch_options import sbatch_flag
 from slurmtopo.errors import SlurmtopoError
 
 
@@ -31,6 +32,10 @@ def job_options(func):
     from slurmtopo.commands.sbatch_options import sbatch_options
 
     func = sbatch_options(func)
+    func = sbatch_flag("wrap", "wrap", default=None, metavar="COMMAND",
+                       help="The training command as one shell line, as for sbatch --wrap "
+                            "(every rank runs `/bin/sh -c COMMAND`); instead of a command "
+                            "after --.")(func)
     func = script_options(func)
     func = request_options(func)
     func = framework_options(func)
@@ -54,7 +59,7 @@ def _kinds_and_levels() -> str:
     return (f"KIND: {', '.join(GROUP_KINDS)}. LEVEL, tightest first: {', '.join(LEVELS)}.")
 
 
-def load_job_cluster(o):
+def load_job_cluster(o, write_cache: bool = True):
     """The cluster of ``--inventory`` as the job's partition sees it, and
     the notes saying so (:func:`partition_view`).
 
@@ -67,9 +72,56 @@ def load_job_cluster(o):
 
     from slurmtopo import api
 
-    out = partition_view(api.load_cluster(o["inventory_path"]), o)
+    out = partition_view(api.load_cluster(o["inventory_path"], write_cache), o)
     gc.freeze()
     return out
+
+
+def state_options(default: str):
+    """--state and --backend, alike on ``plan`` (default ``none``) and
+    ``sbatch`` (default ``live``)."""
+    def add(func):
+        func = click.option("--backend", "backend_name", default="auto", show_default=True,
+                            type=click.Choice(["auto", "cli", "pyslurm"]),
+                            help="How to talk to Slurm (--state live, submission; also "
+                                 "$SLURMTOPO_BACKEND).")(func)
+        return click.option("--state", "state_path", default=default, show_default=True,
+                            metavar="live|none|FILE",
+                            help="Cluster state to plan against: 'live' (what Slurm says now; "
+                                 "a job that does not fit now is planned for the queue, as "
+                                 "`slurmtopo sbatch` submits it), 'none' (every node idle) or "
+                                 "a snapshot file.")(func)
+    return add
+
+
+class LazyBackend:
+    """The Slurm backend, made when first needed (a plan against a snapshot
+    never asks Slurm)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._backend = None
+
+    def get(self):
+        if self._backend is None:
+            from slurmtopo.slurm import get_backend
+
+            self._backend = get_backend(self.name)
+        return self._backend
+
+
+def state_for(inv, state_path, backend: LazyBackend, partition=None):
+    """The cluster state ``--state`` names: ``live`` (or ``slurm``): what
+    Slurm says now; ``none`` (or nothing): every node idle; else a snapshot
+    file. ``plan`` and ``sbatch`` read it alike, so what a user previews is
+    what is submitted."""
+    from slurmtopo import api
+
+    if state_path in ("live", "slurm"):
+        return api.live_state(inv, backend.get(), partition)
+    if state_path in (None, "none"):
+        return api.LiveState(api.load_state_file(inv, None), "no state (every node idle)")
+    return api.LiveState(api.load_state_file(inv, state_path), state_path)
 
 
 def partition_view(inv, o):
@@ -100,9 +152,9 @@ def request_options(func):
                      help="Use this many GPUs of every node (default: as the plan needs)."),
         click.option("--exclusive", is_flag=True,
                      help="Whole nodes only; adds #SBATCH --exclusive."),
-        click.option("--nodelist", default=None,
+        sbatch_flag("nodelist", "nodelist", default=None,
                      help="Only these nodes (hostlist); passed to sbatch."),
-        click.option("--exclude", default=None,
+        sbatch_flag("exclude", "exclude", default=None,
                      help="Never these nodes (hostlist); passed to sbatch."),
         click.option("--message-bytes", multiple=True, metavar="KIND=SIZE",
                      help="Bytes per collective for the cost model, e.g. dp=1GiB "
@@ -114,10 +166,10 @@ def script_options(func):
     """The batch script's options (job name, partition, topology request,
     start-time step)."""
     return _apply(func, [
-        click.option("--job-name", default=None, help="#SBATCH --job-name."),
-        click.option("--partition", default=None, help="#SBATCH --partition."),
-        click.option("--time", "time_limit", default=None, help="#SBATCH --time."),
-        click.option("--account", default=None, help="#SBATCH --account."),
+        sbatch_flag("job-name", "job_name", default=None, help="#SBATCH --job-name."),
+        sbatch_flag("partition", "partition", default=None, help="#SBATCH --partition."),
+        sbatch_flag("time", "time_limit", default=None, help="#SBATCH --time."),
+        sbatch_flag("account", "account", default=None, help="#SBATCH --account."),
         click.option("--sbatch", "extra_sbatch", multiple=True, metavar="OPTION",
                      help="Any other #SBATCH option, e.g. --sbatch=--comment=x (repeatable); "
                           "those the plan sets (--nodes, --ntasks, --gpus*, --nodelist, ...) "
@@ -157,6 +209,31 @@ def script_options(func):
         click.option("--apptainer", "apptainer_image", default=None, metavar="IMAGE",
                      help="Run the command as `apptainer exec --nv IMAGE ...`."),
     ])
+
+
+#: the job name sbatch gives a --wrap job
+WRAP_JOB_NAME = "wrap"
+
+
+def command_from(o: Mapping, cmd: Sequence[str]) -> Tuple[str, ...]:
+    """The training command: the words after ``--``, or ``--wrap``'s line
+    run by ``/bin/sh -c`` (named "wrap" like sbatch names such a job, unless
+    ``--job-name`` says otherwise)."""
+    wrap = o.get("wrap")
+    if wrap is None:
+        return tuple(cmd)
+    if cmd:
+        raise SlurmtopoError("give the command either with --wrap or after --, not both")
+    if not str(wrap).strip():
+        raise SlurmtopoError("--wrap: the command is empty")
+    return ("/bin/sh", "-c", str(wrap))
+
+
+def job_name_from(o: Mapping) -> Optional[str]:
+    """``--job-name``, else sbatch's name for a ``--wrap`` job."""
+    if o.get("job_name") is None and o.get("wrap") is not None:
+        return WRAP_JOB_NAME
+    return o.get("job_name")
 
 
 def parse_message_bytes(items: Sequence[str]) -> Dict[str, int]:
@@ -207,7 +284,7 @@ def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
     sw = o["switch_wait"]
     sb_options, requeue = options_from(**o)
     return ScriptOptions(
-        job_name=o["job_name"], partition=o["partition"], time=o["time_limit"],
+        job_name=job_name_from(o), partition=o["partition"], time=o["time_limit"],
         account=o["account"], topology=o["topology_request"],
         switch_wait=DEFAULT_SWITCH_WAIT if sw is None else (None if sw in ("0", "") else sw),
         extra=tuple(o["extra_sbatch"]), python=o["python"], cgroup_devices=o["cgroup_devices"],

@@ -16,28 +16,28 @@ from typing import List
 
 import click
 
-from slurmtopo.commands.job_options import (job_options, load_job_cluster, request_from,
-                                            script_options_from)
+from slurmtopo.commands.job_options import (LazyBackend, command_from, job_options,
+                                            load_job_cluster, request_from, script_options_from,
+                                            state_for, state_options)
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 
 
 @click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
 @job_options
-@click.option("--state", "state_path", default=None,
-              help="Cluster-state snapshot: busy nodes and GPUs to place around.")
+@state_options("none")
 @click.option("--color-by", default=None, help="Group kind to colour the grid by.")
 @click.option("--model", "model", default=None, metavar="SPEC",
               help="Price one training step's collectives for this model, per the framework's "
                    "data-parallel style: a preset (7b, 8b, 13b, 70b, 405b), optionally changed "
                    "(70b,seq=8192), or params=...,layers=...,hidden=... "
                    "[,seq_len,micro_batch,dtype,micro_batches,top_k].")
-@click.option("--output-dir", "-o", default=DEFAULT_OUTPUT_DIR, show_default=True,
+@click.option("--output-dir", default=DEFAULT_OUTPUT_DIR, show_default=True,
               type=click.Path(file_okay=False), help="Where to write the files.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the rank map and cost comparison as JSON instead of the preview.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def command(state_path, color_by, model, output_dir, as_json, cmd, **o):
+def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd, **o):
     """Place a job on the cluster, preview it, write the rank map and script.
 
     Give the training command after `--`; without one, everything but the
@@ -47,16 +47,21 @@ def command(state_path, color_by, model, output_dir, as_json, cmd, **o):
     from slurmtopo.rankmap import env_json, rankmap_csv, rankmap_dict, rankmap_json
     from slurmtopo.sbatch import sanitize_job_name
 
+    cmd = command_from(o, cmd)
     # cheap checks first: a bad job name should not wait for the planner
     if o["job_name"] is not None:
         sanitize_job_name(o["job_name"])
     inv, topo_notes = load_job_cluster(o)
-    state = api.load_state_file(inv, state_path)
+    live = state_for(inv, state_path, LazyBackend(backend_name), o.get("partition"))
+    state = live.state
     req = request_from(o, command=cmd)
     if model is not None:  # a bad --model fails before the planner runs
         from slurmtopo.cost.styles import parse_model
         parse_model(model)
-    job = api.prepare(inv, state, req, cmd, script_options_from(o, o["inventory_path"]))
+    job = api.prepare(inv, state, req, cmd, script_options_from(o, o["inventory_path"]),
+                      queue=state_path in ("live", "slurm"),
+                      partition_members=live.partition_members,
+                      features=live.features or None)
     step = None
     if model is not None:
         from slurmtopo.commands.layout_options import LAYOUT_PARAMS, framework_knobs, \

@@ -10,7 +10,15 @@ snapshot instead). The batch script is the one ``slurmtopo plan`` writes
 the script goes to sbatch's stdin and the command's words are shell-quoted
 inside it, so nothing the user typed is ever run by a shell at submit time.
 
-``--dry-run`` prints the script and submits nothing. ``--daemon`` submits
+sbatch's own options mean what they mean to sbatch (``-p -t -J -A -o -e
+-q -C -d -w -x``, ``--wrap``; those the plan sets are refused with the
+reason: :mod:`slurmtopo.commands.sbatch_options`). Reading Slurm's state and
+submitting (with the run directory kept for ``slurmtopo show``) are the
+API's (:func:`slurmtopo.api.live_state`, :func:`slurmtopo.api.submit`); this
+module parses and prints.
+
+``--dry-run`` prints the preview (grid, cost table, warnings) on stderr and
+the script on stdout, submits nothing and writes nothing. ``--daemon`` submits
 it held and tagged for the placement daemon
 (:func:`slurmtopo.daemon.submit.submit_for_daemon`). A Slurm refusal
 (bad partition, too many GPUs) is printed as Slurm's own message on one
@@ -24,8 +32,9 @@ from typing import List
 
 import click
 
-from slurmtopo.commands.job_options import (job_options, load_job_cluster, request_from,
-                                            script_options_from)
+from slurmtopo.commands.job_options import (LazyBackend, command_from, job_options,
+                                            load_job_cluster, request_from, script_options_from,
+                                            state_for, state_options)
 from slurmtopo.errors import SlurmtopoError
 
 
@@ -48,48 +57,31 @@ def parse_wait(items) -> dict:
 
 
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
-         as_json, keep_runs, cmd, **o):
+         as_json, keep_runs, color_by, cmd, **o):
     from slurmtopo import api
     from slurmtopo.sbatch import sanitize_job_name
 
+    cmd = command_from(o, cmd)
     if not cmd:
         raise SlurmtopoError("no command to run: give it after --, e.g. "
-                             "`slurmtopo sbatch --inventory inv.yaml --tp 8 -- python train.py`")
+                             "`slurmtopo sbatch --inventory inv.yaml --tp 8 -- python train.py`, "
+                             "or with --wrap")
+    if dry_run and output_dir:
+        raise SlurmtopoError("--dry-run writes nothing: drop --output-dir (`slurmtopo plan "
+                             "--state live --output-dir DIR` writes the files of this plan)")
     if o.get("job_name") is not None:
         sanitize_job_name(o["job_name"])
-    inv, topo_notes = load_job_cluster(o)
-
-    backend = None
-
-    def get_backend():
-        nonlocal backend
-        if backend is None:
-            from slurmtopo.slurm import get_backend as factory
-            backend = factory(backend_name)
-        return backend
-
-    members = features = None
-    if state_path in (None, "live", "slurm"):
-        from slurmtopo.slurm.backend import cluster_state_from
-        slurm_nodes = get_backend().nodes()
-        state = cluster_state_from(slurm_nodes, inv, source=f"slurm:{get_backend().name}")
-        state_from = f"live Slurm state ({get_backend().name} backend)"
-        features = {n.name: n.features for n in slurm_nodes}
-        if o.get("partition"):
-            # an unknown partition is Slurm's to refuse, in its own words
-            members = [n.name for n in slurm_nodes if o["partition"] in n.partitions] or None
-    elif state_path == "none":
-        state, state_from = api.load_state_file(inv, None), "no state (every node idle)"
-    else:
-        state, state_from = api.load_state_file(inv, state_path), state_path
+    inv, topo_notes = load_job_cluster(o, write_cache=not dry_run)
+    backend = LazyBackend(backend_name)
+    live = state_for(inv, state_path, backend, o.get("partition"))
 
     waits = parse_wait(wait)
     req = request_from(o, waits, cmd)
-    job = api.prepare(inv, state, req, cmd,
+    job = api.prepare(inv, live.state, req, cmd,
                       script_options_from(o, os.path.abspath(o["inventory_path"]), run_dir),
-                      with_costs=False, queue=True, for_daemon=daemon,
-                      partition_members=members,
-                      features=features)
+                      with_costs=dry_run and not as_json, queue=True, for_daemon=daemon,
+                      partition_members=live.partition_members,
+                      features=live.features or None)
     placement, text, layout = job.placement, job.script_text, req.layout
     notes: List[str] = list(topo_notes) + list(job.notes)
     if daemon and any(n.startswith("not now") for n in notes):
@@ -97,13 +89,12 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     if waits and not daemon:
         notes.append("--wait only matters with --daemon (the placement daemon waits; sbatch "
                      "does not)")
+    if daemon:
+        notes.extend(daemon_warnings(spool))
 
     from slurmtopo.hostlist import fold_hostlist
     summary = (f"planned {placement.world_size} rank(s) on {len(placement.hosts)} node(s) "
-               f"{fold_hostlist(placement.hosts)} against {state_from}")
-
-    if output_dir:
-        _write_files(output_dir, text, placement, layout)
+               f"{fold_hostlist(placement.hosts)} against {live.source}")
 
     if dry_run:
         if as_json:
@@ -112,26 +103,24 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                                    "hosts": list(placement.hosts),
                                    "notes": notes + [summary]}, separators=(",", ":")))
             return
+        _preview(job, inv, color_by)
         click.echo(text, nl=False)
-        for n in notes + [summary, "dry run: nothing submitted"]:
+        for n in notes + [summary, "dry run: nothing submitted, nothing written"]:
             click.echo(f"slurmtopo: {n}", err=True)
         return
 
-    # the run directory's place must be the user's own before the job exists
-    # (docs/security.md): a refusal here submits nothing. SLURMTOPO_RUN_DIR
-    # travels into the job (sbatch exports the environment) and wins there.
-    from slurmtopo.rundirs import check_location
-    check_location(run_dir or os.environ.get("SLURMTOPO_RUN_DIR") or None, os.getcwd())
-    done = api.submit(job, get_backend(), held=daemon, spool=spool)
+    if output_dir:
+        _write_files(output_dir, text, placement, layout)
+    done = api.submit(job, backend.get(), held=daemon, spool=spool, submit_dir=os.getcwd(),
+                      keep_days=keep_runs)
     notes.extend(done.notes)
     job_id = done.job_id
-    job_dir, script_path = _keep_script(job_id, run_dir, text, keep_runs, notes)
     if as_json:
         from slurmtopo.rankmap import rankmap_dict
 
         click.echo(json.dumps({"job_id": job_id, "daemon": bool(daemon),
-                               "hosts": list(placement.hosts), "run_dir": job_dir,
-                               "script": script_path,
+                               "hosts": list(placement.hosts), "run_dir": done.run_dir,
+                               "script": done.script_path,
                                "rankmap": rankmap_dict(placement, layout),
                                "notes": notes + [summary]}, separators=(",", ":")))
         return
@@ -142,30 +131,35 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                                                    if daemon else ""))
 
 
-def _keep_script(job_id, run_dir, text, keep_days, notes):
-    """Keep the submitted script in the job's run directory (so `slurmtopo
-    show` finds the plan after Slurm forgets the job) and remove the run
-    directories of old jobs. Returns (run dir, script path or None); a
-    failure here is a note, never a failed submission."""
-    from slurmtopo.rundirs import clean_old, run_dir_for, save_script
+def daemon_warnings(spool) -> List[str]:
+    """A warning when no placement daemon holds ``spool`` on this host: a
+    job submitted held for it would wait until one starts."""
+    from slurmtopo.commands.daemon import DEFAULT_SPOOL
+    try:
+        from slurmtopo.daemon.spool import SpoolLock
+    except ImportError:  # no daemon package: api.submit says so
+        return []
 
-    submit_dir = os.getcwd()
-    where = os.path.abspath(run_dir) if run_dir else run_dir_for(submit_dir, job_id)
-    path = None
-    try:
-        path = save_script(where, text)
-    except (OSError, SlurmtopoError) as exc:
-        notes.append(f"could not keep the script in {where} ({exc}); `slurmtopo show {job_id}` "
-                     "will ask Slurm for it")
-    try:
-        removed = clean_old(submit_dir, keep_days, keep=(str(job_id),))
-    except SlurmtopoError as exc:
-        removed = []
-        notes.append(f"old run directories not removed: {exc.render()}")
-    if removed:
-        notes.append(f"removed {len(removed)} run director{'y' if len(removed) == 1 else 'ies'} "
-                     f"older than {keep_days:g} days from {os.path.dirname(removed[0])}")
-    return where, path
+    where = spool or DEFAULT_SPOOL
+    if SpoolLock.holder(where) is not None:
+        return []
+    return [f"warning: no placement daemon is running with spool {where} "
+            "(`slurmtopo daemon status` says more); the job stays held until one "
+            "releases it"]
+
+
+def _preview(job, inv, color_by) -> None:
+    """The plan's preview (grid, cost table, warnings) on stderr, so that
+    stdout stays the script; the notes follow it, one line each."""
+    from rich.console import Console
+
+    from slurmtopo.preview import render_plan
+
+    costs = job.costs
+    Console(stderr=True, soft_wrap=False).print(render_plan(
+        job.placement, inv, job.request.layout, costs.plan if costs else None,
+        costs.naive if costs else None, job.state, color_by, (), job.script,
+        bound=costs.bound if costs else None, idle_bound=costs.idle_bound if costs else None))
 
 
 def _write_files(output_dir, text, placement, layout) -> None:
@@ -180,13 +174,12 @@ def _write_files(output_dir, text, placement, layout) -> None:
 
 @click.command("sbatch", context_settings={"help_option_names": ["-h", "--help"]})
 @job_options
-@click.option("--state", "state_path", default=None, metavar="FILE|live|none",
-              help="Cluster-state snapshot to plan against (default: live Slurm state; "
-                   "'none': every node idle).")
-@click.option("--backend", "backend_name", default="auto", show_default=True,
-              type=click.Choice(["auto", "cli", "pyslurm"]),
-              help="How to talk to Slurm (also $SLURMTOPO_BACKEND).")
-@click.option("--dry-run", is_flag=True, help="Print the batch script; submit nothing.")
+@state_options("live")
+@click.option("--dry-run", is_flag=True,
+              help="Print the preview (grid, costs, warnings; on stderr) and the batch script "
+                   "(on stdout); submit nothing, write nothing.")
+@click.option("--color-by", default=None,
+              help="With --dry-run: group kind to colour the grid by.")
 @click.option("--daemon", is_flag=True,
               help="Submit held, tagged for the placement daemon (it picks the nodes).")
 @click.option("--wait", multiple=True, metavar="KIND=SECONDS",
@@ -202,7 +195,7 @@ def _write_files(output_dir, text, placement, layout) -> None:
               metavar="DAYS",
               help="Remove run directories under <submit dir>/.slurmtopo/runs untouched for "
                    "this many days (0: keep all).")
-@click.option("--output-dir", "-o", default=None, type=click.Path(file_okay=False),
+@click.option("--output-dir", default=None, type=click.Path(file_okay=False),
               help="Also write job.sbatch and rankmap.json here.")
 @click.option("--parsable", is_flag=True, help="Print only the job id.")
 @click.option("--json", "as_json", is_flag=True,

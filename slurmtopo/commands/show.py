@@ -5,7 +5,10 @@
 
 The *planned* rank map is the plan embedded in the job's batch script: the
 copy ``slurmtopo sbatch`` kept in the job's run directory
-(``<submit dir>/.slurmtopo/runs/<jobid>/job.sbatch``), else the script
+(``<submit dir>/.slurmtopo/runs/<jobid>/job.sbatch``, the submit directory
+being Slurm's WorkDir of the job while Slurm knows it, else the current
+directory; read through :func:`slurmtopo.rundirs.read_run_file`, since
+others may write the submit directory), else the script
 Slurm still holds (``scontrol write batch_script``, through the Slurm
 backend). The *actual* one is what ``slurmtopo bind`` wrote at start
 (``rankmap.json`` in the run directory); a queued job has none yet. Slurm
@@ -23,12 +26,15 @@ import click
 from slurmtopo.errors import SlurmtopoError
 
 
-def _read(path: str) -> Optional[str]:
-    from slurmtopo.fileio import read_text
+def _read(run_dir: str, name: str, notes: List[str]) -> Optional[str]:
+    """``name`` in the run directory, read safely (:func:`slurmtopo.rundirs.
+    read_run_file`); a refusal is a note."""
+    from slurmtopo.rundirs import read_run_file
 
     try:
-        return read_text(path)
-    except (OSError, SlurmtopoError):
+        return read_run_file(run_dir, name)
+    except SlurmtopoError as exc:
+        notes.append(f"not read: {exc.render()}")
         return None
 
 
@@ -60,8 +66,17 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
             job = backend.job(job_id)
         except SlurmtopoError as exc:
             notes.append(f"Slurm not asked about the job: {exc.render()}")
+    work_dir = job.work_dir if job is not None else None
+    accounted = getattr(backend, "accounted_work_dir", None)
+    if job is None and run_dir is None and accounted is not None:
+        try:  # forgotten by slurmctld: accounting may still know it
+            work_dir = accounted(job_id)
+        except SlurmtopoError as exc:
+            notes.append(f"accounting not asked about the job: {exc.render()}")
+    if work_dir and os.path.isabs(work_dir):
+        submit_dir = work_dir  # Slurm's WorkDir: the submit directory, from anywhere
     where = run_dir or run_dir_for(submit_dir, job_id)
-    script = _read(os.path.join(where, SCRIPT_NAME))
+    script = _read(where, SCRIPT_NAME, notes)
     script_from = os.path.join(where, SCRIPT_NAME) if script is not None else None
     if script is None and backend is not None and hasattr(backend, "batch_script"):
         try:
@@ -81,7 +96,7 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
                                  "slurmtopo plan; was it submitted with slurmtopo?")
         doc = read_plan(text, f"job {job_id} plan")
         planned = (planned_placement(doc), doc)
-    actual_text = _read(os.path.join(where, "rankmap.json"))
+    actual_text = _read(where, "rankmap.json", notes)
     if actual_text is not None:
         from slurmtopo.rankmap import placement_from_dict
 
@@ -92,14 +107,15 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
             notes.append(f"{where}/rankmap.json unreadable: {exc}")
     if planned is None and actual is None:
         raise SlurmtopoError(f"job {job_id}: no plan found (no {SCRIPT_NAME} or rankmap.json in "
-                             f"{where}, and Slurm has no batch script for it); run `slurmtopo "
-                             "show` from the submit directory or give --run-dir")
+                             f"{where}, and Slurm has no batch script for it); Slurm no longer "
+                             "knows its submit directory: run `slurmtopo show` from there or "
+                             "give --run-dir")
     return {"job": job, "run_dir": where, "script_from": script_from, "planned": planned,
             "actual": actual, "notes": notes}
 
 
 def _to_json(job_id: int, g: Dict[str, Any]) -> Dict[str, Any]:
-    from slurmtopo.binding.replan import moved_ranks
+    from slurmtopo.binding.replan import moved_slots
     from slurmtopo.rankmap import rankmap_dict
 
     job = g["job"]
@@ -117,7 +133,10 @@ def _to_json(job_id: int, g: Dict[str, Any]) -> Dict[str, Any]:
         out["actual"] = adoc
         out["replanned"] = bool(adoc.get("replanned"))
         if g["planned"] is not None:
-            out["moved"] = moved_ranks(g["planned"][0], a)
+            # every moved rank, as data (the text view shortens the list)
+            out["moved"] = [{"rank": p.rank, "from": {"host": p.host, "gpu": p.gpu},
+                             "to": {"host": q.host, "gpu": q.gpu}}
+                            for p, q in moved_slots(g["planned"][0], a)]
     return out
 
 
@@ -126,7 +145,8 @@ def _to_json(job_id: int, g: Dict[str, Any]) -> Dict[str, Any]:
 @click.argument("job_id", type=click.IntRange(min=1), metavar="JOBID")
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="The job's run directory (default: <submit dir>/.slurmtopo/runs/JOBID, "
-                   "the submit dir being the current directory).")
+                   "the submit dir being the job's WorkDir while Slurm knows the job, else "
+                   "the current directory).")
 @click.option("--backend", "backend_name", default="auto", show_default=True,
               type=click.Choice(["auto", "cli", "pyslurm", "none"]),
               help="How to ask Slurm for the job's state and script ('none': do not).")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from slurmtopo.admin.cliutil import (Messages, guard, json_option, load_fabric, load_reports,
+from slurmtopo.commands.cliutil import (Messages, guard, json_option, load_fabric, load_reports,
                                     load_slurm_conf, parse_nameset, parse_nodes, parse_rangeset,
                                     parse_sizes, publish_report, read_checked, report_check,
                                     topology_version_option, write_options)

@@ -64,3 +64,15 @@ def read_status(text: str, path: str) -> Dict[str, Any]:
     for rej in doc.get("rejected", []):
         _check(rej, REJECTED, "a rejected job", path)
     return doc
+
+
+def unseen_jobs(doc: Mapping[str, Any], jobs) -> list:
+    """The jobs of ``jobs`` (Slurm's, :class:`slurmtopo.slurm.SlurmJob`)
+    waiting held for the daemon (tagged by ``slurmtopo sbatch --daemon``)
+    that the status document does not list: submitted since its last
+    cycle, or while it is down."""
+    from slurmtopo.daemon.protocol import is_tagged
+
+    known = {j.get("job_id") for j in doc.get("jobs") or []}
+    return sorted((j for j in jobs if j.held and is_tagged(j.comment) and j.job_id not in known),
+                  key=lambda j: j.job_id)

@@ -36,9 +36,9 @@ from typing import List, Optional, Sequence, Tuple
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.plandoc import TASK_NAME, TASK_SNIPPET
 from slurmtopo.sbatch.launch import Launch, render_words
+from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 
 PLAN_DELIMITER = "SLURMTOPO_PLAN_JSON"
-DEFAULT_SWITCH_WAIT = "5:00"  # Slurm's default max_switch_wait is 300 s
 #: jobs up to this many ranks list every rank in the script's comment table;
 #: bigger ones list the first COMMENT_HEAD and point at rankmap.csv (the
 #: embedded plan always has all)
@@ -89,6 +89,13 @@ PLANNED = {"nodes": "the plan", "ntasks": "the plan", "ntasks-per-node": "the pl
            "distribution": "the launch line", "nodelist": "--nodelist", "nodefile": "--nodelist",
            "exclude": "--exclude", "exclusive": "--exclusive", "partition": "--partition",
            "constraint": "--constraint"}
+#: sbatch options slurmtopo does not plan, refused in extras and on the
+#: command line alike (long name -> why)
+NOT_PLANNED = {
+    "array": "job arrays are not planned: every task of an array would start on the "
+             "placement planned for one job; submit one `slurmtopo sbatch` per task "
+             "(docs/sbatch.md, Job arrays)",
+}
 #: options that make sbatch print something and submit nothing: slurmtopo
 #: runs sbatch and reads the job id it prints
 NOT_SUBMITTING = ("help", "usage", "version", "test-only", "autocomplete")
@@ -114,6 +121,7 @@ def extras_problem(extras: Sequence[str]) -> Optional[str]:
     anywhere = known_anywhere()
     owner_of = {anywhere[name].val: (name, owner) for name, owner in PLANNED.items()}
     owner_of.update((anywhere[name].val, (name, None)) for name in NOT_SUBMITTING)
+    owner_of.update((anywhere[name].val, (name, "")) for name in NOT_PLANNED)
     for version in sorted(found):
         for d in found[version]:
             if d.option is None or d.option.val not in owner_of:
@@ -122,6 +130,8 @@ def extras_problem(extras: Sequence[str]) -> Optional[str]:
             what = (d.written if d.written == "--" + name
                     else f"{d.written} (sbatch reads it as --{name})")
             head = f"--sbatch={extras[d.extra]}: {what}"
+            if owner == "":
+                return f"{head}: {NOT_PLANNED[name]}"
             if owner is None:
                 return (f"{head} makes sbatch print and submit nothing; slurmtopo sbatch "
                         "submits the job and reads its id (run sbatch yourself for that)")
@@ -414,22 +424,25 @@ class SbatchRequest:
     # ---- building one from a plan ----
 
     @classmethod
-    def from_plan(cls, inv, placement, layout, command: Sequence[str], req=None, *,
-                  job_name: Optional[str] = None, partition: Optional[str] = None,
-                  time: Optional[str] = None, account: Optional[str] = None,
-                  exclusive: Optional[bool] = None, topology: str = "auto",
-                  switch_wait: Optional[str] = DEFAULT_SWITCH_WAIT,
-                  extra: Sequence[str] = (), options: Sequence[Tuple[str, str]] = (),
-                  requeue: bool = False, python: str = "python3",
-                  cgroup_devices: str = "auto", inventory_path: Optional[str] = None,
-                  master_port: Optional[int] = None, socket_ifname: Optional[str] = None,
-                  run_dir: Optional[str] = None, launch: Optional[Launch] = None
-                  ) -> "SbatchRequest":
-        """The script for ``placement``. Node and task counts come from the
-        plan; ``req`` (a JobRequest) supplies gpus_per_node, exclusive,
-        nodelist and exclude when given."""
+    def from_plan(cls, inv, placement, layout, command: Sequence[str], req=None,
+                  script: Optional[ScriptOptions] = None, *, exclusive: Optional[bool] = None,
+                  **changes) -> "SbatchRequest":
+        """The script for ``placement``, written as ``script`` says. Node and
+        task counts come from the plan; ``req`` (a JobRequest) supplies
+        gpus_per_node, exclusive, nodelist and exclude when given.
+        ``changes``: ScriptOptions fields to change (``job_name="x"``), a
+        shorthand for ``dataclasses.replace(script, ...)``."""
+        from dataclasses import replace
+
         from slurmtopo.plandoc import dumps_plan, plan_document
 
+        o = replace(script or ScriptOptions(), **changes)
+        job_name, partition, time, account = o.job_name, o.partition, o.time, o.account
+        topology, switch_wait, extra, options = o.topology, o.switch_wait, o.extra, o.options
+        requeue, python, cgroup_devices = o.requeue, o.python, o.cgroup_devices
+        inventory_path, master_port, socket_ifname = o.inventory_path, o.master_port, \
+            o.socket_ifname
+        run_dir, launch = o.run_dir, o.launch
         notes: List[str] = []
         if master_port is not None and (isinstance(master_port, bool) or
                                         not isinstance(master_port, int) or

@@ -89,6 +89,9 @@ class SlurmJob:
     account: str = ""
     exc_nodes: Tuple[str, ...] = ()
     features: str = ""
+    #: the job's working directory (sbatch's submit directory unless
+    #: --chdir; "" when the backend cannot tell): where its run directory is
+    work_dir: str = ""
 
     @property
     def active(self) -> bool:
@@ -141,6 +144,11 @@ class SlurmBackend(abc.ABC):
     def batch_script(self, job_id: int) -> Optional[str]:
         """The job's batch script as Slurm keeps it (None: not available,
         e.g. the job finished and accounting does not store scripts)."""
+        return None
+
+    def accounted_work_dir(self, job_id: int) -> Optional[str]:
+        """The job's working directory from accounting, for a job slurmctld
+        has forgotten (None: unknown, or no accounting)."""
         return None
 
     def cluster_state(self, inventory: Optional[Inventory] = None) -> ClusterState:

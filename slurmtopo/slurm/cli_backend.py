@@ -142,6 +142,16 @@ class CliBackend(SlurmBackend):
             return None
         return p.stdout
 
+    def accounted_work_dir(self, job_id: int) -> Optional[str]:
+        """``sacct -j JOBID -X -n -P -o WorkDir``: the job's working directory
+        as accounting keeps it (None: no accounting, or no such job)."""
+        p = self.run(["sacct", "-j", str(int(job_id)), "-X", "-n", "-P", "-o", "WorkDir"],
+                     check=False)
+        lines = [line.strip() for line in p.stdout.splitlines() if line.strip()]
+        if p.returncode != 0 or len(lines) != 1 or not lines[0].startswith("/"):
+            return None
+        return lines[0]
+
     def version(self) -> str:
         """``slurm 22.05.8`` -> ``22.05.8``."""
         out = self.run(["sinfo", "--version"]).stdout.strip()

@@ -411,7 +411,8 @@ def job_from_json(j: Mapping[str, Any]) -> SlurmJob:
         exclusive=(shared == "none" or (isinstance(shared, list) and "none" in shared)),
         user_id=_uid(j.get("user_id")), reservation=_text(j.get("resv_name")),
         qos=_text(j.get("qos")), account=_text(j.get("account")),
-        exc_nodes=_hosts(j.get("excluded_nodes")), features=_text(j.get("features")))
+        exc_nodes=_hosts(j.get("excluded_nodes")), features=_text(j.get("features")),
+        work_dir=_text(j.get("current_working_directory")))
 
 
 def parse_squeue_json(text_or_data: Any, states: Optional[Iterable[str]] = None,
@@ -543,7 +544,8 @@ def job_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmJob:
         exclusive=(_first(rec, "OverSubscribe") == "NO"),
         user_id=_uid(m.group(1) if m else None), reservation=_text(_first(rec, "Reservation")),
         qos=_text(_first(rec, "QOS")), account=_text(_first(rec, "Account")),
-        exc_nodes=_hosts(_first(rec, "ExcNodeList")), features=_text(_first(rec, "Features")))
+        exc_nodes=_hosts(_first(rec, "ExcNodeList")), features=_text(_first(rec, "Features")),
+        work_dir=_text(_first(rec, "WorkDir")))
 
 
 def parse_scontrol_jobs(text: str) -> List[SlurmJob]:

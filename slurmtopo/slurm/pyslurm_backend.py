@@ -286,7 +286,8 @@ class PySlurmBackend(SlurmBackend):
             exclusive=(str(j.resource_sharing or "").lower() in ("no", "none", "exclusive")),
             user_id=j.user_id if isinstance(j.user_id, int) else None,
             reservation=j.reservation or "", qos=j.qos or "", account=j.account or "",
-            exc_nodes=parse._hosts(j.excluded_nodes), features=j.constraints or "")
+            exc_nodes=parse._hosts(j.excluded_nodes), features=j.constraints or "",
+            work_dir=getattr(j, "working_directory", None) or "")
 
     def jobs(self, states: Optional[Iterable[str]] = None) -> List[SlurmJob]:
         coll = self._call("loading jobs", self.pyslurm.Jobs.load)

@@ -287,14 +287,30 @@ def test_cli_run_once_and_status(slurm, inv_file, spool, monkeypatch):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool, "--events", "5"],
                            catch_exceptions=False)
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 3, r.output  # shown, and "not running" for a monitor
     out = r.output
     assert "NOT running" in out
     assert str(a) in out and "waiting up to" in out and "dp=leaf" in out
     assert f"job {b}" in out and "can never run" in out
+    assert "unseen" not in out
+    # submitted while the daemon is down: Slurm has it, the snapshot does not
+    c = submit(slurm, **TP4)
     r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool, "--json"])
+    assert r.exit_code == 3, r.output
     doc = json.loads(r.output)
     assert doc["running"] is False and doc["jobs"][0]["waiting_for"] == ["dp=leaf"]
+    assert [u["job_id"] for u in doc["unseen"]] == [c]
+    r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool], catch_exceptions=False)
+    row = [line for line in r.output.splitlines() if line.startswith(f"{c} ")]
+    assert row and "unseen" in row[0] and "not in its last cycle" in row[0], r.output
+    # a daemon holding the spool: exit code 0
+    lock = SpoolLock(spool)
+    lock.acquire()
+    try:
+        r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool, "--backend", "none"])
+    finally:
+        lock.release()
+    assert r.exit_code == 0 and "running (pid" in r.output, r.output
 
 
 def test_a_job_whose_tag_is_replaced_is_no_longer_managed(slurm, inv, spool):

@@ -199,7 +199,8 @@ def test_a_job_waits_for_its_preferred_placement_then_falls_back(devcluster, bac
     assert first.action == "wait" and first.waiting_for == ("dp=leaf",), first
     st = subprocess.run([sys.executable, "-m", "slurmtopo", "daemon", "status", "--spool", spool],
                         capture_output=True, text=True, env=devcluster.env, cwd=ROOT)
-    assert st.returncode == 0 and str(f) in st.stdout and "waiting up to" in st.stdout, st
+    # the cycles run in this process: no daemon holds the spool (exit 3)
+    assert st.returncode == 3 and str(f) in st.stdout and "waiting up to" in st.stdout, st
     submitted = int(backend.job(f).submit_time)
     time.sleep(max(0.0, submitted + 3.2 - time.time()))
     rel = [x for x in d.cycle() if x.job_id == f][0]
@@ -363,10 +364,11 @@ def test_cli_sbatch_daemon_then_daemon_once(devcluster, inv_path, spool):
     run_dir = devcluster.dir / "run" / uuid.uuid4().hex[:8]
     p = subprocess.run([sys.executable, "-m", "slurmtopo", "sbatch", "--daemon", "--parsable",
                         "--inventory", inv_path, "--tp", "4", "--require", "tp=nvlink",
-                        "--gpus-per-node", "4", "--run-dir", str(run_dir),
+                        "--gpus-per-node", "4", "--run-dir", str(run_dir), "--spool", spool,
                         f"--sbatch=--output={devcluster.dir}/out/%j.out", "--", "sleep", "1"],
                        capture_output=True, text=True, env=env, cwd=devcluster.dir)
     assert p.returncode == 0, p.stderr
+    assert f"warning: no placement daemon is running with spool {spool}" in p.stderr
     job = int(p.stdout.strip().splitlines()[-1])
     info = devcluster.job(job)
     assert info["Reason"] == "JobHeldUser" and info["Comment"].startswith(PREFIX), info
@@ -377,6 +379,24 @@ def test_cli_sbatch_daemon_then_daemon_once(devcluster, inv_path, spool):
     assert f"job {job}: release on node1" in p.stderr, p.stderr
     assert devcluster.wait_job(job, timeout=60) == "COMPLETED"
     assert "ranks 0-3 on GPUs 0,1,2,3" in devcluster.output(job)
+    # the daemon is down now: `daemon status` says so in its exit code, and
+    # a job submitted meanwhile is listed from Slurm, marked
+    p = subprocess.run([sys.executable, "-m", "slurmtopo", "sbatch", "--daemon", "--parsable",
+                        "--inventory", inv_path, "--tp", "4", "--gpus-per-node", "4",
+                        "--spool", spool, f"--sbatch=--output={devcluster.dir}/out/%j.out",
+                        "--wrap", "sleep 1"], capture_output=True, text=True, env=env,
+                       cwd=devcluster.dir)
+    assert p.returncode == 0, p.stderr
+    later = int(p.stdout.strip().splitlines()[-1])
+    try:
+        st = subprocess.run([sys.executable, "-m", "slurmtopo", "daemon", "status", "--spool",
+                             spool], capture_output=True, text=True, env=env, cwd=ROOT)
+        assert st.returncode == 3, (st.stdout, st.stderr)
+        assert "NOT running" in st.stdout
+        row = [line for line in st.stdout.splitlines() if line.startswith(f"{later} ")]
+        assert row and "unseen" in row[0], st.stdout
+    finally:
+        devcluster.run(["scancel", str(later)], check=False)
 
 
 def _free_port() -> int:

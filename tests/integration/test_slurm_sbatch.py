@@ -331,3 +331,33 @@ def test_container_image_without_pyxis_is_refused_at_submit(cluster, tmp_path):
         "does not list it); ask the admins for pyxis, or run the image with --apptainer IMAGE "
         "instead"), p.stderr
     assert cluster.run(["squeue", "-h"]).stdout.strip() == ""
+
+
+def test_sbatch_short_flags_wrap_and_show_from_elsewhere(cluster, tmp_path):
+    """sbatch's own letters and --wrap reach Slurm as sbatch would send
+    them; `slurmtopo show` finds the finished job's run directory from
+    another directory through Slurm's WorkDir."""
+    env = dict(cluster.env, PYTHONPATH=str(ROOT))
+    submit_dir = tmp_path / "submit"
+    submit_dir.mkdir()
+    p = run_slurmtopo(["sbatch", "--inventory", INV, "--tp", "2", "--python", sys.executable,
+                       "-p", cluster.partition, "-t", "3", "-J", "shortflags",
+                       "-o", "out-%j.txt", "-e", "err-%j.txt", "--parsable",
+                       "--wrap", 'echo "rank=$RANK of $WORLD_SIZE"'], submit_dir, env)
+    job_id = int(p.stdout.strip())
+    assert cluster.wait_job(job_id, timeout=90) == "COMPLETED"
+    info = cluster.job(job_id)
+    assert info["JobName"] == "shortflags" and info["Partition"] == cluster.partition
+    assert info["TimeLimit"] == "00:03:00"
+    out = (submit_dir / f"out-{job_id}.txt").read_text()  # -o: Slurm's pattern, expanded
+    assert sorted(line for line in out.splitlines() if line.startswith("rank=")) == \
+        ["rank=0 of 2", "rank=1 of 2"]
+    assert (submit_dir / f"err-{job_id}.txt").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    p = run_slurmtopo(["show", str(job_id), "--json"], elsewhere, env)
+    doc = json.loads(p.stdout)
+    assert doc["state"] == "COMPLETED"
+    assert doc["run_dir"] == str(submit_dir / ".slurmtopo" / "runs" / str(job_id))
+    assert doc["actual"] is not None and len(doc["actual"]["ranks"]) == 2
+    assert not (elsewhere / ".slurmtopo").exists()

@@ -57,7 +57,13 @@ def test_show_planned_and_actual(onpath, capsys):
     code, out, err = run(["show", "78", "--backend", "cli", "--json"], capsys)
     doc = json.loads(out)
     assert doc["replanned"] is True and doc["actual"]["hosts"] == ["node3", "node4"]
-    assert doc["moved"][0].startswith("rank 0: ") and "-> node3 GPU 4" in doc["moved"][0]
+    # every moved rank as data, none cut into prose
+    assert doc["moved"][0] == {"rank": 0, "from": {"host": doc["planned"]["ranks"][0]["host"],
+                                                   "gpu": doc["planned"]["ranks"][0]["gpu"]},
+                               "to": {"host": "node3", "gpu": 4}}
+    moved = [r for r, a in zip(doc["planned"]["ranks"], doc["actual"]["ranks"])
+             if (r["host"], r["gpu"]) != (a["host"], a["gpu"])]
+    assert [m["rank"] for m in doc["moved"]] == [r["rank"] for r in moved]
     code, out, err = run(["show", "78", "--backend", "cli"], capsys)
     assert code == 0, err
     assert "Planned at submit time" in out and "Actual, from slurmtopo bind at start" in out
@@ -100,3 +106,79 @@ def test_old_run_directories_are_removed(tmp_path):
     assert removed == [str(root / "10")]
     assert sorted(p.name for p in root.iterdir()) == ["11", "12", "notajob"]
     assert clean_old(str(tmp_path), 0) == []
+
+
+def _job_line(job_id: int, work_dir: str, state: str = "COMPLETED") -> str:
+    """``scontrol -d -o show job`` of a finished job (the fields show reads)."""
+    return (f"JobId={job_id} JobName=train UserId=me(1000) GroupId=me(1000) Priority=1 "
+            f"Account=(null) QOS=normal JobState={state} Reason=None Dependency=(null) "
+            f"SubmitTime=2026-01-01T00:00:00 Partition=gpu NodeList=node[1-2] NumNodes=2 "
+            f"WorkDir={work_dir} StdOut={work_dir}/slurm-{job_id}.out\n")
+
+
+def _show_json_from_elsewhere(job_id, tmp_path, monkeypatch, capsys):
+    """`slurmtopo show JOBID --json` run from a directory other than the
+    submit directory."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    monkeypatch.chdir(elsewhere)
+    code, out, err = run(["show", str(job_id), "--backend", "cli", "--json"], capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_show_finds_the_run_dir_from_slurms_workdir(onpath, capsys, tmp_path, monkeypatch):
+    """From another directory, the job's WorkDir says where its run
+    directory is: the plan and the actual map are found there."""
+    code, out, err = _submit(onpath, capsys, 81)
+    assert code == 0, err
+    submit_dir = os.getcwd()
+    where = run_dir_for(submit_dir, 81)
+    planned = json.loads(out)["rankmap"]
+    with open(os.path.join(where, "rankmap.json"), "w") as fh:
+        fh.write(json.dumps(planned))
+    os.chmod(os.path.join(where, "rankmap.json"), 0o600)
+    onpath.on("scontrol -d -o show job 81", stdout=_job_line(81, submit_dir))
+    doc = _show_json_from_elsewhere(81, tmp_path, monkeypatch, capsys)
+    assert doc["state"] == "COMPLETED" and doc["run_dir"] == where
+    assert doc["script"] == os.path.join(where, "job.sbatch")
+    assert doc["actual"] is not None and doc["actual"]["ranks"] == planned["ranks"]
+    code, out, err = run(["show", "81", "--backend", "cli"], capsys)
+    assert code == 0 and "not started yet" not in out, out
+
+
+def test_show_never_follows_a_link_in_the_run_dir(onpath, capsys, tmp_path):
+    code, out, err = _submit(onpath, capsys, 82)
+    assert code == 0, err
+    where = run_dir_for(os.getcwd(), 82)
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"not": "yours"}')
+    os.symlink(secret, os.path.join(where, "rankmap.json"))
+    onpath.on("scontrol -d -o show job 82", stdout=_job_line(82, os.getcwd(), "RUNNING"))
+    code, out, err = run(["show", "82", "--backend", "cli", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["actual"] is None
+    assert any("rankmap.json" in n and "link" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_show_asks_accounting_for_a_forgotten_jobs_workdir(onpath, capsys, tmp_path,
+                                                          monkeypatch):
+    """slurmctld no longer knows the job: sacct's WorkDir still finds the
+    run directory from elsewhere."""
+    code, out, err = _submit(onpath, capsys, 83)
+    assert code == 0, err
+    submit_dir = os.getcwd()
+    onpath.on("scontrol -d -o show job 83", stderr="slurm_load_jobs error: Invalid job id "
+              "specified\n", rc=1)
+    onpath.on("sacct -j 83", stdout=f"{submit_dir}\n")
+    doc = _show_json_from_elsewhere(83, tmp_path, monkeypatch, capsys)
+    assert doc["state"] is None and doc["run_dir"] == run_dir_for(submit_dir, 83)
+    assert doc["script"] == os.path.join(run_dir_for(submit_dir, 83), "job.sbatch")
+    assert ["sacct", "-j", "83", "-X", "-n", "-P", "-o", "WorkDir"] in \
+        [c["argv"] for c in onpath.calls()]
+    # no accounting (sacct fails): the current directory, as before
+    onpath.on("sacct -j 83", stderr="sacct: error: Slurm accounting storage is disabled\n",
+              rc=1)
+    code, out, err = run(["show", "83", "--backend", "cli", "--json"], capsys)
+    assert code != 0 and "no plan found" in err, err
