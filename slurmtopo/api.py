@@ -126,8 +126,8 @@ def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
     partition for ``--switches``. Returns (cluster, notes)."""
     if not slurm_topology:
         return cluster, ()
-    from slurmtopo.admin.slurmconf import read_slurm_conf
-    from slurmtopo.admin.topology_conf import apply_fabric, read_one_topology
+    from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
+    from slurmtopo.slurmfmt.topology_files import apply_fabric, read_one_topology
 
     wanted = read_slurm_conf(slurm_conf).partition_topology(partition) if slurm_conf else None
     name, fabric = read_one_topology(slurm_topology, wanted)

@@ -20,7 +20,8 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
         "slurmtopo.plandoc", "slurmtopo.sbatch", "slurmtopo.preview", "slurmtopo.tablefit",
         "slurmtopo.inventory",
-        "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe")
+        "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
+        "slurmtopo.slurmfmt")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
          "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate", "slurmtopo.commands",
@@ -139,6 +140,21 @@ def test_placement_never_imports_the_cost_model():
     assert "slurmtopo.cost" in graph["slurmtopo.choice"]
     assert "slurmtopo.placement.planner" in graph["slurmtopo.choice"]
     assert not any(_under(t, ("slurmtopo.choice",)) for t in graph["slurmtopo.cost"])
+
+
+def test_slurm_formats_sit_below_admin_agent_and_api():
+    # slurm.conf, topology.conf/yaml, gres.conf and GRES strings have one
+    # home (slurmtopo.slurmfmt, pure): admin/, agent/, slurm/ and the api
+    # import it, and admin/ and agent/ never import each other for them
+    graph = import_graph()
+    assert "slurmtopo.slurmfmt.topology_files" in graph["slurmtopo.api"]
+    assert "slurmtopo.slurmfmt.gres_strings" in graph["slurmtopo.slurm.parse"]
+    assert "slurmtopo.slurmfmt.gres_lines" in graph["slurmtopo.agent.watch"]
+    assert "slurmtopo.slurmfmt.slurm_conf" in graph["slurmtopo.admin.generate"]
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts
+                 if (_under(m, ("slurmtopo.admin",)) and _under(t, ("slurmtopo.agent",)))
+                 or (_under(m, ("slurmtopo.agent",)) and _under(t, ("slurmtopo.admin",))))
+    assert bad == []
 
 
 def test_nothing_below_the_simulator_imports_it():

@@ -36,11 +36,10 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence,
 
 
 from slurmtopo.admin.ibnetdiscover import IbFabric, IbNode
-from slurmtopo.hostlist import fold_hostlist
+from slurmtopo.hostlist import fold_hostlist, natural_key
 from slurmtopo.model import Fabric, Switch
+from slurmtopo.slurmfmt.checks import NAME_RE
 
-#: what Slurm and ClusterShell both read as one plain name
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: words of vendors' default node descriptions ("MT4123 ConnectX6 Mellanox Technologies")
 _VENDOR = re.compile(r"(?i)\b(mellanox|technologies|nvidia|voltaire|qlogic|infinihost|connectx"
                      r"|bluefield|infiniscale|switchx|switch-ib|switchib|quantum|spectrum"
@@ -48,11 +47,6 @@ _VENDOR = re.compile(r"(?i)\b(mellanox|technologies|nvidia|voltaire|qlogic|infin
 _MF0 = re.compile(r"^MF0;([^:;]+):([^/]*)(?:/(.*))?$")
 _TRAILING_INT = re.compile(r"(\d+)$")
 _IPV4 = re.compile(r"^\d+(\.\d+){3}$")
-
-
-def natural_key(name: str):
-    """``gpu2`` < ``gpu10``: sort names the way people number them."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 # --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from slurmtopo.admin.slurmconf import conf_lines, parse_pairs, read_slurm_conf
+from slurmtopo.slurmfmt.slurm_conf import conf_lines, parse_pairs, read_slurm_conf
 from slurmtopo.errors import InventoryError
 
 
@@ -62,7 +62,7 @@ def test_slurm_conf_errors(tmp_path, text, line, words):
     ("RealMemory=1000", None),                        # no layout declared
 ])
 def test_declared_cpu_layout_as_slurmctld_infers_it(line, layout):
-    from slurmtopo.admin.slurmconf import parse_slurm_conf
+    from slurmtopo.slurmfmt.slurm_conf import parse_slurm_conf
 
     got = parse_slurm_conf(f"NodeName=a[1-2] {line}\n").cpu_layout("a2")
     assert (got.sockets, got.cores_per_socket, got.threads_per_core) == layout if layout \

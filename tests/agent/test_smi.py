@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurmtopo.agent.gres import gres_lines, gres_text
+from slurmtopo.slurmfmt.gres_lines import gres_lines, gres_text
 from slurmtopo.agent.smi import (infer_cpu_topology, looks_like_nvswitch, parse_matrix,
                                  smi_discovery, split_hosts)
 from slurmtopo.errors import InventoryError

@@ -9,6 +9,7 @@ import pytest
 from slurmtopo.errors import SlurmError
 from slurmtopo.slurm import parse
 from slurmtopo.slurm.backend import cluster_state_from
+from slurmtopo.slurmfmt import gres_strings
 
 
 # -- GRES strings --------------------------------------------------------
@@ -24,7 +25,7 @@ from slurmtopo.slurm.backend import cluster_state_from
     ("(null)", 0, set()),
 ])
 def test_gpu_indices(text, count, idx):
-    got_count, got_idx = parse.gpu_indices(text)
+    got_count, got_idx = gres_strings.gpu_indices(text)
     assert got_count == count
     assert got_idx == (frozenset(idx) if idx is not None else None)
 
@@ -33,12 +34,24 @@ def test_gpu_indices(text, count, idx):
                                      ("gpu:a:4(S:0),gpu:b:4(S:1),mps:400", 8), ("(null)", 0),
                                      ("gres:gpu:2", 2), ("gres/gpu:h100=4", 4)])
 def test_gpu_count(text, n):
-    assert parse.gpu_count(text) == n
+    assert gres_strings.gpu_count(text) == n
 
 
 def test_gpu_types():
-    assert parse.gpu_types("gpu:a:4(S:0),gpu:b:4(S:1)") == ("a", "b")
-    assert parse.gpu_types("gpu:8(S:0-1)") == ()
+    def types(text):
+        return [t for _name, t, _count, _extra in gres_strings.parse_gres(text)]
+    assert types("gpu:a:4(S:0),gpu:b:4(S:1)") == ["a", "b"]
+    assert types("gpu:8(S:0-1)") == [None]
+
+
+def test_one_gres_grammar_for_slurm_conf_and_slurm_output():
+    # slurm.conf's Gres= and sinfo's gres are read by the same parser: a
+    # count with a multiplier is a count, an odd item a type, never a traceback
+    assert gres_strings.gres_by_type("gpu:h100:4(S:0,1),gpu:a100:2") == {"h100": 4, "a100": 2}
+    assert gres_strings.gres_by_type("GPU:2,mps:1K") == {None: 2}
+    assert gres_strings.gres_by_type("mps:1K", "mps") == {None: 1024}
+    assert gres_strings.gres_by_type("gpu:a:b:x") == {"a:b:x": 1}
+    assert gres_strings.gpu_count("gpu:h100:4(S:0,1),gpu:a100:2") == 6
 
 
 # -- sinfo --json ----------------------------------------------------------
@@ -293,7 +306,7 @@ def test_newer_squeue_json(fixture_text, v):
     assert jobs[3].held_by_user and jobs[3].user_id == 0
     assert jobs[3].fingerprint()["partition"] == "gpu" and jobs[3].reservation == ""
     assert jobs[3].comment == "slurmtopo:v1:x"
-    assert parse.gpu_count(jobs[2].gres_request) == 2
+    assert gres_strings.gpu_count(jobs[2].gres_request) == 2
 
 
 @NEWER
