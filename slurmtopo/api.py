@@ -11,7 +11,8 @@ Everything slurmtopo does for a job runs through here, in one order::
 :class:`~slurmtopo.request.JobRequest` and a :class:`ScriptOptions`, call
 :func:`prepare`, and show or write its result; the placement daemon loads
 its inventory with :func:`load_cluster` and prices placements with
-:func:`step_time`. A notebook or a launcher library calls the same three
+:func:`step_time` (both from :mod:`slurmtopo.cluster`, below the daemon and
+this module). A notebook or a launcher library calls the same three
 functions (docs/api.md has a runnable example).
 
 Nothing here parses command-line options or prints; Slurm is reached only
@@ -20,8 +21,9 @@ through the backend passed to :func:`submit`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence, Tuple, Union
+from typing import Mapping, Optional, Sequence, Tuple
 
+from slurmtopo.cluster import load_cluster, step_time  # noqa: F401  (the api's, kept below it)
 from slurmtopo.errors import PlacementError
 from slurmtopo.model import ClusterState, Inventory, Placement
 from slurmtopo.request import JobRequest
@@ -100,19 +102,6 @@ class SubmittedJob:
     job_id: int
     held: bool
     notes: Tuple[str, ...] = field(default_factory=tuple)
-
-
-def load_cluster(paths: Union[str, Sequence[str]]) -> Inventory:
-    """Read an inventory (file, directory of node reports, or several) and
-    validate all of it, the ``cost:`` block included, so a typo fails here
-    for every command and not only for the one that prices a plan."""
-    from slurmtopo.cost import cost_params
-    from slurmtopo.inventory import load_inventory
-
-    # each file is checked before its compiled form is kept; the whole again
-    inv = load_inventory(paths, check=cost_params)
-    cost_params(inv)  # validated and kept with it; raises InventoryError at file:line
-    return inv
 
 
 def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
@@ -205,14 +194,6 @@ def price(cluster: Inventory, placement: Placement, request: JobRequest):
     from slurmtopo.cost import cost_params, evaluate
 
     return evaluate(cluster, placement, request, cost_params(cluster))
-
-
-def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
-              params=None) -> float:
-    """The modelled seconds per training step of ``placement``."""
-    from slurmtopo.cost import evaluate
-
-    return float(evaluate(cluster, placement, request, params, step_only=True).step_time_s)
 
 
 def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobRequest,

@@ -21,7 +21,7 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.plandoc", "slurmtopo.sbatch", "slurmtopo.preview", "slurmtopo.tablefit",
         "slurmtopo.inventory",
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
-        "slurmtopo.slurmfmt")
+        "slurmtopo.slurmfmt", "slurmtopo.cluster")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
          "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate", "slurmtopo.commands",
@@ -109,7 +109,7 @@ def _under(mod: str, prefixes) -> bool:
 def test_the_walker_sees_lazy_imports():
     graph = import_graph()
     # both are imported only inside function bodies
-    assert "slurmtopo.api" in graph["slurmtopo.daemon.scheduler"]
+    assert "slurmtopo.cluster" in graph["slurmtopo.daemon.scheduler"]
     assert "slurmtopo.placement.intranode" in graph["slurmtopo.cost.bound"]
 
 
@@ -155,6 +155,16 @@ def test_slurm_formats_sit_below_admin_agent_and_api():
                  if (_under(m, ("slurmtopo.admin",)) and _under(t, ("slurmtopo.agent",)))
                  or (_under(m, ("slurmtopo.agent",)) and _under(t, ("slurmtopo.admin",))))
     assert bad == []
+
+
+def test_the_daemon_never_climbs_up_to_the_api():
+    # loading a cluster and pricing a step live below both (slurmtopo.cluster)
+    graph = import_graph()
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if _under(m, ("slurmtopo.daemon",))
+                 for t in ts if _under(t, ("slurmtopo.api",)))
+    assert bad == []
+    assert "slurmtopo.cluster" in graph["slurmtopo.daemon.loop"]
+    assert "slurmtopo.cluster" in graph["slurmtopo.api"]
 
 
 def test_nothing_below_the_simulator_imports_it():

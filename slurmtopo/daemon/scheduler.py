@@ -94,7 +94,7 @@ def plan_job(inv: Inventory, state: Optional[ClusterState], req, cand=None):
 
 
 def job_step_time(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
-    from slurmtopo.api import step_time
+    from slurmtopo.cluster import step_time
     try:
         return step_time(inv, placement, req, params)
     except Exception:  # the cost model is advice; never let it stop a release
