@@ -45,7 +45,6 @@ _VENDOR = re.compile(r"(?i)\b(mellanox|technologies|nvidia|voltaire|qlogic|infin
                      r"|bluefield|infiniscale|switchx|switch-ib|switchib|quantum|spectrum"
                      r"|sharp|aggregation)\b|^MT\d+\b")
 _MF0 = re.compile(r"^MF0;([^:;]+):([^/]*)(?:/(.*))?$")
-_TRAILING_INT = re.compile(r"(\d+)$")
 _IPV4 = re.compile(r"^\d+(\.\d+){3}$")
 
 
@@ -273,11 +272,6 @@ def group_names(groups: List[List[str]], taken: Set[str]) -> List[str]:
         taken.add(cand)
         out.append(cand)
     return out
-
-
-def group_name(members: List[str], taken: Set[str]) -> str:
-    """A name for one logical switch made of several physical ones."""
-    return group_names([list(members)], set(taken) - set(members))[0]
 
 
 # --------------------------------------------------------------------------
