@@ -252,10 +252,6 @@ def parse_nodes_json(text_or_data: Any, what: str = "scontrol show nodes --json"
     return list(out.values())
 
 
-def parse_sinfo_json(text_or_data: Any) -> List[SlurmNode]:
-    return parse_nodes_json(text_or_data, "sinfo --json")
-
-
 # --------------------------------------------------------------------------
 # squeue --json
 

@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 
+from slurmtopo.slurmfmt.gres_strings import gres_by_type
 from slurmtopo.slurmfmt.slurm_conf import conf_lines, parse_pairs, read_slurm_conf
 from slurmtopo.errors import InventoryError
 
@@ -29,7 +30,8 @@ def test_nodes_defaults_hostnames_gres_include(tmp_path):
     assert sc.nodes["gpu002"]["corespersocket"] == "48"
     assert sc.hostnames == {"host-004": "gpu004"}
     assert sc.topology_plugin == "topology/tree"
-    assert sc.has_gpus("gpu004") and not sc.has_gpus("login1") and not sc.has_gpus("cpu01")
+    assert [n for n in sc.node_names() if gres_by_type(sc.gres(n))] == \
+        ["gpu001", "gpu002", "gpu003", "gpu004"]
 
 
 @pytest.mark.parametrize("text,line,words", [

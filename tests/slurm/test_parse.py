@@ -12,6 +12,12 @@ from slurmtopo.slurm.backend import cluster_state_from
 from slurmtopo.slurmfmt import gres_strings
 
 
+
+def parse_sinfo_json(text_or_data):
+    """sinfo --json as the command-line backend reads it."""
+    return parse.parse_nodes_json(text_or_data, "sinfo --json")
+
+
 # -- GRES strings --------------------------------------------------------
 
 @pytest.mark.parametrize("text, count, idx", [
@@ -57,7 +63,7 @@ def test_one_gres_grammar_for_slurm_conf_and_slurm_output():
 # -- sinfo --json ----------------------------------------------------------
 
 def test_sinfo_untyped_with_an_exclusive_job(fixture_text):
-    nodes = {n.name: n for n in parse.parse_sinfo_json(fixture_text("sinfo_untyped_busy.json"))}
+    nodes = {n.name: n for n in parse_sinfo_json(fixture_text("sinfo_untyped_busy.json"))}
     assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
     assert nodes["node1"].state == "mixed" and nodes["node1"].gpus_total == 8
     assert nodes["node1"].gpus_used == {0, 1, 2}
@@ -69,7 +75,7 @@ def test_sinfo_untyped_with_an_exclusive_job(fixture_text):
 
 
 def test_sinfo_drain_flag_reason_and_features(fixture_text):
-    nodes = {n.name: n for n in parse.parse_sinfo_json(fixture_text("sinfo_untyped_drain.json"))}
+    nodes = {n.name: n for n in parse_sinfo_json(fixture_text("sinfo_untyped_drain.json"))}
     assert nodes["node3"].state == "mixed" and nodes["node3"].flags == {"drain"}
     assert nodes["node3"].reason == "bad gpu 3; see ticket #12"
     assert not nodes["node3"].usable and nodes["node1"].usable
@@ -77,11 +83,11 @@ def test_sinfo_drain_flag_reason_and_features(fixture_text):
 
 
 def test_sinfo_typed_down_and_fail(fixture_text):
-    typed = {n.name: n for n in parse.parse_sinfo_json(fixture_text("sinfo_typed.json"))}
+    typed = {n.name: n for n in parse_sinfo_json(fixture_text("sinfo_typed.json"))}
     assert typed["node1"].gres == "gpu:nvidia_rtx_a6000:8(S:0-1)"
     assert typed["node1"].gpus_used == {0, 1, 4}           # Slurm picked GPU 4 for one job
     assert typed["node4"].gpus_used == {0, 1, 2, 4, 5}
-    fail = {n.name: n for n in parse.parse_sinfo_json(fixture_text("sinfo_typed_fail.json"))}
+    fail = {n.name: n for n in parse_sinfo_json(fixture_text("sinfo_typed_fail.json"))}
     assert fail["node2"].flags == {"fail"} and not fail["node2"].usable
     assert fail["node3"].state == "down" and not fail["node3"].usable
     assert fail["node3"].reason == "slurmtopo agent: GPU 3 lost"
@@ -94,7 +100,7 @@ def test_sinfo_later_json_shapes():
                       "active_features": ["h100", "ib"], "partitions": ["batch"],
                       "reason": "", "cpus": 224, "alloc_cpus": {"set": True, "number": 16}}],
            "errors": []}
-    (n,) = parse.parse_sinfo_json(json.dumps(doc))
+    (n,) = parse_sinfo_json(json.dumps(doc))
     assert (n.state, n.flags, n.gpus_used, n.features) == ("mixed", {"drain"}, {6, 7},
                                                           ("h100", "ib"))
     assert n.cpus_alloc == 16
@@ -102,9 +108,9 @@ def test_sinfo_later_json_shapes():
 
 def test_sinfo_errors_become_slurm_errors():
     with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
-        parse.parse_sinfo_json('{"errors": [{"error": "Unable to contact slurm controller"}]}')
+        parse_sinfo_json('{"errors": [{"error": "Unable to contact slurm controller"}]}')
     with pytest.raises(SlurmError, match="not JSON"):
-        parse.parse_sinfo_json("sinfo: error: something")
+        parse_sinfo_json("sinfo: error: something")
 
 
 def test_node_state_strings():
@@ -208,7 +214,7 @@ def test_scontrol_values_with_blanks_and_equals():
 def test_scontrol_nodes(fixture_text):
     nodes = {n.name: n for n in parse.parse_scontrol_nodes(fixture_text(
         "scontrol_d_show_node_typed.txt"))}
-    from_json = {n.name: n for n in parse.parse_sinfo_json(fixture_text("sinfo_typed_fail.json"))}
+    from_json = {n.name: n for n in parse_sinfo_json(fixture_text("sinfo_typed_fail.json"))}
     for name, n in from_json.items():
         t = nodes[name]
         assert (t.state, t.flags, t.gpus_total, t.gpus_used, t.reason) == \
@@ -244,7 +250,7 @@ def test_cluster_state_from_sinfo(fixture_text):
     from tests.slurm.conftest import FIXTURES
 
     inv = load_inventory(str(FIXTURES / "devcluster-inventory.yaml"))
-    nodes = parse.parse_sinfo_json(fixture_text("sinfo_untyped_drain.json"))
+    nodes = parse_sinfo_json(fixture_text("sinfo_untyped_drain.json"))
     st = cluster_state_from(nodes, inv)
     free = {n: st.free_gpus(inv.nodes[n]) for n in inv.nodes}
     assert free == {"node1": (3, 4, 5, 6, 7), "node2": (2, 3, 4, 5, 6, 7),
@@ -290,7 +296,7 @@ def test_newer_sinfo_json_groups_nodes_and_is_still_read(fixture_text, v):
     """24.05+ sinfo --json: top-level "sinfo", nodes grouped by state."""
     data = json.loads(fixture_text(f"{v}/sinfo.json"))
     assert "nodes" not in data and data["sinfo"]
-    nodes = {n.name: n for n in parse.parse_sinfo_json(data)}
+    nodes = {n.name: n for n in parse_sinfo_json(data)}
     assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
     assert nodes["node4"].flags == {"drain"} and nodes["node4"].reason == "fan failed"
     assert nodes["node1"].gpus_used == {0, 1, 2, 4, 5}
