@@ -93,19 +93,27 @@ def plan_job(inv: Inventory, state: Optional[ClusterState], req, cand=None):
     return plan(inv, state, req, cand=cand)
 
 
+#: what the cost model raises on a plan or a cost block it cannot price: a
+#: located error (a bad ``cost:`` block, a layout it refuses) or a figure out
+#: of its domain. Its answer is advice, so these never stop a release; any
+#: other exception is a bug and reaches the per-job barrier (:func:`fenced`),
+#: which logs it
+COST_MODEL_ERRORS = (SlurmtopoError, ValueError)
+
+
 def job_step_time(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
     from slurmtopo.cluster import step_time
     try:
         return step_time(inv, placement, req, params)
-    except Exception:  # the cost model is advice; never let it stop a release
+    except COST_MODEL_ERRORS:
         return None
 
 
 def cost_params_or_none(inv: Inventory):
+    from slurmtopo.cost import cost_params
     try:
-        from slurmtopo.cost import cost_params
         return cost_params(inv)
-    except Exception:
+    except COST_MODEL_ERRORS:
         return None
 
 
