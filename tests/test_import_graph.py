@@ -178,3 +178,36 @@ def test_nothing_below_the_simulator_imports_it():
     # and it does use the real code paths (the check would see an import)
     assert "slurmtopo.daemon.scheduler" in graph["slurmtopo.simulate.policies"]
     assert "slurmtopo.simulate.runner" in graph["slurmtopo.commands.simulate"]
+
+
+def _bench_imports() -> Dict[str, Set[str]]:
+    """bench module -> the bench/ and tests/ modules it imports (anywhere)."""
+    out: Dict[str, Set[str]] = {}
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        names: Set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+        out[f"bench.{path.stem}"] = {n for n in names if n.split(".")[0] in ("bench", "tests",
+                                                                           "pytest")}
+    return out
+
+
+def test_bench_needs_neither_pytest_nor_a_test_module():
+    # `pip install '.[bench]' && python3 -m bench.run --quick` has no pytest:
+    # bench may use the fakes of tests/fakes (plain modules), nothing else of tests/
+    bad = sorted(f"{m} -> {t}" for m, ts in _bench_imports().items() for t in ts
+                 if t.split(".")[0] == "pytest"
+                 or (t.startswith("tests") and not t.startswith("tests.fakes.")))
+    assert bad == []
+    assert "tests.fakes.slurm_backend" in _bench_imports()["bench.daemon_load"]
+
+
+def test_bench_has_no_import_cycle():
+    mods = _bench_imports()
+    graph = {m: {t for t in ts if t in mods} for m, ts in mods.items()}
+    assert cycles(graph) == []
+    assert "bench.process" in graph["bench.launch"]  # the check would see an import
