@@ -318,7 +318,11 @@ class HostSelection:
 
 
 @dataclass
-class Derived:
+class DerivedTree:
+    """What :func:`derive_fabric` makes of a discovered fabric: the switch
+    tree Slurm should see and how it was made (not :class:`slurmtopo.model.
+    Derived`, a loaded value's tables)."""
+
     fabric: Fabric
     notes: List[str] = field(default_factory=list)
     #: host -> physical leaf switch names its compute HCAs plug into
@@ -368,7 +372,7 @@ class _UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def derive_fabric(ib: IbFabric, select: Optional[HostSelection] = None) -> Derived:
+def derive_fabric(ib: IbFabric, select: Optional[HostSelection] = None) -> DerivedTree:
     """Slurm's view of an InfiniBand fabric: logical leaves (scalable units)
     holding hosts, logical switches above them, one level per hop.
 
@@ -405,7 +409,7 @@ class _Derivation:
         self.adj: Dict[str, Set[str]] = defaultdict(set)  # switch -> switches
         self.link_gbps: Dict[Tuple[str, str], List[float]] = defaultdict(list)
 
-    def run(self) -> Derived:
+    def run(self) -> DerivedTree:
         self.attach_hosts()
         leaves = {sw for sws in self.host_leaf.values() for sw in sws}
         self.check_rails()
@@ -417,8 +421,8 @@ class _Derivation:
                               "unit(s); each unit is one leaf for Slurm")
         host_leaves = {h: sorted((self.names[g] for g in self.host_leaf[h]), key=natural_key)
                        for h in sorted(self.host_leaf, key=natural_key)}
-        return Derived(fabric=Fabric(switches=tuple(switches)), notes=self.notes,
-                       host_leaves=host_leaves, members=members, left_out=self.left_out)
+        return DerivedTree(fabric=Fabric(switches=tuple(switches)), notes=self.notes,
+                           host_leaves=host_leaves, members=members, left_out=self.left_out)
 
     def attach_hosts(self) -> None:
         """CAs -> hosts on leaf switches; who is left out and why."""
