@@ -24,7 +24,8 @@ from typing import Dict, List, Sequence, Tuple
 from slurmtopo.errors import InventoryError
 from slurmtopo.hostlist import fold_hostlist
 from slurmtopo.model import Block, Fabric, Switch
-from slurmtopo.slurmfmt.checks import check_blocks, check_tree, raise_first_error, valid_block_sizes
+from slurmtopo.slurmfmt.checks import (check_blocks, check_tree, raise_first_error,
+                                       valid_block_sizes)
 from slurmtopo.slurmfmt.slurm_conf import ConfLine, conf_lines, hostlist_at
 
 SWITCH_KEYS = {"switchname", "switches", "nodes", "linkspeed"}
