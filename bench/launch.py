@@ -31,8 +31,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from bench.cli import (_env, _kb, _mib, _s, layout_for, median_run, show,  # noqa: E402
-                       slurmtopo, write_inventory)
+from bench.process import (NODES, QUICK_NODES, child_env as _env, kib as _kb,  # noqa: E402
+                           layout_for, median_run, mib as _mib, seconds as _s, show,
+                           slurmtopo, write_inventory)
 
 #: job sizes (ranks) of the start-time table
 WORLDS = (1024, 4096, 16384, 32768)
@@ -205,8 +206,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          f"{','.join(map(str, WORLDS))})")
     ap.add_argument("--repeats", type=int, default=None, help="runs per median (default 5)")
     args = ap.parse_args(argv)
-    from bench.cli import NODES, QUICK_NODES
-
     workdir = args.workdir or tempfile.mkdtemp(prefix="slurmtopo-bench-launch-")
     os.makedirs(workdir, exist_ok=True)
     nodes = args.nodes or (QUICK_NODES if args.quick else NODES)

@@ -64,7 +64,7 @@ def write_trace(path: str, jobs: int, gpus: int, load: float = 1.1, seed: int = 
 def write_inventory(directory: str, nodes: int) -> str:
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    from bench.cli import write_inventory as write
+    from bench.process import write_inventory as write
 
     return write(directory, nodes)
 

@@ -428,7 +428,7 @@ def topology_generation(hosts: int = 10000, repeats: int = 3) -> Dict[str, Any]:
     rails, scalable units of 32, pods of 8 units: 3 levels), derive the
     tree, render topology.conf."""
     mods = [_try_import(m) for m in ("bench.ibgen", "slurmtopo.admin.ibnetdiscover",
-                                     "slurmtopo.admin.generate", "slurmtopo.admin.topology_conf")]
+                                     "slurmtopo.admin.generate", "slurmtopo.slurmfmt.topology_files")]
     for mod in mods:
         if isinstance(mod, Exception):
             return {"skipped": f"topology generation not available: {mod}"}

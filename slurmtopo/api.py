@@ -11,7 +11,8 @@ Everything slurmtopo does for a job runs through here, in one order::
 :class:`~slurmtopo.request.JobRequest` and a :class:`ScriptOptions`, call
 :func:`prepare`, and show or write its result; the placement daemon loads
 its inventory with :func:`load_cluster` and prices placements with
-:func:`step_time`. A notebook or a launcher library calls the same three
+:func:`step_time` (both from :mod:`slurmtopo.cluster`, below the daemon and
+this module). A notebook or a launcher library calls the same three
 functions (docs/api.md has a runnable example).
 
 Nothing here parses command-line options or prints; Slurm is reached only
@@ -20,8 +21,9 @@ through the backend passed to :func:`submit`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple
 
+from slurmtopo.cluster import load_cluster, step_time  # noqa: F401  (the api's, kept below it)
 from slurmtopo.errors import PlacementError
 from slurmtopo.model import ClusterState, Inventory, Placement
 from slurmtopo.request import JobRequest
@@ -112,21 +114,6 @@ def live_state(cluster: Inventory, backend, partition: Optional[str] = None) -> 
                      features={n.name: tuple(n.features) for n in slurm_nodes})
 
 
-def load_cluster(paths: Union[str, Sequence[str]], write_cache: bool = True) -> Inventory:
-    """Read an inventory (file, directory of node reports, or several) and
-    validate all of it, the ``cost:`` block included, so a typo fails here
-    for every command and not only for the one that prices a plan.
-    ``write_cache`` False keeps no compiled form for next time (a dry run
-    writes nothing)."""
-    from slurmtopo.cost import cost_params
-    from slurmtopo.inventory import load_inventory
-
-    # each file is checked before its compiled form is kept; the whole again
-    inv = load_inventory(paths, check=cost_params, write_cache=write_cache)
-    cost_params(inv)  # validated and kept with it; raises InventoryError at file:line
-    return inv
-
-
 def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
                           partition: Optional[str] = None,
                           slurm_conf: Optional[str] = None) -> Tuple[Inventory, Tuple[str, ...]]:
@@ -138,8 +125,8 @@ def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
     partition for ``--switches``. Returns (cluster, notes)."""
     if not slurm_topology:
         return cluster, ()
-    from slurmtopo.admin.slurmconf import read_slurm_conf
-    from slurmtopo.admin.topology_conf import apply_fabric, read_one_topology
+    from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
+    from slurmtopo.slurmfmt.topology_files import apply_fabric, read_one_topology
 
     wanted = read_slurm_conf(slurm_conf).partition_topology(partition) if slurm_conf else None
     name, fabric = read_one_topology(slurm_topology, wanted)
@@ -217,14 +204,6 @@ def price(cluster: Inventory, placement: Placement, request: JobRequest):
     from slurmtopo.cost import cost_params, evaluate
 
     return evaluate(cluster, placement, request, cost_params(cluster))
-
-
-def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
-              params=None) -> float:
-    """The modelled seconds per training step of ``placement``."""
-    from slurmtopo.cost import evaluate
-
-    return float(evaluate(cluster, placement, request, params, step_only=True).step_time_s)
 
 
 def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobRequest,

@@ -172,11 +172,6 @@ class Layout:
     # ---- derived values (each validates first; resolving is O(1)) ----
 
     @property
-    def model_size(self) -> int:
-        """tp * cp * pp: ranks holding one replica of the dense model."""
-        return self.tp * self.cp * self.pp
-
-    @property
     def expert_dp(self) -> int:
         """Expert data-parallel size, world // (expert_tp * ep * pp)."""
         lay = self.resolved()

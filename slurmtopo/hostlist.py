@@ -43,6 +43,12 @@ _REFUSED = {"!": "the set operator '!'", "&": "the set operator '&'",
 _RANGE_ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*(?:/\s*(\d+)\s*)?)?$")
 
 
+def natural_key(name: str):
+    """``gpu2`` < ``gpu10``, ``mlx5_2`` < ``mlx5_10``: sort names the way
+    people number them (hosts, switches, blocks, devices)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
 class HostlistError(ValueError):
     """A hostlist or index range that Slurm would not read as the same hosts."""
 

@@ -110,6 +110,14 @@ class _Parser:
     def __init__(self, path: str):
         self.r = Reader(path)
         self.path = path
+        #: preset name -> its Hardware, one object for every node of this document
+        self._presets: Dict[str, Hardware] = {}
+
+    def preset(self, name: str) -> Hardware:
+        hw = self._presets.get(name)
+        if hw is None:
+            hw = self._presets[name] = preset(name)
+        return hw
 
     def where(self, obj, key=None) -> str:
         line = Reader.line(obj, key)
@@ -308,7 +316,7 @@ class _Parser:
                 if p not in PRESETS:
                     raise r.error(f"unknown preset {p!r} (known: {', '.join(sorted(PRESETS))})",
                                   Reader.line(spec, "preset"))
-                base = preset(p)
+                base = self.preset(p)
             out[str(name)] = self.hardware(spec, base, f"node type {name!r}")
         return out
 
@@ -327,7 +335,7 @@ class _Parser:
                 if tname in types:
                     base = types[tname]
                 elif tname in PRESETS:
-                    base = preset(tname)
+                    base = self.preset(tname)
                 else:
                     known = sorted(set(types) | set(PRESETS))
                     raise r.error(f"unknown node type {tname!r} (known: {', '.join(known)})",

@@ -458,11 +458,11 @@ PRESETS: Dict[str, Callable[[], Hardware]] = {
     "oci-bm.gpu.h100.8": oci_bm_gpu_h100_8,
 }
 
-_cache: Dict[str, Hardware] = {}
-
-
 def preset(name: str) -> Hardware:
-    """The shared Hardware object of a preset (KeyError when unknown)."""
-    if name not in _cache:
-        _cache[name] = PRESETS[name]()
-    return _cache[name]
+    """A new Hardware object of a preset (KeyError when unknown).
+
+    New on every call: a Hardware carries its derived tables
+    (:class:`slurmtopo.model.Derived`), which must live no longer than the
+    inventory that uses it, so no process-wide copy is kept here; the
+    inventory reader shares one object among the nodes of one document."""
+    return PRESETS[name]()

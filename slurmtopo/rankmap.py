@@ -39,10 +39,6 @@ from slurmtopo.model import (Hardware, Inventory, Placement, RankSlot, format_cp
 
 RANKMAP_VERSION = 1
 
-#: variables every rank gets, in the order they are shown
-RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-             "CUDA_VISIBLE_DEVICES")
-
 
 # --------------------------------------------------------------------------
 # checks
@@ -618,11 +614,6 @@ def group_indices(placement: Placement, kinds: Sequence[str]) -> Dict[str, List[
     from slurmtopo.groups import rank_to_group
 
     return {k: rank_to_group(placement.groups, k) for k in kinds if k in placement.groups}
-
-
-def hosts_gpus(placement: Placement) -> List[Tuple[str, List[int]]]:
-    """(host, GPUs in local rank order) in host order."""
-    return [(h, placement.gpus_on(h)) for h in _hosts(placement)]
 
 
 def node_contiguous(placement: Placement) -> Optional[str]:

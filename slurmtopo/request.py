@@ -283,16 +283,6 @@ class JobRequest:
     def world(self) -> int:
         return self.layout.world
 
-    @classmethod
-    def parse_constraints(cls, require: List[str], prefer: List[str]) -> Tuple[dict, dict]:
-        """Parse ``--require``/``--prefer`` texts such as ``tp=nvlink`` or
-        ``tp=nvlink,dp=leaf`` into two dicts kind -> level.
-
-        Kind spellings with ``_`` are accepted (``expert_tp``), and a few
-        level aliases (``pcie``, ``socket``, ``host``, ``domain``, ``switch``).
-        """
-        return parse_pairs(require, "require"), parse_pairs(prefer, "prefer")
-
     def constraint(self, kind: str) -> Tuple[Optional[str], bool]:
         """(level, hard) for ``kind``: the require level if any, else the
         prefer level (soft), else (None, False)."""

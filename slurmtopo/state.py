@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from slurmtopo.errors import InventoryError
 from slurmtopo.hostlist import expand_hostlist
 from slurmtopo.model import SCHEMA_VERSION, ClusterState, Inventory, NodeState, format_cpulist, parse_cpulist
 from slurmtopo.yamlio import (Reader, as_bool, as_pos_int, as_str, document_kind, dump_yaml,
@@ -98,12 +97,3 @@ def state_dict(state: ClusterState) -> Dict[str, Any]:
 
 def dump_state(state: ClusterState) -> str:
     return dump_yaml(state_dict(state))
-
-
-def unknown_nodes_error(state: ClusterState, inventory: Inventory) -> Optional[InventoryError]:
-    """An error naming the first state node missing from the inventory."""
-    for name in state.nodes:
-        if name not in inventory.nodes:
-            return InventoryError(f"state names node {name!r}, which is not in the inventory",
-                                  state.source)
-    return None

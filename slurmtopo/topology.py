@@ -216,13 +216,6 @@ def host_link(inv: Inventory, a: Node, b: Node) -> LinkClass:
     return network_view(inv.fabric).distance(a.name, b.name)
 
 
-def gpu_link(inv: Inventory, a: Tuple[str, int], b: Tuple[str, int]) -> LinkClass:
-    """Class of the link between (host, gpu) ``a`` and (host, gpu) ``b``."""
-    if a[0] == b[0]:
-        return inv.nodes[a[0]].hardware.link(a[1], b[1])
-    return host_link(inv, inv.nodes[a[0]], inv.nodes[b[0]])
-
-
 def block_of(inv: Inventory) -> Dict[str, str]:
     """host -> block name, from explicit blocks and NVLink domains."""
     out: Dict[str, str] = {}

@@ -21,7 +21,8 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.plandoc", "slurmtopo.launchers", "slurmtopo.sbatch", "slurmtopo.preview",
         "slurmtopo.tablefit",
         "slurmtopo.inventory",
-        "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe")
+        "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
+        "slurmtopo.slurmfmt", "slurmtopo.cluster")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
          "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate", "slurmtopo.audit",
@@ -109,7 +110,7 @@ def _under(mod: str, prefixes) -> bool:
 def test_the_walker_sees_lazy_imports():
     graph = import_graph()
     # both are imported only inside function bodies
-    assert "slurmtopo.api" in graph["slurmtopo.daemon.scheduler"]
+    assert "slurmtopo.cluster" in graph["slurmtopo.daemon.scheduler"]
     assert "slurmtopo.placement.intranode" in graph["slurmtopo.cost.bound"]
 
 
@@ -142,6 +143,31 @@ def test_placement_never_imports_the_cost_model():
     assert not any(_under(t, ("slurmtopo.choice",)) for t in graph["slurmtopo.cost"])
 
 
+def test_slurm_formats_sit_below_admin_agent_and_api():
+    # slurm.conf, topology.conf/yaml, gres.conf and GRES strings have one
+    # home (slurmtopo.slurmfmt, pure): admin/, agent/, slurm/ and the api
+    # import it, and admin/ and agent/ never import each other for them
+    graph = import_graph()
+    assert "slurmtopo.slurmfmt.topology_files" in graph["slurmtopo.api"]
+    assert "slurmtopo.slurmfmt.gres_strings" in graph["slurmtopo.slurm.parse"]
+    assert "slurmtopo.slurmfmt.gres_lines" in graph["slurmtopo.agent.watch"]
+    assert "slurmtopo.slurmfmt.slurm_conf" in graph["slurmtopo.admin.generate"]
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts
+                 if (_under(m, ("slurmtopo.admin",)) and _under(t, ("slurmtopo.agent",)))
+                 or (_under(m, ("slurmtopo.agent",)) and _under(t, ("slurmtopo.admin",))))
+    assert bad == []
+
+
+def test_the_daemon_never_climbs_up_to_the_api():
+    # loading a cluster and pricing a step live below both (slurmtopo.cluster)
+    graph = import_graph()
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if _under(m, ("slurmtopo.daemon",))
+                 for t in ts if _under(t, ("slurmtopo.api",)))
+    assert bad == []
+    assert "slurmtopo.cluster" in graph["slurmtopo.daemon.loop"]
+    assert "slurmtopo.cluster" in graph["slurmtopo.api"]
+
+
 def test_nothing_below_the_simulator_imports_it():
     # slurmtopo simulate is a use case beside the daemon and the api: only
     # the command line may import it
@@ -169,3 +195,36 @@ def test_the_audit_is_computation_apart_from_slurm():
     assert users == ["slurmtopo.commands.audit", "slurmtopo.commands.state"]
     assert "slurmtopo.simulate.freestate" in graph["slurmtopo.audit.stranded"]
     assert "slurmtopo.simulate.layouts" in graph["slurmtopo.audit.placements"]
+
+
+def _bench_imports() -> Dict[str, Set[str]]:
+    """bench module -> the bench/ and tests/ modules it imports (anywhere)."""
+    out: Dict[str, Set[str]] = {}
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        names: Set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+        out[f"bench.{path.stem}"] = {n for n in names if n.split(".")[0] in ("bench", "tests",
+                                                                           "pytest")}
+    return out
+
+
+def test_bench_needs_neither_pytest_nor_a_test_module():
+    # `pip install '.[bench]' && python3 -m bench.run --quick` has no pytest:
+    # bench may use the fakes of tests/fakes (plain modules), nothing else of tests/
+    bad = sorted(f"{m} -> {t}" for m, ts in _bench_imports().items() for t in ts
+                 if t.split(".")[0] == "pytest"
+                 or (t.startswith("tests") and not t.startswith("tests.fakes.")))
+    assert bad == []
+    assert "tests.fakes.slurm_backend" in _bench_imports()["bench.daemon_load"]
+
+
+def test_bench_has_no_import_cycle():
+    mods = _bench_imports()
+    graph = {m: {t for t in ts if t in mods} for m, ts in mods.items()}
+    assert cycles(graph) == []
+    assert "bench.process" in graph["bench.launch"]  # the check would see an import

@@ -7,7 +7,7 @@ from slurmtopo.errors import LayoutError
 from slurmtopo.groups import Layout
 from slurmtopo.links import LinkClass
 from slurmtopo.request import (LEVEL_INDEX, LEVELS, JobRequest, level_of_class, normalise_kind,
-                               normalise_level, satisfies)
+                               normalise_level, parse_pairs, satisfies)
 
 
 def test_levels_are_ordered_tightest_first():
@@ -54,14 +54,19 @@ def test_satisfies_examples():
     assert not satisfies(LinkClass.NET_L1, "leaf")
 
 
+def parse_constraints(require, prefer):
+    """--require/--prefer texts as the command line reads them."""
+    return parse_pairs(require, "require"), parse_pairs(prefer, "prefer")
+
+
 def test_parse_constraints_simple():
-    req, pref = JobRequest.parse_constraints(["tp=nvlink"], ["dp=leaf", "pp=spine"])
+    req, pref = parse_constraints(["tp=nvlink"], ["dp=leaf", "pp=spine"])
     assert req == {"tp": "nvlink"}
     assert pref == {"dp": "leaf", "pp": "spine"}
 
 
 def test_parse_constraints_commas_aliases_and_spelling():
-    req, pref = JobRequest.parse_constraints(["tp=NVLink, expert_tp=pcie"], ["dp-cp=socket"])
+    req, pref = parse_constraints(["tp=NVLink, expert_tp=pcie"], ["dp-cp=socket"])
     assert req == {"tp": "nvlink", "expert-tp": "pcie-switch"}
     assert pref == {"dp-cp": "numa"}
     assert normalise_level("host") == "node"
@@ -71,8 +76,8 @@ def test_parse_constraints_commas_aliases_and_spelling():
 
 
 def test_parse_constraints_empty():
-    assert JobRequest.parse_constraints([], []) == ({}, {})
-    assert JobRequest.parse_constraints(None, None) == ({}, {})
+    assert parse_constraints([], []) == ({}, {})
+    assert parse_constraints(None, None) == ({}, {})
 
 
 @pytest.mark.parametrize("text,match", [
@@ -84,12 +89,12 @@ def test_parse_constraints_empty():
 ])
 def test_parse_constraints_errors(text, match):
     with pytest.raises(LayoutError, match=match):
-        JobRequest.parse_constraints([text], [])
+        parse_constraints([text], [])
 
 
 def test_parse_error_lists_the_levels():
     with pytest.raises(LayoutError) as exc:
-        JobRequest.parse_constraints([], ["tp=fast"])
+        parse_constraints([], ["tp=fast"])
     assert "nvlink, pcie-switch, numa, node, nvlink-domain, leaf, spine, any" in str(exc.value)
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.sbatch import SbatchRequest
+from slurmtopo.sbatch import SbatchRequest, directives
 from slurmtopo.sbatch.directives import (DirectiveError, parse_words, read_extras,
                                          split_directive)
 from slurmtopo.sbatch.script import PLANNED, extras_problem
@@ -186,3 +186,39 @@ def test_garbage_is_one_line_or_passes(text):
     except DirectiveError as exc:  # pragma: no cover - must never escape
         raise AssertionError(exc)
     assert why is None or "\n" not in why
+
+
+# -- a batch script's own directives: one reader, sbatch's precedence ------
+
+TWICE = """#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH -N 4 --time=10
+#SBATCH --ntasks-per-node=8
+  #SBATCH --nodes=9
+#SBATCH --time 20
+# a comment
+srun true
+#SBATCH --nodes=16
+"""
+
+
+def test_script_options_take_the_last_value_as_sbatch_does():
+    # opt.c: the script's words go through getopt_long in order, each option
+    # overriding the one before; an indented #SBATCH is a comment; the
+    # header ends at the first command; the command line comes after
+    values = directives.option_values(directives.script_options(TWICE))
+    assert values["nodes"] == "4" and values["time"] == "20"
+    assert directives.option_values(directives.script_options(TWICE, ["--nodes=3"]))["nodes"] \
+        == "3"
+
+
+def test_daemon_and_pyslurm_read_directives_alike():
+    # daemon/submit read the last value, the pyslurm backend the first: both
+    # now read through sbatch/directives and agree with sbatch
+    from slurmtopo.daemon.submit import script_shape
+    from slurmtopo.slurm.pyslurm_backend import sbatch_directives
+
+    assert script_shape(TWICE).nodes == 4
+    assert sbatch_directives(TWICE)["nodes"] == "4"
+    assert sbatch_directives(TWICE)["time"] == "20"
+    assert script_shape(TWICE, ["-N", "3"]).nodes == 3

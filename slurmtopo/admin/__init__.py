@@ -5,10 +5,11 @@ Cluster admins regenerate ``topology.conf`` (or ``topology.yaml``) and
 hand edits and without ever leaving slurmctld a broken file:
 
 * :mod:`.collect` gathers node reports (shared directory or SSH);
-* :mod:`.ibnetdiscover` parses the fabric, :mod:`.fabric` turns it into the
+* :mod:`.ibnetdiscover` parses the fabric, :mod:`.switch_tree` turns it into the
   switch tree Slurm should see (scalable units, levels, logical switches);
-* :mod:`.topology_conf` and :mod:`.gres_conf` write and read Slurm's files;
-* :mod:`.checks` refuses output Slurm would reject or that drops nodes;
+* :mod:`.generate` builds the topology and :mod:`slurmtopo.slurmfmt` writes
+  and reads Slurm's files, with the checks that refuse output Slurm would
+  reject or that drops nodes;
 * :mod:`.publish` shows the diff or writes atomically with a backup.
 
 Parsing and generation are pure (text in, model out); only :mod:`.collect`,

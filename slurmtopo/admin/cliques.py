@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Dict, List, Sequence, Tuple
 
-from slurmtopo.admin.switch_tree import natural_key
+from slurmtopo.hostlist import natural_key
 from slurmtopo.model import Block, Inventory, NvlinkDomain
 
 

@@ -14,7 +14,7 @@ import difflib
 import os
 from typing import Callable, List, Optional, Sequence
 
-from slurmtopo.admin.checks import ERROR, REFUSE, Problem, enforce
+from slurmtopo.slurmfmt.checks import ERROR, REFUSE, Problem, enforce
 from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.fileio import KEEP_BACKUPS, atomic_write
 

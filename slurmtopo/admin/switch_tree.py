@@ -36,23 +36,16 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence,
 
 
 from slurmtopo.admin.ibnetdiscover import IbFabric, IbNode
-from slurmtopo.hostlist import fold_hostlist
+from slurmtopo.hostlist import fold_hostlist, natural_key
 from slurmtopo.model import Fabric, Switch
+from slurmtopo.slurmfmt.checks import NAME_RE
 
-#: what Slurm and ClusterShell both read as one plain name
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: words of vendors' default node descriptions ("MT4123 ConnectX6 Mellanox Technologies")
 _VENDOR = re.compile(r"(?i)\b(mellanox|technologies|nvidia|voltaire|qlogic|infinihost|connectx"
                      r"|bluefield|infiniscale|switchx|switch-ib|switchib|quantum|spectrum"
                      r"|sharp|aggregation)\b|^MT\d+\b")
 _MF0 = re.compile(r"^MF0;([^:;]+):([^/]*)(?:/(.*))?$")
-_TRAILING_INT = re.compile(r"(\d+)$")
 _IPV4 = re.compile(r"^\d+(\.\d+){3}$")
-
-
-def natural_key(name: str):
-    """``gpu2`` < ``gpu10``: sort names the way people number them."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 # --------------------------------------------------------------------------
@@ -281,11 +274,6 @@ def group_names(groups: List[List[str]], taken: Set[str]) -> List[str]:
     return out
 
 
-def group_name(members: List[str], taken: Set[str]) -> str:
-    """A name for one logical switch made of several physical ones."""
-    return group_names([list(members)], set(taken) - set(members))[0]
-
-
 # --------------------------------------------------------------------------
 # Deriving the tree
 
@@ -330,7 +318,11 @@ class HostSelection:
 
 
 @dataclass
-class Derived:
+class DerivedTree:
+    """What :func:`derive_fabric` makes of a discovered fabric: the switch
+    tree Slurm should see and how it was made (not :class:`slurmtopo.model.
+    Derived`, a loaded value's tables)."""
+
     fabric: Fabric
     notes: List[str] = field(default_factory=list)
     #: host -> physical leaf switch names its compute HCAs plug into
@@ -380,7 +372,7 @@ class _UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def derive_fabric(ib: IbFabric, select: Optional[HostSelection] = None) -> Derived:
+def derive_fabric(ib: IbFabric, select: Optional[HostSelection] = None) -> DerivedTree:
     """Slurm's view of an InfiniBand fabric: logical leaves (scalable units)
     holding hosts, logical switches above them, one level per hop.
 
@@ -417,7 +409,7 @@ class _Derivation:
         self.adj: Dict[str, Set[str]] = defaultdict(set)  # switch -> switches
         self.link_gbps: Dict[Tuple[str, str], List[float]] = defaultdict(list)
 
-    def run(self) -> Derived:
+    def run(self) -> DerivedTree:
         self.attach_hosts()
         leaves = {sw for sws in self.host_leaf.values() for sw in sws}
         self.check_rails()
@@ -429,8 +421,8 @@ class _Derivation:
                               "unit(s); each unit is one leaf for Slurm")
         host_leaves = {h: sorted((self.names[g] for g in self.host_leaf[h]), key=natural_key)
                        for h in sorted(self.host_leaf, key=natural_key)}
-        return Derived(fabric=Fabric(switches=tuple(switches)), notes=self.notes,
-                       host_leaves=host_leaves, members=members, left_out=self.left_out)
+        return DerivedTree(fabric=Fabric(switches=tuple(switches)), notes=self.notes,
+                           host_leaves=host_leaves, members=members, left_out=self.left_out)
 
     def attach_hosts(self) -> None:
         """CAs -> hosts on leaf switches; who is left out and why."""

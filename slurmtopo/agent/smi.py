@@ -28,7 +28,7 @@ from slurmtopo.agent.cpulayout import infer_cpu_layout
 from slurmtopo.agent.report import Discovery, report_block, short_hostname
 from slurmtopo.errors import InventoryError
 from slurmtopo.links import parse_token, normalise_token
-from slurmtopo.model import CpuTopology, Gpu, Hardware, Nic, Node, parse_cpulist
+from slurmtopo.model import Gpu, Hardware, Nic, Node, parse_cpulist
 
 #: multi-word trailing column names, as nvidia-smi spells them
 TRAILING = (("GPU", "NUMA", "ID"), ("CPU", "Affinity"), ("NUMA", "Affinity"))
@@ -225,14 +225,6 @@ def place_trailing(values: List[str], columns: List[str]) -> Dict[str, Optional[
 
 # ---------------------------------------------------------------------------
 # Model
-
-
-def infer_cpu_topology(affinities: Sequence[Tuple[int, ...]],
-                       threads_per_core: Optional[int] = None,
-                       numa_nodes: Sequence[Optional[int]] = ()) -> Optional[CpuTopology]:
-    """CPU layout from GPU affinity lists alone (no sysfs at hand); the
-    guesses it rests on: :func:`slurmtopo.agent.cpulayout.infer_cpu_layout`."""
-    return infer_cpu_layout(affinities, numa_nodes, threads_per_core).cpu
 
 
 def looks_like_nvswitch(links: Sequence[Sequence[str]]) -> bool:

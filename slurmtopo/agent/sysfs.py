@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from slurmtopo.hostlist import natural_key
 from slurmtopo.model import CpuTopology, parse_cpulist
 
 PCI_RE = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
@@ -50,11 +51,6 @@ def canonical_pci(bus_id) -> Optional[str]:
         return None
     dom, bus, dev, fn = m.groups()
     return f"{int(dom, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
-
-
-def natural_key(name: str):
-    """``mlx5_2`` sorts before ``mlx5_10`` (as people number devices)."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
 from slurmtopo.agent import health
-from slurmtopo.agent.gres import gres_text
+from slurmtopo.slurmfmt.gres_lines import gres_text
 from slurmtopo.agent.report import Discovery, comparable
 from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.fileio import atomic_write

@@ -120,7 +120,7 @@ def _check_usable(found) -> None:
 def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, model,
              threads_per_core, report_path, type_name, output, slurm_version, as_json):
     """Print this node's gres.conf lines, as slurmd -G (AutoDetect=nvml) would."""
-    from slurmtopo.agent.gres import gres_text
+    from slurmtopo.slurmfmt.gres_lines import gres_text
 
     if report_path:
         from slurmtopo.inventory import load_inventory

@@ -32,7 +32,7 @@ def echo_out(text: str) -> None:
 
 
 def _slurm_version(_ctx, _param, value):
-    from slurmtopo.agent.gres import parse_slurm_version
+    from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
     try:
         return parse_slurm_version(value)
     except ValueError as exc:
@@ -123,7 +123,7 @@ def parse_sizes(text: Optional[str]) -> Optional[List[int]]:
         sizes = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise SlurmtopoError(f"--block-sizes must be numbers, e.g. 18,36, got {text!r}") from None
-    from slurmtopo.admin.checks import valid_block_sizes
+    from slurmtopo.slurmfmt.checks import valid_block_sizes
     why = valid_block_sizes(sizes)
     if why:
         raise SlurmtopoError(f"--block-sizes: {why}")
@@ -140,7 +140,7 @@ def load_reports(path: Optional[str]):
 def load_slurm_conf(path: Optional[str]):
     if path is None:
         return None
-    from slurmtopo.admin.slurmconf import read_slurm_conf
+    from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
     return read_slurm_conf(path)
 
 
@@ -149,7 +149,7 @@ def load_fabric(path: Optional[str]):
     Slurm topology.conf/topology.yaml (to convert or re-check it)."""
     if path is None:
         return None
-    from slurmtopo.admin.topology_conf import read_topology_conf
+    from slurmtopo.slurmfmt.topology_files import read_topology_conf
     from slurmtopo.inventory import parse_inventory
     from slurmtopo.yamlio import load_document
     if path.endswith(".conf"):
@@ -236,7 +236,7 @@ def read_checked(path: str, parse, as_json: bool = False):
     ``as_json`` the verdict object on stdout as well (``ok`` false, the
     error as its one problem), so a monitoring script reads every outcome
     the same way."""
-    from slurmtopo.admin.slurmconf import read_text
+    from slurmtopo.slurmfmt.slurm_conf import read_text
 
     stage = "cannot be read"
     try:
@@ -259,7 +259,7 @@ def report_check(path: str, problems, summary: str, as_json: bool = False) -> No
     ``path: summary: OK``. With ``as_json`` the verdict is one JSON object
     on stdout (``path``, ``summary``, ``ok``, ``problems``); exit 1 all
     the same when it is not OK."""
-    from slurmtopo.admin.checks import ERROR, REFUSE
+    from slurmtopo.slurmfmt.checks import ERROR, REFUSE
 
     bad = [p for p in problems if p.severity in (ERROR, REFUSE)]
     if as_json:

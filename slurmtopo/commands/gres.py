@@ -30,9 +30,9 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_
     --slurm-conf: a node with Gres=gpu there must get the same GPUs here.
     """
     from slurmtopo import __version__
-    from slurmtopo.admin.checks import check_text
-    from slurmtopo.admin.gres_conf import (check_gres, cluster_gres_conf, describe_changes,
-                                           layout_differences, parse_gres_conf, read_gres_conf)
+    from slurmtopo.slurmfmt.checks import check_text
+    from slurmtopo.slurmfmt.gres_conf import (check_gres, cluster_gres_conf, describe_changes,
+                                              layout_differences, parse_gres_conf, read_gres_conf)
     from slurmtopo.admin.publish import publish
 
     msgs = Messages(as_json)
@@ -56,7 +56,7 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_
     problems = (check_text(text, "gres.conf") + check_gres(lines, slurm)
                 + layout_differences(chosen, slurm))
     if wanted is not None:
-        from slurmtopo.admin.checks import REFUSE, Problem, sample_hosts
+        from slurmtopo.slurmfmt.checks import REFUSE, Problem, sample_hosts
         missing = [n for n in wanted if n not in inv.nodes]
         if missing:
             problems.append(Problem(REFUSE, f"no report for {len(missing)} node(s) of --nodes: "
@@ -82,8 +82,8 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_
 @guard
 def check_cmd(path, slurm_conf, as_json):
     """Read an existing gres.conf and check it."""
-    from slurmtopo.admin.checks import check_text
-    from slurmtopo.admin.gres_conf import check_gres, parse_gres_conf
+    from slurmtopo.slurmfmt.checks import check_text
+    from slurmtopo.slurmfmt.gres_conf import check_gres, parse_gres_conf
 
     text, lines = read_checked(path, parse_gres_conf, as_json)
     slurm = load_slurm_conf(slurm_conf)

@@ -57,9 +57,11 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
     from slurmtopo.admin.generate import build_topology, header
     from slurmtopo.admin.ibnetdiscover import read_ibnetdiscover
     from slurmtopo.admin.publish import publish
-    from slurmtopo.admin.checks import check_plugin, check_text
-    from slurmtopo.admin.topology_conf import (check, describe_changes, parse_topology_conf,
-                                               parse_topology_yaml, read_topology_conf, render)
+    from slurmtopo.slurmfmt.checks import check_plugin, check_text
+    from slurmtopo.slurmfmt.topology_conf import parse_topology_conf
+    from slurmtopo.slurmfmt.topology_files import (check, describe_changes, read_topology_conf,
+                                                   render)
+    from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
     from slurmtopo.errors import SlurmtopoError
 
     if ibnet and fabric_path:
@@ -112,8 +114,8 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 @guard
 def check_cmd(path, slurm_conf, as_json):
     """Read an existing topology.conf/topology.yaml and check it."""
-    from slurmtopo.admin.checks import check_plugin, check_text
-    from slurmtopo.admin.topology_conf import check, is_yaml_path, topology_from_text
+    from slurmtopo.slurmfmt.checks import check_plugin, check_text
+    from slurmtopo.slurmfmt.topology_files import check, is_yaml_path, topology_from_text
     from slurmtopo.topology import switch_levels
 
     text, fabric = read_checked(path, topology_from_text, as_json)

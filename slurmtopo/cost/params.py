@@ -156,86 +156,17 @@ class CostParams:
         cost = inv.cost or {}
         if not cost:
             return p
-        src = inv.source
-
-        def line(obj, key=None):
-            from slurmtopo.yamlio import Reader
-            return Reader.line(obj, key)
-
-        def fail(msg, obj=None, key=None):
-            return InventoryError(f"cost: {msg}", src, line(obj, key) if obj is not None else None)
-
-        for key in cost:
-            if key not in COST_KEYS:
-                raise fail(f"unknown key {key!r} (allowed: {', '.join(COST_KEYS)})")
-
-        def mapping(key):
-            v = cost.get(key)
-            if v is None:
-                return None
-            if not isinstance(v, Mapping):
-                raise fail(f"{key} must be a mapping, got {v!r}", v)
-            return v
-
-        def per_class(key, allow_zero, only=None, most=None):
-            m = mapping(key)
-            out = {}
-            for k, v in (m or {}).items():
-                try:
-                    c = _class_key(k)
-                    if only is not None and c not in only:
-                        raise ValueError(f"{key} takes only {', '.join(x.name for x in only)}, "
-                                         f"not {c.name}")
-                    out[c] = _positive(v, f"{key}.{k}", allow_zero, most)
-                except ValueError as exc:
-                    raise fail(str(exc), m, k) from None
-            return out
-
-        for c, us in per_class("alpha_us", True).items():
+        block = _CostBlock(cost, inv.source)
+        for c, us in block.per_class("alpha_us", True).items():
             p.alpha[c] = us * 1e-6
-        p.bandwidth.update(per_class("bandwidth_gbps", False))
-        p.pcie_factor.update(per_class("pcie_factor", False, tuple(DEFAULT_PCIE_FACTOR)))
-        p.oversubscription.update(per_class("oversubscription", False, NETWORK_CLASSES))
-
-        # a table by GPU model substring (entries given first), or one
-        # number for every model (the table emptied, the default set)
-        for key, allow_zero, most in (("nvlink_lane_gbps", False, None),
-                                      ("pcie_gbps", False, None),
-                                      ("nvls_efficiency", True, 1.0), ("nvls_us", True, None)):
-            v = cost.get(key)
-            if isinstance(v, Mapping):
-                out = []
-                for k, x in v.items():
-                    try:
-                        out.append((str(k).lower(), _positive(x, f"{key}.{k}", allow_zero, most)))
-                    except ValueError as exc:
-                        raise fail(str(exc), v, k) from None
-                setattr(p, key, tuple(out) + tuple(getattr(p, key)))
-            elif v is not None:
-                try:
-                    flat = _positive(v, key, allow_zero, most)
-                except ValueError as exc:
-                    raise fail(str(exc), cost) from None
-                setattr(p, key, ())
-                setattr(p, f"default_{key}", flat)
-        for key in ("default_nic_gbit", "inter_socket_gbps"):
-            if cost.get(key) is not None:
-                try:
-                    setattr(p, key, _positive(cost[key], key))
-                except ValueError as exc:
-                    raise fail(str(exc), cost) from None
-        p.efficiency.update(per_class("efficiency", False, most=1.0))
-        _parse_model(p, cost, fail, mapping)
-        mb = mapping("message_bytes")
-        for k, v in (mb or {}).items():
-            from slurmtopo.errors import LayoutError
-            from slurmtopo.request import normalise_kind
-            try:
-                kind = normalise_kind(k)
-                p.message_bytes[kind] = parse_bytes(v)
-            except (ValueError, LayoutError) as exc:
-                text = exc.message if isinstance(exc, LayoutError) else str(exc)
-                raise fail(f"message_bytes: {text}", mb, k) from None
+        p.bandwidth.update(block.per_class("bandwidth_gbps", False))
+        p.pcie_factor.update(block.per_class("pcie_factor", False, tuple(DEFAULT_PCIE_FACTOR)))
+        p.oversubscription.update(block.per_class("oversubscription", False, NETWORK_CLASSES))
+        block.model_tables(p)
+        block.numbers(p)
+        p.efficiency.update(block.per_class("efficiency", False, most=1.0))
+        _parse_model(p, block.cost, block.fail, block.mapping)
+        block.message_bytes(p)
         return p
 
     # ---- per-hardware figures ---------------------------------------------
@@ -288,6 +219,95 @@ class CostParams:
         if req is not None and kind in req.message_bytes:
             return int(req.message_bytes[kind])
         return int(self.message_bytes.get(kind, DEFAULT_MESSAGE_BYTES.get(kind, MiB)))
+
+
+class _CostBlock:
+    """An inventory's ``cost:`` block, read key by key: every bad value is
+    one :class:`InventoryError` naming the key (and its line)."""
+
+    def __init__(self, cost: Mapping, source: Optional[str]):
+        self.cost = cost
+        self.src = source
+        for key in cost:
+            if key not in COST_KEYS:
+                raise self.fail(f"unknown key {key!r} (allowed: {', '.join(COST_KEYS)})")
+
+    def fail(self, msg, obj=None, key=None) -> InventoryError:
+        from slurmtopo.yamlio import Reader
+        return InventoryError(f"cost: {msg}", self.src,
+                              Reader.line(obj, key) if obj is not None else None)
+
+    def mapping(self, key):
+        v = self.cost.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, Mapping):
+            raise self.fail(f"{key} must be a mapping, got {v!r}", v)
+        return v
+
+    def per_class(self, key, allow_zero, only=None, most=None):
+        """``key`` as link class -> figure (``only``: the classes it takes)."""
+        m = self.mapping(key)
+        out = {}
+        for k, v in (m or {}).items():
+            try:
+                c = _class_key(k)
+                if only is not None and c not in only:
+                    raise ValueError(f"{key} takes only {', '.join(x.name for x in only)}, "
+                                     f"not {c.name}")
+                out[c] = _positive(v, f"{key}.{k}", allow_zero, most)
+            except ValueError as exc:
+                raise self.fail(str(exc), m, k) from None
+        return out
+
+    def model_tables(self, p: "CostParams") -> None:
+        """The figures given per GPU model substring, or as one number."""
+        cost, fail = self.cost, self.fail
+        # a table by GPU model substring (entries given first), or one
+        # number for every model (the table emptied, the default set)
+        for key, allow_zero, most in (("nvlink_lane_gbps", False, None),
+                                      ("pcie_gbps", False, None),
+                                      ("nvls_efficiency", True, 1.0), ("nvls_us", True, None)):
+            v = cost.get(key)
+            if isinstance(v, Mapping):
+                out = []
+                for k, x in v.items():
+                    try:
+                        out.append((str(k).lower(), _positive(x, f"{key}.{k}", allow_zero, most)))
+                    except ValueError as exc:
+                        raise fail(str(exc), v, k) from None
+                setattr(p, key, tuple(out) + tuple(getattr(p, key)))
+            elif v is not None:
+                try:
+                    flat = _positive(v, key, allow_zero, most)
+                except ValueError as exc:
+                    raise fail(str(exc), cost) from None
+                setattr(p, key, ())
+                setattr(p, f"default_{key}", flat)
+
+    def numbers(self, p: "CostParams") -> None:
+        """The plain numbers (default NIC speed, inter-socket bandwidth)."""
+        cost, fail = self.cost, self.fail
+        for key in ("default_nic_gbit", "inter_socket_gbps"):
+            if cost.get(key) is not None:
+                try:
+                    setattr(p, key, _positive(cost[key], key))
+                except ValueError as exc:
+                    raise fail(str(exc), cost) from None
+
+    def message_bytes(self, p: "CostParams") -> None:
+        """The collective size per group kind."""
+        fail = self.fail
+        mb = self.mapping("message_bytes")
+        for k, v in (mb or {}).items():
+            from slurmtopo.errors import LayoutError
+            from slurmtopo.request import normalise_kind
+            try:
+                kind = normalise_kind(k)
+                p.message_bytes[kind] = parse_bytes(v)
+            except (ValueError, LayoutError) as exc:
+                text = exc.message if isinstance(exc, LayoutError) else str(exc)
+                raise fail(f"message_bytes: {text}", mb, k) from None
 
 
 def _parse_model(p: CostParams, cost: Mapping, fail, mapping) -> None:

@@ -468,8 +468,8 @@ class Daemon(Actions):
 
 def inventory_loader(paths) -> Callable[[], object]:
     """A loader that re-reads the inventory only when a file changed (and
-    validates all of it, through the use-case layer's load_cluster)."""
-    from slurmtopo.api import load_cluster
+    validates all of it, as every use case loads a cluster)."""
+    from slurmtopo.cluster import load_cluster
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]

@@ -210,10 +210,6 @@ def is_pointer(comment: Optional[str]) -> bool:
     return is_tagged(comment) and comment[len(PREFIX):].strip().startswith("@")
 
 
-def is_rejected(comment: Optional[str]) -> bool:
-    return isinstance(comment, str) and comment.startswith(REJECTED_PREFIX)
-
-
 def rejected_comment(reason: str) -> str:
     """``slurmtopo:rejected: <reason>``, one printable line cut to fit a
     Slurm comment."""

@@ -93,19 +93,27 @@ def plan_job(inv: Inventory, state: Optional[ClusterState], req, cand=None):
     return plan(inv, state, req, cand=cand)
 
 
+#: what the cost model raises on a plan or a cost block it cannot price: a
+#: located error (a bad ``cost:`` block, a layout it refuses) or a figure out
+#: of its domain. Its answer is advice, so these never stop a release; any
+#: other exception is a bug and reaches the per-job barrier (:func:`fenced`),
+#: which logs it
+COST_MODEL_ERRORS = (SlurmtopoError, ValueError)
+
+
 def job_step_time(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
-    from slurmtopo.api import step_time
+    from slurmtopo.cluster import step_time
     try:
         return step_time(inv, placement, req, params)
-    except Exception:  # the cost model is advice; never let it stop a release
+    except COST_MODEL_ERRORS:
         return None
 
 
 def cost_params_or_none(inv: Inventory):
+    from slurmtopo.cost import cost_params
     try:
-        from slurmtopo.cost import cost_params
         return cost_params(inv)
-    except Exception:
+    except COST_MODEL_ERRORS:
         return None
 
 
@@ -342,41 +350,18 @@ class SchedulingPass:
             return Decision(q.job_id, REJECT, reason=q.error or "no slurmtopo request")
         job = HeldJob(q, self.inv, self.view, self.now, self.cfg, self._outside)
         # 1. can it ever run?
-        ideal, why = self.ideal_plan(job.ideal_req)
-        if ideal is None:
-            where = ""
-            if job.partition_excluded:
-                where = f" (partition {q.partition})"
-            return Decision(q.job_id, REJECT,
-                            reason=f"can never run on this cluster{where}: {why}")
-        err = self.shape_error(job, ideal)
-        if err:
-            return Decision(q.job_id, REJECT, reason=err)
+        never = self.never_runs(job)
+        if never is not None:
+            return never
         # 2. which preferences does it still wait for?
-        possible = {}
         notes = list(job.notes)
-        for kind, level in job.prefs.items():
-            p, _ = self.ideal_plan(replace(job.ideal_req,
-                                           require={**job.ideal_req.require, kind: level},
-                                           prefer={k: v for k, v in job.ideal_req.prefer.items()
-                                                   if k != kind}))
-            if p is None:
-                notes.append(f"prefer {kind}={level} can never be met here; not waiting for it")
-            else:
-                possible[kind] = level
+        possible = self.feasible_preferences(job, notes)
         waiting = [k for k in possible if job.age < job.waits.get(k, 0.0)]
         expired = [k for k in possible if k not in waiting]
         state = self.work.state()
         # 3. the preferred placement (every feasible preference required)
         full = job.request(self.work, list(possible))
-        preferred_cost = None
-        if possible:
-            ideal_full, _ = self.ideal_plan(replace(
-                job.ideal_req, require={**job.ideal_req.require,
-                                        **{k: job.prefs[k] for k in possible}},
-                prefer={k: v for k, v in job.ideal_req.prefer.items() if k not in possible}))
-            if ideal_full is not None:
-                preferred_cost = self.cost(ideal_full, q.spec.request)
+        preferred_cost = self.preferred_cost(job, possible)
         if self.cfg.max_releases and self.released >= self.cfg.max_releases:
             return Decision(q.job_id, WAIT, notes=tuple(notes), reason=(
                 f"not planned in this cycle: it already released {self.released} jobs "
@@ -386,7 +371,7 @@ class SchedulingPass:
         if short is not None:
             return self.blocked(job, possible, waiting, notes, preferred_cost, short, state,
                                 counted=True)
-        # the same requests on the same free GPUs as when it was last found
+        # 5. the same requests on the same free GPUs as when it was last found
         # blocked (this cycle or an earlier one): the planner would say the
         # same, so it is not asked again (not when a reservation is still to
         # be made: that depends on more than the free GPUs)
@@ -400,6 +385,66 @@ class SchedulingPass:
             if seen is not None and seen[0] == key:
                 return self.blocked(job, possible, waiting, notes, preferred_cost, seen[1][0],
                                     state, facts=seen[1][1:])
+        # 6. the preferred placement, else the fallback
+        placement, claim, taken, full_err = self.place(job, full, bool(possible), fallback_req,
+                                                        state, notes)
+        if placement is not None:
+            return self.release(job, placement, claim, taken, possible, expired,
+                                preferred_cost, notes)
+        return self.blocked(job, possible, waiting, notes, preferred_cost, full_err, state,
+                            key=key)
+
+    def never_runs(self, job: HeldJob) -> Optional[Decision]:
+        """The rejection of a job that can never run on this cluster (not
+        even on the empty one), or of a shape it cannot have; None."""
+        q = job.q
+        ideal, why = self.ideal_plan(job.ideal_req)
+        if ideal is None:
+            where = ""
+            if job.partition_excluded:
+                where = f" (partition {q.partition})"
+            return Decision(q.job_id, REJECT,
+                            reason=f"can never run on this cluster{where}: {why}")
+        err = self.shape_error(job, ideal)
+        if err:
+            return Decision(q.job_id, REJECT, reason=err)
+        return None
+
+    def feasible_preferences(self, job: HeldJob, notes: List[str]) -> Dict[str, str]:
+        """The job's preferences the empty cluster could meet (kind ->
+        level); a note for each one it never could."""
+        possible = {}
+        for kind, level in job.prefs.items():
+            p, _ = self.ideal_plan(replace(job.ideal_req,
+                                           require={**job.ideal_req.require, kind: level},
+                                           prefer={k: v for k, v in job.ideal_req.prefer.items()
+                                                   if k != kind}))
+            if p is None:
+                notes.append(f"prefer {kind}={level} can never be met here; not waiting for it")
+            else:
+                possible[kind] = level
+        return possible
+
+    def preferred_cost(self, job: HeldJob, possible: Dict[str, str]) -> Optional[float]:
+        """The modelled step time of the job with every feasible preference
+        met, on the empty cluster (None: no preference, or none to price)."""
+        preferred_cost = None
+        if possible:
+            ideal_full, _ = self.ideal_plan(replace(
+                job.ideal_req, require={**job.ideal_req.require,
+                                        **{k: job.prefs[k] for k in possible}},
+                prefer={k: v for k, v in job.ideal_req.prefer.items() if k not in possible}))
+            if ideal_full is not None:
+                preferred_cost = self.cost(ideal_full, job.q.spec.request)
+        return preferred_cost
+
+    def place(self, job: HeldJob, full, preferred: bool, fallback_req, state: ClusterState,
+              notes: List[str]
+              ) -> Tuple[Optional[Placement], Dict[str, Tuple[int, ...]], Optional[str], str]:
+        """(placement or None, its claim, which request it met: preferred
+        (``full`` with preferences), best or fallback, the planner's
+        refusal): ``full`` first, then the fallback (only preferences still
+        waited for are required)."""
         placement: Optional[Placement] = None
         taken: Optional[str] = None
         full_err = ""
@@ -407,11 +452,10 @@ class SchedulingPass:
         try:
             placement, claim, more = self.choose(job, full, state)
             notes += more
-            taken = "preferred" if possible else "best"
+            taken = "preferred" if preferred else "best"
         except (PlacementError, SlurmtopoError) as exc:
             full_err = exc.render()
         if placement is None and fallback_req is not None:
-            # 4. the fallback: only preferences still waited for are required
             try:
                 placement, claim, more = self.choose(job, fallback_req, state)
                 notes += more
@@ -423,24 +467,29 @@ class SchedulingPass:
             if err:
                 placement = None
                 full_err = err
-        if placement is not None:
-            cost = self.cost(placement, q.spec.request)
-            gave_up = tuple(f"{k}={possible[k]}" for k in expired) if taken == "fallback" else ()
-            if taken == "fallback":
-                notes.append(f"waited {format_wait(job.age)}; "
-                             + ", ".join(f"{k}={possible[k]} (wait {format_wait(job.waits.get(k, 0))})"
-                                         for k in expired)
-                             + " not available: took the best placement meeting its requirements")
-            self.work.claim(claim, job.base_req.exclusive, job.tasks_per_node)
-            self.released += 1
-            return Decision(q.job_id, RELEASE, hosts=tuple(placement.hosts),
-                            gpus=planned_gpus(placement), claim=claim,
-                            exclusive=job.base_req.exclusive, cpus=job.tasks_per_node,
-                            placement=placement, taken=taken, cost_s=cost,
-                            preferred_cost_s=preferred_cost if possible else cost,
-                            gave_up=gave_up, notes=tuple(notes + list(placement.notes)))
-        return self.blocked(job, possible, waiting, notes, preferred_cost, full_err, state,
-                            key=key)
+        return placement, claim, taken, full_err
+
+    def release(self, job: HeldJob, placement: Placement, claim: Dict[str, Tuple[int, ...]],
+                taken: Optional[str], possible: Dict[str, str], expired: List[str],
+                preferred_cost: Optional[float], notes: List[str]) -> Decision:
+        """Release the job on ``placement``: its GPUs claimed in the working
+        state, what it gave up said."""
+        q = job.q
+        cost = self.cost(placement, q.spec.request)
+        gave_up = tuple(f"{k}={possible[k]}" for k in expired) if taken == "fallback" else ()
+        if taken == "fallback":
+            notes.append(f"waited {format_wait(job.age)}; "
+                         + ", ".join(f"{k}={possible[k]} (wait {format_wait(job.waits.get(k, 0))})"
+                                     for k in expired)
+                         + " not available: took the best placement meeting its requirements")
+        self.work.claim(claim, job.base_req.exclusive, job.tasks_per_node)
+        self.released += 1
+        return Decision(q.job_id, RELEASE, hosts=tuple(placement.hosts),
+                        gpus=planned_gpus(placement), claim=claim,
+                        exclusive=job.base_req.exclusive, cpus=job.tasks_per_node,
+                        placement=placement, taken=taken, cost_s=cost,
+                        preferred_cost_s=preferred_cost if possible else cost,
+                        gave_up=gave_up, notes=tuple(notes + list(placement.notes)))
 
     def blocked(self, job: HeldJob, possible: Dict[str, str], waiting: List[str],
                 notes: List[str], preferred_cost: Optional[float], full_err: str,

@@ -23,25 +23,11 @@ from typing import List, Optional, Sequence, Tuple
 
 from slurmtopo.daemon.protocol import Shape, make_comment
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.sbatch.directives import option_values, script_options
 
 _DIRECTIVE = re.compile(r"^#SBATCH\s+(.*?)\s*$")
 #: directives the daemon replaces by pinning nodes
 DROPPED = ("--switches", "--segment")
-
-
-def _opt(words: Sequence[str], long: str, short: Optional[str] = None) -> Optional[str]:
-    """The value of ``--long=V``/``--long V``/``-s V``/``-sV`` among words."""
-    value = None
-    for i, w in enumerate(words):
-        if w.startswith(long + "="):
-            value = w.split("=", 1)[1]
-        elif w == long and i + 1 < len(words):
-            value = words[i + 1]
-        elif short and w == short and i + 1 < len(words):
-            value = words[i + 1]
-        elif short and w.startswith(short) and len(w) > len(short) and not w.startswith("--"):
-            value = w[len(short):]
-    return value
 
 
 def _count(text: Optional[str]) -> Optional[int]:
@@ -52,33 +38,18 @@ def _count(text: Optional[str]) -> Optional[int]:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-def script_directives(script_text: str) -> List[str]:
-    """The option words of the script's ``#SBATCH`` lines (sbatch stops at
-    the first command line)."""
-    words: List[str] = []
-    for line in script_text.splitlines()[1:]:
-        s = line.strip()
-        if not s:
-            continue
-        if not s.startswith("#"):
-            break
-        m = _DIRECTIVE.match(s)
-        if m:
-            words.extend(m.group(1).split())
-    return words
-
-
 def script_shape(script_text: str, args: Sequence[str] = ()) -> Shape:
     """The allocation shape the script (and extra sbatch args, which win)
-    asks for."""
-    words = script_directives(script_text) + [str(a) for a in args]
-    gpn = _opt(words, "--gpus-per-node")
+    asks for, read as sbatch reads it (:func:`slurmtopo.sbatch.directives.
+    script_options`: the last value given wins)."""
+    values = option_values(script_options(script_text, args))
+    gpn = values.get("gpus-per-node")
     if gpn is None:
-        gres = _opt(words, "--gres")
+        gres = values.get("gres")
         if gres and gres.startswith("gpu"):
             gpn = gres
-    return Shape(nodes=_count(_opt(words, "--nodes", "-N")), gpus_per_node=_count(gpn),
-                 tasks_per_node=_count(_opt(words, "--ntasks-per-node")))
+    return Shape(nodes=_count(values.get("nodes")), gpus_per_node=_count(gpn),
+                 tasks_per_node=_count(values.get("ntasks-per-node")))
 
 
 def prepare_script(script_text: str) -> Tuple[str, List[str]]:
@@ -116,7 +87,7 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
     if any(str(a).startswith("--comment") for a in args):
         raise SlurmtopoError("--comment cannot be combined with --daemon: the job comment "
                              "carries the daemon's request")
-    if any(w.startswith("--comment") for w in script_directives(script_text)):
+    if "comment" in option_values(script_options(script_text)):
         raise SlurmtopoError("the script sets #SBATCH --comment, which --daemon needs for its "
                              "request; remove it")
     text, dropped = prepare_script(script_text)

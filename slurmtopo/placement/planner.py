@@ -246,6 +246,20 @@ class Planner:
                     self.notes = saved
             if not caps.feasible:
                 raise self.explain.diagnose(hard)
+        # each preference at the finest level that still fits, in order of importance
+        fixed, became = self._relax(hard, soft)
+        final = self.capacities(fixed)
+        phases = self._two_phases(hard, soft, fixed, became)
+        return self.assemble(final, pos, dims, phases)
+
+    def _relax(self, hard: List[Constraint], soft: List[Constraint]
+               ) -> Tuple[List[Constraint], Dict[int, Optional[Constraint]]]:
+        """(the constraints kept, per soft constraint by id what it became,
+        None: dropped): each soft constraint, most important first, at its
+        own level when everything kept so far still fits, else the next
+        coarser level that does; where a multi-node NVLink domain would
+        serve it, constraints kept before it may be demoted into the domain
+        to make room (:meth:`_demote_for`)."""
         fixed = list(hard)
         #: per soft constraint (by id): what it became (None: dropped)
         became: Dict[int, Optional[Constraint]] = {}
@@ -275,7 +289,13 @@ class Planner:
             if placed is not None:
                 origin[id(placed)] = c
                 fixed.append(placed)
-        final = self.capacities(fixed)
+        return fixed, became
+
+    def _two_phases(self, hard: List[Constraint], soft: List[Constraint],
+                    fixed: List[Constraint], became: Dict[int, Optional[Constraint]]
+                    ) -> Optional[TwoPhase]:
+        """The two phases when the most important preference not met as
+        asked can still be met for some of its blocks (None: no such)."""
         first_relaxed = None
         for c in soft:  # the most important one not met as asked
             placed = became.get(id(c))
@@ -309,7 +329,7 @@ class Planner:
                     strict, loose = self.capacities(loose), None
                 if 0 < strict.total < self.need:
                     phases = TwoPhase(strict, kept, relaxed, self.capacities(hard), loose)
-        return self.assemble(final, pos, dims, phases)
+        return phases
 
     def _loosened(self, inner: List[Constraint], kept: Constraint,
                   placed: Optional[Constraint]) -> Optional[List[Constraint]]:

@@ -19,6 +19,15 @@ read here exactly as sbatch reads its script (src/sbatch/opt.c):
   first word that is not an option ends the options, and sbatch then
   refuses the script.
 
+A batch script's own directives are read here too, for everyone who needs
+them (the daemon's submit, the pyslurm backend): :func:`script_options`
+finds the ``#SBATCH`` lines as ``_opt_batch_script()`` does (the magic word
+at the start of a line, ``#SLURM`` too; the header ends at the first line
+with anything but blanks before a ``#``), and :func:`option_values` applies
+sbatch's precedence: the options are applied in order, the script's lines
+first and the command line after (``process_options_second_pass()``), so
+the last one given wins.
+
 Where releases differ, a word is read with every release's table
 (:func:`read_extras`) and the caller refuses what any of them would apply.
 Input sbatch would fail on, or that releases read differently (a
@@ -202,3 +211,41 @@ def read_extras(extras: Sequence[str], versions: Sequence[str] = VERSIONS
     extras (each one line, in order, after slurmtopo's own directives)."""
     words = [(w, k) for k, text in enumerate(extras) for w in split_directive(text)]
     return {v: parse_words(words, v) for v in versions}
+
+
+#: the words sbatch reads directives after (``#SLURM`` with a warning)
+_MAGIC = ("#SBATCH", "#SLURM")
+
+
+def script_directive_texts(script_text: str) -> List[str]:
+    """What follows the magic word on each directive line of the script's
+    header, in order, as sbatch's ``_opt_batch_script()`` finds them."""
+    out: List[str] = []
+    for line in script_text.splitlines():
+        magic = next((m for m in _MAGIC if line.startswith(m)), None)
+        if magic is None:
+            rest = line.lstrip(_BLANKS)
+            if rest and not rest.startswith("#"):
+                break  # the first command ends the header
+            continue
+        out.append(line[len(magic):])
+    return out
+
+
+def script_options(script_text: str, args: Sequence[str] = (),
+                   version: str = VERSIONS[-1]) -> List[Directive]:
+    """Every option sbatch of ``version`` applies for the script and then
+    for ``args`` (options on sbatch's command line), in the order it applies
+    them. DirectiveError where sbatch would refuse them."""
+    words = [(w, 0) for text in script_directive_texts(script_text)
+             for w in split_directive(text)]
+    return parse_words(words, version) + parse_words([(str(a), 1) for a in args], version)
+
+
+def option_values(directives: Sequence[Directive]) -> Dict[str, Optional[str]]:
+    """Long option name -> the value sbatch ends with (None: given without
+    one): the last directive wins, as each one overrides what came before."""
+    out: Dict[str, Optional[str]] = {}
+    for d in directives:
+        out[d.option.name if d.option is not None else d.written.lstrip("-")] = d.value
+    return out

@@ -90,9 +90,6 @@ class FreeState:
 
     # -- queries ---------------------------------------------------------------
 
-    def free_count(self, i: int) -> int:
-        return self.size[i] - len(self.busy[i])
-
     def free_gpus(self, name: str) -> Tuple[int, ...]:
         i = self.index[name]
         busy = self.busy[i]

@@ -26,7 +26,6 @@ ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURIN
 #: the reason Slurm gives a job held by its user (``sbatch --hold``,
 #: ``scontrol uhold``); an admin's ``scontrol hold`` gives ``JobHeldAdmin``
 USER_HOLD_REASON = "JobHeldUser"
-ADMIN_HOLD_REASON = "JobHeldAdmin"
 #: the job fields that say where and under whose terms a job may run, as
 #: squeue --json / scontrol show job / pyslurm report them on Slurm 22.05
 #: to 26.05 (Partition, Reservation, QOS, Account, ReqNodeList,
@@ -55,10 +54,6 @@ class SlurmNode:
     @property
     def usable(self) -> bool:
         return NodeState(self.name, self.state, flags=self.flags).usable
-
-    @property
-    def gpus_free(self) -> int:
-        return max(0, self.gpus_total - len(self.gpus_used))
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,8 @@ from dataclasses import replace
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmError
-from slurmtopo.model import parse_cpulist
 from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmJob, SlurmNode
+from slurmtopo.slurmfmt.gres_strings import gpu_count, gpu_indices
 
 #: base node states Slurm prints (lower case); anything else is a flag
 BASE_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "down", "drained",
@@ -54,117 +54,11 @@ BASE_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing", "down"
                               "powered_down", "perfctrs", "blocked", "alloc", "mix"})
 _STATE_ALIASES = {"alloc": "allocated", "mix": "mixed", "alloc+": "allocated"}
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
-GPU_NAMES = ("gpu",)
 
 #: keys whose value runs to the end of its line in ``scontrol show`` (multi-line form)
 _REST_OF_LINE = {"JobName", "Comment", "AdminComment", "SystemComment", "Command", "WorkDir",
                  "StdOut", "StdErr", "StdIn", "OS"}
 _KEY = re.compile(r"^[A-Z][A-Za-z0-9_/:]*=")
-
-
-# --------------------------------------------------------------------------
-# GRES strings
-
-
-def split_top(text: str, sep: str = ",") -> List[str]:
-    """Split on ``sep`` outside parentheses: ``a(1,2),b`` -> [``a(1,2)``, ``b``]."""
-    out, cur, depth = [], "", 0
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(0, depth - 1)
-        if ch == sep and depth == 0:
-            out.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    out.append(cur)
-    return [x.strip() for x in out if x.strip()]
-
-
-def parse_gres(text: Optional[str]) -> List[Tuple[str, Optional[str], int, Optional[str]]]:
-    """GRES string -> [(name, type or None, count, extra or None)].
-
-    ``gpu:a6000:2(IDX:0-1),gpu:(null):1(IDX:4)`` -> [("gpu", "a6000", 2,
-    "IDX:0-1"), ("gpu", None, 1, "IDX:4")]. Accepts the ``gres:``/``gres/``
-    prefixes of TRES strings (``gres:gpu:2``, ``gres/gpu:h100=4``) and
-    Slurm's ``(null)``/``N/A`` for "no GRES".
-    """
-    out: List[Tuple[str, Optional[str], int, Optional[str]]] = []
-    text = (text or "").strip()
-    if not text or text in ("(null)", "N/A", "none"):
-        return out
-    for item in split_top(text):
-        extra = None
-        if item.endswith(")") and "(" in item:
-            # the last "(" opens the trailing group; "(null)" in the type is not it
-            cut = item.rfind("(")
-            head, extra = item[:cut], item[cut + 1:-1]
-        else:
-            head = item
-        if head.startswith(("gres:", "gres/")):
-            head = head[5:]
-        head = head.replace("=", ":")
-        parts = head.split(":")
-        if len(parts) == 1:
-            name, typ, count = parts[0], None, 1
-        else:
-            name = parts[0]
-            if parts[-1].isdigit():
-                count = int(parts[-1])
-                typ = ":".join(parts[1:-1]) or None
-            else:  # "gpu:a6000" (a request without a count means 1)
-                count = 1
-                typ = ":".join(parts[1:]) or None
-        if typ in ("(null)", "null"):
-            typ = None
-        out.append((name, typ, count, extra))
-    return out
-
-
-def _indices(extra: Optional[str]) -> Optional[FrozenSet[int]]:
-    """``IDX:0-1,4`` -> {0, 1, 4}; ``IDX:N/A`` -> {}; no IDX -> None."""
-    if not extra:
-        return None
-    m = re.search(r"(?:^|[\s;])IDX:([^)\s]*)", extra)
-    if not m:
-        return None
-    value = m.group(1)
-    if value in ("", "N/A", "(null)"):
-        return frozenset()
-    try:
-        return frozenset(parse_cpulist(value))
-    except ValueError:
-        return None
-
-
-def gpu_count(gres: Optional[str]) -> int:
-    """Number of GPUs in a GRES string (all types summed)."""
-    return sum(count for name, _t, count, _x in parse_gres(gres) if name in GPU_NAMES)
-
-
-def gpu_types(gres: Optional[str]) -> Tuple[str, ...]:
-    return tuple(dict.fromkeys(t for name, t, _c, _x in parse_gres(gres)
-                               if name in GPU_NAMES and t))
-
-
-def gpu_indices(gres: Optional[str]) -> Tuple[int, Optional[FrozenSet[int]]]:
-    """(count, indices) of the GPUs in a ``gres_used``/``GRES=`` string.
-
-    indices is None when Slurm gave a count but no usable ``IDX``."""
-    total, idx, known = 0, set(), True
-    for name, _t, count, extra in parse_gres(gres):
-        if name not in GPU_NAMES:
-            continue
-        total += count
-        got = _indices(extra)
-        if got is None:
-            if count:
-                known = False
-        else:
-            idx |= got
-    return total, (frozenset(idx) if known else None)
 
 
 # --------------------------------------------------------------------------
@@ -356,10 +250,6 @@ def parse_nodes_json(text_or_data: Any, what: str = "scontrol show nodes --json"
             out[node.name] = replace(seen, partitions=tuple(dict.fromkeys(
                 seen.partitions + node.partitions)))
     return list(out.values())
-
-
-def parse_sinfo_json(text_or_data: Any) -> List[SlurmNode]:
-    return parse_nodes_json(text_or_data, "sinfo --json")
 
 
 # --------------------------------------------------------------------------

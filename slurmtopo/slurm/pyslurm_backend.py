@@ -31,7 +31,9 @@ pyslurm API used (pyslurm 25.11, ``pyslurm/core/node.pyx``,
   hold; ``hold(mode="user")``: a user hold, ``scontrol uhold``),
   ``.release()``, ``.cancel()``, ``.modify(JobSubmitDescription(...))``.
 * ``pyslurm.JobSubmitDescription(script=PATH, ...)``,
-  ``.load_sbatch_options()`` (reads ``#SBATCH`` lines; first one wins, an
+  ``.load_sbatch_options()`` (reads ``#SBATCH`` lines; first one wins,
+  where sbatch takes the last: the fixups below set what they need from the
+  value sbatch would take; an
   attribute already set is kept, options pyslurm does not know are
   skipped), ``.submit()`` -> job id. ``priority=0`` submits held.
 
@@ -60,6 +62,7 @@ from dataclasses import replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmError
+from slurmtopo.sbatch.directives import option_values, script_options
 from slurmtopo.model import parse_cpulist
 from slurmtopo.slurm import parse
 from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmBackend, SlurmJob, SlurmNode
@@ -412,23 +415,11 @@ _NODE_FIELDS = {"state": "state", "reason": "reason", "comment": "comment",
 
 
 def sbatch_directives(script: str) -> Dict[str, str]:
-    """The script's ``#SBATCH --long[=value]`` options (first one wins, as
-    in sbatch), up to its first command; a flag without value maps to ""."""
-    out: Dict[str, str] = {}
-    for line in script.splitlines()[1:]:
-        s = line.strip()
-        if s and not s.startswith("#"):
-            break
-        if not s.startswith("#SBATCH"):
-            continue
-        words = s[len("#SBATCH"):].split("#", 1)[0].split()
-        if not words or not words[0].startswith("--"):
-            continue
-        name, sep, value = words[0][2:].partition("=")
-        if not sep and len(words) > 1:
-            value = words[1]
-        out.setdefault(name, value)
-    return out
+    """The script's ``#SBATCH`` options by long name, with the value sbatch
+    ends with (the last one given: :mod:`slurmtopo.sbatch.directives`, the
+    one reader of directives), up to its first command; a flag without value
+    maps to ""."""
+    return {name: value or "" for name, value in option_values(script_options(script)).items()}
 
 
 def submit_fixups(directives: Mapping[str, str], attrs: Mapping[str, Any]) -> Dict[str, Any]:

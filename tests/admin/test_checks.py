@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurmtopo.admin.checks import (ERROR, REFUSE, WARNING, Problem, check_blocks, check_text,
-                                    check_tree, enforce, valid_block_sizes)
+from slurmtopo.slurmfmt.checks import (ERROR, REFUSE, WARNING, Problem, check_blocks, check_text,
+                                       check_tree, enforce, valid_block_sizes)
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Block, Fabric, Switch
 
@@ -122,7 +122,7 @@ def test_enforce():
 
 # -- the file format against slurm.conf's TopologyPlugin and the release ----------
 
-from slurmtopo.admin.checks import check_plugin, topology_plugin  # noqa: E402
+from slurmtopo.slurmfmt.checks import check_plugin, topology_plugin  # noqa: E402
 
 
 @pytest.mark.parametrize("value, name", [
@@ -149,7 +149,7 @@ def test_topology_plugin_names(value, name):
     ("yaml", "topology/tree", None, False, [WARNING]),   # TopologyPlugin is ignored
 ])
 def test_format_against_topology_plugin(fmt, plugin, version, beside, want):
-    from slurmtopo.admin.slurmconf import SlurmConf
+    from slurmtopo.slurmfmt.slurm_conf import SlurmConf
 
     problems = check_plugin(fmt, SlurmConf(topology_plugin=plugin), version, yaml_beside=beside)
     assert [p.severity for p in problems] == want

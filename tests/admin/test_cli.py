@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from slurmtopo.admin import gres_conf
-from slurmtopo.admin.topology_conf import read_topology_conf
+from slurmtopo.slurmfmt import gres_conf
+from slurmtopo.slurmfmt.topology_files import read_topology_conf
 
 from .conftest import REPO, fake_gres_lines, fixture, hardware, node, run_main, write_reports
 

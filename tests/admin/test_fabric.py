@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from slurmtopo.admin.checks import REFUSE, check_tree
+from slurmtopo.slurmfmt.checks import REFUSE, check_tree
 from slurmtopo.admin.switch_tree import (CaHost, HostSelection, derive_fabric, host_of,
-                                    switch_base_name, switch_names)
+                                         switch_base_name, switch_names)
 from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.admin.ibnetdiscover import IbNode, parse_ibnetdiscover, read_ibnetdiscover
 from slurmtopo.topology import network_view, switch_levels

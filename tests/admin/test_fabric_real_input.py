@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo.admin.checks import REFUSE, check_tree
+from slurmtopo.slurmfmt.checks import REFUSE, check_tree
 from slurmtopo.admin.switch_tree import HostSelection, derive_fabric, non_compute_reason
 from slurmtopo.admin.ibnetdiscover import parse_ibnetdiscover, read_ibnetdiscover
-from slurmtopo.admin.topology_conf import describe_changes, parse_topology_conf
+from slurmtopo.slurmfmt.topology_conf import parse_topology_conf
+from slurmtopo.slurmfmt.topology_files import describe_changes
 from slurmtopo.model import Fabric, Switch
 
 from .conftest import REPO, fixture, run_main

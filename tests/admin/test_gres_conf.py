@@ -6,10 +6,11 @@ import textwrap
 
 import pytest
 
-from slurmtopo.admin.checks import REFUSE, WARNING
-from slurmtopo.admin.gres_conf import (check_gres, cluster_gres_conf, describe_changes,
-                                       gres_counts, parse_gres_conf, slurm_gres_counts)
-from slurmtopo.admin.slurmconf import parse_slurm_conf
+from slurmtopo.slurmfmt.checks import REFUSE, WARNING
+from slurmtopo.slurmfmt.gres_conf import (check_gres, cluster_gres_conf, describe_changes,
+                                          gres_counts, parse_gres_conf)
+from slurmtopo.slurmfmt.gres_strings import gres_by_type
+from slurmtopo.slurmfmt.slurm_conf import parse_slurm_conf
 from slurmtopo.errors import InventoryError
 
 from .conftest import fake_gres_lines, hardware, node
@@ -58,7 +59,7 @@ def test_nodes_without_gpus_are_noted_and_comments_kept_for_single_nodes():
 
 
 def test_with_the_agent_lines():
-    from slurmtopo.agent.gres import gres_lines
+    from slurmtopo.slurmfmt.gres_lines import gres_lines
     nodes = [node(f"gpu{i}") for i in range(1, 4)]
     text, _ = cluster_gres_conf(nodes)
     per_node = gres_lines(nodes[0])
@@ -111,7 +112,7 @@ def test_reader_errors(text, words):
     ("gpu", {None: 1}), ("gpu:a100", {"a100": 1}), ("nic:2,gpu:2", {None: 2}), ("", {}),
 ])
 def test_slurm_gres_syntax(gres, want):
-    assert slurm_gres_counts(gres) == want
+    assert gres_by_type(gres) == want
 
 
 def test_checks_against_slurm_conf():
@@ -150,7 +151,7 @@ def test_describe_changes():
 
 # -- Cores= are Slurm's core indices of the node slurm.conf declares -------------
 
-from slurmtopo.admin.checks import ERROR  # noqa: E402
+from slurmtopo.slurmfmt.checks import ERROR  # noqa: E402
 from slurmtopo.model import CpuTopology, Gpu, Hardware  # noqa: E402
 
 from .conftest import run_main, write_reports  # noqa: E402

@@ -2,12 +2,14 @@
 writes and reads back (no timing asserted; it takes a few seconds)."""
 from __future__ import annotations
 
-from slurmtopo.admin.checks import check_blocks, check_text, check_tree
+from slurmtopo.slurmfmt.checks import check_blocks, check_text, check_tree
 from slurmtopo.admin.switch_tree import derive_fabric
 from slurmtopo.admin.generate import default_block_sizes, leaf_blocks
 from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.admin.ibnetdiscover import parse_ibnetdiscover
-from slurmtopo.admin.topology_conf import (parse_topology_conf, parse_topology_yaml, render)
+from slurmtopo.slurmfmt.topology_conf import parse_topology_conf
+from slurmtopo.slurmfmt.topology_files import render
+from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
 from slurmtopo.model import Fabric
 
 from .conftest import run_main

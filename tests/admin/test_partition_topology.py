@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from slurmtopo import api
-from slurmtopo.admin.slurmconf import parse_slurm_conf
+from slurmtopo.slurmfmt.slurm_conf import parse_slurm_conf
 from slurmtopo.errors import SlurmtopoError
 
 NVL = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "devcluster-nvl-inventory.yaml"

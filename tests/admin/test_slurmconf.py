@@ -5,7 +5,8 @@ import textwrap
 
 import pytest
 
-from slurmtopo.admin.slurmconf import conf_lines, parse_pairs, read_slurm_conf
+from slurmtopo.slurmfmt.gres_strings import gres_by_type
+from slurmtopo.slurmfmt.slurm_conf import conf_lines, parse_pairs, read_slurm_conf
 from slurmtopo.errors import InventoryError
 
 
@@ -29,7 +30,8 @@ def test_nodes_defaults_hostnames_gres_include(tmp_path):
     assert sc.nodes["gpu002"]["corespersocket"] == "48"
     assert sc.hostnames == {"host-004": "gpu004"}
     assert sc.topology_plugin == "topology/tree"
-    assert sc.has_gpus("gpu004") and not sc.has_gpus("login1") and not sc.has_gpus("cpu01")
+    assert [n for n in sc.node_names() if gres_by_type(sc.gres(n))] == \
+        ["gpu001", "gpu002", "gpu003", "gpu004"]
 
 
 @pytest.mark.parametrize("text,line,words", [
@@ -62,7 +64,7 @@ def test_slurm_conf_errors(tmp_path, text, line, words):
     ("RealMemory=1000", None),                        # no layout declared
 ])
 def test_declared_cpu_layout_as_slurmctld_infers_it(line, layout):
-    from slurmtopo.admin.slurmconf import parse_slurm_conf
+    from slurmtopo.slurmfmt.slurm_conf import parse_slurm_conf
 
     got = parse_slurm_conf(f"NodeName=a[1-2] {line}\n").cpu_layout("a2")
     assert (got.sockets, got.cores_per_socket, got.threads_per_core) == layout if layout \

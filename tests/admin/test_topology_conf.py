@@ -12,9 +12,10 @@ from slurmtopo.admin.switch_tree import derive_fabric
 from slurmtopo.admin.generate import default_block_sizes, leaf_blocks
 from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.admin.ibnetdiscover import parse_ibnetdiscover, read_ibnetdiscover
-from slurmtopo.admin.topology_conf import (apply_fabric, describe_changes, parse_topology_conf,
-                                           parse_topology_yaml, read_topology_conf, render,
-                                           render_tree)
+from slurmtopo.slurmfmt.topology_conf import parse_topology_conf, render_tree
+from slurmtopo.slurmfmt.topology_files import (apply_fabric, describe_changes, read_topology_conf,
+                                               render)
+from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
 from slurmtopo.errors import InventoryError
 from slurmtopo.inventory import load_inventory
 from slurmtopo.model import Block, Fabric, Switch

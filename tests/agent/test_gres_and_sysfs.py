@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from slurmtopo.agent.gres import (abstract_cores, gres_lines, gres_notes, mig_type_name,
-                                  slurm_links, slurm_type_name)
+from slurmtopo.slurmfmt.gres_lines import (abstract_cores, gres_lines, gres_notes, mig_type_name,
+                                           slurm_links, slurm_type_name)
 from slurmtopo.agent.sysfs import Sysfs, canonical_pci
 from slurmtopo.model import CpuTopology, Gpu, Hardware, Node
 from slurmtopo.presets import preset

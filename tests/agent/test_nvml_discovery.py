@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurmtopo.agent.gres import gres_lines, gres_text
+from slurmtopo.slurmfmt.gres_lines import gres_lines, gres_text
 from slurmtopo.inventory import load_inventory
 from slurmtopo.links import LinkClass
 from slurmtopo.topology import nvlink_islands

@@ -7,7 +7,7 @@ import ctypes
 import pynvml
 import pytest
 
-from slurmtopo.agent.gres import gres_lines, gres_text
+from slurmtopo.slurmfmt.gres_lines import gres_lines, gres_text
 from slurmtopo.agent.nvml_discovery import _cpus_of_mask
 from slurmtopo.inventory import load_inventory
 

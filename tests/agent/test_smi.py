@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from slurmtopo.agent.gres import gres_lines, gres_text
-from slurmtopo.agent.smi import (infer_cpu_topology, looks_like_nvswitch, parse_matrix,
+from slurmtopo.slurmfmt.gres_lines import gres_lines, gres_text
+from slurmtopo.agent.cpulayout import infer_cpu_layout
+from slurmtopo.agent.smi import (looks_like_nvswitch, parse_matrix,
                                  smi_discovery, split_hosts)
 from slurmtopo.errors import InventoryError
 from slurmtopo.inventory import load_inventory
@@ -233,6 +234,10 @@ def test_split_hosts_without_prefixes():
 
 
 # -- inference helpers --------------------------------------------------------------
+
+
+def infer_cpu_topology(affinities):
+    return infer_cpu_layout(affinities, (), None).cpu
 
 
 def test_infer_cpu_topology():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from slurmtopo.agent.cpulayout import infer_cpu_layout
-from slurmtopo.agent.gres import gres_lines, gres_text, parse_slurm_version
+from slurmtopo.slurmfmt.gres_lines import gres_lines, gres_text, parse_slurm_version
 from slurmtopo.agent.smi import cpu_side_numa, place_trailing, smi_discovery, strip_ansi
 from slurmtopo.agent.sysfs import Sysfs
 from slurmtopo.inventory import load_inventory

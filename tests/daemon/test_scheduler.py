@@ -298,3 +298,23 @@ def test_preview_lines(inv):
     text = "\n".join(preview_lines(inv, st, r))
     assert "prefers dp=leaf: waits up to 10min" in text
     assert "keep it held" in text and "preferred placement: modelled step" in text
+
+
+def test_the_cost_model_is_advice_but_a_bug_is_not_swallowed(monkeypatch):
+    # what the cost model raises on what it cannot price leaves the step time
+    # unknown; anything else is a bug and goes on to the per-job barrier
+    from slurmtopo import cluster
+    from slurmtopo.daemon import scheduler
+    from slurmtopo.errors import InventoryError
+
+    for exc, swallowed in ((InventoryError("bad cost block"), True),
+                           (ValueError("out of domain"), True),
+                           (RuntimeError("a bug"), False)):
+        def boom(*_args, exc=exc, **_kw):
+            raise exc
+        monkeypatch.setattr(cluster, "step_time", boom)
+        if swallowed:
+            assert scheduler.job_step_time(None, None, None, None) is None
+        else:
+            with pytest.raises(RuntimeError):
+                scheduler.job_step_time(None, None, None, None)

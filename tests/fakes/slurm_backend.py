@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
-from slurmtopo.daemon.submit import _opt
+from slurmtopo.sbatch.directives import option_values, script_options
 from slurmtopo.errors import SlurmError
 from slurmtopo.slurm.backend import SlurmBackend, SlurmJob, SlurmNode
 
@@ -239,23 +239,18 @@ class FakeSlurm(SlurmBackend):
         return self._as_job(j) if j else None
 
     def submit(self, script: str, args: Sequence[str] = (), hold: bool = False) -> int:
-        words = []
-        for line in script.splitlines()[1:]:
-            if line.startswith("#SBATCH"):
-                words += line.split()[1:]
-            elif line.strip() and not line.startswith("#"):
-                break
-        words += list(args)
+        # what sbatch would take: the script's directives, then the command line
+        opts = option_values(script_options(script, args))
         self.calls.append(("submit", tuple(args), hold))
         jid = next(self.ids)
-        gpn = _opt(words, "--gpus-per-node") or _opt(words, "--gres") or "0"
-        j = FJob(jid, script, list(args), comment=_opt(words, "--comment") or "", held=hold,
-                 nodes_n=int(_opt(words, "--nodes", "-N") or 1),
+        gpn = opts.get("gpus-per-node") or opts.get("gres") or "0"
+        j = FJob(jid, script, list(args), comment=opts.get("comment") or "", held=hold,
+                 nodes_n=int(opts.get("nodes") or 1),
                  gpn=int(str(gpn).split(":")[-1]),
-                 tpn=int(_opt(words, "--ntasks-per-node") or 1),
-                 exclusive="--exclusive" in words, submit_time=next(self.clock),
-                 partition=_opt(words, "--partition", "-p") or "gpu")
-        nl = _opt(words, "--nodelist", "-w")
+                 tpn=int(opts.get("ntasks-per-node") or 1),
+                 exclusive="exclusive" in opts, submit_time=next(self.clock),
+                 partition=opts.get("partition") or "gpu")
+        nl = opts.get("nodelist")
         if nl:
             from slurmtopo.hostlist import expand_hostlist
             j.req_nodes = expand_hostlist(nl)

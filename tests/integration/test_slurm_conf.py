@@ -67,7 +67,7 @@ def test_generated_files_are_the_ones_installed(generated, typed_cluster):
 def test_slurmd_reads_every_generated_gres_line(typed_cluster):
     """``slurmd -G`` prints the GRES slurmd loads: Type, device, Cores and
     Links of every GPU are exactly the agent's lines for that node."""
-    from slurmtopo.agent.gres import gres_lines
+    from slurmtopo.slurmfmt.gres_lines import gres_lines
     from slurmtopo.inventory import load_inventory
 
     node = load_inventory(str(INV)).nodes["node2"]

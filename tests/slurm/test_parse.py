@@ -9,6 +9,13 @@ import pytest
 from slurmtopo.errors import SlurmError
 from slurmtopo.slurm import parse
 from slurmtopo.slurm.backend import cluster_state_from
+from slurmtopo.slurmfmt import gres_strings
+
+
+
+def parse_sinfo_json(text_or_data):
+    """sinfo --json as the command-line backend reads it."""
+    return parse.parse_nodes_json(text_or_data, "sinfo --json")
 
 
 # -- GRES strings --------------------------------------------------------
@@ -24,7 +31,7 @@ from slurmtopo.slurm.backend import cluster_state_from
     ("(null)", 0, set()),
 ])
 def test_gpu_indices(text, count, idx):
-    got_count, got_idx = parse.gpu_indices(text)
+    got_count, got_idx = gres_strings.gpu_indices(text)
     assert got_count == count
     assert got_idx == (frozenset(idx) if idx is not None else None)
 
@@ -33,18 +40,30 @@ def test_gpu_indices(text, count, idx):
                                      ("gpu:a:4(S:0),gpu:b:4(S:1),mps:400", 8), ("(null)", 0),
                                      ("gres:gpu:2", 2), ("gres/gpu:h100=4", 4)])
 def test_gpu_count(text, n):
-    assert parse.gpu_count(text) == n
+    assert gres_strings.gpu_count(text) == n
 
 
 def test_gpu_types():
-    assert parse.gpu_types("gpu:a:4(S:0),gpu:b:4(S:1)") == ("a", "b")
-    assert parse.gpu_types("gpu:8(S:0-1)") == ()
+    def types(text):
+        return [t for _name, t, _count, _extra in gres_strings.parse_gres(text)]
+    assert types("gpu:a:4(S:0),gpu:b:4(S:1)") == ["a", "b"]
+    assert types("gpu:8(S:0-1)") == [None]
+
+
+def test_one_gres_grammar_for_slurm_conf_and_slurm_output():
+    # slurm.conf's Gres= and sinfo's gres are read by the same parser: a
+    # count with a multiplier is a count, an odd item a type, never a traceback
+    assert gres_strings.gres_by_type("gpu:h100:4(S:0,1),gpu:a100:2") == {"h100": 4, "a100": 2}
+    assert gres_strings.gres_by_type("GPU:2,mps:1K") == {None: 2}
+    assert gres_strings.gres_by_type("mps:1K", "mps") == {None: 1024}
+    assert gres_strings.gres_by_type("gpu:a:b:x") == {"a:b:x": 1}
+    assert gres_strings.gpu_count("gpu:h100:4(S:0,1),gpu:a100:2") == 6
 
 
 # -- sinfo --json ----------------------------------------------------------
 
 def test_sinfo_untyped_with_an_exclusive_job(fixture_text):
-    nodes = {n.name: n for n in parse.parse_sinfo_json(fixture_text("sinfo_untyped_busy.json"))}
+    nodes = {n.name: n for n in parse_sinfo_json(fixture_text("sinfo_untyped_busy.json"))}
     assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
     assert nodes["node1"].state == "mixed" and nodes["node1"].gpus_total == 8
     assert nodes["node1"].gpus_used == {0, 1, 2}
@@ -56,7 +75,7 @@ def test_sinfo_untyped_with_an_exclusive_job(fixture_text):
 
 
 def test_sinfo_drain_flag_reason_and_features(fixture_text):
-    nodes = {n.name: n for n in parse.parse_sinfo_json(fixture_text("sinfo_untyped_drain.json"))}
+    nodes = {n.name: n for n in parse_sinfo_json(fixture_text("sinfo_untyped_drain.json"))}
     assert nodes["node3"].state == "mixed" and nodes["node3"].flags == {"drain"}
     assert nodes["node3"].reason == "bad gpu 3; see ticket #12"
     assert not nodes["node3"].usable and nodes["node1"].usable
@@ -64,11 +83,11 @@ def test_sinfo_drain_flag_reason_and_features(fixture_text):
 
 
 def test_sinfo_typed_down_and_fail(fixture_text):
-    typed = {n.name: n for n in parse.parse_sinfo_json(fixture_text("sinfo_typed.json"))}
+    typed = {n.name: n for n in parse_sinfo_json(fixture_text("sinfo_typed.json"))}
     assert typed["node1"].gres == "gpu:nvidia_rtx_a6000:8(S:0-1)"
     assert typed["node1"].gpus_used == {0, 1, 4}           # Slurm picked GPU 4 for one job
     assert typed["node4"].gpus_used == {0, 1, 2, 4, 5}
-    fail = {n.name: n for n in parse.parse_sinfo_json(fixture_text("sinfo_typed_fail.json"))}
+    fail = {n.name: n for n in parse_sinfo_json(fixture_text("sinfo_typed_fail.json"))}
     assert fail["node2"].flags == {"fail"} and not fail["node2"].usable
     assert fail["node3"].state == "down" and not fail["node3"].usable
     assert fail["node3"].reason == "slurmtopo agent: GPU 3 lost"
@@ -81,7 +100,7 @@ def test_sinfo_later_json_shapes():
                       "active_features": ["h100", "ib"], "partitions": ["batch"],
                       "reason": "", "cpus": 224, "alloc_cpus": {"set": True, "number": 16}}],
            "errors": []}
-    (n,) = parse.parse_sinfo_json(json.dumps(doc))
+    (n,) = parse_sinfo_json(json.dumps(doc))
     assert (n.state, n.flags, n.gpus_used, n.features) == ("mixed", {"drain"}, {6, 7},
                                                           ("h100", "ib"))
     assert n.cpus_alloc == 16
@@ -89,9 +108,9 @@ def test_sinfo_later_json_shapes():
 
 def test_sinfo_errors_become_slurm_errors():
     with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
-        parse.parse_sinfo_json('{"errors": [{"error": "Unable to contact slurm controller"}]}')
+        parse_sinfo_json('{"errors": [{"error": "Unable to contact slurm controller"}]}')
     with pytest.raises(SlurmError, match="not JSON"):
-        parse.parse_sinfo_json("sinfo: error: something")
+        parse_sinfo_json("sinfo: error: something")
 
 
 def test_node_state_strings():
@@ -195,7 +214,7 @@ def test_scontrol_values_with_blanks_and_equals():
 def test_scontrol_nodes(fixture_text):
     nodes = {n.name: n for n in parse.parse_scontrol_nodes(fixture_text(
         "scontrol_d_show_node_typed.txt"))}
-    from_json = {n.name: n for n in parse.parse_sinfo_json(fixture_text("sinfo_typed_fail.json"))}
+    from_json = {n.name: n for n in parse_sinfo_json(fixture_text("sinfo_typed_fail.json"))}
     for name, n in from_json.items():
         t = nodes[name]
         assert (t.state, t.flags, t.gpus_total, t.gpus_used, t.reason) == \
@@ -231,7 +250,7 @@ def test_cluster_state_from_sinfo(fixture_text):
     from tests.slurm.conftest import FIXTURES
 
     inv = load_inventory(str(FIXTURES / "devcluster-inventory.yaml"))
-    nodes = parse.parse_sinfo_json(fixture_text("sinfo_untyped_drain.json"))
+    nodes = parse_sinfo_json(fixture_text("sinfo_untyped_drain.json"))
     st = cluster_state_from(nodes, inv)
     free = {n: st.free_gpus(inv.nodes[n]) for n in inv.nodes}
     assert free == {"node1": (3, 4, 5, 6, 7), "node2": (2, 3, 4, 5, 6, 7),
@@ -277,7 +296,7 @@ def test_newer_sinfo_json_groups_nodes_and_is_still_read(fixture_text, v):
     """24.05+ sinfo --json: top-level "sinfo", nodes grouped by state."""
     data = json.loads(fixture_text(f"{v}/sinfo.json"))
     assert "nodes" not in data and data["sinfo"]
-    nodes = {n.name: n for n in parse.parse_sinfo_json(data)}
+    nodes = {n.name: n for n in parse_sinfo_json(data)}
     assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
     assert nodes["node4"].flags == {"drain"} and nodes["node4"].reason == "fan failed"
     assert nodes["node1"].gpus_used == {0, 1, 2, 4, 5}
@@ -293,7 +312,7 @@ def test_newer_squeue_json(fixture_text, v):
     assert jobs[3].held_by_user and jobs[3].user_id == 0
     assert jobs[3].fingerprint()["partition"] == "gpu" and jobs[3].reservation == ""
     assert jobs[3].comment == "slurmtopo:v1:x"
-    assert parse.gpu_count(jobs[2].gres_request) == 2
+    assert gres_strings.gpu_count(jobs[2].gres_request) == 2
 
 
 @NEWER

@@ -1,7 +1,7 @@
 """One gres.conf for the whole cluster, from the node agents' lines.
 
 The agent knows each node's GPUs and prints one gres.conf line per GPU
-(:func:`slurmtopo.agent.gres.gres_lines`): ``Name=gpu Type=h100
+(:func:`.gres_lines.gres_lines`): ``Name=gpu Type=h100
 File=/dev/nvidia0 Cores=0-47 Links=-1,18,...``. Here the lines of all nodes
 become one file: nodes with identical lines share one ``NodeName=<hostlist>``
 block. gres.conf(5) allows a hostlist in NodeName and a range in File, but
@@ -20,13 +20,14 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from slurmtopo.admin.checks import ERROR, REFUSE, WARNING, Problem, sample_hosts
-from slurmtopo.admin.switch_tree import natural_key
-from slurmtopo.admin.slurmconf import (SlurmConf, split_comment, conf_lines, hostlist_at,
-                                       parse_pairs, read_text)
 from slurmtopo.errors import InventoryError
-from slurmtopo.hostlist import fold_hostlist
+from slurmtopo.hostlist import fold_hostlist, natural_key
 from slurmtopo.model import CpuTopology, Node, format_cpulist, parse_cpulist
+from slurmtopo.slurmfmt.checks import ERROR, REFUSE, WARNING, Problem, sample_hosts
+from slurmtopo.slurmfmt.gres_lines import gres_lines
+from slurmtopo.slurmfmt.gres_strings import gres_by_type, gres_count
+from slurmtopo.slurmfmt.slurm_conf import (SlurmConf, conf_lines, hostlist_at, parse_pairs,
+                                           read_text, split_comment)
 
 GRES_KEYS = {"nodename", "name", "type", "file", "multiplefiles", "cores", "cpus", "links",
              "count", "flags", "autodetect"}
@@ -40,7 +41,7 @@ Pairs = Tuple[Tuple[str, str], ...]
 
 
 def agent_gres_lines(slurm_version=None, slurm: Optional[SlurmConf] = None) -> LinesOf:
-    """The node agent's per-node gres.conf lines (imported when needed):
+    """The node agent's per-node gres.conf lines (:mod:`.gres_lines`):
     one line per GPU, leaving out GPUs the report says NVML lost, in the
     format of ``slurm_version`` (None: current releases).
 
@@ -49,11 +50,6 @@ def agent_gres_lines(slurm_version=None, slurm: Optional[SlurmConf] = None) -> L
     node (whose CPUs must then hold every CPU of the report: else the
     report and slurm.conf describe different machines, refused naming
     both), else one thread per core."""
-    try:
-        from slurmtopo.agent.gres import gres_lines
-    except ImportError as exc:  # the agent is another package of slurmtopo
-        raise InventoryError(f"the node agent's gres module is not available ({exc})") from None
-
     def lines_of(node: Node, report: Optional[Mapping[str, object]]) -> Sequence[str]:
         lost = tuple((report or {}).get("lost_gpus") or ())
         declared = None
@@ -211,19 +207,6 @@ class GresLine:
         return self.count if self.count is not None else 1
 
 
-_SUFFIX = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4, "p": 1024 ** 5}
-
-
-def _count(value: str) -> int:
-    v = value.strip().lower()
-    mult = _SUFFIX.get(v[-1:], 1)
-    if mult > 1:
-        v = v[:-1]
-    if not v.isdigit():
-        raise ValueError(f"Count must be a number (with an optional K/M/G/T/P), got {value!r}")
-    return int(v) * mult
-
-
 def parse_gres_conf(text: str, path: str = "<gres.conf>") -> List[GresLine]:
     """Every line of a gres.conf; InventoryError at file:line for lines Slurm
     would refuse."""
@@ -271,7 +254,7 @@ def parse_gres_conf(text: str, path: str = "<gres.conf>") -> List[GresLine]:
         count = None
         if "count" in d:
             try:
-                count = _count(d["count"])
+                count = gres_count(d["count"])
             except ValueError as exc:
                 raise InventoryError(str(exc), path, cl.line) from None
             name = d["name"].lower()
@@ -299,28 +282,6 @@ def gres_counts(lines: Sequence[GresLine], node: str, name: str = "gpu") -> Dict
     return out
 
 
-def slurm_gres_counts(gres: str, name: str = "gpu") -> Dict[Optional[str], int]:
-    """``Gres=gpu:h100:8,gpu:a100:2(S:0)`` of slurm.conf -> {type: count}."""
-    out: Dict[Optional[str], int] = {}
-    for item in gres.split(","):
-        item = item.split("(", 1)[0].strip()
-        if not item:
-            continue
-        parts = item.split(":")
-        if parts[0].lower() != name:
-            continue
-        typ, count = None, 1
-        if len(parts) == 2:
-            if parts[1][:1].isdigit():
-                count = _count(parts[1])
-            else:
-                typ = parts[1]
-        elif len(parts) >= 3:
-            typ, count = parts[1], _count(parts[2])
-        out[typ] = out.get(typ, 0) + count
-    return out
-
-
 def check_gres(lines: Sequence[GresLine], slurm: Optional[SlurmConf] = None,
                path: Optional[str] = None) -> List[Problem]:
     """A gres.conf against slurm.conf: every node slurm.conf gives GPUs must
@@ -338,7 +299,7 @@ def check_gres(lines: Sequence[GresLine], slurm: Optional[SlurmConf] = None,
                                     f"{sample_hosts(unknown)}"))
     lost, wrong, untyped = [], [], []
     for node in slurm.nodes:
-        want = slurm_gres_counts(slurm.gres(node))
+        want = gres_by_type(slurm.gres(node))
         if not want:
             continue
         have = gres_counts(lines, node)

@@ -186,11 +186,6 @@ class SlurmConf:
     def gres(self, node: str) -> str:
         return self.nodes.get(node, {}).get("gres", "")
 
-    def has_gpus(self, node: str) -> bool:
-        """Does slurm.conf give this node GPU GRES (``Gres=gpu...``)?"""
-        return any(item.strip().lower().startswith("gpu")
-                   for item in self.gres(node).split(",") if item.strip())
-
 
 _INCLUDE = re.compile(r"^\s*include\s+(\S.*?)\s*$", re.IGNORECASE)
 

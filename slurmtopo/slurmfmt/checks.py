@@ -15,16 +15,19 @@ A :class:`Problem` has a severity:
 """
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
-from slurmtopo.admin.switch_tree import NAME_RE, natural_key
-from slurmtopo.admin.slurmconf import MAX_LINE, SlurmConf, logical_lines
 from slurmtopo.errors import InventoryError, SlurmtopoError
-from slurmtopo.hostlist import fold_hostlist
+from slurmtopo.hostlist import fold_hostlist, natural_key
 from slurmtopo.model import Fabric
+from slurmtopo.slurmfmt.slurm_conf import MAX_LINE, SlurmConf, logical_lines
 from slurmtopo.topology import switch_levels
+
+#: what Slurm and ClusterShell both read as one plain name
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 ERROR, REFUSE, WARNING = "error", "refuse", "warning"
 #: Slurm's HOST_NAME_MAX check on SwitchName
