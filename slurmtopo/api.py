@@ -56,6 +56,9 @@ class ScriptOptions:
     #: first-class sbatch options as (name, value): ("qos", "high"), ...
     options: Tuple[Tuple[str, str], ...] = ()
     requeue: bool = False
+    #: what the cluster's Slurm can be asked for (release, switch/nvidia_imex):
+    #: slurmtopo.placement.segments.SlurmFeatures; None: a current release
+    slurm: Optional[object] = None
 
     @property
     def constraint(self) -> Optional[str]:
@@ -295,7 +298,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
             cgroup_devices=options.cgroup_devices,
             inventory_path=options.inventory_path or _source_path(cluster),
             master_port=options.master_port, socket_ifname=options.socket_ifname,
-            run_dir=options.run_dir, launch=options.launch)
+            run_dir=options.run_dir, launch=options.launch, slurm=options.slurm)
         text = script.render()  # validates before anything is written
         notes.extend(script.notes)
     if busy_note:

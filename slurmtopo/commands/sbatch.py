@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List
+from typing import List, Optional
 
 import click
 
@@ -45,6 +45,18 @@ def parse_wait(items) -> dict:
             raise SlurmtopoError(f"--wait {item!r}: expected KIND=SECONDS, e.g. dp=600 or dp=10m")
         out[kind.strip()] = seconds
     return out
+
+
+def _live_version(backend) -> Optional[str]:
+    """The release the backend's Slurm reports (None: it cannot say)."""
+    from slurmtopo.errors import SlurmError
+
+    try:
+        text = backend.version() if hasattr(backend, "version") else ""
+    except SlurmError:
+        return None
+    parts = str(text).split(".")
+    return text if 2 <= len(parts) <= 3 and all(p.isdigit() for p in parts) else None
 
 
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
@@ -83,6 +95,9 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     else:
         state, state_from = api.load_state_file(inv, state_path), state_path
 
+    if state_path in (None, "live", "slurm") and not o.get("slurm_version"):
+        # the segment options this Slurm has (placement/segments.py)
+        o = dict(o, slurm_version=_live_version(get_backend()))
     waits = parse_wait(wait)
     req = request_from(o, waits, cmd)
     job = api.prepare(inv, state, req, cmd,

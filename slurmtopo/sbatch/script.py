@@ -199,7 +199,8 @@ def _check(value: Optional[str], what: str, pattern: re.Pattern, example: str) -
 
 
 def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
-                     wait: Optional[str] = DEFAULT_SWITCH_WAIT) -> Tuple[List[str], List[str]]:
+                     wait: Optional[str] = DEFAULT_SWITCH_WAIT, placement=None, req=None,
+                     slurm=None) -> Tuple[List[str], List[str]]:
     """The sbatch options asking Slurm for the planned topology, and comment
     lines saying why.
 
@@ -207,7 +208,11 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
     leaf switches the plan spans: Slurm then waits up to ``wait`` for an
     allocation under that few leaves. block (``topology/block``, e.g. NVL72
     racks): ``--segment=S`` with S the largest size that splits the planned
-    nodes of every block evenly, so each segment stays inside one block.
+    nodes of every block evenly, so each segment stays inside one block;
+    with the ``placement`` (its groups) the segments are aligned to the
+    job's NVLink groups and spread, consolidation and IMEX channels are
+    chosen as :mod:`slurmtopo.placement.segments` says, as far as ``slurm``
+    (a ``SlurmFeatures``) allows.
     ``auto`` uses blocks when the inventory describes them, else switches.
     """
     from slurmtopo.topology import block_of, network_view
@@ -220,6 +225,10 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
     if mode == "block" or (mode == "auto" and blocks and all(h in blocks for h in hosts)):
         if not all(h in blocks for h in hosts):
             return [], ["topology request: none (some planned nodes are in no block)"]
+        # -- segments chosen from the job's groups (slurmtopo.placement.segments) --
+        segs = _segment_request(inv, hosts, placement, req, slurm)
+        if segs is not None:
+            return segs
         counts: dict = {}
         for h in hosts:
             counts[blocks[h]] = counts.get(blocks[h], 0) + 1
@@ -247,6 +256,22 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
     opt = f"--switches={len(leaves)}" + (f"@{wait}" if wait else "")
     return [opt], [f"topology request: {opt} (plan spans {len(leaves)} leaf switch"
                    f"{'es' if len(leaves) != 1 else ''}: {', '.join(leaves)})"]
+
+
+def _segment_request(inv, hosts, placement, req, slurm) -> Optional[Tuple[List[str], List[str]]]:
+    """The segment options for a plan with groups (None: no placement or
+    block layout, the plain per-block rule applies)."""
+    from slurmtopo.placement.segments import (SlurmFeatures, block_layout, choose_segments,
+                                              nvlink_kinds)
+
+    layout = block_layout(inv.fabric)
+    if placement is None or layout is None or not all(h in layout.position for h in hosts):
+        return None
+    kinds = nvlink_kinds(getattr(req, "require", {}) or {}, getattr(req, "prefer", {}) or {})
+    choice = choose_segments(layout, hosts, placement.groups,
+                             [s.host for s in placement.slots], kinds,
+                             slurm if slurm is not None else SlurmFeatures())
+    return choice.options(), list(choice.why)
 
 
 @dataclass(frozen=True)
@@ -423,8 +448,8 @@ class SbatchRequest:
                   requeue: bool = False, python: str = "python3",
                   cgroup_devices: str = "auto", inventory_path: Optional[str] = None,
                   master_port: Optional[int] = None, socket_ifname: Optional[str] = None,
-                  run_dir: Optional[str] = None, launch: Optional[Launch] = None
-                  ) -> "SbatchRequest":
+                  run_dir: Optional[str] = None, launch: Optional[Launch] = None,
+                  slurm=None) -> "SbatchRequest":
         """The script for ``placement``. Node and task counts come from the
         plan; ``req`` (a JobRequest) supplies gpus_per_node, exclusive,
         nodelist and exclude when given."""
@@ -457,7 +482,10 @@ class SbatchRequest:
             notes.append("ranks per node differ (" + ", ".join(map(str, per_host)) + "): the "
                          "script asks for --ntasks with one GPU per task, and the start-time "
                          "step re-plans on what Slurm gives")
-        topo, topo_why = topology_request(inv, hosts, topology, switch_wait or None)
+        topo, topo_why = topology_request(inv, hosts, topology, switch_wait or None,
+                                          placement=placement, req=req, slurm=slurm)
+        if any(opt.startswith("--segment") for opt in topo):  # the preview says why
+            notes.extend(w.strip() for w in topo_why)
         if exclusive is None:
             exclusive = bool(getattr(req, "exclusive", False))
         nodelist = getattr(req, "nodelist", None)
