@@ -25,8 +25,9 @@ from slurmtopo.daemon.protocol import Shape, make_comment
 from slurmtopo.errors import SlurmtopoError
 
 _DIRECTIVE = re.compile(r"^#SBATCH\s+(.*?)\s*$")
-#: directives the daemon replaces by pinning nodes
-DROPPED = ("--switches", "--segment")
+#: directives the daemon replaces by pinning nodes (the segment flags mean
+#: nothing without --segment)
+DROPPED = ("--switches", "--segment", "--spread-segments", "--consolidate-segments")
 
 
 def _opt(words: Sequence[str], long: str, short: Optional[str] = None) -> Optional[str]:
