@@ -381,7 +381,10 @@ def apply_fabric(inv: Inventory, fabric: Fabric, source: Optional[str] = None,
         if fabric.switches or whole else inv.fabric.switches
     blocks = tuple(replace(b, nodes=tuple(h for h in b.nodes if h in known))
                    for b in fabric.blocks) if fabric.blocks or whole else inv.fabric.blocks
-    blocks = tuple(b for b in blocks if b.nodes)
+    if not (whole and any(b.nodes for b in blocks)):
+        # the site's whole block list keeps its empty blocks: they hold the
+        # positions Slurm aggregates blocks by (placement/segments.py)
+        blocks = tuple(b for b in blocks if b.nodes)
     sizes = fabric.block_sizes if fabric.blocks or whole else inv.fabric.block_sizes
     return replace(inv, fabric=Fabric(switches=switches, blocks=blocks,
                                       block_sizes=sizes if blocks or not whole else ()),

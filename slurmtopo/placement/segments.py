@@ -30,10 +30,13 @@ What a training job needs from that, and why each choice below:
   greatest common divisor of its nodes per block) is kept when it is one,
   because the planner found that many free nodes in each block; else the
   largest aligned size no bigger than the plan's smallest share of a block.
-* **Spread** only with per-segment IMEX channels: two segments in one
+* **Spread** only with per-segment IMEX channels (segments of several
+  nodes: slurmtopo writes one base block per NVLink domain): two segments in one
   NVLink domain on two channels could not map each other's memory, yet
   NCCL sees one clique and would try; spread keeps one segment per domain.
-* **Consolidate** when the job has several segments and the plan's blocks
+* **Consolidate** when the job has several segments (one-node segments
+  included: alone they ask for nothing, with this flag they keep the job
+  in one aggregated block) and the plan's blocks
   all lie in one aggregated block of the level Slurm would use: the
   traffic between segments (DP, PP) then stays under that block's switch,
   as planned, instead of Slurm scattering segments over the whole cluster.
@@ -227,11 +230,8 @@ def choose_segments(layout: BlockLayout, hosts: Sequence[str],
     else:
         smallest = min(counts.values())
         seg = max([s for s in sizes if s <= smallest] or [sizes[0]])
-        reason = (f"planned nodes per block {where} split a group; segments of {seg} keep "
-                  "each inside one block")
-    if seg <= 1 and n > 1:
-        return SegmentChoice(why=tuple([f"topology request: none (planned nodes per block "
-                                        f"{where} share no segment size)"] + why))
+        reason = (f"planned nodes per block {where}, not whole multiples of {align}; "
+                  f"segments of {seg} keep each group inside one block")
     if align > 1:
         widest = ", ".join(f"{k} {s}" for k, s in fit.items())
         reason += f"; nodes per NVLink group: {widest}"
@@ -241,7 +241,7 @@ def choose_segments(layout: BlockLayout, hosts: Sequence[str],
     segments = n // seg
     spread = consolidate = imex = False
     extra: List[str] = []
-    if segments > 1 and slurm.imex:
+    if segments > 1 and seg > 1 and slurm.imex:
         if slurm.has("unique-channel-per-segment") and slurm.has("spread-segments"):
             imex = spread = True
             extra.append("--network=unique-channel-per-segment: one IMEX channel per segment "
@@ -266,6 +266,10 @@ def choose_segments(layout: BlockLayout, hosts: Sequence[str],
             else:
                 extra.append(f"no --consolidate-segments (the plan spans {len(agg)} aggregated "
                              f"blocks of {1 << level} base blocks)")
+    if seg <= 1 and n > 1 and not consolidate:
+        # one-node segments alone ask Slurm for nothing
+        return SegmentChoice(why=tuple([f"topology request: none (planned nodes per block "
+                                        f"{where} share no segment size)"] + why))
     choice = SegmentChoice(segment=seg, spread=spread, consolidate=consolidate,
                            imex_channels=imex)
     opts = " ".join(choice.options())

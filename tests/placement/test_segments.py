@@ -56,7 +56,7 @@ def test_segment_aligns_to_groups_where_the_plan_counts_do_not():
     # 10 + 6 share only 2: the old rule asked --segment=2, and an EP group of 4 nodes could
     # then straddle the racks; segments of 4 never cut one
     c = choose(racks(2, 18, (18, 36)), {0: 10, 1: 6}, 4)
-    assert c.segment == 4 and "split a group" in c.why[0]
+    assert c.segment == 4 and "not whole multiples of 4" in c.why[0]
     assert "ep 4" in c.why[0]
 
 
@@ -168,3 +168,38 @@ def test_script_asks_for_the_choice(tmp_path):
 @pytest.mark.parametrize("bad", ["switch/none", None])
 def test_no_imex_without_the_switch_plugin(bad):
     assert not SlurmFeatures.of((25, 11), bad).imex
+
+
+def test_one_node_segments_only_to_consolidate():
+    # base blocks of one node, pairs at level 1: a 2-node job whose groups stay inside nodes
+    fab = racks(8, 1, (1, 2, 4), empty=(2, 3, 6, 7))
+    hosts = ["r0n00", "r1n00"]
+    groups = {"tp": [[0, 1], [2, 3]], "dp": [[0, 2], [1, 3]]}
+    host_of = ["r0n00", "r0n00", "r1n00", "r1n00"]
+    c = choose_segments(block_layout(fab), hosts, groups, host_of, nvlink_kinds({}, {}),
+                        SlurmFeatures.of((25, 11), "switch/nvidia_imex"))
+    assert c.options() == ["--segment=1", "--consolidate-segments"]
+    # blocks 1 and 4 are in different pairs: nothing to ask
+    hosts = ["r1n00", "r4n00"]
+    host_of = ["r1n00", "r1n00", "r4n00", "r4n00"]
+    c = choose_segments(block_layout(fab), hosts, groups, host_of, nvlink_kinds({}, {}))
+    assert c.options() == [] and "share no segment size" in c.why[0]
+
+
+def test_site_topology_keeps_its_placeholder_blocks(tmp_path):
+    """--slurm-topology: the empty blocks of the site's list hold positions
+    Slurm aggregates by, so they stay (dropping them put node2 and node3 in
+    one level-1 block and asked Slurm to consolidate them)."""
+    from slurmtopo import api
+
+    conf = tmp_path / "topology.conf"
+    conf.write_text("BlockName=b1 Nodes=node1\nBlockName=b2 Nodes=node2\nBlockName=b3\n"
+                    "BlockName=b4\nBlockName=b5 Nodes=node3\nBlockName=b6 Nodes=node4,cpu1\n"
+                    "BlockSizes=1,2,4\n")
+    inv = api.load_cluster(str(ROOT / "tests" / "fixtures" / "slurm" /
+                               "devcluster-nvl-inventory.yaml"))
+    seen, _ = api.cluster_for_partition(inv, str(conf))
+    assert [b.name for b in seen.fabric.blocks] == ["b1", "b2", "b3", "b4", "b5", "b6"]
+    assert seen.fabric.blocks[5].nodes == ("node4",)
+    lay = block_layout(seen.fabric)
+    assert lay.position["node3"] == 4 and lay.levels == (0, 1, 2)
