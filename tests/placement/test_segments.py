@@ -203,3 +203,8 @@ def test_site_topology_keeps_its_placeholder_blocks(tmp_path):
     assert seen.fabric.blocks[5].nodes == ("node4",)
     lay = block_layout(seen.fabric)
     assert lay.position["node3"] == 4 and lay.levels == (0, 1, 2)
+    # the plan embeds this view: its placeholders have no inventory form and are left out
+    from slurmtopo.inventory import inventory_dict, parse_inventory
+
+    back = parse_inventory(inventory_dict(seen), "embedded")
+    assert [b.name for b in back.fabric.blocks] == ["b1", "b2", "b5", "b6"]
