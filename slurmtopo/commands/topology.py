@@ -87,6 +87,10 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
     slurm_nodes = slurm.node_names() if slurm is not None else None
     problems = check_text(text, what) + check(built.fabric, fmt, slurm_nodes)
     problems += check_plugin(fmt, slurm, slurm_version, yaml_beside=_yaml_beside(slurm))
+    if fmt == "block":  # is Slurm's node order the blocks'? (TopologyParam=BlockAsNodeRank)
+        from slurmtopo.admin.node_rank import node_rank_problems
+        problems += node_rank_problems(built.fabric, slurm.topology_param if slurm else None,
+                                       slurm_version)
     # what Slurm will read is the text: it must read back as the same topology
     if fmt == "yaml":
         parse_topology_yaml(text, f"<generated {what}>")
@@ -122,6 +126,9 @@ def check_cmd(path, slurm_conf, as_json):
     problems = check_text(text, path) + \
         check(fabric, fmt, slurm.node_names() if slurm else None)
     problems += check_plugin(fmt, slurm)
+    if fmt == "block":  # is Slurm's node order the blocks'? (TopologyParam=BlockAsNodeRank)
+        from slurmtopo.admin.node_rank import node_rank_problems
+        problems += node_rank_problems(fabric, slurm.topology_param if slurm else None)
     parts = []
     if fabric.switches:
         levels = 1 + max(switch_levels(fabric).values())
