@@ -239,3 +239,19 @@ def nvlink_domains(nodes: Iterable[Node]) -> Dict[str, List[str]]:
         if n.nvlink_domain is not None:
             out.setdefault(n.nvlink_domain.key, []).append(n.name)
     return out
+
+
+#: the description of every switch slurmtopo makes from a Slurm 26.05
+#: topology/ring or topology/torus3d (slurmtopo/admin/ring_torus.py): such a
+#: tree measures distance only, Slurm allocates arcs and sub-cubes on it
+MADE_FROM = "made by slurmtopo from topology/"
+
+
+def made_from(fabric: Fabric) -> Optional[str]:
+    """``ring`` or ``torus3d`` when the fabric's switches were made from
+    that Slurm topology (no ``--switches`` to ask for), else None."""
+    for s in fabric.switches:
+        d = s.description or ""
+        if d.startswith(MADE_FROM):
+            return d[len(MADE_FROM):].split()[0]
+    return None

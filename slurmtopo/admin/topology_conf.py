@@ -169,6 +169,7 @@ def parse_topology_conf(text: str, path: str = "<topology.conf>") -> Fabric:
     switches: List[Switch] = []
     blocks: List[Block] = []
     sizes: Tuple[int, ...] = ()
+    rings: List[Tuple[str, Tuple[str, ...], str]] = []
     kind = None
     for cl in conf_lines(text, path):
         first = cl.first_key
@@ -206,11 +207,19 @@ def parse_topology_conf(text: str, path: str = "<topology.conf>") -> Fabric:
                 raise InventoryError(f"unexpected {cl.pairs[1][0]} after BlockSizes", path,
                                      cl.line)
             sizes = _sizes(cl.pairs[0][1], path, cl.line)
-        elif first == "ringname":
-            raise InventoryError("topology/ring is not supported", path, cl.line)
+        elif first == "ringname":  # topology/ring (26.05): slurmtopo/admin/ring_torus.py
+            d = _one_line_keys(cl, {"ringname", "nodes"}, path)
+            rings.append((d["ringname"], tuple(hostlist_at(d["nodes"], path, cl.line, "Nodes"))
+                          if "nodes" in d else (), f"{path}:{cl.line}"))
         else:
             raise InventoryError(f"a topology.conf line starts with SwitchName=, BlockName= or "
                                  f"BlockSizes=, not {cl.pairs[0][0]}=", path, cl.line)
+    if rings:
+        if switches or blocks:
+            raise InventoryError("RingName= lines cannot share a topology.conf with switches "
+                                 "or blocks (one plugin reads it)", rings[0][2])
+        from slurmtopo.admin.ring_torus import ring_fabric
+        return ring_fabric(rings, path)
     fabric = Fabric(switches=tuple(switches), blocks=tuple(blocks), block_sizes=sizes)
     if switches:
         raise_first_error(check_tree(fabric))
@@ -222,7 +231,7 @@ def parse_topology_conf(text: str, path: str = "<topology.conf>") -> Fabric:
 # --------------------------------------------------------------------------
 # Reading topology.yaml
 
-_TOPO_KEYS = {"topology", "cluster_default", "tree", "block", "flat"}
+_TOPO_KEYS = {"topology", "cluster_default", "tree", "block", "flat", "ring", "torus3d"}
 
 
 def parse_topology_yaml(text: str, path: str = "<topology.yaml>") -> List[Tuple[str, bool, Fabric]]:
@@ -248,11 +257,15 @@ def parse_topology_yaml(text: str, path: str = "<topology.yaml>") -> List[Tuple[
         default = d.get("cluster_default", False)
         if not isinstance(default, bool):
             raise r.error("cluster_default must be true or false", Reader.line(d, "cluster_default"))
-        kinds = [k for k in ("tree", "block", "flat") if k in d]
+        kinds = [k for k in ("tree", "block", "flat", "ring", "torus3d") if k in d]
         if len(kinds) != 1:
-            raise r.error(f"topology {name!r} must define exactly one of tree, block, flat",
-                          Reader.line(d))
-        if kinds[0] == "tree":
+            raise r.error(f"topology {name!r} must define exactly one of tree, block, flat, "
+                          "ring, torus3d", Reader.line(d))
+        if kinds[0] in ("ring", "torus3d"):  # 26.05: slurmtopo/admin/ring_torus.py
+            from slurmtopo.admin import ring_torus
+            read = ring_torus.yaml_ring if kinds[0] == "ring" else ring_torus.yaml_torus3d
+            fab = read(r, d[kinds[0]], path, Reader.line(d, kinds[0]), _hl)
+        elif kinds[0] == "tree":
             fab = _yaml_tree(r, d["tree"], path, Reader.line(d, "tree"))
         elif kinds[0] == "block":
             fab = _yaml_block(r, d["block"], path, Reader.line(d, "block"))
@@ -365,7 +378,8 @@ def read_one_topology(path, name: Optional[str] = None) -> Tuple[str, Fabric]:
     text = read_text(path)
     if not is_yaml_path(path):
         fab = parse_topology_conf(text, path)
-        return ("block" if fab.blocks and not fab.switches else "tree"), fab
+        from slurmtopo.topology import made_from
+        return ("block" if fab.blocks and not fab.switches else (made_from(fab) or "tree")), fab
     return pick_topology(parse_topology_yaml(text, path), name, path)
 
 

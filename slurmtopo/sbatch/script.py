@@ -215,7 +215,7 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
     (a ``SlurmFeatures``) allows.
     ``auto`` uses blocks when the inventory describes them, else switches.
     """
-    from slurmtopo.topology import block_of, network_view
+    from slurmtopo.topology import block_of, made_from, network_view
 
     if mode not in ("auto", "tree", "block", "none"):
         raise SlurmtopoError(f"topology request must be auto, tree, block or none, got {mode!r}")
@@ -241,6 +241,10 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
                         "segment size)"]
         return [f"--segment={seg}"], [f"topology request: --segment={seg} "
                                       f"(planned nodes per block: {where})"]
+    made = made_from(inv.fabric)  # a 26.05 ring/torus3d: Slurm reads no --switches there
+    if made is not None:
+        return [], [f"topology request: none (topology/{made} gives each job a compact "
+                    "arc or sub-cube itself)"]
     view = network_view(inv.fabric)
     if view.flat:
         return [], ["topology request: none (the inventory describes no switches)"]
