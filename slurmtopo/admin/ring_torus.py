@@ -19,7 +19,9 @@ torus3d/torus3d_record.c):
 The planner measures distance between hosts on a switch tree
 (:mod:`slurmtopo.topology`'s network view), so each ring and torus becomes
 one: the coordinates are halved recursively (the longest extent first)
-until two nodes are left, each box a switch. Two nodes under one leaf are
+until two nodes are left, each box a switch (the man page's 4x4x2 torus
+halves to 4x2x2, 2x2x2, 2x2x1, 2x1x1: its placements 2x2x2 and 2x2x1 are
+boxes of the tree). Two nodes under one leaf are
 neighbours; the higher the common switch, the more hops apart, so the
 planner's "keep this group under one switch" becomes "keep it in a compact
 arc or sub-cube", which is what both plugins allocate. The tree does not
@@ -67,7 +69,10 @@ def tree_of(kind: str, name: str, coords: Dict[str, Coord]) -> List[Switch]:
         if len(hosts) <= 2:
             out.append(Switch(name=me, level=-1, nodes=tuple(hosts), description=desc))
             return me
-        axis = max(range(dims), key=lambda i: (b[i] - a[i], -i))
+        # the longest extent first; on a tie the outer axis (z, then y), so
+        # x neighbours (the x-major fill, and placements such as 2x2x1) stay
+        # together longest
+        axis = max(range(dims), key=lambda i: (b[i] - a[i], i))
         mid = (a[axis] + b[axis]) // 2
         a2 = tuple(mid + 1 if i == axis else a[i] for i in range(dims))
         b1 = tuple(mid if i == axis else b[i] for i in range(dims))

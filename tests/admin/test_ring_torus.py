@@ -116,3 +116,19 @@ def test_plan_on_a_ring(tmp_path):
     script = (out / "job.sbatch").read_text()
     assert "--switches" not in script and "topology/ring gives each job" in script
     assert any("Slurm topology 'topo4' (ring)" in n for n in doc["notes"])
+
+
+def test_torus_tree_holds_the_placements():
+    """The man page's 4x4x2 torus: its 2x2x1 and 2x2x2 placements (anchors
+    on their own grid) are whole subtrees."""
+    fab = dict((n, f) for n, _d, f in parse_topology_yaml(FIXTURE.read_text(), "x"))["topo5"]
+    boxes = {s.name for s in fab.switches}
+    assert {"pod1.0.0.0-1.1.0", "pod1.0.0.0-1.1.1", "pod1.2.2.1-3.3.1"} <= boxes
+    hosts = [f"node{i:02d}" for i in range(1, 33)]
+    c = torus_coords((4, 4, 2), hosts)
+    view = network_view(fab)
+    cube = [h for h in hosts if c[h][0] < 2 and c[h][1] < 2 and c[h][2] == 0]
+    outside = [h for h in hosts if h not in cube]
+    inside = max(common_level(view, a, b) for a in cube for b in cube if a != b)
+    assert all(common_level(view, cube[0], o) is None or common_level(view, cube[0], o) > inside
+               for o in outside)
