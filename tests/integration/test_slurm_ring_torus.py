@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.helpers import Cluster, devcluster_mod, it_config, run_slurmtopo
+from tests.integration.helpers import Cluster, run_slurmtopo
 from tests.integration.ranks import Run, check_ranks
-from tests.integration.test_slurm_topology import NVL, _need
+from tests.integration.test_slurm_topology import NVL, _hosts, _need, nvl_cluster_with
 
 TOPOLOGY = """\
 - topology: ring
@@ -41,23 +41,12 @@ TOPOLOGY = """\
 @pytest.fixture(scope="module")
 def ring_cluster(tmp_path_factory):
     _need((26, 5), "topology/ring and topology/torus3d")
-    d = tmp_path_factory.mktemp("ring")
-    run_slurmtopo(["gres", "generate", "--reports", NVL, "--output", d / "gres.conf"])
-    (d / "topology.yaml").write_text(TOPOLOGY)
-    cfg = it_config(dir=str(d / "cluster"), nodes=4, gpus=4, gpu_type="nvidia_gb200",
-                    port=devcluster_mod.free_port_base(4, start=58817),
-                    gres_conf=str(d / "gres.conf"), topology_conf=str(d / "topology.yaml"),
-                    topology_plugin="yaml", partitions=["tor Topology=torus"])
-    dc = devcluster_mod.DevCluster.up(cfg)
+    dc, topo = nvl_cluster_with(tmp_path_factory.mktemp("ring"), "topology.yaml", TOPOLOGY,
+                                58817, topology_plugin="yaml", partitions=["tor Topology=torus"])
     try:
-        yield Cluster(dc), d / "topology.yaml"
+        yield Cluster(dc), topo
     finally:
         dc.down()
-
-
-def _hosts(run) -> set:
-    from slurmtopo.hostlist import expand_hostlist
-    return set(expand_hostlist(run.job["NodeList"]))
 
 
 def test_slurmctld_loads_the_ring_and_the_torus(ring_cluster):

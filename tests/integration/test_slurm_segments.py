@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.helpers import Cluster, devcluster_mod, it_config, run_slurmtopo
+from tests.integration.helpers import Cluster
 from tests.integration.ranks import Run, check_ranks
-from tests.integration.test_slurm_topology import NVL, _need
+from tests.integration.test_slurm_topology import NVL, _hosts, _need, nvl_cluster_with
 
 PAIRS = ({"node1", "node2"}, {"node3", "node4"})
 
@@ -48,23 +48,13 @@ BlockSizes=1,2,4
 @pytest.fixture(scope="module")
 def seg_cluster(tmp_path_factory):
     _need((25, 11), "--spread-segments, --consolidate-segments and segments over a base block")
-    d = tmp_path_factory.mktemp("segments")
-    run_slurmtopo(["gres", "generate", "--reports", NVL, "--output", d / "gres.conf"])
-    (d / "topology.conf").write_text(TOPOLOGY)
-    cfg = it_config(dir=str(d / "cluster"), nodes=4, gpus=4, gpu_type="nvidia_gb200",
-                    port=devcluster_mod.free_port_base(4, start=57817),
-                    gres_conf=str(d / "gres.conf"), topology_conf=str(d / "topology.conf"),
-                    topology_plugin="block", switch_type="switch/nvidia_imex")
-    dc = devcluster_mod.DevCluster.up(cfg)
+    dc, topo = nvl_cluster_with(tmp_path_factory.mktemp("segments"), "topology.conf", TOPOLOGY,
+                                57817, topology_plugin="block",
+                                switch_type="switch/nvidia_imex")
     try:
-        yield Cluster(dc), d / "topology.conf"
+        yield Cluster(dc), topo
     finally:
         dc.down()
-
-
-def _hosts(run) -> set:
-    from slurmtopo.hostlist import expand_hostlist
-    return set(expand_hostlist(run.job["NodeList"]))
 
 
 def _submit(cluster, tmp_path, topo, layout):
