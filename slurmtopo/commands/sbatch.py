@@ -95,7 +95,8 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     else:
         state, state_from = api.load_state_file(inv, state_path), state_path
 
-    if state_path in (None, "live", "slurm") and not o.get("slurm_version"):
+    if state_path in (None, "live", "slurm") and not o.get("slurm_version") and \
+            inv.fabric.blocks:
         # the segment options this Slurm has (placement/segments.py)
         o = dict(o, slurm_version=_live_version(get_backend()))
     waits = parse_wait(wait)
