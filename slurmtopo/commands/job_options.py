@@ -229,13 +229,19 @@ def slurm_features(o: Mapping, version: Optional[str] = None):
     from slurmtopo.placement.segments import SlurmFeatures
 
     text = o.get("slurm_version") or version
-    conf = o.get("slurm_conf") or next(
-        (c for c in (os.environ.get("SLURM_CONF"), "/etc/slurm/slurm.conf")
-         if c and os.path.isfile(c)), None)
+    given = o.get("slurm_conf")
+    conf = given or next((c for c in (os.environ.get("SLURM_CONF"), "/etc/slurm/slurm.conf")
+                          if c and os.path.isfile(c)), None)
     switch = None
     if conf:
         from slurmtopo.admin.slurmconf import read_slurm_conf
-        switch = read_slurm_conf(conf).switch_type
+        try:
+            switch = read_slurm_conf(conf).switch_type
+        except SlurmtopoError:
+            if given:  # the user's file: its error is theirs to see
+                raise
+            # the site's default slurm.conf only tells the IMEX switch; a file
+            # slurmtopo cannot read must not stop a plan that never needed it
     try:
         version = parse_slurm_version(text) if text else None
     except ValueError as exc:

@@ -208,3 +208,22 @@ def test_site_topology_keeps_its_placeholder_blocks(tmp_path):
 
     back = parse_inventory(inventory_dict(seen), "embedded")
     assert [b.name for b in back.fabric.blocks] == ["b1", "b2", "b5", "b6"]
+
+
+def test_an_unreadable_default_slurm_conf_does_not_stop_a_plan(tmp_path, monkeypatch):
+    """$SLURM_CONF is read only for SwitchType: a file slurmtopo refuses
+    leaves the IMEX options off; the same file given with --slurm-conf is
+    an error, one line."""
+    from tests.clirun import run_cli
+
+    bad = tmp_path / "slurm.conf"
+    bad.write_text("SwitchType=switch/nvidia_imex\nNodeName=a\"b\n")
+    monkeypatch.setenv("SLURM_CONF", str(bad))
+    inv = ROOT / "tests" / "fixtures" / "slurm" / "devcluster-nvl-inventory.yaml"
+    args = ["plan", "--inventory", str(inv), "--tp", "4", "--ep", "2", "--dp", "4",
+            "--slurm-version", "25.11", "--output-dir", str(tmp_path / "o")]
+    code, _out, err = run_cli(args + ["--", "python", "t.py"])
+    assert code == 0, err
+    assert "--network" not in (tmp_path / "o" / "job.sbatch").read_text()
+    code, _out, err = run_cli(args + ["--slurm-conf", str(bad), "--", "python", "t.py"])
+    assert code != 0 and str(bad) in err and "Traceback" not in err
