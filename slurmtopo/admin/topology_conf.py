@@ -345,8 +345,10 @@ def topology_from_text(text: str, path: str) -> Fabric:
     format and names the file in errors)."""
     if not is_yaml_path(path):
         return parse_topology_conf(text, path)
-    topos = parse_topology_yaml(text, path)
-    trees = [t for t in topos if t[2].switches]
+    from slurmtopo.topology import made_from
+
+    topos = parse_topology_yaml(text, path)  # rings and toruses: checked as they are read
+    trees = [t for t in topos if t[2].switches and not made_from(t[2])]
     tree = next((t for t in trees if t[1]), trees[0] if trees else None)
     block = next((t for t in topos if t[2].blocks), None)
     return Fabric(switches=tree[2].switches if tree else (),

@@ -123,6 +123,11 @@ def check_cmd(path, slurm_conf, as_json):
     text, fabric = read_checked(path, topology_from_text, as_json)
     slurm = load_slurm_conf(slurm_conf)
     fmt = "yaml" if is_yaml_path(path) else ("block" if fabric.blocks else "tree")
+    from slurmtopo.admin.ring_torus import described
+    rings = described(text, path, fabric)  # 26.05 ring/torus3d: checked as they were read
+    if rings and not fabric.blocks and (fmt == "tree" or not fabric.switches):
+        report_check(path, check_text(text, path), rings, as_json)
+        return
     problems = check_text(text, path) + \
         check(fabric, fmt, slurm.node_names() if slurm else None)
     problems += check_plugin(fmt, slurm)
@@ -138,7 +143,8 @@ def check_cmd(path, slurm_conf, as_json):
         parts.append(f"{len(fabric.blocks)} blocks"
                      + (f", BlockSizes={','.join(map(str, fabric.block_sizes))}"
                         if fabric.block_sizes else ""))
-    report_check(path, problems, "; ".join(parts) or "empty", as_json)
+    report_check(path, problems, "; ".join(parts + ([rings] if rings else [])) or "empty",
+                 as_json)
 
 
 def _yaml_beside(slurm) -> bool:

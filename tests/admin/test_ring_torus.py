@@ -132,3 +132,16 @@ def test_torus_tree_holds_the_placements():
     inside = max(common_level(view, a, b) for a in cube for b in cube if a != b)
     assert all(common_level(view, cube[0], o) is None or common_level(view, cube[0], o) > inside
                for o in outside)
+
+
+def test_topology_check_takes_rings_and_toruses(tmp_path):
+    """Slurm's ring/torus rules are checked as the file is read; the tree
+    rules (one root above all) do not apply to them."""
+    code, out, err = run_cli(["topology", "check", str(FIXTURE)])
+    assert code == 0, err
+    assert "topology/ring 'topo4': 2 rings, 16 nodes" in out
+    assert "topology/torus3d 'topo5': 1 torus, 32 nodes" in out
+    conf = tmp_path / "topology.conf"
+    conf.write_text("RingName=r0 Nodes=n[1-4]\nRingName=r1 Nodes=n[5-8]\n")
+    code, out, err = run_cli(["topology", "check", str(conf)])
+    assert code == 0 and "topology/ring: 2 rings, 8 nodes: OK" in out, (out, err)
