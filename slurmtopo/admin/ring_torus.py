@@ -229,27 +229,3 @@ def yaml_torus3d(r, value, path: str, line, hostlist) -> Fabric:
         toruses.append((name, coords, where))
     return torus_fabric(toruses, path)
 
-
-def described(text: str, path: str, fabric: Fabric) -> str:
-    """What rings and toruses a topology file holds, for ``topology
-    check``'s summary ("" when none): a topology.conf's rings are its
-    fabric, a topology.yaml's are read again (its checked fabric leaves them
-    out)."""
-    from slurmtopo.topology import made_from
-
-    from slurmtopo.admin.topology_conf import is_yaml_path, parse_topology_yaml
-
-    if is_yaml_path(path):
-        found = [(name, fab) for name, _default, fab in parse_topology_yaml(text, path)
-                 if made_from(fab)]
-    else:
-        found = [("", fabric)] if made_from(fabric) else []
-    out = []
-    for name, fab in found:
-        kind = made_from(fab)
-        units = sorted({(s.description or "").split()[-1] for s in fab.switches})
-        hosts = {h for s in fab.switches for h in s.nodes}
-        what = {"ring": ("ring", "rings"), "torus3d": ("torus", "toruses")}[kind][len(units) != 1]
-        out.append(f"topology/{kind}{' ' + repr(name) if name else ''}: {len(units)} {what}, "
-                   f"{len(hosts)} nodes")
-    return "; ".join(out)

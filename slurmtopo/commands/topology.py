@@ -123,8 +123,7 @@ def check_cmd(path, slurm_conf, as_json):
     text, fabric = read_checked(path, topology_from_text, as_json)
     slurm = load_slurm_conf(slurm_conf)
     fmt = "yaml" if is_yaml_path(path) else ("block" if fabric.blocks else "tree")
-    from slurmtopo.admin.ring_torus import described
-    rings = described(text, path, fabric)  # 26.05 ring/torus3d: checked as they were read
+    rings = _rings(text, path, fabric)  # 26.05 ring/torus3d: checked as they were read
     if rings and not fabric.blocks and (fmt == "tree" or not fabric.switches):
         report_check(path, check_text(text, path), rings, as_json)
         return
@@ -170,3 +169,27 @@ def _block_naming(value):
     naming = BlockNaming(regexp, fmt)
     naming.compiled()
     return naming
+
+
+def _rings(text: str, path: str, fabric) -> str:
+    """What rings and toruses a topology file holds, for ``topology
+    check``'s summary ("" when none): a topology.conf's rings are its
+    fabric, a topology.yaml's are read again (its checked fabric leaves them
+    out)."""
+    from slurmtopo.admin.topology_conf import is_yaml_path, parse_topology_yaml
+    from slurmtopo.topology import made_from
+
+    if is_yaml_path(path):
+        found = [(name, fab) for name, _default, fab in parse_topology_yaml(text, path)
+                 if made_from(fab)]
+    else:
+        found = [("", fabric)] if made_from(fabric) else []
+    out = []
+    for name, fab in found:
+        kind = made_from(fab)
+        units = sorted({(s.description or "").split()[-1] for s in fab.switches})
+        hosts = {h for s in fab.switches for h in s.nodes}
+        what = {"ring": ("ring", "rings"), "torus3d": ("torus", "toruses")}[kind][len(units) != 1]
+        out.append(f"topology/{kind}{' ' + repr(name) if name else ''}: {len(units)} {what}, "
+                   f"{len(hosts)} nodes")
+    return "; ".join(out)
