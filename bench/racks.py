@@ -27,7 +27,7 @@ import tempfile
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence
 
-from bench.cli import _env
+from bench.process import child_env as _env
 from bench.scenarios import Scenario, build, quality_specs
 from slurmtopo.inventory import dump_inventory
 from slurmtopo.state import dump_state

@@ -105,6 +105,7 @@ class Config:
     slurm: str = ""              # install prefix of the Slurm to run; "" = the packaged one
     version: str = ""            # its version (slurmctld -V), filled in by 'up'
     topology_param: str = ""     # TopologyParam= (e.g. SwitchAsNodeRank), "" = none
+    switch_type: str = "switch/none"  # SwitchType= (switch/nvidia_imex: IMEX channels)
     #: "tree" (topology/tree, topology.conf), "block" (topology/block, topology.conf
     #: with BlockName=) or "yaml" (topology.yaml, 25.05+: no TopologyPlugin line)
     topology_plugin: str = "tree"
@@ -411,7 +412,7 @@ def slurm_conf(cfg: Config) -> str:
         f"PlugStackConfig={d}/etc/plugstack.conf",
         "MailProg=/bin/true",
         "MpiDefault=none",
-        "SwitchType=switch/none",
+        f"SwitchType={cfg.switch_type}",
         f"ProctrackType={proctrack}",
         f"TaskPlugin={task}",
         "JobAcctGatherType=jobacct_gather/none",

@@ -131,7 +131,9 @@ def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
     wanted = read_slurm_conf(slurm_conf).partition_topology(partition) if slurm_conf else None
     name, fabric = read_one_topology(slurm_topology, wanted)
     seen = apply_fabric(cluster, fabric, whole=True)
-    kind = "block" if seen.fabric.blocks else ("tree" if seen.fabric.switches else "flat")
+    from slurmtopo.topology import made_from
+    kind = "block" if seen.fabric.blocks else (
+        made_from(seen.fabric) or ("tree" if seen.fabric.switches else "flat"))
     where = f"partition {partition}" if partition else "the default partition"
     return seen, (f"{where} uses Slurm topology {name!r} ({kind}) of {slurm_topology}",)
 

@@ -741,7 +741,10 @@ def inventory_dict(inv: Inventory, kind: str = "inventory",
                     sd["description"] = s.description
                 fd["switches"].append(sd)
         if f.blocks:
-            fd["blocks"] = [{"name": b.name, "nodes": fold_hostlist(b.nodes)} for b in f.blocks]
+            # empty blocks (placeholders read from a site's topology.conf) have no
+            # inventory form: the schema's blocks name their nodes
+            fd["blocks"] = [{"name": b.name, "nodes": fold_hostlist(b.nodes)}
+                            for b in f.blocks if b.nodes]
         if f.block_sizes:
             fd["block_sizes"] = list(f.block_sizes)
         out["fabric"] = fd

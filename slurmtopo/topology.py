@@ -270,3 +270,19 @@ def rail_optimised(inv: Inventory, hosts: Iterable[str]) -> Optional[bool]:
                 return None
         any_multi = True
     return True if any_multi else None
+
+
+#: the description of every switch slurmtopo makes from a Slurm 26.05
+#: topology/ring or topology/torus3d (slurmtopo/slurmfmt/ring_torus.py): such a
+#: tree measures distance only, Slurm allocates arcs and sub-cubes on it
+MADE_FROM = "made by slurmtopo from topology/"
+
+
+def made_from(fabric: Fabric) -> Optional[str]:
+    """``ring`` or ``torus3d`` when the fabric's switches were made from
+    that Slurm topology (no ``--switches`` to ask for), else None."""
+    for s in fabric.switches:
+        d = s.description or ""
+        if d.startswith(MADE_FROM):
+            return d[len(MADE_FROM):].split()[0]
+    return None

@@ -177,6 +177,10 @@ def script_options(func):
         click.option("--switch-wait", default=None,
                      help="Max wait for the --switches request (Slurm time; default 5:00; "
                           "0 = no wait limit given)."),
+        click.option("--slurm-version", "slurm_version", default=None, metavar="X.Y",
+                     help="The cluster's Slurm release: segment options it lacks are not "
+                          "asked (default: sbatch asks `sinfo --version`; plan assumes a "
+                          "current release)."),
         click.option("--topology-request", type=click.Choice(["auto", "tree", "block", "none"]),
                      default="auto", show_default=True,
                      help="Ask Slurm for --switches (tree), --segment (block) or nothing."),
@@ -290,7 +294,37 @@ def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
         extra=tuple(o["extra_sbatch"]), python=o["python"], cgroup_devices=o["cgroup_devices"],
         master_port=o["master_port"], socket_ifname=o["socket_ifname"], run_dir=run_dir,
         inventory_path=inventory_path, launch=launch_from(**o), options=tuple(sb_options),
-        requeue=requeue)
+        requeue=requeue, slurm=slurm_features(o))
+
+
+def slurm_features(o: Mapping, version: Optional[str] = None):
+    """What the cluster's Slurm can be asked (``--slurm-version``, else
+    ``version``; SwitchType from ``--slurm-conf`` or the default slurm.conf
+    when there is one): a placement.segments.SlurmFeatures."""
+    import os
+
+    from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
+    from slurmtopo.placement.segments import SlurmFeatures
+
+    text = o.get("slurm_version") or version
+    given = o.get("slurm_conf")
+    conf = given or next((c for c in (os.environ.get("SLURM_CONF"), "/etc/slurm/slurm.conf")
+                          if c and os.path.isfile(c)), None)
+    switch = None
+    if conf:
+        from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
+        try:
+            switch = read_slurm_conf(conf).switch_type
+        except SlurmtopoError:
+            if given:  # the user's file: its error is theirs to see
+                raise
+            # the site's default slurm.conf only tells the IMEX switch; a file
+            # slurmtopo cannot read must not stop a plan that never needed it
+    try:
+        version = parse_slurm_version(text) if text else None
+    except ValueError as exc:
+        raise SlurmtopoError(f"--slurm-version: {exc}") from None
+    return SlurmFeatures.of(version, switch)
 
 
 def launch_from(launcher="srun", torchrun_cmd=None, container_image=None,

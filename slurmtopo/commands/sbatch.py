@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List
+from typing import List, Optional
 
 import click
 
@@ -56,6 +56,18 @@ def parse_wait(items) -> dict:
     return out
 
 
+def _live_version(backend) -> Optional[str]:
+    """The release the backend's Slurm reports (None: it cannot say)."""
+    from slurmtopo.errors import SlurmError
+
+    try:
+        text = backend.version() if hasattr(backend, "version") else ""
+    except SlurmError:
+        return None
+    parts = str(text).split(".")
+    return text if 2 <= len(parts) <= 3 and all(p.isdigit() for p in parts) else None
+
+
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
          as_json, keep_runs, color_by, cmd, **o):
     from slurmtopo import api
@@ -75,6 +87,10 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     backend = LazyBackend(backend_name)
     live = state_for(inv, state_path, backend, o.get("partition"))
 
+    if state_path in (None, "live", "slurm") and not o.get("slurm_version") and \
+            inv.fabric.blocks:
+        # the segment options this Slurm has (placement/segments.py)
+        o = dict(o, slurm_version=_live_version(get_backend()))
     waits = parse_wait(wait)
     req = request_from(o, waits, cmd)
     job = api.prepare(inv, live.state, req, cmd,

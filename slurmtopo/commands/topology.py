@@ -89,6 +89,10 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
     slurm_nodes = slurm.node_names() if slurm is not None else None
     problems = check_text(text, what) + check(built.fabric, fmt, slurm_nodes)
     problems += check_plugin(fmt, slurm, slurm_version, yaml_beside=_yaml_beside(slurm))
+    if fmt == "block":  # is Slurm's node order the blocks'? (TopologyParam=BlockAsNodeRank)
+        from slurmtopo.admin.node_rank import node_rank_problems
+        problems += node_rank_problems(built.fabric, slurm.topology_param if slurm else None,
+                                       slurm_version)
     # what Slurm will read is the text: it must read back as the same topology
     if fmt == "yaml":
         parse_topology_yaml(text, f"<generated {what}>")
@@ -121,9 +125,16 @@ def check_cmd(path, slurm_conf, as_json):
     text, fabric = read_checked(path, topology_from_text, as_json)
     slurm = load_slurm_conf(slurm_conf)
     fmt = "yaml" if is_yaml_path(path) else ("block" if fabric.blocks else "tree")
+    rings = _rings(text, path, fabric)  # 26.05 ring/torus3d: checked as they were read
+    if rings and not fabric.blocks and (fmt == "tree" or not fabric.switches):
+        report_check(path, check_text(text, path), rings, as_json)
+        return
     problems = check_text(text, path) + \
         check(fabric, fmt, slurm.node_names() if slurm else None)
     problems += check_plugin(fmt, slurm)
+    if fmt == "block":  # is Slurm's node order the blocks'? (TopologyParam=BlockAsNodeRank)
+        from slurmtopo.admin.node_rank import node_rank_problems
+        problems += node_rank_problems(fabric, slurm.topology_param if slurm else None)
     parts = []
     if fabric.switches:
         levels = 1 + max(switch_levels(fabric).values())
@@ -133,7 +144,8 @@ def check_cmd(path, slurm_conf, as_json):
         parts.append(f"{len(fabric.blocks)} blocks"
                      + (f", BlockSizes={','.join(map(str, fabric.block_sizes))}"
                         if fabric.block_sizes else ""))
-    report_check(path, problems, "; ".join(parts) or "empty", as_json)
+    report_check(path, problems, "; ".join(parts + ([rings] if rings else [])) or "empty",
+                 as_json)
 
 
 def _yaml_beside(slurm) -> bool:
@@ -159,3 +171,28 @@ def _block_naming(value):
     naming = BlockNaming(regexp, fmt)
     naming.compiled()
     return naming
+
+
+def _rings(text: str, path: str, fabric) -> str:
+    """What rings and toruses a topology file holds, for ``topology
+    check``'s summary ("" when none): a topology.conf's rings are its
+    fabric, a topology.yaml's are read again (its checked fabric leaves them
+    out)."""
+    from slurmtopo.slurmfmt.topology_files import is_yaml_path
+    from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
+    from slurmtopo.topology import made_from
+
+    if is_yaml_path(path):
+        found = [(name, fab) for name, _default, fab in parse_topology_yaml(text, path)
+                 if made_from(fab)]
+    else:
+        found = [("", fabric)] if made_from(fabric) else []
+    out = []
+    for name, fab in found:
+        kind = made_from(fab)
+        units = sorted({(s.description or "").split()[-1] for s in fab.switches})
+        hosts = {h for s in fab.switches for h in s.nodes}
+        what = {"ring": ("ring", "rings"), "torus3d": ("torus", "toruses")}[kind][len(units) != 1]
+        out.append(f"topology/{kind}{' ' + repr(name) if name else ''}: {len(units)} {what}, "
+                   f"{len(hosts)} nodes")
+    return "; ".join(out)

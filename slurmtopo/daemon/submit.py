@@ -26,8 +26,9 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.sbatch.directives import option_values, script_options
 
 _DIRECTIVE = re.compile(r"^#SBATCH\s+(.*?)\s*$")
-#: directives the daemon replaces by pinning nodes
-DROPPED = ("--switches", "--segment")
+#: directives the daemon replaces by pinning nodes (the segment flags mean
+#: nothing without --segment)
+DROPPED = ("--switches", "--segment", "--spread-segments", "--consolidate-segments")
 
 
 def _count(text: Optional[str]) -> Optional[int]:

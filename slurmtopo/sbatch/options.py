@@ -45,6 +45,9 @@ class ScriptOptions:
     #: first-class sbatch options as (name, value): ("qos", "high"), ...
     options: Tuple[Tuple[str, str], ...] = ()
     requeue: bool = False
+    #: what the cluster's Slurm can be asked for (release, switch/nvidia_imex):
+    #: slurmtopo.placement.segments.SlurmFeatures; None: a current release
+    slurm: Optional[object] = None
 
     @property
     def constraint(self) -> Optional[str]:

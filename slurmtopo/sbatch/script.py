@@ -209,7 +209,8 @@ def _check(value: Optional[str], what: str, pattern: re.Pattern, example: str) -
 
 
 def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
-                     wait: Optional[str] = DEFAULT_SWITCH_WAIT) -> Tuple[List[str], List[str]]:
+                     wait: Optional[str] = DEFAULT_SWITCH_WAIT, placement=None, req=None,
+                     slurm=None) -> Tuple[List[str], List[str]]:
     """The sbatch options asking Slurm for the planned topology, and comment
     lines saying why.
 
@@ -217,10 +218,14 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
     leaf switches the plan spans: Slurm then waits up to ``wait`` for an
     allocation under that few leaves. block (``topology/block``, e.g. NVL72
     racks): ``--segment=S`` with S the largest size that splits the planned
-    nodes of every block evenly, so each segment stays inside one block.
+    nodes of every block evenly, so each segment stays inside one block;
+    with the ``placement`` (its groups) the segments are aligned to the
+    job's NVLink groups and spread, consolidation and IMEX channels are
+    chosen as :mod:`slurmtopo.placement.segments` says, as far as ``slurm``
+    (a ``SlurmFeatures``) allows.
     ``auto`` uses blocks when the inventory describes them, else switches.
     """
-    from slurmtopo.topology import block_of, network_view
+    from slurmtopo.topology import block_of, made_from, network_view
 
     if mode not in ("auto", "tree", "block", "none"):
         raise SlurmtopoError(f"topology request must be auto, tree, block or none, got {mode!r}")
@@ -230,6 +235,10 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
     if mode == "block" or (mode == "auto" and blocks and all(h in blocks for h in hosts)):
         if not all(h in blocks for h in hosts):
             return [], ["topology request: none (some planned nodes are in no block)"]
+        # -- segments chosen from the job's groups (slurmtopo.placement.segments) --
+        segs = _segment_request(inv, hosts, placement, req, slurm)
+        if segs is not None:
+            return segs
         counts: dict = {}
         for h in hosts:
             counts[blocks[h]] = counts.get(blocks[h], 0) + 1
@@ -242,6 +251,10 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
                         "segment size)"]
         return [f"--segment={seg}"], [f"topology request: --segment={seg} "
                                       f"(planned nodes per block: {where})"]
+    made = made_from(inv.fabric)  # a 26.05 ring/torus3d: Slurm reads no --switches there
+    if made is not None:
+        return [], [f"topology request: none (topology/{made} gives each job a compact "
+                    "arc or sub-cube itself)"]
     view = network_view(inv.fabric)
     if view.flat:
         return [], ["topology request: none (the inventory describes no switches)"]
@@ -257,6 +270,22 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
     opt = f"--switches={len(leaves)}" + (f"@{wait}" if wait else "")
     return [opt], [f"topology request: {opt} (plan spans {len(leaves)} leaf switch"
                    f"{'es' if len(leaves) != 1 else ''}: {', '.join(leaves)})"]
+
+
+def _segment_request(inv, hosts, placement, req, slurm) -> Optional[Tuple[List[str], List[str]]]:
+    """The segment options for a plan with groups (None: no placement or
+    block layout, the plain per-block rule applies)."""
+    from slurmtopo.placement.segments import (SlurmFeatures, block_layout, choose_segments,
+                                              nvlink_kinds)
+
+    layout = block_layout(inv.fabric)
+    if placement is None or layout is None or not all(h in layout.position for h in hosts):
+        return None
+    kinds = nvlink_kinds(getattr(req, "require", {}) or {}, getattr(req, "prefer", {}) or {})
+    choice = choose_segments(layout, hosts, placement.groups,
+                             [s.host for s in placement.slots], kinds,
+                             slurm if slurm is not None else SlurmFeatures())
+    return choice.options(), list(choice.why)
 
 
 @dataclass(frozen=True)
@@ -442,7 +471,7 @@ class SbatchRequest:
         requeue, python, cgroup_devices = o.requeue, o.python, o.cgroup_devices
         inventory_path, master_port, socket_ifname = o.inventory_path, o.master_port, \
             o.socket_ifname
-        run_dir, launch = o.run_dir, o.launch
+        run_dir, launch, slurm = o.run_dir, o.launch, o.slurm
         notes: List[str] = []
         if master_port is not None and (isinstance(master_port, bool) or
                                         not isinstance(master_port, int) or
@@ -470,7 +499,10 @@ class SbatchRequest:
             notes.append("ranks per node differ (" + ", ".join(map(str, per_host)) + "): the "
                          "script asks for --ntasks with one GPU per task, and the start-time "
                          "step re-plans on what Slurm gives")
-        topo, topo_why = topology_request(inv, hosts, topology, switch_wait or None)
+        topo, topo_why = topology_request(inv, hosts, topology, switch_wait or None,
+                                          placement=placement, req=req, slurm=slurm)
+        if any(opt.startswith("--segment") for opt in topo):  # the preview says why
+            notes.extend(w.strip() for w in topo_why)
         if exclusive is None:
             exclusive = bool(getattr(req, "exclusive", False))
         nodelist = getattr(req, "nodelist", None)

@@ -162,6 +162,10 @@ class SlurmConf:
     partitions: Dict[str, Dict[str, str]] = field(default_factory=dict)
     #: node name -> the CPU layout its NodeName line declares (absent: none)
     layouts: Dict[str, CpuTopology] = field(default_factory=dict)
+    #: SwitchType (switch/nvidia_imex: IMEX channels per job or segment)
+    switch_type: Optional[str] = None
+    #: TopologyParam, as written (e.g. SwitchAsNodeRank,BlockAsNodeRank)
+    topology_param: Optional[str] = None
 
     def partition_topology(self, partition: Optional[str]) -> Optional[str]:
         """The ``Topology=`` of a partition (Slurm 25.05+ topology.yaml
@@ -212,6 +216,10 @@ def parse_slurm_conf(text: str, path: str = "<slurm.conf>", _depth: int = 0,
         key = pairs[0][0].lower()
         if key == "topologyplugin":
             conf.topology_plugin = pairs[0][1]
+        if key == "switchtype":
+            conf.switch_type = pairs[0][1]
+        if key == "topologyparam":
+            conf.topology_param = pairs[0][1]
         if key == "partitionname":
             values = {k.lower(): v for k, v in pairs[1:]}
             if pairs[0][1].upper() == "DEFAULT":

@@ -104,6 +104,7 @@ def parse_topology_conf(text: str, path: str = "<topology.conf>") -> Fabric:
     switches: List[Switch] = []
     blocks: List[Block] = []
     sizes: Tuple[int, ...] = ()
+    rings: List[Tuple[str, Tuple[str, ...], str]] = []
     kind = None
     for cl in conf_lines(text, path):
         first = cl.first_key
@@ -141,11 +142,19 @@ def parse_topology_conf(text: str, path: str = "<topology.conf>") -> Fabric:
                 raise InventoryError(f"unexpected {cl.pairs[1][0]} after BlockSizes", path,
                                      cl.line)
             sizes = block_sizes_at(cl.pairs[0][1], path, cl.line)
-        elif first == "ringname":
-            raise InventoryError("topology/ring is not supported", path, cl.line)
+        elif first == "ringname":  # topology/ring (26.05): slurmtopo/slurmfmt/ring_torus.py
+            d = _one_line_keys(cl, {"ringname", "nodes"}, path)
+            rings.append((d["ringname"], tuple(hostlist_at(d["nodes"], path, cl.line, "Nodes"))
+                          if "nodes" in d else (), f"{path}:{cl.line}"))
         else:
             raise InventoryError(f"a topology.conf line starts with SwitchName=, BlockName= or "
                                  f"BlockSizes=, not {cl.pairs[0][0]}=", path, cl.line)
+    if rings:
+        if switches or blocks:
+            raise InventoryError("RingName= lines cannot share a topology.conf with switches "
+                                 "or blocks (one plugin reads it)", rings[0][2])
+        from slurmtopo.slurmfmt.ring_torus import ring_fabric
+        return ring_fabric(rings, path)
     fabric = Fabric(switches=tuple(switches), blocks=tuple(blocks), block_sizes=sizes)
     if switches:
         raise_first_error(check_tree(fabric))

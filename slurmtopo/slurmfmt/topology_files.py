@@ -20,6 +20,7 @@ from slurmtopo.slurmfmt.checks import check_blocks, check_tree
 from slurmtopo.slurmfmt.slurm_conf import read_text
 from slurmtopo.slurmfmt.topology_conf import parse_topology_conf, render_block, render_tree
 from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml, render_yaml
+from slurmtopo.topology import made_from
 
 
 def render(fabric: Fabric, fmt: str, header: Sequence[str] = ()) -> str:
@@ -66,8 +67,8 @@ def topology_from_text(text: str, path: str) -> Fabric:
     format and names the file in errors)."""
     if not is_yaml_path(path):
         return parse_topology_conf(text, path)
-    topos = parse_topology_yaml(text, path)
-    trees = [t for t in topos if t[2].switches]
+    topos = parse_topology_yaml(text, path)  # rings and toruses: checked as they are read
+    trees = [t for t in topos if t[2].switches and not made_from(t[2])]
     tree = next((t for t in trees if t[1]), trees[0] if trees else None)
     block = next((t for t in topos if t[2].blocks), None)
     return Fabric(switches=tree[2].switches if tree else (),
@@ -99,7 +100,7 @@ def read_one_topology(path, name: Optional[str] = None) -> Tuple[str, Fabric]:
     text = read_text(path)
     if not is_yaml_path(path):
         fab = parse_topology_conf(text, path)
-        return ("block" if fab.blocks and not fab.switches else "tree"), fab
+        return ("block" if fab.blocks and not fab.switches else (made_from(fab) or "tree")), fab
     return pick_topology(parse_topology_yaml(text, path), name, path)
 
 
@@ -115,7 +116,10 @@ def apply_fabric(inv: Inventory, fabric: Fabric, source: Optional[str] = None,
         if fabric.switches or whole else inv.fabric.switches
     blocks = tuple(replace(b, nodes=tuple(h for h in b.nodes if h in known))
                    for b in fabric.blocks) if fabric.blocks or whole else inv.fabric.blocks
-    blocks = tuple(b for b in blocks if b.nodes)
+    if not (whole and any(b.nodes for b in blocks)):
+        # the site's whole block list keeps its empty blocks: they hold the
+        # positions Slurm aggregates blocks by (placement/segments.py)
+        blocks = tuple(b for b in blocks if b.nodes)
     sizes = fabric.block_sizes if fabric.blocks or whole else inv.fabric.block_sizes
     return replace(inv, fabric=Fabric(switches=switches, blocks=blocks,
                                       block_sizes=sizes if blocks or not whole else ()),

@@ -53,7 +53,7 @@ def render_yaml(fabric: Fabric, header: Sequence[str] = ()) -> str:
                           width=1 << 16) if (fabric.switches or fabric.blocks) else ""
     return (head + "\n" if head else "") + body
 
-_TOPO_KEYS = {"topology", "cluster_default", "tree", "block", "flat"}
+_TOPO_KEYS = {"topology", "cluster_default", "tree", "block", "flat", "ring", "torus3d"}
 
 
 def parse_topology_yaml(text: str, path: str = "<topology.yaml>") -> List[Tuple[str, bool, Fabric]]:
@@ -79,11 +79,15 @@ def parse_topology_yaml(text: str, path: str = "<topology.yaml>") -> List[Tuple[
         default = d.get("cluster_default", False)
         if not isinstance(default, bool):
             raise r.error("cluster_default must be true or false", Reader.line(d, "cluster_default"))
-        kinds = [k for k in ("tree", "block", "flat") if k in d]
+        kinds = [k for k in ("tree", "block", "flat", "ring", "torus3d") if k in d]
         if len(kinds) != 1:
-            raise r.error(f"topology {name!r} must define exactly one of tree, block, flat",
-                          Reader.line(d))
-        if kinds[0] == "tree":
+            raise r.error(f"topology {name!r} must define exactly one of tree, block, flat, "
+                          "ring, torus3d", Reader.line(d))
+        if kinds[0] in ("ring", "torus3d"):  # 26.05: slurmtopo/slurmfmt/ring_torus.py
+            from slurmtopo.slurmfmt import ring_torus
+            read = ring_torus.yaml_ring if kinds[0] == "ring" else ring_torus.yaml_torus3d
+            fab = read(r, d[kinds[0]], path, Reader.line(d, kinds[0]), _hl)
+        elif kinds[0] == "tree":
             fab = _yaml_tree(r, d["tree"], path, Reader.line(d, "tree"))
         elif kinds[0] == "block":
             fab = _yaml_block(r, d["block"], path, Reader.line(d, "block"))

@@ -150,3 +150,16 @@ def test_submit_for_daemon_refuses_a_comment_of_its_own(slurm):
         submit_for_daemon(slurm, req(), SCRIPT.replace("#SBATCH --nodes=2",
                                                        "#SBATCH --comment=x"))
     assert not slurm.calls
+
+
+def test_segment_flags_dropped_with_the_segment():
+    """A pinned job's segment flags go with its --segment (alone they mean
+    nothing to Slurm); the IMEX network option stays (it is the job's)."""
+    script = SCRIPT.replace("#SBATCH --switches=1@5:00\n",
+                            "#SBATCH --segment=2\n#SBATCH --spread-segments\n"
+                            "#SBATCH --consolidate-segments\n"
+                            "#SBATCH --network=unique-channel-per-segment\n")
+    text, notes = prepare_script(script)
+    assert "#SBATCH --spread-segments" not in text and "#SBATCH --segment" not in text
+    assert "#SBATCH --consolidate-segments" not in text
+    assert "#SBATCH --network=unique-channel-per-segment" in text and len(notes) == 3

@@ -183,3 +183,16 @@ def test_two_block_levels_with_a_placeholder_load(block_cluster, generated, tmp_
         assert p.returncode == 0, p.stderr
     finally:
         block_cluster.reconfigure(topology_conf=str(generated["block"]))
+
+
+def nvl_cluster_with(d: Path, name: str, text: str, port_start: int, **kw):
+    """The NVL dev cluster (generated gres.conf) with topology file ``name``
+    holding ``text``, in directory ``d``; returns the started DevCluster and
+    the topology file's path (tests/integration/test_slurm_segments.py,
+    test_slurm_ring_torus.py)."""
+    run_slurmtopo(["gres", "generate", "--reports", NVL, "--output", d / "gres.conf"])
+    (d / name).write_text(text)
+    cfg = it_config(dir=str(d / "cluster"), nodes=4, gpus=4, gpu_type="nvidia_gb200",
+                    port=devcluster_mod.free_port_base(4, start=port_start),
+                    gres_conf=str(d / "gres.conf"), topology_conf=str(d / name), **kw)
+    return devcluster_mod.DevCluster.up(cfg), d / name

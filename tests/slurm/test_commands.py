@@ -303,3 +303,30 @@ def test_unsafe_run_directory_is_refused_before_submitting(onpath, capsys, tmp_p
     code, out, err = run(["sbatch", "--inventory", INV, "--tp", "2", "--", "true"], capsys)
     assert code == 0 and out == "Submitted batch job 4242\n", err
     assert (tmp_path / "env-run").is_dir() and (ckpt / "1000").is_dir()
+
+
+@pytest.mark.parametrize("release,gated", [("slurm 25.11.7", False), ("slurm 24.11.3", True)])
+def test_sbatch_asks_the_live_release_for_segment_options(onpath, capsys, tmp_path, release,
+                                                          gated):
+    """On a block inventory, `slurmtopo sbatch` asks `sinfo --version` which
+    segment options the cluster's Slurm has (placement/segments.py): the
+    IMEX channel per segment and spread (25.11+) only where it has them."""
+    onpath.on("sinfo --json", file="sinfo_untyped_busy.json")
+    onpath.on("sinfo --version", stdout=release + "\n")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SwitchType=switch/nvidia_imex\nNodeName=node[1-4] Gres=gpu:4\n")
+    nvl = str(FIXTURES / "devcluster-nvl-inventory.yaml")
+    code, out, err = run(["sbatch", "--inventory", nvl, "--tp", "4", "--ep", "2", "--dp", "2",
+                          "--state", "none", "--dry-run", "--slurm-conf", str(conf), "--",
+                          "python3", "t.py"], capsys)
+    assert code == 0, err
+    # --state none: no live state, no release asked; the plan assumes a current release
+    assert ["sinfo", "--version"] not in [c["argv"] for c in onpath.calls()]
+    code, out, err = run(["sbatch", "--inventory", nvl, "--tp", "4", "--ep", "2", "--dp", "4",
+                          "--dry-run", "--slurm-conf", str(conf), "--", "python3", "t.py"],
+                         capsys)
+    assert code == 0, err
+    assert ["sinfo", "--version"] in [c["argv"] for c in onpath.calls()]
+    assert "#SBATCH --segment=2\n" in out
+    assert ("#SBATCH --network=unique-channel-per-segment\n" in out) is not gated
+    assert ("#SBATCH --spread-segments\n" in out) is not gated
