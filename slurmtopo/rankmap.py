@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -272,6 +273,10 @@ def placement_from_dict(data: Mapping[str, Any], where: str = "rank map") -> Pla
 # CSV
 
 
+#: text csv's writer leaves as it is (no delimiter, quote or line break)
+_PLAIN_CELL = re.compile(r"[A-Za-z0-9_.:/+ -]*")
+
+
 class _CsvCells(dict):
     """text -> its cell as :mod:`csv`'s writer writes it in a row (quoted
     when it holds a comma, a quote or a line break), encoded the first
@@ -279,8 +284,8 @@ class _CsvCells(dict):
     rank after rank."""
 
     def __missing__(self, text: str) -> str:
-        if text == "":
-            cell = ""  # (a row of one empty field is the writer's only other case)
+        if _PLAIN_CELL.fullmatch(text):
+            cell = text  # (a row of one empty field is the writer's only other case)
         else:
             buf = io.StringIO()
             csv.writer(buf, lineterminator="\n").writerow([text])
