@@ -185,7 +185,7 @@ def rankmap_json(placement: Placement, layout=None,
                 numa = "" if s.numa_node is None else f', "numa_node": {int(s.numa_node)}'
                 tail = tails[key] = (f'"nics": {enc[s.nics]}, "cpus": {enc[cpus[id(s.cpus)]]}'
                                      f'{numa}}}')
-            lines[s.rank] = (f'{{"rank": {int(s.rank)}, "host": {enc[host]}, '
+            lines[s.rank] = (f'    {{"rank": {int(s.rank)}, "host": {enc[host]}, '
                              f'"gpu": {int(s.gpu)}, "local_rank": {int(s.local_rank)}, '
                              f'{node}{tail}')
     return dumps_rankmap(_rankmap_fields(placement, layout, extra, lines, copy_groups=False),
@@ -196,7 +196,8 @@ def dumps_rankmap(data: Mapping[str, Any], rendered: Sequence[str] = ()) -> str:
     """JSON with one rank (and one group kind) per line: diffable, greppable,
     and still small for thousands of ranks. Lines are encoded by json's
     default (C) encoder, whose separators are the ones shown. The lists
-    named in ``rendered`` hold their items' JSON text already."""
+    named in ``rendered`` hold their items' JSON text already, indented
+    (four spaces)."""
     dumps = json.dumps
     lines = ["{"]
     items = list(data.items())
@@ -205,8 +206,8 @@ def dumps_rankmap(data: Mapping[str, Any], rendered: Sequence[str] = ()) -> str:
         k = dumps(key)
         if key in ("ranks", *rendered) and isinstance(value, list) and value:
             lines.append(f"  {k}: [")
-            lines.append(",\n".join(["    " + (r if key in rendered else dumps(r))
-                                     for r in value]))
+            lines.append(",\n".join(value if key in rendered else
+                                     ["    " + dumps(r) for r in value]))
             lines.append(f"  ]{comma}")
         elif key == "groups" and isinstance(value, dict) and value:
             lines.append(f"  {k}: {{")
@@ -579,14 +580,18 @@ def env_json(placement: Placement, inv: Optional[Inventory], master_port="from S
     cpus = cpulists(placement)
     enc = _Encoded()
     lines: List[str] = [""] * placement.world_size
+    nics_of: Dict[int, str] = {}  # id(a slot's NIC tuple) -> its entry (slots share them)
     for node_rank, mates in enumerate(placement.by_host().values()):
         head = (f'"WORLD_SIZE": {world}, "LOCAL_WORLD_SIZE": "{len(mates)}", '
                 f'"NODE_RANK": "{node_rank}", "GROUP_RANK": "{node_rank}", '
                 f'"CUDA_VISIBLE_DEVICES": '
                 f'{enc[visible_devices([s.gpu for s in mates], None, False)]}')
         for s in mates:
-            nics = f', "SLURMTOPO_NICS": {enc[",".join(s.nics)]}' if s.nics else ""
-            lines[s.rank] = (f'{{"RANK": "{int(s.rank)}", "LOCAL_RANK": "{int(s.local_rank)}", '
+            nics = nics_of.get(id(s.nics))
+            if nics is None:
+                nics = nics_of[id(s.nics)] = \
+                    f', "SLURMTOPO_NICS": {enc[",".join(s.nics)]}' if s.nics else ""
+            lines[s.rank] = (f'    {{"RANK": "{int(s.rank)}", "LOCAL_RANK": "{int(s.local_rank)}", '
                              f'{head}, "SLURMTOPO_GPU": "{int(s.gpu)}", '
                              f'"SLURMTOPO_CPUS": {enc[cpus[id(s.cpus)]]}{nics}}}')
     return dumps_rankmap(_env_fields(placement, inv, master_port, socket_ifname, lines),
