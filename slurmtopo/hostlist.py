@@ -26,7 +26,8 @@ wraps it in its own located error (``file:line``, or the option's name).
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Optional, Set, Union
+from functools import lru_cache
+from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 
 # ClusterShell (~10 ms to import) is imported by the functions that parse or
 # fold: inventories written one name a node, compiled inventories and plans
@@ -95,10 +96,16 @@ def fold_hostlist(names: Iterable[str]) -> str:
     sets instead of as strings for its parser to take apart one by one:
     the same sets, so the same text, in a tenth of the time (a 16,384-GPU
     plan folds some 8,000 names into its batch script). Any other name
-    sends the whole list through the parser."""
+    sends the whole list through the parser. The last few lists' texts
+    are remembered: a plan folds its hosts for the batch script's
+    comments, its embedded inventory and the preview."""
+    return _fold(tuple(names))
+
+
+@lru_cache(maxsize=8)
+def _fold(names: Tuple[str, ...]) -> str:
     from ClusterShell.NodeSet import NodeSet, NodeSetBase, RESOLVER_NOGROUP
 
-    names = list(names)
     patterns: Dict[str, Optional[Set[str]]] = {}
     match = _SIMPLE_NAME.fullmatch
     for name in names:
@@ -112,10 +119,8 @@ def fold_hostlist(names: Iterable[str]) -> str:
         # ClusterShell's own pattern for one index, and its element: the
         # digits as written (zero padding kept)
         pat = f"{pfx}%s{sfx}"
-        idxs = patterns.get(pat)
+        idxs = patterns.get(pat)  # (a name without digits has no '%s')
         if idxs is None:
-            if pat in patterns:  # cannot happen: a pattern with %s has digits
-                return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
             idxs = patterns[pat] = set()
         idxs.add(idx)
     from ClusterShell.RangeSet import RangeSet
