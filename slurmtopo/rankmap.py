@@ -148,11 +148,17 @@ def cpulists(placement: Placement) -> Dict[int, str]:
     """id(a slot's CPU tuple) -> its cpulist. A job has a few distinct CPU
     sets (one a NUMA node), shared by its slots, so no rank formats its
     own; keyed by identity because hashing a 100-CPU tuple per rank costs
-    more than the formatting it saves."""
+    more than the formatting it saves. Kept with the placement while its
+    slots (which hold those tuples) are the same: the rank map, the CSV,
+    env.json and the script each ask."""
+    hit = placement.derived.get("rankmap.cpulists", lambda: [None, None])
+    if hit[0] is placement.slots:
+        return hit[1]
     out: Dict[int, str] = {}
     for s in placement.slots:
         if id(s.cpus) not in out:
             out[id(s.cpus)] = format_cpulist(s.cpus)
+    hit[:] = [placement.slots, out]
     return out
 
 
