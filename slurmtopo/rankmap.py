@@ -321,20 +321,26 @@ def rankmap_csv(placement: Placement) -> str:
     columns = [rank_to_group(placement.groups, k) for k in kinds]
     # check_placement: slot r holds rank r, and by_host lists every slot once
     rows: List[str] = [""] * placement.world_size
+    tails: Dict[Tuple[int, int, Optional[int]], str] = {}  # NICs, CPUs, NUMA node
     for host, mates in placement.by_host().items():
         head = f"{cells[host]},{nr[host]},"
         size = f",{len(mates)},"
         for s in mates:
-            rows[s.rank] = (f"{int(s.rank)},{head}{int(s.gpu)},{int(s.local_rank)}{size}"
-                            f"{'' if s.numa_node is None else int(s.numa_node)},"
-                            f"{cells[' '.join(s.nics)]},{cells[cpus[id(s.cpus)]]}")
-    if kinds:
+            key = (id(s.nics), id(s.cpus), s.numa_node)
+            tail = tails.get(key)
+            if tail is None:
+                tail = tails[key] = (f"{'' if s.numa_node is None else s.numa_node},"
+                                     f"{cells[' '.join(s.nics)]},{cells[cpus[id(s.cpus)]]}")
+            rows[s.rank] = f"{s.rank},{head}{s.gpu},{s.local_rank}{size}{tail}"
+    if kinds and rows:
         for k, c in zip(kinds, columns):
             if len(c) < len(rows):
                 raise SlurmtopoError(f"rank map: the {k} groups hold {len(c)} ranks, not "
                                      f"{len(rows)}")
-        rows = [row + "," + ",".join(map(str, groups))
-                for row, groups in zip(rows, zip(*columns))]
+        # group indices are below the world size: each number's text made once
+        numbers = list(map(str, range(max(map(max, columns)) + 1)))
+        texts = [list(map(numbers.__getitem__, c)) for c in columns]
+        rows = list(map(",".join, zip(rows, *texts)))
     return "\n".join([",".join(cells[h] for h in header)] + rows) + "\n"
 
 
