@@ -182,7 +182,11 @@ def rankmap_json(placement: Placement, layout=None,
     enc = _Encoded()
     tails: Dict[Tuple[int, int, Optional[int]], str] = {}  # nics, cpus, NUMA node
     lines: List[str] = [""] * placement.world_size
+    # check_placement: ranks are 0..W-1 and local ranks 0..k-1, so each
+    # one's text is looked up (made once) instead of formatted a rank
+    numbers = list(map(str, range(placement.world_size)))
     for host, mates in placement.by_host().items():
+        head = f'"host": {enc[host]}, "gpu": '
         node = f'"node_rank": {nr[host]}, "local_world_size": {len(mates)}, '
         for s in mates:
             key = (id(s.nics), id(s.cpus), s.numa_node)
@@ -191,9 +195,8 @@ def rankmap_json(placement: Placement, layout=None,
                 numa = "" if s.numa_node is None else f', "numa_node": {int(s.numa_node)}'
                 tail = tails[key] = (f'"nics": {enc[s.nics]}, "cpus": {enc[cpus[id(s.cpus)]]}'
                                      f'{numa}}}')
-            lines[s.rank] = (f'    {{"rank": {int(s.rank)}, "host": {enc[host]}, '
-                             f'"gpu": {int(s.gpu)}, "local_rank": {int(s.local_rank)}, '
-                             f'{node}{tail}')
+            lines[s.rank] = (f'    {{"rank": {numbers[s.rank]}, {head}{int(s.gpu)}, '
+                             f'"local_rank": {numbers[s.local_rank]}, {node}{tail}')
     return dumps_rankmap(_rankmap_fields(placement, layout, extra, lines, copy_groups=False),
                          ("ranks",))
 
