@@ -595,20 +595,23 @@ def env_json(placement: Placement, inv: Optional[Inventory], master_port="from S
     cpus = cpulists(placement)
     enc = _Encoded()
     lines: List[str] = [""] * placement.world_size
-    nics_of: Dict[int, str] = {}  # id(a slot's NIC tuple) -> its entry (slots share them)
+    # a rank's GPU, CPU set and NICs: a job has a few such triples (slots
+    # share the tuples), each written once
+    tails: Dict[Tuple[int, int, int], str] = {}
     for node_rank, mates in enumerate(placement.by_host().values()):
         head = (f'"WORLD_SIZE": {world}, "LOCAL_WORLD_SIZE": "{len(mates)}", '
                 f'"NODE_RANK": "{node_rank}", "GROUP_RANK": "{node_rank}", '
                 f'"CUDA_VISIBLE_DEVICES": '
                 f'{enc[visible_devices([s.gpu for s in mates], None, False)]}')
         for s in mates:
-            nics = nics_of.get(id(s.nics))
-            if nics is None:
-                nics = nics_of[id(s.nics)] = \
-                    f', "SLURMTOPO_NICS": {enc[",".join(s.nics)]}' if s.nics else ""
+            key = (s.gpu, id(s.cpus), id(s.nics))
+            tail = tails.get(key)
+            if tail is None:
+                nics = f', "SLURMTOPO_NICS": {enc[",".join(s.nics)]}' if s.nics else ""
+                tail = tails[key] = (f'"SLURMTOPO_GPU": "{int(s.gpu)}", '
+                                     f'"SLURMTOPO_CPUS": {enc[cpus[id(s.cpus)]]}{nics}}}')
             lines[s.rank] = (f'    {{"RANK": "{int(s.rank)}", "LOCAL_RANK": "{int(s.local_rank)}", '
-                             f'{head}, "SLURMTOPO_GPU": "{int(s.gpu)}", '
-                             f'"SLURMTOPO_CPUS": {enc[cpus[id(s.cpus)]]}{nics}}}')
+                             f'{head}, {tail}')
     return dumps_rankmap(_env_fields(placement, inv, master_port, socket_ifname, lines),
                          ("ranks",))
 
