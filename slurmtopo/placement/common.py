@@ -345,6 +345,9 @@ def build_placement(inv: Inventory, req: JobRequest, assign: Sequence[Tuple[str,
     slots: List[RankSlot] = []
     nodes = inv.nodes
     tables: Dict[str, Dict[int, Tuple]] = {}
+    # RankSlot is a NamedTuple: built as the tuple it is, without its
+    # generated __new__ (a Python call a rank)
+    new_slot, append = tuple.__new__, slots.append
     for rank, (host, gpu) in enumerate(assign):
         lr = local.get(host)
         if lr is None:
@@ -353,5 +356,5 @@ def build_placement(inv: Inventory, req: JobRequest, assign: Sequence[Tuple[str,
             tables[host] = _per_gpu(nodes[host].hardware)
         local[host] = lr + 1
         nics, cpus, numa = tables[host][gpu]
-        slots.append(RankSlot(rank, host, gpu, lr, nics, cpus, numa))
+        append(new_slot(RankSlot, (rank, host, gpu, lr, nics, cpus, numa)))
     return Placement(slots=tuple(slots), groups=groups, hosts=tuple(hosts), notes=tuple(notes))
