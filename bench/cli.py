@@ -24,7 +24,8 @@ shared machine, where wall time includes waiting for a core:
   a user's first finds it), as ratios to ``--help`` measured in the same
   run, with the machine named (targets: 2x and 5x).
 
-    python -m bench.cli [--quick] [--out DIR]
+    python -m bench.cli [--quick] [--out DIR] [--parts fixed,...] [--repeats N]
+                        [--baseline DIR]
 """
 from __future__ import annotations
 
@@ -181,54 +182,96 @@ def machine() -> str:
 
 
 def fixed_costs(inv_path: str, workdir: str, repeats: int,
-                progress: Callable[[str], None]) -> Dict[str, Any]:
+                progress: Callable[[str], None], baseline: Optional[str] = None
+                ) -> Dict[str, Any]:
     """``slurmtopo --help`` and a 64- and a 16,384-GPU plan on the 12,500-node
     inventory, median of ``repeats`` each, interleaved so that the load of a
     shared machine weighs on all alike; the first plan (which writes the
     inventory's compiled form) is reported apart. Ratios to ``--help``, by
-    wall and by CPU time."""
-    try:
-        from slurmtopo.inventory_cache import SUFFIX
-    except ImportError:  # a commit before the compiled form of files: measured as it is
-        SUFFIX = None
-    cache = os.path.join(os.path.dirname(inv_path),
-                         "." + os.path.basename(inv_path) + (SUFFIX or ".none"))
-    if os.path.exists(cache):
-        os.unlink(cache)
+    wall and by CPU time.
 
-    def plan(world: int) -> List[str]:
+    ``baseline``: the root of another checkout of slurmtopo (``git worktree
+    add DIR COMMIT``), measured the same way in the same rounds (its
+    commands rows prefixed ``baseline:``, its ratios to its own ``--help``),
+    on a copy of the inventory so that each keeps its own compiled form:
+    a before/after under the same load."""
+    def cache_of(path: str) -> str:
+        try:
+            from slurmtopo.inventory_cache import SUFFIX
+        except ImportError:  # a commit before the compiled form of files: measured as it is
+            SUFFIX = None
+        return os.path.join(os.path.dirname(path),
+                            "." + os.path.basename(path) + (SUFFIX or ".none"))
+
+    trees = {"": (inv_path, None)}
+    if baseline:
+        base_dir = os.path.join(workdir, "baseline-inventory")
+        os.makedirs(base_dir, exist_ok=True)
+        base_inv = os.path.join(base_dir, os.path.basename(inv_path))
+        shutil.copyfile(inv_path, base_inv)
+        compileall.compile_dir(os.path.join(baseline, "slurmtopo"), quiet=1)
+        env = _env()
+        env["PYTHONPATH"] = os.path.abspath(baseline) + os.pathsep + env["PYTHONPATH"]
+        trees["baseline: "] = (base_inv, env)
+    for path, _ in trees.values():
+        if os.path.exists(cache_of(path)):
+            os.unlink(cache_of(path))
+
+    def plan(path: str, world: int, tag: str) -> List[str]:
         tp, pp, dp = layout_for(world)
-        return slurmtopo("plan", "--inventory", inv_path, "--tp", str(tp), "--pp", str(pp),
-                         "--dp", str(dp), "--output-dir", os.path.join(workdir, f"fixed-{world}"),
-                         "--", "python", "train.py")
+        out = os.path.join(workdir, f"fixed-{world}" + ("-baseline" if tag else ""))
+        return slurmtopo("plan", "--inventory", path, "--tp", str(tp), "--pp", str(pp),
+                         "--dp", str(dp), "--output-dir", out, "--", "python", "train.py")
 
-    cases = {"help": slurmtopo("--help"), **{f"plan {w:,} GPUs": plan(w) for w in FIXED_TARGETS}}
-    progress("fixed costs: the first plan (writes the compiled form)")
-    first = run_process(cases["plan 64 GPUs"])
+    cases: Dict[str, Tuple[List[str], Optional[Dict[str, str]]]] = {}
+    first: Dict[str, Dict[str, Any]] = {}
+    for tag, (path, env) in trees.items():
+        cases[f"{tag}help"] = (slurmtopo("--help"), env)
+        for w in FIXED_TARGETS:
+            cases[f"{tag}plan {w:,} GPUs"] = (plan(path, w, tag), env)
+        progress(f"fixed costs: {tag}the first plan (writes the compiled form)")
+        first[tag] = run_process(cases[f"{tag}plan 64 GPUs"][0], cwd=workdir, env=env)
     runs: Dict[str, List[Dict[str, Any]]] = {k: [] for k in cases}
     for i in range(max(1, repeats)):
         progress(f"fixed costs: round {i + 1} of {repeats}")
-        for k, argv in cases.items():
-            runs[k].append(run_process(argv))
+        for k, (argv, env) in cases.items():
+            # from the work directory: ``python -m`` puts the current
+            # directory first on the path, before PYTHONPATH
+            runs[k].append(run_process(argv, cwd=workdir, env=env))
     rows = {}
     for k, rs in runs.items():
         bad = [r for r in rs if r["rc"] != 0]
-        rows[k] = {"command": show(cases[k]),
+        rows[k] = {"command": show(cases[k][0]),
                    "median_s": statistics.median(r["wall_s"] for r in rs),
                    "cpu_s": statistics.median(r["cpu_s"] for r in rs),
                    "samples_s": [r["wall_s"] for r in rs]}
         if bad:
             rows[k]["error"] = bad[0]["stderr"].strip().splitlines()[-1:] or ["failed"]
-    help_ = rows["help"]
-    for w, target in FIXED_TARGETS.items():
-        r = rows[f"plan {w:,} GPUs"]
-        r["target"] = target
-        r["wall_ratio"] = r["median_s"] / help_["median_s"]
-        r["cpu_ratio"] = r["cpu_s"] / help_["cpu_s"]
-    return {"machine": machine(), "inventory": os.path.basename(inv_path),
-            "first_plan_64": {"wall_s": first["wall_s"], "cpu_s": first["cpu_s"]},
-            "compiled_bytes": os.path.getsize(cache) if os.path.exists(cache) else None,
-            "runs": rows, "loadavg": list(os.getloadavg())}
+    for tag in trees:
+        help_ = rows[f"{tag}help"]
+        for w, target in FIXED_TARGETS.items():
+            r = rows[f"{tag}plan {w:,} GPUs"]
+            r["target"] = target
+            r["wall_ratio"] = r["median_s"] / help_["median_s"]
+            r["cpu_ratio"] = r["cpu_s"] / help_["cpu_s"]
+    out = {"machine": machine(), "inventory": os.path.basename(inv_path),
+           "first_plan_64": {"wall_s": first[""]["wall_s"], "cpu_s": first[""]["cpu_s"]},
+           "compiled_bytes": (os.path.getsize(cache_of(inv_path))
+                              if os.path.exists(cache_of(inv_path)) else None),
+           "runs": rows, "loadavg": list(os.getloadavg())}
+    if baseline:
+        out["baseline"] = {"root": os.path.abspath(baseline), "commit": _commit(baseline),
+                           "first_plan_64": {"wall_s": first["baseline: "]["wall_s"],
+                                             "cpu_s": first["baseline: "]["cpu_s"]}}
+    out["commit"] = _commit(ROOT)
+    return out
+
+
+def _commit(root: str) -> Optional[str]:
+    """The short commit of the checkout at ``root`` (None outside git)."""
+    p = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                       capture_output=True, text=True)
+    return p.stdout.strip() or None if p.returncode == 0 else None
 
 
 def daemon_cycle(nodes: int, jobs: int, cycles: int) -> Dict[str, Any]:
@@ -374,9 +417,16 @@ def tables(res: Mapping[str, Any]) -> List[tuple]:
         first = fx.get("first_plan_64") or {}
         rows.append(["plan 64 GPUs, first run (compiles the inventory)",
                      _s(first.get("wall_s")), _s(first.get("cpu_s")), "", "", ""])
+        base = fx.get("baseline")
+        if base:
+            rows.append(["baseline: plan 64 GPUs, first run (compiles the inventory)",
+                         _s(base["first_plan_64"].get("wall_s")),
+                         _s(base["first_plan_64"].get("cpu_s")), "", "", ""])
         out.append((f"Fixed costs against the machine itself: {fx['inventory']} "
                     f"(12,500 nodes; compiled form {_kb(fx.get('compiled_bytes'))}); "
-                    f"{fx['machine']}; load average {fx['loadavg'][0]:.1f}",
+                    f"{fx['machine']}; load average {fx['loadavg'][0]:.1f}"
+                    + (f"; commit {fx['commit']}" if fx.get("commit") else "")
+                    + (f"; baseline: {base['root']} at {base['commit']}" if base else ""),
                     ["command", "wall (median)", "CPU", "over --help: wall (CPU)", "target",
                      "error"], rows))
     if res.get("start"):
@@ -441,16 +491,16 @@ def run(quick: bool = False, workdir: Optional[str] = None,
         progress: Optional[Callable[[str], None]] = None, nodes: Optional[int] = None,
         worlds: Optional[Sequence[int]] = None, repeats: Optional[int] = None,
         daemon_jobs: Optional[int] = None, start_worlds: Optional[Sequence[int]] = None,
-        parts: Sequence[str] = PARTS) -> Dict[str, Any]:
+        parts: Sequence[str] = PARTS, baseline: Optional[str] = None) -> Dict[str, Any]:
     """Everything above (or the named ``parts``); ``quick`` (or explicit
-    sizes) for a short pass."""
+    sizes) for a short pass; ``baseline``: see :func:`fixed_costs`."""
     from bench import launch
 
     progress = progress or (lambda msg: None)
     t0 = time.perf_counter()
     compileall.compile_dir(os.path.join(ROOT, "slurmtopo"), quiet=1)
     own = workdir is None
-    workdir = workdir or tempfile.mkdtemp(prefix="slurmtopo-bench-cli-")
+    workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="slurmtopo-bench-cli-"))
     os.makedirs(workdir, exist_ok=True)
     nodes = nodes or (QUICK_NODES if quick else NODES)
     worlds = tuple(w for w in (worlds or (QUICK_WORLDS if quick else WORLDS)) if w <= nodes * 8)
@@ -465,7 +515,7 @@ def run(quick: bool = False, workdir: Optional[str] = None,
         if "fixed" in parts:
             # always on the 12,500-node inventory: the targets are stated for it
             fixed_inv = inv_path if nodes == NODES else write_inventory(workdir, NODES)
-            out["fixed"] = fixed_costs(fixed_inv, workdir, repeats, progress)
+            out["fixed"] = fixed_costs(fixed_inv, workdir, repeats, progress, baseline)
         if "plan" in parts:
             out["plan"] = plan_growth(inv_path, workdir, worlds, repeats, progress)
             big = 16384 if 16384 in worlds else worlds[-1]
@@ -493,6 +543,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=None, help="write cli.json here")
     ap.add_argument("--workdir", default=None, help="keep inputs and outputs here")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="runs of each command (default 5; 2 with --quick)")
+    ap.add_argument("--baseline", default=None, metavar="DIR",
+                    help="the fixed-cost part also measures the slurmtopo checkout in DIR "
+                         "(git worktree add DIR COMMIT), interleaved: a before/after")
     ap.add_argument("--parts", default=",".join(PARTS),
                     help=f"comma-separated parts to run (default all: {','.join(PARTS)})")
     args = ap.parse_args(argv)
@@ -501,7 +556,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if part not in PARTS:
             ap.error(f"unknown part {part!r} (known: {', '.join(PARTS)})")
     res = run(args.quick, args.workdir, progress=lambda m: print(f"  {m}", file=sys.stderr),
-              parts=parts)
+              parts=parts, baseline=args.baseline, repeats=args.repeats)
     for title, header, rows in tables(res):
         print(f"\n{title}", file=sys.stderr)
         for r in [header] + rows:

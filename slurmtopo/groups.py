@@ -30,6 +30,7 @@ Everything here is plain list arithmetic, O(world) per group kind.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from slurmtopo.errors import LayoutError
@@ -350,7 +351,18 @@ def build_groups(layout: Layout) -> Dict[str, List[List[int]]]:
     Keys, in :data:`GROUP_KINDS` order: the dense kinds always; the expert
     kinds only when :func:`has_expert_groups` (ep > 1 or expert_tp != tp).
     """
-    lay = layout.resolved()
+    return _groups_of(layout.resolved())
+
+
+@lru_cache(maxsize=2)
+def _groups_of(lay: Layout) -> Dict[str, List[List[int]]]:
+    """build_groups of a resolved layout, remembered: one ``plan`` asks for
+    a layout's groups three times (the framework's terms, the planner, the
+    lower bound), and a 16,384-rank layout's take 10 ms to list. The
+    result is shared, which :class:`Groups` already asks of its users
+    (read-only), and so are its rank -> group lookups. Two layouts at
+    most: a 32,768-rank layout's groups are some 10 MB, and a daemon
+    planning many jobs keeps no more than that."""
     fast = lay.fastest_first()
     dense = {"tp": lay.tp, "cp": lay.cp, "ep": 1, "dp": lay.dp, "pp": lay.pp}
     dense_dims = [(n, dense[n]) for n in fast]

@@ -26,7 +26,8 @@ wraps it in its own located error (``file:line``, or the option's name).
 from __future__ import annotations
 
 import re
-from typing import Iterable, List, Set, Union
+from functools import lru_cache
+from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 
 # ClusterShell (~10 ms to import) is imported by the functions that parse or
 # fold: inventories written one name a node, compiled inventories and plans
@@ -85,11 +86,60 @@ def expand_hostlist(text: Union[str, List[str]], what: str = "hostlist") -> List
     return names
 
 
-def fold_hostlist(names: Iterable[str]) -> str:
-    """Names -> the shortest hostlist expression (``gpu[01-03]``)."""
-    from ClusterShell.NodeSet import NodeSet, RESOLVER_NOGROUP
+#: a name ClusterShell reads as one pattern with at most one index: letters,
+#: dots, dashes and underscores around one run of digits (``gpu007``,
+#: ``rack1-a``) or none (``login``). Nothing in it is ClusterShell syntax
+#: (brackets, commas, operators, ``@``, ``%``, wildcards, spaces); ASCII
+#: digits, at most 18 (ClusterShell caps an index's size).
+_SIMPLE_NAME = re.compile(r"([A-Za-z_.\-]*)([0-9]{0,18})([A-Za-z_.\-]*)")
 
-    return str(NodeSet.fromlist(list(names), resolver=RESOLVER_NOGROUP))
+
+def fold_hostlist(names: Iterable[str]) -> str:
+    """Names -> the shortest hostlist expression (``gpu[01-03]``).
+
+    ClusterShell folds. Names it would read as one pattern and one index
+    (nearly every node name) are handed to it as those patterns and index
+    sets instead of as strings for its parser to take apart one by one:
+    the same sets, so the same text, in a tenth of the time (a 16,384-GPU
+    plan folds some 8,000 names into its batch script). Any other name
+    sends the whole list through the parser. The last few lists' texts
+    are remembered: a plan folds its hosts for the batch script's
+    comments, its embedded inventory and the preview."""
+    return _fold(tuple(names))
+
+
+@lru_cache(maxsize=8)
+def _fold(names: Tuple[str, ...]) -> str:
+    from ClusterShell.NodeSet import NodeSet, NodeSetBase, RESOLVER_NOGROUP
+
+    patterns: Dict[str, Optional[Set[str]]] = {}
+    match = _SIMPLE_NAME.fullmatch
+    for name in names:
+        m = match(name)
+        if m is None or not name:
+            return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+        pfx, idx, sfx = m.groups()
+        if not idx:
+            patterns.setdefault(name, None)
+            continue
+        # ClusterShell's own pattern for one index, and its element: the
+        # digits as written (zero padding kept)
+        pat = f"{pfx}%s{sfx}"
+        idxs = patterns.get(pat)  # (a name without digits has no '%s')
+        if idxs is None:
+            idxs = patterns[pat] = set()
+        idxs.add(idx)
+    from ClusterShell.RangeSet import RangeSet
+
+    out = NodeSet(resolver=RESOLVER_NOGROUP)
+    for pat, idxs in patterns.items():
+        if idxs is None:
+            NodeSetBase.update(out, NodeSetBase(pat, None))
+        else:
+            rs = RangeSet()
+            rs.update(idxs)
+            NodeSetBase.update(out, NodeSetBase(pat, rs, copy_rangeset=False))
+    return str(out)
 
 
 def expand_indices(text: str, what: str = "index range") -> Set[int]:

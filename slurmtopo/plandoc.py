@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import fields, is_dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
@@ -159,18 +160,28 @@ def rank_columns(placement: Placement) -> Dict[str, Any]:
     (comma-joined names) and ``cpu_sets`` (kernel cpulists)."""
     from slurmtopo.rankmap import cpulists
 
+    slots = placement.slots
     hosts = {h: i for i, h in enumerate(placement.by_host())}
+    cpulist = cpulists(placement)
+    # NIC and CPU tuples are shared by the slots that have them: index each
+    # distinct object once, in the order the ranks first show it (a value
+    # met again under another object gets the index it has already)
     nic_sets: Dict[Tuple[str, ...], int] = {}
     cpu_sets: Dict[str, int] = {}  # cpulist -> index
-    cpulist = cpulists(placement)
-    cols: Dict[str, List[Any]] = {k: [] for k in COLUMNS}
-    for s in placement.slots:
-        cols["host"].append(hosts[s.host])
-        cols["gpu"].append(s.gpu)
-        cols["local_rank"].append(s.local_rank)
-        cols["nics"].append(nic_sets.setdefault(s.nics, len(nic_sets)))
-        cols["cpus"].append(cpu_sets.setdefault(cpulist[id(s.cpus)], len(cpu_sets)))
-        cols["numa_node"].append(s.numa_node)
+    nics = list(map(attrgetter("nics"), slots))
+    cpus = list(map(attrgetter("cpus"), slots))
+    nic_ix = {k: nic_sets.setdefault(t, len(nic_sets))
+              for k, t in dict(zip(map(id, nics), nics)).items()}
+    cpu_ix = {k: cpu_sets.setdefault(cpulist[k], len(cpu_sets))
+              for k in dict.fromkeys(map(id, cpus))}
+    cols: Dict[str, List[Any]] = {
+        "host": list(map(hosts.__getitem__, map(attrgetter("host"), slots))),
+        "gpu": list(map(attrgetter("gpu"), slots)),
+        "local_rank": list(map(attrgetter("local_rank"), slots)),
+        "nics": list(map(nic_ix.__getitem__, map(id, nics))),
+        "cpus": list(map(cpu_ix.__getitem__, map(id, cpus))),
+        "numa_node": list(map(attrgetter("numa_node"), slots)),
+    }
     out: Dict[str, Any] = {"nic_sets": [",".join(n) for n in nic_sets],
                            "cpu_sets": list(cpu_sets)}
     out.update(cols)

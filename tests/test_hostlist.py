@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from slurmtopo.cli import main
 from slurmtopo.hostlist import (MAX_NAMES, HostlistError, expand_hostlist, expand_indices,
@@ -74,3 +75,30 @@ def test_plan_refuses_what_slurm_would_not_read(args, part, tmp_path, capsys):
     code, _, err = run(["plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
                         "--tp", "8", "--output-dir", str(tmp_path / "p"), *args], capsys)
     _one_line_error(code, err, part)
+
+
+_NAME_PART = st.sampled_from(["", "gpu", "n", "rack-", "a.b", "x_", "-ib", "b"])
+_NAMES = st.lists(st.one_of(
+    st.builds(lambda p, i, pad, s: f"{p}{i:0{pad}d}{s}", _NAME_PART,
+              st.integers(0, 1200), st.integers(0, 5), _NAME_PART),
+    _NAME_PART.filter(bool),
+    st.sampled_from(["gpu1-ib2", "node 1", "a%1", "n[1]", "gpu\u0661", "x" + "9" * 20])),
+    min_size=1, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_NAMES)
+def test_fold_is_clustershell_parsing_every_name(names):
+    """fold_hostlist hands simple names to ClusterShell as patterns and index
+    sets; the text must be what ClusterShell's parser gives for the same
+    names (padding, duplicates, names without digits, and the names that
+    take the parser's path: two indices, spaces, syntax, non-ASCII digits)."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetException, RESOLVER_NOGROUP
+
+    try:
+        want = str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+    except NodeSetException:
+        with pytest.raises(NodeSetException):
+            fold_hostlist(names)
+        return
+    assert fold_hostlist(names) == want

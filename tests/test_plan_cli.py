@@ -229,3 +229,18 @@ def test_error_through_the_entry_point(tmp_path):
                         "--", "true"], capture_output=True, text=True)
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and p.stderr.startswith(f"slurmtopo: error: {bad}")
+
+
+def test_plan_turns_the_collector_back_on(tmp_path, capsys):
+    """`plan` runs with the garbage collector off from the inventory's load
+    on (a short command; its objects go by reference counting), and turns
+    it back on when the command ends, also when the plan fails: a program
+    calling main() keeps its collector."""
+    import gc
+
+    args = ["plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"), "--tp", "8",
+            "--dp", "2", "--output-dir", str(tmp_path / "o"), "--json"]
+    assert run(args, capsys)[0] == 0
+    assert gc.isenabled()
+    assert run(args[:6] + ["64"] + args[7:], capsys)[0] != 0  # 512 GPUs: more than exist
+    assert gc.isenabled()

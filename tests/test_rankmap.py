@@ -200,6 +200,35 @@ def test_fast_writers_equal_the_documents(h100):
     assert "numa_node" not in back["ranks"][1] and back["ranks"][4]["cpus"] == ""
 
 
+def _csv_by_the_writer(p: Placement) -> str:
+    """rankmap.csv as csv's writer writes the rows (the reference)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    kinds = list(p.groups)
+    w.writerow(["rank", "host", "node_rank", "gpu", "local_rank", "local_world_size",
+                "numa_node", "nics", "cpus"] + [f"{k}_group" for k in kinds])
+    index = {k: {r: i for i, g in enumerate(p.groups[k]) for r in g} for k in kinds}
+    for r in rankmap_dict(p)["ranks"]:
+        w.writerow([r["rank"], r["host"], r["node_rank"], r["gpu"], r["local_rank"],
+                    r["local_world_size"], r.get("numa_node", ""), " ".join(r["nics"]),
+                    r["cpus"]] + [index[k][r["rank"]] for k in kinds])
+    return buf.getvalue()
+
+
+def test_fast_csv_equals_the_writer(h100):
+    """rankmap_csv writes, byte for byte, what csv's writer makes of the
+    rows: quotes, commas and line breaks in hosts and NIC names quoted, a
+    rank with no NICs, CPUs or NUMA node an empty cell."""
+    odd, _ = _odd_placement()
+    hosts = ["gpu,1", "gpu\n2", "a\"b"]
+    odd2 = Placement(slots=tuple(s._replace(host=hosts[s.rank // 2]) for s in odd.slots),
+                     groups=odd.groups, hosts=tuple(hosts))
+    big = _p(h100, [(h, range(8)) for h in ("gpu01", "gpu02", "gpu03", "gpu04")], tp=8, dp=4)
+    for p in (odd, odd2, big):
+        assert rankmap_csv(p) == _csv_by_the_writer(p)
+    assert '"gpu,1"' in rankmap_csv(odd2)
+
+
 NVL = Path(__file__).resolve().parent / "fixtures" / "slurm" / "devcluster-nvl-inventory.yaml"
 
 

@@ -342,6 +342,21 @@ _PHRASE = {
 _HEAVY = ("tp", "expert-tp", "cp", "ep", "dp", "dp-cp", "expert-dp", "pp")
 
 
+def _pricing_of(inv: Inventory, p: CostParams, placement: Placement
+                ) -> Tuple[PlacementPricer, List[Tuple[list, List[Shape]]]]:
+    """The pricer of ``placement`` under ``p`` and the shapes of the groups
+    it has priced, kept with the placement while its slots, the inventory
+    and the parameters stay the same: the choice among proposals prices the
+    step of the plan and of Slurm's default, and the report prices them
+    again (a 16,384-rank placement's shapes are most of its pricing)."""
+    hit = placement.derived.get("cost.pricing", lambda: [None, None, None, None, None])
+    if hit[0] is inv and hit[1] is p and hit[2] is placement.slots:
+        return hit[3], hit[4]
+    pricer, shaped = PlacementPricer(inv, p, placement), []
+    hit[:] = [inv, p, placement.slots, pricer, shaped]
+    return pricer, shaped
+
+
 def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
              params: Optional[CostParams] = None, step_only: bool = False,
              warn: bool = True) -> CostReport:
@@ -361,9 +376,8 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
     p = params if params is not None else cost_params(inv)
     groups = placement.groups if placement.groups else build_groups(req.layout)
     counted = counted_kinds(groups, req.layout.cp)
-    pricer = PlacementPricer(inv, p, placement)
+    pricer, shaped = _pricing_of(inv, p, placement)
     priced: Dict[str, Tuple[list, str, int]] = {}
-    shaped: List[Tuple[list, List[Shape]]] = []
     seen: Dict[str, Tuple[float, int, LinkClass, List[int]]] = {}
     kinds: Dict[str, GroupCost] = {}
     warnings: List[str] = []

@@ -195,38 +195,50 @@ def candidates(inv: Inventory, state: Optional[ClusterState], req: JobRequest,
     pod_free: Dict[int, int] = {}
     total_free = 0
     filter_names = allowed is not None or bool(excluded_set)
+    # the signature of the last node of an idle run (the previous node's
+    # hardware, not in the state): the next such node of that hardware
+    # takes the same in one comparison
+    run_hw = run_free = None
+    run_s = run_n = 0
     for i, node in enumerate(inv.nodes.values()):
-        if filter_names:
-            name = node.name
-            if (allowed is not None and name not in allowed) or name in excluded_set:
-                excluded += 1
-                continue
-        hw = node.hardware
-        st = states.get(node.name) if states else None
-        if st is None:
-            key = (id(hw), None)
+        if node.hardware is run_hw and not filter_names and node.name not in states:
+            s, free, n_free = run_s, run_free, run_n
         else:
-            why = node_refusal(st, hw, exclusive)
-            if why is not None:
-                refused[why] += 1
+            run_hw = None
+            if filter_names:
+                name = node.name
+                if (allowed is not None and name not in allowed) or name in excluded_set:
+                    excluded += 1
+                    continue
+            hw = node.hardware
+            st = states.get(node.name) if states else None
+            if st is None:
+                key = (id(hw), None)
+            else:
+                why = node_refusal(st, hw, exclusive)
+                if why is not None:
+                    refused[why] += 1
+                    continue
+                key = (id(hw), st.busy_gpus or None)
+            s = sig_index.get(key)
+            if s is None:
+                busy = key[1]
+                free = tuple(x.index for x in hw.gpus if busy is None or x.index not in busy)
+                s = len(sigs)
+                sig_index[key] = s
+                sigs.append((hw, free))
+                sig_len.append(len(free))
+            n_free = sig_len[s]
+            if not n_free:
+                refused["full"] += 1
                 continue
-            key = (id(hw), st.busy_gpus or None)
-        s = sig_index.get(key)
-        if s is None:
-            busy = key[1]
-            free = tuple(x.index for x in hw.gpus if busy is None or x.index not in busy)
-            s = len(sigs)
-            sig_index[key] = s
-            sigs.append((hw, free))
-            sig_len.append(len(free))
-        n_free = sig_len[s]
-        if not n_free:
-            refused["full"] += 1
-            continue
-        if too_small(n_free, hw, g, min_free):
-            refused["small"] += 1
-            continue
-        out.append((i, node, sigs[s][1]))
+            if too_small(n_free, hw, g, min_free):
+                refused["small"] += 1
+                continue
+            free = sigs[s][1]
+            if key[1] is None:
+                run_hw, run_free, run_s, run_n = hw, free, s, n_free
+        out.append((i, node, free))
         sig_of[i] = s
         total_free += n_free
         if node_pod is not None:
@@ -333,6 +345,9 @@ def build_placement(inv: Inventory, req: JobRequest, assign: Sequence[Tuple[str,
     slots: List[RankSlot] = []
     nodes = inv.nodes
     tables: Dict[str, Dict[int, Tuple]] = {}
+    # RankSlot is a NamedTuple: built as the tuple it is, without its
+    # generated __new__ (a Python call a rank)
+    new_slot, append = tuple.__new__, slots.append
     for rank, (host, gpu) in enumerate(assign):
         lr = local.get(host)
         if lr is None:
@@ -341,5 +356,5 @@ def build_placement(inv: Inventory, req: JobRequest, assign: Sequence[Tuple[str,
             tables[host] = _per_gpu(nodes[host].hardware)
         local[host] = lr + 1
         nics, cpus, numa = tables[host][gpu]
-        slots.append(RankSlot(rank, host, gpu, lr, nics, cpus, numa))
+        append(new_slot(RankSlot, (rank, host, gpu, lr, nics, cpus, numa)))
     return Placement(slots=tuple(slots), groups=groups, hosts=tuple(hosts), notes=tuple(notes))

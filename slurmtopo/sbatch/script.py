@@ -484,7 +484,8 @@ class SbatchRequest:
             if note:
                 notes.append(note)
         hosts = list(placement.hosts)
-        per_host = [len(placement.ranks_on(h)) for h in hosts]
+        by_host = placement.by_host()
+        per_host = [len(by_host.get(h, ())) for h in hosts]
         uniform = len(set(per_host)) == 1
         want_gpn = getattr(req, "gpus_per_node", None)
         gres_type = None
