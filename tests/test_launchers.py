@@ -22,13 +22,14 @@ from slurmtopo.binding.replan import fill_placement
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.model import Placement, RankSlot
-from slurmtopo.rankmap import node_contiguous, rank_env
+from slurmtopo.rankmap import node_contiguous
 from slurmtopo.sbatch import SbatchRequest
 from slurmtopo.sbatch.launch import Launch, torchrun_args
 from slurmtopo.plandoc import TASK_SNIPPET
 
 from test_binding import H100, _run_job  # noqa: E402  (tests/ is on sys.path)
 from tests.fakes.small_limits import small_limits_python
+from tests.rankenv import rank_env
 
 #: a stand-in that records its arguments and environment, one file per task
 RECORDER = """#!/bin/sh

@@ -17,9 +17,10 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.inventory import load_inventory
 from slurmtopo.model import Placement, RankSlot
-from slurmtopo.rankmap import (check_placement, dumps_rankmap, env_document, env_json,
-                               nccl_env, placement_from_dict, rail_aligned, rank_env, rankmap_csv,
+from slurmtopo.rankmap import (check_placement, dumps_rankmap, env_json,
+                               nccl_env, placement_from_dict, rail_aligned, rankmap_csv,
                                rankmap_dict, rankmap_json, visible_devices)
+from tests.rankenv import env_document, rank_env
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
 

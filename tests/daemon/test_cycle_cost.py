@@ -13,7 +13,8 @@ import pytest
 
 from slurmtopo.daemon import scheduler
 from slurmtopo.daemon.loop import Daemon
-from slurmtopo.daemon.spool import Journal, read_events, release_count
+from slurmtopo.daemon.spool import Journal, read_events
+from tests.events import release_count
 from slurmtopo.daemon.decisions import RELEASE, WAIT, ClusterView
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.work import Work

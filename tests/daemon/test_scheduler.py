@@ -8,7 +8,7 @@ from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNIN
                                         WAIT, ClusterView, Config, JobRecord, QueuedJob)
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.work import slurm_pick
-from slurmtopo.daemon.preview import preview_lines
+from slurmtopo.daemon.held_job import HeldJob
 from slurmtopo.groups import Layout
 from slurmtopo.model import ClusterState, NodeState
 from slurmtopo.request import JobRequest
@@ -291,13 +291,18 @@ def test_exclusive_jobs_take_whole_nodes(inv):
     assert d.claim == {"node2": tuple(range(8))}
 
 
-def test_preview_lines(inv):
+def test_a_job_waits_for_its_preference_and_knows_its_cost(inv):
+    # two half-free nodes on different leaves: dp=leaf is not free now, so
+    # the job waits (up to its --wait) and the cost it waits for is known
     st = busy(node1="all", node2={0, 1, 2, 3}, node3="all", node4={0, 1, 2, 3})
     r = JobRequest(layout=Layout(tp=4, dp=2), require={"tp": "nvlink"}, prefer={"dp": "leaf"},
                    wait={"dp": 600}, gpus_per_node=4)
-    text = "\n".join(preview_lines(inv, st, r))
-    assert "prefers dp=leaf: waits up to 10min" in text
-    assert "keep it held" in text and "preferred placement: modelled step" in text
+    q = QueuedJob(job_id=0, spec=DaemonSpec(request=r, shape=Shape()), submit_time=NOW)
+    cfg = Config(default_wait=0.0, reservations=0)
+    d = decide([q], inv, ClusterView(st), NOW, config=cfg)[-1]
+    held = HeldJob(q, inv, ClusterView(st), NOW, cfg)
+    assert held.prefs == {"dp": "leaf"} and held.waits == {"dp": 600.0}
+    assert d.action == WAIT and d.preferred_cost_s is not None and d.preferred_cost_s > 0
 
 
 def test_the_cost_model_is_advice_but_a_bug_is_not_swallowed(monkeypatch):

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from slurmtopo.daemon.loop import Daemon
-from slurmtopo.daemon.spool import Journal, read_events, release_count
+from slurmtopo.daemon.spool import Journal, read_events
+from tests.events import release_count
 from slurmtopo.daemon.protocol import PREFIX, REJECTED_PREFIX
 from slurmtopo.daemon.submit import submit_for_daemon
 from slurmtopo.groups import Layout
