@@ -385,9 +385,11 @@ def _submit(prepared: PreparedJob, backend, held: bool, spool: Optional[str]) ->
                              "--daemon") from None
 
     notes: list = []
+    launch = prepared.options.launch
     job_id = submit_for_daemon(backend, prepared.request, prepared.script_text,
                                prepared.options.inventory_path or _source_path(prepared.cluster),
-                               spool=spool, notes=notes)
+                               spool=spool, notes=notes,
+                               launcher=launch.launcher if launch is not None else None)
     return SubmittedJob(job_id=int(job_id), held=True, notes=tuple(notes))
 
 

@@ -78,9 +78,9 @@ def count_plans(monkeypatch):
     calls = []
     real = scheduler.plan_job
 
-    def counting(inv, state, req, cand=None):
+    def counting(inv, state, req, cand=None, admit=None):
         calls.append(state.source)
-        return real(inv, state, req, cand)
+        return real(inv, state, req, cand, admit)
 
     monkeypatch.setattr(scheduler, "plan_job", counting)
     return calls

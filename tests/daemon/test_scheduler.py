@@ -323,3 +323,28 @@ def test_the_cost_model_is_advice_but_a_bug_is_not_swallowed(monkeypatch):
         else:
             with pytest.raises(RuntimeError):
                 scheduler.job_step_time(None, None, None, None)
+
+
+# ---------------------------------------------------------------------------
+# the job's launcher is part of the daemon's choice, as at submission
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_torchrun_job_is_released_on_a_placement_torchrun_can_start(inv, launcher):
+    """node1 and node2 busy: the faster-modelled nesting interleaves the
+    ranks of tp=2 pp=2 dp=4 over node3 and node4, which torchrun cannot
+    start (its rank is node rank * 8 + local rank). The daemon used to
+    plan every held job as if srun started it."""
+    from slurmtopo.rankmap import node_contiguous
+
+    q = job(1, layout=Layout(tp=2, pp=2, dp=4))
+    q = QueuedJob(job_id=1, spec=DaemonSpec(q.spec.request, q.spec.shape, launcher=launcher),
+                  submit_time=NOW)
+    d = decide([q], inv, ClusterView(busy(node1="all", node2="all")), NOW)[-1]
+    assert d.action == RELEASE and d.hosts == ("node3", "node4")
+    why = node_contiguous(d.placement)
+    if launcher == "torchrun":
+        assert why is None
+    else:  # srun is not held back: it takes the faster nesting
+        assert why is not None and "interleaves" in why
+
