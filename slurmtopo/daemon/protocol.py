@@ -57,6 +57,9 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.launchers import DEFAULT as DEFAULT_LAUNCHER
 
 PREFIX = "slurmtopo:v1:"
+#: the daemon's spool directory unless ``--spool`` says otherwise (the
+#: daemon's and the submitting user's commands default to the same one)
+DEFAULT_SPOOL = "/var/spool/slurmtopo"
 REJECTED_PREFIX = "slurmtopo:rejected:"
 #: Slurm 22.05 refuses a --comment longer than 1024 bytes; keep room
 COMMENT_LIMIT = 1000

@@ -102,3 +102,18 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
         notes.append(f"job {job_id} submitted held for the placement daemon "
                      f"(comment {comment[:60]}{'...' if len(comment) > 60 else ''})")
     return int(job_id)
+
+
+def no_daemon_warnings(spool: Optional[str]) -> List[str]:
+    """A warning when no placement daemon holds ``spool`` (None: the
+    default one) on this host: a job submitted held for it would wait
+    until one starts."""
+    from slurmtopo.daemon.protocol import DEFAULT_SPOOL
+    from slurmtopo.daemon.spool import SpoolLock
+
+    where = spool or DEFAULT_SPOOL
+    if SpoolLock.holder(where) is not None:
+        return []
+    return [f"warning: no placement daemon is running with spool {where} "
+            "(`slurmtopo daemon status` says more); the job stays held until one "
+            "releases it"]
