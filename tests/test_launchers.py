@@ -18,6 +18,7 @@ import pytest
 
 from tests.fakes.slurm_backend import FakeSlurm
 
+from slurmtopo import api
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
@@ -88,8 +89,7 @@ def _script(inv, placement, layout, command, launch=None, **kw):
 
 @pytest.fixture(scope="module")
 def h100():
-    from slurmtopo.inventory import load_inventory
-    return load_inventory(H100)
+    return api.load_cluster(str(H100))
 
 
 @pytest.mark.parametrize("cgroup", [False, True], ids=["no-cgroup", "cgroup"])
