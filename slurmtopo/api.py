@@ -21,7 +21,7 @@ through the backend passed to :func:`submit`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.cluster import load_cluster, step_time  # noqa: F401  (the api's, kept below it)
 from slurmtopo.errors import PlacementError
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
-           "live_state", "job_request", "step_communication", "plan_job", "price",
-           "step_time", "prepare", "submit"]
+           "live_state", "segment_release", "job_request", "step_communication", "plan_job",
+           "price", "step_time", "prepare", "submission_notes", "submit"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,26 @@ def live_state(cluster: Inventory, backend, partition: Optional[str] = None) -> 
     return LiveState(state=state, source=f"live Slurm state ({backend.name} backend)",
                      partition_members=members,
                      features={n.name: tuple(n.features) for n in slurm_nodes})
+
+
+def segment_release(cluster: Inventory, backend_of: Callable[[], object]) -> Optional[str]:
+    """The Slurm release to choose a job's segment options for
+    (:mod:`slurmtopo.placement.segments`): what ``backend_of()`` (a
+    :class:`slurmtopo.slurm.SlurmBackend`, made only when asked) reports,
+    for a cluster with topology/block segments; None for one without (its
+    jobs ask for no segment, so Slurm is not asked) or when Slurm cannot
+    say (then the options of current releases are used)."""
+    if not cluster.fabric.blocks:
+        return None
+    from slurmtopo.errors import SlurmError
+
+    backend = backend_of()
+    try:
+        text = backend.version() if hasattr(backend, "version") else ""
+    except SlurmError:
+        return None
+    parts = str(text).split(".")
+    return text if 2 <= len(parts) <= 3 and all(p.isdigit() for p in parts) else None
 
 
 def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
@@ -300,6 +320,28 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
                        options=options)
 
 
+def submission_notes(prepared: PreparedJob, held: bool = False,
+                     spool: Optional[str] = None) -> List[str]:
+    """What the user should know about submitting ``prepared`` (``held``:
+    for the placement daemon, whose spool is ``spool``, None: the default
+    one) beyond the job's own notes: who releases a job that does not fit
+    now, a ``wait`` that only the daemon reads, and no daemon holding the
+    spool (the job would stay held)."""
+    notes: List[str] = []
+    if held and any(n.startswith("not now") for n in prepared.notes):
+        notes.append("the placement daemon releases it when a placement is free")
+    if prepared.request.wait and not held:
+        notes.append("--wait only matters with --daemon (the placement daemon waits; sbatch "
+                     "does not)")
+    if held:
+        try:
+            from slurmtopo.daemon.submit import no_daemon_warnings
+        except ImportError:  # no daemon package: submit() says so
+            return notes
+        notes.extend(no_daemon_warnings(spool))
+    return notes
+
+
 def submit(prepared: PreparedJob, backend, held: bool = False,
            spool: Optional[str] = None, *, submit_dir: Optional[str] = None,
            keep_days: float = DEFAULT_KEEP_DAYS) -> SubmittedJob:
@@ -385,9 +427,11 @@ def _submit(prepared: PreparedJob, backend, held: bool, spool: Optional[str]) ->
                              "--daemon") from None
 
     notes: list = []
+    launch = prepared.options.launch
     job_id = submit_for_daemon(backend, prepared.request, prepared.script_text,
                                prepared.options.inventory_path or _source_path(prepared.cluster),
-                               spool=spool, notes=notes)
+                               spool=spool, notes=notes,
+                               launcher=launch.launcher if launch is not None else None)
     return SubmittedJob(job_id=int(job_id), held=True, notes=tuple(notes))
 
 

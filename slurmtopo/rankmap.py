@@ -578,18 +578,6 @@ def job_env(placement: Placement, master_port, nccl: Mapping[str, str]) -> Dict[
     return env
 
 
-def rank_env(placement: Placement, rank: int, allocated: Optional[Iterable[int]] = None,
-             constrained: bool = False, cpus: Optional[Iterable[int]] = None) -> Dict[str, str]:
-    """Variables of one rank. ``allocated``: the GPUs Slurm gave the job on
-    the rank's host (needed when ``constrained``); ``cpus``: the CPUs the
-    rank is bound to (default: the planned ones)."""
-    slot = placement.slots[rank]
-    mates = placement.by_host()[slot.host]
-    return _rank_vars(slot, placement.world_size, len(mates), node_ranks(placement)[slot.host],
-                      visible_devices([s.gpu for s in mates], allocated, constrained),
-                      slot.cpus if cpus is None else cpus)
-
-
 def rank_vars(rank: int, local_rank: int, world: int, local_world: int, node_rank: int,
               cvd: str, gpu: int, cpus: str, nics: Sequence[str]) -> Dict[str, str]:
     """The variables one rank is started with, in the order they are shown:
@@ -609,30 +597,10 @@ def rank_vars(rank: int, local_rank: int, world: int, local_world: int, node_ran
     return env
 
 
-def _rank_vars(slot: RankSlot, world: int, local_world: int, node_rank: int, cvd: str,
-               cpus: Iterable[int]) -> Dict[str, str]:
-    return rank_vars(slot.rank, slot.local_rank, world, local_world, node_rank, cvd, slot.gpu,
-                     format_cpulist(cpus), slot.nics)
-
-
-def env_document(placement: Placement, inv: Optional[Inventory], master_port="from SLURM_JOB_ID",
-                 socket_ifname: Optional[str] = None) -> Dict[str, Any]:
-    """The planned per-rank environment as one document (``env.json``):
-    ``job`` (shared variables) and ``ranks`` (one mapping per rank), for an
-    allocation equal to the plan and no device cgroup. Built host by host
-    (what :func:`rank_env` gives each rank, without its per-rank lookups)."""
-    ranks: List[Optional[Dict[str, str]]] = [None] * placement.world_size
-    world = placement.world_size
-    for node_rank, mates in enumerate(placement.by_host().values()):
-        cvd = visible_devices([s.gpu for s in mates], None, False)
-        for s in mates:
-            ranks[s.rank] = _rank_vars(s, world, len(mates), node_rank, cvd, s.cpus)
-    return _env_fields(placement, inv, master_port, socket_ifname, ranks)
-
-
-def _env_fields(placement: Placement, inv: Optional[Inventory], master_port,
+def env_fields(placement: Placement, inv: Optional[Inventory], master_port,
                 socket_ifname: Optional[str], ranks: Any) -> Dict[str, Any]:
-    """env.json's keys in file order, ``ranks`` as given."""
+    """env.json's keys in file order, ``ranks`` as given (one mapping a
+    rank from :func:`rank_vars`, or text already encoded)."""
     nccl = nccl_env(inv, placement, socket_ifname)
     return {"slurmtopo": "rank-env", "version": RANKMAP_VERSION,
             "note": "as planned: GPU numbers assume no device cgroup and the planned nodes; "
@@ -643,7 +611,8 @@ def _env_fields(placement: Placement, inv: Optional[Inventory], master_port,
 
 def env_json(placement: Placement, inv: Optional[Inventory], master_port="from SLURM_JOB_ID",
              socket_ifname: Optional[str] = None) -> str:
-    """``env.json``: byte for byte ``dumps_rankmap(env_document(...))``,
+    """``env.json``: byte for byte ``dumps_rankmap(env_fields(...))`` of
+    the ranks' :func:`rank_vars`,
     one line a rank from :func:`rank_vars` (values a job repeats, such as
     cpulists and NIC lists, encoded once each; see :func:`rankmap_json`)."""
     world = placement.world_size
@@ -659,7 +628,7 @@ def env_json(placement: Placement, inv: Optional[Inventory], master_port="from S
             lines[s.rank] = "    {" + ", ".join([
                 f'"{k}": "{v}"' if v.isdigit() else f'"{k}": {enc[v]}'
                 for k, v in env.items()]) + "}"
-    return dumps_rankmap(_env_fields(placement, inv, master_port, socket_ifname, lines),
+    return dumps_rankmap(env_fields(placement, inv, master_port, socket_ifname, lines),
                          ("ranks",))
 
 

@@ -164,3 +164,66 @@ def test_from_plan_takes_the_script_options():
     with pytest.raises(TypeError):
         SbatchRequest.from_plan(job.cluster, job.placement, job.request.layout, ["true"],
                                 job.request, no_such_option=1)
+
+
+# ---------------------------------------------------------------------------
+# what `slurmtopo sbatch` asks the api: Slurm's release, the submission notes
+
+class _Release(FakeSlurm):
+    """The in-memory Slurm, saying which release it is (sinfo --version)."""
+
+    def version(self):
+        return "24.05.4"
+
+
+def _one_block_cluster(tmp_path) -> str:
+    """etc/examples' NVL72 rack (one topology/block block), its trays named
+    as the in-memory Slurm names its nodes."""
+    text = (EXAMPLES / "gb200-nvl72-rack.yaml").read_text()
+    for old, new in (("nvl72r1-t[01-18]", "node[1-18]"), ("nvl72r1-t[01-09]", "node[1-9]"),
+                     ("nvl72r1-t[10-18]", "node[10-18]")):
+        text = text.replace(old, new)
+    path = tmp_path / "rack.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_segment_release_asks_slurm_only_for_a_cluster_with_blocks(tmp_path):
+    def no_slurm():
+        raise AssertionError("Slurm asked for a cluster without blocks")
+
+    flat = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    assert api.segment_release(flat, no_slurm) is None
+    rack = api.load_cluster(_one_block_cluster(tmp_path))
+    assert api.segment_release(rack, lambda: _Release(nodes=18, gpus=4)) == "24.05.4"
+    assert api.segment_release(rack, lambda: FakeSlurm(nodes=18, gpus=4)) is None  # cannot say
+
+
+def test_sbatch_on_live_state_of_a_block_cluster_asks_the_release(tmp_path, monkeypatch):
+    """`slurmtopo sbatch` against live state on a topology/block cluster
+    without --slurm-version asks the job's backend for the release (it used
+    to stop with a NameError there)."""
+    from tests.clirun import run_cli
+
+    fake = _Release(nodes=18, gpus=4)
+    monkeypatch.setattr("slurmtopo.slurm.get_backend", lambda name="auto", **kw: fake)
+    code, out, err = run_cli(["sbatch", "--inventory", _one_block_cluster(tmp_path),
+                              "--tp", "4", "--dp", "4", "--dry-run", "--json", "--",
+                              "python", "t.py"])
+    assert code == 0, err
+    import json
+
+    doc = json.loads(out)
+    assert doc["dry_run"] is True and len(doc["hosts"]) == 4
+    assert any("live Slurm state" in n for n in doc["notes"])
+
+
+def test_submission_notes_say_what_only_the_daemon_reads(tmp_path):
+    cluster = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    req = JobRequest(layout=Layout(tp=8), wait={"dp": 600})
+    job = api.prepare(cluster, None, req, ["python", "t.py"])
+    assert api.submission_notes(job, held=False) == [
+        "--wait only matters with --daemon (the placement daemon waits; sbatch does not)"]
+    held = api.submission_notes(job, held=True, spool=str(tmp_path / "spool"))
+    assert len(held) == 1 and held[0].startswith(
+        f"warning: no placement daemon is running with spool {tmp_path / 'spool'}")

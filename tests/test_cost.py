@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from slurmtopo import api
 from slurmtopo.cost import (COLLECTIVES, DEFAULT_MESSAGE_BYTES, CostParams, collective_time,
                             cost_params, counted_kinds, evaluate, lower_bound, parse_bytes)
 from slurmtopo.cost.defaults import (DEFAULT_ALPHA_US, DEFAULT_EFFICIENCY, DEFAULT_NVLS_EFFICIENCY,
@@ -29,7 +30,7 @@ MiB = 1 << 20
 
 
 def ex(name: str) -> Inventory:
-    return load_inventory(os.path.join(EX, name + ".yaml"))
+    return api.load_cluster(os.path.join(EX, name + ".yaml"))
 
 
 def approx(x):
@@ -242,7 +243,7 @@ def test_tp8_on_one_h100_node():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=8))
     pl = place(inv, req, [("gpu01", g) for g in range(8)])
-    rep = evaluate(inv, pl, req)
+    rep = api.price(inv, pl, req)
     tp = rep.kinds["tp"]
     m = DEFAULT_MESSAGE_BYTES["tp"]
     assert (tp.count, tp.size, tp.collective, tp.message_bytes) == (1, 8, "all-reduce", m)
@@ -258,7 +259,7 @@ def test_dp_across_a_leaf_and_pp_across_the_spine():
     req = JobRequest(Layout(tp=8, dp=2, pp=2))
     hosts = ["gpu01", "gpu02", "gpu03", "gpu04"]  # leaf1: 01-02, leaf2: 03-04
     pl = place(inv, req, [(hosts[r // 8], r % 8) for r in range(32)])
-    rep = evaluate(inv, pl, req)
+    rep = api.price(inv, pl, req)
     dp = rep.kinds["dp"]
     m = DEFAULT_MESSAGE_BYTES["dp"]
     # dp groups {r, r+8}: 2 hosts on one leaf, one rank each: ring or tree
@@ -277,7 +278,7 @@ def test_hierarchical_all_reduce_on_two_nodes():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(dp=16), message_bytes={"dp": 1 << 30})
     pl = place(inv, req, [("gpu01", g) for g in range(8)] + [("gpu02", g) for g in range(8)])
-    dp = evaluate(inv, pl, req).kinds["dp"]
+    dp = api.price(inv, pl, req).kinds["dp"]
     m = 1 << 30
     want = collective_time(CostParams(), "all-reduce", 16, m, 2, 8, 8, LinkClass.NVLINK, 450.0,
                            LinkClass.NET_LEAF, 50.0)
@@ -289,7 +290,7 @@ def test_bad_tp_placement_warns_and_costs_more():
     req = JobRequest(Layout(tp=2, dp=2))
     good = place(inv, req, [("ws1", 0), ("ws1", 1), ("ws1", 2), ("ws1", 3)])
     bad = place(inv, req, [("ws1", 0), ("ws1", 4), ("ws1", 1), ("ws1", 5)])
-    rg, rb = evaluate(inv, good, req), evaluate(inv, bad, req)
+    rg, rb = api.price(inv, good, req), api.price(inv, bad, req)
     m = DEFAULT_MESSAGE_BYTES["tp"]
     assert rg.kinds["tp"].slowest is LinkClass.NVLINK
     # 2 ranks, 64 MiB: the Simple ring, 2 steps of M/2
@@ -309,7 +310,7 @@ def test_context_all_gather_and_expert_all_to_all():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(cp=2, ep=2, dp=2))  # world 4: cp pairs, ep pairs
     pl = place(inv, req, [("gpu01", 0), ("gpu03", 0), ("gpu01", 1), ("gpu03", 1)])
-    rep = evaluate(inv, pl, req)
+    rep = api.price(inv, pl, req)
     groups = build_groups(req.layout)
     assert groups["cp"] == [[0, 1], [2, 3]]
     cp = rep.kinds["cp"]
@@ -331,7 +332,7 @@ def test_nvl72_group_across_trays_is_one_nvlink_ring():
     req = JobRequest(Layout(tp=8))
     pl = place(inv, req, [("nvl72r1-t01", g) for g in range(4)] +
                [("nvl72r1-t10", g) for g in range(4)])  # trays on different leaves
-    tp = evaluate(inv, pl, req).kinds["tp"]
+    tp = api.price(inv, pl, req).kinds["tp"]
     m = DEFAULT_MESSAGE_BYTES["tp"]
     assert tp.slowest is LinkClass.NVLINK_DOMAIN
     # one flat ring (or NVLS) over the NVLink fabric, 900 GB/s a GPU
@@ -347,7 +348,7 @@ def test_nvl72_group_across_trays_is_one_nvlink_ring():
 def test_groups_of_one_cost_nothing():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=1, dp=1))
-    rep = evaluate(inv, place(inv, req, [("gpu01", 3)]), req)
+    rep = api.price(inv, place(inv, req, [("gpu01", 3)]), req)
     assert rep.step_time_s == 0.0
     assert all(k.slowest is LinkClass.SELF for k in rep.kinds.values())
 
@@ -396,7 +397,7 @@ def test_overrides_from_the_inventory(tmp_path):
     # the overrides reach evaluate()
     req = JobRequest(Layout(tp=8, dp=2))
     pl = place(inv, req, [("gpu01", g) for g in range(8)] + [("gpu02", g) for g in range(8)])
-    rep = evaluate(inv, pl, req)
+    rep = api.price(inv, pl, req)
     p2 = replace(p, algorithms=("ring",))
     assert rep.kinds["tp"].time_s == approx(collective_time(
         p, "all-reduce", 8, 16 * MiB, 0, 0, 0, LinkClass.NVLINK, 180.0,
@@ -409,7 +410,7 @@ def test_overrides_from_the_inventory(tmp_path):
     assert p.alpha[LinkClass.NET_LEAF] == approx(10e-6)
     # the request beats the inventory
     req2 = JobRequest(Layout(tp=8, dp=2), message_bytes={"tp": 8})
-    assert evaluate(inv, place(inv, req2, [(s.host, s.gpu) for s in pl.slots]),
+    assert api.price(inv, place(inv, req2, [(s.host, s.gpu) for s in pl.slots]),
                     req2).kinds["tp"].message_bytes == 8
 
 
@@ -440,7 +441,7 @@ def test_model_overrides_from_the_inventory(tmp_path):
     # (the Simple ring at 90% would take 5 + 20 + 14 x 3.4 us + 1.75 GiB / 405 GB/s)
     req = JobRequest(Layout(tp=8), message_bytes={"tp": GiB})
     pl = place(inv, req, [("gpu01", g) for g in range(8)])
-    assert evaluate(inv, pl, req).kinds["tp"].time_s == approx(5e-6 + 40e-6 + GiB / 315e9)
+    assert api.price(inv, pl, req).kinds["tp"].time_s == approx(5e-6 + 40e-6 + GiB / 315e9)
     # one number for every GPU; 0 switches NVLS off
     inv = _inv_with_cost(tmp_path, "nvls_efficiency: 0\nnvls_us: 10\n")
     p = CostParams.from_inventory(inv)
@@ -546,7 +547,7 @@ def test_lower_bound_on_the_free_gpus():
         free = lower_bound(inv, req, state=state)
         assert free.step_time_s >= idle.step_time_s * (1 - 1e-12)
         for fn in (plan, naive_plan, leaf_constrained_plan):
-            rep = evaluate(inv, fn(inv, state, req), req)
+            rep = api.price(inv, fn(inv, state, req), req)
             assert rep.step_time_s >= free.step_time_s * (1 - 1e-9), fn.__name__
     # a node with 4 free GPUs holds no TP group of 8: when no whole node is
     # free the bound puts TP over the network
@@ -590,7 +591,7 @@ def test_no_placement_beats_the_lower_bound(name, state, layout):
         except Exception as exc:  # noqa: BLE001 - too big for the cluster
             assert "needs" in str(exc)
             continue
-        rep = evaluate(inv, pl, req)
+        rep = api.price(inv, pl, req)
         assert rep.step_time_s >= lb.step_time_s * (1 - 1e-9)
         for kind, gc in rep.kinds.items():
             assert gc.time_s >= lb.kinds[kind].time_s * (1 - 1e-9), kind
@@ -599,7 +600,7 @@ def test_no_placement_beats_the_lower_bound(name, state, layout):
             pl = random_plan(inv, st, req, seed=3)
         except Exception:  # noqa: BLE001
             return
-        assert evaluate(inv, pl, req).step_time_s >= lb.step_time_s * (1 - 1e-9)
+        assert api.price(inv, pl, req).step_time_s >= lb.step_time_s * (1 - 1e-9)
 
 
 def test_identical_group_kinds_warn_once():
@@ -607,7 +608,7 @@ def test_identical_group_kinds_warn_once():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=8, dp=2))
     pl = place(inv, req, [("gpu01", g) for g in range(8)] + [("gpu03", g) for g in range(8)])
-    warnings = evaluate(inv, pl, req).warnings
+    warnings = api.price(inv, pl, req).warnings
     assert [w.split(" group")[0] for w in warnings] == ["DP"], warnings
     assert "through a spine switch" in warnings[0]
 
@@ -655,8 +656,8 @@ def test_blackwell_presets_price_sanely(tmp_path):
     steps = {}
     for name in ("hgx-h100-8", "dgx-b200", "dgx-b300"):
         inv = _cluster_of(tmp_path, name)
-        pl = plan(inv, None, req)
-        rep = evaluate(inv, pl, req)
+        pl = api.plan_job(inv, None, req)
+        rep = api.price(inv, pl, req)
         assert rep.kinds["tp"].slowest is LinkClass.NVLINK
         assert rep.kinds["dp"].slowest is LinkClass.NET_LEAF
         lb = lower_bound(inv, req)

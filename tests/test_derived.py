@@ -11,11 +11,9 @@ from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 
 import pytest
-
-from slurmtopo.choice import plan
-from slurmtopo.cost import evaluate, lower_bound
+from slurmtopo import api
+from slurmtopo.cost import lower_bound
 from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
 from slurmtopo.model import Derived
 from slurmtopo.placement.capacity import unit_sizes
 from slurmtopo.placement.common import nic_choice
@@ -28,10 +26,10 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
 
 
 def _plan_and_price(path: Path):
-    inv = load_inventory(str(EXAMPLES / path))
+    inv = api.load_cluster(str(EXAMPLES / path))
     req = JobRequest(Layout(tp=4, dp=4).resolved())
-    pl = plan(inv, None, req)
-    evaluate(inv, pl, req)
+    pl = api.plan_job(inv, None, req)
+    api.price(inv, pl, req)
     lower_bound(inv, req)
     return inv
 
@@ -68,7 +66,7 @@ def test_tables_are_kept_with_the_object_they_come_from():
 
 
 def test_a_cluster_is_frozen_and_a_changed_one_has_tables_of_its_own():
-    inv = load_inventory(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    inv = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     before = fabric_tree(inv)
     assert unit_sizes(inv, before)("spine") == 32
     with pytest.raises(FrozenInstanceError):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from slurmtopo import api
 from slurmtopo.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,11 +78,10 @@ def test_collect_from_dir(tmp_path):
 def test_bind(tmp_path):
     from slurmtopo.binding.replan import fill_placement
     from slurmtopo.groups import Layout
-    from slurmtopo.inventory import load_inventory
     from slurmtopo.sbatch import SbatchRequest
     from slurmtopo.sbatch.script import extract_plan
 
-    inv = load_inventory(str(INV))
+    inv = api.load_cluster(str(INV))
     layout = Layout(tp=2).resolved()
     p = fill_placement(inv, [("node1", [0, 1])], layout)
     script = SbatchRequest.from_plan(inv, p, layout, ["true"], inventory_path=str(INV)).render()

@@ -18,17 +18,19 @@ import pytest
 
 from tests.fakes.slurm_backend import FakeSlurm
 
+from slurmtopo import api
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.model import Placement, RankSlot
-from slurmtopo.rankmap import node_contiguous, rank_env
+from slurmtopo.rankmap import node_contiguous
 from slurmtopo.sbatch import SbatchRequest
 from slurmtopo.sbatch.launch import Launch, torchrun_args
 from slurmtopo.plandoc import TASK_SNIPPET
 
 from test_binding import H100, _run_job  # noqa: E402  (tests/ is on sys.path)
 from tests.fakes.small_limits import small_limits_python
+from tests.rankenv import rank_env
 
 #: a stand-in that records its arguments and environment, one file per task
 RECORDER = """#!/bin/sh
@@ -87,8 +89,7 @@ def _script(inv, placement, layout, command, launch=None, **kw):
 
 @pytest.fixture(scope="module")
 def h100():
-    from slurmtopo.inventory import load_inventory
-    return load_inventory(H100)
+    return api.load_cluster(str(H100))
 
 
 @pytest.mark.parametrize("cgroup", [False, True], ids=["no-cgroup", "cgroup"])

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurmtopo import api
 from slurmtopo.cost import CostParams, evaluate
 from slurmtopo.errors import LayoutError, PlacementError
 from slurmtopo.groups import Layout, build_groups
-from slurmtopo.inventory import load_inventory
 from slurmtopo.links import LinkClass
 from slurmtopo.model import ClusterState, Fabric, Inventory, Node, NodeState, Switch
 from slurmtopo.choice import plan
@@ -34,7 +34,7 @@ _INV = {}
 
 def ex(name: str) -> Inventory:
     if name not in _INV:
-        _INV[name] = load_inventory(os.path.join(EX, name + ".yaml"))
+        _INV[name] = api.load_cluster(os.path.join(EX, name + ".yaml"))
     return _INV[name]
 
 
@@ -43,7 +43,7 @@ def state32() -> ClusterState:
 
 
 def kind_class(inv, pl, req, kind):
-    return evaluate(inv, pl, req).kinds[kind].slowest
+    return api.price(inv, pl, req).kinds[kind].slowest
 
 
 def check_invariants(inv, state, req, pl):
@@ -91,7 +91,7 @@ def check_invariants(inv, state, req, pl):
 
 
 def check_required(inv, req, pl):
-    rep = evaluate(inv, pl, req)
+    rep = api.price(inv, pl, req)
     for kind, level in req.require.items():
         gc = rep.kinds.get(kind)
         if gc is None or gc.size <= 1:
@@ -106,7 +106,7 @@ def check_required(inv, req, pl):
 def test_tp8_on_hgx_h100_stays_in_a_node():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=8, dp=4))
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_invariants(inv, None, req, pl)
     for g in pl.groups["tp"]:
         assert len({pl.slots[r].host for r in g}) == 1
@@ -117,7 +117,7 @@ def test_tp8_on_hgx_h100_stays_in_a_node():
 def test_tp2_on_a6000_lands_on_nvlink_pairs():
     inv = ex("a6000-4node-pcie")
     req = JobRequest(Layout(tp=2, dp=8))
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_invariants(inv, None, req, pl)
     for g in pl.groups["tp"]:
         a, b = (pl.slots[r] for r in g)
@@ -134,10 +134,10 @@ def test_tp2_on_a6000_prefers_pairs_on_a_fragmented_node():
         "ws3": NodeState("ws3", state="allocated", exclusive=True),
         "ws4": NodeState("ws4", state="allocated", exclusive=True)})
     req = JobRequest(Layout(tp=2))
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     assert sorted(pl.gpus_on("ws1")) == [2, 3]
     # a single GPU goes where it breaks no free pair (GPU 1 or 4: partners busy)
-    pl = plan(inv, state, JobRequest(Layout(tp=1)))
+    pl = api.plan_job(inv, state, JobRequest(Layout(tp=1)))
     assert pl.slots[0].gpu in (1, 4)
 
 
@@ -145,7 +145,7 @@ def test_tp4_on_a6000_require_nvlink_fails_with_the_island_message():
     inv = ex("a6000-4node-pcie")
     req = JobRequest(Layout(tp=4, dp=2), require={"tp": "nvlink"})
     with pytest.raises(PlacementError) as exc:
-        plan(inv, None, req)
+        api.plan_job(inv, None, req)
     msg = str(exc.value)
     assert "needs 8 GPUs in groups of 4 with NVLink (tp=nvlink)" in msg
     assert "no NVLink island of the cluster has more than 2 GPUs" in msg  # hardware, not busy GPUs
@@ -155,7 +155,7 @@ def test_tp4_on_a6000_require_nvlink_fails_with_the_island_message():
 def test_tp4_on_a6000_prefer_nvlink_spans_two_pairs():
     inv = ex("a6000-4node-pcie")
     req = JobRequest(Layout(tp=4, dp=2), prefer={"tp": "nvlink"})
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_invariants(inv, None, req, pl)
     for g in pl.groups["tp"]:
         gpus = sorted(pl.slots[r].gpu for r in g)
@@ -169,7 +169,7 @@ def test_tp4_on_a6000_prefer_nvlink_spans_two_pairs():
 def test_dgx1_tp8_ring_is_nvlink():
     inv = ex("dgx1-v100-pair")
     req = JobRequest(Layout(tp=8, dp=2), require={"tp": "nvlink"})
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_invariants(inv, None, req, pl)
     assert kind_class(inv, pl, req, "tp") is LinkClass.NVLINK
     hw = preset("dgx1-v100")
@@ -184,7 +184,7 @@ def test_dgx1_tp4_picks_an_nvlink_ring():
                                 "dgx1-1": NodeState("dgx1-1", state="mixed",
                                                     busy_gpus=frozenset({1, 2}))})
     req = JobRequest(Layout(tp=4), require={"tp": "nvlink"})
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     gpus = tuple(sorted(pl.gpus_on("dgx1-1")))
     assert ring_class(preset("dgx1-v100"), gpus) is LinkClass.NVLINK
     assert not {1, 2} & set(gpus)
@@ -193,7 +193,7 @@ def test_dgx1_tp4_picks_an_nvlink_ring():
 def test_pp_ranks_across_nodes():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=8, pp=4))
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_invariants(inv, None, req, pl)
     for g in pl.groups["pp"]:
         assert len({pl.slots[r].host for r in g}) == 4  # one stage a node
@@ -204,7 +204,7 @@ def test_pp_ranks_across_nodes():
 def test_pipeline_outermost_data_parallel_inside():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=2, dp=4, pp=4))
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     # a stage (tp x dp = 8 ranks) fills one node: dp is NVLink, pp crosses nodes
     assert kind_class(inv, pl, req, "dp") is LinkClass.NVLINK
     for g in pl.groups["pp"]:
@@ -216,12 +216,12 @@ def test_pipeline_outermost_data_parallel_inside():
 def test_dp_peers_share_the_local_gpu_index():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=8, dp=4))
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     for g in pl.groups["dp"]:
         assert len({pl.slots[r].gpu for r in g}) == 1  # same rail
         assert len({pl.slots[r].nics for r in g}) == 1  # same NIC position
     req = JobRequest(Layout(tp=4, dp=4))
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     for g in pl.groups["dp"]:
         by_host = {}
         for r in g:
@@ -234,7 +234,7 @@ def test_fragmented_state_example():
     busy_nodes = {"dgx001", "dgx002", "dgx003", "dgx004", "dgx005", "dgx010", "dgx017",
                   "dgx018", "dgx019", "dgx020", "dgx030"}
     req = JobRequest(Layout(tp=8, dp=4))
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     check_invariants(inv, state, req, pl)
     assert not busy_nodes & set(pl.hosts)
     # tp=8 needs whole NVSwitch nodes: the partly busy ones are left out
@@ -244,22 +244,22 @@ def test_fragmented_state_example():
     assert kind_class(inv, pl, req, "dp") is LinkClass.NET_LEAF
     # small jobs fill the holes: tp=4 lands on a half-busy node, best fit
     req = JobRequest(Layout(tp=4))
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     assert pl.hosts[0] in ("dgx006", "dgx009")
     assert set(pl.gpus_on(pl.hosts[0])) == set(state.free_gpus(inv.nodes[pl.hosts[0]]))
     # dgx007 (free 1,3,4,6,7) takes a 5-GPU job exactly
     req = JobRequest(Layout(dp=5))
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     assert pl.hosts == ("dgx007",)
 
 
 def test_fragmented_state_too_big():
     inv, state = ex("h100-32node-fattree"), state32()
     with pytest.raises(PlacementError) as exc:
-        plan(inv, state, JobRequest(Layout(tp=8, dp=20)))
+        api.plan_job(inv, state, JobRequest(Layout(tp=8, dp=20)))
     assert "needs 160 GPUs; only 156 are free on 21 usable nodes of 32" in str(exc.value)
     with pytest.raises(PlacementError) as exc:
-        plan(inv, state, JobRequest(Layout(tp=8, dp=18), require={"tp": "nvlink"}))
+        api.plan_job(inv, state, JobRequest(Layout(tp=8, dp=18), require={"tp": "nvlink"}))
     msg = str(exc.value)
     assert "needs 144 GPUs in groups of 8 with NVLink (tp=nvlink)" in msg
     assert "only 17 of the 18 tp groups of 8 fit" in msg
@@ -268,22 +268,22 @@ def test_fragmented_state_too_big():
 def test_nvl72_tp8_crosses_trays_over_the_nvlink_domain():
     inv = ex("gb200-nvl72-rack")
     req = JobRequest(Layout(tp=8, dp=4))
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_invariants(inv, None, req, pl)
     assert kind_class(inv, pl, req, "tp") is LinkClass.NVLINK_DOMAIN
     for g in pl.groups["tp"]:
         assert len({pl.slots[r].host for r in g}) == 2  # two 4-GPU trays
     # required inside the domain: met; required on one node's NVLink: impossible
     req = JobRequest(Layout(tp=8, dp=4), require={"tp": "nvlink-domain"})
-    assert kind_class(inv, plan(inv, None, req), req, "tp") is LinkClass.NVLINK_DOMAIN
+    assert kind_class(inv, api.plan_job(inv, None, req), req, "tp") is LinkClass.NVLINK_DOMAIN
     with pytest.raises(PlacementError, match="largest node has 4 GPUs"):
-        plan(inv, None, JobRequest(Layout(tp=8), require={"tp": "nvlink"}))
+        api.plan_job(inv, None, JobRequest(Layout(tp=8), require={"tp": "nvlink"}))
 
 
 def test_require_leaf_for_dp():
     inv, state = ex("h100-32node-fattree"), state32()
     req = JobRequest(Layout(tp=8, dp=4, pp=2), require={"dp": "leaf"})
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     check_invariants(inv, state, req, pl)
     check_required(inv, req, pl)
     assert kind_class(inv, pl, req, "tp") is LinkClass.NVLINK
@@ -292,39 +292,39 @@ def test_require_leaf_for_dp():
 def test_require_on_a_kind_the_layout_lacks_is_noted():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=2, dp=2), require={"ep": "node"})
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     assert any("has no ep groups; ignored" in n for n in pl.notes)
 
 
 def test_prefer_leaf_relaxed_with_a_note():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=8, dp=3), prefer={"dp": "leaf"})  # 3 nodes, leaves hold 2
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_invariants(inv, None, req, pl)
     assert any(n.startswith("prefer dp=leaf not met") for n in pl.notes), pl.notes
     # required: the group itself (3 ranks) fits a leaf, so data parallel
     # moves innermost and tensor parallel pays for it
     req = JobRequest(Layout(tp=8, dp=3), require={"dp": "leaf"})
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_required(inv, req, pl)
     assert any("rank blocks reordered" in n for n in pl.notes), pl.notes
     assert kind_class(inv, pl, req, "tp") > LinkClass.NVLINK
     with pytest.raises(PlacementError, match="the largest free leaf has 16 GPUs"):
-        plan(inv, None, JobRequest(Layout(tp=8, dp=3), require={"tp-dp": "leaf"}))
+        api.plan_job(inv, None, JobRequest(Layout(tp=8, dp=3), require={"tp-dp": "leaf"}))
 
 
 def test_gpus_per_node_and_exclusive():
     inv, state = ex("h100-32node-fattree"), state32()
     req = JobRequest(Layout(tp=2, dp=8), gpus_per_node=4)
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     check_invariants(inv, state, req, pl)
     assert [len(pl.ranks_on(h)) for h in pl.hosts] == [4, 4, 4, 4]
     req = JobRequest(Layout(tp=2, dp=2), exclusive=True)
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     check_invariants(inv, state, req, pl)
     assert pl.hosts[0] not in state.nodes
     with pytest.raises(PlacementError, match=r"needs 3 nodes with 8 free GPUs each"):
-        plan(inv, ClusterState(nodes={n: NodeState(n, busy_gpus=frozenset({0}))
+        api.plan_job(inv, ClusterState(nodes={n: NodeState(n, busy_gpus=frozenset({0}))
                                       for n in list(inv.nodes)[2:]}),
              JobRequest(Layout(tp=8, dp=3), gpus_per_node=8))
 
@@ -332,23 +332,23 @@ def test_gpus_per_node_and_exclusive():
 def test_nodelist_and_exclude():
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=8, dp=2), nodelist="gpu[03-04]")
-    assert sorted(plan(inv, None, req).hosts) == ["gpu03", "gpu04"]
+    assert sorted(api.plan_job(inv, None, req).hosts) == ["gpu03", "gpu04"]
     req = JobRequest(Layout(tp=8, dp=2), exclude=("gpu01", "gpu03"))
-    assert sorted(plan(inv, None, req).hosts) == ["gpu02", "gpu04"]
+    assert sorted(api.plan_job(inv, None, req).hosts) == ["gpu02", "gpu04"]
     with pytest.raises(PlacementError, match="not in the inventory"):
-        plan(inv, None, JobRequest(Layout(dp=2), nodelist=("nope",)))
+        api.plan_job(inv, None, JobRequest(Layout(dp=2), nodelist=("nope",)))
     with pytest.raises(PlacementError, match="left out by --nodelist/--exclude"):
-        plan(inv, None, JobRequest(Layout(tp=8, dp=3), exclude=("gpu01", "gpu02")))
+        api.plan_job(inv, None, JobRequest(Layout(tp=8, dp=3), exclude=("gpu01", "gpu02")))
 
 
 def test_drained_and_down_nodes_are_never_used():
     inv = ex("h100-4node-2leaf")
     state = ClusterState(nodes={"gpu01": NodeState("gpu01", flags=frozenset({"drain"})),
                                 "gpu02": NodeState("gpu02", state="down")})
-    pl = plan(inv, state, JobRequest(Layout(tp=8, dp=2)))
+    pl = api.plan_job(inv, state, JobRequest(Layout(tp=8, dp=2)))
     assert sorted(pl.hosts) == ["gpu03", "gpu04"]
     with pytest.raises(PlacementError, match="2 drained, down or reserved"):
-        plan(inv, state, JobRequest(Layout(tp=8, dp=3)))
+        api.plan_job(inv, state, JobRequest(Layout(tp=8, dp=3)))
 
 
 def test_rank_numbering_is_the_frameworks():
@@ -380,7 +380,7 @@ def test_span_of():
 
 def test_notes_and_hosts():
     inv = ex("h100-32node-fattree")
-    pl = plan(inv, None, JobRequest(Layout(tp=8, dp=16)))
+    pl = api.plan_job(inv, None, JobRequest(Layout(tp=8, dp=16)))
     assert pl.hosts == tuple(f"dgx{i:03d}" for i in range(1, 17))
     assert any("16 nodes under 2 leaf switches (leaf01, leaf02)" in n for n in pl.notes)
 
@@ -390,7 +390,7 @@ def test_small_jobs_keep_big_holes():
     inv = ex("h100-4node-2leaf")
     state = ClusterState(nodes={
         "gpu03": NodeState("gpu03", state="mixed", busy_gpus=frozenset(range(6)))})
-    pl = plan(inv, state, JobRequest(Layout(tp=2)))
+    pl = api.plan_job(inv, state, JobRequest(Layout(tp=2)))
     assert pl.hosts == ("gpu03",) and sorted(pl.gpus_on("gpu03")) == [6, 7]
 
 
@@ -508,7 +508,7 @@ def test_placement_invariants(name, lay, seed, busy, cons, gpn, excl):
     req = JobRequest(lay, require=require, prefer=prefer, gpus_per_node=gpn, exclusive=excl)
     state = _state(inv, seed, busy)
     try:
-        pl = plan(inv, state, req)
+        pl = api.plan_job(inv, state, req)
     except PlacementError as exc:
         msg = str(exc)
         assert msg.startswith("needs ") and "\n" not in msg
@@ -547,9 +547,9 @@ def test_never_worse_than_naive(name, lay, seed, busy):
     # times more often); Slurm's default follows the user's order. The
     # planner alone is checked on the examples below and on the benchmark
     # scenarios (tests/placement/)
-    mine = plan(inv, state, req)
-    assert evaluate(inv, mine, req).step_time_s <= \
-        evaluate(inv, naive, req).step_time_s * (1 + 1e-9)
+    mine = api.plan_job(inv, state, req)
+    assert api.price(inv, mine, req).step_time_s <= \
+        api.price(inv, naive, req).step_time_s * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -571,8 +571,8 @@ def test_examples_never_worse_than_naive(name, layout):
             continue
         for safety_net in (False, True):  # the planner alone, then with the net
             mine = plan(inv, state, req, safety_net=safety_net)
-            assert evaluate(inv, mine, req).step_time_s <= \
-                evaluate(inv, naive, req).step_time_s * (1 + 1e-9), safety_net
+            assert api.price(inv, mine, req).step_time_s <= \
+                api.price(inv, naive, req).step_time_s * (1 + 1e-9), safety_net
 
 
 # --------------------------------------------------------------------------
@@ -605,9 +605,9 @@ def test_slurms_default_is_a_candidate_at_every_job_size(world, monkeypatch):
         return [Proposal(FIRST, random_plan(inv_, None, req_, seed=7))]
 
     monkeypatch.setattr(choice, "proposals", bad)
-    naive = evaluate(inv, naive_plan(inv, None, req), req).step_time_s
-    alone = evaluate(inv, plan(inv, None, req, safety_net=False), req).step_time_s
-    netted = evaluate(inv, plan(inv, None, req), req).step_time_s
+    naive = api.price(inv, naive_plan(inv, None, req), req).step_time_s
+    alone = api.price(inv, plan(inv, None, req, safety_net=False), req).step_time_s
+    netted = api.price(inv, api.plan_job(inv, None, req), req).step_time_s
     assert alone > naive  # the stand-in is worse than Slurm's default
     assert netted <= naive * (1 + 1e-9)
 
@@ -628,7 +628,7 @@ def test_slurms_default_is_a_candidate_with_a_bad_cost_block(monkeypatch):
 
     monkeypatch.setattr(choice, "proposals", bad)
     naive = evaluate(inv, naive_plan(inv, None, req), req, CostParams()).step_time_s
-    netted = evaluate(inv, plan(inv, None, req), req, CostParams()).step_time_s
+    netted = evaluate(inv, api.plan_job(inv, None, req), req, CostParams()).step_time_s
     assert netted <= naive * (1 + 1e-9)
 
 
@@ -639,9 +639,9 @@ def test_planner_big_job_smoke():
         n: NodeState(n, state="mixed", busy_gpus=frozenset(rng.sample(range(8), 3)))
         for n in rng.sample(list(inv.nodes), 400)})
     req = JobRequest(Layout(tp=8, pp=4, dp=128))  # 4096 GPUs
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     assert pl.world_size == 4096
-    assert plan(inv, state, JobRequest(Layout(tp=8, dp=8))).world_size == 64
+    assert api.plan_job(inv, state, JobRequest(Layout(tp=8, dp=8))).world_size == 64
 
 
 def test_partly_relaxed_keeps_the_blocks_that_fit():
@@ -652,7 +652,7 @@ def test_partly_relaxed_keeps_the_blocks_that_fit():
     state = ClusterState(nodes={"gpu03": NodeState("gpu03", busy_gpus=half),
                                 "gpu04": NodeState("gpu04", busy_gpus=half)})
     req = JobRequest(Layout(tp=8, dp=3))
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     check_invariants(inv, state, req, pl)
     whole = [g for g in pl.groups["tp"] if len({pl.slots[r].host for r in g}) == 1]
     assert len(whole) == 2
@@ -663,12 +663,12 @@ def test_constraint_report():
     from slurmtopo.choice import constraint_report
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=8, dp=3), require={"tp": "nvlink"}, prefer={"dp": "leaf"})
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     rep = constraint_report(inv, pl, req)
     assert rep["tp"] == ("nvlink", "nvlink", True, True)
     assert rep["dp"] == ("leaf", "spine", False, False)
     req = JobRequest(Layout(tp=2), prefer={"ep": "node"})
-    assert constraint_report(inv, plan(inv, None, req), req)["ep"][2] is True
+    assert constraint_report(inv, api.plan_job(inv, None, req), req)["ep"][2] is True
 
 
 def test_mixed_cluster_keeps_one_gpu_model():
@@ -678,7 +678,7 @@ def test_mixed_cluster_keeps_one_gpu_model():
     inv = Inventory(nodes=nodes, fabric=Fabric(switches=(Switch("leaf", nodes=tuple(names)),)))
     state = ClusterState(nodes={"b2": NodeState("b2", busy_gpus=frozenset({0, 1, 2, 3}))})
     req = JobRequest(Layout(tp=4, dp=3))  # 12 GPUs: fits the H100s (8 + 4 free)
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     check_invariants(inv, state, req, pl)
     assert set(pl.hosts) == {"b1", "b2"}
 
@@ -709,7 +709,7 @@ def test_other_fabrics(kind, seed):
             hard = rng.random() < 0.5
             req = JobRequest(lay, require=cons if hard else {}, prefer={} if hard else cons)
             try:
-                pl = plan(inv, state, req)
+                pl = api.plan_job(inv, state, req)
             except PlacementError as exc:
                 assert str(exc).startswith("needs ")
                 continue
@@ -720,10 +720,10 @@ def test_other_fabrics(kind, seed):
 def test_gpus_per_node_smaller_than_a_required_group():
     inv = ex("h100-4node-2leaf")
     with pytest.raises(PlacementError, match="--gpus-per-node 4 puts at most 4 ranks on a node"):
-        plan(inv, None, JobRequest(Layout(tp=8, dp=2), require={"tp": "nvlink"}, gpus_per_node=4))
+        api.plan_job(inv, None, JobRequest(Layout(tp=8, dp=2), require={"tp": "nvlink"}, gpus_per_node=4))
     # only preferred: tp spans two nodes instead
     req = JobRequest(Layout(tp=8, dp=2), gpus_per_node=4)
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_invariants(inv, None, req, pl)
     assert [len(pl.ranks_on(h)) for h in pl.hosts] == [4, 4, 4, 4]
 
@@ -762,10 +762,10 @@ def test_nvl72_tp_relaxes_into_one_domain_rather_than_dp_over_the_network():
     state = _busy({"r1t2": {0, 1}, "r1t3": {0, 1}, "r1t4": {0, 1, 2, 3},
                    "r2t2": {0, 1, 2, 3}, "r2t3": {0, 1, 2, 3}, "r2t4": {0, 1, 2, 3}})
     req = JobRequest(Layout(tp=4, dp=2))
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     check_invariants(inv, state, req, pl)
     assert {h[:2] for h in pl.hosts} == {"r1"}
-    rep = evaluate(inv, pl, req)
+    rep = api.price(inv, pl, req)
     assert rep.kinds["dp"].slowest is LinkClass.NVLINK_DOMAIN
     assert rep.kinds["tp"].slowest <= LinkClass.NVLINK_DOMAIN
     assert any("over the NVLink domain so that dp groups stay in one NVLink domain" in n
@@ -781,17 +781,17 @@ def test_nvl72_whole_job_prefers_one_domain():
     state = _busy({"r1t4": {0}, "r1t5": {0}, "r1t6": {0, 1, 2, 3},
                    "r2t2": {0, 1, 2, 3}, "r2t3": {0, 1, 2, 3}, "r2t4": {0, 1, 2, 3}})
     req = JobRequest(Layout(tp=1, ep=4, dp=4, pp=4))
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     check_invariants(inv, state, req, pl)
     assert {h[:2] for h in pl.hosts} == {"r1"}
-    rep = evaluate(inv, pl, req)
+    rep = api.price(inv, pl, req)
     assert max(rep.kinds[k].slowest for k in ("pp", "dp", "ep")) is LinkClass.NVLINK_DOMAIN
     assert any("so that the job stays in one NVLink domain" in n for n in pl.notes), pl.notes
     assert not any("Slurm's default" in n for n in pl.notes)
     # a user's preference is not given up for it (the planner's own plan;
     # Slurm's default may still model faster and be returned)
     req = JobRequest(Layout(tp=1, ep=4, dp=4, pp=4), prefer={"ep": "node"})
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     assert any("do not fit one NVLink domain (not together with the preferences" in n
                for n in pl.notes), pl.notes
 
@@ -843,7 +843,7 @@ def test_tp_spanning_pcie_nodes_is_split_evenly():
     inv = _leaf_of("pcie-a6000-8-nvlink-pairs", 4)
     state = _busy({"n1": {0, 4}, "n2": {1, 6}, "n3": {0, 7}, "n4": {0, 2, 3, 4}})
     req = JobRequest(Layout(tp=8, pp=2))
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     check_invariants(inv, state, req, pl)
     for g in pl.groups["tp"]:
         per = _per_host(pl, g)
@@ -853,15 +853,15 @@ def test_tp_spanning_pcie_nodes_is_split_evenly():
     four += [("n2", g) for g in (0, 2, 3, 4)] + [("n4", g) for g in (1, 5, 6, 7)]
     even = build_placement(inv, req, four)
     assert [_per_host(even, g) for g in even.groups["tp"]] == [[4, 4], [4, 4]]
-    assert (evaluate(inv, pl, req).step_time_s
-            <= evaluate(inv, even, req).step_time_s * (1 + 1e-12))
+    assert (api.price(inv, pl, req).step_time_s
+            <= api.price(inv, even, req).step_time_s * (1 + 1e-12))
 
 
 def test_dgx1_tp_pairs_take_the_double_nvlinks():
     # hybrid cube-mesh: (0,3), (1,2), (4,7), (5,6) are NV2, (0,1), (4,5) ... NV1
     inv = _leaf_of("dgx1-v100", 1)
     req = JobRequest(Layout(tp=2, dp=4))
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_invariants(inv, None, req, pl)
     hw = inv.nodes["n1"].hardware
     for g in pl.groups["tp"]:
@@ -872,7 +872,7 @@ def test_dgx1_tp_pairs_take_the_double_nvlinks():
     # 128 MiB gradient all-reduce of the CP pairs (CP nested innermost)
     state = _busy({"n1": {0, 1, 2, 3}})
     req = JobRequest(Layout(tp=2, cp=2), prefer={"tp": "nvlink"})
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     for g in pl.groups["tp"]:
         a, b = (pl.slots[r].gpu for r in g)
         assert hw.nvlink_lanes(a, b) == 2, (a, b)
@@ -883,8 +883,8 @@ def test_dgx1_pipeline_chain_stays_on_nvlink():
     # pipeline chain inside a quad: every hop NVLink (0-2-4-6 crossed SYS)
     inv = _leaf_of("dgx1-v100", 1)
     req = JobRequest(Layout(tp=1, pp=4, dp=2))
-    pl = plan(inv, None, req)
+    pl = api.plan_job(inv, None, req)
     check_invariants(inv, None, req, pl)
-    rep = evaluate(inv, pl, req)
+    rep = api.price(inv, pl, req)
     assert rep.kinds["pp"].slowest is LinkClass.NVLINK
     assert rep.kinds["dp"].slowest is LinkClass.NVLINK

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from slurmtopo import api
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.cost import CostReport, GroupCost
 from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
 from slurmtopo.links import LinkClass
 from slurmtopo.model import ClusterState, NodeState
 from slurmtopo.preview import (cost_table, default_color_kind, format_bytes, format_seconds,
@@ -27,7 +27,7 @@ def _text(renderable, width=120) -> str:
 
 @pytest.fixture(scope="module")
 def h100():
-    return load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    return api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
 
 
 @pytest.fixture()
@@ -96,11 +96,10 @@ def test_render_plan_has_all_parts(h100, placement):
 
 
 def test_render_plan_with_real_cost_model(h100, placement):
-    from slurmtopo.cost import evaluate
     from slurmtopo.request import JobRequest
 
     req = JobRequest(layout=Layout(tp=4, dp=3))
-    rep = evaluate(h100, placement, req)
+    rep = api.price(h100, placement, req)
     text = _text(render_plan(placement, h100, req.layout, rep, rep))
     assert "Modelled communication" in text and "tp" in text
     json.dumps(report_dict(rep))
@@ -131,12 +130,12 @@ def test_default_colour_kind(h100):
 
 
 def test_preview_lists_every_split_and_warns_far_from_the_bound():
-    from slurmtopo.cost import evaluate, lower_bound
+    from slurmtopo.cost import lower_bound
     from slurmtopo.choice import plan
     from slurmtopo.request import JobRequest
     from slurmtopo.preview import render_plan, splits
 
-    inv = load_inventory(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    inv = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     # two nodes with 4 free GPUs each and one idle: one TP group of 8 fits
     # a node, the other is split 4+4
     busy = frozenset(range(4))
@@ -145,13 +144,13 @@ def test_preview_lists_every_split_and_warns_far_from_the_bound():
                                 "gpu04": NodeState("gpu04", state="allocated",
                                                    exclusive=True)})
     req = JobRequest(Layout(tp=8, dp=2))
-    pl = plan(inv, state, req)
+    pl = api.plan_job(inv, state, req)
     lines = splits(pl, inv)
     split_tp = [g for g in pl.groups["tp"] if len({pl.slots[r].host for r in g}) > 1]
     assert len(lines) == len(split_tp) == 1
     assert lines[0].startswith(f"tp group {pl.groups['tp'].index(split_tp[0])} split 4+4 over ")
     assert "gpu01" in lines[0] and "gpu02" in lines[0]
-    cost = evaluate(inv, pl, req)
+    cost = api.price(inv, pl, req)
     bound = lower_bound(inv, req, state=state)
     con = Console(record=True, width=200)
     con.print(render_plan(pl, inv, req.layout, cost, None, state, bound=bound))
@@ -204,7 +203,7 @@ def test_preview_of_a_real_plan_at_60_columns_cuts_no_number(tmp_path):
     from slurmtopo.preview import render_plan
     from slurmtopo.request import JobRequest
 
-    inv = load_inventory(EXAMPLES / "a6000-4node-pcie.yaml")
+    inv = api.load_cluster(str(EXAMPLES / "a6000-4node-pcie.yaml"))
     req = JobRequest(Layout(tp=2, pp=2, dp=4))
     job = prepare(inv, None, req)
     full = _text(cost_table(job.costs.plan, job.costs.naive), width=200)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from slurmtopo import api
 from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
 from slurmtopo.model import ClusterState, NodeState
 from slurmtopo.choice import plan
 from slurmtopo.placement.queue import (INELIGIBLE, eligible_state, fits_ever, parse_constraint,
@@ -20,7 +20,7 @@ INV = Path(__file__).resolve().parents[1] / "etc" / "examples" / "h100-4node-2le
 
 @pytest.fixture(scope="module")
 def inv():
-    return load_inventory(INV)
+    return api.load_cluster(str(INV))
 
 
 def _req(**kw):
@@ -88,7 +88,7 @@ def test_daemon_job_is_shaped_for_its_preference(inv):
                                for n in inv.nodes})
     req = JobRequest(layout=Layout(tp=2, dp=4).resolved(), require={"tp": "node"},
                      prefer={"dp": "node"})
-    now = plan(inv, busy, req)
+    now = api.plan_job(inv, busy, req)
     assert len(now.hosts) == 2
     shaped, notes = shape_for_preferences(inv, busy, req, now, plan)
     assert len(shaped.hosts) == 1 and len(notes) == 1
@@ -105,7 +105,7 @@ def test_preference_that_can_never_be_met_is_said(inv):
     from slurmtopo.placement.queue import shape_for_preferences
 
     req = JobRequest(layout=Layout(tp=16).resolved(), prefer={"tp": "node"})
-    p = plan(inv, ClusterState(), req)
+    p = api.plan_job(inv, ClusterState(), req)
     same, notes = shape_for_preferences(inv, ClusterState(), req, p, plan)
     assert same is p
     assert notes == ["--prefer tp=node can never be met on this cluster; the placement daemon "

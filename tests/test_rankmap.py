@@ -11,27 +11,28 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurmtopo import api
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.cli import cli
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout, build_groups
-from slurmtopo.inventory import load_inventory
 from slurmtopo.model import Placement, RankSlot
-from slurmtopo.rankmap import (check_placement, dumps_rankmap, env_document, env_json,
-                               nccl_env, placement_from_dict, rail_aligned, rank_env, rankmap_csv,
+from slurmtopo.rankmap import (check_placement, dumps_rankmap, env_json,
+                               nccl_env, placement_from_dict, rail_aligned, rankmap_csv,
                                rankmap_dict, rankmap_json, visible_devices)
+from tests.rankenv import env_document, rank_env
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
 
 
 @pytest.fixture(scope="module")
 def h100():
-    return load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    return api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
 
 
 @pytest.fixture(scope="module")
 def a6000():
-    return load_inventory(EXAMPLES / "a6000-4node-pcie.yaml")
+    return api.load_cluster(str(EXAMPLES / "a6000-4node-pcie.yaml"))
 
 
 def _p(inv, host_gpus, **lay):
@@ -234,7 +235,7 @@ NVL = Path(__file__).resolve().parent / "fixtures" / "slurm" / "devcluster-nvl-i
 
 def test_mnnvl_where_hosts_share_an_nvlink_domain():
     """env.rst: MNNVL needs CUMEM; 2 uses it where it works and never fails."""
-    nvl = load_inventory(NVL)  # node[1-2] one NVLink domain, node[3-4] another
+    nvl = api.load_cluster(str(NVL))  # node[1-2] one NVLink domain, node[3-4] another
     same = nccl_env(nvl, _p(nvl, [("node1", range(4)), ("node2", range(4))], tp=4, dp=2))
     assert same["NCCL_MNNVL_ENABLE"] == "2" and same["NCCL_CUMEM_ENABLE"] == "1"
     apart = nccl_env(nvl, _p(nvl, [("node1", range(4)), ("node3", range(4))], tp=4, dp=2))

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo import __version__
+from slurmtopo import __version__, api
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.plandoc import planned_placement, read_plan
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
 from slurmtopo.model import ClusterState
 from slurmtopo.sbatch import SbatchRequest, sanitize_job_name, topology_request
 from slurmtopo.sbatch.launch import Launch
@@ -78,7 +77,7 @@ def reference_placement(inv, state, layout):
 def render_case(name, launch=None):
     state_file, lay, opts = CASES[name]
     inv_path = EXAMPLES / f"{name}.yaml"
-    inv = load_inventory(inv_path)
+    inv = api.load_cluster(str(inv_path))
     state = load_state(EXAMPLES / state_file, inv) if state_file else ClusterState()
     layout = Layout(**lay).resolved()
     p = reference_placement(inv, state, layout)
@@ -146,7 +145,7 @@ def test_structure(name):
 
 
 def test_topology_requests():
-    fat = load_inventory(EXAMPLES / "h100-32node-fattree.yaml")
+    fat = api.load_cluster(str(EXAMPLES / "h100-32node-fattree.yaml"))
     assert topology_request(fat, ["dgx001", "dgx002"])[0] == ["--switches=1@5:00"]
     assert topology_request(fat, ["dgx001", "dgx009", "dgx017"], wait="1:00")[0] == \
         ["--switches=3@1:00"]
@@ -154,7 +153,7 @@ def test_topology_requests():
     assert topology_request(fat, ["dgx001"], mode="none")[0] == []
     with pytest.raises(SlurmtopoError, match="switch wait"):
         topology_request(fat, ["dgx001"], wait="soon")
-    nvl = load_inventory(EXAMPLES / "gb200-nvl72-rack.yaml")
+    nvl = api.load_cluster(str(EXAMPLES / "gb200-nvl72-rack.yaml"))
     hosts = [f"nvl72r1-t{i:02d}" for i in range(1, 7)]
     assert topology_request(nvl, hosts)[0] == ["--segment=6"]
     assert topology_request(nvl, hosts, mode="tree")[0] == ["--switches=1@5:00"]
@@ -165,7 +164,7 @@ def test_segment_splits_blocks_evenly(tmp_path):
         "fabric:\n", "fabric:\n  blocks:\n    - {name: b1, nodes: \"gpu[01-02]\"}\n"
                      "    - {name: b2, nodes: \"gpu[03-04]\"}\n")
     (tmp_path / "inv.yaml").write_text(inv_text)
-    inv = load_inventory(tmp_path / "inv.yaml")
+    inv = api.load_cluster(str(tmp_path / "inv.yaml"))
     assert topology_request(inv, ["gpu01", "gpu02", "gpu03", "gpu04"])[0] == ["--segment=2"]
     opts, why = topology_request(inv, ["gpu01", "gpu02", "gpu03"])
     assert opts == [] and "no segment size" in why[0]
@@ -174,13 +173,13 @@ def test_segment_splits_blocks_evenly(tmp_path):
 def test_flat_inventory_asks_for_nothing(tmp_path):
     text = (EXAMPLES / "dgx1-v100-pair.yaml").read_text().split("fabric:")[0]
     (tmp_path / "flat.yaml").write_text(text)
-    inv = load_inventory(tmp_path / "flat.yaml")
+    inv = api.load_cluster(str(tmp_path / "flat.yaml"))
     opts, why = topology_request(inv, ["dgx1-1", "dgx1-2"])
     assert opts == [] and "no switches" in why[0]
 
 
 def test_uneven_ranks_per_node_ask_for_tasks():
-    inv = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    inv = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     layout = Layout(tp=2, dp=5).resolved()
     p = fill_placement(inv, [("gpu01", range(8)), ("gpu02", [0, 1])], layout)
     req = SbatchRequest.from_plan(inv, p, layout, ["true"])
@@ -191,7 +190,7 @@ def test_uneven_ranks_per_node_ask_for_tasks():
 
 
 def test_gres_type_and_extra_options():
-    inv = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    inv = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     node = inv.nodes["gpu01"]
     hw = dataclasses.replace(node.hardware, gres_type="h100")
     inv.nodes["gpu01"] = dataclasses.replace(node, hardware=hw)
@@ -208,7 +207,7 @@ def test_gres_type_and_extra_options():
                                          ("account", "a b"), ("nodelist", "n1\nn2"),
                                          ("exclude", "$(x)")])
 def test_bad_values_are_rejected(field, value):
-    inv = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    inv = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     layout = Layout(tp=2).resolved()
     p = fill_placement(inv, [("gpu01", [0, 1])], layout)
     req = SbatchRequest.from_plan(inv, p, layout, ["true"])
@@ -217,7 +216,7 @@ def test_bad_values_are_rejected(field, value):
 
 
 def test_extra_option_checks():
-    inv = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    inv = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     layout = Layout(tp=2).resolved()
     p = fill_placement(inv, [("gpu01", [0, 1])], layout)
     req = SbatchRequest.from_plan(inv, p, layout, ["true"])
@@ -249,7 +248,7 @@ def test_inventory_path_with_newline_stays_in_comment(tmp_path):
     d.mkdir()
     inv_path = d / "inv.yaml"
     inv_path.write_text((EXAMPLES / "h100-4node-2leaf.yaml").read_text())
-    inv = load_inventory(inv_path)
+    inv = api.load_cluster(str(inv_path))
     layout = Layout(tp=2).resolved()
     p = fill_placement(inv, [("gpu01", [0, 1])], layout)
     text = SbatchRequest.from_plan(inv, p, layout, ["true"], inventory_path=str(inv_path)).render()
@@ -260,7 +259,7 @@ def test_inventory_path_with_newline_stays_in_comment(tmp_path):
 
 
 def test_python_and_run_dir_values_are_inert(tmp_path):
-    inv = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    inv = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     layout = Layout(tp=2).resolved()
     p = fill_placement(inv, [("gpu01", [0, 1])], layout)
     py = f"/opt/my env/bin/python3$(touch {tmp_path}/p1)"
@@ -326,7 +325,7 @@ def test_script_of_32768_ranks_stays_small():
 
 def test_script_over_max_script_size_is_refused():
     """A script Slurm would refuse is an error before anything is written."""
-    h100 = load_inventory(EXAMPLES / "h100-4node-2leaf.yaml")
+    h100 = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     layout = Layout(tp=8, dp=2).resolved()
     p = fill_placement(h100, [("gpu01", range(8)), ("gpu02", range(8))], layout)
     req = SbatchRequest.from_plan(h100, p, layout, COMMAND,
@@ -345,7 +344,7 @@ def test_big_embedded_inventory_is_left_out(tmp_path, monkeypatch):
     from slurmtopo.sbatch import script as script_mod
 
     inv_path = EXAMPLES / "h100-4node-2leaf.yaml"
-    h100 = load_inventory(inv_path)
+    h100 = api.load_cluster(str(inv_path))
     layout = Layout(tp=8).resolved()
     p = fill_placement(h100, [("gpu01", range(8))], layout)
     kept = SbatchRequest.from_plan(h100, p, layout, COMMAND, inventory_path=str(inv_path))

@@ -86,9 +86,6 @@ class IbFabric:
     source: str = "<ibnetdiscover>"
     skipped_lines: int = 0
 
-    def of_kind(self, kind: str) -> List[IbNode]:
-        return [n for n in self.nodes.values() if n.kind == kind]
-
     def neighbours(self) -> Dict[str, List[Tuple[int, str, int, IbLink]]]:
         """guid -> [(own port, other guid, other port, link)]."""
         out: Dict[str, List[Tuple[int, str, int, IbLink]]] = {g: [] for g in self.nodes}

@@ -20,9 +20,8 @@ from typing import Optional
 
 import click
 
+from slurmtopo.daemon.protocol import DEFAULT_SPOOL
 from slurmtopo.errors import SlurmtopoError
-
-DEFAULT_SPOOL = "/var/spool/slurmtopo"
 
 
 class _DefaultRun(click.Group):

@@ -36,15 +36,6 @@ def layout_options(func):
     return func
 
 
-def layout_from(tp=1, cp=1, ep=1, pp=1, dp=None, expert_tp=None, world=None, order=None,
-                convention=None, **_ignored):
-    """The resolved Layout for these option values (raises LayoutError)."""
-    from slurmtopo.frameworks.megatron import resolved_layout
-
-    return resolved_layout(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, expert_tp=expert_tp, world=world,
-                           order=order, convention=convention)
-
-
 #: click's defaults of the layout options, to tell a given value from none
 _LAYOUT_DEFAULTS = {"tp": 1, "cp": 1, "ep": 1, "pp": 1, "dp": None, "expert_tp": None,
                     "world": None, "order": None, "convention": "megatron"}

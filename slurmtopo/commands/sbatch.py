@@ -56,18 +56,6 @@ def parse_wait(items) -> dict:
     return out
 
 
-def _live_version(backend) -> Optional[str]:
-    """The release the backend's Slurm reports (None: it cannot say)."""
-    from slurmtopo.errors import SlurmError
-
-    try:
-        text = backend.version() if hasattr(backend, "version") else ""
-    except SlurmError:
-        return None
-    parts = str(text).split(".")
-    return text if 2 <= len(parts) <= 3 and all(p.isdigit() for p in parts) else None
-
-
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
          as_json, keep_runs, color_by, cmd, **o):
     from slurmtopo import api
@@ -86,82 +74,61 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     inv, topo_notes = load_job_cluster(o, write_cache=not dry_run)
     backend = LazyBackend(backend_name)
     live = state_for(inv, state_path, backend, o.get("partition"))
-
-    if state_path in (None, "live", "slurm") and not o.get("slurm_version") and \
-            inv.fabric.blocks:
-        # the segment options this Slurm has (placement/segments.py)
-        o = dict(o, slurm_version=_live_version(backend.get()))
-    waits = parse_wait(wait)
-    req = request_from(o, waits, cmd)
+    if state_path in (None, "live", "slurm") and not o.get("slurm_version"):
+        o = dict(o, slurm_version=api.segment_release(inv, backend.get))
+    req = request_from(o, parse_wait(wait), cmd)
     job = api.prepare(inv, live.state, req, cmd,
                       script_options_from(o, os.path.abspath(o["inventory_path"]), run_dir),
                       with_costs=dry_run and not as_json, queue=True, for_daemon=daemon,
                       partition_members=live.partition_members,
                       features=live.features or None)
-    placement, text, layout = job.placement, job.script_text, req.layout
-    notes: List[str] = list(topo_notes) + list(job.notes)
-    if daemon and any(n.startswith("not now") for n in notes):
-        notes.append("the placement daemon releases it when a placement is free")
-    if waits and not daemon:
-        notes.append("--wait only matters with --daemon (the placement daemon waits; sbatch "
-                     "does not)")
-    if daemon:
-        notes.extend(daemon_warnings(spool))
-
+    notes: List[str] = [*topo_notes, *job.notes,
+                        *api.submission_notes(job, held=daemon, spool=spool)]
     from slurmtopo.hostlist import fold_hostlist
-    summary = (f"planned {placement.world_size} rank(s) on {len(placement.hosts)} node(s) "
-               f"{fold_hostlist(placement.hosts)} against {live.source}")
-
+    summary = (f"planned {job.placement.world_size} rank(s) on {len(job.placement.hosts)} "
+               f"node(s) {fold_hostlist(job.placement.hosts)} against {live.source}")
     if dry_run:
-        if as_json:
-            click.echo(json.dumps({"job_id": None, "dry_run": True, "script": text,
-                                   "directives": job.script.directives(),
-                                   "hosts": list(placement.hosts),
-                                   "notes": notes + [summary]}, separators=(",", ":")))
-            return
-        _preview(job, inv, color_by)
-        click.echo(text, nl=False)
-        for n in notes + [summary, "dry run: nothing submitted, nothing written"]:
-            click.echo(f"slurmtopo: {n}", err=True)
+        _print_dry_run(job, inv, color_by, as_json, notes + [summary])
         return
-
     if output_dir:
-        _write_files(output_dir, text, placement, layout)
+        _write_files(output_dir, job.script_text, job.placement, req.layout)
     done = api.submit(job, backend.get(), held=daemon, spool=spool, submit_dir=os.getcwd(),
                       keep_days=keep_runs)
-    notes.extend(done.notes)
-    job_id = done.job_id
+    _print_submitted(job, done, parsable, as_json, notes + list(done.notes) + [summary])
+
+
+def _print_dry_run(job, inv, color_by, as_json, notes: List[str]) -> None:
+    """The dry run's output: one JSON object, else the preview and notes on
+    stderr and the script on stdout."""
+    if as_json:
+        click.echo(json.dumps({"job_id": None, "dry_run": True, "script": job.script_text,
+                               "directives": job.script.directives(),
+                               "hosts": list(job.placement.hosts),
+                               "notes": notes}, separators=(",", ":")))
+        return
+    _preview(job, inv, color_by)
+    click.echo(job.script_text, nl=False)
+    for n in notes + ["dry run: nothing submitted, nothing written"]:
+        click.echo(f"slurmtopo: {n}", err=True)
+
+
+def _print_submitted(job, done, parsable, as_json, notes: List[str]) -> None:
+    """What sbatch prints for a submitted job (its id), the notes on stderr;
+    or one JSON object."""
     if as_json:
         from slurmtopo.rankmap import rankmap_dict
 
-        click.echo(json.dumps({"job_id": job_id, "daemon": bool(daemon),
-                               "hosts": list(placement.hosts), "run_dir": done.run_dir,
+        click.echo(json.dumps({"job_id": done.job_id, "daemon": done.held,
+                               "hosts": list(job.placement.hosts), "run_dir": done.run_dir,
                                "script": done.script_path,
-                               "rankmap": rankmap_dict(placement, layout),
-                               "notes": notes + [summary]}, separators=(",", ":")))
+                               "rankmap": rankmap_dict(job.placement, job.request.layout),
+                               "notes": notes}, separators=(",", ":")))
         return
-    for n in notes + [summary]:
+    for n in notes:
         click.echo(f"slurmtopo: {n}", err=True)
-    click.echo(str(job_id) if parsable else
-               f"Submitted batch job {job_id}" + (" (held for the placement daemon)"
-                                                   if daemon else ""))
-
-
-def daemon_warnings(spool) -> List[str]:
-    """A warning when no placement daemon holds ``spool`` on this host: a
-    job submitted held for it would wait until one starts."""
-    from slurmtopo.commands.daemon import DEFAULT_SPOOL
-    try:
-        from slurmtopo.daemon.spool import SpoolLock
-    except ImportError:  # no daemon package: api.submit says so
-        return []
-
-    where = spool or DEFAULT_SPOOL
-    if SpoolLock.holder(where) is not None:
-        return []
-    return [f"warning: no placement daemon is running with spool {where} "
-            "(`slurmtopo daemon status` says more); the job stays held until one "
-            "releases it"]
+    click.echo(str(done.job_id) if parsable else
+               f"Submitted batch job {done.job_id}" + (" (held for the placement daemon)"
+                                                        if done.held else ""))
 
 
 def _preview(job, inv, color_by) -> None:

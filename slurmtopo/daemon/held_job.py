@@ -1,15 +1,20 @@
 """A held job as one scheduling pass sees it: its request with the nodes it
 may not use (outside its partitions, tried before), its preferences and
-how long it still waits for each."""
+how long it still waits for each, and what its launcher requires of a
+placement."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, FrozenSet, Iterable, List, Optional, Set
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set
 
+from slurmtopo import launchers
 from slurmtopo.daemon.decisions import ClusterView, Config, QueuedJob
 from slurmtopo.daemon.work import Work
 from slurmtopo.model import Inventory
 from slurmtopo.request import IMPLICIT_PREFER
+
+if TYPE_CHECKING:
+    from slurmtopo.choice import Admit
 
 
 def nodes_outside(inv: Inventory, view: ClusterView, partitions: str) -> FrozenSet[str]:
@@ -36,6 +41,11 @@ class HeldJob:
         spec = q.spec
         self.spec = spec
         req = spec.request
+        #: what the job's launcher requires of a placement (torchrun:
+        #: node-contiguous ranks), weighed in every plan made for the job as
+        #: ``choice.cheapest`` weighs it at submission; the launcher's name
+        #: was checked when the request was read (protocol.spec_from_dict)
+        self.admit: "Admit" = launchers.get(spec.launcher, "the job's launcher").requirement
         self.shape = spec.shape
         gpn = self.shape.gpus_per_node or req.gpus_per_node
         exclude = set(req.exclude)

@@ -35,6 +35,10 @@ JSON fields (all but ``layout`` optional)::
     shape      what the batch script asks Slurm for: nodes (--nodes), gpn
                (GPUs per node), tpn (--ntasks-per-node); the daemon keeps
                this shape when it pins nodes (see docs/daemon.md)
+    launcher   how the job starts its ranks (``--launcher``: srun when
+               absent); the daemon plans only placements it can start
+               (torchrun: node-contiguous ranks); a name this daemon does
+               not know is a bad request
 
 Comments the daemon writes back: a job it rejects (its layout can never
 fit) gets ``slurmtopo:rejected: <reason>`` before it is cancelled (or left
@@ -50,8 +54,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.launchers import DEFAULT as DEFAULT_LAUNCHER
 
 PREFIX = "slurmtopo:v1:"
+#: the daemon's spool directory unless ``--spool`` says otherwise (the
+#: daemon's and the submitting user's commands default to the same one)
+DEFAULT_SPOOL = "/var/spool/slurmtopo"
 REJECTED_PREFIX = "slurmtopo:rejected:"
 #: Slurm 22.05 refuses a --comment longer than 1024 bytes; keep room
 COMMENT_LIMIT = 1000
@@ -94,14 +102,18 @@ class DaemonSpec:
     request: Any  # slurmtopo.request.JobRequest
     shape: Shape = field(default_factory=Shape)
     source: str = "comment"  # "comment" or the spool file's path
+    #: the job's launcher, a name of :func:`slurmtopo.launchers.names`
+    launcher: str = DEFAULT_LAUNCHER
 
 
 # --------------------------------------------------------------------------
 # encoding
 
 
-def request_to_dict(req, shape: Optional[Shape] = None) -> Dict[str, Any]:
-    """The v1 JSON form of a JobRequest (compact: defaults left out)."""
+def request_to_dict(req, shape: Optional[Shape] = None,
+                    launcher: Optional[str] = None) -> Dict[str, Any]:
+    """The v1 JSON form of a JobRequest (compact: defaults left out, srun
+    among them)."""
     from slurmtopo.hostlist import fold_hostlist
 
     lay = req.layout
@@ -136,6 +148,8 @@ def request_to_dict(req, shape: Optional[Shape] = None) -> Dict[str, Any]:
         out["msg"] = dict(req.message_bytes)
     if shape is not None and shape.as_dict():
         out["shape"] = shape.as_dict()
+    if launcher is not None and launcher != DEFAULT_LAUNCHER:
+        out["launcher"] = launcher
     return out
 
 
@@ -151,11 +165,12 @@ def request_file_name(text: str) -> str:
 
 
 def make_comment(req, shape: Optional[Shape] = None, spool: Optional[str] = None,
-                 limit: int = COMMENT_LIMIT) -> str:
-    """The job comment carrying ``req``. When it would be longer than
+                 limit: int = COMMENT_LIMIT, launcher: Optional[str] = None) -> str:
+    """The job comment carrying ``req`` (and the job's ``launcher``, when
+    not srun). When it would be longer than
     ``limit`` the request is written (atomically) under ``spool/requests``
     and the comment points at it; without a spool that is an error."""
-    text = dumps_compact(request_to_dict(req, shape))
+    text = dumps_compact(request_to_dict(req, shape, launcher))
     comment = PREFIX + text
     if len(comment.encode()) <= limit:
         return comment
@@ -197,7 +212,7 @@ MAX_WAIT_S = 30 * 24 * 3600
 MAX_MESSAGE_BYTES = 1 << 50
 
 _FIELDS = ("layout", "require", "prefer", "wait", "gpn", "exclusive", "nodelist", "exclude",
-           "msg", "shape")
+           "msg", "shape", "launcher")
 _SHAPE_FIELDS = {"nodes": "nodes", "gpn": "gpus_per_node", "tpn": "tasks_per_node"}
 
 
@@ -287,6 +302,17 @@ def _layout(value: Any):
     return Layout(**kw).resolved()
 
 
+def _launcher(value: Any) -> str:
+    """A launcher this slurmtopo knows (srun when absent)."""
+    from slurmtopo.launchers import names
+
+    if value is None:
+        return DEFAULT_LAUNCHER
+    if not isinstance(value, str) or value not in names():
+        raise ProtocolError(f"launcher must be one of {', '.join(names())}, got {_show(value)}")
+    return value
+
+
 def _shape(value: Any) -> Shape:
     from slurmtopo.hostlist import MAX_NAMES
 
@@ -335,6 +361,7 @@ def spec_from_dict(data: Any, source: str = "comment") -> DaemonSpec:
         exclude = data.get("exclude")
         exclude = () if exclude is None else _hostlist(exclude, "exclude")
         shape = _shape(data.get("shape"))
+        launcher = _launcher(data.get("launcher"))
         req = JobRequest(layout=layout, require=levels["require"], prefer=levels["prefer"],
                          gpus_per_node=gpn, exclusive=exclusive, nodelist=nodelist,
                          exclude=exclude or (), message_bytes=msg, wait=wait)
@@ -344,7 +371,7 @@ def spec_from_dict(data: Any, source: str = "comment") -> DaemonSpec:
         raise ProtocolError(exc.message) from None
     except ValueError as exc:  # a hostlist ClusterShell cannot read
         raise ProtocolError(f"bad slurmtopo request: {_show(str(exc))}") from None
-    return DaemonSpec(request=req, shape=shape, source=source)
+    return DaemonSpec(request=req, shape=shape, source=source, launcher=launcher)
 
 
 def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] = None

@@ -88,9 +88,12 @@ from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState
 # planning helpers
 
 
-def plan_job(inv: Inventory, state: Optional[ClusterState], req, cand=None):
+def plan_job(inv: Inventory, state: Optional[ClusterState], req, cand=None, admit=None):
+    """The planner's placement of ``req``, among the proposals the job's
+    launcher admits (``admit``: :attr:`HeldJob.admit`; a torchrun job gets
+    node-contiguous ranks, as it does at submission)."""
     from slurmtopo.choice import plan
-    return plan(inv, state, req, cand=cand)
+    return plan(inv, state, req, cand=cand, admit=admit)
 
 
 #: what the cost model raises on a plan or a cost block it cannot price: a
@@ -167,31 +170,34 @@ class SchedulingPass:
 
     # -- helpers -------------------------------------------------------------
 
-    def ideal_plan(self, req) -> Tuple[Optional[Placement], Optional[str]]:
-        hit = self._ideal_cache.get(req)
+    def ideal_plan(self, req, admit=None) -> Tuple[Optional[Placement], Optional[str]]:
+        """``req`` planned on the empty cluster (kept per request and
+        launcher requirement for the passes of one decide())."""
+        key = (req, admit)
+        hit = self._ideal_cache.get(key)
         if hit is None:
             try:
-                hit = (plan_job(self.inv, self.ideal, req), None)
+                hit = (plan_job(self.inv, self.ideal, req, admit=admit), None)
             except PlacementError as exc:
                 hit = (None, exc.render())
             except SlurmtopoError as exc:
                 hit = (None, exc.render())
-            self._ideal_cache[req] = hit
+            self._ideal_cache[key] = hit
         return hit
 
-    def plan_now(self, req) -> Placement:
+    def plan_now(self, req, admit=None) -> Placement:
         """``req`` planned on the working state, with the candidate nodes
         the working state keeps up to date (no pass over the inventory)."""
         cand = self.work.candidates_for(req) if req.nodelist is None else None
-        return plan_job(self.inv, self.work.state(), req, cand)
+        return plan_job(self.inv, self.work.state(), req, cand, admit)
 
-    def fits_now(self, req, with_reserved: bool = True) -> bool:
+    def fits_now(self, req, with_reserved: bool = True, admit=None) -> bool:
         """Does ``req`` fit on the working state (without the reservations)?"""
         try:
             if with_reserved:
-                self.plan_now(req)
+                self.plan_now(req, admit)
             else:
-                plan_job(self.inv, self.work.state(with_reserved=False), req)
+                plan_job(self.inv, self.work.state(with_reserved=False), req, admit=admit)
             return True
         except (PlacementError, SlurmtopoError):
             return False
@@ -216,7 +222,8 @@ class SchedulingPass:
                 g.index for g in node.gpus if g.index not in keep))
         try:
             q = plan_job(self.inv, ClusterState(nodes=nodes),
-                      replace(req, nodelist=tuple(p.hosts), exclusive=False))
+                         replace(req, nodelist=tuple(p.hosts), exclusive=False),
+                         admit=job.admit)
         except (PlacementError, SlurmtopoError):
             return None, pick
         if set(q.hosts) != set(p.hosts):
@@ -230,7 +237,7 @@ class SchedulingPass:
         the GPUs Slurm is expected to pick; best modelled cost, then best
         fit. Returns (placement, GPUs Slurm will allocate, notes); raises
         PlacementError when nothing fits."""
-        first = self.plan_now(req)
+        first = self.plan_now(req, job.admit)
         cands = [first]
         alternatives = self.cfg.alternatives
         if self.cfg.best_fit_releases and self.released >= self.cfg.best_fit_releases:
@@ -239,7 +246,8 @@ class SchedulingPass:
         while len(cands) < max(1, alternatives):
             exclude |= set(cands[-1].hosts)
             try:
-                cands.append(self.plan_now(replace(req, exclude=tuple(sorted(exclude)))))
+                cands.append(self.plan_now(replace(req, exclude=tuple(sorted(exclude))),
+                                           job.admit))
             except (PlacementError, SlurmtopoError):
                 break
         scored = []
@@ -398,7 +406,7 @@ class SchedulingPass:
         """The rejection of a job that can never run on this cluster (not
         even on the empty one), or of a shape it cannot have; None."""
         q = job.q
-        ideal, why = self.ideal_plan(job.ideal_req)
+        ideal, why = self.ideal_plan(job.ideal_req, job.admit)
         if ideal is None:
             where = ""
             if job.partition_excluded:
@@ -418,7 +426,7 @@ class SchedulingPass:
             p, _ = self.ideal_plan(replace(job.ideal_req,
                                            require={**job.ideal_req.require, kind: level},
                                            prefer={k: v for k, v in job.ideal_req.prefer.items()
-                                                   if k != kind}))
+                                                   if k != kind}), job.admit)
             if p is None:
                 notes.append(f"prefer {kind}={level} can never be met here; not waiting for it")
             else:
@@ -433,7 +441,8 @@ class SchedulingPass:
             ideal_full, _ = self.ideal_plan(replace(
                 job.ideal_req, require={**job.ideal_req.require,
                                         **{k: job.prefs[k] for k in possible}},
-                prefer={k: v for k, v in job.ideal_req.prefer.items() if k not in possible}))
+                prefer={k: v for k, v in job.ideal_req.prefer.items() if k not in possible}),
+                job.admit)
             if ideal_full is not None:
                 preferred_cost = self.cost(ideal_full, job.q.spec.request)
         return preferred_cost
@@ -513,7 +522,7 @@ class SchedulingPass:
             if facts is not None:
                 free_now = facts[0]
             elif not counted:
-                free_now = self.fits_now(job.request(self.work, []))
+                free_now = self.fits_now(job.request(self.work, []), admit=job.admit)
             if free_now:
                 reason += " (a fallback placement is free now)"
         if self.work.reserved and self.work.shortfall(job.world, job.gpn, job.partitions,
@@ -526,7 +535,7 @@ class SchedulingPass:
                           f"(higher priority): {reason}")
             else:
                 blocks = facts[1] if facts is not None else self.fits_now(
-                    job.request(self.work, waiting), with_reserved=False)
+                    job.request(self.work, waiting), with_reserved=False, admit=job.admit)
                 if blocks:
                     reason = (f"the GPUs it could use are reserved for job {held_for} "
                               f"(higher priority): {reason}")
@@ -563,7 +572,8 @@ class SchedulingPass:
         def attempt(k: int) -> Optional[Placement]:
             state = work.state(freed=names[:k])
             try:
-                return plan_job(self.inv, state, req, work.candidates_freed(req, names[:k], state))
+                return plan_job(self.inv, state, req, work.candidates_freed(req, names[:k], state),
+                                job.admit)
             except (PlacementError, SlurmtopoError):
                 return None
 

@@ -416,12 +416,6 @@ def read_events(spool: str, job_id: Optional[int] = None, limit: Optional[int] =
     return out[-limit:] if limit else out
 
 
-def release_count(events: Sequence[Mapping[str, object]], job_id: int) -> int:
-    """How many times the event log says ``job_id`` was released."""
-    return sum(1 for e in events if e.get("job") == job_id
-               and e.get("event") in ("released", "release-confirmed"))
-
-
 class SpoolLock:
     """``flock`` on ``<spool>/daemon.lock``: one daemon per spool."""
 

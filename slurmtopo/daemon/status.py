@@ -16,7 +16,6 @@ STATUS_KIND = "daemon-status"
 #: nesting of the status document (document, jobs, job, gpus, list)
 MAX_DEPTH = 8
 
-_NUM = (int, float)
 _OPT_NUM = (int, float, type(None))
 _OPT_STR = (str, type(None))
 #: top-level keys, the daemon's own block, one managed job, one rejection:

@@ -74,7 +74,7 @@ def prepare_script(script_text: str) -> Tuple[str, List[str]]:
 
 def submit_for_daemon(backend, request, script_text: str, inventory_path: Optional[str] = None,
                       *, args: Sequence[str] = (), spool: Optional[str] = None,
-                      notes: Optional[List[str]] = None) -> int:
+                      notes: Optional[List[str]] = None, launcher: Optional[str] = None) -> int:
     """Submit ``script_text`` held, tagged with ``request`` (a JobRequest),
     for the placement daemon; returns the job id.
 
@@ -84,6 +84,8 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
     ``inventory_path`` is informational: the daemon plans with its own
     ``--inventory`` (the script's embedded plan keeps the submit-time path
     for ``slurmtopo bind``). Notes for the user are appended to ``notes``.
+    ``launcher``: the script's launcher (None: srun), so that the daemon
+    plans only placements it can start.
     """
     if any(str(a).startswith("--comment") for a in args):
         raise SlurmtopoError("--comment cannot be combined with --daemon: the job comment "
@@ -93,10 +95,25 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
                              "request; remove it")
     text, dropped = prepare_script(script_text)
     shape = script_shape(text, args)
-    comment = make_comment(request, shape, spool)
+    comment = make_comment(request, shape, spool, launcher=launcher)
     job_id = backend.submit(text, args=[*map(str, args), f"--comment={comment}"], hold=True)
     if notes is not None:
         notes.extend(dropped)
         notes.append(f"job {job_id} submitted held for the placement daemon "
                      f"(comment {comment[:60]}{'...' if len(comment) > 60 else ''})")
     return int(job_id)
+
+
+def no_daemon_warnings(spool: Optional[str]) -> List[str]:
+    """A warning when no placement daemon holds ``spool`` (None: the
+    default one) on this host: a job submitted held for it would wait
+    until one starts."""
+    from slurmtopo.daemon.protocol import DEFAULT_SPOOL
+    from slurmtopo.daemon.spool import SpoolLock
+
+    where = spool or DEFAULT_SPOOL
+    if SpoolLock.holder(where) is not None:
+        return []
+    return [f"warning: no placement daemon is running with spool {where} "
+            "(`slurmtopo daemon status` says more); the job stays held until one "
+            "releases it"]

@@ -222,8 +222,3 @@ class FreeState:
                         None if lid is None else self._leaf_names[lid], free,
                         self._piece_stranded(p)))
         return out
-
-    def recount_stranded(self) -> int:
-        """The stranded GPUs counted from scratch (the tests check the
-        incremental count against it)."""
-        return sum(self._piece_stranded(p) for p in range(len(self._pieces)))

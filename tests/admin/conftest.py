@@ -18,6 +18,12 @@ def fixture(name: str) -> str:
     return str(FIXTURES / name)
 
 
+def of_kind(fabric, kind: str) -> list:
+    """The nodes of a parsed ibnetdiscover fabric that are ``kind`` ("ca",
+    "switch", "router")."""
+    return [n for n in fabric.nodes.values() if n.kind == kind]
+
+
 def hardware(gpus: int = 8, nics: Iterable[tuple] = (), model: str = "NVIDIA H100 80GB HBM3",
              nvswitch: bool = True) -> Hardware:
     links = tuple(tuple("X" if i == j else "NV18" for j in range(gpus)) for i in range(gpus))

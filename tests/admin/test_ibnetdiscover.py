@@ -6,13 +6,13 @@ import pytest
 from slurmtopo.admin.ibnetdiscover import link_gbps, parse_ibnetdiscover, read_ibnetdiscover
 from slurmtopo.errors import InventoryError
 
-from .conftest import fixture
+from .conftest import fixture, of_kind
 
 
 def test_ibm_two_hosts():
     fab = read_ibnetdiscover(fixture("ibm_pcm_example_mt43132_2hosts_sdr.topo"))
     assert [n.kind for n in fab.nodes.values()].count("switch") == 1
-    cas = {n.description for n in fab.of_kind("ca")}
+    cas = {n.description for n in of_kind(fab, "ca")}
     assert cas == {"compute-00-00 HCA-1", "compute-00-01 HCA-1"}
     assert len(fab.links) == 2  # each cable once, though printed from both ends
     assert {ln.width for ln in fab.links} == {"4xSDR"}
@@ -21,7 +21,7 @@ def test_ibm_two_hosts():
 
 def test_man_page_example_dual_port_hca_and_grouping_lines():
     fab = read_ibnetdiscover(fixture("man_ibnetdiscover_example_voltaire_isr9024_sdr.topo"))
-    assert len(fab.of_kind("switch")) == 2 and len(fab.of_kind("ca")) == 4
+    assert len(of_kind(fab, "switch")) == 2 and len(of_kind(fab, "ca")) == 4
     # the dual-port HCA is cabled twice to the ISR9024
     dual = [ln for ln in fab.links if "0008f10403960558" in (ln.a, ln.b)]
     assert len(dual) == 2
@@ -33,8 +33,8 @@ def test_man_page_example_dual_port_hca_and_grouping_lines():
 
 def test_hand_written_fat_tree_counts():
     fab = read_ibnetdiscover(fixture("fat_tree_4x2_dual.topo"))
-    assert len(fab.of_kind("switch")) == 6
-    assert len(fab.of_kind("ca")) == 9  # 8 hosts + a SHARP aggregation node
+    assert len(of_kind(fab, "switch")) == 6
+    assert len(of_kind(fab, "ca")) == 9  # 8 hosts + a SHARP aggregation node
     # 8 host cables + 4 leaves x 2 spines x 2 cables + SHARP
     assert len(fab.links) == 8 + 16 + 1
 

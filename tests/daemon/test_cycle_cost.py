@@ -13,7 +13,8 @@ import pytest
 
 from slurmtopo.daemon import scheduler
 from slurmtopo.daemon.loop import Daemon
-from slurmtopo.daemon.spool import Journal, read_events, release_count
+from slurmtopo.daemon.spool import Journal, read_events
+from tests.events import release_count
 from slurmtopo.daemon.decisions import RELEASE, WAIT, ClusterView
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.work import Work
@@ -77,9 +78,9 @@ def count_plans(monkeypatch):
     calls = []
     real = scheduler.plan_job
 
-    def counting(inv, state, req, cand=None):
+    def counting(inv, state, req, cand=None, admit=None):
         calls.append(state.source)
-        return real(inv, state, req, cand)
+        return real(inv, state, req, cand, admit)
 
     monkeypatch.setattr(scheduler, "plan_job", counting)
     return calls

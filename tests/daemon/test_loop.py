@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurmtopo.daemon.loop import Daemon
-from slurmtopo.daemon.spool import Journal, SpoolLock, read_events, release_count
+from slurmtopo.daemon.spool import Journal, SpoolLock, read_events
+from tests.events import release_count
 from slurmtopo.daemon.protocol import PREFIX, REJECTED_PREFIX
 from slurmtopo.daemon.submit import submit_for_daemon
 from slurmtopo.errors import SlurmtopoError

@@ -33,6 +33,15 @@ def test_round_trip_keeps_every_field():
     assert spec.source == "comment"
 
 
+def test_the_launcher_travels_and_srun_is_left_out():
+    # srun (the default) writes nothing: comments of srun jobs are as before
+    assert make_comment(req(layout=Layout(tp=8)), launcher="srun") == PREFIX + '{"layout":{"tp":8}}'
+    assert parse_comment(PREFIX + '{"layout":{"tp":8}}').launcher == "srun"
+    c = make_comment(req(layout=Layout(tp=8)), launcher="torchrun")
+    assert c == PREFIX + '{"layout":{"tp":8},"launcher":"torchrun"}'
+    assert parse_comment(c).launcher == "torchrun"
+
+
 def test_layout_defaults_are_left_out():
     c = make_comment(req(layout=Layout(tp=8)))
     assert c == PREFIX + '{"layout":{"tp":8}}'
@@ -85,6 +94,8 @@ def test_long_request_goes_to_the_spool(tmp_path):
     (PREFIX + '{"layout":{"tp":2},"shape":{"nodes":0}}', "shape.nodes"),
     (PREFIX + "@../../etc/passwd", "bad request file name"),
     (PREFIX + '{"require":{}}', "no layout"),
+    (PREFIX + '{"layout":{"tp":2},"launcher":"mpirun"}', "launcher must be one of srun, torchrun"),
+    (PREFIX + '{"layout":{"tp":2},"launcher":["torchrun"]}', "launcher must be one of"),
 ])
 def test_bad_tags_raise_one_line_errors(comment, match):
     with pytest.raises(ProtocolError, match=match) as ei:

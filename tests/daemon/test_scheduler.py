@@ -8,7 +8,7 @@ from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNIN
                                         WAIT, ClusterView, Config, JobRecord, QueuedJob)
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.work import slurm_pick
-from slurmtopo.daemon.preview import preview_lines
+from slurmtopo.daemon.held_job import HeldJob
 from slurmtopo.groups import Layout
 from slurmtopo.model import ClusterState, NodeState
 from slurmtopo.request import JobRequest
@@ -291,13 +291,18 @@ def test_exclusive_jobs_take_whole_nodes(inv):
     assert d.claim == {"node2": tuple(range(8))}
 
 
-def test_preview_lines(inv):
+def test_a_job_waits_for_its_preference_and_knows_its_cost(inv):
+    # two half-free nodes on different leaves: dp=leaf is not free now, so
+    # the job waits (up to its --wait) and the cost it waits for is known
     st = busy(node1="all", node2={0, 1, 2, 3}, node3="all", node4={0, 1, 2, 3})
     r = JobRequest(layout=Layout(tp=4, dp=2), require={"tp": "nvlink"}, prefer={"dp": "leaf"},
                    wait={"dp": 600}, gpus_per_node=4)
-    text = "\n".join(preview_lines(inv, st, r))
-    assert "prefers dp=leaf: waits up to 10min" in text
-    assert "keep it held" in text and "preferred placement: modelled step" in text
+    q = QueuedJob(job_id=0, spec=DaemonSpec(request=r, shape=Shape()), submit_time=NOW)
+    cfg = Config(default_wait=0.0, reservations=0)
+    d = decide([q], inv, ClusterView(st), NOW, config=cfg)[-1]
+    held = HeldJob(q, inv, ClusterView(st), NOW, cfg)
+    assert held.prefs == {"dp": "leaf"} and held.waits == {"dp": 600.0}
+    assert d.action == WAIT and d.preferred_cost_s is not None and d.preferred_cost_s > 0
 
 
 def test_the_cost_model_is_advice_but_a_bug_is_not_swallowed(monkeypatch):
@@ -318,3 +323,28 @@ def test_the_cost_model_is_advice_but_a_bug_is_not_swallowed(monkeypatch):
         else:
             with pytest.raises(RuntimeError):
                 scheduler.job_step_time(None, None, None, None)
+
+
+# ---------------------------------------------------------------------------
+# the job's launcher is part of the daemon's choice, as at submission
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_torchrun_job_is_released_on_a_placement_torchrun_can_start(inv, launcher):
+    """node1 and node2 busy: the faster-modelled nesting interleaves the
+    ranks of tp=2 pp=2 dp=4 over node3 and node4, which torchrun cannot
+    start (its rank is node rank * 8 + local rank). The daemon used to
+    plan every held job as if srun started it."""
+    from slurmtopo.rankmap import node_contiguous
+
+    q = job(1, layout=Layout(tp=2, pp=2, dp=4))
+    q = QueuedJob(job_id=1, spec=DaemonSpec(q.spec.request, q.spec.shape, launcher=launcher),
+                  submit_time=NOW)
+    d = decide([q], inv, ClusterView(busy(node1="all", node2="all")), NOW)[-1]
+    assert d.action == RELEASE and d.hosts == ("node3", "node4")
+    why = node_contiguous(d.placement)
+    if launcher == "torchrun":
+        assert why is None
+    else:  # srun is not held back: it takes the faster nesting
+        assert why is not None and "interleaves" in why
+

@@ -145,6 +145,8 @@ def assert_alice_released_and_bob_told(slurm, spool, a, b, decisions):
     (PREFIX + '{"layout":{"tp":4},"wait":{"tp":1e999}}', "out of range"),
     (PREFIX + '{"layout":{"tp":4},"wait":{"tp":NaN}}', "NaN"),
     (PREFIX + '{"layout":{"tp":4},"exclusive":"yes"}', "true or false"),
+    (PREFIX + '{"layout":{"tp":4},"launcher":"../mpirun"}', "launcher must be one of srun, "
+                                                            "torchrun"),
     (PREFIX + '{"layout":{"tp":4},"nodelist":5}', "hostlist"),
     (PREFIX + '{"layout":{"tp":4,"tp":8}}', "appears twice"),
     (PREFIX + '{"layout":{"tp":4},"require":{"tp":["nvlink"]}}', "a name"),

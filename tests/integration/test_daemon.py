@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from slurmtopo.daemon.loop import Daemon
-from slurmtopo.daemon.spool import Journal, read_events, release_count
+from slurmtopo.daemon.spool import Journal, read_events
+from tests.events import release_count
 from slurmtopo.daemon.protocol import PREFIX, REJECTED_PREFIX
 from slurmtopo.daemon.submit import submit_for_daemon
 from slurmtopo.groups import Layout
@@ -223,6 +224,32 @@ def test_a_job_waits_for_its_preferred_placement_then_falls_back(devcluster, bac
     assert rel.action == "release" and rel.taken == "preferred", rel
     devcluster.wait_state(p, {"RUNNING"})
     assert devcluster.job(p)["NodeList"] == "node[1-2]"
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_held_job_is_released_where_its_launcher_can_start_it(devcluster, backend, inv,
+                                                                 spool, launcher):
+    """node1 and node2 taken: tp=2 pp=2 dp=4 on node3 and node4. The
+    faster-modelled nesting interleaves ranks over the two nodes, which
+    torchrun cannot start; the launcher travels in the job's comment through
+    Slurm, and the daemon releases a torchrun job node-contiguous (srun
+    jobs keep the faster nesting)."""
+    from slurmtopo.rankmap import node_contiguous
+
+    blockers = block(devcluster, "node1", "node2")
+    req = JobRequest(layout=Layout(tp=2, pp=2, dp=4), gpus_per_node=8)
+    j = submit_for_daemon(backend, req, plain_script(devcluster, 2, 8), launcher=launcher)
+    try:
+        assert ('"launcher":"torchrun"' in backend.job(j).comment) == (launcher == "torchrun")
+        rel = [x for x in Daemon(backend, inv, spool).cycle() if x.job_id == j][0]
+        assert rel.action == "release" and set(rel.hosts) == {"node3", "node4"}, rel
+        why = node_contiguous(rel.placement)
+        assert (why is None) if launcher == "torchrun" else ("interleaves" in why)
+        devcluster.wait_state(j, {"RUNNING"})
+    finally:
+        devcluster.run(["scancel", str(j)] + [str(b) for b in blockers.values()], check=False)
+        for b in [j, *blockers.values()]:
+            devcluster.wait_job(b)
 
 
 class RacingBackend(CliBackend):
