@@ -5,17 +5,14 @@ UUID (the NVLink fabric: one GB200/GB300 NVL72 rack) and a clique id (the
 NVLink partition inside it that the fabric manager put the GPU in). GPUs of
 different cliques do not talk over NVLink, so a Slurm block that holds a
 tray of another clique promises a job NVLink that the tray does not have.
-Two cases, both decided here and nowhere else (issue 25):
-
-* **racks the admin declared** (blocks of a fabric document): the rack's
-  clique is the one most of its trays report (on a tie, the one its first
-  tray in the block's order reports); a tray reporting another is a *stray*;
-* **racks from the reports alone** (the cluster UUID is the rack): a tray
-  alone in its clique while another clique of the same UUID holds several
-  trays is a stray. A partition of several trays is a sub-domain, as
-  topograph lays it out (:mod:`slurmtopo.admin.block_domains`); a clique
-  of one tray shares NVLink with no other tray, so leaving it out of the
-  rack's blocks takes nothing from a job.
+A rack is one the admin declared (a block of a fabric document): its
+clique is the one most of its trays report (on a tie, the one its first
+tray in the block's order reports); a tray reporting another is a *stray*.
+With the node reports alone there is no rack to differ from: the cluster
+UUID is the NVLink domain and each clique in it a sub-domain, laid out as
+topograph 1.0 lays them out (:mod:`slurmtopo.admin.block_domains`; a clique
+of one tray is a sub-domain of one tray, so the same input gives the same
+``BlockSizes`` as topograph).
 
 A stray is flagged (one note naming it, its clique and its rack's) and left
 out of every block, like a tray whose fabric is not completed. Pure.
@@ -24,9 +21,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
-from slurmtopo.hostlist import natural_key
 from slurmtopo.model import Block, Inventory, NvlinkDomain
 
 
@@ -55,37 +51,6 @@ def strays_in_blocks(inv: Inventory, blocks: Sequence[Block]) -> List[Stray]:
         rack = next(d for _, d in doms if counts[d] == top)  # ties: the first tray's
         out += [Stray(n, b.name, d.clique_id, rack.clique_id) for n, d in doms if d != rack]
     return out
-
-
-def strays_in_reports(inv: Inventory) -> List[Stray]:
-    """Strays where the cluster UUID is the rack: trays alone in their
-    clique while another clique of the UUID holds several trays."""
-    members: Dict[str, Dict[int, List[str]]] = {}
-    for n in inv:
-        d = n.nvlink_domain
-        if d is not None:
-            members.setdefault(d.cluster_uuid, {}).setdefault(d.clique_id, []).append(n.name)
-    out: List[Stray] = []
-    for uuid, cliques in members.items():
-        if len(cliques) < 2:
-            continue
-        top = max(len(v) for v in cliques.values())
-        if top < 2:
-            continue
-        rack = min(c for c, v in cliques.items() if len(v) == top)
-        out += [Stray(v[0], uuid, c, rack) for c, v in cliques.items() if len(v) == 1]
-    return sorted(out, key=lambda s: natural_key(s.node))
-
-
-def without_strays(inv: Inventory, strays: Sequence[Stray]) -> Inventory:
-    """``inv`` with the strays outside any NVLink domain (so no block made
-    from the domains holds them)."""
-    if not strays:
-        return inv
-    gone = {s.node for s in strays}
-    nodes = {k: (replace(n, nvlink_domain=None) if k in gone else n)
-             for k, n in inv.nodes.items()}
-    return replace(inv, nodes=nodes)
 
 
 def drop_from_blocks(blocks: Sequence[Block], strays: Sequence[Stray]) -> Tuple[Block, ...]:

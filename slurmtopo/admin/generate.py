@@ -41,8 +41,7 @@ from slurmtopo import __version__
 from slurmtopo.admin.switch_tree import HostSelection, derive_fabric, left_out_message
 from slurmtopo.hostlist import natural_key
 from slurmtopo.admin.block_domains import BlockNaming, domain_blocks, doubling_sizes
-from slurmtopo.admin.cliques import (drop_from_blocks, stray_note, strays_in_blocks,
-                                     strays_in_reports, without_strays)
+from slurmtopo.admin.cliques import drop_from_blocks, stray_note, strays_in_blocks
 from slurmtopo.admin.ibnetdiscover import IbFabric
 from slurmtopo.slurmfmt.slurm_conf import SlurmConf
 from slurmtopo.errors import SlurmtopoError
@@ -236,9 +235,6 @@ def build_topology(fmt: str, *, ib: Optional[IbFabric] = None, fabric_doc: Optio
         strays = []
         if inv is not None and doc is not None and doc.blocks:
             strays = strays_in_blocks(inv, doc.blocks)
-        elif inv is not None:
-            strays = strays_in_reports(inv)
-            inv = without_strays(inv, strays)
         if strays:
             notes.append(stray_note(strays))
         if doc is not None and doc.blocks:
