@@ -93,8 +93,10 @@ def plan_and_default(inv: Inventory, state: Optional[ClusterState], req: JobRequ
     The planner proposes a few placements and the cost model picks the
     fastest (:func:`cheapest`). With ``safety_net`` (the default) Slurm's
     default placement is one more candidate, at every job size, so the
-    result is never modelled slower than what Slurm would give; tests turn
-    it off to check the planner's own proposals.
+    result is never modelled slower than what Slurm would give, except
+    where Slurm's would send TP or EP groups out of their rack by slowing
+    them more than it speeds the step (the plan's notes say so); tests
+    turn it off to check the planner's own proposals.
 
     ``cand``: the candidate nodes of ``req`` on ``state``, when the caller
     keeps them up to date itself (the placement daemon, which plans
@@ -183,21 +185,25 @@ def slower_tp(r: CostReport, first: CostReport) -> bool:
     return slower_on(r, first, TP_KINDS)
 
 
-def domain_crossings(inv: Inventory, pl: Placement) -> int:
+def domain_crossings(inv: Inventory, pl: Placement, racks_only: bool = False) -> int:
     """How many groups of :data:`DOMAIN_KINDS` span more than one NVLink
     domain (a node outside a multi-node domain is its own). The cost
     model prices a kind by its slowest group, so one EP block over the
     network costs a step as much as eleven; the spine's load and the
     issue's rule (a TP or EP group never leaves its rack when it fits
-    one) count them all."""
+    one) count them all. ``racks_only``: only groups with a rank in a
+    multi-node domain (a rack) count."""
     nodes = inv.nodes
     dom: Dict[str, object] = {}
+    rack: Dict[str, bool] = {}
     for h in pl.hosts:
         d = nodes[h].nvlink_domain
         dom[h] = h if d is None else d.key
+        rack[h] = d is not None
     slots = pl.slots
     return sum(1 for kind in DOMAIN_KINDS for g in pl.groups.get(kind, ())
-               if len(g) > 1 and len({dom[slots[r].host] for r in g}) > 1)
+               if len(g) > 1 and len({dom[slots[r].host] for r in g}) > 1
+               and (not racks_only or any(rack[slots[r].host] for r in g)))
 
 
 def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal],
@@ -210,10 +216,12 @@ def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal],
     more often (docs/cost-model.md). A variant of the plan (pod by pod,
     every block relaxed alike) that sends more TP or EP groups out of
     their NVLink domain (:func:`domain_crossings`), and so does Slurm's
-    default placement (the safety net): such an option must also not slow
-    those groups' collectives more than it speeds the step
-    (:func:`slower_on`), since the step runs them far more often than the
-    default message sizes weigh them.
+    default placement (the safety net) when it sends more of them out of a
+    multi-node domain (a rack): such an option must also not slow those
+    groups' collectives more than it speeds the step (:func:`slower_on`),
+    since the step runs them far more often than the default message sizes
+    weigh them. Elsewhere Slurm's default stays the floor: the plan is
+    never modelled slower than it.
 
     ``admit`` (the launcher's requirement) drops the options it refuses
     first, with a note; when it refuses them all the usual choice is made,
@@ -238,14 +246,18 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
     reps = [evaluate(inv, o.placement, req, params, step_only=True) for o in options]
     times = [r.step_time_s for r in reps]
     best = 0
-    crossings: Optional[int] = None
+    crossings: Dict[bool, int] = {}
     declined: Optional[int] = None  # the fastest option refused by slower_on
     for i, t in enumerate(times):
         margin = 1e-9
         if options[i].kind in (ONE_PHASE, POD_BY_POD, NAIVE) and t < times[best] * (1 - margin):
-            if crossings is None:
-                crossings = domain_crossings(inv, first)
-            if domain_crossings(inv, options[i].placement) > crossings:
+            # Slurm's default is weighed against racks only: elsewhere (a
+            # TP group over two HGX nodes) it stays the floor the plan is
+            # never modelled slower than
+            racks = options[i].kind == NAIVE
+            if racks not in crossings:
+                crossings[racks] = domain_crossings(inv, first, racks)
+            if domain_crossings(inv, options[i].placement, racks) > crossings[racks]:
                 # more TP/EP groups out of their rack: only when clearly
                 # faster, and not by slowing those groups' own collectives
                 if slower_on(reps[i], reps[0], DOMAIN_KINDS):
@@ -294,10 +306,13 @@ def _refused_note(inv: Inventory, options: List[Proposal], times: List[float], b
         return None
     kind = options[declined].kind
     what = "Slurm's default placement" if kind == NAIVE else _WHY.get(kind, kind)
-    extra = domain_crossings(inv, options[declined].placement) - domain_crossings(inv, first)
+    racks = kind == NAIVE
+    extra = (domain_crossings(inv, options[declined].placement, racks)
+             - domain_crossings(inv, first, racks))
     return (f"{what} models faster ({times[declined] * 1e3:.3f} ms vs "
             f"{times[best] * 1e3:.3f} ms a step) but sends {extra} more TP/EP group(s) out "
-            "of their NVLink domain, slowing their collectives more than it speeds the step "
+            f"of their {'rack' if racks else 'NVLink domain'}, slowing their collectives more "
+            "than it speeds the step "
             "(a step runs them far more often than the message sizes weigh): not used")
 
 
