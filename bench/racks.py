@@ -11,10 +11,13 @@ a node outside one is its own). A group's block (the ranks of the layout
 that must move together: the TP group, the EP group's TP x EP block)
 *must* straddle only when the domains' free GPUs cannot hold every
 block: ``blocks - sum(free GPUs of a domain // block span)`` of them. The
-rest are *avoidable*; the planner's rule is that there are none::
+rest are *avoidable*; the planner's rule is that there are none, with the
+scenario's message sizes and with the default ones (a user who gives
+none: Slurm's default placement, the safety net, must not win by sending
+TP or EP groups out of their rack either)::
 
-    python -m bench.racks                      # 4 scenarios a cell
-    python -m bench.racks --per-cell 2 --shapes nvl72-hgx
+    python -m bench.racks                      # 4 scenarios a cell, both sizes
+    python -m bench.racks --per-cell 2 --shapes nvl72-hgx --sizes default
 """
 from __future__ import annotations
 
@@ -39,8 +42,13 @@ SHAPES = ("nvl72", "nvl72-ep8", "nvl72-hgx")
 BLOCKS = {"tp": ("tp",), "expert-tp": ("expert_tp",), "ep": ("expert_tp", "ep")}
 
 
-def plan_cli(sc: Scenario, workdir: str) -> Dict[str, Any]:
-    """``slurmtopo plan --json`` on the scenario's files: the rank map."""
+#: which message sizes the plans are made with
+SIZES = ("scenario", "default")
+
+
+def plan_cli(sc: Scenario, workdir: str, sizes: str = "scenario") -> Dict[str, Any]:
+    """``slurmtopo plan --json`` on the scenario's files: the rank map
+    (``sizes``: the scenario's message sizes, or ``default``: none given)."""
     base = os.path.join(workdir, sc.id.replace(":", "_"))
     with open(base + ".inventory.yaml", "w") as fh:
         fh.write(dump_inventory(sc.inv))
@@ -51,8 +59,8 @@ def plan_cli(sc: Scenario, workdir: str) -> Dict[str, Any]:
             "--state", base + ".state.yaml", "--tp", str(j.tp), "--cp", str(j.cp),
             "--ep", str(j.ep), "--pp", str(j.pp), "--dp", str(j.dp), "--json",
             "-o", base + ".out"]
-    for kind, size in j.message_bytes:  # priced as the quality benchmark prices it
-        argv += ["--message-bytes", f"{kind}={size}"]
+    for kind, size in (j.message_bytes if sizes == "scenario" else ()):
+        argv += ["--message-bytes", f"{kind}={size}"]  # as the quality benchmark prices it
     p = subprocess.run(argv, env=_env(), capture_output=True, text=True, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"{sc.id}: {p.stderr.strip()[-500:]}")
@@ -92,14 +100,15 @@ def check(sc: Scenario, rankmap: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
 
 
 def run(per_cell: int, shapes: Sequence[str], quick: bool = False,
-        workdir: Optional[str] = None) -> List[Dict[str, Any]]:
+        workdir: Optional[str] = None, sizes: Sequence[str] = SIZES) -> List[Dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="slurmtopo-racks-") as tmp:
         work = workdir or tmp
         for spec in quality_specs(per_cell, quick=quick, shapes=shapes):
             sc = build(spec)
-            rows.append({"scenario": sc.id, "layout": sc.job.as_dict(),
-                         "kinds": check(sc, plan_cli(sc, work))})
+            for size in sizes:
+                rows.append({"scenario": sc.id, "sizes": size, "layout": sc.job.as_dict(),
+                             "kinds": check(sc, plan_cli(sc, work, size))})
     return rows
 
 
@@ -109,19 +118,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--per-cell", type=int, default=4)
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--quick", action="store_true", help="the quick sizes only")
+    ap.add_argument("--sizes", choices=SIZES + ("both",), default="both",
+                    help="plan with the scenario's message sizes, the default ones, or both")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     a = ap.parse_args(argv)
-    rows = run(a.per_cell, a.shapes.split(","), a.quick)
+    rows = run(a.per_cell, a.shapes.split(","), a.quick,
+               sizes=SIZES if a.sizes == "both" else (a.sizes,))
     total = Counter()
     for r in rows:
         cells = " ".join(f"{k} {v['straddling_blocks']}/{v['blocks']} (must {v['must']})"
                          for k, v in r["kinds"].items()) or "no TP/EP group of 2 or more"
-        print(f"{r['scenario']:28} {cells}")
+        print(f"{r['scenario']:24} {r['sizes']:8} {cells}")
         for k, v in r["kinds"].items():
             total[k + " avoidable"] += v["avoidable"]
             total[k + " straddling blocks"] += v["straddling_blocks"]
             total[k + " must"] += v["must"]
-    print(f"{len(rows)} scenarios: " + ", ".join(f"{k} {v}" for k, v in sorted(total.items())))
+    print(f"{len(rows)} plans: " + ", ".join(f"{k} {v}" for k, v in sorted(total.items())))
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(rows, fh, indent=1, sort_keys=True)

@@ -93,8 +93,10 @@ def plan_and_default(inv: Inventory, state: Optional[ClusterState], req: JobRequ
     The planner proposes a few placements and the cost model picks the
     fastest (:func:`cheapest`). With ``safety_net`` (the default) Slurm's
     default placement is one more candidate, at every job size, so the
-    result is never modelled slower than what Slurm would give; tests turn
-    it off to check the planner's own proposals.
+    result is never modelled slower than what Slurm would give, except
+    where Slurm's would send TP or EP groups out of their rack by slowing
+    them more than it speeds the step (the plan's notes say so); tests
+    turn it off to check the planner's own proposals.
 
     ``cand``: the candidate nodes of ``req`` on ``state``, when the caller
     keeps them up to date itself (the placement daemon, which plans
@@ -149,45 +151,59 @@ def meets_require(inv: Inventory, req: JobRequest, pl: Placement) -> bool:
     return all(met for _, _, met, hard in report.values() if hard)
 
 
-def _tp_class(r: CostReport) -> LinkClass:
-    return max((r.kinds[k].slowest for k in ("tp", "expert-tp") if k in r.kinds),
-               default=LinkClass.SELF)
+#: the tensor-parallel kinds (:func:`slower_tp`)
+TP_KINDS = ("tp", "expert-tp")
 
 
-def _tp_time(r: CostReport) -> float:
-    return max((r.kinds[k].time_s for k in ("tp", "expert-tp") if k in r.kinds), default=0.0)
+def _class_of(r: CostReport, kinds: Sequence[str]) -> LinkClass:
+    return max((r.kinds[k].slowest for k in kinds if k in r.kinds), default=LinkClass.SELF)
 
 
-def slower_tp(r: CostReport, first: CostReport) -> bool:
-    """Does ``r`` move tensor parallel to slower links than ``first``: a
-    slower class, or, where TP crosses the network anyway, a collective
-    slowed by a larger factor than the whole step is sped up (TP groups
-    spread one rank a host instead of 4+4). Such a trade is lost as soon
-    as a step runs TP a little more often than the message sizes weigh
-    it."""
-    first_cls = _tp_class(first)
-    if _tp_class(r) > first_cls:
+def _time_of(r: CostReport, kinds: Sequence[str]) -> float:
+    return max((r.kinds[k].time_s for k in kinds if k in r.kinds), default=0.0)
+
+
+def slower_on(r: CostReport, first: CostReport, kinds: Sequence[str]) -> bool:
+    """Does ``r`` move ``kinds`` to slower links than ``first``: a slower
+    class, or, where they cross the network anyway, a collective slowed by
+    a larger factor than the whole step is sped up. The default message
+    sizes weigh one collective of each kind a step, while a real step runs
+    TP's all-reduce and EP's all-to-all many times (every layer, every
+    micro-batch; docs/cost-model.md): such a trade is lost as soon as a
+    step runs them a little more often than the message sizes weigh them."""
+    first_cls = _class_of(first, kinds)
+    if _class_of(r, kinds) > first_cls:
         return True
-    t0, t1 = _tp_time(first), _tp_time(r)
+    t0, t1 = _time_of(first, kinds), _time_of(r, kinds)
     return first_cls.is_network and t0 > 0 and r.step_time_s > 0 and \
         t1 / t0 > first.step_time_s / r.step_time_s
 
 
-def domain_crossings(inv: Inventory, pl: Placement) -> int:
+def slower_tp(r: CostReport, first: CostReport) -> bool:
+    """:func:`slower_on` tensor parallel (TP groups spread one rank a host
+    instead of 4+4, say)."""
+    return slower_on(r, first, TP_KINDS)
+
+
+def domain_crossings(inv: Inventory, pl: Placement, racks_only: bool = False) -> int:
     """How many groups of :data:`DOMAIN_KINDS` span more than one NVLink
     domain (a node outside a multi-node domain is its own). The cost
     model prices a kind by its slowest group, so one EP block over the
     network costs a step as much as eleven; the spine's load and the
     issue's rule (a TP or EP group never leaves its rack when it fits
-    one) count them all."""
+    one) count them all. ``racks_only``: only groups with a rank in a
+    multi-node domain (a rack) count."""
     nodes = inv.nodes
     dom: Dict[str, object] = {}
+    rack: Dict[str, bool] = {}
     for h in pl.hosts:
         d = nodes[h].nvlink_domain
         dom[h] = h if d is None else d.key
+        rack[h] = d is not None
     slots = pl.slots
     return sum(1 for kind in DOMAIN_KINDS for g in pl.groups.get(kind, ())
-               if len(g) > 1 and len({dom[slots[r].host] for r in g}) > 1)
+               if len(g) > 1 and len({dom[slots[r].host] for r in g}) > 1
+               and (not racks_only or any(rack[slots[r].host] for r in g)))
 
 
 def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal],
@@ -199,7 +215,13 @@ def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal],
     one collective of each kind, while a real step runs TP's many times
     more often (docs/cost-model.md). A variant of the plan (pod by pod,
     every block relaxed alike) that sends more TP or EP groups out of
-    their NVLink domain (:func:`domain_crossings`) needs the same margin.
+    their NVLink domain (:func:`domain_crossings`), and so does Slurm's
+    default placement (the safety net) when it sends more of them out of a
+    multi-node domain (a rack): such an option must also not slow those
+    groups' collectives more than it speeds the step (:func:`slower_on`),
+    since the step runs them far more often than the default message sizes
+    weigh them. Elsewhere Slurm's default stays the floor: the plan is
+    never modelled slower than it.
 
     ``admit`` (the launcher's requirement) drops the options it refuses
     first, with a note; when it refuses them all the usual choice is made,
@@ -224,13 +246,24 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
     reps = [evaluate(inv, o.placement, req, params, step_only=True) for o in options]
     times = [r.step_time_s for r in reps]
     best = 0
-    crossings: Optional[int] = None
+    crossings: Dict[bool, int] = {}
+    declined: Optional[int] = None  # the fastest option refused by slower_on
     for i, t in enumerate(times):
         margin = 1e-9
-        if options[i].kind in (ONE_PHASE, POD_BY_POD) and t < times[best] * (1 - margin):
-            if crossings is None:
-                crossings = domain_crossings(inv, first)
-            if domain_crossings(inv, options[i].placement) > crossings:
+        if options[i].kind in (ONE_PHASE, POD_BY_POD, NAIVE) and t < times[best] * (1 - margin):
+            # Slurm's default is weighed against racks only: elsewhere (a
+            # TP group over two HGX nodes) it stays the floor the plan is
+            # never modelled slower than
+            racks = options[i].kind == NAIVE
+            if racks not in crossings:
+                crossings[racks] = domain_crossings(inv, first, racks)
+            if domain_crossings(inv, options[i].placement, racks) > crossings[racks]:
+                # more TP/EP groups out of their rack: only when clearly
+                # faster, and not by slowing those groups' own collectives
+                if slower_on(reps[i], reps[0], DOMAIN_KINDS):
+                    if declined is None or t < times[declined]:
+                        declined = i
+                    continue
                 margin = ALT_NESTING_MARGIN
         if options[i].kind == NESTING:
             if slower_tp(reps[i], reps[0]):
@@ -238,8 +271,12 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
             margin = ALT_NESTING_MARGIN  # the usual nesting unless clearly slower
         if t < times[best] * (1 - margin):
             best = i
+    refused = _refused_note(inv, options, times, best, declined, first)
     if best == 0:
-        return first
+        if refused is None:
+            return first
+        return Placement(slots=first.slots, groups=first.groups, hosts=first.hosts,
+                         notes=tuple(first.notes) + (refused,))
     chosen = options[best]
     a, b = times[0], times[best]
     if chosen.kind == MODEL:
@@ -256,8 +293,27 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
     notes = [n for n in first.notes if not n.startswith(f"{req.layout.world} ranks on")] \
         if chosen.kind == NAIVE else list(chosen.placement.notes)
     notes.append(f"{note} ({b * 1e3:.3f} ms vs {a * 1e3:.3f} ms a step); using it")
+    if refused is not None:
+        notes.append(refused)
     pl = chosen.placement
     return Placement(slots=pl.slots, groups=pl.groups, hosts=pl.hosts, notes=tuple(notes))
+
+
+def _refused_note(inv: Inventory, options: List[Proposal], times: List[float], best: int,
+                  declined: Optional[int], first: Placement) -> Optional[str]:
+    """Why a faster option was not used (None: none was refused)."""
+    if declined is None or times[declined] >= times[best]:
+        return None
+    kind = options[declined].kind
+    what = "Slurm's default placement" if kind == NAIVE else _WHY.get(kind, kind)
+    racks = kind == NAIVE
+    extra = (domain_crossings(inv, options[declined].placement, racks)
+             - domain_crossings(inv, first, racks))
+    return (f"{what} models faster ({times[declined] * 1e3:.3f} ms vs "
+            f"{times[best] * 1e3:.3f} ms a step) but sends {extra} more TP/EP group(s) out "
+            f"of their {'rack' if racks else 'NVLink domain'}, slowing their collectives more "
+            "than it speeds the step "
+            "(a step runs them far more often than the message sizes weigh): not used")
 
 
 def constraint_report(inv: Inventory, placement: Placement, req: JobRequest,

@@ -535,15 +535,33 @@ def mnnvl_clique_ids(inv: Optional[Inventory], placement: Placement,
             continue
         doms.setdefault((d.cluster_uuid, d.clique_id), {}).setdefault(part_of[h], []).append(h)
         top[d.cluster_uuid] = max(top.get(d.cluster_uuid, 0), d.clique_id)
+    used: Dict[str, set] = {}
+    for uuid, clique in doms:
+        used.setdefault(uuid, set()).add(clique)
     out: Dict[str, str] = {}
     for (uuid, _), by_part in doms.items():
         if len(by_part) < 2:
             continue
         for part, hosts in sorted(by_part.items()):
-            top[uuid] += 1
+            top[uuid] = _free_clique_id(top[uuid], used[uuid])
+            used[uuid].add(top[uuid])
             for h in hosts:
                 out[h] = str(top[uuid])
     return out
+
+
+#: NCCL reads NCCL_MNNVL_CLIQUE_ID as a 32-bit integer (env.rst); -1 and
+#: -2 mean "from the fabric" and "by chassis", so ids stay in 0..2^31-1
+CLIQUE_ID_MAX = 2 ** 31 - 1
+
+
+def _free_clique_id(last: int, used: set) -> int:
+    """The next clique id above ``last`` that no host of the job has, from
+    0 again past :data:`CLIQUE_ID_MAX`."""
+    nxt = last + 1 if last < CLIQUE_ID_MAX else 0
+    while nxt in used:
+        nxt = nxt + 1 if nxt < CLIQUE_ID_MAX else 0
+    return nxt
 
 
 def own_nic_per_gpu(placement: Placement) -> bool:

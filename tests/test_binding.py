@@ -783,3 +783,105 @@ def test_bind_logs_the_node_addr_it_gives(h100, tmp_path):
     assert any("MASTER_ADDR is its NodeAddr 192.0.2.7" in line for line in res.log)
     res = bind(doc, env, _slurm(), probe=False, allowed={0}, resolve=lambda n: True)
     assert res.job_env["MASTER_ADDR"] == "gpu01"
+
+
+# --------------------------------------------------------------------------
+# NCCL_MNNVL_CLIQUE_ID per IMEX-channel segment (binding.imex)
+
+def _one_clique_job(tmp_path):
+    """Four GB200 trays of one NVLink clique (uuid r1, clique 7), a TP4 x
+    DP4 job on all of them, its plan document and its environment."""
+    from slurmtopo.model import NvlinkDomain
+
+    hw = preset("gb200-nvl72-tray")
+    dom = NvlinkDomain("uuid-r1", 7)
+    hosts = [f"tray{i}" for i in range(1, 5)]
+    inv = Inventory(nodes={h: Node(h, hw, nvlink_domain=dom) for h in hosts})
+    layout = Layout(tp=4, dp=4).resolved()
+    p = fill_placement(inv, [(h, range(4)) for h in hosts], layout)
+    doc = json.loads(dumps_plan(plan_document(inv, p, layout)))
+    env = {"SLURM_JOB_ID": "31", "SLURM_JOB_NODELIST": "tray[1-4]", "SLURMD_NODENAME": "tray1",
+           "SLURM_JOB_GPUS": "0-3", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    job = "   Nodes=tray[1-4] CPU_IDs=0-71 Mem=0 GRES=gpu:4(IDX:0-3)\n"
+    return doc, env, job, hosts
+
+
+#: `scontrol show resources 31` (25.11, src/scontrol/info_job.c) when Slurm put
+#: tray1+tray3 in one segment and tray2+tray4 in the other, a channel each
+RESOURCES = "".join(f"Node=tray{i} AbstractCores=0-71 Memory=0 Channel={c}\n"
+                    f" Gres=gpu Type=gb200 Count=4 Index=0-3\n"
+                    for i, c in ((1, 5), (2, 9), (3, 5), (4, 9)))
+
+
+def _bind_one_clique(tmp_path, extra_env, **answers):
+    doc, env, job, hosts = _one_clique_job(tmp_path)
+    env.update(extra_env)
+    slurm = _slurm(job=job, **answers)
+    res = bind(doc, env, slurm, dev_dir=str(tmp_path), probe=False, allowed={0},
+               resolve=lambda n: True)
+    return res, slurm
+
+
+def test_clique_split_over_segments_gets_an_id_per_segment(tmp_path):
+    """The plan asked one IMEX channel per segment (SLURM_NETWORK at start)
+    and Slurm put the clique's trays in two segments: each segment's hosts
+    get their own NCCL_MNNVL_CLIQUE_ID (NCCL: MNNVL only between ranks of
+    one <UUID, clique>), above the fabric's clique 7, in every launch path."""
+    from slurmtopo.binding.launcher import parse_rank_table, rank_launch
+    from slurmtopo.binding.step import task_env_parts
+
+    res, slurm = _bind_one_clique(tmp_path, {"SLURM_NETWORK": "unique-channel-per-segment"},
+                                  resources=RESOURCES)
+    assert "resources" in slurm.asked
+    want = {"tray1": "8", "tray3": "8", "tray2": "9", "tray4": "9"}
+    assert {h: e["NCCL_MNNVL_CLIQUE_ID"] for h, e in res.host_env.items()} == want
+    assert "NCCL_MNNVL_CLIQUE_ID" not in res.job_env  # never job-wide
+    # the task shell (what srun runs on each node) exports it for its host only
+    whole = task_env_parts(res, {}).whole
+    for r in (0, 5, 10, 15):
+        host = res.placement.slots[r].host
+        got = subprocess.run(["/bin/sh", "-c", whole, "sh", "/usr/bin/env"],
+                             env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": str(r),
+                                  "SLURMD_NODENAME": host, "SLURMTOPO_CPU_BIND": "0"},
+                             capture_output=True, text=True)
+        assert got.returncode == 0, got.stderr
+        assert f"NCCL_MNNVL_CLIQUE_ID={want[host]}" in got.stdout.splitlines(), (r, host)
+    # the older per-rank launcher reads it from the rank table
+    info = parse_rank_table(res.table, 6)
+    env, _, _ = rank_launch(info, {"SLURMD_NODENAME": info.host}, {0})
+    assert env["NCCL_MNNVL_CLIQUE_ID"] == want[info.host]
+    # and rankmap.json records what each host got
+    write_run_dir(res, str(tmp_path / "run"), {})
+    doc = json.loads((tmp_path / "run" / "rankmap.json").read_text())
+    assert doc["host_env"]["tray2"] == {"NCCL_MNNVL_CLIQUE_ID": "9"}
+
+
+def test_clique_ids_only_with_unique_channels_and_a_split(tmp_path):
+    # one channel for the job: nothing to split, Slurm not even asked
+    res, slurm = _bind_one_clique(tmp_path, {}, resources=RESOURCES)
+    assert res.host_env == {} and "resources" not in slurm.asked
+    # per-segment channels, but one segment holds the whole clique
+    same = RESOURCES.replace("Channel=9", "Channel=5")
+    res, _ = _bind_one_clique(tmp_path, {"SLURM_NETWORK": "unique-channel-per-segment"},
+                              resources=same)
+    assert res.host_env == {}
+    # Slurm cannot say where each host landed: each host alone (no MNNVL
+    # between trays, never across two channels)
+    res, _ = _bind_one_clique(tmp_path, {"SLURM_NETWORK": "unique-channel-per-segment"})
+    assert sorted(e["NCCL_MNNVL_CLIQUE_ID"] for e in res.host_env.values()) == \
+        ["10", "11", "8", "9"]
+    assert any("each host taken as its own segment" in line for line in res.log)
+    # the user's own value wins
+    res, _ = _bind_one_clique(tmp_path, {"SLURM_NETWORK": "unique-channel-per-segment",
+                                         "NCCL_MNNVL_CLIQUE_ID": "3"}, resources=RESOURCES)
+    assert res.host_env == {}
+    assert any("keeping NCCL_MNNVL_CLIQUE_ID=3" in line for line in res.log)
+
+
+def test_parse_channels():
+    from slurmtopo.binding.imex import parse_channels, wants_channels
+
+    assert parse_channels(RESOURCES) == {"tray1": 5, "tray2": 9, "tray3": 5, "tray4": 9}
+    assert parse_channels("Node=a AbstractCores=0 Memory=0\n") == {}
+    assert wants_channels({"SLURM_NETWORK": "foo,unique-channel-per-segment"})
+    assert not wants_channels({"SLURM_NETWORK": "unique-channel-per-segment-x"})

@@ -280,22 +280,41 @@ def test_cross_nic_from_the_inventorys_rail_wiring(h100):
     assert rail_optimised(odd, hosts) is None
 
 
+def _trays(a, na: int, b, nb: int):
+    """GB200 trays a0.. in NVLink domain ``a`` and b0.. in ``b``, one rank
+    each: (inventory, placement, hosts)."""
+    from slurmtopo.model import Inventory, Node
+    from slurmtopo.presets import preset
+
+    hw = preset("gb200-nvl72-tray")
+    nodes = {f"a{i}": Node(f"a{i}", hw, nvlink_domain=a) for i in range(na)}
+    nodes.update({f"b{i}": Node(f"b{i}", hw, nvlink_domain=b) for i in range(nb)})
+    hosts = list(nodes)
+    p = Placement(slots=tuple(RankSlot(rank=k, host=h, gpu=0, local_rank=0)
+                              for k, h in enumerate(hosts)), groups={}, hosts=tuple(hosts))
+    return Inventory(nodes=nodes), p, hosts
+
+
 def test_mnnvl_clique_ids_split_a_clique_over_parts_only():
     # two racks of 4 trays; the job's 6 hosts in two IMEX parts (segments
     # with a channel each): rack 1's trays fall in both parts, so each part
     # gets its own clique id above the UUID's ids; rack 2 lies in one part
-    from slurmtopo.model import Inventory, Node, NvlinkDomain
-    from slurmtopo.presets import preset
+    from slurmtopo.model import NvlinkDomain
     from slurmtopo.rankmap import mnnvl_clique_ids
 
-    hw = preset("gb200-nvl72-tray")
-    r1, r2 = NvlinkDomain("uuid-1", 3), NvlinkDomain("uuid-2", 1)
-    nodes = {f"a{i}": Node(f"a{i}", hw, nvlink_domain=r1) for i in range(4)}
-    nodes.update({f"b{i}": Node(f"b{i}", hw, nvlink_domain=r2) for i in range(2)})
-    inv = Inventory(nodes=nodes)
-    hosts = list(nodes)
-    p = Placement(slots=tuple(RankSlot(rank=k, host=h, gpu=0, local_rank=0)
-                              for k, h in enumerate(hosts)), groups={}, hosts=tuple(hosts))
+    inv, p, hosts = _trays(NvlinkDomain("uuid-1", 3), 4, NvlinkDomain("uuid-2", 1), 2)
     got = mnnvl_clique_ids(inv, p, [["a0", "a1"], ["a2", "a3", "b0", "b1"]])
     assert got == {"a0": "4", "a1": "4", "a2": "5", "a3": "5"}
     assert mnnvl_clique_ids(inv, p, [hosts]) == {}  # one part: NCCL's own cliques
+
+
+def test_mnnvl_clique_ids_stay_32_bit_and_unique():
+    # NCCL reads the id as a 32-bit integer (env.rst): past 2^31-1 the ids
+    # wrap to the lowest ones no host of the job has, never colliding with a
+    # clique kept whole (uuid-1's clique 0 here)
+    from slurmtopo.model import NvlinkDomain
+    from slurmtopo.rankmap import CLIQUE_ID_MAX, mnnvl_clique_ids
+
+    inv, p, _ = _trays(NvlinkDomain("uuid-1", CLIQUE_ID_MAX), 3, NvlinkDomain("uuid-1", 0), 2)
+    got = mnnvl_clique_ids(inv, p, [["a0"], ["a1"], ["a2", "b0", "b1"]])
+    assert got == {"a0": "1", "a1": "2", "a2": "3"}

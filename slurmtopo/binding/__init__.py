@@ -41,7 +41,8 @@ the tests drive every path without Slurm.
 The modules, one job each (import from them; this package re-exports
 nothing, so no module here can import its own package half-initialised):
 ``allocation`` (what Slurm gave), ``replan`` (keep or redo the plan),
-``step`` (the batch-host step and the run directory), ``taskenv`` (every
+``step`` (the batch-host step and the run directory), ``imex`` (the IMEX
+channel segment of every host: per-host ``NCCL_MNNVL_CLIQUE_ID``), ``taskenv`` (every
 task's environment as POSIX sh), ``launcher`` (the older per-rank exec),
 ``limits`` (size limits and constants). The plan document they read is
 :mod:`slurmtopo.plandoc`.

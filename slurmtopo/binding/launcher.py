@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
@@ -16,12 +16,16 @@ from slurmtopo.binding.limits import TABLE_MAGIC
 
 
 def rank_table(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequence[int]]],
-               constrained: bool, cpu_bind: bool = True) -> str:
+               constrained: bool, cpu_bind: bool = True,
+               host_env: Optional[Mapping[str, Mapping[str, str]]] = None) -> str:
     """Text table (see :func:`parse_rank_table`)::
 
         slurmtopo-ranktable 1 world=16 constrained=0 cpubind=1
         H <node_rank> <host> <gpus, local rank order> <allocated GPUs or ->
+        E <node_rank> <NAME>=<value>        (a variable of that node's ranks only)
         R <rank> <node_rank> <local_rank> <cpus or -> <nics or ->
+
+    (readers of earlier releases skip the ``E`` lines.)
     """
     from slurmtopo.rankmap import check_placement, cpulists, node_ranks
 
@@ -34,6 +38,10 @@ def rank_table(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequence[
         got = alloc_gpus.get(h)
         lines.append(f"H {i} {h} {','.join(map(str, placement.gpus_on(h)))} "
                      f"{format_cpulist(got) if got else '-'}")
+        for k, v in sorted((host_env or {}).get(h, {}).items()):
+            if not v or any(c.isspace() for c in k + v) or "=" in k:
+                raise SlurmtopoError(f"{h}: {k}={v!r} cannot go in the rank table")
+            lines.append(f"E {i} {k}={v}")
     for s in placement.slots:
         lines.append(f"R {s.rank} {nr[s.host]} {s.local_rank} "
                      f"{cpus[id(s.cpus)] or '-'} {','.join(s.nics) or '-'}")
@@ -53,6 +61,8 @@ class RankInfo:
     nics: List[str]
     constrained: bool
     cpu_bind: bool
+    #: variables of this node's ranks only (``E`` lines)
+    host_env: Dict[str, str] = field(default_factory=dict)
 
 
 def parse_rank_table(text: str, rank: int) -> RankInfo:
@@ -63,11 +73,15 @@ def parse_rank_table(text: str, rank: int) -> RankInfo:
     hosts: Dict[int, Tuple[str, List[int], Optional[List[int]]]] = {}
     row = None
     want = str(rank)
+    extra: Dict[int, Dict[str, str]] = {}
     for line in lines[1:]:
         p = line.split()
         if not p:
             continue
-        if p[0] == "H" and len(p) == 5:
+        if p[0] == "E" and len(p) == 3 and "=" in p[2]:
+            k, _, v = p[2].partition("=")
+            extra.setdefault(int(p[1]), {})[k] = v
+        elif p[0] == "H" and len(p) == 5:
             hosts[int(p[1])] = (p[2], [int(x) for x in p[3].split(",") if x],
                                 None if p[4] == "-" else list(parse_cpulist(p[4])))
         elif p[0] == "R" and len(p) == 6 and p[1] == want:
@@ -82,7 +96,8 @@ def parse_rank_table(text: str, rank: int) -> RankInfo:
                     cpus=() if row[4] == "-" else parse_cpulist(row[4]),
                     nics=[] if row[5] == "-" else row[5].split(","),
                     constrained=head.get("constrained") == "1",
-                    cpu_bind=head.get("cpubind", "1") == "1")
+                    cpu_bind=head.get("cpubind", "1") == "1",
+                    host_env=extra.get(node_rank, {}))
 
 
 def rank_launch(info: RankInfo, environ: Mapping[str, str], allowed: Iterable[int]
@@ -140,6 +155,7 @@ def rank_launch(info: RankInfo, environ: Mapping[str, str], allowed: Iterable[in
                     info.node_rank, cvd, info.host_gpus[info.local_rank],
                     format_cpulist(bind) if bind else "", info.nics)
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    env.update(info.host_env)
     return env, bind, log
 
 

@@ -40,6 +40,9 @@ class BindResult:
     #: files the run directory gets besides the usual ones (path -> text):
     #: the NCCL topology file of a virtualised node type
     extra_files: Dict[str, str] = field(default_factory=dict)
+    #: host -> variables only that host's tasks get (NCCL_MNNVL_CLIQUE_ID
+    #: where an NVLink clique lies in several IMEX-channel segments)
+    host_env: Dict[str, Dict[str, str]] = field(default_factory=dict)
 
 
 def master_port(doc: Mapping[str, Any], job_id: str) -> int:
@@ -161,13 +164,15 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
     if note:
         log.append(note)
     extra = _topo_file(inv, placement, run_dir, log, jenv)
+    from slurmtopo.binding.imex import host_nccl_env
+    host_env = host_nccl_env(env, slurm, alloc.job_id, inv, placement, log)
     log.append(f"MASTER_ADDR={jenv['MASTER_ADDR']} MASTER_PORT={port} "
                f"WORLD_SIZE={placement.world_size}")
-    table = rank_table(placement, alloc.gpus, constrained)
+    table = rank_table(placement, alloc.gpus, constrained, host_env=host_env)
     return BindResult(placement=placement, allocation=alloc, constrained=constrained,
                       replanned=replanned, job_env=jenv, table=table, log=log, inventory=inv,
                       layout=layout_from_doc(doc), launcher=launcher, visible=visible,
-                      extra_files=extra)
+                      extra_files=extra, host_env=host_env)
 
 
 def per_host_lines(hosts: List[str], line: Callable[[str], str], rest: str) -> List[str]:
@@ -305,7 +310,8 @@ def task_env_parts(result: BindResult, environ: Mapping[str, str]) -> "TaskEnv":
     from slurmtopo.binding.taskenv import task_env
 
     return task_env(result.placement, result.visible or {}, result.launcher,
-                    cpu_bind=environ.get("SLURMTOPO_CPU_BIND", "1") != "0")
+                    cpu_bind=environ.get("SLURMTOPO_CPU_BIND", "1") != "0",
+                    host_env=result.host_env)
 
 
 def new_token() -> str:
@@ -348,7 +354,8 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str],
     rankmap = rankmap_json(p, result.layout, extra={
         "allocation": {h: (format_cpulist(g) if g is not None else None)
                        for h, g in result.allocation.gpus.items()},
-        "replanned": result.replanned, "cgroup_devices": result.constrained})
+        "replanned": result.replanned, "cgroup_devices": result.constrained,
+        **({"host_env": result.host_env} if result.host_env else {})})
     task = task_env_parts(result, environ)
     text, by_file = env_script(result, run_dir, environ, result.log, task, token)
     with open_run_dir(run_dir) as where:

@@ -178,11 +178,14 @@ _st_ok=
 
 
 def task_env(placement: Placement, visible: Mapping[str, str], launcher: Launcher = SRUN,
-             cpu_bind: bool = True) -> TaskEnv:
+             cpu_bind: bool = True,
+             host_env: Optional[Mapping[str, Mapping[str, str]]] = None) -> TaskEnv:
     """The parts for ``placement``. ``visible``: host -> CUDA_VISIBLE_DEVICES
     as the batch step computed it (device cgroup and allocation taken into
     account). ``launcher``: one task per rank (srun: each task's line sets
-    its own rank's variables) or per node (torchrun: the node's)."""
+    its own rank's variables) or per node (torchrun: the node's).
+    ``host_env``: host -> variables exported to that host's tasks only
+    (``NCCL_MNNVL_CLIQUE_ID`` per segment: binding.imex)."""
     from slurmtopo.rankmap import check_placement, cpulists, node_ranks
 
     q = shlex.quote
@@ -209,11 +212,24 @@ def task_env(placement: Placement, visible: Mapping[str, str], launcher: Launche
                          f"SLURMTOPO_GPU={s.gpu} SLURMTOPO_CPUS={cpus} SLURMTOPO_NICS={nic} ;;")
         tasks = tuple(lines)
         task_node = tuple(nr[s.host] for s in placement.slots)
+    host_env = host_env or {}
     nodes = tuple(f"  {i}) SLURMTOPO_HOST={q(h)} CUDA_VISIBLE_DEVICES={q(visible[h])} "
                   f"SLURMTOPO_HOST_GPUS={','.join(map(str, placement.gpus_on(h)))} "
-                  f"LOCAL_WORLD_SIZE={len(placement.ranks_on(h))} ;;" for h, i in nr.items())
+                  f"LOCAL_WORLD_SIZE={len(placement.ranks_on(h))}{_exports(host_env.get(h))} ;;"
+                  for h, i in nr.items())
     return TaskEnv(prelude=prelude, tasks=tasks, task_node=task_node, nodes=nodes,
                    tail=_HOST_CHECK + _LOCAL_GPUS + launcher.task_tail)
+
+
+def _exports(env: Optional[Mapping[str, str]]) -> str:
+    """`` ; export K=V ...`` for a node's own variables ("" when none);
+    names are checked, values quoted."""
+    if not env:
+        return ""
+    for k in env:
+        if not k.replace("_", "").isalnum() or not k[0].isalpha() or not k.isascii():
+            raise ValueError(f"not a variable name: {k!r}")
+    return " ; export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
 
 
 def cpu_summary(placement: Placement, launcher: Launcher, cpu_bind: bool,

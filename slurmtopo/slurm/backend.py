@@ -213,6 +213,13 @@ class SlurmBackend(abc.ABC):
         """``scontrol show job -d <id>`` text (the GPU indices of every node)."""
         raise SlurmError(f"the {self.name} backend cannot show job details; use the cli backend")
 
+    def job_resources(self, job_id: int) -> str:
+        """``scontrol show resources <id>`` text (Slurm 25.11+): one
+        ``Node=`` line per node of the running job, with ``Channel=N`` where
+        switch/nvidia_imex gave the node an IMEX channel."""
+        raise SlurmError(f"the {self.name} backend cannot show job resources; use the cli "
+                         "backend")
+
     def config_text(self) -> str:
         """``scontrol show config`` text (cgroup.conf settings included)."""
         raise SlurmError(f"the {self.name} backend cannot show Slurm's configuration; use the "

@@ -225,6 +225,9 @@ class CliBackend(SlurmBackend):
     def job_detail(self, job_id: int) -> str:
         return self.run(["scontrol", "show", "job", "-d", str(int(job_id))]).stdout
 
+    def job_resources(self, job_id: int) -> str:
+        return self.run(["scontrol", "show", "resources", str(int(job_id))]).stdout
+
     def config_text(self) -> str:
         return self.run(["scontrol", "show", "config"]).stdout
 

@@ -15,7 +15,7 @@ exactly its nodes, GPUs by socket with the most free then lowest index,
 like cons_tres with gres.conf ``Cores=``). A release triggers a scheduling
 pass, as it does in slurmctld. Hooks let a test inject races and crashes.
 The start-time step's questions (``job_detail``, ``step_output``,
-``config_text``) answer with the text a test gives, or are refused with a
+``config_text``, ``job_resources``) answer with the text a test gives, or are refused with a
 SlurmError as by a Slurm that cannot tell. Every call is recorded.
 
 It stands where the backend stands (the daemon, the use cases' submit,
@@ -73,7 +73,8 @@ class FakeSlurm(SlurmBackend):
 
     def __init__(self, nodes=4, gpus=8, cpus=16, prefix="node", partition="gpu",
                  auto_schedule=True, answers: Optional[Mapping[str, str]] = None):
-        #: the start-time step's questions ("job", "probe", "config") -> text
+        #: the start-time step's questions ("job", "probe", "config",
+        #: "resources") -> text
         self.answers: Dict[str, Optional[str]] = dict(answers or {})
         #: which of them were asked, in order
         self.asked: List[str] = []
@@ -364,3 +365,6 @@ class FakeSlurm(SlurmBackend):
 
     def config_text(self) -> str:
         return self._answer("config")
+
+    def job_resources(self, job_id: int) -> str:
+        return self._answer("resources")

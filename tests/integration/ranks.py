@@ -104,9 +104,10 @@ class Run:
         return {int(f.stem.split("-")[1]): json.loads(f.read_text()) for f in files}
 
 
-def check_ranks(run: Run):
+def check_ranks(run: Run, host_env=None):
     """Every rank's environment against the rank map bind wrote. Returns
-    (placement, rankmap doc)."""
+    (placement, rankmap doc). ``host_env``: host -> the variables that
+    host's ranks get besides the job-wide ones (default: none)."""
     from slurmtopo.inventory import load_inventory
     from slurmtopo.model import format_cpulist, parse_cpulist
     from slurmtopo.rankmap import nccl_env, node_ranks
@@ -143,9 +144,10 @@ def check_ranks(run: Run):
             assert set(gpus) <= set(map(int, env["SLURM_STEP_GPUS"].split(",")))
         assert env["MASTER_ADDR"] == master_addr(placement.slots[0].host)
         assert env["MASTER_PORT"] == port
-        for k, v in nccl.items():
+        mine = dict(nccl, **(host_env or {}).get(host, {}))
+        for k, v in mine.items():
             assert env.get(k) == v, (r, k, env.get(k), v)
-        assert {k for k in env if k.startswith("NCCL_")} == set(nccl)
+        assert {k for k in env if k.startswith("NCCL_")} == set(mine)
         assert env.get("SLURMTOPO_NICS", "") == ",".join(slot.nics)
         want_cpus = set(slot.cpus) & allowed or allowed
         assert set(got["cpus"]) == want_cpus, (r, got["cpus"], slot.cpus)

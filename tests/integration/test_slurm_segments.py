@@ -21,6 +21,13 @@ What each job shows:
 * a four-tray job with two EP groups of two trays: two segments of 2, each
   with its own IMEX channel (``--network=unique-channel-per-segment``)
   and ``--spread-segments``; each EP group sits inside one level-1 block.
+  ``slurmtopo bind`` reads every node's channel (``scontrol show
+  resources``); each rack is one segment, so no rank gets
+  ``NCCL_MNNVL_CLIQUE_ID``;
+* the same job when all four trays are one NVLink clique (one rack of four
+  trays cut in two segments, a channel each): the ranks of each segment get
+  their own ``NCCL_MNNVL_CLIQUE_ID``, so NCCL never uses multi-node NVLink
+  across the two channels.
 """
 from __future__ import annotations
 
@@ -109,7 +116,28 @@ def test_two_segments_with_their_own_imex_channels(seg_cluster, tmp_path):
     raw = run.job["_raw"]
     assert "SegmentSize=2 SpreadSegments=Yes" in raw, raw
     assert "Network=unique-channel-per-segment" in raw, raw
-    placement, _ = check_ranks(run)
+    assert "IMEX channel per segment (scontrol show resources): channel " in run.output()
+    placement, doc = check_ranks(run)       # no NCCL_MNNVL_CLIQUE_ID on any rank
+    assert "host_env" not in doc
     host_of = [s.host for s in placement.slots]
     for group in placement.groups["ep"]:
         assert {host_of[r] for r in group} in PAIRS, (group, host_of)
+
+
+def test_a_clique_split_over_segments_gets_a_clique_id_per_segment(seg_cluster, tmp_path):
+    cluster, topo = seg_cluster
+    one = tmp_path / "one-clique.yaml"   # both racks' trays in rack 1's clique
+    one.write_text(NVL.read_text().replace("0000000000r2", "0000000000r1"))
+    run = Run(cluster, tmp_path, ["--tp", "4", "--ep", "2", "--dp", "4", "--slurm-topology",
+                                  topo], inv=one)
+    assert "#SBATCH --network=unique-channel-per-segment\n" in run.script, run.script
+    run.wait()
+    placement, doc = run.bound()
+    ids = {h: e["NCCL_MNNVL_CLIQUE_ID"] for h, e in doc["host_env"].items()}
+    # one id per segment (a level-1 block, a channel), none the fabric's clique 1
+    by_id = {}
+    for h, v in ids.items():
+        by_id.setdefault(v, set()).add(h)
+    assert sorted(map(sorted, by_id.values())) == sorted(map(sorted, PAIRS)), ids
+    assert all(int(v) > 1 for v in by_id), ids
+    check_ranks(run, host_env=doc["host_env"])
