@@ -90,7 +90,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     if state_path in (None, "live", "slurm") and not o.get("slurm_version") and \
             inv.fabric.blocks:
         # the segment options this Slurm has (placement/segments.py)
-        o = dict(o, slurm_version=_live_version(get_backend()))
+        o = dict(o, slurm_version=_live_version(backend.get()))
     waits = parse_wait(wait)
     req = request_from(o, waits, cmd)
     job = api.prepare(inv, live.state, req, cmd,
