@@ -83,6 +83,12 @@ def main(argv=None):
     except click.UsageError as exc:
         # one line like every other error, naming the command's --help
         where = exc.ctx.command_path if exc.ctx is not None else "slurmtopo"
+        if isinstance(exc, click.exceptions.NoSuchOption) and exc.ctx is not None \
+                and any("--sbatch" in p.opts for p in exc.ctx.command.params):
+            from slurmtopo.commands.sbatch_options import sbatch_hint
+            hint = sbatch_hint(exc.option_name)
+            if hint is not None:  # sbatch's own option: say how to give it
+                exc = click.UsageError(hint, ctx=exc.ctx)
         click.echo(f"slurmtopo: error: {printable(' '.join(exc.format_message().split()))} "
                    f"(see '{where} --help')", err=True)
         sys.exit(exc.exit_code)

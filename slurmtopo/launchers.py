@@ -111,6 +111,16 @@ class Torchrun(Launcher):
 
         return node_contiguous(placement)
 
+    def refusal(self, why: str) -> str:
+        """As :meth:`Launcher.refusal`; when the free GPUs give the nodes
+        different numbers of ranks no --order evens them out: the remedy
+        is a fixed number a node (--gpus-per-node), queued if need be."""
+        if why.startswith("ranks per node differ"):
+            return (f"--launcher {self.name} cannot start this plan: {why} (use --launcher "
+                    "srun, or --gpus-per-node K: K ranks on every node, queued until nodes "
+                    "have K free GPUs)")
+        return super().refusal(why)
+
     def argv(self, program: Sequence[str], command: Sequence[str]) -> List[str]:
         return [*program, '--nnodes="$SLURMTOPO_NNODES"',
                 '--nproc-per-node="$SLURMTOPO_NPROC_PER_NODE"', NODE_RANK_WORD,

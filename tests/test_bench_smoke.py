@@ -248,3 +248,15 @@ def test_daemon_load_entry_point(tmp_path, capsys):
         first = r["cycles"][0]["actions"]
         assert sum(first.values()) == r["jobs"]          # one decision per held job
     assert "held jobs" in capsys.readouterr().out
+
+
+def test_the_results_directory_is_shown_as_the_user_can_find_it(tmp_path, monkeypatch):
+    """`--out /tmp/x` from a checkout printed "results in ../../../tmp/x/"
+    (issue 24's bench check): a path outside the working directory is shown
+    absolute, one inside it relative."""
+    from bench.run import shown_dir
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    assert shown_dir(str(tmp_path / "sub")) == "sub"
+    assert shown_dir("/tmp/elsewhere-bench") == "/tmp/elsewhere-bench"

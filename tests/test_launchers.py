@@ -173,6 +173,12 @@ def test_torchrun_refuses_an_interleaved_plan(h100):
         "srun, or an order with the intra-node kinds fastest)")
     uneven = fill_placement(h100, [("gpu01", [0, 1, 2]), ("gpu02", [0])], layout)
     assert "ranks per node differ" in node_contiguous(uneven)
+    # no order evens out the free GPUs: the remedy says what does (issue 24)
+    with pytest.raises(SlurmtopoError) as exc:
+        _script(h100, uneven, layout, ["python", "t.py"], launch=Launch(launcher="torchrun"))
+    assert exc.value.render().endswith(
+        "torchrun starts the same number on every node (use --launcher srun, or "
+        "--gpus-per-node K: K ranks on every node, queued until nodes have K free GPUs)")
 
 
 def test_torchrun_args():

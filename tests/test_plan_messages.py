@@ -69,3 +69,26 @@ def test_idle_json_bound_warning_has_no_fragmentation(tmp_path):
     assert code == 0, err
     far = json.loads(out)["far_from_bound"]
     assert far is not None and "fragmented" not in far
+
+
+DEVCLUSTER = str(EXAMPLES / "devcluster.yaml")
+
+
+def test_idle_spine_warning_names_the_plans_own_node_cap(tmp_path):
+    # devcluster: 2 nodes a leaf; the plan puts at most 4 ranks a node by
+    # choice, so a block of 16 ranks needs 4 nodes and crosses the spine.
+    # "could use network, same leaf" alone is only true with whole nodes.
+    text = _plan(tmp_path, "--inventory", DEVCLUSTER, "--tp", "2", "--pp", "2", "--dp", "4")
+    assert "at most 4 ranks a node, so rings stay on GPUs of one socket or PCIe switch" in text
+    assert ("PP group 0 (and 7 more) crosses the network through a spine switch; its block of "
+            "16 ranks could use network, same leaf with whole nodes, but this plan puts at most "
+            "4 ranks on a node by choice (see the note on rings)") in text
+    # whole nodes, no cap: the warning as before, with no such clause
+    text = _plan(tmp_path, "--inventory", DEVCLUSTER, "--tp", "2", "--pp", "2", "--dp", "4",
+                 "--gpus-per-node", "8")
+    assert "by choice" not in text
+    # the user's own cap is named as theirs
+    text = _plan(tmp_path, "--inventory", DEVCLUSTER, "--tp", "2", "--pp", "2", "--dp", "4",
+                 "--gpus-per-node", "4")
+    assert ("could use network, same leaf with whole nodes, but --gpus-per-node 4 puts at most "
+            "4") in text

@@ -170,12 +170,6 @@ def _age(t: Optional[float], now: float) -> str:
 NOT_RUNNING = 3
 
 
-class DaemonNotRunning(SlurmtopoError):
-    """No daemon runs, and none has left a status to show."""
-
-    exit_code = NOT_RUNNING
-
-
 @command.command("status", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--spool", default=DEFAULT_SPOOL, show_default=True,
               help="The daemon's spool directory.")
@@ -201,9 +195,11 @@ def status_cmd(spool, as_json, events, backend_name):
     try:
         raw = read_file(spool, STATUS_FILE, MAX_STATUS_BYTES, None, "status file")
     except FileNotFoundError:
-        raise DaemonNotRunning("no status file: the daemon has not run a cycle with this "
-                               "spool", path) from None
-    doc = read_status(raw.decode("utf-8", errors="replace"), path)
+        # no cycle yet (never started, or down since the spool was made):
+        # the jobs Slurm holds for it are still worth listing
+        doc = {"jobs": []}
+    else:
+        doc = read_status(raw.decode("utf-8", errors="replace"), path)
     holder = SpoolLock.holder(spool)
     now = time.time()
     recent = _events(spool, events, read_events) if events else []
@@ -224,10 +220,13 @@ def status_cmd(spool, as_json, events, backend_name):
         return
     d = doc.get("daemon", {})
     state = f"running (pid {printable(holder)})" if holder else "NOT running"
-    click.echo(f"daemon: {state}; last cycle {_age(d.get('at'), now)} ago "
-               f"({d.get('cycles', 0)} cycles, {d.get('cycle_s', 0)}s each); "
-               f"inventory {printable(d.get('inventory') or '?')}"
-               + ("; DRY RUN" if d.get("dry_run") else ""))
+    if "daemon" not in doc:
+        click.echo(f"daemon: {state}; no cycle has run with this spool ({printable(spool)})")
+    else:
+        click.echo(f"daemon: {state}; last cycle {_age(d.get('at'), now)} ago "
+                   f"({d.get('cycles', 0)} cycles, {d.get('cycle_s', 0)}s each); "
+                   f"inventory {printable(d.get('inventory') or '?')}"
+                   + ("; DRY RUN" if d.get("dry_run") else ""))
     if d.get("spool_error"):
         click.echo(f"SPOOL PROBLEM: {printable(d['spool_error'])}")
     jobs = list(doc.get("jobs") or [])

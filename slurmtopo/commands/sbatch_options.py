@@ -17,7 +17,7 @@ Three kinds:
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import click
 
@@ -108,6 +108,38 @@ def refused_options():
         opts.append(click.option(*decls, "refused_" + name.replace("-", "_"), hidden=True,
                                  expose_value=False, callback=refuse, **kind))
     return opts
+
+
+def sbatch_hint(typed: str) -> Optional[str]:
+    """For an option click does not know on ``plan``/``sbatch``: when it is
+    one of sbatch's (exact long name, or short letter), the one line that
+    says how to give it (``--sbatch=--cpus-per-task=VALUE``), else None (a
+    typo stays "No such option"). Without it, a user who types sbatch's
+    ``-c 4`` reads "No such option" and a suggestion of ``--gpus-per-task``,
+    which the plan sets."""
+    from slurmtopo.sbatch.slurm_options import NO, OPTIONAL, known_anywhere
+
+    table = known_anywhere()
+    name = typed.split("=", 1)[0]
+    if name.startswith("--"):
+        opt = table.get(name[2:])
+    elif len(name) == 2 and name[0] == "-":
+        opt = next((o for o in table.values() if o.short == name[1]), None)
+    else:
+        opt = None
+    if opt is None:
+        return None
+    from slurmtopo.sbatch.script import extras_problem
+
+    decls = [f"--{opt.name}"] + ([f"-{opt.short}"] if opt.short else [])
+    shown = "/".join(reversed(decls))
+    problem = extras_problem([f"--{opt.name}" + ("" if opt.argument == NO else "=x")])
+    if problem is not None:  # --sbatch refuses it too (--tasks-per-node, --test-only)
+        return f"{shown} is not a slurmtopo option: {problem.split(': ', 1)[-1]}"
+    arg = {NO: "", OPTIONAL: "[=VALUE]"}.get(opt.argument, "=VALUE")
+    return (f"{shown} is an sbatch option slurmtopo has no flag for: "
+            f"give it as --sbatch=--{opt.name}{arg} (each --sbatch text becomes an #SBATCH "
+            f"line)")
 
 
 def options_from(**values) -> Tuple[List[Tuple[str, str]], bool]:

@@ -357,6 +357,28 @@ def _pricing_of(inv: Inventory, p: CostParams, placement: Placement
     return pricer, shaped
 
 
+def _capped_clause(placement: Placement, req: JobRequest, lb: LowerBound,
+                   best_cls: LinkClass, span: int) -> str:
+    """The rest of a "could use" warning when only whole nodes would reach
+    ``best_cls``: the plan puts fewer ranks on a node than it holds (its own
+    cap that keeps rings on one socket or PCIe switch, or --gpus-per-node),
+    so a block of ``span`` ranks needs more nodes than one switch of that
+    scope has. Said as the choice it is, never as a bare shortfall (issue
+    24); empty when the cap is not why."""
+    if not best_cls.is_network or span <= 0:
+        return ""
+    per_host = max((len(v) for v in placement.by_host().values()), default=0)
+    scope = lb.scope_cap.get(best_cls, 0)
+    if not 0 < per_host < lb.node_max or span <= per_host:
+        return ""
+    if (scope // lb.node_max) * per_host >= span:  # the scope holds the block at the cap too
+        return ""
+    if req.gpus_per_node is not None:
+        return f" with whole nodes, but --gpus-per-node {req.gpus_per_node} puts at most {per_host}"
+    return (f" with whole nodes, but this plan puts at most {per_host} ranks on a node by "
+            f"choice (see the note on rings)")
+
+
 def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
              params: Optional[CostParams] = None, step_only: bool = False,
              warn: bool = True) -> CostReport:
@@ -435,7 +457,8 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
                 more = f" (and {len(at_slowest) - 1} more)" if len(at_slowest) > 1 else ""
                 what = f"a group of {size}" if span == size else f"its block of {span} ranks"
                 warnings.append(f"{kind.upper()} group {at_slowest[0]}{more} {_PHRASE[slowest]}; "
-                                f"{what} could use {best_cls.label}")
+                                f"{what} could use {best_cls.label}"
+                                f"{_capped_clause(placement, req, lb, best_cls, span)}")
     if warn and len(placement.hosts) > 1 and any(hc.no_nics for hc in pricer.hcs):
         warnings.append(f"some nodes list no compute NIC: their network share assumes "
                         f"{p.default_nic_gbit:g} Gbit/s a node (cost.default_nic_gbit)")

@@ -499,4 +499,9 @@ def error_text(stderr: str, stdout: str = "", command: str = "") -> str:
         line = _PREFIX.sub("", line.strip()).strip()
         if line and line not in lines:
             lines.append(line)
-    return "; ".join(lines) or f"{command or 'command'} failed without a message"
+    text = "; ".join(lines) or f"{command or 'command'} failed without a message"
+    if "Could not establish a configuration source" in text:  # Slurm's words name no fix
+        text = (f"{command or 'Slurm'}: no Slurm configuration found (set SLURM_CONF, or run on "
+                f"a node of the cluster; --state none or a snapshot file plans without Slurm): "
+                + text)
+    return text

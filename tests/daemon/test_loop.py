@@ -377,3 +377,24 @@ def test_the_pausing_driver_lives_in_the_tests(slurm, inv, spool, monkeypatch):
     a = submit(slurm, **TP4)
     driver.pausing(Daemon, {"after-pin": 2.5})(slurm, inv, spool).cycle()
     assert slept == [2.5] and slurm.releases(a) == 1
+
+
+def test_status_before_any_cycle_lists_the_held_jobs(slurm, spool, monkeypatch):
+    """A daemon that never ran a cycle with this spool (not started yet,
+    or down since the spool was made): `daemon status` still says it is
+    not running (exit 3) and lists the jobs Slurm holds for it, rather
+    than only "no status file" (issue 24)."""
+    from slurmtopo.cli import cli
+
+    a = submit(slurm, **TP4)
+    monkeypatch.setattr("slurmtopo.slurm.get_backend", lambda name="auto": slurm)
+    r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool])
+    assert r.exit_code == 3, r.output
+    assert "NOT running" in r.output and "no cycle has run with this spool" in r.output
+    row = [line for line in r.output.splitlines() if line.startswith(f"{a} ")]
+    assert row and "unseen" in row[0], r.output
+    r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool, "--json"])
+    assert r.exit_code == 3, r.output
+    doc = json.loads(r.output)
+    assert doc["running"] is False and doc["jobs"] == []
+    assert [u["job_id"] for u in doc["unseen"]] == [a]

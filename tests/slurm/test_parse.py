@@ -243,6 +243,22 @@ def test_error_text_is_slurms_message_on_one_line():
     assert parse.error_text("", "", "scancel") == "scancel failed without a message"
 
 
+def test_error_text_says_when_no_slurm_configuration_is_found():
+    """sinfo on a machine with no Slurm configuration (no SLURM_CONF, no
+    /etc/slurm, no DNS SRV record): Slurm's words alone name no file and
+    no fix (issue 24: a user trying `plan --state live` off the cluster)."""
+    err = ("sinfo: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+           "sinfo: error: fetch_config: DNS SRV lookup failed\n"
+           "sinfo: error: _establish_config_source: failed to fetch config\n"
+           "sinfo: fatal: Could not establish a configuration source\n")
+    text = parse.error_text(err, "", "sinfo")
+    assert text.startswith("sinfo: no Slurm configuration found (set SLURM_CONF, or run on a "
+                           "node of the cluster; --state none or a snapshot file plans without "
+                           "Slurm): ")
+    assert text.endswith("Could not establish a configuration source")
+    assert "\n" not in text
+
+
 # -- cluster state ---------------------------------------------------------
 
 def test_cluster_state_from_sinfo(fixture_text):

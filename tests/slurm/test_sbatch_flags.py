@@ -60,6 +60,36 @@ def test_what_the_plan_sets_is_refused_with_the_reason(argv, shown, why, capsys)
     assert "No such option" not in err
 
 
+@pytest.mark.parametrize("argv, shown, hint", [
+    (["-c", "4"], "-c/--cpus-per-task", "--sbatch=--cpus-per-task=VALUE"),
+    (["--cpus-per-task=4"], "-c/--cpus-per-task", "--sbatch=--cpus-per-task=VALUE"),
+    (["--comment=x"], "--comment", "--sbatch=--comment=VALUE"),
+    (["-H"], "-H/--hold", "--sbatch=--hold"),
+])
+def test_other_sbatch_options_say_how_to_pass_them(argv, shown, hint, capsys):
+    """An sbatch option slurmtopo has no flag for: one line saying it is
+    sbatch's and how to give it, not "No such option" with a suggestion
+    of an option the plan sets (--gpus-per-task for --cpus-per-task)."""
+    code, out, err = run(DRY + argv + ["--", "true"], capsys)
+    assert code == 2 and out == ""
+    assert f"{shown} is an sbatch option slurmtopo has no flag for: give it as {hint}" in err, err
+    assert "No such option" not in err and "--gpus-per-task" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_sbatch_option_that_sbatch_extras_refuse_too_gives_that_reason(capsys):
+    code, _out, err = run(DRY + ["--tasks-per-node=2", "--", "true"], capsys)
+    assert code == 2, err
+    assert ("--tasks-per-node is not a slurmtopo option: --tasks-per-node (sbatch reads it as "
+            "--ntasks-per-node) is set by the plan") in err, err
+    assert "--sbatch=--tasks-per-node" not in err
+
+
+def test_a_typo_is_still_no_such_option(capsys):
+    code, _out, err = run(DRY + ["--tpp", "2", "--", "true"], capsys)
+    assert code == 2 and "No such option '--tpp'" in err, err
+
+
 def test_array_in_sbatch_extras_is_refused(capsys):
     code, _out, err = run(DRY + ["--sbatch=--array=1-3", "--", "true"], capsys)
     assert code != 0 and "--array: job arrays are not planned" in err, err
