@@ -39,15 +39,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from bench.process import (NODES, QUICK_NODES, kib as _kb, layout_for,  # noqa: E402
-                           median_run, mib as _mib, run_process, seconds as _s, show,
-                           slurmtopo, write_inventory)
+from bench.process import (NODES, QUICK_NODES, child_env as _env, kib as _kb,  # noqa: E402
+                           layout_for, median_run, mib as _mib, run_process, seconds as _s,
+                           show, slurmtopo, write_inventory)
 
 #: job sizes of the growth table (GPUs)
 WORLDS = (8, 64, 512, 1024, 4096, 8192, 16384, 32768)

@@ -248,3 +248,21 @@ def test_daemon_load_entry_point(tmp_path, capsys):
         first = r["cycles"][0]["actions"]
         assert sum(first.values()) == r["jobs"]          # one decision per held job
     assert "held jobs" in capsys.readouterr().out
+
+
+def test_fixed_costs_with_a_baseline(tmp_path):
+    """bench.cli's fixed-cost part with ``--baseline`` (here this checkout
+    again) on 2,048 nodes (the 16,384-GPU plan fits): both trees' --help and plans run, each
+    plan gets its ratios, and the baseline's commit is named."""
+    from bench import cli
+    from bench.process import write_inventory
+
+    inv = write_inventory(str(tmp_path), 2048)
+    res = cli.fixed_costs(inv, str(tmp_path), 1, lambda msg: None, baseline=cli.ROOT)
+    for tag in ("", "baseline: "):
+        for w in cli.FIXED_TARGETS:
+            row = res["runs"][f"{tag}plan {w:,} GPUs"]
+            assert "error" not in row, row
+            assert row["wall_ratio"] > 0 and row["cpu_ratio"] > 0
+    assert res["baseline"]["root"] == os.path.abspath(cli.ROOT)
+    assert res["commit"] == res["baseline"]["commit"]
