@@ -266,3 +266,21 @@ def test_fixed_costs_with_a_baseline(tmp_path):
             assert row["wall_ratio"] > 0 and row["cpu_ratio"] > 0
     assert res["baseline"]["root"] == os.path.abspath(cli.ROOT)
     assert res["commit"] == res["baseline"]["commit"]
+
+
+def test_fixed_breakdown_entry_point(tmp_path, capsys):
+    """`python -m bench.fixed_breakdown` on 64 nodes: every step of the
+    plan is timed in a child that made the plan's files, and the steps
+    add up to the total it prints against --help."""
+    from bench import fixed_breakdown
+
+    assert fixed_breakdown.main(["--world", "64", "--repeats", "1", "--nodes", "64",
+                                 "--workdir", str(tmp_path)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    steps = res["steps_cpu_s"]
+    assert "preview: rich's render" in steps and "plan: candidates, planner, Slurm's default, " \
+        "pricing, bound, script" in steps
+    assert all(v >= 0 for v in steps.values()) and res["help_cpu_s"] > 0
+    assert math.isclose(sum(steps.values()), res["total_cpu_s"])
+    for name in ("rankmap.json", "rankmap.csv", "env.json", "job.sbatch"):
+        assert (tmp_path / "breakdown-64" / name).stat().st_size > 0
