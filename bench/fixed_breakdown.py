@@ -55,6 +55,7 @@ mark("import the api and the rank map")
 ctx = planmod.command.make_context("plan", [
     "--inventory", inv_path, "--tp", tp, "--pp", pp, "--dp", dp, "--output-dir", out_dir,
     "--", "python", "train.py"])
+ctx.__enter__()  # as the command runs: in its context (the collector is off from the load on)
 o = dict(ctx.params)
 cmd = command_from(o, o.pop("cmd"))
 state_path, backend_name = o.pop("state_path"), o.pop("backend_name")
