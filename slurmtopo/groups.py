@@ -324,6 +324,16 @@ def _orthogonal_groups(dims: Sequence[Tuple[str, int]], span: Iterable[str]) -> 
             else:
                 bases = [s + b for s in steps for b in bases]
         stride *= size
+    # the same lists, made without a comprehension per group where their
+    # shape allows (a 16,384-rank layout has some 22,000 groups, most of
+    # them one rank or one stride apart)
+    if len(inside) == 1:
+        o = inside[0]
+        return [[b + o] for b in bases]
+    step = inside[1] - inside[0]
+    if step > 0 and inside == list(range(inside[0], inside[0] + step * len(inside), step)):
+        first, stop = inside[0], inside[0] + step * len(inside)
+        return [list(range(b + first, b + stop, step)) for b in bases]
     return [[b + o for o in inside] for b in bases]
 
 

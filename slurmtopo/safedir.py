@@ -29,7 +29,6 @@ from __future__ import annotations
 import errno
 import os
 import pwd
-import secrets
 import stat
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -247,6 +246,11 @@ def write_files(files: Sequence[Tuple[SafeDir, str, str]], mode: int = PRIVATE_F
 
 
 def _hidden(where: SafeDir, name: str, kind: str) -> str:
+    # imported here: secrets loads OpenSSL (hashlib, through hmac), some
+    # 3 ms of every command that imports this module without writing here
+    # (``plan`` imports it through the api, for the run directories)
+    import secrets
+
     return f".{name}.{secrets.token_hex(6)}.{kind}"
 
 

@@ -260,3 +260,39 @@ def test_the_results_directory_is_shown_as_the_user_can_find_it(tmp_path, monkey
     (tmp_path / "sub").mkdir()
     assert shown_dir(str(tmp_path / "sub")) == "sub"
     assert shown_dir("/tmp/elsewhere-bench") == "/tmp/elsewhere-bench"
+
+
+def test_fixed_costs_with_a_baseline(tmp_path):
+    """bench.cli's fixed-cost part with ``--baseline`` (here this checkout
+    again) on 2,048 nodes (the 16,384-GPU plan fits): both trees' --help and plans run, each
+    plan gets its ratios, and the baseline's commit is named."""
+    from bench import cli
+    from bench.process import write_inventory
+
+    inv = write_inventory(str(tmp_path), 2048)
+    res = cli.fixed_costs(inv, str(tmp_path), 1, lambda msg: None, baseline=cli.ROOT)
+    for tag in ("", "baseline: "):
+        for w in cli.FIXED_TARGETS:
+            row = res["runs"][f"{tag}plan {w:,} GPUs"]
+            assert "error" not in row, row
+            assert row["wall_ratio"] > 0 and row["cpu_ratio"] > 0
+    assert res["baseline"]["root"] == os.path.abspath(cli.ROOT)
+    assert res["commit"] == res["baseline"]["commit"]
+
+
+def test_fixed_breakdown_entry_point(tmp_path, capsys):
+    """`python -m bench.fixed_breakdown` on 64 nodes: every step of the
+    plan is timed in a child that made the plan's files, and the steps
+    add up to the total it prints against --help."""
+    from bench import fixed_breakdown
+
+    assert fixed_breakdown.main(["--world", "64", "--repeats", "1", "--nodes", "64",
+                                 "--workdir", str(tmp_path)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    steps = res["steps_cpu_s"]
+    assert "preview: rich's render" in steps and "plan: candidates, planner, Slurm's default, " \
+        "pricing, bound, script" in steps
+    assert all(v >= 0 for v in steps.values()) and res["help_cpu_s"] > 0
+    assert math.isclose(sum(steps.values()), res["total_cpu_s"])
+    for name in ("rankmap.json", "rankmap.csv", "env.json", "job.sbatch"):
+        assert (tmp_path / "breakdown-64" / name).stat().st_size > 0

@@ -581,3 +581,27 @@ def test_cli_main_exit_code(capsys):
         main(["groups", "--world", "4", "--tp", "2", "--json"])
     assert exc.value.code == 0
     assert json.loads(capsys.readouterr().out)["tp"] == [[0, 1], [2, 3]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcde"), st.integers(1, 6)), min_size=1, max_size=5,
+                unique_by=lambda d: d[0]),
+       st.sets(st.sampled_from("abcde")))
+def test_orthogonal_groups_by_coordinates(dims, span):
+    """_orthogonal_groups (with its shortcuts for one-rank and evenly
+    strided groups) against the definition: ranks that agree on every
+    dimension outside ``span`` form a group, in ascending order, groups
+    ordered by their first rank."""
+    from slurmtopo.groups import _orthogonal_groups
+
+    world = math.prod(size for _, size in dims)
+    by_key = {}
+    for rank in range(world):
+        rest, key = rank, []
+        for name, size in dims:
+            rest, coord = divmod(rest, size)
+            if name not in span:
+                key.append(coord)
+        by_key.setdefault(tuple(key), []).append(rank)
+    want = sorted(by_key.values(), key=lambda g: g[0])
+    assert _orthogonal_groups(dims, span) == want
