@@ -144,7 +144,8 @@ def parse_topology_conf(text: str, path: str = "<topology.conf>") -> Fabric:
             sizes = block_sizes_at(cl.pairs[0][1], path, cl.line)
         elif first == "ringname":  # topology/ring (26.05): slurmtopo/slurmfmt/ring_torus.py
             d = _one_line_keys(cl, {"ringname", "nodes"}, path)
-            rings.append((d["ringname"], tuple(hostlist_at(d["nodes"], path, cl.line, "Nodes"))
+            rings.append((d["ringname"], tuple(hostlist_at(d["nodes"], path, cl.line, "Nodes",
+                                                          ordered=True))
                           if "nodes" in d else (), f"{path}:{cl.line}"))
         else:
             raise InventoryError(f"a topology.conf line starts with SwitchName=, BlockName= or "

@@ -86,7 +86,7 @@ def parse_topology_yaml(text: str, path: str = "<topology.yaml>") -> List[Tuple[
         if kinds[0] in ("ring", "torus3d"):  # 26.05: slurmtopo/slurmfmt/ring_torus.py
             from slurmtopo.slurmfmt import ring_torus
             read = ring_torus.yaml_ring if kinds[0] == "ring" else ring_torus.yaml_torus3d
-            fab = read(r, d[kinds[0]], path, Reader.line(d, kinds[0]), _hl)
+            fab = read(r, d[kinds[0]], path, Reader.line(d, kinds[0]), _hl_in_order)
         elif kinds[0] == "tree":
             fab = _yaml_tree(r, d["tree"], path, Reader.line(d, "tree"))
         elif kinds[0] == "block":
@@ -97,7 +97,13 @@ def parse_topology_yaml(text: str, path: str = "<topology.yaml>") -> List[Tuple[
     return out
 
 
-def _hl(r: Reader, d: LineDict, key: str, path: str, what: str) -> Tuple[str, ...]:
+def _hl_in_order(r: Reader, d: LineDict, key: str, path: str, what: str) -> Tuple[str, ...]:
+    """A ring's or a torus's nodes, in the order written (Slurm's order)."""
+    return _hl(r, d, key, path, what, ordered=True)
+
+
+def _hl(r: Reader, d: LineDict, key: str, path: str, what: str,
+        ordered: bool = False) -> Tuple[str, ...]:
     value = d.get(key)
     if value is None:
         return ()
@@ -105,7 +111,7 @@ def _hl(r: Reader, d: LineDict, key: str, path: str, what: str) -> Tuple[str, ..
         value = ",".join(r.strings(value, what, Reader.line(d, key)))
     elif not isinstance(value, str):
         raise r.error(f"{what} must be a hostlist, got {value!r:.40}", Reader.line(d, key))
-    names = hostlist_at(value, path, Reader.line(d, key), what)
+    names = hostlist_at(value, path, Reader.line(d, key), what, ordered)
     if key == "nodes":
         from slurmtopo.inventory import NODE_NAME
 
