@@ -192,6 +192,11 @@ def halvings(dims: Coord) -> Tuple[Coord, ...]:
     return tuple(out)
 
 
+def torus_placements(t: Torus) -> Tuple[Coord, ...]:
+    """The placements written for a torus: its own, else :func:`halvings`."""
+    return tuple(t.placements) or halvings(t.dims)
+
+
 def inventory_switches(rings: Sequence[Ring], toruses: Sequence[Torus],
                        path: str) -> Tuple[Switch, ...]:
     """The switch tree of an inventory's rings or toruses (Slurm's rules
