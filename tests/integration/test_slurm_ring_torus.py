@@ -101,66 +101,55 @@ def _inventory(d, fabric: str):
     return inv
 
 
-def _generated_cluster(tmp_path_factory, name, fabric, fmt, plugin, port):
+#: kind -> (the inventory's fabric, --format, the dev cluster's plugin, the
+#: file's line for it, what `topology check` says, the pairs a 2-node job gets)
+GENERATED = {
+    "ring": ("  rings:\n    - {name: ring0, nodes: \"node1,node3,node2,node4\"}\n", "ring",
+             "ring", "RingName=ring0 Nodes=node1,node3,node2,node4\n", "1 ring, 4 nodes",
+             RING_PAIRS),
+    "torus": ("  toruses:\n    - {name: pod, dims: [2, 2, 1], nodes: \"node1,node3,node2,node4\"}\n",
+              "yaml", "yaml", "nodes: node1,node3,node2,node4\n", "1 torus, 4 nodes",
+              TORUS_PAIRS),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(GENERATED))
+def generated(request, tmp_path_factory):
+    """A dev cluster running the file slurmtopo generated from an inventory
+    with the ring, then one with the torus (one at a time)."""
     _need((26, 5), "topology/ring and topology/torus3d")
-    d = tmp_path_factory.mktemp(name)
+    fabric, fmt, plugin = GENERATED[request.param][:3]
+    d = tmp_path_factory.mktemp(f"{request.param}-generated")
     inv = _inventory(d, fabric)
     out = d / ("topology.yaml" if fmt == "yaml" else "topology.conf")
     run_slurmtopo(["topology", "generate", "--reports", inv, "--format", fmt, "--output", out,
                    "--slurm-version", "26.05"])
-    dc, topo = nvl_cluster_with(d, out.name, out.read_text(), port, topology_plugin=plugin)
-    return dc, topo, inv
-
-
-@pytest.fixture(scope="module")
-def generated_ring(tmp_path_factory):
-    dc, topo, inv = _generated_cluster(
-        tmp_path_factory, "ring-generated",
-        "  rings:\n    - {name: ring0, nodes: \"node1,node3,node2,node4\"}\n",
-        "ring", "ring", 58917)
+    dc, topo = nvl_cluster_with(d, out.name, out.read_text(), 58917, topology_plugin=plugin)
     try:
-        yield Cluster(dc), topo, inv
+        yield request.param, Cluster(dc), topo, inv
     finally:
         dc.down()
 
 
-@pytest.fixture(scope="module")
-def generated_torus(tmp_path_factory):
-    dc, topo, inv = _generated_cluster(
-        tmp_path_factory, "torus-generated",
-        "  toruses:\n    - {name: pod, dims: [2, 2, 1], nodes: \"node1,node3,node2,node4\"}\n",
-        "yaml", "yaml", 59017)
-    try:
-        yield Cluster(dc), topo, inv
-    finally:
-        dc.down()
-
-
-def test_slurmctld_loads_the_generated_ring(generated_ring):
-    cluster, topo, _inv = generated_ring
-    assert "TopologyPlugin=topology/ring" in cluster.conf.read_text()
-    installed = (cluster.dir / "etc" / "topology.conf").read_text()
-    assert "RingName=ring0 Nodes=node1,node3,node2,node4\n" in installed
-    assert installed == topo.read_text()
+def test_slurmctld_loads_the_generated_file(generated):
+    kind, cluster, topo, _inv = generated
+    line, summary = GENERATED[kind][3:5]
+    installed = (cluster.dir / "etc" / topo.name).read_text()
+    assert installed == topo.read_text() and line in installed, installed
+    if kind == "ring":
+        assert "TopologyPlugin=topology/ring" in cluster.conf.read_text()
     shown = cluster.run(["scontrol", "show", "topology"]).stdout
-    assert "ring0" in shown, shown
+    assert ("ring0" if kind == "ring" else "pod") in shown, shown
     p = run_slurmtopo(["topology", "check", topo], check=False)
-    assert p.returncode == 0 and "1 ring, 4 nodes" in p.stdout, p.stderr
+    assert p.returncode == 0 and summary in p.stdout, p.stderr
 
 
-def test_slurmctld_loads_the_generated_torus(generated_torus):
-    cluster, topo, _inv = generated_torus
-    installed = (cluster.dir / "etc" / "topology.yaml").read_text()
-    assert installed == topo.read_text() and "torus3d:" in installed
-    shown = cluster.run(["scontrol", "show", "topology"]).stdout
-    assert "pod" in shown or "torus3d" in shown, shown
-    p = run_slurmtopo(["topology", "check", topo], check=False)
-    assert p.returncode == 0 and "1 torus, 4 nodes" in p.stdout, p.stderr
-
-
-def _lands_on_neighbours(cluster, inv, tmp_path, pairs):
+def test_a_job_planned_on_the_inventory_lands_on_neighbours(generated, tmp_path):
     """The plan (on the inventory's ring/torus, through the tree ringtree.py
-    makes) and Slurm (on the file slurmtopo wrote) agree on neighbours."""
+    makes) and Slurm (on the file slurmtopo wrote) agree on neighbours:
+    ring neighbours, or x neighbours (a 2x1x1 placement) in the torus."""
+    kind, cluster, _topo, inv = generated
+    pairs = GENERATED[kind][5]
     run = Run(cluster, tmp_path, ["--tp", "4", "--dp", "2"], inv=inv)
     assert "--switches" not in run.script and "--segment" not in run.script
     planned = {s.host for s in run.planned().slots}
@@ -169,13 +158,3 @@ def _lands_on_neighbours(cluster, inv, tmp_path, pairs):
     assert _hosts(run) in pairs, run.job["NodeList"]
     placement, _ = check_ranks(run)
     assert {s.host for s in placement.slots} == _hosts(run)
-
-
-def test_a_job_planned_on_the_inventory_ring_lands_on_ring_neighbours(generated_ring, tmp_path):
-    cluster, _topo, inv = generated_ring
-    _lands_on_neighbours(cluster, inv, tmp_path, RING_PAIRS)
-
-
-def test_a_job_planned_on_the_inventory_torus_lands_on_x_neighbours(generated_torus, tmp_path):
-    cluster, _topo, inv = generated_torus
-    _lands_on_neighbours(cluster, inv, tmp_path, TORUS_PAIRS)
