@@ -108,6 +108,14 @@ def _xyz(value) -> Tuple[int, int, int]:
     return tuple(as_pos_int(v) for v in value)  # type: ignore[return-value]
 
 
+def _unit_name(value) -> str:
+    """A ring's or a torus's name: written into topology.conf/yaml as it is."""
+    name = as_str(value)
+    if not NODE_NAME.match(name):
+        raise ValueError(f"{name!r:.40} is not a plain name (letters, digits, '.', '_', '-')")
+    return name
+
+
 def _xyz_list(value) -> Tuple[Tuple[int, int, int], ...]:
     if not isinstance(value, list):
         raise ValueError(f"expected a list of [x, y, z], got {value!r:.40}")
@@ -417,12 +425,12 @@ class _Parser:
                             lambda v: [as_pos_int(x) for x in (v if isinstance(v, list) else [v])],
                             []))
         rings = tuple(
-            Ring(name=r.need(g, "name", "ring", as_str),
+            Ring(name=r.need(g, "name", "ring", _unit_name),
                  nodes=tuple(r.need(g, "nodes", "ring", ordered_node_names)), origin=self.where(g))
             for g in (r.mapping(x, "ring", RING_KEYS)
                       for x in r.sequence(d.get("rings") or [], "rings")))
         toruses = tuple(
-            Torus(name=r.need(t, "name", "torus", as_str), dims=r.need(t, "dims", "torus", _xyz),
+            Torus(name=r.need(t, "name", "torus", _unit_name), dims=r.need(t, "dims", "torus", _xyz),
                   nodes=tuple(r.need(t, "nodes", "torus", ordered_node_names)),
                   placements=r.get(t, "placements", "torus", _xyz_list, ()),
                   origin=self.where(t))

@@ -24,6 +24,7 @@ expand_in_order`), as Slurm reads them: the ring order, the x-major fill.
 from __future__ import annotations
 
 from slurmtopo.model import Fabric
+from slurmtopo.slurmfmt.checks import NAME_RE
 # the rules and the tree conversion live in slurmtopo/ringtree.py (the
 # inventory's rings and toruses use them too); imported here for the readers
 from slurmtopo.ringtree import (DESCRIPTION, MAX_RING_SIZE, Coord, check_placement,  # noqa: F401
@@ -46,6 +47,16 @@ def _xyz(r, d, key: str, what: str, minimum: int) -> Coord:
     return tuple(out)
 
 
+def plain_name(r, d, key: str, what: str) -> str:
+    """A ring's or a torus's name: a plain name (letters, digits, '.', '_',
+    '-'), as for switches and blocks."""
+    name = str(r.need(d, key, what))
+    if not NAME_RE.match(name):
+        raise r.error(f"{what} name {name!r:.40} is not a plain name (letters, digits, '.', "
+                      "'_', '-')", r.line(d, key))
+    return name
+
+
 def yaml_ring(r, value, path: str, line, hostlist) -> Fabric:
     """A topology.yaml ``ring:`` section; ``hostlist(r, d, key, path, what)``
     reads a node list in order."""
@@ -53,7 +64,7 @@ def yaml_ring(r, value, path: str, line, hostlist) -> Fabric:
     rings = []
     for item in r.sequence(d.get("rings") or [], "rings", r.line(d)):
         item = r.mapping(item, "ring", {"ring", "nodes"})
-        name = str(r.need(item, "ring", "ring"))
+        name = plain_name(r, item, "ring", "ring")
         rings.append((name, hostlist(r, item, "nodes", path, "nodes"),
                       f"{path}:{r.line(item)}"))
     return ring_fabric(rings, path)
@@ -66,7 +77,7 @@ def yaml_torus3d(r, value, path: str, line, hostlist) -> Fabric:
     toruses = []
     for t in r.sequence(d.get("toruses") or [], "toruses", r.line(d)):
         t = r.mapping(t, "torus", {"name", "dims", "nodes", "regions", "placements"})
-        name = str(r.need(t, "name", "torus"))
+        name = plain_name(r, t, "name", "torus")
         where = f"{path}:{r.line(t)}"
         dims = _xyz(r, t, "dims", "torus", 1)
         regions = []

@@ -25,7 +25,7 @@ from typing import Dict, List, Sequence, Tuple
 from slurmtopo.errors import InventoryError
 from slurmtopo.hostlist import fold_hostlist, fold_in_order
 from slurmtopo.model import Block, Fabric, Switch
-from slurmtopo.slurmfmt.checks import (check_blocks, check_tree, raise_first_error,
+from slurmtopo.slurmfmt.checks import (NAME_RE, check_blocks, check_tree, raise_first_error,
                                        valid_block_sizes)
 from slurmtopo.slurmfmt.slurm_conf import ConfLine, conf_lines, hostlist_at
 
@@ -154,6 +154,9 @@ def parse_topology_conf(text: str, path: str = "<topology.conf>") -> Fabric:
             sizes = block_sizes_at(cl.pairs[0][1], path, cl.line)
         elif first == "ringname":  # topology/ring (26.05): slurmtopo/slurmfmt/ring_torus.py
             d = _one_line_keys(cl, {"ringname", "nodes"}, path)
+            if not NAME_RE.match(d["ringname"]):
+                raise InventoryError(f"ring name {d['ringname']!r:.40} is not a plain name "
+                                     "(letters, digits, '.', '_', '-')", path, cl.line)
             rings.append((d["ringname"], tuple(hostlist_at(d["nodes"], path, cl.line, "Nodes",
                                                           ordered=True))
                           if "nodes" in d else (), f"{path}:{cl.line}"))

@@ -79,6 +79,7 @@ BAD = [
     ("  rings:\n    - name: r\n      nodes: node[1-17]\n", "16 a ring", 7),
     ("  rings:\n    - name: r\n      nodes: node[1-3],node9\n", "'node9', which is not defined", 7),
     ("  rings:\n    - name: r\n      nodes: node[1-3],node1\n", "lists node node1 twice", 7),
+    ("  rings:\n    - {name: 'a b', nodes: 'node[1-2]'}\n", "not a plain name", 7),
     ("  rings:\n    - {name: a, nodes: 'node[1-2]'}\n    - {name: b, nodes: 'node[2-3]'}\n",
      "share node node2", 8),
     ("  toruses:\n    - name: t\n      dims: [2, 2, 2]\n      nodes: node[1-7]\n",
