@@ -63,8 +63,9 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
     from slurmtopo.slurmfmt.checks import check_plugin, check_text, ring_torus_release
     from slurmtopo.slurmfmt.topology_conf import parse_topology_conf
     from slurmtopo.model import Fabric
-    from slurmtopo.slurmfmt.topology_files import (check, describe_changes, read_topology_conf,
-                                                   render)
+    from slurmtopo.slurmfmt.topology_files import (check, describe_changes, read_one_topology,
+                                                   read_topology_conf, render)
+    from slurmtopo.topology import made_from
     from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
     from slurmtopo.errors import SlurmtopoError
 
@@ -113,6 +114,9 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
                              "rings or toruses (a slurmtopo bug; nothing written)")
 
     def changes(_old_text):
+        if built.fabric.rings or built.fabric.toruses:  # the old file's ring/torus trees
+            old = read_one_topology(output)[1]
+            return describe_changes(old if made_from(old) else Fabric(), built.fabric)
         return describe_changes(read_topology_conf(output), built.fabric)
 
     changed = publish(text, output, what=what, problems=problems, echo=msgs.echo, out=msgs.out,

@@ -215,3 +215,32 @@ def test_toruses_round_trip_through_topology_yaml(dims, rnd):
     torus = Torus("t", dims, tuple(nodes))
     fab = Fabric(toruses=(torus,), switches=inventory_switches((), (torus,), "x"))
     assert parse_topology_yaml(render_yaml(fab))[0][2].switches == fab.switches
+
+
+def test_diff_says_what_a_new_ring_order_moves(tmp_path):
+    conf = tmp_path / "topology.conf"
+    inv = write(tmp_path, RING)
+    assert run_cli(["topology", "generate", "--reports", str(inv), "-o", str(conf)])[0] == 0
+    before = conf.read_text()
+    inv = write(tmp_path, RING.replace("node3,node[1-2],node4", "node[1-4]"))
+    code, out, err = run_cli(["topology", "generate", "--reports", str(inv), "-o", str(conf),
+                              "--diff"])
+    assert code == 0 and conf.read_text() == before, err
+    assert "-RingName=ring0 Nodes=node3,node[1-2],node4" in out
+    assert "+RingName=ring0 Nodes=node[1-4]" in out
+    # node3 left node1's arc for node4's; node2 joined node1's
+    assert "change: nodes moved to another leaf/block: node[2-3]" in err, err
+
+
+def test_a_fabric_document_with_a_ring_merges_with_the_nodes(tmp_path):
+    nodes = write(tmp_path, "slurmtopo: inventory\nversion: 1\n" + NODES, "nodes.yaml")
+    fabric = write(tmp_path, "slurmtopo: fabric\nfabric:\n  rings:\n"
+                             "    - {name: r, nodes: 'node4,node3,node2,node1'}\n", "fabric.yaml")
+    inv = load_inventory([nodes, fabric], write_cache=False)
+    assert inv.fabric.rings[0].nodes == ("node4", "node3", "node2", "node1")
+    assert inv.fabric.switches == parse_topology_conf(
+        "RingName=r Nodes=node4,node3,node2,node1\n").switches
+    write(tmp_path, "slurmtopo: fabric\nfabric:\n  blocks:\n"
+                    "    - {name: b, nodes: 'node[5-8]'}\n", "blocks.yaml")
+    code, _o, err = run_cli(["topology", "generate", "--reports", str(tmp_path)])
+    assert code != 0 and "rings or toruses has no blocks" in err, err
