@@ -176,25 +176,32 @@ def check_placement(dims: Coord, torus: Coord) -> Optional[str]:
     return None
 
 
-def halvings(dims: Coord) -> Tuple[Coord, ...]:
-    """The box shapes of a torus's tree, largest first: ``dims`` halved
-    along the longest extent (the outer axis on a tie) down to one node,
-    as :func:`tree_of` cuts it (4x4x2 -> 4x4x2, 4x2x2, 2x2x2, 2x2x1, 2x1x1,
+def tree_boxes(dims: Coord) -> Tuple[Coord, ...]:
+    """Every box shape of a torus's tree, largest first: ``dims`` cut in
+    two along the longest extent (the outer axis on a tie; an odd extent
+    gives a larger and a smaller half) down to one node, as
+    :func:`tree_of` cuts it (4x4x2 -> 4x4x2, 4x2x2, 2x2x2, 2x2x1, 2x1x1,
     1x1x1). A torus in an inventory with no ``placements`` gets these:
     every job the planner keeps under one switch of the tree has a
     placement Slurm can give it."""
-    out = [tuple(dims)]
-    cur = list(dims)
-    while any(d > 1 for d in cur):
-        axis = max(range(len(cur)), key=lambda i: (cur[i], i))
-        cur[axis] = (cur[axis] + 1) // 2
-        out.append(tuple(cur))
-    return tuple(out)
+    seen = set()
+    todo = [tuple(dims)]
+    while todo:
+        box = todo.pop()
+        if box in seen:
+            continue
+        seen.add(box)
+        if all(d == 1 for d in box):
+            continue
+        axis = max(range(len(box)), key=lambda i: (box[i], i))
+        for half in ((box[axis] + 1) // 2, box[axis] // 2):
+            todo.append(tuple(half if i == axis else d for i, d in enumerate(box)))
+    return tuple(sorted(seen, key=lambda b: (-b[0] * b[1] * b[2], b[::-1])))
 
 
 def torus_placements(t: Torus) -> Tuple[Coord, ...]:
-    """The placements written for a torus: its own, else :func:`halvings`."""
-    return tuple(t.placements) or halvings(t.dims)
+    """The placements written for a torus: its own, else :func:`tree_boxes`."""
+    return tuple(t.placements) or tree_boxes(t.dims)
 
 
 def inventory_switches(rings: Sequence[Ring], toruses: Sequence[Torus],

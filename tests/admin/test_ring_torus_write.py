@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from slurmtopo.hostlist import expand_in_order, fold_in_order
 from slurmtopo.inventory import dump_inventory, load_inventory, parse_document_text
 from slurmtopo.model import Fabric, Ring, Torus
-from slurmtopo.ringtree import halvings, inventory_switches
+from slurmtopo.ringtree import inventory_switches, tree_boxes
 from slurmtopo.slurmfmt.topology_conf import parse_topology_conf, render_ring
 from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml, render_yaml
 from slurmtopo.topology import made_from, network_view
@@ -169,7 +169,7 @@ def test_generate_writes_the_torus_with_placements(tmp_path):
     import yaml
     places = [tuple(p["dims"][a] for a in "xyz")
               for p in yaml.safe_load(text)[0]["torus3d"]["toruses"][0]["placements"]]
-    assert places == [(2, 2, 2), (2, 2, 1), (2, 1, 1), (1, 1, 1)] == list(halvings((2, 2, 2)))
+    assert places == [(2, 2, 2), (2, 2, 1), (2, 1, 1), (1, 1, 1)] == list(tree_boxes((2, 2, 2)))
     code, _out, err = run_cli(["topology", "generate", "--reports", str(inv), "--format",
                                "ring"])
     assert code != 0 and "topology.yaml only" in err
@@ -244,3 +244,21 @@ def test_a_fabric_document_with_a_ring_merges_with_the_nodes(tmp_path):
                     "    - {name: b, nodes: 'node[5-8]'}\n", "blocks.yaml")
     code, _o, err = run_cli(["topology", "generate", "--reports", str(tmp_path)])
     assert code != 0 and "rings or toruses has no blocks" in err, err
+
+
+def test_a_torus_without_placements_gets_every_box_of_its_tree():
+    """An odd side cuts into a larger and a smaller half: both are boxes
+    of the tree, so both are placements (7 -> 4 and 3, 3 -> 2 and 1)."""
+    assert tree_boxes((4, 4, 2)) == ((4, 4, 2), (4, 2, 2), (2, 2, 2), (2, 2, 1), (2, 1, 1),
+                                     (1, 1, 1))
+    assert tree_boxes((7, 1, 1)) == ((7, 1, 1), (4, 1, 1), (3, 1, 1), (2, 1, 1), (1, 1, 1))
+    nodes = tuple(f"n{i}" for i in range(7))
+    fab = Fabric(switches=inventory_switches((), (Torus("t", (7, 1, 1), nodes),), "x"))
+    by_name = {s.name: s for s in fab.switches}
+
+    def hosts(name):
+        s = by_name[name]
+        return set(s.nodes).union(*(hosts(c) for c in s.switches))
+
+    # the nodes under every switch of the tree fill one of the boxes
+    assert {len(hosts(n)) for n in by_name} == {b[0] for b in tree_boxes((7, 1, 1))}
