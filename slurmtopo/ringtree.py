@@ -85,8 +85,9 @@ def tree_of(kind: str, name: str, coords: Dict[str, Coord]) -> List[Switch]:
 
 def ring_fabric(rings: Sequence[Tuple[str, Sequence[str], Optional[str]]],
                 path: str) -> Fabric:
-    """(name, ordered nodes, origin) per ring -> the tree; Slurm's rules
-    checked (a located InventoryError for what slurmctld would refuse)."""
+    """(name, ordered nodes, origin) per ring -> the tree and the rings;
+    Slurm's rules checked (a located InventoryError for what slurmctld
+    would refuse)."""
     for name, nodes, origin in rings:
         if len(nodes) > MAX_RING_SIZE:
             raise InventoryError(f"ring {name!r} has {len(nodes)} nodes; Slurm allows "
@@ -94,9 +95,13 @@ def ring_fabric(rings: Sequence[Tuple[str, Sequence[str], Optional[str]]],
         twice = next((h for i, h in enumerate(nodes) if h in nodes[:i]), None)
         if twice is not None:
             raise InventoryError(f"ring {name!r} lists node {twice} twice", origin or path)
-    return _fabric("ring", [(name, {h: (i,) for i, h in enumerate(nodes)}, origin)
-                            for name, nodes, origin in rings],
-                   path, "slurmctld: \"No rings configured\"")
+    fab = _fabric("ring", [(name, {h: (i,) for i, h in enumerate(nodes)}, origin)
+                           for name, nodes, origin in rings],
+                  path, "slurmctld: \"No rings configured\"")
+    # the rings themselves too, so a ring read can be written again
+    # (``topology generate --fabric topology.conf --format yaml``)
+    return Fabric(switches=fab.switches, rings=tuple(Ring(name, tuple(nodes), origin)
+                                                     for name, nodes, origin in rings))
 
 
 def _fabric(kind: str, units: Sequence[Tuple[str, Dict[str, Coord], Optional[str]]],

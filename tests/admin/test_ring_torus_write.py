@@ -262,3 +262,16 @@ def test_a_torus_without_placements_gets_every_box_of_its_tree():
 
     # the nodes under every switch of the tree fill one of the boxes
     assert {len(hosts(n)) for n in by_name} == {b[0] for b in tree_boxes((7, 1, 1))}
+
+
+def test_a_ring_topology_conf_converts_to_topology_yaml(tmp_path):
+    conf = tmp_path / "topology.conf"
+    conf.write_text("RingName=r0 Nodes=node4,node2,node3,node1\nRingName=r1 Nodes=node[5-8]\n")
+    code, out, err = run_cli(["topology", "generate", "--fabric", str(conf), "--format", "yaml"])
+    assert code == 0, err
+    (name, default, fab), = parse_topology_yaml(out)
+    assert (name, default) == ("ring", True)
+    assert fab.switches == parse_topology_conf(conf.read_text()).switches
+    assert "nodes: node4,node[2-3],node1" in out
+    code, _o, err = run_cli(["topology", "generate", "--fabric", str(conf), "--format", "tree"])
+    assert code != 0 and "--format ring or yaml" in err, err
