@@ -328,7 +328,22 @@ def check_topology(text: str, nodes: Iterable[str], plugin: str = "tree") -> Lis
         return check_blocks(text, nodes)
     if plugin == "yaml":
         return check_topology_yaml(text)
+    if plugin == "ring":
+        return check_rings(text)
     return check_tree(text, nodes)
+
+
+def check_rings(text: str) -> List[str]:
+    """A topology/ring topology.conf (Slurm 26.05): ``RingName=... Nodes=...``
+    lines only (slurmctld refuses anything else)."""
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.split("#", 1)[0].strip():
+            continue
+        kv = _kv(line)
+        if not kv.get("ringname") or not kv.get("nodes") or set(kv) - {"ringname", "nodes"}:
+            raise DevClusterError(f"topology.conf:{n}: expected RingName=... Nodes=..., got "
+                                  f"{line.strip()!r}")
+    return []
 
 
 def check_tree(text: str, nodes: Iterable[str]) -> List[str]:

@@ -214,3 +214,50 @@ def _split_top(text: str) -> List[str]:
 
 def _short(text: str) -> str:
     return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def expand_in_order(text: str, what: str = "hostlist") -> List[str]:
+    """A hostlist in the order written, as Slurm's ``hostlist_create`` and
+    ``hostlist_shift`` take it (``node3,node[1-2]`` -> node3, node1, node2;
+    :func:`expand_hostlist` sorts): the order of a ring, or of a torus's
+    x-major fill. An item with one bracket expands range by range in
+    the order given; one with several brackets in ClusterShell's order."""
+    names: List[str] = []
+    for item in _split_top(str(text)):
+        m = _ONE_BRACKET.match(item.strip())
+        if m is None:
+            names.extend(expand_hostlist(item, what))
+            continue
+        for rng in m.group(2).split(","):
+            names.extend(expand_hostlist(f"{m.group(1)}[{rng}]{m.group(3)}", what))
+        if len(names) > MAX_NAMES:
+            raise HostlistError(f"{what} {_short(str(text))} names more than the "
+                                f"{MAX_NAMES:,} hosts slurmtopo expands")
+    if not names:
+        raise HostlistError(f"{what} {str(text)!r} names no host")
+    return names
+
+
+def fold_in_order(names: Iterable[str]) -> str:
+    """Names -> a hostlist that :func:`expand_in_order` (and Slurm) reads
+    back in the same order: runs of consecutive numbers folded
+    (``node[1-4],node7,node5``), nothing sorted."""
+    out: List[str] = []
+    run: List[str] = []
+    last: Optional[Tuple[str, int, int, str]] = None
+    for name in names:
+        m = _NUMBERED.match(name)
+        key = (m.group(1), int(m.group(2)), len(m.group(2)), m.group(3)) if m else None
+        if run and not (key and last and key[0] == last[0] and key[3] == last[3]
+                        and key[2] == last[2] and key[1] == last[1] + 1):
+            out.append(fold_hostlist(run))
+            run = []
+        run.append(name)
+        last = key
+    if run:
+        out.append(fold_hostlist(run))
+    return ",".join(out)
+
+
+_ONE_BRACKET = re.compile(r"^([^\[\]]*)\[([^\[\]]*)\]([^\[\]]*)$")
+_NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")

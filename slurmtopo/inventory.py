@@ -20,10 +20,11 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.hostlist import expand_hostlist, fold_hostlist
+from slurmtopo.hostlist import expand_hostlist, expand_in_order, fold_hostlist, fold_in_order
 from slurmtopo.links import parse_token
 from slurmtopo.model import (SCHEMA_VERSION, Block, CpuTopology, Fabric, Gpu, Hardware,
-                             Inventory, MigDevice, Nic, Node, NvlinkDomain, NvLinkPort, Switch,
+                             Inventory, MigDevice, Nic, Node, NvlinkDomain, NvLinkPort, Ring,
+                             Switch, Torus,
                              MAX_CPUS, check_cpu_id, format_cpulist, parse_cpulist)
 from slurmtopo.presets import PRESETS, preset
 from slurmtopo.topology import switch_levels
@@ -47,7 +48,9 @@ NIC_KEYS = {"name", "netdev", "pci_bus_id", "link_layer", "rate_gbps", "state", 
 CPU_KEYS = {"sockets", "cores_per_socket", "threads_per_core", "core_cpus"}
 MIG_KEYS = {"gi_id", "ci_id", "profile", "uuid", "memory_mib", "gi_cap_minor", "ci_cap_minor"}
 NVLINK_KEYS = {"link", "active", "remote_pci_bus_id", "remote_type"}
-FABRIC_KEYS = {"switches", "blocks", "block_sizes"}
+FABRIC_KEYS = {"switches", "blocks", "block_sizes", "rings", "toruses"}
+RING_KEYS = {"name", "nodes"}
+TORUS_KEYS = {"name", "dims", "nodes", "placements"}
 SWITCH_KEYS = {"name", "level", "nodes", "switches", "link_gbps", "description"}
 BLOCK_KEYS = {"name", "nodes"}
 
@@ -79,6 +82,44 @@ def node_names(value, what: str = "node name") -> List[str]:
             raise ValueError(f"node name {name!r} is not a host name (letters, digits, '.', "
                              "'_' and '-' only)")
     return names
+
+
+def ordered_node_names(value) -> List[str]:
+    """:func:`node_names` in the order written, not sorted: a ring's nodes
+    (ring order), a torus's (x-major fill)."""
+    if isinstance(value, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool)
+                                       for v in value):
+        names = [n for v in value for n in expand_in_order(str(v), "hostlist")]
+    elif isinstance(value, (str, int)) and not isinstance(value, bool):
+        names = expand_in_order(str(value), "hostlist")
+    else:
+        raise ValueError(f"expected a hostlist or a list of names, got {value!r:.40}")
+    for name in names:
+        if not NODE_NAME.match(name):
+            raise ValueError(f"node name {name!r} is not a host name (letters, digits, '.', "
+                             "'_' and '-' only)")
+    return names
+
+
+def _xyz(value) -> Tuple[int, int, int]:
+    """A torus's or a placement's ``[x, y, z]``."""
+    if not isinstance(value, list) or len(value) != 3:
+        raise ValueError(f"expected [x, y, z], got {value!r:.40}")
+    return tuple(as_pos_int(v) for v in value)  # type: ignore[return-value]
+
+
+def _unit_name(value) -> str:
+    """A ring's or a torus's name: written into topology.conf/yaml as it is."""
+    name = as_str(value)
+    if not NODE_NAME.match(name):
+        raise ValueError(f"{name!r:.40} is not a plain name (letters, digits, '.', '_', '-')")
+    return name
+
+
+def _xyz_list(value) -> Tuple[Tuple[int, int, int], ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of [x, y, z], got {value!r:.40}")
+    return tuple(_xyz(v) for v in value)
 
 
 def _cpus(value) -> Tuple[int, ...]:
@@ -383,7 +424,27 @@ class _Parser:
         sizes = tuple(r.get(d, "block_sizes", "fabric",
                             lambda v: [as_pos_int(x) for x in (v if isinstance(v, list) else [v])],
                             []))
-        return Fabric(switches=tuple(switches), blocks=tuple(blocks), block_sizes=sizes)
+        rings = tuple(
+            Ring(name=r.need(g, "name", "ring", _unit_name),
+                 nodes=tuple(r.need(g, "nodes", "ring", ordered_node_names)), origin=self.where(g))
+            for g in (r.mapping(x, "ring", RING_KEYS)
+                      for x in r.sequence(d.get("rings") or [], "rings")))
+        toruses = tuple(
+            Torus(name=r.need(t, "name", "torus", _unit_name), dims=r.need(t, "dims", "torus", _xyz),
+                  nodes=tuple(r.need(t, "nodes", "torus", ordered_node_names)),
+                  placements=r.get(t, "placements", "torus", _xyz_list, ()),
+                  origin=self.where(t))
+            for t in (r.mapping(x, "torus", TORUS_KEYS)
+                      for x in r.sequence(d.get("toruses") or [], "toruses")))
+        if rings or toruses:
+            if switches or blocks or sizes:
+                raise r.error("a fabric with rings or toruses has no switches or blocks "
+                              "(Slurm plans a job on one topology)", Reader.line(d))
+            from slurmtopo.ringtree import inventory_switches
+
+            switches = list(inventory_switches(rings, toruses, self.path))
+        return Fabric(switches=tuple(switches), blocks=tuple(blocks), block_sizes=sizes,
+                      rings=rings, toruses=toruses)
 
 
 def _norm(tok: str) -> str:
@@ -445,6 +506,14 @@ def _split_origin(origin: Optional[str]) -> Tuple[Optional[str], Optional[int]]:
 def _check_fabric(inv: Inventory, require_nodes: bool = True) -> None:
     """Cross-references: every host and child switch a fabric names exists,
     switch names are unique, the tree has no loops."""
+    if require_nodes:
+        for unit in inv.fabric.rings + inv.fabric.toruses:
+            what = "ring" if isinstance(unit, Ring) else "torus"
+            for host in unit.nodes:
+                if host not in inv.nodes:
+                    raise InventoryError(f"{what} {unit.name!r} names node {host!r}, which is "
+                                         "not defined in the inventory",
+                                         *_split_origin(unit.origin))
     names: Dict[str, Switch] = {}
     for s in inv.fabric.switches:
         if s.name in names:
@@ -587,6 +656,8 @@ def merge_inventories(parts: Sequence[Inventory]) -> Inventory:
     cost: Dict[str, object] = {}
     reports: Dict[str, Dict[str, object]] = {}
     switches: Tuple[Switch, ...] = ()
+    rings: Tuple[Ring, ...] = ()
+    toruses: Tuple[Torus, ...] = ()
     switch_src: Optional[str] = None
     blocks: List[Block] = []
     sizes: Tuple[int, ...] = ()
@@ -606,12 +677,16 @@ def merge_inventories(parts: Sequence[Inventory]) -> Inventory:
                 raise InventoryError(f"two documents describe switches (also {switch_src}); "
                                      "keep the fabric in one file", part.source)
             switches, switch_src = part.fabric.switches, part.source
+            rings, toruses = part.fabric.rings, part.fabric.toruses
         blocks.extend(part.fabric.blocks)
         sizes = part.fabric.block_sizes or sizes
         cost.update(part.cost)
         reports.update(part.reports)
+    if (rings or toruses) and (blocks or sizes):
+        raise InventoryError("a fabric with rings or toruses has no blocks (Slurm plans a job "
+                             "on one topology); keep them apart", switch_src)
     inv = Inventory(nodes=nodes, fabric=Fabric(switches=switches, blocks=tuple(blocks),
-                                               block_sizes=sizes),
+                                               block_sizes=sizes, rings=rings, toruses=toruses),
                     node_types=types, cost=cost, reports=reports,
                     source=parts[0].source if parts else None)
     _check_fabric(inv)
@@ -723,7 +798,9 @@ def inventory_dict(inv: Inventory, kind: str = "inventory",
     if entries:
         out["nodes"] = entries
     f = inv.fabric
-    if f.switches or f.blocks:
+    if f.rings or f.toruses:  # the switches are made from them (ringtree.py)
+        out["fabric"] = ring_torus_dict(f)
+    elif f.switches or f.blocks:
         fd: Dict[str, Any] = {}
         if f.switches:
             fd["switches"] = []
@@ -750,6 +827,23 @@ def inventory_dict(inv: Inventory, kind: str = "inventory",
         out["fabric"] = fd
     if inv.cost:
         out["cost"] = dict(inv.cost)
+    return out
+
+
+def ring_torus_dict(f: Fabric) -> Dict[str, Any]:
+    """The schema form of a fabric's rings and toruses (node lists in their
+    order: ring order, x-major fill)."""
+    out: Dict[str, Any] = {}
+    if f.rings:
+        out["rings"] = [{"name": g.name, "nodes": fold_in_order(g.nodes)} for g in f.rings]
+    if f.toruses:
+        out["toruses"] = []
+        for t in f.toruses:
+            td: Dict[str, Any] = {"name": t.name, "dims": list(t.dims),
+                                  "nodes": fold_in_order(t.nodes)}
+            if t.placements:
+                td["placements"] = [list(p) for p in t.placements]
+            out["toruses"].append(td)
     return out
 
 

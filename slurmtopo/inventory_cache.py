@@ -28,10 +28,11 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, List, Optional
 
-from slurmtopo.model import Block, Fabric, Hardware, Inventory, Node, NvlinkDomain, Switch
+from slurmtopo.model import (Block, Fabric, Hardware, Inventory, Node, NvlinkDomain, Ring, Switch,
+                             Torus)
 
 #: the image's layout; entries of another are rebuilt
-FORMAT = 1
+FORMAT = 2
 #: smaller inventories are parsed every time (no file beside every example)
 MIN_NODES = 1000
 #: the user's cache directory for entries (:func:`slurmtopo.usercache.slot_for`)
@@ -154,6 +155,9 @@ def image(inv: Inventory, path: str, schema: FileSchema) -> Dict[str, Any]:
                       s.description, line(s.origin)] for s in f.switches],
         "blocks": [[b.name, list(b.nodes), line(b.origin)] for b in f.blocks],
         "block_sizes": list(f.block_sizes),
+        "rings": [[g.name, list(g.nodes), line(g.origin)] for g in f.rings],
+        "toruses": [[t.name, list(t.dims), list(t.nodes), [list(p) for p in t.placements],
+                     line(t.origin)] for t in f.toruses],
         **plain,
     }
 
@@ -192,10 +196,17 @@ def build(img: Dict[str, Any], path: str, schema: FileSchema) -> Inventory:
                      for a, lvl, hosts, kids, gbps, desc, line in img["switches"])
     blocks = tuple(Block(name=a, nodes=tuple(hosts), origin=origin(line))
                    for a, hosts, line in img["blocks"])
+    rings = tuple(Ring(name=str(a), nodes=tuple(hosts), origin=origin(line))
+                  for a, hosts, line in img["rings"])
+    toruses = tuple(Torus(name=str(a), dims=tuple(int(d) for d in dims), nodes=tuple(hosts),
+                          placements=tuple(tuple(int(d) for d in p) for p in places),
+                          origin=origin(line))
+                    for a, dims, hosts, places, line in img["toruses"])
     if not isinstance(img["cost"], dict) or not isinstance(img["reports"], dict):
         raise TypeError("cost or reports")
     return Inventory(nodes=nodes, fabric=Fabric(switches=switches, blocks=blocks,
-                                                block_sizes=tuple(img["block_sizes"])),
+                                                block_sizes=tuple(img["block_sizes"]),
+                                                rings=rings, toruses=toruses),
                      node_types={name: hardware[i] for name, i in img["types"]},
                      cost=img["cost"], reports=img["reports"], source=path)
 

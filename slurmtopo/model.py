@@ -385,10 +385,42 @@ class Block:
 
 
 @dataclass(frozen=True)
+class Ring:
+    """A Slurm 26.05 topology/ring ring: its nodes in ring order (a job gets
+    an arc of them, which may wrap). At most 16 nodes
+    (:mod:`slurmtopo.ringtree` holds Slurm's rules)."""
+
+    name: str
+    nodes: Tuple[str, ...]
+    origin: Optional[str] = field(default=None, compare=False)  # file:line
+
+
+@dataclass(frozen=True)
+class Torus:
+    """A Slurm 26.05 topology/torus3d torus: ``dims`` (x, y, z) and its
+    nodes in x-major order (x fastest), x*y*z of them; ``placements`` the
+    sub-cube shapes a job may get (Slurm gives a job whose node count
+    matches none of them nothing)."""
+
+    name: str
+    dims: Tuple[int, int, int]
+    nodes: Tuple[str, ...]
+    placements: Tuple[Tuple[int, int, int], ...] = ()
+    origin: Optional[str] = field(default=None, compare=False)  # file:line
+
+
+@dataclass(frozen=True)
 class Fabric(_CachedHash):
+    """The network above the nodes. ``rings``/``toruses`` (an inventory's
+    26.05 ring or torus) come with ``switches`` made from them
+    (:func:`slurmtopo.ringtree.inventory_switches`): the planner reads the
+    switches, the writers the rings and toruses."""
+
     switches: Tuple[Switch, ...] = ()
     blocks: Tuple[Block, ...] = ()
     block_sizes: Tuple[int, ...] = ()
+    rings: Tuple[Ring, ...] = ()
+    toruses: Tuple[Torus, ...] = ()
     #: tables derived from this fabric (the network view)
     derived: Derived = derived_field()
 

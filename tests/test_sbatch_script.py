@@ -44,6 +44,7 @@ CASES = {
     "gb200-nvl72-rack": (None, dict(tp=4, pp=4, dp=2), dict(job_name="nvl72", exclusive=True)),
     "azure-ndv4-4node": (None, dict(tp=8, dp=4), dict(job_name="ndv4", exclusive=True)),
     "devcluster": (None, dict(tp=2, dp=4), dict(job_name="dev", partition="gpu")),
+    "torus-32node": (None, dict(tp=8, dp=8), dict(job_name="torus")),
 }
 COMMAND = ["python", "train.py", "--config", "conf/my run.yaml"]
 #: golden -> (example of CASES, launcher and container choices): the other

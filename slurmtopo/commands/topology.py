@@ -22,10 +22,13 @@ def command():
 @click.option("--fabric", "fabric_path", type=click.Path(exists=True, dir_okay=False),
               help="A fabric description instead: 'slurmtopo: fabric' YAML (Ethernet/RoCE), "
                    "or an existing topology.conf/topology.yaml to convert.")
-@click.option("--format", "fmt", type=click.Choice(["tree", "block", "yaml"]), default=None,
-              help="topology/tree, topology/block, or topology.yaml (Slurm 25.05+). "
-                   "Default: yaml for a .yaml output, block if slurm.conf says "
-                   "topology/block, else tree.")
+@click.option("--format", "fmt", type=click.Choice(["tree", "block", "ring", "yaml"]),
+              default=None,
+              help="topology/tree, topology/block, topology/ring (Slurm 26.05+; the "
+                   "inventory's rings) or topology.yaml (Slurm 25.05+; 26.05+ for rings and "
+                   "toruses). Default: yaml for a .yaml output, block or ring if slurm.conf "
+                   "says so, ring for an inventory with rings, yaml for one with toruses, "
+                   "else tree.")
 @click.option("--hca", default=None,
               help="Compute HCAs by name, e.g. 'mlx5_[0-7]' (others are storage); "
                    "mlx5_N also selects HCA-(N+1), the older name of the same port.")
@@ -57,10 +60,12 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
     from slurmtopo.admin.generate import build_topology, header
     from slurmtopo.admin.ibnetdiscover import read_ibnetdiscover
     from slurmtopo.admin.publish import publish
-    from slurmtopo.slurmfmt.checks import check_plugin, check_text
+    from slurmtopo.slurmfmt.checks import check_plugin, check_text, ring_torus_release
     from slurmtopo.slurmfmt.topology_conf import parse_topology_conf
-    from slurmtopo.slurmfmt.topology_files import (check, describe_changes, read_topology_conf,
-                                                   render)
+    from slurmtopo.model import Fabric
+    from slurmtopo.slurmfmt.topology_files import (check, describe_changes, read_one_topology,
+                                                   read_topology_conf, render)
+    from slurmtopo.topology import made_from
     from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
     from slurmtopo.errors import SlurmtopoError
 
@@ -68,20 +73,25 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
         raise SlurmtopoError("give --ibnetdiscover or --fabric, not both")
     msgs = Messages(as_json)
     slurm = load_slurm_conf(slurm_conf)
+    inv = load_reports(reports)
+    fabric_doc = load_fabric(fabric_path)
     if fmt is None:
+        ours = Fabric() if ibnet else (fabric_doc or (inv.fabric if inv else None) or Fabric())
         if output and output.endswith((".yaml", ".yml")):
             fmt = "yaml"
-        elif slurm is not None and (slurm.topology_plugin or "").endswith("block"):
-            fmt = "block"
+        elif slurm is not None and (slurm.topology_plugin or "").endswith(("block", "ring")):
+            fmt = "block" if slurm.topology_plugin.endswith("block") else "ring"
         else:
-            fmt = "tree"
-    inv = load_reports(reports)
+            fmt = "ring" if ours.rings else "yaml" if ours.toruses else "tree"
     built = build_topology(
         fmt, ib=read_ibnetdiscover(ibnet) if ibnet else None,
-        fabric_doc=load_fabric(fabric_path), fabric_source=fabric_path, inv=inv, slurm=slurm,
+        fabric_doc=fabric_doc, fabric_source=fabric_path, inv=inv, slurm=slurm,
         nodes=parse_nodes(nodes), hcas=parse_nameset(hca, "--hca"),
         rails=parse_rangeset(rails, "--rails"), block_sizes=parse_sizes(block_sizes),
         block_naming=_block_naming(block_name), allow_missing=allow_missing)
+    too_old = ring_torus_release(built.fabric, slurm_version)
+    if too_old:
+        raise SlurmtopoError(too_old)
     for note in built.notes:
         msgs.echo(f"note: {note}")
     what = "topology.yaml" if fmt == "yaml" else "topology.conf"
@@ -95,11 +105,18 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
                                        slurm_version)
     # what Slurm will read is the text: it must read back as the same topology
     if fmt == "yaml":
-        parse_topology_yaml(text, f"<generated {what}>")
+        back = [fab.switches for _n, _d, fab in parse_topology_yaml(text, f"<generated {what}>")]
     else:
-        parse_topology_conf(text, f"<generated {what}>")
+        back = [parse_topology_conf(text, f"<generated {what}>").switches]
+    if (built.fabric.rings or built.fabric.toruses) and \
+            [s for sw in back for s in sw] != list(built.fabric.switches):
+        raise SlurmtopoError(f"the generated {what} does not read back as the inventory's "
+                             "rings or toruses (a slurmtopo bug; nothing written)")
 
     def changes(_old_text):
+        if built.fabric.rings or built.fabric.toruses:  # the old file's ring/torus trees
+            old = read_one_topology(output)[1]
+            return describe_changes(old if made_from(old) else Fabric(), built.fabric)
         return describe_changes(read_topology_conf(output), built.fabric)
 
     changed = publish(text, output, what=what, problems=problems, echo=msgs.echo, out=msgs.out,

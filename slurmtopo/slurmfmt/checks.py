@@ -88,6 +88,27 @@ def _coverage(placed: Set[str], slurm_nodes: Optional[Sequence[str]], what: str)
     return out
 
 
+def check_ring_torus(fabric: Fabric, slurm_nodes: Optional[Sequence[str]] = None
+                     ) -> List[Problem]:
+    """Node coverage of rings or toruses (Slurm's own rules are
+    :mod:`slurmtopo.ringtree`'s, checked when they were read): a node
+    slurm.conf lacks stops slurmctld's plugin; a node on no ring or torus
+    only ever gets single-node jobs."""
+    placed = {h for u in fabric.rings + fabric.toruses for h in u.nodes}
+    return _coverage(placed, slurm_nodes, "ring or torus")
+
+
+def ring_torus_release(fabric: Fabric, slurm_version=None) -> Optional[str]:
+    """Why ``slurm_version`` (a tuple; None: current releases) cannot read
+    the fabric's rings or toruses, or None."""
+    if not (fabric.rings or fabric.toruses) or slurm_version is None \
+            or tuple(slurm_version) >= RING_TORUS_SINCE:
+        return None
+    kind = "topology/ring" if fabric.rings else "topology/torus3d"
+    return (f"Slurm {slurm_version[0]}.{slurm_version[1]:02d} has no {kind} (26.05 and later "
+            "do): describe the fabric with switches or blocks for it")
+
+
 def check_tree(fabric: Fabric, slurm_nodes: Optional[Sequence[str]] = None) -> List[Problem]:
     """Rules of topology/tree (switch_record.c) plus node coverage."""
     sw = fabric.switches
@@ -207,6 +228,8 @@ def check_blocks(fabric: Fabric, slurm_nodes: Optional[Sequence[str]] = None) ->
 
 #: the first release that reads topology.yaml (and then ignores TopologyPlugin)
 TOPOLOGY_YAML_SINCE = (25, 5, 0)
+#: topology/ring and topology/torus3d are new in 26.05
+RING_TORUS_SINCE = (26, 5, 0)
 #: TopologyPlugin values that read no topology file (slurm.conf(5); the
 #: default is topology/flat, called topology/none before 23.11)
 _FLAT = {"", "none", "default", "flat"}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.hostlist import expand_hostlist
+from slurmtopo.hostlist import expand_hostlist, expand_in_order
 from slurmtopo.model import CpuTopology
 
 #: Slurm's parse buffer is 4096 bytes including the terminating NUL
@@ -132,10 +132,12 @@ def read_text(path) -> str:
     return read_bounded(path)
 
 
-def hostlist_at(value: str, path: str, line: int, what: str) -> List[str]:
-    """Expand a hostlist from a config file, or fail at file:line."""
+def hostlist_at(value: str, path: str, line: int, what: str,
+                ordered: bool = False) -> List[str]:
+    """Expand a hostlist from a config file, or fail at file:line;
+    ``ordered``: in the order written (a ring's, a torus's), not sorted."""
     try:
-        names = expand_hostlist(value, what)
+        names = expand_in_order(value, what) if ordered else expand_hostlist(value, what)
     except ValueError as exc:
         raise InventoryError(str(exc), path, line) from None
     for name in names:

@@ -5,7 +5,8 @@ Two plugins share this file format:
 * ``topology/tree``: ``SwitchName=leaf01 Nodes=gpu[001-032]`` for leaves,
   ``SwitchName=spine Switches=leaf[01-04]`` above (a switch has Nodes or
   Switches, never both; ``LinkSpeed`` is informative, Slurm does not use it);
-* ``topology/block``: ``BlockName=b1 Nodes=...`` and ``BlockSizes=18,36``.
+* ``topology/block``: ``BlockName=b1 Nodes=...`` and ``BlockSizes=18,36``;
+* ``topology/ring`` (26.05): ``RingName=r1 Nodes=...``, nodes in ring order.
 
 topology.yaml is :mod:`.topology_yaml`; reading either file whichever it
 is, applying it to an inventory and saying what changes is
@@ -22,9 +23,9 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.hostlist import fold_hostlist
+from slurmtopo.hostlist import fold_hostlist, fold_in_order
 from slurmtopo.model import Block, Fabric, Switch
-from slurmtopo.slurmfmt.checks import (check_blocks, check_tree, raise_first_error,
+from slurmtopo.slurmfmt.checks import (NAME_RE, check_blocks, check_tree, raise_first_error,
                                        valid_block_sizes)
 from slurmtopo.slurmfmt.slurm_conf import ConfLine, conf_lines, hostlist_at
 
@@ -55,6 +56,15 @@ def render_tree(fabric: Fabric, header: Sequence[str] = ()) -> str:
         if desc and desc != s.name:
             parts.append(f"# {desc}")
         lines.append(" ".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+def render_ring(fabric: Fabric, header: Sequence[str] = ()) -> str:
+    """topology.conf lines for topology/ring (Slurm 26.05+): one
+    ``RingName=`` line a ring, its nodes in ring order."""
+    lines = comment_lines(header)
+    for g in fabric.rings:
+        lines.append(f"RingName={g.name} Nodes={fold_in_order(g.nodes)}")
     return "\n".join(lines) + "\n"
 
 
@@ -144,7 +154,11 @@ def parse_topology_conf(text: str, path: str = "<topology.conf>") -> Fabric:
             sizes = block_sizes_at(cl.pairs[0][1], path, cl.line)
         elif first == "ringname":  # topology/ring (26.05): slurmtopo/slurmfmt/ring_torus.py
             d = _one_line_keys(cl, {"ringname", "nodes"}, path)
-            rings.append((d["ringname"], tuple(hostlist_at(d["nodes"], path, cl.line, "Nodes"))
+            if not NAME_RE.match(d["ringname"]):
+                raise InventoryError(f"ring name {d['ringname']!r:.40} is not a plain name "
+                                     "(letters, digits, '.', '_', '-')", path, cl.line)
+            rings.append((d["ringname"], tuple(hostlist_at(d["nodes"], path, cl.line, "Nodes",
+                                                          ordered=True))
                           if "nodes" in d else (), f"{path}:{cl.line}"))
         else:
             raise InventoryError(f"a topology.conf line starts with SwitchName=, BlockName= or "

@@ -16,9 +16,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.hostlist import fold_hostlist, natural_key
 from slurmtopo.model import Fabric, Inventory
-from slurmtopo.slurmfmt.checks import check_blocks, check_tree
+from slurmtopo.slurmfmt.checks import check_blocks, check_ring_torus, check_tree
 from slurmtopo.slurmfmt.slurm_conf import read_text
-from slurmtopo.slurmfmt.topology_conf import parse_topology_conf, render_block, render_tree
+from slurmtopo.slurmfmt.topology_conf import (parse_topology_conf, render_block, render_ring,
+                                               render_tree)
 from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml, render_yaml
 from slurmtopo.topology import made_from
 
@@ -28,6 +29,8 @@ def render(fabric: Fabric, fmt: str, header: Sequence[str] = ()) -> str:
         return render_tree(fabric, header)
     if fmt == "block":
         return render_block(fabric, header)
+    if fmt == "ring":
+        return render_ring(fabric, header)
     if fmt == "yaml":
         return render_yaml(fabric, header)
     raise ValueError(f"unknown topology format {fmt!r}")
@@ -35,6 +38,8 @@ def render(fabric: Fabric, fmt: str, header: Sequence[str] = ()) -> str:
 
 def check(fabric: Fabric, fmt: str, slurm_nodes=None):
     """The checks that apply to ``fmt`` (both kinds for topology.yaml)."""
+    if fabric.rings or fabric.toruses:  # Slurm's rules were checked as they were read
+        return check_ring_torus(fabric, slurm_nodes)
     if fmt == "tree":
         return check_tree(fabric, slurm_nodes)
     if fmt == "block":
@@ -121,8 +126,11 @@ def apply_fabric(inv: Inventory, fabric: Fabric, source: Optional[str] = None,
         # positions Slurm aggregates blocks by (placement/segments.py)
         blocks = tuple(b for b in blocks if b.nodes)
     sizes = fabric.block_sizes if fabric.blocks or whole else inv.fabric.block_sizes
+    kept = switches is inv.fabric.switches  # the inventory's rings/toruses made them
     return replace(inv, fabric=Fabric(switches=switches, blocks=blocks,
-                                      block_sizes=sizes if blocks or not whole else ()),
+                                      block_sizes=sizes if blocks or not whole else (),
+                                      rings=inv.fabric.rings if kept else (),
+                                      toruses=inv.fabric.toruses if kept else ()),
                    source=inv.source or source)
 
 

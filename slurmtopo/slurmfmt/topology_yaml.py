@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import yaml
 
-from slurmtopo.hostlist import fold_hostlist
+from slurmtopo.hostlist import fold_hostlist, fold_in_order
 from slurmtopo.model import Block, Fabric, Switch
 from slurmtopo.slurmfmt.checks import check_blocks, check_tree, raise_first_error
 from slurmtopo.slurmfmt.slurm_conf import hostlist_at
@@ -24,8 +24,12 @@ from slurmtopo.yamlio import LineDict, LineList, Reader, as_str, parse_text
 def yaml_topologies(fabric: Fabric, tree_name: str = "tree",
                     block_name: str = "block") -> List[Dict[str, object]]:
     """The topology.yaml document: a tree topology (cluster default) when
-    there are switches, a block topology when there are blocks."""
+    there are switches, a block topology when there are blocks; a ring or
+    torus3d topology (26.05) when the fabric has rings or toruses (its
+    switches are made from them, not written)."""
     out: List[Dict[str, object]] = []
+    if fabric.rings or fabric.toruses:
+        return ring_torus_topologies(fabric)
     if fabric.switches:
         switches = []
         for s in fabric.switches:
@@ -44,6 +48,30 @@ def yaml_topologies(fabric: Fabric, tree_name: str = "tree",
         block["blocks"] = [{"block": b.name, "nodes": fold_hostlist(b.nodes)} if b.nodes
                            else {"block": b.name} for b in fabric.blocks]
         out.append({"topology": block_name, "cluster_default": not out, "block": block})
+    return out
+
+
+def ring_torus_topologies(fabric: Fabric) -> List[Dict[str, object]]:
+    """topology.yaml's ``ring:`` and ``torus3d:`` topologies (the first the
+    cluster default), node lists in their order (ring order, x-major
+    fill), every torus with its placements (its own, else the boxes of its
+    tree: :func:`slurmtopo.ringtree.torus_placements`)."""
+    from slurmtopo.ringtree import torus_placements
+
+    def xyz(v) -> Dict[str, int]:
+        return {"x": v[0], "y": v[1], "z": v[2]}
+
+    out: List[Dict[str, object]] = []
+    if fabric.rings:
+        out.append({"topology": "ring", "cluster_default": True,
+                    "ring": {"rings": [{"ring": g.name, "nodes": fold_in_order(g.nodes)}
+                                       for g in fabric.rings]}})
+    if fabric.toruses:
+        out.append({"topology": "torus3d", "cluster_default": not out,
+                    "torus3d": {"toruses": [
+                        {"name": t.name, "dims": xyz(t.dims), "nodes": fold_in_order(t.nodes),
+                         "placements": [{"dims": xyz(p)} for p in torus_placements(t)]}
+                        for t in fabric.toruses]}})
     return out
 
 
@@ -86,7 +114,7 @@ def parse_topology_yaml(text: str, path: str = "<topology.yaml>") -> List[Tuple[
         if kinds[0] in ("ring", "torus3d"):  # 26.05: slurmtopo/slurmfmt/ring_torus.py
             from slurmtopo.slurmfmt import ring_torus
             read = ring_torus.yaml_ring if kinds[0] == "ring" else ring_torus.yaml_torus3d
-            fab = read(r, d[kinds[0]], path, Reader.line(d, kinds[0]), _hl)
+            fab = read(r, d[kinds[0]], path, Reader.line(d, kinds[0]), _hl_in_order)
         elif kinds[0] == "tree":
             fab = _yaml_tree(r, d["tree"], path, Reader.line(d, "tree"))
         elif kinds[0] == "block":
@@ -97,7 +125,13 @@ def parse_topology_yaml(text: str, path: str = "<topology.yaml>") -> List[Tuple[
     return out
 
 
-def _hl(r: Reader, d: LineDict, key: str, path: str, what: str) -> Tuple[str, ...]:
+def _hl_in_order(r: Reader, d: LineDict, key: str, path: str, what: str) -> Tuple[str, ...]:
+    """A ring's or a torus's nodes, in the order written (Slurm's order)."""
+    return _hl(r, d, key, path, what, ordered=True)
+
+
+def _hl(r: Reader, d: LineDict, key: str, path: str, what: str,
+        ordered: bool = False) -> Tuple[str, ...]:
     value = d.get(key)
     if value is None:
         return ()
@@ -105,7 +139,7 @@ def _hl(r: Reader, d: LineDict, key: str, path: str, what: str) -> Tuple[str, ..
         value = ",".join(r.strings(value, what, Reader.line(d, key)))
     elif not isinstance(value, str):
         raise r.error(f"{what} must be a hostlist, got {value!r:.40}", Reader.line(d, key))
-    names = hostlist_at(value, path, Reader.line(d, key), what)
+    names = hostlist_at(value, path, Reader.line(d, key), what, ordered)
     if key == "nodes":
         from slurmtopo.inventory import NODE_NAME
 
