@@ -228,12 +228,7 @@ class Actions:
         if self.dry_run:
             return False
         self.journal.event("rejected", d.job_id, reason=d.reason, policy=self.on_reject)
-        try:
-            self.backend.update_job(d.job_id, Comment=protocol.rejected_comment(d.reason))
-        except SlurmError as exc:
-            self.metrics.error("slurm")
-            log.error("job %s: could not write the reason into its comment: %s", d.job_id,
-                      exc.render())
+        self._comment_reason(d.job_id, d.reason)
         if self.on_reject == "cancel":
             self.backend.cancel(d.job_id)
         self._drop(d.job_id)
@@ -262,14 +257,20 @@ class Actions:
                            trace=(d.trace or "").splitlines()[-12:] or None)
         self.faulted[d.job_id] = d.reason
         if not self.dry_run:
-            try:
-                self.backend.update_job(d.job_id, Comment=protocol.rejected_comment(d.reason))
-            except SlurmError as exc:
-                self.metrics.error("slurm")
-                log.error("job %s: could not write the reason into its comment: %s", d.job_id,
-                          exc.render())
+            self._comment_reason(d.job_id, d.reason)
         self._drop(d.job_id)
         self._note_rejected(d.job_id, d.reason, "fault")
+
+    def _comment_reason(self, job_id: int, reason: str) -> None:
+        """The reason the daemon let go of the job, written into its comment
+        (where its owner reads it); Slurm refusing that is logged and
+        counted, never fatal: the job is out of the daemon's hands anyway."""
+        try:
+            self.backend.update_job(job_id, Comment=protocol.rejected_comment(reason))
+        except SlurmError as exc:
+            self.metrics.error("slurm")
+            log.error("job %s: could not write the reason into its comment: %s", job_id,
+                      exc.render())
 
     def started_running(self, d: Decision) -> None:
         rec = self.records.get(d.job_id)
