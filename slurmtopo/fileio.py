@@ -1,4 +1,5 @@
-"""Reading and writing user files: bounded reads, whole writes.
+"""Reading and writing files safely: bounded reads, no link followed where
+others may write, whole writes. The one home of that policy.
 
 Reading
     Every file slurmtopo reads from a user (inventory, node report, state,
@@ -10,6 +11,21 @@ Reading
     wrong path costs a one-line message, never a hang or gigabytes of
     memory. Where a command documents ``-`` for stdin, it reads stdin itself.
 
+Opening files in a directory slurmtopo owns
+    The placement daemon runs as root or SlurmUser; its spool holds its own
+    files and a ``requests/`` directory every user may write into. Whatever
+    a name there is, the daemon must never block on it (a FIFO), follow it
+    somewhere else (a link to ``/etc/shadow`` or to a file it would then
+    rewrite), read gigabytes of it or take someone else's file for its own.
+    :func:`open_file` and :func:`read_file` open such files: the directory
+    with ``O_NOFOLLOW`` and the file relative to it (``dir_fd``) with
+    ``O_NOFOLLOW | O_NONBLOCK``, then ``fstat`` on the open descriptor: a
+    regular file, owned by one of the expected users, no larger than the
+    caller's limit; a file created gets its mode whatever the umask. Every
+    refusal is an :class:`UnsafeFileError` naming the file. The same
+    regular-file check, byte limit and wording serve :func:`read_text`,
+    which (unlike these) follows a link the user named.
+
 Writing
     slurmctld reads ``topology.conf`` and ``gres.conf`` whenever it restarts;
     the planner reads node reports while agents rewrite them; ``slurmtopo
@@ -19,19 +35,22 @@ Writing
     does this for a set of files at once: all are staged before any is
     renamed, and a failure part-way puts the replaced ones back, so the
     targets end up all new or all old. Errors name the target, never a
-    temporary or backup file. Nothing is written world-writable. With
+    temporary or backup file. Nothing is written world-writable, and a
+    file gets the mode asked for whatever the umask (0600 for the daemon's
+    journal). With
     backups, the replaced file is kept as ``<file>.<stamp>.bak`` and only
     the newest :data:`KEEP_BACKUPS` (a parameter) of a target stay.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Collection, Dict, List, Optional, Sequence, Union
 
 from slurmtopo.errors import InventoryError, SlurmtopoError
 
@@ -46,10 +65,68 @@ MAX_FABRIC_DUMP_BYTES = 256 * MiB
 KEEP_BACKUPS = 5
 
 
-#: what each kind of non-regular file is called in the refusal
-_NOT_A_FILE = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a FIFO (pipe)"),
-               (stat.S_ISSOCK, "is a socket"), (stat.S_ISCHR, "is a device"),
-               (stat.S_ISBLK, "is a device"))
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_NOCTTY = getattr(os, "O_NOCTTY", 0)
+
+
+class UnsafeFileError(SlurmtopoError):
+    """A file in a directory slurmtopo owns (the daemon's spool) that it
+    may not use: a link, not a regular file, someone else's, too large."""
+
+
+def kind_of(mode: int) -> str:
+    """``a FIFO``, ``a directory``, ... for a file's ``st_mode``: what a
+    refusal calls a file that is not a regular one."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _size_words(limit: int) -> str:
+    return f"{limit // MiB} MiB" if limit and limit % MiB == 0 else f"{limit:,} bytes"
+
+
+def _checked(fd: int, path: str, error, what: str = "",
+             owners: Optional[Collection[int]] = None) -> os.stat_result:
+    """``fstat`` of the open ``fd`` (no race between a check and the open):
+    a regular file owned by one of ``owners`` (None: anyone; empty: no one,
+    the rightful owner being unknown), else ``error`` naming ``path``; the
+    descriptor is closed on a refusal."""
+    try:
+        st = os.fstat(fd)
+        note = f" (the {what})" if what else ""
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"is {kind_of(st.st_mode)}, not a regular file: refused{note}", path)
+        if owners is not None and st.st_uid not in owners:
+            if not owners:
+                raise error(f"the {what} belongs to uid {st.st_uid}, and its rightful owner "
+                            "cannot be checked (the owner is not known)", path)
+            raise error(f"the {what} belongs to uid {st.st_uid}, not to "
+                        + " or ".join(f"uid {u}" for u in sorted(set(owners))), path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return st
+
+
+def _read_bounded(fd: int, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``fd`` (one more than allowed tells a
+    file that is too long), read in pieces: never more memory than that."""
+    chunks = []
+    left = limit + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, MiB))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def open_regular(path) -> int:
@@ -59,26 +136,21 @@ def open_regular(path) -> int:
     itself (no race between a check and the open): a FIFO with no writer,
     a device or a terminal is refused at once instead of blocking the
     reader, a ``slurmtopo plan --inventory`` or the placement daemon,
-    forever. ``O_NOCTTY`` keeps a terminal from becoming ours. Raises
-    InventoryError naming ``path``; the caller closes the descriptor.
+    forever. ``O_NOCTTY`` keeps a terminal from becoming ours. A link the
+    user named is followed (the user's own choice; the files of a
+    directory slurmtopo owns go through :func:`open_file`, which follows
+    none). Raises InventoryError naming ``path``; the caller closes the
+    descriptor.
     """
     path = os.fspath(path)
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _NOCTTY | _CLOEXEC)
     except FileNotFoundError:
         raise InventoryError("cannot read: no such file", path) from None
     except OSError as exc:
         raise InventoryError(f"cannot read: {exc.strerror or exc}", path) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = next((why for test, why in _NOT_A_FILE if test(mode)), "is not a regular file")
-            raise InventoryError(f"{what}, not a regular file: refused", path)
-        os.set_blocking(fd, True)  # a regular file: reads block as usual
-    except BaseException:
-        os.close(fd)
-        raise
+    _checked(fd, path, InventoryError)
+    os.set_blocking(fd, True)  # a regular file: reads block as usual
     return fd
 
 
@@ -103,18 +175,100 @@ def read_text(path, limit: Optional[int] = None, errors: str = "strict") -> str:
     limit = MAX_TEXT_BYTES if limit is None else limit
     fd = open_regular(path)
     try:
-        with os.fdopen(fd, "rb") as fh:
-            data = fh.read(limit + 1)
+        data = _read_bounded(fd, limit)
     except OSError as exc:
         raise InventoryError(f"cannot read: {exc.strerror or exc}", path) from None
+    finally:
+        os.close(fd)
     if len(data) > limit:
-        raise InventoryError(f"larger than {limit // MiB} MiB: refused (is it the right file?)",
-                             path)
+        raise InventoryError(f"larger than {_size_words(limit)}: refused (is it the right "
+                             "file?)", path)
     try:
         return data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise InventoryError("not a text file (invalid UTF-8)", path, line) from None
+
+
+# --------------------------------------------------------------------------
+# files in a directory slurmtopo owns, which others may have written into
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "is a symbolic link (not followed)"
+    if exc.errno == errno.ENOTDIR:
+        return "is not a directory"
+    return f"cannot be opened ({exc.strerror or exc})"
+
+
+def open_dir(path: str) -> int:
+    """A descriptor of directory ``path``; its last component must not be a
+    symbolic link. FileNotFoundError passes through."""
+    try:
+        return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise UnsafeFileError(_why(exc), path) from None
+
+
+def open_file(directory: str, name: str, flags: int, owners: Optional[Collection[int]],
+              what: str, mode: int = 0o600) -> int:
+    """``name`` in ``directory`` opened with ``flags`` (plus no-follow,
+    non-blocking, close-on-exec, no controlling terminal), checked to be a
+    regular file owned by one of ``owners`` (None: anyone; empty: no one,
+    the rightful owner being unknown). The directory is opened without
+    following a link and the file looked up relative to it, so neither is
+    a link that is followed, and a FIFO is refused without blocking. With
+    ``O_CREAT`` the file gets ``mode`` whatever the umask (an older file
+    with another mode too). FileNotFoundError passes through; every
+    refusal is an :class:`UnsafeFileError` naming the file."""
+    dfd = open_dir(directory)
+    path = os.path.join(directory, name)
+    try:
+        try:
+            fd = os.open(name, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC | _NOCTTY, mode,
+                         dir_fd=dfd)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise UnsafeFileError(f"the {what} {_why(exc)}", path) from None
+    finally:
+        os.close(dfd)
+    st = _checked(fd, path, UnsafeFileError, what, owners)
+    if flags & os.O_CREAT and stat.S_IMODE(st.st_mode) != mode:
+        try:
+            os.fchmod(fd, mode)
+        except OSError as exc:
+            os.close(fd)
+            raise UnsafeFileError(f"the {what} cannot be made mode {mode:04o} "
+                                  f"({exc.strerror or exc})", path) from None
+    return fd
+
+
+def read_file(directory: str, name: str, limit: int, owners: Optional[Collection[int]],
+              what: str) -> bytes:
+    """At most ``limit`` bytes of ``name`` in ``directory`` (see
+    :func:`open_file`); a longer file is refused, not cut."""
+    fd = open_file(directory, name, os.O_RDONLY, owners, what)
+    path = os.path.join(directory, name)
+    try:
+        if os.fstat(fd).st_size > limit:
+            raise UnsafeFileError(f"the {what} is larger than {_size_words(limit)}", path)
+        try:
+            data = _read_bounded(fd, limit)
+        except OSError as exc:
+            raise UnsafeFileError(f"the {what} cannot be read ({exc.strerror})", path) from None
+        if len(data) > limit:
+            raise UnsafeFileError(f"the {what} is larger than {_size_words(limit)}", path)
+        return data
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------
+# writing
 
 
 def ensure_dir(path, what: str = "output directory", mode: int = 0o777) -> str:

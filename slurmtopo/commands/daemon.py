@@ -185,7 +185,7 @@ def status_cmd(spool, as_json, events, backend_name):
 
     Exit code 0 when a daemon holds the spool on this host, 3 when none
     does (the last status is shown all the same), 2 on an error."""
-    from slurmtopo.daemon.safefiles import read_file
+    from slurmtopo.fileio import read_file
     from slurmtopo.daemon.spool import STATUS_FILE, SpoolLock, read_events, spool_path
     from slurmtopo.daemon.status import read_status
     from slurmtopo.termsafe import printable

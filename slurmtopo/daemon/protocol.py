@@ -380,7 +380,7 @@ def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] =
     ``<spool>/requests``: opened without following a link or blocking on a
     FIFO, a regular file owned by one of ``owners`` (None: not checked) of
     at most MAX_REQUEST_BYTES, whose SHA-256 starts with its name."""
-    from slurmtopo.daemon.safefiles import read_file
+    from slurmtopo.fileio import read_file
 
     directory = os.path.join(spool, REQUESTS_DIR)
     path = os.path.join(directory, name + ".json")

@@ -16,7 +16,7 @@ user and nobody else may write into it (:func:`prepare_spool` refuses to
 start otherwise), except ``requests/`` (mode 1733: everyone may create a
 file, nobody may list it or remove another user's). The daemon's own files
 are created with fixed modes whatever the umask (:data:`MODES`), opened
-without following links or blocking (:mod:`slurmtopo.daemon.safefiles`),
+without following links or blocking (:mod:`slurmtopo.fileio`),
 and read back like user input: bounded, nesting checked, every value of a
 record validated (:meth:`JobRecord.from_dict`).
 
@@ -36,9 +36,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from slurmtopo.daemon.decisions import JobRecord
 from slurmtopo.daemon.protocol import REQUESTS_DIR
-from slurmtopo.daemon.safefiles import SpoolFileError, open_dir, open_file, read_file
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.fileio import atomic_write
+from slurmtopo.fileio import UnsafeFileError, atomic_write, open_dir, open_file, read_file
 
 log = logging.getLogger("slurmtopo.daemon")
 
@@ -216,7 +215,7 @@ class Journal:
                             "journal")
         except FileNotFoundError:
             return []
-        except SpoolFileError as exc:
+        except UnsafeFileError as exc:
             if "larger than" not in exc.message:
                 raise SlurmtopoError(f"{exc.message}; refusing to use this spool (has someone "
                                      "else written into it?)", exc.path) from None
@@ -347,8 +346,6 @@ class Journal:
             fd = open_file(self.spool, EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                            {os.geteuid()}, "event log", MODES[EVENTS_FILE])
             try:
-                if stat.S_IMODE(os.fstat(fd).st_mode) != MODES[EVENTS_FILE]:
-                    os.fchmod(fd, MODES[EVENTS_FILE])
                 while written < len(data):
                     written += os.write(fd, data[written:])
                 os.fsync(fd)
@@ -432,8 +429,6 @@ class SpoolLock:
             raise SlurmtopoError(f"cannot open the daemon's lock file ({exc.strerror}); is "
                                  "--spool a directory this user may write?", self.path) from None
         try:
-            if stat.S_IMODE(os.fstat(fd).st_mode) != MODES[LOCK_FILE]:
-                os.fchmod(fd, MODES[LOCK_FILE])
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             try:
