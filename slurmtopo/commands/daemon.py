@@ -21,6 +21,7 @@ from typing import Optional
 import click
 
 from slurmtopo.daemon.protocol import DEFAULT_SPOOL
+from slurmtopo.daemon.spool import EventLogLimits
 from slurmtopo.errors import SlurmtopoError
 
 
@@ -85,9 +86,16 @@ def command():
 @click.option("--metrics-textfile", default=None, metavar="PATH",
               help="Write Prometheus metrics to this *.prom file after every cycle, for "
                    "node-exporter's textfile collector (needs prometheus-client).")
+@click.option("--events-max-mib", type=click.IntRange(1, 1 << 20),
+              default=EventLogLimits().max_bytes >> 20, show_default=True,
+              help="Rotate the spool's events.log when it would grow past this many MiB.")
+@click.option("--events-keep", type=click.IntRange(1, 100), default=EventLogLimits().keep,
+              show_default=True,
+              help="Rotated event logs kept (events.log.1 the newest); older ones are removed.")
 def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, reservations,
             alternatives, max_releases, best_fit_releases, default_wait, on_reject, dry_run,
-            log_level, metrics_port, metrics_addr, metrics_textfile):
+            log_level, metrics_port, metrics_addr, metrics_textfile, events_max_mib,
+            events_keep):
     """Watch held slurmtopo jobs and release each onto a good placement."""
     from slurmtopo.daemon.loop import Daemon, inventory_loader
     from slurmtopo.daemon.spool import SpoolLock
@@ -129,7 +137,8 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
                      best_fit_releases=best_fit_releases, default_wait=default_wait)
         daemon = Daemon(backend, inv, spool, cfg, on_reject=on_reject, dry_run=dry_run,
                         inventory_loader=loader, metrics=metrics,
-                        inventory_label=", ".join(os.path.abspath(p) for p in inventory_path))
+                        inventory_label=", ".join(os.path.abspath(p) for p in inventory_path),
+                        events_limits=EventLogLimits(events_max_mib << 20, events_keep))
 
         def stop(signum, frame):
             logging.getLogger("slurmtopo.daemon").info("signal %d: stopping after this cycle",

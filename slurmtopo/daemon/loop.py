@@ -73,8 +73,8 @@ from slurmtopo.daemon.decisions import (FAULT, RELEASE, ClusterView, Config, Dec
                                         QueuedJob, fault)
 from slurmtopo.daemon.metrics import NO_METRICS, NoMetrics
 from slurmtopo.daemon.scheduler import decide
-from slurmtopo.daemon.spool import (STATUS_FILE, MODES, Journal, SpoolError, prepare_spool,
-                                    spool_path)
+from slurmtopo.daemon.spool import (STATUS_FILE, MODES, EventLogLimits, Journal, SpoolError,
+                                    prepare_spool, spool_path)
 from slurmtopo.daemon.status import STATUS_KIND
 from slurmtopo.daemon.still_ours import TERMINAL
 from slurmtopo.errors import SlurmError, SlurmtopoError
@@ -99,7 +99,8 @@ class Daemon(Actions):
                  on_reject: str = "cancel", dry_run: bool = False,
                  clock: Callable[[], float] = time.time,
                  inventory_loader: Optional[Callable[[], object]] = None,
-                 inventory_label: Optional[str] = None, metrics: NoMetrics = NO_METRICS):
+                 inventory_label: Optional[str] = None, metrics: NoMetrics = NO_METRICS,
+                 events_limits: EventLogLimits = EventLogLimits()):
         if on_reject not in ("cancel", "hold"):
             raise SlurmtopoError("--on-reject must be cancel or hold")
         self.backend = backend
@@ -108,7 +109,7 @@ class Daemon(Actions):
         self.inventory_label = inventory_label or getattr(inventory, "source", None)
         self.spool = spool_path(spool)
         prepare_spool(self.spool)
-        self.journal = Journal(self.spool)
+        self.journal = Journal(self.spool, events_limits)
         self.cfg = config or Config()
         self.on_reject = on_reject
         self.dry_run = dry_run

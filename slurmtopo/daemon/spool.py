@@ -3,7 +3,8 @@
 * ``journal.json`` -- one record per job the daemon manages, replaced
   atomically (:class:`Journal`);
 * ``events.log`` -- the append-only event log, one JSON object a line,
-  fsynced (:class:`Journal`, :func:`read_events`);
+  fsynced (:class:`Journal`, :func:`read_events`); rotated by size to
+  ``events.log.1`` ... ``events.log.<keep>`` (:class:`EventLogLimits`);
 * ``status.json`` -- what ``slurmtopo daemon status`` shows (written by the
   loop, :data:`STATUS_FILE`);
 * ``daemon.lock`` -- the ``flock`` that keeps a second daemon off the same
@@ -32,7 +33,8 @@ import logging
 import os
 import stat
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Dict, List, Optional
 
 from slurmtopo.daemon.decisions import JobRecord
 from slurmtopo.daemon.protocol import REQUESTS_DIR
@@ -62,8 +64,33 @@ MODES = {JOURNAL_FILE: 0o600, EVENTS_FILE: 0o600, JOURNAL_FILE + DAMAGED_SUFFIX:
 MAX_JOURNAL_BYTES = 64 << 20
 #: nesting of the journal document (document, jobs, record, gpus, list)
 JOURNAL_DEPTH = 6
-#: how much of the end of events.log `read_events` reads
+#: how much of the end of events.log (and the rotated logs before it)
+#: `read_events` reads
 MAX_EVENTS_READ = 16 << 20
+#: rotated logs `read_events` walks back through at most
+MAX_ROTATED_READ = 16
+
+
+@dataclass(frozen=True)
+class EventLogLimits:
+    """How large ``events.log`` may grow before it is rotated, and how many
+    rotated logs stay (``events.log.1`` the newest): a daemon that runs for
+    years keeps at most about ``max_bytes * (keep + 1)`` of events, never
+    fills the spool's file system with them. The defaults are
+    ``slurmtopo daemon run``'s (``--events-max-mib``, ``--events-keep``)."""
+
+    max_bytes: int = 64 << 20
+    keep: int = 3
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1 or self.keep < 1:
+            raise SlurmtopoError(f"the event log limits must be at least 1 byte and 1 rotated "
+                                 f"log (got {self.max_bytes} bytes, {self.keep})")
+
+
+def rotated_name(n: int) -> str:
+    """The name of the ``n``-th rotated event log (1: the newest)."""
+    return f"{EVENTS_FILE}.{n}"
 
 
 class SpoolError(SlurmtopoError):
@@ -164,8 +191,9 @@ class Journal:
     dropped, never kept to be written again. What failed is collected in
     :attr:`problems` for the loop to report once per cycle."""
 
-    def __init__(self, spool: str):
+    def __init__(self, spool: str, events_limits: EventLogLimits = EventLogLimits()):
         self.spool = spool_path(spool)
+        self.events_limits = events_limits
         self.path = os.path.join(self.spool, JOURNAL_FILE)
         #: per-job files of daemons before 0.x: read once, removed on the
         #: first write of journal.json
@@ -338,13 +366,14 @@ class Journal:
     def _append_events(self) -> None:
         """The pending event lines, appended and fsynced; each is handed to
         the disk once: written, or counted in lost_events (a spool that
-        fails for 23 cycles does not get 23 copies of anything)."""
+        fails for 23 cycles does not get 23 copies of anything). A log
+        these lines would take past ``events_limits.max_bytes`` is rotated
+        first (:meth:`_rotate_events`)."""
         lines, self._lines = self._lines, []
         data = "".join(lines).encode()
         written = 0
         try:
-            fd = open_file(self.spool, EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                           {os.geteuid()}, "event log", MODES[EVENTS_FILE])
+            fd = self._events_fd(len(data))
             try:
                 while written < len(data):
                     written += os.write(fd, data[written:])
@@ -358,8 +387,56 @@ class Journal:
                 if end > written:
                     lost += 1
             self.lost_events += lost
-            why = exc.render() if isinstance(exc, SlurmtopoError) else (exc.strerror or str(exc))
-            self.problem(f"cannot write {EVENTS_FILE}: {why}")
+            self.problem(f"cannot write {EVENTS_FILE}: {_why(exc)}")
+
+    def _open_events(self) -> int:
+        return open_file(self.spool, EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                         {os.geteuid()}, "event log", MODES[EVENTS_FILE])
+
+    def _events_fd(self, adding: int) -> int:
+        """``events.log`` opened to append ``adding`` bytes, rotated first
+        when they would take a log that is not empty past the limit (one
+        flush larger than the limit still goes into one file, whole)."""
+        fd = self._open_events()
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:
+            os.close(fd)
+            raise
+        if not size or size + adding <= self.events_limits.max_bytes:
+            return fd
+        os.close(fd)
+        self._rotate_events()
+        return self._open_events()
+
+    def _rotate_events(self) -> None:
+        """``events.log`` becomes ``events.log.1``, ``.1`` becomes ``.2`` ...
+        and the oldest, ``.<keep>``, is replaced. Every step is one
+        ``rename`` relative to the spool's descriptor: atomic, and a name
+        is replaced, never followed (a link planted at ``events.log.1`` is
+        renamed or dropped, what it points to is never opened or written).
+        A crash between two renames leaves a gap in the numbers, never a
+        lost or doubled line. The append that follows creates a new
+        ``events.log`` (0600, the daemon's). A step that fails (a directory
+        in the way) is a problem of the cycle, and the lines go on to the
+        log as it is: events are not lost for a rotation."""
+        try:
+            dfd = open_dir(self.spool)
+        except (OSError, SlurmtopoError) as exc:
+            self.problem(f"cannot rotate {EVENTS_FILE}: {_why(exc)}")
+            return
+        try:
+            names = [EVENTS_FILE] + [rotated_name(n) for n in range(1, self.events_limits.keep + 1)]
+            for newer, older in reversed(list(zip(names, names[1:]))):
+                try:
+                    os.rename(newer, older, src_dir_fd=dfd, dst_dir_fd=dfd)
+                except FileNotFoundError:
+                    continue
+            os.fsync(dfd)
+        except OSError as exc:
+            self.problem(f"cannot rotate {EVENTS_FILE}: {_why(exc)}")
+        finally:
+            os.close(dfd)
 
     def _drop_legacy(self) -> None:
         if not os.path.isdir(self.legacy_dir) or os.path.islink(self.legacy_dir):
@@ -381,25 +458,42 @@ class Journal:
 
 def read_events(spool: str, job_id: Optional[int] = None, limit: Optional[int] = None
                 ) -> List[Dict[str, object]]:
-    """The events of the log (of ``job_id``; the last ``limit``), from at
-    most its last MAX_EVENTS_READ bytes; lines that are not events (cut by
-    a crash) are skipped. A log that is not a regular file, or that the
-    caller may not read (it is the daemon's alone), is a SlurmtopoError."""
+    """The events of the log (of ``job_id``; the last ``limit``), oldest
+    first, from at most the last MAX_EVENTS_READ bytes of ``events.log``
+    and, where it is shorter, of the rotated logs before it (``.1``,
+    ``.2`` ...: a rotation does not empty ``daemon status --events``);
+    lines that are not events (cut by a crash) are skipped. An
+    ``events.log`` that is not a regular file, or that the caller may not
+    read (it is the daemon's alone), is a SlurmtopoError; a rotated log
+    that cannot be used ends the walk back."""
     from slurmtopo.daemon.boundedjson import JsonRefused, loads
 
-    try:
-        fd = open_file(spool_path(spool), EVENTS_FILE, os.O_RDONLY, None, "event log")
-    except FileNotFoundError:
-        return []
-    try:
-        size = os.fstat(fd).st_size
-        start = max(0, size - MAX_EVENTS_READ)
-        data = os.pread(fd, MAX_EVENTS_READ, start)
-    finally:
-        os.close(fd)
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    if start:
-        lines = lines[1:]  # the first line is cut
+    spool = spool_path(spool)
+    chunks: List[bytes] = []
+    budget = MAX_EVENTS_READ
+    for n in range(MAX_ROTATED_READ + 1):
+        name = rotated_name(n) if n else EVENTS_FILE
+        try:
+            fd = open_file(spool, name, os.O_RDONLY, None, "event log")
+        except FileNotFoundError:
+            break
+        except SlurmtopoError:
+            if not n:
+                raise
+            break
+        try:
+            size = os.fstat(fd).st_size
+            start = max(0, size - budget)
+            data = os.pread(fd, budget, start)
+        finally:
+            os.close(fd)
+        budget -= len(data)
+        if start:
+            data = data[data.find(b"\n") + 1:] if b"\n" in data else b""  # the first line is cut
+        chunks.append(data if data.endswith(b"\n") or not data else data + b"\n")
+        if budget <= 0 or start:
+            break
+    lines = b"".join(reversed(chunks)).decode("utf-8", errors="replace").split("\n")
     out = []
     for line in lines:
         if not line.strip():
@@ -411,6 +505,11 @@ def read_events(spool: str, job_id: Optional[int] = None, limit: Optional[int] =
         if isinstance(e, dict) and (job_id is None or e.get("job") == job_id):
             out.append(e)
     return out[-limit:] if limit else out
+
+
+def _why(exc: Exception) -> str:
+    return exc.render() if isinstance(exc, SlurmtopoError) else (
+        getattr(exc, "strerror", None) or str(exc))
 
 
 class SpoolLock:
