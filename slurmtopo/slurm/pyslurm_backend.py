@@ -51,6 +51,16 @@ test_slurm_backend.py and a unit test on the fake):
 * ``#SBATCH --segment=S`` is ignored: set as ``segment_size``.
 * a multi-node job with GRES and no ``ntasks`` is given one task and never
   starts: ``ntasks`` is set to nodes x tasks per node.
+
+Accounting (``slurmtopo audit --sacct``, ``slurmtopo show`` of a job
+slurmctld has forgotten) goes through ``sacct``, the command-line backend's
+:meth:`accounting` and :meth:`accounted_work_dir`, as ``--switches`` goes
+through ``sbatch``; where ``sacct`` is not on PATH it is one error line
+saying accounting needs it. Not pyslurm's ``pyslurm.db.Jobs``: it needs a
+slurmdbd, which neither the dev cluster nor CI runs (no database), so it
+could not be checked against a real Slurm, and its records would have to be
+rewritten into the ``sacct -P`` text the audit reads, a second copy of
+sacct's formatting.
 """
 from __future__ import annotations
 
@@ -372,6 +382,24 @@ class PySlurmBackend(SlurmBackend):
             return CliBackend().submit(script, args, hold=hold)
         except SlurmError as exc:
             raise SlurmError(f"{why}, and sbatch failed too: {exc.render()}") from None
+
+    # -- accounting: through sacct (see the module doc) ----------------------
+    def _sacct(self):
+        """The command-line backend, to run ``sacct``; a one-line SlurmError
+        where sacct is not on PATH."""
+        import shutil
+        from slurmtopo.slurm.cli_backend import CliBackend
+
+        if shutil.which("sacct") is None:
+            raise SlurmError("accounting needs sacct (the cli backend), and sacct is not on "
+                             "PATH; the pyslurm backend reads no accounting itself")
+        return CliBackend()
+
+    def accounting(self, start: str, end: str, fields: Sequence[str]) -> str:
+        return self._sacct().accounting(start, end, fields)
+
+    def accounted_work_dir(self, job_id: int) -> Optional[str]:
+        return self._sacct().accounted_work_dir(job_id)
 
     def update_job(self, job_id: int, **fields: str) -> None:
         if not fields:

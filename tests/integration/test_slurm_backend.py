@@ -226,3 +226,22 @@ def test_parsers_read_what_this_slurm_prints(devcluster, backend):
     # and the backend reads this version's live output as the parsers read the recording
     live = {n.name: n for n in backend.nodes()}
     assert live["node2"].gpus_used == set(devcluster.gpus(a)["node2"])
+
+
+def test_accounting_passes_sacct_on_in_one_line(devcluster, backend, monkeypatch):
+    """Both backends read accounting with the real sacct (the pyslurm one
+    through the command-line backend, see its module doc). The dev cluster
+    keeps none (AccountingStorageType=accounting_storage/none): sacct's own
+    refusal comes back as one line, and a job's accounted work directory is
+    unknown, not an error."""
+    monkeypatch.setenv("PATH", devcluster.env["PATH"])
+    monkeypatch.setenv("SLURM_CONF", str(devcluster.conf))
+    with pytest.raises(SlurmError) as exc:
+        backend.accounting("now-1hours", "now", ["JobID", "State"])
+    text = exc.value.render()
+    assert "accounting storage is disabled" in text and "\n" not in text, text
+    jid = _sleeper(devcluster)
+    try:
+        assert backend.accounted_work_dir(jid) is None
+    finally:
+        devcluster.run(["scancel", str(jid)])

@@ -288,3 +288,31 @@ def test_gpu_and_shape_options_reach_pyslurm(fake):
     desc = fake.jobs[jid].desc
     assert (desc["nodes"], desc["ntasks"], desc["gres_per_node"], desc["constraints"]) == \
         ("2", "2", "gpu:2", "ib")
+
+
+def test_accounting_goes_through_sacct(fake, slurm, monkeypatch):
+    """``audit --sacct`` and ``show`` of a forgotten job with the pyslurm
+    backend: sacct's text, read by the command-line backend (pyslurm's db
+    API would need a slurmdbd: see the module doc)."""
+    slurm.on("sacct -a -X -P -S 2025-03-03 -E now -o JobID,State",
+             stdout="JobID|State\n202|COMPLETED\n")
+    slurm.on("sacct -j 202 -X -n -P -o WorkDir", stdout="/home/alice/run\n")
+    monkeypatch.setenv("PATH", slurm.env["PATH"])
+    backend = pb.PySlurmBackend(fake_pyslurm)
+    assert backend.accounting("2025-03-03", "now", ["JobID", "State"]) == \
+        "JobID|State\n202|COMPLETED\n"
+    assert backend.accounted_work_dir(202) == "/home/alice/run"
+    with pytest.raises(SlurmError, match="bad start time"):
+        backend.accounting("-x", "now", ["JobID"])
+
+
+def test_accounting_without_sacct_is_one_line(fake, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    backend = pb.PySlurmBackend(fake_pyslurm)
+    for call in (lambda: backend.accounting("2025-03-03", "now", ["JobID"]),
+                 lambda: backend.accounted_work_dir(202)):
+        with pytest.raises(SlurmError) as exc:
+            call()
+        assert exc.value.render() == "accounting needs sacct (the cli backend), and sacct " \
+                                     "is not on PATH; the pyslurm backend reads no accounting " \
+                                     "itself"
