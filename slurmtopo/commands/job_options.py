@@ -118,6 +118,10 @@ class LazyBackend:
         return self._backend
 
 
+#: the ``--state`` values that mean "what Slurm says now"
+LIVE_STATES = ("live", "slurm")
+
+
 def state_for(inv, state_path, backend: LazyBackend, partition=None):
     """The cluster state ``--state`` names: ``live`` (or ``slurm``): what
     Slurm says now; ``none`` (or nothing): every node idle; else a snapshot
@@ -125,7 +129,7 @@ def state_for(inv, state_path, backend: LazyBackend, partition=None):
     what is submitted."""
     from slurmtopo import api
 
-    if state_path in ("live", "slurm"):
+    if state_path in LIVE_STATES:
         return api.live_state(inv, backend.get(), partition)
     if state_path in (None, "none"):
         return api.LiveState(api.load_state_file(inv, None), "no state (every node idle)")

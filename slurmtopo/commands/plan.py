@@ -16,7 +16,7 @@ from typing import List
 
 import click
 
-from slurmtopo.commands.job_options import (LazyBackend, command_from, job_options,
+from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, command_from, job_options,
                                             load_job_cluster, request_from, script_options_from,
                                             state_for, state_options)
 
@@ -59,7 +59,7 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
         from slurmtopo.cost.styles import parse_model
         parse_model(model)
     job = api.prepare(inv, state, req, cmd, script_options_from(o, o["inventory_path"]),
-                      queue=state_path in ("live", "slurm"),
+                      queue=state_path in LIVE_STATES,
                       partition_members=live.partition_members,
                       features=live.features or None)
     step = None

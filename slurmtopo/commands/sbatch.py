@@ -32,7 +32,7 @@ from typing import List
 
 import click
 
-from slurmtopo.commands.job_options import (LazyBackend, command_from, job_options,
+from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, command_from, job_options,
                                             load_job_cluster, request_from, script_options_from,
                                             state_for, state_options)
 from slurmtopo.errors import SlurmtopoError
@@ -74,7 +74,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     inv, topo_notes = load_job_cluster(o, write_cache=not dry_run)
     backend = LazyBackend(backend_name)
     live = state_for(inv, state_path, backend, o.get("partition"))
-    if state_path in (None, "live", "slurm") and not o.get("slurm_version"):
+    if state_path in LIVE_STATES and not o.get("slurm_version"):
         o = dict(o, slurm_version=api.segment_release(inv, backend.get))
     req = request_from(o, parse_wait(wait), cmd)
     job = api.prepare(inv, live.state, req, cmd,
