@@ -149,8 +149,7 @@ def _divide(text: str, width: int) -> List[int]:
     return breaks
 
 
-def _table(sheet: Sheet, width: int) -> List[str]:
-    content, total = sheet.layout(cell_len)
+def _table(sheet: Sheet, content: List[int], total: int) -> List[str]:
     pads = sheet.paddings()
     box = _SIMPLE_HEAD if sheet.compact else _HEAVY_HEAD
     cols = [max(w + left + right, 1) for w, (left, right) in zip(content, pads)]
@@ -195,13 +194,11 @@ def render(parts: Iterable[Part], width: int) -> str:
     for p in parts:
         if isinstance(p, Line):
             lines.extend(wrap(p.plain, width))
-        elif sheet_fits(p, width):
-            lines.extend(_table(p, width))
+            continue
+        content, total = p.layout(cell_len)  # the one measurement of its cells
+        if total <= width:
+            lines.extend(_table(p, content, total))
         else:
-            for ln in p.records(width, cell_len):
+            for ln in p.records(width, cell_len, content):
                 lines.extend(wrap(ln.plain, width))
     return "".join(ln[:width] + "\n" for ln in lines)
-
-
-def sheet_fits(sheet: Sheet, width: int) -> bool:
-    return sheet.layout(cell_len)[1] <= width

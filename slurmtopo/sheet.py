@@ -97,19 +97,20 @@ class Sheet:
         return widths
 
     def layout(self, cell_len: Callable[[str], int]) -> Tuple[List[int], int]:
-        """The content widths, and the table's width with padding and box:
-        it fits a terminal of at least that many columns."""
+        """The content widths (:meth:`content_widths`), and the table's
+        width with padding and box: it fits a terminal of at least that
+        many columns."""
         content = self.content_widths(cell_len)
         pads = self.paddings()
         cols = [max(w + left + right, 1) for w, (left, right) in zip(content, pads)]
         box = len(self.columns) - 1 + 2 if self.columns else 0
         return content, sum(cols) + box
 
-    def chunks(self, width: int, cell_len: Callable[[str], int]) -> List[List[int]]:
+    def chunks(self, width: int, content: Sequence[int]) -> List[List[int]]:
         """For the inline records: the columns after the leading ones (the
         host, and its leaf when shown) in chunks whose lines fit ``width``,
-        each printed with the leading columns again."""
-        content = self.content_widths(cell_len)
+        each printed with the leading columns again (``content``: the
+        columns' widths, :meth:`content_widths`)."""
         lead = self.lead_columns()
         base = sum(content[:lead]) + max(lead - 1, 0)
         out: List[List[int]] = []
@@ -136,11 +137,11 @@ class Sheet:
             n += 1
         return max(n, 1)
 
-    def inline_lines(self, width: int, cell_len: Callable[[str], int]) -> List[Line]:
+    def inline_lines(self, width: int, cell_len: Callable[[str], int],
+                     content: Sequence[int]) -> List[Line]:
         """The inline records: per chunk of columns, the headers, then a
         line a row, every column padded to its widest cell (numbers to the
         right), so the columns line up at any terminal width."""
-        content = self.content_widths(cell_len)
         lead = self.lead_columns()
         labels = self.record_labels()
         out: List[Line] = []
@@ -149,7 +150,7 @@ class Sheet:
             gap = " " * (content[i] - cell_len(text))
             return text + gap if self.columns[i].justify == "left" else gap + text
 
-        for chunk in self.chunks(width, cell_len):
+        for chunk in self.chunks(width, content):
             cols = list(range(lead)) + chunk
             out.append(line(" ".join(pad(labels[i], i) for i in cols), "table.header"))
             for row in self.rows:
@@ -172,13 +173,16 @@ class Sheet:
         """A block per row (:func:`block_lines`)."""
         return block_lines(self.record_labels(), [[c.plain for c in row] for row in self.rows])
 
-    def records(self, width: int, cell_len: Callable[[str], int]) -> List[Line]:
+    def records(self, width: int, cell_len: Callable[[str], int],
+                content: Sequence[int]) -> List[Line]:
         """The table as lines, for a terminal too narrow for it: title,
-        the rows (inline or as blocks), caption."""
+        the rows (inline or as blocks), caption (``content``: the columns'
+        widths, :meth:`content_widths`, measured once by the caller)."""
         out: List[Line] = []
         if self.title:
             out.append(line(self.title, "table.title"))
-        out.extend(self.inline_lines(width, cell_len) if self.inline else self.block_lines())
+        out.extend(self.inline_lines(width, cell_len, content) if self.inline
+                   else self.block_lines())
         if self.caption:
             out.append(line(self.caption, "table.caption"))
         return out

@@ -80,7 +80,7 @@ class FittedSheet:
 
     def records(self, width: int) -> Iterator[Text]:
         """The records at ``width`` columns, as rich text."""
-        for ln in self.sheet.records(width, cell_len):
+        for ln in self.sheet.records(width, cell_len, self.widths):
             yield rich_line(ln)
 
 
