@@ -10,8 +10,9 @@ short and a value is never cut (at worst a long value wraps between
 words, "27.8 ms" staying whole).
 
 :class:`FittedSheet` (the plan preview's tables, ``slurmtopo.sheet``)
-measures the cells once, by :meth:`Sheet.layout`, and gives rich the
-widths as fixed column widths; ``slurmtopo.plainout`` lays the same sheet
+measures the cells once, by :meth:`Sheet.layout`, to decide, and gives
+rich the widths as fixed column widths where every rich version lays a
+fixed width out alike (:func:`rich_table`); ``slurmtopo.plainout`` lays the same sheet
 out without rich, byte for byte the same where there are no colours.
 :class:`Fitted` does the same for a rich table built elsewhere (the audit
 report's), measured by rich.
@@ -48,8 +49,12 @@ def rich_table(sheet: Sheet, widths: List[int]) -> Table:
         t.caption = sheet.caption
         t.caption_justify = "left"
     for col, w in zip(sheet.columns, widths):
+        # fixed widths spare rich its own pass over the cells, but rich
+        # before 15 adds the edge padding that pad_edge=False leaves out to
+        # a fixed width (rich issue 3892): the compact table is measured by
+        # rich, once, as it renders
         t.add_column(col.header, justify=col.justify, no_wrap=True, style=col.style or None,
-                     width=w)
+                     width=None if sheet.compact else w)
     for i, (row, style) in enumerate(zip(sheet.rows, sheet.row_styles)):
         t.add_row(*(rich_line(c) for c in row), style=style or None)
         if i in sheet.sections:
