@@ -161,7 +161,7 @@ def cost_sheet(plan_cost, naive_cost=None, all_kinds: bool = False) -> Sheet:
     ``all_kinds``): groups x size, collective and message, slowest link and
     modelled time of the plan and, when given, of the naive placement with
     the gain. A table on an 80-column terminal; on one too narrow for it,
-    a block per kind (:class:`slurmtopo.tablefit.Fitted`), never a cut
+    a block per kind (:meth:`slurmtopo.sheet.Sheet.records`), never a cut
     number."""
     title = "Modelled communication per step" + (" (plan vs naive)" if naive_cost else "")
     columns = [Column("group"), Column("collective"), Column("slowest"),
