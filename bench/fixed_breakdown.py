@@ -93,16 +93,17 @@ outs = {"rank map": Output(os.path.join(out_dir, "rankmap.json"),
 mark("per-rank files and the script: text")
 write_all(list(outs.values()))
 mark("write the files (staged, fsynced, renamed)")
-from rich.console import Console
-from slurmtopo.preview import render_plan
-mark("import rich and the preview")
-view = render_plan(job.placement, inv, req.layout, job.costs.plan, job.costs.naive, live.state,
-                   None, list(topo_notes) + list(job.notes), job.script,
+from slurmtopo import plainout
+from slurmtopo.preview import plan_parts
+mark("import the preview (rich only for a terminal)")
+parts = plan_parts(job.placement, inv, req.layout, job.costs.plan, job.costs.naive,
+                   live.state, None, list(topo_notes) + list(job.notes), job.script,
                    {w: x.path for w, x in outs.items()}, bound=job.costs.bound,
                    idle_bound=job.costs.idle_bound)
-mark("preview: its parts (splits, warnings)")
-Console(soft_wrap=False, file=io.StringIO()).print(view)
-mark("preview: rich's render")
+mark("preview: its parts (grid, cost table, splits, warnings)")
+assert plainout.all_narrow(parts)
+io.StringIO().write(plainout.render(parts, plainout.DEFAULT_WIDTH))
+mark("preview: laid out as into a pipe (without rich)")
 steps = {}
 prev = 0.0
 for name, t in marks:

@@ -1,4 +1,4 @@
-"""The plan as a person reads it (rich renderables; pure: no printing here).
+"""The plan as a person reads it (pure: no printing here).
 
 The parts, each answering one question before the job is submitted:
 
@@ -12,21 +12,24 @@ The parts, each answering one question before the job is submitted:
 * **warnings** (from the cost model and the planner, and when the plan
   models far above the lower bound on the free GPUs): "what is still slow?".
 
-Callers print the returned renderables (``Console().print(...)``); tests
-render them with ``Console(record=True)``.
+Each part is built once as plain data (:mod:`slurmtopo.sheet`: lines and
+tables, :func:`plan_parts`); :func:`render_plan` and the other rich
+functions hand them to rich (``Console().print(...)``; tests render them
+with ``Console(record=True)``), ``slurmtopo.plainout`` writes them into a
+file or a pipe without rich, the same bytes.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+from slurmtopo.sheet import Column, Line, Sheet, line
 from slurmtopo.termsafe import printable
 
 if TYPE_CHECKING:  # rich is imported where a renderable is built: `plan --json` needs none
-    from rich.console import Group, RenderableType
-    from rich.table import Table
+    from rich.console import Group
     from rich.text import Text
 
-    from slurmtopo.tablefit import Fitted
+    from slurmtopo.tablefit import FittedSheet
 
 #: distinct, readable on dark and light terminals
 PALETTE = ("bright_cyan", "bright_magenta", "bright_green", "yellow", "bright_blue",
@@ -82,16 +85,20 @@ def _short(link) -> str:
 
 
 def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
-         max_hosts: int = MAX_GRID_HOSTS) -> "Fitted":
+         max_hosts: int = MAX_GRID_HOSTS) -> "FittedSheet":
+    """:func:`grid_sheet` in rich."""
+    from slurmtopo.tablefit import FittedSheet
+
+    return FittedSheet(grid_sheet(placement, inv, color_by, state, max_hosts))
+
+
+def grid_sheet(placement, inv=None, color_by: Optional[str] = None, state=None,
+               max_hosts: int = MAX_GRID_HOSTS) -> Sheet:
     """Nodes (rows, in placement order) by GPUs (columns); a cell shows the
     rank on that GPU in the colour of its ``color_by`` group; ``·`` is a
     free GPU, ``busy`` one that other jobs hold (from ``state``). On a
-    terminal too narrow for the table, a line a node (ranks never cut)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from slurmtopo.tablefit import Fitted
-
+    terminal too narrow for the table, a line a node, the columns aligned
+    and split into chunks that fit (ranks never cut)."""
     from slurmtopo.groups import rank_to_group
     from slurmtopo.topology import network_view
 
@@ -106,13 +113,10 @@ def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
     view = network_view(inv.fabric) if inv is not None else None
     title = f"Rank placement ({placement.world_size} ranks on {len(hosts)} nodes)"
     caption = (f"cell = global rank, colour = {kind} group" if kind else "cell = global rank")
-    t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    t.add_column("node", no_wrap=True)
     show_leaf = view is not None and not view.flat
-    if show_leaf:
-        t.add_column("leaf", no_wrap=True, style="dim")
-    for g in range(n_gpus):
-        t.add_column(f"GPU{g}", justify="right", no_wrap=True)
+    columns = [Column("node")] + ([Column("leaf", style="dim")] if show_leaf else []) + [
+        Column(f"GPU{g}", justify="right") for g in range(n_gpus)]
+    t = Sheet(title=title, columns=columns, caption=caption, inline=True)
     for h in hosts[:max_hosts]:
         on = {s.gpu: s for s in placement.ranks_on(h)}
         busy = set()
@@ -120,58 +124,57 @@ def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
             busy = set(state.nodes[h].busy_gpus)
         node = inv.nodes.get(h) if inv is not None else None
         count = node.hardware.gpu_count if node is not None else n_gpus
-        cells: List[Any] = []
+        cells: List[Line] = []
         for g in range(n_gpus):
             if g >= count:
-                cells.append("")
+                cells.append(EMPTY)
             elif g in on:
                 r = on[g].rank
                 style = PALETTE[index[r] % len(PALETTE)] if index is not None else ""
-                cells.append(Text(str(r), style=f"bold {style}".strip()))
+                cells.append(line(str(r), f"bold {style}".strip()))
             elif g in busy:
-                cells.append(Text("busy", style="dim red"))
+                cells.append(line("busy", "dim red"))
             else:
-                cells.append(Text("·", style="dim"))
+                cells.append(line("·", "dim"))
         # host and switch names may come from a file someone else wrote (a
-        # rank map in a shared directory): Text, escaped (slurmtopo.termsafe)
-        row = [Text(printable(h))] + (
-            [Text(printable(view.leaf.get(h, "?")))] if show_leaf else []) + cells
+        # rank map in a shared directory): never markup, escaped (slurmtopo.termsafe)
+        row = [line(printable(h))] + (
+            [line(printable(view.leaf.get(h, "?")))] if show_leaf else []) + cells
         t.add_row(*row)
     if len(hosts) > max_hosts:
-        t.add_row(f"… {len(hosts) - max_hosts} more", *([""] * (len(t.columns) - 1)))
-    return Fitted(t, inline=True)
+        t.add_row(line(f"… {len(hosts) - max_hosts} more"), *([EMPTY] * (len(columns) - 1)))
+    return t
 
 
-def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> "Fitted":
+EMPTY = line("")
+
+
+def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> "FittedSheet":
+    """:func:`cost_sheet` in rich."""
+    from slurmtopo.tablefit import FittedSheet
+
+    return FittedSheet(cost_sheet(plan_cost, naive_cost, all_kinds))
+
+
+def cost_sheet(plan_cost, naive_cost=None, all_kinds: bool = False) -> Sheet:
     """Per group kind (those summed into the step time, or all with
     ``all_kinds``): groups x size, collective and message, slowest link and
     modelled time of the plan and, when given, of the naive placement with
     the gain. A table on an 80-column terminal; on one too narrow for it,
-    a block per kind (:class:`slurmtopo.tablefit.Fitted`), never a cut
+    a block per kind (:meth:`slurmtopo.sheet.Sheet.records`), never a cut
     number."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    from slurmtopo.tablefit import Fitted
-
     title = "Modelled communication per step" + (" (plan vs naive)" if naive_cost else "")
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
-              collapse_padding=True, pad_edge=False)
-    t.add_column("group", no_wrap=True)
-    t.add_column("collective", no_wrap=True)
-    t.add_column("slowest", no_wrap=True)
-    t.add_column("time", justify="right", no_wrap=True)
+    columns = [Column("group"), Column("collective"), Column("slowest"),
+               Column("time", justify="right")]
     if naive_cost is not None:
-        t.add_column("naive", no_wrap=True, style="dim")
-        t.add_column("time", justify="right", no_wrap=True, style="dim")
-        t.add_column("gain", justify="right", no_wrap=True)
+        columns += [Column("naive", style="dim"), Column("time", justify="right", style="dim"),
+                    Column("gain", justify="right")]
+    t = Sheet(title=title, columns=columns, compact=True)
     naive_kinds = getattr(naive_cost, "kinds", {}) if naive_cost is not None else {}
     counted = tuple(getattr(plan_cost, "counted", ()) or ())
     if counted:
         t.caption = "step = " + " + ".join(k for k in counted
                                            if plan_cost.kinds[k].size > 1) + " (modelled)"
-        t.caption_justify = "left"
     for kind, gc in plan_cost.kinds.items():
         if gc.size <= 1:
             continue  # a group of one rank does not communicate
@@ -185,17 +188,20 @@ def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> "Fitted":
             ng = naive_kinds.get(kind)
             row += [_short(ng.slowest) if ng else "-", format_seconds(ng.time_s) if ng else "-",
                     _speedup(gc.time_s, ng.time_s if ng else None)]
-        t.add_row(*row, style="dim" if counted and kind not in counted else None)
+        t.add_row(*(line(c) for c in row),
+                  style="dim" if counted and kind not in counted else "")
     step = ["step", "", "", format_seconds(plan_cost.step_time_s)]
     if naive_cost is not None:
         step += ["", format_seconds(naive_cost.step_time_s),
                  _speedup(plan_cost.step_time_s, naive_cost.step_time_s)]
-    t.add_section()
-    t.add_row(*[Text(c, style="bold") for c in step])
+    if t.rows:
+        t.sections = frozenset({len(t.rows) - 1})
+    t.add_row(*(line(c, "bold") for c in step))
     labels = ["group", "collective", "slowest link", "time"]
     if naive_cost is not None:  # two "time" columns: say whose in the blocks
         labels = labels[:3] + ["plan time", "naive link", "naive time", "gain"]
-    return Fitted(t, labels)
+    t.labels = labels
+    return t
 
 
 def _speedup(plan: Optional[float], naive: Optional[float]) -> str:
@@ -207,15 +213,27 @@ def _speedup(plan: Optional[float], naive: Optional[float]) -> str:
 
 
 def warnings_block(warnings: Iterable[str], notes: Iterable[str] = ()) -> Optional[Group]:
-    from rich.console import Group
-    from rich.text import Text
+    """:func:`warning_lines` in rich (None when there are none)."""
+    return _rich_group(warning_lines(warnings, notes))
 
-    lines: List[Text] = []
+
+def warning_lines(warnings: Iterable[str], notes: Iterable[str] = ()) -> List[Line]:
+    lines: List[Line] = []
     for w in warnings:
-        lines.append(Text.assemble(("warning: ", "bold yellow"), printable(w)))
+        lines.append(Line((("warning: ", "bold yellow"), (printable(w), ""))))
     for n in notes:
-        lines.append(Text.assemble(("note: ", "bold cyan"), printable(n)))
-    return Group(*lines) if lines else None
+        lines.append(Line((("note: ", "bold cyan"), (printable(n), ""))))
+    return lines
+
+
+def _rich_group(lines: Sequence[Line]) -> Optional[Group]:
+    if not lines:
+        return None
+    from rich.console import Group
+
+    from slurmtopo.tablefit import rich_line
+
+    return Group(*(rich_line(x) for x in lines))
 
 
 #: group kinds whose splits over hosts the preview lists (innermost traffic)
@@ -298,18 +316,24 @@ def bound_warning(plan_cost, bound, idle_bound=None) -> Optional[str]:
 
 def splits_block(lines: Sequence[str]):
     """The split groups under a heading (None when no group is split)."""
-    if not lines:
-        return None
-    from rich.console import Group
-    from rich.text import Text
+    return _rich_group(split_lines(lines))
 
-    return Group(Text(f"Groups split over hosts ({len(lines)})", style="bold"),
-                 *(Text(f"  {printable(x)}") for x in lines))
+
+def split_lines(lines: Sequence[str]) -> List[Line]:
+    if not lines:
+        return []
+    return [line(f"Groups split over hosts ({len(lines)})", "bold")] + [
+        line(f"  {printable(x)}") for x in lines]
 
 
 def summary(placement, layout=None, inv=None, script=None) -> Text:
-    from rich.text import Text
+    """:func:`summary_line` in rich."""
+    from slurmtopo.tablefit import rich_line
 
+    return rich_line(summary_line(placement, layout, inv, script))
+
+
+def summary_line(placement, layout=None, inv=None, script=None) -> Line:
     from slurmtopo.hostlist import fold_hostlist
 
     parts = []
@@ -321,32 +345,37 @@ def summary(placement, layout=None, inv=None, script=None) -> Text:
     parts.append(f"nodes {fold_hostlist(placement.hosts)}")
     if script is not None and getattr(script, "topology", None):
         parts.append("sbatch " + " ".join(script.topology))
-    return Text(printable("Plan: " + "; ".join(parts)), style="bold")
+    return line(printable("Plan: " + "; ".join(parts)), "bold")
 
 
 def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=None, state=None,
                 color_by: Optional[str] = None, notes: Sequence[str] = (), script=None,
                 files: Optional[Mapping[str, str]] = None, bound=None,
                 idle_bound=None) -> Group:
-    """The whole preview, top to bottom: summary, grid, cost table, the
-    groups split over hosts, warnings and notes, files written."""
-    from rich.console import Group
-    from rich.text import Text
+    """:func:`plan_parts` in rich."""
+    from slurmtopo.tablefit import rich_parts
 
-    parts: List[RenderableType] = [summary(placement, layout, inv, script),
-                                   grid(placement, inv, color_by, state)]
+    return rich_parts(plan_parts(placement, inv, layout, plan_cost, naive_cost, state,
+                                 color_by, notes, script, files, bound, idle_bound))
+
+
+def plan_parts(placement, inv=None, layout=None, plan_cost=None, naive_cost=None, state=None,
+               color_by: Optional[str] = None, notes: Sequence[str] = (), script=None,
+               files: Optional[Mapping[str, str]] = None, bound=None,
+               idle_bound=None) -> List[Any]:
+    """The whole preview, top to bottom, as lines and sheets: summary,
+    grid, cost table, the groups split over hosts, warnings and notes,
+    files written."""
+    parts: List[Any] = [summary_line(placement, layout, inv, script),
+                        grid_sheet(placement, inv, color_by, state)]
     if plan_cost is not None:
-        parts.append(cost_table(plan_cost, naive_cost))
-    split = splits_block(splits(placement, inv))
-    if split is not None:
-        parts.append(split)
+        parts.append(cost_sheet(plan_cost, naive_cost))
+    parts.extend(split_lines(splits(placement, inv)))
     warn = list(getattr(plan_cost, "warnings", []) or [])
     far = bound_warning(plan_cost, bound, idle_bound)
     if far is not None:
         warn.append(far)
-    w = warnings_block(warn, list(placement.notes) + list(notes))
-    if w is not None:
-        parts.append(w)
+    parts.extend(warning_lines(warn, list(placement.notes) + list(notes)))
     if files:
         import os
 
@@ -354,10 +383,9 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
         where = dirs.pop() if len(dirs) == 1 else None
         names = ", ".join(f"{os.path.basename(p) if where else p} ({what})"
                           for what, p in files.items())
-        parts.append(Text.assemble(("Wrote ", "bold"),
-                                   printable(f"in {where}: " if where else ""),
-                                   printable(names)))
-    return Group(*parts)
+        parts.append(Line((("Wrote ", "bold"), (printable(f"in {where}: " if where else ""), ""),
+                           (printable(names), ""))))
+    return parts
 
 
 def report_dict(report) -> Optional[Dict[str, Any]]:

@@ -290,7 +290,7 @@ def test_fixed_breakdown_entry_point(tmp_path, capsys):
                                  "--workdir", str(tmp_path)]) == 0
     res = json.loads(capsys.readouterr().out)
     steps = res["steps_cpu_s"]
-    assert "preview: rich's render" in steps and "plan: candidates, planner, Slurm's default, " \
+    assert "preview: laid out as into a pipe (without rich)" in steps and "plan: candidates, planner, Slurm's default, " \
         "pricing, bound, script" in steps
     assert all(v >= 0 for v in steps.values()) and res["help_cpu_s"] > 0
     assert math.isclose(sum(steps.values()), res["total_cpu_s"])

@@ -19,7 +19,7 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.frameworks",
         "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
         "slurmtopo.plandoc", "slurmtopo.launchers", "slurmtopo.sbatch", "slurmtopo.preview",
-        "slurmtopo.tablefit",
+        "slurmtopo.tablefit", "slurmtopo.sheet", "slurmtopo.plainout",
         "slurmtopo.inventory",
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
         "slurmtopo.slurmfmt", "slurmtopo.cluster")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,27 @@ def test_preview_of_a_real_plan_at_60_columns_cuts_no_number(tmp_path):
     rows = [ln.split() for ln in narrow.splitlines() if ln.startswith("ws")]
     assert [r[0] for r in rows] == ["ws1", "ws2", "ws3", "ws4"], narrow
     assert sorted(int(x) for r in rows for x in r[2:] if x.isdigit()) == list(range(16))
+
+
+@pytest.mark.parametrize("width", [60, 40, 30])
+def test_grid_columns_line_up_on_a_narrow_terminal(h100, placement, width):
+    """Too narrow for the table: the header and each node's ranks in
+    aligned columns (each rank ends where its GPU's header ends), in chunks
+    of GPUs that fit, every rank there once."""
+    state = ClusterState({"gpu03": NodeState("gpu03", busy_gpus=frozenset({0, 1}))})
+    text = _text(grid(placement, h100, state=state), width=width)
+    assert "┃" not in text, text
+    lines = text.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("node"))
+    lines = lines[first:next(i for i, ln in enumerate(lines) if ln.startswith("cell"))]
+    seen = []
+    ends = None
+    for ln in lines:
+        assert len(ln) <= width, text
+        if ln.startswith("node"):
+            ends = {m.end() for m in re.finditer(r"GPU\d+", ln)}
+            continue
+        cells = list(re.finditer(r"\S+", ln))[2:]  # node, leaf
+        assert cells and {m.end() for m in cells} <= ends, text
+        seen += [m.group() for m in cells if m.group().isdigit()]
+    assert sorted(int(x) for x in seen) == list(range(12))

@@ -95,7 +95,7 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
     write_all(list(outputs.values()))  # all four or none: they describe one plan
     files = {what: out.path for what, out in outputs.items()}
 
-    from slurmtopo.preview import bound_warning, render_plan, report_dict, splits
+    from slurmtopo.preview import bound_warning, plan_parts, report_dict, splits
 
     plan_cost, naive_cost = job.costs.plan, job.costs.naive
     bound = job.costs.bound
@@ -113,12 +113,13 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
             out["step"] = step_dict(step)
         click.echo(json.dumps(out, separators=(",", ":")))
         return
-    from rich.console import Console
+    from slurmtopo.commands.preview_print import print_parts
 
-    console = Console(soft_wrap=False)
-    console.print(render_plan(
+    print_parts(plan_parts(
         placement, inv, layout, plan_cost, naive_cost, state, color_by, notes, script,
         files, bound=bound, idle_bound=job.costs.idle_bound))
     if step is not None:
+        from rich.console import Console
+
         from slurmtopo.preview import render_step
-        console.print(render_step(step))
+        Console(soft_wrap=False).print(render_step(step))

@@ -134,15 +134,15 @@ def _print_submitted(job, done, parsable, as_json, notes: List[str]) -> None:
 def _preview(job, inv, color_by) -> None:
     """The plan's preview (grid, cost table, warnings) on stderr, so that
     stdout stays the script; the notes follow it, one line each."""
-    from rich.console import Console
-
-    from slurmtopo.preview import render_plan
+    from slurmtopo.commands.preview_print import print_parts
+    from slurmtopo.preview import plan_parts
 
     costs = job.costs
-    Console(stderr=True, soft_wrap=False).print(render_plan(
+    print_parts(plan_parts(
         job.placement, inv, job.request.layout, costs.plan if costs else None,
         costs.naive if costs else None, job.state, color_by, (), job.script,
-        bound=costs.bound if costs else None, idle_bound=costs.idle_bound if costs else None))
+        bound=costs.bound if costs else None, idle_bound=costs.idle_bound if costs else None),
+        stderr=True)
 
 
 def _write_files(output_dir, text, placement, layout) -> None:

@@ -1,0 +1,24 @@
+"""Printing the plan preview: without rich where rich would print no
+colours (a file, a pipe, CI: ``slurmtopo.plainout``, the same bytes), with
+rich on a terminal."""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+
+def print_parts(parts: Sequence[object], stderr: bool = False) -> None:
+    """Print :func:`slurmtopo.preview.plan_parts` on stdout (or stderr)."""
+    from slurmtopo import plainout
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = plainout.plain_width(stream)
+    if width is not None and plainout.all_narrow(parts):
+        stream.write(plainout.render(parts, width))
+        stream.flush()
+        return
+    from rich.console import Console
+
+    from slurmtopo.tablefit import rich_parts
+
+    Console(stderr=stderr, soft_wrap=False).print(rich_parts(parts))
