@@ -220,11 +220,12 @@ def table(cmps: Dict[str, Comparison]) -> str:
              "|---|---|--:|---|--:|--:|--:|--:|--:|"]
     for name, c in cmps.items():
         m, bb, mb, r = c.worst
+        held = ", held out" if c.curve.source.get("held_out") else ""
         lines.append(f"| {name} | {c.curve.collective} | {c.curve.ranks} | "
-                     f"{'yes' if c.curve.asserted else 'no'} | {c.fixed_us:.1f} | "
+                     f"{'yes' if c.curve.asserted else 'no'}{held} | {c.fixed_us:.1f} | "
                      f"{_fmt_size(m)} | {bb:.2f} | {mb:.2f} | {r:.3f} |")
-    lines += ["", "| slowdown (busbw of 1 node / busbw of N) at 1 GiB | published | model | "
-              "model / published |", "|---|--:|--:|--:|"]
+    lines += ["", "| slowdown (busbw of the smaller run / busbw of the larger) at 1 GiB | "
+              "published | model | model / published |", "|---|--:|--:|--:|"]
     for name, c in cmps.items():
         if c.curve.compare_to and c.curve.compare_to in cmps:
             pub, mod = slowdown(cmps[c.curve.compare_to], c)

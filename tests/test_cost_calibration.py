@@ -5,7 +5,8 @@ source, NCCL version and hardware in the file) with the system described
 as an admin would describe it in an inventory. The model, priced through
 ``cost.evaluate`` on that inventory, must be within 25% of every published
 point from 1 MiB up, and within 25% on the cross-node slowdown (busbw of
-one node over busbw of N nodes at 1 GiB, the publications' own measure).
+the smaller run of the same cluster, one node or two, over busbw of N
+nodes at 1 GiB, the publications' own measure).
 Below 1 MiB the points only give the benchmark's fixed cost per call
 (bench/calibration.py explains it). Curves marked ``asserted: false`` are
 reported in docs/cost-model.md with the reason, not asserted.
