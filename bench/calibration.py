@@ -1,7 +1,7 @@
 """The cost model against published collective measurements.
 
 Each file in tests/fixtures/calibration/ is one published busbw curve
-(all_reduce_perf, all_gather_perf or a PyTorch loop around NCCL) with its
+(all_reduce_perf, all_gather_perf, alltoall_perf or a PyTorch loop around NCCL) with its
 source, NCCL version and hardware, and the system described as an admin
 would describe it in an inventory. This module prices every published
 size with :func:`slurmtopo.cost.evaluate` on that inventory and compares:
@@ -43,7 +43,7 @@ SLOWDOWN_AT = 1 << 30
 #: what the calibration suite allows: model / measured busbw in [1/1.25, 1.25]
 TOLERANCE = 1.25
 
-_KINDS = {"all-reduce": "dp", "all-gather": "cp"}
+_KINDS = {"all-reduce": "dp", "all-gather": "cp", "all-to-all": "ep"}
 
 
 @dataclass
@@ -74,6 +74,7 @@ class Curve:
     def factor(self) -> float:
         """busbw / algbw (nccl-tests' PERFORMANCE.md)."""
         n = self.ranks
+        # all-gather's M is the gathered size, all-to-all's what a rank sends
         return 2 * (n - 1) / n if self.collective == "all-reduce" else (n - 1) / n
 
     def time_us(self, m: int, busbw: float, t_us: Optional[float]) -> Optional[float]:
@@ -140,7 +141,7 @@ def model_times(curve: Curve, sizes: Sequence[int], inv=None) -> List[float]:
                          f"the curve {curve.nodes}")
     kind = _KINDS[curve.collective]
     n = curve.ranks
-    layout = Layout(dp=n) if kind == "dp" else Layout(cp=n)
+    layout = {"dp": Layout(dp=n), "cp": Layout(cp=n), "ep": Layout(dp=n, ep=n)}[kind]
     assign = [(h, g) for h in hosts for g in range(curve.gpus_per_node)]
     out = []
     for m in sizes:
@@ -220,11 +221,12 @@ def table(cmps: Dict[str, Comparison]) -> str:
              "|---|---|--:|---|--:|--:|--:|--:|--:|"]
     for name, c in cmps.items():
         m, bb, mb, r = c.worst
+        held = ", held out" if c.curve.source.get("held_out") else ""
         lines.append(f"| {name} | {c.curve.collective} | {c.curve.ranks} | "
-                     f"{'yes' if c.curve.asserted else 'no'} | {c.fixed_us:.1f} | "
+                     f"{'yes' if c.curve.asserted else 'no'}{held} | {c.fixed_us:.1f} | "
                      f"{_fmt_size(m)} | {bb:.2f} | {mb:.2f} | {r:.3f} |")
-    lines += ["", "| slowdown (busbw of 1 node / busbw of N) at 1 GiB | published | model | "
-              "model / published |", "|---|--:|--:|--:|"]
+    lines += ["", "| slowdown (busbw of the smaller run / busbw of the larger) at 1 GiB | "
+              "published | model | model / published |", "|---|--:|--:|--:|"]
     for name, c in cmps.items():
         if c.curve.compare_to and c.curve.compare_to in cmps:
             pub, mod = slowdown(cmps[c.curve.compare_to], c)

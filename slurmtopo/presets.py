@@ -67,13 +67,25 @@ def _nics(names: Sequence[str], rate: float, numa_of_nic: Sequence[int],
 #   links of 50 GB/s a direction per GPU), 2x Intel Xeon Platinum 8570 (112
 #   cores), 4x OSFP ports serving 8x single-port ConnectX-7 VPI at up to
 #   400 Gb/s InfiniBand/Ethernet, 2x BlueField-3 DPUs (storage, in-band).
-# * NVIDIA DGX B300 datasheet (nvidia.com, "DGX B300",
-#   https://www.nvidia.com/en-us/data-center/dgx-b300/): 8x Blackwell Ultra
-#   SXM (2.3 TB of HBM3e), NVLink 5 (14.4 TB/s aggregate), 2x Intel Xeon
-#   6776P (128 cores), 8x OSFP ports serving 8x single-port ConnectX-8 VPI
-#   at up to 800 Gb/s InfiniBand/Ethernet, 2x BlueField-3 DPUs. The
-#   ConnectX-8 SuperNIC carries its own PCIe Gen6 switch, which the GPU
-#   sits behind (PIX).
+# * DGX B300: 8x Blackwell Ultra SXM (2.3 TB of HBM3e), NVLink 5 (18
+#   links of 50 GB/s a direction per GPU, 14.4 TB/s aggregate), 2x Intel
+#   Xeon 6776P (64 cores each), 8x OSFP ports serving 8x single-port
+#   ConnectX-8 at up to 800 Gb/s InfiniBand/Ethernet, 2x BlueField-3 DPUs.
+#   The product page (https://www.nvidia.com/en-us/data-center/dgx-b300/)
+#   could not be read back for this check, so each figure is confirmed
+#   separately: one ConnectX-8 SuperNIC per GPU, rail-optimised, in
+#   NVIDIA's HGX B300 Enterprise Reference Architecture
+#   (https://docs.nvidia.com/enterprise-reference-architectures/hgx-ai-factory/latest/networking-physical-topologies.html);
+#   the GPU's name "NVIDIA B300 SXM6 AC" and its 288 GB of HBM3e in
+#   NVIDIA's NIM release notes
+#   (https://docs.nvidia.com/nim/bionemo/boltz2/release-notes/2026/5/18);
+#   the ConnectX-8s sit on the GPU baseboard (not the host board, as on
+#   DGX B200) and 8 800G ports leave the front, per the DGX B300 User
+#   Guide's figures (read through a secondary source: vengineer.hatenablog.com,
+#   2025-12-06); the Xeon 6776P and 2.3 TB from secondary sources only
+#   (aiwiki.ai "NVIDIA DGX B300"). Because the ConnectX-8 SuperNIC
+#   carries its own PCIe switch with the GPU behind it, the GPU-NIC
+#   relation is PIX.
 # * NVIDIA ConnectX-7 and ConnectX-8 SuperNIC datasheets: one port at 400
 #   (NDR) and 800 Gb/s (XDR) respectively.
 #
@@ -246,7 +258,13 @@ def _grace_tray(model: str, mem_mib: int, nic_names: Sequence[str], nic_gbit: fl
 def gb200_nvl72_tray() -> Hardware:
     """One GB200 compute tray: 4 Blackwell GPUs on the rack's NVSwitch (18
     NVLink5 each), 2 Grace CPUs of 72 cores, one 400 Gb/s NIC per GPU. Give
-    nodes an ``nvlink_domain`` so 18 trays form one NVL72 domain."""
+    nodes an ``nvlink_domain`` so 18 trays form one NVL72 domain. Checked
+    against NVIDIA's DGX GB rack scale user guide
+    (https://docs.nvidia.com/dgx/dgxgb200-user-guide/index.html: NVL72
+    racks, 72 GPUs a NVLink domain) and a published tray description
+    (MLCommons inference v6.1, Crusoe GB200-NVL72 system file: 4 GPUs a
+    node, NV18 in ``nvidia-smi topo -m``, 144 Grace cores, 4 ConnectX-7
+    class NICs a node)."""
     return _grace_tray("NVIDIA GB200", 189471, [f"mlx5_{i}" for i in range(4)], CONNECTX7_GBIT)
 
 

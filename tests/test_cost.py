@@ -281,8 +281,36 @@ def test_hierarchical_all_reduce_on_two_nodes():
     dp = api.price(inv, pl, req).kinds["dp"]
     m = 1 << 30
     want = collective_time(CostParams(), "all-reduce", 16, m, 2, 8, 8, LinkClass.NVLINK, 450.0,
-                           LinkClass.NET_LEAF, 50.0)
+                           LinkClass.NET_LEAF, 50.0, NVLS_H100 * 450.0, NVLS_H100_US * US)
     assert dp.time_s == approx(want) and dp.slowest is LinkClass.NET_LEAF
+    # NVLSTree: NVLS inside each host, one tree step each way between the
+    # two; the host's NVLS (261 GB/s of algbw), not its 8 x 50 GB/s of NICs
+    # (336 reached), bounds it
+    nvls_tree = NVLS_H100_US * US + 2 * A[LinkClass.NET_LEAF] + m / (NVLS_H100 * 450e9)
+    assert dp.time_s == approx(nvls_tree)
+    ring = collective_time(CostParams(), "all-reduce", 16, m, 2, 8, 8, LinkClass.NVLINK, 450.0,
+                           LinkClass.NET_LEAF, 50.0)
+    assert dp.time_s < 0.75 * ring
+
+
+def test_nvls_tree_only_on_two_hosts_of_enough_ranks():
+    # past two hosts a host sends 2M on the tree, no less than a ring's
+    # 2(n-1)/n M, and the published 4-node curves show no NVLSTree latency
+    # gain: only two hosts of >= nvls_min_ranks ranks each use it
+    p, m = CostParams(), 1 << 30
+    args = (LinkClass.NVLINK, 450.0, LinkClass.NET_LEAF, 50.0)
+    nv = (NVLS_H100 * 450.0, NVLS_H100_US * US)
+    assert collective_time(p, "all-reduce", 32, m, 4, 8, 8, *args, *nv) == approx(
+        collective_time(p, "all-reduce", 32, m, 4, 8, 8, *args))
+    assert collective_time(p, "all-reduce", 8, m, 2, 4, 4, *args, *nv) == approx(
+        collective_time(p, "all-reduce", 8, m, 2, 4, 4, *args))
+    assert collective_time(p, "all-reduce", 16, m, 2, 8, 8, *args, *nv) < collective_time(
+        p, "all-reduce", 16, m, 2, 8, 8, *args)
+    # NVLSTree is NVLS inside and a tree between: a platform without trees
+    # (AWS's tuner on EFA: algorithms [ring, nvls]) has none
+    no_tree = replace(p, algorithms=("ring", "nvls"))
+    assert collective_time(no_tree, "all-reduce", 16, m, 2, 8, 8, *args, *nv) == approx(
+        collective_time(no_tree, "all-reduce", 16, m, 2, 8, 8, *args))
 
 
 def test_bad_tp_placement_warns_and_costs_more():
@@ -527,7 +555,8 @@ def test_lower_bound_values():
     md = DEFAULT_MESSAGE_BYTES["dp"]
     assert dp.slowest is LinkClass.NET_LEAF
     assert dp.time_s == approx(collective_time(CostParams(), "all-reduce", 16, md, 2, 8, 8,
-                                               LinkClass.NVLINK, 450.0, LinkClass.NET_LEAF, 50.0))
+                                               LinkClass.NVLINK, 450.0, LinkClass.NET_LEAF, 50.0,
+                                               NVLS_H100 * 450.0, NVLS_H100_US * US))
     assert lb.kinds["pp"].slowest is LinkClass.NVLINK  # 2 stages could share a node
     assert lb.alone_s == approx(sum(lb.kinds[k].time_s for k in lb.counted))
     # jointly: TP 8 fills the node, so the 2 stages of a pipeline cannot

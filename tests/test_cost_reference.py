@@ -162,8 +162,12 @@ def ref_group(inv: Inventory, p, pl: Placement, ranks: Sequence[int], coll: str,
     else:
         net_bw = min(figures[s.host].net[s.gpu] for s in slots) / p.oversubscription.get(net, 1.0)
     sizes = [len(g) for g in by_host.values()]
+    # NVLSTree (two hosts): every host's NVLS when the rings inside hosts
+    # are on NVLink
+    nvls = (min(f.nvls_bw for f in figures.values()) if in_cls is LinkClass.NVLINK else 0.0)
+    lat = max(f.nvls_lat for f in figures.values()) if nvls else 0.0
     return slowest, collective_time(p, coll, n, m, len(by_host), max(sizes), min(sizes), in_cls,
-                                    in_bw, net, net_bw)
+                                    in_bw, net, net_bw, nvls, lat)
 
 
 def assert_prices_like_the_reference(inv: Inventory, pl: Placement, req: JobRequest) -> None:

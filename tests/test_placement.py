@@ -815,8 +815,10 @@ def test_groups_spanning_hosts_are_split_evenly():
     # span two hosts. Consecutive ranks over 8 + 7 + 5 gave one group 8 + 2
     # (the host with 2 ranks carries half the data over its NICs); two
     # hosts with 5 each per group is what the network cost rewards with TP
-    # innermost; nesting PP innermost (each pipeline pair on one node's
-    # NVLink) models faster still, and splits DP 3 + 3 + 4: even either way
+    # innermost. Nesting PP innermost (each pipeline pair on one node's
+    # NVLink, DP 3 + 3 + 4) models only 2% faster since two hosts of 5
+    # NVSwitch ranks run DP with NVLSTree (docs/cost-model.md), less than
+    # another nesting must gain, so the usual one stays: even either way
     inv = _leaf_of("hgx-h100-8", 4)
     state = _busy({"n1": {0, 1, 2}})
     req = JobRequest(Layout(tp=1, dp=10, pp=2))
@@ -826,7 +828,7 @@ def test_groups_spanning_hosts_are_split_evenly():
         parts = _per_host(pl, g)
         assert parts[-1] - parts[0] <= 1 and len(parts) <= 3, \
             [_per_host(pl, g) for g in pl.groups["dp"]]
-    assert kind_class(inv, pl, req, "pp") is LinkClass.NVLINK
+    assert [_per_host(pl, g) for g in pl.groups["dp"]] == [[5, 5], [5, 5]]
 
 
 def test_tp_spanning_pcie_nodes_is_split_evenly():

@@ -231,7 +231,10 @@ class LowerBound:
                     if h < 2:
                         continue
                     ci, bi = self.best_intra(hw, gpus, l)
-                    t = collective_time(p, collective, n, m, h, l, l, ci, bi, c, b_net)
+                    hc = p.hw(hw)
+                    nvls = hc.nvls_bw if ci is LinkClass.NVLINK else 0.0
+                    t = collective_time(p, collective, n, m, h, l, l, ci, bi, c, b_net,
+                                        nvls_bw=nvls, nvls_lat=hc.nvls_lat)
                     opts.append((t, max(c, ci)))
         if not opts:  # no free GPU anywhere (a state with nothing free)
             opts.append((math.inf, LinkClass.NET_FAR))

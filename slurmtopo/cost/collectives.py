@@ -70,6 +70,23 @@ def _tree(p, protocols, hosts: int, l_max: int, m: float, a_in: float, a_net: fl
     return best
 
 
+def _nvls_tree(p, hosts: int, m: float, a_net: float, b_net: float, nvls_bw: float,
+               nvls_lat: float) -> float:
+    """NCCL's NVLSTree all-reduce across ``hosts``: NVLink SHARP reduces
+    inside each host (its algbw ``nvls_bw`` GB/s), a tree of Simple steps
+    joins the hosts over their NICs (``b_net``: the host's share, bytes/s).
+    Like the tree, each host sends and receives M on two hosts and 2M on
+    more, so it beats the ring's 2(n-1)/n M on two hosts only, where a
+    host's NVLS, not its NICs, is the limit (8x H100 over 8x 400 Gb/s:
+    477 GB/s of busbw where a ring reaches 336, aws-p5-2node)."""
+    pr = p.protocols["Simple"]
+    depth = (hosts - 1).bit_length()
+    k = 1.0 if hosts == 2 else 2.0
+    net = min(pr.bandwidth * b_net, pr.network_gbps * 1e9)
+    return (nvls_lat + 2 * pr.network_latency * depth * a_net
+            + max(m / (nvls_bw * 1e9), k * m / net))
+
+
 def collective_time(p, collective: str, n: int, m: float, hosts: int, l_max: int, l_min: int,
                     in_cls: LinkClass, in_bw: float, net_cls: LinkClass = LinkClass.SELF,
                     net_bw: float = 0.0, nvls_bw: float = 0.0, nvls_lat: float = 0.0) -> float:
@@ -125,6 +142,9 @@ def collective_time(p, collective: str, n: int, m: float, hosts: int, l_max: int
     t = _ring(p, protocols, steps, net_steps, steps / n, m, a_in, a_net, bus, True, allreduce)
     if allreduce and "tree" in p.algorithms:
         t = min(t, _tree(p, protocols, hosts, l_max, m, a_in, a_net, b_in, l_min * b_net))
+        if (hosts == 2 and nvls_bw > 0 and l_min >= p.nvls_min_ranks
+                and "nvls" in p.algorithms and "Simple" in protocols):
+            t = min(t, _nvls_tree(p, hosts, m, a_net, l_min * b_net, nvls_bw, nvls_lat))
     return p.launch + t
 
 

@@ -119,7 +119,7 @@ DEFAULT_NVLS_EFFICIENCY: Tuple[Tuple[str, float], ...] = (
 )
 #: NVLS's fixed latency per all-reduce (microseconds) by GPU model: it
 #: reduces in the switch in one pass but starts later than a ring (NCCL
-#: charges 25 us of hardware latency; fitted: Hopper 33, Blackwell 55)
+#: charges 25 us of hardware latency; fitted: Hopper 30, Blackwell 57)
 DEFAULT_NVLS_US: Tuple[Tuple[str, float], ...] = (
     ("gb300", 57.0), ("gb200", 57.0), ("b300", 57.0), ("b200", 57.0), ("b100", 57.0),
     ("gh200", 30.0), ("h200", 30.0), ("h100", 30.0), ("h800", 30.0), ("h20", 30.0),

@@ -252,8 +252,12 @@ class PlacementPricer:
                 lat = max(hcs[h].nvls_lat for h in per_host)
                 return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0, nvls, lat)
             net_bw = network_gbps(min(get(rank_share)), net_cls)
+            # NVLSTree: NVLS inside each host when every host's ranks share
+            # its NVSwitch
+            nvls = (min(hcs[h].nvls_bw for h in per_host) if in_cls is nvl_cls else 0.0)
+            lat = max(hcs[h].nvls_lat for h in per_host) if nvls else 0.0
             return (slowest, len(per_host), l_max, min(counts), in_cls,
-                    in_bw if in_bw != inf else 1.0, net_cls, net_bw, 0.0, 0.0)
+                    in_bw if in_bw != inf else 1.0, net_cls, net_bw, nvls, lat)
 
         return shape
 
