@@ -164,9 +164,22 @@ def slot_for(source: str, kind: str, suffix: str = ".json",
     (no home, a cache directory another user owns or can write)."""
     path = os.path.abspath(source)
     directory, base = os.path.split(path)
-    fd = _open_dir(directory or os.sep)
+    return _slot(directory or os.sep, f".{base}{suffix}", path, kind, suffix, create)
+
+
+def slot_in(directory: str, name: str, kind: str, suffix: str = ".json",
+            create: bool = False) -> Optional[Slot]:
+    """The slot of the entry made from the directory ``directory`` (a
+    directory of node reports): ``name`` in it when it is the user's own,
+    else as :func:`slot_for` says, keyed by the directory's absolute path."""
+    path = os.path.abspath(directory)
+    return _slot(path, name, path, kind, suffix, create)
+
+
+def _slot(directory: str, name: str, key: str, kind: str, suffix: str,
+          create: bool) -> Optional[Slot]:
+    fd = _open_dir(directory)
     if fd is not None:
-        name = f".{base}{suffix}"
         return Slot(fd, name, os.path.join(directory, name))
     home = user_cache_home()
     if home is None:
@@ -191,5 +204,5 @@ def slot_for(source: str, kind: str, suffix: str = ".json",
         return None
     import hashlib
 
-    name = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:32] + suffix
+    name = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32] + suffix
     return Slot(fd, name, os.path.join(home, "slurmtopo", kind, name))
