@@ -35,10 +35,10 @@ def derived_tables():
     view: built from the switches alone, it costs less than reading it."""
     from slurmtopo.cost.bound import STATS_TABLE, InventoryStats, inventory_stats
     from slurmtopo.inventory_cache import Table
-    from slurmtopo.placement.fabric import TABLE, fabric_tree, tree_from_json, tree_json
+    from slurmtopo.placement.fabric import TABLE, fabric_tree, same_tree, tree_from_json, tree_json
 
     return (Table(TABLE, fabric_tree, lambda tree, hw_ref: tree_json(tree),
-                  lambda d, inv, hardware: tree_from_json(d, inv)),
+                  lambda d, inv, hardware: tree_from_json(d, inv), same_tree),
             Table(STATS_TABLE, inventory_stats, lambda st, hw_ref: st.to_json(hw_ref),
                   lambda d, inv, hardware: InventoryStats.from_json(d, hardware)))
 

@@ -346,3 +346,28 @@ def test_tables_that_do_not_fit_the_inventory_are_refused(tmp_path, monkeypatch,
     assert fabric.fabric_tree(inv) == fabric.build_tree(inv)
     assert bound.inventory_stats(inv) == bound.InventoryStats(inv)
     assert entry.read_bytes() == good  # ... and written again from the file
+
+
+@pytest.mark.parametrize("shape,nodes", [("fattree3", 300), ("nvl72", 72), ("mixed", 64)])
+def test_same_tree_says_what_equality_says(shape, nodes):
+    # the one-pass comparison the entry's read-back check uses
+    from slurmtopo.placement import fabric
+
+    inv = cluster(shape, nodes)
+    tree = fabric.build_tree(inv)
+
+    def copy():
+        return fabric.tree_from_json(json.loads(json.dumps(fabric.tree_json(tree))), inv)
+
+    assert fabric.same_tree(tree, copy()) and tree == copy()
+    changes = [lambda t: t.pods[-1].members.append(0),
+               lambda t: setattr(t.pods[0], "key", list(t.pods[0].key)),
+               lambda t: setattr(t.pods[0], "name", t.pods[0].name + "x"),
+               lambda t: t.upper[-1].children.reverse(),
+               lambda t: t.tree_order.reverse(),
+               lambda t: setattr(t, "levels", t.levels + 1),
+               lambda t: t.pod_l1.reverse()]
+    for change in changes:
+        other = copy()
+        change(other)
+        assert fabric.same_tree(tree, other) == (tree == other)

@@ -262,6 +262,33 @@ def tree_json(tree: FabricTree) -> Dict[str, object]:
             "pod_up": [[at[id(s)] for s in up] for up in tree.pod_up]}
 
 
+def same_tree(a: FabricTree, b: FabricTree) -> bool:
+    """``a == b``, in one pass over the scopes: the dataclasses' own
+    comparison walks every subtree again from each scope that refers to it
+    (the upper scopes, each pod's chain: a tenth of a second at 12,500
+    nodes)."""
+    sa, sb = a.pods + a.upper, b.pods + b.upper
+    if len(sa) != len(sb) or len(a.pods) != len(b.pods):
+        return False
+    at_a = {id(s): i for i, s in enumerate(sa)}
+    at_b = {id(s): i for i, s in enumerate(sb)}
+
+    def refs(at, scopes) -> List[int]:
+        return [at.get(id(s), -1) for s in scopes]
+
+    def shallow(s: Scope) -> Tuple:
+        return (s.key, s.depth, s.first, s.members, s.is_pod, s.is_domain, s.name, s.level,
+                s.index)
+
+    return (all(shallow(x) == shallow(y) and refs(at_a, x.children) == refs(at_b, y.children)
+                for x, y in zip(sa, sb))
+            and refs(at_a, [a.root]) == refs(at_b, [b.root])
+            and refs(at_a, a.pod_l1) == refs(at_b, b.pod_l1)
+            and [refs(at_a, u) for u in a.pod_up] == [refs(at_b, u) for u in b.pod_up]
+            and (a.node_pod, a.tree_order, a.names, a.nodes, a.flat, a.levels, a.has_domains)
+            == (b.node_pod, b.tree_order, b.names, b.nodes, b.flat, b.levels, b.has_domains))
+
+
 def tree_from_json(d, inv: Inventory) -> FabricTree:
     """The tree :func:`tree_json` wrote, for ``inv``; raises (KeyError,
     TypeError, ValueError, IndexError) on what it did not write."""
