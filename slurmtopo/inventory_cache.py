@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from slurmtopo.model import (Block, Fabric, Hardware, Inventory, Node, NvlinkDomain, Ring, Switch,
                              Torus)
+from slurmtopo.usercache import sha256_hex
 
 #: the image's layout; entries of another are rebuilt
 FORMAT = 3
@@ -88,38 +89,36 @@ _PLAIN_NODE = ("__slots__" not in vars(Node) and not hasattr(Node, "__post_init_
                ["name", "hardware", "type", "nvlink_domain", "features", "origin"])
 
 
-def sha256_hex(data: bytes) -> str:
-    """SHA-256 of ``data`` in hex, from CPython's own module when there is
-    one: :mod:`hashlib` loads OpenSSL on import, a few milliseconds of
-    every command that reads a compiled inventory."""
-    try:
-        from _sha2 import sha256  # CPython 3.12 and later
-    except ImportError:
-        try:
-            from _sha256 import sha256  # CPython up to 3.11
-        except ImportError:
-            from hashlib import sha256
-    return sha256(data).hexdigest()
-
-
 class _NotExact(Exception):
     """The inventory holds something its image would not give back."""
 
 
 def code_fingerprint() -> str:
     """The slurmtopo code an entry was made with: every module's size and
-    modification time (a change anywhere, an upgrade, rebuilds entries)."""
+    modification time (a change anywhere, an upgrade, rebuilds entries).
+    Read on every warm load, so with :func:`os.scandir` and no path
+    arithmetic (``os.walk`` and ``relpath`` over the package's modules
+    took several milliseconds of each plan)."""
     from slurmtopo import __version__
 
     top = os.path.dirname(os.path.abspath(__file__))
+    cut = len(top) + 1
     parts = [f"{FORMAT}/{__version__}"]
-    for root, dirs, files in os.walk(top):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(root, name))
-                parts.append(f"{os.path.relpath(os.path.join(root, name), top)}:{st.st_size}:"
-                             f"{st.st_mtime_ns}")
+
+    def walk(directory: str) -> None:  # files by name, then each directory by name
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        below = []
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                below.append(e.path)
+            elif e.name.endswith(".py"):
+                st = e.stat()
+                parts.append(f"{e.path[cut:]}:{st.st_size}:{st.st_mtime_ns}")
+        for d in below:
+            walk(d)
+
+    walk(top)
     return sha256_hex(";".join(parts).encode())
 
 

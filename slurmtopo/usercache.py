@@ -34,6 +34,20 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data`` in hex, from CPython's own module when there is
+    one: :mod:`hashlib` loads OpenSSL on import, a few milliseconds of
+    every command that reads a cache entry."""
+    try:
+        from _sha2 import sha256  # CPython 3.12 and later
+    except ImportError:
+        try:
+            from _sha256 import sha256  # CPython up to 3.11
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
+
+
 def _own(st: os.stat_result) -> bool:
     """Owned by this user and writable by nobody else."""
     return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
@@ -202,7 +216,5 @@ def _slot(directory: str, name: str, key: str, kind: str, suffix: str,
         os.close(top)
     if fd is None:
         return None
-    import hashlib
-
-    name = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32] + suffix
+    name = sha256_hex(key.encode("utf-8", "surrogateescape"))[:32] + suffix
     return Slot(fd, name, os.path.join(home, "slurmtopo", kind, name))
