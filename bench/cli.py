@@ -126,15 +126,24 @@ def plan_growth(inv_path: str, workdir: str, worlds: Sequence[int], repeats: int
     return rows
 
 
+def _compiled_form(report_dir: str) -> Optional[str]:
+    """Where the report directory's compiled form lives for this user."""
+    from slurmtopo.compiled import cache_slot
+
+    slot = cache_slot(report_dir)
+    if slot is None:
+        return None
+    with slot:
+        return slot.where
+
+
 def report_dir_runs(report_dir: str, workdir: str, repeats: int,
                     progress: Callable[[str], None]) -> Dict[str, Any]:
     """First plan on the directory (compiles it), then after touching one
     report (re-reads that one), then the usual case."""
-    from slurmtopo.compiled import cache_paths
-
-    for p in cache_paths(report_dir):
-        if os.path.exists(p):
-            os.unlink(p)
+    stale = _compiled_form(report_dir)
+    if stale is not None and os.path.exists(stale):
+        os.unlink(stale)
     argv = slurmtopo("plan", "--inventory", report_dir, "--tp", "8", "--pp", "2", "--dp", "4",
                      "--output-dir", os.path.join(workdir, "plan-reports"), "--", "python",
                      "train.py")
@@ -152,7 +161,8 @@ def report_dir_runs(report_dir: str, workdir: str, repeats: int,
     changed = run_process(argv)
     progress("plan on the report directory (compiled form up to date)")
     warm = median_run(argv, repeats)
-    cache = next((p for p in cache_paths(report_dir) if os.path.exists(p)), None)
+    cache = _compiled_form(report_dir)
+    cache = cache if cache is not None and os.path.exists(cache) else None
     reports = sum(1 for f in os.listdir(report_dir) if f.endswith(".yaml")) - 1
     return {"reports": reports, "command": show(argv),
             "first_s": first["wall_s"], "first_cpu_s": first["cpu_s"],

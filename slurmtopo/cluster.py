@@ -22,9 +22,25 @@ def load_cluster(paths: Union[str, Sequence[str]], write_cache: bool = True) -> 
     from slurmtopo.inventory import load_inventory
 
     # each file is checked before its compiled form is kept; the whole again
-    inv = load_inventory(paths, check=cost_params, write_cache=write_cache)
+    inv = load_inventory(paths, check=cost_params, write_cache=write_cache,
+                         tables=derived_tables())
     cost_params(inv)  # validated and kept with it; raises InventoryError at file:line
     return inv
+
+
+def derived_tables():
+    """The tables a plan derives from the whole cluster, as a compiled
+    inventory keeps them (:class:`slurmtopo.inventory_cache.Table`): the
+    planner's fabric tree and the lower bound's statistics. Not the network
+    view: built from the switches alone, it costs less than reading it."""
+    from slurmtopo.cost.bound import STATS_TABLE, InventoryStats, inventory_stats
+    from slurmtopo.inventory_cache import Table
+    from slurmtopo.placement.fabric import TABLE, fabric_tree, same_tree, tree_from_json, tree_json
+
+    return (Table(TABLE, fabric_tree, lambda tree, hw_ref: tree_json(tree),
+                  lambda d, inv, hardware: tree_from_json(d, inv), same_tree),
+            Table(STATS_TABLE, inventory_stats, lambda st, hw_ref: st.to_json(hw_ref),
+                  lambda d, inv, hardware: InventoryStats.from_json(d, hardware)))
 
 
 def step_time(cluster: Inventory, placement: Placement, request: JobRequest,

@@ -22,24 +22,33 @@ compiled form is one JSON inventory document:
   its size and modification time.
 
 :func:`load_report_dir` is what ``load_inventory(DIR)`` uses: it keeps the
-compiled form in ``DIR/.slurmtopo-inventory.json`` (or, when the directory
-is not writable, in the user's cache directory) and re-parses only the
-reports whose name, size or modification time changed since. Output is
+compiled form in ``DIR/.slurmtopo-inventory.json`` when the directory is
+the user's own (owned by them, writable by nobody else), else in the
+user's cache directory, as :mod:`slurmtopo.usercache` keeps private
+entries: 0600 in 0700 directories whatever the umask, written to a fresh
+temporary name and renamed, read only when it is a regular file of the
+user's that nobody else may write, no symbolic link followed. A compiled
+form another user could have written (in a shared report directory) is
+never read: each user keeps their own. It re-parses only the reports
+whose name, size or modification time changed since. Output is
 deterministic: the same reports give the same bytes.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from slurmtopo.errors import InventoryError, SlurmtopoError
+from slurmtopo.errors import InventoryError
 from slurmtopo.model import Hardware, Inventory, Node
 
 COMPILED_NAME = ".slurmtopo-inventory.json"
+#: the user's cache directory for compiled forms of directories that are
+#: not the user's own (:func:`slurmtopo.usercache.slot_in`)
+KIND = "inventories"
+SUFFIX = ".json"
 COMPILED_VERSION = 1
 #: a node differing from a type in more top-level hardware fields than this
 #: is written out whole
@@ -233,24 +242,27 @@ def scan(directory: str, suffixes: Tuple[str, ...]) -> Dict[str, FileKey]:
     return out
 
 
-def cache_paths(directory: str) -> List[str]:
-    """Where the compiled form may live: in the directory, else in the
-    user's cache directory (keyed by the directory's absolute path)."""
-    directory = os.path.abspath(directory)
-    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    digest = hashlib.sha256(directory.encode()).hexdigest()[:24]
-    return [os.path.join(directory, COMPILED_NAME),
-            os.path.join(home, "slurmtopo", "inventories", digest + ".json")]
+def cache_slot(directory: str, create: bool = False):
+    """Where the compiled form of ``directory`` lives
+    (:class:`slurmtopo.usercache.Slot`): in the directory when it is the
+    user's own, else in the user's cache directory (keyed by the
+    directory's absolute path); None when neither will do."""
+    from slurmtopo.usercache import slot_in
+
+    return slot_in(directory, COMPILED_NAME, KIND, SUFFIX, create)
 
 
-def read_compiled(path: str) -> Optional[Dict[str, Any]]:
-    """The compiled document at ``path``, or None when it is missing or not
-    one (a damaged cache is rebuilt, never trusted)."""
-    from slurmtopo.fileio import read_text
-
-    try:  # a FIFO or device planted as the cache is refused, never waited on
-        doc = json.loads(read_text(path))
-    except (SlurmtopoError, ValueError, RecursionError):
+def read_compiled(slot) -> Optional[Dict[str, Any]]:
+    """The compiled document in ``slot``, or None when there is none or it
+    is not one (a damaged cache is rebuilt, never trusted; a FIFO, a link
+    or another user's file planted as the cache is passed over, never
+    waited on or followed)."""
+    data = slot.read() if slot is not None else None
+    if data is None:
+        return None
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("compiled"), dict):
         return None
@@ -259,17 +271,14 @@ def read_compiled(path: str) -> Optional[Dict[str, Any]]:
     return doc
 
 
-def _write_cache(paths: Sequence[str], text: str) -> Optional[str]:
-    from slurmtopo.fileio import atomic_write
-
-    for p in paths:
-        try:
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            atomic_write(p, text, mode=0o644)
-            return p
-        except (OSError, SlurmtopoError):  # not writable here: try the next place
-            continue
-    return None
+def _write_cache(directory: str, text: str) -> Optional[str]:
+    """Keep ``text`` as the compiled form of ``directory``; where it went,
+    or None when there is no place for it."""
+    slot = cache_slot(directory, create=True)
+    if slot is None:
+        return None
+    with slot:
+        return slot.where if slot.write(text.encode()) else None
 
 
 def load_report_dir(directory: str, schema: Schema,
@@ -283,9 +292,11 @@ def load_report_dir(directory: str, schema: Schema,
     files = scan(directory, schema.suffixes)
     if not files:
         raise InventoryError("no *.yaml, *.yml or *.json files in this directory", directory)
-    paths = cache_paths(directory)
-    where, compiled = next(((p, d) for p, d in ((p, read_compiled(p)) for p in paths)
-                            if d is not None), (paths[0], None))
+    slot = cache_slot(directory)
+    where, compiled = directory, None
+    if slot is not None:
+        with slot:
+            where, compiled = slot.where, read_compiled(slot)
     known: Dict[str, list] = dict(compiled["compiled"].get("files") or {}) if compiled else {}
     reuse = {f: known[f][2] for f, k in files.items()
              if f in known and list(k) == known[f][:2] and known[f][2] is not None}
@@ -323,7 +334,7 @@ def load_report_dir(directory: str, schema: Schema,
         merged = replace(merged, nodes={n: merged.nodes[n] for n in order})
         doc = compile_inventory(merged, file_nodes, schema, os.path.abspath(directory))
         text = dumps_compiled(doc)
-        written = _write_cache(paths, text) if write_cache else None
+        written = _write_cache(directory, text) if write_cache else None
         log.append(f"compiled {len(merged.nodes)} node report(s) ({reread} read again) into "
                    f"{written or 'memory only (no writable place for it)'}")
         reports = _parse_compiled(json.loads(text), written or directory, schema)

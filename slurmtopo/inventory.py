@@ -549,7 +549,7 @@ DOC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None,
-                   write_cache: bool = True) -> Inventory:
+                   write_cache: bool = True, tables: Sequence[Any] = ()) -> Inventory:
     """Load one or more files or directories and merge them into one cluster.
 
     Directories contribute every ``*.yaml``/``*.yml``/``*.json`` in them, so
@@ -561,7 +561,8 @@ def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None,
     validation of a whole inventory, e.g. its ``cost:`` block) is run on
     each file parsed, and only a file that passes gets a compiled form.
     ``write_cache`` False reads compiled forms but writes none (a dry run
-    leaves nothing behind).
+    leaves nothing behind). ``tables`` (:class:`slurmtopo.inventory_cache.Table`)
+    are the derived tables a file's compiled form keeps with it.
     """
     from slurmtopo.fileio import read_text
     from slurmtopo.inventory_cache import load_file
@@ -578,7 +579,7 @@ def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None,
             dir_parts, _ = load_report_dir(p, report_dir_schema(), write_cache)
             parts.extend(dir_parts)
         elif os.path.exists(p):
-            parts.append(load_file(p, file_schema(), read_text, check, write_cache))
+            parts.append(load_file(p, file_schema(), read_text, check, write_cache, tables))
         else:
             raise InventoryError("no such file or directory", p)
         first = first or p

@@ -8,7 +8,12 @@ a table (each entry checked again as in a file), nodes in runs that share
 everything but the name, hostlists expanded, origins as line numbers (the
 file's path is the one it is read by, so a file keeps one entry whatever
 path names it). Loading it gives an inventory equal to parsing the file,
-node types shared by the same nodes, so plans are byte-identical.
+node types shared by the same nodes, so plans are byte-identical. The
+image also carries what a plan derives from the whole inventory and
+would otherwise build on every run (:class:`Table`: the planner's fabric
+tree, the lower bound's statistics, a dozen milliseconds at 12,500
+nodes), each written only when it reads back equal, and installed in the
+loaded inventory's derived tables.
 
 Where and how entries are kept is :mod:`slurmtopo.usercache`'s (only
 where no other user can write, 0600 files in 0700 directories, no
@@ -24,15 +29,17 @@ by loaders that validate the whole inventory first (``check``: its
 from __future__ import annotations
 
 import json
+import operator
 import os
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from slurmtopo.model import (Block, Fabric, Hardware, Inventory, Node, NvlinkDomain, Ring, Switch,
                              Torus)
+from slurmtopo.usercache import sha256_hex
 
 #: the image's layout; entries of another are rebuilt
-FORMAT = 2
+FORMAT = 3
 #: smaller inventories are parsed every time (no file beside every example)
 MIN_NODES = 1000
 #: the user's cache directory for entries (:func:`slurmtopo.usercache.slot_for`)
@@ -53,25 +60,33 @@ class FileSchema:
     parse_hardware: Callable[[Any, str], Hardware]
 
 
+@dataclass(frozen=True)
+class Table:
+    """A table the planner or the cost model derives from a whole
+    inventory (:meth:`~slurmtopo.model.Inventory.derive`: the fabric tree,
+    the lower bound's statistics), kept in the entry beside the image so
+    that a warm load takes it instead of building it again. The module
+    that derives the table owns its name and its JSON form; the caller
+    (:func:`slurmtopo.cluster.load_cluster`) passes them in, since this
+    module sits below the planner and the cost model."""
+
+    name: str
+    #: the inventory -> its table (kept in its derived tables as usual)
+    build: Callable[[Inventory], object]
+    #: the table, ``hw_ref`` (hardware -> its index in the image) -> JSON-ready
+    dump: Callable[[object, Callable[[Hardware], int]], Any]
+    #: JSON, the inventory built from the image, its hardware table ->
+    #: the table; raises on a payload it did not write
+    load: Callable[[Any, Inventory, List[Hardware]], object]
+    #: are two tables the same (what ``==`` says, sooner)?
+    same: Callable[[object, object], bool] = operator.eq
+
+
 #: Node is a plain frozen dataclass with these fields, in this order, and
 #: nothing run on construction: :func:`build` may fill its instances' dicts
 _PLAIN_NODE = ("__slots__" not in vars(Node) and not hasattr(Node, "__post_init__")
                and [f.name for f in fields(Node)] ==
                ["name", "hardware", "type", "nvlink_domain", "features", "origin"])
-
-
-def sha256_hex(data: bytes) -> str:
-    """SHA-256 of ``data`` in hex, from CPython's own module when there is
-    one: :mod:`hashlib` loads OpenSSL on import, a few milliseconds of
-    every command that reads a compiled inventory."""
-    try:
-        from _sha2 import sha256  # CPython 3.12 and later
-    except ImportError:
-        try:
-            from _sha256 import sha256  # CPython up to 3.11
-        except ImportError:
-            from hashlib import sha256
-    return sha256(data).hexdigest()
 
 
 class _NotExact(Exception):
@@ -80,18 +95,30 @@ class _NotExact(Exception):
 
 def code_fingerprint() -> str:
     """The slurmtopo code an entry was made with: every module's size and
-    modification time (a change anywhere, an upgrade, rebuilds entries)."""
+    modification time (a change anywhere, an upgrade, rebuilds entries).
+    Read on every warm load, so with :func:`os.scandir` and no path
+    arithmetic (``os.walk`` and ``relpath`` over the package's modules
+    took several milliseconds of each plan)."""
     from slurmtopo import __version__
 
     top = os.path.dirname(os.path.abspath(__file__))
+    cut = len(top) + 1
     parts = [f"{FORMAT}/{__version__}"]
-    for root, dirs, files in os.walk(top):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(root, name))
-                parts.append(f"{os.path.relpath(os.path.join(root, name), top)}:{st.st_size}:"
-                             f"{st.st_mtime_ns}")
+
+    def walk(directory: str) -> None:  # files by name, then each directory by name
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        below = []
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                below.append(e.path)
+            elif e.name.endswith(".py"):
+                st = e.stat()
+                parts.append(f"{e.path[cut:]}:{st.st_size}:{st.st_mtime_ns}")
+        for d in below:
+            walk(d)
+
+    walk(top)
     return sha256_hex(";".join(parts).encode())
 
 
@@ -99,11 +126,13 @@ def code_fingerprint() -> str:
 # the image
 
 
-def image(inv: Inventory, path: str, schema: FileSchema) -> Dict[str, Any]:
-    """The JSON-ready image of ``inv``, parsed from ``path``. Raises
-    :class:`_NotExact` when loading it would not give ``inv`` back (a value
-    JSON does not keep, an origin not in this file, hardware whose mapping
-    reads back different)."""
+def image(inv: Inventory, path: str, schema: FileSchema,
+          tables: Sequence[Table] = ()) -> Dict[str, Any]:
+    """The JSON-ready image of ``inv``, parsed from ``path``, with the
+    ``tables`` derived from it. Raises :class:`_NotExact` when loading it
+    would not give ``inv`` back (a value JSON does not keep, an origin not
+    in this file, hardware whose mapping reads back different); a table
+    that would not read back equal is left out (built on use as ever)."""
 
     def line(origin: Optional[str]) -> int:
         if origin is None:
@@ -119,15 +148,18 @@ def image(inv: Inventory, path: str, schema: FileSchema) -> Dict[str, Any]:
         raise _NotExact(inv.source)
     hw_of: Dict[int, int] = {}  # id(Hardware) -> table index: the sharing is kept
     hardware: List[Dict[str, Any]] = []
+    read_back: List[Hardware] = []  # what each entry of the table loads as
 
     def hw_ref(hw: Hardware) -> int:
         i = hw_of.get(id(hw))
         if i is None:
             d = json.loads(json.dumps(schema.hardware_dict(hw)))
-            if schema.parse_hardware(d, path) != hw:
+            back = schema.parse_hardware(d, path)
+            if back != hw:
                 raise _NotExact("hardware")
             i = hw_of[id(hw)] = len(hardware)
             hardware.append(d)
+            read_back.append(back)
         return i
 
     domains: Dict[NvlinkDomain, int] = {}
@@ -146,6 +178,15 @@ def image(inv: Inventory, path: str, schema: FileSchema) -> Dict[str, Any]:
     except (TypeError, ValueError):  # a date, a set: JSON keeps neither
         raise _NotExact("cost or reports") from None
     f = inv.fabric
+    derived: Dict[str, Any] = {}
+    for t in tables:
+        table = t.build(inv)
+        try:
+            d = json.loads(json.dumps(t.dump(table, hw_ref)))
+            if t.same(t.load(d, inv, read_back), table):
+                derived[t.name] = d
+        except (TypeError, ValueError, KeyError, IndexError):
+            pass  # JSON would not keep it: built on use
     return {
         "hardware": hardware,
         "types": [[name, hw_ref(hw)] for name, hw in inv.node_types.items()],
@@ -159,13 +200,16 @@ def image(inv: Inventory, path: str, schema: FileSchema) -> Dict[str, Any]:
         "toruses": [[t.name, list(t.dims), list(t.nodes), [list(p) for p in t.placements],
                      line(t.origin)] for t in f.toruses],
         **plain,
+        "derived": derived,
     }
 
 
-def build(img: Dict[str, Any], path: str, schema: FileSchema) -> Inventory:
-    """The inventory of an image, read from ``path``. Raises on a payload
-    that does not build (KeyError, TypeError, ValueError, IndexError, or
-    the schema's own error for bad hardware)."""
+def build(img: Dict[str, Any], path: str, schema: FileSchema,
+          tables: Sequence[Table] = ()) -> Inventory:
+    """The inventory of an image, read from ``path``, with those of
+    ``tables`` the image holds installed in its derived tables. Raises on
+    a payload that does not build (KeyError, TypeError, ValueError,
+    IndexError, or the schema's own error for bad hardware)."""
 
     def origin(line: int) -> Optional[str]:
         return None if line < 0 else (path if line == 0 else f"{path}:{line}")
@@ -204,11 +248,16 @@ def build(img: Dict[str, Any], path: str, schema: FileSchema) -> Inventory:
                     for a, dims, hosts, places, line in img["toruses"])
     if not isinstance(img["cost"], dict) or not isinstance(img["reports"], dict):
         raise TypeError("cost or reports")
-    return Inventory(nodes=nodes, fabric=Fabric(switches=switches, blocks=blocks,
-                                                block_sizes=tuple(img["block_sizes"]),
-                                                rings=rings, toruses=toruses),
-                     node_types={name: hardware[i] for name, i in img["types"]},
-                     cost=img["cost"], reports=img["reports"], source=path)
+    inv = Inventory(nodes=nodes, fabric=Fabric(switches=switches, blocks=blocks,
+                                               block_sizes=tuple(img["block_sizes"]),
+                                               rings=rings, toruses=toruses),
+                    node_types={name: hardware[i] for name, i in img["types"]},
+                    cost=img["cost"], reports=img["reports"], source=path)
+    derived = img["derived"]
+    for t in tables:
+        if t.name in derived:
+            inv.keep(t.name, t.load(derived[t.name], inv, hardware))
+    return inv
 
 
 # --------------------------------------------------------------------------
@@ -221,11 +270,11 @@ def _header(source_sha: str, payload: bytes, code: str) -> Dict[str, Any]:
 
 
 def entry_bytes(inv: Inventory, path: str, source_sha: str, schema: FileSchema,
-                code: Optional[str] = None) -> Optional[bytes]:
-    """The entry of ``inv`` (a header line, then the image), or None when
-    its image would not be exact."""
+                code: Optional[str] = None, tables: Sequence[Table] = ()) -> Optional[bytes]:
+    """The entry of ``inv`` (a header line, then the image and ``tables``),
+    or None when its image would not be exact."""
     try:
-        payload = json.dumps(image(inv, path, schema), separators=(",", ":")).encode()
+        payload = json.dumps(image(inv, path, schema, tables), separators=(",", ":")).encode()
     except _NotExact:
         return None
     head = _header(source_sha, payload, code or code_fingerprint())
@@ -233,7 +282,7 @@ def entry_bytes(inv: Inventory, path: str, source_sha: str, schema: FileSchema,
 
 
 def from_entry(data: bytes, path: str, source_sha: str, schema: FileSchema,
-               code: Optional[str] = None) -> Optional[Inventory]:
+               code: Optional[str] = None, tables: Sequence[Table] = ()) -> Optional[Inventory]:
     """The inventory of an entry made from this file by this code, or None
     when the entry is anything else (stale, damaged, not ours)."""
     head_text, sep, payload = data.partition(b"\n")
@@ -242,19 +291,19 @@ def from_entry(data: bytes, path: str, source_sha: str, schema: FileSchema,
         if not sep or not isinstance(head, dict) or \
                 head != _header(source_sha, payload, code or code_fingerprint()):
             return None
-        return build(json.loads(payload), path, schema)
+        return build(json.loads(payload), path, schema, tables)
     except Exception:  # noqa: BLE001 - whatever the payload holds, it is rebuilt
         return None
 
 
 def load_file(path: str, schema: FileSchema, read_text: Callable[[str], str],
               check: Optional[Callable[[Inventory], object]] = None,
-              write: bool = True) -> Inventory:
+              write: bool = True, tables: Sequence[Table] = ()) -> Inventory:
     """The inventory of the file ``path``: from its entry when there is a
     good one, else parsed (``schema.parse_text``), and, when it has
     :data:`MIN_NODES` nodes or more and ``check`` (the caller's
     validation of the whole inventory) passes, kept for next time (unless
-    ``write`` is False)."""
+    ``write`` is False) with ``tables``, which are then built already."""
     from slurmtopo.usercache import slot_for
 
     text = read_text(path)
@@ -266,14 +315,14 @@ def load_file(path: str, schema: FileSchema, read_text: Callable[[str], str],
             data = slot.read()
         if data is not None:
             code = code_fingerprint()
-            inv = from_entry(data, path, sha, schema, code)
+            inv = from_entry(data, path, sha, schema, code, tables)
             if inv is not None:
                 return inv
     inv = schema.parse_text(text, path)
     if check is not None:
         check(inv)
         if write and len(inv.nodes) >= MIN_NODES:
-            out = entry_bytes(inv, path, sha, schema, code)
+            out = entry_bytes(inv, path, sha, schema, code, tables)
             slot = slot_for(path, KIND, SUFFIX, create=True) if out is not None else None
             if slot is not None:
                 with slot:

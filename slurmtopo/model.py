@@ -466,6 +466,12 @@ class Inventory:
             hit[:] = [self.nodes, self.fabric, len(self.nodes), build()]
         return hit[3]
 
+    def keep(self, name: str, table) -> None:
+        """Take ``table`` as what :meth:`derive` would build for ``name``
+        from the nodes and fabric as they are now (a compiled inventory's
+        entry carries its tables: :mod:`slurmtopo.inventory_cache`)."""
+        self.derived.get(name, list)[:] = [self.nodes, self.fabric, len(self.nodes), table]
+
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes.values())
 

@@ -34,6 +34,20 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data`` in hex, from CPython's own module when there is
+    one: :mod:`hashlib` loads OpenSSL on import, a few milliseconds of
+    every command that reads a cache entry."""
+    try:
+        from _sha2 import sha256  # CPython 3.12 and later
+    except ImportError:
+        try:
+            from _sha256 import sha256  # CPython up to 3.11
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
+
+
 def _own(st: os.stat_result) -> bool:
     """Owned by this user and writable by nobody else."""
     return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
@@ -164,9 +178,22 @@ def slot_for(source: str, kind: str, suffix: str = ".json",
     (no home, a cache directory another user owns or can write)."""
     path = os.path.abspath(source)
     directory, base = os.path.split(path)
-    fd = _open_dir(directory or os.sep)
+    return _slot(directory or os.sep, f".{base}{suffix}", path, kind, suffix, create)
+
+
+def slot_in(directory: str, name: str, kind: str, suffix: str = ".json",
+            create: bool = False) -> Optional[Slot]:
+    """The slot of the entry made from the directory ``directory`` (a
+    directory of node reports): ``name`` in it when it is the user's own,
+    else as :func:`slot_for` says, keyed by the directory's absolute path."""
+    path = os.path.abspath(directory)
+    return _slot(path, name, path, kind, suffix, create)
+
+
+def _slot(directory: str, name: str, key: str, kind: str, suffix: str,
+          create: bool) -> Optional[Slot]:
+    fd = _open_dir(directory)
     if fd is not None:
-        name = f".{base}{suffix}"
         return Slot(fd, name, os.path.join(directory, name))
     home = user_cache_home()
     if home is None:
@@ -189,7 +216,5 @@ def slot_for(source: str, kind: str, suffix: str = ".json",
         os.close(top)
     if fd is None:
         return None
-    import hashlib
-
-    name = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:32] + suffix
+    name = sha256_hex(key.encode("utf-8", "surrogateescape"))[:32] + suffix
     return Slot(fd, name, os.path.join(home, "slurmtopo", kind, name))

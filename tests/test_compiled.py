@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurmtopo import compiled
-from slurmtopo.compiled import COMPILED_NAME, cache_paths, without_uuids
+from slurmtopo.compiled import COMPILED_NAME, cache_slot, without_uuids
 from slurmtopo.errors import InventoryError
 from slurmtopo.inventory import inventory_dict, load_inventory, node_report, report_dir_schema
 from slurmtopo.yamlio import dump_yaml
@@ -128,17 +130,99 @@ def test_mig_nodes_keep_their_uuids(tmp_path):
     assert inv.nodes["dgx004"].hardware.gpus[0].uuid is None
 
 
-def test_unwritable_directory_uses_the_user_cache(tmp_path, monkeypatch):
+def test_a_shared_directory_uses_the_user_cache(tmp_path, monkeypatch):
+    # a directory others may write in: the compiled form goes to the user's
+    # own cache, 0600 in 0700 directories, and is read back from there
     d = tmp_path / "reports"
     _write_reports(d)
+    os.chmod(d, 0o777)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    real = compiled._write_cache
-    monkeypatch.setattr(compiled, "_write_cache", lambda paths, text: real(paths[1:], text))
     _, log = compiled.load_report_dir(str(d), report_dir_schema())
     assert not (d / COMPILED_NAME).exists()
-    assert os.path.exists(cache_paths(str(d))[1]) and "cache" in log[0]
-    _, log = compiled.load_report_dir(str(d), report_dir_schema())                          # and is read back from there
+    with cache_slot(str(d)) as slot:
+        mine = Path(slot.where)
+    assert mine.exists() and str(mine) in log[0]
+    assert mine.is_relative_to(tmp_path / "cache" / "slurmtopo")
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o600
+    for p in (mine.parent, mine.parent.parent):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o700
+    _, log = compiled.load_report_dir(str(d), report_dir_schema())  # and is read back from there
     assert log == []
+
+
+def test_the_compiled_form_is_private_whatever_the_umask(tmp_path):
+    d = tmp_path / "reports"
+    _write_reports(d)
+    old = os.umask(0)
+    try:
+        load_inventory(str(d))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((d / COMPILED_NAME).stat().st_mode) == 0o600
+
+
+def _poison(d: Path) -> None:
+    """A compiled form that matches the reports on disk but lies (one node
+    more), as another user could write it."""
+    load_inventory(str(d))
+    doc = json.loads((d / COMPILED_NAME).read_text())
+    evil = dict(doc["nodes"][0], name="evil001")
+    doc["nodes"].append(evil)
+    (d / COMPILED_NAME).unlink()
+    (d / COMPILED_NAME).write_text(json.dumps(doc))
+    os.chmod(d / COMPILED_NAME, 0o600)
+
+
+def test_the_poisoned_compiled_form_would_be_read_if_it_were_the_users_own(tmp_path):
+    # the checks below mean something: a compiled form of this user's is used
+    d = tmp_path / "reports"
+    _write_reports(d)
+    _poison(d)
+    assert "evil001" in load_inventory(str(d)).nodes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_a_compiled_form_another_user_owns_is_never_read(tmp_path):
+    d = tmp_path / "reports"
+    want = _write_reports(d)
+    _poison(d)
+    nobody = pwd.getpwnam("nobody")
+    os.chown(d / COMPILED_NAME, nobody.pw_uid, nobody.pw_gid)
+    inv = load_inventory(str(d))
+    assert "evil001" not in inv.nodes and set(inv.nodes) == set(want.nodes)
+    assert (d / COMPILED_NAME).stat().st_uid == os.geteuid()  # replaced by the user's own
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602])
+def test_a_compiled_form_others_may_write_is_never_read(tmp_path, mode):
+    d = tmp_path / "reports"
+    _write_reports(d)
+    _poison(d)
+    os.chmod(d / COMPILED_NAME, mode)
+    assert "evil001" not in load_inventory(str(d)).nodes
+    assert stat.S_IMODE((d / COMPILED_NAME).stat().st_mode) == 0o600
+
+
+def test_a_compiled_form_planted_in_a_shared_directory_is_never_read(tmp_path, monkeypatch):
+    d = tmp_path / "reports"
+    _write_reports(d)
+    _poison(d)
+    os.chmod(d, 0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert "evil001" not in load_inventory(str(d)).nodes
+
+
+def test_no_symbolic_link_is_followed(tmp_path):
+    d = tmp_path / "reports"
+    _write_reports(d)
+    _poison(d)
+    target = tmp_path / "elsewhere.json"
+    os.replace(d / COMPILED_NAME, target)
+    before = target.read_bytes()
+    (d / COMPILED_NAME).symlink_to(target)
+    assert "evil001" not in load_inventory(str(d)).nodes  # not read through the link
+    assert target.read_bytes() == before  # nor written through it
+    assert not (d / COMPILED_NAME).is_symlink()
 
 
 def test_a_damaged_compiled_form_is_rebuilt(tmp_path):

@@ -244,3 +244,149 @@ def test_usercache_slot_refuses_a_home_it_cannot_use(tmp_path, monkeypatch):
     d.mkdir(mode=0o777)
     os.chmod(d, 0o777)
     assert usercache.slot_for(str(d / "x.yaml"), "k") is None
+
+
+# --------------------------------------------------------------------------
+# the derived tables kept in an entry (fabric tree, lower bound's statistics)
+
+
+def _files(directory: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("shape,nodes", [("fattree3", 300), ("nvl72", 72), ("mixed", 64)])
+def test_a_plan_from_the_warm_entry_equals_a_cold_one(tmp_path, monkeypatch, shape, nodes):
+    # no entry at all, the first load (which writes the entry), the next
+    # (which reads it, tables included): the same outputs and preview
+    from tests.clirun import run_cli
+
+    path = write(tmp_path, cluster(shape, nodes))
+    out = tmp_path / "out"
+    argv = ["plan", "--inventory", str(path), "--tp", "4", "--pp", "2", "--dp", "4",
+            "--output-dir", str(out), "--", "python", "train.py"]
+    runs = []
+    monkeypatch.setattr(inventory_cache, "MIN_NODES", 10 ** 9)
+    for label in ("no entry", "cold", "warm"):
+        if label == "cold":
+            monkeypatch.setattr(inventory_cache, "MIN_NODES", 1)
+        code, stdout, stderr = run_cli(argv)
+        assert code == 0, stderr
+        runs.append((label, stdout, _files(out)))
+        assert beside(path).exists() == (label != "no entry")
+    calls = built(monkeypatch)
+    run_cli(argv)
+    assert calls == [1]  # the last run did read the entry
+    assert runs[0][1:] == runs[1][1:] == runs[2][1:]
+
+
+def test_a_warm_load_takes_its_tables_from_the_entry(tmp_path, monkeypatch):
+    from slurmtopo.cost import bound
+    from slurmtopo.placement import fabric
+
+    path = write(tmp_path, cluster("fattree3", 300))
+    cold = api.load_cluster(str(path))
+    want_tree, want_stats = fabric.build_tree(cold), bound.InventoryStats(cold)
+
+    def refused(*_):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(fabric, "build_tree", refused)
+    monkeypatch.setattr(bound.InventoryStats, "__init__", refused)
+    warm = api.load_cluster(str(path))
+    assert warm is not cold
+    assert fabric.fabric_tree(warm) == want_tree
+    assert bound.inventory_stats(warm) == want_stats
+    # the tree's node list is the warm inventory's own objects
+    assert all(a is b for a, b in zip(fabric.fabric_tree(warm).nodes, warm))
+
+
+def _rewrite_tables(path: Path, entry: Path, change) -> None:
+    """The entry with its tables changed by ``change`` and its checksum made
+    to match again (as the user could do by hand)."""
+    head, _, payload = entry.read_bytes().partition(b"\n")
+    img = json.loads(payload)
+    change(img["derived"])
+    new = json.dumps(img, separators=(",", ":")).encode()
+    h = json.loads(head)
+    h["payload_sha256"] = inventory_cache.sha256_hex(new)
+    entry.write_bytes(json.dumps(h, separators=(",", ":")).encode() + b"\n" + new)
+
+
+@pytest.mark.parametrize("damage", ["short tree", "pod out of range", "run", "stats hardware",
+                                    "stats count", "not a table"])
+def test_tables_that_do_not_fit_the_inventory_are_refused(tmp_path, monkeypatch, damage):
+    from slurmtopo.cost import bound
+    from slurmtopo.placement import fabric
+
+    path = write(tmp_path, cluster("fattree3", 64))
+    api.load_cluster(str(path))
+    entry = beside(path)
+    good = entry.read_bytes()
+
+    def change(derived):
+        tree, stats = derived[fabric.TABLE], derived[bound.STATS_TABLE]
+        if damage == "short tree":
+            tree["node_pod"][-1][1] -= 1
+        elif damage == "pod out of range":
+            tree["node_pod"][0][0] = tree["pods"] + 5
+        elif damage == "run":
+            tree["tree_order"][0][1] = -3
+        elif damage == "stats hardware":
+            stats["sets"][0][0] = 99
+        elif damage == "stats count":
+            stats["node_max"] = -1
+        else:
+            derived[fabric.TABLE] = "x"
+
+    _rewrite_tables(path, entry, change)
+    calls = built(monkeypatch)
+    inv = api.load_cluster(str(path))
+    assert calls == [1]  # read, refused (the build raised) ...
+    assert inv == parsed(path)
+    assert fabric.fabric_tree(inv) == fabric.build_tree(inv)
+    assert bound.inventory_stats(inv) == bound.InventoryStats(inv)
+    assert entry.read_bytes() == good  # ... and written again from the file
+
+
+@pytest.mark.parametrize("shape,nodes", [("fattree3", 300), ("nvl72", 72), ("mixed", 64)])
+def test_same_tree_says_what_equality_says(shape, nodes):
+    # the one-pass comparison the entry's read-back check uses
+    from slurmtopo.placement import fabric
+
+    inv = cluster(shape, nodes)
+    tree = fabric.build_tree(inv)
+
+    def copy():
+        return fabric.tree_from_json(json.loads(json.dumps(fabric.tree_json(tree))), inv)
+
+    assert fabric.same_tree(tree, copy()) and tree == copy()
+    changes = [lambda t: t.pods[-1].members.append(0),
+               lambda t: setattr(t.pods[0], "key", list(t.pods[0].key)),
+               lambda t: setattr(t.pods[0], "name", t.pods[0].name + "x"),
+               lambda t: t.upper[-1].children.reverse(),
+               lambda t: t.tree_order.reverse(),
+               lambda t: setattr(t, "levels", t.levels + 1),
+               lambda t: t.pod_l1.reverse()]
+    for change in changes:
+        other = copy()
+        change(other)
+        assert fabric.same_tree(tree, other) == (tree == other)
+
+
+def test_an_entry_made_by_other_code_is_rebuilt(tmp_path, monkeypatch):
+    # an upgrade or an edited module may derive other tables from the same
+    # file: the entry names the code that made it and is not used by another
+    from slurmtopo.placement import fabric
+
+    path = write(tmp_path, cluster("fattree3", 64))
+    with monkeypatch.context() as m:
+        m.setattr(inventory_cache, "code_fingerprint", lambda: "other code")
+        api.load_cluster(str(path))
+    stale = beside(path).read_bytes()
+    calls = built(monkeypatch)
+    inv = api.load_cluster(str(path))
+    assert calls == [] and inv == parsed(path)
+    assert fabric.fabric_tree(inv) == fabric.build_tree(inv)
+    assert beside(path).read_bytes() != stale  # written again by this code
+    api.load_cluster(str(path))
+    assert calls == [1]

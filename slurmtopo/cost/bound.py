@@ -102,13 +102,52 @@ class InventoryStats:
         self.scope_cap[LinkClass.NET_FAR] = total
 
 
+    def __eq__(self, other) -> bool:
+        return isinstance(other, InventoryStats) and vars(self) == vars(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_json(self, hw_ref) -> Dict[str, object]:
+        """JSON-ready, each hardware as ``hw_ref(hardware)`` (its index in
+        a compiled inventory's table: :mod:`slurmtopo.inventory_cache`)."""
+        return {"sets": [[hw_ref(h), list(g)] for h, g in self.sets],
+                "dom_sets": [[hw_ref(h), list(g)] for h, g in self.dom_sets],
+                "node_sizes": [[k, v] for k, v in self.node_sizes.items()],
+                "node_max": self.node_max, "dom_max": self.dom_max, "dom_sizes": self.dom_sizes,
+                "scope_cap": [[int(c), v] for c, v in self.scope_cap.items()]}
+
+    @classmethod
+    def from_json(cls, d, hardware: List[Hardware]) -> "InventoryStats":
+        """What :meth:`to_json` wrote, ``hardware`` its hardware table;
+        raises (KeyError, TypeError, ValueError, IndexError) on anything
+        else."""
+        def count(v) -> int:
+            if type(v) is not int or v < 0:
+                raise ValueError("a count")
+            return v
+
+        st = cls.__new__(cls)
+        st.node_sizes = {count(k): count(v) for k, v in d["node_sizes"]}
+        st.sets = [(hardware[count(h)], tuple(count(x) for x in g)) for h, g in d["sets"]]
+        st.dom_sets = [(hardware[count(h)], tuple(count(x) for x in g))
+                       for h, g in d["dom_sets"]]
+        st.node_max, st.dom_max = count(d["node_max"]), count(d["dom_max"])
+        st.dom_sizes = [count(v) for v in d["dom_sizes"]]
+        st.scope_cap = {LinkClass(c): count(v) for c, v in d["scope_cap"]}
+        return st
+
+
+#: its name in the inventory's derived tables
+STATS_TABLE = "cost.inventory_stats"
+
+
 def inventory_stats(inv: Inventory, state=None) -> InventoryStats:
     """The idle cluster's statistics are kept in the inventory's derived
     tables; those of a state are built for it. A state that lists no node
     is the idle cluster (unlisted nodes are idle and whole)."""
     if state is not None and state.nodes:
         return InventoryStats(inv, state)
-    return inv.derive("cost.inventory_stats", lambda: InventoryStats(inv))
+    return inv.derive(STATS_TABLE, lambda: InventoryStats(inv))
 
 
 class LowerBound:
