@@ -250,30 +250,43 @@ class PieceRoom:
     """Nodes with room for pieces of split blocks, bucketed by free ranks
     left and by speed class (nodes whose pieces of every size are equally
     fast), so the best place for a piece is found without scanning every
-    node (a fragmented 100k-GPU inventory has thousands)."""
+    node (a fragmented 100k-GPU inventory has thousands).
 
-    def __init__(self, rest: Sequence[Tuple[int, int, int, int]], span: int, speed_class):
+    A node's whole room counts, also beyond one block: a node denied whole
+    blocks (``whole_where_fast``: an H100 NVL node whose 4-GPU ring
+    crosses the sockets) serves pieces of several blocks, one NVLink pair
+    each. ``most_room``: among equally fast nodes the one with the most
+    room first instead of the least room that suffices; pieces of a block
+    go to distinct nodes, so a node with much room is the scarce partner
+    of the others and must be used from the first block on (free rooms
+    8, 4, 2, 2 give four blocks of 2+2 that way, three the other way)."""
+
+    def __init__(self, rest: Sequence[Tuple[int, int, int, int]], span: int, speed_class,
+                 most_room: bool = False):
         # rest: (capacity left, speed class, pod, node) in preference order
         self.span = span
+        self.most_room = most_room
         #: room left -> speed class -> stack of (pod, node), preferred on top
         self.by_room: Dict[int, Dict[int, List[Tuple[int, int]]]] = {}
         for c, cls, pod, i in reversed(rest):  # stacks: the first is on top
-            self.by_room.setdefault(min(c, span), {}).setdefault(cls, []).append((pod, i))
+            self.by_room.setdefault(c, {}).setdefault(cls, []).append((pod, i))
         self.speed_class = speed_class
 
     def take(self, want: int, avoid: Sequence[int], pod: Optional[int]):
         """Best node for a piece of ``want`` ranks: the fastest for that
-        size, in ``pod`` when possible, then the least room that suffices.
+        size, in ``pod`` when possible, then the least room that suffices
+        (with ``most_room`` the most room).
         Returns an undo record, or None when no node has room."""
         best = None
         rank = self.speed_class
+        sign = -1 if self.most_room else 1
         for c in [x for x in self.by_room if x >= want]:
             for cls, stack in self.by_room[c].items():
                 for j in range(len(stack) - 1, max(-1, len(stack) - 2 - len(avoid)), -1):
                     node_pod, i = stack[j]
                     if i in avoid:
                         continue
-                    key = (rank(cls, want), pod is not None and node_pod != pod, c)
+                    key = (rank(cls, want), pod is not None and node_pod != pod, sign * c)
                     if best is None or key < best[0]:
                         best = (key, c, cls, j)
                     break
@@ -319,9 +332,11 @@ class BlockSplitter:
 
     def __init__(self, rest, span: int, piece_unit: int, speed_class,
                  options: Sequence[SplitOption],
-                 levels: Sequence[Optional[Callable[[int], object]]] = (None,)):
+                 levels: Sequence[Optional[Callable[[int], object]]] = (None,),
+                 most_room: bool = False):
         self.span = span
         self.speed_class = speed_class
+        self.most_room = most_room
         self.levels = levels
         #: per option: (pieces in ranks, level)
         self.options = [(tuple(a * piece_unit for a in parts), lvl) for parts, lvl in options]
@@ -367,7 +382,7 @@ class BlockSplitter:
                     continue
                 if lvl:  # what the level below left, back in preference order
                     members = sorted(members, key=lambda rec: self.order[rec[3]])
-                room = PieceRoom(members, span, self.speed_class)
+                room = PieceRoom(members, span, self.speed_class, self.most_room)
                 take, undo = room.take, room.undo
                 live = list(opts)  # rooms only shrink: an option that failed stays failed
                 while len(out) < blocks and live:
@@ -408,19 +423,39 @@ def _pieces_alike(rest, sizes: Sequence[int], speed_class) -> bool:
 
 
 def _threshold_split(splitter: "BlockSplitter", blocks: int, n_options: int
-                     ) -> Optional[List[List[Tuple[int, int]]]]:
+                     ) -> Tuple[Optional[List[List[Tuple[int, int]]]], int]:
     """The split by the shortest prefix of the splitter's options with which
     every block fits (binary search: more options only make more blocks
-    fit); None when none does."""
-    lo, hi, got = 0, n_options - 1, None
+    fit), and the length of that prefix; (None, 0) when none does."""
+    lo, hi, got, used = 0, n_options - 1, None, 0
     while lo <= hi:
         mid = (lo + hi) // 2
         trial = splitter.split(blocks, mid + 1)
         if trial is None:
             lo = mid + 1
         else:
-            got, hi = trial, mid - 1
-    return got
+            got, used, hi = trial, mid + 1, mid - 1
+    return got, used
+
+
+def _best_order_split(seq: Allocation, make: Callable[[bool], "BlockSplitter"], blocks: int,
+                      n_options: int, price: Callable[[Allocation], Tuple]
+                      ) -> Optional[Allocation]:
+    """``seq`` then the blocks split by the splitter ``make(False)`` (each
+    piece on the least room that suffices); when some block had to fall
+    back to a worse option than the first, also by ``make(True)`` (the most
+    room first, which pairs a node with much room with every other before
+    the others run out) and the one ``price`` ranks lower kept."""
+    got, used = _threshold_split(make(False), blocks, n_options)
+    best = None if got is None else _joined(seq, got)
+    if used == 1 or not n_options:
+        return best  # every block got the first option: no order does better
+    alt, _ = _threshold_split(make(True), blocks, n_options)
+    if alt is not None:
+        alt = _joined(seq, alt)
+        if best is None or price(alt) < price(best):
+            best = alt
+    return best
 
 
 def _joined(seq: Allocation, blocks: List[List[Tuple[int, int]]]) -> Allocation:
@@ -597,9 +632,10 @@ class BlockPacker:
         flat = [(ps, 0) for ps in sorted(patterns, key=lambda ps: (
             hier_share(ps[0] * piece_unit, ps[-1] * piece_unit, len(ps), math.inf, ref),
             len(ps), ps))]
-        best = _threshold_split(BlockSplitter(rest, span, piece_unit, speed_class, flat),
-                                blocks, len(flat))
-        best = best if best is None else _joined(seq, best)
+        best = _best_order_split(
+            seq, lambda most: BlockSplitter(rest, span, piece_unit, speed_class, flat,
+                                            most_room=most),
+            blocks, len(flat), lambda a: self.split_cost(a, spans))
         levels, meets = self.split_levels({pod for _, _, pod, _ in rest})
         if len(levels) > 1 and _pieces_alike(rest, sizes, speed_class):
             # over several pods of nodes whose pieces are all alike, also
@@ -620,10 +656,11 @@ class BlockPacker:
                 worst = self.split_cost(best, [span])[0]
                 priced = [o for o in priced if o[0] <= worst * (1 + 1e-9)]
             options = [(o[3], o[1]) for o in priced]
-            paired = _threshold_split(BlockSplitter(rest, span, piece_unit, speed_class,
-                                                    options, levels), blocks, len(options))
+            paired = _best_order_split(
+                seq, lambda most: BlockSplitter(rest, span, piece_unit, speed_class, options,
+                                                levels, most_room=most),
+                blocks, len(options), lambda a: self.split_cost(a, spans))
             if paired is not None:
-                paired = _joined(seq, paired)
                 if best is None or self.split_cost(paired, spans) <= self.split_cost(best, spans):
                     best = paired
         return best
