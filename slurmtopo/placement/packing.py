@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from slurmtopo.links import LinkClass
 from slurmtopo.placement.common import Candidates
@@ -439,16 +439,18 @@ def _threshold_split(splitter: "BlockSplitter", blocks: int, n_options: int
 
 
 def _best_order_split(seq: Allocation, make: Callable[[bool], "BlockSplitter"], blocks: int,
-                      n_options: int, price: Callable[[Allocation], Tuple]
+                      n_options: int, price: Callable[[Allocation], Tuple], roomy: bool
                       ) -> Optional[Allocation]:
     """``seq`` then the blocks split by the splitter ``make(False)`` (each
-    piece on the least room that suffices); when some block had to fall
-    back to a worse option than the first, also by ``make(True)`` (the most
-    room first, which pairs a node with much room with every other before
-    the others run out) and the one ``price`` ranks lower kept."""
+    piece on the least room that suffices); when some node has room for a
+    whole block (``roomy``: one denied whole blocks because its ring over a
+    block is slow) and some block had to fall back to a worse option than
+    the first, also by ``make(True)`` (the most room first, which pairs
+    that node with every other before the others run out) and the one
+    ``price`` ranks lower kept."""
     got, used = _threshold_split(make(False), blocks, n_options)
     best = None if got is None else _joined(seq, got)
-    if used == 1 or not n_options:
+    if not roomy or used == 1 or not n_options:
         return best  # every block got the first option: no order does better
     alt, _ = _threshold_split(make(True), blocks, n_options)
     if alt is not None:
@@ -498,6 +500,10 @@ class BlockPacker:
         self.speeds = speeds
         self._piece_speed: Dict[Tuple[int, int], Tuple[float, float]] = {}
         self._net: Dict[Tuple[object, float], float] = {}
+        self._shared: Dict[Tuple[int, Tuple[int, ...]], List[Tuple[float, float]]] = {}
+        self._alike: Dict[int, bool] = {}
+        #: every candidate's free GPUs alike (:meth:`alike`); None: not known yet
+        self._all_alike: Optional[bool] = None
         #: the network is as fast at every level (no oversubscription, no
         #: figure per level): a split's price need not look at its pods
         self.flat_network = all(speeds.network(1.0, c) == 1.0 for c in LinkClass if c.is_network)
@@ -524,6 +530,79 @@ class BlockPacker:
             hit = self._piece_speed[key] = best[1] if best is not None else (1.0, 1.0)
         return hit
 
+    def shared_speeds(self, blocks) -> Dict[int, Iterator[Tuple[float, float]]]:
+        """Per node holding pieces of several of ``blocks`` ({node: ranks}
+        each, in position order): the speeds of its pieces in that order,
+        each piece on the best GPUs the pieces before it left
+        (:meth:`pieces_speed`), not all on the node's best GPUs: an H100 NVL
+        node with one free NVLink pair gives a second pair of two GPUs a
+        ring across the sockets."""
+        if self._all_alike is None:
+            self._all_alike = all(self.alike(s) for s in range(len(self.cand.sigs)))
+        if self._all_alike:
+            return {}
+        sig_of, cache, alike = self.cand.sig_of, self._shared, self.alike
+        sizes: Dict[int, List[int]] = {}
+        for pieces in blocks:
+            for i, k in pieces.items():
+                if alike(sig_of[i]):
+                    continue
+                got = sizes.get(i)
+                if got is None:
+                    sizes[i] = [k]
+                else:
+                    got.append(k)
+        out = {}
+        for i, ks in sizes.items():
+            if len(ks) > 1:
+                ks = tuple(ks)
+                hit = cache.get((sig_of[i], ks))
+                out[i] = iter(hit if hit is not None else self.pieces_speed(i, ks))
+        return out
+
+    def alike(self, s: int) -> bool:
+        """Are all the free GPUs of signature ``s`` alike (every pair on
+        the same link class, the same NIC share: an NVSwitch node), so that
+        pieces sharing the node get what each would alone? Kept per
+        signature."""
+        hit = self._alike.get(s)
+        if hit is None:
+            hw, free = self.cand.sigs[s]
+            share_of = self.speeds.network_share(hw)
+            hit = (len({hw.link(a, b) for a in free for b in free if a < b}) <= 1
+                   and len({share_of[g] for g in free}) <= 1)
+            self._alike[s] = hit
+        return hit
+
+    def pieces_speed(self, idx: int, sizes: Tuple[int, ...]) -> List[Tuple[float, float]]:
+        """(GB/s, smallest NIC share) of pieces of ``sizes`` ranks that
+        share the node: one after the other, each on the best ring over the
+        GPUs left (the mapping, too, chooses them piece after piece). Kept
+        per (signature, sizes)."""
+        s = self.cand.sig_of[idx]
+        key = (s, sizes)
+        hit = self._shared.get(key)
+        if hit is None:
+            hw, free = self.cand.sigs[s]
+            share_of = self.speeds.network_share(hw)
+            left = tuple(free)
+            hit = []
+            for k in sizes:
+                best = None
+                for gpus in (gpu_subsets(hw, left, k) if 0 < k <= len(left) else ()):
+                    gpus = tuple(sorted(gpus))
+                    _, bw = self.speeds.ring(hw, gpus) if k > 1 else (LinkClass.SELF, math.inf)
+                    share = min(share_of[g] for g in gpus)
+                    if best is None or (-bw, -share) < best[0]:
+                        best = ((-bw, -share), (bw, share), gpus)
+                if best is None:  # more ranks than GPUs: priced as alone
+                    hit.append(self.piece_speed(idx, k))
+                    continue
+                hit.append(best[1])
+                left = tuple(g for g in left if g not in best[2])
+            self._shared[key] = hit
+        return hit
+
     def network(self, nodes, share: float) -> float:
         """GB/s of network a piece whose NIC share is ``share`` gets in a
         ring over the hosts ``nodes`` (node indices, several), over the
@@ -540,7 +619,8 @@ class BlockPacker:
     def split_cost(self, seq: Sequence[Tuple[int, int]], spans: Sequence[int]) -> Tuple:
         """How well ``seq`` places the blocks of each span, innermost span
         first: the cost model's all-reduce of the worst block (one host: a
-        ring on the node's best GPUs for it; several: hierarchical,
+        ring on the node's best GPUs for it, or on the best the node's
+        earlier pieces left, :meth:`shared_speeds`; several: hierarchical,
         :func:`hier_share`, the in-node part on each piece's best ring,
         the inter-host ring at the slowest piece's NIC share over the
         level the hosts meet at (:meth:`network`), and the smallest
@@ -548,8 +628,11 @@ class BlockPacker:
         out = []
         for s in spans:
             worst = 0.0
-            for pieces in blocks_of(seq, s, whole=True):
-                speeds = [self.piece_speed(i, k) for i, k in pieces.items()]
+            blocks = blocks_of(seq, s, whole=True)
+            shared = self.shared_speeds(blocks)
+            for pieces in blocks:
+                speeds = [next(shared[i]) if i in shared else self.piece_speed(i, k)
+                          for i, k in pieces.items()]
                 b_in = min(sp[0] for (i, k), sp in zip(pieces.items(), speeds) if k > 1) \
                     if any(k > 1 for k in pieces.values()) else math.inf
                 b_net = min(sp[1] for sp in speeds)
@@ -629,13 +712,14 @@ class BlockPacker:
 
         # block after block, each piece on the node fastest for it, the
         # block's pod only among equals (what every pool gets)
+        roomy = any(c >= span for c, _, _, _ in rest)
         flat = [(ps, 0) for ps in sorted(patterns, key=lambda ps: (
             hier_share(ps[0] * piece_unit, ps[-1] * piece_unit, len(ps), math.inf, ref),
             len(ps), ps))]
         best = _best_order_split(
             seq, lambda most: BlockSplitter(rest, span, piece_unit, speed_class, flat,
                                             most_room=most),
-            blocks, len(flat), lambda a: self.split_cost(a, spans))
+            blocks, len(flat), lambda a: self.split_cost(a, spans), roomy)
         levels, meets = self.split_levels({pod for _, _, pod, _ in rest})
         if len(levels) > 1 and _pieces_alike(rest, sizes, speed_class):
             # over several pods of nodes whose pieces are all alike, also
@@ -659,7 +743,7 @@ class BlockPacker:
             paired = _best_order_split(
                 seq, lambda most: BlockSplitter(rest, span, piece_unit, speed_class, options,
                                                 levels, most_room=most),
-                blocks, len(options), lambda a: self.split_cost(a, spans))
+                blocks, len(options), lambda a: self.split_cost(a, spans), roomy)
             if paired is not None:
                 if best is None or self.split_cost(paired, spans) <= self.split_cost(best, spans):
                     best = paired

@@ -466,12 +466,13 @@ class NodeSearch:
                 alloc.extend(self.fill_pod(caps, pod, need))
             else:
                 self.fill(caps, self.tree.root, need, alloc)
-            if self.global_split:
+            if self.global_split and (pod is None or len(self.cand.pod_sigs) > 1):
                 # also when one pod holds the job: the pod with the fewest
                 # nodes may hold it only in small pieces (DP 82 with EP
                 # pairs on nodes in a leaf whose even rooms sum to 82:
                 # pieces of 2), where the job's other pods have room for
-                # pieces of 6; the pod's placement stays a proposal
+                # pieces of 6 (only when another pod has free GPUs); the
+                # pod's placement stays a proposal
                 packed = self.global_pack(caps, alloc, need)
                 if packed is not None:
                     self.used_global = True
