@@ -518,17 +518,24 @@ class BlockPacker:
         hit = self._piece_speed.get(key)
         if hit is None:
             hw, free = self.cand.sigs[s]
-            share_of = self.speeds.network_share(hw)
-            best = None
-            for gpus in gpu_subsets(hw, free, min(k, len(free))):
-                gpus = tuple(sorted(gpus))
-                _, bw = self.speeds.ring(hw, gpus) if len(gpus) > 1 else (LinkClass.SELF, math.inf)
-                share = min(share_of[g] for g in gpus)
-                rank = (-bw, -share)
-                if best is None or rank < best[0]:
-                    best = (rank, (bw, share))
-            hit = self._piece_speed[key] = best[1] if best is not None else (1.0, 1.0)
+            best = self._best_ring(hw, free, min(k, len(free)))
+            hit = self._piece_speed[key] = best[0] if best is not None else (1.0, 1.0)
         return hit
+
+    def _best_ring(self, hw, free: Tuple[int, ...], k: int):
+        """((GB/s, smallest NIC share), GPUs) of the best ring over ``k`` of
+        the GPUs ``free`` (fastest ring, then the largest share); None when
+        there is no such set."""
+        share_of = self.speeds.network_share(hw)
+        best = None
+        for gpus in (gpu_subsets(hw, free, k) if 0 < k <= len(free) else ()):
+            gpus = tuple(sorted(gpus))
+            _, bw = self.speeds.ring(hw, gpus) if len(gpus) > 1 else (LinkClass.SELF, math.inf)
+            share = min(share_of[g] for g in gpus)
+            rank = (-bw, -share)
+            if best is None or rank < best[0]:
+                best = (rank, (bw, share), gpus)
+        return None if best is None else best[1:]
 
     def shared_speeds(self, blocks) -> Dict[int, Iterator[Tuple[float, float]]]:
         """Per node holding pieces of several of ``blocks`` ({node: ranks}
@@ -583,23 +590,15 @@ class BlockPacker:
         key = (s, sizes)
         hit = self._shared.get(key)
         if hit is None:
-            hw, free = self.cand.sigs[s]
-            share_of = self.speeds.network_share(hw)
-            left = tuple(free)
+            hw, left = self.cand.sigs[s]
             hit = []
             for k in sizes:
-                best = None
-                for gpus in (gpu_subsets(hw, left, k) if 0 < k <= len(left) else ()):
-                    gpus = tuple(sorted(gpus))
-                    _, bw = self.speeds.ring(hw, gpus) if k > 1 else (LinkClass.SELF, math.inf)
-                    share = min(share_of[g] for g in gpus)
-                    if best is None or (-bw, -share) < best[0]:
-                        best = ((-bw, -share), (bw, share), gpus)
-                if best is None:  # more ranks than GPUs: priced as alone
+                best = self._best_ring(hw, left, k)
+                if best is None:  # more ranks than GPUs left: priced as alone
                     hit.append(self.piece_speed(idx, k))
                     continue
-                hit.append(best[1])
-                left = tuple(g for g in left if g not in best[2])
+                hit.append(best[0])
+                left = tuple(g for g in left if g not in best[1])
             self._shared[key] = hit
         return hit
 
