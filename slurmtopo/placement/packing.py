@@ -813,9 +813,11 @@ class BlockPacker:
             for piece_unit in sorted({unit} | {t for t in spans if t < span}, reverse=True):
                 if span % piece_unit or piece_unit % unit:
                     continue
-                # blocks too big for patterns hold no whole block on a node
+                # blocks too big for patterns hold no whole block on a node;
+                # a block of 2 has no half block with a ring to compare with
+                # (one GPU "rings" infinitely fast: every pair would be denied)
                 large = span // piece_unit > PACK_MAX_UNITS
-                for whole_where_fast in (False,) if large else (False, True):
+                for whole_where_fast in (False,) if large or span < 4 else (False, True):
                     seq = self.pack(pool, need, span, piece_unit, spans, whole_where_fast)
                     if seq is None:
                         continue
