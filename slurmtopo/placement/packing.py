@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from slurmtopo.links import LinkClass
 from slurmtopo.placement.common import Candidates
@@ -250,30 +250,43 @@ class PieceRoom:
     """Nodes with room for pieces of split blocks, bucketed by free ranks
     left and by speed class (nodes whose pieces of every size are equally
     fast), so the best place for a piece is found without scanning every
-    node (a fragmented 100k-GPU inventory has thousands)."""
+    node (a fragmented 100k-GPU inventory has thousands).
 
-    def __init__(self, rest: Sequence[Tuple[int, int, int, int]], span: int, speed_class):
+    A node's whole room counts, also beyond one block: a node denied whole
+    blocks (``whole_where_fast``: an H100 NVL node whose 4-GPU ring
+    crosses the sockets) serves pieces of several blocks, one NVLink pair
+    each. ``most_room``: among equally fast nodes the one with the most
+    room first instead of the least room that suffices; pieces of a block
+    go to distinct nodes, so a node with much room is the scarce partner
+    of the others and must be used from the first block on (free rooms
+    8, 4, 2, 2 give four blocks of 2+2 that way, three the other way)."""
+
+    def __init__(self, rest: Sequence[Tuple[int, int, int, int]], span: int, speed_class,
+                 most_room: bool = False):
         # rest: (capacity left, speed class, pod, node) in preference order
         self.span = span
+        self.most_room = most_room
         #: room left -> speed class -> stack of (pod, node), preferred on top
         self.by_room: Dict[int, Dict[int, List[Tuple[int, int]]]] = {}
         for c, cls, pod, i in reversed(rest):  # stacks: the first is on top
-            self.by_room.setdefault(min(c, span), {}).setdefault(cls, []).append((pod, i))
+            self.by_room.setdefault(c, {}).setdefault(cls, []).append((pod, i))
         self.speed_class = speed_class
 
     def take(self, want: int, avoid: Sequence[int], pod: Optional[int]):
         """Best node for a piece of ``want`` ranks: the fastest for that
-        size, in ``pod`` when possible, then the least room that suffices.
+        size, in ``pod`` when possible, then the least room that suffices
+        (with ``most_room`` the most room).
         Returns an undo record, or None when no node has room."""
         best = None
         rank = self.speed_class
+        sign = -1 if self.most_room else 1
         for c in [x for x in self.by_room if x >= want]:
             for cls, stack in self.by_room[c].items():
                 for j in range(len(stack) - 1, max(-1, len(stack) - 2 - len(avoid)), -1):
                     node_pod, i = stack[j]
                     if i in avoid:
                         continue
-                    key = (rank(cls, want), pod is not None and node_pod != pod, c)
+                    key = (rank(cls, want), pod is not None and node_pod != pod, sign * c)
                     if best is None or key < best[0]:
                         best = (key, c, cls, j)
                     break
@@ -319,9 +332,11 @@ class BlockSplitter:
 
     def __init__(self, rest, span: int, piece_unit: int, speed_class,
                  options: Sequence[SplitOption],
-                 levels: Sequence[Optional[Callable[[int], object]]] = (None,)):
+                 levels: Sequence[Optional[Callable[[int], object]]] = (None,),
+                 most_room: bool = False):
         self.span = span
         self.speed_class = speed_class
+        self.most_room = most_room
         self.levels = levels
         #: per option: (pieces in ranks, level)
         self.options = [(tuple(a * piece_unit for a in parts), lvl) for parts, lvl in options]
@@ -367,7 +382,7 @@ class BlockSplitter:
                     continue
                 if lvl:  # what the level below left, back in preference order
                     members = sorted(members, key=lambda rec: self.order[rec[3]])
-                room = PieceRoom(members, span, self.speed_class)
+                room = PieceRoom(members, span, self.speed_class, self.most_room)
                 take, undo = room.take, room.undo
                 live = list(opts)  # rooms only shrink: an option that failed stays failed
                 while len(out) < blocks and live:
@@ -408,19 +423,41 @@ def _pieces_alike(rest, sizes: Sequence[int], speed_class) -> bool:
 
 
 def _threshold_split(splitter: "BlockSplitter", blocks: int, n_options: int
-                     ) -> Optional[List[List[Tuple[int, int]]]]:
+                     ) -> Tuple[Optional[List[List[Tuple[int, int]]]], int]:
     """The split by the shortest prefix of the splitter's options with which
     every block fits (binary search: more options only make more blocks
-    fit); None when none does."""
-    lo, hi, got = 0, n_options - 1, None
+    fit), and the length of that prefix; (None, 0) when none does."""
+    lo, hi, got, used = 0, n_options - 1, None, 0
     while lo <= hi:
         mid = (lo + hi) // 2
         trial = splitter.split(blocks, mid + 1)
         if trial is None:
             lo = mid + 1
         else:
-            got, hi = trial, mid - 1
-    return got
+            got, used, hi = trial, mid + 1, mid - 1
+    return got, used
+
+
+def _best_order_split(seq: Allocation, make: Callable[[bool], "BlockSplitter"], blocks: int,
+                      n_options: int, price: Callable[[Allocation], Tuple], roomy: bool
+                      ) -> Optional[Allocation]:
+    """``seq`` then the blocks split by the splitter ``make(False)`` (each
+    piece on the least room that suffices); when some node has room for a
+    whole block (``roomy``: one denied whole blocks because its ring over a
+    block is slow) and some block had to fall back to a worse option than
+    the first, also by ``make(True)`` (the most room first, which pairs
+    that node with every other before the others run out) and the one
+    ``price`` ranks lower kept."""
+    got, used = _threshold_split(make(False), blocks, n_options)
+    best = None if got is None else _joined(seq, got)
+    if not roomy or used == 1 or not n_options:
+        return best  # every block got the first option: no order does better
+    alt, _ = _threshold_split(make(True), blocks, n_options)
+    if alt is not None:
+        alt = _joined(seq, alt)
+        if best is None or price(alt) < price(best):
+            best = alt
+    return best
 
 
 def _joined(seq: Allocation, blocks: List[List[Tuple[int, int]]]) -> Allocation:
@@ -463,6 +500,10 @@ class BlockPacker:
         self.speeds = speeds
         self._piece_speed: Dict[Tuple[int, int], Tuple[float, float]] = {}
         self._net: Dict[Tuple[object, float], float] = {}
+        self._shared: Dict[Tuple[int, Tuple[int, ...]], List[Tuple[float, float]]] = {}
+        self._alike: Dict[int, bool] = {}
+        #: every candidate's free GPUs alike (:meth:`alike`); None: not known yet
+        self._all_alike: Optional[bool] = None
         #: the network is as fast at every level (no oversubscription, no
         #: figure per level): a split's price need not look at its pods
         self.flat_network = all(speeds.network(1.0, c) == 1.0 for c in LinkClass if c.is_network)
@@ -477,16 +518,88 @@ class BlockPacker:
         hit = self._piece_speed.get(key)
         if hit is None:
             hw, free = self.cand.sigs[s]
+            best = self._best_ring(hw, free, min(k, len(free)))
+            hit = self._piece_speed[key] = best[0] if best is not None else (1.0, 1.0)
+        return hit
+
+    def _best_ring(self, hw, free: Tuple[int, ...], k: int):
+        """((GB/s, smallest NIC share), GPUs) of the best ring over ``k`` of
+        the GPUs ``free`` (fastest ring, then the largest share); None when
+        there is no such set."""
+        share_of = self.speeds.network_share(hw)
+        best = None
+        for gpus in (gpu_subsets(hw, free, k) if 0 < k <= len(free) else ()):
+            gpus = tuple(sorted(gpus))
+            _, bw = self.speeds.ring(hw, gpus) if len(gpus) > 1 else (LinkClass.SELF, math.inf)
+            share = min(share_of[g] for g in gpus)
+            rank = (-bw, -share)
+            if best is None or rank < best[0]:
+                best = (rank, (bw, share), gpus)
+        return None if best is None else best[1:]
+
+    def shared_speeds(self, blocks) -> Dict[int, Iterator[Tuple[float, float]]]:
+        """Per node holding pieces of several of ``blocks`` ({node: ranks}
+        each, in position order): the speeds of its pieces in that order,
+        each piece on the best GPUs the pieces before it left
+        (:meth:`pieces_speed`), not all on the node's best GPUs: an H100 NVL
+        node with one free NVLink pair gives a second pair of two GPUs a
+        ring across the sockets."""
+        if self._all_alike is None:
+            self._all_alike = all(self.alike(s) for s in range(len(self.cand.sigs)))
+        if self._all_alike:
+            return {}
+        sig_of, cache, alike = self.cand.sig_of, self._shared, self.alike
+        sizes: Dict[int, List[int]] = {}
+        for pieces in blocks:
+            for i, k in pieces.items():
+                if alike(sig_of[i]):
+                    continue
+                got = sizes.get(i)
+                if got is None:
+                    sizes[i] = [k]
+                else:
+                    got.append(k)
+        out = {}
+        for i, ks in sizes.items():
+            if len(ks) > 1:
+                ks = tuple(ks)
+                hit = cache.get((sig_of[i], ks))
+                out[i] = iter(hit if hit is not None else self.pieces_speed(i, ks))
+        return out
+
+    def alike(self, s: int) -> bool:
+        """Are all the free GPUs of signature ``s`` alike (every pair on
+        the same link class, the same NIC share: an NVSwitch node), so that
+        pieces sharing the node get what each would alone? Kept per
+        signature."""
+        hit = self._alike.get(s)
+        if hit is None:
+            hw, free = self.cand.sigs[s]
             share_of = self.speeds.network_share(hw)
-            best = None
-            for gpus in gpu_subsets(hw, free, min(k, len(free))):
-                gpus = tuple(sorted(gpus))
-                _, bw = self.speeds.ring(hw, gpus) if len(gpus) > 1 else (LinkClass.SELF, math.inf)
-                share = min(share_of[g] for g in gpus)
-                rank = (-bw, -share)
-                if best is None or rank < best[0]:
-                    best = (rank, (bw, share))
-            hit = self._piece_speed[key] = best[1] if best is not None else (1.0, 1.0)
+            hit = (len({hw.link(a, b) for a in free for b in free if a < b}) <= 1
+                   and len({share_of[g] for g in free}) <= 1)
+            self._alike[s] = hit
+        return hit
+
+    def pieces_speed(self, idx: int, sizes: Tuple[int, ...]) -> List[Tuple[float, float]]:
+        """(GB/s, smallest NIC share) of pieces of ``sizes`` ranks that
+        share the node: one after the other, each on the best ring over the
+        GPUs left (the mapping, too, chooses them piece after piece). Kept
+        per (signature, sizes)."""
+        s = self.cand.sig_of[idx]
+        key = (s, sizes)
+        hit = self._shared.get(key)
+        if hit is None:
+            hw, left = self.cand.sigs[s]
+            hit = []
+            for k in sizes:
+                best = self._best_ring(hw, left, k)
+                if best is None:  # more ranks than GPUs left: priced as alone
+                    hit.append(self.piece_speed(idx, k))
+                    continue
+                hit.append(best[0])
+                left = tuple(g for g in left if g not in best[1])
+            self._shared[key] = hit
         return hit
 
     def network(self, nodes, share: float) -> float:
@@ -505,7 +618,8 @@ class BlockPacker:
     def split_cost(self, seq: Sequence[Tuple[int, int]], spans: Sequence[int]) -> Tuple:
         """How well ``seq`` places the blocks of each span, innermost span
         first: the cost model's all-reduce of the worst block (one host: a
-        ring on the node's best GPUs for it; several: hierarchical,
+        ring on the node's best GPUs for it, or on the best the node's
+        earlier pieces left, :meth:`shared_speeds`; several: hierarchical,
         :func:`hier_share`, the in-node part on each piece's best ring,
         the inter-host ring at the slowest piece's NIC share over the
         level the hosts meet at (:meth:`network`), and the smallest
@@ -513,8 +627,11 @@ class BlockPacker:
         out = []
         for s in spans:
             worst = 0.0
-            for pieces in blocks_of(seq, s, whole=True):
-                speeds = [self.piece_speed(i, k) for i, k in pieces.items()]
+            blocks = blocks_of(seq, s, whole=True)
+            shared = self.shared_speeds(blocks)
+            for pieces in blocks:
+                speeds = [next(shared[i]) if i in shared else self.piece_speed(i, k)
+                          for i, k in pieces.items()]
                 b_in = min(sp[0] for (i, k), sp in zip(pieces.items(), speeds) if k > 1) \
                     if any(k > 1 for k in pieces.values()) else math.inf
                 b_net = min(sp[1] for sp in speeds)
@@ -594,12 +711,14 @@ class BlockPacker:
 
         # block after block, each piece on the node fastest for it, the
         # block's pod only among equals (what every pool gets)
+        roomy = any(c >= span for c, _, _, _ in rest)
         flat = [(ps, 0) for ps in sorted(patterns, key=lambda ps: (
             hier_share(ps[0] * piece_unit, ps[-1] * piece_unit, len(ps), math.inf, ref),
             len(ps), ps))]
-        best = _threshold_split(BlockSplitter(rest, span, piece_unit, speed_class, flat),
-                                blocks, len(flat))
-        best = best if best is None else _joined(seq, best)
+        best = _best_order_split(
+            seq, lambda most: BlockSplitter(rest, span, piece_unit, speed_class, flat,
+                                            most_room=most),
+            blocks, len(flat), lambda a: self.split_cost(a, spans), roomy)
         levels, meets = self.split_levels({pod for _, _, pod, _ in rest})
         if len(levels) > 1 and _pieces_alike(rest, sizes, speed_class):
             # over several pods of nodes whose pieces are all alike, also
@@ -620,10 +739,11 @@ class BlockPacker:
                 worst = self.split_cost(best, [span])[0]
                 priced = [o for o in priced if o[0] <= worst * (1 + 1e-9)]
             options = [(o[3], o[1]) for o in priced]
-            paired = _threshold_split(BlockSplitter(rest, span, piece_unit, speed_class,
-                                                    options, levels), blocks, len(options))
+            paired = _best_order_split(
+                seq, lambda most: BlockSplitter(rest, span, piece_unit, speed_class, options,
+                                                levels, most_room=most),
+                blocks, len(options), lambda a: self.split_cost(a, spans), roomy)
             if paired is not None:
-                paired = _joined(seq, paired)
                 if best is None or self.split_cost(paired, spans) <= self.split_cost(best, spans):
                     best = paired
         return best
@@ -693,9 +813,11 @@ class BlockPacker:
             for piece_unit in sorted({unit} | {t for t in spans if t < span}, reverse=True):
                 if span % piece_unit or piece_unit % unit:
                     continue
-                # blocks too big for patterns hold no whole block on a node
+                # blocks too big for patterns hold no whole block on a node;
+                # a block of 2 has no half block with a ring to compare with
+                # (one GPU "rings" infinitely fast: every pair would be denied)
                 large = span // piece_unit > PACK_MAX_UNITS
-                for whole_where_fast in (False,) if large else (False, True):
+                for whole_where_fast in (False,) if large or span < 4 else (False, True):
                     seq = self.pack(pool, need, span, piece_unit, spans, whole_where_fast)
                     if seq is None:
                         continue

@@ -466,11 +466,17 @@ class NodeSearch:
                 alloc.extend(self.fill_pod(caps, pod, need))
             else:
                 self.fill(caps, self.tree.root, need, alloc)
-                if self.global_split:
-                    packed = self.global_pack(caps, alloc, need)
-                    if packed is not None:
-                        self.used_global = True
-                        return packed
+            if self.global_split and (pod is None or len(self.cand.pod_sigs) > 1):
+                # also when one pod holds the job: the pod with the fewest
+                # nodes may hold it only in small pieces (DP 82 with EP
+                # pairs on nodes in a leaf whose even rooms sum to 82:
+                # pieces of 2), where the job's other pods have room for
+                # pieces of 6 (only when another pod has free GPUs); the
+                # pod's placement stays a proposal
+                packed = self.global_pack(caps, alloc, need)
+                if packed is not None:
+                    self.used_global = True
+                    return packed
         tree = self.tree
         order, packed_pods = tree.tree_order, self.packed_pods
         # tree order; inside a pod packed block by block, the packing's
