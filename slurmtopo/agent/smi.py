@@ -32,6 +32,8 @@ from slurmtopo.errors import InventoryError
 from slurmtopo.links import parse_token, normalise_token
 from slurmtopo.model import Gpu, Hardware, Nic, Node, parse_cpulist
 
+#: cells of ``nvidia-smi topo -p2p r|w|n|a`` (a matrix of the same shape)
+P2P_STATUS = frozenset(("OK", "CNS", "GNS", "TNS", "NS", "DR", "U"))
 #: multi-word trailing column names, as nvidia-smi spells them
 TRAILING = (("GPU", "NUMA", "ID"), ("CPU", "Affinity"), ("NUMA", "Affinity"))
 #: most NVLink ports any GPU has had (Hopper and Blackwell: 18); more NVLink
@@ -201,7 +203,9 @@ def _row(mx: SmiMatrix, tokens: List[str], trailing: List[str], path: str, line:
         try:
             cls, _ = parse_token(tok)
         except ValueError as exc:
-            raise InventoryError(f"row {name}, column {col}: {exc}", path, line) from None
+            hint = ("; this is the P2P status matrix of 'nvidia-smi topo -p2p', not "
+                    "'nvidia-smi topo -m'" if tok.upper() in P2P_STATUS else "")
+            raise InventoryError(f"row {name}, column {col}: {exc}{hint}", path, line) from None
         if (col == name) != (cls.name == "SELF"):
             raise InventoryError(f"row {name}, column {col}: "
                                  + ("expected X on the diagonal" if col == name else

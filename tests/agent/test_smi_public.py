@@ -87,3 +87,19 @@ def test_a_gpu_row_missing_is_still_an_error(tmp_path, cut):
     code, _, err = run_cli(["agent", "discover", "--from-smi", str(bad), "--node-name", "n1"])
     assert code != 0 and "Traceback" not in err
     assert f"{bad}:3:" in err and f"column {cut.strip()} has no row of its own" in err
+
+
+def test_the_p2p_matrix_after_the_table_is_not_read_as_links(tmp_path):
+    hw, report, err = discover(tmp_path, "club3090_2x5090_phb_then_p2p_matrix.txt")
+    assert hw.gpu_count == 2 and hw.links[0][1] == "PHB" and hw.nics == ()
+    assert [g.numa_node for g in hw.gpus] == [0, 0]
+
+
+def test_the_p2p_matrix_alone_is_refused_with_a_hint(tmp_path):
+    text = (PUBLIC / "club3090_2x5090_phb_then_p2p_matrix.txt").read_text()
+    p2p = tmp_path / "p2p.txt"
+    p2p.write_text(text[text.index(" \tGPU0"):])
+    code, _, err = run_cli(["agent", "discover", "--from-smi", str(p2p), "--node-name", "n1"])
+    assert code != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"{p2p}:2: row GPU0, column GPU1: unknown link 'GNS'" in err
+    assert "nvidia-smi topo -p2p" in err
