@@ -3,10 +3,16 @@ file when not given; the readers and what they share are in
 :mod:`slurmtopo.simulate.trace` and the modules beside it."""
 from __future__ import annotations
 
+import itertools
 import os
-from typing import Optional
+from typing import Iterator, List, Optional
 
-from slurmtopo.simulate.trace import CSV, FORMATS, SACCT, SWF, Trace, TraceError, is_number
+from slurmtopo.simulate.trace import (CSV, FORMATS, MAX_TRACE_BYTES, SACCT, SWF, Trace,
+                                      TraceError, is_number)
+
+#: longest line of a trace read a line at a time (a CSV row of a public
+#: trace is well under 1 KiB)
+MAX_LINE_BYTES = 64 * 1024
 
 
 def sniff(path: str, text: str) -> str:
@@ -42,16 +48,70 @@ def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None
         raise TraceError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
     if limit is not None and limit < 1:
         raise TraceError(f"--jobs must be at least 1, got {limit}")
+    if fmt in (None, CSV):
+        head = _head(path)
+        fmt = fmt or sniff(path, head)
+        if fmt == CSV:
+            from slurmtopo.simulate.trace_csv import read_csv
+
+            return read_csv(trace_lines(path), path, limit)
     text = read_text(path)
     if "\x00" in text:
         raise TraceError("not a text file (NUL bytes)", path)
-    fmt = fmt or sniff(path, text)
-    if fmt == SWF:
-        from slurmtopo.simulate.trace_swf import read_swf as reader
-    elif fmt == SACCT:
+    if fmt == SACCT:
         from slurmtopo.simulate.trace_sacct import read_sacct
 
         return read_sacct(text, path, limit, keep_running)
-    else:
-        from slurmtopo.simulate.trace_csv import read_csv as reader
-    return reader(text, path, limit)
+    from slurmtopo.simulate.trace_swf import read_swf
+
+    return read_swf(text, path, limit)
+
+
+#: what :func:`sniff` looks at of a file read a line at a time
+SNIFF_BYTES = 64 * 1024
+
+
+def _head(path: str) -> str:
+    """The first lines of ``path`` (for :func:`sniff`)."""
+    head: List[str] = []
+    size = 0
+    for line in trace_lines(path):
+        head.append(line)
+        size += len(line)
+        if size >= SNIFF_BYTES or len(head) >= 16:
+            break
+    return "".join(head)
+
+
+def trace_lines(path: str) -> Iterator[str]:
+    """The lines of a text trace, one at a time (line ends kept): a regular
+    file only (:func:`~slurmtopo.fileio.open_regular`), UTF-8 (a BOM is
+    dropped), no NUL byte, no line longer than :data:`MAX_LINE_BYTES`, at
+    most :data:`~slurmtopo.simulate.trace.MAX_TRACE_BYTES` in all; each
+    refusal one TraceError naming the line."""
+    from slurmtopo.fileio import open_regular
+
+    fd = open_regular(path)
+    total = 0
+    with os.fdopen(fd, "rb") as fh:
+        for number in itertools.count(1):
+            try:
+                raw = fh.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                raise TraceError(f"cannot read: {exc.strerror or exc}", path, number) from None
+            if not raw:
+                return
+            if len(raw) > MAX_LINE_BYTES:
+                raise TraceError(f"a line of more than {MAX_LINE_BYTES:,} bytes: not a trace CSV",
+                                 path, number)
+            total += len(raw)
+            if total > MAX_TRACE_BYTES:
+                raise TraceError(f"larger than {MAX_TRACE_BYTES >> 30} GiB: refused (is it the "
+                                 "right file?)", path, number)
+            if b"\x00" in raw:
+                raise TraceError("not a text file (NUL bytes)", path, number)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TraceError("not a text file (invalid UTF-8)", path, number) from None
+            yield line.lstrip("\ufeff") if number == 1 else line

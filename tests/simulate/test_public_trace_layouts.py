@@ -1,0 +1,85 @@
+"""The column layouts of public GPU-cluster traces as published, read the
+way an admin runs them: ``slurmtopo simulate --trace FILE`` (and
+:func:`read_trace` for what each row became).
+
+Alibaba PAI v2020 publishes its task table without a header row and counts
+GPUs in percent per instance; the 2026 spot trace counts GPUs per worker;
+the full Helios and PAI traces are hundreds of MiB. The fixtures are
+described, with their sources, in tests/fixtures/traces/SOURCES.md.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from slurmtopo.simulate.trace_read import read_trace
+from tests.clirun import one_line_error, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "traces"
+INV = str(ROOT / "etc" / "examples" / "devcluster.yaml")
+PAI = str(FIXTURES / "pai-v2020-task-table.csv")
+SPOT = str(FIXTURES / "alibaba-v2026-spot-shaped.csv")
+
+
+def simulate(trace, *more):
+    code, out, err = run_cli(["simulate", "--inventory", INV, "--trace", trace, "--policy",
+                              "slurm", "--workers", "1", "--json", *more])
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_pai_task_table_without_its_header_row():
+    t = read_trace(PAI)
+    # 4x100% -> 4 GPUs, 2x800% -> 16, 50% and 25% -> one whole GPU each
+    assert [(j.job_id, j.gpus) for j in t.jobs] == [
+        ("4f057009a5d481acec67b088", 1), ("a0000000000000000000000b", 4),
+        ("a0000000000000000000000c", 16), ("a0000000000000000000000e", 1)]
+    # no submission column: the start stands for it, counted from the first
+    assert [j.submit for j in t.jobs] == [0.0, 8.0, 138.0, 338.0]
+    assert [j.run_time for j in t.jobs] == [38.0, 3600.0, 7200.0, 60.0]
+    assert t.rows == 6  # the first line is a row, not a header
+    assert {s.reason: (s.count, s.first) for s in t.skipped} == {
+        "without GPUs (CPU jobs)": (1, f"{PAI}:3"), "no run time": (1, f"{PAI}:5")}
+
+
+def test_pai_task_table_through_the_cli():
+    doc = simulate(PAI)
+    assert doc["trace"]["jobs"] == 4
+
+
+def test_gpus_per_worker_times_workers():
+    t = read_trace(SPOT)
+    assert [(j.job_id, j.gpus, j.submit, j.run_time) for j in t.jobs] == [
+        ("101", 1, 0.0, 3600.0), ("102", 16, 60.0, 7200.0), ("103", 16, 120.0, 1800.0)]
+    assert [(s.reason, s.count) for s in t.skipped] == [("without GPUs (CPU jobs)", 1)]
+
+
+def test_a_header_less_file_of_another_shape_says_so(tmp_path):
+    bad = tmp_path / "pai_job_table.csv"
+    # the PAI v2020 job table (6 columns, no GPUs) without its header row
+    bad.write_text("4b3f04b66a525d2df903eb16,8cb3bec23d14,58540f191766,Terminated,"
+                   "4550879.0,4551416.0\n")
+    code, out, err = run_cli(["simulate", "--inventory", INV, "--trace", str(bad)])
+    one_line_error(code, err, f"{bad}:1:", "no column name known at all",
+                   "without a header row")
+
+
+def test_a_trace_larger_than_64_mib_is_read_a_line_at_a_time(tmp_path):
+    # Helios' cluster_log.csv layout, 70 MiB (long user names keep the row
+    # count, and the time, small); the first 3 submissions replayed
+    big = tmp_path / "cluster_log.csv"
+    user = "u" * 960
+    row = ("{i},{user},vc1,{g},6,1,COMPLETED,2020-04-01 00:00:{s:02d},2020-04-01 00:01:00,"
+           "2020-04-01 01:01:00,3600,60\n")
+    with open(big, "w") as fh:
+        fh.write("job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,"
+                 "end_time,duration,queue\n")
+        fh.writelines(row.format(i=i, user=user, g=i % 3, s=59 - i % 60) for i in range(72_000))
+    assert big.stat().st_size > 64 << 20
+    t = read_trace(str(big), limit=3)
+    # the three earliest submissions (second 0 of the minute), file order on ties
+    assert [(j.job_id, j.gpus, j.submit) for j in t.jobs] == [
+        ("59", 2, 0.0), ("119", 2, 0.0), ("179", 2, 0.0)]
+    assert t.beyond_limit == 48_000 - 3
+    assert [(s.reason, s.count) for s in t.skipped] == [("without GPUs (CPU jobs)", 24_000)]
