@@ -5,11 +5,12 @@ ran, how many GPUs it held), read from one of three formats, each by a
 module of its own: the CSV of the public GPU-cluster traces
 (:mod:`~slurmtopo.simulate.trace_csv`), the Standard Workload Format of the
 Parallel Workloads Archive (:mod:`~slurmtopo.simulate.trace_swf`) and
-``sacct -P`` output (:mod:`~slurmtopo.simulate.trace_sacct`);
+``sacct -P`` output (:mod:`~slurmtopo.simulate.trace_sacct`), and the JSON
+job log of Microsoft's Philly trace (:mod:`~slurmtopo.simulate.trace_philly`);
 :func:`slurmtopo.simulate.trace_read.read_trace` picks the reader.
 
-A CSV trace is read a line at a time (the public ones are hundreds of
-MiB), at most :data:`MAX_TRACE_BYTES`; SWF and sacct files go through
+A CSV trace is read a line at a time and a Philly log a job at a time (the
+public ones are hundreds of MiB), at most :data:`MAX_TRACE_BYTES`; SWF and sacct files go through
 :func:`slurmtopo.fileio.read_text` (64 MiB at most). Only the jobs kept
 are held (:class:`JobCollector`).
 A file that is not a trace at all (no header, a column missing) is refused
@@ -31,7 +32,8 @@ from slurmtopo.errors import SlurmtopoError
 CSV = "csv"
 SWF = "swf"
 SACCT = "sacct"
-FORMATS = (CSV, SWF, SACCT)
+PHILLY = "philly"
+FORMATS = (CSV, SWF, SACCT, PHILLY)
 
 #: a trace longer than this (10 years of submissions) is a unit mistake
 MAX_SPAN_S = 10 * 365 * 86400.0

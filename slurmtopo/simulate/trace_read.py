@@ -3,11 +3,11 @@ file when not given; the readers and what they share are in
 :mod:`slurmtopo.simulate.trace` and the modules beside it."""
 from __future__ import annotations
 
-import itertools
+import codecs
 import os
-from typing import Iterator, List, Optional
+from typing import Iterator, Optional
 
-from slurmtopo.simulate.trace import (CSV, FORMATS, MAX_TRACE_BYTES, SACCT, SWF, Trace,
+from slurmtopo.simulate.trace import (CSV, FORMATS, MAX_TRACE_BYTES, PHILLY, SACCT, SWF, Trace,
                                       TraceError, is_number)
 
 #: longest line of a trace read a line at a time (a CSV row of a public
@@ -18,13 +18,16 @@ MAX_LINE_BYTES = 64 * 1024
 def sniff(path: str, text: str) -> str:
     """The format of a trace file: ``.swf`` or a first line starting with
     ``;`` or holding only numbers is SWF, a ``|``-separated header naming
-    ``JobID`` is sacct, anything else CSV."""
+    ``JobID`` is sacct, a JSON list (``[``) Philly's job log, anything else
+    CSV."""
     if path.lower().endswith((".swf", ".swf.txt")):
         return SWF
     for line in text.splitlines():
         line = line.strip()
         if not line:
             continue
+        if line.startswith("["):
+            return PHILLY
         if line.startswith(";"):
             return SWF
         if "|" in line and "jobid" in line.lower():
@@ -48,13 +51,16 @@ def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None
         raise TraceError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
     if limit is not None and limit < 1:
         raise TraceError(f"--jobs must be at least 1, got {limit}")
-    if fmt in (None, CSV):
-        head = _head(path)
-        fmt = fmt or sniff(path, head)
+    if fmt in (None, CSV, PHILLY):
+        fmt = fmt or sniff(path, _head(path))
         if fmt == CSV:
             from slurmtopo.simulate.trace_csv import read_csv
 
             return read_csv(trace_lines(path), path, limit)
+        if fmt == PHILLY:
+            from slurmtopo.simulate.trace_philly import read_philly
+
+            return read_philly(trace_chunks(path), path, limit)
     text = read_text(path)
     if "\x00" in text:
         raise TraceError("not a text file (NUL bytes)", path)
@@ -72,46 +78,64 @@ SNIFF_BYTES = 64 * 1024
 
 
 def _head(path: str) -> str:
-    """The first lines of ``path`` (for :func:`sniff`)."""
-    head: List[str] = []
-    size = 0
-    for line in trace_lines(path):
-        head.append(line)
-        size += len(line)
-        if size >= SNIFF_BYTES or len(head) >= 16:
-            break
-    return "".join(head)
+    """The start of ``path`` (for :func:`sniff`): its first chunk, up to
+    the last whole line in it."""
+    head = next(iter(trace_chunks(path, SNIFF_BYTES)), "")
+    return head[:head.rfind("\n") + 1] or head
 
 
-def trace_lines(path: str) -> Iterator[str]:
-    """The lines of a text trace, one at a time (line ends kept): a regular
-    file only (:func:`~slurmtopo.fileio.open_regular`), UTF-8 (a BOM is
-    dropped), no NUL byte, no line longer than :data:`MAX_LINE_BYTES`, at
-    most :data:`~slurmtopo.simulate.trace.MAX_TRACE_BYTES` in all; each
-    refusal one TraceError naming the line."""
+def trace_chunks(path: str, size: int = SNIFF_BYTES) -> Iterator[str]:
+    """The text of a trace in chunks of about ``size`` bytes, for a reader
+    that finds its own lines (Philly's JSON): a regular file only
+    (:func:`~slurmtopo.fileio.open_regular`), UTF-8 (a BOM is dropped), no
+    NUL byte, at most :data:`~slurmtopo.simulate.trace.MAX_TRACE_BYTES`;
+    each refusal one TraceError naming the line."""
     from slurmtopo.fileio import open_regular
 
     fd = open_regular(path)
-    total = 0
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    total, lines = 0, 1
     with os.fdopen(fd, "rb") as fh:
-        for number in itertools.count(1):
+        while True:
             try:
-                raw = fh.readline(MAX_LINE_BYTES + 1)
+                raw = fh.read(size)
             except OSError as exc:
-                raise TraceError(f"cannot read: {exc.strerror or exc}", path, number) from None
-            if not raw:
-                return
-            if len(raw) > MAX_LINE_BYTES:
-                raise TraceError(f"a line of more than {MAX_LINE_BYTES:,} bytes: not a trace CSV",
-                                 path, number)
+                raise TraceError(f"cannot read: {exc.strerror or exc}", path, lines) from None
             total += len(raw)
             if total > MAX_TRACE_BYTES:
                 raise TraceError(f"larger than {MAX_TRACE_BYTES >> 30} GiB: refused (is it the "
-                                 "right file?)", path, number)
+                                 "right file?)", path, lines)
             if b"\x00" in raw:
-                raise TraceError("not a text file (NUL bytes)", path, number)
+                raise TraceError("not a text file (NUL bytes)", path,
+                                 lines + raw.count(b"\n", 0, raw.index(b"\x00")))
             try:
-                line = raw.decode("utf-8")
+                text = decoder.decode(raw, final=not raw)
             except UnicodeDecodeError:
-                raise TraceError("not a text file (invalid UTF-8)", path, number) from None
-            yield line.lstrip("\ufeff") if number == 1 else line
+                raise TraceError("not a text file (invalid UTF-8)", path, lines) from None
+            if total == len(raw):
+                text = text.lstrip("\ufeff")
+            if text:
+                yield text
+            if not raw:
+                return
+            lines += raw.count(b"\n")
+
+
+def trace_lines(path: str) -> Iterator[str]:
+    """The lines of a text trace, one at a time (line ends kept), from
+    :func:`trace_chunks`; no line longer than :data:`MAX_LINE_BYTES`."""
+    number, rest = 0, ""
+    for chunk in trace_chunks(path):
+        parts = (rest + chunk).split("\n")
+        rest = parts.pop()
+        for part in parts:
+            number += 1
+            if len(part) >= MAX_LINE_BYTES:
+                raise TraceError(f"a line of more than {MAX_LINE_BYTES:,} bytes: not a trace CSV",
+                                 path, number)
+            yield part + "\n"
+        if len(rest) > MAX_LINE_BYTES:
+            raise TraceError(f"a line of more than {MAX_LINE_BYTES:,} bytes: not a trace CSV",
+                             path, number + 1)
+    if rest:
+        yield rest

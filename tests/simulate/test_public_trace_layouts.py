@@ -83,3 +83,48 @@ def test_a_trace_larger_than_64_mib_is_read_a_line_at_a_time(tmp_path):
         ("59", 2, 0.0), ("119", 2, 0.0), ("179", 2, 0.0)]
     assert t.beyond_limit == 48_000 - 3
     assert [(s.reason, s.count) for s in t.skipped] == [("without GPUs (CPU jobs)", 24_000)]
+
+
+PHILLY = str(FIXTURES / "philly-cluster-job-log.json")
+
+
+def test_philly_job_log_as_published():
+    t = read_trace(PHILLY)  # told from the file: a JSON list
+    assert t.format == "philly"
+    # the README's job: two attempts on one 8-GPU server, 74 s + 2 d 5 h 39 min 42 s
+    assert [(j.job_id, j.gpus, j.nodes, j.submit, j.run_time) for j in t.jobs] == [
+        ("application_1506638472019_14199", 8, 1, 0.0, 74.0 + 193182.0),
+        ("application_1506638472019_20002", 16, 2, 1101.0, 3600.0)]
+    assert {s.reason: (s.count, s.first) for s in t.skipped} == {
+        "no attempt (never ran)": (1, f"{PHILLY}:49"),
+        "an attempt without a start or end time (still running?)": (1, f"{PHILLY}:74"),
+        "without GPUs": (1, f"{PHILLY}:88")}
+    doc = simulate(PHILLY)
+    assert doc["trace"]["jobs"] == 2
+
+
+def test_philly_log_read_in_small_chunks_gives_the_same_jobs():
+    from slurmtopo.simulate.trace_philly import read_philly
+
+    text = open(PHILLY).read()
+    whole = read_philly([text], PHILLY)
+    pieces = read_philly([text[i:i + 7] for i in range(0, len(text), 7)], PHILLY)
+    assert pieces == whole and len(whole.jobs) == 2
+
+
+def test_a_cut_or_broken_philly_log_is_one_located_error(tmp_path):
+    text = open(PHILLY).read()
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[:text.index('"application_1506638472019_20002"')])
+    code, _, err = run_cli(["simulate", "--inventory", INV, "--trace", str(cut)])
+    one_line_error(code, err, f"{cut}:60:", "bad JSON")  # where the text stops
+    bad = tmp_path / "bad.json"
+    bad.write_text(text.replace('},\n{\n    "status": "Killed"', '}\n{\n    "status": "Killed"'))
+    code, _, err = run_cli(["simulate", "--inventory", INV, "--trace", str(bad),
+                            "--trace-format", "philly"])
+    one_line_error(code, err, f"{bad}:49:", "expected ',' or ']'")
+    notlist = tmp_path / "obj.json"
+    notlist.write_text('{"jobid": 1}\n')
+    code, _, err = run_cli(["simulate", "--inventory", INV, "--trace", str(notlist),
+                            "--trace-format", "philly"])
+    one_line_error(code, err, f"{notlist}:1:", "does not start with a JSON list")
