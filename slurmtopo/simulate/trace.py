@@ -9,10 +9,9 @@ Parallel Workloads Archive (:mod:`~slurmtopo.simulate.trace_swf`) and
 job log of Microsoft's Philly trace (:mod:`~slurmtopo.simulate.trace_philly`);
 :func:`slurmtopo.simulate.trace_read.read_trace` picks the reader.
 
-A CSV trace is read a line at a time and a Philly log a job at a time (the
-public ones are hundreds of MiB), at most :data:`MAX_TRACE_BYTES`; SWF and sacct files go through
-:func:`slurmtopo.fileio.read_text` (64 MiB at most). Only the jobs kept
-are held (:class:`JobCollector`).
+Every trace is read a line at a time (a Philly log a job at a time; the
+public ones are hundreds of MiB), at most :data:`MAX_TRACE_BYTES`, and only
+the jobs kept are held (:class:`JobCollector`).
 A file that is not a trace at all (no header, a column missing) is refused
 with one located error; a row that cannot be used (a bad number, no GPUs,
 a job that never ran) is skipped and counted by reason, with the first
@@ -25,7 +24,7 @@ import heapq
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 
@@ -44,8 +43,8 @@ MAX_JOB_GPUS = 1 << 20
 #: jobs held at once without ``--jobs`` (each is a few hundred bytes; the
 #: public traces have up to a few million rows, most of them CPU jobs)
 MAX_HELD_JOBS = 2_000_000
-#: largest CSV trace read (it is read a line at a time, so this bounds the
-#: time, not the memory: the Helios and PAI traces are 100-700 MiB)
+#: largest trace read (it is read a line at a time, so this bounds the
+#: time, not the memory: the Helios, PAI and Philly traces are 100-700 MiB)
 MAX_TRACE_BYTES = 4 << 30
 
 
@@ -237,16 +236,6 @@ class JobCollector:
         out = tuple(replace(job, submit=submit - t0) for submit, _, job in kept)
         return Trace(jobs=out, source=self.path, format=fmt, rows=rows, skipped=log.skipped(),
                      beyond_limit=self.count - len(out), origin=t0)
-
-
-def finish(path: str, fmt: str, rows: int, jobs: Sequence[Tuple[float, TraceJob]],
-           log: RowLog, limit: Optional[int] = None) -> Trace:
-    """The :class:`Trace` of ``jobs`` ((absolute submit time, job) in file
-    order), through a :class:`JobCollector`."""
-    collector = JobCollector(path, limit)
-    for submit, job in jobs:
-        collector.add(submit, job)
-    return collector.finish(fmt, rows, log)
 
 
 def is_number(word: str) -> bool:

@@ -10,9 +10,6 @@ from typing import Iterator, Optional
 from slurmtopo.simulate.trace import (CSV, FORMATS, MAX_TRACE_BYTES, PHILLY, SACCT, SWF, Trace,
                                       TraceError, is_number)
 
-#: longest line of a trace read a line at a time (a CSV row of a public
-#: trace is well under 1 KiB)
-MAX_LINE_BYTES = 64 * 1024
 
 
 def sniff(path: str, text: str) -> str:
@@ -40,37 +37,33 @@ def sniff(path: str, text: str) -> str:
 
 def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None,
                keep_running: bool = False) -> Trace:
-    """Read the trace at ``path`` (``fmt``: csv, swf, sacct, or None to
+    """Read the trace at ``path``, a line (Philly: a job) at a time
+    (``fmt``: csv, swf, sacct, philly, or None to
     tell from the file); ``limit``: keep the first that many jobs by
     submit time; ``keep_running``: sacct's jobs still running are kept
     (:func:`~slurmtopo.simulate.trace_sacct.read_sacct`)."""
-    from slurmtopo.fileio import read_text
-
     path = os.fspath(path)
     if fmt is not None and fmt not in FORMATS:
         raise TraceError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
     if limit is not None and limit < 1:
         raise TraceError(f"--jobs must be at least 1, got {limit}")
-    if fmt in (None, CSV, PHILLY):
-        fmt = fmt or sniff(path, _head(path))
-        if fmt == CSV:
-            from slurmtopo.simulate.trace_csv import read_csv
+    fmt = fmt or sniff(path, _head(path))
+    if fmt == CSV:
+        from slurmtopo.simulate.trace_csv import MAX_LINE as csv_line, read_csv
 
-            return read_csv(trace_lines(path), path, limit)
-        if fmt == PHILLY:
-            from slurmtopo.simulate.trace_philly import read_philly
+        return read_csv(trace_lines(path, csv_line, "a trace CSV"), path, limit)
+    if fmt == PHILLY:
+        from slurmtopo.simulate.trace_philly import read_philly
 
-            return read_philly(trace_chunks(path), path, limit)
-    text = read_text(path)
-    if "\x00" in text:
-        raise TraceError("not a text file (NUL bytes)", path)
+        return read_philly(trace_chunks(path), path, limit)
     if fmt == SACCT:
-        from slurmtopo.simulate.trace_sacct import read_sacct
+        from slurmtopo.simulate.trace_sacct import MAX_LINE as sacct_line, read_sacct
 
-        return read_sacct(text, path, limit, keep_running)
-    from slurmtopo.simulate.trace_swf import read_swf
+        return read_sacct(trace_lines(path, sacct_line, "sacct output"), path, limit,
+                          keep_running)
+    from slurmtopo.simulate.trace_swf import MAX_LINE as swf_line, read_swf
 
-    return read_swf(text, path, limit)
+    return read_swf(trace_lines(path, swf_line, "an SWF log"), path, limit)
 
 
 #: what :func:`sniff` looks at of a file read a line at a time
@@ -121,21 +114,22 @@ def trace_chunks(path: str, size: int = SNIFF_BYTES) -> Iterator[str]:
             lines += raw.count(b"\n")
 
 
-def trace_lines(path: str) -> Iterator[str]:
+def trace_lines(path: str, max_line: int, what: str) -> Iterator[str]:
     """The lines of a text trace, one at a time (line ends kept), from
-    :func:`trace_chunks`; no line longer than :data:`MAX_LINE_BYTES`."""
+    :func:`trace_chunks`; a line longer than ``max_line`` characters is one
+    TraceError saying the file is not ``what``."""
     number, rest = 0, ""
     for chunk in trace_chunks(path):
         parts = (rest + chunk).split("\n")
         rest = parts.pop()
         for part in parts:
             number += 1
-            if len(part) >= MAX_LINE_BYTES:
-                raise TraceError(f"a line of more than {MAX_LINE_BYTES:,} bytes: not a trace CSV",
+            if len(part.rstrip("\r")) > max_line:
+                raise TraceError(f"a line of more than {max_line:,} characters: not {what}",
                                  path, number)
             yield part + "\n"
-        if len(rest) > MAX_LINE_BYTES:
-            raise TraceError(f"a line of more than {MAX_LINE_BYTES:,} bytes: not a trace CSV",
+        if len(rest) > max_line + 1:
+            raise TraceError(f"a line of more than {max_line:,} characters: not {what}",
                              path, number + 1)
     if rest:
         yield rest

@@ -128,3 +128,21 @@ def test_a_cut_or_broken_philly_log_is_one_located_error(tmp_path):
     code, _, err = run_cli(["simulate", "--inventory", INV, "--trace", str(notlist),
                             "--trace-format", "philly"])
     one_line_error(code, err, f"{notlist}:1:", "does not start with a JSON list")
+
+
+def test_sacct_output_larger_than_64_mib_is_read_too(tmp_path):
+    # a year of `sacct -a -P` on a large cluster passes 64 MiB; a long Comment
+    # column keeps this one's line count small
+    big = tmp_path / "sacct.txt"
+    comment = "c" * 960
+    line = ("{i}|2025-01-06T09:{m:02d}:00|2025-01-06T09:{m:02d}:05|2025-01-06T10:{m:02d}:05|"
+            "cpu=16,gres/gpu=8,node=1|gpu001|1|04:00:00|COMPLETED|{comment}\n")
+    with open(big, "w") as fh:
+        fh.write("JobID|Submit|Start|End|AllocTRES|NodeList|NNodes|Timelimit|State|Comment\n")
+        fh.writelines(line.format(i=i, m=59 - i % 60, comment=comment) for i in range(72_000))
+    assert big.stat().st_size > 64 << 20
+    t = read_trace(str(big), limit=2)
+    assert t.format == "sacct"
+    assert [(j.job_id, j.gpus, j.run_time) for j in t.jobs] == [("59", 8, 3600.0),
+                                                                ("119", 8, 3600.0)]
+    assert t.beyond_limit == 72_000 - 2
