@@ -65,18 +65,24 @@ def test_a_header_less_file_of_another_shape_says_so(tmp_path):
                    "without a header row")
 
 
+def over_64_mib(path, header, line, rows=72_000):
+    """``path`` holding ``header`` and ``line(i)`` for each row: over 64 MiB."""
+    with open(path, "w") as fh:
+        fh.write(header)
+        fh.writelines(line(i) for i in range(rows))
+    assert path.stat().st_size > 64 << 20
+    return path
+
+
 def test_a_trace_larger_than_64_mib_is_read_a_line_at_a_time(tmp_path):
     # Helios' cluster_log.csv layout, 70 MiB (long user names keep the row
     # count, and the time, small); the first 3 submissions replayed
-    big = tmp_path / "cluster_log.csv"
-    user = "u" * 960
-    row = ("{i},{user},vc1,{g},6,1,COMPLETED,2020-04-01 00:00:{s:02d},2020-04-01 00:01:00,"
-           "2020-04-01 01:01:00,3600,60\n")
-    with open(big, "w") as fh:
-        fh.write("job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,"
-                 "end_time,duration,queue\n")
-        fh.writelines(row.format(i=i, user=user, g=i % 3, s=59 - i % 60) for i in range(72_000))
-    assert big.stat().st_size > 64 << 20
+    big = over_64_mib(
+        tmp_path / "cluster_log.csv",
+        "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,"
+        "duration,queue\n",
+        lambda i: f"{i},{'u' * 960},vc1,{i % 3},6,1,COMPLETED,2020-04-01 00:00:{59 - i % 60:02d},"
+                  "2020-04-01 00:01:00,2020-04-01 01:01:00,3600,60\n")
     t = read_trace(str(big), limit=3)
     # the three earliest submissions (second 0 of the minute), file order on ties
     assert [(j.job_id, j.gpus, j.submit) for j in t.jobs] == [
@@ -133,14 +139,14 @@ def test_a_cut_or_broken_philly_log_is_one_located_error(tmp_path):
 def test_sacct_output_larger_than_64_mib_is_read_too(tmp_path):
     # a year of `sacct -a -P` on a large cluster passes 64 MiB; a long Comment
     # column keeps this one's line count small
-    big = tmp_path / "sacct.txt"
-    comment = "c" * 960
-    line = ("{i}|2025-01-06T09:{m:02d}:00|2025-01-06T09:{m:02d}:05|2025-01-06T10:{m:02d}:05|"
-            "cpu=16,gres/gpu=8,node=1|gpu001|1|04:00:00|COMPLETED|{comment}\n")
-    with open(big, "w") as fh:
-        fh.write("JobID|Submit|Start|End|AllocTRES|NodeList|NNodes|Timelimit|State|Comment\n")
-        fh.writelines(line.format(i=i, m=59 - i % 60, comment=comment) for i in range(72_000))
-    assert big.stat().st_size > 64 << 20
+    def line(i):
+        m = 59 - i % 60
+        return (f"{i}|2025-01-06T09:{m:02d}:00|2025-01-06T09:{m:02d}:05|2025-01-06T10:{m:02d}:05"
+                f"|cpu=16,gres/gpu=8,node=1|gpu001|1|04:00:00|COMPLETED|{'c' * 960}\n")
+
+    big = over_64_mib(tmp_path / "sacct.txt",
+                      "JobID|Submit|Start|End|AllocTRES|NodeList|NNodes|Timelimit|State|Comment\n",
+                      line)
     t = read_trace(str(big), limit=2)
     assert t.format == "sacct"
     assert [(j.job_id, j.gpus, j.run_time) for j in t.jobs] == [("59", 8, 3600.0),
