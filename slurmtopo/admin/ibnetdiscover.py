@@ -1,4 +1,5 @@
-"""Parser for ``ibnetdiscover`` output (its default topology format).
+"""Parser for ``ibnetdiscover`` output (its default topology format, and
+the ports report of ``ibnetdiscover -p``).
 
 The format is a list of node records, each a few ``key=value`` header lines
 (``vendid``, ``devid``, ``switchguid``/``caguid``...) followed by::
@@ -117,27 +118,131 @@ def _description(comment: Optional[str]) -> str:
     return m.group(1).strip() if m else ""
 
 
-def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
-    """Parse ibnetdiscover output; raises InventoryError at file:line."""
+class _Cables:
+    """The cables of a dump as they are read, each seen from both ends:
+    bounds the node count, refuses a port linked to two places, and keeps
+    one :class:`IbLink` per cable (the same whatever the record order)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.guids: set = set()  # every node named so far
+        self.seen: Dict[Tuple[str, int], Tuple[str, int]] = {}  # (guid, port) -> far end
+        self.links: Dict[Tuple[str, int, str, int], IbLink] = {}
+
+    def count(self, guid: str, n: int) -> None:
+        if guid not in self.guids:
+            self.guids.add(guid)
+            if len(self.guids) > MAX_NODES:
+                raise InventoryError(f"more than {MAX_NODES:,} InfiniBand nodes: refused (one "
+                                     "subnet has at most 49,151; is this one fabric?)",
+                                     self.path, n)
+
+    def add(self, guid: str, lp: int, rguid: str, rp: int, width: Optional[str],
+            n: int) -> None:
+        prev = self.seen.get((guid, lp))
+        if prev is not None and prev != (rguid, rp):
+            raise InventoryError(f"port {lp} of {guid} is linked twice "
+                                 f"({prev[0]}[{prev[1]}] and {rguid}[{rp}])", self.path, n)
+        self.seen[(guid, lp)] = (rguid, rp)
+        a, b = sorted([(guid, lp), (rguid, rp)])
+        key = (a[0], a[1], b[0], b[1])
+        if key not in self.links:
+            self.links[key] = IbLink(a[0], a[1], b[0], b[1], width, n)
+        elif width and (not self.links[key].width or width < self.links[key].width):
+            # both ends say: keep one, the same whatever the record order
+            self.links[key] = IbLink(a[0], a[1], b[0], b[1], width, self.links[key].line)
+
+    def sorted_links(self) -> List[IbLink]:
+        return sorted(self.links.values(), key=lambda ln: (ln.a, ln.a_port, ln.b, ln.b_port))
+
+
+def _check_port(guid: str, record_line: int, port: int, port_lines: int, path: str,
+                n: int) -> None:
+    if port > MAX_PORTS or port_lines > MAX_PORTS:
+        what = f"port {port:,}" if port > MAX_PORTS else f"more than {MAX_PORTS} port lines"
+        raise InventoryError(f"{what} in the record of {guid} (line {record_line}); an "
+                             f"InfiniBand node has at most {MAX_PORTS} ports: refused", path, n)
+
+
+#: a line of ``ibnetdiscover -p`` (the ports report): the port, its width
+#: and speed, then the far port and both node descriptions, or (no cable)
+#: the node description alone. ``CA 5 1 0x...03 4x SDR - SW 4 1 0x...02
+#: ( 'gpu01 mlx5_0' - 'leaf-r1' )``
+_PORTS_LINE = re.compile(
+    r"^(SW|CA|RT)\s+(\d+)\s+(\d+)\s+0x([0-9A-Fa-f]{1,16})\s+(\d+)[xX]\s+(\S+)"
+    r"(?:\s+-\s+(SW|CA|RT)\s+(\d+)\s+(\d+)\s+0x([0-9A-Fa-f]{1,16})\s+\(\s*'(.*)'\s+-\s+'(.*)'\s*\)"
+    r"|\s+'(.*)')?\s*$")
+_PORTS_KIND = {"SW": "switch", "CA": "ca", "RT": "router"}
+#: outputs of other tools given in place of a dump, and what to run instead
+_OTHER_TOOLS = (
+    (re.compile(r"^(Switch|Ca|Rt)\s*:\s*0x[0-9A-Fa-f]+\s+ports\s+\d+"),
+     "a node list (ibswitches, ibhosts or ibnetdiscover -l/-S/-H): it has no cables"),
+    (re.compile(r"==\(.*\)==>"), "iblinkinfo output"),
+)
+
+
+def _ports_report(lines: List[Tuple[int, str]], path: str) -> IbFabric:
+    """The fabric of ``ibnetdiscover -p``: each line is one port, a cable is
+    listed from both ends. A CA shows its port GUID (a dual-port HCA reads
+    as two CAs, one per port, each with the node description); a switch
+    shows its own GUID. Port counts are the highest port listed."""
     fab = IbFabric(source=path)
-    seen: Dict[Tuple[str, int], Tuple[str, int]] = {}  # (guid, port) -> (peer, peer port)
+    cables = _Cables(path)
+    info: Dict[str, Tuple[str, str, int]] = {}  # guid -> (kind, description, first line)
+    top: Dict[str, int] = {}  # guid -> highest port listed
+    per_node: Dict[str, int] = {}  # port lines of each node
+
+    def node(kind: str, guid: str, desc: Optional[str], port: int, n: int) -> None:
+        cables.count(guid, n)
+        old = info.get(guid)
+        if old is None or (desc and not old[1]):
+            info[guid] = (_PORTS_KIND[kind], (desc or "").strip(), old[2] if old else n)
+        top[guid] = max(top.get(guid, 0), port)
+
+    for n, line in lines:
+        m = _PORTS_LINE.match(line)
+        if not m:
+            raise InventoryError(f"cannot read this line of an 'ibnetdiscover -p' report: "
+                                 f"{line[:80]!r}", path, n)
+        (kind, _lid, port, guid, lanes, speed, rkind, _rlid, rport, rguid, desc, rdesc,
+         alone) = m.groups()
+        guid, lp = _guid(guid), int(port)
+        per_node[guid] = per_node.get(guid, 0) + 1
+        _check_port(guid, info[guid][2] if guid in info else n, lp, per_node[guid], path, n)
+        node(kind, guid, desc if rkind else alone, lp, n)
+        if rkind:
+            rguid, rp = _guid(rguid), int(rport)
+            _check_port(rguid, n, rp, 0, path, n)
+            node(rkind, rguid, rdesc, rp, n)
+            width = f"{lanes}x{speed.upper()}"
+            cables.add(guid, lp, rguid, rp, width if _SPEED.fullmatch(width) else None, n)
+    for guid, (kind, desc, first) in info.items():
+        fab.nodes[guid] = IbNode(guid, kind, top[guid], desc, first)
+    fab.links = cables.sorted_links()
+    return fab
+
+
+def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
+    """Parse ibnetdiscover output (its default topology format, or the
+    ports report of ``ibnetdiscover -p``); raises InventoryError at
+    file:line."""
+    fab = IbFabric(source=path)
+    cables = _Cables(path)
     remote_desc: Dict[str, Tuple[str, str]] = {}  # guid -> (kind letter, description)
     current: Optional[IbNode] = None
-    links: Dict[Tuple[str, int, str, int], IbLink] = {}
-    guids: set = set()  # every node named so far, with a record or as a far end
     port_lines = 0  # of the current record
-
-    def count(guid: str, n: int) -> None:
-        if guid not in guids:
-            guids.add(guid)
-            if len(guids) > MAX_NODES:
-                raise InventoryError(f"more than {MAX_NODES:,} InfiniBand nodes: refused (one "
-                                     "subnet has at most 49,151; is this one fabric?)", path, n)
+    first: Optional[Tuple[int, str]] = None  # the first line that says anything
 
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        if first is None:
+            first = (n, line)
+            if _PORTS_LINE.match(line):
+                return _ports_report([(k + 1, ln.strip()) for k, ln in
+                                      enumerate(text.splitlines())
+                                      if ln.strip() and not ln.strip().startswith("#")], path)
         m = _NODE.match(line)
         if m:
             kind, nports, _letter, guid, comment = m.groups()
@@ -149,7 +254,7 @@ def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
                 raise InventoryError(f"{kind} {guid} declares {int(nports):,} ports; an "
                                      f"InfiniBand node has at most {MAX_PORTS}: refused (is this "
                                      "ibnetdiscover output?)", path, n)
-            count(guid, n)
+            cables.count(guid, n)
             current = IbNode(guid, _KIND[kind], int(nports), _description(comment), n)
             fab.nodes[guid] = current
             port_lines = 0
@@ -164,30 +269,13 @@ def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
             rguid = _guid(rguid)
             lp, rp = int(lport), int(rport)
             port_lines += 1
-            if max(lp, rp) > MAX_PORTS or port_lines > MAX_PORTS:
-                what = (f"port {max(lp, rp):,}" if max(lp, rp) > MAX_PORTS
-                        else f"more than {MAX_PORTS} port lines")
-                raise InventoryError(f"{what} in the record of {current.guid} (line "
-                                     f"{current.line}); an InfiniBand node has at most "
-                                     f"{MAX_PORTS} ports: refused", path, n)
-            count(rguid, n)
+            _check_port(current.guid, current.line, max(lp, rp), port_lines, path, n)
+            cables.count(rguid, n)
             desc = _description(comment)  # the far end's node description
             if desc and (rguid not in remote_desc or (rletter, desc) < remote_desc[rguid]):
                 remote_desc[rguid] = (rletter, desc)  # the same whatever the record order
             speed = _SPEED.search(comment or "")
-            width = speed.group(0) if speed else None
-            a, b = sorted([(current.guid, lp), (rguid, rp)])
-            prev = seen.get((current.guid, lp))
-            if prev is not None and prev != (rguid, rp):
-                raise InventoryError(f"port {lp} of {current.guid} is linked twice "
-                                     f"({prev[0]}[{prev[1]}] and {rguid}[{rp}])", path, n)
-            seen[(current.guid, lp)] = (rguid, rp)
-            key = (a[0], a[1], b[0], b[1])
-            if key not in links:
-                links[key] = IbLink(a[0], a[1], b[0], b[1], width, n)
-            elif width and (not links[key].width or width < links[key].width):
-                # both ends say: keep one, the same whatever the record order
-                links[key] = IbLink(a[0], a[1], b[0], b[1], width, links[key].line)
+            cables.add(current.guid, lp, rguid, rp, speed.group(0) if speed else None, n)
             continue
         if _HEADER.match(line):
             current = None  # header of the next record
@@ -199,12 +287,16 @@ def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
         if guid not in fab.nodes:
             kind = {"S": "switch", "H": "ca", "R": "router"}[letter]
             fab.nodes[guid] = IbNode(guid, kind, 0, desc, 0)
-    for key in list(links):
+    for key in list(cables.links):
         for guid in (key[0], key[2]):
             if guid not in fab.nodes:
                 fab.nodes[guid] = IbNode(guid, "ca", 0, "", 0)
-    fab.links = sorted(links.values(), key=lambda ln: (ln.a, ln.a_port, ln.b, ln.b_port))
+    fab.links = cables.sorted_links()
     if not fab.nodes:
+        other = next((what for rx, what in _OTHER_TOOLS if first and rx.search(first[1])), None)
+        if other and first:
+            raise InventoryError(f"this is {other}; give the output of 'ibnetdiscover' (or "
+                                 "'ibnetdiscover -p')", path, first[0])
         raise InventoryError("no Switch or Ca records: is this ibnetdiscover output?", path)
     return fab
 

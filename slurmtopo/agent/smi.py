@@ -10,7 +10,9 @@ read:
 * trailing ``CPU Affinity``, ``NUMA Affinity`` and ``GPU NUMA ID`` columns
   (any of them missing), ``N/A`` values, hyper-thread CPU lists;
 * the legend present or not, a pdsh ``host:`` prefix on every line (a file
-  with several hosts is split with :func:`split_hosts`).
+  with several hosts is split with :func:`split_hosts`);
+* names or cells run together by a lost tab (``NIC8NIC9``, ``NODEPXB``),
+  and NIC columns whose rows were not copied (the GPU rows suffice).
 
 What the text cannot say is said in the report: no GPU model, no device
 minors (``/dev/nvidiaN`` assumed to follow the index), no per-port NVLink
@@ -30,6 +32,8 @@ from slurmtopo.errors import InventoryError
 from slurmtopo.links import parse_token, normalise_token
 from slurmtopo.model import Gpu, Hardware, Nic, Node, parse_cpulist
 
+#: cells of ``nvidia-smi topo -p2p r|w|n|a`` (a matrix of the same shape)
+P2P_STATUS = frozenset(("OK", "CNS", "GNS", "TNS", "NS", "DR", "U"))
 #: multi-word trailing column names, as nvidia-smi spells them
 TRAILING = (("GPU", "NUMA", "ID"), ("CPU", "Affinity"), ("NUMA", "Affinity"))
 #: most NVLink ports any GPU has had (Hopper and Blackwell: 18); more NVLink
@@ -43,6 +47,29 @@ _LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 #: writes to a terminal, e.g. in a batch job with a pseudo-terminal)
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[@-Z\\-_])")
 _NIC_COLUMN_RE = re.compile(r"^NIC\d+$")
+#: two or more column names or link cells run together: nvidia-smi pads with
+#: tabs, and copies from a terminal (or a tab stop landing exactly at a
+#: column's end) lose one now and then: ``NIC8NIC9``, ``NODENODE``, ``SYSSYS``
+_GLUED_NAMES_RE = re.compile(r"^(?:(?:GPU|NIC)\d+){2,}$")
+_GLUED_CELLS_RE = re.compile(r"^(?:X|SYS|NODE|PHB|PXB|PIX|NV\d+){2,}$")
+_ONE_NAME_RE = re.compile(r"(?:GPU|NIC)\d+")
+_ONE_CELL_RE = re.compile(r"X|SYS|NODE|PHB|PXB|PIX|NV\d+")
+
+
+def unglue(tokens: List[str]) -> List[str]:
+    """Split tokens that are several column names or link cells run
+    together (``NIC8NIC9`` -> ``NIC8 NIC9``, ``NODEPXB`` -> ``NODE PXB``).
+    No single name or cell has this shape (``NV12`` is one cell), so
+    nothing that is read today is split."""
+    out: List[str] = []
+    for tok in tokens:
+        if _GLUED_NAMES_RE.match(tok):
+            out += _ONE_NAME_RE.findall(tok)
+        elif _GLUED_CELLS_RE.match(tok):
+            out += _ONE_CELL_RE.findall(tok)
+        else:
+            out.append(tok)
+    return out
 
 
 def strip_ansi(line: str) -> str:
@@ -64,6 +91,7 @@ class SmiMatrix:
     extras: Dict[str, Dict[str, Optional[str]]] = field(default_factory=dict)
     row_line: Dict[str, int] = field(default_factory=dict)
     legend: Dict[str, str] = field(default_factory=dict)
+    missing_rows: List[str] = field(default_factory=list)  # NIC columns without a row
 
     @property
     def nic_columns(self) -> List[str]:
@@ -103,15 +131,20 @@ def parse_matrix(text, path: str = "<nvidia-smi topo -m>") -> SmiMatrix:
         raise InventoryError("no 'nvidia-smi topo -m' table here (no header line starting "
                              "with GPU0)", path)
     head_no = lines[head][0]
-    columns, trailing = _header(lines[head][1].split(), path, head_no)
+    columns, trailing = _header(unglue(lines[head][1].split()), path, head_no)
     gpus = sum(1 for c in columns if _GPU_RE.match(c))
     mx = SmiMatrix(columns=columns, gpus=gpus)
     k = head + 1
     while k < len(lines) and lines[k][1].strip() and not lines[k][1].strip().startswith("Legend"):
-        _row(mx, lines[k][1].split(), trailing, path, lines[k][0])
+        _row(mx, unglue(lines[k][1].split()), trailing, path, lines[k][0])
         k += 1
     for c in columns:
         if c not in mx.row_line:
+            if not _GPU_RE.match(c) and mx.row_line:
+                # every GPU->NIC relation is in the GPU rows; a NIC row only
+                # repeats them (people often paste the GPU rows alone)
+                mx.missing_rows.append(c)
+                continue
             raise InventoryError(f"column {c} has no row of its own", path, head_no)
     for _, ln in lines[k:]:
         m = _LEGEND_RE.match(ln)
@@ -170,7 +203,9 @@ def _row(mx: SmiMatrix, tokens: List[str], trailing: List[str], path: str, line:
         try:
             cls, _ = parse_token(tok)
         except ValueError as exc:
-            raise InventoryError(f"row {name}, column {col}: {exc}", path, line) from None
+            hint = ("; this is the P2P status matrix of 'nvidia-smi topo -p2p', not "
+                    "'nvidia-smi topo -m'" if tok.upper() in P2P_STATUS else "")
+            raise InventoryError(f"row {name}, column {col}: {exc}{hint}", path, line) from None
         if (col == name) != (cls.name == "SELF"):
             raise InventoryError(f"row {name}, column {col}: "
                                  + ("expected X on the diagonal" if col == name else
@@ -370,6 +405,10 @@ def matrix_to_node(mx: SmiMatrix, name: str, model: Optional[str] = None,
         nics.append(Nic(name=nic_name, gpu_relation=rel, link_layer=_nic_layer(nic_name)))
     if len({n.name for n in nics}) != len(nics):
         raise InventoryError("two NIC columns map to the same device name", path)
+    if mx.missing_rows:
+        problems.append(f"NIC columns {', '.join(mx.missing_rows)} have no row of their own "
+                        "(a cut copy?): read from the GPU rows, which hold every GPU-NIC "
+                        "relation")
     if unnamed:
         problems.append(f"NIC columns {', '.join(unnamed)} have no NIC Legend: their device "
                         "names (mlx5_N) are unknown, so NCCL_IB_HCA cannot name them")

@@ -20,8 +20,10 @@ from slurmtopo.errors import SlurmtopoError
 @click.option("--inventory", "inventory_path", required=True,
               help="Inventory file or directory of node reports.")
 @click.option("--trace", "trace_path", required=True, metavar="FILE",
-              help="Job trace: CSV (Helios, Philly, Alibaba shape), SWF, or sacct -P output.")
-@click.option("--trace-format", type=click.Choice(["csv", "swf", "sacct"]), default=None,
+              help="Job trace: CSV (Helios, Philly, Alibaba shape), SWF, sacct -P output, or "
+                   "the JSON job log of the Philly trace (cluster_job_log).")
+@click.option("--trace-format", type=click.Choice(["csv", "swf", "sacct", "philly"]),
+              default=None,
               help="The trace's format (default: told from the file).")
 @click.option("--policy", "policies", multiple=True, metavar="NAME[:key=value,...]",
               help="A policy to replay the trace with, repeatable: slurm[:topology=tree|flat], "

@@ -5,10 +5,13 @@ ran, how many GPUs it held), read from one of three formats, each by a
 module of its own: the CSV of the public GPU-cluster traces
 (:mod:`~slurmtopo.simulate.trace_csv`), the Standard Workload Format of the
 Parallel Workloads Archive (:mod:`~slurmtopo.simulate.trace_swf`) and
-``sacct -P`` output (:mod:`~slurmtopo.simulate.trace_sacct`);
+``sacct -P`` output (:mod:`~slurmtopo.simulate.trace_sacct`), and the JSON
+job log of Microsoft's Philly trace (:mod:`~slurmtopo.simulate.trace_philly`);
 :func:`slurmtopo.simulate.trace_read.read_trace` picks the reader.
 
-Every file goes through :func:`slurmtopo.fileio.read_text` (64 MiB at most).
+Every trace is read a line at a time (a Philly log a job at a time; the
+public ones are hundreds of MiB), at most :data:`MAX_TRACE_BYTES`, and only
+the jobs kept are held (:class:`JobCollector`).
 A file that is not a trace at all (no header, a column missing) is refused
 with one located error; a row that cannot be used (a bad number, no GPUs,
 a job that never ran) is skipped and counted by reason, with the first
@@ -17,17 +20,19 @@ silently.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 
 CSV = "csv"
 SWF = "swf"
 SACCT = "sacct"
-FORMATS = (CSV, SWF, SACCT)
+PHILLY = "philly"
+FORMATS = (CSV, SWF, SACCT, PHILLY)
 
 #: a trace longer than this (10 years of submissions) is a unit mistake
 MAX_SPAN_S = 10 * 365 * 86400.0
@@ -35,6 +40,12 @@ MAX_SPAN_S = 10 * 365 * 86400.0
 MAX_RUN_S = 365 * 86400.0
 #: more GPUs than this in one job is not a job of this planet
 MAX_JOB_GPUS = 1 << 20
+#: jobs held at once without ``--jobs`` (each is a few hundred bytes; the
+#: public traces have up to a few million rows, most of them CPU jobs)
+MAX_HELD_JOBS = 2_000_000
+#: largest trace read (it is read a line at a time, so this bounds the
+#: time, not the memory: the Helios, PAI and Philly traces are 100-700 MiB)
+MAX_TRACE_BYTES = 4 << 30
 
 
 class TraceError(SlurmtopoError):
@@ -171,29 +182,60 @@ def instant(text: str, what: str) -> float:
     return when.timestamp()
 
 
-def finish(path: str, fmt: str, rows: int, jobs: Sequence[Tuple[float, TraceJob]],
-           log: RowLog, limit: Optional[int] = None) -> Trace:
-    """The :class:`Trace` of ``jobs`` ((absolute submit time, job) in file
-    order): sorted by submit time (file order on ties), times counted from
-    the first submission, the first ``limit`` kept."""
-    if not jobs:
-        why = ""
-        if log.count:
-            why = " (" + ", ".join(f"{s.count} {s.reason}, first at {s.first}"
-                                   for s in log.skipped()) + ")"
-        raise TraceError(f"no job to replay in this trace: {rows} row{'s' * (rows != 1)} "
-                         f"read{why}", path)
-    order = sorted(range(len(jobs)), key=lambda i: (jobs[i][0], i))
-    t0 = jobs[order[0]][0]
-    span = jobs[order[-1]][0] - t0
-    if span > MAX_SPAN_S:
-        first, last = jobs[order[0]][1], jobs[order[-1]][1]
-        raise TraceError(f"submissions span {span / 86400 / 365:.0f} years (from {first.where} "
-                         f"to {last.where}): are the times in seconds?", path)
-    kept = order if limit is None else order[:limit]
-    out = tuple(replace(jobs[i][1], submit=jobs[i][0] - t0) for i in kept)
-    return Trace(jobs=out, source=path, format=fmt, rows=rows, skipped=log.skipped(),
-                 beyond_limit=len(order) - len(kept), origin=t0)
+class JobCollector:
+    """The jobs of a trace as a reader meets them, in bounded memory.
+
+    With a ``limit`` (``--jobs N``) only the N earliest submissions are
+    held (a heap), so the first thousand jobs of a trace of millions cost
+    a thousand jobs of memory; without one every job is held, at most
+    :data:`MAX_HELD_JOBS`. The first and last submission of the whole file
+    are tracked either way (the span check, the origin of the clock)."""
+
+    def __init__(self, path: str, limit: Optional[int] = None):
+        self.path = path
+        self.limit = limit
+        self.count = 0
+        self._heap: List[Tuple[float, int, TraceJob]] = []  # (-submit, -order, job) with a limit
+        self._first: Optional[Tuple[float, int, TraceJob]] = None
+        self._last: Optional[Tuple[float, int, TraceJob]] = None
+
+    def add(self, submit: float, job: TraceJob) -> None:
+        entry = (submit, self.count, job)
+        self.count += 1
+        if self._first is None or entry[:2] < self._first[:2]:
+            self._first = entry
+        if self._last is None or entry[:2] > self._last[:2]:
+            self._last = entry
+        if self.limit is None:
+            if len(self._heap) >= MAX_HELD_JOBS:
+                raise TraceError(f"more than {MAX_HELD_JOBS:,} jobs to replay: give --jobs N "
+                                 "to replay the first N", self.path)
+            self._heap.append((-submit, -entry[1], job))
+        elif len(self._heap) < self.limit:
+            heapq.heappush(self._heap, (-submit, -entry[1], job))
+        elif (-submit, -entry[1]) > self._heap[0][:2]:
+            heapq.heapreplace(self._heap, (-submit, -entry[1], job))
+
+    def finish(self, fmt: str, rows: int, log: "RowLog") -> Trace:
+        """The :class:`Trace`: jobs sorted by submit time (file order on
+        ties), times counted from the first submission."""
+        if self._first is None or self._last is None:
+            why = ""
+            if log.count:
+                why = " (" + ", ".join(f"{s.count} {s.reason}, first at {s.first}"
+                                       for s in log.skipped()) + ")"
+            raise TraceError(f"no job to replay in this trace: {rows} row{'s' * (rows != 1)} "
+                             f"read{why}", self.path)
+        t0 = self._first[0]
+        span = self._last[0] - t0
+        if span > MAX_SPAN_S:
+            raise TraceError(f"submissions span {span / 86400 / 365:.0f} years (from "
+                             f"{self._first[2].where} to {self._last[2].where}): are the times "
+                             "in seconds?", self.path)
+        kept = sorted((-s, -i, job) for s, i, job in self._heap)
+        out = tuple(replace(job, submit=submit - t0) for submit, _, job in kept)
+        return Trace(jobs=out, source=self.path, format=fmt, rows=rows, skipped=log.skipped(),
+                     beyond_limit=self.count - len(out), origin=t0)
 
 
 def is_number(word: str) -> bool:

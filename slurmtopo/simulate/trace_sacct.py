@@ -18,10 +18,10 @@ Slurm's ``YYYY-MM-DDTHH:MM:SS``, durations ``[D-]HH:MM:SS``.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple, Union
 
-from slurmtopo.simulate.trace import (MAX_JOB_GPUS, MAX_RUN_S, SACCT, BadRow, RowLog, Trace,
-                                      TraceError, TraceJob, finish, instant, whole)
+from slurmtopo.simulate.trace import (MAX_JOB_GPUS, MAX_RUN_S, SACCT, BadRow, JobCollector,
+                                      RowLog, Trace, TraceError, TraceJob, instant, whole)
 
 NEEDED = ("jobid", "submit", "start", "alloctres")
 #: longest line read (AllocTRES and NodeList of a big job fit easily)
@@ -74,15 +74,16 @@ def _tres(text: str) -> Tuple[int, Optional[int]]:
     return (untyped if untyped is not None else typed), nodes
 
 
-def read_sacct(text: str, path: str, limit: Optional[int] = None,
+def read_sacct(text: Union[str, Iterable[str]], path: str, limit: Optional[int] = None,
                keep_running: bool = False) -> Trace:
     """The jobs of ``sacct -P`` output (see the module doc); with
     ``keep_running``, jobs still running are kept, marked ``running``
     (``slurmtopo audit``: they hold their GPUs to the end of the record)."""
-    lines = text.splitlines()
+    numbered = enumerate((ln.rstrip("\r\n") for ln in
+                          (text.splitlines() if isinstance(text, str) else text)), 1)
     header = None
     head_line = 0
-    for n, line in enumerate(lines, 1):
+    for n, line in numbered:
         if len(line) > MAX_LINE:
             raise TraceError(f"a line of {len(line)} characters: not sacct output", path, n)
         if line.strip():
@@ -100,10 +101,9 @@ def read_sacct(text: str, path: str, limit: Optional[int] = None,
                          "AllocTRES,...)", path, head_line)
     at = {name: i for i, name in enumerate(names)}
     log = RowLog(path)
-    jobs: List[Tuple[float, TraceJob]] = []
+    jobs = JobCollector(path, limit)
     count = 0
-    for n in range(head_line + 1, len(lines) + 1):
-        line = lines[n - 1]
+    for n, line in numbered:
         if len(line) > MAX_LINE:
             raise TraceError(f"a line of {len(line)} characters: not sacct output", path, n)
         if not line.strip():
@@ -119,10 +119,10 @@ def read_sacct(text: str, path: str, limit: Optional[int] = None,
         except BadRow as exc:
             log.skip(str(exc), n)
             continue
-        jobs.append((job.submit, job))
+        jobs.add(job.submit, job)
     if not count:
         raise TraceError("no job lines under the sacct header", path, head_line)
-    return finish(path, SACCT, count, jobs, log, limit)
+    return jobs.finish(SACCT, count, log)
 
 
 def _job(row: Dict[str, str], path: str, line: int, keep_running: bool = False) -> TraceJob:

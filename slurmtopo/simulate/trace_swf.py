@@ -18,10 +18,11 @@ never ran) or no processors is skipped and counted.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Optional, Union
 
-from slurmtopo.simulate.trace import (MAX_JOB_GPUS, MAX_SPAN_S, SWF, BadRow, RowLog, Trace,
-                                      TraceError, TraceJob, finish, is_number, number, whole)
+from slurmtopo.simulate.trace import (MAX_JOB_GPUS, MAX_SPAN_S, SWF, BadRow, JobCollector,
+                                      RowLog, Trace, TraceError, TraceJob, is_number, number,
+                                      whole)
 
 #: fields of a standard line
 FIELDS = 18
@@ -29,12 +30,12 @@ FIELDS = 18
 MAX_LINE = 4096
 
 
-def read_swf(text: str, path: str, limit: Optional[int] = None) -> Trace:
+def read_swf(text: Union[str, Iterable[str]], path: str, limit: Optional[int] = None) -> Trace:
     """The jobs of an SWF log (see the module doc)."""
     log = RowLog(path)
-    jobs: List[Tuple[float, TraceJob]] = []
+    jobs = JobCollector(path, limit)
     count = 0
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.splitlines() if isinstance(text, str) else text, 1):
         if len(line) > MAX_LINE:
             raise TraceError(f"a line of {len(line)} characters: not an SWF log", path, n)
         line = line.strip()
@@ -60,10 +61,10 @@ def read_swf(text: str, path: str, limit: Optional[int] = None) -> Trace:
                                  path, n) from None
             log.skip(str(exc), n)
             continue
-        jobs.append((job.submit, job))
+        jobs.add(job.submit, job)
     if not count:
         raise TraceError("no job lines (only ';' header lines or nothing)", path)
-    return finish(path, SWF, count, jobs, log, limit)
+    return jobs.finish(SWF, count, log)
 
 
 def _job(w: List[str], path: str, line: int) -> TraceJob:

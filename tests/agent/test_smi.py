@@ -176,7 +176,7 @@ def test_good_sample_parses():
     (GOOD.replace("GPU1\tNV2\t X ", "GPU1\tNV4\t X "), 3, "symmetric"),
     (GOOD.replace("GPU0\t X ", "GPU0\tPIX"), 2, "expected X on the diagonal"),
     (GOOD.replace("\tGPU0\tGPU1", "\tGPU0\tGPU2"), 1, "GPU0..GPU1 in order"),
-    (GOOD.replace("mlx5_0\tPIX\tSYS\t X \n", ""), 1, "mlx5_0 has no row"),
+    (GOOD.replace("GPU1\tNV2\t X \tSYS\t8-15\n", ""), 1, "GPU1 has no row"),
     (GOOD.replace("mlx5_0\tPIX", "mlx5_9\tPIX"), 4, "not a column"),
     (GOOD.replace("0-7\n", "0-7\t3\t4\n"), 2, "more values than the header"),
     (GOOD.replace("0-7\n", "7-0\n"), 2, "bad CPU Affinity"),
