@@ -151,6 +151,9 @@ def assert_alice_released_and_bob_told(slurm, spool, a, b, decisions):
     (PREFIX + '{"layout":{"tp":4,"tp":8}}', "appears twice"),
     (PREFIX + '{"layout":{"tp":4},"require":{"tp":["nvlink"]}}', "a name"),
     (PREFIX + '{"layout":{"tp":4},"nodelist":"n[1-99999999]"}', "more than the"),
+    # int() reads '+99999'; counted as one name, it expanded to 100,000
+    # ('+99999999': 10^8 strings, the daemon's memory)
+    (PREFIX + '{"layout":{"tp":4},"nodelist":"n[0-+99999]"}', "not N, N-M or N-M/S"),
     (PREFIX + "[" * 5000, "nested deeper"),
     (PREFIX + '{"layout":{"tp":4}}' + " " * (protocol.MAX_COMMENT_BYTES), "longer than"),
 ])
