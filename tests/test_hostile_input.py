@@ -281,7 +281,12 @@ HUGE_RANGE = "0-100000000"  # 100 million ids: 4.7 GB as a Python list
 SMI = ROOT / "tests" / "fixtures" / "smi" / "hgx_h100.txt"
 
 
-def _huge_range_inputs(tmp_path):
+#: every id below the cap, but 100 copies of the whole range: 6.5 million
+#: ids before they are made a set (the cap is on all items together)
+REPEATED_RANGE = ",".join(["0-65535"] * 100)
+
+
+def _huge_range_inputs(tmp_path, HUGE_RANGE=HUGE_RANGE):
     """(argv, file:line the error must name) per reader of an id range."""
     gres = tmp_path / "gres.conf"
     gres.write_text(f"NodeName=gpu01 Name=gpu File=/dev/nvidia0 CPUs={HUGE_RANGE}\n")
@@ -323,6 +328,18 @@ def test_a_huge_id_range_is_refused_before_it_is_expanded(tmp_path, reader):
     list and a MemoryError (the child gets 2 GiB of address space)."""
     argv, where = _huge_range_inputs(tmp_path)[reader]
     code, _o, err = run_cli_subprocess(argv, memory_bytes=2 << 30)
+    one_line_error(code, err, where, "65,536")
+
+
+@pytest.mark.parametrize("reader", ["gres.conf CPUs", "gres.conf Cores", "inventory cpus",
+                                    "nvidia-smi CPU Affinity", "state busy_gpus"])
+def test_a_range_repeated_is_refused_before_it_is_expanded(tmp_path, reader):
+    """Each item below the cap, the whole list far above it: a node report
+    or gres.conf that repeats ``0-65535`` used to build every copy (a
+    64 MiB report: 6.5 * 10^10 ids). The 100 copies here are 6.5 million
+    ids, more than the child's 512 MiB of address space holds."""
+    argv, where = _huge_range_inputs(tmp_path, REPEATED_RANGE)[reader]
+    code, _o, err = run_cli_subprocess(argv, memory_bytes=512 << 20)
     one_line_error(code, err, where, "65,536")
 
 
