@@ -8,6 +8,7 @@ directory (EISDIR), or a forked child that drops to ``nobody``.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def _snapshot(directory: Path):
 def test_plan_output_dir_under_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
     code, _out, err = run_cli(PLAN + ["--output-dir", str(tmp_path / "f" / "plan"), "--", "python", "t.py"])
-    one_line_error(code, err, str(tmp_path / "f" / "plan"), "cannot create the output directory")
+    one_line_error(code, err, str(tmp_path / "f"), "is not a directory")
 
 
 def test_plan_output_dir_is_a_file(tmp_path):
@@ -80,10 +81,42 @@ def test_plan_unwritable_output_dir_names_the_target(shared_dir, readable_inv):
     assert code == 0, err
     before = _snapshot(out)
     code, err = run_cli_unprivileged(plan + ["--output-dir", str(out), "--", "python", "t.py"])
-    line = one_line_error(code, err, "Permission denied")
-    assert any(str(out / f) in line for f in PLAN_FILES), line
+    # another user's directory: refused before anything is written in it
+    line = one_line_error(code, err, str(out), "owned by root, not by you")
     assert ".tmp" not in line and ".bak" not in line and ".old" not in line
     assert _snapshot(out) == before
+
+
+def test_plan_output_dir_another_user_made_first(shared_dir, readable_inv):
+    """`--output-dir /tmp/plan` (docs' example) where someone else made
+    /tmp/plan first, open to all: the plan went in, and its owner could
+    replace job.sbatch before the user submitted it. Refused, nothing
+    written."""
+    plan = ["plan", "--inventory", readable_inv, "--tp", "8", "--dp", "2"]
+    run_cli(plan + ["--output-dir", str(shared_dir / "warm")])  # imports all
+    trap = shared_dir / "plan"
+    trap.mkdir()
+    os.chmod(trap, 0o777)
+    code, err = run_cli_unprivileged(plan + ["--output-dir", str(trap), "--", "python", "t.py"])
+    one_line_error(code, err, str(trap), "owned by root, not by you")
+    assert list(trap.iterdir()) == []
+
+
+def test_plan_output_dir_is_private_whatever_the_umask(tmp_path):
+    """umask 002 (a group's shared submit directory): the default
+    ./slurmtopo-plan was made 0775, so any group member could swap
+    job.sbatch in it. Now 0700, its files 0600 (job.sbatch 0700)."""
+    old = os.umask(0o002)
+    try:
+        out = tmp_path / "plan"
+        code, _o, err = run_cli(PLAN + ["--output-dir", str(out), "--", "python", "t.py"])
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert modes == {"job.sbatch": 0o700, "rankmap.json": 0o600, "rankmap.csv": 0o600,
+                     "env.json": 0o600}
 
 
 def test_plan_output_dir_nobody_may_not_create(shared_dir, readable_inv):
