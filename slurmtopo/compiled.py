@@ -233,24 +233,36 @@ def scan(directory: str, suffixes: Tuple[str, ...]) -> Dict[str, FileKey]:
     return out
 
 
+#: the user's cache directory for compiled report directories
+#: (:mod:`slurmtopo.usercache`)
+CACHE_KIND = "inventories"
+
+
 def cache_paths(directory: str) -> List[str]:
     """Where the compiled form may live: in the directory, else in the
-    user's cache directory (keyed by the directory's absolute path)."""
+    user's cache directory (keyed by the directory's absolute path), an
+    entry of :mod:`slurmtopo.usercache`: read only when it is the user's
+    own file in directories only the user can write, so that no one else
+    can feed the user a compiled inventory (a ``~/.cache/slurmtopo`` made
+    0775 under umask 002 once let the group plant one)."""
+    from slurmtopo import usercache
+
     directory = os.path.abspath(directory)
-    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    digest = hashlib.sha256(directory.encode()).hexdigest()[:24]
-    return [os.path.join(directory, COMPILED_NAME),
-            os.path.join(home, "slurmtopo", "inventories", digest + ".json")]
+    paths = [os.path.join(directory, COMPILED_NAME)]
+    home = usercache.user_cache_home()
+    if home is not None:
+        paths.append(os.path.join(home, "slurmtopo", CACHE_KIND, usercache.entry_name(directory)))
+    return paths
 
 
-def read_compiled(path: str) -> Optional[Dict[str, Any]]:
-    """The compiled document at ``path``, or None when it is missing or not
-    one (a damaged cache is rebuilt, never trusted)."""
-    from slurmtopo.fileio import read_text
+def _in_user_cache(path: str) -> bool:
+    return os.path.basename(path) != COMPILED_NAME
 
-    try:  # a FIFO or device planted as the cache is refused, never waited on
-        doc = json.loads(read_text(path))
-    except (SlurmtopoError, ValueError, RecursionError):
+
+def _compiled_doc(text: str) -> Optional[Dict[str, Any]]:
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("compiled"), dict):
         return None
@@ -259,12 +271,43 @@ def read_compiled(path: str) -> Optional[Dict[str, Any]]:
     return doc
 
 
+def read_compiled(path: str) -> Optional[Dict[str, Any]]:
+    """The compiled document at ``path`` (one of :func:`cache_paths`), or
+    None when it is missing or not one (a damaged cache is rebuilt, never
+    trusted)."""
+    if _in_user_cache(path):
+        from slurmtopo import usercache
+
+        slot = usercache.cache_slot(os.path.basename(path), CACHE_KIND)
+        if slot is None:
+            return None
+        with slot:
+            data = slot.read()
+        try:
+            return _compiled_doc(data.decode("utf-8")) if data is not None else None
+        except UnicodeDecodeError:
+            return None
+    from slurmtopo.fileio import read_text
+
+    try:  # a FIFO or device planted as the cache is refused, never waited on
+        return _compiled_doc(read_text(path))
+    except SlurmtopoError:
+        return None
+
+
 def _write_cache(paths: Sequence[str], text: str) -> Optional[str]:
+    from slurmtopo import usercache
     from slurmtopo.fileio import atomic_write
 
     for p in paths:
+        if _in_user_cache(p):
+            slot = usercache.cache_slot(os.path.basename(p), CACHE_KIND, create=True)
+            if slot is not None:
+                with slot:
+                    if slot.write(text.encode("utf-8")):
+                        return p
+            continue
         try:
-            os.makedirs(os.path.dirname(p), exist_ok=True)
             atomic_write(p, text, mode=0o644)
             return p
         except (OSError, SlurmtopoError):  # not writable here: try the next place

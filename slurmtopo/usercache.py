@@ -168,6 +168,22 @@ def slot_for(source: str, kind: str, suffix: str = ".json",
     if fd is not None:
         name = f".{base}{suffix}"
         return Slot(fd, name, os.path.join(directory, name))
+    return cache_slot(entry_name(path, suffix), kind, create)
+
+
+def entry_name(key: str, suffix: str = ".json") -> str:
+    """The name of the entry for ``key`` (an absolute path) in the user's
+    cache directory."""
+    import hashlib
+
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32] + suffix
+
+
+def cache_slot(name: str, kind: str, create: bool = False) -> Optional[Slot]:
+    """The slot ``name`` in the user's cache directory for ``kind``
+    (``$XDG_CACHE_HOME/slurmtopo/<kind>``; its directories made 0700 when
+    missing only with ``create``); None when there is none that is the
+    user's own."""
     home = user_cache_home()
     if home is None:
         return None
@@ -189,7 +205,4 @@ def slot_for(source: str, kind: str, suffix: str = ".json",
         os.close(top)
     if fd is None:
         return None
-    import hashlib
-
-    name = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:32] + suffix
     return Slot(fd, name, os.path.join(home, "slurmtopo", kind, name))

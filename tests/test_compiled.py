@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -128,17 +129,47 @@ def test_mig_nodes_keep_their_uuids(tmp_path):
     assert inv.nodes["dgx004"].hardware.gpus[0].uuid is None
 
 
-def test_unwritable_directory_uses_the_user_cache(tmp_path, monkeypatch):
+def _compile_into_user_cache(tmp_path, monkeypatch):
+    """A report directory compiled where its directory cannot take it: in
+    the user's cache. (directory, the cache entry's path, the log)"""
     d = tmp_path / "reports"
     _write_reports(d)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     real = compiled._write_cache
     monkeypatch.setattr(compiled, "_write_cache", lambda paths, text: real(paths[1:], text))
     _, log = compiled.load_report_dir(str(d), report_dir_schema())
+    return d, cache_paths(str(d))[1], log
+
+
+def test_unwritable_directory_uses_the_user_cache(tmp_path, monkeypatch):
+    d, entry, log = _compile_into_user_cache(tmp_path, monkeypatch)
     assert not (d / COMPILED_NAME).exists()
-    assert os.path.exists(cache_paths(str(d))[1]) and "cache" in log[0]
+    assert os.path.exists(entry) and "cache" in log[0]
     _, log = compiled.load_report_dir(str(d), report_dir_schema())                          # and is read back from there
     assert log == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the entry away")
+def test_an_entry_someone_else_owns_in_the_user_cache_is_not_read(tmp_path, monkeypatch):
+    """A compiled inventory in the user's cache that another user wrote
+    (through a cache directory they could write) was read and planned on."""
+    d, entry, _log = _compile_into_user_cache(tmp_path, monkeypatch)
+    os.chown(entry, 4242, -1)
+    _, log = compiled.load_report_dir(str(d), report_dir_schema())
+    assert log and log[0].startswith("compiled ")      # rebuilt, not read
+
+
+def test_the_user_cache_is_private_whatever_the_umask(tmp_path, monkeypatch):
+    """umask 002: ~/.cache/slurmtopo/inventories was made 0775, so the
+    user's group could plant a compiled inventory in it."""
+    old = os.umask(0o002)
+    try:
+        _d, entry, _log = _compile_into_user_cache(tmp_path, monkeypatch)
+    finally:
+        os.umask(old)
+    for p in (tmp_path / "cache" / "slurmtopo", tmp_path / "cache" / "slurmtopo" / "inventories"):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
+    assert stat.S_IMODE(os.stat(entry).st_mode) == 0o600
 
 
 def test_a_damaged_compiled_form_is_rebuilt(tmp_path):
