@@ -41,7 +41,12 @@ MAX_NAMES = 65536
 #: ClusterShell syntax that Slurm does not have
 _REFUSED = {"!": "the set operator '!'", "&": "the set operator '&'",
             "^": "the set operator '^'", "@": "a group name ('@...')"}
-_RANGE_ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*(?:/\s*(\d+)\s*)?)?$")
+#: one item of a bracket: ``N``, ``N-M`` or ``N-M/S``, ASCII digits only.
+#: Python's ``int()`` (and so ClusterShell) also reads ``+9``, ``9_999`` and
+#: other scripts' digits; an item this does not match is refused rather
+#: than counted as one name, or ``n[0-+99999999]`` would pass the size
+#: check and expand to 10^8 names.
+_RANGE_ITEM = re.compile(r"\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*(?:/\s*([0-9]+)\s*)?)?", re.ASCII)
 
 
 def natural_key(name: str):
@@ -71,7 +76,10 @@ def expand_hostlist(text: Union[str, List[str]], what: str = "hostlist") -> List
         if name and not any(c.isspace() for c in name):
             return [name]
     _check_syntax(text, what)
-    count = _count(text)
+    try:
+        count = _count(text)
+    except _BadRange as exc:
+        raise HostlistError(f"bad {what} {_short(text)}: {exc}") from None
     if count > MAX_NAMES:
         raise HostlistError(f"{what} {_short(text)} names {count:,} hosts, more than the "
                             f"{MAX_NAMES:,} slurmtopo expands (a typo in a range?)")
@@ -145,7 +153,10 @@ def _fold(names: Tuple[str, ...]) -> str:
 def expand_indices(text: str, what: str = "index range") -> Set[int]:
     """``0-3,8`` -> {0, 1, 2, 3, 8}: a range of numbers (GPU indices, sizes),
     with the same size cap as a hostlist."""
-    total = _ranges_size(str(text))
+    try:
+        total = _ranges_size(str(text))
+    except _BadRange as exc:
+        raise HostlistError(f"bad {what} {_short(text)}: {exc}") from None
     if total > MAX_NAMES:
         raise HostlistError(f"{what} {_short(text)} names {total:,} numbers, more than the "
                             f"{MAX_NAMES:,} slurmtopo expands")
@@ -167,7 +178,8 @@ def _check_syntax(text: str, what: str) -> None:
 def _count(text: str) -> int:
     """How many names ``text`` expands to, from its brackets alone (an upper
     bound: duplicates count twice). Malformed brackets count as one name and
-    are left to ClusterShell to reject with its own message."""
+    are left to ClusterShell to reject with its own message; a bracket item
+    that is not a plain number or range raises :class:`_BadRange`."""
     total = 0
     for pattern in _split_top(text):
         n = 1
@@ -181,13 +193,21 @@ def _count(text: str) -> int:
     return total
 
 
+class _BadRange(HostlistError):
+    """A bracket item that is not ``N``, ``N-M`` or ``N-M/S``."""
+
+
 def _ranges_size(body: str) -> int:
-    """How many numbers ``0-7,9,10-20/2`` names (an item that is not a range
-    counts as one)."""
+    """How many numbers ``0-7,9,10-20/2`` names; :class:`_BadRange` for an
+    item that is none of those (its size could not be known before
+    ClusterShell expands it)."""
     size = 0
     for item in body.split(","):
-        m = _RANGE_ITEM.match(item)
-        if m and m.group(2):
+        m = _RANGE_ITEM.fullmatch(item)
+        if m is None:
+            raise _BadRange(f"range {item.strip()[:40]!r} is not N, N-M or N-M/S "
+                            "(digits 0-9)")
+        if m.group(2):
             lo, hi, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
             size += (hi - lo) // max(step, 1) + 1 if hi >= lo else 1
         else:

@@ -94,7 +94,10 @@ def parse_cpulist(text: str) -> Tuple[int, ...]:
     """``"0-3,8,10-11"`` -> (0, 1, 2, 3, 8, 10, 11): the kernel's cpulist
     format, read for CPU, core, GPU and NUMA lists alike. Every id is
     checked against :data:`MAX_CPUS` before a range is expanded. Raises
-    ValueError."""
+    ValueError. The ids of all items together are bounded too (at most
+    MAX_CPUS, as no list of distinct ids is longer): ``0-65535`` repeated a
+    million times in a 64 MiB report would otherwise build 6.5 * 10^10
+    ids."""
     out: List[int] = []
     text = str(text).strip()
     if not text:
@@ -107,9 +110,14 @@ def parse_cpulist(text: str) -> Tuple[int, ...]:
             if hi < lo:
                 raise ValueError(f"bad CPU range {part!r}")
             check_cpu_id(hi, f"CPU range {part!r}: id")
+            if len(out) + hi - lo + 1 > MAX_CPUS:
+                raise ValueError(f"CPU list {text[:40]!r}... names more than {MAX_CPUS:,} "
+                                 "ids (ranges repeated?)")
             out.extend(range(lo, hi + 1))
         else:
             out.append(check_cpu_id(int(part)))
+            if len(out) > MAX_CPUS:
+                raise ValueError(f"CPU list {text[:40]!r}... names more than {MAX_CPUS:,} ids")
     return tuple(sorted(set(out)))
 
 

@@ -68,6 +68,28 @@ def open_run_dir(run_dir: str, create: bool = True) -> SafeDir:
     return safedir.open_under(anchor, parts, create=create, own=own, hint=HINT)
 
 
+#: the way out of a refused ``--output-dir``
+OUTPUT_HINT = "give --output-dir a directory only you can write (e.g. under your home)"
+
+
+def write_output_files(output_dir: str, files: Sequence[Tuple[str, str]]) -> List[str]:
+    """Write ``(name, text)`` files into ``plan``/``sbatch --output-dir``,
+    all or none (0600, ``job.sbatch`` 0700, through the directory's
+    descriptor); their paths.
+    The directory is checked and made as a ``--run-dir`` is (:func:`layout`:
+    missing parents and itself made 0700, an existing one must be the
+    user's own and writable by nobody else). Written by path into any
+    directory, a ``/tmp/plan`` another user made first, or a
+    ``slurmtopo-plan`` made group-writable by umask 002 in a shared submit
+    directory, let that user replace ``job.sbatch`` before it was
+    submitted (docs/security.md)."""
+    anchor, parts, own = layout(output_dir)
+    with safedir.open_under(anchor, parts, own=own, hint=OUTPUT_HINT) as where:
+        safedir.write_files([(where, name, text) for name, text in files],
+                            modes={SCRIPT_NAME: 0o700})  # the user may run it
+        return [where.child(name) for name, _ in files]
+
+
 def open_runs_root(submit_dir: str, create: bool = True) -> SafeDir:
     """``<submit dir>/.slurmtopo/runs``, checked (and made)."""
     return safedir.open_under(submit_dir, RUNS_SUBDIR.split(os.sep), create=create, hint=HINT)

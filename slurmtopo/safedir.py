@@ -202,15 +202,17 @@ class _Staged:
         self.replaced = False
 
 
-def write_files(files: Sequence[Tuple[SafeDir, str, str]], mode: int = PRIVATE_FILE) -> None:
+def write_files(files: Sequence[Tuple[SafeDir, str, str]], mode: int = PRIVATE_FILE,
+                modes: Optional[Dict[str, int]] = None) -> None:
     """Write every ``(directory, name, text)``, or none of them: all are
     staged as new files first (``O_EXCL | O_NOFOLLOW``, ``mode`` whatever
-    the umask), then renamed over their targets; a failure part-way puts
+    the umask; ``modes[name]`` instead where given, e.g. 0700 for a
+    script), then renamed over their targets; a failure part-way puts
     the replaced files back. Errors name the target."""
     staged = [_Staged(d, n) for d, n, _ in files]
     try:
-        for st, (_, _, text) in zip(staged, files):
-            _stage(st, text, mode)
+        for st, (_, name, text) in zip(staged, files):
+            _stage(st, text, (modes or {}).get(name, mode))
         for st in staged:
             if st.where.entry(st.name) is not None:
                 st.old = _hidden(st.where, st.name, "old")

@@ -257,3 +257,26 @@ def test_compile_command_writes_one_file(tmp_path):
     assert inv.reports["dgx006"]["hostname"] == "dgx006"
     res = CliRunner().invoke(cli, ["inventory", "compile", str(tmp_path / "nope")])
     assert res.exit_code != 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the entry away")
+def test_an_entry_someone_else_owns_in_the_user_cache_is_not_read(tmp_path, monkeypatch):
+    """A compiled inventory in the user's cache that another user wrote
+    (through a cache directory they could write) must be rebuilt, not read;
+    and the cache's directories stay private under umask 002."""
+    d = tmp_path / "reports"
+    _write_reports(d)
+    os.chmod(d, 0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    old = os.umask(0o002)
+    try:
+        compiled.load_report_dir(str(d), report_dir_schema())
+    finally:
+        os.umask(old)
+    with cache_slot(str(d)) as slot:
+        entry = Path(slot.where)
+    for p in (entry.parent, entry.parent.parent):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
+    os.chown(entry, 4242, -1)
+    _, log = compiled.load_report_dir(str(d), report_dir_schema())
+    assert log and log[0].startswith("compiled ")      # rebuilt, not read

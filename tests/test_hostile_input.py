@@ -8,6 +8,7 @@ directory (EISDIR), or a forked child that drops to ``nobody``.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def _snapshot(directory: Path):
 def test_plan_output_dir_under_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
     code, _out, err = run_cli(PLAN + ["--output-dir", str(tmp_path / "f" / "plan"), "--", "python", "t.py"])
-    one_line_error(code, err, str(tmp_path / "f" / "plan"), "cannot create the output directory")
+    one_line_error(code, err, str(tmp_path / "f"), "is not a directory")
 
 
 def test_plan_output_dir_is_a_file(tmp_path):
@@ -80,10 +81,42 @@ def test_plan_unwritable_output_dir_names_the_target(shared_dir, readable_inv):
     assert code == 0, err
     before = _snapshot(out)
     code, err = run_cli_unprivileged(plan + ["--output-dir", str(out), "--", "python", "t.py"])
-    line = one_line_error(code, err, "Permission denied")
-    assert any(str(out / f) in line for f in PLAN_FILES), line
+    # another user's directory: refused before anything is written in it
+    line = one_line_error(code, err, str(out), "owned by root, not by you")
     assert ".tmp" not in line and ".bak" not in line and ".old" not in line
     assert _snapshot(out) == before
+
+
+def test_plan_output_dir_another_user_made_first(shared_dir, readable_inv):
+    """`--output-dir /tmp/plan` (docs' example) where someone else made
+    /tmp/plan first, open to all: the plan went in, and its owner could
+    replace job.sbatch before the user submitted it. Refused, nothing
+    written."""
+    plan = ["plan", "--inventory", readable_inv, "--tp", "8", "--dp", "2"]
+    run_cli(plan + ["--output-dir", str(shared_dir / "warm")])  # imports all
+    trap = shared_dir / "plan"
+    trap.mkdir()
+    os.chmod(trap, 0o777)
+    code, err = run_cli_unprivileged(plan + ["--output-dir", str(trap), "--", "python", "t.py"])
+    one_line_error(code, err, str(trap), "owned by root, not by you")
+    assert list(trap.iterdir()) == []
+
+
+def test_plan_output_dir_is_private_whatever_the_umask(tmp_path):
+    """umask 002 (a group's shared submit directory): the default
+    ./slurmtopo-plan was made 0775, so any group member could swap
+    job.sbatch in it. Now 0700, its files 0600 (job.sbatch 0700)."""
+    old = os.umask(0o002)
+    try:
+        out = tmp_path / "plan"
+        code, _o, err = run_cli(PLAN + ["--output-dir", str(out), "--", "python", "t.py"])
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert modes == {"job.sbatch": 0o700, "rankmap.json": 0o600, "rankmap.csv": 0o600,
+                     "env.json": 0o600}
 
 
 def test_plan_output_dir_nobody_may_not_create(shared_dir, readable_inv):
@@ -281,7 +314,12 @@ HUGE_RANGE = "0-100000000"  # 100 million ids: 4.7 GB as a Python list
 SMI = ROOT / "tests" / "fixtures" / "smi" / "hgx_h100.txt"
 
 
-def _huge_range_inputs(tmp_path):
+#: every id below the cap, but 100 copies of the whole range: 6.5 million
+#: ids before they are made a set (the cap is on all items together)
+REPEATED_RANGE = ",".join(["0-65535"] * 100)
+
+
+def _huge_range_inputs(tmp_path, HUGE_RANGE=HUGE_RANGE):
     """(argv, file:line the error must name) per reader of an id range."""
     gres = tmp_path / "gres.conf"
     gres.write_text(f"NodeName=gpu01 Name=gpu File=/dev/nvidia0 CPUs={HUGE_RANGE}\n")
@@ -323,6 +361,18 @@ def test_a_huge_id_range_is_refused_before_it_is_expanded(tmp_path, reader):
     list and a MemoryError (the child gets 2 GiB of address space)."""
     argv, where = _huge_range_inputs(tmp_path)[reader]
     code, _o, err = run_cli_subprocess(argv, memory_bytes=2 << 30)
+    one_line_error(code, err, where, "65,536")
+
+
+@pytest.mark.parametrize("reader", ["gres.conf CPUs", "gres.conf Cores", "inventory cpus",
+                                    "nvidia-smi CPU Affinity", "state busy_gpus"])
+def test_a_range_repeated_is_refused_before_it_is_expanded(tmp_path, reader):
+    """Each item below the cap, the whole list far above it: a node report
+    or gres.conf that repeats ``0-65535`` used to build every copy (a
+    64 MiB report: 6.5 * 10^10 ids). The 100 copies here are 6.5 million
+    ids, more than the child's 512 MiB of address space holds."""
+    argv, where = _huge_range_inputs(tmp_path, REPEATED_RANGE)[reader]
+    code, _o, err = run_cli_subprocess(argv, memory_bytes=512 << 20)
     one_line_error(code, err, where, "65,536")
 
 

@@ -58,6 +58,19 @@ def test_huge_range_refused_before_expanding():
         expand_indices("0-99999999", "--gpus")
 
 
+@pytest.mark.parametrize("text", ["n[0-+99999]", "n[0-99_999]", "n[+0-99999]",
+                                  "n[0-\u0669\u0669\u0669\u0669\u0669\u0669]"])
+def test_a_range_python_reads_leniently_is_refused_before_expanding(text):
+    """int() (so ClusterShell) reads '+9', '9_999' and other scripts' digits;
+    the size check used to count such an item as one name, and
+    'n[0-+99999]' expanded to 100,000 names (10^8 with more nines: the
+    daemon, reading a user's nodelist, ran out of memory)."""
+    with pytest.raises(HostlistError, match="not N, N-M or N-M/S"):
+        expand_hostlist(text)
+    with pytest.raises(HostlistError, match="not N, N-M or N-M/S"):
+        expand_indices(text[2:-1], "--gpus")
+
+
 def test_bad_syntax_is_a_hostlist_error():
     with pytest.raises(HostlistError, match="bad node name"):
         expand_hostlist("gpu[3-", "node name")

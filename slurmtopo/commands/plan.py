@@ -79,21 +79,19 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
         notes.append("no command after --: job.sbatch not written "
                      "(e.g. `slurmtopo plan ... -- python train.py`)")
 
-    from slurmtopo.fileio import Output, ensure_dir, write_all
+    from slurmtopo.rundirs import write_output_files
 
-    ensure_dir(output_dir)
     master_port, socket_ifname = o["master_port"], o["socket_ifname"]
     env_text = env_json(placement, inv, master_port or "20000 + SLURM_JOB_ID % 10000",
                         socket_ifname)
-    outputs = {"rank map": Output(os.path.join(output_dir, "rankmap.json"),
-                                  rankmap_json(placement, layout)),
-               "CSV": Output(os.path.join(output_dir, "rankmap.csv"), rankmap_csv(placement)),
-               "per-rank environment": Output(os.path.join(output_dir, "env.json"), env_text)}
+    outputs = {"rank map": ("rankmap.json", rankmap_json(placement, layout)),
+               "CSV": ("rankmap.csv", rankmap_csv(placement)),
+               "per-rank environment": ("env.json", env_text)}
     if script is not None:
-        outputs["batch script"] = Output(os.path.join(output_dir, "job.sbatch"),
-                                         job.script_text, mode=0o755)
-    write_all(list(outputs.values()))  # all four or none: they describe one plan
-    files = {what: out.path for what, out in outputs.items()}
+        outputs["batch script"] = ("job.sbatch", job.script_text)
+    # all four or none (they describe one plan), in a directory only the user can write
+    paths = write_output_files(output_dir, list(outputs.values()))
+    files = dict(zip(outputs, paths))
 
     from slurmtopo.preview import bound_warning, plan_parts, report_dict, splits
 

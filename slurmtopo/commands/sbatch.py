@@ -146,13 +146,11 @@ def _preview(job, inv, color_by) -> None:
 
 
 def _write_files(output_dir, text, placement, layout) -> None:
-    from slurmtopo.fileio import Output, ensure_dir, write_all
     from slurmtopo.rankmap import dumps_rankmap, rankmap_dict
+    from slurmtopo.rundirs import write_output_files
 
-    ensure_dir(output_dir)
-    write_all([Output(os.path.join(output_dir, "job.sbatch"), text, mode=0o755),
-               Output(os.path.join(output_dir, "rankmap.json"),
-                      dumps_rankmap(rankmap_dict(placement, layout)))])
+    write_output_files(output_dir, [("job.sbatch", text),
+                                    ("rankmap.json", dumps_rankmap(rankmap_dict(placement, layout)))])
 
 
 @click.command("sbatch", context_settings={"help_option_names": ["-h", "--help"]})

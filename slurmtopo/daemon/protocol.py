@@ -15,8 +15,9 @@ it::
 
     slurmtopo:v1:@3f2a9c0d1e7b5a42        ->  <spool>/requests/3f2a9c0d1e7b5a42.json
 
-(the name is the first 16 hex digits of the file's SHA-256, so a pointer
-can never name a different request). Keeping the request in Slurm is the
+(the name is the first 16 hex digits of the SHA-256 of the submitting
+uid and the file's text, so a pointer can never name a different request
+and two users' identical requests never share a name). Keeping the request in Slurm is the
 point: nothing but Slurm has to survive for the daemon to find every job it
 manages after a restart, and no shared file system is needed between login
 nodes and the daemon's host in the common case.
@@ -160,8 +161,17 @@ def dumps_compact(data: Mapping[str, Any]) -> str:
     return text.replace(" ", "\\u0020")
 
 
-def request_file_name(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def request_file_name(text: str, uid: Optional[int] = None) -> str:
+    """The name of the request file holding ``text``: the first 16 hex
+    digits of its SHA-256, taken with the submitting user's ``uid`` first
+    when given (what :func:`make_comment` writes). Bound to the uid, two
+    users' identical requests (the same long ``--nodelist``) get two names:
+    with one name the second user could not replace the first's file in
+    ``requests/`` (sticky) and could not submit, and the daemon reads a
+    request file only when it is the job owner's. Without a uid: the name
+    earlier releases wrote, still read."""
+    salt = "" if uid is None else f"uid:{int(uid)}\n"
+    return hashlib.sha256((salt + text).encode()).hexdigest()[:16]
 
 
 def make_comment(req, shape: Optional[Shape] = None, spool: Optional[str] = None,
@@ -181,7 +191,7 @@ def make_comment(req, shape: Optional[Shape] = None, spool: Optional[str] = None
             "(long --nodelist/--exclude lists are the usual cause)")
     from slurmtopo.fileio import atomic_write
 
-    name = request_file_name(text)
+    name = request_file_name(text, os.geteuid())
     directory = os.path.join(spool, REQUESTS_DIR)
     if not os.path.isdir(directory):
         raise SlurmtopoError(f"the daemon's spool has no {REQUESTS_DIR}/ directory (the daemon "
@@ -379,7 +389,9 @@ def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] =
     """(text, path) of the request file ``name`` (16 hex digits) in
     ``<spool>/requests``: opened without following a link or blocking on a
     FIFO, a regular file owned by one of ``owners`` (None: not checked) of
-    at most MAX_REQUEST_BYTES, whose SHA-256 starts with its name."""
+    at most MAX_REQUEST_BYTES, whose SHA-256 starts with its name
+    (:func:`request_file_name`: with an owner's uid, this process's when
+    ``owners`` is None, or without one as earlier releases named it)."""
     from slurmtopo.fileio import read_file
 
     directory = os.path.join(spool, REQUESTS_DIR)
@@ -395,7 +407,8 @@ def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] =
         body = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
         raise ProtocolError(f"request file {path} is not UTF-8 text") from None
-    if request_file_name(body) != name:
+    uids = owners if owners is not None else (os.geteuid(),)
+    if name != request_file_name(body) and all(name != request_file_name(body, u) for u in uids):
         raise ProtocolError(f"request file {path} does not match its name (edited?)")
     return body, path
 

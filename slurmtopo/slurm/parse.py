@@ -412,7 +412,38 @@ def job_gpus_from_scontrol(rec: Sequence[Tuple[str, str]]) -> Dict[str, Tuple[in
     return out
 
 
+#: the keys of a job's record that :func:`job_from_scontrol` reads; Slurm
+#: prints each at most once per record (``-d`` repeats only its detail keys)
+_JOB_KEYS = frozenset({"JobId", "JobName", "UserId", "Priority", "JobState", "Reason",
+                       "SubmitTime", "NodeList", "NumNodes", "Comment", "ReqNodeList",
+                       "ExcNodeList", "Partition", "TresPerNode", "TresPerJob", "OverSubscribe",
+                       "Reservation", "QOS", "Account", "Features", "WorkDir"})
+
+
+def repeated_key(rec: Sequence[Tuple[str, str]]) -> Optional[str]:
+    """A key of :data:`_JOB_KEYS` that appears twice in ``rec``, or None.
+
+    In ``scontrol -o show job`` text a job's name comes before its owner,
+    priority, state and reason, and nothing marks where it ends: a user who
+    names a job ``x Reason=JobHeldUser`` (or writes a newline in it) prints
+    a second ``Reason=`` ahead of Slurm's. Slurm's own key is always there
+    too (it starts a token), so an injected key shows as a repeated one and
+    the record cannot be read with certainty."""
+    seen = set()
+    for k, _v in rec:
+        if k in _JOB_KEYS:
+            if k in seen:
+                return k
+            seen.add(k)
+    return None
+
+
 def job_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmJob:
+    """The job of one record. A record that repeats a key (text a user
+    chose that reads as Slurm's fields, :func:`repeated_key`) is given no
+    comment: it is then no placement daemon's job, which never acts on a
+    job whose state it cannot read with certainty (an admin's hold
+    disguised as the user's own would be released)."""
     state = _job_state(_first(rec, "JobState"))
     reason = _none_if_empty(_first(rec, "Reason"))
     priority = _number(_first(rec, "Priority"))
@@ -427,7 +458,7 @@ def job_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmJob:
         user=user, state=state, reason=reason, priority=priority,
         submit_time=_time(_first(rec, "SubmitTime")), nodes=nodes,
         gpus=job_gpus_from_scontrol(rec) if state in ACTIVE_JOB_STATES else {},
-        comment=_first(rec, "Comment") or "", held=held,
+        comment="" if repeated_key(rec) else (_first(rec, "Comment") or ""), held=held,
         req_nodes=_hosts(_first(rec, "ReqNodeList")), partition=_first(rec, "Partition") or "",
         num_nodes=_number(num_nodes),
         gres_request=_first(rec, "TresPerNode") or _first(rec, "TresPerJob") or "",
@@ -439,7 +470,15 @@ def job_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmJob:
 
 
 def parse_scontrol_jobs(text: str) -> List[SlurmJob]:
-    return [job_from_scontrol(r) for r in scontrol_records(text, "JobId")]
+    """Every job of ``scontrol show job`` text. A job id printed twice (a
+    newline and ``JobId=`` in a job's name starts a record of its own) makes
+    every record of that id commentless, as :func:`job_from_scontrol` does
+    for a repeated key."""
+    jobs = [job_from_scontrol(r) for r in scontrol_records(text, "JobId")]
+    seen: Dict[int, int] = {}
+    for j in jobs:
+        seen[j.job_id] = seen.get(j.job_id, 0) + 1
+    return [replace(j, comment="") if seen[j.job_id] > 1 else j for j in jobs]
 
 
 def node_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmNode:

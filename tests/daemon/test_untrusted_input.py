@@ -151,6 +151,9 @@ def assert_alice_released_and_bob_told(slurm, spool, a, b, decisions):
     (PREFIX + '{"layout":{"tp":4,"tp":8}}', "appears twice"),
     (PREFIX + '{"layout":{"tp":4},"require":{"tp":["nvlink"]}}', "a name"),
     (PREFIX + '{"layout":{"tp":4},"nodelist":"n[1-99999999]"}', "more than the"),
+    # int() reads '+99999'; counted as one name, it expanded to 100,000
+    # ('+99999999': 10^8 strings, the daemon's memory)
+    (PREFIX + '{"layout":{"tp":4},"nodelist":"n[0-+99999]"}', "not N, N-M or N-M/S"),
     (PREFIX + "[" * 5000, "nested deeper"),
     (PREFIX + '{"layout":{"tp":4}}' + " " * (protocol.MAX_COMMENT_BYTES), "longer than"),
 ])
@@ -355,3 +358,58 @@ def test_a_cycle_with_any_comment_from_bob_releases_alice(body):
                              "someone-else's"]))
 def test_a_cycle_with_any_request_file_from_bob_releases_alice(body, kind):
     _cycle_with_bob(lambda spool: request_file(spool, body, kind))
+
+
+# --------------------------------------------------------------------------
+# two users, one request
+
+
+def _comment_as(uid: int, req, spool: str) -> str:
+    """``make_comment`` run by user ``uid`` (a child with that effective
+    uid): the comment, or the one-line error it ended with."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(r)
+        try:
+            os.setegid(uid)
+            os.seteuid(uid)
+            out = "ok " + protocol.make_comment(req, spool=spool)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            out = f"error {exc}"
+        os.write(w, out.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    return text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as two users")
+def test_two_users_with_the_same_long_request_both_submit(tmp_path):
+    """alice and bob ask for the same long --exclude list: one file name
+    for both made bob's submission fail (requests/ is sticky: his rename
+    could not replace alice's file), and had it stood, the daemon would
+    have refused alice's file for bob's job. Each user's request file now
+    has a name of its own, and each job is read and released."""
+    many = ",".join(f"host{i:04d}x" for i in range(0, 400, 2))
+    req = JobRequest(layout=Layout(tp=4), require={"tp": "nvlink"}, gpus_per_node=4,
+                     exclude=many)
+    spool = tempfile.mkdtemp(prefix="slurmtopo-two-users-")
+    try:
+        os.chmod(spool, 0o755)
+        prepare_spool(spool)
+        slurm, inv = FakeSlurm(), quad8_inventory(tmp_path)
+        jobs = []
+        for uid, user in ((BOB_UID + 1, "alice"), (BOB_UID, "bob")):
+            out = _comment_as(uid, req, spool)
+            assert out.startswith("ok "), f"{user}: {out}"
+            j = slurm.submit(SCRIPT, args=[f"--comment={out[3:]}"], hold=True)
+            slurm.jobs_[j].user, slurm.jobs_[j].uid = user, uid
+            jobs.append(j)
+        assert len(os.listdir(os.path.join(spool, "requests"))) == 2
+        Daemon(slurm, inv, spool).cycle()
+        assert [slurm.releases(j) for j in jobs] == [1, 1]
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)

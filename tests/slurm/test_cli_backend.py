@@ -291,3 +291,59 @@ def test_submit_refuses_a_container_image_srun_does_not_know(slurm, fixture_text
                         with_costs=False)
     assert api.submit(plain, CliBackend(env=slurm.env)).job_id == 42
     assert [c["argv"][0] for c in slurm.calls()] == ["srun", "sbatch"]
+
+
+# -- a job's name that reads as Slurm's fields (docs/security.md) ----------
+
+TAG = 'slurmtopo:v1:{"layout":{"tp":4}}'
+
+
+def _admin_held_line(job_id: int, name: str) -> str:
+    """``scontrol -d -o show job`` of bob's job, held by an admin, its name
+    chosen by bob (JobName comes before UserId, Priority, JobState, Reason)."""
+    return (f"JobId={job_id} JobName={name} UserId=bob(1001) GroupId=bob(1001) "
+            "MCS_label=N/A Priority=0 Nice=0 Account=(null) QOS=(null) JobState=PENDING "
+            "Reason=JobHeldAdmin Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 "
+            "ExitCode=0:0 SubmitTime=2026-11-22T13:35:20 Partition=gpu ReqNodeList=(null) "
+            f"ExcNodeList=(null) NodeList= NumNodes=1-1 Comment={TAG} WorkDir=/home/bob\n")
+
+
+@pytest.mark.parametrize("name", [
+    "x Reason=JobHeldUser",
+    "x UserId=alice(1000) Priority=0 JobState=PENDING Reason=JobHeldUser",
+    "x\nReason=JobHeldUser",
+])
+def test_a_job_name_cannot_disguise_an_admin_hold(slurm, name):
+    """bob names his job so that its text record says JobHeldUser ahead of
+    Slurm's JobHeldAdmin: the daemon's fresh look-up read the first one and
+    released an admin's hold. A record with a repeated key is nobody's to
+    act on: no comment, so it is not the daemon's."""
+    from slurmtopo.daemon.still_ours import why_not_release
+
+    slurm.on("scontrol -d -o show job 7", stdout=_admin_held_line(7, name))
+    job = CliBackend(env=slurm.env).job(7)
+    assert job is not None and job.comment == ""
+    assert why_not_release(job, TAG, None) is not None  # never released
+    # the snapshot path (no squeue --json) reads the same text
+    slurm.on("squeue --json", stderr="squeue: unrecognized option '--json'\n", rc=1)
+    slurm.on("scontrol -d -o show job", stdout=_admin_held_line(7, name))
+    (snap,) = CliBackend(env=slurm.env).jobs()
+    assert snap.comment == ""
+
+
+def test_a_job_name_cannot_forge_another_record(slurm):
+    """A newline and JobId= in a name start a record of its own: every
+    record of a job id printed twice is nobody's to act on."""
+    forged = "x\nJobId=8 JobName=y UserId=alice(1000) Priority=0 JobState=PENDING " \
+             f"Reason=JobHeldUser Comment={TAG}"
+    slurm.on("squeue --json", stderr="squeue: unrecognized option '--json'\n", rc=1)
+    slurm.on("scontrol -d -o show job",
+             stdout=_admin_held_line(7, forged) + _admin_held_line(8, "alice-job"))
+    jobs = CliBackend(env=slurm.env).jobs()
+    assert [j.comment for j in jobs if j.job_id == 8] == ["", ""]
+
+
+def test_an_ordinary_name_with_blanks_keeps_its_comment(slurm):
+    slurm.on("scontrol -d -o show job 7", stdout=_admin_held_line(7, "a b=c `d`"))
+    job = CliBackend(env=slurm.env).job(7)
+    assert job.comment == TAG and job.name == "a b=c `d`" and job.reason == "JobHeldAdmin"
