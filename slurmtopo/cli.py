@@ -13,6 +13,7 @@ import sys
 import click
 
 from slurmtopo import __version__
+from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.errors import SlurmtopoError
 
 # sub-command name -> module under slurmtopo.commands (imported lazily, so
@@ -36,7 +37,7 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SentenceGroup):
     def list_commands(self, ctx):
         return sorted(COMMANDS)
 
@@ -45,20 +46,6 @@ class LazyGroup(click.Group):
         if module is None:
             return None
         return importlib.import_module(f"slurmtopo.commands.{module}").command
-
-    def format_commands(self, ctx, formatter):
-        """Each command's whole first sentence (click cuts them at the
-        terminal width with '...'); the formatter wraps long ones."""
-        rows = []
-        for name in self.list_commands(ctx):
-            cmd = self.get_command(ctx, name)
-            if cmd is None or cmd.hidden:
-                continue
-            text = cmd.short_help or " ".join((cmd.help or "").split("\n\n")[0].split())
-            rows.append((name, text))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

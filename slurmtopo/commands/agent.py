@@ -19,6 +19,7 @@ import click
 
 from slurmtopo.agent.sources import discoveries
 from slurmtopo.commands.cliutil import slurm_version_option
+from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.fileio import atomic_write
 
@@ -62,7 +63,7 @@ def _source_options(f):
     return f
 
 
-@click.group("agent")
+@click.group("agent", cls=SentenceGroup)
 def command():
     """Discover this GPU node, print its gres.conf, watch its health."""
 

@@ -20,11 +20,12 @@ from typing import Optional
 
 import click
 
+from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.daemon.protocol import DEFAULT_SPOOL
 from slurmtopo.errors import SlurmtopoError
 
 
-class _DefaultRun(click.Group):
+class _DefaultRun(SentenceGroup):
     """``slurmtopo daemon --inventory ...`` means ``slurmtopo daemon run ...``."""
 
     def parse_args(self, ctx, args):

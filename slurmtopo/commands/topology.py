@@ -7,9 +7,10 @@ from slurmtopo.commands.cliutil import (Messages, guard, json_option, load_fabri
                                     load_slurm_conf, parse_nameset, parse_nodes, parse_rangeset,
                                     parse_sizes, publish_report, read_checked, report_check,
                                     topology_version_option, write_options)
+from slurmtopo.commands.helpgroup import SentenceGroup
 
 
-@click.group("topology")
+@click.group("topology", cls=SentenceGroup)
 def command():
     """Generate or check Slurm's network topology file."""
 
