@@ -343,3 +343,12 @@ def launch_from(launcher="srun", torchrun_cmd=None, container_image=None,
     return Launch(launcher=launcher, torchrun=torchrun_cmd, container_image=container_image,
                   container_mounts=container_mounts, container_workdir=container_workdir,
                   apptainer=apptainer_image)
+
+
+def check_color_by(color_by: Optional[str], placement) -> None:
+    """A ``--color-by`` that names no group kind of the planned layout is a
+    typo: refused before anything is written, instead of a grid silently
+    left uncoloured under the caption "colour = <typo> group"."""
+    if color_by is not None and color_by not in placement.groups:
+        raise SlurmtopoError(f"--color-by {color_by!r}: not a group kind of this layout "
+                             f"(one of {', '.join(placement.groups)})")

@@ -13,6 +13,7 @@ import os
 
 import click
 
+from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
 
 
@@ -28,7 +29,7 @@ from slurmtopo.errors import SlurmtopoError
                    "slurm-switches:wait=T, slurmtopo, daemon:wait=T[,level=L,reservations=N,"
                    "max_releases=N,interval=S], random. Default: slurm, slurm-switches:wait=600, "
                    "slurmtopo, daemon:wait=600.")
-@click.option("--comm-fraction", type=click.FloatRange(0.0, 1.0), default=0.3,
+@click.option("--comm-fraction", type=FiniteFloat(0.0, 1.0), default=0.3,
               show_default=True,
               help="Share of a job's run time spent communicating: a placement that models a "
                    "step N times slower stretches the run by 1 + f*(N-1).")
