@@ -39,6 +39,8 @@ CASES = [
     (["simulate", *TRACE, "--comm-fraction", "nan"], ["--comm-fraction"]),
     (["sbatch", "--inventory", INV, "--tp", "8", "--state", "none", "--keep-runs", "inf",
       "--", "true"], ["--keep-runs"]),
+    # an empty (mistyped) report directory "collected 0/0" and made OUT/col
+    (["collect", "--from-dir", "OUT/a", "-o", "OUT/col"], ["OUT/a", "no node reports"]),
     # contradictory output options
     (["sbatch", "--inventory", INV, "--tp", "8", "--state", "none", "--dry-run", "--parsable",
       "--json", "--", "true"], ["--parsable", "--json"]),
@@ -61,7 +63,7 @@ def test_bad_option_is_one_line_and_writes_nothing(argv, words, tmp_path):
     out = tmp_path / "out"
     (out / "a").mkdir(parents=True)
     code, _stdout, err = run_cli([w.replace("OUT", str(out)) for w in argv])
-    one_line_error(code, err, *words)
+    one_line_error(code, err, *(w.replace("OUT", str(out)) for w in words))
     assert code == 2
     assert [p.relative_to(out).as_posix() for p in sorted(out.rglob("*"))] == ["a"]
 
