@@ -46,7 +46,7 @@ def command():
 
 
 @command.command("run", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--inventory", "inventory_path", required=True, multiple=True,
+@click.option("--inventory", "inventory_path", metavar="PATH", required=True, multiple=True,
               help="Inventory file or directory of node reports (repeatable); re-read when it "
                    "changes.")
 @click.option("--spool", default=DEFAULT_SPOOL, show_default=True,

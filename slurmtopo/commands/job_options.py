@@ -47,7 +47,7 @@ def job_options(func):
                         help="Plan on the site's topology.conf or topology.yaml (Slurm 25.05+: "
                              "the topology of the job's partition) instead of the inventory's "
                              "fabric.")(func)
-    return click.option("--inventory", "inventory_path", required=True,
+    return click.option("--inventory", "inventory_path", metavar="PATH", required=True,
                         help="Inventory file or directory of node reports.")(func)
 
 

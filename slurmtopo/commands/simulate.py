@@ -18,7 +18,7 @@ from slurmtopo.errors import SlurmtopoError
 
 
 @click.command("simulate")
-@click.option("--inventory", "inventory_path", required=True,
+@click.option("--inventory", "inventory_path", metavar="PATH", required=True,
               help="Inventory file or directory of node reports.")
 @click.option("--trace", "trace_path", required=True, metavar="FILE",
               help="Job trace: CSV (Helios, Philly, Alibaba shape), SWF, or sacct -P output.")
