@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Optional
 
 import click
 
@@ -54,9 +55,28 @@ def cli():
     """Topology-aware placement of distributed GPU training on Slurm."""
 
 
+def _not_utf8(argv) -> Optional[str]:
+    """The first argument that is not UTF-8 text, as one error line.
+
+    Python hands undecodable argv bytes over as lone surrogates; every
+    file slurmtopo writes (batch script, plan, reports) is UTF-8, so such
+    a word failed deep inside with a UnicodeEncodeError traceback."""
+    for i, word in enumerate(argv, 1):
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            return (f"argument {i} ({word[:64]!r}) is not valid UTF-8: slurmtopo reads and "
+                    "writes UTF-8 text only")
+    return None
+
+
 def main(argv=None):
     from slurmtopo.termsafe import printable
 
+    bad = _not_utf8(sys.argv[1:] if argv is None else argv)
+    if bad is not None:
+        click.echo(f"slurmtopo: error: {printable(bad)}", err=True)
+        sys.exit(2)
     try:
         # standalone_mode=False returns ctx.exit(n)'s code instead of exiting
         rc = cli.main(args=argv, prog_name="slurmtopo", standalone_mode=False)

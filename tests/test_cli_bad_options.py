@@ -41,6 +41,14 @@ CASES = [
       "--", "true"], ["--keep-runs"]),
     # an empty (mistyped) report directory "collected 0/0" and made OUT/col
     (["collect", "--from-dir", "OUT/a", "-o", "OUT/col"], ["OUT/a", "no node reports"]),
+    # undecodable argv bytes (lone surrogates in Python) reached the UTF-8
+    # batch script: a UnicodeEncodeError traceback
+    (["plan", "--inventory", INV, "--tp", "8", "--output-dir", "OUT", "--", "python", "\udcff"],
+     ["argument 10", "not valid UTF-8"]),
+    (["plan", "--inventory", INV, "--tp", "8", "--output-dir", "OUT", "--output", "a\udcff",
+      "--", "true"], ["not valid UTF-8"]),
+    (["sbatch", "--inventory", INV, "--tp", "8", "--state", "none", "--dry-run",
+      "--wrap", "echo \udcff"], ["not valid UTF-8"]),
     # contradictory output options
     (["sbatch", "--inventory", INV, "--tp", "8", "--state", "none", "--dry-run", "--parsable",
       "--json", "--", "true"], ["--parsable", "--json"]),
