@@ -49,6 +49,11 @@ CASES = [
       "--", "true"], ["not valid UTF-8"]),
     (["sbatch", "--inventory", INV, "--tp", "8", "--state", "none", "--dry-run",
       "--wrap", "echo \udcff"], ["not valid UTF-8"]),
+    # HCA selection without the dump it selects from was silently ignored
+    (["topology", "generate", "--reports", INV, "--hca", "mlx5_[0-7]", "-o", "OUT/t.conf"],
+     ["--hca", "--ibnetdiscover"]),
+    (["topology", "generate", "--reports", INV, "--allow-missing", "-o", "OUT/t.conf"],
+     ["--allow-missing"]),
     # contradictory output options
     (["sbatch", "--inventory", INV, "--tp", "8", "--state", "none", "--dry-run", "--parsable",
       "--json", "--", "true"], ["--parsable", "--json"]),

@@ -72,6 +72,9 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 
     if ibnet and fabric_path:
         raise SlurmtopoError("give --ibnetdiscover or --fabric, not both")
+    if not ibnet and (hca or rails or allow_missing):
+        raise SlurmtopoError("--hca, --rails and --allow-missing select the hosts of an "
+                             "--ibnetdiscover dump: give one, or drop them")
     msgs = Messages(as_json)
     slurm = load_slurm_conf(slurm_conf)
     inv = load_reports(reports)
