@@ -62,6 +62,7 @@ def _not_utf8(argv) -> Optional[str]:
     file slurmtopo writes (batch script, plan, reports) is UTF-8, so such
     a word failed deep inside with a UnicodeEncodeError traceback."""
     for i, word in enumerate(argv, 1):
+        word = word if isinstance(word, str) else str(word)  # callers pass Paths too
         try:
             word.encode("utf-8")
         except UnicodeEncodeError:
