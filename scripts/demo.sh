@@ -5,8 +5,11 @@
 #
 #   bash scripts/demo.sh                 # 32-node H100 fat tree, busy state
 #   bash scripts/demo.sh --tp 4 --pp 2   # extra options go to `slurmtopo plan`
+#
+# Runs from any directory: installs the checkout this script is in and writes
+# the plan into ./slurmtopo-plan of the directory it was started from.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 
 if ! "$PY" -m pip --version >/dev/null 2>&1; then
@@ -18,16 +21,21 @@ if ! "$PY" -m pip --version >/dev/null 2>&1; then
     fi
 fi
 pip_flags=(-q)
-# Debian's own python refuses system-wide installs unless told (PEP 668)
-if "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
+# Debian's own python refuses system-wide installs unless told (PEP 668); a
+# venv made from it sees the same stdlib marker but installs into itself
+if "$PY" -c 'import os, sys, sysconfig; sys.exit(sys.prefix != sys.base_prefix or not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
     pip_flags+=(--break-system-packages)
 fi
-echo "+ $PY -m pip install ${pip_flags[*]} ."
-"$PY" -m pip install "${pip_flags[@]}" . 2>&1 | grep -v "Running pip as the 'root' user" || true
+echo "+ $PY -m pip install ${pip_flags[*]} $ROOT"
+# a failed install stops here (set -e), rather than planning with whatever
+# slurmtopo was installed before
+PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install "${pip_flags[@]}" "$ROOT"
 
-args=(--inventory etc/examples/h100-32node-fattree.yaml
-      --state etc/examples/h100-32node-state.yaml
+examples="$ROOT/etc/examples"
+[[ "$PWD" == "$ROOT" ]] && examples=etc/examples
+args=(--inventory "$examples/h100-32node-fattree.yaml"
+      --state "$examples/h100-32node-state.yaml"
       --tp 8 --pp 4 --dp 4 --output-dir ./slurmtopo-plan "$@"
       -- python train.py --config "my run.yaml")
-echo "+ slurmtopo plan ${args[*]}"
+printf '+ slurmtopo plan'; printf ' %q' "${args[@]}"; printf '\n'
 exec "$PY" -m slurmtopo plan "${args[@]}"

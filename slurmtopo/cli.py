@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Optional
 
 import click
 
 from slurmtopo import __version__
+from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.errors import SlurmtopoError
 
 # sub-command name -> module under slurmtopo.commands (imported lazily, so
@@ -36,7 +38,7 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SentenceGroup):
     def list_commands(self, ctx):
         return sorted(COMMANDS)
 
@@ -46,20 +48,6 @@ class LazyGroup(click.Group):
             return None
         return importlib.import_module(f"slurmtopo.commands.{module}").command
 
-    def format_commands(self, ctx, formatter):
-        """Each command's whole first sentence (click cuts them at the
-        terminal width with '...'); the formatter wraps long ones."""
-        rows = []
-        for name in self.list_commands(ctx):
-            cmd = self.get_command(ctx, name)
-            if cmd is None or cmd.hidden:
-                continue
-            text = cmd.short_help or " ".join((cmd.help or "").split("\n\n")[0].split())
-            rows.append((name, text))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
-
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="slurmtopo")
@@ -67,9 +55,29 @@ def cli():
     """Topology-aware placement of distributed GPU training on Slurm."""
 
 
+def _not_utf8(argv) -> Optional[str]:
+    """The first argument that is not UTF-8 text, as one error line.
+
+    Python hands undecodable argv bytes over as lone surrogates; every
+    file slurmtopo writes (batch script, plan, reports) is UTF-8, so such
+    a word failed deep inside with a UnicodeEncodeError traceback."""
+    for i, word in enumerate(argv, 1):
+        word = word if isinstance(word, str) else str(word)  # callers pass Paths too
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            return (f"argument {i} ({word[:64]!r}) is not valid UTF-8: slurmtopo reads and "
+                    "writes UTF-8 text only")
+    return None
+
+
 def main(argv=None):
     from slurmtopo.termsafe import printable
 
+    bad = _not_utf8(sys.argv[1:] if argv is None else argv)
+    if bad is not None:
+        click.echo(f"slurmtopo: error: {printable(bad)}", err=True)
+        sys.exit(2)
     try:
         # standalone_mode=False returns ctx.exit(n)'s code instead of exiting
         rc = cli.main(args=argv, prog_name="slurmtopo", standalone_mode=False)

@@ -56,6 +56,26 @@ def test_exit_code_set_by_a_command_reaches_the_shell(monkeypatch):
     assert exc.value.code == 3
 
 
+@pytest.mark.parametrize("group", ["agent", "topology", "gres", "daemon", "inventory"])
+def test_every_group_help_shows_whole_first_sentences(group):
+    """Sub-command lists too (click cuts them at 45 characters with '...':
+    `slurmtopo agent --help` showed "the inventory schema,...")."""
+    import click
+    from click.testing import CliRunner
+
+    from slurmtopo.cli import cli
+
+    out = CliRunner().invoke(cli, [group, "--help"], terminal_width=80).output
+    commands = out.split("Commands:", 1)[1]
+    assert "..." not in commands
+    flat = " ".join(commands.split())
+    grp = cli.get_command(click.Context(cli), group)
+    for name in grp.list_commands(click.Context(grp)):
+        sub = grp.get_command(click.Context(grp), name)
+        first = " ".join(sub.help.split("\n\n")[0].split())
+        assert f"{name} {first}" in flat
+
+
 def test_top_level_help_shows_whole_lines():
     """Each command's whole first sentence, never cut with '...'."""
     from click.testing import CliRunner

@@ -74,6 +74,24 @@ def test_yaml_example_loads(path, line, body, tmp_path):
         CostParams.from_inventory(inv)
 
 
+def fenced_blocks(text):
+    """(language, first line number, body) of every fenced code block, the
+    fences paired in order: a regex from a bare fence to the next one would
+    take a closing fence for an opening one after any ```yaml block and
+    read the prose between blocks instead of the next block."""
+    blocks, lang, start, body = [], None, 0, []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            if lang is None:
+                lang, start, body = line[3:].strip(), number + 1, []
+            else:
+                blocks.append((lang, start, "".join(body)))
+                lang = None
+        elif lang is not None:
+            body.append(line + "\n")
+    return blocks
+
+
 def shell_commands():
     """(where, argv) of every `slurmtopo ...` line in bash blocks (with
     backslash continuations joined; comments dropped)."""
@@ -81,12 +99,13 @@ def shell_commands():
 
     out = []
     for path in DOCS:
-        text = path.read_text()
-        for m in re.finditer(r"^```(?:bash|sh|console)?\n(.*?)^```", text, re.S | re.M):
-            start = text[:m.start()].count("\n") + 2
-            body = m.group(1).replace("\\\n", " ")
+        for lang, start, body in fenced_blocks(path.read_text()):
+            if lang not in ("bash", "sh", "console", ""):
+                continue
+            body = body.replace("\\\n", " ")
             for i, line in enumerate(body.splitlines()):
                 line = line.strip().lstrip("$ ").strip()
+                line = re.sub(r"\$\([^()]*\)", "SUBST", line)  # `$(hostname -s)`: one word
                 if not line.startswith("slurmtopo ") or "..." in line:
                     continue
                 try:
@@ -122,3 +141,72 @@ def test_shell_example_names_real_commands_and_options(argv):
         if word.startswith("-") and not re.match(r"^-\d", word):
             name = word.split("=", 1)[0]
             assert name in known, f"{name} is not an option of {cmd.name}: {argv}"
+
+
+#: commands whose printed examples need a live Slurm, a GPU node, SSH or the
+#: network, or that are run by their own page's test (tests/test_frameworks.py
+#: runs docs/frameworks*, tests/audit/test_docs_examples.py runs `audit`);
+#: `simulate` replays whole traces (a minute each on 2 cores)
+NOT_RUN_HERE = {"collect", "daemon", "show", "state", "bind", "audit", "simulate"}
+
+
+def runnable_examples():
+    """(where, argv) of every documented `slurmtopo` line that needs only the
+    checkout: its input files are under etc/ or tests/, its outputs under
+    /tmp or the current directory, and it neither submits nor asks Slurm."""
+    out = []
+    for param in shell_commands():
+        argv, = param.values
+        where = param.id
+        if where.startswith("docs/frameworks") or argv[0] in NOT_RUN_HERE:
+            continue
+        if argv[:2] == ["agent", "discover"] and not any(
+                a.startswith(("--from-", "tests/")) for a in argv):
+            continue  # NVML on this machine
+        if argv[0] == "sbatch" and "--dry-run" not in argv:
+            continue  # submits
+        if any("$" in w for w in argv):
+            continue  # the dev cluster's $SLURM_CONF
+        words = [w for w in argv if "/" in w and not w.startswith("-")]
+        if any(w.startswith("/") and not w.startswith("/tmp/") for w in words):
+            continue  # the site's /etc/slurm, /var/lib/slurmtopo: not here
+        if any(not w.startswith(("/tmp/", "./")) and not (ROOT / w).exists()
+               for w in words if w.startswith(("etc/", "tests/"))):
+            raise AssertionError(f"{where}: names a file the checkout lacks: {argv}")
+        if not any(w.startswith(("etc/", "tests/")) for w in words) and argv[0] != "groups":
+            continue  # a placeholder inventory (inv.yaml, cluster.yaml)
+        out.append(pytest.param(argv, id=where))
+    return out
+
+
+RUNNABLE = runnable_examples()
+
+
+def test_the_readme_quick_start_is_among_the_runnable_examples():
+    ids = [p.id for p in RUNNABLE]
+    assert any(i.startswith("README.md:") and "plan" in p.values[0]
+               for i, p in zip(ids, RUNNABLE))
+    assert len(RUNNABLE) >= 15
+
+
+@pytest.mark.parametrize("argv", RUNNABLE)
+def test_shell_example_runs_as_printed(argv, tmp_path, monkeypatch):
+    """Every documented command that needs only the checkout runs, from a
+    directory other than the checkout (its etc/ and tests/ paths made
+    absolute, /tmp outputs moved into the test's directory), and exits 0
+    unless the doc shows it failing."""
+    from tests.clirun import run_cli
+
+    def localise(word: str) -> str:
+        if word.startswith(("etc/", "tests/")):
+            return str(ROOT / word)
+        if word.startswith("/tmp/"):
+            return str(tmp_path / word[len("/tmp/"):])
+        return word
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli([localise(w) for w in argv])
+    expected = 2 if argv[0] == "sbatch" and "-N" in argv else 0  # docs/sbatch.md shows the refusal
+    assert code == expected, err
+    if expected == 0:
+        assert out or err

@@ -566,7 +566,7 @@ def test_job_name_keeps_letters_of_any_script(name, written):
 
 
 @pytest.mark.parametrize("argv", [
-    ["collect", "--from-dir", "{tmp}", "-o", "{tmp}/f/reports"],
+    ["collect", "--from-dir", "{tmp}", "--nodes", "gpu01", "-o", "{tmp}/f/reports"],
     ["agent", "discover", "--from-smi", str(ROOT / "tests" / "fixtures" / "smi" / "hgx_h100.txt"),
      "--node-name", "gpu01", "-o", "{tmp}/f/gpu01.yaml"],
     ["gres", "generate", "--reports", INV, "-o", "{tmp}/f/gres.conf"],

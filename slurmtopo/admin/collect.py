@@ -160,7 +160,6 @@ def collect_dir(src: str, dest: str, nodes: Optional[Sequence[str]] = None,
     ``dest`` (which may be ``src``); mark the missing or bad ones stale."""
     if not os.path.isdir(src):
         raise InventoryError("no such directory", src)
-    ensure_dir(dest, "report directory")
     now = time.time() if now is None else now
     found: Dict[str, Tuple[str, str, float]] = {}  # node -> (path, text, mtime)
     # node (or file stem) -> why its report is not usable
@@ -184,6 +183,10 @@ def collect_dir(src: str, dest: str, nodes: Optional[Sequence[str]] = None,
             continue
         found[name] = (path, text, os.path.getmtime(path))
     targets = list(nodes) if nodes is not None else sorted(set(found) | set(bad))
+    if not targets:  # a mistyped directory, not a cluster of zero nodes
+        raise InventoryError(f"no node reports here (*{', *'.join(REPORT_SUFFIXES)}, as "
+                             "`slurmtopo agent discover` writes them)", src)
+    ensure_dir(dest, "report directory")
     results = []
     for node in targets:
         if node in found:

@@ -19,6 +19,8 @@ import click
 
 from slurmtopo.agent.sources import discoveries
 from slurmtopo.commands.cliutil import slurm_version_option
+from slurmtopo.commands.helpgroup import SentenceGroup
+from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.fileio import atomic_write
 
@@ -62,7 +64,7 @@ def _source_options(f):
     return f
 
 
-@click.group("agent")
+@click.group("agent", cls=SentenceGroup)
 def command():
     """Discover this GPU node, print its gres.conf, watch its health."""
 
@@ -86,7 +88,9 @@ def discover_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_roo
         from slurmtopo.fileio import Output, write_all
 
         f = fmt or "yaml"
-        write_all([Output(os.path.join(output_dir, f"{d.node.name}.{f}"), d.render(f))
+        source = None if node_name else (from_smi or from_nccl_xml or from_hwloc)
+        write_all([Output(os.path.join(output_dir, f"{_file_name(d.node.name, source)}.{f}"),
+                          d.render(f))
                    for d in found])
     elif output:
         f = fmt or ("json" if output.endswith(".json") else "yaml")
@@ -97,6 +101,19 @@ def discover_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_roo
             click.echo(d.render(fmt or "yaml"), nl=False)
     _warn(found)
     _check_usable(found)
+
+
+def _file_name(node: str, where=None) -> str:
+    """``node`` as the stem of the report file named after it: a plain
+    Slurm node name, so that a --node-name (or a host named in a file)
+    such as '../x' cannot write outside the report directory."""
+    from slurmtopo.slurmfmt.checks import NAME_RE
+
+    if not NAME_RE.match(node) or len(node) > 255:
+        raise SlurmtopoError(f"node name {node[:64]!r} is not a plain name (letters, digits, "
+                             "'.', '_', '-'; starting with a letter or digit): it names the "
+                             "report file", where)
+    return node
 
 
 def _check_usable(found) -> None:
@@ -153,7 +170,7 @@ def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, m
 
 
 @command.command("run")
-@click.option("--interval", type=click.FloatRange(min=1), default=300, show_default=True,
+@click.option("--interval", type=FiniteFloat(min=1), default=300, show_default=True,
               help="Seconds between discoveries.")
 @click.option("--report-dir", required=True, type=click.Path(file_okay=False),
               help="Where <node>.yaml is written (e.g. a shared directory the planner reads).")
@@ -188,6 +205,8 @@ def run_cmd(interval, report_dir, state_dir, drain, gres_conf, node_name, sysfs_
         if d and not os.path.isdir(d):
             raise SlurmtopoError("directory does not exist", d)
     host = short_hostname()
+    if report_dir or state_dir:
+        _file_name(node_name or host)
     agent = Agent(lambda: discover(sysfs_root=sysfs_root, node_name=node_name or host,
                                    hostname=host),
                   report_dir=report_dir, state_dir=state_dir, drain=drain, gres_conf=gres_conf,

@@ -22,7 +22,7 @@ SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "NodeList",
 
 
 @click.command("audit", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--inventory", "inventory_path", required=True,
+@click.option("--inventory", "inventory_path", metavar="PATH", required=True,
               help="Inventory file or directory of node reports.")
 @click.option("--state", "state_path", default=None, metavar="FILE",
               help="A state snapshot with its running jobs (`slurmtopo state --jobs`) "

@@ -22,7 +22,7 @@ from slurmtopo.errors import SlurmtopoError
 @click.option("--cgroup-devices", type=click.Choice(["auto", "yes", "no"]), default="auto",
               show_default=True,
               help="Does a device cgroup (ConstrainDevices=yes) renumber GPUs from 0?")
-@click.option("--inventory", "inventory_path", default=None,
+@click.option("--inventory", "inventory_path", metavar="PATH", default=None,
               help="Inventory to use instead of the path recorded in the plan.")
 @click.option("--no-probe", is_flag=True,
               help="Never start an srun probe to learn other nodes' GPU indices.")

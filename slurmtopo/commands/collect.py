@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from slurmtopo.commands.cliutil import Failed, echo_err, emit_json, guard, json_option, parse_nodes
+from slurmtopo.commands.numbers import FiniteFloat
 
 DEFAULT_COMMAND = "slurmtopo agent discover"
 
@@ -15,7 +16,7 @@ DEFAULT_COMMAND = "slurmtopo agent discover"
               help="Hostlist of nodes, e.g. 'gpu[001-128]' (required for SSH).")
 @click.option("--from-dir", "from_dir", type=click.Path(file_okay=False),
               help="Read the reports agents wrote to this (shared) directory instead of SSH.")
-@click.option("--max-age", "max_age", type=click.FloatRange(min=0), default=None,
+@click.option("--max-age", "max_age", type=FiniteFloat(min=0), default=None,
               help="With --from-dir: refuse reports older than this many seconds.")
 @click.option("--command", "remote_command", default=None,
               help=f"Command printing the node report on stdout ({{node}} is replaced; "
@@ -25,7 +26,7 @@ DEFAULT_COMMAND = "slurmtopo agent discover"
                    "on the node (e.g. /var/lib/slurmtopo/report.yaml; {node} is replaced).")
 @click.option("--workers", type=click.IntRange(1, 1024), default=32, show_default=True,
               help="Nodes contacted at the same time.")
-@click.option("--timeout", type=click.FloatRange(0.1), default=60.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(0.1), default=60.0, show_default=True,
               help="Seconds per node (connect, run, read).")
 @click.option("--ssh-config", "ssh_config", type=click.Path(dir_okay=False),
               help="SSH config file (default ~/.ssh/config).")
@@ -34,7 +35,8 @@ DEFAULT_COMMAND = "slurmtopo agent discover"
 @click.option("--user", default=None, help="SSH user (default: from the SSH config, else you).")
 @click.option("--identity", default=None, type=click.Path(dir_okay=False),
               help="Private key file (default: from the SSH config and ~/.ssh).")
-@click.option("--port", type=int, default=None, help="SSH port (default: from the SSH config).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="SSH port (default: from the SSH config).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
 @guard

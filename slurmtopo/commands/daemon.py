@@ -20,12 +20,14 @@ from typing import Optional
 
 import click
 
+from slurmtopo.commands.helpgroup import SentenceGroup
+from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.daemon.protocol import DEFAULT_SPOOL
 from slurmtopo.daemon.spool import EventLogLimits
 from slurmtopo.errors import SlurmtopoError
 
 
-class _DefaultRun(click.Group):
+class _DefaultRun(SentenceGroup):
     """``slurmtopo daemon --inventory ...`` means ``slurmtopo daemon run ...``."""
 
     def parse_args(self, ctx, args):
@@ -45,17 +47,17 @@ def command():
 
 
 @command.command("run", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--inventory", "inventory_path", required=True, multiple=True,
+@click.option("--inventory", "inventory_path", metavar="PATH", required=True, multiple=True,
               help="Inventory file or directory of node reports (repeatable); re-read when it "
                    "changes.")
 @click.option("--spool", default=DEFAULT_SPOOL, show_default=True,
               help="Directory for the journal, the event log and status.json.")
-@click.option("--interval", type=float, default=10.0, show_default=True,
+@click.option("--interval", type=FiniteFloat(min=0, min_open=True), default=10.0, show_default=True,
               help="Seconds between cycles.")
 @click.option("--once", is_flag=True, help="Run one cycle and exit (for cron or tests).")
 @click.option("--backend", "backend_name", default="auto", show_default=True,
               type=click.Choice(["auto", "cli", "pyslurm"]), help="How to talk to Slurm.")
-@click.option("--release-grace", type=float, default=30.0, show_default=True,
+@click.option("--release-grace", type=FiniteFloat(min=0), default=30.0, show_default=True,
               help="Seconds a released job may pend on free GPUs before it is held again and "
                    "re-planned elsewhere.")
 @click.option("--reservations", type=int, default=1, show_default=True,
@@ -69,7 +71,7 @@ def command():
 @click.option("--best-fit-releases", type=int, default=16, show_default=True,
               help="Releases per cycle that compare --alternatives for best fit (0: all); "
                    "later ones in a burst take the planner's placement.")
-@click.option("--default-wait", type=float, default=0.0, show_default=True,
+@click.option("--default-wait", type=FiniteFloat(min=0), default=0.0, show_default=True,
               help="Seconds to wait for a --prefer that has no --wait of its own.")
 @click.option("--on-reject", type=click.Choice(["cancel", "hold"]), default="cancel",
               show_default=True,
@@ -183,7 +185,7 @@ NOT_RUNNING = 3
 @click.option("--spool", default=DEFAULT_SPOOL, show_default=True,
               help="The daemon's spool directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON.")
-@click.option("--events", type=int, default=0, show_default=True,
+@click.option("--events", type=click.IntRange(min=0), default=0, show_default=True,
               help="Also show the last N events of the event log.")
 @click.option("--backend", "backend_name", default="auto", show_default=True,
               type=click.Choice(["auto", "cli", "pyslurm", "none"]),

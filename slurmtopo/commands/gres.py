@@ -7,9 +7,10 @@ from slurmtopo.commands.cliutil import (Messages, guard, json_option, load_repor
                                     load_slurm_conf, parse_nodes, publish_report, read_checked,
                                     report_check,
                                     slurm_version_option, write_options)
+from slurmtopo.commands.helpgroup import SentenceGroup
 
 
-@click.group("gres")
+@click.group("gres", cls=SentenceGroup)
 def command():
     """Generate or check Slurm's gres.conf."""
 

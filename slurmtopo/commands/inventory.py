@@ -15,9 +15,11 @@ import os
 import click
 
 from slurmtopo.commands.cliutil import guard
+from slurmtopo.commands.helpgroup import SentenceGroup
 
 
-@click.group("inventory", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("inventory", cls=SentenceGroup,
+             context_settings={"help_option_names": ["-h", "--help"]})
 def command():
     """Compile a directory of node reports into one inventory file."""
 

@@ -47,7 +47,7 @@ def job_options(func):
                         help="Plan on the site's topology.conf or topology.yaml (Slurm 25.05+: "
                              "the topology of the job's partition) instead of the inventory's "
                              "fabric.")(func)
-    return click.option("--inventory", "inventory_path", required=True,
+    return click.option("--inventory", "inventory_path", metavar="PATH", required=True,
                         help="Inventory file or directory of node reports.")(func)
 
 
@@ -347,3 +347,12 @@ def launch_from(launcher="srun", torchrun_cmd=None, container_image=None,
     return Launch(launcher=launcher, torchrun=torchrun_cmd, container_image=container_image,
                   container_mounts=container_mounts, container_workdir=container_workdir,
                   apptainer=apptainer_image)
+
+
+def check_color_by(color_by: Optional[str], placement) -> None:
+    """A ``--color-by`` that names no group kind of the planned layout is a
+    typo: refused before anything is written, instead of a grid silently
+    left uncoloured under the caption "colour = <typo> group"."""
+    if color_by is not None and color_by not in placement.groups:
+        raise SlurmtopoError(f"--color-by {color_by!r}: not a group kind of this layout "
+                             f"(one of {', '.join(placement.groups)})")

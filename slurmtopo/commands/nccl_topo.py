@@ -19,7 +19,7 @@ from slurmtopo.model import Hardware
 
 
 @click.command("nccl-topo")
-@click.option("--inventory", "-i", "inventory_path", required=True,
+@click.option("--inventory", "-i", "inventory_path", metavar="PATH", required=True,
               help="Inventory file or directory of node reports.")
 @click.option("--output-dir", "-o", required=True, type=click.Path(file_okay=False),
               help="Where <node type>.xml is written (created if missing).")

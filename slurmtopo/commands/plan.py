@@ -16,9 +16,10 @@ from typing import List
 
 import click
 
-from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, command_from, job_options,
-                                            load_job_cluster, request_from, script_options_from,
-                                            state_for, state_options)
+from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_color_by,
+                                            command_from, job_options, load_job_cluster,
+                                            request_from, script_options_from, state_for,
+                                            state_options)
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 
@@ -74,6 +75,7 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
         step = api.step_communication(inv, job.placement, model, framework,
                                       **{k: v for k, v in knobs.items() if v is not None})
     placement, layout, script = job.placement, req.layout, job.script
+    check_color_by(color_by, placement)
     notes: List[str] = list(topo_notes) + list(job.notes)
     if not cmd:
         notes.append("no command after --: job.sbatch not written "

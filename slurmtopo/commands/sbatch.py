@@ -32,9 +32,11 @@ from typing import List
 
 import click
 
-from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, command_from, job_options,
-                                            load_job_cluster, request_from, script_options_from,
-                                            state_for, state_options)
+from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_color_by,
+                                            command_from, job_options, load_job_cluster,
+                                            request_from, script_options_from, state_for,
+                                            state_options)
+from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
 
 
@@ -66,6 +68,9 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         raise SlurmtopoError("no command to run: give it after --, e.g. "
                              "`slurmtopo sbatch --inventory inv.yaml --tp 8 -- python train.py`, "
                              "or with --wrap")
+    if parsable and as_json:
+        raise SlurmtopoError("--parsable and --json each say how to print the job id: "
+                             "give one")
     if dry_run and output_dir:
         raise SlurmtopoError("--dry-run writes nothing: drop --output-dir (`slurmtopo plan "
                              "--state live --output-dir DIR` writes the files of this plan)")
@@ -82,6 +87,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                       with_costs=dry_run and not as_json, queue=True, for_daemon=daemon,
                       partition_members=live.partition_members,
                       features=live.features or None)
+    check_color_by(color_by, job.placement)
     notes: List[str] = [*topo_notes, *job.notes,
                         *api.submission_notes(job, held=daemon, spool=spool)]
     from slurmtopo.hostlist import fold_hostlist
@@ -172,7 +178,7 @@ def _write_files(output_dir, text, placement, layout) -> None:
 @click.option("--run-dir", default=None,
               help="Where the job's start-time step writes hostfile, env.sh, rankmap.json "
                    "(default: <submit dir>/.slurmtopo/runs/<jobid>).")
-@click.option("--keep-runs", type=click.FloatRange(min=0), default=14, show_default=True,
+@click.option("--keep-runs", type=FiniteFloat(min=0), default=14, show_default=True,
               metavar="DAYS",
               help="Remove run directories under <submit dir>/.slurmtopo/runs untouched for "
                    "this many days (0: keep all).")

@@ -13,11 +13,12 @@ import os
 
 import click
 
+from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
 
 
 @click.command("simulate")
-@click.option("--inventory", "inventory_path", required=True,
+@click.option("--inventory", "inventory_path", metavar="PATH", required=True,
               help="Inventory file or directory of node reports.")
 @click.option("--trace", "trace_path", required=True, metavar="FILE",
               help="Job trace: CSV (Helios, Philly, Alibaba shape), SWF, sacct -P output, or "
@@ -30,7 +31,7 @@ from slurmtopo.errors import SlurmtopoError
                    "slurm-switches:wait=T, slurmtopo, daemon:wait=T[,level=L,reservations=N,"
                    "max_releases=N,interval=S], random. Default: slurm, slurm-switches:wait=600, "
                    "slurmtopo, daemon:wait=600.")
-@click.option("--comm-fraction", type=click.FloatRange(0.0, 1.0), default=0.3,
+@click.option("--comm-fraction", type=FiniteFloat(0.0, 1.0), default=0.3,
               show_default=True,
               help="Share of a job's run time spent communicating: a placement that models a "
                    "step N times slower stretches the run by 1 + f*(N-1).")

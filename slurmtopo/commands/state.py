@@ -20,7 +20,7 @@ import click
 
 
 @click.command("state", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--inventory", "inventory_path", default=None,
+@click.option("--inventory", "inventory_path", metavar="PATH", default=None,
               help="Only these nodes (and flag inventory nodes unknown to Slurm).")
 @click.option("--backend", "backend_name", default="auto", show_default=True,
               type=click.Choice(["auto", "cli", "pyslurm"]), help="How to talk to Slurm.")

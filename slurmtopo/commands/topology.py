@@ -7,9 +7,10 @@ from slurmtopo.commands.cliutil import (Messages, guard, json_option, load_fabri
                                     load_slurm_conf, parse_nameset, parse_nodes, parse_rangeset,
                                     parse_sizes, publish_report, read_checked, report_check,
                                     topology_version_option, write_options)
+from slurmtopo.commands.helpgroup import SentenceGroup
 
 
-@click.group("topology")
+@click.group("topology", cls=SentenceGroup)
 def command():
     """Generate or check Slurm's network topology file."""
 
@@ -71,6 +72,9 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 
     if ibnet and fabric_path:
         raise SlurmtopoError("give --ibnetdiscover or --fabric, not both")
+    if not ibnet and (hca or rails or allow_missing):
+        raise SlurmtopoError("--hca, --rails and --allow-missing select the hosts of an "
+                             "--ibnetdiscover dump: give one, or drop them")
     msgs = Messages(as_json)
     slurm = load_slurm_conf(slurm_conf)
     inv = load_reports(reports)
