@@ -30,6 +30,9 @@ class InventoryStats:
         free_of: Dict[str, int] = {}
         #: GPUs (free ones, given a state) per node -> number of such nodes
         self.node_sizes: Dict[int, int] = {}
+        #: the same for the nodes outside every NVLink domain (on a mixed
+        #: cluster a group fits "one node or one domain" in either)
+        self.solo_sizes: Dict[int, int] = {}
         # without a state a node's GPUs are its hardware's: one set per node
         # type, not a hash of the hardware per node (12,500 of them)
         whole: Dict[int, Tuple[int, ...]] = {}
@@ -53,6 +56,8 @@ class InventoryStats:
                 k = n.nvlink_domain.key
                 dom_gpus[k] = dom_gpus.get(k, 0) + len(gpus)
                 dom_sets.setdefault((hw, gpus), (hw, gpus))
+            else:
+                self.solo_sizes[len(gpus)] = self.solo_sizes.get(len(gpus), 0) + 1
         self.sets = list(sets.values())
         self.dom_sets = list(dom_sets.values())
         self.node_max = max((len(g) for _, g in self.sets), default=0)
@@ -113,6 +118,7 @@ class InventoryStats:
         return {"sets": [[hw_ref(h), list(g)] for h, g in self.sets],
                 "dom_sets": [[hw_ref(h), list(g)] for h, g in self.dom_sets],
                 "node_sizes": [[k, v] for k, v in self.node_sizes.items()],
+                "solo_sizes": [[k, v] for k, v in self.solo_sizes.items()],
                 "node_max": self.node_max, "dom_max": self.dom_max, "dom_sizes": self.dom_sizes,
                 "scope_cap": [[int(c), v] for c, v in self.scope_cap.items()]}
 
@@ -128,6 +134,7 @@ class InventoryStats:
 
         st = cls.__new__(cls)
         st.node_sizes = {count(k): count(v) for k, v in d["node_sizes"]}
+        st.solo_sizes = {count(k): count(v) for k, v in d["solo_sizes"]}
         st.sets = [(hardware[count(h)], tuple(count(x) for x in g)) for h, g in d["sets"]]
         st.dom_sets = [(hardware[count(h)], tuple(count(x) for x in g))
                        for h, g in d["dom_sets"]]
@@ -168,17 +175,23 @@ class LowerBound:
         self.dom_nvls_lat = min((p.hw(h).nvls_lat for h, _ in st.dom_sets), default=0.0)
         self.scope_cap = st.scope_cap
         self.node_sizes = st.node_sizes
+        self.solo_sizes = st.solo_sizes
         self.dom_sizes = st.dom_sizes
         self._best_in: Dict[Tuple[int, Tuple[int, ...], int], Tuple[LinkClass, float]] = {}
         self._cache: Dict[Tuple[int, str, int, int], Tuple[LinkClass, float]] = {}
 
     def fit(self, n: int, count: int) -> Tuple[bool, bool]:
         """Can ``count`` disjoint groups of ``n`` all stay inside one node
-        each / inside one NVLink domain each? When not, the slowest of them
-        cannot have that scope."""
-        nodes = sum(k * (size // n) for size, k in self.node_sizes.items())
+        each / inside one node or one NVLink domain each? When not, the
+        slowest of them cannot have that scope. The second counts the
+        groups that nodes outside every domain hold too: on a cluster of
+        HGX nodes and NVL72 racks, TP groups of 8 fill the free HGX nodes
+        and the rest go inside racks, none of them over the network."""
+        def per_node(sizes: Dict[int, int]) -> int:
+            return sum(k * (size // n) for size, k in sizes.items())
+
         doms = sum(d // n for d in self.dom_sizes)
-        return nodes >= count, doms >= count
+        return per_node(self.node_sizes) >= count, doms + per_node(self.solo_sizes) >= count
 
     def best_intra(self, hw: Hardware, gpus: Tuple[int, ...], l: int) -> Tuple[LinkClass, float]:
         """Fastest (class, GB/s) of a ring over some ``l`` of ``gpus`` of ``hw``."""
@@ -369,7 +382,8 @@ def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = 
     scope that holds that many GPUs, packing as many ranks per host as the
     fastest option wants, with the best NIC share; a scope counts only when
     every group of the kind can have one (18 TP groups of 8 and 17 free
-    nodes: the slowest TP group crosses a node). ``alone_s`` sums these.
+    nodes: the slowest TP group crosses a node; a domain's scope counts the
+    groups that nodes outside every domain hold too). ``alone_s`` sums these.
     ``step_time_s`` is tighter: the kinds *jointly* (:func:`joint_bound`: two
     kinds cannot both stay inside a node when their product of ranks
     exceeds it). Given the cluster ``state``, only the free GPUs of usable
