@@ -92,28 +92,35 @@ class Users:
         os.chmod(self.shared, 0o2770)
         self._cluster_env = dict(cluster_env)
         self._modes: List[tuple] = []
+        self._cluster_dir = cluster_dir
         self._open_path(cluster_dir)
 
     # -- the cluster's directory, reachable for them ---------------------
     def _open_path(self, cluster_dir: Path) -> None:
         """o+x on the cluster dir and its ancestors, o+r on what sbatch
-        reads (slurm.conf and the files it includes)."""
+        reads (slurm.conf and the files it includes). Called again before
+        each command: another pytest session on the machine makes
+        /tmp/pytest-of-<user> 0700 again when it starts, which locked the
+        users out of a cluster a concurrent run had opened; the first mode
+        seen is the one restored."""
         p = Path(cluster_dir).resolve()
+        seen = {path for path, _ in self._modes}
+
+        def widen(path: Path, bits: int) -> None:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            if mode & bits != bits:
+                if path not in seen:
+                    self._modes.append((path, mode))
+                os.chmod(path, mode | bits)
+
         for d in [p, *p.parents]:
-            mode = stat.S_IMODE(os.stat(d).st_mode)
-            if not mode & stat.S_IXOTH:
-                self._modes.append((d, mode))
-                os.chmod(d, mode | stat.S_IXOTH)
+            widen(d, stat.S_IXOTH)
         etc = p / "etc"
         if etc.is_dir():
-            mode = stat.S_IMODE(os.stat(etc).st_mode)
-            self._modes.append((etc, mode))
-            os.chmod(etc, mode | stat.S_IXOTH | stat.S_IROTH)
+            widen(etc, stat.S_IXOTH | stat.S_IROTH)
             for f in etc.iterdir():
                 if f.is_file() and f.suffix in (".conf", ".yaml"):
-                    m = stat.S_IMODE(os.stat(f).st_mode)
-                    self._modes.append((f, m))
-                    os.chmod(f, m | stat.S_IROTH)
+                    widen(f, stat.S_IROTH)
 
     def close(self) -> None:
         for path, mode in reversed(self._modes):
@@ -142,6 +149,7 @@ class Users:
         """``argv`` as ``user`` (its uid, primary gid and the group), in
         ``cwd`` (default: the shared directory)."""
         pw = pwd.getpwnam(user)
+        self._open_path(self._cluster_dir)
         p = subprocess.run([str(a) for a in argv], cwd=str(cwd or self.shared),
                            env=self.env(user, env), input=input, capture_output=True, text=True,
                            timeout=timeout, user=pw.pw_uid, group=pw.pw_gid,
