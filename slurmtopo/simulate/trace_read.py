@@ -30,11 +30,12 @@ def sniff(path: str, text: str) -> str:
 
 
 def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None,
-               keep_running: bool = False) -> Trace:
+               keep_running: bool = False, hosts: bool = True) -> Trace:
     """Read the trace at ``path`` (``fmt``: csv, swf, sacct, or None to
     tell from the file); ``limit``: keep the first that many jobs by
     submit time; ``keep_running``: sacct's jobs still running are kept
-    (:func:`~slurmtopo.simulate.trace_sacct.read_sacct`)."""
+    (:func:`~slurmtopo.simulate.trace_sacct.read_sacct`); ``hosts`` False:
+    the jobs' ``hosts`` (where sacct says they ran) are not built."""
     from slurmtopo.fileio import read_text
 
     path = os.fspath(path)
@@ -51,7 +52,7 @@ def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None
     elif fmt == SACCT:
         from slurmtopo.simulate.trace_sacct import read_sacct
 
-        return read_sacct(text, path, limit, keep_running)
+        return read_sacct(text, path, limit, keep_running, hosts)
     else:
         from slurmtopo.simulate.trace_csv import read_csv as reader
     return reader(text, path, limit)

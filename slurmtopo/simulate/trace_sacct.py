@@ -75,10 +75,12 @@ def _tres(text: str) -> Tuple[int, Optional[int]]:
 
 
 def read_sacct(text: str, path: str, limit: Optional[int] = None,
-               keep_running: bool = False) -> Trace:
+               keep_running: bool = False, hosts: bool = True) -> Trace:
     """The jobs of ``sacct -P`` output (see the module doc); with
     ``keep_running``, jobs still running are kept, marked ``running``
-    (``slurmtopo audit``: they hold their GPUs to the end of the record)."""
+    (``slurmtopo audit``: they hold their GPUs to the end of the record);
+    with ``hosts`` False, the jobs' ``hosts`` are left empty (NodeLists
+    only checked and counted, see :class:`NodeLists`)."""
     lines = text.splitlines()
     header = None
     head_line = 0
@@ -100,7 +102,7 @@ def read_sacct(text: str, path: str, limit: Optional[int] = None,
                          "AllocTRES,...)", path, head_line)
     at = {name: i for i, name in enumerate(names)}
     log = RowLog(path)
-    nodelists = NodeLists()
+    nodelists = NodeLists(hosts)
     jobs: List[Tuple[float, TraceJob]] = []
     count = 0
     for n in range(head_line + 1, len(lines) + 1):
@@ -138,31 +140,39 @@ class NodeLists:
     are shared likewise: 72,000 rows of 120 hosts hold a few thousand
     strings, not 8.6 million (700 MB before). Both maps live for one read
     only and hold no more than the file (64 MiB at most) names; a bad
-    NodeList is remembered as bad."""
+    NodeList is remembered as bad.
 
-    def __init__(self) -> None:
-        self._hosts: Dict[str, Optional[Tuple[str, ...]]] = {}
+    With ``hosts`` False (``slurmtopo simulate``, which places jobs itself
+    and never looks at where they ran) a NodeList is only counted: the
+    same checks, the same rows skipped, the same node counts, no names."""
+
+    def __init__(self, hosts: bool = True) -> None:
+        self._want_hosts = hosts
+        self._seen: Dict[str, Optional[Tuple[Tuple[str, ...], int]]] = {}
         self._names: Dict[str, str] = {}
 
-    def hosts(self, text: str) -> Tuple[str, ...]:
-        """The hosts of ``text``, in :func:`~slurmtopo.hostlist.expand_hostlist`'s
-        order; :class:`BadRow` for one it refuses (too many names included)."""
+    def hosts(self, text: str) -> Tuple[Tuple[str, ...], int]:
+        """The hosts of ``text`` in :func:`~slurmtopo.hostlist.expand_hostlist`'s
+        order (none when not wanted) and how many it names; :class:`BadRow`
+        for one it refuses (too many names included)."""
         try:
-            hosts = self._hosts[text]
+            got = self._seen[text]
         except KeyError:
-            hosts = self._hosts[text] = self._expand(text)
-        if hosts is None:
+            got = self._seen[text] = self._expand(text)
+        if got is None:
             raise BadRow("bad NodeList")
-        return hosts
+        return got
 
-    def _expand(self, text: str) -> Optional[Tuple[str, ...]]:
-        from slurmtopo.hostlist import expand_hostlist
+    def _expand(self, text: str) -> Optional[Tuple[Tuple[str, ...], int]]:
+        from slurmtopo.hostlist import count_hostlist, expand_hostlist
         try:
+            if not self._want_hosts:
+                return (), count_hostlist(text, "NodeList")
             names = expand_hostlist(text, "NodeList")
         except ValueError:
             return None
         shared = self._names.setdefault
-        return tuple([shared(n, n) for n in names])
+        return tuple([shared(n, n) for n in names]), len(names)
 
 
 def _job(row: Dict[str, str], path: str, line: int, keep_running: bool = False,
@@ -199,9 +209,9 @@ def _job(row: Dict[str, str], path: str, line: int, keep_running: bool = False,
         nodes = whole(row["nnodes"], "NNodes", 1, MAX_JOB_GPUS)
     hosts: Tuple[str, ...] = ()
     if row.get("nodelist") and row["nodelist"] not in ("None assigned", ""):
-        hosts = (nodelists or NodeLists()).hosts(row["nodelist"])
+        hosts, named = (nodelists or NodeLists()).hosts(row["nodelist"])
         if nodes is None:
-            nodes = len(hosts)
+            nodes = named
     limit = slurm_duration(row["timelimit"], "Timelimit") if row.get("timelimit") else None
     return TraceJob(job_id=job_id[:64], submit=submit, run_time=run, gpus=gpus,
                     nodes=nodes or None, time_limit=limit or None, where=f"{path}:{line}",

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slurmtopo.hostlist import expand_hostlist
+import pytest
+
+from slurmtopo.hostlist import HostlistError, count_hostlist, expand_hostlist
 from slurmtopo.simulate.trace_sacct import _job, read_sacct
 
 HEADER = "JobID|Submit|Start|End|AllocTRES|NodeList|NNodes|Timelimit"
@@ -92,3 +94,28 @@ def test_repeated_nodelists_share_their_hosts():
     # one string per host name across different NodeLists too
     gpu1 = [h for h in by_id["5"].hosts if h == "gpu1"][0]
     assert [h for h in by_id["3"].hosts if h == "gpu1"][0] is gpu1
+
+
+def test_counted_only_gives_the_same_jobs_without_hosts():
+    """``slurmtopo simulate`` reads NodeLists without their names: the same
+    rows kept and skipped, the same node counts, no hosts."""
+    for with_nodes in (True, False):
+        text = _text(NODELISTS, with_nodes)
+        full = read_sacct(text, "t.txt")
+        counted = read_sacct(text, "t.txt", hosts=False)
+        assert [replace(j, hosts=()) for j in full.jobs] == list(counted.jobs)
+        assert full.skipped == counted.skipped
+        assert any(j.hosts for j in full.jobs)
+
+
+def test_count_hostlist_is_the_expansions_length():
+    for nl in NODELISTS[:6] + ("a,b,a", "n[1-2]x[3-4],n1x3"):
+        assert count_hostlist(nl) == len(expand_hostlist(nl)), nl
+    for bad in ("node[0-99999999]", "gpu[3-1", "gpu[1-2]!gpu2", "", " , "):
+        with pytest.raises(HostlistError) as exc:
+            count_hostlist(bad, "NodeList")
+        with pytest.raises(HostlistError) as same:
+            expand_hostlist(bad, "NodeList")
+        assert str(exc.value) == str(same.value)
+    with pytest.raises(HostlistError, match="names 100,000,000 hosts, more than"):
+        count_hostlist("node[0-99999999]", "NodeList")
