@@ -17,7 +17,13 @@ queue at the peaks: a minute's wait on average under Slurm's own
 placement).
 
     python -m bench.simulate [--jobs 15000] [--nodes 1000] [--workers 2] [--each] \\
-        [--out bench/results/simulate.json]
+        [--sacct-rows N] [--out bench/results/simulate.json]
+
+``--sacct-rows N`` also times reading ``sacct -P`` history of N jobs of 120
+nodes each (NodeList ``gpu[0001-0060,0100-0159]``-shaped: half of them on
+one of a few hundred node sets a site reuses, half on sets of their own)
+through ``slurmtopo simulate --trace sacct-N.txt --policy slurm --jobs 1
+--json``: every row is read, one job replayed, so the time is the reader's.
 """
 from __future__ import annotations
 
@@ -61,6 +67,26 @@ def write_trace(path: str, jobs: int, gpus: int, load: float = 1.1, seed: int = 
         fh.write("\n".join(lines) + "\n")
 
 
+def write_sacct(path: str, rows: int, seed: int = 26) -> None:
+    """``rows`` finished jobs of 120 nodes (960 GPUs) in ``sacct -P`` shape
+    (see the module doc)."""
+    from datetime import datetime, timedelta
+
+    rng = random.Random(f"simulate-sacct-{seed}")
+    t0 = datetime(2025, 1, 1)
+    lines = ["JobID|Submit|Start|End|AllocTRES|NodeList|NNodes|Timelimit|State"]
+    for i in range(rows):
+        a, b = (rng.randrange(1, 20), rng.randrange(100, 120)) if rng.random() < 0.5 else \
+            (rng.randrange(1, 4000), rng.randrange(4100, 8000))
+        at = [(t0 + timedelta(seconds=60 * i + d)).strftime("%Y-%m-%dT%H:%M:%S")
+              for d in (0, 30, 3600)]
+        lines.append(f"{i + 1}|{at[0]}|{at[1]}|{at[2]}|billing=960,cpu=960,gres/gpu=960,"
+                     f"node=120|gpu[{a:04d}-{a + 59:04d},{b:04d}-{b + 59:04d}]|120|02:00:00|"
+                     "COMPLETED")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
 def write_inventory(directory: str, nodes: int) -> str:
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
@@ -85,10 +111,10 @@ def machine() -> Dict[str, Any]:
 
 
 def simulate(inv: str, trace: str, workers: int, policies: Sequence[str],
-             workdir: str) -> Dict[str, Any]:
+             workdir: str, extra: Sequence[str] = ()) -> Dict[str, Any]:
     """One ``slurmtopo simulate --json`` run: its wall and CPU seconds, and its output."""
     argv = [sys.executable, "-m", "slurmtopo", "simulate", "--inventory", inv, "--trace", trace,
-            "--json", "--workers", str(workers)]
+            "--json", "--workers", str(workers), *extra]
     for p in policies:
         argv += ["--policy", p]
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -106,7 +132,8 @@ def simulate(inv: str, trace: str, workers: int, policies: Sequence[str],
 
 
 def run(jobs: int, nodes: int, workers: int, workdir: str,
-        policies: Sequence[str] = POLICIES, each: bool = False) -> Dict[str, Any]:
+        policies: Sequence[str] = POLICIES, each: bool = False,
+        sacct_rows: int = 0) -> Dict[str, Any]:
     inv = write_inventory(workdir, nodes)
     trace = os.path.join(workdir, f"trace-{jobs}.csv")
     write_trace(trace, jobs, nodes * 8)
@@ -121,6 +148,12 @@ def run(jobs: int, nodes: int, workers: int, workdir: str,
         for p in policies:
             one = simulate(inv, trace, 1, [p], workdir)
             out["each"][p] = {"wall_s": one["wall_s"], "cpu_s": one["cpu_s"]}
+    if sacct_rows:  # reading sacct history of many-node jobs
+        sacct = os.path.join(workdir, f"sacct-{sacct_rows}.txt")
+        write_sacct(sacct, sacct_rows)
+        one = simulate(inv, sacct, 1, ["slurm"], workdir, ["--jobs", "1"])
+        out["sacct"] = {"command": one["command"], "rows": sacct_rows,
+                        "wall_s": one["wall_s"], "cpu_s": one["cpu_s"]}
     return out
 
 
@@ -134,15 +167,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--workdir", default=None, help="keep the inventory and trace here")
     ap.add_argument("--each", action="store_true",
                     help="also time every policy alone (one process each)")
+    ap.add_argument("--sacct-rows", type=int, default=0,
+                    help="also time reading sacct history of that many 120-node jobs")
     args = ap.parse_args(argv)
     workdir = args.workdir or tempfile.mkdtemp(prefix="slurmtopo-bench-sim-")
     os.makedirs(workdir, exist_ok=True)
-    res = run(args.jobs, args.nodes, args.workers, workdir, args.policy or POLICIES, args.each)
+    res = run(args.jobs, args.nodes, args.workers, workdir, args.policy or POLICIES, args.each,
+              args.sacct_rows)
     rows: List[str] = [f"{res['jobs']} jobs, {res['nodes']} nodes ({res['gpus']} GPUs), "
                        f"{res['workers']} workers: {res['wall_s']} s through the command line "
                        f"({res['cpu_s']} s CPU; load average before {res['load_average_before']})"]
     for name, t in res.get("each", {}).items():
         rows.append(f"  {name} alone: {t['wall_s']} s ({t['cpu_s']} s CPU)")
+    if "sacct" in res:
+        sa = res["sacct"]
+        rows.append(f"  sacct history, {sa['rows']} jobs of 120 nodes, read: {sa['wall_s']} s "
+                    f"({sa['cpu_s']} s CPU)")
     for p in res["result"]["policies"]:
         w, s = p["queue_wait_s"], p["slowdown"]
         rows.append(f"  {p['policy']}: wait mean {w['mean']} s p95 {w['p95']} s, slowdown mean "

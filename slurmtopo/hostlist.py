@@ -70,7 +70,20 @@ def expand_hostlist(text: Union[str, List[str]], what: str = "hostlist") -> List
         for item in text:
             out.extend(expand_hostlist(item, what))
         return out
-    text = str(text)
+    return list(_parse(str(text), what))
+
+
+def count_hostlist(text: str, what: str = "hostlist") -> int:
+    """How many names :func:`expand_hostlist` gives for ``text`` (duplicates
+    once), with the same checks and errors, without building the names:
+    a reader that only needs the count (``slurmtopo simulate``'s sacct
+    NodeList) skips ClusterShell's sorted expansion, half the cost."""
+    return len(_parse(str(text), what))
+
+
+def _parse(text: str, what: str):
+    """``text`` as a list of one plain name, or a ClusterShell NodeSet
+    (iterating gives the names, ``len`` their number)."""
     if not any(c in text for c in "[],@^!&"):  # a plain name: skip the parser
         name = text.strip()
         if name and not any(c.isspace() for c in name):
@@ -86,10 +99,10 @@ def expand_hostlist(text: Union[str, List[str]], what: str = "hostlist") -> List
     from ClusterShell.NodeSet import NodeSet, NodeSetException, RESOLVER_NOGROUP
 
     try:
-        names = list(NodeSet(text, resolver=RESOLVER_NOGROUP))
+        names = NodeSet(text, resolver=RESOLVER_NOGROUP)
     except NodeSetException as exc:
         raise HostlistError(f"bad {what} {_short(text)}: {exc}") from None
-    if not names:
+    if not len(names):
         raise HostlistError(f"{what} {text!r} names no host")
     return names
 

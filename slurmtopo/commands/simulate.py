@@ -70,7 +70,8 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
         raise SlurmtopoError(f"--plot {plot_path}: the plot is a PNG file (name it .png)")
     rules = load_rules(layout_rule)
     inv = load_cluster(inventory_path)
-    trace = read_trace(trace_path, trace_format, limit)
+    # the replay places every job itself: where sacct says it ran is not read
+    trace = read_trace(trace_path, trace_format, limit, hosts=False)
     setup = prepare(inv, trace, rules, comm_fraction, seed)
     if not setup.jobs:
         first = setup.never[0]
