@@ -73,11 +73,13 @@ fi
 
 # The project, editable, with test and bench extras. Skipped when nothing
 # that pip looks at changed since the last successful install from this
-# checkout (FORCE_DEPS=1 reinstalls anyway).
+# checkout (FORCE_DEPS=1 reinstalls anyway). Where slurmtopo imports from
+# is asked with -I: without it the working directory (this checkout) comes
+# first on sys.path and hides an editable install of another checkout.
 stamp_dir="${XDG_CACHE_HOME:-$HOME/.cache}/slurmtopo"
 stamp="$stamp_dir/install-deps.$(printf '%s' "$ROOT" | sha256sum | cut -c1-16)"
 want="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" 2>/dev/null | sha256sum | cut -c1-32) $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
-where="$("$PY" -c 'import os, slurmtopo; print(os.path.dirname(os.path.dirname(os.path.abspath(slurmtopo.__file__))))' 2>/dev/null || true)"
+where="$("$PY" -I -c 'import os, slurmtopo; print(os.path.dirname(os.path.dirname(os.path.abspath(slurmtopo.__file__))))' 2>/dev/null || true)"
 if [[ -z "${FORCE_DEPS:-}" && -f "$stamp" && "$(cat "$stamp")" == "$want" && "$where" == "$ROOT" ]] \
         && "$PY" -m pip check >/dev/null 2>&1; then
     echo "install-deps.sh: python packages up to date (FORCE_DEPS=1 to reinstall)"
