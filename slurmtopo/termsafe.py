@@ -31,14 +31,19 @@ from typing import Optional
 #: C0 controls (tab and newline included: every field printed is one
 #: line), DEL and C1 controls, the Arabic letter mark, zero-width and
 #: direction marks, the line/paragraph separators, the bidirectional
-#: embeddings, overrides and isolates, invisible operators and the BOM
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e"
-                      "\u2060-\u2069\ufeff]")
+#: embeddings, overrides and isolates, invisible operators, the BOM, and
+#: the other characters that print as nothing and so could hide text: the
+#: soft hyphen, the Mongolian vowel separator, the interlinear annotation
+#: marks and the tag characters (which spell ASCII invisibly)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+                      "\u2060-\u2069\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
 
 
 def _escape(m: "re.Match[str]") -> str:
     code = ord(m.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable(text: object, limit: Optional[int] = None) -> str:

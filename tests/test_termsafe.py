@@ -33,6 +33,16 @@ def test_printable_escapes_controls_and_keeps_text():
     assert printable(None) == "None"
 
 
+def test_printable_escapes_invisible_format_characters():
+    """The soft hyphen, the Mongolian vowel separator, the interlinear
+    annotation marks and the tag characters print as nothing: a job name
+    could carry hidden text (tags spell ASCII invisibly) past a reader."""
+    hidden = "ok\u00ad\u180e\ufff9a\ufffa\ufffb\U000e0001\U000e0041\U000e007f"
+    assert printable(hidden) == ("ok\\xad\\u180e\\ufff9a\\ufffa\\ufffb\\U000e0001"
+                                 "\\U000e0041\\U000e007f")
+    assert printable("\u00ac\ufffc\U000e0080") == "\u00ac\ufffc\U000e0080"
+
+
 def test_markup_escapes_rich_markup_too():
     from rich.console import Console
 
