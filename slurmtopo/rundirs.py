@@ -72,10 +72,15 @@ def open_run_dir(run_dir: str, create: bool = True) -> SafeDir:
 OUTPUT_HINT = "give --output-dir a directory only you can write (e.g. under your home)"
 
 
-def write_output_files(output_dir: str, files: Sequence[Tuple[str, str]]) -> List[str]:
-    """Write ``(name, text)`` files into ``plan``/``sbatch --output-dir``,
-    all or none (0600, ``job.sbatch`` 0700, through the directory's
-    descriptor); their paths.
+def write_output_files(output_dir: str, files: Sequence[Tuple[str, str]],
+                       published: bool = False, hint: str = OUTPUT_HINT) -> List[str]:
+    """Write ``(name, text)`` files into an ``--output-dir`` (``plan``,
+    ``sbatch``, ``agent discover``, ``nccl-topo``), all or none (0600,
+    ``job.sbatch`` 0700, through the directory's descriptor); their paths.
+    ``published``: files other users are meant to read (node reports for
+    everyone's planner, NCCL topology files for everyone's jobs): 0644 in
+    directories made 0755; the same checks, so still nobody else's to
+    change.
     The directory is checked and made as a ``--run-dir`` is (:func:`layout`:
     missing parents and itself made 0700, an existing one must be the
     user's own and writable by nobody else). Written by path into any
@@ -84,9 +89,14 @@ def write_output_files(output_dir: str, files: Sequence[Tuple[str, str]]) -> Lis
     directory, let that user replace ``job.sbatch`` before it was
     submitted (docs/security.md)."""
     anchor, parts, own = layout(output_dir)
-    with safedir.open_under(anchor, parts, own=own, hint=OUTPUT_HINT) as where:
-        safedir.write_files([(where, name, text) for name, text in files],
-                            modes={SCRIPT_NAME: 0o700})  # the user may run it
+    dir_mode = safedir.PUBLISHED_DIR if published else safedir.PRIVATE_DIR
+    with safedir.open_under(anchor, parts, own=own, hint=hint, dir_mode=dir_mode) as where:
+        if published:
+            safedir.write_files([(where, name, text) for name, text in files],
+                                mode=safedir.PUBLISHED_FILE)
+        else:
+            safedir.write_files([(where, name, text) for name, text in files],
+                                modes={SCRIPT_NAME: 0o700})  # the user may run it
         return [where.child(name) for name, _ in files]
 
 

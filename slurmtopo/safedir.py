@@ -39,6 +39,11 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 MAX_DEPTH = 16
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
+#: a directory and files other users are meant to read (node reports for
+#: everyone's planner, NCCL topology files for everyone's jobs): still
+#: writable by nobody but their owner, whatever the umask
+PUBLISHED_DIR = 0o755
+PUBLISHED_FILE = 0o644
 
 
 def user_name(uid: int) -> str:
@@ -96,11 +101,12 @@ def _refuse(path: str, why: str, hint: str) -> SlurmtopoError:
 
 
 def _step(parent: int, parent_path: str, name: str, create: bool, own: bool,
-          hint: str) -> int:
+          hint: str, dir_mode: int = PRIVATE_DIR) -> int:
     """Open (or make) directory ``name`` in ``parent`` and check it; returns
     its descriptor. ``own``: slurmtopo's own directory by name (a mode that
-    lets others in is set to 0700); else a directory the user named (one
-    others may write is refused)."""
+    grants more than ``dir_mode`` is set to ``dir_mode``); else a directory
+    the user named (one others may write is refused). One made here gets
+    ``dir_mode`` (0700, or :data:`PUBLISHED_DIR`)."""
     path = os.path.join(parent_path, name)
     if not name or name in (".", "..") or "/" in name:
         raise _refuse(path, f"{name!r} is not a directory name", hint)
@@ -130,8 +136,8 @@ def _step(parent: int, parent_path: str, name: str, create: bool, own: bool,
             raise _refuse(path, f"owned by {user_name(st.st_uid)}, not by you ({user_name(me)}): "
                                 "another user could change what your job runs", hint)
         mode = stat.S_IMODE(st.st_mode)
-        if made or (own and mode & 0o077):
-            os.fchmod(fd, PRIVATE_DIR)
+        if made or (own and mode & ~dir_mode):
+            os.fchmod(fd, dir_mode)
         elif not own and mode & 0o022:
             raise _refuse(path, f"other users may write in it (mode {mode:04o}): they could "
                                 f"change what your job runs; chmod go-w {path}", hint)
@@ -159,11 +165,14 @@ def _not_a_dir(parent: int, name: str, path: str, exc: OSError, hint: str) -> Sl
 
 
 def open_under(anchor: str, parts: Sequence[str], create: bool = True,
-               own: Sequence[bool] = (), hint: str = "") -> SafeDir:
+               own: Sequence[bool] = (), hint: str = "",
+               dir_mode: int = PRIVATE_DIR) -> SafeDir:
     """``anchor/parts[0]/parts[1]/...`` as a :class:`SafeDir`: every part
     opened without following links, made when missing (``create``) and
     checked. ``own[i]`` says whether part ``i`` is slurmtopo's own by name
-    (default: all are). ``hint``: how the user gets out of a refusal."""
+    (default: all are). ``hint``: how the user gets out of a refusal.
+    ``dir_mode``: the mode of the directories made (0700 unless others are
+    meant to read what goes there)."""
     anchor = os.path.abspath(anchor)
     try:
         fd = os.open(anchor, _DIR_FLAGS)
@@ -179,7 +188,8 @@ def open_under(anchor: str, parts: Sequence[str], create: bool = True,
                       "cannot change what the job runs, but can make it fail "
                       "(docs/security.md)")
         for i, name in enumerate(parts):
-            nxt = _step(fd, path, name, create, own[i] if i < len(own) else True, hint)
+            nxt = _step(fd, path, name, create, own[i] if i < len(own) else True, hint,
+                        dir_mode)
             os.close(fd)
             fd = nxt
             path = os.path.join(path, name)

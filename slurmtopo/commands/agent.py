@@ -85,13 +85,14 @@ def discover_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_roo
     if len(found) > 1 and not output_dir:
         raise SlurmtopoError(f"{len(found)} hosts in this file: give --output-dir", from_smi)
     if output_dir:  # one report per host of the file: all of them or none
-        from slurmtopo.fileio import Output, write_all
+        from slurmtopo.rundirs import write_output_files
 
         f = fmt or "yaml"
         source = None if node_name else (from_smi or from_nccl_xml or from_hwloc)
-        write_all([Output(os.path.join(output_dir, f"{_file_name(d.node.name, source)}.{f}"),
-                          d.render(f))
-                   for d in found])
+        # reports are for everyone's planner: 0644, but in a directory that
+        # is the user's and nobody else's to change (docs/security.md)
+        write_output_files(output_dir, [(f"{_file_name(d.node.name, source)}.{f}", d.render(f))
+                                        for d in found], published=True)
     elif output:
         f = fmt or ("json" if output.endswith(".json") else "yaml")
         for d in found:  # one at most (checked above)

@@ -131,6 +131,52 @@ def test_discover_from_pdsh_output(capsys, tmp_path):
     assert sorted(inv.nodes) == ["gpu-a100-01", "gpu-l40s-07"]
 
 
+def test_discover_output_dir_whatever_the_umask(capsys, tmp_path):
+    """umask 002 made the report directory 0775 and its reports 0664: any
+    group member could rewrite the hardware every user's planner reads.
+    Now reports are 0644 in directories made 0755 (missing parents too)."""
+    import os
+    import stat
+
+    path = FIXTURES / "smi" / "pdsh_two_hosts.txt"
+    out = tmp_path / "new" / "reports"
+    old = os.umask(0o002)
+    try:
+        code, _, err = run(capsys, "agent", "discover", "--from-smi", str(path),
+                           "--output-dir", str(out))
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert stat.S_IMODE(out.parent.stat().st_mode) == 0o755
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {
+        "gpu-a100-01.yaml": 0o644, "gpu-l40s-07.yaml": 0o644}
+
+
+def test_discover_output_dir_others_may_write_or_a_link_is_refused(capsys, tmp_path):
+    """A directory others may write (or a link to one), e.g. a /tmp/reports
+    someone else made first: they could replace a report after it was
+    written. Refused before anything is written, one line."""
+    import os
+
+    path = FIXTURES / "smi" / "pdsh_two_hosts.txt"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    code, out, err = run(capsys, "agent", "discover", "--from-smi", str(path),
+                         "--output-dir", str(shared))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert str(shared) in err and "other users may write in it" in err
+    assert list(shared.iterdir()) == []
+    os.chmod(shared, 0o755)
+    link = tmp_path / "link"
+    link.symlink_to(shared)
+    code, _, err = run(capsys, "agent", "discover", "--from-smi", str(path),
+                       "--output-dir", str(link))
+    assert code == 2 and "symbolic link" in err and len(err.strip().splitlines()) == 1
+    assert list(shared.iterdir()) == []
+
+
 def test_bad_smi_text_is_one_error_line_with_file_and_line(capsys, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tNV2\t Y \n")
