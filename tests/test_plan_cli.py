@@ -211,6 +211,22 @@ def test_job_name_with_newline(tmp_path, capsys):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("args,part", [
+    (["--job-name", "j" * 100_000], "job name of 100,000 characters"),
+    (["--slurm-version", "99999999999999999999.1"], "not a Slurm version"),
+    (["--slurm-version", "24.\u0665"], "not a Slurm version"),  # a digit, not ASCII
+])
+def test_unbounded_job_name_and_version_are_refused(args, part, tmp_path, capsys):
+    """A 100,000-character job name went into the script (Slurm's accounting
+    keeps 255 bytes of it); a 20-digit release number was taken as newer
+    than any Slurm. One short line each, nothing written."""
+    code, _, err = run(["plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
+                        "--tp", "2", *args, "--output-dir", str(tmp_path / "out"),
+                        "--", "true"], capsys)
+    _one_line_error(code, err, part)
+    assert len(err) < 300 and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("args,part", [(["--message-bytes", "dp"], "KIND=SIZE"),
                                        (["--message-bytes", "dp=lots"], "bad size"),
                                        (["--require", "tp"], "KIND=LEVEL"),

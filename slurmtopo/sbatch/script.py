@@ -143,6 +143,12 @@ def extras_problem(extras: Sequence[str]) -> Optional[str]:
     return None
 
 
+#: longest job name written (slurmctld sets no limit of its own; slurmdbd
+#: stores 255 bytes, a tinytext): enough for any name a person gives, and a
+#: bound on what goes into the script and every line that shows it
+MAX_JOB_NAME = 1024
+
+
 def sanitize_job_name(name: str) -> Tuple[str, Optional[str]]:
     """(safe name, note or None). A job name with a newline is an error (an
     #SBATCH line cannot hold one). Letters, digits and marks of any script
@@ -150,6 +156,10 @@ def sanitize_job_name(name: str) -> Tuple[str, Optional[str]]:
     becomes ``_``, so blanks, quotes, ``#``, ``$()``, backticks and ``;``
     never reach sbatch's directive parser (which splits on blanks, pairs
     quotes and ends the line at ``#``)."""
+    if len(name) > MAX_JOB_NAME:
+        raise SlurmtopoError(f"job name of {len(name):,} characters ({name[:24]!r}...): at most "
+                             f"{MAX_JOB_NAME:,} (Slurm's accounting keeps 255 bytes of it); "
+                             "give a shorter --job-name")
     if "\n" in name or "\r" in name:
         raise SlurmtopoError(f"job name {name!r} contains a newline; an #SBATCH directive is "
                              "one line, give a one-line --job-name")

@@ -37,6 +37,7 @@ lines carry ``Links=`` only for older releases.
 """
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from slurmtopo.links import parse_token
@@ -49,14 +50,21 @@ MIG_LINKS_DROPPED = (23, 2, 7)
 SlurmVersion = Optional[Tuple[int, ...]]
 
 
+#: one number of a Slurm release (YY, MM, micro)
+_VERSION_PART = re.compile(r"[0-9]{1,4}\Z")
+
+
 def parse_slurm_version(text: Union[str, Tuple[int, ...], None]) -> SlurmVersion:
     """``"23.02.7"`` -> (23, 2, 7); ``"24.05"`` -> (24, 5, 0); None stays None.
-    Raises ValueError on anything else."""
+    Raises ValueError on anything else: each part ASCII digits, at most
+    four (Slurm numbers releases YY.MM.micro), so a 20-digit "release" is
+    not taken as newer than every Slurm."""
     if text is None or isinstance(text, tuple):
         return text
     parts = str(text).strip().split(".")
-    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"not a Slurm version (like 23.11 or 23.02.7): {text!r}")
+    if not 2 <= len(parts) <= 3 or not all(_VERSION_PART.match(p) for p in parts):
+        shown = text if len(str(text)) <= 40 else f"{str(text)[:40]}..."
+        raise ValueError(f"not a Slurm version (like 23.11 or 23.02.7): {shown!r}")
     nums = tuple(int(p) for p in parts)
     return nums + (0,) * (3 - len(nums))
 
