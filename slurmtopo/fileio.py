@@ -356,15 +356,15 @@ def _stage(out: Output, st: _Staged, sync: bool = True) -> None:
         raise _cannot_write(st.path, exc) from None
 
 
-def _keep_old(st: _Staged, backup_stamp: Optional[str]) -> None:
+def _keep_old(st: _Staged, stamp: Optional[str]) -> None:
     """A hard link to the file about to be replaced (a copy where the file
-    system has none): the visible backup with ``backup_stamp``, else a
+    system has none): the visible backup with ``stamp``, else a
     hidden one for the roll-back, dropped once all is written."""
     if not os.path.lexists(st.path):
         return
     try:
-        if backup_stamp is not None:
-            old = _backup_name(st.path, backup_stamp)
+        if stamp is not None:
+            old = backup_name(st.path, stamp)
         else:
             fd, old = tempfile.mkstemp(prefix=f".{os.path.basename(st.path)}.", suffix=".old",
                                        dir=st.directory)
@@ -376,13 +376,13 @@ def _keep_old(st: _Staged, backup_stamp: Optional[str]) -> None:
             import shutil
             shutil.copy2(st.path, old)
         st.old = old
-        st.backup = old if backup_stamp is not None else None
+        st.backup = old if stamp is not None else None
     except OSError as exc:
         raise _cannot_write(st.path, exc) from None
 
 
 def _backup_pattern(path: str) -> "re.Pattern[str]":
-    """The names :func:`_backup_name` gives ``path``'s backups, with the
+    """The names :func:`backup_name` gives ``path``'s backups, with the
     stamp and the counter as groups."""
     return re.compile(rf"^{re.escape(os.path.basename(path))}\.(\d{{8}}-\d{{6}})(?:\.(\d+))?"
                       r"\.bak$")
@@ -400,11 +400,20 @@ def prune_backups(path, keep: int = KEEP_BACKUPS) -> List[str]:
     descriptor), and a failure to remove one is no failure of the write.
     """
     path = os.fspath(path)
-    pattern = _backup_pattern(path)
     try:
         dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return []
+    try:
+        return prune_backups_at(dir_fd, os.path.basename(path), keep)
+    finally:
+        os.close(dir_fd)
+
+
+def prune_backups_at(dir_fd: int, name: str, keep: int = KEEP_BACKUPS) -> List[str]:
+    """:func:`prune_backups` for file ``name`` of the open directory
+    ``dir_fd`` (a directory reached through descriptors: safedir)."""
+    pattern = _backup_pattern(name)
     removed: List[str] = []
     try:
         found = []
@@ -422,15 +431,20 @@ def prune_backups(path, keep: int = KEEP_BACKUPS) -> List[str]:
                 pass
     except OSError:
         pass
-    finally:
-        os.close(dir_fd)
     return removed
 
 
-def _backup_name(path: str, stamp: str) -> str:
+def backup_stamp() -> str:
+    """The stamp of the backups made now (``YYYYmmdd-HHMMSS``)."""
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def backup_name(path: str, stamp: str, exists=os.path.lexists) -> str:
+    """``<path>.<stamp>.bak``, or ``<path>.<stamp>.<n>.bak`` for the first
+    ``n`` that ``exists`` says is free."""
     name = f"{path}.{stamp}.bak"
     n = 1
-    while os.path.lexists(name):
+    while exists(name):
         name = f"{path}.{stamp}.{n}.bak"
         n += 1
     return name
@@ -486,12 +500,12 @@ def write_all(outputs: Sequence[Output], backup: bool = False,
     if keep_backups < 1:
         raise ValueError(f"keep_backups must be at least 1, got {keep_backups}")
     staged: List[_Staged] = [_Staged(o) for o in outputs]
-    backup_stamp = (stamp or time.strftime("%Y%m%d-%H%M%S")) if backup else None
+    stamp_now = (stamp or backup_stamp()) if backup else None
     try:
         for out, st in zip(outputs, staged):
             _stage(out, st, sync)
         for st in staged:
-            _keep_old(st, backup_stamp)
+            _keep_old(st, stamp_now)
         for st in staged:
             try:
                 os.replace(st.tmp, st.path)

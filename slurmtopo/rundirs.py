@@ -88,9 +88,7 @@ def write_output_files(output_dir: str, files: Sequence[Tuple[str, str]],
     ``slurmtopo-plan`` made group-writable by umask 002 in a shared submit
     directory, let that user replace ``job.sbatch`` before it was
     submitted (docs/security.md)."""
-    anchor, parts, own = layout(output_dir)
-    dir_mode = safedir.PUBLISHED_DIR if published else safedir.PRIVATE_DIR
-    with safedir.open_under(anchor, parts, own=own, hint=hint, dir_mode=dir_mode) as where:
+    with open_output_dir(output_dir, published, hint) as where:
         if published:
             safedir.write_files([(where, name, text) for name, text in files],
                                 mode=safedir.PUBLISHED_FILE)
@@ -98,6 +96,15 @@ def write_output_files(output_dir: str, files: Sequence[Tuple[str, str]],
             safedir.write_files([(where, name, text) for name, text in files],
                                 modes={SCRIPT_NAME: 0o700})  # the user may run it
         return [where.child(name) for name, _ in files]
+
+
+def open_output_dir(output_dir: str, published: bool = False,
+                    hint: str = OUTPUT_HINT) -> SafeDir:
+    """An ``--output-dir``, checked and made as :func:`write_output_files`
+    says (for a command that reads what is there before it writes)."""
+    anchor, parts, own = layout(output_dir)
+    dir_mode = safedir.PUBLISHED_DIR if published else safedir.PRIVATE_DIR
+    return safedir.open_under(anchor, parts, own=own, hint=hint, dir_mode=dir_mode)
 
 
 def open_runs_root(submit_dir: str, create: bool = True) -> SafeDir:
@@ -171,21 +178,28 @@ def read_run_file(run_dir: str, name: str, limit: int = MAX_READ_BYTES) -> Optio
     except safedir.MissingDir:
         return None
     with where:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=where.fd)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise SlurmtopoError(f"cannot open ({exc.strerror or exc}; a link is never "
-                                 "followed)", where.child(name)) from None
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or \
-                    st.st_mode & 0o022:
-                raise SlurmtopoError("not a regular file of yours that only you can write: "
-                                     "not read", where.child(name))
-            data = fh.read(limit + 1)
+        return read_file_at(where, name, limit)
+
+
+def read_file_at(where: SafeDir, name: str, limit: int = MAX_READ_BYTES) -> Optional[str]:
+    """The text of ``name`` in ``where`` (None: not there), read without
+    following a link: only a regular file of the user's that nobody else
+    may write, at most ``limit`` bytes; else a SlurmtopoError saying why."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=where.fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SlurmtopoError(f"cannot open ({exc.strerror or exc}; a link is never "
+                             "followed)", where.child(name)) from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or \
+                st.st_mode & 0o022:
+            raise SlurmtopoError("not a regular file of yours that only you can write: "
+                                 "not read", where.child(name))
+        data = fh.read(limit + 1)
     if len(data) > limit:
         raise SlurmtopoError(f"larger than {limit >> 20} MiB: not read", where.child(name))
     return data.decode("utf-8", errors="replace")

@@ -213,24 +213,38 @@ class _Staged:
 
 
 def write_files(files: Sequence[Tuple[SafeDir, str, str]], mode: int = PRIVATE_FILE,
-                modes: Optional[Dict[str, int]] = None) -> None:
+                modes: Optional[Dict[str, int]] = None,
+                backup: bool = False) -> Dict[str, Optional[str]]:
     """Write every ``(directory, name, text)``, or none of them: all are
     staged as new files first (``O_EXCL | O_NOFOLLOW``, ``mode`` whatever
     the umask; ``modes[name]`` instead where given, e.g. 0700 for a
     script), then renamed over their targets; a failure part-way puts
-    the replaced files back. Errors name the target."""
+    the replaced files back. Errors name the target. ``backup``: a
+    replaced file is kept as ``<name>.<stamp>.bak`` and only the newest
+    :data:`fileio.KEEP_BACKUPS` of a target stay, as
+    :func:`fileio.write_all` keeps them. Returns {name: backup name or
+    None}."""
+    from slurmtopo import fileio
+
     staged = [_Staged(d, n) for d, n, _ in files]
+    stamp = fileio.backup_stamp() if backup else None
+    kept: Dict[str, Optional[str]] = {n: None for _, n, _ in files}
     try:
         for st, (_, name, text) in zip(staged, files):
             _stage(st, text, (modes or {}).get(name, mode))
         for st in staged:
             if st.where.entry(st.name) is not None:
-                st.old = _hidden(st.where, st.name, "old")
+                st.old = _hidden(st.where, st.name, "old") if stamp is None else \
+                    fileio.backup_name(st.name, stamp,
+                                       lambda n, w=st.where: w.entry(n) is not None)
                 try:
                     os.link(st.name, st.old, src_dir_fd=st.where.fd, dst_dir_fd=st.where.fd,
                             follow_symlinks=False)
                 except OSError:
                     st.old = None  # nothing to put back on failure
+                    if stamp is not None:
+                        raise SlurmtopoError("cannot keep the previous file as a backup",
+                                             st.where.child(st.name)) from None
         for st in staged:
             try:
                 os.rename(st.tmp, st.name, src_dir_fd=st.where.fd, dst_dir_fd=st.where.fd)
@@ -254,7 +268,12 @@ def write_files(files: Sequence[Tuple[SafeDir, str, str]], mode: int = PRIVATE_F
                 _unlink_at(st.where, leftover)
         raise
     for st in staged:
-        _unlink_at(st.where, st.old)
+        if stamp is None:
+            _unlink_at(st.where, st.old)
+        elif st.old is not None:
+            kept[st.name] = st.old
+            fileio.prune_backups_at(st.where.fd, st.name)
+    return kept
 
 
 def _hidden(where: SafeDir, name: str, kind: str) -> str:

@@ -241,6 +241,45 @@ def test_command_writes_one_file_per_type(cloud, tmp_path, capsys):
     assert code == 0 and text.startswith("unchanged") and len(os.listdir(out)) == 2
 
 
+def test_command_output_dir_modes_backups_and_refusals(cloud, tmp_path, capsys):
+    """The directory was made with the umask (0775 under umask 002) and
+    used whoever could write it; files went in by path. Now: 0755 made,
+    files 0644 (every user's jobs read them), the previous file kept as a
+    backup; a directory others may write, or a link, is refused."""
+    import stat
+
+    out = tmp_path / "made" / "topo"
+    args = ["nccl-topo", "-i", str(cloud), "-o", str(out), "--type", "aws-p4d.24xlarge"]
+    old = os.umask(0o002)
+    try:
+        code, _, err = run(args + ["--no-nvlink"], capsys)
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (out.parent, out)] == [0o755, 0o755]
+    first = (out / "aws-p4d.24xlarge.xml").read_text()
+    assert stat.S_IMODE((out / "aws-p4d.24xlarge.xml").stat().st_mode) == 0o644
+    code, text, err = run(args, capsys)
+    assert code == 0, err
+    (backup,) = [p for p in out.iterdir() if p.name.endswith(".bak")]
+    assert backup.name.startswith("aws-p4d.24xlarge.xml.") and backup.read_text() == first
+    assert f"(previous kept as {backup})" in text
+    assert sorted(p.name for p in out.iterdir()) == sorted(["aws-p4d.24xlarge.xml", backup.name])
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    code, text, err = run(["nccl-topo", "-i", str(cloud), "-o", str(shared), "--type",
+                           "aws-p4d.24xlarge"], capsys)
+    assert code == 2 and text == "" and err.count("\n") == 1
+    assert "other users may write in it" in err
+    assert list(shared.iterdir()) == []
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    code, text, err = run(["nccl-topo", "-i", str(cloud), "-o", str(link), "--type",
+                           "aws-p4d.24xlarge", "--no-nvlink"], capsys)
+    assert code == 2 and "symbolic link" in err and (out / "aws-p4d.24xlarge.xml").read_text() != first
+
+
 def test_command_fails_whole_before_writing(cloud, tmp_path, capsys):
     out = tmp_path / "topo"
     code, text, err = run(["nccl-topo", "-i", str(cloud), "-o", str(out)], capsys)

@@ -5,7 +5,12 @@
 Each file is what NCCL reads from ``NCCL_TOPO_FILE`` (docs/nccl-topo.md):
 the node type's PCI tree, NUMA nodes, GPUs with their NVLinks and NICs.
 Every file is read back and any relation that did not survive is printed
-as a warning. Files are replaced atomically, the old one kept as a backup.
+as a warning. Files are replaced atomically, all or none, the old one kept
+as a backup. The directory is checked as every ``--output-dir`` is
+(:func:`slurmtopo.rundirs.write_output_files`): an existing one must be the
+user's and writable by nobody else, no link is followed, files go through
+its descriptor; they are for every user's jobs, so 0644 in directories
+made 0755.
 """
 from __future__ import annotations
 
@@ -31,10 +36,10 @@ from slurmtopo.model import Hardware
               help="Write the GPUs' NVLinks; without, NCCL reads NVLink from NVML.")
 def command(inventory_path, output_dir, types, virtualised_only, nvlink):
     """Write NCCL topology files (NCCL_TOPO_FILE) for the inventory's node types."""
-    from slurmtopo import __version__
-    from slurmtopo.fileio import atomic_write, ensure_dir
+    from slurmtopo import __version__, safedir
     from slurmtopo.inventory import fold_hostlist, load_inventory
     from slurmtopo.nccl_topo import render, topo_files
+    from slurmtopo.rundirs import open_output_dir
 
     inv = load_inventory(inventory_path)
     files = topo_files(inv, types, virtualised_only)
@@ -50,29 +55,34 @@ def command(inventory_path, output_dir, types, virtualised_only, nvlink):
         except SlurmtopoError as exc:
             raise SlurmtopoError(f"node type {f.name}: {exc.message} (or leave the type out: "
                                  "--type, --virtualised-only)", inventory_path) from None
-    ensure_dir(output_dir)
+    with open_output_dir(output_dir, published=True) as where:
+        changed = [(f"{f.name}.xml", done.text) for f, done in rendered
+                   if not _same(where, f"{f.name}.xml", done.text)]
+        backups = safedir.write_files([(where, name, text) for name, text in changed],
+                                      mode=safedir.PUBLISHED_FILE, backup=True)
+        paths = {f.name: where.child(f"{f.name}.xml") for f, _ in rendered}
     for f, done in rendered:
-        path = os.path.join(output_dir, f"{f.name}.xml")
+        path, name = paths[f.name], f"{f.name}.xml"
         nodes = f"{len(f.nodes)} node(s): {fold_hostlist(f.nodes)}"
-        if _same(path, done.text):
+        if name not in backups:
             click.echo(f"unchanged {path} for {nodes}")
         else:
-            backup = atomic_write(path, done.text, backup=True)
+            backup = backups[name]
             click.echo(f"wrote {path} for {nodes}"
-                       + (f" (previous kept as {backup})" if backup else ""))
+                       + (f" (previous kept as {os.path.join(os.path.dirname(path), backup)})"
+                          if backup else ""))
         for note in done.notes:
             click.echo(f"slurmtopo nccl-topo: {f.name}: note: {note}", err=True)
         for diff in check_written(f.hardware, done.text, path):
             click.echo(f"slurmtopo nccl-topo: {f.name}: warning: {diff}", err=True)
 
 
-def _same(path: str, text: str) -> bool:
-    from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.fileio import read_text
+def _same(where, name: str, text: str) -> bool:
+    from slurmtopo.rundirs import read_file_at
 
     try:
-        return read_text(path) == text
-    except SlurmtopoError:  # missing, or not a regular file: it gets replaced
+        return read_file_at(where, name) == text
+    except SlurmtopoError:  # not a regular file of the user's: it gets replaced
         return False
 
 
