@@ -136,7 +136,7 @@ def _step(parent: int, parent_path: str, name: str, create: bool, own: bool,
             raise _refuse(path, f"owned by {user_name(st.st_uid)}, not by you ({user_name(me)}): "
                                 "another user could change what your job runs", hint)
         mode = stat.S_IMODE(st.st_mode)
-        if made or (own and mode & ~dir_mode):
+        if made or (own and mode & ~dir_mode & 0o777):
             os.fchmod(fd, dir_mode)
         elif not own and mode & 0o022:
             raise _refuse(path, f"other users may write in it (mode {mode:04o}): they could "
