@@ -186,9 +186,7 @@ def test_cores_off_socket_boundaries_are_refused_as_slurm_25_11_drains(devcluste
             assert refused is None, refused
             _no_node_invalid(devcluster)
     finally:  # drained nodes stay drained with the old file back: resume them
-        devcluster.run(["scontrol", "update", f"NodeName={','.join(devcluster.nodes)}",
-                        "State=RESUME"], check=False)
-        devcluster.reset()
+        devcluster.recover()
 
 
 def test_block_file_for_a_tree_cluster_is_refused_before_writing(devcluster, tmp_path,
