@@ -38,7 +38,9 @@ The placement daemon (``daemon``)
     submissions of jobs that the free GPUs cannot hold by count is not
     run: the daemon turns such a job away before planning, and the jobs
     before it were refused on the same GPUs (the decisions would be the
-    same waits).
+    same waits); nor is one after anything at all when no held job fits
+    the free GPUs by count (it would release nothing: a reservation only
+    matters to the jobs a cycle releases).
 """
 from __future__ import annotations
 
@@ -67,6 +69,9 @@ class JobSpec:
     #: modelled step time on the idle cluster (0 for a job that does not
     #: communicate)
     best_step: float
+    #: the model sizing its traffic (:class:`slurmtopo.cost.styles.ModelSpec`;
+    #: None: the shape's)
+    model: object = None
 
     @property
     def submit(self) -> float:
@@ -83,6 +88,20 @@ class Outcome:
     gpus_held: int = 0
     nodes: int = 0
     leaves: int = 0
+    #: run time at its placement, before contention
+    run_base: float = 0.0
+    #: its run-time multiplier with no other job on its links (its own
+    #: flows colliding only; 1 without contention)
+    alone: float = 1.0
+    #: ever slowed by shared links
+    contended: bool = False
+
+    @property
+    def stretch(self) -> float:
+        """How much shared links stretched its run (1: not at all)."""
+        if not self.contended or self.run_base <= 0 or self.start is None or self.end is None:
+            return 1.0
+        return max(1.0, (self.end - self.start) / self.run_base)
 
 
 @dataclass
@@ -112,10 +131,12 @@ def stretched(job: JobSpec, step: Optional[float], fraction: float) -> float:
 
 
 class _Loop:
-    """What both loops share: the clock, the events, the state and the outcomes."""
+    """What both loops share: the clock, the events, the state and the
+    outcomes, and the running jobs' load on shared links when ``links``
+    (a :class:`~slurmtopo.simulate.contention.FabricLinks`) is given."""
 
     def __init__(self, inv: Inventory, jobs: List[JobSpec], label: str, fraction: float,
-                 progress: Optional[Callable[[int], None]]):
+                 progress: Optional[Callable[[int], None]], links=None, seed: int = 0):
         self.inv = inv
         self.jobs = jobs
         self.fraction = fraction
@@ -130,37 +151,105 @@ class _Loop:
         self.alloc: Dict[int, Dict[str, Tuple[int, ...]]] = {}
         self.running: Dict[int, float] = {}  # job -> when the scheduler believes it ends
         self.params = None
+        self.links = links
+        self.seed = seed
+        self.net = None
+        if links is not None:
+            from slurmtopo.simulate.contention import Contention
+            self.net = Contention(links)
+        #: job -> [time of the last change, base run seconds left, multiplier]
+        self.prog: Dict[int, List[float]] = {}
+        #: job -> the sequence number of its current END event
+        self.end_seq: Dict[int, int] = {}
+        self._models: Dict[object, object] = {}
         for job in jobs:
             self.push(job.submit, SUBMIT, job.index)
 
-    def push(self, t: float, kind: int, what: int) -> None:
+    def push(self, t: float, kind: int, what: int) -> int:
         self.seq += 1
         heapq.heappush(self.events, (t, kind, self.seq, what))
+        return self.seq
+
+    def stale(self, kind: int, seq: int, what: int) -> bool:
+        """An END event a change of the job's speed has replaced."""
+        return kind == END and self.end_seq.get(what) != seq
 
     def advance(self, t: float) -> None:
         if t > self.now:
             self.replay.stranded_gpu_s += self.state.stranded * (t - self.now)
             self.now = t
 
-    def step_of(self, job: JobSpec, placement) -> Optional[float]:
-        if job.best_step <= 0:
-            return 0.0
-        from slurmtopo.api import step_time
-        from slurmtopo.cost import CostParams, cost_params
-
+    def cost_params(self):
         if self.params is None:
+            from slurmtopo.cost import CostParams, cost_params
             try:
                 self.params = cost_params(self.inv)
             except Exception:  # validated when loaded; the defaults if not
                 self.params = CostParams()
-        return step_time(self.inv, placement, job.request, self.params)
+        return self.params
+
+    def step_of(self, job: JobSpec, placement) -> Optional[float]:
+        if job.best_step <= 0:
+            return 0.0
+        from slurmtopo.api import step_time
+
+        return step_time(self.inv, placement, job.request, self.cost_params())
+
+    def model_of(self, job: JobSpec):
+        if job.model is not None:
+            return job.model
+        text = job.shape.model
+        hit = self._models.get(text)
+        if hit is None:
+            from slurmtopo.cost.styles import parse_model
+            hit = self._models[text] = parse_model(text)
+        return hit
+
+    def load(self, job: JobSpec, placement, step: Optional[float]):
+        """The job's load on the shared links (None: it puts none there)."""
+        if self.net is None or placement is None or job.best_step <= 0 or self.fraction <= 0 \
+                or len(placement.hosts) < 2:
+            return None
+        from slurmtopo.simulate.contention import job_load, run_multiplier
+        from slurmtopo.simulate.traffic import job_traffic
+
+        traffic = job_traffic(self.inv, placement, job.request, self.model_of(job),
+                              self.cost_params())
+        if traffic.empty:
+            return None
+        phi = run_multiplier(self.fraction, slowdown(step, job.best_step))
+        return job_load(self.links, traffic, phi, job.index, self.seed)
+
+    def respeed(self, changed: Dict[int, float]) -> None:
+        """Jobs whose run-time multiplier changed now: their ends move."""
+        now = self.now
+        for index in sorted(changed):
+            pr = self.prog.get(index)
+            if pr is None:
+                continue
+            mult = changed[index]
+            left = pr[1] - (now - pr[0]) / pr[2]
+            if left < 0.0:
+                left = 0.0
+            pr[0], pr[1], pr[2] = now, left, mult
+            o = self.out[index]
+            if mult > 1.0:
+                o.contended = True
+            end = now + left * mult
+            if end == o.end:
+                continue
+            o.end = end
+            self.end_seq[index] = self.push(end, END, index)
+            if index in self.running and not self.jobs[index].trace.time_limit:
+                self.running[index] = end
 
     def start(self, job: JobSpec, alloc: Dict[str, Tuple[int, ...]], step: Optional[float],
-              limit_end: Optional[float] = None) -> None:
+              placement=None) -> None:
         self.state.allocate(alloc)
         run = stretched(job, step, self.fraction)
         o = self.out[job.index]
         o.start, o.step, o.end = self.now, step, self.now + run
+        o.run_base = run
         o.gpus_held = sum(len(g) for g in alloc.values())
         o.nodes = len(alloc)
         if len(alloc) > 1 and self.inv.fabric.switches:
@@ -171,11 +260,20 @@ class _Loop:
         self.alloc[job.index] = alloc
         limit = job.trace.time_limit
         self.running[job.index] = self.now + limit if limit else o.end
-        self.push(o.end, END, job.index)
+        self.end_seq[job.index] = self.push(o.end, END, job.index)
+        load = self.load(job, placement, step)
+        if load is not None:
+            self.prog[job.index] = [self.now, run, 1.0]
+            changed = self.net.add(job.index, load)
+            o.alone = self.net.alone(job.index)
+            self.respeed(changed)
 
     def finish(self, index: int) -> None:
         self.state.release(self.alloc.pop(index))
         self.running.pop(index, None)
+        self.end_seq.pop(index, None)
+        if self.prog.pop(index, None) is not None:
+            self.respeed(self.net.remove(index))
         self.done += 1
         if self.progress is not None and (self.done % 64 == 0 or self.done == len(self.jobs)):
             self.progress(self.done)
@@ -184,8 +282,8 @@ class _Loop:
 class QueueLoop(_Loop):
     """Slurm's queue with a placement policy (see the module doc)."""
 
-    def __init__(self, inv, jobs, policy, fraction, progress=None):
-        super().__init__(inv, jobs, policy.label, fraction, progress)
+    def __init__(self, inv, jobs, policy, fraction, progress=None, links=None, seed=0):
+        super().__init__(inv, jobs, policy.label, fraction, progress, links, seed)
         self.policy = policy
         self.pending: List[JobSpec] = []
         self.fresh: List[JobSpec] = []
@@ -201,8 +299,10 @@ class QueueLoop(_Loop):
             t = self.events[0][0]
             self.advance(t)
             while self.events and self.events[0][0] == t:
-                _, kind, _, what = heapq.heappop(self.events)
+                _, kind, seq, what = heapq.heappop(self.events)
                 if kind == END:
+                    if self.stale(kind, seq, what):
+                        continue
                     self.finish(what)
                     self.dirty = True
                 elif kind == SUBMIT:
@@ -303,7 +403,7 @@ class QueueLoop(_Loop):
         return self.policy.place(view, job, self.now, cand)
 
     def go(self, job: JobSpec, st, step, shrink: bool = False) -> bool:
-        self.start(job, st.alloc, step)
+        self.start(job, st.alloc, step, st.placement)
         if shrink and self.reserve is not None:
             # the reservation keeps the GPUs this short job did not take
             left = {h: tuple(g for g in gs if g not in st.alloc.get(h, ()))
@@ -359,8 +459,8 @@ class QueueLoop(_Loop):
 class DaemonLoop(_Loop):
     """The placement daemon on the simulated clock (see the module doc)."""
 
-    def __init__(self, inv, jobs, policy, fraction, progress=None):
-        super().__init__(inv, jobs, policy.label, fraction, progress)
+    def __init__(self, inv, jobs, policy, fraction, progress=None, links=None, seed=0):
+        super().__init__(inv, jobs, policy.label, fraction, progress, links, seed)
         self.policy = policy
         self.held: Dict[int, JobSpec] = {}
         self.next_cycle: Optional[float] = None
@@ -388,8 +488,10 @@ class DaemonLoop(_Loop):
             self.advance(t)
             cycle = False
             while self.events and self.events[0][0] == t:
-                _, kind, _, what = heapq.heappop(self.events)
+                _, kind, seq, what = heapq.heappop(self.events)
                 if kind == END:
+                    if self.stale(kind, seq, what):
+                        continue
                     self.finish(what)
                     self.moved = True
                     self.want_cycle(t)
@@ -412,8 +514,10 @@ class DaemonLoop(_Loop):
             self.next_cycle = None
             if not self.held:
                 continue
-            if not self.moved and not any(self.fits(j) for j in self.new):
+            if not any(self.fits(j) for j in (self.held.values() if self.moved else self.new)):
+                # no held job fits by count: the cycle would release none
                 self.new = []
+                self.moved = False
                 continue
             self.moved = False
             self.new = []
@@ -433,7 +537,7 @@ class DaemonLoop(_Loop):
                         step = self.step_of(job, d.placement)
                     del self.held[index]
                     self.policy.forget(job)
-                    self.start(job, alloc, step if job.best_step > 0 else 0.0)
+                    self.start(job, alloc, step if job.best_step > 0 else 0.0, d.placement)
                     released += 1
                 elif d.action == REJECT:
                     del self.held[index]
@@ -459,10 +563,13 @@ class DaemonLoop(_Loop):
 
 
 def replay(inv: Inventory, jobs: List[JobSpec], policy, fraction: float,
-           progress: Optional[Callable[[int], None]] = None) -> Replay:
-    """Replay ``jobs`` under ``policy`` (a QueuePolicy or DaemonPolicy)."""
+           progress: Optional[Callable[[int], None]] = None, links=None,
+           seed: int = 0) -> Replay:
+    """Replay ``jobs`` under ``policy`` (a QueuePolicy or DaemonPolicy);
+    with ``links`` (:class:`~slurmtopo.simulate.contention.FabricLinks`)
+    the running jobs share them (``seed`` hashes their flows)."""
     from slurmtopo.simulate.policies import DaemonPolicy
 
     loop = (DaemonLoop if isinstance(policy, DaemonPolicy) else QueueLoop)(
-        inv, jobs, policy, fraction, progress)
+        inv, jobs, policy, fraction, progress, links, seed)
     return loop.run()

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
@@ -42,13 +42,20 @@ from slurmtopo.groups import Layout
 from slurmtopo.request import JobRequest
 
 
+#: the model whose step sizes a job's traffic when its rule names none
+DEFAULT_MODEL = "7b"
+
+
 @dataclass(frozen=True)
 class Rule:
-    """Jobs of at most ``up_to`` GPUs (None: any) get TP ``tp``, PP ``pp``."""
+    """Jobs of at most ``up_to`` GPUs (None: any) get TP ``tp``, PP ``pp``,
+    and the step of ``model`` (a ``--model`` text, :mod:`slurmtopo.cost.styles`)
+    sizes their traffic on the network (:mod:`slurmtopo.simulate.traffic`)."""
 
     up_to: Optional[int]
     tp: int = 1
     pp: int = 1
+    model: str = DEFAULT_MODEL
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,8 @@ class LayoutRules:
 
 
 BUILTIN: Dict[str, LayoutRules] = {
-    "default": LayoutRules("default", (Rule(8), Rule(128, tp=8), Rule(None, tp=8, pp=4))),
+    "default": LayoutRules("default", (Rule(8), Rule(128, tp=8, model="13b"),
+                                       Rule(None, tp=8, pp=4, model="70b"))),
     "dp": LayoutRules("dp", (Rule(None),)),
 }
 #: most rules a file may hold
@@ -92,6 +100,9 @@ class JobShape:
     gpus_per_node: int
     tp: int
     pp: int
+    #: the model sizing its traffic (a ``--model`` text; the rule's, so a
+    #: function of the GPU count: not part of the shape's identity)
+    model: str = field(default=DEFAULT_MODEL, compare=False)
 
     @property
     def dp(self) -> int:
@@ -118,7 +129,21 @@ def shape_of(gpus: int, nodes: Optional[int], rules: LayoutRules, per_node: int)
     rule = rules.rule_for(gpus)
     tp = math.gcd(math.gcd(rule.tp, gpus), gpn)
     pp = math.gcd(rule.pp, gpus // tp)
-    return JobShape(gpus=gpus, nodes=n, gpus_per_node=gpn, tp=tp, pp=pp)
+    return JobShape(gpus=gpus, nodes=n, gpus_per_node=gpn, tp=tp, pp=pp, model=rule.model)
+
+
+def _model(value) -> str:
+    """A rule's ``model``: a ``--model`` text, checked now."""
+    from slurmtopo.cost.styles import parse_model
+    from slurmtopo.errors import LayoutError
+
+    if not isinstance(value, str) or len(value) > 200:
+        raise ValueError("model must be a text such as 70b or params=7e9,layers=32,hidden=4096")
+    try:
+        parse_model(value)
+    except LayoutError as exc:
+        raise ValueError(exc.message) from None
+    return value
 
 
 def load_rules(spec: str) -> LayoutRules:
@@ -155,7 +180,8 @@ def load_rules(spec: str) -> LayoutRules:
     last = 0
     for i, item in enumerate(seq):
         what = f"rule {i + 1}"
-        m = r.mapping(item, what, allowed={"up_to", "tp", "pp"}, line=Reader.line(seq, i))
+        m = r.mapping(item, what, allowed={"up_to", "tp", "pp", "model"},
+                      line=Reader.line(seq, i))
         up_to = r.get(m, "up_to", what, size, None)
         if up_to is None and i != len(seq) - 1:
             raise r.error(f"{what} has no up_to: only the last rule may cover every larger "
@@ -165,5 +191,6 @@ def load_rules(spec: str) -> LayoutRules:
                           f"({last})", Reader.line(m, "up_to"))
         last = up_to or last
         rules.append(Rule(up_to, tp=r.get(m, "tp", what, size, 1),
-                          pp=r.get(m, "pp", what, size, 1)))
+                          pp=r.get(m, "pp", what, size, 1),
+                          model=r.get(m, "model", what, _model, DEFAULT_MODEL)))
     return LayoutRules(spec, tuple(rules))
