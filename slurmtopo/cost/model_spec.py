@@ -457,3 +457,39 @@ def model_dict(spec: ModelSpec) -> Dict[str, object]:
     out: Dict[str, object] = {f.name: getattr(s, f.name) for f in fields(s)}
     out["active_params"] = int(round(s.active_params()))
     return out
+
+
+def model_with_config(text: Optional[str], config: Mapping[str, object],
+                      where: str = "--config") -> Optional[ModelSpec]:
+    """The model of ``--model TEXT`` and the keys a framework
+    configuration gives (:func:`slurmtopo.frameworks.configs.model_keys_from_config`):
+    the preset (``--model``'s, else the file's ``preset``), then the file's
+    keys, then ``--model``'s own keys, the later winning. None when
+    neither describes a model (no preset, no layers and hidden size)."""
+    keys = {k: v for k, v in config.items() if k != "preset"}
+    preset = config.get("preset")
+    if text is None:
+        if preset is None and not ("layers" in keys and "hidden" in keys):
+            return None
+        base = MODEL_PRESETS[str(preset)] if preset is not None else None
+        return model_from_mapping(keys, where, base)
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if parts and "=" not in parts[0]:
+        spec = parse_model(parts[0])
+        parts = parts[1:]
+    elif preset is not None:
+        spec = MODEL_PRESETS[str(preset)]
+    else:
+        spec = None
+    given: Dict[str, object] = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or _canon_key(key) not in MODEL_KEYS:
+            raise LayoutError(f"--model {part[:60]!r}: expected KEY=VALUE with KEY one of "
+                              f"{', '.join(MODEL_KEYS)}")
+        given[key] = value
+    if spec is not None:
+        spec = model_from_mapping(keys, where, spec) if keys else spec
+        return model_from_mapping(given, "--model", spec) if given else spec
+    merged = {**keys, **{_canon_key(k): v for k, v in given.items()}}
+    return model_from_mapping(merged, "--model")
