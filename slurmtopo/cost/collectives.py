@@ -99,6 +99,8 @@ def collective_time(p, collective: str, n: int, m: float, hosts: int, l_max: int
     ``net_bw`` GB/s per rank (its NIC share). ``p``: the CostParams."""
     if n <= 1:
         return 0.0
+    if collective == "reduce-scatter":  # a ring's mirror of the all-gather
+        collective = "all-gather"
     alpha, eff = p.alpha, p.efficiency
     allreduce = collective == "all-reduce"
     if hosts <= 1:
