@@ -173,7 +173,7 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
                 message_bytes: Optional[Mapping[str, int]] = None,
                 wait: Optional[Mapping[str, float]] = None, gpus_per_node: Optional[int] = None,
                 exclusive: bool = False, nodelist=None, exclude=(), model=None,
-                **knobs) -> JobRequest:
+                nccl_version=None, **knobs) -> JobRequest:
     """The JobRequest for a job laid out by ``framework`` with its own
     settings (``knobs``: ``dp_replicate=2, dp_shard=-1, world=16`` for
     torchtitan, ``zero_stage=3`` for DeepSpeed ...; None means the
@@ -183,7 +183,9 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
     style, :func:`slurmtopo.frameworks.placement.workload_of`) for
     ``model`` (a ``--model`` text such as ``70b`` or
     ``params=7e9,layers=32,hidden=4096``, or a ModelSpec; None: the
-    default model), which every price of the job uses.
+    default model), which every price of the job uses, with the NCCL
+    release it loads (``nccl_version``: ``2.27.7``; None: the inventory's
+    ``cost: nccl_version``, else the newest the cost model knows).
 
     ``require``, ``prefer``, ``message_bytes`` and ``wait`` may name group
     kinds by the framework's names (``dp_shard``, ``data_parallel``); the
@@ -198,6 +200,9 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
     if isinstance(model, str):
         from slurmtopo.cost.styles import parse_model
         model = parse_model(model)
+    if nccl_version is not None and not isinstance(nccl_version, tuple):
+        from slurmtopo.workload import parse_nccl_version
+        nccl_version = parse_nccl_version(nccl_version)
     fl = framework_layout(framework, **knobs)
     terms = request_terms(fl)
     require = translate_kinds(terms, framework, dict(require or {}), "require")
@@ -211,7 +216,7 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
                       message_bytes=translate_kinds(terms, framework, dict(message_bytes or {}),
                                                     "message-bytes"),
                       wait=translate_kinds(terms, framework, dict(wait or {}), "wait"),
-                      workload=workload_of(fl, model))
+                      workload=workload_of(fl, model, nccl_version))
 
 
 def step_communication(cluster: Inventory, placement: Placement, model: str,

@@ -19,7 +19,7 @@ from typing import Any, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
 
-__all__ = ["STYLES", "FRAMEWORKS", "Workload", "DEFAULT_WORKLOAD"]
+__all__ = ["STYLES", "FRAMEWORKS", "Workload", "DEFAULT_WORKLOAD", "parse_nccl_version"]
 
 #: the data-parallel styles a step is priced for: ``ddp`` (gradients
 #: all-reduced in buckets), ``zero12`` (ZeRO-1/2, Megatron's distributed
@@ -32,6 +32,22 @@ STYLES: Tuple[str, ...] = ("ddp", "zero12", "fsdp", "hsdp")
 #: frameworks whose conventions (gradient buckets, default overlaps) the
 #: step follows
 FRAMEWORKS: Tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
+
+
+def parse_nccl_version(text) -> Tuple[int, int, int]:
+    """``2.27``, ``2.27.7``, ``v2.27.7-1`` -> (2, 27, 7); raises LayoutError
+    naming the text (numbers of at most four digits, two or three of them)."""
+    t = str(text).strip()
+    if t[:1] in ("v", "V"):
+        t = t[1:]
+    t = t.split("-", 1)[0]
+    parts = t.split(".")
+    if not 2 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() and len(p) <= 4
+                                             for p in parts):
+        raise LayoutError(f"NCCL version {str(text)[:40]!r}: expected MAJOR.MINOR[.PATCH], "
+                          "e.g. 2.27.7")
+    nums = [int(p) for p in parts] + [0] * (3 - len(parts))
+    return nums[0], nums[1], nums[2]
 
 
 def _flag(value, what: str) -> Optional[bool]:
@@ -56,7 +72,10 @@ class Workload:
     gradient reduction overlaps the backward pass, the parameter gather of
     ZeRO-1/2 the next forward; None: the framework's default (PyTorch DDP
     and FSDP overlap, Megatron does not unless asked, DeepSpeed overlaps
-    with ZeRO-3)."""
+    with ZeRO-3). ``nccl_version``: the NCCL release the job loads, as
+    ``(major, minor, patch)`` (:func:`parse_nccl_version`); None: the
+    inventory's ``cost: nccl_version``, else the newest the cost model
+    knows (its algorithm choices differ by release)."""
 
     framework: str = "megatron"
     style: str = "ddp"
@@ -67,6 +86,7 @@ class Workload:
     ep_comm_overlap: bool = False
     overlap_grad_reduce: Optional[bool] = None
     overlap_param_gather: Optional[bool] = None
+    nccl_version: Optional[Tuple[int, int, int]] = None
 
     def __post_init__(self):
         if self.framework not in FRAMEWORKS:
@@ -85,6 +105,12 @@ class Workload:
                                   f"got {getattr(self, name)!r}")
         _flag(self.overlap_grad_reduce, "overlap_grad_reduce")
         _flag(self.overlap_param_gather, "overlap_param_gather")
+        if self.nccl_version is not None:
+            v = self.nccl_version
+            if (not isinstance(v, tuple) or len(v) != 3
+                    or any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 10000
+                           for x in v)):
+                raise LayoutError(f"workload nccl_version must be (major, minor, patch), got {v!r}")
 
     @property
     def grad_overlap(self) -> bool:

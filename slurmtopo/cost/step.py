@@ -157,6 +157,14 @@ class StepPrice:
 # the calls of a step
 
 
+def micro_batches(model: ModelSpec, dp: int) -> int:
+    """Micro-batches a pipeline runs a step: the model description's
+    ``micro_batches_for(dp)`` where it has one (a global batch split over
+    ``dp`` replicas, issue 35), else its ``micro_batches``."""
+    per = getattr(model, "micro_batches_for", None)
+    return int(per(dp)) if per is not None else int(model.micro_batches)
+
+
 def _model_of(w: Workload) -> ModelSpec:
     return w.model if w.model is not None else DEFAULT_MODEL
 
@@ -193,7 +201,7 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
     tp, cp, pp, ep, etp = lay.tp, lay.cp, lay.pp, lay.ep, lay.expert_tp
     d = m.value_bytes
     lp = max(1, math.ceil(m.layers / pp))
-    mb = m.micro_batches
+    mb = micro_batches(m, lay.dp)
     act = m.micro_batch * m.seq_len * m.hidden * d // cp
     sp = w.sequence_parallel and tp > 1
     out: List[StepCall] = []
@@ -310,10 +318,11 @@ def call_bytes(call: StepCall, p: CostParams, req: JobRequest) -> int:
     return int(fixed) if fixed is not None else call.message_bytes
 
 
-def compose(workload: Workload, model: ModelSpec, priced: Sequence[CallPrice]) -> StepPrice:
+def compose(inv: Inventory, placement: Placement, layout: Layout, workload: Workload,
+            model: ModelSpec, priced: Sequence[CallPrice], params: CostParams) -> StepPrice:
     """The step from its priced calls. Today: communication only, nothing
     hidden (issue 35 adds compute, the overlap and the pipeline bubble
-    here)."""
+    here, from the GPUs of ``placement`` and the ``layout``)."""
     return StepPrice(workload=workload, model=model, calls=tuple(priced))
 
 
@@ -361,7 +370,7 @@ def price_step(inv: Inventory, placement: Placement, req: JobRequest,
         t, cls = hit
         c = call if m == call.message_bytes else replace(call, message_bytes=m)
         priced.append(CallPrice(c, t, t * call.calls, t * call.calls, cls, n, len(gl)))
-    return compose(w, model, priced)
+    return compose(inv, placement, req.layout, w, model, priced, p)
 
 
 def step_dict(step: StepPrice) -> dict:

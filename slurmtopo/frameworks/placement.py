@@ -153,7 +153,7 @@ def data_parallel_style(framework: str, knobs: Mapping[str, object]) -> str:
     return "zero12" if knobs.get("use_distributed_optimizer") else "ddp"
 
 
-def workload_of(fl: FrameworkLayout, model=None) -> Workload:
+def workload_of(fl: FrameworkLayout, model=None, nccl_version=None) -> Workload:
     """The step ``fl`` runs (:class:`~slurmtopo.workload.Workload`) for
     ``model`` (a ModelSpec; None: the default model): its data-parallel
     style, HSDP's shard group (dp_shard x cp consecutive ranks of each
@@ -164,4 +164,4 @@ def workload_of(fl: FrameworkLayout, model=None) -> Workload:
     style = data_parallel_style(fl.framework, k)
     shard = int(k["dp_shard"]) * int(k["cp"]) if style == "hsdp" else 0
     return Workload(framework=fl.framework, style=style, model=model, shard=shard,
-                    sequence_parallel=fl.framework == "torchtitan")
+                    sequence_parallel=fl.framework == "torchtitan", nccl_version=nccl_version)
