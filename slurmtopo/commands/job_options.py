@@ -288,7 +288,8 @@ def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command
                        gpus_per_node=o["gpus_per_node"], exclusive=o["exclusive"],
                        nodelist=o["nodelist"], exclude=o["exclude"],
                        message_bytes=parse_message_bytes(o["message_bytes"]),
-                       wait=dict(wait or {}), **knobs)
+                       wait=dict(wait or {}), model=o.get("model"),
+                       nccl_version=o.get("nccl_version"), **knobs)
 
 
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,

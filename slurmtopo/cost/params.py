@@ -103,6 +103,9 @@ class CostParams:
     #: GB/s between CPU sockets: the ceiling of a SYS ring
     inter_socket_gbps: float = DEFAULT_INTER_SOCKET_GBPS
     message_bytes: Dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MESSAGE_BYTES))
+    #: the kinds whose size the inventory sets (``cost: message_bytes``):
+    #: every call of the step on them takes it (slurmtopo.cost.step)
+    message_overrides: Dict[str, int] = field(default_factory=dict)
     #: share of each class's bandwidth a Simple ring reaches (0 < x <= 1)
     efficiency: Dict[LinkClass, float] = field(default_factory=lambda: dict(DEFAULT_EFFICIENCY))
     protocols: Dict[str, Protocol] = field(default_factory=lambda: dict(DEFAULT_PROTOCOLS))
@@ -304,7 +307,7 @@ class _CostBlock:
             from slurmtopo.request import normalise_kind
             try:
                 kind = normalise_kind(k)
-                p.message_bytes[kind] = parse_bytes(v)
+                p.message_bytes[kind] = p.message_overrides[kind] = parse_bytes(v)
             except (ValueError, LayoutError) as exc:
                 text = exc.message if isinstance(exc, LayoutError) else str(exc)
                 raise fail(f"message_bytes: {text}", mb, k) from None
