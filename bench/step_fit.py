@@ -156,8 +156,8 @@ class Priced:
     dims: object
     style: str
     calls: tuple
-    overlaps: object
     gpu: object
+    shard: int = 0
     error: str = ""
 
 
@@ -179,15 +179,28 @@ def knobs_of(run: Run) -> Tuple[str, dict]:
     return "megatron", knobs
 
 
-def price_run(run: Run) -> Priced:
-    """Plan the run on its system and price its communication."""
-    from dataclasses import replace as dc_replace
+def overlaps_of(run: Run, framework: str) -> dict:
+    """The overlaps a run's framework made: Megatron's performance recipes
+    run sequence parallelism and TP overlap with TP, and overlap the
+    gradient reduction and the parameter gather; a row may say otherwise."""
+    r = run.row
+    tp = r.get("tp", 1) > 1
+    out = {"overlap_grad_reduce": True, "overlap_param_gather": True}
+    if framework == "megatron":
+        out.update(sequence_parallel=tp, tp_comm_overlap=tp)
+    for k in ("tp_comm_overlap", "ep_comm_overlap", "sequence_parallel"):
+        if k in r:
+            out[k] = bool(r[k])
+    return out
 
+
+def price_run(run: Run) -> Priced:
+    """Plan the run on its system and price its step with the step
+    function (:func:`slurmtopo.cost.step.price_step`)."""
     from slurmtopo import api
-    from slurmtopo.cost.compute import Dims, gpu_figures
-    from slurmtopo.cost.styles import data_parallel_style, price_step
-    from slurmtopo.cost.whole import CommCall, Overlaps
-    from slurmtopo.frameworks.registry import framework_layout
+    from slurmtopo.cost.compute import Dims
+    from slurmtopo.cost.step import price_step
+    from slurmtopo.cost.whole import CommCall
 
     spec = _spec(run.model_text, run.row)
     framework, knobs = knobs_of(run)
@@ -196,39 +209,23 @@ def price_run(run: Run) -> Priced:
                 etp=1, dp=run.gpus // (r.get("tp", 1) * r.get("pp", 1) * r.get("cp", 1)),
                 vp=r.get("vp", 1) or 1)
     inv = system_inventory(run.system, run.gpus)
-    hw = next(iter(inv.nodes.values())).hardware
-    gpu, _ = gpu_figures(hw.gpus[0].model, hw.gpus[0].memory_mib,
-                         _gpu_table(inv))
-    style = "fsdp" if r.get("fsdp") else "zero12"
     try:
-        fl = framework_layout(framework, **knobs)
-        style = data_parallel_style(framework, dict(fl.knobs))
-        req = api.job_request(framework, **knobs)
+        req = api.job_request(framework, model=spec, overlaps=overlaps_of(run, framework),
+                              **knobs)
         placement = api.plan_job(inv, None, req)
     except Exception as exc:  # noqa: BLE001 - reported per run
-        return Priced(run, spec, dims, style, (), Overlaps(), gpu, f"not placed: {exc}")
-    m = spec.micro_batches_for(dims.dp)
-    report = price_step(inv, placement, fl, dc_replace(spec, micro_batches=m))
-    calls = []
-    for call, seconds, _cls in report.calls:
-        if call.what == "dp" and call.collective == "all-gather" and call.calls == 2:
-            calls.append(CommCall("dp", call.kind, seconds / 2, "backward"))
-            calls.append(CommCall("dp-gather", call.kind, seconds / 2, "forward"))
-        else:
-            calls.append(CommCall(call.what, call.kind, seconds,
-                                  "backward" if call.what in ("dp", "fsdp-replicate") else "none"))
-        if call.what == "fsdp-shard":  # 2/3 forward+backward gathers, 1/3 reduce-scatter
-            calls[-1] = CommCall("fsdp-shard", call.kind, seconds * 2 / 3, "forward")
-            calls.append(CommCall("fsdp-shard", call.kind, seconds / 3, "backward"))
-    tp_overlap = bool(r.get("tp_comm_overlap", framework == "megatron"))
-    ov = Overlaps(grad_reduce=True, param_gather=True, tp_comm=tp_overlap,
-                  ep_comm=bool(r.get("ep_comm_overlap", False)))
-    return Priced(run, spec, dims, style, tuple(calls), ov, gpu)
+        return Priced(run, spec, dims, "", (), None, 0, f"not placed: {exc}")
+    step = price_step(inv, placement, req)
+    w = req.workload
+    calls = tuple(CommCall(c.call.what, c.call.kind, c.seconds, c.call.overlaps_with,
+                           c.call.phase, c.call.collective) for c in step.calls)
+    return Priced(run, spec, dims, w.style, calls, _gpu(inv, placement), w.shard)
 
 
-def _gpu_table(inv):
+def _gpu(inv, placement):
     from slurmtopo.cost.params import cost_params
-    return getattr(cost_params(inv), "gpu_compute", ())
+    from slurmtopo.cost.whole import placement_gpu
+    return placement_gpu(inv, placement, cost_params(inv).gpu_compute)[0]
 
 
 def predict(p: Priced, fit) -> Optional[float]:
@@ -236,7 +233,7 @@ def predict(p: Priced, fit) -> Optional[float]:
     from slurmtopo.cost.whole import compose
     if p.error:
         return None
-    step = compose(p.spec, p.dims, p.gpu, p.calls, p.overlaps, p.style, p.run.framework, fit)
+    step = compose(p.spec, p.dims, p.gpu, p.calls, p.style, p.run.framework, fit, p.shard)
     return step.tokens_per_s_per_gpu
 
 

@@ -39,6 +39,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from slurmtopo.cost.params import CostParams, cost_params
 from slurmtopo.cost.shapes import group_shapes, placement_pricer, shape_time
 from slurmtopo.cost.styles import MODEL_PRESETS, ModelSpec, ddp_bucket_bytes
+from slurmtopo.cost.model_spec import model_dict
+from slurmtopo.cost.whole import compose_priced, whole_json
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.links import LinkClass
 from slurmtopo.model import Inventory, Placement
@@ -115,6 +117,10 @@ class StepPrice:
     bubble_s: float = 0.0
     #: what the compute model (if any) says of this step, for the reports
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    #: the whole step (slurmtopo.cost.whole.WholeStep: tokens/s, MFU,
+    #: memory, exposed communication per kind) when the job describes its
+    #: model; None: the step is its communication
+    whole: Optional[object] = None
 
     @property
     def comm_s(self) -> float:
@@ -320,10 +326,18 @@ def call_bytes(call: StepCall, p: CostParams, req: JobRequest) -> int:
 
 def compose(inv: Inventory, placement: Placement, layout: Layout, workload: Workload,
             model: ModelSpec, priced: Sequence[CallPrice], params: CostParams) -> StepPrice:
-    """The step from its priced calls. Today: communication only, nothing
-    hidden (issue 35 adds compute, the overlap and the pipeline bubble
-    here, from the GPUs of ``placement`` and the ``layout``)."""
-    return StepPrice(workload=workload, model=model, calls=tuple(priced))
+    """The step from its priced calls: with a model described, compute,
+    the pipeline bubble and the optimizer added and each call's exposed
+    seconds taken from what compute hides it
+    (:func:`slurmtopo.cost.whole.compose_priced`, issue 35); without one,
+    communication only, nothing hidden."""
+    whole = compose_priced(inv, placement, layout, workload, model, priced, params)
+    if whole is None:
+        return StepPrice(workload=workload, model=model, calls=tuple(priced))
+    calls = tuple(replace(c, exposed_s=e) for c, e in zip(priced, whole.exposed_per_call))
+    return StepPrice(workload=workload, model=model, calls=calls,
+                     compute_s=whole.compute_s, bubble_s=whole.bubble_s, notes=whole.notes,
+                     whole=whole)
 
 
 def price_step(inv: Inventory, placement: Placement, req: JobRequest,
@@ -374,20 +388,27 @@ def price_step(inv: Inventory, placement: Placement, req: JobRequest,
 
 
 def step_dict(step: StepPrice) -> dict:
-    """The step as plain data (``plan --json``'s ``step``)."""
+    """The step as plain data (``plan --json``'s ``step``): its calls, and
+    ``time_s``, ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``mfu``,
+    ``memory_gib_per_gpu`` (None without a model described) and
+    ``exposed_comm_s`` per planner kind (docs/cost-model.md, "The whole
+    step")."""
     m, w = step.model, step.workload
-    return {"framework": w.framework, "style": w.style,
-            "model": {"params": m.params, "layers": m.layers, "hidden": m.hidden,
-                      "seq_len": m.seq_len, "micro_batch": m.micro_batch, "dtype": m.dtype,
-                      "micro_batches": m.micro_batches, "top_k": m.top_k},
-            "model_given": w.model is not None,
-            "calls": [{"what": c.call.what, "kind": c.call.kind,
-                       "collective": c.call.collective, "message_bytes": c.call.message_bytes,
-                       "calls": c.call.calls, "phase": c.call.phase,
-                       "overlaps_with": c.call.overlaps_with, "groups": c.count,
-                       "size": c.size, "per_call_s": c.per_call_s, "time_s": c.seconds,
-                       "exposed_s": c.exposed_s, "slowest_link": c.slowest.label,
-                       "note": c.call.note} for c in step.calls],
-            "comm_s": step.comm_s, "exposed_comm_s": step.exposed_comm_s,
-            "compute_s": step.compute_s, "bubble_s": step.bubble_s,
-            "time_s": step.time_s}
+    out = {"framework": w.framework, "style": w.style, "model": model_dict(m),
+           "model_given": w.model is not None,
+           "calls": [{"what": c.call.what, "kind": c.call.kind,
+                      "collective": c.call.collective, "message_bytes": c.call.message_bytes,
+                      "calls": c.call.calls, "phase": c.call.phase,
+                      "overlaps_with": c.call.overlaps_with, "groups": c.count,
+                      "size": c.size, "per_call_s": c.per_call_s, "time_s": c.seconds,
+                      "exposed_s": c.exposed_s, "slowest_link": c.slowest.label,
+                      "note": c.call.note} for c in step.calls],
+           "comm_s": step.comm_s, "exposed_comm_s": step.by_kind(exposed=True),
+           "exposed_comm_total_s": step.exposed_comm_s,
+           "compute_s": step.compute_s, "bubble_s": step.bubble_s,
+           "time_s": step.time_s, "tokens_per_s": None, "tokens_per_s_per_gpu": None,
+           "mfu": None, "memory_gib_per_gpu": None, "notes": list(step.notes)}
+    if step.whole is not None:
+        out.update(whole_json(step.whole))
+        out["time_s"] = step.time_s
+    return out

@@ -46,39 +46,32 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.cost.compute import (FIT, ComputeFit, Dims, GpuFigures, StageCompute,
                                     model_flops_per_token, optimizer_seconds, stage_compute)
 from slurmtopo.cost.memory import MemoryReport, memory_per_gpu
 from slurmtopo.cost.model_spec import ModelSpec
 
-__all__ = ["CommCall", "Overlaps", "WholeStep", "compose", "exposed_seconds", "step_json"]
+__all__ = ["CommCall", "WholeStep", "compose", "compose_priced", "exposed_per_call",
+           "whole_json", "placement_gpu"]
 
 
 @dataclass(frozen=True)
 class CommCall:
-    """One kind of collective of the step, priced: ``what`` (its role: tp,
-    cp, ep, expert-tp, pp, dp, dp-gather, fsdp-shard, fsdp-replicate),
-    the planner's ``kind`` it runs on, the seconds of all its calls, and
-    the pass whose compute it may overlap (forward, backward, none)."""
+    """One collective of the step, priced: its role ``what`` (tp, cp, ep,
+    expert-tp, pp, dp, fsdp-shard, fsdp-replicate), the planner's ``kind``
+    it runs on, the seconds of all its calls, the pass it runs in
+    (``phase``: forward, backward, optimizer) and the compute the framework
+    lets it overlap (``overlaps_with``: forward, backward, none) as the
+    step function tags it (:class:`slurmtopo.cost.step.StepCall`)."""
 
     what: str
     kind: str
     seconds: float
     overlaps_with: str = "none"
-    calls: int = 1
-
-
-@dataclass(frozen=True)
-class Overlaps:
-    """Which overlaps the framework makes (None: its default)."""
-
-    grad_reduce: bool = True
-    param_gather: bool = True
-    tp_comm: bool = False
-    ep_comm: bool = False
-    p2p: Optional[bool] = None  # None: with interleaving (Megatron's overlap_p2p_comm)
+    phase: str = "backward"
+    collective: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,12 +85,15 @@ class WholeStep:
     #: per kind of call ("tp", "dp" ...): exposed seconds, and all seconds
     exposed_comm: Tuple[Tuple[str, float], ...]
     comm: Tuple[Tuple[str, float], ...]
+    #: per call given, its exposed seconds (in the order given)
+    exposed_per_call: Tuple[float, ...]
     tokens_per_step: float
     gpus: int
     mfu: float
     memory: MemoryReport
     stage: StageCompute
     micro_batches: int
+    gpu: str = ""
     notes: Tuple[str, ...] = field(default=())
 
     @property
@@ -113,57 +109,87 @@ class WholeStep:
         return self.tokens_per_s / max(1, self.gpus)
 
 
-def exposed_seconds(call: CommCall, st: StageCompute, m: int, dims: Dims, ov: Overlaps) -> float:
-    """The seconds of ``call`` no compute hides (the module doc's table)."""
-    t = call.seconds
-    parts = dict(st.parts)
-    fwd, bwd = st.forward_s, st.backward_s + st.recompute_s
-    w = call.what
-    if w in ("dp", "fsdp-replicate") or (w == "fsdp-shard" and call.overlaps_with == "backward"):
-        if w == "fsdp-shard":
-            return max(0.0, t - m * bwd)
-        return max(0.0, t - bwd) if ov.grad_reduce else t
-    if w == "dp-gather":
-        return max(0.0, t - fwd) if ov.param_gather else t
-    if w == "fsdp-shard":  # the forward gathers
-        return max(0.0, t - m * fwd)
-    if w in ("tp", "expert-tp"):
-        gemms = m * (parts.get("gemm", 0.0) + parts.get("expert_gemm", 0.0))
-        return max(0.0, t - gemms) if ov.tp_comm else t
-    if w == "cp":
-        return max(0.0, t - m * parts.get("attention", 0.0))
-    if w == "ep":
-        hide = m * (parts.get("expert_gemm", 0.0) + parts.get("attention", 0.0))
-        return max(0.0, t - hide) if ov.ep_comm else t
+def _pool(c: CommCall, dims: Dims) -> Optional[str]:
+    """Which compute window a call hides behind (None: it is exposed)."""
+    w, ov = c.what, c.overlaps_with
     if w == "pp":
-        interleaved = dims.vp > 1 if ov.p2p is None else ov.p2p
-        if interleaved and m > 0:
-            return min(t, t / (2 * m) * 2 * (dims.pp - 1))
-        return t
-    return t
+        return "pp"
+    if ov == "none":
+        return None
+    if w == "fsdp-shard" and c.phase == "forward":
+        return "fsdp-forward"
+    if w == "fsdp-shard" and c.collective != "reduce-scatter":
+        return "fsdp-backward"
+    if w in ("dp", "fsdp-shard", "fsdp-replicate"):
+        return "param-gather" if c.phase == "optimizer" or ov == "forward" else "grads"
+    if w in ("tp", "expert-tp"):
+        return "tp"
+    if w in ("cp", "ep"):
+        return w
+    return None
+
+
+def _windows(st: StageCompute, m: int) -> Dict[str, float]:
+    """Seconds of compute each pool can hide behind in a step."""
+    parts = dict(st.parts)
+    fwd = st.forward_s
+    bwd = st.backward_s + st.recompute_s
+    return {"grads": bwd,  # the last micro-batch's backward
+            "param-gather": fwd,  # the first micro-batch's forward
+            "fsdp-forward": m * fwd, "fsdp-backward": m * bwd,
+            "tp": m * (parts.get("gemm", 0.0) + parts.get("expert_gemm", 0.0)),
+            "cp": m * parts.get("attention", 0.0),
+            "ep": m * (parts.get("expert_gemm", 0.0) + parts.get("attention", 0.0))}
+
+
+def exposed_per_call(calls: Sequence[CommCall], st: StageCompute, m: int,
+                     dims: Dims) -> List[float]:
+    """Each call's seconds no compute hides (the module doc's table): the
+    calls sharing a window hide together (``max(0, their sum - window)``,
+    shared in proportion); PP sends with interleaving only in warm-up and
+    cool-down."""
+    win = _windows(st, m)
+    pools: Dict[str, float] = {}
+    for c in calls:
+        key = _pool(c, dims)
+        if key and key != "pp":
+            pools[key] = pools.get(key, 0.0) + c.seconds
+    out = []
+    for c in calls:
+        key = _pool(c, dims)
+        if key is None:
+            out.append(c.seconds)
+        elif key == "pp":
+            interleaved = max(1, dims.vp) > 1
+            out.append(min(c.seconds, c.seconds / m * (dims.pp - 1)) if interleaved and m
+                       else c.seconds)
+        else:
+            total = pools[key]
+            left = max(0.0, total - win[key])
+            out.append(c.seconds * left / total if total > 0 else 0.0)
+    return out
 
 
 def compose(spec: ModelSpec, dims: Dims, gpu: GpuFigures, calls: Sequence[CommCall],
-            overlaps: Overlaps = Overlaps(), style: str = "ddp", framework: str = "megatron",
-            fit: ComputeFit = FIT, shard: int = 0, notes: Sequence[str] = ()) -> WholeStep:
+            style: str = "ddp", framework: str = "megatron", fit: ComputeFit = FIT,
+            shard: int = 0, notes: Sequence[str] = ()) -> WholeStep:
     """The step of ``spec`` on a layout of ``dims`` with the priced
     communication ``calls`` (see the module doc)."""
     s = spec.resolved()
     st = stage_compute(s, dims, gpu, fit)
     m = s.micro_batches_for(dims.dp)
-    vp = max(1, s.virtual_stages, dims.vp)
+    vp = max(1, dims.vp)
     mb = st.microbatch_s
     bubble = (dims.pp - 1) / vp * mb if dims.pp > 1 else 0.0
-    # the optimizer updates the rank's share of the parameters
     mem = memory_per_gpu(s, dims, style, framework, gpu.memory_gib, shard)
-    local = _local_params(s, dims, style)
-    opt = optimizer_seconds(local, gpu)
+    opt = optimizer_seconds(_local_params(s, dims, style), gpu)
+    per_call = exposed_per_call(calls, st, m, dims)
     exposed: Dict[str, float] = {}
     total: Dict[str, float] = {}
-    for c in calls:
+    for c, e in zip(calls, per_call):
         key = _kind_name(c.what)
         total[key] = total.get(key, 0.0) + c.seconds
-        exposed[key] = exposed.get(key, 0.0) + exposed_seconds(c, st, m, dims, overlaps)
+        exposed[key] = exposed.get(key, 0.0) + e
     compute = m * mb + opt
     time = compute + bubble + sum(exposed.values())
     tokens = float(m * s.micro_batch * dims.dp * s.seq_len)
@@ -171,7 +197,8 @@ def compose(spec: ModelSpec, dims: Dims, gpu: GpuFigures, calls: Sequence[CommCa
     peak, _ = gpu.peak(s.dtype)
     mfu = (model_flops_per_token(s) * tokens / time / world / peak) if time > 0 else 0.0
     return WholeStep(time, compute, bubble, opt, tuple(sorted(exposed.items())),
-                     tuple(sorted(total.items())), tokens, world, mfu, mem, st, m, tuple(notes))
+                     tuple(sorted(total.items())), tuple(per_call), tokens, world, mfu, mem, st,
+                     m, gpu.name, tuple(notes))
 
 
 def _kind_name(what: str) -> str:
@@ -190,22 +217,20 @@ def _local_params(s: ModelSpec, dims: Dims, style: str) -> float:
     return local
 
 
-def step_json(step: WholeStep) -> Dict[str, object]:
-    """``plan --json``'s ``step`` numbers: time_s, tokens_per_s,
-    tokens_per_s_per_gpu, mfu, memory_gib_per_gpu, exposed_comm_s per kind,
-    and the parts."""
+def whole_json(step: WholeStep) -> Dict[str, object]:
+    """The whole step's numbers for ``plan --json``'s ``step``:
+    tokens_per_s, tokens_per_s_per_gpu, mfu, memory_gib_per_gpu (and the
+    memory by part, whether it fits), the compute, bubble and optimizer
+    seconds, the micro-batches and the GPU it was priced at."""
     r = _round
-    return {"time_s": r(step.time_s), "tokens_per_s": r(step.tokens_per_s),
+    return {"tokens_per_s": r(step.tokens_per_s),
             "tokens_per_s_per_gpu": r(step.tokens_per_s_per_gpu), "mfu": r(step.mfu),
             "memory_gib_per_gpu": r(step.memory.total_gib),
-            "memory_fits": step.memory.fits,
-            "gpu_memory_gib": r(step.memory.gpu_gib),
+            "memory_fits": step.memory.fits, "gpu_memory_gib": r(step.memory.gpu_gib),
             "memory_gib": {k: r(v) for k, v in step.memory.as_dict().items()},
-            "exposed_comm_s": {k: r(v) for k, v in step.exposed_comm},
-            "comm_s": {k: r(v) for k, v in step.comm},
-            "compute_s": r(step.compute_s), "bubble_s": r(step.bubble_s),
-            "optimizer_s": r(step.optimizer_s), "micro_batches": step.micro_batches,
-            "notes": list(step.notes)}
+            "compute_s": step.compute_s, "bubble_s": step.bubble_s,
+            "optimizer_s": step.optimizer_s, "micro_batches": step.micro_batches,
+            "gpu": step.gpu}
 
 
 def _round(x: float) -> float:
@@ -215,5 +240,50 @@ def _round(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def by_role(totals: Mapping[str, float]) -> Dict[str, float]:  # pragma: no cover - helper
-    return dict(totals)
+def placement_gpu(inv, placement, table=()) -> Tuple[GpuFigures, List[str]]:
+    """The GPU a step runs at: the slowest (lowest bf16 peak) of the GPUs of
+    the placement's hosts, with notes for a GPU no preset or inventory
+    entry describes and for mixed GPU models."""
+    from slurmtopo.cost.compute import gpu_figures
+    notes: List[str] = []
+    seen: Dict[str, GpuFigures] = {}
+    for host in placement.hosts:
+        node = inv.nodes.get(host)
+        if node is None or not node.hardware.gpus:
+            continue
+        g = node.hardware.gpus[0]
+        if g.model in seen:
+            continue
+        figs, known = gpu_figures(g.model, g.memory_mib, table)
+        if not known:
+            notes.append(f"GPU {g.model!r} has no compute figures (cost: gpu_compute: in the "
+                         "inventory); priced as an H100")
+        seen[g.model] = figs
+    if not seen:
+        figs, _ = gpu_figures("", None, table)
+        return figs, ["no GPU model known; priced as an H100"]
+    slowest = min(seen.values(), key=lambda f: f.peak("bf16")[0])
+    if len(seen) > 1:
+        notes.append(f"GPUs of {len(seen)} models; the step is priced at the slowest, "
+                     f"{slowest.name}")
+    return slowest, notes
+
+
+def compose_priced(inv, placement, layout, workload, model: ModelSpec, priced,
+                   params, fit: ComputeFit = FIT) -> Optional[WholeStep]:
+    """The whole step of the step function's priced calls (duck-typed
+    :class:`slurmtopo.cost.step.CallPrice`: ``call.what``, ``call.kind``,
+    ``call.phase``, ``call.overlaps_with``, ``call.collective``,
+    ``seconds``) on ``placement`` for the planner's ``layout``; None when
+    the job describes no model (the step is its communication alone)."""
+    if workload is None or workload.model is None:
+        return None
+    lay = layout.resolved()
+    spec = model.resolved()
+    dims = Dims(tp=lay.tp, cp=lay.cp, pp=lay.pp, ep=lay.ep, etp=lay.expert_tp, dp=lay.dp,
+                vp=max(1, spec.virtual_stages))
+    gpu, notes = placement_gpu(inv, placement, getattr(params, "gpu_compute", ()))
+    calls = [CommCall(c.call.what, c.call.kind, c.seconds, c.call.overlaps_with, c.call.phase,
+                      c.call.collective) for c in priced]
+    return compose(spec, dims, gpu, calls, workload.style, workload.framework, fit,
+                   workload.shard, notes)
