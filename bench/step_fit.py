@@ -224,7 +224,7 @@ def price_run(run: Run) -> Priced:
 
 def _gpu(inv, placement):
     from slurmtopo.cost.params import cost_params
-    from slurmtopo.cost.whole import placement_gpu
+    from slurmtopo.cost.compute import placement_gpu
     return placement_gpu(inv, placement, cost_params(inv).gpu_compute)[0]
 
 

@@ -223,6 +223,17 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
                       workload=workload_of(fl, model, nccl_version, overlaps))
 
 
+def memory_check(job: "PreparedJob", policy: str) -> Optional[str]:
+    """Does the job's model fit in the memory of its placement's GPUs
+    (:func:`slurmtopo.cost.memory.memory_of_request`)? ``policy``:
+    ``error`` raises LayoutError when it does not, ``warn`` returns the
+    warning, ``off`` says nothing (docs/cost-model.md, "Memory per GPU").
+    Nothing is checked for a job that describes no model."""
+    from slurmtopo.cost.memory import memory_finding, memory_of_request
+
+    return memory_finding(memory_of_request(job.cluster, job.placement, job.request), policy)
+
+
 def step_communication(cluster: Inventory, placement: Placement, model: str,
                        framework: str = "megatron", **knobs):
     """One training step of ``placement`` for ``model`` (a ``--model``

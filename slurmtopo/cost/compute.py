@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from slurmtopo.cost.model_spec import ModelSpec
 
 __all__ = ["GpuFigures", "GPU_PRESETS", "GPU_DTYPES", "ComputeFit", "FIT", "Dims",
            "StageCompute", "gpu_figures", "parse_gpu_compute", "model_flops_per_token",
-           "step_model_flops", "stage_compute", "optimizer_seconds", "gemm_seconds"]
+           "step_model_flops", "stage_compute", "optimizer_seconds", "gemm_seconds", "placement_gpu"]
 
 #: the dtypes a GPU's peak is given for (fp32 training runs on TF32)
 GPU_DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32")
@@ -361,3 +361,31 @@ def optimizer_seconds(params_local: float, gpu: GpuFigures) -> float:
     moments and writes three of them back plus the bf16 weight (30 bytes a
     parameter), memory-bound."""
     return params_local * 30.0 / (gpu.hbm_gbps * 1e9)
+
+
+def placement_gpu(inv, placement, table=()) -> Tuple[GpuFigures, List[str]]:
+    """The GPU a step runs at: the slowest (lowest bf16 peak) of the GPUs of
+    the placement's hosts, with notes for a GPU no preset or inventory
+    entry describes and for mixed GPU models."""
+    notes: List[str] = []
+    seen: Dict[str, GpuFigures] = {}
+    for host in placement.hosts:
+        node = inv.nodes.get(host)
+        if node is None or not node.hardware.gpus:
+            continue
+        g = node.hardware.gpus[0]
+        if g.model in seen:
+            continue
+        figs, known = gpu_figures(g.model, g.memory_mib, table)
+        if not known:
+            notes.append(f"GPU {g.model!r} has no compute figures (cost: gpu_compute: in the "
+                         "inventory); priced as an H100")
+        seen[g.model] = figs
+    if not seen:
+        figs, _ = gpu_figures("", None, table)
+        return figs, ["no GPU model known; priced as an H100"]
+    slowest = min(seen.values(), key=lambda f: f.peak("bf16")[0])
+    if len(seen) > 1:
+        notes.append(f"GPUs of {len(seen)} models; the step is priced at the slowest, "
+                     f"{slowest.name}")
+    return slowest, notes

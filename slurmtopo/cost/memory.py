@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
-from slurmtopo.cost.compute import Dims
+from slurmtopo.cost.compute import Dims, placement_gpu
 from slurmtopo.cost.model_spec import ModelSpec
 
 __all__ = ["MemoryReport", "memory_per_gpu", "memory_verdict", "MEMORY_POLICIES",
@@ -167,3 +167,37 @@ def memory_verdict(report: MemoryReport) -> str:
         return f"needs {need:.1f} GiB a GPU (GPU memory unknown)"
     word = "fits" if report.fits else "does not fit"
     return f"{word}: {need:.1f} of {report.gpu_gib:.1f} GiB a GPU"
+
+
+def memory_of_request(cluster, placement, request) -> Optional[MemoryReport]:
+    """The memory a GPU of ``placement`` needs for ``request``'s model
+    (its workload's ModelSpec) on its layout; None when the job describes
+    no model."""
+    w = getattr(request, "workload", None)
+    if w is None or w.model is None:
+        return None
+    from slurmtopo.cost.params import cost_params
+    lay = request.layout.resolved()
+    spec = w.model.resolved()
+    dims = Dims(tp=lay.tp, cp=lay.cp, pp=lay.pp, ep=lay.ep, etp=lay.expert_tp, dp=lay.dp,
+                vp=max(1, spec.virtual_stages))
+    gpu, _ = placement_gpu(cluster, placement, cost_params(cluster).gpu_compute)
+    return memory_per_gpu(spec, dims, w.style, w.framework, gpu.memory_gib, w.shard)
+
+
+def memory_finding(report: Optional[MemoryReport], policy: str) -> Optional[str]:
+    """What the memory check says under ``policy`` (:data:`MEMORY_POLICIES`):
+    None when the layout fits (or nothing is known, or the policy is off),
+    else the warning; with ``error`` a LayoutError is raised instead."""
+    from slurmtopo.errors import LayoutError
+    if policy not in MEMORY_POLICIES:
+        raise LayoutError(f"--memory-check {policy!r}: one of {', '.join(MEMORY_POLICIES)}")
+    if report is None or report.fits or policy == "off":
+        return None
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in report.as_dict().items() if v >= 0.05)
+    text = (f"the layout does not fit in GPU memory: {memory_verdict(report)} ({parts} GiB); "
+            "recompute activations (recompute=selective or full), split the model over more "
+            "GPUs (tp, pp, ep, cp) or shard it (ZeRO, FSDP, the distributed optimizer)")
+    if policy == "error":
+        raise LayoutError(text + "; --memory-check warn submits it anyway")
+    return text

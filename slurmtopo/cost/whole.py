@@ -49,12 +49,13 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.cost.compute import (FIT, ComputeFit, Dims, GpuFigures, StageCompute,
-                                    model_flops_per_token, optimizer_seconds, stage_compute)
+                                    model_flops_per_token, optimizer_seconds, placement_gpu,
+                                    stage_compute)
 from slurmtopo.cost.memory import MemoryReport, memory_per_gpu
 from slurmtopo.cost.model_spec import ModelSpec
 
 __all__ = ["CommCall", "WholeStep", "compose", "compose_priced", "exposed_per_call",
-           "whole_json", "placement_gpu"]
+           "whole_json"]
 
 
 @dataclass(frozen=True)
@@ -238,35 +239,6 @@ def _round(x: float) -> float:
     if not x or not math.isfinite(x):
         return x
     return float(f"{x:.6g}")
-
-
-def placement_gpu(inv, placement, table=()) -> Tuple[GpuFigures, List[str]]:
-    """The GPU a step runs at: the slowest (lowest bf16 peak) of the GPUs of
-    the placement's hosts, with notes for a GPU no preset or inventory
-    entry describes and for mixed GPU models."""
-    from slurmtopo.cost.compute import gpu_figures
-    notes: List[str] = []
-    seen: Dict[str, GpuFigures] = {}
-    for host in placement.hosts:
-        node = inv.nodes.get(host)
-        if node is None or not node.hardware.gpus:
-            continue
-        g = node.hardware.gpus[0]
-        if g.model in seen:
-            continue
-        figs, known = gpu_figures(g.model, g.memory_mib, table)
-        if not known:
-            notes.append(f"GPU {g.model!r} has no compute figures (cost: gpu_compute: in the "
-                         "inventory); priced as an H100")
-        seen[g.model] = figs
-    if not seen:
-        figs, _ = gpu_figures("", None, table)
-        return figs, ["no GPU model known; priced as an H100"]
-    slowest = min(seen.values(), key=lambda f: f.peak("bf16")[0])
-    if len(seen) > 1:
-        notes.append(f"GPUs of {len(seen)} models; the step is priced at the slowest, "
-                     f"{slowest.name}")
-    return slowest, notes
 
 
 def compose_priced(inv, placement, layout, workload, model: ModelSpec, priced,
