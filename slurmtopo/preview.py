@@ -568,3 +568,33 @@ def _plain(v):
     if isinstance(v, (int, float, str)) or v is None:
         return v
     return str(v)
+
+
+def advice_parts(advice) -> List[Any]:
+    """``slurmtopo advise``'s output: the ranked layouts as a table, then
+    each one's ready ``slurmtopo plan`` line, then the notes."""
+    a = advice
+    t = Sheet(title=f"Layouts for {a.gpus} GPUs ({a.gpu}, {a.gpu_memory_gib:.0f} GiB), best "
+                    "first (modelled)",
+              columns=[Column("#", justify="right"), Column("layout"), Column("mbs"),
+                       Column("recompute"), Column("optimizer"),
+                       Column("step", justify="right"),
+                       Column("tok/s/GPU", justify="right"), Column("MFU", justify="right"),
+                       Column("GiB/GPU", justify="right"), Column("exposed comm")],
+              compact=True)
+    for i, r in enumerate(a.ranked):
+        c = r.candidate
+        comm = ", ".join(f"{k} {format_seconds(v)}" for k, v in r.exposed_comm if v > 0) or "-"
+        t.add_row(*(line(x) for x in (
+            str(i + 1), c.label(), str(c.micro_batch), c.recompute,
+            "FSDP" if c.style == "fsdp" else "distributed", format_seconds(r.time_s),
+            _tokens(r.tokens_per_s_per_gpu), f"{r.mfu:.1%}", f"{r.memory_gib:.1f}", comm)))
+    t.caption = (f"{a.considered} layouts considered, {a.fitting} fit in memory, "
+                 f"{a.placed} placed by the planner and priced")
+    t.labels = ["#", "layout", "micro-batch", "recompute", "optimizer", "step",
+                "tokens/s per GPU", "MFU", "memory per GPU", "exposed communication"]
+    out: List[Any] = [t, line("Ready to plan:", "bold")]
+    for i, r in enumerate(a.ranked):
+        out.append(line(f"  {i + 1}. {printable(r.plan)}"))
+    out.extend(warning_lines([], a.notes))
+    return out
