@@ -152,7 +152,7 @@ def partition_view(inv, o):
 
 def request_options(func):
     """--require --prefer --gpus-per-node --exclusive --nodelist --exclude
-    --message-bytes."""
+    --message-bytes --model."""
     kl = _kinds_and_levels()
     return _apply(func, [
         click.option("--require", multiple=True, metavar="KIND=LEVEL",
@@ -171,6 +171,12 @@ def request_options(func):
         click.option("--message-bytes", multiple=True, metavar="KIND=SIZE",
                      help="Bytes per collective for the cost model, e.g. dp=1GiB "
                           "(repeatable)."),
+        click.option("--model", "model", default=None, metavar="SPEC",
+                     help="The model the training step is priced for (the plan's choice, the "
+                          "preview, --json), per the framework's data-parallel style: a preset "
+                          "(7b, 8b, 13b, 70b, 405b), optionally changed (70b,seq=8192), or "
+                          "params=...,layers=...,hidden=... "
+                          "[,seq_len,micro_batch,dtype,micro_batches,top_k]; default: 70b."),
     ])
 
 
