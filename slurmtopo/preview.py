@@ -433,7 +433,9 @@ def bound_warning(plan_cost, bound, idle_bound=None) -> Optional[str]:
     dp both want a node's NVLink). With ``bound`` no worse than the idle
     one, fragmentation is not it: saying so on an idle cluster would send
     the user waiting for nothing. ``idle_bound`` None: not known, both
-    causes are named as possible."""
+    causes are named as possible. A plan near the bound on the free GPUs
+    but far above the idle cluster's is told so: it is the running jobs'
+    doing, and waiting may pay."""
     if plan_cost is None or bound is None or bound.step_time_s <= 0:
         return None
     # the bound is of the communication: with the whole step modelled,
@@ -443,6 +445,16 @@ def bound_warning(plan_cost, bound, idle_bound=None) -> Optional[str]:
     mine = step.comm_s if whole else plan_cost.step_time_s
     ratio = mine / bound.step_time_s
     if ratio < FAR_FROM_BOUND:
+        # as good as the free GPUs allow, but they are fragmented: an idle
+        # cluster's bound is far below
+        if (idle_bound is not None and idle_bound.step_time_s > 0
+                and plan_cost.step_time_s >= FAR_FROM_BOUND * idle_bound.step_time_s
+                and bound.step_time_s > idle_bound.step_time_s * (1 + 1e-9)):
+            return (f"the plan is near the lower bound on the free GPUs "
+                    f"({format_seconds(plan_cost.step_time_s)} vs "
+                    f"{format_seconds(bound.step_time_s)} a step), but the running jobs leave "
+                    f"the free GPUs fragmented (on an idle cluster the bound is "
+                    f"{format_seconds(idle_bound.step_time_s)}): waiting for GPUs may pay")
         return None
     what = "the plan's communication models" if whole else "the plan models"
     head = (f"{what} {ratio:.1f}x the lower bound on the free GPUs "

@@ -152,7 +152,7 @@ def partition_view(inv, o):
 
 def request_options(func):
     """--require --prefer --gpus-per-node --exclusive --nodelist --exclude
-    --message-bytes --memory-check."""
+    --message-bytes --model --memory-check."""
     kl = _kinds_and_levels()
     return _apply(func, [
         click.option("--require", multiple=True, metavar="KIND=LEVEL",
@@ -171,6 +171,15 @@ def request_options(func):
         click.option("--message-bytes", multiple=True, metavar="KIND=SIZE",
                      help="Bytes per collective for the cost model, e.g. dp=1GiB "
                           "(repeatable)."),
+        click.option("--model", "model", default=None, metavar="SPEC",
+                     help="The model the training step is priced for (the plan's choice, the "
+                          "preview, --json, the memory check): a preset (llama3-8b, "
+                          "llama3-70b, llama3.1-405b, deepseek-v3, mixtral-8x7b, qwen3-30b-a3b "
+                          "... or 7b, 8b, 13b, 70b, 405b), optionally changed "
+                          "(llama3-70b,seq_len=8192,global_batch=256,dtype=fp8), or "
+                          "layers=...,hidden=...,params=... (docs/cost-model.md, 'The model'); "
+                          "keys the framework's --config gives are read too. Without one: "
+                          "the step's communication for Llama 3 70B's shape."),
         click.option("--memory-check", "memory_check", default=None,
                      type=click.Choice(["error", "warn", "off"]),
                      help="A layout whose model (--model or --config) does not fit in GPU "

@@ -28,11 +28,6 @@ DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 @job_options
 @state_options("none")
 @click.option("--color-by", default=None, help="Group kind to colour the grid by.")
-@click.option("--model", "model", default=None, metavar="SPEC",
-              help="The model the step is priced for (the plan's choice, the preview, --json), "
-                   "per the framework's data-parallel style: a preset (7b, 8b, 13b, 70b, 405b), "
-                   "optionally changed (70b,seq=8192), or params=...,layers=...,hidden=... "
-                   "[,seq_len,micro_batch,dtype,micro_batches,top_k]; default: 70b.")
 @click.option("--output-dir", default=DEFAULT_OUTPUT_DIR, show_default=True,
               type=click.Path(file_okay=False), help="Where to write the files.")
 @click.option("--json", "as_json", is_flag=True,

@@ -375,29 +375,48 @@ def joint_bound(base: "LowerBound", p: CostParams, req: JobRequest, groups,
         # host): with TP 8 in every node a DP group has one rank a host,
         # and TP and DP both split 4+4 would need 16 ranks a host
         off = [k for k, lv in assign.items() if lv > 0]
-        held = {}
-        for dims_of in (_DENSE_DIMS, _EXPERT_DIMS):
-            dims = set()
-            for k, lv in assign.items():
-                if lv == 0 and k in dims_of:
-                    dims.update(dims_of[k])
-            held[id(dims_of)] = math.prod(sizes[d] for d in dims)
         for ls in itertools.product(caps, repeat=len(off)):
-            ok = True
-            for dims_of in (_DENSE_DIMS, _EXPERT_DIMS):
-                used = held[id(dims_of)]
-                for k, l in zip(off, ls):
-                    if k in dims_of:
-                        used *= l
-                if used > node_cap:
-                    ok = False
-                    break
-            if not ok:
+            if not _host_holds(assign, dict(zip(off, ls)), sizes, node_cap):
                 continue
             total = inner + sum(cost(k, assign[k], l) for k, l in zip(off, ls))
             if total < best:
                 best = total
     return fixed + (0.0 if not kinds else best)
+
+
+def _host_holds(assign, ls, sizes, node_cap: int) -> bool:
+    """Can one host hold the ranks this assignment puts on it: every dim
+    of the kinds kept inside a node whole, and ``l`` ranks of each kind
+    off the node (``ls``), of which the dims already whole on the host
+    give a fixed share (a dp-cp group with cp inside the node has cp of
+    its ranks on every host it touches)? Per rank generator; kinds off the
+    node sharing dims are counted by the largest of them, never twice."""
+    for dims_of in (_DENSE_DIMS, _EXPERT_DIMS):
+        held = set()
+        for k, lv in assign.items():
+            if lv == 0 and k in dims_of:
+                held.update(dims_of[k])
+        ranks = math.prod(sizes[d] for d in held)
+        clusters: List[Tuple[set, float]] = []
+        for k, l in ls.items():
+            if k not in dims_of:
+                continue
+            whole = math.prod(sizes[d] for d in set(dims_of[k]) & held)
+            if l < whole:  # the held dims alone put that many of its ranks there
+                return False
+            free = set(dims_of[k]) - held
+            factor = l / whole
+            merged = [(dims, f) for dims, f in clusters if dims & free]
+            clusters = [(dims, f) for dims, f in clusters if not dims & free]
+            for dims, f in merged:
+                free |= dims
+                factor = max(factor, f)
+            clusters.append((free, factor))
+        for _, f in clusters:
+            ranks *= f
+        if ranks > node_cap + 1e-9:
+            return False
+    return True
 
 
 def _parts(gl, call: StepCall):
