@@ -54,6 +54,9 @@ class GpuFigures:
     tflops: Tuple[Tuple[str, float], ...]
     hbm_gbps: float
     memory_gib: float = 0.0
+    #: exponentials a second (tera) of the special-function units, which
+    #: bound attention's softmax (0: not known, no such bound)
+    exp_tops: float = 0.0
 
     def peak(self, dtype: str) -> Tuple[float, str]:
         """(FLOP/s, the dtype that runs) for a GEMM in ``dtype``: a dtype
@@ -67,11 +70,11 @@ class GpuFigures:
         return max(table.values()) * 1e12, dtype
 
 
-def _gpu(name, bf16, fp8=0.0, fp4=0.0, hbm=0.0, tf32=0.0, fp16=0.0, mx=None):
+def _gpu(name, bf16, fp8=0.0, fp4=0.0, hbm=0.0, tf32=0.0, fp16=0.0, mx=None, exp=0.0):
     t = (("bf16", bf16), ("fp16", fp16 or bf16), ("fp8", fp8), ("mxfp8", fp8 if mx is None
                                                                 else mx),
          ("nvfp4", fp4), ("fp32", tf32 or bf16 / 2))
-    return GpuFigures(name, tuple((k, float(v)) for k, v in t if v), float(hbm))
+    return GpuFigures(name, tuple((k, float(v)) for k, v in t if v), float(hbm), 0.0, exp)
 
 
 #: GPU model substring (lower case, matched against the inventory's GPU
@@ -83,20 +86,25 @@ def _gpu(name, bf16, fp8=0.0, fp4=0.0, hbm=0.0, tf32=0.0, fp16=0.0, mx=None):
 #: B300 (HGX B300: 2250, 4500, 13500 fp4, 8000 GB/s), GB200 (GB200 NVL72:
 #: 2500, 5000, 10000, 8000 GB/s), GB300 (GB300 NVL72: 2500, 5000, 15000,
 #: 8000 GB/s), L40S (362, 733, 864 GB/s), RTX A6000 (155, 768 GB/s), V100
-#: (fp16 125, 900 GB/s). Sparsity is never counted.
+#: (fp16 125, 900 GB/s). Sparsity is never counted. Exponentials a second
+#: (softmax): H100 3.9 T (Shah et al. 2024, "FlashAttention-3", §1: "only
+#: 3.9 TFLOPS of dedicated multi-function units"; H800 and H200 alike), A100
+#: 2.4 T (108 SMs x 16 a clock x 1.41 GHz, the same count), B200 and GB200
+#: 5 T, B300 and GB300 10.7 T (NVIDIA's Blackwell Ultra announcement: "2x
+#: attention-layer acceleration", 10.7 TeraExponentials/s).
 GPU_PRESETS: Tuple[Tuple[str, GpuFigures], ...] = (
-    ("gb300", _gpu("GB300", 2500, 5000, 15000, 8000, 1250)),
-    ("b300", _gpu("B300", 2250, 4500, 13500, 8000, 1100)),
-    ("gb200", _gpu("GB200", 2500, 5000, 10000, 8000, 1250)),
-    ("b200", _gpu("B200", 2250, 4500, 9000, 8000, 1100)),
-    ("h200", _gpu("H200", 989, 1979, 0, 4800, 494)),
+    ("gb300", _gpu("GB300", 2500, 5000, 15000, 8000, 1250, exp=10.7)),
+    ("b300", _gpu("B300", 2250, 4500, 13500, 8000, 1100, exp=10.7)),
+    ("gb200", _gpu("GB200", 2500, 5000, 10000, 8000, 1250, exp=5.0)),
+    ("b200", _gpu("B200", 2250, 4500, 9000, 8000, 1100, exp=5.0)),
+    ("h200", _gpu("H200", 989, 1979, 0, 4800, 494, exp=3.9)),
     ("h100 nvl", _gpu("H100 NVL", 835, 1671, 0, 3900, 418)),
     ("h100 pcie", _gpu("H100 PCIe", 756, 1513, 0, 2000, 378)),
-    ("h100", _gpu("H100", 989, 1979, 0, 3350, 494)),
-    ("h800", _gpu("H800", 989, 1979, 0, 3350, 494)),
+    ("h100", _gpu("H100", 989, 1979, 0, 3350, 494, exp=3.9)),
+    ("h800", _gpu("H800", 989, 1979, 0, 3350, 494, exp=3.9)),
     ("h20", _gpu("H20", 148, 296, 0, 4000, 74)),
-    ("a100-sxm4-40gb", _gpu("A100 40GB", 312, 0, 0, 1555, 156)),
-    ("a100", _gpu("A100", 312, 0, 0, 2039, 156)),
+    ("a100-sxm4-40gb", _gpu("A100 40GB", 312, 0, 0, 1555, 156, exp=2.4)),
+    ("a100", _gpu("A100", 312, 0, 0, 2039, 156, exp=2.4)),
     ("l40s", _gpu("L40S", 362, 733, 0, 864, 183)),
     ("a6000", _gpu("RTX A6000", 155, 0, 0, 768, 77)),
     ("v100", _gpu("V100", 0, 0, 0, 900, 0, fp16=125)),
@@ -306,10 +314,19 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
 
     attn_proj = gemm(T, s.attention_params() / (h * tp), h)
     attn_core = 2.0 * T * s.heads * (s.head_dim + s.rope_head_dim + s.v_head_dim) / tp
+    # the softmax's exponentials: one a score forward, one again backward
+    # (flash attention recomputes them), so 2/3 of them in this forward term
+    exp_rate = gpu.exp_tops * 1e12
+    exps = (2.0 / 3.0) * T * s.heads / tp if exp_rate else 0.0
     kv_len = s.seq_len / 2.0
-    attn_full = attn_core * kv_len / (bf16_peak * fit.attention_efficiency)
+
+    def attention_s(keys: float) -> float:
+        return attn_core * keys / (bf16_peak * fit.attention_efficiency) \
+            + (exps * keys / exp_rate if exp_rate else 0.0)
+
+    attn_full = attention_s(kv_len)
     if s.window and s.window_layers:
-        attn_win = attn_core * min(s.window, kv_len) / (bf16_peak * fit.attention_efficiency)
+        attn_win = attention_s(min(s.window, kv_len))
         share = s.window_layers / s.layers
         attn = (1 - share) * attn_full + share * attn_win
     else:
