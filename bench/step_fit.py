@@ -39,9 +39,9 @@ FIT_SET = os.path.join(FIXTURES, "fit-set.yaml")
 #: what the issue asks: within 20% on at least 80%, at most 5% beyond 40%
 WITHIN, FAR = 0.20, 0.40
 #: the constants the fit moves, with their bounds
-FIT_BOUNDS = {"gemm_efficiency": (0.2, 1.0), "fp8_factor": (0.3, 1.0), "fp4_factor": (0.2, 1.0),
-              "half_dim": (0.0, 1024.0), "attention_efficiency": (0.1, 1.0),
-              "elementwise_passes": (0.0, 80.0), "moe_passes": (0.0, 120.0)}
+FIT_BOUNDS = {"gemm_efficiency": (0.3, 0.95), "fp8_factor": (0.3, 1.0), "fp4_factor": (0.2, 1.0),
+              "half_dim": (0.0, 2048.0), "attention_efficiency": (0.1, 1.0),
+              "elementwise_passes": (0.0, 200.0), "moe_passes": (0.0, 120.0)}
 
 
 @dataclass
@@ -110,13 +110,15 @@ _INVENTORIES: Dict[Tuple[str, int], object] = {}
 
 
 def system_inventory(system: str, gpus: int):
-    """The cluster of a run: enough nodes of the system's preset, NVL72
-    racks as NVLink domains, a leaf switch a rack (GB) or 32 nodes (a DGX
+    """The cluster of a run: enough nodes of the system's preset (whole
+    NVL72 racks), NVL72 racks as NVLink domains, a leaf switch a rack (GB) or 32 nodes (a DGX
     scalable unit), one spine above the leaves; H800 nodes with NVLink at
     400 GB/s (DeepSeek-V3's report)."""
     from slurmtopo.inventory import load_inventory
     preset, per, domain = _SYSTEMS[system]
     nodes = max(1, math.ceil(gpus / per))
+    if domain:  # whole racks, as a job of that size gets them: the planner picks the trays
+        nodes = math.ceil(nodes / domain) * domain
     key = (system, nodes)
     if key in _INVENTORIES:
         return _INVENTORIES[key]

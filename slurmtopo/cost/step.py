@@ -239,8 +239,17 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
         tp_calls("expert-tp", etp, 1, "expert-tp")
     else:
         tp_calls("tp", tp, 2, "tp")
+    r = m.resolved() if hasattr(m, "resolved") else m
     if cp > 1:
-        kv = 2 * act * cp
+        # K and V of the whole sequence: kv_heads x head_dim wide each (GQA);
+        # with latent attention, the up-projected K (with its rope part) and V
+        if getattr(r, "kv_lora_rank", 0):
+            kv_width = r.heads * (r.head_dim + r.rope_head_dim + r.v_head_dim)
+        elif getattr(r, "kv_heads", 0):
+            kv_width = r.kv_heads * (r.head_dim + r.v_head_dim)
+        else:
+            kv_width = 2 * m.hidden
+        kv = m.micro_batch * m.seq_len * kv_width * d
         out.append(StepCall("cp", "cp", "all-gather", kv, lp * mb, "forward", "forward",
                             note="K and V gathered for attention"))
         out.append(StepCall("cp", "cp", "all-gather", kv, lp * mb, "backward", "backward",
@@ -264,7 +273,13 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
     dp_kind = "dp-cp" if cp > 1 else "dp"
     dp_size = lay.dp * cp
     if dp_size > 1:
-        grads = m.params * d // (tp * pp)
+        if getattr(r, "is_moe", False) and ep > 1:
+            # a rank holds its dense share and its ep-th of the experts
+            expert = r.moe_layers * r.experts * r.expert_params()
+            grads = int(((r.counted_params() - expert) / (tp * pp)
+                         + expert / (ep * etp * pp)) * d)
+        else:
+            grads = m.params * d // (tp * pp)
         layer = m.params * d // (m.layers * tp)
         red = "backward" if w.grad_overlap else "none"
         if w.style == "ddp":
