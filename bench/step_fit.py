@@ -40,7 +40,7 @@ FIT_SET = os.path.join(FIXTURES, "fit-set.yaml")
 WITHIN, FAR = 0.20, 0.40
 #: the constants the fit moves, with their bounds
 FIT_BOUNDS = {"gemm_efficiency": (0.3, 0.95), "fp8_factor": (0.3, 1.0), "fp4_factor": (0.2, 1.0),
-              "half_dim": (0.0, 2048.0), "attention_efficiency": (0.1, 1.0),
+              "half_dim": (0.0, 2048.0), "attention_efficiency": (0.1, 0.75),
               "elementwise_passes": (0.0, 200.0), "moe_passes": (0.0, 120.0)}
 
 
@@ -183,13 +183,19 @@ def knobs_of(run: Run) -> Tuple[str, dict]:
 
 def overlaps_of(run: Run, framework: str) -> dict:
     """The overlaps a run's framework made: Megatron's performance recipes
-    run sequence parallelism and TP overlap with TP, and overlap the
-    gradient reduction and the parameter gather; a row may say otherwise."""
+    run sequence parallelism and TP overlap with TP, overlap the gradient
+    reduction and the parameter gather, and (Megatron Bridge's MoE recipes)
+    EP's all-to-all; a row may say otherwise."""
     r = run.row
     tp = r.get("tp", 1) > 1
     out = {"overlap_grad_reduce": True, "overlap_param_gather": True}
     if framework == "megatron":
         out.update(sequence_parallel=tp, tp_comm_overlap=tp)
+    if run.source == "megatron-bridge" and (r.get("ep", 1) or 1) > 1:
+        # the MoE recipes overlap EP's all-to-all with the other micro-batch's
+        # compute (moe_a2a_overlap / overlap_moe_expert_parallel_comm, or
+        # HybridEP's pipelined dispatch: scripts/performance, perf_recipes/)
+        out["ep_comm_overlap"] = True
     for k in ("tp_comm_overlap", "ep_comm_overlap", "sequence_parallel"):
         if k in r:
             out[k] = bool(r[k])
@@ -282,25 +288,55 @@ def nelder_mead(f, x0: Sequence[float], step: Sequence[float], iters: int = 600,
     return pts[best], vals[best]
 
 
+#: the GPUs whose sustained clock is fitted (relative to H100's, fixed at 1)
+SUSTAINED = ("B200", "B300", "GB200", "GB300")
+
+
 def fit_constants(priced: Sequence[Priced], start=None):
     """The ComputeFit that minimises the mean squared log error on ``priced``."""
     from slurmtopo.cost.compute import FIT
     base = start or FIT
     names = list(FIT_BOUNDS)
+    clocks = dict(base.sustained)
 
     def make(x):
-        return replace(base, **{k: min(max(v, FIT_BOUNDS[k][0]), FIT_BOUNDS[k][1])
-                                for k, v in zip(names, x)})
+        fixed = {k: min(max(v, FIT_BOUNDS[k][0]), FIT_BOUNDS[k][1])
+                 for k, v in zip(names, x)}
+        sus = tuple((g, min(max(v, 0.8), 1.2)) for g, v in zip(SUSTAINED, x[len(names):]))
+        return replace(base, sustained=sus, **fixed)
 
     def loss(x):
         errs = _log_errors(priced, make(x))
         return sum(e * e for e in errs) / max(1, len(errs))
 
-    x0 = [getattr(base, k) for k in names]
+    x0 = [getattr(base, k) for k in names] + [clocks.get(g, 1.0) for g in SUSTAINED]
+    bounds = [FIT_BOUNDS[k] for k in names] + [(0.8, 1.2)] * len(SUSTAINED)
     best, val = nelder_mead(loss, x0, [max(0.05, abs(v) * 0.3) for v in x0])
     for _ in range(2):  # restart from the best: Nelder-Mead stalls
         best, val = nelder_mead(loss, best, [max(0.02, abs(v) * 0.1) for v in best])
+    for _ in range(3):  # then each constant alone, inside its bounds
+        for i, (lo, hi) in enumerate(bounds):
+            best[i] = golden(lambda v: loss(best[:i] + [v] + best[i + 1:]), lo, hi)
+        val = loss(best)
     return make(best), math.sqrt(val)
+
+
+def golden(f, lo: float, hi: float, iters: int = 30) -> float:
+    """The minimum of ``f`` on [lo, hi] by golden-section search."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    return (a + b) / 2
 
 
 @dataclass
@@ -330,19 +366,44 @@ def summary(rows: Sequence[Row]) -> Dict[str, float]:
             "median": errs[len(errs) // 2], "worst": errs[-1]}
 
 
-def order_agreement(rows: Sequence[Row]) -> Tuple[int, int, List[str]]:
-    """Pairs of layouts of one model on one system in one publication
-    (same release, dtype and GPU count) whose measured order the model
-    predicts: (agreeing, pairs, the disagreements). Pairs measured within 3%
-    of each other are ties and not counted."""
+def _groups(rows: Sequence[Row], by_dtype: bool = True) -> List[List[Row]]:
+    """Runs of one model on one system in one publication (release, GPU
+    count and, with ``by_dtype``, precision alike), two or more of them."""
     groups: Dict[tuple, List[Row]] = {}
     for r in rows:
         if not r.predicted:
             continue
         row = r.run.row
         key = (r.run.source, row.get("release", ""), r.run.system, r.run.model_text,
-               row["dtype"], r.run.gpus)
+               row["dtype"] if by_dtype else "", r.run.gpus, row.get("seq_len"))
         groups.setdefault(key, []).append(r)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def first_choices(rows: Sequence[Row], by_dtype: bool = False) -> Tuple[int, int, List[str]]:
+    """Of each group of published layouts (:func:`_groups`), is the one the
+    model ranks first within 10% of the best measured? (within, groups,
+    the misses)"""
+    good = total = 0
+    bad: List[str] = []
+    for g in _groups(rows, by_dtype):
+        pick = max(g, key=lambda r: r.predicted)
+        best = max(r.run.published for r in g)
+        total += 1
+        if pick.run.published >= 0.9 * best:
+            good += 1
+        else:
+            bad.append(f"{pick.run.id} ({pick.run.published:.0f}) vs best {best:.0f}")
+    return good, total, bad
+
+
+def order_agreement(rows: Sequence[Row], by_dtype: bool = True) -> Tuple[int, int, List[str]]:
+    """Pairs of layouts of one model on one system in one publication
+    (same release, GPU count and, with ``by_dtype``, precision) whose
+    measured order the model predicts: (agreeing, pairs, the
+    disagreements). Pairs measured within 3% of each other are ties and
+    not counted."""
+    groups = {i: g for i, g in enumerate(_groups(rows, by_dtype))}
     good = total = 0
     bad: List[str] = []
     for members in groups.values():
@@ -372,6 +433,22 @@ def table(rows: Sequence[Row]) -> str:
             out.append(f"| {src} | {'fit' if fitted else 'held out'} | {s['n']} | "
                        f"{s['within_20']:.0%} | {s['beyond_40']:.0%} | {s['median']:.0%} | "
                        f"{s['worst']:.0%} |")
+    return "\n".join(out)
+
+
+def release_table(rows: Sequence[Row]) -> str:
+    """The held-out runs of the sources published release by release, per
+    release (a later release runs the same layouts on newer software)."""
+    out = ["| source | release | held-out runs | within 20% | beyond 40% | median error |",
+           "|---|---|--:|--:|--:|--:|"]
+    keys = sorted({(r.run.source, r.run.row["release"]) for r in rows
+                   if r.run.row.get("release")})
+    for src, rel in keys:
+        s = summary([r for r in rows if r.run.source == src and r.run.row.get("release") == rel
+                     and not r.fitted])
+        if s["n"]:
+            out.append(f"| {src} | {rel} | {s['n']} | {s['within_20']:.0%} | "
+                       f"{s['beyond_40']:.0%} | {s['median']:.0%} |")
     return "\n".join(out)
 
 
@@ -470,13 +547,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         fit, rms = fit_constants([p for p in priced if p.run.id in fs])
         print("fitted constants (rms log error %.3f):" % rms)
         for f in fields(fit):
-            print(f"    {f.name} = {getattr(fit, f.name):.4g}")
+            v = getattr(fit, f.name)
+            if isinstance(v, tuple):
+                v = "(" + ", ".join(f"({k!r}, {x:.4g})" for k, x in v) + ")"
+            else:
+                v = f"{v:.4g}"
+            print(f"    {f.name}: {'Tuple[Tuple[str, float], ...]' if f.name == 'sustained' else 'float'} = {v}")
     rows = evaluate(priced, fit, fitted)
     print(table(rows))
-    good, total, bad = order_agreement(rows)
-    print(f"\norder of layouts (same model, system, publication): {good} of {total} pairs")
+    print()
+    print(release_table(rows))
+    for by_dtype in (True, False):
+        good, total, bad = order_agreement(rows, by_dtype)
+        what = "precision alike" if by_dtype else "any precision"
+        print(f"\norder of layouts (one model, system, publication, {what}): {good} of {total} "
+              "pairs")
+        for b in bad:
+            print(f"    wrong: {b}")
+    good, total, bad = first_choices(rows)
+    print(f"\nthe model's first choice among the published layouts within 10% of the best "
+          f"measured: {good} of {total} groups")
     for b in bad:
-        print(f"    wrong: {b}")
+        print(f"    miss: {b}")
     if args.runs:
         print()
         print(run_table(rows))

@@ -173,30 +173,38 @@ class ComputeFit:
     whole step"; bench/step_fit.py fits them)."""
 
     #: share of the bf16 peak a large GEMM reaches
-    gemm_efficiency: float = 0.70
-    #: share of the fp8 / mxfp8 peak, and of the nvfp4 peak, a large GEMM
-    #: reaches (as a factor on gemm_efficiency)
-    fp8_factor: float = 0.85
-    fp4_factor: float = 0.70
+    gemm_efficiency: float = 0.6425
+    #: share of the fp8 (and mxfp8) peak, and of the nvfp4 peak, a large
+    #: GEMM reaches (as a factor on gemm_efficiency)
+    fp8_factor: float = 1.0
+    fp4_factor: float = 0.8088
     #: the smallest GEMM dimension at which a GEMM runs at half speed
-    half_dim: float = 64.0
+    half_dim: float = 45.06
     #: share of the bf16 peak flash attention reaches
-    attention_efficiency: float = 0.50
+    attention_efficiency: float = 0.75
     #: bytes the memory-bound kernels move a token and layer, per value of
     #: the hidden and active MLP width (2-byte values; forward and backward)
-    elementwise_passes: float = 12.0
+    elementwise_passes: float = 63.31
     #: bytes MoE permutation, padding and the router move per routed token
     #: and hidden value (2-byte values; forward and backward)
-    moe_passes: float = 12.0
-    #: share of the EP all-to-all the framework leaves exposed
-    a2a_exposed: float = 0.8
+    moe_passes: float = 81.29
+    #: the share of its datasheet clocks a GPU sustains in training, by GPU
+    #: name, relative to H100's (Blackwell parts differ by power: GB300 at
+    #: 1.4 kW, B200 at 1 kW); a GPU not listed: 1
+    sustained: Tuple[Tuple[str, float], ...] = (
+        ("B200", 0.8), ("B300", 0.8), ("GB200", 0.8545), ("GB300", 1.101))
 
     def factor(self, dtype: str) -> float:
         return {"fp8": self.fp8_factor, "mxfp8": self.fp8_factor,
                 "nvfp4": self.fp4_factor}.get(dtype, 1.0)
 
+    def clock(self, gpu: "GpuFigures") -> float:
+        return dict(self.sustained).get(gpu.name, 1.0)
 
-#: the fitted values (bench/step_fit.py writes them here)
+
+#: the fitted values: ``python -m bench.step_fit --fit`` on the declared fit
+#: set (tests/fixtures/training_runs/fit-set.yaml) prints them; the
+#: defaults of :class:`ComputeFit` above are its output
 FIT = ComputeFit()
 
 
@@ -244,7 +252,7 @@ def gemm_seconds(m: float, n: float, k: float, gpu: GpuFigures, dtype: str,
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     peak, ran = gpu.peak(dtype)
-    eff = fit.gemm_efficiency * fit.factor(ran)
+    eff = fit.gemm_efficiency * fit.factor(ran) * fit.clock(gpu)
     flops = 2.0 * m * n * k
     b = in_bytes if in_bytes is not None else {"fp8": 1, "mxfp8": 1, "nvfp4": 0.5,
                                                "fp32": 4}.get(ran, 2)
@@ -320,8 +328,14 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
     exps = (2.0 / 3.0) * T * s.heads / tp if exp_rate else 0.0
     kv_len = s.seq_len / 2.0
 
+    # the score and value products contract over a head's width: the same
+    # small-matrix slowdown as a GEMM's smallest dimension
+    head = min(s.head_dim + s.rope_head_dim, s.v_head_dim)
+    shape = 1.0 + fit.half_dim / max(1, head)
+
     def attention_s(keys: float) -> float:
-        return attn_core * keys / (bf16_peak * fit.attention_efficiency) \
+        return attn_core * keys * shape / (bf16_peak * fit.attention_efficiency
+                                           * fit.clock(gpu)) \
             + (exps * keys / exp_rate if exp_rate else 0.0)
 
     attn_full = attention_s(kv_len)
