@@ -10,9 +10,10 @@ import pytest
 
 from slurmtopo import api
 from slurmtopo.cost import (COLLECTIVES, DEFAULT_MESSAGE_BYTES, CostParams, collective_time,
-                            cost_params, counted_kinds, evaluate, lower_bound, parse_bytes)
+                            cost_params, evaluate, lower_bound, parse_bytes)
 from slurmtopo.cost.defaults import (DEFAULT_ALPHA_US, DEFAULT_EFFICIENCY, DEFAULT_NVLS_EFFICIENCY,
                                      DEFAULT_NVLS_US, DEFAULT_PROTOCOLS, DEFAULT_RING_PLATEAU)
+from slurmtopo.cost.step import step_calls
 from slurmtopo.errors import InventoryError
 from slurmtopo.groups import Layout, build_groups
 from slurmtopo.inventory import load_inventory
@@ -250,7 +251,11 @@ def test_tp8_on_one_h100_node():
     assert tp.slowest is LinkClass.NVLINK
     # 8 GPUs on an NVSwitch with NVLink SHARP: NVLS for 64 MiB
     assert tp.time_s == approx(NVLS_H100_US * US + m / (NVLS_H100 * 450e9))
-    assert rep.step_time_s == approx(tp.time_s)
+    # the step (the default model, 80 layers): two all-reduces of the same
+    # 64 MiB forward and two backward per layer, nothing else
+    assert [(c.call.what, c.call.phase, c.call.calls) for c in rep.step.calls] == \
+        [("tp", "forward", 160), ("tp", "backward", 160)]
+    assert rep.step_time_s == approx(320 * tp.time_s)
     assert rep.warnings == []
 
 
@@ -270,8 +275,12 @@ def test_dp_across_a_leaf_and_pp_across_the_spine():
     pp = rep.kinds["pp"]
     assert pp.slowest is LinkClass.NET_L1 and pp.collective == "p2p"
     assert pp.time_s == approx(A[LinkClass.NET_L1] + DEFAULT_MESSAGE_BYTES["pp"] / (E_NET * 50e9))
-    assert rep.counted == ("tp", "cp", "dp", "pp")
-    assert rep.step_time_s == approx(sum(rep.kinds[k].time_s for k in rep.counted))
+    assert set(rep.counted) == {"tp", "dp", "pp"}
+    assert rep.step_time_s == approx(sum(c.seconds for c in rep.step.calls))
+    # the pipeline's sends are priced as the kind's (same message, 64 MiB)
+    sends = [c for c in rep.step.calls if c.call.kind == "pp"]
+    assert [c.call.calls for c in sends] == [1, 1]
+    assert all(c.per_call_s == approx(pp.time_s) for c in sends)
 
 
 def test_hierarchical_all_reduce_on_two_nodes():
@@ -351,8 +360,8 @@ def test_context_all_gather_and_expert_all_to_all():
     assert groups["ep"] == [[0, 1], [2, 3]]
     assert ep.time_s == approx(
         1 * (A[LinkClass.NET_L1] + DEFAULT_MESSAGE_BYTES["ep"] / (2 * E_NET * 50e9)))
-    # cp > 1: gradients reduce over dp x cp, so dp-cp is counted, not dp
-    assert rep.counted == ("tp", "cp", "dp-cp", "pp", "ep", "expert-tp", "expert-dp")
+    # cp > 1: gradients reduce over dp x cp, so the step runs on dp-cp, not dp
+    assert rep.counted == ("cp", "ep", "dp-cp")
 
 
 def test_nvl72_group_across_trays_is_one_nvlink_ring():
@@ -381,13 +390,16 @@ def test_groups_of_one_cost_nothing():
     assert all(k.slowest is LinkClass.SELF for k in rep.kinds.values())
 
 
-def test_counted_kinds():
-    g = build_groups(Layout(tp=2, dp=2).resolved())
-    assert counted_kinds(g, 1) == ("tp", "cp", "dp", "pp")
-    g = build_groups(Layout(tp=2, cp=2, dp=2).resolved())
-    assert counted_kinds(g, 2) == ("tp", "cp", "dp-cp", "pp")
-    g = build_groups(Layout(tp=2, ep=2, dp=2).resolved())
-    assert counted_kinds(g, 1) == ("tp", "cp", "dp", "pp", "ep", "expert-tp", "expert-dp")
+def test_the_kinds_a_step_runs_on():
+    def kinds(**dims):
+        return list(dict.fromkeys(c.kind for c in step_calls(Layout(**dims).resolved())))
+    assert kinds(tp=2, dp=2) == ["tp", "dp"]
+    # gradients reduce over data x context parallel ranks: dp-cp, not dp
+    assert kinds(tp=2, cp=2, dp=2) == ["tp", "cp", "dp-cp"]
+    # the MoE layers' own TP groups take the MLP's half when they differ
+    assert kinds(tp=2, ep=2, dp=2) == ["tp", "ep", "dp"]
+    assert kinds(tp=2, ep=2, dp=2, expert_tp=1) == ["tp", "ep", "dp"]
+    assert kinds(tp=4, ep=2, dp=2, expert_tp=2) == ["tp", "expert-tp", "ep", "dp"]
 
 
 # --------------------------------------------------------------------------
@@ -558,13 +570,17 @@ def test_lower_bound_values():
                                                LinkClass.NVLINK, 450.0, LinkClass.NET_LEAF, 50.0,
                                                NVLS_H100 * 450.0, NVLS_H100_US * US))
     assert lb.kinds["pp"].slowest is LinkClass.NVLINK  # 2 stages could share a node
-    assert lb.alone_s == approx(sum(lb.kinds[k].time_s for k in lb.counted))
-    # jointly: TP 8 fills the node, so the 2 stages of a pipeline cannot
-    # share it too (16 ranks): either the pipeline hop goes over the leaf,
-    # or TP is split over two hosts; the bound takes the cheaper
-    mp = DEFAULT_MESSAGE_BYTES["pp"]
-    pp_net = A[LinkClass.NET_LEAF] + mp / (E_NET * 50e9)
-    assert lb.alone_s < lb.step_time_s <= lb.alone_s - lb.kinds["pp"].time_s + pp_net + 1e-15
+    # alone: every call of the step on its kind's best (the default model's
+    # 64 MiB activations are the kinds' messages: TP's 4 x 40 layers a stage
+    # and the pipeline's 2 sends at the kinds' own bounds)
+    tp_calls = [c for c in step_calls(req.layout) if c.kind == "tp"]
+    assert sum(c.calls for c in tp_calls) == 4 * 40
+    assert lb.alone_s > 160 * lb.kinds["tp"].time_s + 2 * lb.kinds["pp"].time_s
+    # jointly: TP 8 fills the node, so neither the 2 stages of a pipeline
+    # nor the 16 data-parallel ranks can share it too: tighter than alone,
+    # and never above what the planner's placement models
+    plan_step = api.price(inv, api.plan_job(inv, None, req), req).step_time_s
+    assert lb.alone_s < lb.step_time_s <= plan_step
 
 
 def test_lower_bound_on_the_free_gpus():

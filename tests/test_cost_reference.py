@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from slurmtopo.cost import COLLECTIVES, cost_params, evaluate
 from slurmtopo.cost.collectives import collective_time
+from slurmtopo.cost.step import call_bytes, step_calls, subgroups
 from slurmtopo.errors import LayoutError
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
@@ -182,9 +183,15 @@ def assert_prices_like_the_reference(inv: Inventory, pl: Placement, req: JobRequ
         worst = max(t for _, t in ref)
         assert gc.time_s == pytest.approx(worst, rel=1e-12, abs=1e-15), kind
         assert ref[gc.worst_group][1] == pytest.approx(worst, rel=1e-12, abs=1e-15), kind
-    step = sum(rep.kinds[k].time_s for k in rep.counted)
+    # the step: every call of step_calls on the slowest of its groups
+    step = 0.0
+    for call in step_calls(req.layout, req.workload):
+        gl = subgroups(pl.groups[call.kind], call.part)
+        step += call.calls * max(ref_group(inv, p, pl, g, call.collective,
+                                           call_bytes(call, p, req))[1] for g in gl)
     assert rep.step_time_s == pytest.approx(step, rel=1e-12)
-    # step_only prices the counted kinds alike; warn=False every kind alike
+    assert rep.step.time_s == rep.step_time_s
+    # step_only prices the step alike; warn=False every kind alike
     quick = evaluate(inv, pl, req, p, step_only=True)
     assert quick.step_time_s == pytest.approx(rep.step_time_s, rel=1e-12)
     quiet = evaluate(inv, pl, req, p, warn=False)

@@ -28,17 +28,12 @@ DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 @job_options
 @state_options("none")
 @click.option("--color-by", default=None, help="Group kind to colour the grid by.")
-@click.option("--model", "model", default=None, metavar="SPEC",
-              help="Price one training step's collectives for this model, per the framework's "
-                   "data-parallel style: a preset (7b, 8b, 13b, 70b, 405b), optionally changed "
-                   "(70b,seq=8192), or params=...,layers=...,hidden=... "
-                   "[,seq_len,micro_batch,dtype,micro_batches,top_k].")
 @click.option("--output-dir", default=DEFAULT_OUTPUT_DIR, show_default=True,
               type=click.Path(file_okay=False), help="Where to write the files.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the rank map and cost comparison as JSON instead of the preview.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd, **o):
+def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     """Place a job on the cluster, preview it, write the rank map and script.
 
     Give the training command after `--`; without one, everything but the
@@ -56,27 +51,15 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
     live = state_for(inv, state_path, LazyBackend(backend_name), o.get("partition"))
     state = live.state
     req = request_from(o, command=cmd)
-    if model is not None:  # a bad --model fails before the planner runs
-        from slurmtopo.cost.styles import parse_model
-        parse_model(model)
     job = api.prepare(inv, state, req, cmd, script_options_from(o, o["inventory_path"]),
                       queue=state_path in LIVE_STATES,
                       partition_members=live.partition_members,
                       features=live.features or None)
-    step = None
-    if model is not None:
-        from slurmtopo.commands.layout_options import LAYOUT_PARAMS, framework_knobs, \
-            framework_params
-        framework = o.get("framework") or "megatron"
-        knobs = framework_knobs(framework,
-                                {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
-                                o.get("config"))
-        knobs["world"] = req.layout.world
-        step = api.step_communication(inv, job.placement, model, framework,
-                                      **{k: v for k, v in knobs.items() if v is not None})
     placement, layout, script = job.placement, req.layout, job.script
     check_color_by(color_by, placement)
     notes: List[str] = list(topo_notes) + list(job.notes)
+    # before anything is written: a layout that cannot fit is refused or flagged
+    memory = api.memory_check(job, o.get("memory_check") or "warn")
     if not cmd:
         notes.append("no command after --: job.sbatch not written "
                      "(e.g. `slurmtopo plan ... -- python train.py`)")
@@ -105,21 +88,18 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
                         "bound_s": bound.step_time_s if bound is not None else None},
                "sbatch": {"directives": script.directives()} if script is not None else None,
                "files": files, "notes": notes,
+               "warnings": [memory] if memory is not None else [],
                # what the preview shows besides the grid and the table
                "splits": splits(placement, inv),
                "far_from_bound": bound_warning(plan_cost, bound, job.costs.idle_bound)}
-        if step is not None:
-            from slurmtopo.cost.styles import step_dict
-            out["step"] = step_dict(step)
+        if plan_cost.step is not None:  # the step every decision priced
+            from slurmtopo.cost.step import step_dict
+            out["step"] = step_dict(plan_cost.step)
         click.echo(json.dumps(out, separators=(",", ":")))
         return
     from slurmtopo.commands.preview_print import print_parts
 
     print_parts(plan_parts(
         placement, inv, layout, plan_cost, naive_cost, state, color_by, notes, script,
-        files, bound=bound, idle_bound=job.costs.idle_bound))
-    if step is not None:
-        from rich.console import Console
-
-        from slurmtopo.preview import render_step
-        Console(soft_wrap=False).print(render_step(step))
+        files, bound=bound, idle_bound=job.costs.idle_bound,
+        warnings=[memory] if memory is not None else ()))

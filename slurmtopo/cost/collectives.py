@@ -14,7 +14,7 @@ the share a ring reaches (``efficiency``) times the protocol's share.
 from __future__ import annotations
 
 import math
-from typing import Dict, Mapping, Tuple
+from typing import Dict
 
 from slurmtopo.links import LinkClass
 
@@ -99,6 +99,8 @@ def collective_time(p, collective: str, n: int, m: float, hosts: int, l_max: int
     ``net_bw`` GB/s per rank (its NIC share). ``p``: the CostParams."""
     if n <= 1:
         return 0.0
+    if collective == "reduce-scatter":  # a ring's mirror of the all-gather
+        collective = "all-gather"
     alpha, eff = p.alpha, p.efficiency
     allreduce = collective == "all-reduce"
     if hosts <= 1:
@@ -147,11 +149,3 @@ def collective_time(p, collective: str, n: int, m: float, hosts: int, l_max: int
             t = min(t, _nvls_tree(p, hosts, m, a_net, l_min * b_net, nvls_bw, nvls_lat))
     return p.launch + t
 
-
-def counted_kinds(groups: Mapping[str, list], cp: int) -> Tuple[str, ...]:
-    """Kinds whose times make the step time (see the module doc)."""
-    out = ["tp", "cp", "dp-cp" if cp > 1 else "dp", "pp"]
-    for k in ("ep", "expert-tp", "expert-dp"):
-        if k in groups:
-            out.append(k)
-    return tuple(k for k in out if k in groups)

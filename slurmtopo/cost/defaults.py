@@ -179,4 +179,4 @@ NETWORK_CLASSES = (LinkClass.NET_LEAF, LinkClass.NET_L1, LinkClass.NET_L2, LinkC
 COST_KEYS = ("alpha_us", "bandwidth_gbps", "nvlink_lane_gbps", "pcie_gbps", "pcie_factor",
              "inter_socket_gbps", "oversubscription", "default_nic_gbit", "message_bytes",
              "efficiency", "protocols", "network_protocols", "algorithms", "nvls_efficiency",
-             "nvls_us", "nvls_min_ranks", "ring_plateau", "launch_us")
+             "nvls_us", "nvls_min_ranks", "ring_plateau", "launch_us", "gpu_compute")

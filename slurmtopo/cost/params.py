@@ -15,6 +15,7 @@ from slurmtopo.cost.defaults import (ALGORITHMS, COST_KEYS, DEFAULT_ALPHA_US, DE
                                      DEFAULT_NVLS_MIN_RANKS, DEFAULT_NVLS_US, DEFAULT_PCIE_FACTOR,
                                      DEFAULT_PCIE_GBPS, DEFAULT_PROTOCOLS, DEFAULT_RING_PLATEAU,
                                      NETWORK_CLASSES, PROTOCOL_NAMES, GiB, KiB, MiB, Protocol)
+from slurmtopo.cost.compute import GpuFigures, parse_gpu_compute
 from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.errors import InventoryError
 from slurmtopo.links import LinkClass
@@ -103,6 +104,9 @@ class CostParams:
     #: GB/s between CPU sockets: the ceiling of a SYS ring
     inter_socket_gbps: float = DEFAULT_INTER_SOCKET_GBPS
     message_bytes: Dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MESSAGE_BYTES))
+    #: the kinds whose size the inventory sets (``cost: message_bytes``):
+    #: every call of the step on them takes it (slurmtopo.cost.step)
+    message_overrides: Dict[str, int] = field(default_factory=dict)
     #: share of each class's bandwidth a Simple ring reaches (0 < x <= 1)
     efficiency: Dict[LinkClass, float] = field(default_factory=lambda: dict(DEFAULT_EFFICIENCY))
     protocols: Dict[str, Protocol] = field(default_factory=lambda: dict(DEFAULT_PROTOCOLS))
@@ -120,6 +124,9 @@ class CostParams:
     ring_plateau: float = DEFAULT_RING_PLATEAU
     #: seconds: every collective's launch
     launch: float = DEFAULT_LAUNCH_US * 1e-6
+    #: GPU model substring -> compute figures (``gpu_compute``; the step
+    #: model's, slurmtopo.cost.compute)
+    gpu_compute: Tuple[Tuple[str, "GpuFigures"], ...] = ()
     _hw: Dict[Hardware, "HardwareFigures"] = field(default_factory=dict, repr=False, compare=False)
 
     # ---- construction ----------------------------------------------------
@@ -149,6 +156,7 @@ class CostParams:
               nvls_min_ranks: 5
               ring_plateau: 1.4                          # Simple ring latency factor across hosts
               launch_us: 5                               # fixed cost of every collective
+              gpu_compute: {MI300X: {bf16: 1307, fp8: 2615, hbm_gbps: 5300}}  # dense TFLOP/s
 
         Raises :class:`InventoryError` naming the key on bad values.
         """
@@ -167,6 +175,7 @@ class CostParams:
         p.efficiency.update(block.per_class("efficiency", False, most=1.0))
         _parse_model(p, block.cost, block.fail, block.mapping)
         block.message_bytes(p)
+        p.gpu_compute = parse_gpu_compute(block.mapping("gpu_compute"), block.fail)
         return p
 
     # ---- per-hardware figures ---------------------------------------------
@@ -304,7 +313,7 @@ class _CostBlock:
             from slurmtopo.request import normalise_kind
             try:
                 kind = normalise_kind(k)
-                p.message_bytes[kind] = parse_bytes(v)
+                p.message_bytes[kind] = p.message_overrides[kind] = parse_bytes(v)
             except (ValueError, LayoutError) as exc:
                 text = exc.message if isinstance(exc, LayoutError) else str(exc)
                 raise fail(f"message_bytes: {text}", mb, k) from None

@@ -45,10 +45,12 @@ Load and slowdown
     edge). The job's run time stretches in proportion to the share of it
     spent in each call:
 
-        M = 1 + phi * sum_c w_c * (rho_c - 1)
+        M = 1 + sum_c u_c * (rho_c - 1)
 
-    with ``phi`` its share of time communicating and ``w_c`` the call's
-    share of that (calls inside a host or an NVLink domain have rho 1). On a host's own NICs a job never contends with itself
+    (calls inside a host or an NVLink domain have rho 1). Communication
+    hidden behind compute stretches as much as exposed communication: its
+    window is taken to be no longer than it (the smallest the step model
+    allows), so every extra second shows. On a host's own NICs a job never contends with itself
     (the step model already shared them among its ranks); on the ports
     above it can: two of its flows hashed onto one port halve each other.
 
@@ -258,14 +260,11 @@ class FabricLinks:
 @dataclass
 class JobLoad:
     """One job's calls on the links: per call, link -> its rate (GB/s)
-    there while the call runs, the call's duty (share of the job's time
-    it runs) and weight (share of the job's communication)."""
+    there while the call runs, and the call's duty (the share of the
+    job's run time it takes, uncontended)."""
 
     rates: List[Dict[int, float]]
     duty: List[float]
-    weight: List[float]
-    #: share of the job's run time spent communicating
-    phi: float
 
     def weighted(self) -> Dict[int, float]:
         """link -> the job's average rate there (sum over calls of duty x rate)."""
@@ -276,16 +275,16 @@ class JobLoad:
         return out
 
 
-def job_load(links: FabricLinks, traffic, phi: float, job: int, seed: int = 0) -> JobLoad:
+def job_load(links: FabricLinks, traffic, scale: float, job: int, seed: int = 0) -> JobLoad:
     """The load of a job's :class:`~slurmtopo.simulate.traffic.JobTraffic`
-    on ``links``, its flows hashed with ``seed`` and the job's number."""
+    on ``links``, its flows hashed with ``seed`` and the job's number;
+    ``scale``: the share of the job's run time one second of its step's
+    communication takes (a call's duty is its seconds times it)."""
     rates: List[Dict[int, float]] = []
     duty: List[float] = []
-    weight: List[float] = []
     index = links.index
     for call in traffic.calls:
         per: Dict[int, float] = {}
-        w = traffic.share(call)
         for src, dst, nbytes, flows in call.edges:
             a, b = index[src], index[dst]
             rate = nbytes / flows / call.seconds / 1e9
@@ -293,9 +292,8 @@ def job_load(links: FabricLinks, traffic, phi: float, job: int, seed: int = 0) -
                 for link in links.path(a, b, mix(seed, job, a, b, f)):
                     per[link] = per.get(link, 0.0) + rate
         rates.append(per)
-        duty.append(phi * w)
-        weight.append(w)
-    return JobLoad(rates, duty, weight, phi)
+        duty.append(min(1.0, scale * call.seconds))
+    return JobLoad(rates, duty)
 
 
 class _Running:
@@ -343,7 +341,7 @@ class Contention:
         load = run.load
         if not load.rates:
             return 1.0
-        return 1.0 + load.phi * sum(w * (r - 1.0) for w, r in zip(load.weight, run.rho))
+        return 1.0 + sum(u * (r - 1.0) for u, r in zip(load.duty, run.rho))
 
     def multiplier(self, job: int) -> float:
         run = self.jobs.get(job)
@@ -428,22 +426,3 @@ class Contention:
         jobs on it), for reports."""
         return [(link, self.W[link], self.links.cap[link], len(u))
                 for link, u in enumerate(self.users) if u]
-
-
-def run_multiplier(fraction: float, slowdown: float) -> float:
-    """``phi``: the share of a job's (placement-stretched) run time spent
-    communicating, when ``fraction`` of its best run is (docs/simulate.md)."""
-    if fraction <= 0:
-        return 0.0
-    comm = fraction * slowdown
-    return comm / ((1.0 - fraction) + comm)
-
-
-def effective_slowdown(slowdown: float, fraction: float, stretch: float) -> float:
-    """The step slowdown that, in ``run * (1 + f (s - 1))``, gives the run
-    time stretched further by ``stretch`` (contention): what the reports
-    call a job's slowdown."""
-    if fraction <= 0 or stretch == 1.0:
-        return slowdown
-    return slowdown + (stretch - 1.0) * (1.0 + fraction * (slowdown - 1.0)) / fraction
-

@@ -10,9 +10,12 @@ Run time
     run time, stretched by the share ``f`` of it spent communicating
     (``--comm-fraction``) times how much slower its placement's modelled
     step is than the best it gets on the idle cluster (the planner's, by
-    the cost model, :func:`slurmtopo.api.step_time`). ``step / best_step``
+    the cost model's step, :func:`slurmtopo.cost.step.price_step`). ``step / best_step``
     is the job's *slowdown* (1 for a one-GPU job, which does not
-    communicate).
+    communicate). A job whose layout rule names its model (``model:``,
+    :mod:`~slurmtopo.simulate.layouts`) runs ``run_time * step / best_step``:
+    its step is then the whole step (compute, exposed communication,
+    bubble), so no fraction is assumed.
 
 Slurm's queue (every policy but ``daemon``)
     Jobs are considered in submission order (trace order on ties), after
@@ -69,9 +72,6 @@ class JobSpec:
     #: modelled step time on the idle cluster (0 for a job that does not
     #: communicate)
     best_step: float
-    #: the model sizing its traffic (:class:`slurmtopo.cost.styles.ModelSpec`;
-    #: None: the shape's)
-    model: object = None
 
     @property
     def submit(self) -> float:
@@ -125,8 +125,50 @@ def slowdown(step: Optional[float], best: float) -> float:
     return step / best
 
 
+def whole_step(job: JobSpec) -> bool:
+    """Is the job's step the whole step (its layout rule names its model),
+    rather than communication stretched by ``--comm-fraction``?"""
+    w = getattr(job.request, "workload", None)
+    return w is not None and w.model is not None
+
+
+def comm_scale(job: JobSpec, step: Optional[float], fraction: float, comm_s: float) -> float:
+    """The share of the job's run time that one second of its step's
+    communication takes: ``1 / step`` for a whole step; else the share
+    ``phi`` of its (placement-stretched) run spent communicating, spread
+    over its ``comm_s`` seconds of communication a step."""
+    if whole_step(job):
+        return 1.0 / step if step else 0.0
+    if fraction <= 0 or comm_s <= 0:
+        return 0.0
+    s = slowdown(step, job.best_step)
+    phi = fraction * s / ((1.0 - fraction) + fraction * s)
+    return phi / comm_s
+
+
+def effective_slowdown(job: JobSpec, step: Optional[float], fraction: float,
+                       stretch: float) -> float:
+    """The job's slowdown with shared links: the step slowdown that gives
+    its run stretched further by ``stretch`` (contention); what reports
+    call its slowdown."""
+    s = slowdown(step, job.best_step)
+    if stretch == 1.0:
+        return s
+    if whole_step(job):
+        return s * stretch
+    if fraction <= 0:
+        return s
+    return s + (stretch - 1.0) * (1.0 + fraction * (s - 1.0)) / fraction
+
+
 def stretched(job: JobSpec, step: Optional[float], fraction: float) -> float:
-    """The run time of ``job`` at modelled step ``step`` (see the module doc)."""
+    """The run time of ``job`` at modelled step ``step`` (see the module doc):
+    when its layout rule names the model, the step is the whole step and
+    the run stretches by ``step / best_step``; else only the ``fraction``
+    of it spent communicating does."""
+    w = getattr(job.request, "workload", None)
+    if w is not None and w.model is not None:
+        return job.trace.run_time * slowdown(step, job.best_step)
     return job.trace.run_time * (1.0 + fraction * (slowdown(step, job.best_step) - 1.0))
 
 
@@ -161,7 +203,6 @@ class _Loop:
         self.prog: Dict[int, List[float]] = {}
         #: job -> the sequence number of its current END event
         self.end_seq: Dict[int, int] = {}
-        self._models: Dict[object, object] = {}
         for job in jobs:
             self.push(job.submit, SUBMIT, job.index)
 
@@ -191,34 +232,23 @@ class _Loop:
     def step_of(self, job: JobSpec, placement) -> Optional[float]:
         if job.best_step <= 0:
             return 0.0
-        from slurmtopo.api import step_time
+        from slurmtopo.cost.step import price_step
 
-        return step_time(self.inv, placement, job.request, self.cost_params())
-
-    def model_of(self, job: JobSpec):
-        if job.model is not None:
-            return job.model
-        text = job.shape.model
-        hit = self._models.get(text)
-        if hit is None:
-            from slurmtopo.cost.styles import parse_model
-            hit = self._models[text] = parse_model(text)
-        return hit
+        return price_step(self.inv, placement, job.request, self.cost_params()).time_s
 
     def load(self, job: JobSpec, placement, step: Optional[float]):
         """The job's load on the shared links (None: it puts none there)."""
-        if self.net is None or placement is None or job.best_step <= 0 or self.fraction <= 0 \
-                or len(placement.hosts) < 2:
+        if self.net is None or placement is None or job.best_step <= 0 or len(placement.hosts) < 2:
             return None
-        from slurmtopo.simulate.contention import job_load, run_multiplier
+        from slurmtopo.simulate.contention import job_load
         from slurmtopo.simulate.traffic import job_traffic
 
-        traffic = job_traffic(self.inv, placement, job.request, self.model_of(job),
-                              self.cost_params())
+        traffic = job_traffic(self.inv, placement, job.request, self.cost_params())
         if traffic.empty:
             return None
-        phi = run_multiplier(self.fraction, slowdown(step, job.best_step))
-        return job_load(self.links, traffic, phi, job.index, self.seed)
+        return job_load(self.links, traffic,
+                        comm_scale(job, step, self.fraction, traffic.comm_s), job.index,
+                        self.seed)
 
     def respeed(self, changed: Dict[int, float]) -> None:
         """Jobs whose run-time multiplier changed now: their ends move."""

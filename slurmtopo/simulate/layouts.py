@@ -27,14 +27,19 @@ or a YAML file (``--layout-rule FILE``)::
     version: 1
     rules:
       - {up_to: 8, tp: 1}
-      - {up_to: 64, tp: 4}
+      - {up_to: 64, tp: 4, model: "llama3-8b,seq_len=8192"}
       - {tp: 8, pp: 2}        # no up_to: every larger job
+
+A rule's ``model`` (a ``--model`` text) says what its jobs train: their
+step is then the whole step (compute, exposed communication, bubble;
+docs/cost-model.md) and a job runs ``step / best_step`` times its trace
+run time instead of the ``--comm-fraction`` stretch (:mod:`engine`).
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
@@ -42,20 +47,15 @@ from slurmtopo.groups import Layout
 from slurmtopo.request import JobRequest
 
 
-#: the model whose step sizes a job's traffic when its rule names none
-DEFAULT_MODEL = "7b"
-
-
 @dataclass(frozen=True)
 class Rule:
-    """Jobs of at most ``up_to`` GPUs (None: any) get TP ``tp``, PP ``pp``,
-    and the step of ``model`` (a ``--model`` text, :mod:`slurmtopo.cost.styles`)
-    sizes their traffic on the network (:mod:`slurmtopo.simulate.traffic`)."""
+    """Jobs of at most ``up_to`` GPUs (None: any) get TP ``tp``, PP ``pp``."""
 
     up_to: Optional[int]
     tp: int = 1
     pp: int = 1
-    model: str = DEFAULT_MODEL
+    #: what the jobs train (a --model text; None: not known)
+    model: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,7 @@ class LayoutRules:
 
 
 BUILTIN: Dict[str, LayoutRules] = {
-    "default": LayoutRules("default", (Rule(8), Rule(128, tp=8, model="13b"),
-                                       Rule(None, tp=8, pp=4, model="70b"))),
+    "default": LayoutRules("default", (Rule(8), Rule(128, tp=8), Rule(None, tp=8, pp=4))),
     "dp": LayoutRules("dp", (Rule(None),)),
 }
 #: most rules a file may hold
@@ -100,17 +99,20 @@ class JobShape:
     gpus_per_node: int
     tp: int
     pp: int
-    #: the model sizing its traffic (a ``--model`` text; the rule's, so a
-    #: function of the GPU count: not part of the shape's identity)
-    model: str = field(default=DEFAULT_MODEL, compare=False)
+    model: Optional[str] = None
 
     @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
 
     def request(self) -> JobRequest:
+        workload = None
+        if self.model is not None:  # the whole step: Megatron's distributed optimizer
+            from slurmtopo.cost.model_spec import parse_model
+            from slurmtopo.workload import Workload
+            workload = Workload(style="zero12", model=parse_model(self.model))
         return JobRequest(layout=Layout(tp=self.tp, pp=self.pp, dp=self.dp),
-                          gpus_per_node=self.gpus_per_node)
+                          gpus_per_node=self.gpus_per_node, workload=workload)
 
 
 def node_size(inv) -> int:
@@ -132,16 +134,14 @@ def shape_of(gpus: int, nodes: Optional[int], rules: LayoutRules, per_node: int)
     return JobShape(gpus=gpus, nodes=n, gpus_per_node=gpn, tp=tp, pp=pp, model=rule.model)
 
 
-def _model(value) -> str:
-    """A rule's ``model``: a ``--model`` text, checked now."""
-    from slurmtopo.cost.styles import parse_model
-    from slurmtopo.errors import LayoutError
-
-    if not isinstance(value, str) or len(value) > 200:
-        raise ValueError("model must be a text such as 70b or params=7e9,layers=32,hidden=4096")
+def _model_text(value) -> str:
+    """A rule's ``model``: a --model text that parses."""
+    from slurmtopo.cost.model_spec import parse_model
+    if not isinstance(value, str) or len(value) > 1000:
+        raise ValueError(f"expected a --model text such as 'llama3-8b', got {value!r}")
     try:
         parse_model(value)
-    except LayoutError as exc:
+    except SlurmtopoError as exc:
         raise ValueError(exc.message) from None
     return value
 
@@ -192,5 +192,5 @@ def load_rules(spec: str) -> LayoutRules:
         last = up_to or last
         rules.append(Rule(up_to, tp=r.get(m, "tp", what, size, 1),
                           pp=r.get(m, "pp", what, size, 1),
-                          model=r.get(m, "model", what, _model, DEFAULT_MODEL)))
+                          model=r.get(m, "model", what, _model_text, None)))
     return LayoutRules(spec, tuple(rules))

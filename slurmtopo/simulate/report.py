@@ -34,7 +34,7 @@ import io
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.simulate.engine import Replay, slowdown
+from slurmtopo.simulate.engine import Replay, effective_slowdown, slowdown
 from slurmtopo.simulate.policies import PolicySpec
 from slurmtopo.simulate.runner import LOW_LOAD
 
@@ -79,8 +79,6 @@ def _bucket(x: float) -> int:
 
 def summarize(setup, spec: PolicySpec, rep: Replay) -> Dict[str, Any]:
     """One policy's numbers (see the module doc)."""
-    from slurmtopo.simulate.contention import effective_slowdown
-
     waits: List[float] = []
     slows: List[float] = []
     placed: List[float] = []
@@ -101,7 +99,7 @@ def summarize(setup, spec: PolicySpec, rep: Replay) -> Dict[str, Any]:
         waits.append(o.start - job.submit)
         s = slowdown(o.step, job.best_step)
         stretch = o.stretch
-        eff = effective_slowdown(s, f, stretch)
+        eff = effective_slowdown(job, o.step, f, stretch)
         placed.append(s)
         slows.append(eff)
         jcts.append(o.end - job.submit)
@@ -176,7 +174,6 @@ def document(setup, inventory: str, specs: Sequence[PolicySpec],
                   "skipped": [s.as_dict() for s in trace.skipped],
                   "never_fit": len(setup.never), "never_fit_jobs": never},
         "settings": {"comm_fraction": setup.fraction, "layout_rule": setup.rules.describe(),
-                     "traffic_models": [r.model for r in setup.rules.rules],
                      "seed": setup.seed, "contention": setup.contention,
                      "arrival_scale": _ratio(setup.arrival_scale)},
         "load": {"offered": _ratio(setup.offered), "offered_as_read": _ratio(setup.offered_native)},

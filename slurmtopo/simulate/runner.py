@@ -71,7 +71,7 @@ def prepare(inv: Inventory, trace: Trace, rules: LayoutRules, fraction: float,
     ``contention`` (``ecmp``, ``ideal`` or ``off``). ``load``: scale the
     inter-arrival times so that the jobs offer that share of the cluster's
     GPU-seconds (SlurmtopoError when they cannot: all submitted at once)."""
-    from slurmtopo.api import step_time
+    from slurmtopo.cost.step import price_step
     from slurmtopo.choice import plan
     from slurmtopo.cost import CostParams, cost_params
 
@@ -91,7 +91,7 @@ def prepare(inv: Inventory, trace: Trace, rules: LayoutRules, fraction: float,
             req = requests[shape] = shape.request()
             try:
                 pl = plan(inv, None, req)
-                hit = (step_time(inv, pl, req, params) if req.layout.world > 1 else 0.0, "")
+                hit = (price_step(inv, pl, req, params).time_s if req.layout.world > 1 else 0.0, "")
             except PlacementError as exc:
                 hit = (None, exc.message)
             best[shape] = hit

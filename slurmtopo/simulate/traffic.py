@@ -1,14 +1,13 @@
 """What a running job puts on the network: its step's communication as
 flows between hosts, from one pricing of the step.
 
-This is the simulator's one reader of the step model. :func:`step_pricing`
-is the adapter: it asks the step model (today
-:func:`slurmtopo.cost.styles.price_step`, the collectives of one training
-step per data-parallel style, priced on the framework's own groups) for
-every call of one step of a placement, and hands back, per call, its
-collective, message, count, priced seconds and groups. Everything else
-here is arithmetic on those, so a new step model changes this one
-function.
+This is the simulator's one reader of the step's calls. :func:`step_pricing`
+is the adapter: it asks the step function
+(:func:`slurmtopo.cost.step.price_step`, every call of one training step
+of the job's workload, priced on the planner's groups) for one step of a
+placement, and hands back, per call, its collective, message, count,
+priced seconds and groups. Everything else here is arithmetic on those,
+so a change of the step model changes this one function.
 
 From a call to flows
     Each call runs over its groups at once. A group whose ranks sit on
@@ -18,7 +17,8 @@ From a call to flows
 
     ============  ====================================================
     all-reduce    2 (n-1)/n x message (reduce-scatter, then all-gather)
-    all-gather    (n-1)/n x message (a reduce-scatter alike)
+    all-gather    (n-1)/n x message (a reduce-scatter alike: message is
+                  the gathered, or scattered, whole)
     all-to-all    message / n from every rank to every rank of another
                   host
     p2p           half the calls' message each way between neighbouring
@@ -60,7 +60,7 @@ __all__ = ["PricedCall", "CallTraffic", "JobTraffic", "step_pricing", "job_traff
 class PricedCall:
     """One call of a step as the step model prices it: ``calls`` collectives
     of ``message_bytes`` over each of ``groups`` (global ranks), all of them
-    taking ``seconds``."""
+    taking ``seconds`` (hidden behind compute or not)."""
 
     what: str
     collective: str
@@ -70,23 +70,26 @@ class PricedCall:
     groups: Sequence[Sequence[int]]
 
 
-def step_pricing(inv: Inventory, placement: Placement, request: JobRequest, model,
+def step_pricing(inv: Inventory, placement: Placement, request: JobRequest,
                  params=None) -> List[PricedCall]:
-    """Every call of one training step of ``placement`` for ``model`` (a
-    :class:`~slurmtopo.cost.styles.ModelSpec`), priced: the simulator's one
-    adapter to the step model (see the module doc). The job's layout is
-    read as Megatron-LM lays it out, the simulator's convention
-    (:mod:`slurmtopo.simulate.layouts`)."""
-    from slurmtopo.cost.styles import price_step
-    from slurmtopo.frameworks.megatron import layout as megatron_layout
+    """Every call of one training step of ``placement``, priced: the
+    simulator's one adapter to the step model (see the module doc). The
+    job's workload is its request's (the step model's default model when it
+    names none)."""
+    from slurmtopo.cost.step import price_step, subgroups
+    from slurmtopo.groups import build_groups
 
-    lay = request.layout.resolved()
-    fl = megatron_layout(tp=lay.tp, cp=lay.cp, ep=lay.ep, pp=lay.pp, dp=lay.dp,
-                         expert_tp=lay.expert_tp, order=lay.order, convention=lay.convention)
-    report = price_step(inv, placement, fl, model, params)
-    return [PricedCall(call.what, call.collective, call.message_bytes, call.calls, seconds,
-                       fl.groups[call.kind])
-            for call, seconds, _label in report.calls]
+    step = price_step(inv, placement, request, params)
+    groups = placement.groups if placement.groups else build_groups(request.layout)
+    out = []
+    for c in step.calls:
+        call = c.call
+        gl = groups.get(call.kind) or []
+        if call.part[0] != "all":
+            gl = subgroups(gl, call.part)
+        out.append(PricedCall(call.what, call.collective, call.message_bytes, call.calls,
+                              c.seconds, gl))
+    return out
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def edge_bytes(collective: str, n: int, message: float) -> float:
         return 0.0
     if collective == "all-reduce":
         return 2.0 * (n - 1) / n * message
-    if collective == "all-gather":
+    if collective in ("all-gather", "reduce-scatter"):
         return (n - 1) / n * message
     return float(message)
 
@@ -173,12 +176,11 @@ def _edges(call: PricedCall, host_of: Sequence[str]) -> Dict[Tuple[str, str], Li
     return out
 
 
-def job_traffic(inv: Inventory, placement: Placement, request: JobRequest, model,
-                params=None, pricing: Optional[List[PricedCall]] = None) -> JobTraffic:
+def job_traffic(inv: Inventory, placement: Placement, request: JobRequest, params=None,
+                pricing: Optional[List[PricedCall]] = None) -> JobTraffic:
     """The traffic between hosts of ``placement`` (see the module doc).
     ``pricing``: the step's calls when the caller has priced them already."""
-    calls = pricing if pricing is not None else step_pricing(inv, placement, request, model,
-                                                             params)
+    calls = pricing if pricing is not None else step_pricing(inv, placement, request, params)
     host_of = [s.host for s in placement.slots]
     comm = sum(c.seconds for c in calls)
     out: List[CallTraffic] = []

@@ -1,0 +1,302 @@
+"""The layout advisor (``slurmtopo advise``): which parallel layout to train
+a model on N GPUs of this cluster with, ranked by the modelled step.
+
+An ML engineer asks it before anything else: TP, PP (and interleaving),
+CP, EP, the micro-batch, recomputation, the distributed optimizer or
+FSDP. The advisor enumerates the layouts Megatron-LM accepts for the
+model on ``gpus`` GPUs (:func:`candidates`), keeps those that fit in the
+GPUs' memory with the least recomputation that makes them fit
+(:mod:`slurmtopo.cost.memory`), orders them by their compute alone (the
+whole step without communication: an optimistic bound that needs no
+placement), places the most promising with the real planner on the
+inventory (:func:`slurmtopo.choice.plan`) and prices each with the step
+function (:func:`slurmtopo.cost.step.price_step`: compute, exposed
+communication, bubble), and ranks them by tokens per second per GPU. The
+first few come back as ready ``slurmtopo plan`` lines.
+
+A use case beside :mod:`slurmtopo.api` (which it calls): pure but for the
+inventory it is handed.
+"""
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from slurmtopo.cost.compute import Dims, GpuFigures, gpu_figures, model_flops_per_token
+from slurmtopo.cost.memory import memory_per_gpu
+from slurmtopo.cost.model_spec import RECOMPUTE, ModelSpec, model_dict
+from slurmtopo.cost.whole import compose
+from slurmtopo.errors import LayoutError, PlacementError
+
+__all__ = ["Candidate", "Advice", "candidates", "advise", "advice_json", "plan_line",
+           "MAX_PLACED"]
+
+#: how many layouts, best by compute alone, are placed and priced in full
+MAX_PLACED = 24
+#: the micro-batch sizes tried
+MICRO_BATCHES = (1, 2, 4)
+#: interleaved stages a rank tried
+VIRTUAL_STAGES = (1, 2, 3, 4, 5, 6, 8)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout: the parallel sizes, the micro-batch, the
+    recomputation, the data-parallel style (``zero12``: Megatron's
+    distributed optimizer; ``fsdp``: Megatron-FSDP)."""
+
+    tp: int
+    pp: int
+    vp: int
+    cp: int
+    ep: int
+    dp: int
+    micro_batch: int
+    recompute: str
+    style: str
+
+    def dims(self) -> Dims:
+        return Dims(tp=self.tp, cp=self.cp, pp=self.pp, ep=self.ep, etp=1, dp=self.dp,
+                    vp=self.vp)
+
+    def label(self) -> str:
+        parts = [f"tp{self.tp}", f"pp{self.pp}" + (f"x{self.vp}" if self.vp > 1 else ""),
+                 f"cp{self.cp}", f"ep{self.ep}", f"dp{self.dp}"]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A candidate placed and priced."""
+
+    candidate: Candidate
+    model: ModelSpec
+    time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    memory_gib: float
+    exposed_comm: Tuple[Tuple[str, float], ...]
+    plan: str
+    nodes: int
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The ranked layouts and what was considered."""
+
+    model: ModelSpec
+    gpus: int
+    gpu: str
+    gpu_memory_gib: float
+    ranked: Tuple[Ranked, ...]
+    considered: int
+    fitting: int
+    placed: int
+    notes: Tuple[str, ...] = ()
+
+
+def _divisors(n: int, most: int) -> List[int]:
+    return [d for d in range(1, min(n, most) + 1) if n % d == 0]
+
+
+def _tp_ok(spec: ModelSpec, tp: int) -> bool:
+    """Megatron-LM's conditions on tensor parallelism: heads, key/value
+    heads (GQA groups), hidden and MLP sizes divide."""
+    s = spec
+    if s.heads % tp or s.hidden % tp or s.ffn % tp:
+        return False
+    if s.kv_heads and not s.kv_lora_rank and s.kv_heads % tp and tp % s.kv_heads:
+        return False
+    return True
+
+
+def candidates(spec: ModelSpec, gpus: int, max_tp: int = 8, frameworks_fsdp: bool = True
+               ) -> List[Candidate]:
+    """Every layout of ``spec`` on ``gpus`` GPUs Megatron-LM accepts (the
+    recomputation left "none": :func:`advise` raises it until the layout
+    fits): tp dividing the heads and sizes (at most ``max_tp``, the GPUs an
+    NVLink group holds), pp dividing the layers, interleaving that divides
+    them further, cp for sequences of 8K tokens and more, ep dividing the
+    experts and the ranks beside a pipeline stage, the micro-batch and the
+    global batch dividing evenly."""
+    s = spec.resolved()
+    out: List[Candidate] = []
+    gb = s.global_batch
+    for tp in _divisors(gpus, max_tp):
+        if not _tp_ok(s, tp):
+            continue
+        for pp in _divisors(gpus // tp, min(s.layers, 64)):
+            if s.layers % pp:
+                continue
+            for cp in _divisors(gpus // (tp * pp), 16):
+                if cp > 1 and (s.seq_len < 8192 or s.seq_len % (2 * cp)):
+                    continue
+                dp = gpus // (tp * pp * cp)
+                eps = [1]
+                if s.is_moe:
+                    eps = [e for e in _divisors(s.experts, 256) if (dp * cp * tp) % e == 0]
+                for ep in eps:
+                    for mbs in MICRO_BATCHES:
+                        if gb and gb % (dp * mbs):
+                            continue
+                        m = s.micro_batches_for(dp) if gb else s.micro_batches
+                        vps = [1] if pp == 1 else [
+                            v for v in VIRTUAL_STAGES
+                            if s.layers % (pp * v) == 0 and (v == 1 or m % pp == 0)]
+                        styles = ["zero12"] + (["fsdp"] if frameworks_fsdp and pp == 1
+                                               and not s.is_moe else [])
+                        for vp in vps:
+                            for style in styles:
+                                out.append(Candidate(tp, pp, vp, cp, ep, dp, mbs, "none",
+                                                     style))
+    return out
+
+
+def _model_for(spec: ModelSpec, c: Candidate) -> ModelSpec:
+    return replace(spec, micro_batch=c.micro_batch, virtual_stages=c.vp, recompute=c.recompute)
+
+
+def _fitting(spec: ModelSpec, c: Candidate, gpu: GpuFigures) -> Optional[Candidate]:
+    """``c`` with the least recomputation that fits, or None."""
+    for rc in RECOMPUTE:
+        cand = replace(c, recompute=rc)
+        mem = memory_per_gpu(_model_for(spec, cand), cand.dims(), c.style, "megatron",
+                             gpu.memory_gib)
+        if mem.fits:
+            return cand
+    return None
+
+
+def plan_line(model_text: str, c: Candidate, inventory: str, gpus: int) -> str:
+    """The ``slurmtopo plan`` command line of a layout, ready to run."""
+    words = ["slurmtopo", "plan", "--inventory", inventory, "--framework", "megatron",
+             "--world", str(gpus), "--tp", str(c.tp), "--pp", str(c.pp), "--cp", str(c.cp)]
+    if c.ep > 1:
+        words += ["--ep", str(c.ep), "--expert-tp", "1"]
+    words += ["--use-megatron-fsdp" if c.style == "fsdp" else "--use-distributed-optimizer"]
+    model = (f"{model_text},micro_batch={c.micro_batch},virtual_stages={c.vp},"
+             f"recompute={c.recompute}")
+    words += ["--model", model]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _model_text(text: str) -> str:
+    """The user's --model text without the keys the advisor sets."""
+    own = ("micro_batch", "mbs", "virtual_stages", "vp", "vpp", "recompute", "ac",
+           "activation_checkpointing")
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    return ",".join(p for p in parts if p.partition("=")[0].strip().lower() not in own)
+
+
+def advise(cluster, model_text: str, gpus: int, inventory_path: str, top: int = 5,
+           max_placed: int = MAX_PLACED) -> Advice:
+    """Rank the layouts of ``model_text`` (a ``--model`` text) on ``gpus``
+    GPUs of ``cluster`` (see the module doc). Raises LayoutError when none
+    fits or none can be placed."""
+    from slurmtopo import api
+    from slurmtopo.cost.model_spec import parse_model
+    from slurmtopo.cost.params import cost_params
+    from slurmtopo.cost.step import price_step
+
+    if gpus < 1:
+        raise LayoutError(f"--gpus {gpus}: give the GPUs to train on (1 or more)")
+    spec = parse_model(model_text)
+    base_text = _model_text(model_text)
+    params = cost_params(cluster)
+    nodes = list(cluster.nodes.values())
+    if not nodes:
+        raise LayoutError("the inventory has no nodes")
+    total = sum(n.hardware.gpu_count for n in nodes)
+    if gpus > total:
+        raise LayoutError(f"--gpus {gpus}: the inventory has {total} GPUs")
+    g0 = nodes[0].hardware.gpus[0] if nodes[0].hardware.gpus else None
+    gpu, known = gpu_figures(g0.model if g0 else "", g0.memory_mib if g0 else None,
+                             params.gpu_compute)
+    notes: List[str] = []
+    if not known:
+        notes.append(f"GPU {g0.model if g0 else '?'!r} has no compute figures (cost: "
+                     "gpu_compute: in the inventory); priced as an H100")
+    per_node = max(n.hardware.gpu_count for n in nodes)
+    domain = per_node
+    if any(n.nvlink_domain is not None for n in nodes):
+        counts: Dict[object, int] = {}
+        for n in nodes:
+            if n.nvlink_domain is not None:
+                counts[n.nvlink_domain] = counts.get(n.nvlink_domain, 0) + n.hardware.gpu_count
+        domain = max(counts.values())
+    cands = candidates(spec, gpus, max_tp=min(8, domain))
+    if not cands:
+        raise LayoutError(f"no layout of {gpus} GPUs divides the model evenly (layers "
+                          f"{spec.layers}, heads {spec.heads}, global batch "
+                          f"{spec.global_batch or 'not given'})")
+    fitting = [f for f in (_fitting(spec, c, gpu) for c in cands) if f is not None]
+    if not fitting:
+        least = min(memory_per_gpu(_model_for(spec, replace(c, recompute="full")), c.dims(),
+                                   c.style, "megatron", gpu.memory_gib).total_gib
+                    for c in cands)
+        raise LayoutError(f"no layout of {gpus} GPUs fits {model_text!r} in "
+                          f"{gpu.memory_gib:.0f} GiB a GPU (the smallest needs {least:.1f} "
+                          "GiB with full recomputation): give more GPUs")
+    # compute alone (no communication): the optimistic order, no placement
+    def optimistic(c: Candidate) -> float:
+        return compose(_model_for(spec, c), c.dims(), gpu, (), c.style).tokens_per_s_per_gpu
+
+    fitting.sort(key=lambda c: (-optimistic(c), c.tp, c.pp, c.cp, c.ep))
+    ranked: List[Ranked] = []
+    placements: Dict[Tuple[int, int, int, int, str], object] = {}
+    placed = 0
+    for c in fitting[:max_placed]:
+        knobs = {"tp": c.tp, "pp": c.pp, "cp": c.cp, "ep": c.ep, "world": gpus}
+        if c.ep > 1:
+            knobs["expert_tp"] = 1
+        knobs["use_megatron_fsdp" if c.style == "fsdp" else "use_distributed_optimizer"] = True
+        model = _model_for(spec, c)
+        try:
+            req = api.job_request("megatron", model=model, **knobs)
+            key = (c.tp, c.pp, c.cp, c.ep, c.style)
+            placement = placements.get(key)
+            if placement is None:
+                placement = placements[key] = api.plan_job(cluster, None, req)
+                placed += 1
+        except (LayoutError, PlacementError) as exc:
+            notes.append(f"{c.label()}: not placed ({exc.message})")
+            continue
+        step = price_step(cluster, placement, req, params)
+        whole = step.whole
+        if whole is None:  # pragma: no cover - the model is always given here
+            continue
+        ranked.append(Ranked(c, model, step.time_s, whole.tokens_per_s_per_gpu, whole.mfu,
+                             whole.memory.total_gib, tuple(sorted(step.by_kind().items())),
+                             plan_line(base_text, c, inventory_path, gpus),
+                             len(placement.hosts)))
+    if not ranked:
+        raise LayoutError(f"none of the {len(fitting)} layouts that fit could be placed on "
+                          "the inventory")
+    ranked.sort(key=lambda r: (-r.tokens_per_s_per_gpu, r.candidate.tp, r.candidate.pp))
+    return Advice(spec, gpus, gpu.name, gpu.memory_gib, tuple(ranked[:max(1, top)]),
+                  len(cands), len(fitting), placed, tuple(notes))
+
+
+def advice_json(a: Advice) -> Dict[str, object]:
+    """The advice as plain data (``advise --json``)."""
+    return {"model": model_dict(a.model), "gpus": a.gpus, "gpu": a.gpu,
+            "gpu_memory_gib": round(a.gpu_memory_gib, 3),
+            "considered": a.considered, "fitting": a.fitting, "placed": a.placed,
+            "model_flops_per_token": model_flops_per_token(a.model),
+            "layouts": [{"rank": i + 1, "tp": r.candidate.tp, "pp": r.candidate.pp,
+                         "virtual_stages": r.candidate.vp, "cp": r.candidate.cp,
+                         "ep": r.candidate.ep, "dp": r.candidate.dp,
+                         "micro_batch": r.candidate.micro_batch,
+                         "recompute": r.candidate.recompute, "style": r.candidate.style,
+                         "time_s": _r(r.time_s),
+                         "tokens_per_s_per_gpu": _r(r.tokens_per_s_per_gpu),
+                         "mfu": _r(r.mfu), "memory_gib_per_gpu": _r(r.memory_gib),
+                         "exposed_comm_s": {k: _r(v) for k, v in r.exposed_comm},
+                         "nodes": r.nodes, "plan": r.plan} for i, r in enumerate(a.ranked)],
+            "notes": list(a.notes)}
+
+
+def _r(x: float) -> float:
+    return float(f"{x:.6g}") if x and math.isfinite(x) else x

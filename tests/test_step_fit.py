@@ -1,0 +1,61 @@
+"""The whole-step model against the published training runs of
+tests/fixtures/training_runs/ (bench/step_fit.py; docs/cost-model.md, "How
+well it fits"): the fit set and the held-out runs stay as accurate as
+reported, and the fixtures stay honest (cited, unique, the fit set
+declared)."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from bench import step_fit
+from slurmtopo.cost.compute import FIT
+
+
+@pytest.fixture(scope="module")
+def rows():
+    runs = step_fit.load_runs()
+    priced = step_fit.price_all(runs)
+    return step_fit.evaluate(priced, FIT, step_fit.fit_ids())
+
+
+def test_fixtures_are_cited_and_the_fit_set_declared():
+    runs = step_fit.load_runs()
+    ids = {r.id for r in runs}
+    fit = step_fit.fit_ids()
+    assert set(fit) <= ids and len(set(fit)) == len(fit)
+    assert 0 < len(fit) < len(ids) / 4  # most runs are held out
+    for path in sorted(step_fit.glob.glob(step_fit.FIXTURES + "/*.yaml")):
+        if path.endswith("fit-set.yaml"):
+            continue
+        with open(path) as fh:
+            src = yaml.safe_load(fh)["source"]
+        assert src["url"].startswith("https://") and src["publication"], path
+    assert all(r.published > 0 for r in runs)
+
+
+def test_every_run_is_placed_and_priced(rows):
+    assert all(r.predicted for r in rows), [r.run.id for r in rows if not r.predicted]
+
+
+def test_the_fit_set_fits(rows):
+    s = step_fit.summary([r for r in rows if r.fitted])
+    assert s["within_20"] >= 0.80 and s["beyond_40"] <= 0.06, s
+
+
+def test_held_out_runs_as_reported(rows):
+    """The numbers docs/cost-model.md reports (below the issue's aim of 80%
+    within 20% and 5% beyond 40%: the misses are listed there)."""
+    held = [r for r in rows if not r.fitted]
+    s = step_fit.summary(held)
+    assert s["within_20"] >= 0.60 and s["beyond_40"] <= 0.15, s
+    for source in ("megatron-lm-readme", "nemo-24.07"):
+        t = step_fit.summary([r for r in held if r.run.source == source])
+        assert t["within_20"] >= 0.85, (source, t)
+
+
+def test_the_first_choice_among_published_layouts(rows):
+    good, total, _ = step_fit.first_choices(rows)
+    assert total >= 30 and good >= 0.9 * total
+    good, total, _ = step_fit.order_agreement(rows, by_dtype=False)
+    assert good >= 0.8 * total
