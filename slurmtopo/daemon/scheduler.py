@@ -555,6 +555,10 @@ class SchedulingPass:
         """Reserve the GPUs free now of where ``req`` would go once running
         jobs on the least busy nodes end (see the module doc)."""
         work = self.work
+        if work.shortfall(1, None) is not None:
+            # not one GPU free anywhere: nothing to set aside whatever the
+            # placement (a saturated cluster: most blocked jobs, every cycle)
+            return {}
         excluded = set(req.exclude)
         order = []
         for i, (name, node) in enumerate(self.inv.nodes.items()):
