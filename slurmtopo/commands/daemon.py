@@ -71,6 +71,10 @@ def command():
 @click.option("--best-fit-releases", type=int, default=16, show_default=True,
               help="Releases per cycle that compare --alternatives for best fit (0: all); "
                    "later ones in a burst take the planner's placement.")
+@click.option("--pack", type=click.Choice(["domains"]), default=None,
+              help="domains: pack jobs one rack can hold into racks already in use, keeping "
+                   "whole multi-node NVLink domains (GB200 NVL72 racks) free for the jobs that "
+                   "need one.")
 @click.option("--default-wait", type=FiniteFloat(min=0), default=0.0, show_default=True,
               help="Seconds to wait for a --prefer that has no --wait of its own.")
 @click.option("--on-reject", type=click.Choice(["cancel", "hold"]), default="cancel",
@@ -95,7 +99,7 @@ def command():
               show_default=True,
               help="Rotated event logs kept (events.log.1 the newest); older ones are removed.")
 def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, reservations,
-            alternatives, max_releases, best_fit_releases, default_wait, on_reject, dry_run,
+            alternatives, max_releases, best_fit_releases, pack, default_wait, on_reject, dry_run,
             log_level, metrics_port, metrics_addr, metrics_textfile, events_max_mib,
             events_keep):
     """Watch held slurmtopo jobs and release each onto a good placement."""
@@ -136,7 +140,8 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
         backend = get_backend(backend_name)
         cfg = Config(release_grace=release_grace, reservations=reservations,
                      alternatives=alternatives, max_releases=max_releases,
-                     best_fit_releases=best_fit_releases, default_wait=default_wait)
+                     best_fit_releases=best_fit_releases, default_wait=default_wait,
+                     pack=pack or "")
         daemon = Daemon(backend, inv, spool, cfg, on_reject=on_reject, dry_run=dry_run,
                         inventory_loader=loader, metrics=metrics,
                         inventory_label=", ".join(os.path.abspath(p) for p in inventory_path),

@@ -68,7 +68,8 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     from slurmtopo.api import load_cluster
     from slurmtopo.simulate.layouts import load_rules
     from slurmtopo.simulate.policies import DEFAULT_POLICIES, parse_policy
-    from slurmtopo.simulate.report import distribution_table, document, notes, plot_png, table
+    from slurmtopo.simulate.report import (capacity_table_rich, distribution_table, document,
+                                           notes, plot_png, racks_table, table)
     from slurmtopo.simulate.runner import prepare
     from slurmtopo.simulate.trace_read import read_trace
 
@@ -117,6 +118,9 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     console = report_console()
     console.print(table(doc))
     console.print(distribution_table(doc))
+    for extra in (racks_table(doc), capacity_table_rich(doc)):
+        if extra is not None:
+            console.print(extra)
     for line in notes(doc):
         console.print(line, highlight=False)
     if plot_path is not None:

@@ -54,6 +54,9 @@ class Config:
     #: only the first this many releases of a cycle compare alternatives
     #: for best fit (0: all); later ones take the planner's placement
     best_fit_releases: int = 16
+    #: "domains": pack jobs a rack can hold into racks in use, keeping whole
+    #: multi-node NVLink domains free (slurmtopo.daemon.packing); "": off
+    pack: str = ""
 
 
 @dataclass

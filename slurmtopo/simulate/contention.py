@@ -129,12 +129,15 @@ class FabricLinks:
         self.host_out = [0] * n
         self.host_in = [0] * n
         nic_gbs: List[float] = [0.0] * n
+        #: GB/s one flow from the host can send: its fastest GPU's network share
+        self.flow_cap: List[float] = [0.0] * n
         shares: List[List[float]] = []
         for i, name in enumerate(self.names):
             node = inv.nodes[name]
             fig = params.hw(node.hardware)
             shares.append(list(fig.net))
             total = sum(fig.net)
+            self.flow_cap[i] = max(fig.net, default=0.0)
             self.host_out[i] = self._link(total, HOST_OUT, name, True)
             self.host_in[i] = self._link(total, HOST_IN, name, True)
             rates = [x.rate_gbps or params.default_nic_gbit
@@ -289,8 +292,12 @@ def job_load(links: FabricLinks, traffic, scale: float, job: int, seed: int = 0)
             a, b = index[src], index[dst]
             rate = nbytes / flows / call.seconds / 1e9
             for f in range(flows):
-                for link in links.path(a, b, mix(seed, job, a, b, f)):
-                    per[link] = per.get(link, 0.0) + rate
+                path = links.path(a, b, mix(seed, job, a, b, f))
+                r = rate
+                if path[0] != links.domain[a]:  # over the network: at most its NIC's rate
+                    r = min(rate, links.flow_cap[a])
+                for link in path:
+                    per[link] = per.get(link, 0.0) + r
         rates.append(per)
         duty.append(min(1.0, scale * call.seconds))
     return JobLoad(rates, duty)

@@ -112,6 +112,12 @@ class Replay:
     label: str
     outcomes: List[Outcome]
     stranded_gpu_s: float = 0.0
+    #: multi-node NVLink domains (racks), integrated over time: per segment
+    #: size of :attr:`FreeState.segments`, free trays no segment of it can
+    #: use; racks wholly free; racks partly free
+    unusable_tray_s: List[float] = field(default_factory=list)
+    whole_domain_s: float = 0.0
+    partial_domain_s: float = 0.0
     end: float = 0.0
     rejected: int = 0
     cycles: int = 0
@@ -184,7 +190,8 @@ class _Loop:
         self.fraction = fraction
         self.state = FreeState(inv)
         self.out = [Outcome() for _ in jobs]
-        self.replay = Replay(label=label, outcomes=self.out)
+        self.replay = Replay(label=label, outcomes=self.out,
+                             unusable_tray_s=[0.0] * len(self.state.segments))
         self.events: List[Tuple[float, int, int, int]] = []
         self.seq = 0
         self.now = 0.0
@@ -217,7 +224,14 @@ class _Loop:
 
     def advance(self, t: float) -> None:
         if t > self.now:
-            self.replay.stranded_gpu_s += self.state.stranded * (t - self.now)
+            dt = t - self.now
+            rep, st = self.replay, self.state
+            rep.stranded_gpu_s += st.stranded * dt
+            if st.dom_size:
+                for k, n in enumerate(st.unusable):
+                    rep.unusable_tray_s[k] += n * dt
+                rep.whole_domain_s += st.whole_domains * dt
+                rep.partial_domain_s += st.partial_domains * dt
             self.now = t
 
     def cost_params(self):

@@ -77,6 +77,22 @@ def _bucket(x: float) -> int:
     return 0
 
 
+def setup_state_segments(setup) -> Optional[Tuple[Tuple[int, ...], int]]:
+    """(segment sizes counted, racks) when the inventory has multi-node
+    NVLink domains; None otherwise."""
+    from slurmtopo.simulate.freestate import SEGMENTS
+
+    sizes: Dict[str, int] = {}
+    for node in setup.inv.nodes.values():
+        if node.nvlink_domain is not None:
+            key = node.nvlink_domain.key
+            sizes[key] = sizes.get(key, 0) + 1
+    if not sizes:
+        return None
+    biggest = max(sizes.values())
+    return tuple(k for k in SEGMENTS if 1 < k <= biggest), len(sizes)
+
+
 def summarize(setup, spec: PolicySpec, rep: Replay) -> Dict[str, Any]:
     """One policy's numbers (see the module doc)."""
     waits: List[float] = []
@@ -151,6 +167,15 @@ def summarize(setup, spec: PolicySpec, rep: Replay) -> Dict[str, Any]:
         "stranded_gpus_mean": _r(rep.stranded_gpu_s / span) if span > 0 else None,
         "multi_leaf_jobs": multi_leaf,
     }
+    st = setup_state_segments(setup)
+    if st is not None and span > 0:
+        segs, racks = st
+        out["racks"] = {
+            "domains": racks,
+            "whole_free_mean": _r(rep.whole_domain_s / span),
+            "partly_free_mean": _r(rep.partial_domain_s / span),
+            "unusable_trays_mean": {str(k): _r(v / span)
+                                    for k, v in zip(segs, rep.unusable_tray_s)}}
     if rep.cycles:
         out["daemon_cycles"] = rep.cycles
     if rep.notes:
@@ -178,7 +203,25 @@ def document(setup, inventory: str, specs: Sequence[PolicySpec],
                      "arrival_scale": _ratio(setup.arrival_scale)},
         "load": {"offered": _ratio(setup.offered), "offered_as_read": _ratio(setup.offered_native)},
         "policies": [summarize(setup, s, r) for s, r in zip(specs, replays)],
+        **_racks_doc(setup),
     }
+
+
+def _racks_doc(setup) -> Dict[str, Any]:
+    """With multi-node NVLink domains: the usable share of a rack per
+    segment size and tray failure rate (:mod:`slurmtopo.simulate.racks`)."""
+    from slurmtopo.simulate.racks import capacity_table
+
+    sizes: Dict[str, int] = {}
+    for node in setup.inv.nodes.values():
+        if node.nvlink_domain is not None:
+            key = node.nvlink_domain.key
+            sizes[key] = sizes.get(key, 0) + 1
+    if not sizes:
+        return {}
+    trays = max(sizes.values())
+    return {"racks": {"count": len(sizes), "trays": trays,
+                      "capacity": capacity_table(trays)}}
 
 
 def notes(doc: Dict[str, Any]) -> List[str]:
@@ -303,6 +346,54 @@ def distribution_table(doc: Dict[str, Any]):
 
 def _replayed(doc: Dict[str, Any]) -> int:
     return doc["trace"]["jobs"] - doc["trace"]["never_fit"]
+
+
+def racks_table(doc: Dict[str, Any]):
+    """Rack-scale domains: per policy, racks wholly and partly free and the
+    free trays no segment can use, per segment size (averaged over the
+    replay); None without multi-node domains."""
+    from rich import box
+    from rich.table import Table
+
+    if "racks" not in doc:
+        return None
+    pols = [p for p in doc["policies"] if "racks" in p]
+    if not pols:
+        return None
+    segs = list(pols[0]["racks"]["unusable_trays_mean"])
+    tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
+                title=f"{doc['racks']['count']} racks of {doc['racks']['trays']} trays: free "
+                      "trays no --segment=S job can use (mean over the replay)")
+    tab.add_column("policy", overflow="fold")
+    for col in ("racks\nwhole free", "racks\npartly free"):
+        tab.add_column(col, justify="right", no_wrap=True)
+    for k in segs:
+        tab.add_column(f"S={k}", justify="right", no_wrap=True)
+    for p in pols:
+        r = p["racks"]
+        tab.add_row(p["policy"], f"{r['whole_free_mean']:.1f}", f"{r['partly_free_mean']:.1f}",
+                    *[f"{r['unusable_trays_mean'][k]:.1f}" for k in segs])
+    return tab
+
+
+def capacity_table_rich(doc: Dict[str, Any]):
+    """The usable share of a rack per segment size and tray failure rate."""
+    from rich import box
+    from rich.table import Table
+
+    if "racks" not in doc:
+        return None
+    rows = doc["racks"]["capacity"]
+    rates = list(rows[0]["usable"]) if rows else []
+    tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
+                title=f"usable share of a {doc['racks']['trays']}-tray rack for --segment=S jobs, "
+                      "by share of trays down")
+    tab.add_column("segment", justify="right")
+    for r in rates:
+        tab.add_column(f"{float(r):.1%} down", justify="right", no_wrap=True)
+    for row in rows:
+        tab.add_row(str(row["segment"]), *[f"{row['usable'][r]:.1%}" for r in rates])
+    return tab
 
 
 # --------------------------------------------------------------------------

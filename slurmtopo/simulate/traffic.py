@@ -32,8 +32,12 @@ From a call to flows
 
 Rates
     A call's flows send at the rate the pricing gave the call: its bytes
-    over its priced seconds (what the slowest group needed, so no flow is
-    faster than the link the cost model put under it). :class:`JobTraffic`
+    over its priced seconds (what the slowest group needed), and a flow
+    over the network at most at its GPU's NIC share: where the step model
+    prices an algorithm that sends less over the network than a flat ring
+    (NCCL's trees and NVLink-domain-aware algorithms reduce inside a host
+    or a rack first), the ring's bytes over the priced seconds would ask
+    more of a NIC than it has. :class:`JobTraffic`
     keeps, per call, its seconds and its edges; what the contention model
     (:mod:`~slurmtopo.simulate.contention`) needs is bytes per second on
     each link, which it derives from these and the fabric.
