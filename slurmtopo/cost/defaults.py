@@ -142,11 +142,12 @@ DEFAULT_NETWORK_LATENCY = {"infiniband": 1.0, "roce": 1.0, "efa": 1.0}
 #: NVLSTree would win: from about 100 MiB up.
 DEFAULT_NVLS_TREE_US = 145.0
 
-#: NICs of one NVLink domain an NVLSTree drives across domains: NCCL runs
-#: it through a few head ranks, each with its NIC (NVLS graph channels),
-#: not through all 72 NICs of an NVL72 rack (fitted: 20 GB200 racks reach
-#: 213 GB/s of algbw, a rack's tree moving 2M over about 10 NICs of 50
-#: GB/s at the network's efficiency; an 8-GPU host has 8 or fewer)
+#: NICs of one multi-node NVLink domain (an NVL72 rack) a collective
+#: drives across domains: NCCL leaves the domain through its channels'
+#: rings and its NVLSTree's head ranks, each with its NIC, not through all
+#: 72 NICs of a rack (fitted: 20 GB200 racks reach 213 GB/s of algbw, a
+#: rack's tree moving 2M over about 10 NICs of 50 GB/s at the network's
+#: efficiency). An 8-GPU host uses all its ranks' NICs, as before
 DEFAULT_DOMAIN_NICS = 10
 
 #: all-to-all across hosts: how many remote peers a rank's channels keep
