@@ -194,8 +194,9 @@ DEFAULT_NVLS_US: Tuple[Tuple[str, float], ...] = (
 DEFAULT_NVLS_MIN_RANKS = 5
 
 #: NCCL multiplies a Simple ring's latency across nodes by 1.4 ("plateau
-#: effect of ring", tuning.cc); fitted 1.5
-DEFAULT_RING_PLATEAU = 1.5
+#: effect of ring", tuning.cc): its figure, not fitted (1.3-1.5 fit the
+#: fit set alike)
+DEFAULT_RING_PLATEAU = 1.4
 
 #: fixed cost of every collective (kernel launch, the host's enqueue and
 #: the caller's loop), microseconds: NCCL's base latencies are part of
