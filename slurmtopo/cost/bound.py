@@ -444,6 +444,8 @@ def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = 
     now rather than on an idle one.
     """
     p = params if params is not None else cost_params(inv)
+    if req.workload is not None:
+        p = p.for_version(req.workload.nccl_version)
     lay = req.layout
     groups = build_groups(lay)
     lb = LowerBound(inv, p, state)

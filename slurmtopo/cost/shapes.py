@@ -19,6 +19,7 @@ from operator import attrgetter, getitem, itemgetter
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.cost.collectives import collective_time
+from slurmtopo.cost.defaults import NET_KIND_ORDER
 from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.cost.params import CostParams
 from slurmtopo.links import LinkClass
@@ -26,19 +27,23 @@ from slurmtopo.model import Inventory, Placement
 from slurmtopo.topology import network_view
 
 #: What one group's collective time depends on, whatever the collective
-#: and message: (slowest class, hosts, most and fewest ranks a host, class
-#: and GB/s inside hosts, network class and GB/s, GB/s and seconds of
-#: latency of an NVLS all-reduce). ``hosts`` 0: one flat ring on the
-#: inside class (a single host, or one NVLink domain), NVLS possible when
-#: its GB/s is not 0.
-Shape = Tuple[LinkClass, int, int, int, LinkClass, float, LinkClass, float, float, float]
+#: and message: (slowest class, NVLink domains, most and fewest ranks a
+#: domain, class and GB/s inside domains, network class and GB/s a rank,
+#: GB/s and seconds of latency of an NVLS all-reduce of 8 ranks, the
+#: network's kind, whether its switches reduce (SHARP)). A domain is a
+#: host, or the hosts of one multi-node NVLink domain (an NVL72 rack) the
+#: group spans. ``domains`` 0: one flat ring on the inside class (a single
+#: host, or one NVLink domain), NVLS possible when its GB/s is not 0.
+Shape = Tuple[LinkClass, int, int, int, LinkClass, float, LinkClass, float, float, float, str,
+              bool]
 
 
 def shape_time(p: CostParams, shape: Shape, collective: str, n: int, m: int) -> float:
     """Seconds of one ``collective`` of ``m`` bytes over ``n`` ranks of ``shape``."""
-    _, hosts, l_max, l_min, in_cls, in_bw, net_cls, net_bw, nvls_bw, nvls_lat = shape
+    (_, hosts, l_max, l_min, in_cls, in_bw, net_cls, net_bw, nvls_bw, nvls_lat, kind,
+     sharp) = shape
     return collective_time(p, collective, n, m, hosts, l_max, l_min, in_cls, in_bw, net_cls,
-                           net_bw, nvls_bw, nvls_lat)
+                           net_bw, nvls_bw, nvls_lat, kind, sharp)
 
 
 class PlacementPricer:
@@ -96,8 +101,15 @@ class PlacementPricer:
         self._leaves: Dict[frozenset, LinkClass] = {}
         self._leaf_pair: Dict[Tuple[Optional[str], Optional[str]], LinkClass] = {}
         self._by_level: Dict[str, List[frozenset]] = {}
+        #: switches that reduce in the network (SHARP), and whether the
+        #: switches joining a set of leaves all do
+        self.sharp = frozenset(s.name for s in inv.fabric.switches if s.sharp)
+        self._sharp_of: Dict[frozenset, bool] = {}
         #: shapes of the step's groups by (kind, part) (:func:`group_shapes`)
         self.keyed_shapes: Dict[object, List[Shape]] = {}
+        #: the step's calls priced, by (kind, part, collective, bytes): the
+        #: planner's choice and the report price the same placement's step
+        self.priced_calls: Dict[object, Tuple[float, LinkClass]] = {}
 
     # -- the network class of a set of hosts ---------------------------------
 
@@ -159,6 +171,27 @@ class PlacementPricer:
                 return LinkClass.network(level)
         return LinkClass.NET_FAR
 
+    def sharp_ok(self, hosts) -> bool:
+        """Do the switches joining these hosts (their leaves and the level
+        where those meet) all reduce in the network (SHARP)?"""
+        if self.view.flat:
+            return False
+        leaves = frozenset(self.leaf[h] for h in hosts)
+        hit = self._sharp_of.get(leaves)
+        if hit is None:
+            hit = None not in leaves and leaves <= self.sharp
+            if hit and len(leaves) > 1:
+                cls = self._leaves_class(leaves)
+                if cls is LinkClass.NET_FAR:
+                    hit = False
+                else:
+                    level = int(cls) - int(LinkClass.NET_LEAF)
+                    tables = [self._switches_by_level(leaf) for leaf in leaves]
+                    hit = all(any(sw in self.sharp for sw in t[lv])
+                              for t in tables for lv in range(1, level + 1) if lv < len(t))
+            self._sharp_of[leaves] = hit
+        return hit
+
     # -- rings inside hosts --------------------------------------------------
 
     def _ring_of(self, h: int, gpus: Sequence[int]) -> Tuple[LinkClass, float]:
@@ -186,7 +219,9 @@ class PlacementPricer:
         dom_cls, self_cls, inf = LinkClass.NVLINK_DOMAIN, LinkClass.SELF, math.inf
         nvl_cls = LinkClass.NVLINK
         hosts_class, pair_class = self.hosts_class, self.pair_class
-        self_shape: Shape = (self_cls, 0, 0, 0, self_cls, inf, self_cls, 0.0, 0.0, 0.0)
+        self_shape: Shape = (self_cls, 0, 0, 0, self_cls, inf, self_cls, 0.0, 0.0, 0.0, "",
+                             False)
+        dom, any_dom = self.dom, self.any_dom
 
         def shape(ranks: Sequence[int]) -> Shape:
             if n < 2:
@@ -204,7 +239,8 @@ class PlacementPricer:
                     cls, bw = hit
                     hc = hcs[h0]
                     nvls = hc.nvls_bw if cls is nvl_cls else 0.0
-                    sh = flat[hit] = (cls, 0, 0, 0, cls, bw, self_cls, 0.0, nvls, hc.nvls_lat)
+                    sh = flat[hit] = (cls, 0, 0, 0, cls, bw, self_cls, 0.0, nvls, hc.nvls_lat,
+                                      "", False)
                 return sh
             if n <= 32:
                 distinct = dict.fromkeys(hs)
@@ -250,14 +286,37 @@ class PlacementPricer:
                 bw = min(min(hcs[h].class_bw(net_cls) for h in per_host), in_bw)
                 nvls = (min(hcs[h].nvls_bw for h in per_host) if in_cls <= nvl_cls else 0.0)
                 lat = max(hcs[h].nvls_lat for h in per_host)
-                return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0, nvls, lat)
+                return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0, nvls, lat, "", False)
             net_bw = network_gbps(min(get(rank_share)), net_cls)
-            # NVLSTree: NVLS inside each host when every host's ranks share
-            # its NVSwitch
-            nvls = (min(hcs[h].nvls_bw for h in per_host) if in_cls is nvl_cls else 0.0)
+            kind = max((hcs[h].net_kind for h in per_host), key=NET_KIND_ORDER.__getitem__)
+            sharp = self.sharp_ok(per_host) if self.sharp else False
+            units = per_host
+            if any_dom:
+                # the hosts of one multi-node NVLink domain (an NVL72 rack)
+                # are one unit: NVLink inside, the network between units
+                by_dom: Dict[object, List[int]] = {}
+                for h in per_host:
+                    d = dom[h]
+                    by_dom.setdefault(h if d is None else d, []).append(h)
+                if len(by_dom) < len(per_host):
+                    units = {}
+                    for hosts in by_dom.values():
+                        units[hosts[0]] = sum(per_host[h] for h in hosts)
+                        if len(hosts) > 1:
+                            b = min(hcs[h].class_bw(dom_cls) for h in hosts)
+                            if dom_cls > in_cls:
+                                in_cls = dom_cls
+                            if b < in_bw:
+                                in_bw = b
+                    counts = units.values()
+                    l_max = max(counts)
+            # NVLSTree: NVLS inside each domain when every domain's ranks
+            # share its NVSwitch fabric
+            nvls = (min(hcs[h].nvls_bw for h in per_host) if nvl_cls <= in_cls <= dom_cls
+                    else 0.0)
             lat = max(hcs[h].nvls_lat for h in per_host) if nvls else 0.0
-            return (slowest, len(per_host), l_max, min(counts), in_cls,
-                    in_bw if in_bw != inf else 1.0, net_cls, net_bw, nvls, lat)
+            return (slowest, len(units), l_max, min(counts), in_cls,
+                    in_bw if in_bw != inf else 1.0, net_cls, net_bw, nvls, lat, kind, sharp)
 
         return shape
 

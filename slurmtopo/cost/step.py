@@ -367,11 +367,12 @@ def price_step(inv: Inventory, placement: Placement, req: JobRequest,
 
     p = params if params is not None else cost_params(inv)
     w = req.workload if req.workload is not None else DEFAULT_WORKLOAD
+    p = p.for_version(w.nccl_version)  # the job's own NCCL release, if it names one
     model = _model_of(w)
     groups = placement.groups if placement.groups else build_groups(req.layout)
     pricer = placement_pricer(inv, p, placement)
     priced: List[CallPrice] = []
-    memo: Dict[Tuple, Tuple[float, LinkClass]] = {}
+    memo = pricer.priced_calls  # kept with the placement under these parameters
     for call in step_calls(req.layout, w):
         gl = groups.get(call.kind)
         if not gl:
