@@ -33,8 +33,11 @@ from slurmtopo.errors import LayoutError, PlacementError
 __all__ = ["Candidate", "Advice", "candidates", "advise", "advice_json", "plan_line",
            "MAX_PLACED"]
 
-#: how many layouts, best by compute alone, are placed and priced in full
+#: how many layout structures (tp, pp, cp, ep, style), best by compute
+#: alone, are placed by the planner, and how many of each one's variants
+#: (micro-batch, interleaving, recomputation) are priced on that placement
 MAX_PLACED = 24
+VARIANTS = 4
 #: the micro-batch sizes tried
 MICRO_BATCHES = (1, 2, 4)
 #: interleaved stages a rank tried
@@ -117,10 +120,11 @@ def candidates(spec: ModelSpec, gpus: int, max_tp: int = 8, frameworks_fsdp: boo
     """Every layout of ``spec`` on ``gpus`` GPUs Megatron-LM accepts (the
     recomputation left "none": :func:`advise` raises it until the layout
     fits): tp dividing the heads and sizes (at most ``max_tp``, the GPUs an
-    NVLink group holds), pp dividing the layers, interleaving that divides
-    them further, cp for sequences of 8K tokens and more, ep dividing the
-    experts and the ranks beside a pipeline stage, the micro-batch and the
-    global batch dividing evenly."""
+    NVLink group holds), pp and interleaving up to the layers (an uneven
+    split, as Megatron-LM's first and last stage options make, is priced at
+    its fullest stage), cp for sequences of 8K tokens and more, ep dividing
+    the experts and the ranks beside a pipeline stage, the micro-batch and
+    the global batch dividing evenly."""
     s = spec.resolved()
     out: List[Candidate] = []
     gb = s.global_batch
@@ -128,8 +132,6 @@ def candidates(spec: ModelSpec, gpus: int, max_tp: int = 8, frameworks_fsdp: boo
         if not _tp_ok(s, tp):
             continue
         for pp in _divisors(gpus // tp, min(s.layers, 64)):
-            if s.layers % pp:
-                continue
             for cp in _divisors(gpus // (tp * pp), 16):
                 if cp > 1 and (s.seq_len < 8192 or s.seq_len % (2 * cp)):
                     continue
@@ -144,7 +146,7 @@ def candidates(spec: ModelSpec, gpus: int, max_tp: int = 8, frameworks_fsdp: boo
                         m = s.micro_batches_for(dp) if gb else s.micro_batches
                         vps = [1] if pp == 1 else [
                             v for v in VIRTUAL_STAGES
-                            if s.layers % (pp * v) == 0 and (v == 1 or m % pp == 0)]
+                            if pp * v <= s.layers and (v == 1 or m % pp == 0)]
                         styles = ["zero12"] + (["fsdp"] if frameworks_fsdp and pp == 1
                                                and not s.is_moe else [])
                         for vp in vps:
@@ -243,34 +245,42 @@ def advise(cluster, model_text: str, gpus: int, inventory_path: str, top: int = 
     def optimistic(c: Candidate) -> float:
         return compose(_model_for(spec, c), c.dims(), gpu, (), c.style).tokens_per_s_per_gpu
 
-    fitting.sort(key=lambda c: (-optimistic(c), c.tp, c.pp, c.cp, c.ep))
+    # the structures (what the planner places: tp, pp, cp, ep, style), best
+    # first by their best variant's compute alone; each keeps its best
+    # variants (micro-batch, interleaving, recomputation) to price
+    by_structure: Dict[Tuple[int, int, int, int, str], List[Tuple[float, Candidate]]] = {}
+    for c in fitting:
+        by_structure.setdefault((c.tp, c.pp, c.cp, c.ep, c.style), []).append((optimistic(c), c))
+    structures = sorted(by_structure.items(),
+                        key=lambda kv: (-max(r for r, _ in kv[1]), kv[0]))[:max_placed]
     ranked: List[Ranked] = []
-    placements: Dict[Tuple[int, int, int, int, str], object] = {}
     placed = 0
-    for c in fitting[:max_placed]:
-        knobs = {"tp": c.tp, "pp": c.pp, "cp": c.cp, "ep": c.ep, "world": gpus}
-        if c.ep > 1:
-            knobs["expert_tp"] = 1
-        knobs["use_megatron_fsdp" if c.style == "fsdp" else "use_distributed_optimizer"] = True
-        model = _model_for(spec, c)
-        try:
-            req = api.job_request("megatron", model=model, **knobs)
-            key = (c.tp, c.pp, c.cp, c.ep, c.style)
-            placement = placements.get(key)
-            if placement is None:
-                placement = placements[key] = api.plan_job(cluster, None, req)
-                placed += 1
-        except (LayoutError, PlacementError) as exc:
-            notes.append(f"{c.label()}: not placed ({exc.message})")
-            continue
-        step = price_step(cluster, placement, req, params)
-        whole = step.whole
-        if whole is None:  # pragma: no cover - the model is always given here
-            continue
-        ranked.append(Ranked(c, model, step.time_s, whole.tokens_per_s_per_gpu, whole.mfu,
-                             whole.memory.total_gib, tuple(sorted(step.by_kind().items())),
-                             plan_line(base_text, c, inventory_path, gpus),
-                             len(placement.hosts)))
+    for key, variants in structures:
+        variants.sort(key=lambda rc: (-rc[0], rc[1].micro_batch, rc[1].vp))
+        placement = None
+        for _, c in variants[:VARIANTS]:
+            knobs = {"tp": c.tp, "pp": c.pp, "cp": c.cp, "ep": c.ep, "world": gpus}
+            if c.ep > 1:
+                knobs["expert_tp"] = 1
+            knobs["use_megatron_fsdp" if c.style == "fsdp" else
+                  "use_distributed_optimizer"] = True
+            model = _model_for(spec, c)
+            try:
+                req = api.job_request("megatron", model=model, **knobs)
+                if placement is None:
+                    placement = api.plan_job(cluster, None, req)
+                    placed += 1
+            except (LayoutError, PlacementError) as exc:
+                notes.append(f"{c.label()}: not placed ({exc.message})")
+                break
+            step = price_step(cluster, placement, req, params)
+            whole = step.whole
+            if whole is None:  # pragma: no cover - the model is always given here
+                continue
+            ranked.append(Ranked(c, model, step.time_s, whole.tokens_per_s_per_gpu, whole.mfu,
+                                 whole.memory.total_gib, tuple(sorted(step.by_kind().items())),
+                                 plan_line(base_text, c, inventory_path, gpus),
+                                 len(placement.hosts)))
     if not ranked:
         raise LayoutError(f"none of the {len(fitting)} layouts that fit could be placed on "
                           "the inventory")

@@ -142,11 +142,12 @@ DEFAULT_NETWORK_LATENCY = {"infiniband": 1.0, "roce": 1.0, "efa": 1.0}
 #: NVLSTree would win: from about 100 MiB up.
 DEFAULT_NVLS_TREE_US = 145.0
 
-#: NICs of one NVLink domain an NVLSTree drives across domains: NCCL runs
-#: it through a few head ranks, each with its NIC (NVLS graph channels),
-#: not through all 72 NICs of an NVL72 rack (fitted: 20 GB200 racks reach
-#: 213 GB/s of algbw, a rack's tree moving 2M over about 10 NICs of 50
-#: GB/s at the network's efficiency; an 8-GPU host has 8 or fewer)
+#: NICs of one multi-node NVLink domain (an NVL72 rack) a collective
+#: drives across domains: NCCL leaves the domain through its channels'
+#: rings and its NVLSTree's head ranks, each with its NIC, not through all
+#: 72 NICs of a rack (fitted: 20 GB200 racks reach 213 GB/s of algbw, a
+#: rack's tree moving 2M over about 10 NICs of 50 GB/s at the network's
+#: efficiency). An 8-GPU host uses all its ranks' NICs, as before
 DEFAULT_DOMAIN_NICS = 10
 
 #: all-to-all across hosts: how many remote peers a rank's channels keep
@@ -193,8 +194,9 @@ DEFAULT_NVLS_US: Tuple[Tuple[str, float], ...] = (
 DEFAULT_NVLS_MIN_RANKS = 5
 
 #: NCCL multiplies a Simple ring's latency across nodes by 1.4 ("plateau
-#: effect of ring", tuning.cc); fitted 1.5
-DEFAULT_RING_PLATEAU = 1.5
+#: effect of ring", tuning.cc): its figure, not fitted (1.3-1.5 fit the
+#: fit set alike)
+DEFAULT_RING_PLATEAU = 1.4
 
 #: fixed cost of every collective (kernel launch, the host's enqueue and
 #: the caller's loop), microseconds: NCCL's base latencies are part of
@@ -246,6 +248,6 @@ NETWORK_CLASSES = (LinkClass.NET_LEAF, LinkClass.NET_L1, LinkClass.NET_L2, LinkC
 COST_KEYS = ("alpha_us", "bandwidth_gbps", "nvlink_lane_gbps", "pcie_gbps", "pcie_factor",
              "inter_socket_gbps", "oversubscription", "default_nic_gbit", "message_bytes",
              "efficiency", "protocols", "network_protocols", "algorithms", "nvls_efficiency",
-             "nvls_us", "nvls_min_ranks", "ring_plateau", "launch_us", "gpu_compute",
-             "nccl_version", "network", "network_latency", "nvls_tree_us", "domain_nics",
-             "collnet_us", "a2a_peers")
+             "nvls_us", "nvls_min_ranks", "ring_plateau", "launch_us", "nccl_version",
+             "network", "network_latency", "nvls_tree_us", "domain_nics", "collnet_us",
+             "a2a_peers", "gpu_compute")

@@ -101,9 +101,14 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: s
     dp = max(1, dims.dp)
     wb = 4 if s.dtype == "fp32" else 2
     # parameters on a rank of the first stage
-    expert = s.moe_layers * s.experts * s.expert_params() if s.is_moe else 0.0
-    embed = s.vocab * s.hidden
-    body = s.counted_params() - expert - s.embedding_params()
+    # the stated total wins over the dimensions' count (a description that
+    # gives params, layers and hidden alone may not add up): every part
+    # scaled to it
+    counted = s.counted_params()
+    scale = s.params / counted if s.params and counted else 1.0
+    expert = (s.moe_layers * s.experts * s.expert_params() if s.is_moe else 0.0) * scale
+    embed = s.vocab * s.hidden * scale
+    body = counted * scale - expert - s.embedding_params() * scale
     stage_layers = math.ceil(s.layers / pp)
     dense_local = (body * stage_layers / s.layers + embed) / tp
     expert_local = expert * min(stage_layers, s.moe_layers) / max(1, s.moe_layers) / (ep * etp) \

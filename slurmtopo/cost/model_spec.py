@@ -440,6 +440,11 @@ def parse_model(text: str) -> ModelSpec:
             raise LayoutError(f"--model {name[:60]!r}: no such preset (known: "
                               f"{', '.join(_preset_names())})")
         base = MODEL_PRESETS[name]
+    return model_from_mapping(_pairs(parts), "--model", base)
+
+
+def _pairs(parts) -> Dict[str, object]:
+    """``KEY=VALUE`` parts of a --model text as a mapping (keys checked)."""
     given: Dict[str, object] = {}
     for part in parts:
         key, sep, value = part.partition("=")
@@ -447,7 +452,7 @@ def parse_model(text: str) -> ModelSpec:
             raise LayoutError(f"--model {part[:60]!r}: expected KEY=VALUE with KEY one of "
                               f"{', '.join(MODEL_KEYS)}")
         given[key] = value
-    return model_from_mapping(given, "--model", base)
+    return given
 
 
 def model_dict(spec: ModelSpec) -> Dict[str, object]:
@@ -481,13 +486,7 @@ def model_with_config(text: Optional[str], config: Mapping[str, object],
         spec = MODEL_PRESETS[str(preset)]
     else:
         spec = None
-    given: Dict[str, object] = {}
-    for part in parts:
-        key, sep, value = part.partition("=")
-        if not sep or _canon_key(key) not in MODEL_KEYS:
-            raise LayoutError(f"--model {part[:60]!r}: expected KEY=VALUE with KEY one of "
-                              f"{', '.join(MODEL_KEYS)}")
-        given[key] = value
+    given = _pairs(parts)
     if spec is not None:
         spec = model_from_mapping(keys, where, spec) if keys else spec
         return model_from_mapping(given, "--model", spec) if given else spec

@@ -107,6 +107,9 @@ class PlacementPricer:
         self._sharp_of: Dict[frozenset, bool] = {}
         #: shapes of the step's groups by (kind, part) (:func:`group_shapes`)
         self.keyed_shapes: Dict[object, List[Shape]] = {}
+        #: the step's calls priced, by (kind, part, collective, bytes): the
+        #: planner's choice and the report price the same placement's step
+        self.priced_calls: Dict[object, Tuple[float, LinkClass]] = {}
 
     # -- the network class of a set of hosts ---------------------------------
 

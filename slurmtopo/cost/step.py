@@ -372,7 +372,7 @@ def price_step(inv: Inventory, placement: Placement, req: JobRequest,
     groups = placement.groups if placement.groups else build_groups(req.layout)
     pricer = placement_pricer(inv, p, placement)
     priced: List[CallPrice] = []
-    memo: Dict[Tuple, Tuple[float, LinkClass]] = {}
+    memo = pricer.priced_calls  # kept with the placement under these parameters
     for call in step_calls(req.layout, w):
         gl = groups.get(call.kind)
         if not gl:

@@ -108,13 +108,17 @@ def _int(value, what: str, where: str) -> int:
     return value
 
 
-def _torchtitan(text: str, where: str) -> Dict[str, object]:
+def _toml(text: str, where: str) -> dict:
     import tomllib
 
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise LayoutError(f"{where}: not a TOML job file: {exc}") from None
+
+
+def _torchtitan(text: str, where: str) -> Dict[str, object]:
+    doc = _toml(text, where)
     table = doc.get("parallelism")
     head = _line_of(text, r"^\s*\[\s*parallelism\s*\]")
     if not isinstance(table, dict):
@@ -346,12 +350,7 @@ def _megatron_model(text: str, where: str) -> Dict[str, object]:
 
 
 def _torchtitan_model(text: str, where: str) -> Dict[str, object]:
-    import tomllib
-
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LayoutError(f"{where}: not a TOML job file: {exc}") from None
+    doc = _toml(text, where)
     out: Dict[str, object] = {}
     model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
     name = str(model.get("name", "")).lower()
