@@ -203,11 +203,10 @@ def notes(doc: Dict[str, Any]) -> List[str]:
         what = "GPU-hours" if "gpu_hours" in c else "GPUs"
         st = c["stretch"]
         text = (f"shared links: {c['slowed']:.0%} of the jobs ({share:.0%} of their {what}) "
-                f"slowed, {c['slowed_by_others']:.0%} by other jobs' traffic")
+                f"slowed, {c['slowed_by_others']:.0%} by other jobs")
         if st["mean"] is not None:
-            text += f"; their runs {st['mean']:.2f}x on average (p95 {st['p95']:.2f}x)"
-        out.append(text + f" (modelled: {c['comm_fraction']:g} of a run communicating, flows "
-                          "hashed onto uplinks as ECMP does)")
+            text += f"; their runs {st['mean']:.2f}x (p95 {st['p95']:.2f}x)"
+        out.append(text)
     for j in doc["jobs"]:
         if j["note"]:
             out.append(f"job {j['job']}: {j['note']}")
