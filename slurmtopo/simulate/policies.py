@@ -4,19 +4,20 @@ names, never a copy of it.
 ``slurm[:topology=tree|flat|block,segment=S]``
     Slurm's own choice of nodes and GPUs
     (:func:`slurmtopo.placement.baselines.slurm_from`, the model of
-    select/cons_tres in :mod:`slurmtopo.placement.slurm_select`), with the
-    inventory's switch tree as topology/tree uses it for every job
-    (``tree``, the default when the inventory has one), without
-    (``flat``: no topology plugin, or ``TopologyParam=TopoOptional``), or
-    over its blocks as topology/block does (``block``), every job of a
-    multiple of ``S`` nodes asking ``--segment=S``.
+    select/cons_tres in :mod:`slurmtopo.placement.slurm_select`), over the
+    inventory's blocks as topology/block does (``block``, the default when
+    the inventory has blocks), every job of a multiple of ``S`` nodes
+    asking ``--segment=S``; with its switch tree as topology/tree uses it
+    for every job (``tree``, the default otherwise when it has one), or
+    without (``flat``: no topology plugin, or ``TopologyParam=TopoOptional``).
 ``slurm-switches:wait=T``
     The same over the tree, asked for ``--switches=1@T``: a job whose
     choice spans several leaves waits, until T after its submission.
-``slurmtopo[:topology=block]``
+``slurmtopo[:topology=block|tree]``
     The planner (:func:`slurmtopo.choice.plan`) on what is free when Slurm
-    starts the job. With ``topology=block`` (a cluster running
-    topology/block), as ``slurmtopo sbatch`` runs there: the job asks the
+    starts the job (``tree``; on an inventory without blocks). With
+    ``topology=block`` (the default when the inventory has blocks: a
+    cluster running topology/block), as ``slurmtopo sbatch`` runs there: the job asks the
     ``--segment`` its plan on the idle cluster calls for
     (:func:`slurmtopo.placement.segments.choose_segments`), Slurm's block
     choice picks its nodes when it can (``slurm:topology=block``'s), and the
@@ -202,13 +203,12 @@ class QueuePolicy:
         self.inv = inv
         self.seed = seed
         self.topology = spec.get("topology") if spec.name in (SLURM, SLURMTOPO) else None
-        if spec.name == SLURMTOPO and self.topology not in (None, "block"):
-            raise SlurmtopoError(f"--policy {spec.label}: slurmtopo's topology is block or "
-                                 "none (the planner reads the switch tree itself)")
+        if self.topology is None and spec.name in (SLURM, SLURMTOPO) and inv.fabric.blocks:
+            self.topology = "block"  # a cluster with blocks runs topology/block
         self.block = self.topology == "block"
         if spec.name == SWITCHES:
             self.topology = "tree"
-        elif self.topology is None:
+        elif self.topology is None or (spec.name == SLURMTOPO and not self.block):
             self.topology = "tree" if inv.fabric.switches else "flat"
         self._segments: Dict[object, Optional[int]] = {}
         self.switch_wait = spec.get("wait") if spec.name == SWITCHES else None

@@ -165,6 +165,12 @@ def test_replay_on_racks_reports_them(tmp_path, nvl):
         assert all(v >= 0 for v in r["unusable_trays_mean"].values())
     code, out, err = run_cli(argv)
     assert "free trays no --segment=S job can use" in out and "usable share of a 18-tray" in out
-    code, _, err = run_cli(["simulate", "--inventory", str(inv_path), "--trace", str(trace),
-                            "--policy", "slurmtopo:topology=tree"])
-    one_line_error(code, err, "slurmtopo's topology is block")
+    # on an inventory with blocks, slurm and slurmtopo run topology/block unless told
+    code, out, err = run_cli(["simulate", "--inventory", str(inv_path), "--trace", str(trace),
+                              "--policy", "slurm", "--policy", "slurm:topology=block",
+                              "--policy", "slurmtopo", "--policy", "slurmtopo:topology=block",
+                              "--json", "--workers", "1", "--contention", "off"])
+    assert code == 0, err
+    pols = json.loads(out)["policies"]
+    strip = [{k: v for k, v in p.items() if k not in ("policy", "options")} for p in pols]
+    assert strip[0] == strip[1] and strip[2] == strip[3]
