@@ -20,9 +20,14 @@ largest process) and keeps the command's JSON beside the timing.
 
 ``--each`` also times every policy alone (one process each). ``--queue``
 measures how the cost grows with the queue: ``slurm`` and ``daemon:wait=600``
-alone on the first 3,000 jobs at offered loads 0.8, 0.95, 1.1 and 1.3, each
+alone on the first 3,000 jobs at offered loads 0.8, 1.0, 1.3 and 1.6, each
 with its mean queue length (Little's law: the jobs' total wait over the
-makespan) and the daemon's cycles.
+submission period) and the daemon's cycles.
+
+``--tradeoff`` also sweeps the daemon's wait against ``slurm`` (``--sweep
+wait=0,600,1800``, with and without the daemon's reservation) and keeps the
+trade-off the sweep reads off (docs/simulate.md, "Load, and the wait
+trade-off").
 
 ``--sacct-rows N`` also times reading ``sacct -P`` history of N jobs of 120
 nodes each (NodeList ``gpu[0001-0060,0100-0159]``-shaped: half of them on
@@ -52,7 +57,9 @@ SIZES = ((1, 0.70), (2, 0.08), (4, 0.08), (8, 0.08), (16, 0.03), (32, 0.02), (64
          (128, 0.003))
 POLICIES = ("slurm", "slurm-switches:wait=600", "slurmtopo", "daemon:wait=600")
 #: offered loads of --queue
-QUEUE_LOADS = (0.8, 0.95, 1.1, 1.3)
+QUEUE_LOADS = (0.8, 1.0, 1.3, 1.6)
+#: jobs of --queue's replays
+QUEUE_JOBS = 3000
 
 
 def write_trace(path: str, jobs: int, gpus: int, load: float = 1.0, seed: int = 26) -> None:
@@ -153,14 +160,18 @@ def simulate(inv: str, trace: str, workers: int, policies: Sequence[str],
 def queue_scaling(inv: str, trace: str, workdir: str) -> List[Dict[str, Any]]:
     """``slurm`` and the daemon alone at rising loads: CPU against the mean
     queue length (see the module doc)."""
+    with open(trace) as fh:
+        submits = [float(line.split(",")[2]) for line in list(fh)[1:QUEUE_JOBS + 1]]
     rows = []
     for load in QUEUE_LOADS:
         for policy in ("slurm", "daemon:wait=600"):
             one = simulate(inv, trace, 1, [policy], workdir,
-                           ["--jobs", "3000", "--load", str(load)])
+                           ["--jobs", str(QUEUE_JOBS), "--load", str(load)])
             p = one["output"]["policies"][0]
             waits = p["queue_wait_s"]["mean"] * p["jobs"]
-            queue = waits / p["makespan_s"] if p["makespan_s"] else 0.0
+            # Little's law over the submission period: jobs waiting on average
+            span = (max(submits) - min(submits)) * one["output"]["settings"]["arrival_scale"]
+            queue = waits / span if span else 0.0
             rows.append({"load": load, "policy": policy, "cpu_s": one["cpu_s"],
                          "wall_s": one["wall_s"], "mean_queue": round(queue, 1),
                          "daemon_cycles": p.get("daemon_cycles"),
@@ -168,9 +179,22 @@ def queue_scaling(inv: str, trace: str, workdir: str) -> List[Dict[str, Any]]:
     return rows
 
 
+def tradeoff(inv: str, trace: str, workers: int, workdir: str, load: float) -> Dict[str, Any]:
+    """The wait sweep against slurm (see the module doc)."""
+    one = simulate(inv, trace, workers, ["slurm", "daemon:wait=0",
+                                         "daemon:wait=0,reservations=0"], workdir,
+                   ["--load", str(load), "--sweep", "wait=0,600,1800"])
+    doc = one["output"]
+    rows = [{"policy": p["policy"], "slowdown_mean": p["slowdown"]["mean"],
+             "wait_p95_s": p["queue_wait_s"]["p95"], "wait_mean_s": p["queue_wait_s"]["mean"],
+             "contended": p["contention"]["jobs"]} for p in doc["runs"][0]["policies"]]
+    return {"wall_s": one["wall_s"], "cpu_s": one["cpu_s"], "policies": rows,
+            "tradeoff": doc["tradeoff"][0]["rows"], "summary": doc["summary"]}
+
+
 def run(jobs: int, nodes: int, workers: int, workdir: str, load: float = 0.8,
         policies: Sequence[str] = POLICIES, each: bool = False, queue: bool = False,
-        sacct_rows: int = 0) -> Dict[str, Any]:
+        sacct_rows: int = 0, trade: bool = False) -> Dict[str, Any]:
     inv = write_inventory(workdir, nodes)
     trace = os.path.join(workdir, f"trace-{jobs}.csv")
     write_trace(trace, jobs, nodes * 8)
@@ -189,6 +213,8 @@ def run(jobs: int, nodes: int, workers: int, workdir: str, load: float = 0.8,
                               "rss_mib": one["rss_mib"]}
     if queue:
         out["queue"] = queue_scaling(inv, trace, workdir)
+    if trade:
+        out["tradeoff"] = tradeoff(inv, trace, workers, workdir, load)
     if sacct_rows:  # reading sacct history of many-node jobs
         sacct = os.path.join(workdir, f"sacct-{sacct_rows}.txt")
         write_sacct(sacct, sacct_rows)
@@ -212,13 +238,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="also time every policy alone (one process each)")
     ap.add_argument("--queue", action="store_true",
                     help="also measure the cost against the queue length")
+    ap.add_argument("--tradeoff", action="store_true",
+                    help="also sweep the daemon's wait against slurm")
     ap.add_argument("--sacct-rows", type=int, default=0,
                     help="also time reading sacct history of that many 120-node jobs")
     args = ap.parse_args(argv)
     workdir = args.workdir or tempfile.mkdtemp(prefix="slurmtopo-bench-sim-")
     os.makedirs(workdir, exist_ok=True)
     res = run(args.jobs, args.nodes, args.workers, workdir, args.load, args.policy or POLICIES,
-              args.each, args.queue, args.sacct_rows)
+              args.each, args.queue, args.sacct_rows, args.tradeoff)
     rows: List[str] = [f"{res['jobs']} jobs, {res['nodes']} nodes ({res['gpus']} GPUs), offered "
                        f"load {res['load']:.0%}, {res['workers']} workers: {res['wall_s']} s "
                        f"through the command line ({res['cpu_s']} s CPU, {res['rss_mib']} MiB "
@@ -229,6 +257,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows.append(f"  load {q['load']:.0%} {q['policy']}: {q['cpu_s']} s CPU, mean queue "
                     f"{q['mean_queue']} jobs, mean wait {q['wait_mean_s']} s"
                     + (f", {q['daemon_cycles']} cycles" if q["daemon_cycles"] else ""))
+    if "tradeoff" in res:
+        for r in res["tradeoff"]["policies"]:
+            rows.append(f"  trade-off {r['policy']}: slowdown mean {r['slowdown_mean']}, wait "
+                        f"p95 {r['wait_p95_s']} s mean {r['wait_mean_s']} s")
+        rows.extend(f"  {line}" for line in res["tradeoff"]["summary"])
     if "sacct" in res:
         sa = res["sacct"]
         rows.append(f"  sacct history, {sa['rows']} jobs of 120 nodes, read: {sa['wall_s']} s "

@@ -165,7 +165,10 @@ class FabricLinks:
         self.tiers: List[Tuple[int, ...]] = [()] * n
         group_ids: Dict[Tuple[int, Tuple[str, ...]], int] = {}
         group_caps: List[float] = []
-        group_port: List[float] = []
+        #: a group's port rate: its switches' link_gbps, else (None) the
+        #: fastest NIC of its hosts
+        group_port: List[Optional[float]] = []
+        group_nic: List[float] = []
         group_keys: List[Tuple[int, Tuple[str, ...]]] = []
         switch_gbps = {s.name: s.link_gbps for s in inv.fabric.switches}
         if not view.flat:
@@ -186,17 +189,17 @@ class FabricLinks:
                         group_keys.append(key)
                         group_caps.append(0.0)
                         rate = next((switch_gbps[s] for s in sws if switch_gbps.get(s)), None)
-                        group_port.append(rate / 8.0 if rate else -1.0)
+                        group_port.append(rate / 8.0 if rate else None)
+                        group_nic.append(0.0)
                     cls = LinkClass.network(t + 1)
                     group_caps[g] += sum(params.network_gbps(s, cls) for s in shares[i])
-                    if group_port[g] <= 0 and nic_gbs[i] > -group_port[g]:
-                        group_port[g] = -nic_gbs[i]  # no switch rate: the fastest NIC
+                    group_nic[g] = max(group_nic[g], nic_gbs[i])
                     ids.append(g)
                 self.tiers[i] = tuple(ids)
         self.bundles: List[_Bundle] = []
         for g, (t, sws) in enumerate(group_keys):
             cap = group_caps[g]
-            port = abs(group_port[g]) or cap
+            port = group_port[g] or group_nic[g] or cap
             ports = 1 if mode == IDEAL or cap <= 0 else max(1, int(round(cap / port)))
             each = cap / ports if ports else cap
             label = "+".join(sws)
