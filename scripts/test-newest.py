@@ -151,7 +151,7 @@ def main(argv: Sequence[str] = ()) -> int:
             keep = [f"{name}=={newest}"]
             run([py, "-m", "pip", "install", "-q", "--no-deps", *back, *keep], cwd=ROOT,
                 env=pip_env(), check=True)
-            still = unit_tests(py, work, args.pytest_args, failed)
+            still = unit_tests(py, work, [*args.pytest_args, "--tb=no"], failed)
             if still:
                 blamed.append((name, newest, still))
         # leave the venv on the newest releases again
