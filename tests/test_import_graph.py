@@ -22,7 +22,7 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.tablefit", "slurmtopo.sheet", "slurmtopo.plainout",
         "slurmtopo.inventory",
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
-        "slurmtopo.slurmfmt", "slurmtopo.cluster")
+        "slurmtopo.slurmfmt", "slurmtopo.cluster", "slurmtopo.hazards")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
          "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate", "slurmtopo.audit",

@@ -239,3 +239,33 @@ def _probe_dev(dev_dir: str, allocated: Set[int]) -> Optional[Tuple[bool, str]]:
             if exc.errno in (errno.ENXIO, errno.ENODEV):
                 return False, f"{path} (not allocated) is reachable: no device cgroup"
     return None
+
+
+def lost_nodes(slurm, alloc: Allocation, hosts: Iterable[str]) -> Dict[str, str]:
+    """The ``hosts`` a step can no longer run on, with why: down, drained
+    (an admin, or the node agent's health watch on a GPU gone bad),
+    failing or not responding in Slurm's node states, or gone from the
+    job's allocation (``scontrol show job -d`` no longer lists them, as
+    Slurm does with a ``--no-kill`` job's failed node). A question Slurm
+    cannot answer finds nothing lost."""
+    from slurmtopo.model import NodeState
+
+    wanted = list(dict.fromkeys(hosts))
+    out: Dict[str, str] = {}
+    try:
+        nodes = {n.name: n for n in slurm.nodes() if n.name in set(wanted)}
+    except SlurmError:
+        nodes = {}
+    for h in wanted:
+        n = nodes.get(h)
+        if n is None:
+            continue
+        if not NodeState(h, n.state, flags=n.flags).usable:
+            state = "+".join([n.state] + sorted(n.flags))
+            out[h] = state + (f": {n.reason}" if n.reason else "")
+    listed = {h for h, src in alloc.sources.items() if src == "scontrol show job -d"}
+    if listed:
+        for h in wanted:
+            if h not in listed and h not in out:
+                out[h] = "no longer in the job's allocation"
+    return out
