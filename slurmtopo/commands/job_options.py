@@ -246,6 +246,10 @@ def guardrail_options(func):
                      help="Ask for N idle spare nodes inside the job's block or leaf and "
                           "submit with --no-kill: when a node is lost, the job re-plans onto "
                           "a spare and restarts its step (at most N times)."),
+        click.option("--check", type=click.Choice(["warn", "stop"]), default=None,
+                     help="Run `slurmtopo check` as the job's first step: what Slurm gave "
+                          "and what every task really gets against the plan; warn: report "
+                          "in the job's log, stop: end the job on a broken contract."),
     ])
 
 
@@ -333,7 +337,8 @@ def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
         inventory_path=inventory_path, launch=launch_from(**o), options=tuple(sb_options),
         requeue=requeue, slurm=slurm_features(o), hazards=hazard_policy_items(o),
         nccl_version=nccl_version(o.get("nccl_version"), {}),
-        nccl_version_env=nccl_version(None, os.environ), spares=int(o.get("spares") or 0))
+        nccl_version_env=nccl_version(None, os.environ), spares=int(o.get("spares") or 0),
+        check=o.get("check"))
 
 
 def hazard_policy_items(o: Mapping) -> Tuple[str, ...]:

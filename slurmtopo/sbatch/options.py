@@ -58,6 +58,9 @@ class ScriptOptions:
     nccl_version_env: Optional[str] = None
     #: idle spare nodes inside the job's block or leaf (docs/sbatch.md)
     spares: int = 0
+    #: run ``slurmtopo check`` as the job's first step: "warn" (report) or
+    #: "stop" (end the job on a broken contract); None: no check
+    check: Optional[str] = None
 
     @property
     def constraint(self) -> Optional[str]:

@@ -330,6 +330,10 @@ class SbatchRequest:
     #: restarts on spare nodes (``--spares``): ``--no-kill`` and the retry
     #: loop around the step; 0: neither (the script of earlier releases)
     spares: int = 0
+    #: ``slurmtopo check`` as the first step ("warn" or "stop"); None: none
+    check: Optional[str] = None
+    #: the inventory the check reads (the plan's path)
+    inventory_path: Optional[str] = None
     notes: Tuple[str, ...] = field(default=(), compare=False)  # for the user, not the script
 
     # ---- directives ----
@@ -458,6 +462,8 @@ class SbatchRequest:
             f"    /bin/sh -c {q(TASK_SNIPPET)} {TASK_NAME} \\",
             "    " + render_words(self.launch.argv(self.command), self.launch),
         ]
+        if self.check:
+            lines += self.check_step()
         lines += restart_loop(step, self.spares) if self.spares else step
         text = "\n".join(lines) + "\n"
         size = len(text.encode())
@@ -468,6 +474,38 @@ class SbatchRequest:
                 "slurm.conf's SchedulerParameters raise it), so sbatch would refuse it; the "
                 f"plan of {self.ntasks} ranks on {self.nodes} nodes does not fit")
         return text
+
+    def check_step(self) -> List[str]:
+        """The job's first step with ``--check``: a probe started through
+        the training step's launch line (srun, container, task snippet,
+        apptainer) prints what every task gets; ``slurmtopo check`` reads
+        it on stdin and compares it, with what Slurm gave, to the binding."""
+        from slurmtopo.taskprobe import PROBE_SELF
+
+        q = shlex.quote
+        if self.check not in ("warn", "stop"):
+            raise SlurmtopoError(f"--check {self.check!r}: warn or stop")
+        probe = ["apptainer", "exec", "--nv", self.launch.apptainer] if self.launch.apptainer \
+            else []
+        probe += ["/bin/sh", "-c", PROBE_SELF]
+        args = '--run-dir "$SLURMTOPO_RUN_DIR" --tasks -'
+        if self.inventory_path:
+            args += f" --inventory {q(os.path.abspath(self.inventory_path))}"
+        if self.check == "stop":
+            args += " --strict"
+        lines = ["# --check: the first step prints what every task really gets, through the",
+                 "# training step's own launch line; `slurmtopo check` compares it, and what",
+                 "# Slurm gave the job, with the binding (docs/audit.md, Contracts)",
+                 'srun --distribution=arbitrary --ntasks="$SLURMTOPO_NTASKS" \\',
+                 "    --cpu-bind=none --kill-on-bad-exit=1 \\"]
+        if self.launch.srun_options():
+            lines.append("    " + " ".join(q(o) for o in self.launch.srun_options()) + " \\")
+        lines += [f"    /bin/sh -c {q(TASK_SNIPPET)} {TASK_NAME} \\",
+                  "    " + " ".join(q(w) for w in probe) + " \\",
+                  f'    | (cd / && "$SLURMTOPO_PYTHON" -m slurmtopo check {args})'
+                  + (" || exit $?" if self.check == "stop" else " || true"),
+                  ""]
+        return lines
 
     # ---- building one from a plan ----
 
@@ -581,7 +619,8 @@ class SbatchRequest:
                    topology=tuple(topo), extra=tuple(extra), options=tuple(options),
                    requeue=requeue, plan_json=plan_json,
                    comments=tuple(comments), python=python, cgroup_devices=cgroup_devices,
-                   run_dir=run_dir, launch=launch, spares=o.spares, notes=tuple(notes))
+                   run_dir=run_dir, launch=launch, spares=o.spares, check=o.check,
+                   inventory_path=inventory_path if o.check else None, notes=tuple(notes))
 
 
 def restart_loop(step: List[str], restarts: int) -> List[str]:
