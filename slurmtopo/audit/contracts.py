@@ -84,6 +84,23 @@ class ContractReport:
     #: job -> what could not be checked and why
     unchecked: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
 
+    def shown(self, per: int = 8) -> List[Violation]:
+        """The violations to show: the first ``per`` of each job and kind,
+        then one line saying how many more (a 32,768-rank job with a wrong
+        CUDA_VISIBLE_DEVICES everywhere would fill a log)."""
+        out: List[Violation] = []
+        count: Dict[Tuple[str, str], int] = {}
+        for v in self.violations:
+            key = (v.job, v.kind)
+            count[key] = count.get(key, 0) + 1
+            if count[key] <= per:
+                out.append(v)
+        for (job, kind), n in count.items():
+            if n > per:
+                at = max(i for i, v in enumerate(out) if (v.job, v.kind) == (job, kind))
+                out.insert(at + 1, Violation(job, kind, f"... and {n - per} more"))
+        return out
+
     def by_kind(self) -> Dict[str, int]:
         counts = {k: 0 for k in KINDS}
         for v in self.violations:

@@ -227,6 +227,6 @@ def contracts_table(report):
     tab.add_column("job", no_wrap=True)
     tab.add_column("kind", no_wrap=True)
     tab.add_column("what", overflow="fold")
-    for v in report.violations:
+    for v in report.shown():
         tab.add_row(markup(v.job), v.kind, markup(v.message))
     return Fitted(tab, ["job", "kind", "what"])

@@ -4,6 +4,7 @@ env.sh)."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
@@ -44,6 +45,10 @@ class BindResult:
     #: host -> variables only that host's tasks get (NCCL_MNNVL_CLIQUE_ID
     #: where an NVLink clique lies in several IMEX-channel segments)
     host_env: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    #: the job may bind again in the same shell (``--spares``): env.sh names
+    #: the NCCL variables it set (SLURMTOPO_OWN_NCCL), so a restart tells
+    #: them from the user's own
+    restartable: bool = False
 
 
 def master_port(doc: Mapping[str, Any], job_id: str) -> int:
@@ -256,7 +261,8 @@ def _finish(doc: Mapping[str, Any], env: Mapping[str, str], slurm, inv: Inventor
     return BindResult(placement=placement, allocation=alloc, constrained=constrained,
                       replanned=replanned, job_env=jenv, table=table, log=log, inventory=inv,
                       layout=layout_from_doc(doc), launcher=launcher, visible=visible,
-                      extra_files=extra, host_env=host_env)
+                      extra_files=extra, host_env=host_env,
+                      restartable=bool(guardrails_of(doc).get("spares")))
 
 
 def start_hazards(doc: Mapping[str, Any], env: Mapping[str, str], inv: Inventory,
@@ -380,12 +386,24 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
              f"export SLURMTOPO_NNODES={nnodes}",
              f"export SLURMTOPO_NPROC_PER_NODE={p.world_size // max(nnodes, 1)}",
              f"export SLURMTOPO_RUN_DIR={q(run_dir)}"]
+    # a restart binds again in the shell the first binding's exports live
+    # in: those are slurmtopo's, not the user's
+    ours = {k for k in environ.get("SLURMTOPO_OWN_NCCL", "").split()
+            if re.fullmatch(r"NCCL_[A-Z0-9_]+", k)}  # names only: the line is eval-ed
+    own = []
     for k, v in result.job_env.items():
-        if k.startswith("NCCL_") and k in environ:
+        if k.startswith("NCCL_") and k in environ and k not in ours:
             log.append(f"keeping {k}={environ[k]} from the environment (slurmtopo "
                        f"would set {v})")
             continue
         lines.append(f"export {k}={q(v)}")
+        if k.startswith("NCCL_"):
+            own.append(k)
+    gone = sorted(ours - set(own))
+    if gone:
+        lines.append("unset " + " ".join(gone))
+    if result.restartable:
+        lines.append(f"export SLURMTOPO_OWN_NCCL={q(' '.join(own))}")
     task = task or task_env_parts(result, environ)
     whole = task.whole
     by_file = len(whole.encode()) > limits.ENV_TABLE_LIMIT

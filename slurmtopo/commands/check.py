@@ -126,7 +126,7 @@ def _log(report, job_id) -> None:
     """The job's log lines: one per violation, then the summary."""
     from slurmtopo.termsafe import printable
 
-    for v in report.violations:
+    for v in report.shown():
         click.echo(printable(f"slurmtopo check: job {job_id}: {v.kind}: {v.message}"),
                    err=True)
     counts = report.by_kind()
