@@ -342,10 +342,10 @@ def job_hazards(cluster: Inventory, placement: Placement,
                 options: ScriptOptions = ScriptOptions()) -> HazardReport:
     """The pre-launch hazards of ``placement`` under the options' policy
     and NCCL release (:func:`slurmtopo.hazards.check_hazards`, docs/hazards.md)."""
-    from slurmtopo.hazards import check_hazards
+    from slurmtopo.hazards import check_hazards, nccl_version
 
-    return check_hazards(cluster, placement,
-                         nccl_version=options.nccl_version or options.nccl_version_env,
+    version = nccl_version(options.nccl_version or options.nccl_version_env, {}, cluster)
+    return check_hazards(cluster, placement, nccl_version=version,
                          policy=HazardPolicy.parse(options.hazards))
 
 

@@ -90,20 +90,22 @@ class Hazard:
     severity: str  # ERROR or WARN
     #: what, where: one line naming hosts, ranks or groups
     message: str
+    #: the public report of this very finding (default: the rule's first)
+    source: Optional[str] = None
 
     @property
     def rule(self) -> Rule:
         return RULES[self.kind]
 
     def line(self) -> str:
-        """``hazard KIND (error): what; source; override: how``."""
+        """``hazard KIND (error): what (source); override: how``."""
         r = self.rule
         return (f"hazard {self.kind} ({'error' if self.severity == ERROR else 'warning'}): "
-                f"{self.message} ({r.sources[0]}); override: {r.override}")
+                f"{self.message} ({self.source or r.sources[0]}); override: {r.override}")
 
     def as_dict(self) -> Dict[str, str]:
         return {"kind": self.kind, "severity": self.severity, "message": self.message,
-                "source": self.rule.sources[0], "override": self.rule.override}
+                "source": self.source or self.rule.sources[0], "override": self.rule.override}
 
 
 @dataclass(frozen=True)
@@ -179,23 +181,27 @@ def parse_nccl_version(text: str, what: str = "--nccl-version") -> Tuple[int, ..
     return tuple(int(g) for g in m.groups() if g is not None)
 
 
-def nccl_version(explicit: Optional[str], environ: Mapping[str, str]) -> Optional[str]:
+def nccl_version(explicit: Optional[str], environ: Mapping[str, str],
+                 inv: Optional[Inventory] = None) -> Optional[str]:
     """The NCCL release the job will load, where it is known: the one given
     (``--nccl-version``, or recorded in the plan), else ``NCCL_VERSION`` of
-    the environment (NVIDIA's containers set it to the release they ship).
-    The one place the version is decided: a cost model input for it, when
-    there is one, is read here too. A malformed environment value is
-    ignored (it is not the user's typing), a malformed ``explicit`` refused."""
+    the environment (NVIDIA's containers set it to the release they ship),
+    else the cluster's default (the inventory's ``cost: nccl_version``,
+    the cost model's input). The one place the version is decided. A
+    malformed environment value is ignored (it is not the user's typing),
+    a malformed ``explicit`` refused."""
     if explicit:
         parse_nccl_version(explicit)
         return str(explicit).strip()
-    env = environ.get("NCCL_VERSION")
-    if env:
-        try:
-            parse_nccl_version(env, "NCCL_VERSION")
-        except SlurmtopoError:
-            return None
-        return env.strip()
+    for value, what in ((environ.get("NCCL_VERSION"), "NCCL_VERSION"),
+                        ((inv.cost or {}).get("nccl_version") if inv is not None else None,
+                         "the inventory's cost: nccl_version")):
+        if value:
+            try:
+                parse_nccl_version(str(value), what)
+            except SlurmtopoError:
+                continue
+            return str(value).strip()
     return None
 
 
@@ -258,10 +264,10 @@ def check_hazards(inv: Inventory, placement: Placement, *,
                         ("group-domain", _group_domains)):
         if policy.levels.get(kind) == OFF:
             continue
-        for severity, message in check(inv, placement):
+        for severity, message, *source in check(inv, placement):
             level = policy.severity(kind, severity)
             if level is not None:
-                found.append(Hazard(kind, level, message))
+                found.append(Hazard(kind, level, message, source[0] if source else None))
     found.sort(key=lambda h: h.severity != ERROR)
     return HazardReport(tuple(found))
 
@@ -307,8 +313,13 @@ def _rails(inv: Inventory, p: Placement) -> List[Tuple[str, str]]:
     slots = p.slots
     bad: List[str] = []
     count = 0
+    seen: set = set()  # several kinds may name the same ranks (dp, dp-cp with cp 1)
     for kind in sorted(p.groups):
         for gi, group in enumerate(p.groups[kind]):
+            key = tuple(sorted(group))
+            if key in seen:
+                continue
+            seen.add(key)
             rails: Dict[str, set] = {}
             for r in group:
                 s = slots[r]
@@ -332,7 +343,7 @@ def _rails(inv: Inventory, p: Placement) -> List[Tuple[str, str]]:
                                    "fabric")]
 
 
-def _cliques(inv: Inventory, p: Placement, version: Optional[str]) -> List[Tuple[str, str]]:
+def _cliques(inv: Inventory, p: Placement, version: Optional[str]) -> List[Tuple[str, ...]]:
     """The job's ranks in every multi-node NVLink clique that two or more
     of its hosts share (where NCCL uses MNNVL), against the release."""
     ranks: Dict[str, int] = {}
@@ -355,13 +366,12 @@ def _cliques(inv: Inventory, p: Placement, version: Optional[str]) -> List[Tuple
             return []
         worst = min(hit, key=lambda lim: lim.at_least)
         return [(WARN, f"{where}, and the job's NCCL release is not known (give "
-                       f"--nccl-version, or NCCL_VERSION): {worst.why} ({worst.source})")]
+                       f"--nccl-version, or NCCL_VERSION): {worst.why}", worst.source)]
     v = parse_nccl_version(version)
     out = []
     for lim in CLIQUE_LIMITS:
         if lim.covers(v) and biggest >= lim.at_least:
-            out.append((lim.severity, f"{where} with NCCL {version}: {lim.why} "
-                                      f"({lim.source})"))
+            out.append((lim.severity, f"{where} with NCCL {version}: {lim.why}", lim.source))
     return out
 
 

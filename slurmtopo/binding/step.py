@@ -275,7 +275,7 @@ def start_hazards(doc: Mapping[str, Any], env: Mapping[str, str], inv: Inventory
 
     guard = guardrails_of(doc)
     try:
-        version = nccl_version(guard.get("nccl_version"), env)
+        version = nccl_version(guard.get("nccl_version"), env, inv)
         report = check_hazards(inv, placement, nccl_version=version,
                                policy=HazardPolicy.parse(guard.get("hazards", ()),
                                                          "the plan's hazard policy"))
