@@ -195,6 +195,11 @@ def rebind(doc: Mapping[str, Any], env: Mapping[str, str], previous: Placement, 
                              f"the job after {wait:g} s: not a lost node, not restarting")
     usable = [h for h in alloc.hosts if h not in lost]
     out = replan_after_loss(inv, previous, usable, lost, alloc.gpus)
+    # what the job still holds: rankmap.json's allocation, the GPU numbers
+    alloc = Allocation(job_id=alloc.job_id, hosts=usable,
+                       gpus={h: alloc.gpus.get(h) for h in usable},
+                       batch_host=alloc.batch_host,
+                       sources={h: w for h, w in alloc.sources.items() if h in usable})
     log.append(f"restart {restart} of {spares}: the step failed (exit {code}); lost: "
                + "; ".join(f"{h} ({why})" for h, why in lost.items()))
     log.extend("  " + m for m in out.moves)
