@@ -18,7 +18,7 @@ and the audit both take them from here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 #: the variables a probe reports of each task (nothing else leaves the node)
 TASK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
@@ -102,3 +102,12 @@ def parse_task_lines(text: str) -> Tuple[TaskSeen, ...]:
                                                        t.int_of("RANK") or 0, t.host, t.pid)))
 
 
+def int_list(text: Optional[str]) -> Optional[List[int]]:
+    """``"4,5"`` (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS as Slurm sets them)
+    -> [4, 5] in their order; None for None or anything but numbers."""
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        return None

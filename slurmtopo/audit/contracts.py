@@ -33,7 +33,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.model import Inventory, Placement
 from slurmtopo.taskprobe import (MAX_TASK_LINES, PROBE_PROCESSES, PROBE_SELF,  # noqa: F401
-                                 TASK_KEYS, TaskSeen, parse_task_lines)
+                                 TASK_KEYS, TaskSeen, int_list, parse_task_lines)
 
 KINDS = ("segment", "switches", "block-whole", "node-out-of-block", "rank-order", "task-env")
 
@@ -319,15 +319,6 @@ def _seq(hosts: Sequence[str]) -> str:
     return ", ".join(hosts[:8]) + (f", ... ({len(hosts)} nodes)" if len(hosts) > 8 else "")
 
 
-def _ints(text: Optional[str]) -> Optional[List[int]]:
-    if text is None:
-        return None
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        return None
-
-
 def _reaches(cvd: List[int], local: int, gpu: int, step: Optional[List[int]]) -> bool:
     """Does device ``local`` of CUDA_VISIBLE_DEVICES ``cvd`` reach NVML
     GPU ``gpu``: the node's own numbers (no device cgroup), or positions
@@ -356,8 +347,8 @@ def _task_env(inv: Inventory, view: SlurmView, job: JobSeen) -> Rule:
             out.append(f"rank {r} runs on {', '.join(sorted({t.host for t in ts}))}")
     planned = job.planned
     for t in job.tasks:
-        cvd = _ints(t.env.get("CUDA_VISIBLE_DEVICES"))
-        step = _ints(t.env.get("SLURM_STEP_GPUS"))
+        cvd = int_list(t.env.get("CUDA_VISIBLE_DEVICES"))
+        step = int_list(t.env.get("SLURM_STEP_GPUS"))
         r = t.int_of("RANK")
         who = f"rank {r} on {t.host}" if r is not None else f"the task on {t.host}"
         shown = (f"CUDA_VISIBLE_DEVICES={t.env.get('CUDA_VISIBLE_DEVICES', '(unset)')}"

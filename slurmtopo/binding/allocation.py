@@ -13,6 +13,7 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Hardware, Inventory, parse_cpulist
 from slurmtopo.binding.limits import CGROUP_MODES
 from slurmtopo.errors import SlurmError
+from slurmtopo.taskprobe import int_list
 
 
 @dataclass
@@ -155,15 +156,6 @@ def read_allocation(env: Mapping[str, str], slurm=None,
     return Allocation(job_id=job, hosts=hosts, gpus=gpus, batch_host=batch, sources=sources)
 
 
-def _int_list(text: Optional[str]) -> Optional[List[int]]:
-    if text is None:
-        return None
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        return None
-
-
 def default_backend():
     """The command-line Slurm backend, with the start-time step's patience
     (a probe step on a busy controller may take a while)."""
@@ -198,8 +190,8 @@ def detect_constrained(mode: str, env: Mapping[str, str], slurm=None,
         raise SlurmtopoError(f"--cgroup-devices must be one of {', '.join(CGROUP_MODES)}")
     if mode != "auto":
         return mode == "yes", f"--cgroup-devices {mode}"
-    job = _int_list(env.get("SLURM_JOB_GPUS"))
-    cvd = _int_list(env.get("CUDA_VISIBLE_DEVICES"))
+    job = int_list(env.get("SLURM_JOB_GPUS"))
+    cvd = int_list(env.get("CUDA_VISIBLE_DEVICES"))
     if job and cvd is not None and len(job) == len(cvd):
         if job != cvd:
             return True, (f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} renumbers "

@@ -216,6 +216,29 @@ def rebind(doc: Mapping[str, Any], env: Mapping[str, str], previous: Placement, 
                    run_dir, resolve)
 
 
+def read_bound(run_dir: str) -> Optional[Tuple[Placement, Dict[str, Any]]]:
+    """(placement, rankmap.json's data) that ``slurmtopo bind`` wrote in the
+    run directory, read back as written (the user's own file in the user's
+    own directory: :func:`slurmtopo.rundirs.read_run_file`); None when there
+    is none. A damaged file is a one-line SlurmtopoError."""
+    import json
+
+    from slurmtopo.rankmap import placement_from_dict
+    from slurmtopo.rundirs import read_run_file
+
+    text = read_run_file(run_dir, "rankmap.json")
+    if text is None:
+        return None
+    where = os.path.join(run_dir, "rankmap.json")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SlurmtopoError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise SlurmtopoError(f"{where}: not a rank map")
+    return placement_from_dict(data, where), data
+
+
 def _restart_count(env: Mapping[str, str]) -> int:
     """How many times Slurm requeued the job (SLURM_RESTART_COUNT)."""
     text = env.get("SLURM_RESTART_COUNT", "")

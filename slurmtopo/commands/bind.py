@@ -97,24 +97,13 @@ def _rebind(doc, run_dir, restart, step_exit, cgroup_devices, inventory_path):
     """The binding of a restart on spares: the placement that ran is the
     run directory's rankmap.json (read back as written: the user's own
     file in the user's own directory)."""
-    import json
+    from slurmtopo.binding.step import read_bound, rebind
 
-    from slurmtopo.binding.step import rebind
-    from slurmtopo.rankmap import placement_from_dict
-    from slurmtopo.rundirs import read_run_file
-
-    text = read_run_file(run_dir, "rankmap.json")
-    if text is None:
+    bound = read_bound(run_dir)
+    if bound is None:
         raise SlurmtopoError(f"--restart: {run_dir}/rankmap.json is not there: the step that "
                              "failed was not bound by slurmtopo bind")
-    where = os.path.join(run_dir, "rankmap.json")
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise SlurmtopoError(f"{where}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise SlurmtopoError(f"{where}: not a rank map")
-    previous = placement_from_dict(data, where)
+    previous = bound[0]
     wait = os.environ.get("SLURMTOPO_LOST_WAIT", "30")
     try:
         seconds = float(wait)

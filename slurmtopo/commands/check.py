@@ -12,7 +12,6 @@ The rules are ``slurmtopo audit --contracts``'s (docs/audit.md, Contracts).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -85,20 +84,12 @@ def _planned(run_dir):
     directory's rankmap.json, or (None, ()) without one."""
     if not run_dir:
         return None, ()
-    from slurmtopo.rankmap import placement_from_dict
-    from slurmtopo.rundirs import read_run_file
+    from slurmtopo.binding.step import read_bound
 
-    text = read_run_file(os.path.abspath(run_dir), "rankmap.json")
-    if text is None:
+    bound = read_bound(os.path.abspath(run_dir))
+    if bound is None:
         return None, ()
-    where = os.path.join(run_dir, "rankmap.json")
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise SlurmtopoError(f"{where}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise SlurmtopoError(f"{where}: not a rank map")
-    placement = placement_from_dict(data, where)
+    placement, data = bound
     alloc = data.get("allocation")
     hosts = tuple(alloc) if isinstance(alloc, dict) else tuple(placement.hosts)
     return placement, hosts
