@@ -238,7 +238,7 @@ PROGRAM = ("import json, os, sys; out = sys.argv[1]; "
            "(os.environ['RANK'], os.environ['SLURMTOPO_RESTART'])), 'w'))")
 
 
-def _job(tmp_path, lose, spares=1, extra_env=None, program=PROGRAM):
+def _job(tmp_path, lose, spares=1, extra_env=None, program=PROGRAM, extra_args=()):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("sinfo", FAKE_SINFO)):
@@ -249,7 +249,8 @@ def _job(tmp_path, lose, spares=1, extra_env=None, program=PROGRAM):
     out.mkdir()
     code, script, err = run_cli(["sbatch", "--inventory", str(ONE_LEAF), "--state", "none",
                                  "--tp", "4", "--dp", "2", "--gpus-per-node", "4", "--spares",
-                                 str(spares), "--python", sys.executable, "--dry-run", "--",
+                                 str(spares), "--python", sys.executable, *extra_args,
+                                 "--dry-run", "--",
                                  sys.executable, "-c", program, str(out)])
     assert code == 0, err
     (tmp_path / "job.sbatch").write_text(script)
@@ -261,6 +262,8 @@ def _job(tmp_path, lose, spares=1, extra_env=None, program=PROGRAM):
                SLURM_SUBMIT_DIR=str(tmp_path), SLURMTOPO_PYTHON=sys.executable,
                SLURMTOPO_LOST_WAIT="0", SLURM_JOB_GPUS="0,1,2,3", CUDA_VISIBLE_DEVICES="0,1,2,3",
                PYTHONPATH=str(ROOT), **(extra_env or {}))
+    if "PATH_PREFIX" in env:  # more stand-ins (torchrun) for the tasks
+        env["PATH"] = env.pop("PATH_PREFIX") + os.pathsep + env["PATH"]
     p = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, cwd=tmp_path,
                        capture_output=True, text=True, timeout=300)
     ranks = {}
@@ -301,3 +304,36 @@ def test_a_failure_that_lost_no_node_is_not_restarted(tmp_path):
     assert ("the step failed (exit 3) but none of its nodes (node1, node2) is down, drained "
             "or gone from the job") in p.stderr
     assert "restart 1 of 1" not in p.stderr
+
+
+FAKE_TORCHRUN = r'''#!PYTHON
+"""torchrun: records its arguments and environment, one file per node."""
+import json, os, sys
+out = os.environ["TORCHRUN_OUT"]
+name = "torchrun-node%s-attempt%s.json" % (os.environ["NODE_RANK"], os.environ["SLURMTOPO_RESTART"])
+json.dump({"argv": sys.argv[1:], "env": dict(os.environ)}, open(os.path.join(out, name), "w"))
+'''
+
+
+def test_a_static_rendezvous_torchrun_restarts_on_the_spare(tmp_path):
+    tr = tmp_path / "torchrun-bin"
+    tr.mkdir()
+    (tr / "torchrun").write_text(FAKE_TORCHRUN.replace("#!PYTHON", "#!" + sys.executable, 1))
+    (tr / "torchrun").chmod(0o755)
+    rec = tmp_path / "torchrun-out"
+    rec.mkdir()
+    (tmp_path / "job").mkdir()
+    p, _ = _job(tmp_path / "job", lose="node2", program="print(1)",
+                extra_args=["--launcher", "torchrun"],
+                extra_env={"TORCHRUN_OUT": str(rec),
+                           "PATH_PREFIX": str(tr)})
+    assert p.returncode == 0, p.stderr
+    recs = {f.name: json.loads(f.read_text()) for f in rec.glob("*.json")}
+    assert sorted(recs) == ["torchrun-node0-attempt1.json", "torchrun-node1-attempt1.json"]
+    for node_rank, host, gpus in ((0, "node1", "0,1,2,3"), (1, "node3", "4,5,6,7")):
+        r = recs[f"torchrun-node{node_rank}-attempt1.json"]
+        assert r["env"]["SLURMD_NODENAME"] == host
+        assert r["env"]["CUDA_VISIBLE_DEVICES"] == gpus
+        assert r["argv"][:4] == ["--nnodes=2", "--nproc-per-node=4", f"--node-rank={node_rank}",
+                                 "--master-addr=node1"]
+    assert "ranks 4-7: node2 (down: gone) -> node3 (same leaf switch leaf1)" in p.stderr

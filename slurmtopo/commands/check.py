@@ -35,8 +35,10 @@ VIOLATED = 3
                    "(default: only Slurm's view is used).")
 @click.option("--job", "job_id", default=None, metavar="ID",
               help="The job (default $SLURM_JOB_ID).")
-@click.option("--backend", "backend_name", default="auto", show_default=True,
-              type=click.Choice(["auto", "cli", "pyslurm"]), help="How to talk to Slurm.")
+@click.option("--backend", "backend_name", default="cli", show_default=True,
+              type=click.Choice(["auto", "cli", "pyslurm"]),
+              help="How to talk to Slurm (inside a job, like slurmtopo bind: its command-line "
+                   "tools).")
 @click.option("--strict", is_flag=True,
               help=f"Exit {VIOLATED} when a contract is broken (the job stops before "
                    "training).")
