@@ -224,8 +224,13 @@ def test_plan_warns_and_a_policy_refuses(tmp_path, capsys):
     args = ["plan", "--inventory", str(H100), "--state", state, "--world", "12", "--json"]
     code, out, err = run(args + ["--output-dir", str(tmp_path / "a")], capsys)
     assert code == 0, err
-    notes = json.loads(out)["notes"]
-    assert any(n.startswith("hazard uneven-ranks (warning): ranks per node differ") for n in notes)
+    doc = json.loads(out)
+    assert any(n.startswith("hazard uneven-ranks (warning): ranks per node differ")
+               for n in doc["notes"])
+    (h,) = doc["hazards"]
+    assert (h["kind"], h["severity"], h["source"]) == \
+        ("uneven-ranks", "warn", "https://github.com/NVIDIA/nccl/issues/2385")
+    assert h["override"].startswith("--gpus-per-node K")
     code, out, err = run(args + ["--output-dir", str(tmp_path / "b"), "--hazard",
                                  "uneven-ranks=error"], capsys)
     assert code == 2 and out == ""

@@ -73,8 +73,11 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
                                  "drop --state, --sacct and --sacct-file")
         from slurmtopo.slurm import get_backend
 
+        if backend_name == "pyslurm":
+            raise SlurmtopoError("--contracts reads job details, the topology and the tasks "
+                                 "through Slurm's commands (scontrol, srun): use --backend cli")
         inv = load_cluster(inventory_path)
-        _contracts(inv, get_backend(backend_name), not no_task_env, metrics_path, as_json,
+        _contracts(inv, get_backend("cli"), not no_task_env, metrics_path, as_json,
                    cycles, interval)
         return
     for name, given in (("--no-task-env", no_task_env), ("--metrics-textfile", metrics_path),
