@@ -36,13 +36,15 @@ ONE_LEAF = ROOT / "tests" / "fixtures" / "slurm" / "devcluster-one-leaf.yaml"
 #: trains "forever", a restart resumes and ends
 TRAIN = ("import json, os, sys, time; out = sys.argv[1]; r = os.environ['RANK']; "
          "ck = os.path.join(out, 'ckpt.json'); "
+         "first = os.environ.get('SLURMTOPO_RESTART', '0') == '0' "
+         "and os.environ.get('SLURM_RESTART_COUNT', '0') == '0'; "
+         # the checkpoint first, whole (renamed into place), then what the rank got
+         "r == '0' and first and (json.dump({'step': 5}, open(ck + '.tmp', 'w')) "
+         "or os.rename(ck + '.tmp', ck)); "
          "resumed = json.load(open(ck))['step'] if os.path.exists(ck) else 0; "
          "json.dump({'env': dict(os.environ), 'cpus': sorted(os.sched_getaffinity(0)), "
          "'argv': sys.argv[1:], 'resumed': resumed}, "
          "open(os.path.join(out, 'rank-%s.json' % r), 'w')); "
-         "first = os.environ.get('SLURMTOPO_RESTART', '0') == '0' "
-         "and os.environ.get('SLURM_RESTART_COUNT', '0') == '0'; "
-         "r == '0' and first and json.dump({'step': 5}, open(ck, 'w')); "
          "first and time.sleep(600)")
 
 
