@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, T
 
 from slurmtopo.cluster import load_cluster, step_time  # noqa: F401  (the api's, kept below it)
 from slurmtopo.errors import PlacementError
+from slurmtopo.hazards import HazardPolicy, HazardReport
 from slurmtopo.model import ClusterState, Inventory, Placement
 from slurmtopo.request import JobRequest
 from slurmtopo.rundirs import DEFAULT_KEEP_DAYS
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
            "live_state", "segment_release", "job_request", "step_communication", "plan_job",
-           "price", "step_time", "prepare", "submission_notes", "submit"]
+           "price", "step_time", "prepare", "job_hazards", "submission_notes", "submit"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,12 @@ class PreparedJob:
     #: what the user should know (names sanitised, placements relaxed, ...)
     notes: Tuple[str, ...] = ()
     options: ScriptOptions = ScriptOptions()
+    #: the pre-launch hazards found on the placement (slurmtopo.hazards);
+    #: errors have already refused the job, the warnings are in ``notes``
+    hazards: Optional[HazardReport] = None
+    #: the spare nodes asked for besides the planned ones (``--spares``;
+    #: a placement.spares.SpareChoice), None without
+    spares: Optional[object] = None
 
 
 @dataclass(frozen=True)
@@ -252,6 +259,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
     state = state if state is not None else ClusterState()
     if options.job_name is not None:  # cheap checks before the planner
         sanitize_job_name(options.job_name)
+    HazardPolicy.parse(options.hazards)
     state, elig_notes = eligible_state(cluster, state, partition_members, options.constraint,
                                        features)
     # the launcher's requirement (torchrun: node-contiguous ranks) is part
@@ -287,6 +295,16 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
             raise PlacementError(f"not now: {exc.message} (it fits once running jobs end: "
                                  "`slurmtopo sbatch` plans it on the nodes that could run it "
                                  "and Slurm queues it)") from None
+    hazards = job_hazards(cluster, placement, options)
+    hazards.raise_for_errors()  # before anything is priced, written or submitted
+    notes.extend(h.line() for h in hazards.warnings)
+    spares = None
+    if options.spares:
+        from slurmtopo.placement.spares import choose_spares
+
+        spares = choose_spares(cluster, state, placement, options.spares,
+                               queued=busy_note is not None)
+        notes.extend(spares.notes)
     costs = None
     if with_costs:
         from slurmtopo.placement import naive_plan
@@ -309,7 +327,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
     if command:
         script = SbatchRequest.from_plan(
             cluster, placement, request.layout, command, request, options,
-            exclusive=request.exclusive,
+            exclusive=request.exclusive, spares=spares,
             inventory_path=options.inventory_path or _source_path(cluster))
         text = script.render()  # validates before anything is written
         notes.extend(script.notes)
@@ -317,7 +335,18 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
         notes.append(busy_note)
     return PreparedJob(cluster=cluster, state=state, request=request, placement=placement,
                        costs=costs, script=script, script_text=text, notes=tuple(notes),
-                       options=options)
+                       options=options, hazards=hazards, spares=spares)
+
+
+def job_hazards(cluster: Inventory, placement: Placement,
+                options: ScriptOptions = ScriptOptions()) -> HazardReport:
+    """The pre-launch hazards of ``placement`` under the options' policy
+    and NCCL release (:func:`slurmtopo.hazards.check_hazards`, docs/hazards.md)."""
+    from slurmtopo.hazards import check_hazards, nccl_version
+
+    version = nccl_version(options.nccl_version or options.nccl_version_env, {}, cluster)
+    return check_hazards(cluster, placement, nccl_version=version,
+                         policy=HazardPolicy.parse(options.hazards))
 
 
 def submission_notes(prepared: PreparedJob, held: bool = False,

@@ -29,6 +29,7 @@ COMMANDS = {
     "inventory": "inventory",
     "plan": "plan",
     "bind": "bind",
+    "check": "check",
     "daemon": "daemon",
     "sbatch": "sbatch",
     "state": "state",

@@ -92,6 +92,10 @@ def fenced_blocks(text):
     return blocks
 
 
+#: the exit code a documented command line shows (`# exit 2` at its end)
+EXPECTED_EXIT = {}
+
+
 def shell_commands():
     """(where, argv) of every `slurmtopo ...` line in bash blocks (with
     backslash continuations joined; comments dropped)."""
@@ -115,7 +119,11 @@ def shell_commands():
                 if (len(words) < 2 or not re.match(r"^[a-z][a-z-]*$", words[1])
                         or any(w.startswith("(") for w in words[2:3])):
                     continue  # a log line (`slurmtopo bind: ...`) or a diagram
-                out.append(pytest.param(words[1:], id=f"{path.relative_to(ROOT)}:{start + i}"))
+                where = f"{path.relative_to(ROOT)}:{start + i}"
+                code = re.search(r"#\s*exit (\d+)\s*$", line)
+                if code:  # the doc shows it failing: `... # exit 2`
+                    EXPECTED_EXIT[where] = int(code.group(1))
+                out.append(pytest.param(words[1:], id=where))
     return out
 
 
@@ -190,7 +198,7 @@ def test_the_readme_quick_start_is_among_the_runnable_examples():
 
 
 @pytest.mark.parametrize("argv", RUNNABLE)
-def test_shell_example_runs_as_printed(argv, tmp_path, monkeypatch):
+def test_shell_example_runs_as_printed(argv, tmp_path, monkeypatch, request):
     """Every documented command that needs only the checkout runs, from a
     directory other than the checkout (its etc/ and tests/ paths made
     absolute, /tmp outputs moved into the test's directory), and exits 0
@@ -207,6 +215,7 @@ def test_shell_example_runs_as_printed(argv, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli([localise(w) for w in argv])
     expected = 2 if argv[0] == "sbatch" and "-N" in argv else 0  # docs/sbatch.md shows the refusal
+    expected = EXPECTED_EXIT.get(request.node.callspec.id, expected)
     assert code == expected, err
     if expected == 0:
         assert out or err

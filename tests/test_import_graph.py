@@ -22,7 +22,8 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.tablefit", "slurmtopo.sheet", "slurmtopo.plainout",
         "slurmtopo.inventory",
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
-        "slurmtopo.slurmfmt", "slurmtopo.cluster")
+        "slurmtopo.slurmfmt", "slurmtopo.cluster", "slurmtopo.hazards",
+        "slurmtopo.taskprobe")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
          "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate", "slurmtopo.audit",
@@ -192,7 +193,8 @@ def test_the_audit_is_computation_apart_from_slurm():
     assert bad == []
     users = sorted(m for m, ts in graph.items() if not _under(m, ("slurmtopo.audit",))
                    and any(_under(t, ("slurmtopo.audit",)) for t in ts))
-    assert users == ["slurmtopo.commands.audit", "slurmtopo.commands.state"]
+    assert users == ["slurmtopo.commands.audit", "slurmtopo.commands.check",
+                     "slurmtopo.commands.state"]
     assert "slurmtopo.simulate.freestate" in graph["slurmtopo.audit.stranded"]
     assert "slurmtopo.simulate.layouts" in graph["slurmtopo.audit.placements"]
 

@@ -36,6 +36,7 @@ def job_options(func):
                        help="The training command as one shell line, as for sbatch --wrap "
                             "(every rank runs `/bin/sh -c COMMAND`); instead of a command "
                             "after --.")(func)
+    func = guardrail_options(func)
     func = script_options(func)
     func = request_options(func)
     func = framework_options(func)
@@ -227,6 +228,31 @@ def script_options(func):
     ])
 
 
+def guardrail_options(func):
+    """--hazard, --nccl-version and --spares: the pre-launch hazard checks
+    (docs/hazards.md) and spare nodes inside the job's domain (docs/sbatch.md)."""
+    from slurmtopo.hazards import KINDS
+
+    return _apply(func, [
+        click.option("--hazard", "hazards", multiple=True, metavar="KIND=error|warn|off",
+                     help="How a pre-launch hazard is treated (repeatable; KIND: "
+                          f"{', '.join(KINDS)}, or all). Default: each finding's own "
+                          "severity (docs/hazards.md)."),
+        click.option("--nccl-version", default=None, metavar="X.Y[.Z]",
+                     help="The NCCL release the job loads, for the multi-node NVLink clique "
+                          "check (default: $NCCL_VERSION, as NVIDIA's containers set it)."),
+        click.option("--spares", type=click.IntRange(0, 64), default=0, show_default=True,
+                     metavar="N",
+                     help="Ask for N idle spare nodes inside the job's block or leaf and "
+                          "submit with --no-kill: when a node is lost, the job re-plans onto "
+                          "a spare and restarts its step (at most N times)."),
+        click.option("--check", type=click.Choice(["warn", "stop"]), default=None,
+                     help="Run `slurmtopo check` as the job's first step: what Slurm gave "
+                          "and what every task really gets against the plan; warn: report "
+                          "in the job's log, stop: end the job on a broken contract."),
+    ])
+
+
 #: the job name sbatch gives a --wrap job
 WRAP_JOB_NAME = "wrap"
 
@@ -294,7 +320,10 @@ def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
                         run_dir: Optional[str] = None):
     """The api.ScriptOptions for the script options in ``o``."""
+    import os
+
     from slurmtopo.api import DEFAULT_SWITCH_WAIT, ScriptOptions
+    from slurmtopo.hazards import nccl_version
     from slurmtopo.commands.sbatch_options import options_from
 
     sw = o["switch_wait"]
@@ -306,7 +335,24 @@ def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
         extra=tuple(o["extra_sbatch"]), python=o["python"], cgroup_devices=o["cgroup_devices"],
         master_port=o["master_port"], socket_ifname=o["socket_ifname"], run_dir=run_dir,
         inventory_path=inventory_path, launch=launch_from(**o), options=tuple(sb_options),
-        requeue=requeue, slurm=slurm_features(o))
+        requeue=requeue, slurm=slurm_features(o), hazards=hazard_policy_items(o),
+        nccl_version=nccl_version(o.get("nccl_version"), {}),
+        nccl_version_env=nccl_version(None, os.environ), spares=int(o.get("spares") or 0),
+        check=o.get("check"))
+
+
+def hazard_policy_items(o: Mapping) -> Tuple[str, ...]:
+    """The hazard policy: a site's ``SLURMTOPO_HAZARDS`` (``KIND=LEVEL``
+    items, comma-separated: /etc/profile.d sets it for every user), then
+    ``--hazard`` options, which win (docs/hazards.md)."""
+    import os
+
+    from slurmtopo.hazards import HazardPolicy
+
+    site = tuple(x.strip() for x in os.environ.get("SLURMTOPO_HAZARDS", "").split(",")
+                 if x.strip())
+    HazardPolicy.parse(site, "SLURMTOPO_HAZARDS")
+    return site + tuple(o.get("hazards") or ())
 
 
 def slurm_features(o: Mapping, version: Optional[str] = None):

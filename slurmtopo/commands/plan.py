@@ -107,7 +107,9 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
                "files": files, "notes": notes,
                # what the preview shows besides the grid and the table
                "splits": splits(placement, inv),
-               "far_from_bound": bound_warning(plan_cost, bound, job.costs.idle_bound)}
+               "far_from_bound": bound_warning(plan_cost, bound, job.costs.idle_bound),
+               # the pre-launch hazards found (warnings: an error refused the plan)
+               "hazards": [h.as_dict() for h in job.hazards.hazards] if job.hazards else []}
         if step is not None:
             from slurmtopo.cost.styles import step_dict
             out["step"] = step_dict(step)
