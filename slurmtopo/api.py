@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
            "live_state", "segment_release", "job_request", "step_communication", "plan_job",
-           "price", "step_time", "prepare", "submission_notes", "submit"]
+           "price", "step_time", "prepare", "request_for_launcher", "submission_notes",
+           "submit"]
 
 
 @dataclass(frozen=True)
@@ -254,15 +255,28 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
         sanitize_job_name(options.job_name)
     state, elig_notes = eligible_state(cluster, state, partition_members, options.constraint,
                                        features)
+    # a launcher the command starts itself: its torchrun adopted (its
+    # --nnodes/--nproc-per-node become the request's), any other refused
+    launch_notes: List[str] = []
+    if command:
+        from dataclasses import replace
+
+        from slurmtopo.sbatch.launch import Launch
+
+        launch = (options.launch or Launch()).for_command(command)
+        if launch.adopted is not None:
+            request = request_for_launcher(request, launch.adopted)
+            options = replace(options, launch=launch)
+            launch_notes = list(launch.adopted.notes)
     # the launcher's requirement (torchrun: node-contiguous ranks) is part
     # of the choice between the planner's proposals, not a refusal after it
-    admit = options.launch.kind.requirement if options.launch is not None else None
+    admit = options.launch.requirement if options.launch is not None else None
 
     def planner(c: Inventory, s: ClusterState, r: JobRequest) -> Placement:
         from slurmtopo.choice import plan
 
         return plan(c, s, r, admit=admit)
-    notes = list(elig_notes)
+    notes = list(elig_notes) + launch_notes
     busy_note = None
     naive: Optional[Placement] = None  # Slurm's default, when the planner built it
     if queue:
@@ -318,6 +332,36 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
     return PreparedJob(cluster=cluster, state=state, request=request, placement=placement,
                        costs=costs, script=script, script_text=text, notes=tuple(notes),
                        options=options)
+
+
+def request_for_launcher(request: JobRequest, adoption) -> JobRequest:
+    """``request`` as the command's own torchrun (a
+    :class:`slurmtopo.launch_detect.Adoption`) asks: its ``--nproc-per-node``
+    the GPUs of every node, its ``--nnodes`` times that the world size.
+    A layout or ``gpus_per_node`` that says otherwise is refused here,
+    before the planner runs, naming both."""
+    from dataclasses import replace
+
+    from slurmtopo.errors import LayoutError
+
+    world = request.layout.world
+    if adoption.world is not None and adoption.world != world:
+        raise LayoutError(
+            f"the command's torchrun starts {adoption.nnodes[0]} node(s) x "
+            f"{adoption.nproc_per_node} = {adoption.world} ranks, the layout has {world}: give "
+            f"--world {adoption.world} (or a layout of that size), or leave --nnodes and "
+            "--nproc-per-node out of the command (slurmtopo sets them from the plan)")
+    per_node = adoption.gpus_per_node(world)
+    if per_node is None:
+        return request
+    if request.gpus_per_node not in (None, per_node):
+        raise LayoutError(
+            f"--gpus-per-node {request.gpus_per_node} and the command's torchrun "
+            f"(--nproc-per-node {per_node}) disagree: give one of them")
+    if world % per_node:
+        raise LayoutError(f"the command's torchrun runs {per_node} rank(s) per node, which "
+                          f"does not divide the layout's {world} ranks")
+    return replace(request, gpus_per_node=per_node)
 
 
 def submission_notes(prepared: PreparedJob, held: bool = False,

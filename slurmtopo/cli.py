@@ -74,7 +74,8 @@ def _not_utf8(argv) -> Optional[str]:
 def main(argv=None):
     from slurmtopo.termsafe import printable
 
-    bad = _not_utf8(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    bad = _not_utf8(args)
     if bad is not None:
         click.echo(f"slurmtopo: error: {printable(bad)}", err=True)
         sys.exit(2)
@@ -83,7 +84,7 @@ def main(argv=None):
         rc = cli.main(args=argv, prog_name="slurmtopo", standalone_mode=False)
     except SlurmtopoError as exc:
         # messages quote what the user or someone else wrote: escaped
-        click.echo(f"slurmtopo: error: {printable(exc.render())}", err=True)
+        click.echo(f"slurmtopo: error: {printable(exc.render_with(args))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("slurmtopo: aborted", err=True)

@@ -31,6 +31,12 @@ class SlurmtopoError(Exception):
         text = " ".join(self.message.split())  # always one line
         return f"{self.where}: {text}" if self.where else text
 
+    def render_with(self, argv) -> str:
+        """The line the command line prints, given the arguments the user
+        typed (``argv``): :meth:`render`, unless an error suggests a whole
+        command line made from them (slurmtopo.launch_detect)."""
+        return self.render()
+
 
 class InventoryError(SlurmtopoError):
     """Bad inventory, node report, state snapshot or fabric description."""

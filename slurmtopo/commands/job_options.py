@@ -208,8 +208,12 @@ def script_options(func):
                      help="Python with slurmtopo installed, on the first node of the job (it "
                           "runs the start-time step; the other nodes need only /bin/sh)."),
         click.option("--launcher", type=click.Choice(list(launchers.names())),
-                     default=launchers.DEFAULT, show_default=True,
-                     help=" ".join(launchers.get(n).help for n in launchers.names())),
+                     default=None,
+                     help=" ".join(launchers.get(n).help for n in launchers.names())
+                     + f" Default: {launchers.DEFAULT}, or torchrun when the command after -- "
+                       "starts torchrun itself (its --nnodes and --nproc-per-node then "
+                       "checked against the plan; deepspeed and accelerate launch are refused "
+                       "with the command to use)."),
         click.option("--torchrun", "torchrun_cmd", default=None,
                      help="The torchrun command on the compute nodes (--launcher torchrun; "
                           "default: torchrun): a path, or words such as 'python3 -m "
@@ -237,12 +241,17 @@ def command_from(o: Mapping, cmd: Sequence[str]) -> Tuple[str, ...]:
     ``--job-name`` says otherwise)."""
     wrap = o.get("wrap")
     if wrap is None:
-        return tuple(cmd)
-    if cmd:
+        command = tuple(cmd)
+    elif cmd:
         raise SlurmtopoError("give the command either with --wrap or after --, not both")
-    if not str(wrap).strip():
+    elif not str(wrap).strip():
         raise SlurmtopoError("--wrap: the command is empty")
-    return ("/bin/sh", "-c", str(wrap))
+    else:
+        command = ("/bin/sh", "-c", str(wrap))
+    # a launcher in the command (deepspeed, torchrun under --launcher srun)
+    # is refused before the layout or the inventory is read
+    launch_from(**o).for_command(command)
+    return command
 
 
 def job_name_from(o: Mapping) -> Optional[str]:
@@ -279,7 +288,8 @@ def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command
     framework = o.get("framework") or "megatron"
     knobs = framework_knobs(framework, {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
                             o.get("config"))
-    if knobs.get("world") is None and framework != "megatron":
+    if knobs.get("world") is None and (framework != "megatron" or knobs.get("dp") is None):
+        # the ranks a `torchrun --nnodes N --nproc-per-node K` command starts
         from slurmtopo.commands.layout_options import world_from_command
         knobs["world"] = world_from_command(command)
     kind_of = None if framework == "megatron" else (lambda k: str(k).strip())
@@ -339,14 +349,16 @@ def slurm_features(o: Mapping, version: Optional[str] = None):
     return SlurmFeatures.of(version, switch)
 
 
-def launch_from(launcher="srun", torchrun_cmd=None, container_image=None,
+def launch_from(launcher=None, torchrun_cmd=None, container_image=None,
                 container_mounts=None, container_workdir=None, apptainer_image=None, **_ignored):
-    """The Launch for these option values."""
+    """The Launch for these option values (``launcher`` None: not given,
+    the default or the command's own torchrun)."""
     from slurmtopo.sbatch.launch import Launch
 
-    return Launch(launcher=launcher, torchrun=torchrun_cmd, container_image=container_image,
-                  container_mounts=container_mounts, container_workdir=container_workdir,
-                  apptainer=apptainer_image)
+    return Launch(launcher=launcher or launchers.DEFAULT, torchrun=torchrun_cmd,
+                  container_image=container_image, container_mounts=container_mounts,
+                  container_workdir=container_workdir, apptainer=apptainer_image,
+                  chosen=launcher is not None)
 
 
 def check_color_by(color_by: Optional[str], placement) -> None:
