@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
-           "live_state", "segment_release", "job_request", "step_communication", "plan_job",
+           "live_state", "live_topology", "segment_release", "job_request",
+           "step_communication", "plan_job",
            "price", "step_time", "prepare", "request_for_launcher", "submission_notes",
            "submit"]
 
@@ -113,6 +114,36 @@ def live_state(cluster: Inventory, backend, partition: Optional[str] = None) -> 
     return LiveState(state=state, source=f"live Slurm state ({backend.name} backend)",
                      partition_members=members,
                      features={n.name: tuple(n.features) for n in slurm_nodes})
+
+
+def live_topology(cluster: Inventory, backend) -> Tuple[Inventory, Tuple[str, ...]]:
+    """The cluster with Slurm's own topology (``scontrol show topology``
+    through ``backend``) when its inventory has no fabric, and the note
+    saying which the plan uses; the cluster unchanged (no note) when the
+    inventory has a fabric: the admin's inventory is the authority, Slurm
+    only the fallback. Nodes Slurm lists that the inventory lacks are
+    dropped (:func:`slurmtopo.slurmfmt.topology_files.apply_fabric`)."""
+    f = cluster.fabric
+    if f.switches or f.blocks or f.rings or f.toruses:
+        return cluster, ()
+    from slurmtopo.errors import SlurmError
+    from slurmtopo.slurm.parse import fabric_from_scontrol_topology
+    from slurmtopo.slurmfmt.topology_files import apply_fabric
+
+    try:
+        fabric = fabric_from_scontrol_topology(backend.topology_text())
+    except SlurmError as exc:
+        return cluster, (f"the inventory has no fabric and Slurm's topology could not be read "
+                         f"({exc.render()}): planned as if every node shared one switch",)
+    seen = apply_fabric(cluster, fabric, "scontrol show topology", whole=True)
+    if not (seen.fabric.switches or seen.fabric.blocks):
+        return cluster, ("the inventory has no fabric and Slurm reports no topology for its "
+                         "nodes: planned as if every node shared one switch",)
+    what = (f"{len(seen.fabric.switches)} switch(es)" if seen.fabric.switches else
+            f"{sum(1 for b in seen.fabric.blocks if b.nodes)} block(s)")
+    return seen, (f"the inventory has no fabric: planned on Slurm's live topology "
+                  f"(scontrol show topology: {what}); `slurmtopo topology generate --format "
+                  "fabric` writes one into the inventory",)
 
 
 def segment_release(cluster: Inventory, backend_of: Callable[[], object]) -> Optional[str]:

@@ -136,6 +136,19 @@ def state_for(inv, state_path, backend: LazyBackend, partition=None):
     return api.LiveState(api.load_state_file(inv, state_path), state_path)
 
 
+def with_live_topology(inv, notes, state_path, backend: LazyBackend, o):
+    """(cluster, notes) with Slurm's own topology when the plan reads the
+    live state, no --slurm-topology is given and the inventory has no
+    fabric (:func:`slurmtopo.api.live_topology`, which says which it used);
+    a plan against a snapshot or ``none`` never asks Slurm."""
+    if state_path not in LIVE_STATES or o.get("slurm_topology"):
+        return inv, notes
+    from slurmtopo import api
+
+    inv, more = api.live_topology(inv, backend.get())
+    return inv, tuple(notes) + tuple(more)
+
+
 def partition_view(inv, o):
     """The inventory as the job's partition sees it (``--slurm-topology``),
     and the notes saying so; see :func:`slurmtopo.api.cluster_for_partition`."""

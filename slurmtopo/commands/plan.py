@@ -19,7 +19,7 @@ import click
 from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_color_by,
                                             command_from, job_options, load_job_cluster,
                                             request_from, script_options_from, state_for,
-                                            state_options)
+                                            state_options, with_live_topology)
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 
@@ -53,7 +53,9 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
     if o["job_name"] is not None:
         sanitize_job_name(o["job_name"])
     inv, topo_notes = load_job_cluster(o)
-    live = state_for(inv, state_path, LazyBackend(backend_name), o.get("partition"))
+    backend = LazyBackend(backend_name)
+    inv, topo_notes = with_live_topology(inv, topo_notes, state_path, backend, o)
+    live = state_for(inv, state_path, backend, o.get("partition"))
     state = live.state
     req = request_from(o, command=cmd)
     if model is not None:  # a bad --model fails before the planner runs

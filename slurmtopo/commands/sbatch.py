@@ -35,7 +35,7 @@ import click
 from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_color_by,
                                             command_from, job_options, load_job_cluster,
                                             request_from, script_options_from, state_for,
-                                            state_options)
+                                            state_options, with_live_topology)
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
 
@@ -78,6 +78,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         sanitize_job_name(o["job_name"])
     inv, topo_notes = load_job_cluster(o, write_cache=not dry_run)
     backend = LazyBackend(backend_name)
+    inv, topo_notes = with_live_topology(inv, topo_notes, state_path, backend, o)
     live = state_for(inv, state_path, backend, o.get("partition"))
     if state_path in LIVE_STATES and not o.get("slurm_version"):
         o = dict(o, slurm_version=api.segment_release(inv, backend.get))

@@ -237,6 +237,12 @@ class SlurmBackend(abc.ABC):
         be told from here (then nothing is refused on its account)."""
         return None
 
+    def topology_text(self) -> str:
+        """``scontrol show topology`` text: the switches or blocks slurmctld
+        schedules by ("" when it has none)."""
+        raise SlurmError(f"the {self.name} backend cannot show Slurm's topology; use the cli "
+                         "backend")
+
     def accounting(self, start: str, end: str, fields: Sequence[str]) -> str:
         """``sacct -a -X -P -S START -E END -o FIELDS``: the jobs that ran in
         the period as ``sacct -P`` text, header included (``slurmtopo

@@ -264,4 +264,7 @@ class CliBackend(SlurmBackend):
     # -- extras (admin tooling, tests) -------------------------------------
     def topology(self) -> Dict[str, Dict[str, object]]:
         """``scontrol show topology`` as {switch: {level, nodes, switches}}."""
-        return parse.parse_scontrol_topology(self.run(["scontrol", "show", "topology"]).stdout)
+        return parse.parse_scontrol_topology(self.topology_text())
+
+    def topology_text(self) -> str:
+        return self.run(["scontrol", "show", "topology"]).stdout
