@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.cluster import load_cluster, step_time  # noqa: F401  (the api's, kept below it)
-from slurmtopo.errors import PlacementError
+from slurmtopo.errors import NotNowError, PlacementError
 from slurmtopo.model import ClusterState, Inventory, Placement
 from slurmtopo.request import JobRequest
 from slurmtopo.rundirs import DEFAULT_KEEP_DAYS
@@ -329,7 +329,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
             if never is not None:
                 raise PlacementError(f"never: this job cannot run here even with every "
                                      f"eligible node idle: {never}") from None
-            raise PlacementError(f"not now: {exc.message} (it fits once running jobs end: "
+            raise NotNowError(f"not now: {exc.message} (it fits once running jobs end: "
                                  "`slurmtopo sbatch` plans it on the nodes that could run it "
                                  "and Slurm queues it)") from None
     costs = None

@@ -52,6 +52,15 @@ class PlacementError(SlurmtopoError):
     exit_code = 3
 
 
+class NotNowError(PlacementError):
+    """The job fits the cluster, but not what is free in the state planned
+    against ("not now"): ``slurmtopo sbatch`` would plan it for the queue.
+    Its own exit code, so a script can tell it from "never" (3): a job that
+    cannot run here even on an idle cluster (docs/slurm.md, "Exit codes")."""
+
+    exit_code = 5
+
+
 class SlurmError(SlurmtopoError):
     """Slurm refused something; the message carries Slurm's own words."""
 
