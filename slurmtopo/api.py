@@ -451,8 +451,15 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
 
         # SLURMTOPO_RUN_DIR travels into the job (sbatch exports the
         # environment) and wins there
-        check_location(run_dir or os.environ.get("SLURMTOPO_RUN_DIR") or None, submit_dir)
-    done = _submit(prepared, backend, held, spool)
+        undo = check_location(run_dir or os.environ.get("SLURMTOPO_RUN_DIR") or None,
+                              submit_dir)
+        try:
+            done = _submit(prepared, backend, held, spool)
+        except BaseException:
+            undo()  # no job: no empty .slurmtopo/runs left behind
+            raise
+    else:
+        done = _submit(prepared, backend, held, spool)
     if submit_dir is None:
         return done
     notes = list(done.notes)
