@@ -290,13 +290,10 @@ def parse_message_bytes(items: Sequence[str]) -> Dict[str, int]:
     return out
 
 
-def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()):
-    """The JobRequest for the layout and request options in ``o`` (the
-    world size of a ``torchrun --nnodes --nproc-per-node`` ``command`` when
-    nothing else gives it)."""
-    from slurmtopo.api import job_request
+def _framework_knobs(o: Mapping, command=()):
+    """(framework, its knobs) from the options, the ``--config`` file and
+    the world size a torchrun command starts."""
     from slurmtopo.commands.layout_options import framework_knobs
-    from slurmtopo.request import parse_pairs
 
     framework = o.get("framework") or "megatron"
     knobs = framework_knobs(framework, {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
@@ -305,6 +302,31 @@ def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command
         # the ranks a `torchrun --nnodes N --nproc-per-node K` command starts
         from slurmtopo.commands.layout_options import world_from_command
         knobs["world"] = world_from_command(command)
+    return framework, knobs
+
+
+def framework_of(o: Mapping, req, command=()):
+    """The job's layout as its framework names it (a FrameworkLayout), for
+    the preview's header and the rank map's ``framework_groups``; None for
+    Megatron, whose kinds are the planner's own."""
+    framework, knobs = _framework_knobs(o, command)
+    if framework == "megatron":
+        return None
+    from slurmtopo.frameworks.registry import framework_layout
+
+    knobs = {k: v for k, v in knobs.items() if v is not None}
+    knobs["world"] = req.layout.world
+    return framework_layout(framework, **knobs)
+
+
+def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()):
+    """The JobRequest for the layout and request options in ``o`` (the
+    world size of a ``torchrun --nnodes --nproc-per-node`` ``command`` when
+    nothing else gives it)."""
+    from slurmtopo.api import job_request
+    from slurmtopo.request import parse_pairs
+
+    framework, knobs = _framework_knobs(o, command)
     kind_of = None if framework == "megatron" else (lambda k: str(k).strip())
     return job_request(framework, require=parse_pairs(o["require"], "require", kind_of),
                        prefer=parse_pairs(o["prefer"], "prefer", kind_of),
