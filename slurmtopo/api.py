@@ -127,7 +127,7 @@ def live_topology(cluster: Inventory, backend) -> Tuple[Inventory, Tuple[str, ..
     if f.switches or f.blocks or f.rings or f.toruses:
         return cluster, ()
     from slurmtopo.errors import SlurmError
-    from slurmtopo.slurm.parse import fabric_from_scontrol_topology
+    from slurmtopo.slurm.topology import fabric_from_scontrol_topology
     from slurmtopo.slurmfmt.topology_files import apply_fabric
 
     try:

@@ -12,7 +12,7 @@ import yaml
 
 from slurmtopo import api
 from slurmtopo.errors import SlurmError
-from slurmtopo.slurm.parse import fabric_from_scontrol_topology
+from slurmtopo.slurm.topology import fabric_from_scontrol_topology
 from tests.clirun import run_cli
 from tests.fakes.slurm_backend import FakeSlurm
 
