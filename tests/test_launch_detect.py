@@ -255,3 +255,16 @@ def test_the_adopted_torchrun_runs_once_per_node_under_slurm(tmp_path):
         assert d["args"] == ["--nnodes=2", "--nproc-per-node=4", f"--node-rank={node}",
                              "--master-addr=gpu01", "--master-port=24242",
                              "--max-restarts", "2", "train.py", "--lr", "3e-4"]
+
+
+def test_the_documented_refusal_is_printed_as_documented():
+    """docs/sbatch.md shows `-- deepspeed ...` refused: that line, run as
+    printed (the refusal comes before the inventory is read), prints the
+    documented error byte for byte."""
+    text = (ROOT / "docs" / "sbatch.md").read_text()
+    lines = [ln.strip() for ln in text.splitlines()]
+    (i,) = [k for k, ln in enumerate(lines) if ln.startswith("$ slurmtopo sbatch")
+            and "-- deepspeed" in ln]
+    code, out, err = run_cli(shlex.split(lines[i])[2:])
+    assert code == 2 and out == ""
+    assert err.rstrip("\n") == lines[i + 1]
