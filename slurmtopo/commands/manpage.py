@@ -60,8 +60,13 @@ def _help_block(help_text: Optional[str]) -> List[str]:
 
 
 def _options(cmd: click.Command, ctx: click.Context) -> List[str]:
+    """Each option's ``.TP`` entry. Only options: arguments are in the
+    usage line, and whether click gives them a help record of their own
+    differs by release (8.5 does), so the page would change with click."""
     lines: List[str] = []
     for param in cmd.get_params(ctx):
+        if not isinstance(param, click.Option):
+            continue
         record = param.get_help_record(ctx)
         if record is None:
             continue
