@@ -583,11 +583,12 @@ class SbatchRequest:
         if isinstance(exclude, (list, tuple)):
             from slurmtopo.hostlist import fold_hostlist
             exclude = fold_hostlist(exclude) if exclude else None
-        launch = launch or Launch()
+        # a launcher in the command itself: adopted (torchrun) or refused
+        launch = (launch or Launch()).for_command(command)
         launch.check()
-        why = launch.kind.requirement(placement)
+        why = launch.requirement(placement)
         if why:
-            raise SlurmtopoError(launch.kind.refusal(why))
+            raise SlurmtopoError(launch.refusal(why))
         from slurmtopo.plandoc import guardrails_dict
         from slurmtopo.hazards import HazardPolicy
 

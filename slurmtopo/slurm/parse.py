@@ -585,7 +585,11 @@ def error_text(stderr: str, stdout: str = "", command: str = "") -> str:
             lines.append(line)
     text = "; ".join(lines) or f"{command or 'command'} failed without a message"
     if "Could not establish a configuration source" in text:  # Slurm's words name no fix
+        if command == "sbatch":  # submitting: no state file spares Slurm here
+            way = ("`slurmtopo plan ... -- CMD` writes the batch script without submitting it, "
+                   "--dry-run prints it")
+        else:
+            way = "--state none or a snapshot file plans without Slurm"
         text = (f"{command or 'Slurm'}: no Slurm configuration found (set SLURM_CONF, or run on "
-                f"a node of the cluster; --state none or a snapshot file plans without Slurm): "
-                + text)
+                f"a node of the cluster; {way}): " + text)
     return text
