@@ -68,3 +68,16 @@ def test_arguments_never_get_entries_of_their_own(monkeypatch):
     monkeypatch.setattr(click.Argument, "get_help_record",
                         lambda self, ctx: (self.name.upper(), ""), raising=False)
     assert generate() == before
+
+
+def test_a_context_without_the_clis_settings_does_not_change_the_page():
+    """click caches a command's help option with the help names of the first
+    context that asks; a bare ``click.Context(cmd)`` (tests make them) would
+    cache ``--help`` alone. The page builds its own, so it stays the same."""
+    before = generate()
+    for path in list(_paths(cli, "slurmtopo")):
+        cmd = cli
+        for name in path.split()[1:]:
+            cmd = cmd.get_command(click.Context(cmd), name)
+        cmd.get_params(click.Context(cmd))
+    assert generate() == before
