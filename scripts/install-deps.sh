@@ -23,6 +23,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 PKGS=(slurmctld slurmd slurm-client munge openssh-server)
+# A standalone Lua 5.4, to run slurmtopo's cli_filter/job_submit scripts
+# (etc/slurmtopo/*.lua) outside Slurm in the unit tests; Debian's 22.05
+# plugins embed Lua 5.1 (liblua5.1-0, pulled in by the packages above).
+PKGS+=(lua5.4)
 # Debian's own python3 with slurmtopo's runtime dependencies: the
 # integration tests run slurmtopo as unprivileged users (docs/security.md),
 # who cannot run a Python installed under /root.
@@ -31,7 +35,9 @@ PKGS+=(python3 python3-yaml python3-click python3-rich python3-clustershell pyth
 SHARED_SLURM="${SLURMTOPO_SHARED_SLURM:-$ROOT/../shared/slurm}"
 if ls "$SHARED_SLURM"/slurm-*.tar.gz >/dev/null 2>&1; then
     PKGS+=(build-essential pkg-config libmunge-dev libjson-c-dev libyaml-dev
-           libdbus-1-dev libhttp-parser-dev)
+           libdbus-1-dev libhttp-parser-dev
+           # cli_filter/lua and job_submit/lua (devcluster.py builds --with-lua)
+           liblua5.4-dev)
 fi
 
 need_apt=()
