@@ -113,6 +113,9 @@ class Config:
     topology_plugin: str = "tree"
     #: extra partitions over all nodes, "NAME [Key=Value ...]" (e.g. "blk Topology=nvl")
     partitions: List[str] = field(default_factory=list)
+    #: more slurm.conf lines, e.g. the hooks' "CliFilterPlugins=cli_filter/lua",
+    #: "TaskProlog=PATH", "JobSubmitPlugins=lua" (DevCluster.set_extra_conf)
+    extra_conf: List[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, dir: str) -> "Config":
@@ -451,6 +454,7 @@ def slurm_conf(cfg: Config) -> str:
         "KillWait=2",
         "MinJobAge=600",
         "InactiveLimit=0",
+        *cfg.extra_conf,
         "",
     ]
     for i, node in enumerate(cfg.node_names, 1):
@@ -1204,6 +1208,19 @@ class DevCluster:
             # without this the nodes stay 'unknown' until slurmctld pings them
             self.run(["scontrol", "reconfigure"], check=False)
         self.wait_idle(allow_busy=True)
+
+    def set_extra_conf(self, lines: List[str]) -> None:
+        """Replace the extra slurm.conf lines (Config.extra_conf) and restart
+        the daemons on the new file: plugins such as JobSubmitPlugins and
+        TaskProlog are read at start; client commands (sbatch's
+        CliFilterPlugins) read the file each time they run."""
+        for line in lines:
+            if "\n" in line or "=" not in line:
+                raise DevClusterError(f"not a slurm.conf line: {line!r}")
+        self.cfg.extra_conf = list(lines)
+        self.cfg.save()
+        write_atomic(self.conf, slurm_conf(self.cfg))
+        self.restart_ctld(with_slurmd=True)
 
     def reconfigure(self, gres_conf: Optional[str] = None, topology_conf: Optional[str] = None) -> None:
         """Install new gres.conf/topology.conf and make the daemons use them.

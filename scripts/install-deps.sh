@@ -23,10 +23,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 PKGS=(slurmctld slurmd slurm-client munge openssh-server)
-# A standalone Lua 5.4, to run slurmtopo's cli_filter/job_submit scripts
-# (etc/slurmtopo/*.lua) outside Slurm in the unit tests; Debian's 22.05
-# plugins embed Lua 5.1 (liblua5.1-0, pulled in by the packages above).
-PKGS+=(lua5.4)
+# Standalone Lua 5.4 and 5.1, to run slurmtopo's cli_filter/job_submit
+# scripts (slurmtopo/data/hooks/*.lua) outside Slurm in the unit tests under
+# both dialects: Debian's packaged 22.05 plugins embed Lua 5.1, the built
+# 25.11/26.05 ones Lua 5.4.
+PKGS+=(lua5.4 lua5.1)
 # Debian's own python3 with slurmtopo's runtime dependencies: the
 # integration tests run slurmtopo as unprivileged users (docs/security.md),
 # who cannot run a Python installed under /root.
