@@ -70,6 +70,9 @@ def _command() -> click.Command:
                          context_settings={"allow_interspersed_args": False})
 
 
+#: the largest number a directive's whole-number option takes (the largest
+#: world slurmtopo lays out; job_submit.lua checks the same bound)
+MAX_NUMBER = 262144
 #: the characters a directive's word may hold: what plan options take (names,
 #: numbers, KIND=LEVEL pairs, host lists, paths); never a shell's ;|&$`<>()
 #: quotes or backslashes (job_submit.lua checks the same set on the controller)
@@ -138,6 +141,18 @@ def parse_directive(directive: Directive) -> ParsedDirective:
             raise DirectiveError(f"{directive.where(word)}: {shown} {REFUSED[name]}")
     values = dict(ctx.params)
     values.pop("cmd", None)
+    kinds = option_kinds()
+    for p in cmd.params:
+        if p.name not in values or not isinstance(values[p.name], int) \
+                or isinstance(values[p.name], bool):
+            continue
+        kind = kinds.get(p.opts[0], "")
+        lo, hi = {"int": (1, MAX_NUMBER), "int0": (-1, MAX_NUMBER), "port": (1, 65535)}.get(
+            kind, (None, None))
+        if lo is not None and not lo <= values[p.name] <= hi \
+                and ctx.get_parameter_source(p.name) is click.core.ParameterSource.COMMANDLINE:
+            raise DirectiveError(f"{directive.where(p.opts[0])}: {p.opts[0]} "
+                                 f"{values[p.name]}: out of range ({lo} to {hi:,})")
     given = frozenset(n for n in values
                       if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE)
     return ParsedDirective(values=values, given=given)

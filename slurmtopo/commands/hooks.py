@@ -93,6 +93,9 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
         return [], []
     parsed = parse_directive(directive)
     o = dict(parsed.values)
+    if o.get("config"):
+        o["config"] = own_file(o["config"], opts.get("chdir") or os.getcwd(),
+                               directive.where("--config"))
     o.update(plan_inputs(opts))
     o.update(inventory_path=site["inventory"], slurm_topology=site.get("slurm_topology"),
              slurm_conf=site.get("slurm_conf"))
@@ -125,14 +128,14 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
         value = plan_env_value(dict(doc, inventory=None))
     comment = None
     if o.get("daemon"):
-        from slurmtopo.daemon.protocol import Shape, make_comment
-
-        s = job.script
-        comment = make_comment(req, Shape(nodes=s.nodes, gpus_per_node=_int(s.gpus_per_node),
-                                          tasks_per_node=1 if launcher == "torchrun"
-                                          else s.ntasks_per_node),
-                               site.get("spool"), launcher=launcher)
-    changes = option_changes(job.script, opts, launcher, value, comment)
+        comment = _daemon_tag(job.script, req, launcher, site.get("spool"))
+    extra_env, tag_note = {}, []
+    if site.get("tag_for_daemon") and comment is None:
+        try:  # for job_submit.lua's hold_for_daemon (no spool file: a comment's worth)
+            extra_env["SLURMTOPO_DAEMON_TAG"] = _daemon_tag(job.script, req, launcher, None)
+        except SlurmtopoError as exc:
+            tag_note.append(f"warning: no request for the placement daemon: {exc.render()}")
+    changes = option_changes(job.script, opts, launcher, value, comment, extra_env)
     from slurmtopo.hostlist import fold_hostlist
 
     p = job.placement
@@ -142,8 +145,44 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
              + (f", asking Slurm for {' '.join(asked)}" if asked else "")
              + (f" ({launcher}: one task per node)" if launcher == "torchrun" else "")
              + (", held for the placement daemon" if comment else "")]
-    notes += [n for n in (*topo_notes, *job.notes) if n.startswith(("not now", "warning"))]
+    notes += [n for n in (*topo_notes, *job.notes, *tag_note)
+              if n.startswith(("not now", "warning"))]
     return changes, notes
+
+
+def _daemon_tag(script, req, launcher: str, spool: Optional[str]) -> str:
+    """The placement daemon's job comment for the planned ``script`` (the
+    shape sbatch asks for, as slurmtopo sbatch --daemon tags it)."""
+    from slurmtopo.daemon.protocol import Shape, make_comment
+
+    return make_comment(req, Shape(nodes=script.nodes, gpus_per_node=_int(script.gpus_per_node),
+                                   tasks_per_node=1 if launcher == "torchrun"
+                                   else script.ntasks_per_node),
+                        spool, launcher=launcher)
+
+
+def own_file(path: str, cwd: str, where: str) -> str:
+    """``path`` (relative to the job's working directory ``cwd``), absolute,
+    when it is a regular file of the user's or root's that nobody else may
+    write; else DirectiveError. A directive's file sets how the job is laid
+    out: one another user can write would let them lay out this user's job."""
+    import stat
+
+    from slurmtopo.hooks.directive import DirectiveError
+
+    full = os.path.normpath(os.path.join(cwd, path))
+    try:
+        st = os.stat(full)
+    except OSError as exc:
+        raise DirectiveError(f"{where}: {full}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DirectiveError(f"{where}: {full}: not a regular file")
+    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
+        from slurmtopo.safedir import user_name
+
+        raise DirectiveError(f"{where}: {full}: {user_name(st.st_uid)}'s file, or one others "
+                             "may write: a directive reads only your own files")
+    return full
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -166,6 +205,9 @@ def _int(text: Optional[str]) -> Optional[int]:
 @click.option("--slurm-conf", default=None, metavar="FILE",
               help="slurm.conf naming each partition's Topology=.")
 @click.option("--spool", default=None, help="The placement daemon's spool directory.")
+@click.option("--tag-for-daemon", is_flag=True,
+              help="Put the placement daemon's request in the job's environment "
+                   "(SLURMTOPO_DAEMON_TAG), for job_submit.lua's hold_for_daemon.")
 @click.option("--options", "options_json", required=True, metavar="JSON",
               help="The job's options: cli_filter's slurm.json_cli_options(options).")
 @click.option("--kind", type=click.Choice(["sbatch", "srun", "salloc"]), default="sbatch",
@@ -174,12 +216,13 @@ def _int(text: Optional[str]) -> Optional[int]:
               show_default=True, metavar="SECONDS",
               help="Give up (the job goes in unchanged) after this long.")
 def plan_command(inventory, state_path, backend_name, slurm_topology, slurm_conf, spool,
-                 options_json, kind, deadline):
+                 tag_for_daemon, options_json, kind, deadline):
     """Plan a job with a #SLURMTOPO directive for cli_filter.lua (its protocol on stdout)."""
     from slurmtopo.hooks.directive import DirectiveError
 
     site = {"inventory": inventory, "state": state_path, "backend": backend_name,
-            "slurm_topology": slurm_topology, "slurm_conf": slurm_conf, "spool": spool}
+            "slurm_topology": slurm_topology, "slurm_conf": slurm_conf, "spool": spool,
+            "tag_for_daemon": tag_for_daemon}
     out = sys.stdout
     old = signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, deadline)

@@ -130,7 +130,10 @@ def _replace(text: str, blocks: Mapping[str, str], name: str) -> str:
 def render_cli_filter(settings: HookSettings, text: str) -> str:
     return _replace(text, {"CONFIG": _lua_table("CONFIG", [
         ("enabled", True), ("command", settings.command), ("inventory", settings.inventory),
-        ("state", settings.state), ("extra_args", list(settings.extra_args)),
+        ("state", settings.state),
+        # job_submit.lua's hold_for_daemon needs the daemon's request in the job
+        ("extra_args", list(settings.extra_args)
+         + (["--tag-for-daemon"] if settings.hold_for_daemon else [])),
         ("timeout", settings.plan_timeout), ("timeout_command", settings.timeout_command),
         ("on_bad_directive", settings.on_bad_directive), ("notes", settings.notes)])},
         CLI_FILTER)

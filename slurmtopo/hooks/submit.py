@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.hooks.directive import PREFIX
+from slurmtopo.plandoc import PLAN_ENV
 
 #: the largest options document read (json_cli_options of a job: a few KiB;
 #: --wrap's command is the biggest part)
@@ -158,8 +160,17 @@ def _gres(spec: str, gpn: str) -> str:
     return ",".join(parts)
 
 
+def export_safe(text: str) -> str:
+    """``text`` for a value of sbatch's ``--export`` list, which splits at
+    commas and pairs quotes: every character but letters, digits and
+    ``_.:-`` as ``%XX`` (job_submit.lua decodes it)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "_.:-") else
+                   "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in text)
+
+
 def option_changes(script, opts: SubmitOptions, launcher: str, plan_value: str,
-                   daemon_comment: Optional[str] = None) -> List[Tuple[str, str]]:
+                   daemon_comment: Optional[str] = None,
+                   extra_env: Optional[Mapping[str, str]] = None) -> List[Tuple[str, str]]:
     """(option, value) pairs to set so that sbatch asks Slurm for what the
     plan needs, as ``slurmtopo sbatch``'s script does (``script``: the
     prepared :class:`~slurmtopo.sbatch.SbatchRequest`). ``launcher``:
@@ -167,8 +178,9 @@ def option_changes(script, opts: SubmitOptions, launcher: str, plan_value: str,
     ``plan_value``: the plan for the job's environment
     (:func:`slurmtopo.plandoc.plan_env_value`). ``daemon_comment``: the
     placement daemon's tag; the job is then held for it and asks for no
-    switches or segment (the daemon pins the nodes). Raises HookRefusal
-    for options the plan cannot agree with."""
+    switches or segment (the daemon pins the nodes). ``extra_env``: more
+    variables for the job's environment (values made :func:`export_safe`).
+    Raises HookRefusal for options the plan cannot agree with."""
     for name, why in UNPLANNABLE.items():
         if opts.get(name) is not None:
             raise HookRefusal(f"the job {why} (--{name}); the plan sets nodes, tasks and GPUs "
@@ -203,14 +215,15 @@ def option_changes(script, opts: SubmitOptions, launcher: str, plan_value: str,
             out.append((name, value if eq else name))
     else:
         mine = opts.get("comment")
-        if mine and not mine.startswith("#SLURMTOPO"):
+        if mine and not mine.startswith(PREFIX):
             raise HookRefusal("--daemon needs the job comment for its request, and the job "
                               f"has one ({mine[:40]!r}); remove it")
         out += [("hold", "hold"), ("comment", daemon_comment)]
     current = opts.get("export")
-    if current is not None and "SLURMTOPO_PLAN=" in current:
-        raise HookRefusal("the job's --export already names SLURMTOPO_PLAN")
-    out.append(("export", f"{current or 'ALL'},SLURMTOPO_PLAN={plan_value}"))
+    if current is not None and f"{PLAN_ENV}=" in current:
+        raise HookRefusal(f"the job's --export already names {PLAN_ENV}")
+    more = "".join(f",{k}={export_safe(v)}" for k, v in sorted((extra_env or {}).items()))
+    out.append(("export", f"{current or 'ALL'},{PLAN_ENV}={plan_value}{more}"))
     for name, value in out:
         if not _VALUE_OK.match(value):
             raise HookRefusal(f"--{name}: a value with a newline or tab")

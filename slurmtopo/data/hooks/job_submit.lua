@@ -117,14 +117,15 @@ end
 local function check_value(name, kind, value)
   if value == nil then return name .. " needs a value" end
   if kind == "int" or kind == "int0" or kind == "port" then
-    if not string.match(value, "^%-?%d+$") or string.len(value) > 7 then
-      return name .. " " .. value .. ": not a whole number"
+    if not string.match(value, "^%-?%d+$") then
+      return name .. " " .. string.sub(value, 1, 40) .. ": not a whole number"
     end
     local v, lo, hi = tonumber(value), 1, 262144
     if kind == "int0" then lo = -1 end
     if kind == "port" then hi = 65535 end
-    if v < lo or v > hi then
-      return name .. " " .. value .. ": out of range (" .. lo .. " to " .. hi .. ")"
+    if string.len(value) > 12 or v < lo or v > hi then
+      return name .. " " .. string.sub(value, 1, 40) .. ": out of range (" .. lo .. " to " ..
+             hi .. ")"
     end
   elseif starts(kind, "choice:") then
     for choice in string.gmatch(string.sub(kind, 8), "[^|]+") do
