@@ -45,9 +45,10 @@ BINDING_VERSION = 1
 JOB_PLAN_ENV = "SLURMTOPO_JOB_PLAN"
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Slurm's id of a job's batch step in SLURM_STEP_ID (SLURM_BATCH_SCRIPT);
-#: Slurm 22.05 sets no SLURM_STEP_ID for the batch script at all
-BATCH_STEP_IDS = ("batch", "4294967294")
+#: Slurm's id of a job's batch step in SLURM_STEP_ID: SLURM_BATCH_SCRIPT
+#: (0xfffffffb, slurm/slurm.h), which 26.05 prints signed ("-5",
+#: src/common/env.c); 22.05 to 25.11 set no SLURM_STEP_ID for it at all
+BATCH_STEP_IDS = ("batch", "-5", "4294967291")
 
 
 def is_batch_step(env: Mapping[str, str]) -> bool:

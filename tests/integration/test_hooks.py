@@ -51,7 +51,7 @@ TASK_DUMP = ("import json, os, sys; json.dump(dict(os.environ), "
 VOLATILE = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_TASK_PID", "SLURM_JOB_START_TIME",
             "SLURM_JOB_END_TIME", "SLURM_JOB_NAME", "SLURM_STEP_ID", "SLURM_STEPID",
             "SLURM_LAUNCH_NODE_IPADDR", "SLURM_SRUN_COMM_PORT", "SLURM_STEP_LAUNCHER_PORT",
-            "SLURM_JOB_UID", "TMPDIR", "OLDPWD", "PYTEST_CURRENT_TEST",
+            "SLURM_JOB_UID", "TMPDIR", "OLDPWD", "PYTEST_CURRENT_TEST", "SLURM_JOB_SLUID",
             # Slurm's own: slurmstepd sets it in a task's environment whenever any
             # TaskProlog is configured, before running it (src/slurmd/slurmstepd/
             # task.c, _run_script_and_set_env), whatever the script prints
