@@ -93,6 +93,8 @@ def lua_string(text: str) -> str:
 def _lua_value(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))   # Lua 5.4 writes 5.0 as "5.0" in the command line
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, (list, tuple)):

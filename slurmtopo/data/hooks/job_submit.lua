@@ -164,16 +164,17 @@ local function directive_problem(texts)
     local name, value = string.match(w, "^(%-%-[^=]+)=(.*)$")
     if name == nil then name = w end
     local kind = OPTIONS[name]
+    local at = where[i]
     if kind == nil then
-      return where[i] .. ": " .. string.sub(name, 1, 40) .. " is not an option a " ..
+      return at .. ": " .. string.sub(name, 1, 40) .. " is not an option a " ..
              "directive takes (`slurmtopo sbatch --help` lists the planning options)"
     end
     if kind == "flag" then
-      if value ~= nil then return where[i] .. ": " .. name .. " takes no value" end
+      if value ~= nil then return at .. ": " .. name .. " takes no value" end
     else
       if value == nil then i = i + 1; value = words[i] end
       local problem = check_value(name, kind, value)
-      if problem ~= nil then return where[i] .. ": " .. problem end
+      if problem ~= nil then return at .. ": " .. problem end
     end
     i = i + 1
   end
