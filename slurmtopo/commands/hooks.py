@@ -278,3 +278,45 @@ def task_prolog_command():
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
+
+
+@command.command("check")
+@click.argument("script", required=False, type=click.Path(dir_okay=False))
+@click.option("--inventory", required=True, metavar="PATH",
+              help="The inventory the site's hooks plan with.")
+@click.option("--state", "state_path", default="live", show_default=True,
+              metavar="live|none|FILE", help="Cluster state to plan against.")
+@click.option("--backend", "backend_name", default="auto", show_default=True,
+              type=click.Choice(["auto", "cli", "pyslurm"]), help="How to talk to Slurm.")
+@click.option("--sbatch", "sbatch_args", multiple=True, metavar="OPTION",
+              help="An option as given on sbatch's command line, e.g. --sbatch=--nodes=2 "
+                   "(repeatable; for a script on stdin or --wrap, give the directive in "
+                   "$SLURMTOPO_DIRECTIVE).")
+def check_command(script, inventory, state_path, backend_name, sbatch_args):
+    """Show what the cli_filter hook would do to a batch script (submits nothing)."""
+    import json
+
+    from slurmtopo.fileio import read_text
+    from slurmtopo.sbatch.directives import option_values, script_options
+
+    text = read_text(script, limit=4 << 20) if script else ""
+    values = option_values(script_options(text, sbatch_args))
+    options: Dict[str, Any] = {k: ("exclusive" if k == "exclusive" else "set") if v is None
+                               else v for k, v in values.items()}
+    if not script:
+        options.setdefault("wrap", "true")
+    else:
+        options["argv"] = [os.path.abspath(script)]
+    changes, notes = plan_hook(json.dumps(options), "sbatch",
+                               {"inventory": inventory, "state": state_path,
+                                "backend": backend_name})
+    if not changes:
+        click.echo("no #SLURMTOPO directive: the hooks leave this job as it is")
+        return
+    for name, value in changes:
+        if name == "export":
+            head, _, plan = value.partition("SLURMTOPO_PLAN=")
+            value = f"{head}SLURMTOPO_PLAN=<the plan, {len(plan):,} bytes>"
+        click.echo(f"--{name}={value}" if value != name else f"--{name}")
+    for note in notes:
+        click.echo(f"slurmtopo: {note}", err=True)
