@@ -33,7 +33,11 @@ def _lua(name):
 #: table whose reads and writes go through a metatable (cli_filter_lua.c)
 PRELUDE = r"""
 local out = {}
-function emit(...) local t = {} for i = 1, select("#", ...) do t[#t+1] = tostring(select(i, ...)) end out[#out+1] = table.concat(t, "\t") end
+function emit(...)
+  local t = {}
+  for i = 1, select("#", ...) do t[#t + 1] = tostring(select(i, ...)) end
+  out[#out + 1] = table.concat(t, "\t")
+end
 slurm = {SUCCESS = 0, ERROR = -1}
 SETS = {}
 function make_options(values, argv, kind)

@@ -284,17 +284,26 @@ def test_srun_torchrun_static_rendezvous(hooked, cluster, users, tmp_path):
     torchrun, whose static rendezvous (PET_NODE_RANK ...) gives each worker
     the planned rank; real gloo ranks form the groups where the rank map
     says. A c10d rendezvous, which numbers nodes in join order, is refused."""
+    import socket
+
     torchrun = Path(sys.executable).parent / "torchrun"
     work = tmp_path
+    # a port of its own: every dev cluster on this machine numbers its jobs
+    # from 1, so the default 20000 + job id may be another test's store
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     out = work / "ranks"
     out.mkdir()
     knobs = json.dumps({"tp": 2, "dp": 4})
     script = work / "job.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH --nodes=2 --gpus-per-node=4\n"
-        f"#SBATCH --output={work}/%j.out\nset -e\n#SLURMTOPO --tp 2 --dp 4\n"
+        f"#SBATCH --output={work}/%j.out\nset -e\n"
+        f"#SLURMTOPO --tp 2 --dp 4 --master-port {port}\n"
         "export GLOO_SOCKET_IFNAME=lo\n"
-        f"srun {torchrun} --nproc-per-node=4 {RANK} {out} megatron '{knobs}'\n"
+        f"srun --kill-on-bad-exit=1 {torchrun} --nproc-per-node=4 {RANK} {out} megatron "
+        f"'{knobs}'\n"
         f"if srun {torchrun} --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:1 "
         f"--nproc-per-node=4 {RANK} {out} megatron '{knobs}' 2>{work}/c10d.err; then\n"
         "  echo c10d-ran\nfi\n")
@@ -317,7 +326,7 @@ def test_srun_torchrun_static_rendezvous(hooked, cluster, users, tmp_path):
     for r, got in files.items():
         assert (got["host"], got["gpu"]) == (slots[r].host, slots[r].gpu), (r, got)
         assert got["master_addr"] == master_addr(slots[0].host)
-        assert got["master_port"] == str(20000 + job % 10000)
+        assert got["master_port"] == str(port)
         for kind, seen in got["groups"].items():
             for m in seen["gathered"]:
                 assert (m["host"], m["gpu"]) == (slots[m["rank"]].host, slots[m["rank"]].gpu)
