@@ -11,9 +11,11 @@ so the hooks run as whoever submits. Checked here, on the Slurm under test:
 * a plain `sbatch job.sh` with a directive: the plan is `slurmtopo plan`'s
   for the same options, and every rank's host, GPU and environment is the
   rank map's;
-* submitit-style `sbatch --wrap` with the directive in the environment, and
-  `srun torchrun` inside the allocation (real torch.distributed ranks over
-  torchrun's static rendezvous; a c10d rendezvous is refused);
+* submitit-style `sbatch --wrap` with the directive in the environment, a
+  job made by `srun` alone (no batch step: the tasks' TaskProlog binds once
+  under the run directory's lock), and `srun torchrun` inside the
+  allocation (real torch.distributed ranks over torchrun's static
+  rendezvous; a c10d rendezvous is refused);
 * a job without a directive: the same job record, script and environment
   (batch step and tasks) as before the hooks were installed;
 * hostile directives (another user's file, shell characters, huge numbers),
@@ -155,7 +157,7 @@ def _ranks(out: Path):
     return {int(f.stem.split("-")[1]): json.loads(f.read_text()) for f in out.glob("rank-*.json")}
 
 
-def check_hook_ranks(cluster, job_id: int, run_dir: Path, out: Path):
+def check_hook_ranks(cluster, job_id: int, run_dir: Path, out: Path, batch: bool = True):
     """Every rank's environment against the rank map the TaskProlog wrote
     (rankmap.json in the job's run directory), as tests/integration/ranks.py
     checks `slurmtopo sbatch`'s. Returns (placement, rankmap doc, ranks)."""
@@ -201,7 +203,8 @@ def check_hook_ranks(cluster, job_id: int, run_dir: Path, out: Path):
         # the plan left the tasks' environment: a job submitted from one of
         # them does not inherit it
         assert "SLURMTOPO_PLAN" not in env
-        assert env["SLURMTOPO_JOB_PLAN"].startswith(f"{job_id}:")
+        if batch:   # the batch step left the plan to the job's steps, with its id
+            assert env["SLURMTOPO_JOB_PLAN"].startswith(f"{job_id}:")
     return placement, doc, ranks
 
 
@@ -277,6 +280,26 @@ def test_wrap_with_env_directive_and_srun_in_the_allocation(hooked, cluster, use
     assert _same_slots(_submitted_plan(ranks),
                        _slurmtopo_plan(work.parent / f"ref-{job}", "--tp", "2", "--world", "4",
                                        "--gpus-per-node", "2", "--", "true"))
+
+
+def test_srun_alone_is_planned_too(hooked, cluster, users):
+    """A job made by srun itself (no batch step): every task's TaskProlog
+    meets the plan; the first to take the run directory's lock binds, the
+    others read its binding."""
+    work = _workdir(users, ALICE, "srun")
+    out = work / "ranks"
+    out.mkdir()
+    os.chown(out, users.uid(ALICE), users.group.gr_gid)
+    p = users.run(ALICE, ["srun", "--nodes=2", "--ntasks-per-node=2", "--gpus-per-node=2",
+                          USER_PYTHON, "-c", DUMP, str(out)], cwd=work,
+                  env={"SLURMTOPO_DIRECTIVE": "--tp 2"}, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.startswith("slurmtopo: planned 4 rank(s) on 2 node(s)"), p.stderr
+    runs = list((work / ".slurmtopo" / "runs").iterdir())
+    assert len(runs) == 1
+    job = int(runs[0].name)
+    placement, doc, _ = check_hook_ranks(cluster, job, runs[0], out, batch=False)
+    assert json.loads((runs[0] / "hook-binding.json").read_text())["binding"]["world"] == 4
 
 
 def test_srun_torchrun_static_rendezvous(hooked, cluster, users, tmp_path):
