@@ -308,3 +308,17 @@ emit("guard", slurm_job_submit(pcall_job, {{}}, 1000))""")
     assert f"rc\t0\t{tag}\t0" in out
     assert "bad\t-1" in out and "guard\t0" in out
     assert any(l.startswith("log\tslurmtopo job_submit.lua: ") and "boom" in l for l in out)
+
+
+@pytest.mark.parametrize("lua", LUAS)
+def test_a_script_on_a_pipe_is_not_read_again(lua, cli_filter):
+    """sbatch <(...) names /dev/fd/N, which sbatch has read to its end (a
+    named pipe would wait for a writer): never reopened; the environment's
+    directive still plans the job."""
+    out, _ = run_lua(lua, cli_filter, """
+ANSWER = "slurmtopo-hook 1\\ndone\\n"
+JSON_OPTIONS = '{}'
+local o = make_options({}, {"/dev/stdin"}, "sbatch")
+emit("rc", slurm_cli_setup_defaults(o, false), slurm_cli_pre_submit(o, 0), #POPEN)""",
+                     env={"SLURMTOPO_DIRECTIVE": "--tp 8"})
+    assert out == ["rc\t0\t0\t1"]

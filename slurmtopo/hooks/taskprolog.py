@@ -131,14 +131,18 @@ def obtain(plan_value: str, env: Mapping[str, str]) -> Tuple[TaskBinding, List[s
                 except (ValueError, KeyError, TypeError, SlurmtopoError):
                     pass  # another job's, or damaged: bind again
             binding, result = _bind(plan_value, env, run_dir)
-            written = write_run_dir(result, run_dir, env)
             log = [_CPU_LINE if line.startswith("CPU binding:") and "taskset" in line else line
                    for line in result.log]
-            if written.note:
-                log.append(f"note: {written.note}")
-            safedir.write_files([(where, BINDING_FILE, json.dumps(
-                {"key": key, "binding": json.loads(binding.to_json())},
-                separators=(",", ":")) + "\n")])
+            try:
+                written = write_run_dir(result, run_dir, env)
+                if written.note:
+                    log.append(f"note: {written.note}")
+                safedir.write_files([(where, BINDING_FILE, json.dumps(
+                    {"key": key, "binding": json.loads(binding.to_json())},
+                    separators=(",", ":")) + "\n")])
+            except (OSError, SlurmtopoError) as exc:  # a full disk: the task still runs
+                why = exc.render() if isinstance(exc, SlurmtopoError) else str(exc)
+                log.append(f"run directory not written ({why}): each task binds on its own")
             return binding, log, True
         finally:
             os.close(fd)  # releases the lock

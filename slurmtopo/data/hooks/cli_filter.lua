@@ -73,6 +73,9 @@ end
 
 local function read_head(path)
   if path == nil or path == "" then return nil end
+  -- sbatch has read the script already: a pipe (/dev/stdin, <(...) as
+  -- /dev/fd/N) is at its end, or would wait for a writer; never reopened
+  if starts(path, "/dev/") or starts(path, "/proc/") then return nil end
   local f = io.open(path, "r")
   if f == nil then return nil end
   local text = f:read(SCAN_BYTES)
