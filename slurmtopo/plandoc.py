@@ -119,13 +119,17 @@ def request_dict(req) -> Dict[str, Any]:
 def plan_document(inv: Inventory, placement: Placement, layout, req=None,
                   inventory_path: Optional[str] = None, master_port: Optional[int] = None,
                   socket_ifname: Optional[str] = None,
-                  launch: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+                  launch: Optional[Mapping[str, Any]] = None,
+                  guardrails: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """Everything ``slurmtopo bind`` needs, as JSON data for the script.
-    ``launch``: ``{"launcher": "srun"|"torchrun"}``."""
+    ``launch``: ``{"launcher": "srun"|"torchrun"}``; ``guardrails``: the
+    hazard policy, NCCL release and spares the job was submitted with
+    (:func:`guardrails_dict`; the key is left out when empty, so a plan
+    that uses none of them is what it was before they existed)."""
     from slurmtopo.rankmap import check_placement, layout_dict
 
     check_placement(placement)
-    return {
+    doc = {
         "slurmtopo": PLAN_KIND, "version": PLAN_VERSION,
         "inventory_path": os.path.abspath(inventory_path) if inventory_path else None,
         "layout": layout_dict(layout),
@@ -137,6 +141,27 @@ def plan_document(inv: Inventory, placement: Placement, layout, req=None,
         "inventory": pack(embedded_inventory(inv, placement.hosts)),
         "launch": dict(launch or {"launcher": "srun"}),
     }
+    if guardrails:
+        doc["guardrails"] = dict(guardrails)
+    return doc
+
+
+def guardrails_dict(hazards: Sequence[str] = (), nccl_version: Optional[str] = None,
+                    spares: int = 0) -> Dict[str, Any]:
+    """The plan's ``guardrails`` part: only what was given."""
+    out: Dict[str, Any] = {}
+    if hazards:
+        out["hazards"] = list(hazards)
+    if nccl_version:
+        out["nccl_version"] = str(nccl_version)
+    if spares:
+        out["spares"] = int(spares)
+    return out
+
+
+def guardrails_of(doc: Mapping[str, Any]) -> Dict[str, Any]:
+    """The plan's ``guardrails`` (``{}`` for plans without one)."""
+    return dict(doc.get("guardrails") or {})
 
 
 # --------------------------------------------------------------------------
@@ -311,7 +336,9 @@ _PLAN_KEYS = {"slurmtopo": (str,), "version": (int,), "inventory_path": (str, ty
               "layout": (dict,), "request": (dict, type(None)),
               "master_port": (int, type(None)), "socket_ifname": (str, type(None)),
               "hosts": (list,), "ranks": (list, dict), "inventory": (dict, type(None)),
-              "launch": (dict, type(None))}
+              "launch": (dict, type(None)), "guardrails": (dict, type(None))}
+#: every key of the plan's ``guardrails`` -> the JSON types its value may have
+_GUARD_KEYS = {"hazards": (list,), "nccl_version": (str,), "spares": (int,)}
 _LAYOUT_INTS = ("world", "tp", "cp", "ep", "pp", "dp", "expert_tp")
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -352,6 +379,18 @@ def check_plan(doc: Mapping[str, Any], where: str = "plan") -> None:
     for key in (doc.get("launch") or {}):
         if key != "launcher":
             raise SlurmtopoError(f"{where}: damaged plan: unknown launch key {key!r}")
+    for key, value in (doc.get("guardrails") or {}).items():
+        kinds = _GUARD_KEYS.get(key)
+        if kinds is None:
+            raise SlurmtopoError(f"{where}: damaged plan: unknown guardrails key {key!r}")
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise bad(f"guardrails {key!r}", value)
+    guard = doc.get("guardrails") or {}
+    if any(not isinstance(h, str) for h in guard.get("hazards", ())):
+        raise bad("an entry of guardrails 'hazards'", guard["hazards"])
+    if not 0 <= guard.get("spares", 0) <= 64:
+        raise SlurmtopoError(f"{where}: damaged plan: guardrails spares {guard['spares']} is "
+                             "not 0-64")
     launcher_of(doc)
     for key, value in (doc.get("request") or {}).items():
         inner = value.values() if isinstance(value, dict) else (

@@ -301,9 +301,23 @@ class _CsvCells(dict):
         return cell
 
 
-def rankmap_csv(placement: Placement) -> str:
+def framework_extra(framework) -> Dict[str, Any]:
+    """What a rank map adds for a non-Megatron framework's job (a
+    :class:`slurmtopo.frameworks.common.FrameworkLayout`, or None: nothing):
+    its name and its own groups by its own kind names (``dp_shard``,
+    ``dp_replicate``, ...), as ``slurmtopo groups --framework NAME --json``
+    prints them; ``groups`` stays the planner's (Megatron) kinds."""
+    if framework is None:
+        return {}
+    return {"framework": framework.framework,
+            "framework_groups": {k: [list(g) for g in v] for k, v in framework.groups.items()}}
+
+
+def rankmap_csv(placement: Placement, groups: Optional[Mapping[str, Any]] = None) -> str:
     """One row per rank, with the index of the rank's group of every kind
-    (``tp_group``, ``dp_group``, ...) so a spreadsheet can colour by group.
+    (``tp_group``, ``dp_group``, ...) so a spreadsheet can colour by group;
+    ``groups``: the kinds to give (a framework's own, ``dp_shard_group``
+    ...), default the placement's.
 
     Byte for byte what :mod:`csv`'s writer gives for the rows, written one
     format string a rank (numbers need no quoting; the text cells, which
@@ -313,12 +327,13 @@ def rankmap_csv(placement: Placement) -> str:
 
     check_placement(placement)
     nr = node_ranks(placement)
-    kinds = list(placement.groups)
+    groups = placement.groups if groups is None else groups
+    kinds = list(groups)
     cells = _CsvCells()
     header = ["rank", "host", "node_rank", "gpu", "local_rank", "local_world_size",
               "numa_node", "nics", "cpus"] + [f"{k}_group" for k in kinds]
     cpus = cpulists(placement)
-    columns = [rank_to_group(placement.groups, k) for k in kinds]
+    columns = [rank_to_group(groups, k) for k in kinds]
     # check_placement: slot r holds rank r, and by_host lists every slot once
     rows: List[str] = [""] * placement.world_size
     tails: Dict[Tuple[int, int, Optional[int]], str] = {}  # NICs, CPUs, NUMA node

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from slurmtopo import safedir
 from slurmtopo.errors import SlurmtopoError
@@ -112,12 +112,34 @@ def open_runs_root(submit_dir: str, create: bool = True) -> SafeDir:
     return safedir.open_under(submit_dir, RUNS_SUBDIR.split(os.sep), create=create, hint=HINT)
 
 
-def check_location(run_dir: Optional[str], submit_dir: str) -> None:
+def check_location(run_dir: Optional[str], submit_dir: str) -> Callable[[], None]:
     """Before a job is submitted: its run directory (``--run-dir``), else
     the runs root of the submit directory, is the user's own and private
-    (made now when missing), so a refusal comes before the job exists."""
+    (made now when missing), so a refusal comes before the job exists.
+
+    Returns the undo for a submission that then fails: it removes the
+    directories made here, innermost first, while they are still empty
+    (through the parent's descriptor; a link or a directory someone filled
+    meanwhile is left alone), so a failed sbatch leaves no empty
+    ``.slurmtopo/runs`` behind."""
+    if run_dir:
+        anchor, parts, own = layout(run_dir)
+    else:
+        anchor, parts, own = submit_dir, RUNS_SUBDIR.split(os.sep), [True, True]
+    made_from = next((i for i in range(len(parts))
+                      if not os.path.lexists(os.path.join(anchor, *parts[:i + 1]))), len(parts))
     with (open_run_dir(run_dir) if run_dir else open_runs_root(submit_dir)):
         pass
+
+    def undo() -> None:
+        for i in reversed(range(made_from, len(parts))):
+            try:
+                with safedir.open_under(anchor, parts[:i], create=False, own=own[:i],
+                                        hint=HINT) as parent:
+                    os.rmdir(parts[i], dir_fd=parent.fd)
+            except (OSError, SlurmtopoError):
+                return
+    return undo
 
 
 def save_script(run_dir: str, script_text: str) -> str:

@@ -18,11 +18,13 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.errors", "slurmtopo.yamlio", "slurmtopo.hostlist", "slurmtopo.groups",
         "slurmtopo.frameworks",
         "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
-        "slurmtopo.plandoc", "slurmtopo.launchers", "slurmtopo.sbatch", "slurmtopo.preview",
+        "slurmtopo.plandoc", "slurmtopo.launchers", "slurmtopo.launch_detect",
+        "slurmtopo.sbatch", "slurmtopo.preview",
         "slurmtopo.tablefit", "slurmtopo.sheet", "slurmtopo.plainout",
         "slurmtopo.inventory",
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
-        "slurmtopo.slurmfmt", "slurmtopo.cluster",
+        "slurmtopo.slurmfmt", "slurmtopo.cluster", "slurmtopo.hazards",
+        "slurmtopo.taskprobe",
         # the Slurm hooks' pure parts: the directive, sbatch's options <-> the
         # plan, each task's variables, the installed files' text
         "slurmtopo.hooks.directive", "slurmtopo.hooks.submit", "slurmtopo.hooks.taskvars",
@@ -196,7 +198,8 @@ def test_the_audit_is_computation_apart_from_slurm():
     assert bad == []
     users = sorted(m for m, ts in graph.items() if not _under(m, ("slurmtopo.audit",))
                    and any(_under(t, ("slurmtopo.audit",)) for t in ts))
-    assert users == ["slurmtopo.commands.audit", "slurmtopo.commands.state"]
+    assert users == ["slurmtopo.commands.audit", "slurmtopo.commands.check",
+                     "slurmtopo.commands.state"]
     assert "slurmtopo.simulate.freestate" in graph["slurmtopo.audit.stranded"]
     assert "slurmtopo.simulate.layouts" in graph["slurmtopo.audit.placements"]
 

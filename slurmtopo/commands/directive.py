@@ -49,6 +49,11 @@ REFUSED: Dict[str, str] = {
     **dict.fromkeys(("container_image", "container_mounts", "container_workdir",
                      "apptainer_image"), _SRUN),
     **dict.fromkeys(("dry_run", "color_by", "parsable", "as_json", "output_dir"), _OUTPUT),
+    "spares": ("needs the batch script `slurmtopo sbatch` writes (its restart loop moves a "
+               "lost node's ranks to a spare); the hooks run your own script: submit with "
+               "`slurmtopo sbatch --spares`"),
+    "check": ("runs as the first step of the batch script `slurmtopo sbatch` writes; with "
+              "the hooks, run `slurmtopo check` in your own script before its srun"),
 }
 
 

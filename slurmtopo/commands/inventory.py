@@ -14,7 +14,7 @@ import os
 
 import click
 
-from slurmtopo.commands.cliutil import guard
+from slurmtopo.commands.cliutil import Messages, emit_json, guard, json_option
 from slurmtopo.commands.helpgroup import SentenceGroup
 
 
@@ -29,8 +29,9 @@ def command():
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Also write the whole inventory to this file (JSON; the previous one is "
                    "kept as a .bak).")
+@json_option
 @guard
-def compile_command(directory, output):
+def compile_command(directory, output, as_json):
     """Fold a directory of node reports into one compact inventory."""
     from slurmtopo.compiled import describe, dumps_compiled
     from slurmtopo.errors import SlurmtopoError
@@ -39,11 +40,20 @@ def compile_command(directory, output):
 
     if not os.path.isdir(directory):
         raise SlurmtopoError("not a directory", directory)
+    msgs = Messages(as_json)
     doc, inv, log = compile_report_dir(directory)
     for line in log:
-        click.echo(line, err=True)
-    click.echo(describe(doc, inv), err=True)
+        msgs.echo(line)
+    summary = describe(doc, inv)
+    msgs.echo(summary)
+    size = None
     if output:
         text = dumps_compiled(doc)
         atomic_write(output, text, backup=True)
-        click.echo(f"wrote {output} ({len(text):,} bytes)", err=True)
+        size = len(text.encode())
+        msgs.echo(f"wrote {output} ({len(text):,} bytes)")
+    if as_json:
+        emit_json({"directory": directory, "nodes": len(inv.nodes),
+                   "node_types": sorted(doc.get("node_types") or {}), "summary": summary,
+                   "output": output, "written": bool(output), "bytes": size,
+                   "messages": msgs.messages})

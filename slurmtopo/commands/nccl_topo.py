@@ -34,7 +34,10 @@ from slurmtopo.model import Hardware
               help="Only node types marked virtualised (those jobs get NCCL_TOPO_FILE).")
 @click.option("--nvlink/--no-nvlink", default=True, show_default=True,
               help="Write the GPUs' NVLinks; without, NCCL reads NVLink from NVML.")
-def command(inventory_path, output_dir, types, virtualised_only, nvlink):
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object (each file: node type, path, nodes, whether it "
+                   "changed, backup, notes, warnings) instead of the lines.")
+def command(inventory_path, output_dir, types, virtualised_only, nvlink, as_json):
     """Write NCCL topology files (NCCL_TOPO_FILE) for the inventory's node types."""
     from slurmtopo import __version__, safedir
     from slurmtopo.inventory import fold_hostlist, load_inventory
@@ -61,20 +64,31 @@ def command(inventory_path, output_dir, types, virtualised_only, nvlink):
         backups = safedir.write_files([(where, name, text) for name, text in changed],
                                       mode=safedir.PUBLISHED_FILE, backup=True)
         paths = {f.name: where.child(f"{f.name}.xml") for f, _ in rendered}
+    report = []
     for f, done in rendered:
         path, name = paths[f.name], f"{f.name}.xml"
+        backup = backups.get(name)
+        kept = os.path.join(os.path.dirname(path), backup) if backup else None
+        warnings = check_written(f.hardware, done.text, path)
+        report.append({"node_type": f.name, "path": path, "nodes": fold_hostlist(f.nodes),
+                       "node_count": len(f.nodes), "changed": name in backups,
+                       "backup": kept, "notes": list(done.notes), "warnings": warnings})
+        if as_json:
+            continue
         nodes = f"{len(f.nodes)} node(s): {fold_hostlist(f.nodes)}"
         if name not in backups:
             click.echo(f"unchanged {path} for {nodes}")
         else:
-            backup = backups[name]
             click.echo(f"wrote {path} for {nodes}"
-                       + (f" (previous kept as {os.path.join(os.path.dirname(path), backup)})"
-                          if backup else ""))
+                       + (f" (previous kept as {kept})" if kept else ""))
         for note in done.notes:
             click.echo(f"slurmtopo nccl-topo: {f.name}: note: {note}", err=True)
-        for diff in check_written(f.hardware, done.text, path):
+        for diff in warnings:
             click.echo(f"slurmtopo nccl-topo: {f.name}: warning: {diff}", err=True)
+    if as_json:
+        from slurmtopo.commands.cliutil import emit_json
+
+        emit_json({"output_dir": output_dir, "files": report})
 
 
 def _same(where, name: str, text: str) -> bool:

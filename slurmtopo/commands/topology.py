@@ -23,13 +23,15 @@ def command():
 @click.option("--fabric", "fabric_path", type=click.Path(exists=True, dir_okay=False),
               help="A fabric description instead: 'slurmtopo: fabric' YAML (Ethernet/RoCE), "
                    "or an existing topology.conf/topology.yaml to convert.")
-@click.option("--format", "fmt", type=click.Choice(["tree", "block", "ring", "yaml"]),
+@click.option("--format", "fmt", type=click.Choice(["tree", "block", "ring", "yaml", "fabric"]),
               default=None,
               help="topology/tree, topology/block, topology/ring (Slurm 26.05+; the "
                    "inventory's rings) or topology.yaml (Slurm 25.05+; 26.05+ for rings and "
-                   "toruses). Default: yaml for a .yaml output, block or ring if slurm.conf "
-                   "says so, ring for an inventory with rings, yaml for one with toruses, "
-                   "else tree.")
+                   "toruses); or fabric: the 'slurmtopo: fabric' document plan and sbatch "
+                   "read, to put in the node-report directory (its hosts: those with a "
+                   "report, with --reports). Default: yaml for a .yaml output, block or ring "
+                   "if slurm.conf says so, ring for an inventory with rings, yaml for one "
+                   "with toruses, else tree.")
 @click.option("--hca", default=None,
               help="Compute HCAs by name, e.g. 'mlx5_[0-7]' (others are storage); "
                    "mlx5_N also selects HCA-(N+1), the older name of the same port.")
@@ -79,6 +81,11 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
     slurm = load_slurm_conf(slurm_conf)
     inv = load_reports(reports)
     fabric_doc = load_fabric(fabric_path)
+    if fmt == "fabric":
+        _generate_fabric(msgs, inv, fabric_doc, fabric_path, ibnet, slurm, nodes, hca, rails,
+                         allow_missing, block_sizes, block_name, output, diff, force,
+                         keep_backups, reconfigure)
+        return
     if fmt is None:
         ours = Fabric() if ibnet else (fabric_doc or (inv.fabric if inv else None) or Fabric())
         if output and output.endswith((".yaml", ".yml")):
@@ -167,6 +174,70 @@ def check_cmd(path, slurm_conf, as_json):
                         if fabric.block_sizes else ""))
     report_check(path, problems, "; ".join(parts + ([rings] if rings else [])) or "empty",
                  as_json)
+
+
+def _generate_fabric(msgs, inv, fabric_doc, fabric_path, ibnet, slurm, nodes, hca, rails,
+                     allow_missing, block_sizes, block_name, output, diff, force, keep_backups,
+                     reconfigure) -> None:
+    """``topology generate --format fabric``: the fabric (switches from
+    ibnetdiscover or a Slurm topology.conf/topology.yaml, blocks from the
+    reports' NVLink domains) as the ``slurmtopo: fabric`` document the
+    planner reads beside the node reports (docs/admin.md, "From the fabric
+    to the planner"). A fabric document already among the reports is the
+    one being replaced, so it is not a source; hosts without a report are
+    left out (a note counts them): the planner plans only on reported
+    nodes, and a fabric naming others does not load with them."""
+    from dataclasses import replace as dc_replace
+
+    from slurmtopo.admin.generate import build_topology
+    from slurmtopo.admin.ibnetdiscover import read_ibnetdiscover
+    from slurmtopo.admin.publish import publish
+    from slurmtopo.errors import SlurmtopoError
+    from slurmtopo.inventory import dump_inventory, parse_document_text
+    from slurmtopo.model import Fabric, Inventory
+    from slurmtopo.slurmfmt.topology_files import apply_fabric, describe_changes
+
+    if reconfigure:
+        raise SlurmtopoError("--reconfigure: a fabric document is slurmtopo's, not Slurm's "
+                             "(plan and sbatch read it as it is written)")
+    if not (ibnet or fabric_path):
+        raise SlurmtopoError("--format fabric needs the network: give --ibnetdiscover FILE, or "
+                             "--fabric with Slurm's topology.conf or topology.yaml")
+    if inv is not None:
+        inv = dc_replace(inv, fabric=Fabric())
+    built = build_topology(
+        "yaml", ib=read_ibnetdiscover(ibnet) if ibnet else None, fabric_doc=fabric_doc,
+        fabric_source=fabric_path, inv=inv, slurm=slurm, nodes=parse_nodes(nodes),
+        hcas=parse_nameset(hca, "--hca"), rails=parse_rangeset(rails, "--rails"),
+        block_sizes=parse_sizes(block_sizes), block_naming=_block_naming(block_name),
+        allow_missing=allow_missing)
+    fabric = built.fabric
+    if fabric_doc is not None and (fabric_doc.rings or fabric_doc.toruses):
+        fabric = Fabric(rings=fabric_doc.rings, toruses=fabric_doc.toruses)
+    elif inv is not None:
+        fabric = apply_fabric(inv, fabric, whole=True).fabric
+        named = {h for s in built.fabric.switches for h in s.nodes} | \
+            {h for b in built.fabric.blocks for h in b.nodes}
+        unreported = sorted(named - set(inv.nodes))
+        if unreported:
+            built.notes.append(f"{len(unreported)} host(s) of the fabric have no node report "
+                               "and are left out (the planner plans on reported nodes only)")
+    for note in built.notes:
+        msgs.echo(f"note: {note}")
+    text = ("# slurmtopo fabric document, generated by `slurmtopo topology generate --format "
+            "fabric`\n# from " + (", ".join(built.sources) or "nothing") + "\n"
+            + dump_inventory(Inventory(nodes={}, fabric=fabric), kind="fabric"))
+    parse_document_text(text, "<generated fabric>")  # reads back, or nothing is written
+
+    def changes(old_text):
+        return describe_changes(parse_document_text(old_text, output).fabric, fabric)
+
+    changed = publish(text, output, what="fabric document", problems=[], echo=msgs.echo,
+                      out=msgs.out, diff=diff, force=force, changes=changes,
+                      keep_backups=keep_backups,
+                      next_steps=["slurmtopo plan --inventory DIR ...   (reads it with the "
+                                  "node reports of DIR)"])
+    publish_report(msgs, "fabric document", output, diff, changed, [])
 
 
 def _yaml_beside(slurm) -> bool:

@@ -129,19 +129,31 @@ def job_shape(opts: SubmitOptions) -> Tuple[Optional[int], Optional[int]]:
     return world, per
 
 
-#: a command that starts ranks itself, one per node under srun
-_TORCHRUN = re.compile(r"(^|[\s/;&|(])(torchrun|torch\.distributed\.(run|launch))(\s|$)")
-
-
 def script_launcher(texts: Sequence[str]) -> Optional[str]:
     """``torchrun`` when a command line of the script (or ``--wrap``) runs
-    torchrun (``torchrun``, ``python -m torch.distributed.run``), else None.
+    torchrun (``torchrun``, ``python -m torch.distributed.run``, after
+    ``srun`` and its options or anywhere on the line), as
+    :func:`slurmtopo.launch_detect.detect` recognises it; else None.
     Comment lines are skipped. The directive's ``--launcher`` wins."""
+    import shlex
+
+    from slurmtopo.launch_detect import detect
+
     for text in texts:
         for line in text[:1 << 20].splitlines():
             s = line.strip()
-            if s and not s.startswith("#") and _TORCHRUN.search(s):
-                return "torchrun"
+            if not s or s.startswith("#") or ("torch" not in s):
+                continue
+            try:
+                words = shlex.split(s, comments=True)
+            except ValueError:
+                words = s.split()
+            for i, w in enumerate(words[:256]):
+                base = w.rsplit("/", 1)[-1]
+                if base == "torchrun" or base.startswith("python"):
+                    found = detect(words[i:])
+                    if found is not None and found.family == "torchrun":
+                        return "torchrun"
     return None
 
 

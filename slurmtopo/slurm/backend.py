@@ -220,6 +220,13 @@ class SlurmBackend(abc.ABC):
         raise SlurmError(f"the {self.name} backend cannot show job resources; use the cli "
                          "backend")
 
+    def topology_text(self) -> str:
+        """``scontrol show topology`` text: the switches or blocks as
+        slurmctld holds them now (``scontrol update ... Topology=`` and
+        power saving change them without a reconfigure)."""
+        raise SlurmError(f"the {self.name} backend cannot show Slurm's topology; use the cli "
+                         "backend")
+
     def config_text(self) -> str:
         """``scontrol show config`` text (cgroup.conf settings included)."""
         raise SlurmError(f"the {self.name} backend cannot show Slurm's configuration; use the "

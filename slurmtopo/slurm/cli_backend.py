@@ -261,6 +261,9 @@ class CliBackend(SlurmBackend):
                 self._srun_options = found
         return self._srun_options  # type: ignore[return-value]
 
+    def topology_text(self) -> str:
+        return self.run(["scontrol", "show", "topology"]).stdout
+
     # -- extras (admin tooling, tests) -------------------------------------
     def topology(self) -> Dict[str, Dict[str, object]]:
         """``scontrol show topology`` as {switch: {level, nodes, switches}}."""

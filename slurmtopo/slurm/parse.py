@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmError
@@ -521,6 +521,51 @@ def parse_scontrol_topology(text: str) -> Dict[str, Dict[str, Any]]:
     return out
 
 
+def parse_scontrol_blocks(text: str) -> Dict[str, Tuple[str, ...]]:
+    """``scontrol show topology`` under topology/block (23.11+):
+    ``BlockName=b1 BlockIndex=0 Nodes=node[1-2] BlockSize=2`` -> {block:
+    its nodes as Slurm holds them now}. A block with no node maps to ()."""
+    out: Dict[str, Tuple[str, ...]] = {}
+    for rec in scontrol_records(text, "BlockName"):
+        out[_first(rec, "BlockName") or ""] = _hosts(_first(rec, "Nodes"))
+    return out
+
+
+@dataclass(frozen=True)
+class JobAsks:
+    """What a job asked of the topology and where it runs, as ``scontrol
+    -d show job`` prints it (Slurm 22.05 to 26.05)."""
+
+    job_id: str
+    nodes: Tuple[str, ...]
+    #: --segment (SegmentSize=, 24.11+), None when not asked
+    segment: Optional[int] = None
+    #: --switches count (Switches=N@TIME), None when not asked
+    switches: Optional[int] = None
+    #: the wait for them, as Slurm prints it
+    switch_wait: Optional[str] = None
+    state: str = ""
+    user: str = ""
+    name: str = ""
+
+
+def parse_job_asks(text: str) -> Optional[JobAsks]:
+    """The first job record of ``scontrol [-d] [-o] show job`` text."""
+    recs = scontrol_records(text, "JobId")
+    if not recs:
+        return None
+    rec = recs[0]
+    seg = _first(rec, "SegmentSize")
+    sw = _first(rec, "Switches") or ""
+    count, _, wait = sw.partition("@")
+    user = (_first(rec, "UserId") or "").split("(")[0]
+    return JobAsks(job_id=_first(rec, "JobId") or "", nodes=_hosts(_first(rec, "NodeList")),
+                   segment=int(seg) if seg and seg.isdigit() and int(seg) > 0 else None,
+                   switches=int(count) if count.isdigit() and int(count) > 0 else None,
+                   switch_wait=wait or None, state=(_first(rec, "JobState") or "").upper(),
+                   user=user, name=_first(rec, "JobName") or "")
+
+
 # --------------------------------------------------------------------------
 # command errors
 
@@ -540,7 +585,11 @@ def error_text(stderr: str, stdout: str = "", command: str = "") -> str:
             lines.append(line)
     text = "; ".join(lines) or f"{command or 'command'} failed without a message"
     if "Could not establish a configuration source" in text:  # Slurm's words name no fix
+        if command == "sbatch":  # submitting: no state file spares Slurm here
+            way = ("`slurmtopo plan ... -- CMD` writes the batch script without submitting it, "
+                   "--dry-run prints it")
+        else:
+            way = "--state none or a snapshot file plans without Slurm"
         text = (f"{command or 'Slurm'}: no Slurm configuration found (set SLURM_CONF, or run on "
-                f"a node of the cluster; --state none or a snapshot file plans without Slurm): "
-                + text)
+                f"a node of the cluster; {way}): " + text)
     return text

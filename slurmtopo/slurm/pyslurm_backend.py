@@ -401,6 +401,16 @@ class PySlurmBackend(SlurmBackend):
     def accounted_work_dir(self, job_id: int) -> Optional[str]:
         return self._sacct().accounted_work_dir(job_id)
 
+    def topology_text(self) -> str:
+        """``scontrol show topology`` through the command line (pyslurm
+        25.11 has no topology call)."""
+        import shutil
+        from slurmtopo.slurm.cli_backend import CliBackend
+
+        if shutil.which("scontrol") is None:
+            raise SlurmError("Slurm's topology needs scontrol, and it is not on PATH")
+        return CliBackend().topology_text()
+
     def update_job(self, job_id: int, **fields: str) -> None:
         if not fields:
             return

@@ -368,3 +368,9 @@ class FakeSlurm(SlurmBackend):
 
     def job_resources(self, job_id: int) -> str:
         return self._answer("resources")
+
+    def topology_text(self) -> str:
+        """``scontrol show topology`` as the test set it (answers
+        "topology"); "" (no topology) when it set none."""
+        self.asked.append("topology")
+        return self.answers.get("topology") or ""
