@@ -104,3 +104,16 @@ def test_lua_string_escapes_everything():
         "-- @@SLURMTOPO CONFIG END@@")[0] + "\nio.write(CONFIG.command, '|', CONFIG.inventory)",
         capture_output=True, text=True)
     assert p.stdout == '/x/"y|/i\n.yaml'
+
+
+def test_json(capsys, tmp_path):
+    import json
+
+    rc, out, _ = run(capsys, "--inventory", "/x.json", "--slurm-dir", tmp_path,
+                     "--command", "/usr/bin/slurmtopo", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["dry_run"] is False
+    assert doc["slurm_conf"][0] == "CliFilterPlugins=cli_filter/lua"
+    assert [f["path"] for f in doc["files"]] == [str(tmp_path / "cli_filter.lua"),
+                                                 str(tmp_path / "slurmtopo-task-prolog.sh")]
+    assert (tmp_path / "cli_filter.lua").is_file()

@@ -296,3 +296,19 @@ def test_plan_env_value_round_trip_and_bounds():
     bomb = "z1:" + base64.urlsafe_b64encode(zlib.compress(b" " * (64 << 20), 9)).decode()
     with pytest.raises(SlurmtopoError, match="damaged"):
         plan_from_env_value(bomb)
+
+
+def test_check_a_script(capsys, monkeypatch):
+    monkeypatch.delenv("SLURMTOPO_DIRECTIVE", raising=False)
+    script = str(ROOT / "tests" / "fixtures" / "hooks" / "train.sbatch")
+    with pytest.raises(SystemExit) as exc:
+        main(["hooks", "check", script, "--inventory", INV, "--state", "none", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 0 and doc["directive"] is True
+    got = dict(doc["set"])
+    assert got["nodes"] == "2" and got["ntasks-per-node"] == "8"
+    assert got["export"].startswith("ALL,SLURMTOPO_PLAN=<the plan, ")
+    with pytest.raises(SystemExit):
+        main(["hooks", "check", "--inventory", INV, "--state", "none"])
+    assert capsys.readouterr().out == ("no #SLURMTOPO directive: the hooks leave this job as "
+                                       "it is\n")

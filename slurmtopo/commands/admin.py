@@ -76,9 +76,12 @@ def _default_command() -> str:
 @click.option("--force", is_flag=True,
               help="Replace a cli_filter.lua/job_submit.lua that slurmtopo did not write.")
 @click.option("--dry-run", is_flag=True, help="Print what would be written; write nothing.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: the files (path, mode, and with --dry-run their "
+                   "text) and the slurm.conf lines.")
 def install_hooks(inventory, slurm_dir, slurmtopo_command, task_prolog, state, plan_timeout,
                   task_timeout, on_bad_directive, job_submit, hold_for_daemon, slurm_topology,
-                  spool, force, dry_run):
+                  spool, force, dry_run, as_json):
     """Write the cli_filter, TaskProlog (and job_submit) hooks for #SLURMTOPO directives."""
     from slurmtopo.commands.directive import option_kinds
     from slurmtopo.fileio import Output, read_text, write_all
@@ -115,15 +118,24 @@ def install_hooks(inventory, slurm_dir, slurmtopo_command, task_prolog, state, p
                 raise SlurmtopoError("exists and was not written by slurmtopo (the site's own "
                                      "hook?): merge slurmtopo's into it (docs/admin.md, Slurm "
                                      "hooks) or give --force", path)
-    if dry_run:
-        for path, text, mode in done.files:
-            click.echo(f"# {path} (mode {mode:o})")
-            click.echo(text, nl=False)
-    else:
+    if not dry_run:
         if not os.path.isdir(slurm_dir):
             raise SlurmtopoError("no such directory", slurm_dir)
         write_all([Output(path, text, mode) for path, text, mode in done.files], backup=True)
-        for path, _, mode in done.files:
+    if as_json:
+        import json
+
+        click.echo(json.dumps({
+            "dry_run": dry_run, "slurm_conf": done.conf_lines,
+            "files": [dict({"path": path, "mode": f"{mode:o}"},
+                           **({"text": text} if dry_run else {}))
+                      for path, text, mode in done.files]}, separators=(",", ":")))
+        return
+    for path, text, mode in done.files:
+        if dry_run:
+            click.echo(f"# {path} (mode {mode:o})")
+            click.echo(text, nl=False)
+        else:
             click.echo(f"slurmtopo: wrote {path} (mode {mode:o})", err=True)
     click.echo("slurmtopo: add to slurm.conf on every host (then `scontrol reconfigure`; "
                "JobSubmitPlugins takes a slurmctld restart on Slurm 22.05):", err=True)

@@ -292,7 +292,10 @@ def task_prolog_command():
               help="An option as given on sbatch's command line, e.g. --sbatch=--nodes=2 "
                    "(repeatable; for a script on stdin or --wrap, give the directive in "
                    "$SLURMTOPO_DIRECTIVE).")
-def check_command(script, inventory, state_path, backend_name, sbatch_args):
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: whether the job has a directive, the sbatch "
+                   "options the hook sets (the plan's value shortened), the notes.")
+def check_command(script, inventory, state_path, backend_name, sbatch_args, as_json):
     """Show what the cli_filter hook would do to a batch script (submits nothing)."""
     import json
 
@@ -310,13 +313,22 @@ def check_command(script, inventory, state_path, backend_name, sbatch_args):
     changes, notes = plan_hook(json.dumps(options), "sbatch",
                                {"inventory": inventory, "state": state_path,
                                 "backend": backend_name})
-    if not changes:
-        click.echo("no #SLURMTOPO directive: the hooks leave this job as it is")
-        return
+    shown = []
     for name, value in changes:
         if name == "export":
             head, _, plan = value.partition("SLURMTOPO_PLAN=")
-            value = f"{head}SLURMTOPO_PLAN=<the plan, {len(plan):,} bytes>"
+            rest = plan.partition(",")[2]
+            value = (f"{head}SLURMTOPO_PLAN=<the plan, {len(plan.partition(',')[0]):,} bytes>"
+                     + (f",{rest}" if rest else ""))
+        shown.append((name, value))
+    if as_json:
+        click.echo(json.dumps({"directive": bool(changes), "set": [list(c) for c in shown],
+                               "notes": notes}, separators=(",", ":")))
+        return
+    if not changes:
+        click.echo("no #SLURMTOPO directive: the hooks leave this job as it is")
+        return
+    for name, value in shown:
         click.echo(f"--{name}={value}" if value != name else f"--{name}")
     for note in notes:
         click.echo(f"slurmtopo: {note}", err=True)
