@@ -312,3 +312,11 @@ def test_check_a_script(capsys, monkeypatch):
         main(["hooks", "check", "--inventory", INV, "--state", "none"])
     assert capsys.readouterr().out == ("no #SLURMTOPO directive: the hooks leave this job as "
                                        "it is\n")
+
+
+def test_srun_torchrun_making_its_own_job(capsys, monkeypatch):
+    rc, lines = run_plan(capsys, {"nodes": "2", "argv": ["torchrun", "--nproc-per-node=8",
+                                                        "train.py"]}, "--kind", "srun",
+                         env={"SLURMTOPO_DIRECTIVE": "--tp 8 --dp 2"}, monkeypatch=monkeypatch)
+    got = dict(sets(lines))
+    assert rc == 0 and got["ntasks-per-node"] == "1" and got["ntasks"] == "2"

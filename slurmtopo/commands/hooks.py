@@ -106,7 +106,12 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
         o["gpus_per_node"] = per
     launcher = o.get("launcher") or "srun"
     if "launcher" not in parsed.given:
-        launcher = script_launcher([t for t in (script_text, opts.get("wrap")) if t]) or "srun"
+        import shlex
+
+        texts = [t for t in (script_text, opts.get("wrap")) if t]
+        if kind == "srun" and opts.argv:  # `srun torchrun ...` making its own job
+            texts.append(shlex.join(opts.argv))
+        launcher = script_launcher(texts) or "srun"
         o["launcher"] = launcher
     inv, topo_notes = load_job_cluster(o)
     backend = LazyBackend(site.get("backend") or "auto")
