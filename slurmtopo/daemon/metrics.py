@@ -46,6 +46,7 @@ REASONS = (
     "wait-reserved",         # held: the GPUs it could use are reserved for a higher-priority job
     "wait-release-limit",    # held: not planned this cycle (--max-releases reached)
     "wait-no-room",          # held: no placement meeting its requirements is free
+    "wait-backoff",          # held, unplanned: its last release was refused; backing off
     "reject-request",        # rejected: its request (tag, request file) is not valid
     "reject-never-fits",     # rejected: it can never run on this cluster as asked
     "rehold-lost-race",      # held again: another job took its pinned GPUs
@@ -90,6 +91,8 @@ def reason_of(d: Decision) -> str:
         text = d.reason or ""
         if text.startswith("not planned in this cycle"):
             return "wait-release-limit"
+        if text.startswith("backing off"):
+            return "wait-backoff"
         if text.startswith(("the GPUs it could use are reserved for job",
                             "the free GPUs it could use are reserved for job")):
             return "wait-reserved"

@@ -87,6 +87,17 @@ class SlurmJob:
     #: the job's working directory (sbatch's submit directory unless
     #: --chdir; "" when the backend cannot tell): where its run directory is
     work_dir: str = ""
+    #: an array job (or one of its tasks) / a component of a heterogeneous
+    #: job: releasing its id releases every task or component at once
+    array: bool = False
+    het: bool = False
+    #: why Slurm's record of this job cannot be read with certainty (text a
+    #: user wrote reads as Slurm's fields, or the record could not be
+    #: parsed; slurmtopo.slurm.jobrecord); None when it can. Such a job
+    #: carries nothing but its id: no one acts on it
+    unreadable: Optional[str] = None
+    #: an unreadable record that holds the placement daemon's tag somewhere
+    maybe_tagged: bool = False
 
     @property
     def active(self) -> bool:

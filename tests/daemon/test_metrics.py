@@ -98,9 +98,29 @@ def _the_others(inv):
         "starting", "running", "outside", "left-alone", "fault"]
 
 
+def _backoff(inv):
+    """A release the fresh look-up refuses: the job backs off (the loop's
+    decision, not the scheduler's)."""
+    import tempfile
+
+    from tests.fakes.slurm_backend import FakeSlurm
+
+    slurm = FakeSlurm()
+    j = submit(slurm, **JOB_TP4)
+
+    def disagree(job_id):
+        slurm.jobs_[j].comment = PREFIX + '{"layout":{"tp":2}}'
+    slurm.hooks["job"] = disagree
+    with tempfile.TemporaryDirectory() as spool:
+        d = Daemon(slurm, inv, spool)
+        d.cycle()
+        slurm.jobs_[j].comment = d.snapshot[j].comment
+        return d.cycle(), ["wait-backoff"]
+
+
 SCENARIOS = [_release_preferred, _release_fallback_and_wait_preference,
              _release_best_and_no_room, _wait_reserved, _release_limit, _rejects, _reholds,
-             _the_others]
+             _the_others, _backoff]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.strip("_"))

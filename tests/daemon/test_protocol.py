@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 import pytest
 
@@ -69,9 +70,14 @@ def test_long_request_goes_to_the_spool(tmp_path):
         make_comment(r, spool=str(tmp_path))          # the daemon makes it, not a user
     prepare_spool(str(tmp_path))
     c = make_comment(r, spool=str(tmp_path))
-    assert c.startswith(PREFIX + "@") and len(c) < 40
+    assert c.startswith(PREFIX + "@") and len(c) == len(PREFIX) + 33
     files = os.listdir(tmp_path / "requests")
-    assert len(files) == 1
+    assert len(files) == 1 and files[0] == c[len(PREFIX) + 1:] + ".json"
+    assert stat.S_IMODE(os.stat(tmp_path / "requests" / files[0]).st_mode) == 0o644
+    # the same request again: a file of its own (a random part in the name)
+    assert make_comment(r, spool=str(tmp_path)) != c
+    os.unlink(tmp_path / "requests" / sorted(set(os.listdir(tmp_path / "requests"))
+                                             - set(files))[0])
     spec = parse_comment(c, spool=str(tmp_path))
     assert spec.request == r and spec.source.endswith(files[0])
     # a tampered file is refused (its name is its hash)
