@@ -61,7 +61,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from dataclasses import replace
@@ -77,6 +76,7 @@ from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.spool import (STATUS_FILE, MODES, EventLogLimits, Journal, SpoolError,
                                     prepare_spool, spool_path)
 from slurmtopo.daemon.status import STATUS_KIND
+from slurmtopo.daemon.status import identity as status_identity
 from slurmtopo.daemon.still_ours import TERMINAL
 from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.fileio import atomic_write
@@ -119,6 +119,14 @@ class Daemon(Actions):
         self.metrics = metrics
         self.records: Dict[int, JobRecord] = self.journal.load()
         self.started = clock()
+        #: who the daemon is, for `daemon status` (its pid, host, boot and
+        #: start: slurmtopo.daemon.status.liveness) and its interval
+        self.identity = status_identity()
+        self.interval: Optional[float] = None
+        #: whether this daemon holds the spool's lock (`slurmtopo daemon
+        #: run` sets it; status.json says so: a daemon without it serves
+        #: no spool)
+        self.locked = False
         self.cycles = 0
         self.first_seen: Dict[int, float] = {}
         self.last_reason: Dict[int, str] = {}
@@ -437,6 +445,7 @@ class Daemon(Actions):
         """What the spool could not take this cycle, in one log line (and
         in the next status.json); nothing when all was written."""
         problems = self.journal.take_problems()
+        self.metrics.spool_problem(bool(problems))
         if not problems:
             self.spool_error = None
             return
@@ -479,7 +488,7 @@ class Daemon(Actions):
             })
         problems = list(self.journal.problems)
         doc = {"slurmtopo": STATUS_KIND, "version": 1,
-               "daemon": {"pid": os.getpid(), "host": socket.gethostname(),
+               "daemon": {**self.identity, "interval": self.interval, "locked": self.locked,
                           "started": self.started, "at": self.clock(), "cycles": self.cycles,
                           "cycle_s": round(duration, 3), "inventory": self.inventory_label,
                           "dry_run": self.dry_run, "on_reject": self.on_reject,
@@ -502,6 +511,7 @@ class Daemon(Actions):
         is tried again at the next interval."""
         rc = 0
         n = 0
+        self.interval = interval
         while not self.stop_event.is_set():
             try:
                 self.cycle()

@@ -267,12 +267,12 @@ def test_one_daemon_per_spool(spool):
     first = SpoolLock(spool)
     first.acquire()
     try:
-        assert SpoolLock.holder(spool) == str(os.getpid())
+        assert SpoolLock.probe(spool) is True
         with pytest.raises(SlurmtopoError, match="another slurmtopo daemon"):
             SpoolLock(spool).acquire()
     finally:
         first.release()
-    assert SpoolLock.holder(spool) is None
+    assert SpoolLock.probe(spool) is False
 
 
 def test_cli_run_once_and_status(slurm, inv_file, spool, monkeypatch):

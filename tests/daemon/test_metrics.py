@@ -388,3 +388,51 @@ def test_metrics_addr_without_a_port_is_refused(slurm, inv_file, spool, monkeypa
     code, out = _cli(["daemon", "--inventory", inv_file, "--spool", spool, "--once",
                       "--metrics-addr", "0.0.0.0"], slurm, monkeypatch)
     assert code != 0 and "--metrics-addr needs --metrics-port" in out
+
+
+def test_a_silent_client_delays_no_other_scrape_nor_the_stop(tmp_path, monkeypatch):
+    """A client sending one byte every few seconds blocked every other
+    scrape (one request at a time, a 10 s silence limit it never reached),
+    and after SIGTERM the daemon lived until that client stopped. Clients
+    are served each in a thread, cut off at a deadline, and stop() waits
+    for none."""
+    import socket
+    import threading
+    import time
+
+    monkeypatch.setattr(m, "HTTP_DEADLINE_S", 2.0)
+    rec = m.Recorder()
+    rec.serve("127.0.0.1", 0)
+    host, port = rec.address
+    slow = socket.create_connection((host, port))
+    stop = threading.Event()
+
+    def trickle():
+        for ch in b"GET /metrics HTTP/1.0\r\n":
+            if stop.wait(0.4):
+                return
+            try:
+                slow.send(bytes([ch]))
+            except OSError:
+                return
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        body = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read()
+        assert b"slurmtopo_daemon_spool_problem 0.0" in body
+        # the slow client is cut off at its deadline
+        slow.settimeout(5)
+        assert slow.recv(100) == b""
+    finally:
+        stop.set()
+    other = socket.create_connection((host, port))  # one more that stays silent
+    started = time.monotonic()
+    rec.close()
+    assert time.monotonic() - started < 1.5
+    other.settimeout(2)
+    try:
+        assert other.recv(10) == b""   # closed by the server ...
+    except ConnectionResetError:
+        pass                           # ... or reset
+    slow.close()
+    other.close()

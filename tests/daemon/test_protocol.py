@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 
 import pytest
@@ -180,3 +181,24 @@ def test_segment_flags_dropped_with_the_segment():
     assert "#SBATCH --spread-segments" not in text and "#SBATCH --segment" not in text
     assert "#SBATCH --consolidate-segments" not in text
     assert "#SBATCH --network=unique-channel-per-segment" in text and len(notes) == 3
+
+
+@pytest.mark.parametrize("script, args, what", [
+    (SCRIPT.replace("#SBATCH --nodes=2\n", "#SBATCH --nodes=2\n#SBATCH --array=0-3\n"), (),
+     "--array 0-3"),
+    (SCRIPT.replace("#SBATCH --job-name=train\n", "#SBATCH -a 1-2\n"), (), "--array 1-2"),
+    (SCRIPT, ("--array=5",), "--array 5"),
+    (SCRIPT + "#SBATCH hetjob\n#SBATCH --nodes=1\n", (), "heterogeneous"),
+    (SCRIPT, ("--nodes=1", ":", "--nodes=2"), "heterogeneous"),
+])
+def test_array_and_het_jobs_are_refused_before_they_exist(script, args, what):
+    """Releasing an array's id releases all its tasks (two started under
+    --max-releases 1) and Slurm will not pin an array's nodes: refused at
+    submission, nothing submitted (the daemon rejects one submitted by
+    hand: tests/daemon/test_no_hostage.py)."""
+    from tests.fakes.slurm_backend import FakeSlurm
+
+    slurm = FakeSlurm()
+    with pytest.raises(SlurmtopoError, match=re.escape(what)):
+        submit_for_daemon(slurm, req(), script, args=args)
+    assert not slurm.jobs_
