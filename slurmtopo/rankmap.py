@@ -35,14 +35,35 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.topology import rail_optimised
-from slurmtopo.model import (Hardware, Inventory, Placement, RankSlot, format_cpulist,
-                             parse_cpulist)
+from slurmtopo.model import (MAX_CPUS, Hardware, Inventory, Placement, RankSlot,
+                             format_cpulist, parse_cpulist)
+from slurmtopo.termsafe import printable
 
 RANKMAP_VERSION = 1
 
 
 # --------------------------------------------------------------------------
 # checks
+
+
+#: a GPU index on one node is below this (NVML numbers a node's GPUs from 0;
+#: the largest nodes have 8 to 72): a plan or rank map with another is
+#: refused before anything is built from it (30,000,000 was a MemoryError)
+MAX_GPU_INDEX = 1024
+#: the longest host name read from a plan (Slurm's node names are far shorter)
+MAX_HOST_NAME = 256
+
+
+def bad_host_name(name: object) -> Optional[str]:
+    """Why ``name`` is no host name slurmtopo writes or reads back (None
+    when it is one): Slurm's hostlist characters (``[``, ``]``, ``,``) or
+    blanks and control characters in it would be read as several hosts or
+    none."""
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_HOST_NAME:
+        return f"not a name of 1 to {MAX_HOST_NAME} characters"
+    if any(c in "[],@" or c.isspace() or not c.isprintable() for c in name):
+        return "holds a character no Slurm node name has ([, ], a comma, a blank, a control)"
+    return None
 
 
 def check_placement(placement: Placement) -> None:
@@ -53,10 +74,27 @@ def check_placement(placement: Placement) -> None:
     done = placement.derived.get("rankmap.checked", lambda: [None, None])
     if done[0] is placement.slots and done[1] is placement.hosts:
         return
+    from slurmtopo.groups import MAX_WORLD
+
+    if len(placement.slots) > MAX_WORLD:
+        raise SlurmtopoError(f"rank map: {len(placement.slots):,} ranks, more than the "
+                             f"{MAX_WORLD:,} slurmtopo lays out")
+    for h in placement.hosts:
+        why = bad_host_name(h)
+        if why:
+            raise SlurmtopoError(f"rank map: host {printable(h, 40)}: {why}")
     for i, s in enumerate(placement.slots):
         if s.rank != i:
             raise SlurmtopoError(f"rank map: slot {i} holds rank {s.rank}; ranks must be 0..W-1 "
                                  "in order")
+        if not 0 <= s.gpu < MAX_GPU_INDEX:
+            raise SlurmtopoError(f"rank map: rank {i} has GPU index {s.gpu}, not one of a "
+                                 f"node's (0 to {MAX_GPU_INDEX - 1})")
+        if s.numa_node is not None and not -1 <= s.numa_node < MAX_CPUS:
+            raise SlurmtopoError(f"rank map: rank {i} has NUMA node {s.numa_node}")
+        if s.host not in placement.hosts and bad_host_name(s.host):
+            raise SlurmtopoError(f"rank map: rank {i}'s host {printable(s.host, 40)}: "
+                                 f"{bad_host_name(s.host)}")
     for host, slots in placement.by_host().items():
         lrs = [s.local_rank for s in slots]
         if lrs != list(range(len(slots))):

@@ -541,7 +541,7 @@ def parse_comment(comment: Optional[str], spool: Optional[str] = None,
         body, source = read_request_file(spool, name, owners)
         if sizes is not None:
             sizes.append(len(body))
-    from slurmtopo.daemon.boundedjson import JsonRefused, loads
+    from slurmtopo.boundedjson import JsonRefused, loads
 
     try:
         data = loads(body, MAX_DEPTH)

@@ -257,7 +257,7 @@ class Journal:
         return out
 
     def _read_journal(self) -> list:
-        from slurmtopo.daemon.boundedjson import JsonRefused, loads
+        from slurmtopo.boundedjson import JsonRefused, loads
 
         try:
             raw = read_file(self.spool, JOURNAL_FILE, MAX_JOURNAL_BYTES, {os.geteuid()},
@@ -295,7 +295,7 @@ class Journal:
         return []
 
     def _read_record(self, name: str) -> Optional[JobRecord]:
-        from slurmtopo.daemon.boundedjson import JsonRefused, loads
+        from slurmtopo.boundedjson import JsonRefused, loads
 
         path = os.path.join(self.legacy_dir, name)
         try:
@@ -487,7 +487,7 @@ def read_events(spool: str, job_id: Optional[int] = None, limit: Optional[int] =
     ``events.log`` that is not a regular file, or that the caller may not
     read (it is the daemon's alone), is a SlurmtopoError; a rotated log
     that cannot be used ends the walk back."""
-    from slurmtopo.daemon.boundedjson import JsonRefused, loads
+    from slurmtopo.boundedjson import JsonRefused, loads
 
     spool = spool_path(spool)
     chunks: List[bytes] = []

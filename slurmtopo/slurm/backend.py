@@ -147,6 +147,12 @@ class SlurmBackend(abc.ABC):
                 return j
         return None
 
+    def job_ids(self, user_id: Optional[int] = None) -> FrozenSet[int]:
+        """The ids of every job Slurm still lists (of ``user_id``'s, when
+        given), whatever its state: what must not lose its run directory."""
+        return frozenset(j.job_id for j in self.jobs()
+                         if user_id is None or j.user_id == user_id)
+
     def batch_script(self, job_id: int) -> Optional[str]:
         """The job's batch script as Slurm keeps it (None: not available,
         e.g. the job finished and accounting does not store scripts)."""

@@ -182,6 +182,20 @@ class CliBackend(SlurmBackend):
             raise SlurmError(parse.error_text(p.stderr, p.stdout, "scontrol"))
         return jobrecord.job_alone_from_text(p.stdout, int(job_id), one_liner=True)
 
+    def job_ids(self, user_id: Optional[int] = None) -> FrozenSet[int]:
+        """``squeue -h -t all -o %A`` (``-u UID`` for one user's): job ids
+        only, no text a user wrote (one per array task: its own id)."""
+        argv = ["squeue", "-h", "-t", "all", "-o", "%A"]
+        if user_id is not None:
+            argv += ["-u", str(int(user_id))]
+        out = self.run(argv).stdout
+        ids = set()
+        for line in out.split():
+            if not line.isdigit():
+                raise SlurmError(f"squeue printed {line[:20]!r} for a job id")
+            ids.add(int(line))
+        return frozenset(ids)
+
     def batch_script(self, job_id: int) -> Optional[str]:
         """``scontrol write batch_script JOBID -`` (the script on stdout);
         None when Slurm no longer has it."""
