@@ -79,7 +79,7 @@ from slurmtopo.daemon.status import STATUS_KIND
 from slurmtopo.daemon.status import identity as status_identity
 from slurmtopo.daemon.still_ours import TERMINAL
 from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.fileio import atomic_write
+from slurmtopo.fileio import atomic_write, open_file
 from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmJob
 
 log = logging.getLogger("slurmtopo.daemon")
@@ -420,6 +420,9 @@ class Daemon(Actions):
                 for job_id in [k for k in cache if k not in live]:
                     del cache[job_id]
             now = self.clock()
+            if not queue:  # nothing held: what planning kept for earlier jobs goes
+                for key in ("ideal", "blocked"):
+                    self.memo.pop(key, None)
             decisions = faults + (decide(queue, self.inv, self.view(nodes, jobs), now, self.cfg,
                                          memo=self.memo) if queue else [])
             skip: set = set()
@@ -500,6 +503,29 @@ class Daemon(Actions):
                          json.dumps(doc, indent=1, default=str) + "\n", mode=MODES[STATUS_FILE])
         except SlurmtopoError as exc:
             self.journal.problem(f"cannot write {STATUS_FILE}: {exc.message}")
+            doc["daemon"]["spool_error"] = "; ".join(self.journal.problems)
+            self._status_in_place(json.dumps(doc, indent=1, default=str) + "\n")
+
+    def _status_in_place(self, text: str) -> None:
+        """A full spool took no new status.json: the old one is rewritten in
+        place (emptied first, so the space it held is there for it), so
+        that `daemon status` shows the SPOOL PROBLEM now rather than a
+        stale cycle. Not atomic: a reader may meet it half-written once
+        (one error line); only on this path."""
+        try:
+            fd = open_file(self.spool, STATUS_FILE, os.O_WRONLY, {os.geteuid()}, "status file")
+        except (OSError, SlurmtopoError):
+            return
+        try:
+            os.ftruncate(fd, 0)
+            data, done = text.encode(), 0
+            while done < len(data):
+                done += os.pwrite(fd, data[done:], done)
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     # -- the loop ----------------------------------------------------------
 

@@ -134,7 +134,7 @@ class Requests:
 
     def sweep(self, jobs: Iterable[SlurmJob], force: bool = False) -> Tuple[str, ...]:
         """Remove from ``requests/`` what no job in ``jobs`` (Slurm's whole
-        queue) points at (see the module doc); at most once a
+        queue) that has not ended points at (see the module doc); at most once a
         :data:`SWEEP_EVERY_S` unless ``force``. Returns the names removed.
         Everything goes through the directory's descriptor: a name is
         unlinked, never followed."""
@@ -142,7 +142,11 @@ class Requests:
         if not force and now - self._last_sweep < SWEEP_EVERY_S:
             return ()
         self._last_sweep = now
-        referenced = {protocol.pointer_name(j.comment) for j in jobs}
+        from slurmtopo.daemon.still_ours import TERMINAL
+
+        # a job that ended (22.05's squeue still lists it for a while) no
+        # longer needs its request
+        referenced = {protocol.pointer_name(j.comment) for j in jobs if j.state not in TERMINAL}
         directory = os.path.join(self.spool, protocol.REQUESTS_DIR)
         try:
             dfd = open_dir(directory)

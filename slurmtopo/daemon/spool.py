@@ -563,8 +563,11 @@ class SpoolLock:
             from slurmtopo.termsafe import printable
             raise SlurmtopoError(f"another slurmtopo daemon (pid {printable(other, 20) or '?'}) "
                                  "is running on this spool directory", self.path) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:  # the pid is for the admin's eyes only; a full spool must not stop the start
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
         self.fd = fd
         self._drop_old_lock()
 

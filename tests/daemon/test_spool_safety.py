@@ -423,9 +423,14 @@ def test_a_spool_that_takes_nothing_shows_as_a_problem(slurm, inv, spool, monkey
         d.cycle()
         assert b"slurmtopo_daemon_spool_problem 1.0" in rec.text()
         monkeypatch.undo()
+        # status.json could not be replaced: rewritten in place, with the problem
+        r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool, "--backend", "none"])
+        assert "SPOOL PROBLEM: cannot write journal.json" in r.output
+        assert "cannot write status.json" in r.output
         path = os.path.join(spool, "status.json")
         doc = _json.load(open(path))
         doc["daemon"]["at"] -= 3600   # written an hour ago, and not since
+        doc["daemon"]["spool_error"] = None
         with open(path, "w") as f:
             _json.dump(doc, f)
         r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool, "--backend", "none"])
