@@ -238,7 +238,7 @@ def placement_from_columns(doc: Mapping[str, Any], where: str = "plan") -> Place
     """Rebuild the submit-time Placement (without groups) from a version 2
     document; SlurmtopoError says what is malformed."""
     from slurmtopo.model import RankSlot, parse_cpulist
-    from slurmtopo.rankmap import check_placement
+    from slurmtopo.rankmap import check_placement, check_read_hosts
 
     from slurmtopo.groups import MAX_WORLD
 
@@ -262,6 +262,7 @@ def placement_from_columns(doc: Mapping[str, Any], where: str = "plan") -> Place
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise SlurmtopoError(f"{where}: malformed rank columns ({exc})") from None
     p = Placement(slots=slots, groups={}, hosts=tuple(hosts), notes=tuple(doc.get("notes", ())))
+    check_read_hosts(p, where)
     check_placement(p)
     return p
 

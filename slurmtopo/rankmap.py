@@ -66,6 +66,16 @@ def bad_host_name(name: object) -> Optional[str]:
     return None
 
 
+def check_read_hosts(placement: Placement, where: str) -> None:
+    """The host names of a plan or rank map read back (someone else may
+    have written it): each a name Slurm could have (:func:`bad_host_name`),
+    or a SlurmtopoError naming it."""
+    for h in dict.fromkeys([*placement.hosts, *(s.host for s in placement.slots)]):
+        why = bad_host_name(h)
+        if why:
+            raise SlurmtopoError(f"{where}: host {printable(h, 40)}: {why}")
+
+
 def check_placement(placement: Placement) -> None:
     """Raise SlurmtopoError unless ranks are 0..W-1 and, on every host, local
     ranks are 0..k-1 on k distinct GPUs (what a launcher relies on). Once
@@ -79,10 +89,6 @@ def check_placement(placement: Placement) -> None:
     if len(placement.slots) > MAX_WORLD:
         raise SlurmtopoError(f"rank map: {len(placement.slots):,} ranks, more than the "
                              f"{MAX_WORLD:,} slurmtopo lays out")
-    for h in placement.hosts:
-        why = bad_host_name(h)
-        if why:
-            raise SlurmtopoError(f"rank map: host {printable(h, 40)}: {why}")
     for i, s in enumerate(placement.slots):
         if s.rank != i:
             raise SlurmtopoError(f"rank map: slot {i} holds rank {s.rank}; ranks must be 0..W-1 "
@@ -92,9 +98,7 @@ def check_placement(placement: Placement) -> None:
                                  f"node's (0 to {MAX_GPU_INDEX - 1})")
         if s.numa_node is not None and not -1 <= s.numa_node < MAX_CPUS:
             raise SlurmtopoError(f"rank map: rank {i} has NUMA node {s.numa_node}")
-        if s.host not in placement.hosts and bad_host_name(s.host):
-            raise SlurmtopoError(f"rank map: rank {i}'s host {printable(s.host, 40)}: "
-                                 f"{bad_host_name(s.host)}")
+
     for host, slots in placement.by_host().items():
         lrs = [s.local_rank for s in slots]
         if lrs != list(range(len(slots))):
@@ -310,6 +314,7 @@ def placement_from_dict(data: Mapping[str, Any], where: str = "rank map") -> Pla
                   notes=tuple(data.get("notes", ())))
     if "world_size" in data and int(data["world_size"]) != len(slots):
         raise SlurmtopoError(f"{where}: world_size {data['world_size']} but {len(slots)} ranks")
+    check_read_hosts(p, where)
     check_placement(p)
     return p
 

@@ -414,7 +414,10 @@ class Daemon(Actions):
             self.reconcile(by_id)
             queue, faults = self.queue(jobs)
             if not self.dry_run:
-                self.requests.sweep(jobs)
+                try:
+                    self.requests.sweep(jobs)
+                except OSError as exc:  # never a reason to skip the cycle
+                    log.error("requests: sweep failed (%s)", exc.strerror or exc)
             live = {q.job_id for q in queue} | {d.job_id for d in faults}
             for cache in (self.first_seen, self.last_reason):
                 for job_id in [k for k in cache if k not in live]:

@@ -136,9 +136,17 @@ def test_forged_fields_in_a_name_are_plain_text_as_json(devcluster, users, inv_p
     named = submit_as(users, BOB, make_comment(TP4, Shape(1, 4, 4)))
     users.run(BOB, ["scontrol", "update", f"JobId={named}", "JobName=x Reason=JobHeldUser"],
               check=True)
+    # from 25.11 SubmitLine= carries the script's arguments: `job.sh Account=foo`
+    d = users.private_dir(BOB, f"script{uuid.uuid4().hex[:6]}")
+    (d / "job.sh").write_text(SCRIPT)
+    argued = int(users.run(BOB, ["sbatch", "--parsable", "--hold",
+                                 f"--comment={make_comment(TP4, Shape(1, 4, 4))}",
+                                 str(d / "job.sh"), "Account=foo", "Reason=JobHeldUser"],
+                           check=True).stdout.strip().split(";")[0])
     run = daemon_once(devcluster, inv_path, spool)
     assert run.returncode == 0, run.stderr
     devcluster.wait_state(named, {"RUNNING"})
+    devcluster.wait_state(argued, {"RUNNING"})
     assert state_of(devcluster, held) == "PENDING JobHeldAdmin"
     assert releases_in_log(devcluster, held) == 0
     status = json.load(open(os.path.join(spool, "status.json")))
