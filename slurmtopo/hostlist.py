@@ -81,13 +81,9 @@ def count_hostlist(text: str, what: str = "hostlist") -> int:
     return len(_parse(str(text), what))
 
 
-def _parse(text: str, what: str):
-    """``text`` as a list of one plain name, or a ClusterShell NodeSet
-    (iterating gives the names, ``len`` their number)."""
-    if not any(c in text for c in "[],@^!&"):  # a plain name: skip the parser
-        name = text.strip()
-        if name and not any(c.isspace() for c in name):
-            return [name]
+def _checked_count(text: str, what: str) -> int:
+    """How many names ``text`` counts from its brackets, after the syntax
+    checks; more than :data:`MAX_NAMES` refused before anything is built."""
     _check_syntax(text, what)
     try:
         count = _count(text)
@@ -96,6 +92,17 @@ def _parse(text: str, what: str):
     if count > MAX_NAMES:
         raise HostlistError(f"{what} {_short(text)} names {count:,} hosts, more than the "
                             f"{MAX_NAMES:,} slurmtopo expands (a typo in a range?)")
+    return count
+
+
+def _parse(text: str, what: str):
+    """``text`` as a list of one plain name, or a ClusterShell NodeSet
+    (iterating gives the names, ``len`` their number)."""
+    if not any(c in text for c in "[],@^!&"):  # a plain name: skip the parser
+        name = text.strip()
+        if name and not any(c.isspace() for c in name):
+            return [name]
+    count = _checked_count(text, what)
     from ClusterShell.NodeSet import NodeSet, NodeSetException, RESOLVER_NOGROUP
 
     try:
@@ -354,14 +361,7 @@ def select_hostlist(text: str, index: HostIndex, what: str = "hostlist") -> Tupl
         name = text.strip()
         if name and not any(c.isspace() for c in name):
             return ([name] if name in index.names else []), 1
-    _check_syntax(text, what)
-    try:
-        count = _count(text)
-    except _BadRange as exc:
-        raise HostlistError(f"bad {what} {_short(text)}: {exc}") from None
-    if count > MAX_NAMES:
-        raise HostlistError(f"{what} {_short(text)} names {count:,} hosts, more than the "
-                            f"{MAX_NAMES:,} slurmtopo expands (a typo in a range?)")
+    count = _checked_count(text, what)
     ranges: Dict[Tuple[str, str, int], _Spans] = {}
     plain: Set[str] = set()
     for item in _split_top(text):

@@ -300,14 +300,26 @@ def dumps_plan(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: nesting of a plan document (its embedded inventory nests deepest)
+PLAN_DEPTH = 32
+
+
 def read_plan(text: str, where: str = "plan") -> Dict[str, Any]:
     """The plan document in ``text``, its shape checked (see check_plan)."""
+    from slurmtopo.boundedjson import JsonRefused, check_shape
+
     try:
+        # someone else's plan (`slurmtopo show` as an admin): nesting and
+        # numbers bounded before Python's parser recurses or converts
+        check_shape(text, PLAN_DEPTH)
         doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        why = (f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError)
-               else "nested too deeply")
-        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({why})") from None
+    except JsonRefused as exc:
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({exc.msg} at line "
+                             f"{exc.lineno})") from None
+    except (ValueError, RecursionError):
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan (a value out of bounds)") from None
     if not isinstance(doc, dict) or doc.get("slurmtopo") != PLAN_KIND:
         raise SlurmtopoError(f"{where}: not a slurmtopo plan document")
     version = doc.get("version", 0)

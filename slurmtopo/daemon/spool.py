@@ -120,6 +120,18 @@ def _refuse(what: str, path: str) -> SlurmtopoError:
                           "(docs/security.md)", path)
 
 
+def _make_dir(path: str, mode: int, what: str) -> None:
+    """``path`` made (0700 first, then ``mode`` whatever the umask) unless
+    something is there already (the caller checks what)."""
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, mode)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise SlurmtopoError(f"cannot create {what} ({exc.strerror})", path) from None
+
+
 def prepare_spool(spool: str) -> None:
     """Make the spool (0755) and its ``requests/`` (1733) when missing, and
     refuse to run on one that someone else owns or may write into (a user
@@ -153,13 +165,7 @@ def prepare_spool(spool: str) -> None:
                       f"{stat.S_IMODE(st.st_mode):04o}; make it 0755: users write only into "
                       f"{REQUESTS_DIR}/)", spool)
     private = os.path.join(spool, PRIVATE_DIR)
-    try:
-        os.mkdir(private, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise SlurmtopoError(f"cannot create the daemon's private directory ({exc.strerror})",
-                             private) from None
+    _make_dir(private, MODES[PRIVATE_DIR], "the daemon's private directory")
     st = os.lstat(private)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != euid:
         raise _refuse(f"{PRIVATE_DIR} in the spool is not a directory of the daemon's user "
@@ -167,14 +173,7 @@ def prepare_spool(spool: str) -> None:
     if stat.S_IMODE(st.st_mode) != MODES[PRIVATE_DIR]:
         os.chmod(private, MODES[PRIVATE_DIR])
     path = os.path.join(spool, REQUESTS_DIR)
-    try:
-        os.mkdir(path, 0o700)
-        os.chmod(path, MODES[REQUESTS_DIR])
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise SlurmtopoError(f"cannot create the request directory ({exc.strerror})",
-                             path) from None
+    _make_dir(path, MODES[REQUESTS_DIR], "the request directory")
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise _refuse(f"{REQUESTS_DIR} in the spool is not a directory", path)
