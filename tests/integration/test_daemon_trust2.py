@@ -44,10 +44,21 @@ from slurmtopo.inventory import load_inventory
 from slurmtopo.slurm.cli_backend import CliBackend
 from tests.integration.test_daemon_security import (SCRIPT, SCRIPT8, TP4, TP8,  # noqa: F401
                                                     daemon_once, inv_path, releases_in_log,
-                                                    spool, submit_as)
+                                                    submit_as)
 from tests.integration.users import ALICE, BOB, USER_PYTHON
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def spool(users):
+    """A fresh spool, prepared as the daemon does (0755, requests/ 1733),
+    where the users reach it: in their 0755 base directory, not under
+    pytest's /tmp/pytest-of-root, which another pytest session on the
+    machine makes 0700 again at any moment."""
+    path = users.base / f"spool-{uuid.uuid4().hex[:8]}"
+    prepare_spool(str(path))
+    return str(path)
 
 
 def busy(devcluster, nodes=("node2", "node3", "node4")):
@@ -296,10 +307,10 @@ def _comment_as(users, user, spool, exclude: str) -> str:
 
 
 @pytest.fixture
-def small_spool(devcluster):
+def small_spool(devcluster, users):
     """A spool on a file system of its own, 2 MiB (mounted here; what a
     user can fill)."""
-    path = devcluster.dir / f"spool-fs-{uuid.uuid4().hex[:8]}"
+    path = users.base / f"spool-fs-{uuid.uuid4().hex[:8]}"
     path.mkdir()
     devcluster.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", str(path)])
     try:
