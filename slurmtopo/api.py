@@ -523,15 +523,18 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
         return done
     notes = list(done.notes)
     where, path = _keep_run_dir(done.job_id, run_dir, submit_dir, prepared.script_text,
-                                keep_days, notes)
+                                keep_days, notes, backend)
     return SubmittedJob(job_id=done.job_id, held=done.held, notes=tuple(notes), run_dir=where,
                         script_path=path)
 
 
 def _keep_run_dir(job_id: int, run_dir: Optional[str], submit_dir: str, text: str,
-                  keep_days: float, notes: list) -> Tuple[str, Optional[str]]:
+                  keep_days: float, notes: list, backend=None) -> Tuple[str, Optional[str]]:
     """Keep the submitted script in the job's run directory and remove the
-    run directories of old jobs. Returns (run dir, script path or None)."""
+    run directories of old jobs, never of a job Slurm still lists (a job
+    running for weeks has files that look old, and its later `srun` steps
+    and `slurmtopo show` need them): when Slurm cannot say which, nothing
+    is removed. Returns (run dir, script path or None)."""
     import os
 
     from slurmtopo.errors import SlurmtopoError
@@ -545,7 +548,9 @@ def _keep_run_dir(job_id: int, run_dir: Optional[str], submit_dir: str, text: st
         notes.append(f"could not keep the script in {where} ({exc}); `slurmtopo show {job_id}` "
                      "will ask Slurm for it")
     try:
-        removed = clean_old(submit_dir, keep_days, keep=(str(job_id),))
+        removed = clean_old(submit_dir, keep_days, keep=(str(job_id),),
+                            listed=(lambda: backend.job_ids(os.geteuid()))
+                            if backend is not None else None)
     except SlurmtopoError as exc:
         removed = []
         notes.append(f"old run directories not removed: {exc.render()}")

@@ -175,6 +175,11 @@ def guardrails_of(doc: Mapping[str, Any]) -> Dict[str, Any]:
 
 #: columns above this many bytes of JSON are packed
 PACK_BYTES = 16 * 1024
+#: the most a packed value may unpack to (262,144 ranks' columns are about
+#: 12 MiB, a 12,500-node embedded inventory less): a plan read from
+#: someone else's job (`slurmtopo show` as an admin) whose few MiB unpack
+#: to gigabytes is refused before they are built
+MAX_UNPACKED_BYTES = 64 << 20
 BASE64_LINE = 76
 COLUMNS = ("host", "gpu", "local_rank", "nics", "cpus", "numa_node")
 
@@ -240,21 +245,34 @@ def unpack(value: Any, where: str = "plan", what: str = "ranks") -> Any:
     import zlib
 
     try:
-        return json.loads(zlib.decompress(base64.b64decode("".join(value["data"]),
-                                                           validate=True)))
-    except (KeyError, TypeError, ValueError, binascii.Error, zlib.error) as exc:
-        raise SlurmtopoError(f"{where}: the packed {what} are damaged ({exc})") from None
+        raw = base64.b64decode("".join(value["data"]), validate=True)
+        inflate = zlib.decompressobj()
+        text = inflate.decompress(raw, MAX_UNPACKED_BYTES)
+        if inflate.unconsumed_tail or not inflate.eof:
+            raise SlurmtopoError(f"{where}: the packed {what} unpack to more than "
+                                 f"{MAX_UNPACKED_BYTES >> 20} MiB (or are cut short): not a "
+                                 "plan slurmtopo wrote")
+        return json.loads(text)
+    except (KeyError, TypeError, ValueError, binascii.Error, zlib.error,
+            RecursionError) as exc:
+        raise SlurmtopoError(f"{where}: the packed {what} are damaged "
+                             f"({type(exc).__name__})") from None
 
 
 def placement_from_columns(doc: Mapping[str, Any], where: str = "plan") -> Placement:
     """Rebuild the submit-time Placement (without groups) from a version 2
     document; SlurmtopoError says what is malformed."""
     from slurmtopo.model import RankSlot, parse_cpulist
-    from slurmtopo.rankmap import check_placement
+    from slurmtopo.rankmap import check_placement, check_read_hosts
+
+    from slurmtopo.groups import MAX_WORLD
 
     cols = unpack(doc["ranks"], where, "ranks")
     if not isinstance(cols, Mapping):
         raise SlurmtopoError(f"{where}: 'ranks' must be columns (version 2)")
+    if any(not isinstance(cols.get(k), list) or len(cols[k]) > MAX_WORLD for k in COLUMNS):
+        raise SlurmtopoError(f"{where}: malformed rank columns (each a list of at most "
+                             f"{MAX_WORLD:,} ranks)")
     try:
         hosts = [str(h) for h in doc["hosts"]]
         nic_sets = [tuple(n for n in str(x).split(",") if n) for x in cols["nic_sets"]]
@@ -269,6 +287,7 @@ def placement_from_columns(doc: Mapping[str, Any], where: str = "plan") -> Place
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise SlurmtopoError(f"{where}: malformed rank columns ({exc})") from None
     p = Placement(slots=slots, groups={}, hosts=tuple(hosts), notes=tuple(doc.get("notes", ())))
+    check_read_hosts(p, where)
     check_placement(p)
     return p
 
@@ -306,14 +325,26 @@ def dumps_plan(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: nesting of a plan document (its embedded inventory nests deepest)
+PLAN_DEPTH = 32
+
+
 def read_plan(text: str, where: str = "plan") -> Dict[str, Any]:
     """The plan document in ``text``, its shape checked (see check_plan)."""
+    from slurmtopo.boundedjson import JsonRefused, check_shape
+
     try:
+        # someone else's plan (`slurmtopo show` as an admin): nesting and
+        # numbers bounded before Python's parser recurses or converts
+        check_shape(text, PLAN_DEPTH)
         doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        why = (f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError)
-               else "nested too deeply")
-        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({why})") from None
+    except JsonRefused as exc:
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({exc.msg} at line "
+                             f"{exc.lineno})") from None
+    except (ValueError, RecursionError):
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan (a value out of bounds)") from None
     if not isinstance(doc, dict) or doc.get("slurmtopo") != PLAN_KIND:
         raise SlurmtopoError(f"{where}: not a slurmtopo plan document")
     version = doc.get("version", 0)
@@ -432,6 +463,31 @@ def layout_from_doc(doc: Mapping[str, Any]):
     lay = dict(doc["layout"])
     names = {f.name for f in fields(Layout)}
     return Layout(**{k: v for k, v in lay.items() if k in names}).resolved()
+
+
+def check_against_inventory(placement: Placement, inv: Inventory, where: str = "plan") -> None:
+    """Every rank's host is a node of ``inv`` (the plan's embedded
+    inventory) and its GPU one that node has: the plan's own limits, not
+    only slurmtopo's (a GPU index past the node's makes grids and tables
+    of that size)."""
+    for s in placement.slots:
+        node = inv.nodes.get(s.host)
+        if node is None:
+            raise SlurmtopoError(f"{where}: rank {s.rank} is on a host its embedded inventory "
+                                 "does not have")
+        if s.gpu >= node.hardware.gpu_count:
+            raise SlurmtopoError(f"{where}: rank {s.rank} has GPU {s.gpu}, and its host has "
+                                 f"{node.hardware.gpu_count} GPUs")
+
+
+def embedded_inventory_of(doc: Mapping[str, Any], where: str = "plan") -> Optional[Inventory]:
+    """The inventory a plan embeds (None: none)."""
+    if not doc.get("inventory"):
+        return None
+    from slurmtopo.inventory import parse_inventory
+
+    return parse_inventory(unpack(doc["inventory"], where, "inventory"),
+                           f"{where} (embedded inventory)")
 
 
 def planned_placement(doc: Mapping[str, Any]) -> Placement:

@@ -35,14 +35,45 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.topology import rail_optimised
-from slurmtopo.model import (Hardware, Inventory, Placement, RankSlot, format_cpulist,
-                             parse_cpulist)
+from slurmtopo.model import (MAX_CPUS, Hardware, Inventory, Placement, RankSlot,
+                             format_cpulist, parse_cpulist)
+from slurmtopo.termsafe import printable
 
 RANKMAP_VERSION = 1
 
 
 # --------------------------------------------------------------------------
 # checks
+
+
+#: a GPU index on one node is below this (NVML numbers a node's GPUs from 0;
+#: the largest nodes have 8 to 72): a plan or rank map with another is
+#: refused before anything is built from it (30,000,000 was a MemoryError)
+MAX_GPU_INDEX = 1024
+#: the longest host name read from a plan (Slurm's node names are far shorter)
+MAX_HOST_NAME = 256
+
+
+def bad_host_name(name: object) -> Optional[str]:
+    """Why ``name`` is no host name slurmtopo writes or reads back (None
+    when it is one): Slurm's hostlist characters (``[``, ``]``, ``,``) or
+    blanks and control characters in it would be read as several hosts or
+    none."""
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_HOST_NAME:
+        return f"not a name of 1 to {MAX_HOST_NAME} characters"
+    if any(c in "[],@" or c.isspace() or not c.isprintable() for c in name):
+        return "holds a character no Slurm node name has ([, ], a comma, a blank, a control)"
+    return None
+
+
+def check_read_hosts(placement: Placement, where: str) -> None:
+    """The host names of a plan or rank map read back (someone else may
+    have written it): each a name Slurm could have (:func:`bad_host_name`),
+    or a SlurmtopoError naming it."""
+    for h in dict.fromkeys([*placement.hosts, *(s.host for s in placement.slots)]):
+        why = bad_host_name(h)
+        if why:
+            raise SlurmtopoError(f"{where}: host {printable(h, 40)}: {why}")
 
 
 def check_placement(placement: Placement) -> None:
@@ -53,10 +84,21 @@ def check_placement(placement: Placement) -> None:
     done = placement.derived.get("rankmap.checked", lambda: [None, None])
     if done[0] is placement.slots and done[1] is placement.hosts:
         return
+    from slurmtopo.groups import MAX_WORLD
+
+    if len(placement.slots) > MAX_WORLD:
+        raise SlurmtopoError(f"rank map: {len(placement.slots):,} ranks, more than the "
+                             f"{MAX_WORLD:,} slurmtopo lays out")
     for i, s in enumerate(placement.slots):
         if s.rank != i:
             raise SlurmtopoError(f"rank map: slot {i} holds rank {s.rank}; ranks must be 0..W-1 "
                                  "in order")
+        if not 0 <= s.gpu < MAX_GPU_INDEX:
+            raise SlurmtopoError(f"rank map: rank {i} has GPU index {s.gpu}, not one of a "
+                                 f"node's (0 to {MAX_GPU_INDEX - 1})")
+        if s.numa_node is not None and not -1 <= s.numa_node < MAX_CPUS:
+            raise SlurmtopoError(f"rank map: rank {i} has NUMA node {s.numa_node}")
+
     for host, slots in placement.by_host().items():
         lrs = [s.local_rank for s in slots]
         if lrs != list(range(len(slots))):
@@ -272,6 +314,7 @@ def placement_from_dict(data: Mapping[str, Any], where: str = "rank map") -> Pla
                   notes=tuple(data.get("notes", ())))
     if "world_size" in data and int(data["world_size"]) != len(slots):
         raise SlurmtopoError(f"{where}: world_size {data['world_size']} but {len(slots)} ranks")
+    check_read_hosts(p, where)
     check_placement(p)
     return p
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo import safedir
 from slurmtopo.errors import SlurmtopoError
@@ -151,10 +151,15 @@ def save_script(run_dir: str, script_text: str) -> str:
 
 
 def clean_old(submit_dir: str, keep_days: float = DEFAULT_KEEP_DAYS,
-              now: Optional[float] = None, keep: Sequence[str] = ()) -> List[str]:
+              now: Optional[float] = None, keep: Sequence[str] = (),
+              listed: Optional[Callable[[], Iterable[int]]] = None) -> List[str]:
     """Remove the run directories (named by job id) in ``submit_dir``'s runs
     root whose newest file is older than ``keep_days``; never one named in
-    ``keep``. Returns the removed paths; ``keep_days`` <= 0 removes nothing.
+    ``keep``, nor one of a job Slurm still lists (``listed``: asked once,
+    only when a directory is old enough; a running job's files can look
+    old, and its later steps and `slurmtopo show` need them; an error
+    there removes nothing). Returns the removed paths; ``keep_days`` <= 0
+    removes nothing.
 
     Only directories the user owns, directly inside the runs root, are
     considered, and every step goes through descriptors: a runs root that
@@ -168,14 +173,24 @@ def clean_old(submit_dir: str, keep_days: float = DEFAULT_KEEP_DAYS,
     except safedir.MissingDir:
         return []
     removed = []
+    still: Optional[set] = None
     with root:
         for name, st in safedir.owned_dirs(root).items():
             if not name.isdigit() or name in keep:
                 continue
             try:
-                if safedir.newest_mtime(root, name) < cutoff:
-                    safedir.remove_tree(root, name, st)
-                    removed.append(root.child(name))
+                old = safedir.newest_mtime(root, name) < cutoff
+            except (OSError, SlurmtopoError):
+                continue
+            if not old:
+                continue
+            if still is None:
+                still = {str(j) for j in listed()} if listed is not None else set()
+            if name in still:
+                continue
+            try:
+                safedir.remove_tree(root, name, st)
+                removed.append(root.child(name))
             except (OSError, SlurmtopoError):
                 continue
     return removed

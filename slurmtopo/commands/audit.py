@@ -105,15 +105,18 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
         from slurmtopo.simulate.trace_read import read_trace
         from slurmtopo.simulate.trace_sacct import read_sacct
 
+        from slurmtopo.hostlist import HostIndex
+
+        within = HostIndex(inv.nodes)  # NodeLists compared with it, never expanded
         if sacct_file:
-            trace = read_trace(sacct_file, "sacct", keep_running=True)
+            trace = read_trace(sacct_file, "sacct", keep_running=True, within=within)
             source = sacct_file
         else:
             from slurmtopo.slurm import get_backend
 
             text = get_backend(backend_name).accounting(starttime, endtime, SACCT_FIELDS)
             source = f"sacct -S {starttime} -E {endtime}"
-            trace = read_sacct(text, source, keep_running=True)
+            trace = read_sacct(text, source, keep_running=True, within=within)
         history = replay(inv, trace, auditor)
         doc = document(inventory=inventory_path, inv=inv, source=source, rules=rules,
                        audits=history.audits, history=history,

@@ -91,14 +91,19 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
 
         click.echo(dump_json(doc), nl=False)
         return
+    from rich.text import Text
+
     from slurmtopo.commands.report_console import report_console
+    from slurmtopo.termsafe import printable
 
     console = report_console()
     console.print(table(doc))
+    # the trace's path and its job ids are someone's text: escaped, never
+    # read as markup (termsafe)
     for line in notes(doc):
-        console.print(line, highlight=False)
+        console.print(Text(printable(line)), highlight=False)
     if plot_path is not None:
-        console.print(f"plot: {plot_path}", highlight=False)
+        console.print(Text(printable(f"plot: {plot_path}")), highlight=False)
 
 
 def _check_plot(path: str) -> None:

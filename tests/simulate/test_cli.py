@@ -180,3 +180,34 @@ def test_plot_axes_are_readable_and_coinciding_points_visible():
     assert all(ln.get_fillstyle() == "none" for ln in lines)
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+def test_the_trace_path_is_escaped_on_the_terminal(tmp_path):
+    """A trace named with an escape sequence was printed raw (issue 33)."""
+    path = tmp_path / "t\x1b]0;PWNED\x07[bold].txt"
+    path.write_text((ROOT / "etc" / "examples" / "traces" / "devcluster-sacct.txt").read_text())
+    code, out, err = run_cli(["simulate", "--inventory", INV, "--trace", str(path),
+                              "--policy", "slurm"])
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out
+    assert "t\\x1b]0;PWNED\\x07[bold].txt" in out
+
+
+@pytest.mark.parametrize("text, why", [
+    ('[{"jobid":"a","submitted_time":"2017-10-07 01:11:39","attempts":'
+     + "[" * 50_000 + "]" * 50_000 + "}]", "nested deeper"),
+    ('[{"jobid":' + "9" * 5000 + ',"submitted_time":"2017-10-07 01:11:39","attempts":[]}]',
+     "a number of thousands of digits"),
+    ('[{"jobid":' + "9" * 4000 + ',"submitted_time":"2017-10-07 01:11:39","attempts":[{'
+     '"start_time":"2017-10-07 01:11:40","end_time":"2017-10-07 02:11:40",'
+     '"detail":[{"ip":"x","gpus":["gpu0"]}]}]}]', "1 job id out of range"),
+])
+def test_a_hostile_philly_log_is_one_line(tmp_path, text, why):
+    """Philly job logs with deep lists and huge ids gave RecursionError and
+    ValueError tracebacks (issue 33)."""
+    path = tmp_path / "cluster_job_log"
+    path.write_text(text)
+    code, out, err = run_cli(["simulate", "--inventory", INV, "--trace", str(path),
+                              "--trace-format", "philly"])
+    assert code == 2 and why in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1
