@@ -26,9 +26,9 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.slurmfmt", "slurmtopo.cluster", "slurmtopo.hazards",
         "slurmtopo.taskprobe")
 #: ... never import these (use cases, side effects, command line)
-OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
-         "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate", "slurmtopo.audit",
-         "slurmtopo.commands", "slurmtopo.cli")
+OUTER = ("slurmtopo.api", "slurmtopo.api_admin", "slurmtopo.slurm", "slurmtopo.agent",
+         "slurmtopo.admin", "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate",
+         "slurmtopo.audit", "slurmtopo.commands", "slurmtopo.cli")
 
 
 def _modules() -> Dict[str, Path]:
