@@ -231,3 +231,17 @@ def test_bench_has_no_import_cycle():
     graph = {m: {t for t in ts if t in mods} for m, ts in mods.items()}
     assert cycles(graph) == []
     assert "bench.process" in graph["bench.launch"]  # the check would see an import
+
+
+def test_ring_and_torus_rules_have_one_home():
+    # Slurm's rules for rings and toruses and the trees they become are
+    # ringtree's alone, below the formats and the inventory that both use
+    # them; slurmfmt/ring_torus only reads topology.yaml's sections into it
+    graph = import_graph()
+    for user in ("slurmtopo.slurmfmt.ring_torus", "slurmtopo.slurmfmt.topology_conf",
+                 "slurmtopo.slurmfmt.topology_yaml", "slurmtopo.inventory"):
+        assert "slurmtopo.ringtree" in graph[user], user
+    assert not any(_under(t, ("slurmtopo.slurmfmt", "slurmtopo.inventory"))
+                   for t in graph["slurmtopo.ringtree"])
+    readers = sorted(m for m, ts in graph.items() if "slurmtopo.slurmfmt.ring_torus" in ts)
+    assert readers == ["slurmtopo.slurmfmt.topology_yaml"]
