@@ -32,7 +32,7 @@ import tracemalloc
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bench.quality import cost_params
-from bench.scenarios import Job, busy_state, cluster, free_gpus, message_sizes
+from bench.scenarios import Job, busy_state, cluster, dump_state, free_gpus, message_sizes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -238,7 +238,6 @@ def growth(rows: Sequence[Dict[str, Any]], superlinear: float = 1.15,
 def _write_cluster_files(directory: str, nodes: int, busy: int, seed: str,
                          per_node: bool = False, fmt: str = "yaml") -> Tuple[str, str]:
     from slurmtopo.inventory import inventory_dict
-    from slurmtopo.state import dump_state
     from slurmtopo.yamlio import dump_json, dump_yaml
 
     inv = cluster("fattree3", nodes)
