@@ -385,11 +385,12 @@ def _try_import(name: str):
 
 def agent_discovery(repeats: int = 7, fixture: str = "hgx_h100") -> Dict[str, Any]:
     """Node-agent discovery of an 8-GPU HGX H100 on the fake NVML and a fake
-    /sys tree (tests/fakes), then rendering the node report."""
+    /sys tree (slurmtopo.testing; the machine from tests/fixtures/nvml),
+    then rendering the node report."""
     sys.path.insert(0, ROOT)
     try:
-        fake = _try_import("tests.fakes.fake_pynvml")
-        fsys = _try_import("tests.fakes.fake_sysfs")
+        fake = _try_import("slurmtopo.testing.fake_pynvml")
+        fsys = _try_import("slurmtopo.testing.fake_sysfs")
         disc = _try_import("slurmtopo.agent.nvml_discovery")
     finally:
         sys.path.remove(ROOT)
