@@ -152,6 +152,7 @@ def test_slurm_formats_sit_below_admin_agent_and_api():
     graph = import_graph()
     assert "slurmtopo.slurmfmt.topology_files" in graph["slurmtopo.api"]
     assert "slurmtopo.slurmfmt.gres_strings" in graph["slurmtopo.slurm.parse"]
+    assert "slurmtopo.slurmfmt.gres_strings" in graph["slurmtopo.binding.allocation"]
     assert "slurmtopo.slurmfmt.gres_lines" in graph["slurmtopo.agent.watch"]
     assert "slurmtopo.slurmfmt.slurm_conf" in graph["slurmtopo.admin.generate"]
     bad = sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts

@@ -19,5 +19,6 @@ for GRES), one writer and reader per format, as NVIDIA topograph's
 
 Pure: text in, model out (the ``read_*`` helpers read a file through
 :func:`slurmtopo.fileio.read_text`). It sits below ``admin/``, ``agent/``,
-``slurm/`` and ``api``, which import it; it imports none of them.
+``slurm/``, ``binding/`` and ``api``, which import it; it imports none of
+them.
 """
