@@ -12,14 +12,14 @@ size with :func:`slurmtopo.cost.evaluate` on that inventory and compares:
 tests/test_cost_calibration.py asserts the numbers (docs/cost-model.md,
 "Calibration").
 
-A benchmark adds its own fixed cost to every call (one thread launching
-on 8 GPUs with ``-g 8``, Python and a barrier around each all_reduce),
-which NCCL's time does not contain and no inventory can know. The
-comparison takes it from each curve's own points below
-:data:`CHECKED_FROM` bytes: the smallest gap there between the measured
-time and the model's (never negative) is added to every model point. From
-:data:`CHECKED_FROM` up, where bandwidth, protocols and algorithms decide,
-the points are compared as they are.
+The model's time is compared as it is: it carries every collective's
+fixed cost (``launch_us``, what a training framework's call and the
+benchmarks' loops add to NCCL's own latency), and nothing is taken from
+the curve itself. From :data:`CHECKED_FROM` bytes up every point counts.
+
+The curves the fitted constants were chosen on are declared in
+``fit-set.yaml`` beside the fixtures (:func:`fit_set`); every other curve
+is held out, and the report gives both.
 """
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "calibration")
-#: points from this size up are checked (and below it give the fixed cost)
+#: the file naming the curves the fitted constants were chosen on
+FIT_SET = "fit-set.yaml"
+#: points from this size up are checked
 CHECKED_FROM = 1 << 20
 #: the size at which a curve's cross-node slowdown is compared
 SLOWDOWN_AT = 1 << 30
@@ -111,9 +113,18 @@ def load_curve(path: str) -> Curve:
 def curves(directory: str = FIXTURES) -> Dict[str, Curve]:
     out = {}
     for path in sorted(glob.glob(os.path.join(directory, "*.yaml"))):
+        if os.path.basename(path) == FIT_SET:
+            continue
         c = load_curve(path)
         out[c.name] = c
     return out
+
+
+def fit_set(directory: str = FIXTURES) -> Dict[str, List[str]]:
+    """The declared fit set: curve name -> the fitted constants it set."""
+    with open(os.path.join(directory, FIT_SET)) as fh:
+        doc = yaml.safe_load(fh)
+    return {e["curve"]: list(e["sets"]) for e in doc["fit"]}
 
 
 def inventory_of(curve: Curve):
@@ -153,17 +164,21 @@ def model_times(curve: Curve, sizes: Sequence[int], inv=None) -> List[float]:
 
 @dataclass
 class Comparison:
-    """The model against one curve: every published point, model busbw
-    with the benchmark's fixed cost added, and the fixed cost itself."""
+    """The model against one curve: every published point and the model's
+    busbw there."""
 
     curve: Curve
-    fixed_us: float
     #: (bytes, published busbw, model busbw, model / published)
     rows: List[Tuple[int, float, float, float]] = field(default_factory=list)
 
     @property
     def checked(self) -> List[Tuple[int, float, float, float]]:
         return [r for r in self.rows if r[0] >= CHECKED_FROM]
+
+    @property
+    def within(self) -> int:
+        """Checked points within the tolerance."""
+        return sum(1 for r in self.checked if 1 / TOLERANCE <= r[3] <= TOLERANCE)
 
     @property
     def worst(self) -> Tuple[int, float, float, float]:
@@ -179,15 +194,9 @@ class Comparison:
 def compare(curve: Curve, inv=None) -> Comparison:
     sizes = [m for m, _, _ in curve.points]
     model = model_times(curve, sizes, inv)
-    gaps = []
-    for (m, bb, t), tm in zip(curve.points, model):
-        meas = curve.time_us(m, bb, t)
-        if 0 < m < CHECKED_FROM and meas is not None:
-            gaps.append(meas - tm * 1e6)
-    fixed = max(0.0, min(gaps)) if gaps else 0.0
-    cmp = Comparison(curve, fixed)
+    cmp = Comparison(curve)
     for (m, bb, _), tm in zip(curve.points, model):
-        mb = curve.factor * m / ((tm * 1e6 + fixed) * 1e3)
+        mb = curve.factor * m / (tm * 1e9)
         cmp.rows.append((m, bb, mb, mb / bb if bb > 0 else math.inf))
     return cmp
 
@@ -197,6 +206,16 @@ def slowdown(one: Comparison, many: Comparison, m: int = SLOWDOWN_AT) -> Tuple[f
     p1, m1 = one.busbw_at(m)
     pk, mk = many.busbw_at(m)
     return p1 / pk, m1 / mk
+
+
+def slowdowns(one: Comparison, many: Comparison) -> List[Tuple[int, float, float]]:
+    """(bytes, published, model) slowdown at every checked size both have."""
+    a = {r[0]: r for r in one.checked}
+    out = []
+    for m, pb, mb, _ in many.checked:
+        if m in a and pb > 0 and mb > 0:
+            out.append((m, a[m][1] / pb, a[m][2] / mb))
+    return out
 
 
 def compare_all(directory: str = FIXTURES) -> Dict[str, Comparison]:
@@ -214,24 +233,39 @@ def _fmt_size(m: int) -> str:
     return f"{m} B"
 
 
-def table(cmps: Dict[str, Comparison]) -> str:
-    """Markdown: per curve the worst point from 1 MiB up, and the slowdowns."""
-    lines = ["| curve | collective | ranks | asserted | fixed cost (us) | worst point | "
-             "published busbw | model busbw | model / published |",
-             "|---|---|--:|---|--:|--:|--:|--:|--:|"]
-    for name, c in cmps.items():
+def table(cmps: Dict[str, Comparison], fit: Optional[Sequence[str]] = None) -> str:
+    """Markdown: per curve (fit set first, then held out) the points from
+    1 MiB up within 25%, the range and the worst point; per pair of runs
+    of one cluster the slowdown at every size both have."""
+    fit = list(fit_set()) if fit is None else list(fit)
+    lines = ["| curve | set | collective | ranks | within 25% from 1 MiB | model / published "
+             "| worst point | published busbw | model busbw | asserted |",
+             "|---|---|---|--:|--:|--:|--:|--:|--:|---|"]
+    totals = {"fit": [0, 0], "held out": [0, 0]}
+    order = [n for n in cmps if n in fit] + [n for n in cmps if n not in fit]
+    for name in order:
+        c = cmps[name]
+        which = "fit" if name in fit else "held out"
         m, bb, mb, r = c.worst
-        held = ", held out" if c.curve.source.get("held_out") else ""
-        lines.append(f"| {name} | {c.curve.collective} | {c.curve.ranks} | "
-                     f"{'yes' if c.curve.asserted else 'no'}{held} | {c.fixed_us:.1f} | "
-                     f"{_fmt_size(m)} | {bb:.2f} | {mb:.2f} | {r:.3f} |")
-    lines += ["", "| slowdown (busbw of the smaller run / busbw of the larger) at 1 GiB | "
-              "published | model | model / published |", "|---|--:|--:|--:|"]
+        rs = [x[3] for x in c.checked]
+        totals[which][0] += c.within
+        totals[which][1] += len(rs)
+        lines.append(f"| {name} | {which} | {c.curve.collective} | {c.curve.ranks} | "
+                     f"{c.within}/{len(rs)} | {min(rs):.2f}-{max(rs):.2f} | {_fmt_size(m)} | "
+                     f"{bb:.2f} | {mb:.2f} | {'yes' if c.curve.asserted else 'no'} |")
+    for which, (k, n) in totals.items():
+        lines.append(f"| **{which}, all curves** | | | | **{k}/{n}** | | | | | |")
+    lines += ["", "| slowdown (busbw of the smaller run / busbw of the larger) | sizes within "
+              "25% | model / published | at 1 GiB: published | model |", "|---|--:|--:|--:|--:|"]
     for name, c in cmps.items():
         if c.curve.compare_to and c.curve.compare_to in cmps:
-            pub, mod = slowdown(cmps[c.curve.compare_to], c)
-            lines.append(f"| {c.curve.compare_to} vs {name} | {pub:.3f} | {mod:.3f} | "
-                         f"{mod / pub:.3f} |")
+            sd = slowdowns(cmps[c.curve.compare_to], c)
+            rs = [mo / pu for _, pu, mo in sd]
+            ok = sum(1 for r in rs if 1 / TOLERANCE <= r <= TOLERANCE)
+            at = {m: (pu, mo) for m, pu, mo in sd}.get(SLOWDOWN_AT)
+            at_text = f"{at[0]:.3f} | {at[1]:.3f}" if at else "- | -"
+            lines.append(f"| {c.curve.compare_to} vs {name} | {ok}/{len(rs)} | "
+                         f"{min(rs):.2f}-{max(rs):.2f} | {at_text} |")
     return "\n".join(lines) + "\n"
 
 
@@ -245,8 +279,7 @@ def plot(cmp: Comparison, path: str) -> None:
     xs = [r[0] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     ax.plot(xs, [r[1] for r in rows], "o-", color="#1f77b4", label="published")
-    ax.plot(xs, [r[2] for r in rows], "s--", color="#d62728",
-            label=f"model (+ {cmp.fixed_us:.0f} us fixed cost)")
+    ax.plot(xs, [r[2] for r in rows], "s--", color="#d62728", label="model")
     ax.fill_between([x for x in xs if x >= CHECKED_FROM],
                     [r[1] / TOLERANCE for r in rows if r[0] >= CHECKED_FROM],
                     [r[1] * TOLERANCE for r in rows if r[0] >= CHECKED_FROM],
@@ -256,7 +289,8 @@ def plot(cmp: Comparison, path: str) -> None:
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("busbw (GB/s)")
     c = cmp.curve
-    note = "" if c.asserted else " (reported, not asserted)"
+    note = (" (fit)" if c.name in fit_set(os.path.dirname(c.path)) else " (held out)")
+    note += "" if c.asserted else ", not asserted"
     ax.set_title(f"{c.name}: {c.collective}, {c.nodes} x {c.gpus_per_node} GPUs{note}",
                  fontsize=10)
     ax.grid(True, which="both", alpha=0.3)

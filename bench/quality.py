@@ -151,13 +151,12 @@ def run_scenario(spec, params=None, planners: Sequence[str] = tuple(PLANNERS),
                  default_messages: bool = False) -> Dict[str, Any]:
     """One scenario: every planner, the lower bound, ratios, diagnostics.
 
-    ``default_messages``: price with the cost model's own per-kind message
-    sizes (one collective per kind) instead of the scenario's per-step
-    volumes."""
+    ``default_messages``: price the step of the cost model's default model
+    (and its per-kind message sizes) instead of the scenario's model."""
     placement, cost, PlacementError, SlurmtopoError, _ = _api()
     sc = build(spec)
     if default_messages:
-        sc.job = replace(sc.job, message_bytes=())
+        sc.job = replace(sc.job, message_bytes=(), model_spec="")
     params = cost_params(sc.inv, params)
     rec: Dict[str, Any] = {
         "id": sc.id, "shape": sc.spec.shape, "nodes": sc.spec.nodes,
@@ -439,7 +438,8 @@ def explain(scenario_id: str, dump: Optional[str] = None, default_messages: bool
     console.print(f"[bold]{rec['id']}[/]: {rec['gpus']} GPUs on {rec['nodes']} nodes, "
                   f"{rec['busy_pct']}% busy ({rec['free_gpus']} free); job {rec['layout']}, "
                   f"{rec['job']['model']}")
-    console.print(f"message bytes: {rec['job']['message_bytes']}")
+    console.print(f"model: {rec['job']['model_spec'] or 'the default'}; message bytes: "
+                  f"{rec['job']['message_bytes']}")
     if "lower_bound" not in rec:
         console.print(rec["problems"])
         return 1
@@ -523,8 +523,8 @@ def main(argv=None) -> int:
                     help="scenario id shape:nodes:busy%%:seed (repeatable)")
     ap.add_argument("--dump", metavar="DIR", help="also write inventory, state and job files")
     ap.add_argument("--default-messages", action="store_true",
-                    help="price with the cost model's default message sizes (the sensitivity "
-                         "pass of bench.run)")
+                    help="price the cost model's default model's step (the sensitivity pass "
+                         "of bench.run)")
     args = ap.parse_args(argv)
     rc = 0
     for sid in args.scenario:

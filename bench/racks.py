@@ -4,7 +4,7 @@ command line, as a user runs them (issue 25).
 For every scenario of the rack-scale shapes (``nvl72``, ``nvl72-ep8`` and
 the mixed ``nvl72-hgx``: bench/scenarios.py) the inventory and the state
 are written as files, ``slurmtopo plan --json`` places the job (with the
-scenario's message sizes, ``--message-bytes``), and the
+scenario's model, ``--model``), and the
 rank map it prints is read back: a TP, expert-TP or EP group *straddles*
 when its ranks sit in more than one NVLink domain (a GB200 NVL72 rack;
 a node outside one is its own). A group's block (the ranks of the layout
@@ -12,9 +12,9 @@ that must move together: the TP group, the EP group's TP x EP block)
 *must* straddle only when the domains' free GPUs cannot hold every
 block: ``blocks - sum(free GPUs of a domain // block span)`` of them. The
 rest are *avoidable*; the planner's rule is that there are none, with the
-scenario's message sizes and with the default ones (a user who gives
-none: Slurm's default placement, the safety net, must not win by sending
-TP or EP groups out of their rack either)::
+scenario's model and with the default one (a user who gives none:
+Slurm's default placement, the safety net, must not win by sending TP or
+EP groups out of their rack either)::
 
     python -m bench.racks                      # 4 scenarios a cell, both sizes
     python -m bench.racks --per-cell 2 --shapes nvl72-hgx --sizes default
@@ -41,13 +41,14 @@ SHAPES = ("nvl72", "nvl72-ep8", "nvl72-hgx")
 BLOCKS = {"tp": ("tp",), "expert-tp": ("expert_tp",), "ep": ("expert_tp", "ep")}
 
 
-#: which message sizes the plans are made with
+#: which model (and message sizes) the plans are made with
 SIZES = ("scenario", "default")
 
 
 def plan_cli(sc: Scenario, workdir: str, sizes: str = "scenario") -> Dict[str, Any]:
     """``slurmtopo plan --json`` on the scenario's files: the rank map
-    (``sizes``: the scenario's message sizes, or ``default``: none given)."""
+    (``sizes``: the scenario's model and message sizes, or ``default``: none
+    given)."""
     base = os.path.join(workdir, sc.id.replace(":", "_"))
     with open(base + ".inventory.yaml", "w") as fh:
         fh.write(dump_inventory(sc.inv))
@@ -60,6 +61,8 @@ def plan_cli(sc: Scenario, workdir: str, sizes: str = "scenario") -> Dict[str, A
             "-o", base + ".out"]
     for kind, size in (j.message_bytes if sizes == "scenario" else ()):
         argv += ["--message-bytes", f"{kind}={size}"]  # as the quality benchmark prices it
+    if sizes == "scenario" and j.model_spec:
+        argv += ["--model", j.model_spec]
     p = subprocess.run(argv, env=_env(), capture_output=True, text=True, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"{sc.id}: {p.stderr.strip()[-500:]}")
@@ -118,7 +121,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--quick", action="store_true", help="the quick sizes only")
     ap.add_argument("--sizes", choices=SIZES + ("both",), default="both",
-                    help="plan with the scenario's message sizes, the default ones, or both")
+                    help="plan with the scenario's model, the default one, or both")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     a = ap.parse_args(argv)
     rows = run(a.per_cell, a.shapes.split(","), a.quick,

@@ -28,7 +28,7 @@ DEFAULT_OUT = os.path.join(ROOT, "bench", "results")
 #: scenarios per (shape, size, busy level) in a full and a quick run
 PER_CELL = 32
 QUICK_PER_CELL = 2
-#: the same, priced with the cost model's default message sizes
+#: the same, priced with the cost model's default model
 SENSITIVITY_PER_CELL = 8
 
 
@@ -160,7 +160,7 @@ def quality_tables(summary: Dict[str, Any], sensitivity: Optional[Dict[str, Any]
                  for b in sorted(sensitivity["by_busy"], key=int)]
         srows.append(_row("all", sensitivity["overall"]))
         tables.append(("Sensitivity: the same kind of scenarios priced with the cost model's "
-                       "default message sizes (one collective per kind)", QUALITY_HEADER, srows))
+                       "the default model", QUALITY_HEADER, srows))
     return tables
 
 
@@ -440,7 +440,7 @@ def main(argv=None) -> int:
                          f"--quick {QUICK_PER_CELL})")
     ap.add_argument("--seed", type=int, default=1000, help="first scenario seed (default 1000)")
     ap.add_argument("--sensitivity-per-cell", type=int, default=None,
-                    help="scenarios per cell priced with the cost model's default message sizes "
+                    help="scenarios per cell priced with the cost model's default model "
                          f"(default {SENSITIVITY_PER_CELL}, --quick 1; 0: skip)")
     ap.add_argument("--budget", type=float, default=None,
                     help="stop starting quality scenarios after this many seconds")

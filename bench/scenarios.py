@@ -386,8 +386,11 @@ class Job:
     ep: int = 1
     pp: int = 1
     dp: int = 1
+    #: bytes of every collective of a kind (the cost model's per-kind size)
     message_bytes: Tuple[Tuple[str, int], ...] = ()
-    model: str = ""  # a short description of the model the sizes came from
+    model: str = ""  # a short description of the model
+    #: the model as ``--model`` text (empty: the cost model's default)
+    model_spec: str = ""
 
     @property
     def world(self) -> int:
@@ -403,6 +406,10 @@ class Job:
         kw = dict(layout=self.layout())
         if self.message_bytes:
             kw["message_bytes"] = dict(self.message_bytes)
+        if self.model_spec:
+            from slurmtopo.cost.styles import parse_model
+            from slurmtopo.workload import Workload
+            kw["workload"] = Workload(model=parse_model(self.model_spec))
         kw.update(extra)
         return JobRequest(**kw)
 
@@ -417,59 +424,30 @@ class Job:
     def as_dict(self) -> Dict[str, object]:
         return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "pp": self.pp, "dp": self.dp,
                 "world": self.world, "message_bytes": dict(self.message_bytes),
-                "model": self.model}
+                "model": self.model, "model_spec": self.model_spec}
 
 
-#: (hidden size, layers, parameters in billions) of the models message sizes
-#: are derived from
+#: (hidden size, layers, parameters in billions) of the models jobs train
 MODELS = ((4096, 32, 8), (5120, 40, 13), (8192, 80, 70), (12288, 96, 175))
 
 
-def message_sizes(tp: int, cp: int, ep: int, pp: int, dp: int, rng: random.Random,
-                  ) -> Tuple[Tuple[Tuple[str, int], ...], str]:
-    """Bytes each group kind moves in ONE TRAINING STEP, so that the cost
-    model's sum over kinds (one collective of that size per kind) is the
-    step's communication time, with the kinds weighted as in training.
-
-    A transformer of a random size from :data:`MODELS`, bf16, micro-batches
-    of one sequence, a global batch of 1-4M tokens; per pipeline stage
-    ``L/pp`` layers and ``mb`` micro-batches per data-parallel replica:
-
-    * ``tp``: 2 all-reduces (forward + backward) of a layer's activations
-      in attention, 2 more in the MLP unless it is a MoE layer:
-      ``(2 or 4) * act * L/pp * mb`` with ``act = seq/cp * hidden * 2``;
-    * ``cp``: all-gather of K and V (GQA: a quarter of the hidden width)
-      forward, reduce-scatter backward, per layer and micro-batch;
-    * ``ep`` (every layer MoE, top-2): dispatch + combine, forward and
-      backward: ``8 * act/tp * L/pp * mb``; ``expert-tp``: the MLP's 2
-      all-reduces; ``expert-dp``: the expert gradients (70% of the
-      parameters over ``ep * tp * pp``);
-    * ``pp``: activations forward and gradients backward between stages,
-      ``2 * act/tp * mb``;
-    * ``dp`` (``dp-cp`` when cp > 1): one all-reduce of the (dense)
-      gradients of the rank's shard, ``params / (tp * pp) * 2``.
-    """
+def job_model(tp: int, cp: int, ep: int, pp: int, dp: int, rng: random.Random,
+              ) -> Tuple[str, str]:
+    """The model a job trains, as ``--model`` text (and a short
+    description): a transformer of a random size from :data:`MODELS`, bf16,
+    micro-batches of one sequence of 4k or 8k tokens, a global batch of
+    1-4M tokens, so ``mb`` micro-batches a step per data-parallel replica;
+    MoE jobs route to 2 experts. The cost model's step
+    (:func:`slurmtopo.cost.step.step_calls`) counts every collective of the
+    step from it, with the kinds weighted as in training."""
     hidden, layers, params_b = rng.choice(MODELS)
     seq = rng.choice((4096, 8192))
     tokens = rng.choice((1, 2, 4)) * 2**20
     mb = max(1, math.ceil(tokens / seq / dp))
-    stage_layers = max(1, layers // pp)
-    act = seq // cp * hidden * 2
-    moe = ep > 1
-    dense_params = params_b * 1e9 * (0.3 if moe else 1.0)
-    sizes = {
-        "tp": (2 if moe else 4) * act * stage_layers * mb,
-        "pp": 2 * (act // tp) * mb,
-        "dp-cp" if cp > 1 else "dp": int(dense_params * 2 / (tp * pp)),
-    }
-    if cp > 1:
-        sizes["cp"] = 2 * (seq * (hidden // 4) * 2) * stage_layers * mb
-    if moe:
-        sizes["ep"] = 8 * (act // tp) * stage_layers * mb
-        sizes["expert-tp"] = 2 * act * stage_layers * mb
-        sizes["expert-dp"] = int(params_b * 1e9 * 0.7 * 2 / (ep * tp * pp))
+    spec = (f"params={params_b}e9,layers={layers},hidden={hidden},seq_len={seq},"
+            f"micro_batches={mb}" + (",top_k=2" if ep > 1 else ""))
     desc = f"{params_b}B h{hidden} L{layers} s{seq}, {tokens // 2**20}M-token batch, {mb} mb"
-    return tuple(sorted(sizes.items())), desc
+    return spec, desc
 
 
 def make_job(inv: Inventory, state: ClusterState, rng: random.Random,
@@ -505,8 +483,8 @@ def make_job(inv: Inventory, state: ClusterState, rng: random.Random,
         dp = max(unit, dp - dp % unit)
         if model * dp > cap or model * dp < min_world:
             continue
-        sizes, desc = message_sizes(tp, cp, ep, pp, dp, rng)
-        return Job(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, message_bytes=sizes, model=desc)
+        spec, desc = job_model(tp, cp, ep, pp, dp, rng)
+        return Job(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, model_spec=spec, model=desc)
     # nothing fits the constraints: the smallest job that does
     return Job(tp=1, dp=max(1, min(min_world, cap)), message_bytes=(("dp", 1 << 30),),
                model="fallback")
@@ -584,8 +562,8 @@ def _fixed_job(tps: Sequence[int], ep: int, rng: random.Random, inv: Inventory,
         math.exp(rng.uniform(math.log(max(lo, 16)), math.log(max(cap, lo))))
     world = max(lo, int(target) // unit * unit)
     dp = world // tp
-    sizes, desc = message_sizes(tp, 1, ep, 1, dp, rng)
-    return Job(tp=tp, ep=ep, dp=dp, message_bytes=sizes, model=desc)
+    spec, desc = job_model(tp, 1, ep, 1, dp, rng)
+    return Job(tp=tp, ep=ep, dp=dp, model_spec=spec, model=desc)
 
 
 def _half_cluster_tp8(inv: Inventory, state: ClusterState, rng: random.Random) -> Job:
@@ -596,8 +574,8 @@ def _half_cluster_tp8(inv: Inventory, state: ClusterState, rng: random.Random) -
     world = min(inv.gpu_count // 2, int(0.9 * free_gpus(inv, state)) // 8 * 8)
     if world < 8:
         return make_job(inv, state, rng)
-    sizes, desc = message_sizes(8, 1, 1, 1, world // 8, rng)
-    return Job(tp=8, dp=world // 8, message_bytes=sizes, model=desc)
+    spec, desc = job_model(8, 1, 1, 1, world // 8, rng)
+    return Job(tp=8, dp=world // 8, model_spec=spec, model=desc)
 
 
 #: shape -> job generator, for the shapes that test one kind of job

@@ -32,7 +32,7 @@ import tracemalloc
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bench.quality import cost_params
-from bench.scenarios import Job, busy_state, cluster, dump_state, free_gpus, message_sizes
+from bench.scenarios import Job, busy_state, cluster, dump_state, free_gpus, job_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,8 +117,8 @@ def speed_job(world: int) -> Job:
     tp = min(8, world)
     pp = max(1, min(8, world // tp // 2)) if world >= 32 else 1
     dp = world // (tp * pp)
-    sizes, desc = message_sizes(tp, 1, 1, pp, dp, random.Random(0))
-    return Job(tp=tp, pp=pp, dp=dp, message_bytes=sizes, model=desc)
+    spec, desc = job_model(tp, 1, 1, pp, dp, random.Random(0))
+    return Job(tp=tp, pp=pp, dp=dp, model_spec=spec, model=desc)
 
 
 def _repeats(world: int, quick: bool) -> int:

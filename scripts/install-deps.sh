@@ -37,6 +37,11 @@ case "${1:-}" in
     *) echo "install-deps.sh: unknown argument ${1} (only --python-only)" >&2; exit 2 ;;
 esac
 PKGS=(slurmctld slurmd slurm-client munge openssh-server)
+# Standalone Lua 5.4 and 5.1, to run slurmtopo's cli_filter/job_submit
+# scripts (slurmtopo/data/hooks/*.lua) outside Slurm in the unit tests under
+# both dialects: Debian's packaged 22.05 plugins embed Lua 5.1, the built
+# 25.11/26.05 ones Lua 5.4.
+PKGS+=(lua5.4 lua5.1)
 # Debian's own python3 with slurmtopo's runtime dependencies: the
 # integration tests run slurmtopo as unprivileged users (docs/security.md),
 # who cannot run a Python installed under /root.
@@ -45,7 +50,9 @@ PKGS+=(python3 python3-yaml python3-click python3-rich python3-clustershell pyth
 SHARED_SLURM="${SLURMTOPO_SHARED_SLURM:-$ROOT/../shared/slurm}"
 if ls "$SHARED_SLURM"/slurm-*.tar.gz >/dev/null 2>&1; then
     PKGS+=(build-essential pkg-config libmunge-dev libjson-c-dev libyaml-dev
-           libdbus-1-dev libhttp-parser-dev)
+           libdbus-1-dev libhttp-parser-dev
+           # cli_filter/lua and job_submit/lua (devcluster.py builds --with-lua)
+           liblua5.4-dev)
 fi
 
 need_apt=()

@@ -10,10 +10,11 @@ Everything slurmtopo does for a job runs through here, in one order::
 ``slurmtopo plan`` and ``slurmtopo sbatch`` only turn their options into a
 :class:`~slurmtopo.request.JobRequest` and a :class:`ScriptOptions`, call
 :func:`prepare`, and show or write its result; the placement daemon loads
-its inventory with :func:`load_cluster` and prices placements with
-:func:`step_time` (both from :mod:`slurmtopo.cluster`, below the daemon and
-this module). A notebook or a launcher library calls the same three
-functions (docs/api.md has a runnable example).
+its inventory with :func:`load_cluster` (from :mod:`slurmtopo.cluster`,
+below the daemon and this module) and prices placements with
+:func:`slurmtopo.cost.step.price_step`, as :func:`price_step` here does.
+A notebook or a launcher library calls the same three functions
+(docs/api.md has a runnable example).
 
 The admin's use cases are exported here too (:data:`ADMIN`, from
 :mod:`slurmtopo.api_admin`): Slurm's topology and gres files generated,
@@ -29,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from slurmtopo.cluster import load_cluster, step_time  # noqa: F401  (the api's, kept below it)
+from slurmtopo.cluster import load_cluster  # noqa: F401  (the api's, kept below it)
 from slurmtopo.errors import NotNowError, PlacementError
 from slurmtopo.hazards import HazardPolicy, HazardReport
 from slurmtopo.model import ClusterState, Inventory, Placement
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
            "live_state", "live_topology", "segment_release", "job_request",
-           "step_communication", "plan_job", "price", "step_time", "prepare", "job_hazards",
-           "request_for_launcher", "submission_notes", "submit"]
+           "step_communication", "plan_job", "price", "price_step", "step_time", "prepare",
+           "job_hazards", "request_for_launcher", "submission_notes", "submit"]
 
 #: the admin's use cases (slurmtopo.api_admin), exported here as well
 ADMIN = ("GeneratedFile", "FileCheck", "UnreadableFile", "CollectedReports",
@@ -233,11 +234,20 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
                 prefer: Optional[Mapping[str, str]] = None,
                 message_bytes: Optional[Mapping[str, int]] = None,
                 wait: Optional[Mapping[str, float]] = None, gpus_per_node: Optional[int] = None,
-                exclusive: bool = False, nodelist=None, exclude=(), **knobs) -> JobRequest:
+                exclusive: bool = False, nodelist=None, exclude=(), model=None,
+                nccl_version=None, **knobs) -> JobRequest:
     """The JobRequest for a job laid out by ``framework`` with its own
     settings (``knobs``: ``dp_replicate=2, dp_shard=-1, world=16`` for
     torchtitan, ``zero_stage=3`` for DeepSpeed ...; None means the
     framework's default).
+
+    Its ``workload`` is the step the framework runs (its data-parallel
+    style, :func:`slurmtopo.frameworks.placement.workload_of`) for
+    ``model`` (a ``--model`` text such as ``70b`` or
+    ``params=7e9,layers=32,hidden=4096``, or a ModelSpec; None: the
+    default model), which every price of the job uses, with the NCCL
+    release it loads (``nccl_version``: ``2.27.7``; None: the inventory's
+    ``cost: nccl_version``, else the newest the cost model knows).
 
     ``require``, ``prefer``, ``message_bytes`` and ``wait`` may name group
     kinds by the framework's names (``dp_shard``, ``data_parallel``); the
@@ -246,10 +256,17 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
     FSDP shard group or a ZeRO-3 data-parallel group inside NVLink) unless
     the job says otherwise (:mod:`slurmtopo.frameworks.placement`). Raises
     LayoutError for a layout the framework refuses, with its reason."""
-    from slurmtopo.frameworks.placement import request_terms, translate_kinds
+    from slurmtopo.frameworks.placement import request_terms, translate_kinds, workload_of
     from slurmtopo.frameworks.registry import framework_layout
 
-    terms = request_terms(framework_layout(framework, **knobs))
+    if isinstance(model, str):
+        from slurmtopo.cost.styles import parse_model
+        model = parse_model(model)
+    if nccl_version is not None and not isinstance(nccl_version, tuple):
+        from slurmtopo.workload import parse_nccl_version
+        nccl_version = parse_nccl_version(nccl_version)
+    fl = framework_layout(framework, **knobs)
+    terms = request_terms(fl)
     require = translate_kinds(terms, framework, dict(require or {}), "require")
     prefer = translate_kinds(terms, framework, dict(prefer or {}), "prefer")
     for kind, level in terms.prefer.items():
@@ -260,20 +277,34 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
                       exclude=exclude,
                       message_bytes=translate_kinds(terms, framework, dict(message_bytes or {}),
                                                     "message-bytes"),
-                      wait=translate_kinds(terms, framework, dict(wait or {}), "wait"))
+                      wait=translate_kinds(terms, framework, dict(wait or {}), "wait"),
+                      workload=workload_of(fl, model, nccl_version))
 
 
 def step_communication(cluster: Inventory, placement: Placement, model: str,
                        framework: str = "megatron", **knobs):
-    """The collectives of one training step of ``placement`` for ``model``
-    (a ``--model`` text: ``70b``, ``params=7e9,layers=32,hidden=4096``),
-    per the framework's data-parallel style, priced on the framework's own
-    groups: a :class:`slurmtopo.cost.styles.StepReport`."""
-    from slurmtopo.cost.styles import parse_model, price_step
-    from slurmtopo.frameworks.registry import framework_layout
+    """One training step of ``placement`` for ``model`` (a ``--model``
+    text: ``70b``, ``params=7e9,layers=32,hidden=4096``), per the
+    framework's data-parallel style: :func:`price_step` of the request
+    :func:`job_request` makes of them (a
+    :class:`slurmtopo.cost.step.StepPrice`)."""
+    req = job_request(framework, model=model, **knobs)
+    return price_step(cluster, placement, req)
 
-    return price_step(cluster, placement, framework_layout(framework, **knobs),
-                      parse_model(model))
+
+def price_step(cluster: Inventory, placement: Placement, request: JobRequest, params=None):
+    """One training step of ``request`` on ``placement``: every collective
+    its framework runs, priced (:func:`slurmtopo.cost.step.price_step`, the
+    number the planner, the daemon, ``simulate`` and ``audit`` use)."""
+    from slurmtopo.cost.step import price_step as _price_step
+
+    return _price_step(cluster, placement, request, params)
+
+
+def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
+              params=None) -> float:
+    """Seconds of :func:`price_step` (its ``time_s``)."""
+    return price_step(cluster, placement, request, params).time_s
 
 
 def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequest) -> Placement:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from slurmtopo.cost import CostParams, CostReport, cost_params, evaluate
+from slurmtopo.cost import CostParams, cost_params, evaluate
+from slurmtopo.cost.step import StepPrice, price_step
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.groups import build_groups
 from slurmtopo.links import LinkClass
@@ -155,31 +156,23 @@ def meets_require(inv: Inventory, req: JobRequest, pl: Placement) -> bool:
 TP_KINDS = ("tp", "expert-tp")
 
 
-def _class_of(r: CostReport, kinds: Sequence[str]) -> LinkClass:
-    return max((r.kinds[k].slowest for k in kinds if k in r.kinds), default=LinkClass.SELF)
-
-
-def _time_of(r: CostReport, kinds: Sequence[str]) -> float:
-    return max((r.kinds[k].time_s for k in kinds if k in r.kinds), default=0.0)
-
-
-def slower_on(r: CostReport, first: CostReport, kinds: Sequence[str]) -> bool:
+def slower_on(r: StepPrice, first: StepPrice, kinds: Sequence[str]) -> bool:
     """Does ``r`` move ``kinds`` to slower links than ``first``: a slower
-    class, or, where they cross the network anyway, a collective slowed by
-    a larger factor than the whole step is sped up. The default message
-    sizes weigh one collective of each kind a step, while a real step runs
-    TP's all-reduce and EP's all-to-all many times (every layer, every
-    micro-batch; docs/cost-model.md): such a trade is lost as soon as a
-    step runs them a little more often than the message sizes weigh them."""
-    first_cls = _class_of(first, kinds)
-    if _class_of(r, kinds) > first_cls:
+    class, or, where they cross the network anyway, their collectives
+    slowed by a larger factor than the whole step is sped up. Both steps
+    count every call (the model's step for the job), but that step is a
+    model's: a trade that slows TP or EP to win elsewhere rests on the
+    model's balance between the kinds, and the training runs these kinds'
+    calls on its critical path; it is not taken on a thin margin."""
+    first_cls = first.slowest_on(kinds)
+    if r.slowest_on(kinds) > first_cls:
         return True
-    t0, t1 = _time_of(first, kinds), _time_of(r, kinds)
-    return first_cls.is_network and t0 > 0 and r.step_time_s > 0 and \
-        t1 / t0 > first.step_time_s / r.step_time_s
+    t0, t1 = first.seconds_on(kinds), r.seconds_on(kinds)
+    return first_cls.is_network and t0 > 0 and r.time_s > 0 and \
+        t1 / t0 > first.time_s / r.time_s
 
 
-def slower_tp(r: CostReport, first: CostReport) -> bool:
+def slower_tp(r: StepPrice, first: StepPrice) -> bool:
     """:func:`slower_on` tensor parallel (TP groups spread one rank a host
     instead of 4+4, say)."""
     return slower_on(r, first, TP_KINDS)
@@ -208,20 +201,18 @@ def domain_crossings(inv: Inventory, pl: Placement, racks_only: bool = False) ->
 
 def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal],
              admit: Optional[Admit] = None) -> Placement:
-    """The option the cost model prices fastest (the first on ties), with
-    a note when it is not the planner's first proposal. Another nesting
-    must be :data:`ALT_NESTING_MARGIN` faster and keep tensor parallel on
-    links as fast (:func:`slower_tp`): the default message sizes weigh
-    one collective of each kind, while a real step runs TP's many times
-    more often (docs/cost-model.md). A variant of the plan (pod by pod,
-    every block relaxed alike) that sends more TP or EP groups out of
-    their NVLink domain (:func:`domain_crossings`), and so does Slurm's
-    default placement (the safety net) when it sends more of them out of a
-    multi-node domain (a rack): such an option must also not slow those
-    groups' collectives more than it speeds the step (:func:`slower_on`),
-    since the step runs them far more often than the default message sizes
-    weigh them. Elsewhere Slurm's default stays the floor: the plan is
-    never modelled slower than it.
+    """The option whose step (:func:`slurmtopo.cost.step.price_step`, the
+    job's every call) the cost model prices fastest (the first on ties),
+    with a note when it is not the planner's first proposal. Another
+    nesting must be :data:`ALT_NESTING_MARGIN` faster and keep tensor
+    parallel on links as fast (:func:`slower_tp`). A variant of the plan
+    (pod by pod, every block relaxed alike) that sends more TP or EP
+    groups out of their NVLink domain (:func:`domain_crossings`), and so
+    does Slurm's default placement (the safety net) when it sends more of
+    them out of a multi-node domain (a rack): such an option must also not
+    slow those groups' collectives more than it speeds the step
+    (:func:`slower_on`). Elsewhere Slurm's default stays the floor: the
+    plan is never modelled slower than it.
 
     ``admit`` (the launcher's requirement) drops the options it refuses
     first, with a note; when it refuses them all the usual choice is made,
@@ -243,8 +234,8 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
     if len(options) == 1:
         return first
     params = params_of(inv)
-    reps = [evaluate(inv, o.placement, req, params, step_only=True) for o in options]
-    times = [r.step_time_s for r in reps]
+    reps = [price_step(inv, o.placement, req, params) for o in options]
+    times = [r.time_s for r in reps]
     best = 0
     crossings: Dict[bool, int] = {}
     declined: Optional[int] = None  # the fastest option refused by slower_on
@@ -312,8 +303,7 @@ def _refused_note(inv: Inventory, options: List[Proposal], times: List[float], b
     return (f"{what} models faster ({times[declined] * 1e3:.3f} ms vs "
             f"{times[best] * 1e3:.3f} ms a step) but sends {extra} more TP/EP group(s) out "
             f"of their {'rack' if racks else 'NVLink domain'}, slowing their collectives more "
-            "than it speeds the step "
-            "(a step runs them far more often than the message sizes weigh): not used")
+            "than it speeds the step: not used")
 
 
 def constraint_report(inv: Inventory, placement: Placement, req: JobRequest,

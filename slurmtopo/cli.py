@@ -36,6 +36,8 @@ COMMANDS = {
     "show": "show",
     "nccl-topo": "nccl_topo",
     "simulate": "simulate",
+    "hooks": "hooks",
+    "admin": "admin",
 }
 
 

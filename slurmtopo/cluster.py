@@ -1,15 +1,15 @@
-"""A cluster as every use case loads it, and one step of a placement priced.
+"""A cluster as every use case loads it.
 
 The api (``slurmtopo plan``/``sbatch``), the placement daemon and the
-simulator all need these two, and the daemon must not climb up to the api
-for them: they live here, below all three (the api re-exports them).
+simulator all need it, and the daemon must not climb up to the api for
+it: it lives here, below all three (the api re-exports it). The step they
+all price is :func:`slurmtopo.cost.step.price_step`, below them too.
 """
 from __future__ import annotations
 
 from typing import Sequence, Union
 
-from slurmtopo.model import Inventory, Placement
-from slurmtopo.request import JobRequest
+from slurmtopo.model import Inventory
 
 
 def load_cluster(paths: Union[str, Sequence[str]], write_cache: bool = True) -> Inventory:
@@ -42,10 +42,3 @@ def derived_tables():
             Table(STATS_TABLE, inventory_stats, lambda st, hw_ref: st.to_json(hw_ref),
                   lambda d, inv, hardware: InventoryStats.from_json(d, hardware)))
 
-
-def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
-              params=None) -> float:
-    """The modelled seconds per training step of ``placement``."""
-    from slurmtopo.cost import evaluate
-
-    return float(evaluate(cluster, placement, request, params, step_only=True).step_time_s)

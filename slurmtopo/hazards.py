@@ -28,6 +28,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Inventory, Placement
+from slurmtopo.workload import parse_nccl_version
 
 ERROR = "error"
 WARN = "warn"
@@ -169,16 +170,6 @@ class HazardReport:
 
 # --------------------------------------------------------------------------
 # the NCCL release a job loads
-
-
-def parse_nccl_version(text: str, what: str = "--nccl-version") -> Tuple[int, ...]:
-    """``2.27.5``, ``2.27.5-1``, ``2.27.5+cuda12.9``, ``v2.21`` -> (2, 27, 5)."""
-    m = re.fullmatch(r"\s*v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,3}))?(?:[-+][\w.+-]*)?\s*",
-                     str(text))
-    if not m:
-        raise SlurmtopoError(f"{what} {str(text)[:40]!r} is not an NCCL version (expected "
-                             "MAJOR.MINOR[.PATCH], e.g. 2.27.5)")
-    return tuple(int(g) for g in m.groups() if g is not None)
 
 
 def nccl_version(explicit: Optional[str], environ: Mapping[str, str],

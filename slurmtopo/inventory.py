@@ -51,7 +51,7 @@ NVLINK_KEYS = {"link", "active", "remote_pci_bus_id", "remote_type"}
 FABRIC_KEYS = {"switches", "blocks", "block_sizes", "rings", "toruses"}
 RING_KEYS = {"name", "nodes"}
 TORUS_KEYS = {"name", "dims", "nodes", "placements"}
-SWITCH_KEYS = {"name", "level", "nodes", "switches", "link_gbps", "description"}
+SWITCH_KEYS = {"name", "level", "nodes", "switches", "link_gbps", "description", "sharp"}
 BLOCK_KEYS = {"name", "nodes"}
 
 
@@ -413,7 +413,7 @@ class _Parser:
                                      lambda v: flat_hostlist(v, "switch list"), [])),
                 link_gbps=r.get(s, "link_gbps", "switch", as_rate),
                 description=r.get(s, "description", "switch", as_str),
-                origin=self.where(s)))
+                origin=self.where(s), sharp=r.get(s, "sharp", "switch", as_bool, False)))
         blocks = []
         for b in r.sequence(d.get("blocks") or [], "blocks"):
             b = r.mapping(b, "block", BLOCK_KEYS)
@@ -834,6 +834,8 @@ def inventory_dict(inv: Inventory, kind: str = "inventory",
                     sd["link_gbps"] = s.link_gbps
                 if s.description:
                     sd["description"] = s.description
+                if s.sharp:
+                    sd["sharp"] = True
                 fd["switches"].append(sd)
         if f.blocks:
             # empty blocks (placeholders read from a site's topology.conf) have no

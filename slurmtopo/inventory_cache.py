@@ -193,7 +193,7 @@ def image(inv: Inventory, path: str, schema: FileSchema,
         "domains": [[d.cluster_uuid, d.clique_id] for d in domains],
         "runs": runs,
         "switches": [[s.name, s.level, list(s.nodes), list(s.switches), s.link_gbps,
-                      s.description, line(s.origin)] for s in f.switches],
+                      s.description, line(s.origin), bool(s.sharp)] for s in f.switches],
         "blocks": [[b.name, list(b.nodes), line(b.origin)] for b in f.blocks],
         "block_sizes": list(f.block_sizes),
         "rings": [[g.name, list(g.nodes), line(g.origin)] for g in f.rings],
@@ -236,8 +236,9 @@ def build(img: Dict[str, Any], path: str, schema: FileSchema,
             state.update(fields)
             nodes[node.name] = node
     switches = tuple(Switch(name=a, level=lvl, nodes=tuple(hosts), switches=tuple(kids),
-                            link_gbps=gbps, description=desc, origin=origin(line))
-                     for a, lvl, hosts, kids, gbps, desc, line in img["switches"])
+                            link_gbps=gbps, description=desc, origin=origin(line),
+                            sharp=sharp is True)
+                     for a, lvl, hosts, kids, gbps, desc, line, sharp in img["switches"])
     blocks = tuple(Block(name=a, nodes=tuple(hosts), origin=origin(line))
                    for a, hosts, line in img["blocks"])
     rings = tuple(Ring(name=str(a), nodes=tuple(hosts), origin=origin(line))

@@ -377,6 +377,10 @@ class Switch:
     link_gbps: Optional[float] = None  # per-port rate, Gbit/s
     description: Optional[str] = None
     origin: Optional[str] = field(default=None, compare=False)  # file:line
+    #: the switch reduces in the network (InfiniBand SHARP, which NCCL runs
+    #: as CollNet): the cost model prices an all-reduce across hosts whose
+    #: switches all have it as one pass through them (docs/cost-model.md)
+    sharp: bool = False
 
 
 @dataclass(frozen=True)

@@ -156,13 +156,67 @@ def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> "FittedSh
     return FittedSheet(cost_sheet(plan_cost, naive_cost, all_kinds))
 
 
+_PHASE = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+
+
+def step_sheet(plan_cost, naive_cost=None) -> Sheet:
+    """The step (``plan_cost.step``, a :class:`slurmtopo.cost.step.StepPrice`)
+    call by call: the role on its groups (kind, groups x size), the
+    collective, its message x calls and pass, slowest link and seconds of
+    all its calls, for the plan and, when given, Slurm's default placement
+    with the gain; the last row the step's time, the number every decision
+    uses. A table on an 80-column terminal, a block per call on a narrower
+    one, never a cut number."""
+    step = plan_cost.step
+    nstep = getattr(naive_cost, "step", None) if naive_cost is not None else None
+    title = "Modelled communication per step" + (" (plan vs naive)" if nstep else "")
+    columns = [Column("call"), Column("collective"), Column("slowest"),
+               Column("time", justify="right")]
+    if nstep is not None:
+        columns += [Column("naive", style="dim"), Column("time", justify="right", style="dim"),
+                    Column("gain", justify="right")]
+    t = Sheet(title=title, columns=columns, compact=True)
+    m, w = step.model, step.workload
+    given = "" if w.model is not None else ", the default model"
+    t.caption = (f"{w.framework} {w.style}; {m.params / 1e9:g}B params, {m.layers} layers, "
+                 f"hidden {m.hidden}, {m.seq_len} tokens x {m.micro_batch}, "
+                 f"{m.micro_batches} micro-batch(es){given} (modelled)")
+    others = list(nstep.calls) if nstep is not None else []
+    for i, c in enumerate(step.calls):
+        call = c.call
+        coll = (f"{call.collective} {format_bytes(call.message_bytes)} ×{call.calls} "
+                f"{_PHASE.get(call.phase, call.phase)}")
+        row = [f"{call.what} {c.count}×{c.size}", coll, _short(c.slowest),
+               format_seconds(c.seconds)]
+        if nstep is not None:
+            o = others[i] if i < len(others) and others[i].call == call else None
+            row += [_short(o.slowest) if o else "-", format_seconds(o.seconds) if o else "-",
+                    _speedup(c.seconds, o.seconds if o else None)]
+        t.add_row(*(line(x) for x in row))
+    total = ["step", "", "", format_seconds(step.time_s)]
+    if nstep is not None:
+        total += ["", format_seconds(nstep.time_s), _speedup(step.time_s, nstep.time_s)]
+    if t.rows:
+        t.sections = frozenset({len(t.rows) - 1})
+    t.add_row(*(line(x, "bold") for x in total))
+    labels = ["call", "collective", "slowest link", "time"]
+    if nstep is not None:
+        labels = labels[:3] + ["plan time", "naive link", "naive time", "gain"]
+    t.labels = labels
+    return t
+
+
 def cost_sheet(plan_cost, naive_cost=None, all_kinds: bool = False) -> Sheet:
-    """Per group kind (those summed into the step time, or all with
-    ``all_kinds``): groups x size, collective and message, slowest link and
-    modelled time of the plan and, when given, of the naive placement with
-    the gain. A table on an 80-column terminal; on one too narrow for it,
-    a block per kind (:meth:`slurmtopo.sheet.Sheet.records`), never a cut
-    number."""
+    """The modelled communication: the step call by call
+    (:func:`step_sheet`) when the report has priced one; else (a report
+    built by hand, a bound) per group kind (those summed into the step
+    time, or all with ``all_kinds``): groups x size, collective and
+    message, slowest link and modelled time of the plan and, when given,
+    of the naive placement with the gain. A table on an 80-column
+    terminal; on one too narrow for it, a block per kind
+    (:meth:`slurmtopo.sheet.Sheet.records`), never a cut number."""
+    if getattr(plan_cost, "step", None) is not None and not all_kinds:
+        return step_sheet(plan_cost, naive_cost)
     title = "Modelled communication per step" + (" (plan vs naive)" if naive_cost else "")
     columns = [Column("group"), Column("collective"), Column("slowest"),
                Column("time", justify="right")]
@@ -294,11 +348,23 @@ def bound_warning(plan_cost, bound, idle_bound=None) -> Optional[str]:
     dp both want a node's NVLink). With ``bound`` no worse than the idle
     one, fragmentation is not it: saying so on an idle cluster would send
     the user waiting for nothing. ``idle_bound`` None: not known, both
-    causes are named as possible."""
+    causes are named as possible. A plan near the bound on the free GPUs
+    but far above the idle cluster's is told so: it is the running jobs'
+    doing, and waiting may pay."""
     if plan_cost is None or bound is None or bound.step_time_s <= 0:
         return None
     ratio = plan_cost.step_time_s / bound.step_time_s
     if ratio < FAR_FROM_BOUND:
+        # as good as the free GPUs allow, but they are fragmented: an idle
+        # cluster's bound is far below
+        if (idle_bound is not None and idle_bound.step_time_s > 0
+                and plan_cost.step_time_s >= FAR_FROM_BOUND * idle_bound.step_time_s
+                and bound.step_time_s > idle_bound.step_time_s * (1 + 1e-9)):
+            return (f"the plan is near the lower bound on the free GPUs "
+                    f"({format_seconds(plan_cost.step_time_s)} vs "
+                    f"{format_seconds(bound.step_time_s)} a step), but the running jobs leave "
+                    f"the free GPUs fragmented (on an idle cluster the bound is "
+                    f"{format_seconds(idle_bound.step_time_s)}): waiting for GPUs may pay")
         return None
     head = (f"the plan models {ratio:.1f}x the lower bound on the free GPUs "
             f"({format_seconds(plan_cost.step_time_s)} vs {format_seconds(bound.step_time_s)} a "
@@ -409,8 +475,13 @@ def report_dict(report) -> Optional[Dict[str, Any]]:
                        "slowest_label": _label(slow) if slow is not None else None,
                        "time_s": gc.time_s,
                        "worst_group": _plain(getattr(gc, "worst_group", None))}
-    return {"kinds": kinds, "step_time_s": report.step_time_s,
-            "warnings": list(report.warnings)}
+    out = {"kinds": kinds, "step_time_s": report.step_time_s,
+           "warnings": list(report.warnings)}
+    step = getattr(report, "step", None)
+    if step is not None:
+        from slurmtopo.cost.step import step_dict
+        out["step"] = step_dict(step)
+    return out
 
 
 def _plain(v):
@@ -419,28 +490,3 @@ def _plain(v):
     if isinstance(v, (int, float, str)) or v is None:
         return v
     return str(v)
-
-
-def render_step(report) -> "object":
-    """A rich table of a :class:`slurmtopo.cost.styles.StepReport`."""
-    from rich.table import Table
-
-    m = report.model
-    table = Table(title=f"Communication per step ({report.framework}, {report.style}; "
-                        f"model {m.params / 1e9:g}B params, {m.layers} layers, hidden "
-                        f"{m.hidden}, seq {m.seq_len}, micro-batch {m.micro_batch}, {m.dtype})",
-                  title_justify="left")
-    for col in ("what", "group kind", "collective", "message", "calls", "time", "slowest link"):
-        table.add_column(col, justify="right" if col in ("message", "calls", "time") else "left")
-    for call, t, cls in report.calls:
-        table.add_row(call.what, call.kind, call.collective, _human_bytes(call.message_bytes),
-                      str(call.calls), f"{t * 1e3:.1f} ms", cls)
-    table.add_row("step", "", "", "", "", f"{report.step_comm_s * 1e3:.1f} ms", "")
-    return table
-
-
-def _human_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"

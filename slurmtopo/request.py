@@ -37,6 +37,12 @@ and what the user said about locality:
     per group kind, how long the placement daemon may wait for a ``prefer``
     to become possible before giving up on it (kept here, used there).
 
+``workload``
+    what the job runs (framework, data-parallel style, model, overlaps:
+    :class:`~slurmtopo.workload.Workload`), which sizes and counts the
+    collectives of one step for every price made of the job (None: the
+    default, :data:`~slurmtopo.workload.DEFAULT_WORKLOAD`).
+
 Everything is validated on construction and raises
 :class:`~slurmtopo.errors.LayoutError` with a one-line reason.
 """
@@ -48,6 +54,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 from slurmtopo.errors import LayoutError
 from slurmtopo.groups import GROUP_KINDS, Layout
 from slurmtopo.links import LinkClass
+from slurmtopo.workload import Workload
 
 #: Locality levels, from the tightest (fastest) scope to the loosest.
 LEVELS: Tuple[str, ...] = ("nvlink", "pcie-switch", "numa", "node", "nvlink-domain", "leaf",
@@ -246,6 +253,7 @@ class JobRequest:
     exclude: Tuple[str, ...] = ()
     message_bytes: Mapping[str, int] = field(default_factory=dict)
     wait: Mapping[str, float] = field(default_factory=dict)
+    workload: Optional[Workload] = None
 
     def __post_init__(self):
         if not isinstance(self.layout, Layout):
@@ -278,6 +286,8 @@ class JobRequest:
                 raise LayoutError(f"wait[{kind!r}] must be a number of seconds >= 0, got {v!r}")
             wait[kind] = float(v)
         set_(self, "wait", FrozenMap(wait))
+        if self.workload is not None and not isinstance(self.workload, Workload):
+            raise LayoutError(f"workload must be a Workload, got {type(self.workload).__name__}")
 
     @property
     def world(self) -> int:

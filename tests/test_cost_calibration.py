@@ -7,9 +7,11 @@ as an admin would describe it in an inventory. The model, priced through
 point from 1 MiB up, and within 25% on the cross-node slowdown (busbw of
 the smaller run of the same cluster, one node or two, over busbw of N
 nodes at 1 GiB, the publications' own measure).
-Below 1 MiB the points only give the benchmark's fixed cost per call
-(bench/calibration.py explains it). Curves marked ``asserted: false`` are
-reported in docs/cost-model.md with the reason, not asserted.
+The model is compared as it is (its launch cost included, nothing taken
+from the curve). The curves its fitted constants were chosen on are
+declared in fit-set.yaml; the others are held out. Curves marked
+``asserted: false`` are reported in docs/cost-model.md with the reason,
+not asserted point by point.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ if ROOT not in sys.path:  # bench/ is not installed; plain `pytest` must find it
 from bench import calibration as cal  # noqa: E402
 
 CURVES = cal.curves()
+FIT = cal.fit_set()
 ASSERTED = sorted(n for n, c in CURVES.items() if c.asserted)
 PAIRS = sorted((c.compare_to, n) for n, c in CURVES.items() if c.compare_to and c.asserted)
 _CMP = {}
@@ -54,10 +57,11 @@ def test_every_curve_is_cited(name):
     assert c.source.get("nccl"), f"{name}: the NCCL version (or 'not stated') must be recorded"
     assert c.source.get("tool") and c.hardware and c.nic
     assert c.collective in ("all-reduce", "all-gather", "all-to-all")
-    # a curve, not a few points: 7 or more sizes spanning 64x or more
-    # (alltoall_perf runs of 32 MiB-2 GiB have 7)
+    # a curve, not a few points: 5 or more sizes spanning 16x or more
+    # (alltoall_perf runs of 32 MiB-2 GiB have 7, the GB200 rack runs
+    # 512 MiB-8 GiB 5)
     sizes = [m for m, _, _ in c.points]
-    assert len(sizes) >= 7 and max(sizes) >= 64 * min(sizes)
+    assert len(sizes) >= 5 and max(sizes) >= 16 * min(sizes)
     assert any(m >= cal.CHECKED_FROM for m in sizes)
     if not c.asserted:
         assert c.why, f"{name}: a curve left out of the assertions says why"
@@ -70,7 +74,7 @@ def test_model_within_25pct_of_every_point_from_1mib(name):
     cmp = comparison(name)
     bad = [(m, bb, round(mb, 2)) for m, bb, mb, r in cmp.checked
            if not 1 / cal.TOLERANCE <= r <= cal.TOLERANCE]
-    assert not bad, f"{name} (fixed cost {cmp.fixed_us:.1f} us): (bytes, published, model) {bad}"
+    assert not bad, f"{name}: (bytes, published, model) {bad}"
 
 
 @pytest.mark.parametrize("one,many", PAIRS)
@@ -79,16 +83,29 @@ def test_cross_node_slowdown_within_25pct(one, many):
     assert 1 / cal.TOLERANCE <= model / published <= cal.TOLERANCE, (published, model)
 
 
-def test_fixed_cost_comes_only_from_points_below_1mib():
-    # the benchmark's fixed cost never reaches into the checked points: it
-    # is the same whatever the points from 1 MiB up say
-    name = ASSERTED[0]
-    c = CURVES[name]
-    doctored = cal.Curve(**{**vars(c), "points": [
-        (m, bb / 3 if m >= cal.CHECKED_FROM else bb, None if m >= cal.CHECKED_FROM else t)
-        for m, bb, t in c.points]})
-    assert cal.compare(doctored).fixed_us == pytest.approx(comparison(name).fixed_us)
-    assert cal.compare(doctored).fixed_us >= 0
+def test_the_fit_set_is_declared_and_the_rest_held_out():
+    # every curve the constants were fitted on exists, says what it set,
+    # and carries no held-out note; both sets cover one node and many
+    assert FIT and set(FIT) <= set(CURVES)
+    assert all(sets for sets in FIT.values())
+    for name in FIT:
+        assert not CURVES[name].source.get("held_out"), name
+    held = [n for n in CURVES if n not in FIT]
+    assert len(held) >= len(FIT)
+    for names in (list(FIT), held):
+        assert any(CURVES[n].nodes == 1 for n in names)
+        assert any(CURVES[n].nodes > 1 for n in names)
+
+
+def test_not_asserted_curves_still_fit_most_points():
+    # a curve left out of the point-by-point assertion says why, and, where
+    # its NCCL release is known, the model is still within 25% at most of
+    # its points (the exceptions are what the why names)
+    for name, c in CURVES.items():
+        if c.asserted or c.source["nccl"].startswith("not stated"):
+            continue
+        cmp = comparison(name)
+        assert cmp.within * 2 >= len(cmp.checked) - 1, (name, cmp.within, len(cmp.checked))
 
 
 def test_the_report_is_deterministic(tmp_path):

@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 
 from slurmtopo.cost import COLLECTIVES, cost_params, evaluate
 from slurmtopo.cost.collectives import collective_time
+from slurmtopo.cost.defaults import NET_KIND_ORDER
+from slurmtopo.cost.step import call_bytes, step_calls, subgroups
 from slurmtopo.errors import LayoutError
 from slurmtopo.groups import Layout
 from slurmtopo.inventory import load_inventory
@@ -161,13 +163,24 @@ def ref_group(inv: Inventory, p, pl: Placement, ranks: Sequence[int], coll: str,
         net_bw = p.bandwidth[net]
     else:
         net_bw = min(figures[s.host].net[s.gpu] for s in slots) / p.oversubscription.get(net, 1.0)
-    sizes = [len(g) for g in by_host.values()]
-    # NVLSTree (two hosts): every host's NVLS when the rings inside hosts
-    # are on NVLink
-    nvls = (min(f.nvls_bw for f in figures.values()) if in_cls is LinkClass.NVLINK else 0.0)
+    # the hosts of one multi-node NVLink domain are one unit, NVLink inside
+    units: Dict[object, List[str]] = {}
+    for h in by_host:
+        d = inv.nodes[h].nvlink_domain
+        units.setdefault(h if d is None else d, []).append(h)
+    sizes = []
+    for hosts in units.values():
+        sizes.append(sum(len(by_host[h]) for h in hosts))
+        if len(hosts) > 1:
+            in_cls = max(in_cls, LinkClass.NVLINK_DOMAIN)
+            in_bw = min(in_bw, min(figures[h].class_bw(LinkClass.NVLINK_DOMAIN) for h in hosts))
+    # NVLSTree: every domain's NVLS when the rings inside are on NVLink
+    nvls = (min(f.nvls_bw for f in figures.values())
+            if LinkClass.NVLINK <= in_cls <= LinkClass.NVLINK_DOMAIN else 0.0)
     lat = max(f.nvls_lat for f in figures.values()) if nvls else 0.0
-    return slowest, collective_time(p, coll, n, m, len(by_host), max(sizes), min(sizes), in_cls,
-                                    in_bw, net, net_bw, nvls, lat)
+    kind = max((f.net_kind for f in figures.values()), key=NET_KIND_ORDER.__getitem__)
+    return slowest, collective_time(p, coll, n, m, len(units), max(sizes), min(sizes), in_cls,
+                                    in_bw, net, net_bw, nvls, lat, kind, False)
 
 
 def assert_prices_like_the_reference(inv: Inventory, pl: Placement, req: JobRequest) -> None:
@@ -182,9 +195,15 @@ def assert_prices_like_the_reference(inv: Inventory, pl: Placement, req: JobRequ
         worst = max(t for _, t in ref)
         assert gc.time_s == pytest.approx(worst, rel=1e-12, abs=1e-15), kind
         assert ref[gc.worst_group][1] == pytest.approx(worst, rel=1e-12, abs=1e-15), kind
-    step = sum(rep.kinds[k].time_s for k in rep.counted)
+    # the step: every call of step_calls on the slowest of its groups
+    step = 0.0
+    for call in step_calls(req.layout, req.workload):
+        gl = subgroups(pl.groups[call.kind], call.part)
+        step += call.calls * max(ref_group(inv, p, pl, g, call.collective,
+                                           call_bytes(call, p, req))[1] for g in gl)
     assert rep.step_time_s == pytest.approx(step, rel=1e-12)
-    # step_only prices the counted kinds alike; warn=False every kind alike
+    assert rep.step.time_s == rep.step_time_s
+    # step_only prices the step alike; warn=False every kind alike
     quick = evaluate(inv, pl, req, p, step_only=True)
     assert quick.step_time_s == pytest.approx(rep.step_time_s, rel=1e-12)
     quiet = evaluate(inv, pl, req, p, warn=False)

@@ -182,7 +182,7 @@ def test_bad_policy_is_one_line(item):
 
 def test_nccl_version_sources():
     assert parse_nccl_version("2.27.5-1") == (2, 27, 5)
-    assert parse_nccl_version("v2.21") == (2, 21)
+    assert parse_nccl_version("v2.21") == (2, 21, 0)
     assert parse_nccl_version("2.30.4+cuda13.2") == (2, 30, 4)
     with pytest.raises(SlurmtopoError, match="not an NCCL version"):
         parse_nccl_version("latest")

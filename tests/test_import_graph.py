@@ -24,11 +24,15 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.inventory",
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
         "slurmtopo.slurmfmt", "slurmtopo.cluster", "slurmtopo.hazards",
-        "slurmtopo.taskprobe")
+        "slurmtopo.taskprobe",
+        # the Slurm hooks' pure parts: the directive, sbatch's options <-> the
+        # plan, each task's variables, the installed files' text
+        "slurmtopo.hooks.directive", "slurmtopo.hooks.submit", "slurmtopo.hooks.taskvars",
+        "slurmtopo.hooks.install")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.api_admin", "slurmtopo.slurm", "slurmtopo.agent",
          "slurmtopo.admin", "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate",
-         "slurmtopo.audit", "slurmtopo.commands", "slurmtopo.cli")
+         "slurmtopo.audit", "slurmtopo.commands", "slurmtopo.cli", "slurmtopo.hooks.taskprolog")
 
 
 def _modules() -> Dict[str, Path]:
@@ -112,7 +116,7 @@ def _under(mod: str, prefixes) -> bool:
 def test_the_walker_sees_lazy_imports():
     graph = import_graph()
     # both are imported only inside function bodies
-    assert "slurmtopo.cluster" in graph["slurmtopo.daemon.scheduler"]
+    assert "slurmtopo.cost.step" in graph["slurmtopo.daemon.scheduler"]
     assert "slurmtopo.placement.intranode" in graph["slurmtopo.cost.bound"]
 
 

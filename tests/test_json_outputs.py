@@ -103,7 +103,9 @@ def test_bind(tmp_path):
 #: or print a document already (``agent discover --format json``)
 NO_JSON = {"agent discover": "prints the node report itself (--format json)",
            "agent run": "a service: runs until stopped, logging",
-           "daemon run": "a service: runs until stopped, logging"}
+           "daemon run": "a service: runs until stopped, logging",
+           "hooks plan": "prints its protocol for cli_filter.lua (its own machine format)",
+           "hooks task-prolog": "prints TaskProlog's export lines for slurmstepd"}
 
 
 def test_every_command_that_prints_takes_json():

@@ -555,7 +555,11 @@ def test_torchrun_is_planned_node_contiguous_on_a_partly_busy_cluster(tmp_path, 
         where = ["sbatch", "--inventory", str(EXAMPLES / "devcluster.yaml"),
                  "--state", str(state), "--dry-run"]
         hosts = ["node3", "node4"]
-    layout = ["--tp", "2", "--pp", "2", "--dp", "4"]
+    # a model whose activations weigh more than its gradients, so that the
+    # nesting that keeps each pipeline inside a node (interleaving the
+    # nodes' ranks) models clearly faster
+    layout = ["--tp", "2", "--pp", "2", "--dp", "4",
+              "--model", "params=1e9,layers=16,hidden=8192"]
     code, out, err = run_cli(where + layout + ["--launcher", "torchrun", "--", "python", "t.py"])
     assert code == 0, err
     script = (tmp_path / "out" / "job.sbatch").read_text() if how == "nodelist" else out

@@ -24,10 +24,7 @@ def _plan(tmp_path, *args):
 
 def test_idle_pcie_cluster_gets_no_false_fragmentation_or_node_size_claims(tmp_path):
     text = _plan(tmp_path, "--inventory", A6000, "--tp", "2", "--pp", "2", "--dp", "4")
-    # the bound warning is still given, with its true cause only
-    assert "the plan models" in text and "lower bound" in text
     assert "fragmented" not in text
-    assert "not for want of free GPUs" in text
     # a group of 4 fits an 8-GPU node: the reason is the plan's own cap
     assert "the largest free node is 8 GPUs" not in text
     assert ("dp groups of 4 cannot all stay inside one node: each dp group sits in a block of 8 "
@@ -35,6 +32,13 @@ def test_idle_pcie_cluster_gets_no_false_fragmentation_or_node_size_claims(tmp_p
     assert "at most 4 ranks a node, so rings stay on GPUs of one socket or PCIe switch" in text
     assert "shared or partly used" not in text
     assert "16 ranks on 4 nodes (4 not filled: 16 of their 32 GPUs)" in text
+    # a plan far above the bound on an idle cluster: the warning is given,
+    # with its true cause only (TP 8 in every node leaves the 4 data-parallel
+    # ranks one a host; the bound lets TP and DP split 4+4 and 2+2 at once)
+    text = _plan(tmp_path, "--inventory", H100, "--tp", "8", "--dp", "4")
+    assert "the plan models" in text and "lower bound" in text
+    assert "fragmented" not in text
+    assert "not for want of free GPUs" in text
 
 
 def test_idle_groups_bigger_than_the_hardware_say_so(tmp_path):
@@ -64,8 +68,8 @@ def test_a_fragmented_state_still_warns_and_names_free_gpus(tmp_path):
 
 
 def test_idle_json_bound_warning_has_no_fragmentation(tmp_path):
-    code, out, err = run_cli(["plan", "--inventory", A6000, "--tp", "2", "--pp", "2",
-                              "--dp", "4", "--output-dir", str(tmp_path / "o"), "--json"])
+    code, out, err = run_cli(["plan", "--inventory", H100, "--tp", "8", "--dp", "4",
+                              "--output-dir", str(tmp_path / "o"), "--json"])
     assert code == 0, err
     far = json.loads(out)["far_from_bound"]
     assert far is not None and "fragmented" not in far

@@ -123,7 +123,7 @@ class Auditor:
     def audit(self, job: RunningJob, before: ClusterState) -> JobAudit:
         """``job`` against slurmtopo's plan on ``before`` (the cluster
         without the job; see the module doc)."""
-        from slurmtopo.api import step_time
+        from slurmtopo.cost.step import price_step
         from slurmtopo.choice import plan
         from slurmtopo.placement.common import build_placement
 
@@ -133,12 +133,12 @@ class Auditor:
         assign = [(h, g) for h, gpus in job.alloc.items() for g in sorted(gpus)]
         today_pl = build_placement(inv, req, assign, ["today: block order, GPUs by index"])
         today = spans(inv, list(job.alloc))
-        step_today = step_time(inv, today_pl, req, self.params)
+        step_today = price_step(inv, today_pl, req, self.params).time_s
         try:
             best_pl = plan(inv, before, req)
         except PlacementError as exc:
             return JobAudit(job, shape, today, None, today, step_today, None,
                             f"slurmtopo cannot place it on the cluster without it: {exc.message}")
         best = spans(inv, list(best_pl.hosts))
-        step_best = step_time(inv, best_pl, req, self.params)
+        step_best = price_step(inv, best_pl, req, self.params).time_s
         return JobAudit(job, shape, today, best, fewest(today, best), step_today, step_best)

@@ -166,7 +166,7 @@ def partition_view(inv, o):
 
 def request_options(func):
     """--require --prefer --gpus-per-node --exclusive --nodelist --exclude
-    --message-bytes."""
+    --message-bytes --model."""
     kl = _kinds_and_levels()
     return _apply(func, [
         click.option("--require", multiple=True, metavar="KIND=LEVEL",
@@ -185,6 +185,12 @@ def request_options(func):
         click.option("--message-bytes", multiple=True, metavar="KIND=SIZE",
                      help="Bytes per collective for the cost model, e.g. dp=1GiB "
                           "(repeatable)."),
+        click.option("--model", "model", default=None, metavar="SPEC",
+                     help="The model the training step is priced for (the plan's choice, the "
+                          "preview, --json), per the framework's data-parallel style: a preset "
+                          "(7b, 8b, 13b, 70b, 405b), optionally changed (70b,seq=8192), or "
+                          "params=...,layers=...,hidden=... "
+                          "[,seq_len,micro_batch,dtype,micro_batches,top_k]; default: 70b."),
     ])
 
 
@@ -359,7 +365,8 @@ def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command
                        gpus_per_node=o["gpus_per_node"], exclusive=o["exclusive"],
                        nodelist=o["nodelist"], exclude=o["exclude"],
                        message_bytes=parse_message_bytes(o["message_bytes"]),
-                       wait=dict(wait or {}), **knobs)
+                       wait=dict(wait or {}), model=o.get("model"),
+                       nccl_version=o.get("nccl_version"), **knobs)
 
 
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,

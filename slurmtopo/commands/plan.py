@@ -29,17 +29,12 @@ DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 @job_options
 @state_options("none")
 @click.option("--color-by", default=None, help="Group kind to colour the grid by.")
-@click.option("--model", "model", default=None, metavar="SPEC",
-              help="Price one training step's collectives for this model, per the framework's "
-                   "data-parallel style: a preset (7b, 8b, 13b, 70b, 405b), optionally changed "
-                   "(70b,seq=8192), or params=...,layers=...,hidden=... "
-                   "[,seq_len,micro_batch,dtype,micro_batches,top_k].")
 @click.option("--output-dir", default=DEFAULT_OUTPUT_DIR, show_default=True,
               type=click.Path(file_okay=False), help="Where to write the files.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the rank map and cost comparison as JSON instead of the preview.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd, **o):
+def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     """Place a job on the cluster, preview it, write the rank map and script.
 
     Give the training command after `--`; without one, everything but the
@@ -60,24 +55,10 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
     live = state_for(inv, state_path, backend, o.get("partition"))
     state = live.state
     req = request_from(o, command=cmd)
-    if model is not None:  # a bad --model fails before the planner runs
-        from slurmtopo.cost.styles import parse_model
-        parse_model(model)
     job = api.prepare(inv, state, req, cmd, script_options_from(o, o["inventory_path"]),
                       queue=state_path in LIVE_STATES,
                       partition_members=live.partition_members,
                       features=live.features or None)
-    step = None
-    if model is not None:
-        from slurmtopo.commands.layout_options import LAYOUT_PARAMS, framework_knobs, \
-            framework_params
-        framework = o.get("framework") or "megatron"
-        knobs = framework_knobs(framework,
-                                {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
-                                o.get("config"))
-        knobs["world"] = req.layout.world
-        step = api.step_communication(inv, job.placement, model, framework,
-                                      **{k: v for k, v in knobs.items() if v is not None})
     placement, layout, script = job.placement, req.layout, job.script
     framework = framework_of(o, req, cmd)  # torchtitan's or DeepSpeed's own kind names
     extra = framework_extra(framework)
@@ -117,9 +98,9 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
                "far_from_bound": bound_warning(plan_cost, bound, job.costs.idle_bound),
                # the pre-launch hazards found (warnings: an error refused the plan)
                "hazards": [h.as_dict() for h in job.hazards.hazards] if job.hazards else []}
-        if step is not None:
-            from slurmtopo.cost.styles import step_dict
-            out["step"] = step_dict(step)
+        if plan_cost.step is not None:  # the step every decision priced
+            from slurmtopo.cost.step import step_dict
+            out["step"] = step_dict(plan_cost.step)
         click.echo(json.dumps(out, separators=(",", ":")))
         return
     from slurmtopo.commands.preview_print import print_parts
@@ -127,8 +108,3 @@ def command(state_path, backend_name, color_by, model, output_dir, as_json, cmd,
     print_parts(plan_parts(
         placement, inv, layout, plan_cost, naive_cost, state, color_by, notes, script,
         files, bound=bound, idle_bound=job.costs.idle_bound, framework=framework))
-    if step is not None:
-        from rich.console import Console
-
-        from slurmtopo.preview import render_step
-        Console(soft_wrap=False).print(render_step(step))

@@ -30,19 +30,19 @@ NICs' rate, divided by an oversubscription factor per switch level; a
 ring reaches ``efficiency`` of each. All are overridable in the
 inventory's ``cost:`` block and ``Hardware`` fields.
 
-Per kind the time is that of its slowest group; the *step time* sums the
-kinds that carry distinct traffic (:func:`counted_kinds`): ``tp``, ``cp``,
-``pp``, ``dp-cp`` when ``cp > 1`` else ``dp`` (gradients are reduced over
-data x context parallel, the plain ``dp`` groups are a subset of it), and
-with experts ``ep``, ``expert-tp``, ``expert-dp``. Combined kinds
-(``tp-pp``, ``tp-dp-cp``, ``expert-tp-ep``...) are priced for the preview
-with a small latency-bound message and not counted, so no traffic is
-counted twice.
+Per kind the time is that of its slowest group. The *step* is
+:func:`slurmtopo.cost.step.price_step`: every collective of one training
+step per the job's framework and data-parallel style (its
+:class:`~slurmtopo.workload.Workload`; DDP on the 70b shape when it names
+none), each on its kind's slowest group times its count; its ``time_s``
+is the number every decision and report uses (``CostReport.step_time_s``).
+Combined kinds (``tp-pp``, ``tp-dp-cp``, ``expert-tp-ep``...) are priced
+for the preview with a small latency-bound message and are not in the step.
 """
 from __future__ import annotations
 
 from slurmtopo.cost.bound import lower_bound
-from slurmtopo.cost.collectives import COLLECTIVES, collective_time, counted_kinds
+from slurmtopo.cost.collectives import COLLECTIVES, collective_time
 from slurmtopo.cost.defaults import (ALGORITHMS, COST_KEYS, DEFAULT_ALPHA_US, DEFAULT_EFFICIENCY,
                                      DEFAULT_INTER_SOCKET_GBPS, DEFAULT_MESSAGE_BYTES,
                                      DEFAULT_NVLINK_LANE_GBPS, DEFAULT_PCIE_FACTOR,
@@ -57,5 +57,5 @@ __all__ = ["ALGORITHMS", "COLLECTIVES", "COST_KEYS", "DEFAULT_ALPHA_US", "DEFAUL
            "DEFAULT_INTER_SOCKET_GBPS", "DEFAULT_MESSAGE_BYTES", "DEFAULT_NVLINK_LANE_GBPS",
            "DEFAULT_PCIE_FACTOR", "DEFAULT_PCIE_GBPS", "DEFAULT_PROTOCOLS", "NETWORK_CLASSES",
            "CostParams", "CostReport", "GiB", "GroupCost", "HardwareFigures", "KiB", "MiB",
-           "Protocol", "cost_params", "counted_kinds",
+           "Protocol", "cost_params",
            "collective_time", "evaluate", "lower_bound", "parse_bytes"]

@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional, Tuple
 
-from slurmtopo.cost.collectives import COLLECTIVES, collective_time, counted_kinds
+from slurmtopo.cost.collectives import COLLECTIVES, collective_time
 from slurmtopo.cost.defaults import NETWORK_CLASSES
 from slurmtopo.cost.params import CostParams, cost_params
 from slurmtopo.cost.report import CostReport, GroupCost
+from slurmtopo.cost.step import StepCall, call_bytes, step_calls, subgroups
 from slurmtopo.groups import build_groups
 from slurmtopo.links import LinkClass
 from slurmtopo.model import Hardware, Inventory
@@ -302,14 +303,17 @@ _DENSE_DIMS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("dp",), "dp-c
 _EXPERT_DIMS = {"ep": ("ep",), "expert-tp": ("etp",), "expert-dp": ("edp",)}
 
 
-def joint_bound(base: "LowerBound", p: CostParams, req: JobRequest, groups, counted) -> float:
-    """The cheapest assignment of the counted kinds to three scopes (inside
+def joint_bound(base: "LowerBound", p: CostParams, req: JobRequest, groups,
+                calls: List[StepCall]) -> float:
+    """The cheapest assignment of the step's kinds to three scopes (inside
     one node; across nodes inside one NVLink domain; over the network),
-    each priced at the cost model's optimum for that scope, in which the
-    kinds kept inside one node span at most a node's GPUs and those kept
-    inside a node or a domain at most a domain's, per rank generator: if
-    TP of 8 and DP of 2 each stay inside one node, so does their product
-    of 16 ranks, which no 8-GPU node holds."""
+    each kind priced as the sum of its calls at the cost model's optimum
+    for that scope, in which the kinds kept inside one node span at most a
+    node's GPUs and those kept inside a node or a domain at most a
+    domain's, per rank generator: if TP of 8 and DP of 2 each stay inside
+    one node, so does their product of 16 ranks, which no 8-GPU node
+    holds. Calls on a part of a kind's groups (HSDP's shard and replicate
+    groups) are priced at their own best, whatever the scope."""
     import copy
     import itertools
 
@@ -323,31 +327,25 @@ def joint_bound(base: "LowerBound", p: CostParams, req: JobRequest, groups, coun
     sizes = {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep,
              "etp": lay.expert_tp,
              "edp": lay.expert_dp if lay.ep > 1 or lay.expert_tp != lay.tp else 1}
-    kinds = [k for k in counted if len(groups[k][0]) > 1]
+    whole = [c for c in calls if c.part[0] == "all"]
+    fixed = sum(c.calls * base.best(len(g[0]), c.collective, call_bytes(c, p, req), len(g))[1]
+                for c in calls if c.part[0] != "all"
+                for g in [_parts(groups[c.kind], c)] if len(g[0]) > 1)
+    kinds = list(dict.fromkeys(c.kind for c in whole if len(groups[c.kind][0]) > 1))
     scopes = (base, off_node, net_only)
     node_cap = max(base.node_max, 1)
     dom_cap = max(base.node_max, base.dom_max, 1)
     cache: Dict[Tuple[str, int, int], float] = {}
 
-    def cost(k: str, level: int, assign) -> float:
-        # kinds kept inside one node leave a kind over the network at most
-        # node / (their ranks) of its own ranks a host: with TP 8 in every
-        # node a DP group has one rank a host
-        l_cap = 0
-        if level:
-            dims_of = _DENSE_DIMS if k in _DENSE_DIMS else _EXPERT_DIMS
-            inner = set()
-            for j, lv in assign.items():
-                if lv == 0 and j in dims_of:
-                    inner.update(dims_of[j])
-            inner -= set(dims_of[k])
-            l_cap = max(1, node_cap // math.prod(sizes[d] for d in inner)) if inner else 0
+    def cost(k: str, level: int, l_cap: int) -> float:
         key = (k, level, l_cap)
         hit = cache.get(key)
         if hit is None:
-            n = len(groups[k][0])
-            hit = cache[key] = scopes[level].best(n, COLLECTIVES.get(k, "all-reduce"),
-                                                  p.message(k, req), len(groups[k]), l_cap)[1]
+            n, count = len(groups[k][0]), len(groups[k])
+            hit = cache[key] = sum(
+                c.calls * scopes[level].best(n, c.collective, call_bytes(c, p, req), count,
+                                             l_cap)[1]
+                for c in whole if c.kind == k)
         return hit
 
     def fits(assign) -> bool:
@@ -361,15 +359,68 @@ def joint_bound(base: "LowerBound", p: CostParams, req: JobRequest, groups, coun
                     return False
         return True
 
+    # ranks a host a kind off the node may have: powers of two up to a node
+    caps = [c for c in (1 << i for i in range(node_cap.bit_length())) if c <= node_cap]
+
     best = math.inf
     for levels in itertools.product((0, 1, 2), repeat=len(kinds)):
         assign = dict(zip(kinds, levels))
         if not fits(assign):
             continue
-        total = sum(cost(k, lv, assign) for k, lv in assign.items())
-        if total < best:
-            best = total
-    return 0.0 if not kinds else best
+        inner = sum(cost(k, 0, 0) for k, lv in assign.items() if lv == 0)
+        if inner >= best:
+            continue
+        # a host holds the ranks of the kinds kept inside it (their full
+        # size) times those of every kind off the node (l of its ranks a
+        # host): with TP 8 in every node a DP group has one rank a host,
+        # and TP and DP both split 4+4 would need 16 ranks a host
+        off = [k for k, lv in assign.items() if lv > 0]
+        for ls in itertools.product(caps, repeat=len(off)):
+            if not _host_holds(assign, dict(zip(off, ls)), sizes, node_cap):
+                continue
+            total = inner + sum(cost(k, assign[k], l) for k, l in zip(off, ls))
+            if total < best:
+                best = total
+    return fixed + (0.0 if not kinds else best)
+
+
+def _host_holds(assign, ls, sizes, node_cap: int) -> bool:
+    """Can one host hold the ranks this assignment puts on it: every dim
+    of the kinds kept inside a node whole, and ``l`` ranks of each kind
+    off the node (``ls``), of which the dims already whole on the host
+    give a fixed share (a dp-cp group with cp inside the node has cp of
+    its ranks on every host it touches)? Per rank generator; kinds off the
+    node sharing dims are counted by the largest of them, never twice."""
+    for dims_of in (_DENSE_DIMS, _EXPERT_DIMS):
+        held = set()
+        for k, lv in assign.items():
+            if lv == 0 and k in dims_of:
+                held.update(dims_of[k])
+        ranks = math.prod(sizes[d] for d in held)
+        clusters: List[Tuple[set, float]] = []
+        for k, l in ls.items():
+            if k not in dims_of:
+                continue
+            whole = math.prod(sizes[d] for d in set(dims_of[k]) & held)
+            if l < whole:  # the held dims alone put that many of its ranks there
+                return False
+            free = set(dims_of[k]) - held
+            factor = l / whole
+            merged = [(dims, f) for dims, f in clusters if dims & free]
+            clusters = [(dims, f) for dims, f in clusters if not dims & free]
+            for dims, f in merged:
+                free |= dims
+                factor = max(factor, f)
+            clusters.append((free, factor))
+        for _, f in clusters:
+            ranks *= f
+        if ranks > node_cap + 1e-9:
+            return False
+    return True
+
+
+def _parts(gl, call: StepCall):
+    return subgroups(gl, call.part)
 
 
 def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = None,
@@ -383,15 +434,18 @@ def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = 
     fastest option wants, with the best NIC share; a scope counts only when
     every group of the kind can have one (18 TP groups of 8 and 17 free
     nodes: the slowest TP group crosses a node; a domain's scope counts the
-    groups that nodes outside every domain hold too). ``alone_s`` sums these.
-    ``step_time_s`` is tighter: the kinds *jointly* (:func:`joint_bound`: two
-    kinds cannot both stay inside a node when their product of ranks
-    exceeds it). Given the cluster ``state``, only the free GPUs of usable
+    groups that nodes outside every domain hold too). ``alone_s`` is the
+    step (:func:`slurmtopo.cost.step.step_calls`, every call on its kind's
+    best) with each kind alone; ``step_time_s`` is tighter: the kinds
+    *jointly* (:func:`joint_bound`: two kinds cannot both stay inside a node
+    when their product of ranks exceeds it). Given the cluster ``state``, only the free GPUs of usable
     nodes count (the largest free set of a node, the free GPUs of a domain
     or under a switch), so the bound describes this job on this cluster
     now rather than on an idle one.
     """
     p = params if params is not None else cost_params(inv)
+    if req.workload is not None:
+        p = p.for_version(req.workload.nccl_version)
     lay = req.layout
     groups = build_groups(lay)
     lb = LowerBound(inv, p, state)
@@ -402,8 +456,14 @@ def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = 
         m = p.message(kind, req)
         c, t = lb.best(size, coll, m, len(gl))
         kinds[kind] = GroupCost(kind, len(gl), size, coll, m, c, t, 0)
-    counted = counted_kinds(groups, lay.cp)
-    alone = sum(kinds[k].time_s for k in counted)
-    step = max(alone, joint_bound(lb, p, req, groups, counted))
+    calls = [c for c in step_calls(lay, req.workload) if c.kind in groups]
+    counted = tuple(dict.fromkeys(c.kind for c in calls if len(groups[c.kind][0]) > 1))
+    alone = 0.0
+    for c in calls:
+        gl = groups[c.kind] if c.part[0] == "all" else subgroups(groups[c.kind], c.part)
+        if len(gl[0]) > 1:
+            alone += c.calls * lb.best(len(gl[0]), c.collective, call_bytes(c, p, req),
+                                       len(gl))[1]
+    step = max(alone, joint_bound(lb, p, req, groups, calls))
     return CostReport(kinds=kinds, step_time_s=step, warnings=[], counted=counted,
                       alone_s=alone)

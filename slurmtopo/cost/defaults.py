@@ -95,8 +95,73 @@ PROTOCOL_NAMES = tuple(DEFAULT_PROTOCOLS)
 
 #: collective algorithms the model can choose (NCCL's names): ``ring``
 #: always; ``tree`` for all-reduce across hosts (NCCL's double binary
-#: tree); ``nvls`` for all-reduce inside one NVSwitch fabric (NVLink SHARP)
-ALGORITHMS = ("ring", "tree", "nvls")
+#: tree); ``nvls`` for all-reduce inside one NVSwitch fabric (NVLink
+#: SHARP) and, across NVLink domains, NVLS inside each with a tree between
+#: them (NVLSTree); ``collnet`` the switches' own reduction (InfiniBand
+#: SHARP) where the fabric says they have it; ``pat`` NCCL's
+#: Parallel Aggregated Trees for all-gather and reduce-scatter with one
+#: rank a host
+ALGORITHMS = ("ring", "tree", "nvls", "collnet", "pat")
+
+#: the NCCL release the model prices when neither the job nor the
+#: inventory names one: the newest it knows
+NEWEST_NCCL = (2, 30, 7)
+
+#: the first NCCL release with each algorithm (NVIDIA/nccl release notes):
+#: NVLS (NVLink SHARP inside a node) 2.17, NVLSTree (NVLS with a tree
+#: between nodes) 2.18, NVLS over multi-node NVLink (MNNVL, an NVL72 rack)
+#: 2.21, PAT 2.23. A release before these prices without them.
+ALGORITHM_SINCE = {"nvls": (2, 17, 0), "nvls-tree": (2, 18, 0), "mnnvl": (2, 21, 0),
+                   "pat": (2, 23, 0), "collnet": (2, 12, 0)}
+
+#: what the compute NICs are (cost.hardware.network_kind; ``cost: network``)
+NETWORK_KINDS = ("infiniband", "roce", "efa")
+#: severity order: a group over hosts of several kinds is priced as the worst
+NET_KIND_ORDER = {"": 0, "infiniband": 1, "roce": 2, "efa": 3}
+
+#: protocols NCCL runs across the network, by kind: AWS EFA (libfabric's
+#: SRD) does not deliver bytes in the order LL and LL128 need, and its
+#: plugin (aws-ofi-nccl) runs Simple there (aws/aws-ofi-nccl#76, #850)
+NETWORK_KIND_PROTOCOLS = {"infiniband": ("LL", "LL128", "Simple"),
+                          "roce": ("LL", "LL128", "Simple"), "efa": ("Simple",)}
+
+#: a network step's latency by kind, as a multiple of the class's
+#: ``alpha_us``: RoCE runs the same verbs over Ethernet switches (NCCL's
+#: tuner does not tell them apart); EFA's SRD goes through the host's
+#: libfabric provider and AWS's own transport (fitted, below)
+DEFAULT_NETWORK_LATENCY = {"infiniband": 1.0, "roce": 1.0, "efa": 1.0}
+
+#: NVLSTree across NVLink domains (hosts, or NVL72 racks): the published
+#: curves reach their slope only after a ramp of about this many
+#: microseconds per step between domains, 2(d-1) steps over d domains
+#: (fitted: 2 hosts of 8x H100 over EFA carry 290 us more than NCCL's
+#: latencies at 32-256 MiB, two GB200 racks 300 us more than one, twenty
+#: racks 4 ms). NCCL's own figure for its latency is 21 us a network step;
+#: a 4-byte NVLSTree takes 47 us on two H20 hosts (NVIDIA/nccl#1244), so
+#: this is the pipeline filling, not a latency, and it only matters where
+#: NVLSTree would win: from about 100 MiB up.
+DEFAULT_NVLS_TREE_US = 145.0
+
+#: NICs of one multi-node NVLink domain (an NVL72 rack) a collective
+#: drives across domains: NCCL leaves the domain through its channels'
+#: rings and its NVLSTree's head ranks, each with its NIC, not through all
+#: 72 NICs of a rack (fitted: 20 GB200 racks reach 213 GB/s of algbw, a
+#: rack's tree moving 2M over about 10 NICs of 50 GB/s at the network's
+#: efficiency). An 8-GPU host uses all its ranks' NICs, as before
+DEFAULT_DOMAIN_NICS = 10
+
+#: all-to-all across hosts: how many remote peers a rank's channels keep
+#: in flight at once, so that the latency is one network step per round
+#: of them rather than one per peer (fitted on AWS p5's alltoall_perf on
+#: 16 nodes, 120 remote peers a rank: a network step per peer made it
+#: 1.8x too slow at 32 MiB; 2 and 4 nodes held out)
+DEFAULT_A2A_PEERS = 2
+
+#: CollNet (in-network reduction, InfiniBand SHARP): microseconds of one
+#: pass through the switches (NCCL's tuner: CollNet Direct 31 us on the
+#: network, Chain 30); not fitted (no published curve found with its
+#: NCCL version)
+DEFAULT_COLLNET_US = 31.0
 
 #: The share of a link's bandwidth a Simple ring reaches, per class
 #: (fitted to the published curves in tests/fixtures/calibration/, see
@@ -129,12 +194,16 @@ DEFAULT_NVLS_US: Tuple[Tuple[str, float], ...] = (
 DEFAULT_NVLS_MIN_RANKS = 5
 
 #: NCCL multiplies a Simple ring's latency across nodes by 1.4 ("plateau
-#: effect of ring", tuning.cc); fitted 1.5
-DEFAULT_RING_PLATEAU = 1.5
+#: effect of ring", tuning.cc): its figure, not fitted (1.3-1.5 fit the
+#: fit set alike)
+DEFAULT_RING_PLATEAU = 1.4
 
-#: fixed cost of every collective (kernel launch), microseconds; 0: NCCL's
-#: base latencies are part of the protocols
-DEFAULT_LAUNCH_US = 0.0
+#: fixed cost of every collective (kernel launch, the host's enqueue and
+#: the caller's loop), microseconds: NCCL's base latencies are part of
+#: the protocols, this is what every published curve carries on top of
+#: them (fitted: 8-byte all-reduces take 30-40 us on 8 GPUs under
+#: nccl-tests and PyTorch, where NCCL's own latency is 10-20 us)
+DEFAULT_LAUNCH_US = 18.0
 
 #: GB/s per NVLink lane and direction by GPU model (first substring match)
 DEFAULT_NVLINK_LANE_GBPS: Tuple[Tuple[str, float], ...] = (
@@ -179,4 +248,6 @@ NETWORK_CLASSES = (LinkClass.NET_LEAF, LinkClass.NET_L1, LinkClass.NET_L2, LinkC
 COST_KEYS = ("alpha_us", "bandwidth_gbps", "nvlink_lane_gbps", "pcie_gbps", "pcie_factor",
              "inter_socket_gbps", "oversubscription", "default_nic_gbit", "message_bytes",
              "efficiency", "protocols", "network_protocols", "algorithms", "nvls_efficiency",
-             "nvls_us", "nvls_min_ranks", "ring_plateau", "launch_us")
+             "nvls_us", "nvls_min_ranks", "ring_plateau", "launch_us", "nccl_version",
+             "network", "network_latency", "nvls_tree_us", "domain_nics", "collnet_us",
+             "a2a_peers")

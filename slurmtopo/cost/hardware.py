@@ -12,6 +12,19 @@ from slurmtopo.links import LinkClass
 from slurmtopo.model import Hardware
 
 
+def network_kind(hw: Hardware) -> str:
+    """``efa`` when a compute NIC is an AWS EFA device (the kernel names
+    them ``rdmap*``, the presets ``efa*``), else ``roce`` for RDMA over
+    Ethernet, else ``infiniband`` (also when nothing says: most GPU
+    clusters)."""
+    nics = hw.compute_nics()
+    if any(n.name.startswith(("efa", "rdmap")) for n in nics):
+        return "efa"
+    if nics and all(n.link_layer == "Ethernet" for n in nics):
+        return "roce"
+    return "infiniband"
+
+
 def _ring(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:
     # imported here: the cost model loads without the planner until it prices
     from slurmtopo.placement.intranode import ring
@@ -35,6 +48,9 @@ class HardwareFigures:
         self.pcie = p.pcie(hw)
         self.net = self._net_share()
         self.no_nics = not hw.compute_nics()
+        #: what the compute NICs are: infiniband, roce or efa (the cost
+        #: block's ``network`` overrides it)
+        self.net_kind = p.network or network_kind(hw)
         #: an NVLS all-reduce on this node's NVSwitch: GB/s of algbw (its
         #: share of the GPU's NVLink bandwidth; 0: no NVLink SHARP), seconds
         #: of latency

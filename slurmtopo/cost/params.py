@@ -8,13 +8,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
-from slurmtopo.cost.defaults import (ALGORITHMS, COST_KEYS, DEFAULT_ALPHA_US, DEFAULT_EFFICIENCY,
+from slurmtopo.cost.defaults import (ALGORITHM_SINCE, ALGORITHMS, COST_KEYS, DEFAULT_ALPHA_US,
+                                     DEFAULT_A2A_PEERS, DEFAULT_COLLNET_US, DEFAULT_EFFICIENCY,
                                      DEFAULT_INTER_SOCKET_GBPS, DEFAULT_LAUNCH_US,
-                                     DEFAULT_MESSAGE_BYTES,
+                                     DEFAULT_MESSAGE_BYTES, DEFAULT_NETWORK_LATENCY,
                                      DEFAULT_NVLINK_LANE_GBPS, DEFAULT_NVLS_EFFICIENCY,
-                                     DEFAULT_NVLS_MIN_RANKS, DEFAULT_NVLS_US, DEFAULT_PCIE_FACTOR,
+                                     DEFAULT_DOMAIN_NICS, DEFAULT_NVLS_MIN_RANKS,
+                                     DEFAULT_NVLS_TREE_US, DEFAULT_NVLS_US, DEFAULT_PCIE_FACTOR,
                                      DEFAULT_PCIE_GBPS, DEFAULT_PROTOCOLS, DEFAULT_RING_PLATEAU,
-                                     NETWORK_CLASSES, PROTOCOL_NAMES, GiB, KiB, MiB, Protocol)
+                                     NETWORK_CLASSES, NETWORK_KIND_PROTOCOLS, NETWORK_KINDS,
+                                     NEWEST_NCCL, PROTOCOL_NAMES, GiB, KiB, MiB, Protocol)
 from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.errors import InventoryError
 from slurmtopo.links import LinkClass
@@ -103,13 +106,32 @@ class CostParams:
     #: GB/s between CPU sockets: the ceiling of a SYS ring
     inter_socket_gbps: float = DEFAULT_INTER_SOCKET_GBPS
     message_bytes: Dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MESSAGE_BYTES))
+    #: the kinds whose size the inventory sets (``cost: message_bytes``):
+    #: every call of the step on them takes it (slurmtopo.cost.step)
+    message_overrides: Dict[str, int] = field(default_factory=dict)
     #: share of each class's bandwidth a Simple ring reaches (0 < x <= 1)
     efficiency: Dict[LinkClass, float] = field(default_factory=lambda: dict(DEFAULT_EFFICIENCY))
     protocols: Dict[str, Protocol] = field(default_factory=lambda: dict(DEFAULT_PROTOCOLS))
-    #: protocols a ring or tree may use once it crosses the network (AWS
-    #: EFA: Simple only)
-    network_protocols: Tuple[str, ...] = PROTOCOL_NAMES
+    #: protocols a ring or tree may use once it crosses the network; None:
+    #: those of the network's kind (AWS EFA: Simple only)
+    network_protocols: Optional[Tuple[str, ...]] = None
     algorithms: Tuple[str, ...] = ALGORITHMS
+    #: the NCCL release priced (its algorithms: ALGORITHM_SINCE)
+    nccl_version: Tuple[int, int, int] = NEWEST_NCCL
+    #: what the compute NICs are, for every node (None: each node type's
+    #: own, cost.hardware.network_kind)
+    network: Optional[str] = None
+    #: a network step's latency by network kind, times ``alpha``
+    network_latency: Dict[str, float] = field(
+        default_factory=lambda: dict(DEFAULT_NETWORK_LATENCY))
+    #: seconds of NVLSTree's ramp per step between NVLink domains
+    nvls_tree: float = DEFAULT_NVLS_TREE_US * 1e-6
+    #: NICs of an NVLink domain an NVLSTree drives across domains
+    domain_nics: int = DEFAULT_DOMAIN_NICS
+    #: seconds of one pass through the switches of an in-network reduction
+    collnet: float = DEFAULT_COLLNET_US * 1e-6
+    #: remote peers an all-to-all keeps in flight at once
+    a2a_peers: int = DEFAULT_A2A_PEERS
     nvls_efficiency: Tuple[Tuple[str, float], ...] = DEFAULT_NVLS_EFFICIENCY
     default_nvls_efficiency: float = 0.0
     #: microseconds of NVLS's fixed latency by GPU model (a model not in
@@ -121,6 +143,8 @@ class CostParams:
     #: seconds: every collective's launch
     launch: float = DEFAULT_LAUNCH_US * 1e-6
     _hw: Dict[Hardware, "HardwareFigures"] = field(default_factory=dict, repr=False, compare=False)
+    _versions: Dict[Tuple[int, int, int], "CostParams"] = field(default_factory=dict, repr=False,
+                                                               compare=False)
 
     # ---- construction ----------------------------------------------------
 
@@ -168,6 +192,34 @@ class CostParams:
         _parse_model(p, block.cost, block.fail, block.mapping)
         block.message_bytes(p)
         return p
+
+    # ---- NCCL's algorithms and protocols ---------------------------------
+
+    def has(self, algorithm: str) -> bool:
+        """Does the priced NCCL release run ``algorithm`` (and is it
+        allowed: ``algorithms``)? ``nvls-tree``, ``mnnvl``: NVLS's
+        variants, allowed with ``nvls``."""
+        allowed = "nvls" if algorithm in ("nvls-tree", "mnnvl") else algorithm
+        since = ALGORITHM_SINCE.get(algorithm)
+        return allowed in self.algorithms and (since is None or self.nccl_version >= since)
+
+    def net_protocols(self, kind: str) -> Tuple[str, ...]:
+        """The protocols NCCL runs across a network of ``kind``: the
+        inventory's ``network_protocols`` if it sets them, else the kind's."""
+        if self.network_protocols is not None:
+            return self.network_protocols
+        return NETWORK_KIND_PROTOCOLS.get(kind, PROTOCOL_NAMES)
+
+    def for_version(self, version: Optional[Tuple[int, int, int]]) -> "CostParams":
+        """These parameters for another NCCL release (a job's own; kept, so
+        its prices share the per-placement tables)."""
+        if version is None or version == self.nccl_version:
+            return self
+        hit = self._versions.get(version)
+        if hit is None:
+            from dataclasses import replace
+            hit = self._versions[version] = replace(self, nccl_version=version, _versions={})
+        return hit
 
     # ---- per-hardware figures ---------------------------------------------
 
@@ -304,7 +356,7 @@ class _CostBlock:
             from slurmtopo.request import normalise_kind
             try:
                 kind = normalise_kind(k)
-                p.message_bytes[kind] = parse_bytes(v)
+                p.message_bytes[kind] = p.message_overrides[kind] = parse_bytes(v)
             except (ValueError, LayoutError) as exc:
                 text = exc.message if isinstance(exc, LayoutError) else str(exc)
                 raise fail(f"message_bytes: {text}", mb, k) from None
@@ -359,6 +411,38 @@ def _parse_model(p: CostParams, cost: Mapping, fail, mapping) -> None:
     got = names("network_protocols", _protocol_name)
     if got is not None:
         p.network_protocols = tuple(n for n in PROTOCOL_NAMES if n in got)
+    if cost.get("nccl_version") is not None:
+        from slurmtopo.errors import LayoutError
+        from slurmtopo.workload import parse_nccl_version
+        try:
+            p.nccl_version = parse_nccl_version(cost["nccl_version"], "nccl_version:")
+        except LayoutError as exc:
+            raise fail(exc.message, cost) from None
+    if cost.get("network") is not None:
+        kind = str(cost["network"]).strip().lower()
+        if kind not in NETWORK_KINDS:
+            raise fail(f"network {cost['network']!r}: known: {', '.join(NETWORK_KINDS)}", cost)
+        p.network = kind
+    lat = mapping("network_latency")
+    for k, v in (lat or {}).items():
+        kind = str(k).strip().lower()
+        if kind not in NETWORK_KINDS:
+            raise fail(f"network_latency: unknown network {k!r} (known: "
+                       f"{', '.join(NETWORK_KINDS)})", lat, k)
+        try:
+            p.network_latency[kind] = _positive(v, f"network_latency.{k}")
+        except ValueError as exc:
+            raise fail(str(exc), lat, k) from None
+    if cost.get("nvls_tree_us") is not None:
+        p.nvls_tree = number("nvls_tree_us") * 1e-6
+    if cost.get("collnet_us") is not None:
+        p.collnet = number("collnet_us") * 1e-6
+    for key in ("domain_nics", "a2a_peers"):
+        v = cost.get(key)
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise fail(f"{key} must be a whole number >= 1, got {v!r}", cost)
+            setattr(p, key, v)
 
     def algorithm(x) -> str:
         t = str(x).strip().lower()

@@ -1,333 +1,24 @@
 """Pricing a placement: :func:`evaluate` prices one collective of every
-group kind over the ranks' hosts and GPUs and names the groups whose link
-is slower than their size allows.
-
-Speed is part of the contract (the planner prices many proposals, the
-preview prices the plan and Slurm's default, and issue 13 asks for 32,768
-ranks under 0.1 s), so the work is per host, not per rank: each group is
-reduced to a :data:`Shape` (hosts, ranks a host, classes and bandwidths)
-with C-level passes over its ranks, and everything that depends only on
-hosts is computed once per placement. tests/test_cost_reference.py holds a
-plain per-rank reference that random placements must price alike."""
+group kind over the ranks' hosts and GPUs (for the per-kind table and the
+checks of the kinds' link classes), prices the step
+(:func:`slurmtopo.cost.step.price_step`) and names the groups whose link
+is slower than their size allows. Groups are reduced to shapes
+(:mod:`slurmtopo.cost.shapes`), priced once per distinct shape."""
 from __future__ import annotations
 
-import math
-from collections import Counter
-from operator import attrgetter, getitem, itemgetter
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from slurmtopo.cost.bound import LowerBound
-from slurmtopo.cost.collectives import COLLECTIVES, collective_time, counted_kinds
-from slurmtopo.cost.hardware import HardwareFigures
+from slurmtopo.cost.collectives import COLLECTIVES
 from slurmtopo.cost.params import CostParams, cost_params
 from slurmtopo.cost.report import CostReport, GroupCost
+from slurmtopo.cost.shapes import (PlacementPricer, Shape, group_shapes,  # noqa: F401
+                                   placement_pricer, pricing_of, shape_time)
+from slurmtopo.cost.step import price_step
 from slurmtopo.groups import build_groups, span_of
 from slurmtopo.links import LinkClass
 from slurmtopo.model import Inventory, Placement
 from slurmtopo.request import JobRequest
-from slurmtopo.topology import network_view
-
-#: What one group's collective time depends on, whatever the collective
-#: and message: (slowest class, hosts, most and fewest ranks a host, class
-#: and GB/s inside hosts, network class and GB/s, GB/s and seconds of
-#: latency of an NVLS all-reduce). ``hosts`` 0: one flat ring on the
-#: inside class (a single host, or one NVLink domain), NVLS possible when
-#: its GB/s is not 0.
-Shape = Tuple[LinkClass, int, int, int, LinkClass, float, LinkClass, float, float, float]
-
-
-def shape_time(p: CostParams, shape: Shape, collective: str, n: int, m: int) -> float:
-    """Seconds of one ``collective`` of ``m`` bytes over ``n`` ranks of ``shape``."""
-    _, hosts, l_max, l_min, in_cls, in_bw, net_cls, net_bw, nvls_bw, nvls_lat = shape
-    return collective_time(p, collective, n, m, hosts, l_max, l_min, in_cls, in_bw, net_cls,
-                           net_bw, nvls_bw, nvls_lat)
-
-
-class PlacementPricer:
-    """What :func:`evaluate` needs, computed once per placement: per rank
-    its host index, GPU and network share; per host its hardware figures,
-    leaf switch and NVLink domain.
-
-    Pricing a group is then a few C-level passes over its ranks
-    (``itemgetter``, ``Counter``, ``min``) and Python work per *host*, not
-    per rank. What depends only on hosts is memoised: the network class of
-    a set of leaf switches, a host's ring over all the job's GPUs there, a
-    pipeline chain's cost by its host sequence. That keeps the full report
-    at 32,768 ranks on a fragmented placement to a few hundredths of a
-    second.
-    """
-
-    def __init__(self, inv: Inventory, p: CostParams, placement: Placement):
-        self.p = p
-        view = network_view(inv.fabric)
-        self.view = view
-        slots = placement.slots
-        rank_host = list(map(attrgetter("host"), slots))
-        hosts = list(dict.fromkeys(rank_host))
-        hidx = {h: i for i, h in enumerate(hosts)}
-        self.rank_h = rank_h = list(map(hidx.__getitem__, rank_host))
-        self.rank_g = rank_g = list(map(attrgetter("gpu"), slots))
-        self.nodes = nodes = list(map(inv.nodes.__getitem__, hosts))
-        figures: Dict[int, HardwareFigures] = {}  # node types share Hardware objects
-        hcs = []
-        for n in nodes:
-            hc = figures.get(id(n.hardware))
-            if hc is None:
-                hc = figures[id(n.hardware)] = p.hw(n.hardware)
-            hcs.append(hc)
-        self.hcs = hcs
-        nets = [hc.net for hc in hcs]
-        self.rank_share = list(map(getitem, map(nets.__getitem__, rank_h), rank_g))
-        self.dom = [n.nvlink_domain for n in nodes]
-        self.any_dom = any(d is not None for d in self.dom)
-        #: leaf switch per host; None: the fabric does not list it
-        self.leaf = [None] * len(hosts) if view.flat else list(map(view.leaf.get, hosts))
-        self._leaf_host: Dict[str, str] = {}
-        for h, leaf in zip(hosts, self.leaf):
-            if leaf is not None and leaf not in self._leaf_host:
-                self._leaf_host[leaf] = h
-        #: ranks the job has on each host: a group holding all of them
-        #: rings over the same GPUs as every other such group, priced once
-        counts = Counter(rank_h)
-        self.host_n = [counts[i] for i in range(len(hosts))]
-        self._host_ring: List[Optional[Tuple[LinkClass, float]]] = [None] * len(hosts)
-        #: hosts whose GPUs all get the same network share: a hop between
-        #: two such hosts costs the same whichever GPUs it joins
-        same_share = {id(hc): len(set(hc.net)) == 1 for hc in figures.values()}
-        self.uniform = [same_share[id(hc)] for hc in hcs]
-        self._leaves: Dict[frozenset, LinkClass] = {}
-        self._leaf_pair: Dict[Tuple[Optional[str], Optional[str]], LinkClass] = {}
-        self._by_level: Dict[str, List[frozenset]] = {}
-
-    # -- the network class of a set of hosts ---------------------------------
-
-    def hosts_class(self, hs: Sequence[int]) -> LinkClass:
-        """Network class (or NVLINK_DOMAIN) of the distinct host indices
-        ``hs`` (two or more)."""
-        if len(hs) == 2:
-            return self.pair_class(hs[0], hs[1])
-        if self.any_dom:
-            doms = set(itemgetter(*hs)(self.dom))
-            if len(doms) == 1 and None not in doms:
-                return LinkClass.NVLINK_DOMAIN
-        if self.view.flat:
-            return LinkClass.NET_LEAF
-        leaves = frozenset(itemgetter(*hs)(self.leaf))
-        hit = self._leaves.get(leaves)
-        if hit is None:
-            hit = self._leaves[leaves] = self._leaves_class(leaves)
-        return hit
-
-    def pair_class(self, a: int, b: int) -> LinkClass:
-        """:meth:`hosts_class` of two different hosts, memoised per leaf pair."""
-        if self.any_dom:
-            d = self.dom[a]
-            if d is not None and d == self.dom[b]:
-                return LinkClass.NVLINK_DOMAIN
-        key = (self.leaf[a], self.leaf[b])
-        hit = self._leaf_pair.get(key)
-        if hit is None:
-            hit = self._leaf_pair[key] = (LinkClass.NET_LEAF if self.view.flat
-                                          else self._leaves_class(frozenset(key)))
-        return hit
-
-    def _switches_by_level(self, leaf: str) -> List[frozenset]:
-        """The switches above ``leaf`` (through a host under it), by level."""
-        hit = self._by_level.get(leaf)
-        if hit is None:
-            anc = self.view.ancestors.get(self._leaf_host[leaf], {})
-            top = max(anc.values(), default=-1)
-            hit = [frozenset(sw for sw, lvl in anc.items() if lvl == level)
-                   for level in range(top + 1)]
-            self._by_level[leaf] = hit
-        return hit
-
-    def _leaves_class(self, leaves: frozenset) -> LinkClass:
-        """The lowest level at which every leaf of ``leaves`` meets."""
-        if None in leaves:
-            return LinkClass.NET_FAR
-        if len(leaves) == 1:
-            return LinkClass.NET_LEAF
-        tables = [self._switches_by_level(leaf) for leaf in leaves]
-        for level in range(min(map(len, tables))):
-            common = tables[0][level]
-            for t in tables[1:]:
-                common = common & t[level]
-                if not common:
-                    break
-            if common:
-                return LinkClass.network(level)
-        return LinkClass.NET_FAR
-
-    # -- rings inside hosts --------------------------------------------------
-
-    def _ring_of(self, h: int, gpus: Sequence[int]) -> Tuple[LinkClass, float]:
-        """(class, GB/s) of a ring over ``gpus`` of host ``h``; memoised per
-        host when ``gpus`` are all the job holds there."""
-        if len(gpus) == self.host_n[h]:
-            hit = self._host_ring[h]
-            if hit is None:
-                hit = self._host_ring[h] = self.hcs[h].intra(tuple(sorted(gpus)))
-            return hit
-        return self.hcs[h].intra(tuple(sorted(gpus)))
-
-    # -- one group -----------------------------------------------------------
-
-    def shaper(self, n: int):
-        """A function giving the :data:`Shape` of a group of ``n`` ranks
-        (its argument). Shapes repeat across groups (a TP group split 4+4
-        over two hosts under one spine), so :func:`evaluate` computes each
-        distinct shape's time once, and kinds with the same groups (dp and
-        dp-cp when cp is 1) share the shapes whatever their messages."""
-        hcs, rank_h, rank_g, rank_share = self.hcs, self.rank_h, self.rank_g, self.rank_share
-        host_n, host_ring, ring_of = self.host_n, self._host_ring, self._ring_of
-        network_gbps = self.p.network_gbps
-        flat: Dict[Tuple[LinkClass, float], Shape] = {}
-        dom_cls, self_cls, inf = LinkClass.NVLINK_DOMAIN, LinkClass.SELF, math.inf
-        nvl_cls = LinkClass.NVLINK
-        hosts_class, pair_class = self.hosts_class, self.pair_class
-        self_shape: Shape = (self_cls, 0, 0, 0, self_cls, inf, self_cls, 0.0, 0.0, 0.0)
-
-        def shape(ranks: Sequence[int]) -> Shape:
-            if n < 2:
-                return self_shape
-            get = itemgetter(*ranks)
-            hs = get(rank_h)
-            h0 = hs[0]
-            c0 = hs.count(h0)
-            if c0 == n:  # one host: a ring inside it
-                hit = host_ring[h0] if n == host_n[h0] else None
-                if hit is None:
-                    hit = ring_of(h0, get(rank_g))
-                sh = flat.get(hit)
-                if sh is None:
-                    cls, bw = hit
-                    hc = hcs[h0]
-                    nvls = hc.nvls_bw if cls is nvl_cls else 0.0
-                    sh = flat[hit] = (cls, 0, 0, 0, cls, bw, self_cls, 0.0, nvls, hc.nvls_lat)
-                return sh
-            if n <= 32:
-                distinct = dict.fromkeys(hs)
-                per_host = dict(zip(distinct, map(hs.count, distinct)))
-            else:
-                per_host = Counter(hs)
-            counts = per_host.values()
-            l_max = max(counts)
-            in_cls, in_bw = self_cls, inf
-            if l_max > 1:
-                gather: Dict[int, List[int]] = {}
-                for h, k in per_host.items():
-                    if k == 1:
-                        continue
-                    hit = host_ring[h] if k == host_n[h] else None
-                    if hit is None:
-                        gather[h] = []
-                        continue
-                    c, b = hit
-                    if c > in_cls:
-                        in_cls = c
-                    if b < in_bw:
-                        in_bw = b
-                if gather:  # GPUs of these hosts not priced yet: collect them
-                    for r, h in zip(ranks, hs):
-                        lst = gather.get(h)
-                        if lst is not None:
-                            lst.append(rank_g[r])
-                    for h, gpus in gather.items():
-                        c, b = ring_of(h, gpus)
-                        if c > in_cls:
-                            in_cls = c
-                        if b < in_bw:
-                            in_bw = b
-            if len(per_host) == 2:
-                net_cls = pair_class(*per_host)
-            else:
-                net_cls = hosts_class(list(per_host))
-            slowest = net_cls if net_cls > in_cls else in_cls
-            if net_cls is dom_cls:
-                # one NVLink fabric: a flat ring over all ranks (NVLS when
-                # every tray's NVSwitch has it)
-                bw = min(min(hcs[h].class_bw(net_cls) for h in per_host), in_bw)
-                nvls = (min(hcs[h].nvls_bw for h in per_host) if in_cls <= nvl_cls else 0.0)
-                lat = max(hcs[h].nvls_lat for h in per_host)
-                return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0, nvls, lat)
-            net_bw = network_gbps(min(get(rank_share)), net_cls)
-            # NVLSTree: NVLS inside each host when every host's ranks share
-            # its NVSwitch
-            nvls = (min(hcs[h].nvls_bw for h in per_host) if in_cls is nvl_cls else 0.0)
-            lat = max(hcs[h].nvls_lat for h in per_host) if nvls else 0.0
-            return (slowest, len(per_host), l_max, min(counts), in_cls,
-                    in_bw if in_bw != inf else 1.0, net_cls, net_bw, nvls, lat)
-
-        return shape
-
-    def p2p_pricer(self, m: int):
-        """A function pricing one pipeline chain for a message of ``m``
-        bytes. A hop's cost is computed once per GPU pair inside a host and
-        once per host pair between hosts whose GPUs share the network alike
-        (per rank pair otherwise); a chain over distinct such hosts costs
-        what its host sequence costs, so chains through the same hosts (the
-        TP ranks of one stage) are priced once."""
-        p = self.p
-        rank_h, rank_g, hcs, share = self.rank_h, self.rank_g, self.hcs, self.rank_share
-        uniform, pair_class = self.uniform, self.pair_class
-        inside: Dict[Tuple[int, int, int], Tuple[LinkClass, float]] = {}
-        across: Dict[Tuple[int, int], Tuple[LinkClass, float, float]] = {}
-        by_hosts: Dict[Tuple[int, ...], Tuple[LinkClass, float]] = {}
-        alpha, over, fixed, eff, launch = (p.alpha, p.oversubscription, p.bandwidth,
-                                           p.efficiency, p.launch)
-        dom_cls, self_cls = LinkClass.NVLINK_DOMAIN, LinkClass.SELF
-
-        def hops(ranks: Sequence[int]) -> Tuple[LinkClass, float]:
-            worst_c, worst_t = self_cls, 0.0
-            prev = ranks[0]
-            for r in ranks[1:]:
-                ha, hb = rank_h[prev], rank_h[r]
-                if ha == hb:
-                    hc = hcs[ha]
-                    key = (id(hc), rank_g[prev], rank_g[r])
-                    hit = inside.get(key)
-                    if hit is None:
-                        cls, bw = hc.pair(rank_g[prev], rank_g[r])
-                        hit = inside[key] = (cls, launch + alpha[cls]
-                                             + m / (eff.get(cls, 1.0) * bw * 1e9))
-                    cls, t = hit
-                else:
-                    hit = across.get((ha, hb))
-                    if hit is None:
-                        cls = pair_class(ha, hb)
-                        e = eff.get(cls, 1.0)
-                        if cls is dom_cls:
-                            bw = min(hcs[ha].class_bw(cls), hcs[hb].class_bw(cls))
-                            hit = (cls, launch + alpha[cls] + m / (e * bw * 1e9), 0.0)
-                        elif cls in fixed:
-                            hit = (cls, launch + alpha[cls] + m / (e * fixed[cls] * 1e9), 0.0)
-                        else:
-                            hit = (cls, launch + alpha[cls], m * over.get(cls, 1.0) / (e * 1e9))
-                        across[(ha, hb)] = hit
-                    cls, t, per = hit
-                    if per:
-                        t += per / min(share[prev], share[r])
-                if t > worst_t:
-                    worst_t = t
-                if cls > worst_c:
-                    worst_c = cls
-                prev = r
-            return worst_c, worst_t
-
-        def chain(ranks: Sequence[int]) -> Tuple[LinkClass, float]:
-            if len(ranks) < 2:
-                return self_cls, 0.0
-            hs = itemgetter(*ranks)(rank_h)
-            hit = by_hosts.get(hs)  # only host-determined chains are kept
-            if hit is None:
-                hit = hops(ranks)
-                if len(set(hs)) == len(hs) and all(itemgetter(*hs)(uniform)):
-                    by_hosts[hs] = hit
-            return hit
-
-        return chain
-
 
 _PHRASE = {
     LinkClass.NVLINK_DOMAIN: "spans nodes over multi-node NVLink",
@@ -344,21 +35,6 @@ _PHRASE = {
 }
 
 _HEAVY = ("tp", "expert-tp", "cp", "ep", "dp", "dp-cp", "expert-dp", "pp")
-
-
-def _pricing_of(inv: Inventory, p: CostParams, placement: Placement
-                ) -> Tuple[PlacementPricer, List[Tuple[list, List[Shape]]]]:
-    """The pricer of ``placement`` under ``p`` and the shapes of the groups
-    it has priced, kept with the placement while its slots, the inventory
-    and the parameters stay the same: the choice among proposals prices the
-    step of the plan and of Slurm's default, and the report prices them
-    again (a 16,384-rank placement's shapes are most of its pricing)."""
-    hit = placement.derived.get("cost.pricing", lambda: [None, None, None, None, None])
-    if hit[0] is inv and hit[1] is p and hit[2] is placement.slots:
-        return hit[3], hit[4]
-    pricer, shaped = PlacementPricer(inv, p, placement), []
-    hit[:] = [inv, p, placement.slots, pricer, shaped]
-    return pricer, shaped
 
 
 def _capped_clause(placement: Placement, req: JobRequest, lb: LowerBound,
@@ -386,23 +62,30 @@ def _capped_clause(placement: Placement, req: JobRequest, lb: LowerBound,
 def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
              params: Optional[CostParams] = None, step_only: bool = False,
              warn: bool = True) -> CostReport:
-    """Price one collective of every group kind of ``placement``.
+    """Price the step of ``placement`` and one collective of every group
+    kind.
 
-    Per kind: the slowest link any group crosses, and the time of the
-    slowest group. ``warnings`` name the worst group of each traffic-heavy
-    kind whose link is slower than the best its size allows on this
-    cluster (e.g. "TP group 3 crosses PCIe between NUMA nodes (SYS)").
-    ``step_only``: price only the kinds counted in the step time, no
-    warnings (what the planner needs to compare placements). ``warn``
-    False: every kind priced, no warnings (what checks of the kinds' link
-    classes need; the warnings compare with the lower bound, which costs
-    more than the pricing on a small job).
+    ``step`` is :func:`slurmtopo.cost.step.price_step` (every call of one
+    training step) and ``step_time_s`` its ``time_s``: the number every
+    decision uses. Per kind (``kinds``): one collective of the kind's
+    message size (:data:`~slurmtopo.cost.defaults.DEFAULT_MESSAGE_BYTES`),
+    the slowest link any group crosses and the time of the slowest group.
+    ``warnings`` name the worst group of each traffic-heavy kind whose link
+    is slower than the best its size allows on this cluster (e.g. "TP group
+    3 crosses PCIe between NUMA nodes (SYS)"). ``step_only``: the step
+    alone, no kinds and no warnings. ``warn`` False: every kind priced, no
+    warnings (what checks of the kinds' link classes need; the warnings
+    compare with the lower bound, which costs more than the pricing on a
+    small job).
     """
     warn = warn and not step_only
     p = params if params is not None else cost_params(inv)
+    step = price_step(inv, placement, req, p)
+    counted = step.kinds
+    if step_only:
+        return CostReport(kinds={}, step_time_s=step.time_s, counted=counted, step=step)
     groups = placement.groups if placement.groups else build_groups(req.layout)
-    counted = counted_kinds(groups, req.layout.cp)
-    pricer, shaped = _pricing_of(inv, p, placement)
+    pricer, shaped = pricing_of(inv, p, placement)
     priced: Dict[str, Tuple[list, str, int]] = {}
     seen: Dict[str, Tuple[float, int, LinkClass, List[int]]] = {}
     kinds: Dict[str, GroupCost] = {}
@@ -410,8 +93,6 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
     warned: List[list] = []
     lb = None
     for kind, gl in groups.items():
-        if step_only and kind not in counted:
-            continue
         size = len(gl[0]) if gl else 0
         coll = COLLECTIVES.get(kind, "all-reduce")
         m = p.message(kind, req)
@@ -466,5 +147,5 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
     if warn and len(placement.hosts) > 1 and any(hc.no_nics for hc in pricer.hcs):
         warnings.append(f"some nodes list no compute NIC: their network share assumes "
                         f"{p.default_nic_gbit:g} Gbit/s a node (cost.default_nic_gbit)")
-    step = sum(kinds[k].time_s for k in counted)
-    return CostReport(kinds=kinds, step_time_s=step, warnings=warnings, counted=counted)
+    return CostReport(kinds=kinds, step_time_s=step.time_s, warnings=warnings, counted=counted,
+                      step=step)

@@ -1,9 +1,9 @@
 """What the cost model reports: per group kind the slowest group and its
-link, and the step time summed over the kinds that carry distinct traffic."""
+link, and the step (:class:`slurmtopo.cost.step.StepPrice`) with its time."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from slurmtopo.links import LinkClass
 
@@ -23,9 +23,13 @@ class GroupCost:
 @dataclass
 class CostReport:
     kinds: Dict[str, GroupCost]
+    #: the step's time (``step.time_s``); a lower bound's: no placement's
+    #: step is faster
     step_time_s: float
     warnings: List[str] = field(default_factory=list)
-    counted: Tuple[str, ...] = ()  # kinds summed into step_time_s
+    counted: Tuple[str, ...] = ()  # kinds the step communicates over
     #: lower bounds only: the per-kind bounds summed (each kind alone,
     #: <= step_time_s, which prices the kinds jointly)
     alone_s: Optional[float] = None
+    #: the step priced (a StepPrice; None for a lower bound)
+    step: Optional[Any] = None

@@ -105,9 +105,9 @@ COST_MODEL_ERRORS = (SlurmtopoError, ValueError)
 
 
 def job_step_time(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
-    from slurmtopo.cluster import step_time
+    from slurmtopo.cost.step import price_step
     try:
-        return step_time(inv, placement, req, params)
+        return price_step(inv, placement, req, params).time_s
     except COST_MODEL_ERRORS:
         return None
 

@@ -37,8 +37,10 @@ from typing import Dict, Mapping, Tuple
 from slurmtopo.errors import LayoutError
 from slurmtopo.frameworks.common import FrameworkLayout
 from slurmtopo.groups import Layout
+from slurmtopo.workload import Workload
 
-__all__ = ["RequestTerms", "request_terms", "translate_kinds"]
+__all__ = ["RequestTerms", "request_terms", "translate_kinds", "data_parallel_style",
+           "workload_of"]
 
 
 @dataclass(frozen=True)
@@ -130,3 +132,36 @@ def translate_kinds(terms: RequestTerms, framework: str,
                               f"{level})")
         out[target] = level
     return out
+
+
+def data_parallel_style(framework: str, knobs: Mapping[str, object]) -> str:
+    """``ddp``, ``zero12`` (ZeRO-1/2, Megatron's distributed optimizer),
+    ``fsdp`` or ``hsdp``, from the framework's own settings: torchtitan
+    shards (FSDP) when dp_shard x cp > 1, with replicas (HSDP) when
+    dp_replicate > 1; DeepSpeed by ZeRO stage; Megatron-FSDP, the
+    distributed optimizer, else DDP."""
+    if framework == "torchtitan":
+        shard = int(knobs["dp_shard"]) * int(knobs["cp"])  # type: ignore[arg-type]
+        if shard > 1:
+            return "hsdp" if int(knobs["dp_replicate"]) > 1 else "fsdp"  # type: ignore
+        return "ddp"
+    if framework == "deepspeed":
+        stage = int(knobs["zero_stage"])  # type: ignore[arg-type]
+        return {0: "ddp", 1: "zero12", 2: "zero12", 3: "fsdp"}[stage]
+    if knobs.get("use_megatron_fsdp"):
+        return "fsdp"
+    return "zero12" if knobs.get("use_distributed_optimizer") else "ddp"
+
+
+def workload_of(fl: FrameworkLayout, model=None, nccl_version=None) -> Workload:
+    """The step ``fl`` runs (:class:`~slurmtopo.workload.Workload`) for
+    ``model`` (a ModelSpec; None: the default model): its data-parallel
+    style, HSDP's shard group (dp_shard x cp consecutive ranks of each
+    ``dp-cp`` group, its replicas every that many), and sequence
+    parallelism where the framework always runs it (torchtitan's TP plan
+    shards the norms' sequence)."""
+    k = dict(fl.knobs)
+    style = data_parallel_style(fl.framework, k)
+    shard = int(k["dp_shard"]) * int(k["cp"]) if style == "hsdp" else 0
+    return Workload(framework=fl.framework, style=style, model=model, shard=shard,
+                    sequence_parallel=fl.framework == "torchtitan", nccl_version=nccl_version)

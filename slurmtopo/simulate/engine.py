@@ -10,7 +10,7 @@ Run time
     run time, stretched by the share ``f`` of it spent communicating
     (``--comm-fraction``) times how much slower its placement's modelled
     step is than the best it gets on the idle cluster (the planner's, by
-    the cost model, :func:`slurmtopo.api.step_time`). ``step / best_step``
+    the cost model's step, :func:`slurmtopo.cost.step.price_step`). ``step / best_step``
     is the job's *slowdown* (1 for a one-GPU job, which does not
     communicate).
 
@@ -145,15 +145,15 @@ class _Loop:
     def step_of(self, job: JobSpec, placement) -> Optional[float]:
         if job.best_step <= 0:
             return 0.0
-        from slurmtopo.api import step_time
         from slurmtopo.cost import CostParams, cost_params
+        from slurmtopo.cost.step import price_step
 
         if self.params is None:
             try:
                 self.params = cost_params(self.inv)
             except Exception:  # validated when loaded; the defaults if not
                 self.params = CostParams()
-        return step_time(self.inv, placement, job.request, self.params)
+        return price_step(self.inv, placement, job.request, self.params).time_s
 
     def start(self, job: JobSpec, alloc: Dict[str, Tuple[int, ...]], step: Optional[float],
               limit_end: Optional[float] = None) -> None:

@@ -35,7 +35,7 @@ def prepare(inv: Inventory, trace: Trace, rules: LayoutRules, fraction: float,
     """Each trace job's shape and request (:mod:`~slurmtopo.simulate.layouts`)
     and its best step: the planner's placement on the idle cluster, priced
     by the cost model (once per distinct shape)."""
-    from slurmtopo.api import step_time
+    from slurmtopo.cost.step import price_step
     from slurmtopo.choice import plan
     from slurmtopo.cost import CostParams, cost_params
 
@@ -55,7 +55,7 @@ def prepare(inv: Inventory, trace: Trace, rules: LayoutRules, fraction: float,
             req = requests[shape] = shape.request()
             try:
                 pl = plan(inv, None, req)
-                hit = (step_time(inv, pl, req, params) if req.layout.world > 1 else 0.0, "")
+                hit = (price_step(inv, pl, req, params).time_s if req.layout.world > 1 else 0.0, "")
             except PlacementError as exc:
                 hit = (None, exc.message)
             best[shape] = hit

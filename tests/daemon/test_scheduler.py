@@ -308,7 +308,7 @@ def test_a_job_waits_for_its_preference_and_knows_its_cost(inv):
 def test_the_cost_model_is_advice_but_a_bug_is_not_swallowed(monkeypatch):
     # what the cost model raises on what it cannot price leaves the step time
     # unknown; anything else is a bug and goes on to the per-job barrier
-    from slurmtopo import cluster
+    from slurmtopo.cost import step
     from slurmtopo.daemon import scheduler
     from slurmtopo.errors import InventoryError
 
@@ -317,7 +317,7 @@ def test_the_cost_model_is_advice_but_a_bug_is_not_swallowed(monkeypatch):
                            (RuntimeError("a bug"), False)):
         def boom(*_args, exc=exc, **_kw):
             raise exc
-        monkeypatch.setattr(cluster, "step_time", boom)
+        monkeypatch.setattr(step, "price_step", boom)
         if swallowed:
             assert scheduler.job_step_time(None, None, None, None) is None
         else:
@@ -335,10 +335,18 @@ def test_a_torchrun_job_is_released_on_a_placement_torchrun_can_start(inv, launc
     ranks of tp=2 pp=2 dp=4 over node3 and node4, which torchrun cannot
     start (its rank is node rank * 8 + local rank). The daemon used to
     plan every held job as if srun started it."""
+    from dataclasses import replace
+
+    from slurmtopo.cost.styles import ModelSpec
     from slurmtopo.rankmap import node_contiguous
+    from slurmtopo.workload import Workload
 
     q = job(1, layout=Layout(tp=2, pp=2, dp=4))
-    q = QueuedJob(job_id=1, spec=DaemonSpec(q.spec.request, q.spec.shape, launcher=launcher),
+    # a model whose activations weigh more than its gradients: the nesting
+    # that keeps each pipeline inside a node models clearly faster
+    small = Workload(model=ModelSpec(params=10 ** 9, layers=16, hidden=8192))
+    req = replace(q.spec.request, workload=small)
+    q = QueuedJob(job_id=1, spec=DaemonSpec(req, q.spec.shape, launcher=launcher),
                   submit_time=NOW)
     d = decide([q], inv, ClusterView(busy(node1="all", node2="all")), NOW)[-1]
     assert d.action == RELEASE and d.hosts == ("node3", "node4")

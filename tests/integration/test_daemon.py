@@ -237,7 +237,11 @@ def test_a_held_job_is_released_where_its_launcher_can_start_it(devcluster, back
     from slurmtopo.rankmap import node_contiguous
 
     blockers = block(devcluster, "node1", "node2")
-    req = JobRequest(layout=Layout(tp=2, pp=2, dp=4), gpus_per_node=8)
+    # small gradient buckets and large pipeline sends (the daemon's protocol
+    # carries message sizes, not the model): keeping each pipeline inside a
+    # node then models clearly faster
+    req = JobRequest(layout=Layout(tp=2, pp=2, dp=4), gpus_per_node=8,
+                     message_bytes={"dp": 1 << 16, "pp": 1 << 28})
     j = submit_for_daemon(backend, req, plain_script(devcluster, 2, 8), launcher=launcher)
     try:
         assert ('"launcher":"torchrun"' in backend.job(j).comment) == (launcher == "torchrun")

@@ -1,0 +1,394 @@
+"""One training step of a placement, priced: the one step number every
+decision and every report uses (:func:`price_step`).
+
+The preview, ``plan --json``, the planner's choice between its proposals
+(:mod:`slurmtopo.choice`), the placement daemon, ``simulate`` and ``audit``
+all call :func:`price_step` with the job's request, so the weights the
+planner and the daemon trade against queue time are the numbers in front
+of the user.
+
+The step is the list of collectives the job's framework runs
+(:func:`step_calls`, from the request's :class:`~slurmtopo.workload.Workload`:
+its data-parallel style, the model, sequence parallelism and the overlaps
+it is set to make), each on the planner's groups of its kind, priced by the
+cost model on the slowest group of that kind and counted as many times as
+the step runs it. Each call says in which pass it runs and what compute it
+may overlap (``overlaps_with``): a gradient reduce-scatter the backward
+pass, an FSDP all-gather the forward pass; TP's collectives are exposed
+unless the framework overlaps them, EP's all-to-alls likewise, PP's sends
+always.
+
+:class:`StepPrice` is the result. Today it holds the communication only:
+``time_s`` is the sum of every call's seconds (``exposed_s`` equals
+``seconds``: with no compute time known nothing is taken as hidden), and
+``compute_s`` and ``bubble_s`` are 0. A compute model (issue 35) fills
+those and each call's ``exposed_s`` through :func:`compose`, and every
+caller gets the new ``time_s`` without a change.
+
+Without a model description the step is priced for :data:`DEFAULT_MODEL`
+(Llama 3 70B's shape, 4,096 tokens a micro-batch, bf16, one micro-batch a
+step: the message sizes :data:`slurmtopo.cost.defaults.DEFAULT_MESSAGE_BYTES`
+describe), with Megatron-LM's DDP: docs/cost-model.md, "One training step".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from slurmtopo.cost.params import CostParams, cost_params
+from slurmtopo.cost.shapes import group_shapes, placement_pricer, shape_time
+from slurmtopo.cost.styles import MODEL_PRESETS, ModelSpec, ddp_bucket_bytes
+from slurmtopo.groups import Layout, build_groups
+from slurmtopo.links import LinkClass
+from slurmtopo.model import Inventory, Placement
+from slurmtopo.request import JobRequest
+from slurmtopo.workload import DEFAULT_WORKLOAD, Workload
+
+__all__ = ["DEFAULT_MODEL", "PHASES", "OVERLAPS", "StepCall", "CallPrice", "StepPrice",
+           "step_calls", "price_step", "compose", "step_dict", "subgroups", "call_bytes"]
+
+#: the model a step is priced for when the job names none: Llama 3 70B
+#: (hidden 8192, 80 layers), 4,096 tokens a micro-batch in bf16, one
+#: micro-batch a step. Its activations are the 64 MiB TP all-reduce and PP
+#: send of :data:`~slurmtopo.cost.defaults.DEFAULT_MESSAGE_BYTES`.
+DEFAULT_MODEL: ModelSpec = MODEL_PRESETS["70b"]
+
+#: when a call runs: in the forward pass, the backward pass, or around the
+#: optimizer step
+PHASES = ("forward", "backward", "optimizer")
+
+#: what compute a call may overlap ("none": it is exposed, the GPUs wait)
+OVERLAPS = ("forward", "backward", "none")
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """A collective a step runs ``calls`` times on every group of ``kind``
+    (the planner's kind: ``tp``, ``dp-cp``, ``ep`` ...).
+
+    ``part`` splits each group when the framework's group is a part of the
+    planner's: ``("block", k)`` consecutive runs of ``k`` ranks (an HSDP
+    shard group inside a ``dp-cp`` group), ``("stride", k)`` every k-th rank
+    (its replicate group); ``("all", 0)`` the whole group."""
+
+    what: str  # the role: tp, cp, ep, expert-tp, pp, dp, fsdp-shard, fsdp-replicate
+    kind: str
+    collective: str  # all-reduce, all-gather, reduce-scatter, all-to-all, p2p
+    message_bytes: int
+    calls: int
+    phase: str  # PHASES
+    overlaps_with: str  # OVERLAPS
+    part: Tuple[str, int] = ("all", 0)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CallPrice:
+    """One :class:`StepCall` priced on its slowest group."""
+
+    call: StepCall
+    #: seconds of one call on the slowest group
+    per_call_s: float
+    #: seconds of all its calls
+    seconds: float
+    #: of those, seconds not hidden behind compute (today: all of them)
+    exposed_s: float
+    #: the slowest link class any of its groups crosses
+    slowest: LinkClass
+    size: int  # ranks a group
+    count: int  # groups
+
+
+@dataclass(frozen=True)
+class StepPrice:
+    """The price of one training step (see the module doc).
+
+    ``time_s`` is the step number every decision uses: ``compute_s +
+    exposed_comm_s + bubble_s``; today ``compute_s`` and ``bubble_s`` are 0
+    and no communication is taken as hidden, so it is the communication."""
+
+    workload: Workload
+    model: ModelSpec
+    calls: Tuple[CallPrice, ...]
+    compute_s: float = 0.0
+    bubble_s: float = 0.0
+    #: what the compute model (if any) says of this step, for the reports
+    notes: Tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def comm_s(self) -> float:
+        """Seconds of all communication, hidden or not."""
+        return sum(c.seconds for c in self.calls)
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return sum(c.exposed_s for c in self.calls)
+
+    @property
+    def time_s(self) -> float:
+        return self.compute_s + self.exposed_comm_s + self.bubble_s
+
+    def by_kind(self, exposed: bool = True) -> Dict[str, float]:
+        """Seconds per planner kind (exposed ones by default)."""
+        out: Dict[str, float] = {}
+        for c in self.calls:
+            out[c.call.kind] = out.get(c.call.kind, 0.0) + (c.exposed_s if exposed else c.seconds)
+        return out
+
+    def seconds_on(self, kinds: Iterable[str]) -> float:
+        """Seconds of the calls on ``kinds`` (hidden or not)."""
+        ks = set(kinds)
+        return sum(c.seconds for c in self.calls if c.call.kind in ks)
+
+    def slowest_on(self, kinds: Iterable[str]) -> LinkClass:
+        """The slowest link the calls on ``kinds`` cross (SELF: none)."""
+        ks = set(kinds)
+        return max((c.slowest for c in self.calls if c.call.kind in ks and c.size > 1),
+                   default=LinkClass.SELF)
+
+    @property
+    def kinds(self) -> Tuple[str, ...]:
+        """The planner kinds the step communicates over, in call order."""
+        return tuple(dict.fromkeys(c.call.kind for c in self.calls if c.size > 1))
+
+
+# ---------------------------------------------------------------------------
+# the calls of a step
+
+
+def micro_batches(model: ModelSpec, dp: int) -> int:
+    """Micro-batches a pipeline runs a step: the model description's
+    ``micro_batches_for(dp)`` where it has one (a global batch split over
+    ``dp`` replicas, issue 35), else its ``micro_batches``."""
+    per = getattr(model, "micro_batches_for", None)
+    return int(per(dp)) if per is not None else int(model.micro_batches)
+
+
+def _model_of(w: Workload) -> ModelSpec:
+    return w.model if w.model is not None else DEFAULT_MODEL
+
+
+def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[StepCall]:
+    """The collectives of one step of ``layout`` (a resolved Megatron
+    layout, the planner's) for ``workload``, per rank (docs/cost-model.md,
+    "One training step", has the table and its sources).
+
+    With P parameters, L layers, h hidden, s tokens a micro-batch, b
+    micro-batch size, d bytes a value, M micro-batches a step, Lp = L/pp
+    layers a stage and A = b·s/cp·h·d one micro-batch's activations:
+
+    * TP: per layer two all-reduces of A forward and two backward; with
+      sequence parallelism each is an all-gather and a reduce-scatter, and
+      the backward pass gathers the input again for the weight gradients.
+      Exposed unless ``tp_comm_overlap``. With experts (ep > 1) the MLP's
+      half runs on ``expert-tp``.
+    * CP: K and V all-gathered forward and backward, their gradients
+      reduce-scattered (2·A·cp gathered), overlapping attention.
+    * EP: dispatch and combine all-to-alls of A·top_k, both passes;
+      exposed unless ``ep_comm_overlap``.
+    * PP: one send of the activations forward and of their gradient
+      backward per micro-batch; exposed.
+    * DP per style: DDP all-reduces G = P/(tp·pp)·d in buckets; ZeRO-1/2
+      reduce-scatters G and all-gathers the parameters; FSDP all-gathers
+      each layer's W = P/(L·tp)·d forward and backward per micro-batch and
+      reduce-scatters its gradient; HSDP adds the shard's all-reduce over
+      the replicas. Overlapping the backward pass when the framework does.
+    """
+    w = workload if workload is not None else DEFAULT_WORKLOAD
+    m = _model_of(w)
+    lay = layout.resolved()
+    tp, cp, pp, ep, etp = lay.tp, lay.cp, lay.pp, lay.ep, lay.expert_tp
+    d = m.value_bytes
+    lp = max(1, math.ceil(m.layers / pp))
+    mb = micro_batches(m, lay.dp)
+    act = m.micro_batch * m.seq_len * m.hidden * d // cp
+    sp = w.sequence_parallel and tp > 1
+    out: List[StepCall] = []
+    moe = ep > 1
+
+    def tp_calls(kind: str, size: int, per_layer: int, what: str) -> None:
+        if size <= 1:
+            return
+        fwd = "forward" if w.tp_comm_overlap else "none"
+        bwd = "backward" if w.tp_comm_overlap else "none"
+        n = per_layer * lp * mb
+        if not sp:
+            out.append(StepCall(what, kind, "all-reduce", act, n, "forward", fwd,
+                                note="per layer: after attention and the MLP"))
+            out.append(StepCall(what, kind, "all-reduce", act, n, "backward", bwd,
+                                note="per layer: the gradients of their inputs"))
+            return
+        out.append(StepCall(what, kind, "all-gather", act, n, "forward", fwd,
+                            note="sequence parallel: the input gathered"))
+        out.append(StepCall(what, kind, "reduce-scatter", act, n, "forward", fwd,
+                            note="sequence parallel: the output reduced"))
+        out.append(StepCall(what, kind, "all-gather", act, 2 * n, "backward", bwd,
+                            note="the gradient gathered, and the input again for wgrad"))
+        out.append(StepCall(what, kind, "reduce-scatter", act, n, "backward", bwd,
+                            note="the input's gradient reduced"))
+
+    if moe and etp != tp:  # the MLP's half on the experts' own TP groups
+        tp_calls("tp", tp, 1, "tp")
+        tp_calls("expert-tp", etp, 1, "expert-tp")
+    else:
+        tp_calls("tp", tp, 2, "tp")
+    if cp > 1:
+        kv = 2 * act * cp
+        out.append(StepCall("cp", "cp", "all-gather", kv, lp * mb, "forward", "forward",
+                            note="K and V gathered for attention"))
+        out.append(StepCall("cp", "cp", "all-gather", kv, lp * mb, "backward", "backward",
+                            note="K and V gathered again"))
+        out.append(StepCall("cp", "cp", "reduce-scatter", kv, lp * mb, "backward", "backward",
+                            note="their gradients reduced"))
+    if moe:
+        tokens = act * m.top_k // (tp if sp else 1)
+        ov_f = "forward" if w.ep_comm_overlap else "none"
+        ov_b = "backward" if w.ep_comm_overlap else "none"
+        out.append(StepCall("ep", "ep", "all-to-all", tokens, 2 * lp * mb, "forward", ov_f,
+                            note="dispatch and combine"))
+        out.append(StepCall("ep", "ep", "all-to-all", tokens, 2 * lp * mb, "backward", ov_b,
+                            note="dispatch and combine, their gradients"))
+    if pp > 1:
+        send = act // (tp if sp else 1)
+        out.append(StepCall("pp", "pp", "p2p", send, mb, "forward", "none",
+                            note="each micro-batch's activations to the next stage"))
+        out.append(StepCall("pp", "pp", "p2p", send, mb, "backward", "none",
+                            note="their gradients back"))
+    dp_kind = "dp-cp" if cp > 1 else "dp"
+    dp_size = lay.dp * cp
+    if dp_size > 1:
+        grads = m.params * d // (tp * pp)
+        layer = m.params * d // (m.layers * tp)
+        red = "backward" if w.grad_overlap else "none"
+        if w.style == "ddp":
+            calls = max(1, math.ceil(grads / ddp_bucket_bytes(w.framework, lay.dp, d)))
+            out.append(StepCall("dp", dp_kind, "all-reduce", grads // calls, calls, "backward",
+                                red, note="gradients, one all-reduce per bucket"))
+        elif w.style == "zero12":
+            out.append(StepCall("dp", dp_kind, "reduce-scatter", grads, 1, "backward", red,
+                                note="gradients reduced to their shards"))
+            out.append(StepCall("dp", dp_kind, "all-gather", grads, 1, "optimizer",
+                                "forward" if w.gather_overlap else "none",
+                                note="updated parameters gathered"))
+        else:
+            part: Tuple[str, int] = ("all", 0)
+            if w.style == "hsdp" and 1 < w.shard < dp_size:
+                part = ("block", w.shard)
+            out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb, "forward",
+                                "forward", part, "per layer: parameters gathered"))
+            out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb,
+                                "backward", "backward", part, "per layer: gathered again"))
+            out.append(StepCall("fsdp-shard", dp_kind, "reduce-scatter", layer, lp,
+                                "backward", "backward", part, "per layer: gradients reduced"))
+            if part[0] == "block":
+                out.append(StepCall("fsdp-replicate", dp_kind, "all-reduce",
+                                    max(1, layer // w.shard), lp, "backward", "backward",
+                                    ("stride", w.shard),
+                                    "per layer: the shard's gradients over the replicas"))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# pricing
+
+
+def subgroups(groups: Sequence[Sequence[int]], part: Tuple[str, int]) -> List[List[int]]:
+    """``groups`` split per :attr:`StepCall.part`."""
+    how, k = part
+    if how == "all" or k <= 1:
+        return [list(g) for g in groups]
+    out: List[List[int]] = []
+    for g in groups:
+        if how == "block":
+            out.extend(list(g[i:i + k]) for i in range(0, len(g), k))
+        elif how == "stride":
+            out.extend(list(g[i::k]) for i in range(k))
+        else:
+            raise ValueError(f"unknown part {part!r}")
+    return out
+
+
+def call_bytes(call: StepCall, p: CostParams, req: JobRequest) -> int:
+    """The call's bytes, or the size the job or the inventory sets for
+    every collective of its kind (``message_bytes``)."""
+    if call.kind in req.message_bytes:
+        return int(req.message_bytes[call.kind])
+    fixed = p.message_overrides.get(call.kind)
+    return int(fixed) if fixed is not None else call.message_bytes
+
+
+def compose(inv: Inventory, placement: Placement, layout: Layout, workload: Workload,
+            model: ModelSpec, priced: Sequence[CallPrice], params: CostParams) -> StepPrice:
+    """The step from its priced calls. Today: communication only, nothing
+    hidden (issue 35 adds compute, the overlap and the pipeline bubble
+    here, from the GPUs of ``placement`` and the ``layout``)."""
+    return StepPrice(workload=workload, model=model, calls=tuple(priced))
+
+
+def price_step(inv: Inventory, placement: Placement, req: JobRequest,
+               params: Optional[CostParams] = None) -> StepPrice:
+    """One training step of ``req`` on ``placement``: every call of
+    :func:`step_calls` priced on the slowest of its groups, times its count.
+
+    Groups of the same shape (hosts, ranks a host, links) are priced once
+    per message, with the shapes kept with the placement
+    (:func:`slurmtopo.cost.shapes.group_shapes`), so the planner's
+    proposals and the report share them."""
+
+    p = params if params is not None else cost_params(inv)
+    w = req.workload if req.workload is not None else DEFAULT_WORKLOAD
+    p = p.for_version(w.nccl_version)  # the job's own NCCL release, if it names one
+    model = _model_of(w)
+    groups = placement.groups if placement.groups else build_groups(req.layout)
+    pricer = placement_pricer(inv, p, placement)
+    priced: List[CallPrice] = []
+    memo = pricer.priced_calls  # kept with the placement under these parameters
+    for call in step_calls(req.layout, w):
+        gl = groups.get(call.kind)
+        if not gl:
+            continue
+        if call.part[0] != "all":
+            gl = subgroups(gl, call.part)
+        n = len(gl[0])
+        if n <= 1:
+            continue
+        m = call_bytes(call, p, req)
+        key = (call.kind, call.part, call.collective, m)
+        hit = memo.get(key)
+        if hit is None:
+            worst, slowest = 0.0, LinkClass.SELF
+            if call.collective == "p2p":
+                for cls, t in map(pricer.p2p_pricer(m), gl):
+                    worst = max(worst, t)
+                    slowest = max(slowest, cls)
+            else:
+                for sh in set(group_shapes(inv, p, placement, (call.kind, call.part), gl)):
+                    t = shape_time(p, sh, call.collective, n, m)
+                    worst = max(worst, t)
+                    slowest = max(slowest, sh[0])
+            hit = memo[key] = (worst, slowest)
+        t, cls = hit
+        c = call if m == call.message_bytes else replace(call, message_bytes=m)
+        priced.append(CallPrice(c, t, t * call.calls, t * call.calls, cls, n, len(gl)))
+    return compose(inv, placement, req.layout, w, model, priced, p)
+
+
+def step_dict(step: StepPrice) -> dict:
+    """The step as plain data (``plan --json``'s ``step``)."""
+    m, w = step.model, step.workload
+    return {"framework": w.framework, "style": w.style,
+            "model": {"params": m.params, "layers": m.layers, "hidden": m.hidden,
+                      "seq_len": m.seq_len, "micro_batch": m.micro_batch, "dtype": m.dtype,
+                      "micro_batches": m.micro_batches, "top_k": m.top_k},
+            "model_given": w.model is not None,
+            "calls": [{"what": c.call.what, "kind": c.call.kind,
+                       "collective": c.call.collective, "message_bytes": c.call.message_bytes,
+                       "calls": c.call.calls, "phase": c.call.phase,
+                       "overlaps_with": c.call.overlaps_with, "groups": c.count,
+                       "size": c.size, "per_call_s": c.per_call_s, "time_s": c.seconds,
+                       "exposed_s": c.exposed_s, "slowest_link": c.slowest.label,
+                       "note": c.call.note} for c in step.calls],
+            "comm_s": step.comm_s, "exposed_comm_s": step.exposed_comm_s,
+            "compute_s": step.compute_s, "bubble_s": step.bubble_s,
+            "time_s": step.time_s}
