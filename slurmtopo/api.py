@@ -16,6 +16,12 @@ below the daemon and this module) and prices placements with
 A notebook or a launcher library calls the same three functions
 (docs/api.md has a runnable example).
 
+The admin's use cases are exported here too (:data:`ADMIN`, from
+:mod:`slurmtopo.api_admin`): Slurm's topology and gres files generated,
+checked and published, node reports collected and compiled, NCCL topology
+files written; ``slurmtopo topology``, ``gres``, ``collect``, ``inventory``
+and ``nccl-topo`` call them, and so can a site's own tooling.
+
 Nothing here parses command-line options or prints; Slurm is reached only
 through the backend passed to :func:`submit`.
 """
@@ -41,6 +47,24 @@ __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "Subm
            "live_state", "live_topology", "segment_release", "job_request",
            "step_communication", "plan_job", "price", "price_step", "step_time", "prepare",
            "job_hazards", "request_for_launcher", "submission_notes", "submit"]
+
+#: the admin's use cases (slurmtopo.api_admin), exported here as well
+ADMIN = ("GeneratedFile", "FileCheck", "UnreadableFile", "CollectedReports",
+         "CompiledInventory", "NcclTopologyFile", "generate_topology", "generate_gres",
+         "publish_file", "check_topology", "check_gres", "collect_reports",
+         "compile_inventory", "nccl_topology_files")
+
+
+def __getattr__(name: str):
+    """``api.generate_topology`` and the admin's other use cases, loaded on
+    first use: `slurmtopo plan` imports this module, and the admin side
+    (the ibnetdiscover reader, the topology and gres writers, the
+    collector, the NCCL XML reader) would add about 100 ms to its start."""
+    if name in ADMIN:
+        from slurmtopo import api_admin
+
+        return getattr(api_admin, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,8 @@ import yaml
 from slurmtopo import api
 from slurmtopo.errors import SlurmError
 from slurmtopo.slurm.topology import fabric_from_scontrol_topology
+from slurmtopo.testing.slurm_backend import FakeSlurm
 from tests.clirun import run_cli
-from tests.fakes.slurm_backend import FakeSlurm
-
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT / "tests" / "fixtures" / "slurm" / "devcluster-inventory.yaml"
 

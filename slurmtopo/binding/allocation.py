@@ -13,6 +13,7 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Hardware, Inventory, parse_cpulist
 from slurmtopo.binding.limits import CGROUP_MODES
 from slurmtopo.errors import SlurmError
+from slurmtopo.slurmfmt.gres_strings import gpu_index_lists
 from slurmtopo.taskprobe import int_list
 
 
@@ -26,9 +27,6 @@ class Allocation:
     gpus: Dict[str, Optional[Tuple[int, ...]]]
     batch_host: Optional[str] = None
     sources: Dict[str, str] = field(default_factory=dict)  # host -> where gpus came from
-
-
-_GPU_IDX = re.compile(r"gpu(?::[^,(\s]*)*\((?:IDX|idx):([^)]*)\)")
 
 
 def parse_index_list(text: str) -> Optional[Tuple[int, ...]]:
@@ -63,7 +61,7 @@ def parse_scontrol_job(text: str) -> Dict[str, Tuple[int, ...]]:
         g = re.search(r"(?:^|\s)GRES(?:_IDX)?=(\S*)", line)
         gpus: Set[int] = set()
         ok = True
-        for idx in _GPU_IDX.findall(g.group(1) if g else ""):
+        for idx in gpu_index_lists(g.group(1) if g else ""):
             vals = parse_index_list(idx)
             if vals is None:
                 ok = False

@@ -6,11 +6,10 @@
 Without ``-o`` it brings the directory's compiled form up to date (what
 ``--inventory DIR`` reads; see :mod:`slurmtopo.compiled`); with ``-o`` it
 also writes the whole inventory (reports folded into node types, fabric and
-all) as one JSON document that ``--inventory FILE`` reads on its own.
+all) as one JSON document that ``--inventory FILE`` reads on its own
+(:func:`slurmtopo.api.compile_inventory`; the command prints what it did).
 """
 from __future__ import annotations
-
-import os
 
 import click
 
@@ -33,27 +32,12 @@ def command():
 @guard
 def compile_command(directory, output, as_json):
     """Fold a directory of node reports into one compact inventory."""
-    from slurmtopo.compiled import describe, dumps_compiled
-    from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.fileio import atomic_write
-    from slurmtopo.inventory import compile_report_dir
+    from slurmtopo import api
 
-    if not os.path.isdir(directory):
-        raise SlurmtopoError("not a directory", directory)
     msgs = Messages(as_json)
-    doc, inv, log = compile_report_dir(directory)
-    for line in log:
-        msgs.echo(line)
-    summary = describe(doc, inv)
-    msgs.echo(summary)
-    size = None
-    if output:
-        text = dumps_compiled(doc)
-        atomic_write(output, text, backup=True)
-        size = len(text.encode())
-        msgs.echo(f"wrote {output} ({len(text):,} bytes)")
+    done = api.compile_inventory(directory, output, echo=msgs.echo)
     if as_json:
-        emit_json({"directory": directory, "nodes": len(inv.nodes),
-                   "node_types": sorted(doc.get("node_types") or {}), "summary": summary,
-                   "output": output, "written": bool(output), "bytes": size,
+        emit_json({"directory": directory, "nodes": len(done.inventory.nodes),
+                   "node_types": list(done.node_types), "summary": done.summary,
+                   "output": output, "written": bool(output), "bytes": done.size,
                    "messages": msgs.messages})

@@ -20,8 +20,8 @@ from slurmtopo.model import format_cpumask, parse_cpumask
 from slurmtopo.presets import preset
 
 from .conftest import FIXTURES
-from tests.fakes.fake_pynvml import FakeNvml
-from tests.fakes.fake_sysfs import build_sysfs
+from slurmtopo.testing.fake_pynvml import FakeNvml
+from slurmtopo.testing.fake_sysfs import build_sysfs
 
 XML = FIXTURES / "nccl_xml"
 HWLOC = FIXTURES / "hwloc" / "two_socket_gpu_node.xml"

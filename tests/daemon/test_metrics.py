@@ -103,7 +103,7 @@ def _backoff(inv):
     decision, not the scheduler's)."""
     import tempfile
 
-    from tests.fakes.slurm_backend import FakeSlurm
+    from slurmtopo.testing.slurm_backend import FakeSlurm
 
     slurm = FakeSlurm()
     j = submit(slurm, **JOB_TP4)

@@ -32,7 +32,7 @@ from slurmtopo.errors import SlurmError
 from slurmtopo.groups import Layout
 from slurmtopo.request import JobRequest
 from tests.daemon.conftest import quad8_inventory
-from tests.fakes.slurm_backend import FakeSlurm
+from slurmtopo.testing.slurm_backend import FakeSlurm
 
 SCRIPT = ("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=4\n"
           "#SBATCH --gpus-per-node=4\nsrun python train.py\n")

@@ -196,7 +196,7 @@ def test_array_and_het_jobs_are_refused_before_they_exist(script, args, what):
     --max-releases 1) and Slurm will not pin an array's nodes: refused at
     submission, nothing submitted (the daemon rejects one submitted by
     hand: tests/daemon/test_no_hostage.py)."""
-    from tests.fakes.slurm_backend import FakeSlurm
+    from slurmtopo.testing.slurm_backend import FakeSlurm
 
     slurm = FakeSlurm()
     with pytest.raises(SlurmtopoError, match=re.escape(what)):

@@ -67,6 +67,17 @@ def test_one_gres_grammar_for_slurm_conf_and_slurm_output():
     assert gres_strings.gpu_count("gpu:h100:4(S:0,1),gpu:a100:2") == 6
 
 
+def test_a_jobs_gpu_index_lists_as_written():
+    # scontrol -d show job's GRES= (several types) and the older GRES_IDX=:
+    # each GPU entry's IDX list as written, other GRES left out; the
+    # start-time step decides what N/A means (tests/test_binding.py)
+    assert gres_strings.gpu_index_lists("gpu:a:1(IDX:2),mps:100,gpu:b:1(IDX:5-6)") == \
+        ["2", "5-6"]
+    assert gres_strings.gpu_index_lists("gpu(idx:0-1)") == ["0-1"]
+    assert gres_strings.gpu_index_lists("gpu:2(IDX:N/A)") == ["N/A"]
+    assert gres_strings.gpu_index_lists("gpu:h100:8") == []
+
+
 # -- sinfo --json ----------------------------------------------------------
 
 def test_sinfo_untyped_with_an_exclusive_job(fixture_text):

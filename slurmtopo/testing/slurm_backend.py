@@ -1,4 +1,4 @@
-"""The one in-memory Slurm backend of the unit tests.
+"""The one in-memory Slurm backend of the tests and the benchmarks.
 
 :class:`FakeSlurm` implements the :class:`slurmtopo.slurm.SlurmBackend`
 interface over a few nodes with GPUs: jobs are submitted (held or not),
