@@ -598,10 +598,12 @@ def _submit(prepared: PreparedJob, backend, held: bool, spool: Optional[str]) ->
 
     notes: list = []
     launch = prepared.options.launch
+    o = prepared.options
     job_id = submit_for_daemon(backend, prepared.request, prepared.script_text,
-                               prepared.options.inventory_path or _source_path(prepared.cluster),
+                               o.inventory_path or _source_path(prepared.cluster),
                                spool=spool, notes=notes,
-                               launcher=launch.launcher if launch is not None else None)
+                               launcher=launch.launcher if launch is not None else None,
+                               hazards=o.hazards, nccl_version=o.nccl_version or o.nccl_version_env)
     return SubmittedJob(job_id=int(job_id), held=True, notes=tuple(notes))
 
 

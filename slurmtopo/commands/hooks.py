@@ -133,11 +133,12 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
         value = plan_env_value(dict(doc, inventory=None))
     comment = None
     if o.get("daemon"):
-        comment = _daemon_tag(job.script, req, launcher, site.get("spool"))
+        comment = _daemon_tag(job.script, req, launcher, site.get("spool"), job.options)
     extra_env, tag_note = {}, []
     if site.get("tag_for_daemon") and comment is None:
         try:  # for job_submit.lua's hold_for_daemon (no spool file: a comment's worth)
-            extra_env["SLURMTOPO_DAEMON_TAG"] = _daemon_tag(job.script, req, launcher, None)
+            extra_env["SLURMTOPO_DAEMON_TAG"] = _daemon_tag(job.script, req, launcher, None,
+                                                            job.options)
         except SlurmtopoError as exc:
             tag_note.append(f"warning: no request for the placement daemon: {exc.render()}")
     changes = option_changes(job.script, opts, launcher, value, comment, extra_env)
@@ -155,15 +156,21 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
     return changes, notes
 
 
-def _daemon_tag(script, req, launcher: str, spool: Optional[str]) -> str:
+def _daemon_tag(script, req, launcher: str, spool: Optional[str], options=None) -> str:
     """The placement daemon's job comment for the planned ``script`` (the
-    shape sbatch asks for, as slurmtopo sbatch --daemon tags it)."""
+    shape sbatch asks for, as slurmtopo sbatch --daemon tags it, with the
+    hazard policy and NCCL release of ``options``, the job's ScriptOptions)."""
+    from slurmtopo.daemon.jobhazards import JobHazards
     from slurmtopo.daemon.protocol import Shape, make_comment
 
+    hazards = None
+    if options is not None:
+        hazards = JobHazards.of(options.hazards,
+                                options.nccl_version or options.nccl_version_env)
     return make_comment(req, Shape(nodes=script.nodes, gpus_per_node=_int(script.gpus_per_node),
                                    tasks_per_node=1 if launcher == "torchrun"
                                    else script.ntasks_per_node),
-                        spool, launcher=launcher)
+                        spool, launcher=launcher, hazards=hazards)
 
 
 def own_file(path: str, cwd: str, where: str) -> str:

@@ -331,6 +331,16 @@ class Decision:
     reserved: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
     avoid: Dict[str, float] = field(default_factory=dict)
     notes: Tuple[str, ...] = ()
+    #: the pre-launch hazard warnings of a released placement, one line
+    #: each (slurmtopo.daemon.jobhazards): logged and journalled
+    hazards: Tuple[str, ...] = ()
+    #: a WAIT because the pass refused the release itself (what was free had
+    #: an error hazard under the job's policy): the loop counts it as a
+    #: refused release, so the job backs off unplanned and is let go after
+    #: ``Config.release_tries``, the reason in its comment; at once when
+    #: ``final`` (even its placement on the empty cluster has the hazard)
+    refused: Optional[str] = None
+    final: bool = False
     #: the traceback of a FAULT as text (the event log), and the exception
     #: itself (the daemon's log); never shown to the job's owner
     trace: Optional[str] = None

@@ -43,6 +43,10 @@ JSON fields (all but ``layout`` optional)::
                absent); the daemon plans only placements it can start
                (torchrun: node-contiguous ranks); a name this daemon does
                not know is a bad request
+    hazards    the job's hazard policy and NCCL release (``--hazard``,
+               ``--nccl-version``: :mod:`slurmtopo.daemon.jobhazards`), so
+               the daemon checks the placement it pins as ``sbatch``
+               checked its plan; absent: each rule's own severity
 
 Comments the daemon writes back: a job it rejects (its layout can never
 fit) gets ``slurmtopo:rejected: <reason>`` before it is cancelled (or left
@@ -57,6 +61,8 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
+from slurmtopo.daemon.jobhazards import (NO_HAZARDS, JobHazards, hazards_from_dict,
+                                         hazards_to_dict)
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.launchers import DEFAULT as DEFAULT_LAUNCHER
 
@@ -108,6 +114,8 @@ class DaemonSpec:
     source: str = "comment"  # "comment" or the spool file's path
     #: the job's launcher, a name of :func:`slurmtopo.launchers.names`
     launcher: str = DEFAULT_LAUNCHER
+    #: the job's hazard policy and NCCL release, as submitted
+    hazards: JobHazards = NO_HAZARDS
 
 
 # --------------------------------------------------------------------------
@@ -115,9 +123,10 @@ class DaemonSpec:
 
 
 def request_to_dict(req, shape: Optional[Shape] = None,
-                    launcher: Optional[str] = None) -> Dict[str, Any]:
+                    launcher: Optional[str] = None,
+                    hazards: Optional[JobHazards] = None) -> Dict[str, Any]:
     """The v1 JSON form of a JobRequest (compact: defaults left out, srun
-    among them)."""
+    among them; ``hazards`` only when a policy or NCCL release was given)."""
     from slurmtopo.hostlist import fold_hostlist
 
     lay = req.layout
@@ -154,6 +163,8 @@ def request_to_dict(req, shape: Optional[Shape] = None,
         out["shape"] = shape.as_dict()
     if launcher is not None and launcher != DEFAULT_LAUNCHER:
         out["launcher"] = launcher
+    if hazards_to_dict(hazards) is not None:
+        out["hazards"] = hazards_to_dict(hazards)
     return out
 
 
@@ -178,13 +189,14 @@ def request_file_name(text: str, uid: Optional[int] = None) -> str:
 
 
 def make_comment(req, shape: Optional[Shape] = None, spool: Optional[str] = None,
-                 limit: int = COMMENT_LIMIT, launcher: Optional[str] = None) -> str:
+                 limit: int = COMMENT_LIMIT, launcher: Optional[str] = None,
+                 hazards: Optional[JobHazards] = None) -> str:
     """The job comment carrying ``req`` (and the job's ``launcher``, when
-    not srun). When it would be longer than
+    not srun, and its ``hazards`` policy and NCCL release). When it would be longer than
     ``limit`` the request is written under ``spool/requests`` (a new file,
     :func:`write_request_file`) and the comment points at it; without a
     spool that is an error."""
-    text = dumps_compact(request_to_dict(req, shape, launcher))
+    text = dumps_compact(request_to_dict(req, shape, launcher, hazards))
     comment = PREFIX + text
     if len(comment.encode()) <= limit:
         return comment
@@ -279,7 +291,7 @@ MAX_WAIT_S = 30 * 24 * 3600
 MAX_MESSAGE_BYTES = 1 << 50
 
 _FIELDS = ("layout", "require", "prefer", "wait", "gpn", "exclusive", "nodelist", "exclude",
-           "msg", "shape", "launcher")
+           "msg", "shape", "launcher", "hazards")
 _SHAPE_FIELDS = {"nodes": "nodes", "gpn": "gpus_per_node", "tpn": "tasks_per_node"}
 
 
@@ -469,6 +481,10 @@ def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec
             exclude = _known(exclude, "exclude", index, strict=False) or ()
         shape = _shape(data.get("shape"))
         launcher = _launcher(data.get("launcher"))
+        try:
+            hazards = hazards_from_dict(data.get("hazards"))
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
         req = JobRequest(layout=layout, require=levels["require"], prefer=levels["prefer"],
                          gpus_per_node=gpn, exclusive=exclusive, nodelist=nodelist,
                          exclude=exclude or (), message_bytes=msg, wait=wait)
@@ -478,7 +494,8 @@ def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec
         raise ProtocolError(exc.message) from None
     except ValueError as exc:  # a hostlist ClusterShell cannot read
         raise ProtocolError(f"bad slurmtopo request: {_show(str(exc))}") from None
-    return DaemonSpec(request=req, shape=shape, source=source, launcher=launcher)
+    return DaemonSpec(request=req, shape=shape, source=source, launcher=launcher,
+                      hazards=hazards)
 
 
 def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] = None
