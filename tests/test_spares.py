@@ -306,6 +306,22 @@ def test_a_failure_that_lost_no_node_is_not_restarted(tmp_path):
     assert "restart 1 of 1" not in p.stderr
 
 
+def test_the_batch_hosts_loss_ends_the_job_and_says_why(tmp_path):
+    """node1 runs the script (SLURMD_NODENAME): its loss is not replaced
+    although node3 is an idle spare of its leaf; the job ends with the
+    step's exit code and one line saying why."""
+    p, ranks = _job(tmp_path, lose="node1")
+    assert p.returncode == 137, p.stderr
+    assert ranks == {}                         # no step ran again
+    assert ("slurmtopo: error: restart 1 of 1: the step failed (exit 137) and the job's batch "
+            "host node1 was lost (down: gone): the batch host runs this job's script, so a "
+            "spare cannot replace it; the job ends with the step's exit code, its spare "
+            "node(s) unused") in p.stderr, p.stderr
+    steps = (tmp_path / "steps").read_text().splitlines()
+    assert len(steps) == 1
+    assert "-> node3" not in p.stderr
+
+
 FAKE_TORCHRUN = r'''#!PYTHON
 """torchrun: records its arguments and environment, one file per node."""
 import json, os, sys

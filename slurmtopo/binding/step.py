@@ -193,6 +193,20 @@ def rebind(doc: Mapping[str, Any], env: Mapping[str, str], previous: Placement, 
         raise SlurmtopoError(f"the step failed (exit {code}) but none of its nodes "
                              f"({', '.join(previous.hosts[:8])}) is down, drained or gone from "
                              f"the job after {wait:g} s: not a lost node, not restarting")
+    batch = alloc.batch_host
+    if batch in lost:
+        # this very script runs there: on a node that died it is gone with
+        # it; on one marked down or drained Slurm may take the node out of
+        # the job and its slurmd may end the script at any moment. No spare
+        # runs the script, so no spare can stand in for this node
+        others = [h for h in lost if h != batch]
+        raise SlurmtopoError(
+            f"restart {restart} of {spares}: the step failed (exit {code}) and the job's batch "
+            f"host {batch} was lost ({lost[batch]})"
+            + (f", with {', '.join(others)}" if others else "")
+            + ": the batch host runs this job's script, so a spare cannot replace it; the job "
+            f"ends with the step's exit code, its spare node(s) unused (submit it again to "
+            "resume from its checkpoint)")
     usable = [h for h in alloc.hosts if h not in lost]
     out = replan_after_loss(inv, previous, usable, lost, alloc.gpus)
     # what the job still holds: rankmap.json's allocation, the GPU numbers
