@@ -397,3 +397,31 @@ def test_simulate_rule_with_a_model_stretches_by_the_whole_step(tmp_path):
     rules.write_text("slurmtopo: layout-rules\nversion: 1\nrules:\n  - {tp: 8, model: 71q}\n")
     with pytest.raises(Exception, match="rules.yaml:4"):
         load_rules(str(rules))
+
+
+def test_a_power_limit_in_the_inventory_slows_compute_not_memory_traffic():
+    from slurmtopo.cost.compute import parse_gpu_compute
+
+    def fail(msg, *a):
+        return ValueError(msg)
+    table = parse_gpu_compute({"h100": {"power_w": 500, "hbm_gbps": 2400}}, fail)
+    capped, known = gpu_figures("NVIDIA H100 80GB HBM3", 81559, table)
+    assert known and capped.power_w == 500 and capped.tdp_w == 700
+    assert capped.power_clock == pytest.approx((500 / 700) ** (1 / 3))
+    assert H100.power_clock == 1.0 and capped.peak("fp8") == H100.peak("fp8")
+    spec = parse_model("llama3-8b,seq_len=8192")
+    fast = stage_compute(spec, Dims(), H100).microbatch_s
+    slow = stage_compute(spec, Dims(), capped).microbatch_s
+    assert fast * 1.1 < slow < fast / (500 / 700) ** (1 / 3) * 1.45
+    with pytest.raises(ValueError, match="needs bf16"):
+        parse_gpu_compute({"X9": {"power_w": 300}}, fail)
+
+
+def test_attention_kernels_and_head_width():
+    spec = parse_model("llama3-8b,seq_len=32768")
+    fused = dict(stage_compute(spec, Dims(), H100, attention="fused").parts)["attention"]
+    fa2 = dict(stage_compute(spec, Dims(), H100, attention="flash2").parts)["attention"]
+    assert 1.5 < fa2 / fused < 2.2  # FlashAttention-2 against FA3's class on Hopper
+    narrow = replace(spec, head_dim=64, heads=64, v_head_dim=64, kv_heads=8)
+    wide = dict(stage_compute(narrow, Dims(), H100).parts)["attention"]
+    assert 1.2 < wide / fused < 1.4  # the same FLOPs in heads of 64: FA3's ~0.77 of 128's
