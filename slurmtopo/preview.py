@@ -588,8 +588,8 @@ def advice_parts(advice) -> List[Any]:
     a = advice
     t = Sheet(title=f"Layouts for {a.gpus} GPUs ({a.gpu}, {a.gpu_memory_gib:.0f} GiB), best "
                     "first (modelled)",
-              columns=[Column("#", justify="right"), Column("layout"), Column("mbs"),
-                       Column("recompute"), Column("optimizer"),
+              columns=[Column("#", justify="right"), Column("framework"), Column("layout"),
+                       Column("mbs"), Column("recompute"), Column("optimizer"),
                        Column("step", justify="right"),
                        Column("tok/s/GPU", justify="right"), Column("MFU", justify="right"),
                        Column("GiB/GPU", justify="right"), Column("exposed comm")],
@@ -598,12 +598,12 @@ def advice_parts(advice) -> List[Any]:
         c = r.candidate
         comm = ", ".join(f"{k} {format_seconds(v)}" for k, v in r.exposed_comm if v > 0) or "-"
         t.add_row(*(line(x) for x in (
-            str(i + 1), c.label(), str(c.micro_batch), c.recompute,
-            "FSDP" if c.style == "fsdp" else "distributed", format_seconds(r.time_s),
+            str(i + 1), c.framework, c.label(), str(c.micro_batch), c.recompute,
+            c.optimizer(), format_seconds(r.time_s),
             _tokens(r.tokens_per_s_per_gpu), f"{r.mfu:.1%}", f"{r.memory_gib:.1f}", comm)))
     t.caption = (f"{a.considered} layouts considered, {a.fitting} fit in memory, "
                  f"{a.placed} placed by the planner and priced")
-    t.labels = ["#", "layout", "micro-batch", "recompute", "optimizer", "step",
+    t.labels = ["#", "framework", "layout", "micro-batch", "recompute", "optimizer", "step",
                 "tokens/s per GPU", "MFU", "memory per GPU", "exposed communication"]
     out: List[Any] = [t, line("Ready to plan:", "bold")]
     for i, r in enumerate(a.ranked):

@@ -367,6 +367,42 @@ def test_advisor_ranks_fitting_layouts_and_its_plan_lines_run(tmp_path, monkeypa
     assert "Ready to plan:" in out and "slurmtopo plan --inventory" in out
 
 
+def test_advisor_lays_out_for_torchtitan_and_deepspeed_too(tmp_path, monkeypatch):
+    """FSDP and HSDP (torchtitan) and ZeRO-1/3 (DeepSpeed) are ranked beside
+    Megatron's layouts, each with its own plan line that prices the same."""
+    from slurmtopo.advisor import candidates
+    from slurmtopo.cost.model_spec import parse_model
+    spec = parse_model("llama3-8b,seq_len=8192,global_batch=256")
+    cands = candidates(spec, 32, frameworks=("megatron", "torchtitan", "deepspeed"))
+    kinds = {(c.framework, c.optimizer().split()[0]) for c in cands}
+    assert kinds == {("megatron", "distributed"), ("megatron", "FSDP"), ("torchtitan", "FSDP"),
+                     ("torchtitan", "HSDP"), ("deepspeed", "ZeRO-1"), ("deepspeed", "ZeRO-3")}
+    # DeepSpeed: no context parallelism, no interleaving, ZeRO-3 without a pipeline
+    ds = [c for c in cands if c.framework == "deepspeed"]
+    assert all(c.cp == 1 and c.vp == 1 for c in ds)
+    assert all(c.pp == 1 for c in ds if c.zero == 3)
+    # HSDP shard groups: a node's or two nodes' data-parallel ranks
+    assert {c.shard * c.tp * c.cp for c in cands if c.style == "hsdp"} <= {8, 16}
+    inv = str(EXAMPLES / "h100-32node-fattree.yaml")
+    code, out, err = run_cli(["advise", "--inventory", inv, "--model",
+                              "llama3-8b,seq_len=8192,global_batch=256", "--gpus", "32",
+                              "--framework", "torchtitan", "--framework", "deepspeed",
+                              "--top", "40", "--json"])
+    assert code == 0, err
+    layouts = json.loads(out)["layouts"]
+    assert {x["framework"] for x in layouts} == {"torchtitan", "deepspeed"}
+    monkeypatch.chdir(tmp_path)
+    firsts = {}
+    for x in layouts:
+        firsts.setdefault((x["framework"], x["optimizer"].split()[0]), x)
+    assert len(firsts) == 4
+    for x in firsts.values():
+        code, out, err = run_cli(shlex.split(x["plan"])[1:] + ["--json"])
+        assert code == 0, err
+        assert json.loads(out)["step"]["tokens_per_s_per_gpu"] == pytest.approx(
+            x["tokens_per_s_per_gpu"], rel=1e-4)
+
+
 def test_advisor_says_when_nothing_fits():
     code, out, err = run_cli(["advise", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
                               "--model", "llama3.1-405b,seq_len=8192,global_batch=32",
