@@ -490,11 +490,19 @@ def summary(placement, layout=None, inv=None, script=None) -> Text:
     return rich_line(summary_line(placement, layout, inv, script))
 
 
-def summary_line(placement, layout=None, inv=None, script=None) -> Line:
+def summary_line(placement, layout=None, inv=None, script=None, framework=None) -> Line:
+    """The header line. ``framework``: a non-Megatron framework's layout
+    (:class:`slurmtopo.frameworks.common.FrameworkLayout`), shown in its own
+    names (dp_shard, dp_replicate, ...) instead of the planner's Megatron
+    layout."""
     from slurmtopo.hostlist import fold_hostlist
 
     parts = []
-    if layout is not None:
+    if framework is not None:
+        from slurmtopo.frameworks.registry import describe
+
+        parts.append(describe(framework))
+    elif layout is not None:
         lay = layout.resolved()
         dims = " × ".join(f"{d}{getattr(lay, d)}" for d in ("tp", "cp", "ep", "pp", "dp")
                           if getattr(lay, d) > 1) or "1 rank"
@@ -519,12 +527,13 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
 def plan_parts(placement, inv=None, layout=None, plan_cost=None, naive_cost=None, state=None,
                color_by: Optional[str] = None, notes: Sequence[str] = (), script=None,
                files: Optional[Mapping[str, str]] = None, bound=None,
-               idle_bound=None, warnings: Sequence[str] = ()) -> List[Any]:
+               idle_bound=None, warnings: Sequence[str] = (), framework=None) -> List[Any]:
     """The whole preview, top to bottom, as lines and sheets: summary,
     grid, cost table, the step, the groups split over hosts, warnings
     (the cost model's, the bound's and ``warnings``, e.g. the memory
-    check's) and notes, files written."""
-    parts: List[Any] = [summary_line(placement, layout, inv, script),
+    check's) and notes, files written (``framework``: see
+    :func:`summary_line`)."""
+    parts: List[Any] = [summary_line(placement, layout, inv, script, framework),
                         grid_sheet(placement, inv, color_by, state)]
     if plan_cost is not None:
         parts.append(cost_sheet(plan_cost, naive_cost))

@@ -164,8 +164,12 @@ class SchedulingPass:
         #: jobs this pass released so far (Config.max_releases, best_fit_releases)
         self.released = 0
         #: plans on the empty cluster, shared by both passes of one decide()
+        #: and kept between cycles for the requests still queued (see
+        #: forget_unused_plans)
         self._ideal_cache: Dict[object, Tuple[Optional[Placement], Optional[str]]] = \
             shared.setdefault("ideal", {})  # type: ignore[assignment]
+        self._ideal_used: Set[object] = \
+            shared.setdefault("ideal_used", set())  # type: ignore[assignment]
         self._reserved_for: Set[int] = set()
 
     # -- helpers -------------------------------------------------------------
@@ -174,6 +178,7 @@ class SchedulingPass:
         """``req`` planned on the empty cluster (kept per request and
         launcher requirement for the passes of one decide())."""
         key = (req, admit)
+        self._ideal_used.add(key)
         hit = self._ideal_cache.get(key)
         if hit is None:
             try:
@@ -720,6 +725,36 @@ def decide(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: fl
     that plans on the empty cluster are made once per inventory."""
     cfg = config or Config()
     shared = cycle_memo(memo, inv, view)
+    shared["ideal_used"] = set()
+    try:
+        return _decide(jobs, inv, view, now, cfg, shared)
+    finally:
+        forget_unused_plans(shared)
+
+
+#: plans on the empty cluster kept between cycles, at most (the queue's
+#: distinct requests, normally far fewer)
+MAX_IDEAL_PLANS = 1024
+
+
+def forget_unused_plans(shared: Dict[str, object]) -> None:
+    """Drop the plans on the empty cluster that no job of this decide()
+    asked for: a request whose jobs left the queue is forgotten at once
+    (each distinct 65,536-name request used to stay until the inventory
+    changed: memory without bound), and never more than
+    :data:`MAX_IDEAL_PLANS` are kept."""
+    ideal = shared.get("ideal")
+    used = shared.get("ideal_used")
+    if not isinstance(ideal, dict) or not isinstance(used, set):
+        return
+    for key in [k for k in ideal if k not in used]:
+        del ideal[key]
+    while len(ideal) > MAX_IDEAL_PLANS:
+        del ideal[next(iter(ideal))]
+
+
+def _decide(jobs: Sequence[QueuedJob], inv: Inventory, view: ClusterView, now: float,
+            cfg: Config, shared: Dict[str, object]) -> List[Decision]:
     blocked_before = shared.get("blocked")
     if isinstance(blocked_before, dict):  # forget jobs that left the queue
         live = {q.job_id for q in jobs}

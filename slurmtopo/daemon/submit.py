@@ -72,6 +72,29 @@ def prepare_script(script_text: str) -> Tuple[str, List[str]]:
     return "".join(out), notes
 
 
+#: a heterogeneous job's components are separated by this line in a script
+#: (``packjob``: its name before Slurm 20.02) or by ":" on sbatch's line
+_HET_LINE = re.compile(r"^#SBATCH\s+(?:hetjob|packjob)\b", re.M)
+
+
+def refuse_arrays(script_text: str, args: Sequence[str] = ()) -> None:
+    """An array job or a heterogeneous job cannot be the daemon's: releasing
+    its id releases every task or component at once (two tasks started
+    under --max-releases 1), Slurm does not pin an array's nodes ("Job
+    resizing not supported for job arrays") and `uhold` leaves running
+    tasks held. Refused here, before the job exists; the daemon rejects
+    one that gets past this (docs/daemon.md)."""
+    if ":" in [str(a) for a in args] or _HET_LINE.search(script_text):
+        raise SlurmtopoError("a heterogeneous job (hetjob) cannot be combined with --daemon: "
+                             "the placement daemon pins one job's nodes; drop --daemon")
+    values = option_values(script_options(script_text, args))
+    if values.get("array") is not None:
+        raise SlurmtopoError(f"--array {values['array']} cannot be combined with --daemon: the "
+                             "placement daemon pins and releases one job at a time (an array's "
+                             "tasks would all be released at once); submit the tasks as jobs "
+                             "of their own, or drop --daemon")
+
+
 def submit_for_daemon(backend, request, script_text: str, inventory_path: Optional[str] = None,
                       *, args: Sequence[str] = (), spool: Optional[str] = None,
                       notes: Optional[List[str]] = None, launcher: Optional[str] = None) -> int:
@@ -93,6 +116,7 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
     if "comment" in option_values(script_options(script_text)):
         raise SlurmtopoError("the script sets #SBATCH --comment, which --daemon needs for its "
                              "request; remove it")
+    refuse_arrays(script_text, args)
     text, dropped = prepare_script(script_text)
     shape = script_shape(text, args)
     comment = make_comment(request, shape, spool, launcher=launcher)
@@ -105,14 +129,26 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
 
 
 def no_daemon_warnings(spool: Optional[str]) -> List[str]:
-    """A warning when no placement daemon holds ``spool`` (None: the
-    default one) on this host: a job submitted held for it would wait
-    until one starts."""
+    """A warning when no placement daemon runs with ``spool`` (None: the
+    default one), told from its process (:func:`slurmtopo.daemon.status.
+    liveness`): a job submitted held for it would wait until one starts."""
+    import os
+    import time
+
     from slurmtopo.daemon.protocol import DEFAULT_SPOOL
-    from slurmtopo.daemon.spool import SpoolLock
+    from slurmtopo.daemon.spool import STATUS_FILE, spool_path
+    from slurmtopo.daemon.status import liveness, read_status
+    from slurmtopo.fileio import read_file
 
     where = spool or DEFAULT_SPOOL
-    if SpoolLock.holder(where) is not None:
+    doc: dict = {}
+    try:
+        path = spool_path(where)
+        raw = read_file(path, STATUS_FILE, 64 << 20, {os.stat(path).st_uid}, "status file")
+        doc = read_status(raw.decode("utf-8", errors="replace"), os.path.join(path, STATUS_FILE))
+    except (OSError, SlurmtopoError):
+        pass
+    if liveness(where, doc, time.time()).running:
         return []
     return [f"warning: no placement daemon is running with spool {where} "
             "(`slurmtopo daemon status` says more); the job stays held until one "

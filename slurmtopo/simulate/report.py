@@ -196,9 +196,16 @@ def _replayed(doc: Dict[str, Any]) -> int:
 # the plot
 
 
-def plot_png(doc: Dict[str, Any]) -> bytes:
-    """Queue wait against slowdown, one point per policy (mean, with the p95
-    as whiskers), the wait values of one policy joined by a line."""
+#: one marker per policy family, drawn hollow and each smaller than the
+#: last, so that families whose points coincide stay visible, one inside
+#: the other
+_MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, or the one-line error; the
+    command asks before the replay, so a missing matplotlib costs no
+    minutes."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -206,6 +213,27 @@ def plot_png(doc: Dict[str, Any]) -> bytes:
     except ImportError:
         raise SlurmtopoError("--plot needs matplotlib, which is not installed (pip install "
                              "matplotlib, or slurmtopo's 'bench' extra)") from None
+    return plt
+
+
+def plot_png(doc: Dict[str, Any]) -> bytes:
+    """Queue wait against slowdown (:func:`plot_figure`) as PNG bytes."""
+    plt = pyplot()
+    fig = plot_figure(doc)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_figure(doc: Dict[str, Any]):
+    """Queue wait against slowdown, one point per policy (mean, with the p95
+    as whiskers), the wait values of one policy joined by a line. The axes
+    print plain numbers (no ``1e-5+1`` offset when every slowdown is about
+    1) over a range of at least 2% of the values, and every family has its
+    own hollow marker, smaller than the one before: points that coincide
+    stay visible."""
+    plt = pyplot()
     families: Dict[str, List[Tuple[float, float, float, float, str]]] = {}
     for p in doc["policies"]:
         w, s = p["queue_wait_s"], p["slowdown"]
@@ -214,11 +242,13 @@ def plot_png(doc: Dict[str, Any]) -> bytes:
         families.setdefault(p["name"], []).append(
             (w["mean"], s["mean"], w["p95"], s["p95"], p["policy"]))
     fig, ax = plt.subplots(figsize=(7.5, 5.0), dpi=100)
-    for name, pts in families.items():
+    for k, (name, pts) in enumerate(families.items()):
         pts.sort()
         xs = [p[0] for p in pts]
         ys = [p[1] for p in pts]
-        line = ax.plot(xs, ys, marker="o", label=name)[0]
+        line = ax.plot(xs, ys, marker=_MARKERS[k % len(_MARKERS)], fillstyle="none",
+                       markersize=max(4.0, 12.0 - 2.0 * k), markeredgewidth=1.5,
+                       label=name)[0]
         for x, y, x95, y95, label in pts:
             ax.errorbar([x], [y], xerr=[[0], [max(0.0, x95 - x)]],
                         yerr=[[0], [max(0.0, y95 - y)]], color=line.get_color(), alpha=0.35,
@@ -232,8 +262,29 @@ def plot_png(doc: Dict[str, Any]) -> bytes:
                  f"on {doc['inventory']['nodes']} nodes")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    _readable(ax, [p for pts in families.values() for p in pts])
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return fig
+
+
+def _readable(ax, pts) -> None:
+    """Plain tick labels (matplotlib otherwise writes slowdowns of 1.00001
+    as ``1e-5+1`` with ticks 3.00-5.00) over a range of at least 2% of the
+    values on each axis, so equal values sit mid-axis instead of on a
+    magnified noise scale."""
+    from matplotlib.ticker import ScalarFormatter
+
+    for axis, lo_hi, setter in ((ax.yaxis, [v for p in pts for v in (p[1], p[3])], ax.set_ylim),
+                                (ax.xaxis, [v for p in pts for v in (p[0], p[2])], ax.set_xlim)):
+        formatter = ScalarFormatter(useOffset=False)
+        formatter.set_scientific(False)
+        axis.set_major_formatter(formatter)
+        if not lo_hi:
+            continue
+        lo, hi = min(lo_hi), max(lo_hi)
+        least = 0.02 * max(abs(lo), abs(hi), 1.0)
+        if hi - lo < least:  # (nearly) equal values: a 2% range around them
+            mid = (lo + hi) / 2
+            lo, hi = mid - least / 2, mid + least / 2
+        pad = 0.1 * (hi - lo)
+        setter(lo - pad, hi + pad)
