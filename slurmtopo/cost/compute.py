@@ -221,13 +221,13 @@ class ComputeFit:
     #: tensor, in mxfp8 (a scale every 32 values) and in nvfp4, as a factor
     #: on gemm_efficiency
     fp8_factor: float = 1
-    mxfp8_factor: float = 0.8538
-    fp4_factor: float = 0.7571
+    mxfp8_factor: float = 0.8539
+    fp4_factor: float = 0.7572
     #: the smallest GEMM dimension at which a GEMM runs at half speed
     half_dim: float = 512
     #: bytes the memory-bound kernels move a token and layer, per value of
     #: the hidden and active MLP width (2-byte values; forward and backward)
-    elementwise_passes: float = 64.22
+    elementwise_passes: float = 64.19
     #: 2-byte values MoE's permutation moves a routed token and hidden
     #: value, forward and backward: forward the token read and written to
     #: its expert's buffer and its output read back into the weighted sum
@@ -242,7 +242,7 @@ class ComputeFit:
     #: name, relative to H100's (Blackwell parts differ by power: GB300 at
     #: 1.4 kW, B200 at 1 kW); a GPU not listed: 1
     sustained: Tuple[Tuple[str, float], ...] = (
-        ("B200", 0.8816), ("B300", 0.8), ("GB200", 0.8323), ("GB300", 1.066))
+        ("B200", 0.8814), ("B300", 0.8), ("GB200", 0.8321), ("GB300", 1.066))
 
     def factor(self, dtype: str) -> float:
         return {"fp8": self.fp8_factor, "mxfp8": self.mxfp8_factor,

@@ -416,11 +416,18 @@ def _torchtitan_model(text: str, where: str) -> Dict[str, object]:
     return out
 
 
-def _deepspeed_model(text: str, where: str) -> Dict[str, object]:
+def _json(text: str, where: str):
+    """A DeepSpeed JSON config, read within bounds (nesting, numbers)."""
+    from slurmtopo.boundedjson import JsonRefused, loads
+
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
+        return loads(text, MAX_CONFIG_DEPTH)
+    except JsonRefused as exc:
         raise LayoutError(f"{where}: not a DeepSpeed JSON config: {exc}") from None
+
+
+def _deepspeed_model(text: str, where: str) -> Dict[str, object]:
+    doc = _json(text, where)
     if not isinstance(doc, dict):
         raise LayoutError(f"{where}: a DeepSpeed config is a JSON object")
     out: Dict[str, object] = {}
@@ -461,17 +468,16 @@ def overlaps_from_config(framework: str, text: str, where: str) -> Dict[str, boo
                 out[_MEGATRON_OVERLAPS[name]] = True
     elif framework == "deepspeed":
         try:
-            doc = json.loads(text)
-        except ValueError:
+            doc = _json(text, where)
+        except LayoutError:
             return out
         zero = doc.get("zero_optimization") if isinstance(doc, dict) else None
         if isinstance(zero, dict) and zero.get("overlap_comm") is True:
             out["overlap_grad_reduce"] = True
     elif framework == "torchtitan":
-        import tomllib
         try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
+            doc = _toml(text, where)
+        except LayoutError:
             return out
         par = doc.get("parallelism") if isinstance(doc.get("parallelism"), dict) else {}
         if par.get("enable_async_tensor_parallel") is True:
