@@ -140,6 +140,10 @@ def test_a_requeued_job_replans_at_start_and_says_so(leaf, tmp_path):
     _ranks_started(run, 8)
     leaf.run(["scontrol", "requeue", str(run.job_id)])
     leaf.wait_state(run.job_id, {"PENDING"})
+    # Slurm revokes the first run's credential at the requeue, to the second:
+    # a start in that same second is refused ("Job credential revoked", the
+    # job FAILED); Slurm's own requeue delay avoids it, StartTime=now does not
+    time.sleep(2)
     leaf.run(["scontrol", "update", f"JobId={run.job_id}", "StartTime=now"])
     run.wait(timeout=120)
     log = run.output()
