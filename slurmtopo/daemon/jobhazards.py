@@ -118,12 +118,17 @@ def hazards_from_dict(value: Any) -> JobHazards:
     return JobHazards(tuple(policy.items()), nccl.strip() if nccl else None)
 
 
-def placement_hazards(inv: Inventory, placement: Placement,
-                      h: Optional[JobHazards]) -> HazardReport:
+def placement_hazards(inv: Inventory, placement: Placement, h: Optional[JobHazards],
+                      request=None) -> HazardReport:
     """The pre-launch hazards of ``placement`` for a job submitted with
-    ``h``: its policy, and its NCCL release, else the inventory's
-    (:func:`slurmtopo.hazards.nccl_version`, never the daemon's own
-    environment). The same rules as every other launch path."""
+    ``h``: its policy, and its NCCL release, else the one its ``request``'s
+    workload carries (the cost model's ``work.nccl``), else the
+    inventory's (:func:`slurmtopo.hazards.nccl_version`, never the daemon's
+    own environment). The same rules as every other launch path."""
     h = h or NO_HAZARDS
-    return check_hazards(inv, placement, nccl_version=nccl_version(h.nccl, {}, inv),
+    given = h.nccl
+    workload = getattr(request, "workload", None)
+    if given is None and getattr(workload, "nccl_version", None):
+        given = ".".join(str(int(x)) for x in workload.nccl_version)
+    return check_hazards(inv, placement, nccl_version=nccl_version(given, {}, inv),
                          policy=HazardPolicy.parse(h.policy, "hazards.policy"))

@@ -43,6 +43,10 @@ JSON fields (all but ``layout`` optional)::
                absent); the daemon plans only placements it can start
                (torchrun: node-contiguous ranks); a name this daemon does
                not know is a bad request
+    work       the job's training step: framework, data-parallel style,
+               overlaps, NCCL release and model description
+               (:mod:`slurmtopo.daemon.jobstep`), so the daemon prices the
+               step plan priced; absent: the default model
     hazards    the job's hazard policy and NCCL release (``--hazard``,
                ``--nccl-version``: :mod:`slurmtopo.daemon.jobhazards`), so
                the daemon checks the placement it pins as ``sbatch``
@@ -63,6 +67,7 @@ from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
 from slurmtopo.daemon.jobhazards import (NO_HAZARDS, JobHazards, hazards_from_dict,
                                          hazards_to_dict)
+from slurmtopo.daemon.jobstep import work_from_dict, work_to_dict
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.launchers import DEFAULT as DEFAULT_LAUNCHER
 
@@ -163,6 +168,8 @@ def request_to_dict(req, shape: Optional[Shape] = None,
         out["shape"] = shape.as_dict()
     if launcher is not None and launcher != DEFAULT_LAUNCHER:
         out["launcher"] = launcher
+    if getattr(req, "workload", None) is not None:
+        out["work"] = work_to_dict(req.workload)
     if hazards_to_dict(hazards) is not None:
         out["hazards"] = hazards_to_dict(hazards)
     return out
@@ -291,7 +298,7 @@ MAX_WAIT_S = 30 * 24 * 3600
 MAX_MESSAGE_BYTES = 1 << 50
 
 _FIELDS = ("layout", "require", "prefer", "wait", "gpn", "exclusive", "nodelist", "exclude",
-           "msg", "shape", "launcher", "hazards")
+           "msg", "shape", "launcher", "work", "hazards")
 _SHAPE_FIELDS = {"nodes": "nodes", "gpn": "gpus_per_node", "tpn": "tasks_per_node"}
 
 
@@ -482,12 +489,14 @@ def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec
         shape = _shape(data.get("shape"))
         launcher = _launcher(data.get("launcher"))
         try:
+            workload = work_from_dict(data.get("work"))
             hazards = hazards_from_dict(data.get("hazards"))
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
         req = JobRequest(layout=layout, require=levels["require"], prefer=levels["prefer"],
                          gpus_per_node=gpn, exclusive=exclusive, nodelist=nodelist,
-                         exclude=exclude or (), message_bytes=msg, wait=wait)
+                         exclude=exclude or (), message_bytes=msg, wait=wait,
+                         workload=workload)
     except ProtocolError:
         raise
     except SlurmtopoError as exc:

@@ -272,7 +272,8 @@ class SchedulingPass:
         # the job's own hazard checks on each placement as it will run: one
         # with an error hazard is never taken (HazardRefusal when every one has)
         reports = {t[0]: placement_hazards(self.inv, t[2] if t[2] is not None else t[1],
-                                           job.spec.hazards) for t in scored}
+                                           job.spec.hazards, job.spec.request)
+                   for t in scored}
         usable = [t for t in scored if t[2] is not None]
         notes: List[str] = []
         safe = [t for t in usable if not reports[t[0]].errors]
@@ -525,7 +526,7 @@ class SchedulingPass:
         on the empty cluster has the hazard (waiting cannot help)."""
         ideal, _ = self.ideal_plan(job.ideal_req, job.admit)
         never = ideal is not None and bool(
-            placement_hazards(self.inv, ideal, job.spec.hazards).errors)
+            placement_hazards(self.inv, ideal, job.spec.hazards, job.spec.request).errors)
         why = hazard.render()
         if never:
             why = ("not released: " + why.replace("every placement free now", "even on the "

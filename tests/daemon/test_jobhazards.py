@@ -181,6 +181,19 @@ def test_the_jobs_own_nccl_release_decides_the_clique_check(rack, nccl, action):
         assert d.hazards == ()
 
 
+def test_the_release_the_jobs_workload_carries_is_used_when_none_other_is(rack):
+    """A request whose ``work`` names the NCCL release (the cost model's
+    input) and whose ``hazards`` does not: the clique check uses it."""
+    from slurmtopo.workload import Workload
+
+    q = job(1, layout=Layout(tp=4, dp=18), gpus_per_node=4,
+            workload=Workload(nccl_version=(2, 24, 3)))
+    d = by_id(decide([q], rack, ClusterView(busy()), NOW))[1]
+    assert d.action == WAIT and "with NCCL 2.24.3" in d.reason, d
+    d = by_id(decide([with_hazards(q, nccl="2.25.1")], rack, ClusterView(busy()), NOW))[1]
+    assert d.action == RELEASE, d      # the hazards field's release wins
+
+
 def test_the_daemons_own_environment_is_never_read(rack, monkeypatch):
     monkeypatch.setenv("NCCL_VERSION", "2.24.3")
     q = job(1, layout=Layout(tp=4, dp=18), gpus_per_node=4)
