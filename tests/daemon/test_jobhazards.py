@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmtopo import api
 from slurmtopo.daemon.decisions import RELEASE, WAIT, ClusterView, Config, QueuedJob
@@ -82,6 +84,31 @@ def test_a_bad_hazards_field_is_one_protocol_error(value, says):
     tag = PREFIX + json.dumps({"layout": {"tp": 4}, "hazards": value}, separators=(",", ":"))
     with pytest.raises(ProtocolError, match="hazards"):
         parse_comment(tag)
+
+
+_items = st.one_of(st.sampled_from(["uneven-ranks=error", "all=off", "group-domain=warn",
+                                     "mnnvl-clique=warning", "=", "all", "rail-alignment=on"]),
+                   st.text(max_size=80), st.integers(), st.none())
+_values = st.one_of(st.lists(_items, max_size=20), st.text(max_size=80),
+                    st.sampled_from(["2.24.3", "v2.27.7-1", "2.30", "2", "99999.1"]),
+                    st.integers(), st.floats(allow_nan=False), st.booleans(), st.none(),
+                    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.dictionaries(st.sampled_from(["policy", "nccl", "level"]), _values, max_size=3))
+def test_any_hazards_field_reads_or_is_refused(field):
+    """Whatever a user writes in ``hazards``: a JobHazards whose policy the
+    checks accept, or a one-line ProtocolError, nothing else."""
+    text = json.dumps({"layout": {"tp": 2}, "hazards": field}, separators=(",", ":"))
+    try:
+        spec = parse_comment(PREFIX + text)
+    except ProtocolError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert isinstance(spec.hazards, JobHazards)
+    assert len(spec.hazards.policy) <= 4 and JobHazards.of(spec.hazards.policy) == \
+        replace(spec.hazards, nccl=None)
 
 
 def test_the_submit_options_reach_the_daemons_request():
