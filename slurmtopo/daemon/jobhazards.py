@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Optional, Tuple
 
+from slurmtopo.daemon.wire import show as _show
+from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.hazards import HazardPolicy, HazardReport, check_hazards, nccl_version
 from slurmtopo.model import Inventory, Placement
@@ -84,12 +86,6 @@ def hazards_to_dict(h: Optional[JobHazards]) -> Optional[Dict[str, Any]]:
     return out
 
 
-def _show(value: Any) -> str:
-    from slurmtopo.termsafe import printable
-
-    return printable(repr(value), 40)
-
-
 def hazards_from_dict(value: Any) -> JobHazards:
     """The JobHazards of a request's ``hazards`` field (:data:`NO_HAZARDS`
     when absent); ValueError, one line, for anything else than
@@ -98,9 +94,9 @@ def hazards_from_dict(value: Any) -> JobHazards:
         return NO_HAZARDS
     if not isinstance(value, dict):
         raise ValueError(f"hazards must be an object (policy, nccl), got {_show(value)}")
-    bad = sorted(str(k) for k in value if k not in _KEYS)
-    if bad:
-        raise ValueError("unknown hazards field(s): " + ", ".join(_show(k) for k in bad[:5]))
+    why = unknown_fields(value, _KEYS, "hazards")
+    if why:
+        raise ValueError(why)
     items = value.get("policy", [])
     if not isinstance(items, list) or len(items) > MAX_POLICY_ITEMS or not all(
             isinstance(x, str) and 0 < len(x) <= MAX_TEXT for x in items):

@@ -68,6 +68,8 @@ from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 from slurmtopo.daemon.jobhazards import (NO_HAZARDS, JobHazards, hazards_from_dict,
                                          hazards_to_dict)
 from slurmtopo.daemon.jobstep import work_from_dict, work_to_dict
+from slurmtopo.daemon.wire import show as _show
+from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.launchers import DEFAULT as DEFAULT_LAUNCHER
 
@@ -337,13 +339,6 @@ def rejected_comment(reason: str) -> str:
     return text
 
 
-def _show(value: Any) -> str:
-    """A user's value quoted in an error message: short, one line."""
-    from slurmtopo.termsafe import printable
-
-    return printable(repr(value), 40)
-
-
 def _whole(value: Any, what: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ProtocolError(f"{what} must be a whole number from {low} to {high:,}, "
@@ -404,10 +399,9 @@ def _layout(value: Any):
 
     if not isinstance(value, dict):
         raise ProtocolError("the slurmtopo request has no layout")
-    known = {f.name for f in fields(Layout)}
-    bad = sorted(k for k in value if k not in known)
-    if bad:
-        raise ProtocolError("unknown layout field(s): " + ", ".join(_show(k) for k in bad[:5]))
+    why = unknown_fields(value, {f.name for f in fields(Layout)}, "layout")
+    if why:
+        raise ProtocolError(why)
     kw: Dict[str, Any] = {}
     for key, v in value.items():
         if key in ("order", "convention"):
@@ -437,9 +431,9 @@ def _shape(value: Any) -> Shape:
         return Shape()
     if not isinstance(value, dict):
         raise ProtocolError(f"shape must be an object (nodes, gpn, tpn), got {_show(value)}")
-    bad = sorted(k for k in value if k not in _SHAPE_FIELDS)
-    if bad:
-        raise ProtocolError("unknown shape field(s): " + ", ".join(_show(k) for k in bad[:5]))
+    why = unknown_fields(value, _SHAPE_FIELDS, "shape")
+    if why:
+        raise ProtocolError(why)
     high = {"nodes": MAX_NAMES, "gpn": MAX_GPUS_PER_NODE, "tpn": MAX_TASKS_PER_NODE}
     return Shape(**{_SHAPE_FIELDS[k]: None if v is None else _whole(v, f"shape.{k}", 1, high[k])
                     for k, v in value.items()})
