@@ -1,7 +1,8 @@
 """The placement daemon under load: 1,000 held jobs on 100,000 GPUs.
 
-Builds the daemon tests' Slurm in memory (``tests/fakes/slurm_backend.py``'s
-``FakeSlurm``, a plain module: no pytest needed) over the 3-level fat tree of ``bench.scenarios`` with about
+Builds the daemon tests' Slurm in memory (``slurmtopo.testing.slurm_backend``'s
+``FakeSlurm``, the test double tests and bench share) over the 3-level fat tree of
+``bench.scenarios`` with about
 half of the GPUs busy, submits held, tagged jobs of 8 to 256 GPUs (TP 8 on
 NVLink, DP the rest) and times ``Daemon.cycle()``: the first cycle decides
 every job (most are released), the next ones see the rest still waiting.
@@ -34,7 +35,7 @@ def build(nodes: int, jobs: int, busy: float = 0.5, seed: int = 7):
     from slurmtopo.daemon.submit import submit_for_daemon
     from slurmtopo.groups import Layout
     from slurmtopo.request import JobRequest
-    from tests.fakes.slurm_backend import FakeSlurm
+    from slurmtopo.testing.slurm_backend import FakeSlurm
 
     inv = cluster("fattree3", nodes)
     slurm = FakeSlurm(nodes=0, auto_schedule=False)

@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from slurmtopo.model import ClusterState
 
-from bench.scenarios import Scenario, ScenarioSpec, build, free_gpus
+from bench.scenarios import Scenario, ScenarioSpec, build, dump_state, free_gpus
 
 #: placement -> the function that makes it: slurmtopo.choice.plan, or a
 #: baseline of slurmtopo.placement
@@ -497,7 +497,6 @@ def _dump(scenario_id: str, directory: str, console) -> None:
     import os
 
     from slurmtopo.inventory import dump_inventory
-    from slurmtopo.state import dump_state
 
     sc = build(scenario_id)
     os.makedirs(directory, exist_ok=True)

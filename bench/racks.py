@@ -31,9 +31,8 @@ from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence
 
 from bench.process import child_env as _env
-from bench.scenarios import Scenario, build, quality_specs
+from bench.scenarios import Scenario, build, dump_state, quality_specs
 from slurmtopo.inventory import dump_inventory
-from slurmtopo.state import dump_state
 
 #: the rack-scale shapes
 SHAPES = ("nvl72", "nvl72-ep8", "nvl72-hgx")

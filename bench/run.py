@@ -1,7 +1,7 @@
 """Run the slurmtopo benchmarks: one command, a table, JSON, plots.
 
     python -m bench.run                 # full run (under 10 minutes on 2 cores)
-    python -m bench.run --quick         # a short pass (about 30 seconds)
+    python -m bench.run --quick         # a short pass (about 20 s of CPU)
     python -m bench.run --out DIR       # where JSON, PNG and report.md go
                                         # (default bench/results)
 
@@ -457,6 +457,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     meta = _meta(argv)
     t0 = time.perf_counter()
+    cpu0 = _cpu_seconds()
     tables: List[tuple] = []
 
     if args.only in (None, "quality"):
@@ -541,6 +542,9 @@ def main(argv=None) -> int:
             cli.plot(cr, os.path.join(args.out, "cli.png"))
 
     meta["wall_s"] = time.perf_counter() - t0
+    # the work itself, whatever else the machine runs: the wall time on an
+    # idle machine is about this (README's figure)
+    meta["cpu_s"] = _cpu_seconds() - cpu0
     meta["loadavg_at_end"] = _loadavg()
     write_json(os.path.join(args.out, "meta.json"), meta)
     with open(os.path.join(args.out, "report.md"), "w") as fh:
@@ -548,8 +552,15 @@ def main(argv=None) -> int:
                  f"{meta['commit']}, {meta['cpus']} CPUs, Python {meta['python']} -->\n\n")
         fh.write(markdown(tables))
     console.print(f"results in {shown_dir(args.out)}/ "
-                  f"({meta['wall_s']:.0f} s)")
+                  f"({meta['wall_s']:.0f} s, {meta['cpu_s']:.0f} s of CPU)")
     return 0
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it waited for (the
+    `slurmtopo` subprocesses the command-line costs time)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from slurmtopo.model import (Block, ClusterState, Fabric, Hardware, Inventory, Node, NodeState,
                              NvlinkDomain, Switch)
 from slurmtopo.presets import preset
+from slurmtopo.state import state_dict
+from slurmtopo.yamlio import dump_yaml
 
 # --------------------------------------------------------------------------
 # fabrics
@@ -361,6 +363,14 @@ def free_gpus(inv: Inventory, state: ClusterState) -> int:
 
 def free_by_node(inv: Inventory, state: ClusterState) -> Dict[str, int]:
     return {n.name: len(state.free_gpus(n)) for n in inv}
+
+
+def dump_state(state: ClusterState) -> str:
+    """A busy state as the state snapshot ``--state FILE`` reads (YAML), for
+    the benchmarks that plan through the command line; the package writes
+    its snapshots from :func:`slurmtopo.state.state_dict` itself
+    (``slurmtopo state``), so this lives with the benchmarks that need it."""
+    return dump_yaml(state_dict(state))
 
 
 # --------------------------------------------------------------------------

@@ -32,7 +32,7 @@ import tracemalloc
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bench.quality import cost_params
-from bench.scenarios import Job, busy_state, cluster, free_gpus, job_model
+from bench.scenarios import Job, busy_state, cluster, dump_state, free_gpus, job_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -238,7 +238,6 @@ def growth(rows: Sequence[Dict[str, Any]], superlinear: float = 1.15,
 def _write_cluster_files(directory: str, nodes: int, busy: int, seed: str,
                          per_node: bool = False, fmt: str = "yaml") -> Tuple[str, str]:
     from slurmtopo.inventory import inventory_dict
-    from slurmtopo.state import dump_state
     from slurmtopo.yamlio import dump_json, dump_yaml
 
     inv = cluster("fattree3", nodes)
@@ -386,11 +385,12 @@ def _try_import(name: str):
 
 def agent_discovery(repeats: int = 7, fixture: str = "hgx_h100") -> Dict[str, Any]:
     """Node-agent discovery of an 8-GPU HGX H100 on the fake NVML and a fake
-    /sys tree (tests/fakes), then rendering the node report."""
+    /sys tree (slurmtopo.testing; the machine from tests/fixtures/nvml),
+    then rendering the node report."""
     sys.path.insert(0, ROOT)
     try:
-        fake = _try_import("tests.fakes.fake_pynvml")
-        fsys = _try_import("tests.fakes.fake_sysfs")
+        fake = _try_import("slurmtopo.testing.fake_pynvml")
+        fsys = _try_import("slurmtopo.testing.fake_sysfs")
         disc = _try_import("slurmtopo.agent.nvml_discovery")
     finally:
         sys.path.remove(ROOT)

@@ -38,10 +38,16 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures", "training_runs")
 FIT_SET = os.path.join(FIXTURES, "fit-set.yaml")
 #: what the issue asks: within 20% on at least 80%, at most 5% beyond 40%
 WITHIN, FAR = 0.20, 0.40
-#: the constants the fit moves, with their bounds
-FIT_BOUNDS = {"gemm_efficiency": (0.3, 0.95), "fp8_factor": (0.3, 1.0), "fp4_factor": (0.2, 1.0),
-              "half_dim": (0.0, 2048.0), "attention_efficiency": (0.1, 0.75),
-              "elementwise_passes": (0.0, 200.0), "moe_passes": (0.0, 120.0)}
+#: the constants the fit moves, with their bounds: what is physically
+#: plausible, so that the fit cannot trade one term for another beyond it (a
+#: large GEMM reaches 50-85% of the peak; a product at half speed below
+#: 512 wide; the memory-bound
+#: kernels 10-120 bytes a value; an overlapped collective costs at most half
+#: of itself)
+FIT_BOUNDS = {"gemm_efficiency": (0.5, 0.85), "fp8_factor": (0.5, 1.0),
+              "mxfp8_factor": (0.5, 1.0), "fp4_factor": (0.5, 1.0),
+              "half_dim": (0.0, 512.0),
+              "elementwise_passes": (10.0, 120.0), "overlap_cost": (0.0, 0.5)}
 
 
 @dataclass
@@ -57,6 +63,12 @@ class Run:
     published: float  # tokens/s per GPU
     framework: str
     note: str = ""
+    #: the GPU figures the publication states for its system (the
+    #: inventory's ``cost: gpu_compute:`` entry: a power limit, HBM)
+    gpu_compute: Optional[dict] = None
+    #: the attention kernels the publication names (fused, flash2), when
+    #: not its framework's own
+    attention: Optional[str] = None
 
 
 def load_runs(directory: str = FIXTURES) -> List[Run]:
@@ -78,9 +90,11 @@ def load_runs(directory: str = FIXTURES) -> List[Run]:
                 spec = _spec(text, row)
                 per_token = model_flops_per_token(spec, src.get("flops_convention") != "full")
                 published = row["tflops_per_gpu"] * 1e12 / per_token
+            system = doc.get("systems", {}).get(row["system"], {})
             out.append(Run(row["id"], src["name"], row["system"], text, row["gpus"], row,
                            float(published), row.get("framework", src["framework"]),
-                           row.get("note", "")))
+                           row.get("note", ""), system.get("gpu_compute"),
+                           row.get("attention", src.get("attention"))))
     ids = [r.id for r in out]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
@@ -93,11 +107,30 @@ def fit_ids(path: str = FIT_SET) -> List[str]:
         return list(yaml.safe_load(fh)["fit"])
 
 
+#: a publication that runs an interleaved pipeline schedule without saying
+#: how many virtual stages (``vp: interleaved``): two layers a virtual stage,
+#: at most 4 of them, as Megatron's performance recipes mostly set it
+INTERLEAVED_LAYERS, INTERLEAVED_MAX = 2, 4
+
+
+def virtual_stages(row: dict, layers: int) -> int:
+    """A row's virtual pipeline stages: as published, or, for ``vp:
+    interleaved``, :data:`INTERLEAVED_LAYERS` layers each, at most
+    :data:`INTERLEAVED_MAX`."""
+    vp = row.get("vp", 1) or 1
+    if vp != "interleaved":
+        return int(vp)
+    per_stage = math.ceil(layers / max(1, row.get("pp", 1)))
+    return max(1, min(INTERLEAVED_MAX, per_stage // INTERLEAVED_LAYERS))
+
+
 def _spec(text: str, row: dict):
     from slurmtopo.cost.model_spec import parse_model
+    base = parse_model(text)
     extra = {"seq_len": row["seq_len"], "micro_batch": row["micro_batch"],
              "global_batch": row["global_batch"], "dtype": row["dtype"],
-             "virtual_stages": row.get("vp", 1) or 1, "recompute": row.get("recompute", "none")}
+             "virtual_stages": virtual_stages(row, base.resolved().layers),
+             "recompute": row.get("recompute", "none")}
     return parse_model(text + "," + ",".join(f"{k}={v}" for k, v in extra.items()))
 
 
@@ -106,20 +139,21 @@ _SYSTEMS = {"h100": ("hgx-h100-8", 8, 0), "h200": ("hgx-h200-8", 8, 0),
             "h800": ("hgx-h100-8", 8, 0), "b200": ("dgx-b200", 8, 0),
             "b300": ("dgx-b300", 8, 0), "gb200": ("gb200-nvl72-tray", 4, 18),
             "gb300": ("gb300-nvl72-tray", 4, 18)}
-_INVENTORIES: Dict[Tuple[str, int], object] = {}
+_INVENTORIES: Dict[Tuple, object] = {}
 
 
-def system_inventory(system: str, gpus: int):
+def system_inventory(system: str, gpus: int, gpu_compute: Optional[dict] = None):
     """The cluster of a run: enough nodes of the system's preset (whole
     NVL72 racks), NVL72 racks as NVLink domains, a leaf switch a rack (GB) or 32 nodes (a DGX
     scalable unit), one spine above the leaves; H800 nodes with NVLink at
-    400 GB/s (DeepSeek-V3's report)."""
+    400 GB/s (DeepSeek-V3's report); the GPU figures the publication states
+    (a power limit, HBM) as the inventory's ``cost: gpu_compute:``."""
     from slurmtopo.inventory import load_inventory
     preset, per, domain = _SYSTEMS[system]
     nodes = max(1, math.ceil(gpus / per))
     if domain:  # whole racks, as a job of that size gets them: the planner picks the trays
         nodes = math.ceil(nodes / domain) * domain
-    key = (system, nodes)
+    key = (system, nodes, yaml.safe_dump(gpu_compute) if gpu_compute else "")
     if key in _INVENTORIES:
         return _INVENTORIES[key]
     leaf = domain or 32
@@ -139,6 +173,8 @@ def system_inventory(system: str, gpus: int):
     doc["fabric"] = {"switches": switches}
     if system == "h800":
         doc["cost"] = {"nvlink_lane_gbps": {"h100": 11.1}}
+    if gpu_compute:
+        doc.setdefault("cost", {})["gpu_compute"] = gpu_compute
     with tempfile.TemporaryDirectory(prefix="slurmtopo-stepfit-") as d:
         path = os.path.join(d, "inventory.yaml")
         with open(path, "w") as fh:
@@ -183,19 +219,17 @@ def knobs_of(run: Run) -> Tuple[str, dict]:
 
 def overlaps_of(run: Run, framework: str) -> dict:
     """The overlaps a run's framework made: Megatron's performance recipes
-    run sequence parallelism and TP overlap with TP, overlap the gradient
-    reduction and the parameter gather, and (Megatron Bridge's MoE recipes)
-    EP's all-to-all; a row may say otherwise."""
+    run sequence parallelism and TP overlap with TP and overlap the
+    gradient reduction and the parameter gather; EP's all-to-all overlaps
+    only where the row says so (``ep_comm_overlap``: Megatron Bridge's
+    recipes of that release, ``moe_a2a_overlap`` /
+    ``overlap_moe_expert_parallel_comm``, off by default); a row may say
+    otherwise for any of them."""
     r = run.row
     tp = r.get("tp", 1) > 1
     out = {"overlap_grad_reduce": True, "overlap_param_gather": True}
     if framework == "megatron":
         out.update(sequence_parallel=tp, tp_comm_overlap=tp)
-    if run.source == "megatron-bridge" and (r.get("ep", 1) or 1) > 1:
-        # the MoE recipes overlap EP's all-to-all with the other micro-batch's
-        # compute (moe_a2a_overlap / overlap_moe_expert_parallel_comm, or
-        # HybridEP's pipelined dispatch: scripts/performance, perf_recipes/)
-        out["ep_comm_overlap"] = True
     for k in ("tp_comm_overlap", "ep_comm_overlap", "sequence_parallel"):
         if k in r:
             out[k] = bool(r[k])
@@ -215,8 +249,8 @@ def price_run(run: Run) -> Priced:
     r = run.row
     dims = Dims(tp=r.get("tp", 1), cp=r.get("cp", 1), pp=r.get("pp", 1), ep=r.get("ep", 1) or 1,
                 etp=1, dp=run.gpus // (r.get("tp", 1) * r.get("pp", 1) * r.get("cp", 1)),
-                vp=r.get("vp", 1) or 1)
-    inv = system_inventory(run.system, run.gpus)
+                vp=spec.virtual_stages)
+    inv = system_inventory(run.system, run.gpus, run.gpu_compute)
     try:
         req = api.job_request(framework, model=spec, overlaps=overlaps_of(run, framework),
                               **knobs)
@@ -241,7 +275,8 @@ def predict(p: Priced, fit) -> Optional[float]:
     from slurmtopo.cost.whole import compose
     if p.error:
         return None
-    step = compose(p.spec, p.dims, p.gpu, p.calls, p.style, p.run.framework, fit, p.shard)
+    step = compose(p.spec, p.dims, p.gpu, p.calls, p.style, p.run.framework, fit, p.shard,
+                   attention=p.run.attention)
     return step.tokens_per_s_per_gpu
 
 

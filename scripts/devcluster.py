@@ -36,8 +36,10 @@ from one install prefix instead, and never mixes in the packaged tools;
 ``--slurm TARBALL`` (a release tarball such as ../shared/slurm/
 slurm-25.11.7.tar.gz) builds it first. ``build`` compiles a tarball into a
 prefix under the cache (``$SLURMTOPO_SLURM_CACHE``, default
-/var/cache/slurmtopo/slurm), keyed by the tarball's sha256, so a second
-build of the same tarball is free.
+/var/cache/slurmtopo/slurm), keyed by the tarball's sha256 and the build
+flavour (``BUILD_FLAVOUR``: what configure is asked for), so a second build
+of the same tarball is free and a build made with other options (before Lua
+was switched on) is never reused.
 
 Needs root (mknod, daemons as root), munge, and either the Debian packages
 slurmctld slurmd slurm-client or a built prefix (scripts/install-deps.sh
@@ -111,6 +113,9 @@ class Config:
     topology_plugin: str = "tree"
     #: extra partitions over all nodes, "NAME [Key=Value ...]" (e.g. "blk Topology=nvl")
     partitions: List[str] = field(default_factory=list)
+    #: more slurm.conf lines, e.g. the hooks' "CliFilterPlugins=cli_filter/lua",
+    #: "TaskProlog=PATH", "JobSubmitPlugins=lua" (DevCluster.set_extra_conf)
+    extra_conf: List[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, dir: str) -> "Config":
@@ -449,6 +454,7 @@ def slurm_conf(cfg: Config) -> str:
         "KillWait=2",
         "MinJobAge=600",
         "InactiveLimit=0",
+        *cfg.extra_conf,
         "",
     ]
     for i, node in enumerate(cfg.node_names, 1):
@@ -627,14 +633,23 @@ def version_tuple(version: str) -> tuple:
 
 CACHE_DIR = os.environ.get("SLURMTOPO_SLURM_CACHE", "/var/cache/slurmtopo/slurm")
 BUILD_MARKER = ".slurmtopo-build.json"
-#: what the dev cluster needs; everything else is switched off (smaller, faster build)
+#: what the dev cluster needs; everything else is switched off (smaller, faster build).
+#: ``--with-lua`` makes configure fail without Lua's headers instead of quietly
+#: building no cli_filter/lua and job_submit/lua (the hooks' tests need both:
+#: docs/admin.md "Hooks"; install-deps.sh installs liblua5.4-dev)
 CONFIGURE_ENABLE = ("--enable-multiple-slurmd", "--disable-slurmrestd", "--disable-x11",
-                    "--disable-sview", "--disable-pam", "--disable-debug")
+                    "--disable-sview", "--disable-pam", "--disable-debug", "--with-lua")
 #: ``--without-X`` is passed only when ``configure --help`` offers ``--with-X``;
 #: lz4 is left alone (26.05's configure breaks on --without-lz4)
 CONFIGURE_WITHOUT = ("mysql_config", "hdf5", "hwloc", "nvml", "rsmi", "oneapi", "pmix",
                      "freeipmi", "ucx", "rdkafka", "s2n", "bpf", "hpe-slingshot", "jwt",
-                     "libcurl", "ofed", "lua")
+                     "libcurl", "ofed")
+#: part of the cache key: change it whenever the options above change what is
+#: built, so an install made with the old options is not reused
+#: (``lua``: cli_filter/lua and job_submit/lua built in)
+BUILD_FLAVOUR = "lua"
+#: the plugins the flavour promises; a build without them is not cached
+LUA_PLUGINS = ("cli_filter_lua.so", "job_submit_lua.so")
 
 
 def sha256_file(path: Path) -> str:
@@ -660,7 +675,7 @@ def built_prefix(tarball: Path, cache: str = CACHE_DIR) -> Tuple[Path, str, str]
     """(prefix, version, sha256) where ``tarball`` is (or would be) installed."""
     sha = sha256_file(tarball)
     version = tarball_version(tarball)
-    return Path(cache) / f"slurm-{version}-{sha[:16]}", version, sha
+    return Path(cache) / f"slurm-{version}-{sha[:16]}-{BUILD_FLAVOUR}", version, sha
 
 
 def is_built(prefix: Path, sha: str) -> bool:
@@ -668,7 +683,8 @@ def is_built(prefix: Path, sha: str) -> bool:
         marker = json.loads((prefix / BUILD_MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return marker.get("sha256") == sha and (prefix / "sbin" / "slurmctld").is_file()
+    return (marker.get("sha256") == sha and marker.get("flavour") == BUILD_FLAVOUR
+            and (prefix / "sbin" / "slurmctld").is_file())
 
 
 def _configure_args(src: Path, prefix: Path) -> List[str]:
@@ -750,11 +766,16 @@ def build_slurm(tarball: str, cache: str = CACHE_DIR, jobs: int = 0, log=sys.std
                         tail = logfile.read_text(errors="replace").splitlines()[-25:]
                         raise DevClusterError(f"building Slurm {version}: {shlex.join(argv)} exited "
                                               f"{rc}:\n" + "\n".join(tail))
+            staged = stage / str(prefix).lstrip("/")
+            missing = [so for so in LUA_PLUGINS if not (staged / "lib" / "slurm" / so).is_file()]
+            if missing:
+                raise DevClusterError(f"building Slurm {version}: no {', '.join(missing)} "
+                                      "after make install (Lua not found by configure?)")
             shutil.rmtree(prefix, ignore_errors=True)
-            shutil.move(str(stage / str(prefix).lstrip("/")), str(prefix))
+            shutil.move(str(staged), str(prefix))
             (prefix / BUILD_MARKER).write_text(json.dumps(
                 {"version": version, "sha256": sha, "tarball": src_tar.name,
-                 "configure": _configure_args(src, prefix)}, indent=2) + "\n")
+                 "flavour": BUILD_FLAVOUR, "configure": _configure_args(src, prefix)}, indent=2) + "\n")
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(f"devcluster: Slurm {version} built in {time.monotonic() - t0:.0f}s: {prefix}",
@@ -1187,6 +1208,19 @@ class DevCluster:
             # without this the nodes stay 'unknown' until slurmctld pings them
             self.run(["scontrol", "reconfigure"], check=False)
         self.wait_idle(allow_busy=True)
+
+    def set_extra_conf(self, lines: List[str]) -> None:
+        """Replace the extra slurm.conf lines (Config.extra_conf) and restart
+        the daemons on the new file: plugins such as JobSubmitPlugins and
+        TaskProlog are read at start; client commands (sbatch's
+        CliFilterPlugins) read the file each time they run."""
+        for line in lines:
+            if "\n" in line or "=" not in line:
+                raise DevClusterError(f"not a slurm.conf line: {line!r}")
+        self.cfg.extra_conf = list(lines)
+        self.cfg.save()
+        write_atomic(self.conf, slurm_conf(self.cfg))
+        self.restart_ctld(with_slurmd=True)
 
     def reconfigure(self, gres_conf: Optional[str] = None, topology_conf: Optional[str] = None) -> None:
         """Install new gres.conf/topology.conf and make the daemons use them.

@@ -4,7 +4,7 @@
 # PYTHONPATH to use pyslurm with that Slurm only (the system Python never
 # sees a pyslurm that does not match the Slurm it talks to).
 #
-#   bash scripts/install-pyslurm.sh /var/cache/slurmtopo/slurm/slurm-25.11.7-<sha>
+#   bash scripts/install-pyslurm.sh /var/cache/slurmtopo/slurm/slurm-25.11.7-<sha16>-lua
 #
 # pyslurm 25.11.x builds only against Slurm 25.11 (no release supports 26.05
 # yet). Cached by prefix and pyslurm version; about a minute on 2 cores.

@@ -4,8 +4,15 @@
 # tests/integration fixture brings up and tears down (scripts/devcluster.py).
 #
 #   bash scripts/test.sh            everything (what CI runs)
+#   bash scripts/test.sh --unit     the unit tests alone: installs only the
+#                                   Python packages (no apt, no Slurm)
 #   SKIP_DEPS=1 bash scripts/test.sh    do not run install-deps.sh first
 #   extra arguments go to both pytest runs (e.g. -x, -k name)
+#
+# Python packages are installed at the versions CI tested, from
+# constraints.txt (docs/dependencies.md). scripts/test-newest.sh runs the
+# unit tests against the newest releases instead and names any release that
+# breaks them.
 #
 # Integration tests run once per Slurm: the packaged one and every release
 # tarball in ../shared/slurm/ (25.11, 26.05; built once into a cached prefix).
@@ -23,8 +30,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${PYTHON:-python3}"
 
+unit_only=""
+if [[ "${1:-}" == "--unit" ]]; then
+    unit_only=1
+    shift
+fi
+
 if [[ -z "${SKIP_DEPS:-}" ]]; then
-    bash scripts/install-deps.sh || { echo "test.sh: install-deps.sh failed" >&2; exit 1; }
+    bash scripts/install-deps.sh ${unit_only:+--python-only} \
+        || { echo "test.sh: install-deps.sh failed" >&2; exit 1; }
 fi
 
 # Each integration run gets its own cluster state dir (run_integration
@@ -50,6 +64,12 @@ if [[ $rc -eq 5 ]]; then
 elif [[ $rc -ne 0 ]]; then
     echo "test.sh: unit tests failed (exit $rc)" >&2
     status=1
+fi
+
+if [[ -n "$unit_only" ]]; then
+    echo "=== test.sh --unit: $([[ $status -eq 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - start))s" \
+         "(integration tests not run: bash scripts/test.sh runs them)"
+    exit $status
 fi
 
 # Integration tests, once per Slurm: the packaged one (Debian 12: 22.05, the

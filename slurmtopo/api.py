@@ -16,6 +16,12 @@ below the daemon and this module) and prices placements with
 A notebook or a launcher library calls the same three functions
 (docs/api.md has a runnable example).
 
+The admin's use cases are exported here too (:data:`ADMIN`, from
+:mod:`slurmtopo.api_admin`): Slurm's topology and gres files generated,
+checked and published, node reports collected and compiled, NCCL topology
+files written; ``slurmtopo topology``, ``gres``, ``collect``, ``inventory``
+and ``nccl-topo`` call them, and so can a site's own tooling.
+
 Nothing here parses command-line options or prints; Slurm is reached only
 through the backend passed to :func:`submit`.
 """
@@ -25,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.cluster import load_cluster  # noqa: F401  (the api's, kept below it)
-from slurmtopo.errors import PlacementError
+from slurmtopo.errors import NotNowError, PlacementError
+from slurmtopo.hazards import HazardPolicy, HazardReport
 from slurmtopo.model import ClusterState, Inventory, Placement
 from slurmtopo.request import JobRequest
 from slurmtopo.rundirs import DEFAULT_KEEP_DAYS
@@ -37,8 +44,27 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
-           "live_state", "segment_release", "job_request", "step_communication", "plan_job",
-           "price", "price_step", "step_time", "prepare", "submission_notes", "submit"]
+           "live_state", "live_topology", "segment_release", "job_request",
+           "step_communication", "plan_job", "price", "price_step", "step_time", "prepare",
+           "job_hazards", "request_for_launcher", "submission_notes", "submit"]
+
+#: the admin's use cases (slurmtopo.api_admin), exported here as well
+ADMIN = ("GeneratedFile", "FileCheck", "UnreadableFile", "CollectedReports",
+         "CompiledInventory", "NcclTopologyFile", "generate_topology", "generate_gres",
+         "publish_file", "check_topology", "check_gres", "collect_reports",
+         "compile_inventory", "nccl_topology_files")
+
+
+def __getattr__(name: str):
+    """``api.generate_topology`` and the admin's other use cases, loaded on
+    first use: `slurmtopo plan` imports this module, and the admin side
+    (the ibnetdiscover reader, the topology and gres writers, the
+    collector, the NCCL XML reader) would add about 100 ms to its start."""
+    if name in ADMIN:
+        from slurmtopo import api_admin
+
+        return getattr(api_admin, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -72,6 +98,12 @@ class PreparedJob:
     #: what the user should know (names sanitised, placements relaxed, ...)
     notes: Tuple[str, ...] = ()
     options: ScriptOptions = ScriptOptions()
+    #: the pre-launch hazards found on the placement (slurmtopo.hazards);
+    #: errors have already refused the job, the warnings are in ``notes``
+    hazards: Optional[HazardReport] = None
+    #: the spare nodes asked for besides the planned ones (``--spares``;
+    #: a placement.spares.SpareChoice), None without
+    spares: Optional[object] = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +145,36 @@ def live_state(cluster: Inventory, backend, partition: Optional[str] = None) -> 
     return LiveState(state=state, source=f"live Slurm state ({backend.name} backend)",
                      partition_members=members,
                      features={n.name: tuple(n.features) for n in slurm_nodes})
+
+
+def live_topology(cluster: Inventory, backend) -> Tuple[Inventory, Tuple[str, ...]]:
+    """The cluster with Slurm's own topology (``scontrol show topology``
+    through ``backend``) when its inventory has no fabric, and the note
+    saying which the plan uses; the cluster unchanged (no note) when the
+    inventory has a fabric: the admin's inventory is the authority, Slurm
+    only the fallback. Nodes Slurm lists that the inventory lacks are
+    dropped (:func:`slurmtopo.slurmfmt.topology_files.apply_fabric`)."""
+    f = cluster.fabric
+    if f.switches or f.blocks or f.rings or f.toruses:
+        return cluster, ()
+    from slurmtopo.errors import SlurmError
+    from slurmtopo.slurm.topology import fabric_from_scontrol_topology
+    from slurmtopo.slurmfmt.topology_files import apply_fabric
+
+    try:
+        fabric = fabric_from_scontrol_topology(backend.topology_text())
+    except SlurmError as exc:
+        return cluster, (f"the inventory has no fabric and Slurm's topology could not be read "
+                         f"({exc.render()}): planned as if every node shared one switch",)
+    seen = apply_fabric(cluster, fabric, "scontrol show topology", whole=True)
+    if not (seen.fabric.switches or seen.fabric.blocks):
+        return cluster, ("the inventory has no fabric and Slurm reports no topology for its "
+                         "nodes: planned as if every node shared one switch",)
+    what = (f"{len(seen.fabric.switches)} switch(es)" if seen.fabric.switches else
+            f"{sum(1 for b in seen.fabric.blocks if b.nodes)} block(s)")
+    return seen, (f"the inventory has no fabric: planned on Slurm's live topology "
+                  f"(scontrol show topology: {what}); `slurmtopo topology generate --format "
+                  "fabric` writes one into the inventory",)
 
 
 def segment_release(cluster: Inventory, backend_of: Callable[[], object]) -> Optional[str]:
@@ -298,17 +360,31 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
     state = state if state is not None else ClusterState()
     if options.job_name is not None:  # cheap checks before the planner
         sanitize_job_name(options.job_name)
+    HazardPolicy.parse(options.hazards)
     state, elig_notes = eligible_state(cluster, state, partition_members, options.constraint,
                                        features)
+    # a launcher the command starts itself: its torchrun adopted (its
+    # --nnodes/--nproc-per-node become the request's), any other refused
+    launch_notes: List[str] = []
+    if command:
+        from dataclasses import replace
+
+        from slurmtopo.sbatch.launch import Launch
+
+        launch = (options.launch or Launch()).for_command(command)
+        if launch.adopted is not None:
+            request = request_for_launcher(request, launch.adopted)
+            options = replace(options, launch=launch)
+            launch_notes = list(launch.adopted.notes)
     # the launcher's requirement (torchrun: node-contiguous ranks) is part
     # of the choice between the planner's proposals, not a refusal after it
-    admit = options.launch.kind.requirement if options.launch is not None else None
+    admit = options.launch.requirement if options.launch is not None else None
 
     def planner(c: Inventory, s: ClusterState, r: JobRequest) -> Placement:
         from slurmtopo.choice import plan
 
         return plan(c, s, r, admit=admit)
-    notes = list(elig_notes)
+    notes = list(elig_notes) + launch_notes
     busy_note = None
     naive: Optional[Placement] = None  # Slurm's default, when the planner built it
     if queue:
@@ -330,9 +406,19 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
             if never is not None:
                 raise PlacementError(f"never: this job cannot run here even with every "
                                      f"eligible node idle: {never}") from None
-            raise PlacementError(f"not now: {exc.message} (it fits once running jobs end: "
+            raise NotNowError(f"not now: {exc.message} (it fits once running jobs end: "
                                  "`slurmtopo sbatch` plans it on the nodes that could run it "
                                  "and Slurm queues it)") from None
+    hazards = job_hazards(cluster, placement, options)
+    hazards.raise_for_errors()  # before anything is priced, written or submitted
+    notes.extend(h.line() for h in hazards.warnings)
+    spares = None
+    if options.spares:
+        from slurmtopo.placement.spares import choose_spares
+
+        spares = choose_spares(cluster, state, placement, options.spares,
+                               queued=busy_note is not None)
+        notes.extend(spares.notes)
     costs = None
     if with_costs:
         from slurmtopo.placement import naive_plan
@@ -355,7 +441,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
     if command:
         script = SbatchRequest.from_plan(
             cluster, placement, request.layout, command, request, options,
-            exclusive=request.exclusive,
+            exclusive=request.exclusive, spares=spares,
             inventory_path=options.inventory_path or _source_path(cluster))
         text = script.render()  # validates before anything is written
         notes.extend(script.notes)
@@ -363,7 +449,48 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
         notes.append(busy_note)
     return PreparedJob(cluster=cluster, state=state, request=request, placement=placement,
                        costs=costs, script=script, script_text=text, notes=tuple(notes),
-                       options=options)
+                       options=options, hazards=hazards, spares=spares)
+
+
+def job_hazards(cluster: Inventory, placement: Placement,
+                options: ScriptOptions = ScriptOptions()) -> HazardReport:
+    """The pre-launch hazards of ``placement`` under the options' policy
+    and NCCL release (:func:`slurmtopo.hazards.check_hazards`, docs/hazards.md)."""
+    from slurmtopo.hazards import check_hazards, nccl_version
+
+    version = nccl_version(options.nccl_version or options.nccl_version_env, {}, cluster)
+    return check_hazards(cluster, placement, nccl_version=version,
+                         policy=HazardPolicy.parse(options.hazards))
+
+
+def request_for_launcher(request: JobRequest, adoption) -> JobRequest:
+    """``request`` as the command's own torchrun (a
+    :class:`slurmtopo.launch_detect.Adoption`) asks: its ``--nproc-per-node``
+    the GPUs of every node, its ``--nnodes`` times that the world size.
+    A layout or ``gpus_per_node`` that says otherwise is refused here,
+    before the planner runs, naming both."""
+    from dataclasses import replace
+
+    from slurmtopo.errors import LayoutError
+
+    world = request.layout.world
+    if adoption.world is not None and adoption.world != world:
+        raise LayoutError(
+            f"the command's torchrun starts {adoption.nnodes[0]} node(s) x "
+            f"{adoption.nproc_per_node} = {adoption.world} ranks, the layout has {world}: give "
+            f"--world {adoption.world} (or a layout of that size), or leave --nnodes and "
+            "--nproc-per-node out of the command (slurmtopo sets them from the plan)")
+    per_node = adoption.gpus_per_node(world)
+    if per_node is None:
+        return request
+    if request.gpus_per_node not in (None, per_node):
+        raise LayoutError(
+            f"--gpus-per-node {request.gpus_per_node} and the command's torchrun "
+            f"(--nproc-per-node {per_node}) disagree: give one of them")
+    if world % per_node:
+        raise LayoutError(f"the command's torchrun runs {per_node} rank(s) per node, which "
+                          f"does not divide the layout's {world} ranks")
+    return replace(request, gpus_per_node=per_node)
 
 
 def submission_notes(prepared: PreparedJob, held: bool = False,
@@ -422,21 +549,31 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
 
         # SLURMTOPO_RUN_DIR travels into the job (sbatch exports the
         # environment) and wins there
-        check_location(run_dir or os.environ.get("SLURMTOPO_RUN_DIR") or None, submit_dir)
-    done = _submit(prepared, backend, held, spool)
+        undo = check_location(run_dir or os.environ.get("SLURMTOPO_RUN_DIR") or None,
+                              submit_dir)
+        try:
+            done = _submit(prepared, backend, held, spool)
+        except BaseException:
+            undo()  # no job: no empty .slurmtopo/runs left behind
+            raise
+    else:
+        done = _submit(prepared, backend, held, spool)
     if submit_dir is None:
         return done
     notes = list(done.notes)
     where, path = _keep_run_dir(done.job_id, run_dir, submit_dir, prepared.script_text,
-                                keep_days, notes)
+                                keep_days, notes, backend)
     return SubmittedJob(job_id=done.job_id, held=done.held, notes=tuple(notes), run_dir=where,
                         script_path=path)
 
 
 def _keep_run_dir(job_id: int, run_dir: Optional[str], submit_dir: str, text: str,
-                  keep_days: float, notes: list) -> Tuple[str, Optional[str]]:
+                  keep_days: float, notes: list, backend=None) -> Tuple[str, Optional[str]]:
     """Keep the submitted script in the job's run directory and remove the
-    run directories of old jobs. Returns (run dir, script path or None)."""
+    run directories of old jobs, never of a job Slurm still lists (a job
+    running for weeks has files that look old, and its later `srun` steps
+    and `slurmtopo show` need them): when Slurm cannot say which, nothing
+    is removed. Returns (run dir, script path or None)."""
     import os
 
     from slurmtopo.errors import SlurmtopoError
@@ -450,7 +587,9 @@ def _keep_run_dir(job_id: int, run_dir: Optional[str], submit_dir: str, text: st
         notes.append(f"could not keep the script in {where} ({exc}); `slurmtopo show {job_id}` "
                      "will ask Slurm for it")
     try:
-        removed = clean_old(submit_dir, keep_days, keep=(str(job_id),))
+        removed = clean_old(submit_dir, keep_days, keep=(str(job_id),),
+                            listed=(lambda: backend.job_ids(os.geteuid()))
+                            if backend is not None else None)
     except SlurmtopoError as exc:
         removed = []
         notes.append(f"old run directories not removed: {exc.render()}")
@@ -474,10 +613,12 @@ def _submit(prepared: PreparedJob, backend, held: bool, spool: Optional[str]) ->
 
     notes: list = []
     launch = prepared.options.launch
+    o = prepared.options
     job_id = submit_for_daemon(backend, prepared.request, prepared.script_text,
-                               prepared.options.inventory_path or _source_path(prepared.cluster),
+                               o.inventory_path or _source_path(prepared.cluster),
                                spool=spool, notes=notes,
-                               launcher=launch.launcher if launch is not None else None)
+                               launcher=launch.launcher if launch is not None else None,
+                               hazards=o.hazards, nccl_version=o.nccl_version or o.nccl_version_env)
     return SubmittedJob(job_id=int(job_id), held=True, notes=tuple(notes))
 
 

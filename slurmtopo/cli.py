@@ -30,12 +30,15 @@ COMMANDS = {
     "inventory": "inventory",
     "plan": "plan",
     "bind": "bind",
+    "check": "check",
     "daemon": "daemon",
     "sbatch": "sbatch",
     "state": "state",
     "show": "show",
     "nccl-topo": "nccl_topo",
     "simulate": "simulate",
+    "hooks": "hooks",
+    "admin": "admin",
 }
 
 
@@ -72,10 +75,16 @@ def _not_utf8(argv) -> Optional[str]:
     return None
 
 
+#: click 8.2+ raises this for a bare group (``slurmtopo``); older clicks
+#: print the help and exit 0 themselves
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def main(argv=None):
     from slurmtopo.termsafe import printable
 
-    bad = _not_utf8(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    bad = _not_utf8(args)
     if bad is not None:
         click.echo(f"slurmtopo: error: {printable(bad)}", err=True)
         sys.exit(2)
@@ -84,8 +93,14 @@ def main(argv=None):
         rc = cli.main(args=argv, prog_name="slurmtopo", standalone_mode=False)
     except SlurmtopoError as exc:
         # messages quote what the user or someone else wrote: escaped
-        click.echo(f"slurmtopo: error: {printable(exc.render())}", err=True)
+        click.echo(f"slurmtopo: error: {printable(exc.render_with(args))}", err=True)
         sys.exit(exc.exit_code)
+    except _NO_ARGS_IS_HELP as exc:
+        # a bare group (`slurmtopo`, `slurmtopo agent`): its help, exit 0, as
+        # git and click's own standalone mode do
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else cli.get_help(
+            click.Context(cli, info_name="slurmtopo")))
+        sys.exit(0)
     except click.exceptions.Abort:
         click.echo("slurmtopo: aborted", err=True)
         sys.exit(130)

@@ -31,6 +31,12 @@ class SlurmtopoError(Exception):
         text = " ".join(self.message.split())  # always one line
         return f"{self.where}: {text}" if self.where else text
 
+    def render_with(self, argv) -> str:
+        """The line the command line prints, given the arguments the user
+        typed (``argv``): :meth:`render`, unless an error suggests a whole
+        command line made from them (slurmtopo.launch_detect)."""
+        return self.render()
+
 
 class InventoryError(SlurmtopoError):
     """Bad inventory, node report, state snapshot or fabric description."""
@@ -44,6 +50,15 @@ class PlacementError(SlurmtopoError):
     """The free resources cannot hold the job; the message says why."""
 
     exit_code = 3
+
+
+class NotNowError(PlacementError):
+    """The job fits the cluster, but not what is free in the state planned
+    against ("not now"): ``slurmtopo sbatch`` would plan it for the queue.
+    Its own exit code, so a script can tell it from "never" (3): a job that
+    cannot run here even on an idle cluster (docs/slurm.md, "Exit codes")."""
+
+    exit_code = 5
 
 
 class SlurmError(SlurmtopoError):

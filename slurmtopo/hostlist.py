@@ -81,13 +81,9 @@ def count_hostlist(text: str, what: str = "hostlist") -> int:
     return len(_parse(str(text), what))
 
 
-def _parse(text: str, what: str):
-    """``text`` as a list of one plain name, or a ClusterShell NodeSet
-    (iterating gives the names, ``len`` their number)."""
-    if not any(c in text for c in "[],@^!&"):  # a plain name: skip the parser
-        name = text.strip()
-        if name and not any(c.isspace() for c in name):
-            return [name]
+def _checked_count(text: str, what: str) -> int:
+    """How many names ``text`` counts from its brackets, after the syntax
+    checks; more than :data:`MAX_NAMES` refused before anything is built."""
     _check_syntax(text, what)
     try:
         count = _count(text)
@@ -96,6 +92,17 @@ def _parse(text: str, what: str):
     if count > MAX_NAMES:
         raise HostlistError(f"{what} {_short(text)} names {count:,} hosts, more than the "
                             f"{MAX_NAMES:,} slurmtopo expands (a typo in a range?)")
+    return count
+
+
+def _parse(text: str, what: str):
+    """``text`` as a list of one plain name, or a ClusterShell NodeSet
+    (iterating gives the names, ``len`` their number)."""
+    if not any(c in text for c in "[],@^!&"):  # a plain name: skip the parser
+        name = text.strip()
+        if name and not any(c.isspace() for c in name):
+            return [name]
+    count = _checked_count(text, what)
     from ClusterShell.NodeSet import NodeSet, NodeSetException, RESOLVER_NOGROUP
 
     try:
@@ -230,6 +237,8 @@ def _ranges_size(body: str) -> int:
 
 def _split_top(text: str) -> List[str]:
     """Split at the commas outside brackets."""
+    if "[" not in text and "]" not in text:
+        return [p for p in text.split(",") if p.strip()]
     parts, depth, cur = [], 0, []
     for c in text:
         if c == "[":
@@ -294,3 +303,137 @@ def fold_in_order(names: Iterable[str]) -> str:
 
 _ONE_BRACKET = re.compile(r"^([^\[\]]*)\[([^\[\]]*)\]([^\[\]]*)$")
 _NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
+
+
+# --------------------------------------------------------------------------
+# a hostlist against a known set of names, never expanded
+
+
+#: distinct bracket patterns (prefix, suffix, padding) and multi-bracket
+#: items one hostlist may hold before :func:`select_hostlist` lets
+#: ClusterShell expand it instead (within MAX_NAMES, so still bounded)
+MAX_PATTERNS = 64
+
+
+class HostIndex:
+    """A set of host names (an inventory's nodes), prepared so that
+    :func:`select_hostlist` can tell which of them a hostlist names without
+    expanding the hostlist."""
+
+    def __init__(self, names: Iterable[str]):
+        self.names = frozenset(names)
+        self._digits: Dict[Tuple[str, str], List[Tuple[str, int]]] = {}
+
+    def with_pattern(self, prefix: str, suffix: str) -> List[Tuple[str, int]]:
+        """(name, number) of every name ``prefix<digits>suffix``."""
+        key = (prefix, suffix)
+        hit = self._digits.get(key)
+        if hit is None:
+            hit = []
+            lo, hi = len(prefix), len(suffix)
+            for name in self.names:
+                if len(name) > lo + hi and name.startswith(prefix) and name.endswith(suffix):
+                    mid = name[lo:len(name) - hi]
+                    if mid.isascii() and mid.isdigit() and len(mid) <= 18:
+                        hit.append((name, int(mid)))
+            self._digits[key] = hit
+        return hit
+
+
+def _width(lo: str) -> int:
+    """The zero padding of a range ``lo-hi`` (``05-10``: 2), as ClusterShell
+    and Slurm pad every number of it; 0 when none."""
+    return len(lo) if len(lo) > 1 and lo.startswith("0") else 0
+
+
+def select_hostlist(text: str, index: HostIndex, what: str = "hostlist") -> Tuple[List[str], int]:
+    """(the names of ``index`` that ``text`` names, sorted; how many names
+    ``text`` names, counted from its brackets). ``text`` is checked as
+    :func:`expand_hostlist` checks it (Slurm's syntax only, at most
+    :data:`MAX_NAMES` names), but never expanded: each bracket item is a
+    range of numbers compared with the numbers of the index's names of the
+    same pattern, so ``n[0-65535]`` against a 12-node inventory costs 12
+    comparisons, not 65,536 strings. (More than :data:`MAX_PATTERNS`
+    patterns, or several brackets in one name, and it is expanded, within
+    the same bound.)"""
+    text = str(text)
+    if not any(c in text for c in "[],@^!&"):
+        name = text.strip()
+        if name and not any(c.isspace() for c in name):
+            return ([name] if name in index.names else []), 1
+    count = _checked_count(text, what)
+    ranges: Dict[Tuple[str, str, int], _Spans] = {}
+    plain: Set[str] = set()
+    for item in _split_top(text):
+        item = item.strip()
+        if not item or any(c.isspace() for c in item):
+            raise HostlistError(f"bad {what} {_short(text)}: {item[:40]!r} is no host name")
+        if "[" not in item and "]" not in item:
+            plain.add(item)
+            continue
+        m = _ONE_BRACKET.match(item)
+        if m is None or len(ranges) >= MAX_PATTERNS:
+            return sorted(set(_parse(text, what)) & index.names, key=natural_key), count
+        prefix, body, suffix = m.groups()
+        for part in body.split(","):
+            r = _RANGE_ITEM.fullmatch(part)
+            if r is None:  # _count has refused it already; kept for safety
+                raise HostlistError(f"bad {what} {_short(text)}: range {part[:40]!r}")
+            lo_text = r.group(1)
+            lo, hi = int(lo_text), int(r.group(2) or lo_text)
+            step = max(int(r.group(3) or 1), 1)
+            if hi < lo:
+                raise HostlistError(f"bad {what} {_short(text)}: range {part.strip()[:40]!r} "
+                                    "runs backwards")
+            spans = ranges.setdefault((prefix, suffix, _width(lo_text)), _Spans())
+            if not spans.add(lo, hi, step):
+                return sorted(set(_parse(text, what)) & index.names, key=natural_key), count
+    found = set(plain) & index.names
+    if not ranges:
+        count = len(plain)  # (duplicates once, as Slurm reads them)
+    for (prefix, suffix, width), spans in ranges.items():
+        spans.close()
+        for name, number in index.with_pattern(prefix, suffix):
+            digits = name[len(prefix):len(name) - len(suffix)]
+            if digits != (str(number).zfill(width) if width else str(number)):
+                continue
+            if number in spans:
+                found.add(name)
+    return sorted(found, key=natural_key), count
+
+
+class _Spans:
+    """The numbers of one bracket pattern: ranges merged and searched by
+    bisection; stepped ranges (``0-10/2``) kept aside, at most
+    :data:`MAX_PATTERNS` of them."""
+
+    def __init__(self) -> None:
+        self._runs: List[Tuple[int, int]] = []
+        self._stepped: List[Tuple[int, int, int]] = []
+        self._starts: List[int] = []
+
+    def add(self, lo: int, hi: int, step: int) -> bool:
+        if step == 1 or lo == hi:
+            self._runs.append((lo, hi))
+            return True
+        self._stepped.append((lo, hi, step))
+        return len(self._stepped) <= MAX_PATTERNS
+
+    def close(self) -> None:
+        merged: List[Tuple[int, int]] = []
+        for lo, hi in sorted(self._runs):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+            else:
+                merged.append((lo, hi))
+        self._runs = merged
+        self._starts = [lo for lo, _hi in merged]
+
+    def __contains__(self, number: int) -> bool:
+        from bisect import bisect_right
+
+        i = bisect_right(self._starts, number) - 1
+        if i >= 0 and self._runs[i][1] >= number:
+            return True
+        return any(lo <= number <= hi and (number - lo) % step == 0
+                   for lo, hi, step in self._stepped)

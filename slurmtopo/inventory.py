@@ -458,6 +458,9 @@ def parse_inventory(data: Any, path: str = "<inventory>") -> Inventory:
     r = p.r
     if data is None:
         raise r.error("empty document")
+    if isinstance(data, list) and data and all(isinstance(t, dict) and "topology" in t
+                                               for t in data):
+        raise r.error(slurm_topology_yaml_message(path))
     d = r.mapping(data, "the document")
     kind = document_kind(r, d, KINDS, "inventory")
     r.mapping(d, "the document", TOP_KEYS)
@@ -492,6 +495,20 @@ def parse_inventory(data: Any, path: str = "<inventory>") -> Inventory:
                     source=path)
     _check_fabric(inv, require_nodes=kind != "fabric")
     return inv
+
+
+def slurm_topology_yaml_message(path: str) -> str:
+    """What to do with Slurm's topology.yaml found where slurmtopo documents
+    are read (a node-report directory, ``--inventory``): the planner reads
+    the network from a ``slurmtopo: fabric`` document, which one command
+    makes from it."""
+    where = os.path.dirname(os.path.abspath(path)) if path and not path.startswith("<") \
+        else "DIR"
+    return ("this is Slurm's topology.yaml (a list of topologies), not a slurmtopo document: "
+            "the planner reads the network from a 'slurmtopo: fabric' document; move this file "
+            "out of the directory and make that document from it with `slurmtopo topology "
+            f"generate --fabric topology.yaml --reports {where} --format fabric -o "
+            f"{os.path.join(where, 'fabric.yaml')}`")
 
 
 def _split_origin(origin: Optional[str]) -> Tuple[Optional[str], Optional[int]]:

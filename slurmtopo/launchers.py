@@ -69,9 +69,13 @@ class Launcher:
         why not (one sentence, for the planner's choice and the error)."""
         return None
 
-    def argv(self, program: Sequence[str], command: Sequence[str]) -> List[str]:
+    def argv(self, program: Sequence[str], command: Sequence[str],
+             tail: Optional[Sequence[str]] = None) -> List[str]:
         """The words after the task snippet (and a container wrapper):
-        ``program`` is the launcher's own command (``--torchrun``)."""
+        ``program`` is the launcher's own command (``--torchrun``);
+        ``tail``: what follows the launcher's own options when the command
+        started the launcher itself (slurmtopo.launch_detect: the user's
+        other options, the script and its arguments, kept as written)."""
         return [str(c) for c in command]
 
     #: words of :meth:`argv` that reference the task shell's variables:
@@ -121,11 +125,12 @@ class Torchrun(Launcher):
                     "have K free GPUs)")
         return super().refusal(why)
 
-    def argv(self, program: Sequence[str], command: Sequence[str]) -> List[str]:
+    def argv(self, program: Sequence[str], command: Sequence[str],
+             tail: Optional[Sequence[str]] = None) -> List[str]:
         return [*program, '--nnodes="$SLURMTOPO_NNODES"',
                 '--nproc-per-node="$SLURMTOPO_NPROC_PER_NODE"', NODE_RANK_WORD,
                 '--master-addr="$MASTER_ADDR"', '--master-port="$MASTER_PORT"',
-                *torchrun_args(command)]
+                *(torchrun_args(command) if tail is None else [str(w) for w in tail])]
 
 
 def torchrun_args(command: Sequence[str]) -> List[str]:

@@ -119,13 +119,17 @@ def request_dict(req) -> Dict[str, Any]:
 def plan_document(inv: Inventory, placement: Placement, layout, req=None,
                   inventory_path: Optional[str] = None, master_port: Optional[int] = None,
                   socket_ifname: Optional[str] = None,
-                  launch: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+                  launch: Optional[Mapping[str, Any]] = None,
+                  guardrails: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """Everything ``slurmtopo bind`` needs, as JSON data for the script.
-    ``launch``: ``{"launcher": "srun"|"torchrun"}``."""
+    ``launch``: ``{"launcher": "srun"|"torchrun"}``; ``guardrails``: the
+    hazard policy, NCCL release and spares the job was submitted with
+    (:func:`guardrails_dict`; the key is left out when empty, so a plan
+    that uses none of them is what it was before they existed)."""
     from slurmtopo.rankmap import check_placement, layout_dict
 
     check_placement(placement)
-    return {
+    doc = {
         "slurmtopo": PLAN_KIND, "version": PLAN_VERSION,
         "inventory_path": os.path.abspath(inventory_path) if inventory_path else None,
         "layout": layout_dict(layout),
@@ -137,6 +141,27 @@ def plan_document(inv: Inventory, placement: Placement, layout, req=None,
         "inventory": pack(embedded_inventory(inv, placement.hosts)),
         "launch": dict(launch or {"launcher": "srun"}),
     }
+    if guardrails:
+        doc["guardrails"] = dict(guardrails)
+    return doc
+
+
+def guardrails_dict(hazards: Sequence[str] = (), nccl_version: Optional[str] = None,
+                    spares: int = 0) -> Dict[str, Any]:
+    """The plan's ``guardrails`` part: only what was given."""
+    out: Dict[str, Any] = {}
+    if hazards:
+        out["hazards"] = list(hazards)
+    if nccl_version:
+        out["nccl_version"] = str(nccl_version)
+    if spares:
+        out["spares"] = int(spares)
+    return out
+
+
+def guardrails_of(doc: Mapping[str, Any]) -> Dict[str, Any]:
+    """The plan's ``guardrails`` (``{}`` for plans without one)."""
+    return dict(doc.get("guardrails") or {})
 
 
 # --------------------------------------------------------------------------
@@ -150,6 +175,11 @@ def plan_document(inv: Inventory, placement: Placement, layout, req=None,
 
 #: columns above this many bytes of JSON are packed
 PACK_BYTES = 16 * 1024
+#: the most a packed value may unpack to (262,144 ranks' columns are about
+#: 12 MiB, a 12,500-node embedded inventory less): a plan read from
+#: someone else's job (`slurmtopo show` as an admin) whose few MiB unpack
+#: to gigabytes is refused before they are built
+MAX_UNPACKED_BYTES = 64 << 20
 BASE64_LINE = 76
 COLUMNS = ("host", "gpu", "local_rank", "nics", "cpus", "numa_node")
 
@@ -215,21 +245,34 @@ def unpack(value: Any, where: str = "plan", what: str = "ranks") -> Any:
     import zlib
 
     try:
-        return json.loads(zlib.decompress(base64.b64decode("".join(value["data"]),
-                                                           validate=True)))
-    except (KeyError, TypeError, ValueError, binascii.Error, zlib.error) as exc:
-        raise SlurmtopoError(f"{where}: the packed {what} are damaged ({exc})") from None
+        raw = base64.b64decode("".join(value["data"]), validate=True)
+        inflate = zlib.decompressobj()
+        text = inflate.decompress(raw, MAX_UNPACKED_BYTES)
+        if inflate.unconsumed_tail or not inflate.eof:
+            raise SlurmtopoError(f"{where}: the packed {what} unpack to more than "
+                                 f"{MAX_UNPACKED_BYTES >> 20} MiB (or are cut short): not a "
+                                 "plan slurmtopo wrote")
+        return json.loads(text)
+    except (KeyError, TypeError, ValueError, binascii.Error, zlib.error,
+            RecursionError) as exc:
+        raise SlurmtopoError(f"{where}: the packed {what} are damaged "
+                             f"({type(exc).__name__})") from None
 
 
 def placement_from_columns(doc: Mapping[str, Any], where: str = "plan") -> Placement:
     """Rebuild the submit-time Placement (without groups) from a version 2
     document; SlurmtopoError says what is malformed."""
     from slurmtopo.model import RankSlot, parse_cpulist
-    from slurmtopo.rankmap import check_placement
+    from slurmtopo.rankmap import check_placement, check_read_hosts
+
+    from slurmtopo.groups import MAX_WORLD
 
     cols = unpack(doc["ranks"], where, "ranks")
     if not isinstance(cols, Mapping):
         raise SlurmtopoError(f"{where}: 'ranks' must be columns (version 2)")
+    if any(not isinstance(cols.get(k), list) or len(cols[k]) > MAX_WORLD for k in COLUMNS):
+        raise SlurmtopoError(f"{where}: malformed rank columns (each a list of at most "
+                             f"{MAX_WORLD:,} ranks)")
     try:
         hosts = [str(h) for h in doc["hosts"]]
         nic_sets = [tuple(n for n in str(x).split(",") if n) for x in cols["nic_sets"]]
@@ -244,6 +287,7 @@ def placement_from_columns(doc: Mapping[str, Any], where: str = "plan") -> Place
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise SlurmtopoError(f"{where}: malformed rank columns ({exc})") from None
     p = Placement(slots=slots, groups={}, hosts=tuple(hosts), notes=tuple(doc.get("notes", ())))
+    check_read_hosts(p, where)
     check_placement(p)
     return p
 
@@ -281,14 +325,26 @@ def dumps_plan(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: nesting of a plan document (its embedded inventory nests deepest)
+PLAN_DEPTH = 32
+
+
 def read_plan(text: str, where: str = "plan") -> Dict[str, Any]:
     """The plan document in ``text``, its shape checked (see check_plan)."""
+    from slurmtopo.boundedjson import JsonRefused, check_shape
+
     try:
+        # someone else's plan (`slurmtopo show` as an admin): nesting and
+        # numbers bounded before Python's parser recurses or converts
+        check_shape(text, PLAN_DEPTH)
         doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        why = (f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError)
-               else "nested too deeply")
-        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({why})") from None
+    except JsonRefused as exc:
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan ({exc.msg} at line "
+                             f"{exc.lineno})") from None
+    except (ValueError, RecursionError):
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan (a value out of bounds)") from None
     if not isinstance(doc, dict) or doc.get("slurmtopo") != PLAN_KIND:
         raise SlurmtopoError(f"{where}: not a slurmtopo plan document")
     version = doc.get("version", 0)
@@ -311,7 +367,9 @@ _PLAN_KEYS = {"slurmtopo": (str,), "version": (int,), "inventory_path": (str, ty
               "layout": (dict,), "request": (dict, type(None)),
               "master_port": (int, type(None)), "socket_ifname": (str, type(None)),
               "hosts": (list,), "ranks": (list, dict), "inventory": (dict, type(None)),
-              "launch": (dict, type(None))}
+              "launch": (dict, type(None)), "guardrails": (dict, type(None))}
+#: every key of the plan's ``guardrails`` -> the JSON types its value may have
+_GUARD_KEYS = {"hazards": (list,), "nccl_version": (str,), "spares": (int,)}
 _LAYOUT_INTS = ("world", "tp", "cp", "ep", "pp", "dp", "expert_tp")
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -352,6 +410,18 @@ def check_plan(doc: Mapping[str, Any], where: str = "plan") -> None:
     for key in (doc.get("launch") or {}):
         if key != "launcher":
             raise SlurmtopoError(f"{where}: damaged plan: unknown launch key {key!r}")
+    for key, value in (doc.get("guardrails") or {}).items():
+        kinds = _GUARD_KEYS.get(key)
+        if kinds is None:
+            raise SlurmtopoError(f"{where}: damaged plan: unknown guardrails key {key!r}")
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise bad(f"guardrails {key!r}", value)
+    guard = doc.get("guardrails") or {}
+    if any(not isinstance(h, str) for h in guard.get("hazards", ())):
+        raise bad("an entry of guardrails 'hazards'", guard["hazards"])
+    if not 0 <= guard.get("spares", 0) <= 64:
+        raise SlurmtopoError(f"{where}: damaged plan: guardrails spares {guard['spares']} is "
+                             "not 0-64")
     launcher_of(doc)
     for key, value in (doc.get("request") or {}).items():
         inner = value.values() if isinstance(value, dict) else (
@@ -395,6 +465,31 @@ def layout_from_doc(doc: Mapping[str, Any]):
     return Layout(**{k: v for k, v in lay.items() if k in names}).resolved()
 
 
+def check_against_inventory(placement: Placement, inv: Inventory, where: str = "plan") -> None:
+    """Every rank's host is a node of ``inv`` (the plan's embedded
+    inventory) and its GPU one that node has: the plan's own limits, not
+    only slurmtopo's (a GPU index past the node's makes grids and tables
+    of that size)."""
+    for s in placement.slots:
+        node = inv.nodes.get(s.host)
+        if node is None:
+            raise SlurmtopoError(f"{where}: rank {s.rank} is on a host its embedded inventory "
+                                 "does not have")
+        if s.gpu >= node.hardware.gpu_count:
+            raise SlurmtopoError(f"{where}: rank {s.rank} has GPU {s.gpu}, and its host has "
+                                 f"{node.hardware.gpu_count} GPUs")
+
+
+def embedded_inventory_of(doc: Mapping[str, Any], where: str = "plan") -> Optional[Inventory]:
+    """The inventory a plan embeds (None: none)."""
+    if not doc.get("inventory"):
+        return None
+    from slurmtopo.inventory import parse_inventory
+
+    return parse_inventory(unpack(doc["inventory"], where, "inventory"),
+                           f"{where} (embedded inventory)")
+
+
 def planned_placement(doc: Mapping[str, Any]) -> Placement:
     """The submit-time Placement, groups recomputed from the layout."""
     from slurmtopo.groups import build_groups
@@ -408,3 +503,64 @@ def planned_placement(doc: Mapping[str, Any]) -> Placement:
         p = Placement(slots=p.slots, groups=dict(build_groups(layout_from_doc(doc))),
                       hosts=p.hosts, notes=p.notes)
     return p
+
+
+# --------------------------------------------------------------------------
+# the plan in the job's environment (the Slurm hooks)
+#
+# A job planned by the cli_filter hook (docs/admin.md, "Slurm hooks") has no
+# script of slurmtopo's to carry its plan: the hook adds it to the job's
+# environment instead (sbatch --export=...,SLURMTOPO_PLAN=VALUE), where the
+# TaskProlog of each task finds it. VALUE must survive sbatch's --export
+# parser, which splits at commas and pairs quotes: compact JSON, zlib, then
+# URL-safe base64 without padding (letters, digits, '-' and '_' only).
+
+#: the environment variable the hooks' plan travels in
+PLAN_ENV = "SLURMTOPO_PLAN"
+#: VALUE's prefix: the encoding's version
+ENV_ENCODING = "z1:"
+#: the longest VALUE a hook writes or reads (the job's environment, and so
+#: every process of the job, carries it; Linux caps one variable at 128 KiB)
+MAX_ENV_BYTES = 96 * 1024
+#: the most JSON a VALUE may inflate to (a bound on what a damaged or
+#: hostile value costs the reader)
+MAX_ENV_JSON_BYTES = 16 * 1024 * 1024
+
+
+def plan_env_value(doc: Mapping[str, Any]) -> str:
+    """``doc`` as the value of :data:`PLAN_ENV` (deterministic: zlib at
+    level 9). SlurmtopoError when it would exceed :data:`MAX_ENV_BYTES`."""
+    import base64
+    import zlib
+
+    text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
+    value = ENV_ENCODING + base64.urlsafe_b64encode(
+        zlib.compress(text.encode(), 9)).decode("ascii").rstrip("=")
+    if len(value) > MAX_ENV_BYTES:
+        raise SlurmtopoError(f"the plan is {len(value):,} bytes in the job's environment, more "
+                             f"than {MAX_ENV_BYTES:,}")
+    return value
+
+
+def plan_from_env_value(value: str, where: str = f"${PLAN_ENV}") -> Dict[str, Any]:
+    """The plan document :func:`plan_env_value` wrote, checked as
+    :func:`read_plan` checks a script's; SlurmtopoError (one line) for
+    anything else, after reading at most :data:`MAX_ENV_JSON_BYTES`."""
+    import base64
+    import binascii
+    import zlib
+
+    if len(value) > MAX_ENV_BYTES:
+        raise SlurmtopoError(f"{where}: {len(value):,} bytes, more than {MAX_ENV_BYTES:,}")
+    if not value.startswith(ENV_ENCODING):
+        raise SlurmtopoError(f"{where}: not a slurmtopo plan (expected {ENV_ENCODING}...)")
+    body = value[len(ENV_ENCODING):]
+    try:
+        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        inflate = zlib.decompressobj()
+        text = inflate.decompress(raw, MAX_ENV_JSON_BYTES)
+        if inflate.unconsumed_tail or not inflate.eof:
+            raise ValueError(f"more than {MAX_ENV_JSON_BYTES:,} bytes of JSON, or cut short")
+        return read_plan(text.decode("utf-8"), where)
+    except (ValueError, binascii.Error, zlib.error, UnicodeDecodeError) as exc:
+        raise SlurmtopoError(f"{where}: damaged plan ({exc})") from None

@@ -490,11 +490,19 @@ def summary(placement, layout=None, inv=None, script=None) -> Text:
     return rich_line(summary_line(placement, layout, inv, script))
 
 
-def summary_line(placement, layout=None, inv=None, script=None) -> Line:
+def summary_line(placement, layout=None, inv=None, script=None, framework=None) -> Line:
+    """The header line. ``framework``: a non-Megatron framework's layout
+    (:class:`slurmtopo.frameworks.common.FrameworkLayout`), shown in its own
+    names (dp_shard, dp_replicate, ...) instead of the planner's Megatron
+    layout."""
     from slurmtopo.hostlist import fold_hostlist
 
     parts = []
-    if layout is not None:
+    if framework is not None:
+        from slurmtopo.frameworks.registry import describe
+
+        parts.append(describe(framework))
+    elif layout is not None:
         lay = layout.resolved()
         dims = " × ".join(f"{d}{getattr(lay, d)}" for d in ("tp", "cp", "ep", "pp", "dp")
                           if getattr(lay, d) > 1) or "1 rank"
@@ -519,12 +527,13 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
 def plan_parts(placement, inv=None, layout=None, plan_cost=None, naive_cost=None, state=None,
                color_by: Optional[str] = None, notes: Sequence[str] = (), script=None,
                files: Optional[Mapping[str, str]] = None, bound=None,
-               idle_bound=None, warnings: Sequence[str] = ()) -> List[Any]:
+               idle_bound=None, warnings: Sequence[str] = (), framework=None) -> List[Any]:
     """The whole preview, top to bottom, as lines and sheets: summary,
     grid, cost table, the step, the groups split over hosts, warnings
     (the cost model's, the bound's and ``warnings``, e.g. the memory
-    check's) and notes, files written."""
-    parts: List[Any] = [summary_line(placement, layout, inv, script),
+    check's) and notes, files written (``framework``: see
+    :func:`summary_line`)."""
+    parts: List[Any] = [summary_line(placement, layout, inv, script, framework),
                         grid_sheet(placement, inv, color_by, state)]
     if plan_cost is not None:
         parts.append(cost_sheet(plan_cost, naive_cost))
@@ -588,8 +597,8 @@ def advice_parts(advice) -> List[Any]:
     a = advice
     t = Sheet(title=f"Layouts for {a.gpus} GPUs ({a.gpu}, {a.gpu_memory_gib:.0f} GiB), best "
                     "first (modelled)",
-              columns=[Column("#", justify="right"), Column("layout"), Column("mbs"),
-                       Column("recompute"), Column("optimizer"),
+              columns=[Column("#", justify="right"), Column("framework"), Column("layout"),
+                       Column("mbs"), Column("recompute"), Column("optimizer"),
                        Column("step", justify="right"),
                        Column("tok/s/GPU", justify="right"), Column("MFU", justify="right"),
                        Column("GiB/GPU", justify="right"), Column("exposed comm")],
@@ -598,12 +607,12 @@ def advice_parts(advice) -> List[Any]:
         c = r.candidate
         comm = ", ".join(f"{k} {format_seconds(v)}" for k, v in r.exposed_comm if v > 0) or "-"
         t.add_row(*(line(x) for x in (
-            str(i + 1), c.label(), str(c.micro_batch), c.recompute,
-            "FSDP" if c.style == "fsdp" else "distributed", format_seconds(r.time_s),
+            str(i + 1), c.framework, c.label(), str(c.micro_batch), c.recompute,
+            c.optimizer(), format_seconds(r.time_s),
             _tokens(r.tokens_per_s_per_gpu), f"{r.mfu:.1%}", f"{r.memory_gib:.1f}", comm)))
     t.caption = (f"{a.considered} layouts considered, {a.fitting} fit in memory, "
                  f"{a.placed} placed by the planner and priced")
-    t.labels = ["#", "layout", "micro-batch", "recompute", "optimizer", "step",
+    t.labels = ["#", "framework", "layout", "micro-batch", "recompute", "optimizer", "step",
                 "tokens/s per GPU", "MFU", "memory per GPU", "exposed communication"]
     out: List[Any] = [t, line("Ready to plan:", "bold")]
     for i, r in enumerate(a.ranked):

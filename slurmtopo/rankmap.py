@@ -35,14 +35,45 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.topology import rail_optimised
-from slurmtopo.model import (Hardware, Inventory, Placement, RankSlot, format_cpulist,
-                             parse_cpulist)
+from slurmtopo.model import (MAX_CPUS, Hardware, Inventory, Placement, RankSlot,
+                             format_cpulist, parse_cpulist)
+from slurmtopo.termsafe import printable
 
 RANKMAP_VERSION = 1
 
 
 # --------------------------------------------------------------------------
 # checks
+
+
+#: a GPU index on one node is below this (NVML numbers a node's GPUs from 0;
+#: the largest nodes have 8 to 72): a plan or rank map with another is
+#: refused before anything is built from it (30,000,000 was a MemoryError)
+MAX_GPU_INDEX = 1024
+#: the longest host name read from a plan (Slurm's node names are far shorter)
+MAX_HOST_NAME = 256
+
+
+def bad_host_name(name: object) -> Optional[str]:
+    """Why ``name`` is no host name slurmtopo writes or reads back (None
+    when it is one): Slurm's hostlist characters (``[``, ``]``, ``,``) or
+    blanks and control characters in it would be read as several hosts or
+    none."""
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_HOST_NAME:
+        return f"not a name of 1 to {MAX_HOST_NAME} characters"
+    if any(c in "[],@" or c.isspace() or not c.isprintable() for c in name):
+        return "holds a character no Slurm node name has ([, ], a comma, a blank, a control)"
+    return None
+
+
+def check_read_hosts(placement: Placement, where: str) -> None:
+    """The host names of a plan or rank map read back (someone else may
+    have written it): each a name Slurm could have (:func:`bad_host_name`),
+    or a SlurmtopoError naming it."""
+    for h in dict.fromkeys([*placement.hosts, *(s.host for s in placement.slots)]):
+        why = bad_host_name(h)
+        if why:
+            raise SlurmtopoError(f"{where}: host {printable(h, 40)}: {why}")
 
 
 def check_placement(placement: Placement) -> None:
@@ -53,10 +84,21 @@ def check_placement(placement: Placement) -> None:
     done = placement.derived.get("rankmap.checked", lambda: [None, None])
     if done[0] is placement.slots and done[1] is placement.hosts:
         return
+    from slurmtopo.groups import MAX_WORLD
+
+    if len(placement.slots) > MAX_WORLD:
+        raise SlurmtopoError(f"rank map: {len(placement.slots):,} ranks, more than the "
+                             f"{MAX_WORLD:,} slurmtopo lays out")
     for i, s in enumerate(placement.slots):
         if s.rank != i:
             raise SlurmtopoError(f"rank map: slot {i} holds rank {s.rank}; ranks must be 0..W-1 "
                                  "in order")
+        if not 0 <= s.gpu < MAX_GPU_INDEX:
+            raise SlurmtopoError(f"rank map: rank {i} has GPU index {s.gpu}, not one of a "
+                                 f"node's (0 to {MAX_GPU_INDEX - 1})")
+        if s.numa_node is not None and not -1 <= s.numa_node < MAX_CPUS:
+            raise SlurmtopoError(f"rank map: rank {i} has NUMA node {s.numa_node}")
+
     for host, slots in placement.by_host().items():
         lrs = [s.local_rank for s in slots]
         if lrs != list(range(len(slots))):
@@ -272,6 +314,7 @@ def placement_from_dict(data: Mapping[str, Any], where: str = "rank map") -> Pla
                   notes=tuple(data.get("notes", ())))
     if "world_size" in data and int(data["world_size"]) != len(slots):
         raise SlurmtopoError(f"{where}: world_size {data['world_size']} but {len(slots)} ranks")
+    check_read_hosts(p, where)
     check_placement(p)
     return p
 
@@ -301,9 +344,23 @@ class _CsvCells(dict):
         return cell
 
 
-def rankmap_csv(placement: Placement) -> str:
+def framework_extra(framework) -> Dict[str, Any]:
+    """What a rank map adds for a non-Megatron framework's job (a
+    :class:`slurmtopo.frameworks.common.FrameworkLayout`, or None: nothing):
+    its name and its own groups by its own kind names (``dp_shard``,
+    ``dp_replicate``, ...), as ``slurmtopo groups --framework NAME --json``
+    prints them; ``groups`` stays the planner's (Megatron) kinds."""
+    if framework is None:
+        return {}
+    return {"framework": framework.framework,
+            "framework_groups": {k: [list(g) for g in v] for k, v in framework.groups.items()}}
+
+
+def rankmap_csv(placement: Placement, groups: Optional[Mapping[str, Any]] = None) -> str:
     """One row per rank, with the index of the rank's group of every kind
-    (``tp_group``, ``dp_group``, ...) so a spreadsheet can colour by group.
+    (``tp_group``, ``dp_group``, ...) so a spreadsheet can colour by group;
+    ``groups``: the kinds to give (a framework's own, ``dp_shard_group``
+    ...), default the placement's.
 
     Byte for byte what :mod:`csv`'s writer gives for the rows, written one
     format string a rank (numbers need no quoting; the text cells, which
@@ -313,12 +370,13 @@ def rankmap_csv(placement: Placement) -> str:
 
     check_placement(placement)
     nr = node_ranks(placement)
-    kinds = list(placement.groups)
+    groups = placement.groups if groups is None else groups
+    kinds = list(groups)
     cells = _CsvCells()
     header = ["rank", "host", "node_rank", "gpu", "local_rank", "local_world_size",
               "numa_node", "nics", "cpus"] + [f"{k}_group" for k in kinds]
     cpus = cpulists(placement)
-    columns = [rank_to_group(placement.groups, k) for k in kinds]
+    columns = [rank_to_group(groups, k) for k in kinds]
     # check_placement: slot r holds rank r, and by_host lists every slot once
     rows: List[str] = [""] * placement.world_size
     tails: Dict[Tuple[int, int, Optional[int]], str] = {}  # NICs, CPUs, NUMA node

@@ -8,8 +8,11 @@ The rules (src/plugins/topology/ring/ring_record.c and
 torus3d/torus3d_record.c of 26.05.3): at most 16 nodes a ring
 (``MAX_RING_SIZE``), in ring order; names unique; no node in two rings or
 toruses; a torus's nodes fill it x-major (x fastest) and number x*y*z; a
-region fills its box the same way inside the torus; a placement fits the
-torus.
+region fills its box the same way inside the torus (no wrap-around, no
+overlap); a placement fits the torus, its anchor seed and spacing inside
+it. Their text (topology.conf's ``RingName=`` lines, topology.yaml's
+``ring:`` and ``torus3d:`` sections) is :mod:`slurmtopo.slurmfmt`'s, which
+reads it into these calls.
 
 The planner measures distance between hosts on a switch tree
 (:mod:`slurmtopo.topology`'s network view), so each ring and torus becomes
@@ -178,6 +181,16 @@ def check_placement(dims: Coord, torus: Coord) -> Optional[str]:
         return f"placement dims {tuple(dims)} must be three whole numbers >= 1"
     if any(a > b for a, b in zip(dims, torus)):
         return f"placement dims {tuple(dims)} exceed the torus {tuple(torus)}"
+    return None
+
+
+def check_anchor(key: str, value: Coord, torus: Coord) -> Optional[str]:
+    """Why a placement's ``anchor_seed`` (a place of the torus) or
+    ``anchor_spacing`` (a step no longer than the torus) does not lie within
+    it, or None."""
+    limit = (lambda a, b: a >= b) if key == "anchor_seed" else (lambda a, b: a > b)
+    if any(limit(a, b) for a, b in zip(value, torus)):
+        return f"placement {key} {value} must lie within the torus {torus}"
     return None
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo import safedir
 from slurmtopo.errors import SlurmtopoError
@@ -112,12 +112,34 @@ def open_runs_root(submit_dir: str, create: bool = True) -> SafeDir:
     return safedir.open_under(submit_dir, RUNS_SUBDIR.split(os.sep), create=create, hint=HINT)
 
 
-def check_location(run_dir: Optional[str], submit_dir: str) -> None:
+def check_location(run_dir: Optional[str], submit_dir: str) -> Callable[[], None]:
     """Before a job is submitted: its run directory (``--run-dir``), else
     the runs root of the submit directory, is the user's own and private
-    (made now when missing), so a refusal comes before the job exists."""
+    (made now when missing), so a refusal comes before the job exists.
+
+    Returns the undo for a submission that then fails: it removes the
+    directories made here, innermost first, while they are still empty
+    (through the parent's descriptor; a link or a directory someone filled
+    meanwhile is left alone), so a failed sbatch leaves no empty
+    ``.slurmtopo/runs`` behind."""
+    if run_dir:
+        anchor, parts, own = layout(run_dir)
+    else:
+        anchor, parts, own = submit_dir, RUNS_SUBDIR.split(os.sep), [True, True]
+    made_from = next((i for i in range(len(parts))
+                      if not os.path.lexists(os.path.join(anchor, *parts[:i + 1]))), len(parts))
     with (open_run_dir(run_dir) if run_dir else open_runs_root(submit_dir)):
         pass
+
+    def undo() -> None:
+        for i in reversed(range(made_from, len(parts))):
+            try:
+                with safedir.open_under(anchor, parts[:i], create=False, own=own[:i],
+                                        hint=HINT) as parent:
+                    os.rmdir(parts[i], dir_fd=parent.fd)
+            except (OSError, SlurmtopoError):
+                return
+    return undo
 
 
 def save_script(run_dir: str, script_text: str) -> str:
@@ -129,10 +151,15 @@ def save_script(run_dir: str, script_text: str) -> str:
 
 
 def clean_old(submit_dir: str, keep_days: float = DEFAULT_KEEP_DAYS,
-              now: Optional[float] = None, keep: Sequence[str] = ()) -> List[str]:
+              now: Optional[float] = None, keep: Sequence[str] = (),
+              listed: Optional[Callable[[], Iterable[int]]] = None) -> List[str]:
     """Remove the run directories (named by job id) in ``submit_dir``'s runs
     root whose newest file is older than ``keep_days``; never one named in
-    ``keep``. Returns the removed paths; ``keep_days`` <= 0 removes nothing.
+    ``keep``, nor one of a job Slurm still lists (``listed``: asked once,
+    only when a directory is old enough; a running job's files can look
+    old, and its later steps and `slurmtopo show` need them; an error
+    there removes nothing). Returns the removed paths; ``keep_days`` <= 0
+    removes nothing.
 
     Only directories the user owns, directly inside the runs root, are
     considered, and every step goes through descriptors: a runs root that
@@ -146,14 +173,24 @@ def clean_old(submit_dir: str, keep_days: float = DEFAULT_KEEP_DAYS,
     except safedir.MissingDir:
         return []
     removed = []
+    still: Optional[set] = None
     with root:
         for name, st in safedir.owned_dirs(root).items():
             if not name.isdigit() or name in keep:
                 continue
             try:
-                if safedir.newest_mtime(root, name) < cutoff:
-                    safedir.remove_tree(root, name, st)
-                    removed.append(root.child(name))
+                old = safedir.newest_mtime(root, name) < cutoff
+            except (OSError, SlurmtopoError):
+                continue
+            if not old:
+                continue
+            if still is None:
+                still = {str(j) for j in listed()} if listed is not None else set()
+            if name in still:
+                continue
+            try:
+                safedir.remove_tree(root, name, st)
+                removed.append(root.child(name))
             except (OSError, SlurmtopoError):
                 continue
     return removed

@@ -17,8 +17,7 @@ from typing import Any, Dict, Optional
 
 from slurmtopo.hostlist import expand_hostlist
 from slurmtopo.model import SCHEMA_VERSION, ClusterState, Inventory, NodeState, format_cpulist, parse_cpulist
-from slurmtopo.yamlio import (Reader, as_bool, as_pos_int, as_str, document_kind, dump_yaml,
-                              load_document)
+from slurmtopo.yamlio import Reader, as_bool, as_pos_int, as_str, document_kind, load_document
 
 #: ``jobs`` (running jobs and their GPUs) is read by ``slurmtopo audit``
 #: (slurmtopo.audit.statejobs); the planner needs only the nodes
@@ -93,7 +92,3 @@ def state_dict(state: ClusterState) -> Dict[str, Any]:
             e["exclusive"] = True
         nodes.append(e)
     return {"slurmtopo": "state", "version": SCHEMA_VERSION, "nodes": nodes}
-
-
-def dump_state(state: ClusterState) -> str:
-    return dump_yaml(state_dict(state))

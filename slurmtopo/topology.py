@@ -273,7 +273,7 @@ def rail_optimised(inv: Inventory, hosts: Iterable[str]) -> Optional[bool]:
 
 
 #: the description of every switch slurmtopo makes from a Slurm 26.05
-#: topology/ring or topology/torus3d (slurmtopo/slurmfmt/ring_torus.py): such a
+#: topology/ring or topology/torus3d (slurmtopo/ringtree.py): such a
 #: tree measures distance only, Slurm allocates arcs and sub-cubes on it
 MADE_FROM = "made by slurmtopo from topology/"
 

@@ -14,6 +14,8 @@ model description is kept as given and read by it).
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
@@ -34,18 +36,21 @@ STYLES: Tuple[str, ...] = ("ddp", "zero12", "fsdp", "hsdp")
 FRAMEWORKS: Tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
 
 
-def parse_nccl_version(text) -> Tuple[int, int, int]:
-    """``2.27``, ``2.27.7``, ``v2.27.7-1`` -> (2, 27, 7); raises LayoutError
-    naming the text (numbers of at most four digits, two or three of them)."""
+def parse_nccl_version(text, what: str = "--nccl-version") -> Tuple[int, int, int]:
+    """``2.27``, ``2.27.7``, ``v2.27.7-1``, ``2.27.5+cuda12.9`` -> (2, 27, 7);
+    raises LayoutError naming ``what`` and the text (numbers of at most four
+    digits, two or three of them). The one reader of an NCCL release: the
+    cost model's input, the job's ``--nccl-version`` and the hazard checks'
+    (slurmtopo.hazards) all read it here."""
     t = str(text).strip()
     if t[:1] in ("v", "V"):
         t = t[1:]
-    t = t.split("-", 1)[0]
+    t = re.split(r"[-+]", t, maxsplit=1)[0]
     parts = t.split(".")
     if not 2 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() and len(p) <= 4
                                              for p in parts):
-        raise LayoutError(f"NCCL version {str(text)[:40]!r}: expected MAJOR.MINOR[.PATCH], "
-                          "e.g. 2.27.7")
+        raise LayoutError(f"{what} {str(text)[:40]!r} is not an NCCL version (expected "
+                          "MAJOR.MINOR[.PATCH], e.g. 2.27.7)")
     nums = [int(p) for p in parts] + [0] * (3 - len(parts))
     return nums[0], nums[1], nums[2]
 

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.slurm_backend import FakeSlurm
-
 from slurmtopo import api
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.groups import Layout
 from slurmtopo.request import JobRequest
+from slurmtopo.testing.slurm_backend import FakeSlurm
 from tests.test_plan_cli import EXAMPLES, ROOT, _one_line_error, run
 
 DOC = ROOT / "docs" / "api.md"

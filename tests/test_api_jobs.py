@@ -1,15 +1,13 @@
 """A job end to end through the documented interface (slurmtopo.api,
 docs/api.md): load, read the state, prepare, submit, as `slurmtopo sbatch`
 and a notebook do it, against every example cluster and the in-memory
-Slurm (tests/fakes/slurm_backend.py)."""
+Slurm (slurmtopo/testing/slurm_backend.py)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 import pytest
-
-from tests.fakes.slurm_backend import FakeSlurm
 
 from slurmtopo import api
 from slurmtopo.daemon.decisions import RELEASE, ClusterView, QueuedJob
@@ -22,6 +20,7 @@ from slurmtopo.rankmap import node_contiguous
 from slurmtopo.request import JobRequest
 from slurmtopo.sbatch.launch import Launch
 from slurmtopo.sbatch.script import extract_plan
+from slurmtopo.testing.slurm_backend import FakeSlurm
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
 COMMAND = ["python", "train.py", "--config", "conf/my run.yaml"]

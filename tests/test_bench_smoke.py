@@ -146,7 +146,10 @@ def test_run_writes_results(tmp_path):
     assert s["overall"]["slurmtopo/lb"]["min"] >= 1 - 1e-6
     assert (out / "quality.png").stat().st_size > 0
     assert "Placement quality" in (out / "report.md").read_text()
-    assert json.loads((out / "meta.json").read_text())["command"].startswith("python -m bench.run")
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["command"].startswith("python -m bench.run")
+    # README's figure for --quick is CPU seconds: the run records them
+    assert meta["cpu_s"] > 0 and meta["wall_s"] > 0
 
 
 # --------------------------------------------------------------------------

@@ -20,8 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.slurm_backend import FakeSlurm
-
 from slurmtopo import plandoc
 from slurmtopo.binding import limits
 from slurmtopo.binding.allocation import (Allocation, detect_constrained, parse_probe,
@@ -38,6 +36,7 @@ from slurmtopo.model import Inventory, Node
 from slurmtopo.placement.common import nic_choice
 from slurmtopo.presets import PRESETS, preset
 from slurmtopo.sbatch import SbatchRequest
+from slurmtopo.testing.slurm_backend import FakeSlurm
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "etc" / "examples"

@@ -28,6 +28,19 @@ def test_usage_errors_are_one_line(args, text):
     assert "--help')" in lines[0]
 
 
+@pytest.mark.parametrize("args", [(), ("agent",), ("topology",), ("gres",),
+                                  ("inventory",)])
+def test_a_bare_group_prints_its_help(args):
+    """`slurmtopo` (or a group) alone prints its help on stdout and exits 0,
+    as git and click groups do, not the help folded into one error line
+    with exit 2 (issue 32)."""
+    p = run(*args)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert p.stdout.startswith(f"Usage: slurmtopo{''.join(' ' + a for a in args)} [OPTIONS] "
+                               "COMMAND [ARGS]...\n")
+    assert "\nCommands:\n" in p.stdout and "error" not in p.stdout
+
+
 def test_every_registered_command_loads_and_has_help():
     for name in COMMANDS:
         with pytest.raises(SystemExit) as exc:

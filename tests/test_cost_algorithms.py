@@ -118,7 +118,7 @@ def test_the_release_comes_from_the_inventory_or_the_job(tmp_path):
 
 
 @pytest.mark.parametrize("block,match", [
-    ("nccl_version: two\n", "nccl_version: NCCL version 'two'"),
+    ("nccl_version: two\n", "nccl_version: 'two' is not an NCCL version"),
     ("network: myrinet\n", "network 'myrinet'"),
     ("network_latency: {efa: -1}\n", "network_latency.efa must be > 0"),
     ("network_latency: {ethernet: 2}\n", "unknown network 'ethernet'"),

@@ -117,7 +117,8 @@ def test_tp_ep_pp_cp_counts():
     assert by[("ep", "all-to-all", "forward")].calls == 2 * 16 * 4
     assert by[("ep", "all-to-all", "backward")].message_bytes == 2 * act  # top_k 2
     assert by[("pp", "p2p", "forward")].calls == 4 and by[("pp", "p2p", "backward")].calls == 4
-    assert by[("cp", "all-gather", "forward")].message_bytes == 2 * act * 2
+    # K and V of the whole sequence (cp x the rank's), the rank's half of the heads (tp 2)
+    assert by[("cp", "all-gather", "forward")].message_bytes == 2 * act * 2 // 2
     assert by[("cp", "reduce-scatter", "backward")].calls == 16 * 4
     assert by[("dp", "all-reduce", "backward")].kind == "dp-cp"
     # what each may overlap: TP, EP and PP are exposed unless overlapped

@@ -92,6 +92,28 @@ def fenced_blocks(text):
     return blocks
 
 
+#: the exit code a documented command line shows (`# exit 2` at its end)
+EXPECTED_EXIT = {}
+
+
+def _uncomment(line: str) -> str:
+    """``line`` without its shell comment: a ``#`` that starts a word,
+    outside quotes (shlex's ``comments=True`` also cuts a word such as
+    ``nvcr.io#nvidia/pytorch`` at its ``#``, which the shell does not)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = None
+            elif ch == "\\" and quote == '"':
+                continue
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
 def shell_commands():
     """(where, argv) of every `slurmtopo ...` line in bash blocks (with
     backslash continuations joined; comments dropped)."""
@@ -109,13 +131,17 @@ def shell_commands():
                 if not line.startswith("slurmtopo ") or "..." in line:
                     continue
                 try:
-                    words = shlex.split(line, comments=True)
+                    words = shlex.split(_uncomment(line))
                 except ValueError:
                     continue
                 if (len(words) < 2 or not re.match(r"^[a-z][a-z-]*$", words[1])
                         or any(w.startswith("(") for w in words[2:3])):
                     continue  # a log line (`slurmtopo bind: ...`) or a diagram
-                out.append(pytest.param(words[1:], id=f"{path.relative_to(ROOT)}:{start + i}"))
+                where = f"{path.relative_to(ROOT)}:{start + i}"
+                code = re.search(r"#\s*exit (\d+)\s*$", line)
+                if code:  # the doc shows it failing: `... # exit 2`
+                    EXPECTED_EXIT[where] = int(code.group(1))
+                out.append(pytest.param(words[1:], id=where))
     return out
 
 
@@ -190,7 +216,7 @@ def test_the_readme_quick_start_is_among_the_runnable_examples():
 
 
 @pytest.mark.parametrize("argv", RUNNABLE)
-def test_shell_example_runs_as_printed(argv, tmp_path, monkeypatch):
+def test_shell_example_runs_as_printed(argv, tmp_path, monkeypatch, request):
     """Every documented command that needs only the checkout runs, from a
     directory other than the checkout (its etc/ and tests/ paths made
     absolute, /tmp outputs moved into the test's directory), and exits 0
@@ -207,6 +233,24 @@ def test_shell_example_runs_as_printed(argv, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli([localise(w) for w in argv])
     expected = 2 if argv[0] == "sbatch" and "-N" in argv else 0  # docs/sbatch.md shows the refusal
+    expected = EXPECTED_EXIT.get(request.node.callspec.id, expected)
     assert code == expected, err
     if expected == 0:
         assert out or err
+
+
+def test_every_launch_line_is_run_by_the_integration_tests():
+    """Every documented `sbatch`/`plan` line with a training command has an
+    entry in tests/doclaunch.py (which tests/integration/
+    test_framework_ranks.py runs on the dev cluster, issue 32), and every
+    entry is still a documented line; a line not run says why."""
+    from tests.doclaunch import HOW, key, launch_lines
+
+    found = {key(argv): where for where, argv in launch_lines()}
+    assert set(found) - set(HOW) == set(), "documented launch lines the integration tests do " \
+        "not run (add them to tests/doclaunch.py): " + "; ".join(
+            f"{found[k]}: {k}" for k in sorted(set(found) - set(HOW)))
+    assert set(HOW) - set(found) == set(), "tests/doclaunch.py entries no doc prints any more"
+    for line, how in HOW.items():
+        assert how in ("ranks", "submit", "plan-then-sbatch", "echo", "never", "queued",
+                       "slurm-refuses", "refused") or how.startswith("not run: "), line

@@ -521,3 +521,26 @@ def test_frameworks_doc_examples_run(tmp_path, monkeypatch):
         code, out, err = run_cli(argv)
         assert code == 0, (line, err)
         assert out
+
+
+@pytest.mark.parametrize("name, framework, text, why", [
+    ("deep.toml", "torchtitan", "a = " + "[" * 100_000 + "]" * 100_000 + "\n",
+     "nested too deeply"),
+    ("big.toml", "torchtitan", "[parallelism]\ntensor_parallel_degree = " + "9" * 5000 + "\n",
+     "a number too long"),
+    ("huge.toml", "torchtitan", "[parallelism]\ntensor_parallel_degree = " + "9" * 4000 + "\n",
+     "from -1 to 262,144"),
+    ("deep.json", "deepspeed", "[" * 100_000 + "]" * 100_000, "nested deeper than"),
+    ("big.json", "deepspeed", '{"tensor_parallel":{"autotp_size":' + "9" * 5000 + "}}",
+     "a number longer than"),
+])
+def test_a_hostile_config_is_one_line(tmp_path, name, framework, text, why):
+    """--config with a deep TOML, a 5,000-digit integer or a deep DeepSpeed
+    JSON gave RecursionError/ValueError tracebacks (issue 33)."""
+    path = tmp_path / name
+    path.write_text(text)
+    code, out, err = run_cli(["plan", "--inventory", "etc/examples/devcluster.yaml",
+                              "--state", "none", "--framework", framework, "--config",
+                              str(path), "--dp", "2"])
+    assert code == 2 and why in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and len(err) < 400

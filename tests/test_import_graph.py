@@ -18,15 +18,21 @@ PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.to
         "slurmtopo.errors", "slurmtopo.yamlio", "slurmtopo.hostlist", "slurmtopo.groups",
         "slurmtopo.frameworks",
         "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
-        "slurmtopo.plandoc", "slurmtopo.launchers", "slurmtopo.sbatch", "slurmtopo.preview",
+        "slurmtopo.plandoc", "slurmtopo.launchers", "slurmtopo.launch_detect",
+        "slurmtopo.sbatch", "slurmtopo.preview",
         "slurmtopo.tablefit", "slurmtopo.sheet", "slurmtopo.plainout",
         "slurmtopo.inventory",
         "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
-        "slurmtopo.slurmfmt", "slurmtopo.cluster")
+        "slurmtopo.slurmfmt", "slurmtopo.cluster", "slurmtopo.hazards",
+        "slurmtopo.taskprobe",
+        # the Slurm hooks' pure parts: the directive, sbatch's options <-> the
+        # plan, each task's variables, the installed files' text
+        "slurmtopo.hooks.directive", "slurmtopo.hooks.submit", "slurmtopo.hooks.taskvars",
+        "slurmtopo.hooks.install")
 #: ... never import these (use cases, side effects, command line)
-OUTER = ("slurmtopo.api", "slurmtopo.slurm", "slurmtopo.agent", "slurmtopo.admin",
-         "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate", "slurmtopo.audit",
-         "slurmtopo.commands", "slurmtopo.cli")
+OUTER = ("slurmtopo.api", "slurmtopo.api_admin", "slurmtopo.slurm", "slurmtopo.agent",
+         "slurmtopo.admin", "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate",
+         "slurmtopo.audit", "slurmtopo.commands", "slurmtopo.cli", "slurmtopo.hooks.taskprolog")
 
 
 def _modules() -> Dict[str, Path]:
@@ -150,6 +156,7 @@ def test_slurm_formats_sit_below_admin_agent_and_api():
     graph = import_graph()
     assert "slurmtopo.slurmfmt.topology_files" in graph["slurmtopo.api"]
     assert "slurmtopo.slurmfmt.gres_strings" in graph["slurmtopo.slurm.parse"]
+    assert "slurmtopo.slurmfmt.gres_strings" in graph["slurmtopo.binding.allocation"]
     assert "slurmtopo.slurmfmt.gres_lines" in graph["slurmtopo.agent.watch"]
     assert "slurmtopo.slurmfmt.slurm_conf" in graph["slurmtopo.admin.generate"]
     bad = sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts
@@ -192,35 +199,55 @@ def test_the_audit_is_computation_apart_from_slurm():
     assert bad == []
     users = sorted(m for m, ts in graph.items() if not _under(m, ("slurmtopo.audit",))
                    and any(_under(t, ("slurmtopo.audit",)) for t in ts))
-    assert users == ["slurmtopo.commands.audit", "slurmtopo.commands.state"]
+    assert users == ["slurmtopo.commands.audit", "slurmtopo.commands.check",
+                     "slurmtopo.commands.state"]
     assert "slurmtopo.simulate.freestate" in graph["slurmtopo.audit.stranded"]
     assert "slurmtopo.simulate.layouts" in graph["slurmtopo.audit.placements"]
 
 
-def _bench_imports() -> Dict[str, Set[str]]:
-    """bench module -> the bench/ and tests/ modules it imports (anywhere)."""
+def _imports_of(paths) -> Dict[str, Set[str]]:
+    """module -> every module name it imports (anywhere in its body), for
+    the files ``paths`` (relative to the repository root)."""
     out: Dict[str, Set[str]] = {}
-    for path in sorted((ROOT / "bench").glob("*.py")):
+    for path in paths:
         names: Set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module:
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names.add(node.module)
                 names.update(f"{node.module}.{a.name}" for a in node.names)
-        out[f"bench.{path.stem}"] = {n for n in names if n.split(".")[0] in ("bench", "tests",
-                                                                           "pytest")}
+        out[".".join(path.relative_to(ROOT).with_suffix("").parts)] = names
     return out
 
 
+def _bench_imports() -> Dict[str, Set[str]]:
+    """bench module -> the bench/ and tests/ modules it imports (anywhere)."""
+    return {m: {n for n in names if n.split(".")[0] in ("bench", "tests", "pytest")}
+            for m, names in _imports_of(sorted((ROOT / "bench").glob("*.py"))).items()}
+
+
 def test_bench_needs_neither_pytest_nor_a_test_module():
-    # `pip install '.[bench]' && python3 -m bench.run --quick` has no pytest:
-    # bench may use the fakes of tests/fakes (plain modules), nothing else of tests/
+    # `pip install '.[bench]' && python3 -m bench.run --quick` has no pytest,
+    # and bench never depends on the tests: the test doubles both use are
+    # the package's (slurmtopo.testing)
     bad = sorted(f"{m} -> {t}" for m, ts in _bench_imports().items() for t in ts
-                 if t.split(".")[0] == "pytest"
-                 or (t.startswith("tests") and not t.startswith("tests.fakes.")))
+                 if t.split(".")[0] in ("pytest", "tests"))
     assert bad == []
-    assert "tests.fakes.slurm_backend" in _bench_imports()["bench.daemon_load"]
+    used = _imports_of([ROOT / "bench" / "daemon_load.py"])["bench.daemon_load"]
+    assert "slurmtopo.testing.slurm_backend" in used  # the check would see an import
+
+
+def test_the_package_never_imports_the_tests_nor_its_test_doubles():
+    # slurmtopo/testing holds the doubles tests and bench share; nothing
+    # else in the package may lean on them, and nothing in it on tests/
+    mods = _imports_of(sorted((ROOT / "slurmtopo").rglob("*.py")))
+    bad = sorted(f"{m} -> {t}" for m, ts in mods.items() for t in ts
+                 if t.split(".")[0] in ("tests", "pytest")
+                 or (_under(t, ("slurmtopo.testing",))
+                     and not _under(m, ("slurmtopo.testing",))))
+    assert bad == []
+    assert "slurmtopo.slurm.backend" in mods["slurmtopo.testing.slurm_backend"]
 
 
 def test_bench_has_no_import_cycle():
@@ -228,3 +255,17 @@ def test_bench_has_no_import_cycle():
     graph = {m: {t for t in ts if t in mods} for m, ts in mods.items()}
     assert cycles(graph) == []
     assert "bench.process" in graph["bench.launch"]  # the check would see an import
+
+
+def test_ring_and_torus_rules_have_one_home():
+    # Slurm's rules for rings and toruses and the trees they become are
+    # ringtree's alone, below the formats and the inventory that both use
+    # them; slurmfmt/ring_torus only reads topology.yaml's sections into it
+    graph = import_graph()
+    for user in ("slurmtopo.slurmfmt.ring_torus", "slurmtopo.slurmfmt.topology_conf",
+                 "slurmtopo.slurmfmt.topology_yaml", "slurmtopo.inventory"):
+        assert "slurmtopo.ringtree" in graph[user], user
+    assert not any(_under(t, ("slurmtopo.slurmfmt", "slurmtopo.inventory"))
+                   for t in graph["slurmtopo.ringtree"])
+    readers = sorted(m for m, ts in graph.items() if "slurmtopo.slurmfmt.ring_torus" in ts)
+    assert readers == ["slurmtopo.slurmfmt.topology_yaml"]

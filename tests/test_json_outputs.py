@@ -97,3 +97,56 @@ def test_bind(tmp_path):
     assert [r["gpu"] for r in doc["rankmap"]["ranks"]] == [0, 1]
     assert str(tmp_path / "run" / "env.sh") in doc["files"]
     assert "slurmtopo bind: " in err  # the log still goes to stderr (the job's output)
+
+
+#: commands that print no result to read (services running until stopped)
+#: or print a document already (``agent discover --format json``)
+NO_JSON = {"agent discover": "prints the node report itself (--format json)",
+           "agent run": "a service: runs until stopped, logging",
+           "daemon run": "a service: runs until stopped, logging",
+           "hooks plan": "prints its protocol for cli_filter.lua (its own machine format)",
+           "hooks task-prolog": "prints TaskProlog's export lines for slurmstepd"}
+
+
+def test_every_command_that_prints_takes_json():
+    """README: "Every command that prints takes --json" (issue 32: nccl-topo
+    and inventory compile lacked it)."""
+    import click
+
+    def walk(cmd, path):
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                yield from walk(cmd.get_command(ctx, name), path + [name])
+        else:
+            yield " ".join(path), {o for p in cmd.params for o in getattr(p, "opts", [])}
+
+    without = {name for name, opts in walk(cli, []) if "--json" not in opts}
+    assert without == set(NO_JSON)
+
+
+def test_inventory_compile(tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    from slurmtopo.inventory import load_inventory, node_report
+
+    for node in load_inventory(str(INV)):
+        (reports / f"{node.name}.yaml").write_text(node_report(node, {"source": "test"}))
+    out = tmp_path / "cluster.json"
+    code, stdout, err = _run(["inventory", "compile", reports, "-o", out, "--json"])
+    assert code == 0 and err == ""
+    doc = json.loads(stdout)
+    assert doc["nodes"] == 4 and len(doc["node_types"]) == 1 and doc["written"] is True
+    assert doc["bytes"] == len(out.read_bytes()) and doc["summary"] in doc["messages"]
+    assert f"wrote {out} ({doc['bytes']:,} bytes)" in doc["messages"]
+
+
+def test_nccl_topo(tmp_path):
+    azure = ROOT / "etc" / "examples" / "azure-ndv4-4node.yaml"
+    code, out, err = _run(["nccl-topo", "--inventory", azure, "-o", tmp_path / "t", "--json"])
+    assert code == 0 and err == ""
+    (f,) = json.loads(out)["files"]
+    assert f["changed"] is True and f["backup"] is None and f["nodes"] == "nd[01-04]"
+    assert Path(f["path"]).read_text().startswith("<")
+    code, out, err = _run(["nccl-topo", "--inventory", azure, "-o", tmp_path / "t", "--json"])
+    assert json.loads(out)["files"][0]["changed"] is False

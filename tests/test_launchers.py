@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.slurm_backend import FakeSlurm
-
 from slurmtopo import api
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.errors import SlurmtopoError
@@ -27,6 +25,7 @@ from slurmtopo.rankmap import node_contiguous
 from slurmtopo.sbatch import SbatchRequest
 from slurmtopo.sbatch.launch import Launch, torchrun_args
 from slurmtopo.plandoc import TASK_SNIPPET
+from slurmtopo.testing.slurm_backend import FakeSlurm
 
 from test_binding import H100, _run_job  # noqa: E402  (tests/ is on sys.path)
 from tests.fakes.small_limits import small_limits_python

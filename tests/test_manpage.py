@@ -3,6 +3,9 @@ slurmtopo.commands.manpage writes from the click command tree today, byte
 for byte, and every command is on it."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -58,3 +61,36 @@ def test_setup_installs_the_page():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     assert cfg["options.data_files"]["share/man/man1"].strip() == MAN_PATH
+
+
+def test_arguments_never_get_entries_of_their_own(monkeypatch):
+    """click 8.5 gives arguments a help record (``.TP PATH`` with no
+    text); earlier releases give none. The page lists options only, so it
+    is the same bytes under either."""
+    before = generate()
+    monkeypatch.setattr(click.Argument, "get_help_record",
+                        lambda self, ctx: (self.name.upper(), ""), raising=False)
+    assert generate() == before
+
+
+def test_a_context_without_the_clis_settings_does_not_change_the_page():
+    """click caches a command's help option with the help names of the first
+    context that asks; a bare ``click.Context(cmd)`` (tests make them) would
+    cache ``--help`` alone. The page builds its own, so it stays the same.
+    In a fresh interpreter: this one's commands have cached theirs already."""
+    code = """
+import click, sys
+from slurmtopo.cli import cli
+from slurmtopo.commands.manpage import generate
+def walk(cmd):
+    cmd.get_params(click.Context(cmd))
+    if isinstance(cmd, click.Group):
+        for name in cmd.list_commands(click.Context(cmd)):
+            walk(cmd.get_command(click.Context(cmd), name))
+walk(cli)
+sys.stdout.write(generate())
+"""
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == (ROOT / MAN_PATH).read_text(encoding="utf-8")

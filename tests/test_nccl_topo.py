@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from slurmtopo.agent.nccl_xml import parse_nccl_xml, read_nccl_xml
+from slurmtopo.agent.nccl_xml import check_written, parse_nccl_xml, read_nccl_xml
 from slurmtopo.cli import main
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory import dump_inventory, load_inventory, parse_inventory
 from slurmtopo.model import Gpu, Hardware, Inventory, Nic, Node, Placement, RankSlot
-from slurmtopo.commands.nccl_topo import check_written
 from slurmtopo.nccl_topo import render
 from slurmtopo.presets import preset
 from slurmtopo.rankmap import nccl_env, nccl_topo_plan

@@ -260,3 +260,22 @@ def test_plan_turns_the_collector_back_on(tmp_path, capsys):
     assert gc.isenabled()
     assert run(args[:6] + ["64"] + args[7:], capsys)[0] != 0  # 512 GPUs: more than exist
     assert gc.isenabled()
+
+
+def test_not_now_and_never_exit_as_docs_slurm_md_says(tmp_path, capsys):
+    """Issue 32: "not now" exited 3, the code docs/slurm.md gives "never".
+    Now 5 and 3, as the docs' exit-code paragraph says."""
+    import re
+
+    docs = (ROOT / "docs" / "slurm.md").read_text()
+    codes = dict((m.group(2), int(m.group(1))) for m in re.finditer(
+        r"(\d) (?:`plan` only: )?\"(not now|never)\"", docs))
+    assert codes == {"never": 3, "not now": 5}, codes
+    state = ["--state", str(EXAMPLES / "h100-32node-state.yaml")]
+    inv = ["--inventory", str(EXAMPLES / "h100-32node-fattree.yaml")]
+    code, out, err = run(["plan", *inv, *state, "--tp", "8", "--dp", "30", "--output-dir",
+                          str(tmp_path / "a")], capsys)
+    assert code == codes["not now"] and err.startswith("slurmtopo: error: not now: "), err
+    code, out, err = run(["plan", *inv, "--tp", "8", "--dp", "64", "--output-dir",
+                          str(tmp_path / "b")], capsys)
+    assert code == codes["never"] and err.startswith("slurmtopo: error: never: "), err

@@ -242,7 +242,9 @@ def test_step_is_compute_exposed_comm_and_bubble():
     assert step.bubble_s == pytest.approx(3 / 5 * step.stage.microbatch_s)
     assert step.time_s == pytest.approx(step.compute_s + step.bubble_s + step.exposed_comm_s)
     exposed = dict(step.exposed_comm)
-    assert exposed["dp"] == 0  # hidden behind the last backward
+    # hidden behind the last backward, at the price of the SMs it holds
+    assert exposed["dp"] == pytest.approx(FIT.overlap_cost * 0.1)
+    assert 0 < FIT.overlap_cost < 0.5
     assert exposed["pp"] == pytest.approx(1.0 / m * 3)  # interleaved: warm-up and cool-down
     assert step.tokens_per_s_per_gpu * 64 == pytest.approx(64 * 8192 / step.time_s)
     # the same calls exposed without overlap
@@ -365,6 +367,42 @@ def test_advisor_ranks_fitting_layouts_and_its_plan_lines_run(tmp_path, monkeypa
     assert "Ready to plan:" in out and "slurmtopo plan --inventory" in out
 
 
+def test_advisor_lays_out_for_torchtitan_and_deepspeed_too(tmp_path, monkeypatch):
+    """FSDP and HSDP (torchtitan) and ZeRO-1/3 (DeepSpeed) are ranked beside
+    Megatron's layouts, each with its own plan line that prices the same."""
+    from slurmtopo.advisor import candidates
+    from slurmtopo.cost.model_spec import parse_model
+    spec = parse_model("llama3-8b,seq_len=8192,global_batch=256")
+    cands = candidates(spec, 32, frameworks=("megatron", "torchtitan", "deepspeed"))
+    kinds = {(c.framework, c.optimizer().split()[0]) for c in cands}
+    assert kinds == {("megatron", "distributed"), ("megatron", "FSDP"), ("torchtitan", "FSDP"),
+                     ("torchtitan", "HSDP"), ("deepspeed", "ZeRO-1"), ("deepspeed", "ZeRO-3")}
+    # DeepSpeed: no context parallelism, no interleaving, ZeRO-3 without a pipeline
+    ds = [c for c in cands if c.framework == "deepspeed"]
+    assert all(c.cp == 1 and c.vp == 1 for c in ds)
+    assert all(c.pp == 1 for c in ds if c.zero == 3)
+    # HSDP shard groups: a node's or two nodes' data-parallel ranks
+    assert {c.shard * c.tp * c.cp for c in cands if c.style == "hsdp"} <= {8, 16}
+    inv = str(EXAMPLES / "h100-32node-fattree.yaml")
+    code, out, err = run_cli(["advise", "--inventory", inv, "--model",
+                              "llama3-8b,seq_len=8192,global_batch=256", "--gpus", "32",
+                              "--framework", "torchtitan", "--framework", "deepspeed",
+                              "--top", "40", "--json"])
+    assert code == 0, err
+    layouts = json.loads(out)["layouts"]
+    assert {x["framework"] for x in layouts} == {"torchtitan", "deepspeed"}
+    monkeypatch.chdir(tmp_path)
+    firsts = {}
+    for x in layouts:
+        firsts.setdefault((x["framework"], x["optimizer"].split()[0]), x)
+    assert len(firsts) == 4
+    for x in firsts.values():
+        code, out, err = run_cli(shlex.split(x["plan"])[1:] + ["--json"])
+        assert code == 0, err
+        assert json.loads(out)["step"]["tokens_per_s_per_gpu"] == pytest.approx(
+            x["tokens_per_s_per_gpu"], rel=1e-4)
+
+
 def test_advisor_says_when_nothing_fits():
     code, out, err = run_cli(["advise", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
                               "--model", "llama3.1-405b,seq_len=8192,global_batch=32",
@@ -395,3 +433,31 @@ def test_simulate_rule_with_a_model_stretches_by_the_whole_step(tmp_path):
     rules.write_text("slurmtopo: layout-rules\nversion: 1\nrules:\n  - {tp: 8, model: 71q}\n")
     with pytest.raises(Exception, match="rules.yaml:4"):
         load_rules(str(rules))
+
+
+def test_a_power_limit_in_the_inventory_slows_compute_not_memory_traffic():
+    from slurmtopo.cost.compute import parse_gpu_compute
+
+    def fail(msg, *a):
+        return ValueError(msg)
+    table = parse_gpu_compute({"h100": {"power_w": 500, "hbm_gbps": 2400}}, fail)
+    capped, known = gpu_figures("NVIDIA H100 80GB HBM3", 81559, table)
+    assert known and capped.power_w == 500 and capped.tdp_w == 700
+    assert capped.power_clock == pytest.approx((500 / 700) ** (1 / 3))
+    assert H100.power_clock == 1.0 and capped.peak("fp8") == H100.peak("fp8")
+    spec = parse_model("llama3-8b,seq_len=8192")
+    fast = stage_compute(spec, Dims(), H100).microbatch_s
+    slow = stage_compute(spec, Dims(), capped).microbatch_s
+    assert fast * 1.1 < slow < fast / (500 / 700) ** (1 / 3) * 1.45
+    with pytest.raises(ValueError, match="needs bf16"):
+        parse_gpu_compute({"X9": {"power_w": 300}}, fail)
+
+
+def test_attention_kernels_and_head_width():
+    spec = parse_model("llama3-8b,seq_len=32768")
+    fused = dict(stage_compute(spec, Dims(), H100, attention="fused").parts)["attention"]
+    fa2 = dict(stage_compute(spec, Dims(), H100, attention="flash2").parts)["attention"]
+    assert 1.5 < fa2 / fused < 2.2  # FlashAttention-2 against FA3's class on Hopper
+    narrow = replace(spec, head_dim=64, heads=64, v_head_dim=64, kv_heads=8)
+    wide = dict(stage_compute(narrow, Dims(), H100).parts)["attention"]
+    assert 1.2 < wide / fused < 1.4  # the same FLOPs in heads of 64: FA3's ~0.77 of 128's

@@ -15,3 +15,8 @@ hand edits and without ever leaving slurmctld a broken file:
 Parsing and generation are pure (text in, model out); only :mod:`.collect`,
 :mod:`.publish` and the ``read_*`` helpers touch files or the network.
 """
+
+#: what ``slurmtopo collect`` runs on each node over SSH unless told otherwise:
+#: the agent's discovery, which prints the node report (kept here, not in
+#: :mod:`.collect`, so the command's --help need not import the collector)
+COLLECT_COMMAND = "slurmtopo agent discover"

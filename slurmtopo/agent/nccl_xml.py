@@ -35,7 +35,7 @@ from slurmtopo.agent.pcitree import Bridge, TreeDevice, tree_discovery
 from slurmtopo.agent.report import Discovery
 from slurmtopo.agent.sysfs import canonical_pci
 from slurmtopo.agent.xmlsafe import XmlDoc, parse_xml, read_xml
-from slurmtopo.model import parse_cpumask
+from slurmtopo.model import Hardware, parse_cpumask
 
 WHAT = "an NCCL topology file"
 #: deeper PCI nesting than this is a broken (or hostile) file, not a machine
@@ -163,6 +163,32 @@ def read_nccl_xml(path: str, node_name: Optional[str] = None, model: Optional[st
 def parse_nccl_xml(text: str, where: str, node_name: Optional[str] = None) -> Discovery:
     """Like :func:`read_nccl_xml`, from text (checking what was written)."""
     return nccl_discovery(parse_xml(text, where, ("system",), WHAT), node_name or "check")
+
+
+def check_written(hw: Hardware, text: str, where: str) -> List[str]:
+    """Read ``text`` (a file :mod:`slurmtopo.nccl_topo` wrote for ``hw``)
+    back and list every relation that differs from ``hw`` (PHB, which
+    NCCL's format cannot say, comes back as NODE)."""
+    back = parse_nccl_xml(text, where).node.hardware if any(
+        g.pci_bus_id for g in hw.gpus) else None
+    if back is None:
+        return []
+    pos = {canonical_pci(g.pci_bus_id): g.index for g in back.gpus}
+    mine = {g.index: pos.get(canonical_pci(g.pci_bus_id)) for g in hw.gpus if g.pci_bus_id}
+    nics = {n.name: n for n in back.nics}
+    out: List[str] = []
+    for a, pa in mine.items():
+        for b, pb in mine.items():
+            if a < b and pa is not None and pb is not None and hw.links[a][b] != back.links[pa][pb]:
+                out.append(f"GPU{a}-GPU{b} is {hw.links[a][b]} but reads back as "
+                           f"{back.links[pa][pb]}")
+        for n in hw.compute_nics():
+            m = nics.get(n.name)
+            if m is not None and pa is not None and n.gpu_relation and \
+                    n.gpu_relation[a] != m.gpu_relation[pa]:
+                out.append(f"GPU{a}-{n.name} is {n.gpu_relation[a]} but reads back as "
+                           f"{m.gpu_relation[pa]}")
+    return out
 
 
 def nccl_discovery(doc: XmlDoc, node_name: Optional[str] = None, model: Optional[str] = None,

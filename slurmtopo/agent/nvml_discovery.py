@@ -98,6 +98,12 @@ class _Reader:
             self.problems.append(text)
 
 
+class NvmlMissing(SlurmtopoError):
+    """nvidia-ml-py is not installed here: NVML cannot be asked at all
+    (a login node, an admin's laptop, ``pip install .`` without the agent
+    extra). ``--nvml auto`` carries on without it."""
+
+
 def discover(nvml=None, sysfs_root: str = "/", node_name: Optional[str] = None,
              hostname: Optional[str] = None) -> Discovery:
     """Read this node. ``nvml`` defaults to the real :mod:`pynvml`."""
@@ -105,7 +111,7 @@ def discover(nvml=None, sysfs_root: str = "/", node_name: Optional[str] = None,
         try:
             import pynvml as nvml  # noqa: PLC0415 - imported only where used
         except ImportError:
-            raise SlurmtopoError("NVML discovery needs nvidia-ml-py, which is not installed: "
+            raise NvmlMissing("NVML discovery needs nvidia-ml-py, which is not installed: "
                                  "pip install 'slurmtopo[agent]' on GPU nodes (or use "
                                  "--from-smi / --from-nccl-xml)") from None
     sysfs = Sysfs(sysfs_root)

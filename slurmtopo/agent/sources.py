@@ -59,17 +59,20 @@ def tree_discovery(from_nccl_xml, from_hwloc, node_name, sysfs_root, model,
                   threads_per_core=threads_per_core)
     if nvml == "no":
         return tree
-    from slurmtopo.agent.nvml_discovery import discover
+    from slurmtopo.agent.nvml_discovery import NvmlMissing, discover
     from slurmtopo.agent.overlay import overlay_tree
 
+    why = None
     try:
         seen = discover(sysfs_root=sysfs_root, node_name=node_name or host, hostname=host)
-    except ImportError:
-        seen = None
+    except NvmlMissing:  # --nvml auto: "when NVML is there"; it is not
+        seen, why = None, "nvidia-ml-py is not installed"
     if seen is None or not seen.node.gpus:
+        why = why or (seen.problems[0] if seen is not None and seen.problems else None)
         if nvml == "yes":
             raise SlurmtopoError("--nvml yes: NVML cannot read this node's GPUs"
-                                 + (f" ({seen.problems[0]})" if seen and seen.problems else ""))
-        tree.report["problems"].append("NVML not usable here: the report is the file alone")
+                                 + (f" ({why})" if why else ""))
+        tree.report["problems"].append("NVML not usable here" + (f" ({why})" if why else "")
+                                       + ": the report is the file alone")
         return tree
     return overlay_tree(seen, tree, source)

@@ -227,3 +227,25 @@ def notes(doc: Dict[str, Any]) -> List[str]:
             out.append(f"skipped: {sk['rows']} {sk['reason']} (first {sk['first']})")
     out.append(f"layout rule: {doc['layout_rule']}")
     return out
+
+
+def contracts_table(report):
+    """One row per contract violation (audit/contracts.ContractReport):
+    the job, the kind, what Slurm gave against what was asked or planned."""
+    from rich import box
+    from rich.table import Table
+
+    from slurmtopo.tablefit import Fitted
+    from slurmtopo.termsafe import markup
+
+    n = len(report.violations)
+    tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
+                title=f"{n} contract violation{'s' * (n != 1)} in "
+                      f"{len({v.job for v in report.violations})} of {len(report.jobs)} "
+                      "running multi-node job(s)")
+    tab.add_column("job", no_wrap=True)
+    tab.add_column("kind", no_wrap=True)
+    tab.add_column("what", overflow="fold")
+    for v in report.shown():
+        tab.add_row(markup(v.job), v.kind, markup(v.message))
+    return Fitted(tab, ["job", "kind", "what"])

@@ -13,6 +13,8 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Hardware, Inventory, parse_cpulist
 from slurmtopo.binding.limits import CGROUP_MODES
 from slurmtopo.errors import SlurmError
+from slurmtopo.slurmfmt.gres_strings import gpu_index_lists
+from slurmtopo.taskprobe import int_list
 
 
 @dataclass
@@ -25,9 +27,6 @@ class Allocation:
     gpus: Dict[str, Optional[Tuple[int, ...]]]
     batch_host: Optional[str] = None
     sources: Dict[str, str] = field(default_factory=dict)  # host -> where gpus came from
-
-
-_GPU_IDX = re.compile(r"gpu(?::[^,(\s]*)*\((?:IDX|idx):([^)]*)\)")
 
 
 def parse_index_list(text: str) -> Optional[Tuple[int, ...]]:
@@ -62,7 +61,7 @@ def parse_scontrol_job(text: str) -> Dict[str, Tuple[int, ...]]:
         g = re.search(r"(?:^|\s)GRES(?:_IDX)?=(\S*)", line)
         gpus: Set[int] = set()
         ok = True
-        for idx in _GPU_IDX.findall(g.group(1) if g else ""):
+        for idx in gpu_index_lists(g.group(1) if g else ""):
             vals = parse_index_list(idx)
             if vals is None:
                 ok = False
@@ -155,15 +154,6 @@ def read_allocation(env: Mapping[str, str], slurm=None,
     return Allocation(job_id=job, hosts=hosts, gpus=gpus, batch_host=batch, sources=sources)
 
 
-def _int_list(text: Optional[str]) -> Optional[List[int]]:
-    if text is None:
-        return None
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        return None
-
-
 def default_backend():
     """The command-line Slurm backend, with the start-time step's patience
     (a probe step on a busy controller may take a while)."""
@@ -198,8 +188,8 @@ def detect_constrained(mode: str, env: Mapping[str, str], slurm=None,
         raise SlurmtopoError(f"--cgroup-devices must be one of {', '.join(CGROUP_MODES)}")
     if mode != "auto":
         return mode == "yes", f"--cgroup-devices {mode}"
-    job = _int_list(env.get("SLURM_JOB_GPUS"))
-    cvd = _int_list(env.get("CUDA_VISIBLE_DEVICES"))
+    job = int_list(env.get("SLURM_JOB_GPUS"))
+    cvd = int_list(env.get("CUDA_VISIBLE_DEVICES"))
     if job and cvd is not None and len(job) == len(cvd):
         if job != cvd:
             return True, (f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} renumbers "
@@ -239,3 +229,33 @@ def _probe_dev(dev_dir: str, allocated: Set[int]) -> Optional[Tuple[bool, str]]:
             if exc.errno in (errno.ENXIO, errno.ENODEV):
                 return False, f"{path} (not allocated) is reachable: no device cgroup"
     return None
+
+
+def lost_nodes(slurm, alloc: Allocation, hosts: Iterable[str]) -> Dict[str, str]:
+    """The ``hosts`` a step can no longer run on, with why: down, drained
+    (an admin, or the node agent's health watch on a GPU gone bad),
+    failing or not responding in Slurm's node states, or gone from the
+    job's allocation (``scontrol show job -d`` no longer lists them, as
+    Slurm does with a ``--no-kill`` job's failed node). A question Slurm
+    cannot answer finds nothing lost."""
+    from slurmtopo.model import NodeState
+
+    wanted = list(dict.fromkeys(hosts))
+    out: Dict[str, str] = {}
+    try:
+        nodes = {n.name: n for n in slurm.nodes() if n.name in set(wanted)}
+    except SlurmError:
+        nodes = {}
+    for h in wanted:
+        n = nodes.get(h)
+        if n is None:
+            continue
+        if not NodeState(h, n.state, flags=n.flags).usable:
+            state = "+".join([n.state] + sorted(n.flags))
+            out[h] = state + (f": {n.reason}" if n.reason else "")
+    listed = {h for h, src in alloc.sources.items() if src == "scontrol show job -d"}
+    if listed:
+        for h in wanted:
+            if h not in listed and h not in out:
+                out[h] = "no longer in the job's allocation"
+    return out

@@ -11,7 +11,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.model import Placement, format_cpulist, parse_cpulist
-from slurmtopo.binding.allocation import _int_list
+from slurmtopo.taskprobe import int_list
 from slurmtopo.binding.limits import TABLE_MAGIC
 
 
@@ -119,8 +119,8 @@ def rank_launch(info: RankInfo, environ: Mapping[str, str], allowed: Iterable[in
         raise SlurmtopoError(f"rank {info.rank} was planned on {info.host} but srun started it "
                              f"on {me}; is SLURM_HOSTFILE honoured (--distribution=arbitrary)?")
     constrained = info.constrained
-    step = _int_list(environ.get("SLURM_STEP_GPUS"))
-    local_cvd = _int_list(environ.get("CUDA_VISIBLE_DEVICES"))
+    step = int_list(environ.get("SLURM_STEP_GPUS"))
+    local_cvd = int_list(environ.get("CUDA_VISIBLE_DEVICES"))
     # the numbers only tell when the step holds GPUs other than 0..n-1
     if (step and local_cvd is not None and len(step) == len(local_cvd)
             and step != list(range(len(step)))):

@@ -4,6 +4,8 @@ env.sh)."""
 from __future__ import annotations
 
 import os
+import re
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -16,7 +18,7 @@ from slurmtopo.binding.master import master_address, resolves
 from slurmtopo.binding.launcher import rank_table
 from slurmtopo.binding.replan import differences, moved_ranks, replan
 from slurmtopo.launchers import SRUN, Launcher
-from slurmtopo.plandoc import launcher_of, layout_from_doc, planned_placement
+from slurmtopo.plandoc import guardrails_of, launcher_of, layout_from_doc, planned_placement
 
 if TYPE_CHECKING:
     from slurmtopo.binding.taskenv import TaskEnv
@@ -43,6 +45,10 @@ class BindResult:
     #: host -> variables only that host's tasks get (NCCL_MNNVL_CLIQUE_ID
     #: where an NVLink clique lies in several IMEX-channel segments)
     host_env: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    #: the job may bind again in the same shell (``--spares``): env.sh names
+    #: the NCCL variables it set (SLURMTOPO_OWN_NCCL), so a restart tells
+    #: them from the user's own
+    restartable: bool = False
 
 
 def master_port(doc: Mapping[str, Any], job_id: str) -> int:
@@ -98,8 +104,6 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
     ``run_dir``: where the files will go, for paths the environment names;
     ``resolve``: whether a name resolves here (default: the resolver's
     answer; binding.master)."""
-    from slurmtopo.rankmap import job_env, nccl_env
-
     resolve = resolve or resolves
     log: List[str] = []
     inv = load_inventory_for_bind(doc, inventory_path, log)
@@ -123,6 +127,7 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
     batch_gpus = alloc.gpus.get(alloc.batch_host) if alloc.batch_host else None
     constrained, why = detect_constrained(cgroup_mode, env, slurm, dev_dir, batch_gpus)
     log.append(f"device cgroup renumbers GPUs: {'yes' if constrained else 'no'} ({why})")
+    requeued = _restart_count(env)
     diff = differences(planned, alloc)
     if not diff:
         placement, replanned = planned, False
@@ -130,7 +135,10 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
         used = set(planned.hosts)
         extra = [h for h in alloc.hosts if h not in used]
         if extra:
-            log.append(f"node(s) {', '.join(extra)} allocated but not used by the plan")
+            spares = guardrails_of(doc).get("spares", 0)
+            log.append(f"node(s) {', '.join(extra)} allocated but not used by the plan"
+                       + (f" (spares: the step restarts on them when a node is lost, at most "
+                          f"{spares} time{'s' if spares != 1 else ''})" if spares else ""))
     else:
         log.append("allocation differs from the plan: " + "; ".join(diff[:6])
                    + (f"; ... {len(diff) - 6} more" if len(diff) > 6 else ""))
@@ -138,8 +146,129 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
         placement = replan(doc, inv, alloc, log, planner)
         replanned = True
         log.extend("  " + line for line in moved_ranks(planned, placement))
+    if requeued:
+        log.append(f"the job was requeued (SLURM_RESTART_COUNT={requeued}): planned again at "
+                   "start on this allocation, as at every start"
+                   + (" (the plan's nodes and GPUs were given again)" if not replanned else ""))
+    return _finish(doc, env, slurm, inv, alloc, placement, replanned, constrained, log,
+                   allowed, run_dir, resolve)
+
+
+def rebind(doc: Mapping[str, Any], env: Mapping[str, str], previous: Placement, restart: int,
+           step_exit: Optional[int] = None, slurm=None, cgroup_mode: str = "auto",
+           inventory_path: Optional[str] = None, dev_dir: str = "/dev",
+           allowed: Optional[Iterable[int]] = None, run_dir: Optional[str] = None,
+           resolve: Optional[Callable[[str], bool]] = None, wait: float = 30.0,
+           sleep: Callable[[float], None] = time.sleep) -> BindResult:
+    """The binding of restart ``restart`` of a job with spares, after its
+    step (``previous``, as the run directory's rankmap.json has it) ended
+    with ``step_exit``: the lost nodes (down, drained, failed, or gone from
+    the job; Slurm may take up to ``wait`` seconds to say so) are replaced
+    by spares of their domain (:func:`slurmtopo.binding.spares.replan_after_loss`).
+    A failure that lost no node is not restarted: SlurmtopoError."""
+    from slurmtopo.binding.allocation import lost_nodes
+    from slurmtopo.binding.spares import replan_after_loss
+
+    resolve = resolve or resolves
+    log: List[str] = []
+    inv = load_inventory_for_bind(doc, inventory_path, log)
+    if slurm is None:
+        slurm = default_backend()
+    spares = guardrails_of(doc).get("spares", 0)
+    if not spares:
+        raise SlurmtopoError("--restart: the plan asks for no spares (slurmtopo sbatch --spares)")
+    if not 1 <= restart <= spares:
+        raise SlurmtopoError(f"--restart {restart}: the plan has {spares} spare(s), so restarts "
+                             f"1-{spares}")
+    code = "?" if step_exit is None else str(step_exit)
+    waited = 0.0
+    while True:
+        alloc = read_allocation(env, slurm, inv, probe=False)
+        lost = lost_nodes(slurm, alloc, previous.hosts)
+        if lost or waited >= wait:
+            break
+        sleep(min(5.0, wait - waited))
+        waited += min(5.0, wait - waited)
+    if not lost:
+        raise SlurmtopoError(f"the step failed (exit {code}) but none of its nodes "
+                             f"({', '.join(previous.hosts[:8])}) is down, drained or gone from "
+                             f"the job after {wait:g} s: not a lost node, not restarting")
+    batch = alloc.batch_host
+    if batch in lost:
+        # this very script runs there: on a node that died it is gone with
+        # it; on one marked down or drained Slurm may take the node out of
+        # the job and its slurmd may end the script at any moment. No spare
+        # runs the script, so no spare can stand in for this node
+        others = [h for h in lost if h != batch]
+        raise SlurmtopoError(
+            f"restart {restart} of {spares}: the step failed (exit {code}) and the job's batch "
+            f"host {batch} was lost ({lost[batch]})"
+            + (f", with {', '.join(others)}" if others else "")
+            + ": the batch host runs this job's script, so a spare cannot replace it; the job "
+            f"ends with the step's exit code, its spare node(s) unused (submit it again to "
+            "resume from its checkpoint)")
+    usable = [h for h in alloc.hosts if h not in lost]
+    out = replan_after_loss(inv, previous, usable, lost, alloc.gpus)
+    # what the job still holds: rankmap.json's allocation, the GPU numbers
+    alloc = Allocation(job_id=alloc.job_id, hosts=usable,
+                       gpus={h: alloc.gpus.get(h) for h in usable},
+                       batch_host=alloc.batch_host,
+                       sources={h: w for h, w in alloc.sources.items() if h in usable})
+    log.append(f"restart {restart} of {spares}: the step failed (exit {code}); lost: "
+               + "; ".join(f"{h} ({why})" for h, why in lost.items()))
+    log.extend("  " + m for m in out.moves)
+    if out.in_domain:
+        log.append("every group is still inside its domain")
+    else:
+        log.append(f"{len(out.left)} group(s) left their domain ("
+                   + ", ".join(f"{k} {i}" for k, i in out.left[:6]) + "): no spare was left there")
+    log.append(f"{spares - restart} restart(s) left")
+    batch_gpus = alloc.gpus.get(alloc.batch_host) if alloc.batch_host else None
+    constrained, why = detect_constrained(cgroup_mode, env, slurm, dev_dir, batch_gpus)
+    log.append(f"device cgroup renumbers GPUs: {'yes' if constrained else 'no'} ({why})")
+    return _finish(doc, env, slurm, inv, alloc, out.placement, True, constrained, log, allowed,
+                   run_dir, resolve)
+
+
+def read_bound(run_dir: str) -> Optional[Tuple[Placement, Dict[str, Any]]]:
+    """(placement, rankmap.json's data) that ``slurmtopo bind`` wrote in the
+    run directory, read back as written (the user's own file in the user's
+    own directory: :func:`slurmtopo.rundirs.read_run_file`); None when there
+    is none. A damaged file is a one-line SlurmtopoError."""
+    import json
+
+    from slurmtopo.rankmap import placement_from_dict
+    from slurmtopo.rundirs import read_run_file
+
+    text = read_run_file(run_dir, "rankmap.json")
+    if text is None:
+        return None
+    where = os.path.join(run_dir, "rankmap.json")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SlurmtopoError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise SlurmtopoError(f"{where}: not a rank map")
+    return placement_from_dict(data, where), data
+
+
+def _restart_count(env: Mapping[str, str]) -> int:
+    """How many times Slurm requeued the job (SLURM_RESTART_COUNT)."""
+    text = env.get("SLURM_RESTART_COUNT", "")
+    return int(text) if text.isdigit() else 0
+
+
+def _finish(doc: Mapping[str, Any], env: Mapping[str, str], slurm, inv: Inventory,
+            alloc: Allocation, placement: Placement, replanned: bool, constrained: bool,
+            log: List[str], allowed: Optional[Iterable[int]], run_dir: Optional[str],
+            resolve: Callable[[str], bool]) -> BindResult:
+    """Everything after the placement is decided: the launcher's order,
+    GPU numbers, CPU binding, the NCCL block, the master address, the
+    hazards the placement brings (logged: the job runs already)."""
     from slurmtopo.binding.taskenv import cpu_summary, visible_by_host
-    from slurmtopo.rankmap import check_placement
+    from slurmtopo.rankmap import check_placement, job_env, nccl_env
+
     check_placement(placement)
     launcher = launcher_of(doc)
     need = launcher.requirement(placement)
@@ -148,6 +277,8 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
                    "filling the nodes in order instead")
         placement = contiguous_fill(inv, placement, alloc, layout_from_doc(doc))
         replanned = True
+    if replanned:
+        log.extend(start_hazards(doc, env, inv, placement))
     visible = visible_by_host(placement, alloc.gpus, constrained)
     log.extend(per_host_lines(
         list(visible),
@@ -172,7 +303,27 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
     return BindResult(placement=placement, allocation=alloc, constrained=constrained,
                       replanned=replanned, job_env=jenv, table=table, log=log, inventory=inv,
                       layout=layout_from_doc(doc), launcher=launcher, visible=visible,
-                      extra_files=extra, host_env=host_env)
+                      extra_files=extra, host_env=host_env,
+                      restartable=bool(guardrails_of(doc).get("spares")))
+
+
+def start_hazards(doc: Mapping[str, Any], env: Mapping[str, str], inv: Inventory,
+                  placement: Placement) -> List[str]:
+    """The pre-launch hazards of a placement decided at start (a re-plan,
+    a restart on spares), under the plan's policy and NCCL release (else
+    the job's NCCL_VERSION), as log lines: the job runs already, and a
+    plan that was checked at submission is not checked again."""
+    from slurmtopo.hazards import HazardPolicy, check_hazards, nccl_version
+
+    guard = guardrails_of(doc)
+    try:
+        version = nccl_version(guard.get("nccl_version"), env, inv)
+        report = check_hazards(inv, placement, nccl_version=version,
+                               policy=HazardPolicy.parse(guard.get("hazards", ()),
+                                                         "the plan's hazard policy"))
+    except SlurmtopoError as exc:
+        return [f"hazards not checked: {exc.render()}"]
+    return [h.line() for h in report.hazards]
 
 
 def per_host_lines(hosts: List[str], line: Callable[[str], str], rest: str) -> List[str]:
@@ -277,12 +428,24 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
              f"export SLURMTOPO_NNODES={nnodes}",
              f"export SLURMTOPO_NPROC_PER_NODE={p.world_size // max(nnodes, 1)}",
              f"export SLURMTOPO_RUN_DIR={q(run_dir)}"]
+    # a restart binds again in the shell the first binding's exports live
+    # in: those are slurmtopo's, not the user's
+    ours = {k for k in environ.get("SLURMTOPO_OWN_NCCL", "").split()
+            if re.fullmatch(r"NCCL_[A-Z0-9_]+", k)}  # names only: the line is eval-ed
+    own = []
     for k, v in result.job_env.items():
-        if k.startswith("NCCL_") and k in environ:
+        if k.startswith("NCCL_") and k in environ and k not in ours:
             log.append(f"keeping {k}={environ[k]} from the environment (slurmtopo "
                        f"would set {v})")
             continue
         lines.append(f"export {k}={q(v)}")
+        if k.startswith("NCCL_"):
+            own.append(k)
+    gone = sorted(ours - set(own))
+    if gone:
+        lines.append("unset " + " ".join(gone))
+    if result.restartable:
+        lines.append(f"export SLURMTOPO_OWN_NCCL={q(' '.join(own))}")
     task = task or task_env_parts(result, environ)
     whole = task.whole
     by_file = len(whole.encode()) > limits.ENV_TABLE_LIMIT

@@ -24,17 +24,22 @@ import click
               help="GPUs to train on.")
 @click.option("--top", type=click.IntRange(1, 50), default=5, show_default=True,
               help="How many layouts to show.")
+@click.option("--framework", "frameworks", multiple=True,
+              type=click.Choice(["megatron", "torchtitan", "deepspeed"]),
+              help="Lay the model out for this framework only (repeat for several; default: "
+                   "Megatron-LM, torchtitan and DeepSpeed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
-def command(inventory_path, model, gpus, top, as_json):
-    """Rank the layouts (TP, PP and interleaving, CP, EP, micro-batch,
-    recomputation, distributed optimizer or FSDP) that fit in memory by
-    their modelled step on this cluster, placed by the planner; print the
-    best as ready `slurmtopo plan` lines."""
-    from slurmtopo.advisor import advice_json, advise
+def command(inventory_path, model, gpus, top, frameworks, as_json):
+    """Rank the layouts (framework, TP, PP and interleaving, CP, EP,
+    micro-batch, recomputation, distributed optimizer, FSDP, HSDP or a ZeRO
+    stage) that fit in memory by their modelled step on this cluster,
+    placed by the planner; print the best as ready `slurmtopo plan` lines."""
+    from slurmtopo.advisor import FRAMEWORKS, advice_json, advise
     from slurmtopo.api import load_cluster
 
     cluster = load_cluster(inventory_path)
-    a = advise(cluster, model, gpus, inventory_path, top)
+    a = advise(cluster, model, gpus, inventory_path, top,
+               frameworks=tuple(frameworks) or FRAMEWORKS)
     if as_json:
         click.echo(json.dumps(advice_json(a), separators=(",", ":"), sort_keys=True))
         return

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import click
 
-from slurmtopo.errors import SlurmtopoError
+from slurmtopo.commands.numbers import FiniteFloat
+from slurmtopo.errors import SlurmError, SlurmtopoError
 
 #: the sacct fields the audit asks for (what the sacct trace reader reads)
 SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "NodeList",
@@ -44,12 +45,45 @@ SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "NodeList",
               type=click.Choice(["auto", "cli", "pyslurm"]), help="How to talk to Slurm.")
 @click.option("--json", "as_json", is_flag=True,
               help="The whole audit as JSON (byte-identical for the same input).")
+@click.option("--contracts", is_flag=True,
+              help="Check every running multi-node job's contracts instead: segments and "
+                   "switches as asked, blocks whole, nodes in their blocks, rank order, the "
+                   "environment its tasks really got (docs/audit.md, Contracts).")
+@click.option("--no-task-env", is_flag=True,
+              help="With --contracts: do not start a probe step in each job to read its tasks' "
+                   "environment (rank order and task-env go unchecked).")
+@click.option("--metrics-textfile", "metrics_path", default=None, metavar="FILE.prom",
+              help="With --contracts: also write Prometheus metrics (violations by kind) to "
+                   "this node-exporter textfile after every check (as the daemon's).")
+@click.option("--cycles", type=click.IntRange(1, 10**9), default=1, show_default=True,
+              help="With --contracts: check this many times, --interval apart.")
+@click.option("--interval", type=FiniteFloat(min=1), default=60.0, show_default=True,
+              metavar="SECONDS", help="With --contracts --cycles N: seconds between checks.")
 def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_file, layout_rule,
-            backend_name, as_json):
+            backend_name, as_json, contracts, no_task_env, metrics_path, cycles, interval):
     """Audit the placements of running (or past) multi-node GPU jobs: leaves, blocks and
     NVLink domains spanned against the fewest possible, modelled cost against slurmtopo's,
-    and stranded GPUs."""
+    and stranded GPUs. With --contracts: what Slurm gave each running job against what it
+    asked and what slurmtopo planned."""
     from slurmtopo.api import load_cluster
+
+    if contracts:
+        if state_path or use_sacct or sacct_file:
+            raise SlurmtopoError("--contracts checks the running jobs of the live cluster: "
+                                 "drop --state, --sacct and --sacct-file")
+        from slurmtopo.slurm import get_backend
+
+        if backend_name == "pyslurm":
+            raise SlurmtopoError("--contracts reads job details, the topology and the tasks "
+                                 "through Slurm's commands (scontrol, srun): use --backend cli")
+        inv = load_cluster(inventory_path)
+        _contracts(inv, get_backend("cli"), not no_task_env, metrics_path, as_json,
+                   cycles, interval)
+        return
+    for name, given in (("--no-task-env", no_task_env), ("--metrics-textfile", metrics_path),
+                        ("--cycles", cycles != 1)):
+        if given:
+            raise SlurmtopoError(f"{name} goes with --contracts")
     from slurmtopo.audit.placements import Auditor
     from slurmtopo.audit.report import document
     from slurmtopo.simulate.layouts import load_rules
@@ -71,15 +105,18 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
         from slurmtopo.simulate.trace_read import read_trace
         from slurmtopo.simulate.trace_sacct import read_sacct
 
+        from slurmtopo.hostlist import HostIndex
+
+        within = HostIndex(inv.nodes)  # NodeLists compared with it, never expanded
         if sacct_file:
-            trace = read_trace(sacct_file, "sacct", keep_running=True)
+            trace = read_trace(sacct_file, "sacct", keep_running=True, within=within)
             source = sacct_file
         else:
             from slurmtopo.slurm import get_backend
 
             text = get_backend(backend_name).accounting(starttime, endtime, SACCT_FIELDS)
             source = f"sacct -S {starttime} -E {endtime}"
-            trace = read_sacct(text, source, keep_running=True)
+            trace = read_sacct(text, source, keep_running=True, within=within)
         history = replay(inv, trace, auditor)
         doc = document(inventory=inventory_path, inv=inv, source=source, rules=rules,
                        audits=history.audits, history=history,
@@ -144,3 +181,131 @@ def _show(doc, as_json: bool) -> None:
 
     for line in notes(doc):  # job ids and names of a file someone else wrote: escaped
         console.print(printable(line), highlight=False, markup=False)
+
+
+# --------------------------------------------------------------------------
+# --contracts
+
+
+def slurm_view(backend):
+    """Slurm's topology now (blocks, leaf switches) as the contracts read it;
+    empty where Slurm shows none or cannot say."""
+    from slurmtopo.audit.contracts import SlurmView
+    from slurmtopo.slurm.parse import parse_scontrol_blocks, parse_scontrol_topology
+
+    try:
+        text = backend.topology_text()
+    except SlurmError:
+        return SlurmView()
+    blocks = parse_scontrol_blocks(text)
+    switches = parse_scontrol_topology(text)
+    leaves = {name: tuple(sw["nodes"]) for name, sw in switches.items()
+              if sw.get("level") == 0 and sw.get("nodes")}
+    return SlurmView(blocks=blocks or None, leaves=leaves or None)
+
+
+def job_seen(backend, job_id: int, nodes, name: str = "", probe: bool = True,
+             tasks=None, planned=None, launch_probe: bool = False):
+    """One running job as the contracts read it: what it asked
+    (``scontrol -d show job``), and its tasks' environment (``tasks``
+    given, or a probe step inside the job reading its processes)."""
+    from slurmtopo.audit.contracts import JobSeen
+    from slurmtopo.slurm.parse import parse_job_asks
+
+    asks = None
+    try:
+        asks = parse_job_asks(backend.job_detail(int(job_id)))
+    except SlurmError:
+        pass
+    nodes = tuple(asks.nodes) if asks is not None and asks.nodes else tuple(nodes)
+    note = None
+    if tasks is None and probe:
+        tasks, note = probe_tasks(backend, job_id, nodes)
+    elif tasks is None:
+        note = "not probed (--no-task-env)"
+    return JobSeen(job_id=str(job_id), nodes=nodes, name=name or (asks.name if asks else ""),
+                   segment=asks.segment if asks else None,
+                   switches=asks.switches if asks else None, tasks=tasks, probe_note=note,
+                   planned=planned, launch_probe=launch_probe)
+
+
+#: seconds a probe step may take
+PROBE_TIMEOUT = 30
+
+
+def probe_tasks(backend, job_id: int, nodes):
+    """(tasks, None) as one probe task per node of the running job sees
+    them (``srun --overlap --jobid``), or (None, why not)."""
+    from slurmtopo.audit.contracts import PROBE_PROCESSES, parse_task_lines
+    from slurmtopo.hostlist import fold_hostlist
+
+    n = str(len(nodes))
+    try:
+        text = backend.step_output(
+            ["--overlap", f"--jobid={int(job_id)}", f"--nodes={n}", f"--ntasks={n}",
+             "--ntasks-per-node=1", f"--nodelist={fold_hostlist(list(nodes))}",
+             "--cpu-bind=none", "--kill-on-bad-exit=0", f"--time={PROBE_TIMEOUT // 60 + 1}"],
+            ["/bin/sh", "-c", PROBE_PROCESSES, "slurmtopo-probe", str(int(job_id))])
+    except SlurmError as exc:
+        return None, f"probe step failed: {exc}"
+    return parse_task_lines(text), None
+
+
+def _contracts(inv, backend, probe: bool, metrics_path, as_json: bool, cycles: int,
+               interval: float) -> None:
+    import time
+
+    from slurmtopo.audit.contracts import check_jobs
+
+    for cycle in range(cycles):
+        if cycle:
+            time.sleep(interval)
+        view = slurm_view(backend)
+        seen = [job_seen(backend, j.job_id, j.nodes, j.name, probe)
+                for j in sorted(backend.jobs({"RUNNING"}), key=lambda j: j.job_id)
+                if len(j.nodes) >= 2]
+        report = check_jobs(inv, view, seen)
+        show_contracts(report, f"slurm ({backend.name} backend)", as_json,
+                       metrics_path)
+
+
+def show_contracts(report, source: str, as_json: bool, metrics_path=None) -> None:
+    """The report as a table (or JSON), and the metrics where asked."""
+    import json
+    import time
+
+    from slurmtopo.audit.contracts import metrics_text, report_dict
+
+    if metrics_path:
+        try:
+            text = metrics_text(report, time.time())
+        except ImportError:
+            raise SlurmtopoError("--metrics needs prometheus-client (pip install "
+                                 "prometheus-client, or Debian's python3-prometheus-client)"
+                                 ) from None
+        # the daemon's textfile rules: a *.prom file in a directory only root
+        # or this user may write, replaced by a rename (never half read)
+        from slurmtopo.daemon.metrics import TEXTFILE_MODE, check_textfile
+        from slurmtopo.fileio import Output, write_all
+
+        write_all([Output(check_textfile(metrics_path), text, TEXTFILE_MODE)], sync=False)
+    if as_json:
+        click.echo(json.dumps(report_dict(report, source), sort_keys=True,
+                              separators=(",", ":")))
+        return
+    from slurmtopo.audit.report import contracts_table
+    from slurmtopo.commands.report_console import report_console
+    from slurmtopo.termsafe import printable
+
+    console = report_console()
+    counts = report.by_kind()
+    if report.violations:
+        console.print(contracts_table(report))
+    total = sum(counts.values())
+    console.print(printable(
+        f"{len(report.jobs)} running multi-node job(s) checked, {total} violation(s)"
+        + (": " + ", ".join(f"{k} {n}" for k, n in counts.items() if n) if total else "")),
+        highlight=False, markup=False)
+    for job, why in sorted(report.unchecked.items()):
+        console.print(printable(f"job {job}: not checked: {'; '.join(why)}"), highlight=False,
+                      markup=False)

@@ -33,8 +33,13 @@ from slurmtopo.errors import SlurmtopoError
 @click.option("--print-env", is_flag=True,
               help="Print env.sh's text on stdout, and nothing else there, for the batch "
                    "script to evaluate (so the shell reads no file another user could swap).")
+@click.option("--restart", type=click.IntRange(1, 64), default=None, metavar="N",
+              help="Restart N of a job with spares (the batch script passes it after its step "
+                   "failed): the ranks of lost nodes move to spares of their domain.")
+@click.option("--step-exit", type=int, default=None, metavar="CODE",
+              help="With --restart: the exit code of the step that failed (for the log).")
 def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet, as_json,
-            print_env):
+            print_env, restart, step_exit):
     """Bind a planned job to its real allocation (runs inside the batch job)."""
     from slurmtopo.binding.step import bind, write_run_dir
     from slurmtopo.plandoc import read_plan
@@ -55,14 +60,19 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
         where = plan_path
     doc = read_plan(text, where)
     run_dir = os.path.abspath(run_dir)
-    result = bind(doc, os.environ, cgroup_mode=cgroup_devices, inventory_path=inventory_path,
-                  probe=not no_probe, run_dir=run_dir)
+    if restart is not None:
+        result = _rebind(doc, run_dir, restart, step_exit, cgroup_devices, inventory_path)
+    else:
+        if step_exit is not None:
+            raise SlurmtopoError("--step-exit goes with --restart")
+        result = bind(doc, os.environ, cgroup_mode=cgroup_devices,
+                      inventory_path=inventory_path, probe=not no_probe, run_dir=run_dir)
     written = write_run_dir(result, run_dir, os.environ)
     paths = written.paths
     if written.note:
         result.log.append(f"note: {written.note}")
     lines = result.log if not quiet else [l for l in result.log
-                                          if "differs" in l or "keeping" in l or "unusable" in l]
+                                          if any(w in l for w in ("differs", "keeping", "unusable", "restart", "lost", "hazard", "requeued"))]
     for line in lines:
         click.echo(f"slurmtopo bind: {line}", err=True)
     if not quiet:
@@ -81,3 +91,25 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
             "replanned": result.replanned, "cgroup_devices": result.constrained,
             "launcher": result.launcher.name, "log": result.log,
             "rankmap": rankmap_dict(result.placement, result.layout)}, separators=(",", ":")))
+
+
+def _rebind(doc, run_dir, restart, step_exit, cgroup_devices, inventory_path):
+    """The binding of a restart on spares: the placement that ran is the
+    run directory's rankmap.json (read back as written: the user's own
+    file in the user's own directory)."""
+    from slurmtopo.binding.step import read_bound, rebind
+
+    bound = read_bound(run_dir)
+    if bound is None:
+        raise SlurmtopoError(f"--restart: {run_dir}/rankmap.json is not there: the step that "
+                             "failed was not bound by slurmtopo bind")
+    previous = bound[0]
+    wait = os.environ.get("SLURMTOPO_LOST_WAIT", "30")
+    try:
+        seconds = float(wait)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise SlurmtopoError(f"SLURMTOPO_LOST_WAIT={wait!r}: seconds from 0 to 3600")
+    return rebind(doc, os.environ, previous, restart, step_exit, cgroup_mode=cgroup_devices,
+                  inventory_path=inventory_path, run_dir=run_dir, wait=seconds)

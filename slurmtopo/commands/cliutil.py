@@ -1,18 +1,20 @@
-"""Pieces the admin commands share: the write options and source loading.
+"""Pieces the admin commands share: the write options and the output.
 
 ``topology generate`` and ``gres generate`` write the same way (``--output``,
 ``--diff``, ``--force``, ``--reconfigure``, ``--slurm-conf``), so they share
-one option decorator and one set of loaders that turn bad input into
-one-line errors.
+one option decorator, and every admin command prints its messages, its JSON
+object and a check's verdict the same way. What they do is the api's
+(:func:`slurmtopo.api.generate_topology` and its siblings), which reads
+their option values through :mod:`slurmtopo.admin.inputs`.
 """
 from __future__ import annotations
 
 import functools
-from typing import List, Optional, Set
+from typing import List, Optional
 
 import click
 
-from slurmtopo.errors import InventoryError, SlurmtopoError
+from slurmtopo.errors import SlurmtopoError
 from slurmtopo.fileio import KEEP_BACKUPS
 
 
@@ -83,86 +85,6 @@ def write_options(func):
     return func
 
 
-def parse_nodes(text: Optional[str]) -> Optional[List[str]]:
-    if text is None:
-        return None
-    from slurmtopo.hostlist import expand_hostlist
-    try:
-        names = expand_hostlist(text, "--nodes hostlist")
-    except ValueError as exc:
-        raise SlurmtopoError(str(exc)) from None
-    if not names:
-        raise SlurmtopoError(f"--nodes {text!r} names no host")
-    return names
-
-
-def parse_rangeset(text: Optional[str], what: str) -> Optional[Set[int]]:
-    if text is None:
-        return None
-    from slurmtopo.hostlist import expand_indices
-    try:
-        return expand_indices(text, what)
-    except ValueError as exc:
-        raise SlurmtopoError(str(exc)) from None
-
-
-def parse_nameset(text: Optional[str], what: str) -> Optional[Set[str]]:
-    if text is None:
-        return None
-    from slurmtopo.hostlist import expand_hostlist
-    try:
-        return set(expand_hostlist(text, what))
-    except ValueError as exc:
-        raise SlurmtopoError(str(exc)) from None
-
-
-def parse_sizes(text: Optional[str]) -> Optional[List[int]]:
-    if text is None:
-        return None
-    try:
-        sizes = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SlurmtopoError(f"--block-sizes must be numbers, e.g. 18,36, got {text!r}") from None
-    from slurmtopo.slurmfmt.checks import valid_block_sizes
-    why = valid_block_sizes(sizes)
-    if why:
-        raise SlurmtopoError(f"--block-sizes: {why}")
-    return sizes
-
-
-def load_reports(path: Optional[str]):
-    if path is None:
-        return None
-    from slurmtopo.inventory import load_inventory
-    return load_inventory(path)
-
-
-def load_slurm_conf(path: Optional[str]):
-    if path is None:
-        return None
-    from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
-    return read_slurm_conf(path)
-
-
-def load_fabric(path: Optional[str]):
-    """A fabric description: a slurmtopo fabric/inventory document, or a
-    Slurm topology.conf/topology.yaml (to convert or re-check it)."""
-    if path is None:
-        return None
-    from slurmtopo.slurmfmt.topology_files import read_topology_conf
-    from slurmtopo.inventory import parse_inventory
-    from slurmtopo.yamlio import load_document
-    if path.endswith(".conf"):
-        return read_topology_conf(path)
-    data = load_document(path)
-    if isinstance(data, list):  # a Slurm topology.yaml is a list of topologies
-        return read_topology_conf(path)
-    if not isinstance(data, dict) or "slurmtopo" not in data:
-        raise InventoryError("not a slurmtopo fabric document (no 'slurmtopo: fabric' key) "
-                             "nor a Slurm topology.yaml", path)
-    return parse_inventory(data, path).fabric
-
-
 def guard(func):
     """Turn stray OSErrors from file arguments into one-line errors."""
     @functools.wraps(func)
@@ -227,8 +149,9 @@ def publish_report(msgs: "Messages", what: str, output: Optional[str], diff: boo
                "problems": problems_json(problems), "messages": msgs.messages})
 
 
-def read_checked(path: str, parse, as_json: bool = False):
-    """``(text, parse(text, path))`` of the file a ``check`` command checks.
+def checked(check, path: str, slurm_conf, as_json: bool = False):
+    """``check(path, slurm_conf)`` (:func:`slurmtopo.api.check_topology` or
+    :func:`~slurmtopo.api.check_gres`): its verdict.
 
     A file that cannot be read or parsed is the worst verdict a check can
     give, not a usage error: exit 1 like any file with problems, the one
@@ -236,39 +159,32 @@ def read_checked(path: str, parse, as_json: bool = False):
     ``as_json`` the verdict object on stdout as well (``ok`` false, the
     error as its one problem), so a monitoring script reads every outcome
     the same way."""
-    from slurmtopo.slurmfmt.slurm_conf import read_text
+    from slurmtopo.api import UnreadableFile
 
-    stage = "cannot be read"
     try:
-        text = read_text(path)
-        stage = "cannot be parsed"
-        return text, parse(text, path)
-    except Failed:
-        raise
-    except SlurmtopoError as exc:
+        return check(path, slurm_conf)
+    except UnreadableFile as exc:
         if as_json:
-            emit_json({"path": path, "summary": stage, "ok": False,
+            emit_json({"path": path, "summary": exc.stage, "ok": False,
                        "problems": [{"severity": "error", "message": exc.message,
                                      "origin": exc.where or None}]})
         raise Failed(exc.message, exc.path, exc.line) from None
 
 
-def report_check(path: str, problems, summary: str, as_json: bool = False) -> None:
-    """The end of every ``check`` command: each problem on stderr, then a
+def report_check(verdict, as_json: bool = False) -> None:
+    """The end of every ``check`` command (``verdict``: an
+    :class:`slurmtopo.api.FileCheck`): each problem on stderr, then a
     one-line failure (exit 1) if any would make Slurm reject the file, else
     ``path: summary: OK``. With ``as_json`` the verdict is one JSON object
     on stdout (``path``, ``summary``, ``ok``, ``problems``); exit 1 all
     the same when it is not OK."""
-    from slurmtopo.slurmfmt.checks import ERROR, REFUSE
-
-    bad = [p for p in problems if p.severity in (ERROR, REFUSE)]
     if as_json:
-        emit_json({"path": path, "summary": summary, "ok": not bad,
-                   "problems": problems_json(problems)})
+        emit_json({"path": verdict.path, "summary": verdict.summary, "ok": verdict.ok,
+                   "problems": problems_json(verdict.problems)})
     else:
-        for p in problems:
+        for p in verdict.problems:
             echo_err(f"{p.severity}: {p.render()}")
-    if bad:
-        raise Failed(f"{summary}: {len(bad)} problem(s)", path)
+    if not verdict.ok:
+        raise Failed(f"{verdict.summary}: {verdict.blocking} problem(s)", verdict.path)
     if not as_json:
-        echo_out(f"{path}: {summary}: OK")
+        echo_out(f"{verdict.path}: {verdict.summary}: OK")

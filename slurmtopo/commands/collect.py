@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import click
 
-from slurmtopo.commands.cliutil import Failed, echo_err, emit_json, guard, json_option, parse_nodes
+from slurmtopo.admin import COLLECT_COMMAND
+from slurmtopo.commands.cliutil import Failed, echo_err, emit_json, guard, json_option
 from slurmtopo.commands.numbers import FiniteFloat
-
-DEFAULT_COMMAND = "slurmtopo agent discover"
 
 
 @click.command("collect")
@@ -20,7 +19,7 @@ DEFAULT_COMMAND = "slurmtopo agent discover"
               help="With --from-dir: refuse reports older than this many seconds.")
 @click.option("--command", "remote_command", default=None,
               help=f"Command printing the node report on stdout ({{node}} is replaced; "
-                   f"default: '{DEFAULT_COMMAND}').")
+                   f"default: '{COLLECT_COMMAND}').")
 @click.option("--read", "read_path", default=None,
               help="Instead of running the agent, print its last report from this path "
                    "on the node (e.g. /var/lib/slurmtopo/report.yaml; {node} is replaced).")
@@ -48,28 +47,21 @@ def command(output, nodes, from_dir, max_age, remote_command, read_path, workers
     Host keys must be in known_hosts: an unknown key is a failure, never
     added. Exits 1 when any node failed.
     """
-    from slurmtopo.admin.collect import SshFetcher, collect_dir, summary
-    from slurmtopo.errors import SlurmtopoError
+    from slurmtopo import api
 
-    names = parse_nodes(nodes)
-    if from_dir:
-        if remote_command or read_path:
-            raise SlurmtopoError("--from-dir reads files; --command and --read are for SSH")
-        results = collect_dir(from_dir, output, names, max_age=max_age)
-    else:
-        if names is None:
-            raise SlurmtopoError("--nodes is required to collect over SSH")
-        if remote_command and read_path:
-            raise SlurmtopoError("give --command or --read, not both")
-        fetcher = SshFetcher(command=None if read_path else (remote_command or DEFAULT_COMMAND),
-                             read_path=read_path, timeout=timeout, ssh_config=ssh_config,
-                             known_hosts=known_hosts or None, user=user, identity=identity,
-                             port=port)
-        results = _with_progress(names, output, fetcher, workers, quiet or as_json)
-    ok, failed, stale = summary(results)
+    bar = _Progress(quiet or as_json)
+    try:
+        done = api.collect_reports(
+            output, nodes=nodes, from_dir=from_dir, max_age=max_age, command=remote_command,
+            read_path=read_path, workers=workers, timeout=timeout, ssh_config=ssh_config,
+            known_hosts=known_hosts, user=user, identity=identity, port=port,
+            progress=bar.update)
+    finally:
+        bar.stop()
+    results, failed, stale = done.results, done.failed, done.stale_kept
     if as_json:
-        emit_json({"output": output, "collected": ok, "total": len(results), "failed": failed,
-                   "stale_kept": stale,
+        emit_json({"output": output, "collected": done.collected, "total": len(results),
+                   "failed": failed, "stale_kept": stale,
                    "nodes": [{"node": r.node, "ok": r.ok, "error": r.error, "note": r.note,
                               "stale_kept": r.stale_kept} for r in results]})
         if failed:
@@ -82,29 +74,43 @@ def command(output, nodes, from_dir, max_age, remote_command, read_path, workers
         if not r.ok:
             kept = "kept its last report, marked stale" if r.stale_kept else "no report kept"
             echo_err(f"{r.node}: {r.error} ({kept})")
-    echo_err(f"collected {ok}/{len(results)} report(s) into {output}")
+    echo_err(f"collected {done.collected}/{len(results)} report(s) into {output}")
     if failed:
         raise Failed(f"{failed} of {len(results)} node(s) failed ({stale} with a stale "
                      "report kept)")
 
 
-def _with_progress(names, output, fetcher, workers, quiet):
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn)
+class _Progress:
+    """The progress bar of a collection over SSH, on stderr when it is a
+    terminal: started when the api has its nodes, advanced as each answers."""
 
-    from slurmtopo.admin.collect import collect_ssh
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.progress = None
+        self.task = None
+        self.failed = 0
 
-    console = Console(stderr=True)
-    with Progress(TextColumn("collect"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
-                  console=console, disable=quiet or not console.is_terminal,
-                  transient=False) as progress:
-        task = progress.add_task("collect", total=len(names), failed=0)
-        failed = [0]
+    def update(self, total: int, res) -> None:
+        if res is None:
+            self.start(total)
+            return
+        self.failed += not res.ok
+        self.progress.update(self.task, advance=1, failed=self.failed)
 
-        def tick(res):
-            failed[0] += not res.ok
-            progress.update(task, advance=1, failed=failed[0])
+    def start(self, total: int) -> None:
+        # rich only here: a collection from a directory never draws a bar
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
 
-        return collect_ssh(names, output, fetcher, workers=workers, progress=tick)
+        console = Console(stderr=True)
+        self.progress = Progress(TextColumn("collect"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
+                                 console=console, disable=self.quiet or not console.is_terminal,
+                                 transient=False)
+        self.progress.start()
+        self.task = self.progress.add_task("collect", total=total, failed=0)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()

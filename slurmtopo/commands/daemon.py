@@ -71,6 +71,10 @@ def command():
 @click.option("--best-fit-releases", type=int, default=16, show_default=True,
               help="Releases per cycle that compare --alternatives for best fit (0: all); "
                    "later ones in a burst take the planner's placement.")
+@click.option("--release-tries", type=click.IntRange(0, 1000), default=3, show_default=True,
+              help="Refused releases in a row (the job's record disagrees, Slurm refuses its "
+                   "pin) after which a job is let go, held, with the reason in its comment "
+                   "(0: never); it backs off, unplanned, between tries.")
 @click.option("--pack", type=click.Choice(["domains"]), default=None,
               help="domains: pack jobs one rack can hold into racks already in use, keeping "
                    "whole multi-node NVLink domains (GB200 NVL72 racks) free for the jobs that "
@@ -99,7 +103,8 @@ def command():
               show_default=True,
               help="Rotated event logs kept (events.log.1 the newest); older ones are removed.")
 def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, reservations,
-            alternatives, max_releases, best_fit_releases, pack, default_wait, on_reject, dry_run,
+            alternatives, max_releases, best_fit_releases, release_tries, pack, default_wait,
+            on_reject, dry_run,
             log_level, metrics_port, metrics_addr, metrics_textfile, events_max_mib,
             events_keep):
     """Watch held slurmtopo jobs and release each onto a good placement."""
@@ -141,11 +146,13 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
         cfg = Config(release_grace=release_grace, reservations=reservations,
                      alternatives=alternatives, max_releases=max_releases,
                      best_fit_releases=best_fit_releases, default_wait=default_wait,
+                     release_tries=release_tries, retry_backoff=max(60.0, 3 * interval),
                      pack=pack or "")
         daemon = Daemon(backend, inv, spool, cfg, on_reject=on_reject, dry_run=dry_run,
                         inventory_loader=loader, metrics=metrics,
                         inventory_label=", ".join(os.path.abspath(p) for p in inventory_path),
                         events_limits=EventLogLimits(events_max_mib << 20, events_keep))
+        daemon.locked = True
 
         def stop(signum, frame):
             logging.getLogger("slurmtopo.daemon").info("signal %d: stopping after this cycle",
@@ -199,30 +206,44 @@ NOT_RUNNING = 3
 def status_cmd(spool, as_json, events, backend_name):
     """Show the queue the daemon manages and why each job waits.
 
-    Exit code 0 when a daemon holds the spool on this host, 3 when none
-    does (the last status is shown all the same), 2 on an error."""
+    Exit code 0 when the spool's daemon runs (told from its process, on
+    its host; from its last cycle's time elsewhere), 3 when it does not
+    (the last status is shown all the same), 2 on an error."""
     from slurmtopo.fileio import read_file
-    from slurmtopo.daemon.spool import STATUS_FILE, SpoolLock, read_events, spool_path
-    from slurmtopo.daemon.status import read_status
+    from slurmtopo.daemon.spool import STATUS_FILE, read_events, spool_path
+    from slurmtopo.daemon.status import liveness, read_status, stale
     from slurmtopo.termsafe import printable
 
     spool = spool_path(spool)
     path = os.path.join(spool, STATUS_FILE)
     try:
-        raw = read_file(spool, STATUS_FILE, MAX_STATUS_BYTES, None, "status file")
+        owner = {os.stat(spool).st_uid}
+    except FileNotFoundError:
+        owner = set()  # no spool yet: no status file either
+    except OSError as exc:
+        raise SlurmtopoError(f"cannot use the spool directory ({exc.strerror})", spool) from None
+    try:
+        # the daemon's own file only (the spool's owner's): what it says
+        # of the daemon's process is what liveness trusts
+        raw = read_file(spool, STATUS_FILE, MAX_STATUS_BYTES, owner, "status file")
     except FileNotFoundError:
         # no cycle yet (never started, or down since the spool was made):
         # the jobs Slurm holds for it are still worth listing
         doc = {"jobs": []}
     else:
         doc = read_status(raw.decode("utf-8", errors="replace"), path)
-    holder = SpoolLock.holder(spool)
     now = time.time()
+    alive = liveness(spool, doc, now)
+    holder = alive.pid if alive.running else None
     recent = _events(spool, events, read_events) if events else []
     unseen, slurm_note = _unseen(doc, backend_name)
-    rc = 0 if holder is not None else NOT_RUNNING
+    rc = 0 if alive.running else NOT_RUNNING
+    old = stale(doc.get("daemon") or {}, now) if alive.running else None
     if as_json:
-        doc["running"] = holder is not None
+        doc["running"] = alive.running
+        doc["liveness"] = alive.how
+        if old is not None:
+            doc["stale_s"] = round(old, 1)
         doc["unseen"] = [{"job_id": j.job_id, "user": j.user, "name": j.name,
                           "slurm_state": j.state, "submit_time": j.submit_time}
                          for j in unseen]
@@ -235,7 +256,8 @@ def status_cmd(spool, as_json, events, backend_name):
             sys.exit(rc)
         return
     d = doc.get("daemon", {})
-    state = f"running (pid {printable(holder)})" if holder else "NOT running"
+    state = (f"running (pid {printable(holder) if holder is not None else '?'})"
+             if alive.running else "NOT running")
     if "daemon" not in doc:
         click.echo(f"daemon: {state}; no cycle has run with this spool ({printable(spool)})")
     else:
@@ -245,6 +267,10 @@ def status_cmd(spool, as_json, events, backend_name):
                    + ("; DRY RUN" if d.get("dry_run") else ""))
     if d.get("spool_error"):
         click.echo(f"SPOOL PROBLEM: {printable(d['spool_error'])}")
+    elif old is not None:
+        click.echo(f"SPOOL PROBLEM: the daemon runs, but its status is {_age(d.get('at'), now)} "
+                   "old: it cannot write its spool (a full file system?) or a cycle is stuck; "
+                   "see its log")
     jobs = list(doc.get("jobs") or [])
     for j in unseen:  # from Slurm: held for the daemon, not in its last cycle
         jobs.append({"job_id": j.job_id, "user": j.user, "name": j.name,

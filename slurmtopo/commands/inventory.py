@@ -7,15 +7,14 @@
 Without ``-o`` it brings the directory's compiled form up to date (what
 ``--inventory DIR`` reads; see :mod:`slurmtopo.compiled`); with ``-o`` it
 also writes the whole inventory (reports folded into node types, fabric and
-all) as one JSON document that ``--inventory FILE`` reads on its own.
+all) as one JSON document that ``--inventory FILE`` reads on its own
+(:func:`slurmtopo.api.compile_inventory`; the command prints what it did).
 """
 from __future__ import annotations
 
-import os
-
 import click
 
-from slurmtopo.commands.cliutil import guard
+from slurmtopo.commands.cliutil import Messages, emit_json, guard, json_option
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.commands.numbers import FiniteFloat
 
@@ -31,24 +30,19 @@ def command():
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Also write the whole inventory to this file (JSON; the previous one is "
                    "kept as a .bak).")
+@json_option
 @guard
-def compile_command(directory, output):
+def compile_command(directory, output, as_json):
     """Fold a directory of node reports into one compact inventory."""
-    from slurmtopo.compiled import describe, dumps_compiled
-    from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.fileio import atomic_write
-    from slurmtopo.inventory import compile_report_dir
+    from slurmtopo import api
 
-    if not os.path.isdir(directory):
-        raise SlurmtopoError("not a directory", directory)
-    doc, inv, log = compile_report_dir(directory)
-    for line in log:
-        click.echo(line, err=True)
-    click.echo(describe(doc, inv), err=True)
-    if output:
-        text = dumps_compiled(doc)
-        atomic_write(output, text, backup=True)
-        click.echo(f"wrote {output} ({len(text):,} bytes)", err=True)
+    msgs = Messages(as_json)
+    done = api.compile_inventory(directory, output, echo=msgs.echo)
+    if as_json:
+        emit_json({"directory": directory, "nodes": len(done.inventory.nodes),
+                   "node_types": list(done.node_types), "summary": done.summary,
+                   "output": output, "written": bool(output), "bytes": done.size,
+                   "messages": msgs.messages})
 
 
 @command.command("synthetic")

@@ -36,6 +36,7 @@ def job_options(func):
                        help="The training command as one shell line, as for sbatch --wrap "
                             "(every rank runs `/bin/sh -c COMMAND`); instead of a command "
                             "after --.")(func)
+    func = guardrail_options(func)
     func = script_options(func)
     func = request_options(func)
     func = framework_options(func)
@@ -136,6 +137,19 @@ def state_for(inv, state_path, backend: LazyBackend, partition=None):
     return api.LiveState(api.load_state_file(inv, state_path), state_path)
 
 
+def with_live_topology(inv, notes, state_path, backend: LazyBackend, o):
+    """(cluster, notes) with Slurm's own topology when the plan reads the
+    live state, no --slurm-topology is given and the inventory has no
+    fabric (:func:`slurmtopo.api.live_topology`, which says which it used);
+    a plan against a snapshot or ``none`` never asks Slurm."""
+    if state_path not in LIVE_STATES or o.get("slurm_topology"):
+        return inv, notes
+    from slurmtopo import api
+
+    inv, more = api.live_topology(inv, backend.get())
+    return inv, tuple(notes) + tuple(more)
+
+
 def partition_view(inv, o):
     """The inventory as the job's partition sees it (``--slurm-topology``),
     and the notes saying so; see :func:`slurmtopo.api.cluster_for_partition`."""
@@ -222,8 +236,12 @@ def script_options(func):
                      help="Python with slurmtopo installed, on the first node of the job (it "
                           "runs the start-time step; the other nodes need only /bin/sh)."),
         click.option("--launcher", type=click.Choice(list(launchers.names())),
-                     default=launchers.DEFAULT, show_default=True,
-                     help=" ".join(launchers.get(n).help for n in launchers.names())),
+                     default=None,
+                     help=" ".join(launchers.get(n).help for n in launchers.names())
+                     + f" Default: {launchers.DEFAULT}, or torchrun when the command after -- "
+                       "starts torchrun itself (its --nnodes and --nproc-per-node then "
+                       "checked against the plan; deepspeed and accelerate launch are refused "
+                       "with the command to use)."),
         click.option("--torchrun", "torchrun_cmd", default=None,
                      help="The torchrun command on the compute nodes (--launcher torchrun; "
                           "default: torchrun): a path, or words such as 'python3 -m "
@@ -241,6 +259,31 @@ def script_options(func):
     ])
 
 
+def guardrail_options(func):
+    """--hazard, --nccl-version and --spares: the pre-launch hazard checks
+    (docs/hazards.md) and spare nodes inside the job's domain (docs/sbatch.md)."""
+    from slurmtopo.hazards import KINDS
+
+    return _apply(func, [
+        click.option("--hazard", "hazards", multiple=True, metavar="KIND=error|warn|off",
+                     help="How a pre-launch hazard is treated (repeatable; KIND: "
+                          f"{', '.join(KINDS)}, or all). Default: each finding's own "
+                          "severity (docs/hazards.md)."),
+        click.option("--nccl-version", default=None, metavar="X.Y[.Z]",
+                     help="The NCCL release the job loads, for the multi-node NVLink clique "
+                          "check (default: $NCCL_VERSION, as NVIDIA's containers set it)."),
+        click.option("--spares", type=click.IntRange(0, 64), default=0, show_default=True,
+                     metavar="N",
+                     help="Ask for N idle spare nodes inside the job's block or leaf and "
+                          "submit with --no-kill: when a node is lost, the job re-plans onto "
+                          "a spare and restarts its step (at most N times)."),
+        click.option("--check", type=click.Choice(["warn", "stop"]), default=None,
+                     help="Run `slurmtopo check` as the job's first step: what Slurm gave "
+                          "and what every task really gets against the plan; warn: report "
+                          "in the job's log, stop: end the job on a broken contract."),
+    ])
+
+
 #: the job name sbatch gives a --wrap job
 WRAP_JOB_NAME = "wrap"
 
@@ -251,12 +294,17 @@ def command_from(o: Mapping, cmd: Sequence[str]) -> Tuple[str, ...]:
     ``--job-name`` says otherwise)."""
     wrap = o.get("wrap")
     if wrap is None:
-        return tuple(cmd)
-    if cmd:
+        command = tuple(cmd)
+    elif cmd:
         raise SlurmtopoError("give the command either with --wrap or after --, not both")
-    if not str(wrap).strip():
+    elif not str(wrap).strip():
         raise SlurmtopoError("--wrap: the command is empty")
-    return ("/bin/sh", "-c", str(wrap))
+    else:
+        command = ("/bin/sh", "-c", str(wrap))
+    # a launcher in the command (deepspeed, torchrun under --launcher srun)
+    # is refused before the layout or the inventory is read
+    launch_from(**o).for_command(command)
+    return command
 
 
 def job_name_from(o: Mapping) -> Optional[str]:
@@ -282,20 +330,43 @@ def parse_message_bytes(items: Sequence[str]) -> Dict[str, int]:
     return out
 
 
+def _framework_knobs(o: Mapping, command=()):
+    """(framework, its knobs) from the options, the ``--config`` file and
+    the world size a torchrun command starts."""
+    from slurmtopo.commands.layout_options import framework_knobs
+
+    framework = o.get("framework") or "megatron"
+    knobs = framework_knobs(framework, {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
+                            o.get("config"))
+    if knobs.get("world") is None and (framework != "megatron" or knobs.get("dp") is None):
+        # the ranks a `torchrun --nnodes N --nproc-per-node K` command starts
+        from slurmtopo.commands.layout_options import world_from_command
+        knobs["world"] = world_from_command(command)
+    return framework, knobs
+
+
+def framework_of(o: Mapping, req, command=()):
+    """The job's layout as its framework names it (a FrameworkLayout), for
+    the preview's header and the rank map's ``framework_groups``; None for
+    Megatron, whose kinds are the planner's own."""
+    framework, knobs = _framework_knobs(o, command)
+    if framework == "megatron":
+        return None
+    from slurmtopo.frameworks.registry import framework_layout
+
+    knobs = {k: v for k, v in knobs.items() if v is not None}
+    knobs["world"] = req.layout.world
+    return framework_layout(framework, **knobs)
+
+
 def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()):
     """The JobRequest for the layout and request options in ``o`` (the
     world size of a ``torchrun --nnodes --nproc-per-node`` ``command`` when
     nothing else gives it)."""
     from slurmtopo.api import job_request
-    from slurmtopo.commands.layout_options import framework_knobs
     from slurmtopo.request import parse_pairs
 
-    framework = o.get("framework") or "megatron"
-    knobs = framework_knobs(framework, {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
-                            o.get("config"))
-    if knobs.get("world") is None and framework != "megatron":
-        from slurmtopo.commands.layout_options import world_from_command
-        knobs["world"] = world_from_command(command)
+    framework, knobs = _framework_knobs(o, command)
     kind_of = None if framework == "megatron" else (lambda k: str(k).strip())
     model, overlaps = model_and_overlaps(framework, o.get("model"), o.get("config"))
     return job_request(framework, require=parse_pairs(o["require"], "require", kind_of),
@@ -325,7 +396,10 @@ def model_and_overlaps(framework: str, model: Optional[str], config: Optional[st
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
                         run_dir: Optional[str] = None):
     """The api.ScriptOptions for the script options in ``o``."""
+    import os
+
     from slurmtopo.api import DEFAULT_SWITCH_WAIT, ScriptOptions
+    from slurmtopo.hazards import nccl_version
     from slurmtopo.commands.sbatch_options import options_from
 
     sw = o["switch_wait"]
@@ -337,7 +411,24 @@ def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
         extra=tuple(o["extra_sbatch"]), python=o["python"], cgroup_devices=o["cgroup_devices"],
         master_port=o["master_port"], socket_ifname=o["socket_ifname"], run_dir=run_dir,
         inventory_path=inventory_path, launch=launch_from(**o), options=tuple(sb_options),
-        requeue=requeue, slurm=slurm_features(o))
+        requeue=requeue, slurm=slurm_features(o), hazards=hazard_policy_items(o),
+        nccl_version=nccl_version(o.get("nccl_version"), {}),
+        nccl_version_env=nccl_version(None, os.environ), spares=int(o.get("spares") or 0),
+        check=o.get("check"))
+
+
+def hazard_policy_items(o: Mapping) -> Tuple[str, ...]:
+    """The hazard policy: a site's ``SLURMTOPO_HAZARDS`` (``KIND=LEVEL``
+    items, comma-separated: /etc/profile.d sets it for every user), then
+    ``--hazard`` options, which win (docs/hazards.md)."""
+    import os
+
+    from slurmtopo.hazards import HazardPolicy
+
+    site = tuple(x.strip() for x in os.environ.get("SLURMTOPO_HAZARDS", "").split(",")
+                 if x.strip())
+    HazardPolicy.parse(site, "SLURMTOPO_HAZARDS")
+    return site + tuple(o.get("hazards") or ())
 
 
 def slurm_features(o: Mapping, version: Optional[str] = None):
@@ -370,14 +461,16 @@ def slurm_features(o: Mapping, version: Optional[str] = None):
     return SlurmFeatures.of(version, switch)
 
 
-def launch_from(launcher="srun", torchrun_cmd=None, container_image=None,
+def launch_from(launcher=None, torchrun_cmd=None, container_image=None,
                 container_mounts=None, container_workdir=None, apptainer_image=None, **_ignored):
-    """The Launch for these option values."""
+    """The Launch for these option values (``launcher`` None: not given,
+    the default or the command's own torchrun)."""
     from slurmtopo.sbatch.launch import Launch
 
-    return Launch(launcher=launcher, torchrun=torchrun_cmd, container_image=container_image,
-                  container_mounts=container_mounts, container_workdir=container_workdir,
-                  apptainer=apptainer_image)
+    return Launch(launcher=launcher or launchers.DEFAULT, torchrun=torchrun_cmd,
+                  container_image=container_image, container_mounts=container_mounts,
+                  container_workdir=container_workdir, apptainer=apptainer_image,
+                  chosen=launcher is not None)
 
 
 def check_color_by(color_by: Optional[str], placement) -> None:

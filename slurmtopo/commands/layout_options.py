@@ -4,7 +4,6 @@ One definition, so the three commands read a layout the same way.
 """
 from __future__ import annotations
 
-import os
 
 import click
 
@@ -125,26 +124,11 @@ def framework_knobs(framework, values, config=None):
 
 def world_from_command(command):
     """The world size a ``torchrun --nnodes N --nproc-per-node M ...``
-    command starts (N*M), or None when the command does not say."""
-    words = list(command)
-    if not words or os.path.basename(words[0]) != "torchrun":
-        return None
-    found = {}
-    i = 1
-    while i < len(words):
-        name, eq, value = words[i].partition("=")
-        if name in ("--nnodes", "--nproc-per-node", "--nproc_per_node"):
-            if not eq:
-                i += 1
-                value = words[i] if i < len(words) else ""
-            found[name.replace("_", "-")] = value
-        elif not name.startswith("-"):
-            break  # the training script: its own arguments follow
-        i += 1
-    nodes, per = found.get("--nnodes", ""), found.get("--nproc-per-node", "")
-    if nodes.isdigit() and per.isdigit() and 0 < int(nodes) * int(per) <= 1 << 20:
-        return int(nodes) * int(per)
-    return None
+    command (or ``python -m torch.distributed.run ...``) starts (N*M), or
+    None when the command does not say (slurmtopo.launch_detect reads it)."""
+    from slurmtopo.launch_detect import world_of
+
+    return world_of(command)
 
 
 def framework_layout_from(framework=None, config=None, **values):

@@ -60,8 +60,21 @@ def _help_block(help_text: Optional[str]) -> List[str]:
 
 
 def _options(cmd: click.Command, ctx: click.Context) -> List[str]:
+    """Each option's ``.TP`` entry. Only options: arguments are in the
+    usage line, and whether click gives them a help record of their own
+    differs by release (8.5 does), so the page would change with click."""
     lines: List[str] = []
-    for param in cmd.get_params(ctx):
+    params = list(cmd.params)
+    if cmd.add_help_option and ctx.help_option_names:
+        # built here, not click's get_help_option(): click caches that one on
+        # the command the first time any context asks, with that context's
+        # help names, so a Context made without the CLI's settings (by a
+        # test, say) would change the page after it
+        params.append(click.Option(list(ctx.help_option_names), is_flag=True,
+                                   expose_value=False, help="Show this message and exit."))
+    for param in params:
+        if not isinstance(param, click.Option):
+            continue
         record = param.get_help_record(ctx)
         if record is None:
             continue

@@ -17,9 +17,10 @@ from typing import List
 import click
 
 from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_color_by,
-                                            command_from, job_options, load_job_cluster,
+                                            command_from, framework_of, job_options,
+                                            load_job_cluster,
                                             request_from, script_options_from, state_for,
-                                            state_options)
+                                            state_options, with_live_topology)
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 
@@ -40,7 +41,8 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     batch script is written.
     """
     from slurmtopo import api
-    from slurmtopo.rankmap import env_json, rankmap_csv, rankmap_dict, rankmap_json
+    from slurmtopo.rankmap import (env_json, framework_extra, rankmap_csv, rankmap_dict,
+                                   rankmap_json)
     from slurmtopo.sbatch import sanitize_job_name
 
     cmd = command_from(o, cmd)
@@ -48,7 +50,9 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     if o["job_name"] is not None:
         sanitize_job_name(o["job_name"])
     inv, topo_notes = load_job_cluster(o)
-    live = state_for(inv, state_path, LazyBackend(backend_name), o.get("partition"))
+    backend = LazyBackend(backend_name)
+    inv, topo_notes = with_live_topology(inv, topo_notes, state_path, backend, o)
+    live = state_for(inv, state_path, backend, o.get("partition"))
     state = live.state
     req = request_from(o, command=cmd)
     job = api.prepare(inv, state, req, cmd, script_options_from(o, o["inventory_path"]),
@@ -56,6 +60,8 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
                       partition_members=live.partition_members,
                       features=live.features or None)
     placement, layout, script = job.placement, req.layout, job.script
+    framework = framework_of(o, req, cmd)  # torchtitan's or DeepSpeed's own kind names
+    extra = framework_extra(framework)
     check_color_by(color_by, placement)
     notes: List[str] = list(topo_notes) + list(job.notes)
     # before anything is written: a layout that cannot fit is refused or flagged
@@ -69,8 +75,9 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     master_port, socket_ifname = o["master_port"], o["socket_ifname"]
     env_text = env_json(placement, inv, master_port or "20000 + SLURM_JOB_ID % 10000",
                         socket_ifname)
-    outputs = {"rank map": ("rankmap.json", rankmap_json(placement, layout)),
-               "CSV": ("rankmap.csv", rankmap_csv(placement)),
+    outputs = {"rank map": ("rankmap.json", rankmap_json(placement, layout, extra)),
+               "CSV": ("rankmap.csv", rankmap_csv(placement, framework.groups if framework
+                                                  else None)),
                "per-rank environment": ("env.json", env_text)}
     if script is not None:
         outputs["batch script"] = ("job.sbatch", job.script_text)
@@ -83,7 +90,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     plan_cost, naive_cost = job.costs.plan, job.costs.naive
     bound = job.costs.bound
     if as_json:
-        out = {"rankmap": rankmap_dict(placement, layout),
+        out = {"rankmap": rankmap_dict(placement, layout, extra),
                "cost": {"plan": report_dict(plan_cost), "naive": report_dict(naive_cost),
                         "bound_s": bound.step_time_s if bound is not None else None},
                "sbatch": {"directives": script.directives()} if script is not None else None,
@@ -91,7 +98,9 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
                "warnings": [memory] if memory is not None else [],
                # what the preview shows besides the grid and the table
                "splits": splits(placement, inv),
-               "far_from_bound": bound_warning(plan_cost, bound, job.costs.idle_bound)}
+               "far_from_bound": bound_warning(plan_cost, bound, job.costs.idle_bound),
+               # the pre-launch hazards found (warnings: an error refused the plan)
+               "hazards": [h.as_dict() for h in job.hazards.hazards] if job.hazards else []}
         if plan_cost.step is not None:  # the step every decision priced
             from slurmtopo.cost.step import step_dict
             out["step"] = step_dict(plan_cost.step)
@@ -101,5 +110,5 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
 
     print_parts(plan_parts(
         placement, inv, layout, plan_cost, naive_cost, state, color_by, notes, script,
-        files, bound=bound, idle_bound=job.costs.idle_bound,
+        files, bound=bound, idle_bound=job.costs.idle_bound, framework=framework,
         warnings=[memory] if memory is not None else ()))

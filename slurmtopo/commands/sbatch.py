@@ -33,9 +33,10 @@ from typing import List
 import click
 
 from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_color_by,
-                                            command_from, job_options, load_job_cluster,
+                                            command_from, framework_of, job_options,
+                                            load_job_cluster,
                                             request_from, script_options_from, state_for,
-                                            state_options)
+                                            state_options, with_live_topology)
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
 
@@ -78,6 +79,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         sanitize_job_name(o["job_name"])
     inv, topo_notes = load_job_cluster(o, write_cache=not dry_run)
     backend = LazyBackend(backend_name)
+    inv, topo_notes = with_live_topology(inv, topo_notes, state_path, backend, o)
     live = state_for(inv, state_path, backend, o.get("partition"))
     if state_path in LIVE_STATES and not o.get("slurm_version"):
         o = dict(o, slurm_version=api.segment_release(inv, backend.get))
@@ -88,6 +90,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                       partition_members=live.partition_members,
                       features=live.features or None)
     check_color_by(color_by, job.placement)
+    framework = framework_of(o, req, cmd)  # torchtitan's or DeepSpeed's own kind names
     memory = api.memory_check(job, o.get("memory_check") or "error")  # before it is submitted
     notes: List[str] = [*topo_notes, *job.notes,
                         *api.submission_notes(job, held=daemon, spool=spool)]
@@ -97,16 +100,17 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     summary = (f"planned {job.placement.world_size} rank(s) on {len(job.placement.hosts)} "
                f"node(s) {fold_hostlist(job.placement.hosts)} against {live.source}")
     if dry_run:
-        _print_dry_run(job, inv, color_by, as_json, notes + [summary])
+        _print_dry_run(job, inv, color_by, as_json, notes + [summary], framework)
         return
     if output_dir:
-        _write_files(output_dir, job.script_text, job.placement, req.layout)
+        _write_files(output_dir, job.script_text, job.placement, req.layout, framework)
     done = api.submit(job, backend.get(), held=daemon, spool=spool, submit_dir=os.getcwd(),
                       keep_days=keep_runs)
-    _print_submitted(job, done, parsable, as_json, notes + list(done.notes) + [summary])
+    _print_submitted(job, done, parsable, as_json, notes + list(done.notes) + [summary],
+                     framework)
 
 
-def _print_dry_run(job, inv, color_by, as_json, notes: List[str]) -> None:
+def _print_dry_run(job, inv, color_by, as_json, notes: List[str], framework=None) -> None:
     """The dry run's output: one JSON object, else the preview and notes on
     stderr and the script on stdout."""
     if as_json:
@@ -115,22 +119,23 @@ def _print_dry_run(job, inv, color_by, as_json, notes: List[str]) -> None:
                                "hosts": list(job.placement.hosts),
                                "notes": notes}, separators=(",", ":")))
         return
-    _preview(job, inv, color_by)
+    _preview(job, inv, color_by, framework)
     click.echo(job.script_text, nl=False)
     for n in notes + ["dry run: nothing submitted, nothing written"]:
         click.echo(f"slurmtopo: {n}", err=True)
 
 
-def _print_submitted(job, done, parsable, as_json, notes: List[str]) -> None:
+def _print_submitted(job, done, parsable, as_json, notes: List[str], framework=None) -> None:
     """What sbatch prints for a submitted job (its id), the notes on stderr;
     or one JSON object."""
     if as_json:
-        from slurmtopo.rankmap import rankmap_dict
+        from slurmtopo.rankmap import framework_extra, rankmap_dict
 
         click.echo(json.dumps({"job_id": done.job_id, "daemon": done.held,
                                "hosts": list(job.placement.hosts), "run_dir": done.run_dir,
                                "script": done.script_path,
-                               "rankmap": rankmap_dict(job.placement, job.request.layout),
+                               "rankmap": rankmap_dict(job.placement, job.request.layout,
+                                                       framework_extra(framework)),
                                "notes": notes}, separators=(",", ":")))
         return
     for n in notes:
@@ -140,7 +145,7 @@ def _print_submitted(job, done, parsable, as_json, notes: List[str]) -> None:
                                                         if done.held else ""))
 
 
-def _preview(job, inv, color_by) -> None:
+def _preview(job, inv, color_by, framework=None) -> None:
     """The plan's preview (grid, cost table, warnings) on stderr, so that
     stdout stays the script; the notes follow it, one line each."""
     from slurmtopo.commands.preview_print import print_parts
@@ -150,16 +155,16 @@ def _preview(job, inv, color_by) -> None:
     print_parts(plan_parts(
         job.placement, inv, job.request.layout, costs.plan if costs else None,
         costs.naive if costs else None, job.state, color_by, (), job.script,
-        bound=costs.bound if costs else None, idle_bound=costs.idle_bound if costs else None),
-        stderr=True)
+        bound=costs.bound if costs else None, idle_bound=costs.idle_bound if costs else None,
+        framework=framework), stderr=True)
 
 
-def _write_files(output_dir, text, placement, layout) -> None:
-    from slurmtopo.rankmap import dumps_rankmap, rankmap_dict
+def _write_files(output_dir, text, placement, layout, framework=None) -> None:
+    from slurmtopo.rankmap import dumps_rankmap, framework_extra, rankmap_dict
     from slurmtopo.rundirs import write_output_files
 
-    write_output_files(output_dir, [("job.sbatch", text),
-                                    ("rankmap.json", dumps_rankmap(rankmap_dict(placement, layout)))])
+    doc = rankmap_dict(placement, layout, framework_extra(framework))
+    write_output_files(output_dir, [("job.sbatch", text), ("rankmap.json", dumps_rankmap(doc))])
 
 
 @click.command("sbatch", context_settings={"help_option_names": ["-h", "--help"]})

@@ -26,6 +26,10 @@ import click
 from slurmtopo.errors import SlurmtopoError
 
 
+#: nesting of a rank map (document, ranks, rank, its lists)
+RANKMAP_DEPTH = 8
+
+
 def _read(run_dir: str, name: str, notes: List[str]) -> Optional[str]:
     """``name`` in the run directory, read safely (:func:`slurmtopo.rundirs.
     read_run_file`); a refusal is a note."""
@@ -55,7 +59,8 @@ def script_run_dir(script: str) -> Optional[str]:
 
 def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dict[str, Any]:
     """Everything known about the job's rank maps (see module doc)."""
-    from slurmtopo.plandoc import planned_placement, read_plan
+    from slurmtopo.plandoc import (check_against_inventory, embedded_inventory_of,
+                                   planned_placement, read_plan)
     from slurmtopo.rundirs import SCRIPT_NAME, run_dir_for
     from slurmtopo.sbatch.script import extract_plan
 
@@ -95,13 +100,18 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
             raise SlurmtopoError(f"job {job_id}: its batch script ({script_from}) carries no "
                                  "slurmtopo plan; was it submitted with slurmtopo?")
         doc = read_plan(text, f"job {job_id} plan")
-        planned = (planned_placement(doc), doc)
+        placement = planned_placement(doc)
+        inv = embedded_inventory_of(doc, f"job {job_id} plan")
+        if inv is not None:
+            check_against_inventory(placement, inv, f"job {job_id} plan")
+        planned = (placement, doc)
     actual_text = _read(where, "rankmap.json", notes)
     if actual_text is not None:
+        from slurmtopo.boundedjson import loads
         from slurmtopo.rankmap import placement_from_dict
 
         try:
-            adoc = json.loads(actual_text)
+            adoc = loads(actual_text, RANKMAP_DEPTH)
             actual = (placement_from_dict(adoc, os.path.join(where, "rankmap.json")), adoc)
         except (ValueError, SlurmtopoError) as exc:
             notes.append(f"{where}/rankmap.json unreadable: {exc}")

@@ -79,8 +79,8 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
         if s.label in seen:
             raise SlurmtopoError(f"--policy {s.label} is given twice")
         seen.add(s.label)
-    if plot_path is not None and not plot_path.lower().endswith(".png"):
-        raise SlurmtopoError(f"--plot {plot_path}: the plot is a PNG file (name it .png)")
+    if plot_path is not None:  # before the replay, which can take minutes
+        _check_plot(plot_path)
     sweep = None
     if sweeps:
         from slurmtopo.simulate.sweep import parse_sweep
@@ -113,7 +113,10 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
 
         click.echo(dump_json(doc), nl=False)
         return
+    from rich.text import Text
+
     from slurmtopo.commands.report_console import report_console
+    from slurmtopo.termsafe import printable
 
     console = report_console()
     console.print(table(doc))
@@ -121,10 +124,12 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     for extra in (racks_table(doc), capacity_table_rich(doc)):
         if extra is not None:
             console.print(extra)
+    # the trace's path and its job ids are someone's text: escaped, never
+    # read as markup (termsafe)
     for line in notes(doc):
-        console.print(line, highlight=False)
+        console.print(Text(printable(line)), highlight=False)
     if plot_path is not None:
-        console.print(f"plot: {plot_path}", highlight=False)
+        console.print(Text(printable(f"plot: {plot_path}")), highlight=False)
 
 
 def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, seed, specs,
@@ -165,21 +170,41 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
 
         click.echo(dump_json(sdoc), nl=False)
         return
+    from rich.text import Text
+
     from slurmtopo.commands.report_console import report_console
+    from slurmtopo.termsafe import printable
 
     console = report_console()
     console.print(sweep_table(sdoc))
     for line in sdoc["summary"]:
-        console.print(line, highlight=False)
+        console.print(Text(printable(line)), highlight=False)
     seen = set()
     for _, doc in runs:
         for line in notes(doc):
             if line.startswith("offered load") or line in seen:
                 continue
             seen.add(line)
-            console.print(line, highlight=False)
+            console.print(Text(printable(line)), highlight=False)
     if plot_path is not None:
-        console.print(f"plot: {plot_path}", highlight=False)
+        console.print(Text(printable(f"plot: {plot_path}")), highlight=False)
+
+
+def _check_plot(path: str) -> None:
+    """``--plot`` is refused before any replay: a name that is no PNG, a
+    directory, a directory that is missing or not writable, no matplotlib."""
+    from slurmtopo.simulate.report import pyplot
+
+    if not path.lower().endswith(".png"):
+        raise SlurmtopoError(f"--plot {path}: the plot is a PNG file (name it .png)")
+    if os.path.isdir(path):
+        raise SlurmtopoError(f"--plot {path}: is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise SlurmtopoError(f"--plot {path}: no such directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SlurmtopoError(f"--plot {path}: cannot write in {parent}")
+    pyplot()
 
 
 def _run(tasks, workers: int):

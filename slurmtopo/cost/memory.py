@@ -22,9 +22,14 @@ input embedding and the most micro-batches in flight), in bytes:
   token), times the micro-batches in flight on the first stage (``pp``
   with 1F1B, ``pp (1 + (pp-1)/(pp vp))`` interleaved, capped by the
   micro-batches a step); ``selective`` recomputation drops what attention
-  recomputes, ``full`` keeps only each layer's input plus one layer's
-  working set;
-* the **logits** of a micro-batch on the last stage (fp32, ``T V / tp``)
+  recomputes (Megatron) or keeps every other matrix product's output and
+  attention's (PyTorch's per-op selective checkpointing, torchtitan's),
+  ``full`` keeps only each layer's input plus one layer's working set;
+* the **logits** of a micro-batch on the last stage (``T V / tp`` values:
+  Megatron's fused cross-entropy keeps them in bf16 with their fp32
+  softmax, 6 bytes; PyTorch's loss the bf16 logits, an fp32 copy and its
+  gradient, 10); FSDP with a pipeline keeps the stage's layers gathered
+  and their gradients unsharded for the whole step
   and a fixed **reserve** (CUDA context, NCCL buffers, allocator
   fragmentation: 8% of the GPU plus 2 GiB).
 
@@ -50,6 +55,9 @@ MEMORY_POLICIES = ("error", "warn", "off")
 #: kernels, NCCL's buffers, the allocator's fragmentation
 RESERVE_FRACTION = 0.08
 RESERVE_GIB = 2.0
+#: bytes a token and vocabulary entry the output layer and the loss hold
+#: (see memory_per_gpu)
+LOGIT_BYTES = {"megatron": 6, "other": 10}
 
 
 @dataclass(frozen=True)
@@ -127,8 +135,14 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: s
         grads += n * grad_bytes / g_sh
         optimizer += n * 12 / o_sh
     if style in ("fsdp", "hsdp"):
-        # two layers' parameters gathered at a time (prefetch) in bf16
-        weights += 2 * params / max(1, stage_layers) * 2
+        if pp > 1:
+            # with a pipeline the stage's layers stay gathered across the
+            # micro-batches, and their gradients unsharded until the last
+            weights += params * wb
+            grads += params * grad_bytes
+        else:
+            # two layers' parameters gathered at a time (prefetch) in bf16
+            weights += 2 * params / max(1, stage_layers) * 2
     # activations of one micro-batch, one layer (bytes)
     T = s.micro_batch * s.seq_len / cp
     h = s.hidden
@@ -145,8 +159,17 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: s
     qkv = q + kv
     inner = (mm - 1) * ffn_w  # the MLP's up (and gate) outputs
     norms = 2 * h
+    if framework == "megatron":
+        # Megatron's selective recomputation: attention's core again
+        selective = gi * gemm_inputs + inner
+    else:
+        # PyTorch's per-op selective checkpointing (torchtitan's "selective",
+        # op): every other matrix product's output and attention's output
+        # kept, the norms and activations recomputed, plus the layer's input
+        mm_out = qkv + h + mm * ffn_w + h
+        selective = mm_out / 2 + 2 * h
     keep = {"none": gi * gemm_inputs + qkv + inner + norms,
-            "selective": gi * gemm_inputs + inner,
+            "selective": selective,
             "full": h}[s.recompute]
     per_layer = 2 * T * keep / tp  # sequence parallelism splits all of it
     working = 2 * T * (gi * gemm_inputs + qkv + inner + norms) / tp \
@@ -158,7 +181,11 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: s
     else:
         inflight = 1
     activations = per_layer * stage_layers * inflight + working
-    logits = (T * s.vocab / tp * 4) if pp == 1 else 0.0
+    # the logits of a micro-batch and what the loss keeps: Megatron's fused
+    # cross-entropy the bf16 logits and their fp32 softmax (6 bytes a value),
+    # PyTorch's the bf16 logits, their fp32 copy and its gradient (10)
+    logit_bytes = LOGIT_BYTES.get(framework, LOGIT_BYTES["other"])
+    logits = (T * s.vocab / tp * logit_bytes) if pp == 1 else 0.0
     reserve = RESERVE_GIB * GiB + RESERVE_FRACTION * gpu_gib * GiB
     parts = (("weights", weights), ("gradients", grads), ("optimizer", optimizer),
              ("activations", activations), ("logits", logits), ("reserve", reserve))

@@ -421,9 +421,9 @@ def _parse_model(p: CostParams, cost: Mapping, fail, mapping) -> None:
         from slurmtopo.errors import LayoutError
         from slurmtopo.workload import parse_nccl_version
         try:
-            p.nccl_version = parse_nccl_version(cost["nccl_version"])
+            p.nccl_version = parse_nccl_version(cost["nccl_version"], "nccl_version:")
         except LayoutError as exc:
-            raise fail(f"nccl_version: {exc.message}", cost) from None
+            raise fail(exc.message, cost) from None
     if cost.get("network") is not None:
         kind = str(cost["network"]).strip().lower()
         if kind not in NETWORK_KINDS:

@@ -242,14 +242,16 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
     r = m.resolved() if hasattr(m, "resolved") else m
     if cp > 1:
         # K and V of the whole sequence: kv_heads x head_dim wide each (GQA);
-        # with latent attention, the up-projected K (with its rope part) and V
+        # with latent attention, the up-projected K (with its rope part) and
+        # V. A TP rank holds its share of the heads (K/V heads replicate
+        # when tp exceeds them)
         if getattr(r, "kv_lora_rank", 0):
-            kv_width = r.heads * (r.head_dim + r.rope_head_dim + r.v_head_dim)
+            kv_width = r.heads * (r.head_dim + r.rope_head_dim + r.v_head_dim) / tp
         elif getattr(r, "kv_heads", 0):
-            kv_width = r.kv_heads * (r.head_dim + r.v_head_dim)
+            kv_width = r.kv_heads * (r.head_dim + r.v_head_dim) / min(tp, r.kv_heads)
         else:
-            kv_width = 2 * m.hidden
-        kv = m.micro_batch * m.seq_len * kv_width * d
+            kv_width = 2 * m.hidden / tp
+        kv = int(m.micro_batch * m.seq_len * kv_width * d)
         out.append(StepCall("cp", "cp", "all-gather", kv, lp * mb, "forward", "forward",
                             note="K and V gathered for attention"))
         out.append(StepCall("cp", "cp", "all-gather", kv, lp * mb, "backward", "backward",
@@ -280,7 +282,8 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
                          + expert / (ep * etp * pp)) * d)
         else:
             grads = m.params * d // (tp * pp)
-        layer = m.params * d // (m.layers * tp)
+        # one layer of the rank's share (with experts: its ep-th of them)
+        layer = max(1, grads // lp)
         red = "backward" if w.grad_overlap else "none"
         if w.style == "ddp":
             calls = max(1, math.ceil(grads / ddp_bucket_bytes(w.framework, lay.dp, d)))
@@ -296,10 +299,17 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
             part: Tuple[str, int] = ("all", 0)
             if w.style == "hsdp" and 1 < w.shard < dp_size:
                 part = ("block", w.shard)
-            out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb, "forward",
-                                "forward", part, "per layer: parameters gathered"))
-            out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb,
-                                "backward", "backward", part, "per layer: gathered again"))
+            if pp > 1:
+                # with a pipeline the layers stay gathered for the step's
+                # micro-batches (torchtitan and PyTorch's pipeline schedules
+                # turn resharding after forward off), gathered once
+                out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp, "forward",
+                                    "forward", part, "per layer: parameters gathered once"))
+            else:
+                out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb,
+                                    "forward", "forward", part, "per layer: parameters gathered"))
+                out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb,
+                                    "backward", "backward", part, "per layer: gathered again"))
             out.append(StepCall("fsdp-shard", dp_kind, "reduce-scatter", layer, lp,
                                 "backward", "backward", part, "per layer: gradients reduced"))
             if part[0] == "block":

@@ -48,7 +48,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from slurmtopo.cost.compute import (FIT, ComputeFit, Dims, GpuFigures, StageCompute,
+from slurmtopo.cost.compute import (ATTENTION_KERNELS, FIT, ComputeFit, Dims, GpuFigures,
+                                    StageCompute,
                                     model_flops_per_token, optimizer_seconds, placement_gpu,
                                     stage_compute)
 from slurmtopo.cost.memory import MemoryReport, memory_per_gpu
@@ -144,11 +145,13 @@ def _windows(st: StageCompute, m: int) -> Dict[str, float]:
 
 
 def exposed_per_call(calls: Sequence[CommCall], st: StageCompute, m: int,
-                     dims: Dims) -> List[float]:
+                     dims: Dims, overlap_cost: float = 0.0) -> List[float]:
     """Each call's seconds no compute hides (the module doc's table): the
     calls sharing a window hide together (``max(0, their sum - window)``,
-    shared in proportion); PP sends with interleaving only in warm-up and
-    cool-down."""
+    shared in proportion) and the part hidden still costs ``overlap_cost``
+    of itself (:attr:`ComputeFit.overlap_cost`: the collectives' kernels
+    slow the compute they run beside); PP sends with interleaving only in
+    warm-up and cool-down."""
     win = _windows(st, m)
     pools: Dict[str, float] = {}
     for c in calls:
@@ -167,24 +170,28 @@ def exposed_per_call(calls: Sequence[CommCall], st: StageCompute, m: int,
         else:
             total = pools[key]
             left = max(0.0, total - win[key])
-            out.append(c.seconds * left / total if total > 0 else 0.0)
+            paid = left + overlap_cost * (total - left)
+            out.append(c.seconds * paid / total if total > 0 else 0.0)
     return out
 
 
 def compose(spec: ModelSpec, dims: Dims, gpu: GpuFigures, calls: Sequence[CommCall],
             style: str = "ddp", framework: str = "megatron", fit: ComputeFit = FIT,
-            shard: int = 0, notes: Sequence[str] = ()) -> WholeStep:
+            shard: int = 0, notes: Sequence[str] = (),
+            attention: Optional[str] = None) -> WholeStep:
     """The step of ``spec`` on a layout of ``dims`` with the priced
-    communication ``calls`` (see the module doc)."""
+    communication ``calls`` (see the module doc); ``attention`` the
+    attention kernels' class (fused, flash2), by default the framework's
+    (:data:`~slurmtopo.cost.compute.ATTENTION_KERNELS`)."""
     s = spec.resolved()
-    st = stage_compute(s, dims, gpu, fit)
+    st = stage_compute(s, dims, gpu, fit, attention or ATTENTION_KERNELS.get(framework, "flash2"))
     m = s.micro_batches_for(dims.dp)
     vp = max(1, dims.vp)
     mb = st.microbatch_s
     bubble = (dims.pp - 1) / vp * mb if dims.pp > 1 else 0.0
     mem = memory_per_gpu(s, dims, style, framework, gpu.memory_gib, shard)
     opt = optimizer_seconds(_local_params(s, dims, style), gpu)
-    per_call = exposed_per_call(calls, st, m, dims)
+    per_call = exposed_per_call(calls, st, m, dims, fit.overlap_cost)
     exposed: Dict[str, float] = {}
     total: Dict[str, float] = {}
     for c, e in zip(calls, per_call):

@@ -51,6 +51,8 @@ class Actions:
         if d.action == RUNNING:
             self.started_running(d)
             return True
+        if d.action == WAIT and d.refused is not None:
+            return self.refused_here(d)
         if d.action in (WAIT, STARTING, OUTSIDE, LEFT_ALONE):
             if self.last_reason.get(d.job_id) != d.reason:
                 self.last_reason[d.job_id] = d.reason
@@ -127,12 +129,15 @@ class Actions:
 
         self.reached("after-intent")
         snap = self.snapshot.get(d.job_id)
-        why = still_ours.why_not_release(self.backend.job(d.job_id),
-                                         snap.comment if snap is not None else "", rec)
+        fresh = self.backend.job(d.job_id)
+        why = still_ours.why_not_release(fresh, snap.comment if snap is not None else "", rec)
         if why:
-            self._save(replace(rec, phase="waiting"))
             self.journal.event("release-skipped", d.job_id, reason=why)
             log.warning("job %s: not released: %s", d.job_id, why)
+            if still_ours.persistent(fresh, why):
+                self.refused(d.job_id, replace(rec, phase="waiting"), why)
+            else:
+                self._save(replace(rec, phase="waiting"))
             return False
         try:
             self.backend.update_job(d.job_id, ReqNodeList=fold_hostlist(d.hosts))
@@ -147,22 +152,80 @@ class Actions:
                 self._drop(d.job_id)
                 return False
             if j.held:
-                self._save(replace(rec, phase="waiting"))
                 self.journal.event("release-failed", d.job_id, error=exc.render())
                 self.metrics.error("slurm")
                 log.error("job %s: release failed: %s", d.job_id, exc.render())
+                self.refused(d.job_id, replace(rec, phase="waiting"),
+                             f"Slurm refused it: {exc.render()}")
                 return False
             # the release went through although the command complained
-        rec = replace(rec, phase="released", released_at=self.clock(), releases=rec.releases + 1)
+        rec = replace(rec, phase="released", released_at=self.clock(), releases=rec.releases + 1,
+                      refusals=0, refused=None, retry_at=None)
         self._save(rec)
         self.journal.event("released", d.job_id, hosts=list(d.hosts), taken=d.taken,
-                           summary=d.summary())
+                           summary=d.summary(), hazards=list(d.hazards) or None)
         self.last_reason.pop(d.job_id, None)
         log.info("job %s: %s", d.job_id, d.summary())
+        for line in d.hazards:
+            log.warning("job %s: %s", d.job_id, line)
         for n in d.notes:
             if n.startswith(("waited", "released by the packing", "prefer ")):
                 log.info("job %s: %s", d.job_id, n)
         return True
+
+    def refused_here(self, d: Decision) -> bool:
+        """A release the scheduler refused itself (the placement free for
+        the job had an error hazard under its own policy): never made; the
+        job is held, and counted like any refused release (:meth:`refused`:
+        backing off unplanned, let go after ``release_tries``), or let go at
+        once when even its placement on the empty cluster has the hazard.
+        Returns False (nothing more for the job this cycle)."""
+        log.warning("job %s: %s", d.job_id, d.reason)
+        if self.dry_run:
+            return False
+        self.journal.event("hazard-refused", d.job_id, reason=d.refused, final=d.final)
+        if d.final:
+            self.let_go(d.job_id, d.refused)
+            return False
+        rec = self.records.get(d.job_id) or JobRecord(d.job_id,
+                                                     first_seen=self.first_seen.get(d.job_id))
+        self.refused(d.job_id, replace(rec, phase="waiting"), d.refused)
+        return False
+
+    def refused(self, job_id: int, rec: JobRecord, why: str) -> bool:
+        """A try to release the job failed for a reason that does not go
+        away by itself (its fresh record disagrees with the snapshot, Slurm
+        refuses the pin, its record cannot be read). It backs off, unplanned
+        (claiming no GPU: other jobs are planned as if it were not there),
+        for ``retry_backoff`` seconds, doubled at each refusal; after
+        ``release_tries`` refusals in a row it is let go (:meth:`let_go`).
+        Returns True when it was let go."""
+        n = rec.refusals + 1
+        if self.cfg.release_tries and n >= self.cfg.release_tries:
+            self.let_go(job_id, f"not released after {n} tries: {why}")
+            return True
+        wait = self.cfg.retry_backoff * 2 ** (n - 1)
+        self._save(replace(rec, phase="waiting", refusals=n, refused=why[:500],
+                           retry_at=self.clock() + wait))
+        self.journal.event("release-refused", job_id, reason=why, tries=n, retry_in_s=wait)
+        log.warning("job %s: release refused (%d of %d tries): %s; tried again in %.0fs",
+                    job_id, n, self.cfg.release_tries, why, wait)
+        return False
+
+    def let_go(self, job_id: int, reason: str) -> None:
+        """Take a job the daemon cannot release out of its hands: the reason
+        in its comment (its owner reads it in `squeue -o %k`; no longer a v1
+        tag, so no daemon looks at it again), left held (never cancelled:
+        the fault may be someone else's), listed by `daemon status` under
+        "rejected recently", and not handled again while Slurm lists it
+        (in case the comment could not be written)."""
+        log.warning("job %s: let go: %s", job_id, reason)
+        self.journal.event("let-go", job_id, reason=reason)
+        if not self.dry_run:
+            self._comment_reason(job_id, reason)
+        self.faulted[job_id] = reason
+        self._drop(job_id)
+        self._note_rejected(job_id, reason, "let go")
 
     def rehold(self, d: Decision) -> bool:
         """Hold a released job again (a user hold, ``scontrol uhold``), after

@@ -54,6 +54,14 @@ class Config:
     #: only the first this many releases of a cycle compare alternatives
     #: for best fit (0: all); later ones take the planner's placement
     best_fit_releases: int = 16
+    #: a job whose release is refused (its fresh record disagrees with the
+    #: snapshot, Slurm refuses the pin, its record cannot be read) this many
+    #: times in a row is let go, the reason in its comment: one job the
+    #: daemon cannot release never holds the others' GPUs for good
+    release_tries: int = 3
+    #: after each refused try the job waits this long, doubled each time,
+    #: without planning (so it claims no GPU) before the next try
+    retry_backoff: float = 60.0
     #: "domains": pack jobs a rack can hold into racks in use, keeping whole
     #: multi-node NVLink domains free (slurmtopo.daemon.packing); "": off
     pack: str = ""
@@ -91,6 +99,11 @@ class JobRecord:
     fingerprint: Dict[str, str] = field(default_factory=dict)
     #: the node lists (folded) the daemon pinned on it, the last KEEP_PINS
     pins: Tuple[str, ...] = ()
+    #: releases tried and refused in a row (Config.release_tries), the
+    #: last reason, and when the next try may come (epoch s)
+    refusals: int = 0
+    refused: Optional[str] = None
+    retry_at: Optional[float] = None
 
     def as_dict(self) -> Dict[str, object]:
         return {"job_id": self.job_id, "phase": self.phase, "hosts": list(self.hosts),
@@ -101,7 +114,8 @@ class JobRecord:
                 "released_at": self.released_at, "releases": self.releases,
                 "reholds": self.reholds, "first_seen": self.first_seen,
                 "avoid": dict(self.avoid), "drift": self.drift,
-                "fingerprint": dict(self.fingerprint), "pins": list(self.pins)}
+                "fingerprint": dict(self.fingerprint), "pins": list(self.pins),
+                "refusals": self.refusals, "refused": self.refused, "retry_at": self.retry_at}
 
     @classmethod
     def from_dict(cls, d: Any) -> "JobRecord":
@@ -123,7 +137,10 @@ class JobRecord:
                    first_seen=r.number("first_seen", 0, MAX_EPOCH),
                    avoid=r.until_map("avoid"), drift=r.text("drift", MAX_TEXT),
                    fingerprint=r.text_map("fingerprint"),
-                   pins=tuple(r.texts("pins", MAX_TEXT))[-KEEP_PINS:])
+                   pins=tuple(r.texts("pins", MAX_TEXT))[-KEEP_PINS:],
+                   refusals=r.whole("refusals", 0, MAX_COUNT) or 0,
+                   refused=r.text("refused", MAX_TEXT),
+                   retry_at=r.number("retry_at", 0, MAX_EPOCH))
 
 
 #: bounds of a journal record's values (JobRecord.from_dict)
@@ -317,6 +334,16 @@ class Decision:
     reserved: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
     avoid: Dict[str, float] = field(default_factory=dict)
     notes: Tuple[str, ...] = ()
+    #: the pre-launch hazard warnings of a released placement, one line
+    #: each (slurmtopo.daemon.jobhazards): logged and journalled
+    hazards: Tuple[str, ...] = ()
+    #: a WAIT because the pass refused the release itself (what was free had
+    #: an error hazard under the job's policy): the loop counts it as a
+    #: refused release, so the job backs off unplanned and is let go after
+    #: ``Config.release_tries``, the reason in its comment; at once when
+    #: ``final`` (even its placement on the empty cluster has the hazard)
+    refused: Optional[str] = None
+    final: bool = False
     #: the traceback of a FAULT as text (the event log), and the exception
     #: itself (the daemon's log); never shown to the job's owner
     trace: Optional[str] = None

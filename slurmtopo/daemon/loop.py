@@ -61,7 +61,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from dataclasses import replace
@@ -69,16 +68,18 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurmtopo.daemon import protocol, still_ours
 from slurmtopo.daemon.actions import Actions
-from slurmtopo.daemon.decisions import (FAULT, RELEASE, ClusterView, Config, Decision, JobRecord,
-                                        QueuedJob, fault)
+from slurmtopo.daemon.decisions import (FAULT, LEFT_ALONE, RELEASE, WAIT, ClusterView, Config,
+                                        Decision, JobRecord, QueuedJob, fault, format_wait)
 from slurmtopo.daemon.metrics import NO_METRICS, NoMetrics
+from slurmtopo.daemon.requests import USER_BYTES_PER_CYCLE, Requests, same_file_system
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.spool import (STATUS_FILE, MODES, EventLogLimits, Journal, SpoolError,
                                     prepare_spool, spool_path)
 from slurmtopo.daemon.status import STATUS_KIND
+from slurmtopo.daemon.status import identity as status_identity
 from slurmtopo.daemon.still_ours import TERMINAL
 from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.fileio import atomic_write
+from slurmtopo.fileio import atomic_write, open_file
 from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmJob
 
 log = logging.getLogger("slurmtopo.daemon")
@@ -118,6 +119,14 @@ class Daemon(Actions):
         self.metrics = metrics
         self.records: Dict[int, JobRecord] = self.journal.load()
         self.started = clock()
+        #: who the daemon is, for `daemon status` (its pid, host, boot and
+        #: start: slurmtopo.daemon.status.liveness) and its interval
+        self.identity = status_identity()
+        self.interval: Optional[float] = None
+        #: whether this daemon holds the spool's lock (`slurmtopo daemon
+        #: run` sets it; status.json says so: a daemon without it serves
+        #: no spool)
+        self.locked = False
         self.cycles = 0
         self.first_seen: Dict[int, float] = {}
         self.last_reason: Dict[int, str] = {}
@@ -133,10 +142,12 @@ class Daemon(Actions):
         self.faulted: Dict[int, str] = {}
         #: what the spool could not take in the last cycle (status.json)
         self.spool_error: Optional[str] = None
-        #: comment -> its decoded request (or why not), for the comments of
-        #: the jobs in the last snapshot (see _read_request)
-        self._specs: Dict[str, Tuple[Optional[protocol.DaemonSpec], Optional[str]]] = {}
-        self._specs_seen: Set[str] = set()
+        #: users' requests, decoded once and within budgets; request files
+        #: of jobs that left the queue removed (slurmtopo.daemon.requests)
+        self.requests = Requests(self.spool, clock=clock)
+        if same_file_system(self.spool):
+            log.debug("spool %s: requests/ shares the spool's file system (a user who fills "
+                      "it fills the journal's too: docs/security.md)", self.spool)
 
     # -- helpers -----------------------------------------------------------
 
@@ -183,6 +194,8 @@ class Daemon(Actions):
 
     def _reconcile_one(self, job_id: int, rec: JobRecord, jobs: Mapping[int, SlurmJob]) -> None:
         j = jobs.get(job_id)
+        if j is not None and j.unreadable:
+            return  # nothing in its record can be read: the record stays as it is
         if j is None and rec.phase == "releasing":
             # squeue --json lists finished jobs on 22.05 but not from 23.02
             # on; scontrol still knows them (MinJobAge), and whether a job
@@ -245,23 +258,79 @@ class Daemon(Actions):
             self.inv = inv
 
     def queue(self, jobs: Sequence[SlurmJob]) -> Tuple[List[QueuedJob], List[Decision]]:
-        """The managed queue, and a ``fault`` for each job the daemon
-        failed to read (the others are read all the same)."""
+        """The managed queue, and the decisions made without planning: a
+        ``fault`` for each job the daemon failed to read, a wait for each
+        job backing off after a refused release, a job whose record cannot
+        be read with certainty (the others are read all the same)."""
         out: List[QueuedJob] = []
-        faults: List[Decision] = []
+        direct: List[Decision] = []
         now = self.clock()
-        self._specs_seen = set()
+        self.requests.start_cycle(self.inv)
         for j in jobs:
             try:
+                if j.unreadable:
+                    d = self._unreadable(j, now)
+                    if d is not None:
+                        direct.append(d)
+                    continue
                 q = self._queued(j, now)
             except Exception as exc:  # noqa: BLE001 - the per-job fault barrier
-                faults.append(fault(j.job_id, "reading its request", exc))
+                direct.append(fault(j.job_id, "reading its request", exc))
                 continue
-            if q is not None:
+            if q is None:
+                continue
+            d = self._backing_off(q, now)
+            if d is None and q.spec is None and q.error is None:
+                d = Decision(q.job_id, WAIT, reason=(
+                    f"not planned in this cycle: its owner's requests new to the daemon "
+                    f"reached the per-user budget of {USER_BYTES_PER_CYCLE >> 20} MiB a cycle; "
+                    "read in a later cycle"))
+            if d is not None:
+                direct.append(d)
+            else:
                 out.append(q)
-        for comment in [c for c in self._specs if c not in self._specs_seen]:
-            del self._specs[comment]
-        return out, faults
+        self.requests.end_cycle()
+        return out, direct
+
+    def _unreadable(self, j: SlurmJob, now: float) -> Optional[Decision]:
+        """A job whose record cannot be read with certainty (text a user
+        wrote reads as Slurm's fields, :mod:`slurmtopo.slurm.jobrecord`): the
+        daemon does not act on it, and it claims no GPU. When it is one of
+        the daemon's (in the journal, or its record holds the tag), it is
+        looked at again after a back-off, and let go, with the reason in
+        its comment, after ``release_tries`` looks: never parsed, never
+        released, never a hostage."""
+        rec = self.records.get(j.job_id)
+        if rec is None and not j.maybe_tagged:
+            return None
+        why = still_ours.unreadable_reason(j)
+        self.first_seen.setdefault(j.job_id, now)
+        if rec is None:
+            rec = JobRecord(j.job_id, first_seen=now)
+            self._save(rec)
+        if rec.phase != "waiting":
+            return Decision(j.job_id, LEFT_ALONE, reason=why)
+        if rec.retry_at is not None and now < rec.retry_at:
+            return Decision(j.job_id, LEFT_ALONE, reason=(
+                f"{why}; looked at again in {format_wait(rec.retry_at - now)}"))
+        if self.refused(j.job_id, rec, why):
+            return None
+        return Decision(j.job_id, LEFT_ALONE, reason=(
+            f"{why} ({rec.refusals + 1} of {self.cfg.release_tries} looks; then the daemon "
+            "lets it go)"))
+
+    def _backing_off(self, q: QueuedJob, now: float) -> Optional[Decision]:
+        """A held job whose last release was refused waits, unplanned (so
+        it claims no GPU), until its back-off is over."""
+        rec = q.record
+        if rec is None or rec.retry_at is None or now >= rec.retry_at or rec.phase != "waiting":
+            return None
+        if q.state != "PENDING" or not q.held or q.foreign_hold or q.changed or q.spec is None:
+            return None
+        return Decision(q.job_id, WAIT, reason=(
+            f"backing off: its release was refused ({rec.refused}); tried again in "
+            f"{format_wait(rec.retry_at - now)} ({rec.refusals} of {self.cfg.release_tries} "
+            "tries, then the daemon lets it go with the reason in its comment)"))
 
     def _queued(self, j: SlurmJob, now: float) -> Optional[QueuedJob]:
         rec = self.records.get(j.job_id)
@@ -277,12 +346,23 @@ class Daemon(Actions):
                      j.job_id)
             self._drop(j.job_id)
             return None
+        if (j.array or j.het) and not (j.state == "PENDING" and j.held):
+            self._drop(j.job_id)  # not ours to pin: someone else released it
+            return None
         if rec is None or not rec.fingerprint:
             # first sight: what it was submitted with (docs/daemon.md)
             rec = replace(rec or JobRecord(j.job_id, first_seen=now),
                           fingerprint=j.fingerprint())
             self._save(rec)
-        spec, error = self._read_request(j)
+        if j.array or j.het:
+            spec, error = None, (
+                f"bad slurmtopo request: {'an array' if j.array else 'a heterogeneous'} job "
+                "cannot be placed by the daemon (releasing it releases every "
+                f"{'task' if j.array else 'component'} at once, and Slurm does not pin an "
+                f"{'array' if j.array else 'heterogeneous'} job's nodes); submit each as a "
+                "job of its own")
+        else:
+            spec, error = self.requests.read(j)
         self.first_seen.setdefault(j.job_id, now)
         return QueuedJob(
             job_id=j.job_id, spec=spec, error=error, state=j.state, held=bool(j.held),
@@ -291,25 +371,6 @@ class Daemon(Actions):
             partition=j.partition or "", name=j.name, user=j.user,
             nodes=tuple(j.nodes), gpus=dict(j.gpus or {}), record=rec,
             foreign_hold=still_ours.foreign_hold(j), changed=still_ours.changes(rec, j))
-
-    def _read_request(self, j: SlurmJob) -> Tuple[Optional[protocol.DaemonSpec], Optional[str]]:
-        """(spec, None) or (None, why) for the job's tag. A tag in the
-        comment itself is decoded once and kept while a job carries it (a
-        held job's comment is read every cycle); a pointer to a request
-        file is read every time (the file is the user's)."""
-        hit = self._specs.get(j.comment)
-        if hit is not None:
-            self._specs_seen.add(j.comment)
-            return hit
-        owners = frozenset({j.user_id}) if j.user_id is not None else frozenset()
-        try:
-            out = (protocol.parse_comment(j.comment, self.spool, owners), None)
-        except protocol.ProtocolError as exc:
-            out = (None, f"bad slurmtopo request: {exc.message}")
-        if not protocol.is_pointer(j.comment):
-            self._specs[j.comment] = out
-            self._specs_seen.add(j.comment)
-        return out
 
     def view(self, nodes: Sequence[object], jobs: Sequence[SlurmJob] = ()) -> ClusterView:
         """The cluster as the nodes say, with who holds which GPU as the
@@ -352,11 +413,19 @@ class Daemon(Actions):
         with self.journal.batch():
             self.reconcile(by_id)
             queue, faults = self.queue(jobs)
-            live = {q.job_id for q in queue}
+            if not self.dry_run:
+                try:
+                    self.requests.sweep(jobs)
+                except OSError as exc:  # never a reason to skip the cycle
+                    log.error("requests: sweep failed (%s)", exc.strerror or exc)
+            live = {q.job_id for q in queue} | {d.job_id for d in faults}
             for cache in (self.first_seen, self.last_reason):
                 for job_id in [k for k in cache if k not in live]:
                     del cache[job_id]
             now = self.clock()
+            if not queue:  # nothing held: what planning kept for earlier jobs goes
+                for key in ("ideal", "blocked"):
+                    self.memo.pop(key, None)
             decisions = faults + (decide(queue, self.inv, self.view(nodes, jobs), now, self.cfg,
                                          memo=self.memo) if queue else [])
             skip: set = set()
@@ -382,6 +451,7 @@ class Daemon(Actions):
         """What the spool could not take this cycle, in one log line (and
         in the next status.json); nothing when all was written."""
         problems = self.journal.take_problems()
+        self.metrics.spool_problem(bool(problems))
         if not problems:
             self.spool_error = None
             return
@@ -424,7 +494,7 @@ class Daemon(Actions):
             })
         problems = list(self.journal.problems)
         doc = {"slurmtopo": STATUS_KIND, "version": 1,
-               "daemon": {"pid": os.getpid(), "host": socket.gethostname(),
+               "daemon": {**self.identity, "interval": self.interval, "locked": self.locked,
                           "started": self.started, "at": self.clock(), "cycles": self.cycles,
                           "cycle_s": round(duration, 3), "inventory": self.inventory_label,
                           "dry_run": self.dry_run, "on_reject": self.on_reject,
@@ -436,6 +506,29 @@ class Daemon(Actions):
                          json.dumps(doc, indent=1, default=str) + "\n", mode=MODES[STATUS_FILE])
         except SlurmtopoError as exc:
             self.journal.problem(f"cannot write {STATUS_FILE}: {exc.message}")
+            doc["daemon"]["spool_error"] = "; ".join(self.journal.problems)
+            self._status_in_place(json.dumps(doc, indent=1, default=str) + "\n")
+
+    def _status_in_place(self, text: str) -> None:
+        """A full spool took no new status.json: the old one is rewritten in
+        place (emptied first, so the space it held is there for it), so
+        that `daemon status` shows the SPOOL PROBLEM now rather than a
+        stale cycle. Not atomic: a reader may meet it half-written once
+        (one error line); only on this path."""
+        try:
+            fd = open_file(self.spool, STATUS_FILE, os.O_WRONLY, {os.geteuid()}, "status file")
+        except (OSError, SlurmtopoError):
+            return
+        try:
+            os.ftruncate(fd, 0)
+            data, done = text.encode(), 0
+            while done < len(data):
+                done += os.pwrite(fd, data[done:], done)
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     # -- the loop ----------------------------------------------------------
 
@@ -447,6 +540,7 @@ class Daemon(Actions):
         is tried again at the next interval."""
         rc = 0
         n = 0
+        self.interval = interval
         while not self.stop_event.is_set():
             try:
                 self.cycle()

@@ -28,6 +28,7 @@ import os
 import socket
 import stat
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, Mapping, Optional, Sequence
 
 from slurmtopo.daemon.decisions import (FAULT, LEFT_ALONE, OUTSIDE, REHOLD, REJECT, RELEASE,
@@ -46,6 +47,8 @@ REASONS = (
     "wait-reserved",         # held: the GPUs it could use are reserved for a higher-priority job
     "wait-release-limit",    # held: not planned this cycle (--max-releases reached)
     "wait-no-room",          # held: no placement meeting its requirements is free
+    "wait-backoff",          # held, unplanned: its last release was refused; backing off
+    "wait-hazard",           # held: what was free for it has an error hazard (its policy)
     "reject-request",        # rejected: its request (tag, request file) is not valid
     "reject-never-fits",     # rejected: it can never run on this cluster as asked
     "rehold-lost-race",      # held again: another job took its pinned GPUs
@@ -74,10 +77,14 @@ CYCLE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 #: the textfile's mode: node-exporter (its own user) reads it; nothing in
 #: it is more than what `slurmtopo daemon status` shows every user
 TEXTFILE_MODE = 0o644
-#: seconds an HTTP client may stay silent before it is dropped (one
-#: request is served at a time, so a silent connection must not hold the
-#: port for good)
-HTTP_TIMEOUT_S = 10
+#: seconds one HTTP client may take for its whole request and our answer
+#: (a client that sends a byte every few seconds is dropped at this
+#: deadline, whatever it sends)
+HTTP_DEADLINE_S = 10.0
+#: HTTP clients served at once, at most; one more is closed at once
+HTTP_MAX_CLIENTS = 16
+#: the longest request (line and headers) read
+HTTP_MAX_REQUEST = 8192
 
 
 def reason_of(d: Decision) -> str:
@@ -87,9 +94,13 @@ def reason_of(d: Decision) -> str:
         return {"preferred": "release-preferred",
                 "fallback": "release-fallback"}.get(d.taken or "", "release-best")
     if a == WAIT:
+        if d.refused is not None:
+            return "wait-hazard"
         text = d.reason or ""
         if text.startswith("not planned in this cycle"):
             return "wait-release-limit"
+        if text.startswith("backing off"):
+            return "wait-backoff"
         if text.startswith(("the GPUs it could use are reserved for job",
                             "the free GPUs it could use are reserved for job")):
             return "wait-reserved"
@@ -119,6 +130,9 @@ class NoMetrics:
 
     def publish(self) -> None:
         """Write the textfile, where there is one."""
+
+    def spool_problem(self, problem: bool) -> None:
+        """Whether the last cycle could not write everything to the spool."""
 
     def close(self) -> None:
         """Stop serving."""
@@ -203,6 +217,8 @@ class Recorder(NoMetrics):
         self.errors = pc.Counter(p + "errors", "Errors, by kind", ["kind"], registry=r)
         self.last_success = pc.Gauge(p + "last_success_timestamp_seconds", "When the last "
                                      "successful cycle ended (Unix time)", registry=r)
+        self.spool = pc.Gauge(p + "spool_problem", "1 when the last cycle could not write "
+                              "everything to the spool (full, read-only), else 0", registry=r)
         for reason in REASONS:  # every series exists from the start, at 0
             self.jobs.labels(reason)
             self.decisions.labels(reason)
@@ -279,37 +295,125 @@ class Recorder(NoMetrics):
         self._write_failed = False
 
     def serve(self, addr: str, port: int) -> None:
-        """Serve the metrics on ``addr:port`` from a thread, one request
-        at a time, a client silent for :data:`HTTP_TIMEOUT_S` dropped.
+        """Serve the metrics on ``addr:port`` (:class:`MetricsServer`).
         Port 0 takes a free one (:attr:`address` says which)."""
-        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
-        class Quiet(WSGIRequestHandler):
-            timeout = HTTP_TIMEOUT_S
-
-            def log_message(self, format, *args):  # noqa: A002 - the base class's name
-                pass
-
-        class Server(WSGIServer):
-            address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-
         try:
-            self._server = make_server(addr, port, self._pc.make_wsgi_app(self.registry),
-                                       server_class=Server, handler_class=Quiet)
+            self._server = MetricsServer(addr, port, self.text)
         except (OSError, OverflowError) as exc:
             why = getattr(exc, "strerror", None) or exc
             raise SlurmtopoError(f"cannot serve metrics on {addr} port {port} ({why})") \
                 from None
         self.address = self._server.server_address[:2]
-        threading.Thread(target=self._server.serve_forever, name="slurmtopo-metrics",
-                         daemon=True).start()
+        self._server.start()
         log.info("metrics on http://%s:%d/metrics", *self.address)
+
+    def spool_problem(self, problem: bool) -> None:
+        self.spool.set(1 if problem else 0)
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
+
+
+class MetricsServer(ThreadingHTTPServer):
+    """``/metrics`` over HTTP, each client in a thread of its own with a
+    deadline for everything it does (:data:`HTTP_DEADLINE_S`: a client
+    that sends a byte every few seconds is cut off there, whatever a
+    socket time-out would allow), at most :data:`HTTP_MAX_CLIENTS` at
+    once (one more is closed at once). One client never delays another,
+    and :meth:`stop` returns at once: it closes every client's socket and
+    waits for none (the threads are daemons; SIGTERM ended the daemon
+    only when the silent client went away)."""
+
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+
+    def __init__(self, addr: str, port: int, text):
+        self.address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        self.text = text
+        #: client socket -> the timer that cuts it off at its deadline
+        self._clients: Dict[object, threading.Timer] = {}
+        self._guard = threading.Lock()
+        super().__init__((addr, port), _MetricsHandler)
+
+    def start(self) -> None:
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
+                         name="slurmtopo-metrics", daemon=True).start()
+
+    def process_request(self, request, client_address):
+        # the deadline: the socket is shut after it, whatever the client does
+        timer = threading.Timer(HTTP_DEADLINE_S, _cut, (request,))
+        timer.daemon = True
+        with self._guard:
+            full = len(self._clients) >= HTTP_MAX_CLIENTS
+            if not full:
+                self._clients[request] = timer
+        if full:
+            self.shutdown_request(request)
+            return
+        timer.start()
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        with self._guard:
+            timer = self._clients.pop(request, None)
+        if timer is not None:
+            timer.cancel()
+        super().shutdown_request(request)
+
+    def stop(self) -> None:
+        """Stop accepting and cut every client off; waits for nothing."""
+        self.shutdown()
+        with self._guard:
+            clients = list(self._clients)
+        for request in clients:
+            _cut(request)
+        self.server_close()
+
+
+def _cut(sock) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    """GET /metrics (or /): the exposition; anything else 404. Nothing
+    the client sends is echoed or logged."""
+
+    timeout = HTTP_DEADLINE_S
+    protocol_version = "HTTP/1.0"
+
+    def handle(self) -> None:
+        try:
+            self.raw_requestline = self.rfile.readline(HTTP_MAX_REQUEST + 1)
+            if not self.raw_requestline or len(self.raw_requestline) > HTTP_MAX_REQUEST:
+                return
+            if not self.parse_request():
+                return
+            if self.command != "GET":
+                self.send_error(405)
+                return
+            if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+                self.send_error(404)
+                return
+            body = self.server.text()  # type: ignore[attr-defined]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (OSError, ValueError):
+            return  # cut off at the deadline, or went away
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+    def log_error(self, format, *args):  # noqa: A002 - the base class's name
+        pass
 
 
 def recorder(textfile: Optional[str], serving: bool) -> NoMetrics:

@@ -13,11 +13,14 @@ longer than 1024 bytes; when the JSON would make the comment longer than
 atomically *before* the job is submitted, and the comment only points at
 it::
 
-    slurmtopo:v1:@3f2a9c0d1e7b5a42        ->  <spool>/requests/3f2a9c0d1e7b5a42.json
+    slurmtopo:v1:@3f2a9c0d1e7b5a42c81f07d9e2b4a6c3  ->  <spool>/requests/3f2a...c3.json
 
 (the name is the first 16 hex digits of the SHA-256 of the submitting
 uid and the file's text, so a pointer can never name a different request
-and two users' identical requests never share a name). Keeping the request in Slurm is the
+and two users' identical requests never share a name, then 16 random hex
+digits, so that no one can take the name first: everyone may create files
+in ``requests/``, and a name another user made there cannot be replaced).
+Keeping the request in Slurm is the
 point: nothing but Slurm has to survive for the daemon to find every job it
 manages after a restart, and no shared file system is needed between login
 nodes and the daemon's host in the common case.
@@ -40,6 +43,14 @@ JSON fields (all but ``layout`` optional)::
                absent); the daemon plans only placements it can start
                (torchrun: node-contiguous ranks); a name this daemon does
                not know is a bad request
+    work       the job's training step: framework, data-parallel style,
+               overlaps, NCCL release and model description
+               (:mod:`slurmtopo.daemon.jobstep`), so the daemon prices the
+               step plan priced; absent: the default model
+    hazards    the job's hazard policy and NCCL release (``--hazard``,
+               ``--nccl-version``: :mod:`slurmtopo.daemon.jobhazards`), so
+               the daemon checks the placement it pins as ``sbatch``
+               checked its plan; absent: each rule's own severity
 
 Comments the daemon writes back: a job it rejects (its layout can never
 fit) gets ``slurmtopo:rejected: <reason>`` before it is cancelled (or left
@@ -54,6 +65,11 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
+from slurmtopo.daemon.jobhazards import (NO_HAZARDS, JobHazards, hazards_from_dict,
+                                         hazards_to_dict)
+from slurmtopo.daemon.jobstep import work_from_dict, work_to_dict
+from slurmtopo.daemon.wire import show as _show
+from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.launchers import DEFAULT as DEFAULT_LAUNCHER
 
@@ -105,6 +121,8 @@ class DaemonSpec:
     source: str = "comment"  # "comment" or the spool file's path
     #: the job's launcher, a name of :func:`slurmtopo.launchers.names`
     launcher: str = DEFAULT_LAUNCHER
+    #: the job's hazard policy and NCCL release, as submitted
+    hazards: JobHazards = NO_HAZARDS
 
 
 # --------------------------------------------------------------------------
@@ -112,9 +130,10 @@ class DaemonSpec:
 
 
 def request_to_dict(req, shape: Optional[Shape] = None,
-                    launcher: Optional[str] = None) -> Dict[str, Any]:
+                    launcher: Optional[str] = None,
+                    hazards: Optional[JobHazards] = None) -> Dict[str, Any]:
     """The v1 JSON form of a JobRequest (compact: defaults left out, srun
-    among them)."""
+    among them; ``hazards`` only when a policy or NCCL release was given)."""
     from slurmtopo.hostlist import fold_hostlist
 
     lay = req.layout
@@ -151,6 +170,10 @@ def request_to_dict(req, shape: Optional[Shape] = None,
         out["shape"] = shape.as_dict()
     if launcher is not None and launcher != DEFAULT_LAUNCHER:
         out["launcher"] = launcher
+    if getattr(req, "workload", None) is not None:
+        out["work"] = work_to_dict(req.workload)
+    if hazards_to_dict(hazards) is not None:
+        out["hazards"] = hazards_to_dict(hazards)
     return out
 
 
@@ -175,12 +198,14 @@ def request_file_name(text: str, uid: Optional[int] = None) -> str:
 
 
 def make_comment(req, shape: Optional[Shape] = None, spool: Optional[str] = None,
-                 limit: int = COMMENT_LIMIT, launcher: Optional[str] = None) -> str:
+                 limit: int = COMMENT_LIMIT, launcher: Optional[str] = None,
+                 hazards: Optional[JobHazards] = None) -> str:
     """The job comment carrying ``req`` (and the job's ``launcher``, when
-    not srun). When it would be longer than
-    ``limit`` the request is written (atomically) under ``spool/requests``
-    and the comment points at it; without a spool that is an error."""
-    text = dumps_compact(request_to_dict(req, shape, launcher))
+    not srun, and its ``hazards`` policy and NCCL release). When it would be longer than
+    ``limit`` the request is written under ``spool/requests`` (a new file,
+    :func:`write_request_file`) and the comment points at it; without a
+    spool that is an error."""
+    text = dumps_compact(request_to_dict(req, shape, launcher, hazards))
     comment = PREFIX + text
     if len(comment.encode()) <= limit:
         return comment
@@ -189,15 +214,68 @@ def make_comment(req, shape: Optional[Shape] = None, spool: Optional[str] = None
             f"the job's slurmtopo request is {len(comment)} bytes, more than a Slurm comment "
             f"holds ({limit}); give the daemon's --spool directory so it can be passed as a file "
             "(long --nodelist/--exclude lists are the usual cause)")
-    from slurmtopo.fileio import atomic_write
+    return f"{PREFIX}@{write_request_file(spool, text)}"
 
-    name = request_file_name(text, os.geteuid())
+
+#: tries to find a name no one has taken in requests/ (16 random hex
+#: digits: a collision is never expected; a taken name is tried again)
+NAME_TRIES = 8
+
+
+def write_request_file(spool: str, text: str, uid: Optional[int] = None) -> str:
+    """Write ``text`` as a new request file in ``<spool>/requests`` and
+    return its name: the hash of the user's uid and ``text``, then 16
+    random hex digits. The file is created new (``O_EXCL``, no link
+    followed), 0644 whatever the umask, written and synced before the job
+    that points at it exists; a name someone else made first is never
+    written through or replaced: another one is drawn. A write that fails
+    leaves no file. (``uid``: the submitting user's, this process's by
+    default.)"""
+    import secrets
+
     directory = os.path.join(spool, REQUESTS_DIR)
     if not os.path.isdir(directory):
         raise SlurmtopoError(f"the daemon's spool has no {REQUESTS_DIR}/ directory (the daemon "
                              "makes it when it starts: is --spool the daemon's?)", spool)
-    atomic_write(os.path.join(directory, name + ".json"), text + "\n", mode=0o644)
-    return f"{PREFIX}@{name}"
+    data = (text + "\n").encode()
+    base = request_file_name(text, os.geteuid() if uid is None else uid)
+    try:  # O_PATH: users may create files in requests/ (1733), not list it
+        dfd = os.open(directory, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY
+                      | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise SlurmtopoError(f"cannot use the spool's {REQUESTS_DIR}/ directory "
+                             f"({exc.strerror})", directory) from None
+    try:
+        for _ in range(NAME_TRIES):
+            name = base + secrets.token_hex(8)
+            try:
+                fd = os.open(name + ".json", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise SlurmtopoError(f"cannot write the job's request file ({exc.strerror})",
+                                     os.path.join(directory, name + ".json")) from None
+            try:
+                os.fchmod(fd, 0o644)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError as exc:
+                os.close(fd)
+                try:
+                    os.unlink(name + ".json", dir_fd=dfd)
+                except OSError:
+                    pass
+                raise SlurmtopoError(f"cannot write the job's request file ({exc.strerror})",
+                                     os.path.join(directory, name + ".json")) from None
+            os.close(fd)
+            return name
+    finally:
+        os.close(dfd)
+    raise SlurmtopoError(f"no free name for the job's request file after {NAME_TRIES} tries",
+                         directory)
 
 
 # --------------------------------------------------------------------------
@@ -222,7 +300,7 @@ MAX_WAIT_S = 30 * 24 * 3600
 MAX_MESSAGE_BYTES = 1 << 50
 
 _FIELDS = ("layout", "require", "prefer", "wait", "gpn", "exclusive", "nodelist", "exclude",
-           "msg", "shape", "launcher")
+           "msg", "shape", "launcher", "work", "hazards")
 _SHAPE_FIELDS = {"nodes": "nodes", "gpn": "gpus_per_node", "tpn": "tasks_per_node"}
 
 
@@ -235,6 +313,20 @@ def is_pointer(comment: Optional[str]) -> bool:
     return is_tagged(comment) and comment[len(PREFIX):].strip().startswith("@")
 
 
+def valid_name(name: str) -> bool:
+    """A request file's name as this or an earlier release writes it: 32
+    hex digits (hash and random part), or 16 (the hash alone)."""
+    return len(name) in (16, 32) and all(c in "0123456789abcdef" for c in name)
+
+
+def pointer_name(comment: Optional[str]) -> Optional[str]:
+    """The request file a comment points at (its name), or None."""
+    if not is_pointer(comment):
+        return None
+    name = comment[len(PREFIX):].strip()[1:]
+    return name if valid_name(name) else None
+
+
 def rejected_comment(reason: str) -> str:
     """``slurmtopo:rejected: <reason>``, one printable line cut to fit a
     Slurm comment."""
@@ -245,13 +337,6 @@ def rejected_comment(reason: str) -> str:
     if len(raw) > COMMENT_LIMIT:
         text = raw[:COMMENT_LIMIT - 3].decode(errors="ignore") + "..."
     return text
-
-
-def _show(value: Any) -> str:
-    """A user's value quoted in an error message: short, one line."""
-    from slurmtopo.termsafe import printable
-
-    return printable(repr(value), 40)
 
 
 def _whole(value: Any, what: str, low: int, high: int) -> int:
@@ -292,15 +377,31 @@ def _hostlist(value: Any, what: str) -> str:
     return value
 
 
+def _known(text: str, what: str, index, strict: bool) -> Tuple[str, ...]:
+    """The inventory's names that the hostlist ``text`` names, never
+    expanding it; with ``strict`` every name it counts must be one."""
+    from slurmtopo.hostlist import HostlistError, select_hostlist
+
+    try:
+        names, count = select_hostlist(text, index, what)
+    except HostlistError as exc:
+        from slurmtopo.termsafe import printable
+
+        raise ProtocolError(printable(str(exc), 160)) from None
+    if strict and count > len(names):
+        raise ProtocolError(f"{what} names {count - len(names):,} node(s) not in the daemon's "
+                            "inventory")
+    return tuple(names)
+
+
 def _layout(value: Any):
     from slurmtopo.groups import MAX_WORLD, Layout
 
     if not isinstance(value, dict):
         raise ProtocolError("the slurmtopo request has no layout")
-    known = {f.name for f in fields(Layout)}
-    bad = sorted(k for k in value if k not in known)
-    if bad:
-        raise ProtocolError("unknown layout field(s): " + ", ".join(_show(k) for k in bad[:5]))
+    why = unknown_fields(value, {f.name for f in fields(Layout)}, "layout")
+    if why:
+        raise ProtocolError(why)
     kw: Dict[str, Any] = {}
     for key, v in value.items():
         if key in ("order", "convention"):
@@ -330,17 +431,22 @@ def _shape(value: Any) -> Shape:
         return Shape()
     if not isinstance(value, dict):
         raise ProtocolError(f"shape must be an object (nodes, gpn, tpn), got {_show(value)}")
-    bad = sorted(k for k in value if k not in _SHAPE_FIELDS)
-    if bad:
-        raise ProtocolError("unknown shape field(s): " + ", ".join(_show(k) for k in bad[:5]))
+    why = unknown_fields(value, _SHAPE_FIELDS, "shape")
+    if why:
+        raise ProtocolError(why)
     high = {"nodes": MAX_NAMES, "gpn": MAX_GPUS_PER_NODE, "tpn": MAX_TASKS_PER_NODE}
     return Shape(**{_SHAPE_FIELDS[k]: None if v is None else _whole(v, f"shape.{k}", 1, high[k])
                     for k, v in value.items()})
 
 
-def spec_from_dict(data: Any, source: str = "comment") -> DaemonSpec:
+def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec:
     """Validate the v1 JSON and build the JobRequest; ProtocolError (one
-    line) for anything wrong, whatever ``data`` is."""
+    line) for anything wrong, whatever ``data`` is. With ``index`` (the
+    daemon's inventory as a :class:`slurmtopo.hostlist.HostIndex`) the
+    request keeps only the inventory's names of ``nodelist`` and
+    ``exclude``, found without expanding them (a 65,536-name exclude costs
+    what the inventory's names cost), and a ``nodelist`` that names nodes
+    the inventory lacks is refused."""
     from slurmtopo.request import JobRequest
 
     if not isinstance(data, dict):
@@ -368,30 +474,42 @@ def spec_from_dict(data: Any, source: str = "comment") -> DaemonSpec:
         nodelist = data.get("nodelist")
         if nodelist is not None:
             nodelist = _hostlist(nodelist, "nodelist") or ()
+            if nodelist and index is not None:
+                nodelist = _known(nodelist, "nodelist", index, strict=True)
         exclude = data.get("exclude")
         exclude = () if exclude is None else _hostlist(exclude, "exclude")
+        if exclude and index is not None:
+            exclude = _known(exclude, "exclude", index, strict=False) or ()
         shape = _shape(data.get("shape"))
         launcher = _launcher(data.get("launcher"))
+        try:
+            workload = work_from_dict(data.get("work"))
+            hazards = hazards_from_dict(data.get("hazards"))
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
         req = JobRequest(layout=layout, require=levels["require"], prefer=levels["prefer"],
                          gpus_per_node=gpn, exclusive=exclusive, nodelist=nodelist,
-                         exclude=exclude or (), message_bytes=msg, wait=wait)
+                         exclude=exclude or (), message_bytes=msg, wait=wait,
+                         workload=workload)
     except ProtocolError:
         raise
     except SlurmtopoError as exc:
         raise ProtocolError(exc.message) from None
     except ValueError as exc:  # a hostlist ClusterShell cannot read
         raise ProtocolError(f"bad slurmtopo request: {_show(str(exc))}") from None
-    return DaemonSpec(request=req, shape=shape, source=source, launcher=launcher)
+    return DaemonSpec(request=req, shape=shape, source=source, launcher=launcher,
+                      hazards=hazards)
 
 
 def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] = None
                       ) -> Tuple[str, str]:
-    """(text, path) of the request file ``name`` (16 hex digits) in
+    """(text, path) of the request file ``name`` (:func:`valid_name`) in
     ``<spool>/requests``: opened without following a link or blocking on a
     FIFO, a regular file owned by one of ``owners`` (None: not checked) of
-    at most MAX_REQUEST_BYTES, whose SHA-256 starts with its name
-    (:func:`request_file_name`: with an owner's uid, this process's when
-    ``owners`` is None, or without one as earlier releases named it)."""
+    at most MAX_REQUEST_BYTES, whose SHA-256 starts with the name's first
+    16 hex digits (:func:`request_file_name`: with an owner's uid, this
+    process's when ``owners`` is None, or without one as earlier releases
+    named it)."""
     from slurmtopo.fileio import read_file
 
     directory = os.path.join(spool, REQUESTS_DIR)
@@ -408,18 +526,25 @@ def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] =
     except UnicodeDecodeError:
         raise ProtocolError(f"request file {path} is not UTF-8 text") from None
     uids = owners if owners is not None else (os.geteuid(),)
-    if name != request_file_name(body) and all(name != request_file_name(body, u) for u in uids):
+    digest = name[:16]
+    salted = any(digest == request_file_name(body, u) for u in uids)
+    if not salted and (len(name) != 16 or digest != request_file_name(body)):
         raise ProtocolError(f"request file {path} does not match its name (edited?)")
     return body, path
 
 
 def parse_comment(comment: Optional[str], spool: Optional[str] = None,
-                  owners: Optional[Collection[int]] = None) -> Optional[DaemonSpec]:
+                  owners: Optional[Collection[int]] = None, index=None,
+                  sizes: Optional[list] = None) -> Optional[DaemonSpec]:
     """The request a job comment carries; None when the comment is not a
     v1 tag (the job is not the daemon's). Raises ProtocolError, and only
     that, when it is a tag but cannot be read. ``owners``: the uids that
     may own a request file the comment points at (the daemon passes the
-    job's owner; None: not checked)."""
+    job's owner; None: not checked). ``index``: the daemon's inventory
+    (:class:`slurmtopo.hostlist.HostIndex`): ``nodelist`` and ``exclude``
+    are then compared with it, never expanded (:func:`spec_from_dict`).
+    ``sizes``: a list the request file's size is appended to (what reading
+    it cost)."""
     if not is_tagged(comment):
         return None
     if len(comment) > MAX_COMMENT_BYTES:
@@ -429,15 +554,17 @@ def parse_comment(comment: Optional[str], spool: Optional[str] = None,
     source = "comment"
     if body.startswith("@"):
         name = body[1:]
-        if not 0 < len(name) <= 64 or not all(c in "0123456789abcdef" for c in name):
+        if not valid_name(name):
             raise ProtocolError(f"bad request file name {_show(name)} in the job comment")
         if not spool:
             raise ProtocolError("the request is in a spool file but the daemon has no --spool")
         body, source = read_request_file(spool, name, owners)
-    from slurmtopo.daemon.boundedjson import JsonRefused, loads
+        if sizes is not None:
+            sizes.append(len(body))
+    from slurmtopo.boundedjson import JsonRefused, loads
 
     try:
         data = loads(body, MAX_DEPTH)
     except JsonRefused as exc:
         raise ProtocolError(f"the slurmtopo request is refused: {exc}") from None
-    return spec_from_dict(data, source)
+    return spec_from_dict(data, source, index)

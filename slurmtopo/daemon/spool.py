@@ -7,8 +7,9 @@
   ``events.log.1`` ... ``events.log.<keep>`` (:class:`EventLogLimits`);
 * ``status.json`` -- what ``slurmtopo daemon status`` shows (written by the
   loop, :data:`STATUS_FILE`);
-* ``daemon.lock`` -- the ``flock`` that keeps a second daemon off the same
-  spool (:class:`SpoolLock`);
+* ``private/daemon.lock`` -- the ``flock`` that keeps a second daemon off
+  the same spool (:class:`SpoolLock`), in a directory only the daemon's
+  user may enter, so that no one else can open it, let alone lock it;
 * ``requests/`` -- request files too long for a job comment, written by
   users (:mod:`slurmtopo.daemon.protocol`).
 
@@ -48,6 +49,8 @@ JOURNAL_FILE = "journal.json"
 JOURNAL_KIND = "daemon-journal"
 EVENTS_FILE = "events.log"
 LOCK_FILE = "daemon.lock"
+#: the daemon's own directory in the spool (0700): its lock
+PRIVATE_DIR = "private"
 #: where a journal that cannot be read is set aside (one, replaced)
 DAMAGED_SUFFIX = ".bad"
 
@@ -55,11 +58,15 @@ DAMAGED_SUFFIX = ".bad"
 #: umask: the journal and the event log are the daemon's alone (they hold
 #: every user's jobs); status.json is world-readable because `slurmtopo
 #: daemon status` is for users (it shows what squeue shows: job ids,
-#: names, users, reasons), and so is the lock (status reads the daemon's
-#: pid from it); the spool itself 0755 and requests/ 1733 (see the module
-#: doc)
+#: names, users, reasons). The lock is the daemon's alone (0600 in the
+#: 0700 private/): a lock others could open, others could hold (`flock -s`
+#: kept the daemon from starting; `flock -x` made `daemon status` report a
+#: daemon that was not there); users tell whether it runs from its
+#: process (slurmtopo.daemon.status.liveness). The spool itself 0755 and
+#: requests/ 1733 (see the module doc)
 MODES = {JOURNAL_FILE: 0o600, EVENTS_FILE: 0o600, JOURNAL_FILE + DAMAGED_SUFFIX: 0o600,
-         STATUS_FILE: 0o644, LOCK_FILE: 0o644, ".": 0o755, REQUESTS_DIR: 0o1733}
+         STATUS_FILE: 0o644, LOCK_FILE: 0o600, ".": 0o755, REQUESTS_DIR: 0o1733,
+         PRIVATE_DIR: 0o700}
 #: the largest journal read back (1,000 jobs take about 0.5 MiB)
 MAX_JOURNAL_BYTES = 64 << 20
 #: nesting of the journal document (document, jobs, record, gpus, list)
@@ -113,6 +120,18 @@ def _refuse(what: str, path: str) -> SlurmtopoError:
                           "(docs/security.md)", path)
 
 
+def _make_dir(path: str, mode: int, what: str) -> None:
+    """``path`` made (0700 first, then ``mode`` whatever the umask) unless
+    something is there already (the caller checks what)."""
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, mode)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise SlurmtopoError(f"cannot create {what} ({exc.strerror})", path) from None
+
+
 def prepare_spool(spool: str) -> None:
     """Make the spool (0755) and its ``requests/`` (1733) when missing, and
     refuse to run on one that someone else owns or may write into (a user
@@ -145,15 +164,16 @@ def prepare_spool(spool: str) -> None:
         raise _refuse(f"the spool directory is writable by its group or others (mode "
                       f"{stat.S_IMODE(st.st_mode):04o}; make it 0755: users write only into "
                       f"{REQUESTS_DIR}/)", spool)
+    private = os.path.join(spool, PRIVATE_DIR)
+    _make_dir(private, MODES[PRIVATE_DIR], "the daemon's private directory")
+    st = os.lstat(private)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != euid:
+        raise _refuse(f"{PRIVATE_DIR} in the spool is not a directory of the daemon's user "
+                      f"(uid {euid})", private)
+    if stat.S_IMODE(st.st_mode) != MODES[PRIVATE_DIR]:
+        os.chmod(private, MODES[PRIVATE_DIR])
     path = os.path.join(spool, REQUESTS_DIR)
-    try:
-        os.mkdir(path, 0o700)
-        os.chmod(path, MODES[REQUESTS_DIR])
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise SlurmtopoError(f"cannot create the request directory ({exc.strerror})",
-                             path) from None
+    _make_dir(path, MODES[REQUESTS_DIR], "the request directory")
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise _refuse(f"{REQUESTS_DIR} in the spool is not a directory", path)
@@ -236,7 +256,7 @@ class Journal:
         return out
 
     def _read_journal(self) -> list:
-        from slurmtopo.daemon.boundedjson import JsonRefused, loads
+        from slurmtopo.boundedjson import JsonRefused, loads
 
         try:
             raw = read_file(self.spool, JOURNAL_FILE, MAX_JOURNAL_BYTES, {os.geteuid()},
@@ -274,7 +294,7 @@ class Journal:
         return []
 
     def _read_record(self, name: str) -> Optional[JobRecord]:
-        from slurmtopo.daemon.boundedjson import JsonRefused, loads
+        from slurmtopo.boundedjson import JsonRefused, loads
 
         path = os.path.join(self.legacy_dir, name)
         try:
@@ -466,7 +486,7 @@ def read_events(spool: str, job_id: Optional[int] = None, limit: Optional[int] =
     ``events.log`` that is not a regular file, or that the caller may not
     read (it is the daemon's alone), is a SlurmtopoError; a rotated log
     that cannot be used ends the walk back."""
-    from slurmtopo.daemon.boundedjson import JsonRefused, loads
+    from slurmtopo.boundedjson import JsonRefused, loads
 
     spool = spool_path(spool)
     chunks: List[bytes] = []
@@ -513,16 +533,21 @@ def _why(exc: Exception) -> str:
 
 
 class SpoolLock:
-    """``flock`` on ``<spool>/daemon.lock``: one daemon per spool."""
+    """``flock`` on ``<spool>/private/daemon.lock``: one daemon per spool.
+    Only the daemon's user can open it (0600 in a 0700 directory), so no
+    one else can hold it; the lock of earlier releases, ``<spool>/daemon.lock``
+    (0644: any user could lock it), is removed once this one is held."""
 
     def __init__(self, spool: str):
         self.spool = spool_path(spool)
-        self.path = os.path.join(self.spool, LOCK_FILE)
+        self.directory = os.path.join(self.spool, PRIVATE_DIR)
+        self.path = os.path.join(self.directory, LOCK_FILE)
         self.fd: Optional[int] = None
 
     def acquire(self) -> None:
+        prepare_spool(self.spool)
         try:
-            fd = open_file(self.spool, LOCK_FILE, os.O_RDWR | os.O_CREAT, {os.geteuid()},
+            fd = open_file(self.directory, LOCK_FILE, os.O_RDWR | os.O_CREAT, {os.geteuid()},
                            "lock file", MODES[LOCK_FILE])
         except OSError as exc:
             raise SlurmtopoError(f"cannot open the daemon's lock file ({exc.strerror}); is "
@@ -537,9 +562,29 @@ class SpoolLock:
             from slurmtopo.termsafe import printable
             raise SlurmtopoError(f"another slurmtopo daemon (pid {printable(other, 20) or '?'}) "
                                  "is running on this spool directory", self.path) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:  # the pid is for the admin's eyes only; a full spool must not stop the start
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
         self.fd = fd
+        self._drop_old_lock()
+
+    def _drop_old_lock(self) -> None:
+        """The world-readable lock of earlier releases: removed (a user
+        holding it no longer matters, nor does anyone read it)."""
+        try:
+            dfd = open_dir(self.spool)
+        except (OSError, SlurmtopoError):
+            return
+        try:
+            st = os.stat(LOCK_FILE, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.unlink(LOCK_FILE, dir_fd=dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
 
     def release(self) -> None:
         if self.fd is not None:
@@ -547,20 +592,25 @@ class SpoolLock:
             self.fd = None
 
     @staticmethod
-    def holder(spool: str) -> Optional[str]:
-        """The pid holding the lock, or None when no daemon runs (or the
-        lock file is not one: a link or a FIFO is never opened)."""
+    def probe(spool: str) -> Optional[bool]:
+        """Whether a daemon holds the lock: True or False for the daemon's
+        user (root too), None for anyone else (the lock is not theirs to
+        open: they tell from the daemon's process,
+        :func:`slurmtopo.daemon.status.liveness`)."""
+        directory = os.path.join(spool_path(spool), PRIVATE_DIR)
         try:
-            fd = open_file(spool_path(spool), LOCK_FILE, os.O_RDONLY, None, "lock file")
+            fd = open_file(directory, LOCK_FILE, os.O_RDONLY, {os.geteuid()} if os.geteuid()
+                           else None, "lock file")
+        except FileNotFoundError:
+            return False if os.access(directory, os.X_OK) else None
         except (OSError, SlurmtopoError):
             return None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except OSError:
-                text = os.pread(fd, 64, 0).decode(errors="replace").strip()
-                return text if text.isdigit() else "?"
+                return True
             fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
+            return False
         finally:
             os.close(fd)

@@ -42,6 +42,14 @@ def pin_text(hosts: Iterable[str]) -> str:
     return ",".join(sorted(hosts))
 
 
+def unreadable_reason(job: SlurmJob) -> str:
+    """Why the daemon does not act on a job whose record it cannot read
+    with certainty (:attr:`SlurmJob.unreadable`)."""
+    return (f"Slurm's record of the job cannot be read with certainty "
+            f"({printable(job.unreadable, 80)}): text in the job's name, comment, paths or "
+            "command line reads as Slurm's own fields; the daemon does not act on it")
+
+
 def foreign_hold(job: SlurmJob) -> Optional[str]:
     """The reason of a hold on a pending job that is not the protocol's
     (``JobHeldAdmin``, or priority 0 for another reason); None when the
@@ -76,6 +84,8 @@ def why_not_release(job: Optional[SlurmJob], comment: str, rec: Optional[JobReco
     the same comment as when it was decided (``comment``), unchanged."""
     if job is None or job.state in TERMINAL:
         return "it has ended"
+    if job.unreadable:
+        return unreadable_reason(job)
     if job.state != "PENDING":
         return f"it is {job.state} already"
     if not job.held:
@@ -90,11 +100,27 @@ def why_not_release(job: Optional[SlurmJob], comment: str, rec: Optional[JobReco
     return None
 
 
+def persistent(job: Optional[SlurmJob], why: str) -> bool:
+    """Whether a refused release (``why``, from :func:`why_not_release` on
+    ``job``) may repeat for as long as the job waits: its record cannot be
+    read, or the fresh record disagrees with the snapshot the daemon
+    decided on (the comment or a field it compares). Every other refusal
+    (it ended, started, was released or held by someone) shows in the next
+    snapshot and ends the daemon's part by itself."""
+    if job is None or job.state in TERMINAL:
+        return False
+    if job.unreadable:
+        return True
+    return job.state == "PENDING" and job.held_by_user and bool(why)
+
+
 def why_not_rehold(job: Optional[SlurmJob]) -> Optional[str]:
     """Why the daemon must not hold ``job`` (its state read just now) again,
     or None when it may: a released job that is still pending, not held."""
     if job is None or job.state in TERMINAL:
         return "it has ended"
+    if job.unreadable:
+        return unreadable_reason(job)
     if job.state != "PENDING":
         return f"it started ({job.state}) while the daemon decided"
     if job.held:

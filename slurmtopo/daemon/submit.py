@@ -10,7 +10,9 @@
    decides the nodes itself and pins them, and a leaf-count request would
    only make Slurm hold a pinned job that spans more leaves (a fallback);
 3. writes the request into the job comment (``slurmtopo:v1:{...}``, see
-   :mod:`slurmtopo.daemon.protocol`; a spool file when it is too long);
+   :mod:`slurmtopo.daemon.protocol`; a spool file when it is too long),
+   with the job's hazard policy and NCCL release, so that the daemon
+   checks the placement it pins as the submit-time plan was checked;
 4. submits with ``sbatch --hold --comment=...`` and returns the job id.
 
 Nothing else happens at submit time: the daemon finds the job by its
@@ -21,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Sequence, Tuple
 
+from slurmtopo.daemon.jobhazards import JobHazards
 from slurmtopo.daemon.protocol import Shape, make_comment
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.sbatch.directives import option_values, script_options
@@ -72,9 +75,33 @@ def prepare_script(script_text: str) -> Tuple[str, List[str]]:
     return "".join(out), notes
 
 
+#: a heterogeneous job's components are separated by this line in a script
+#: (``packjob``: its name before Slurm 20.02) or by ":" on sbatch's line
+_HET_LINE = re.compile(r"^#SBATCH\s+(?:hetjob|packjob)\b", re.M)
+
+
+def refuse_arrays(script_text: str, args: Sequence[str] = ()) -> None:
+    """An array job or a heterogeneous job cannot be the daemon's: releasing
+    its id releases every task or component at once (two tasks started
+    under --max-releases 1), Slurm does not pin an array's nodes ("Job
+    resizing not supported for job arrays") and `uhold` leaves running
+    tasks held. Refused here, before the job exists; the daemon rejects
+    one that gets past this (docs/daemon.md)."""
+    if ":" in [str(a) for a in args] or _HET_LINE.search(script_text):
+        raise SlurmtopoError("a heterogeneous job (hetjob) cannot be combined with --daemon: "
+                             "the placement daemon pins one job's nodes; drop --daemon")
+    values = option_values(script_options(script_text, args))
+    if values.get("array") is not None:
+        raise SlurmtopoError(f"--array {values['array']} cannot be combined with --daemon: the "
+                             "placement daemon pins and releases one job at a time (an array's "
+                             "tasks would all be released at once); submit the tasks as jobs "
+                             "of their own, or drop --daemon")
+
+
 def submit_for_daemon(backend, request, script_text: str, inventory_path: Optional[str] = None,
                       *, args: Sequence[str] = (), spool: Optional[str] = None,
-                      notes: Optional[List[str]] = None, launcher: Optional[str] = None) -> int:
+                      notes: Optional[List[str]] = None, launcher: Optional[str] = None,
+                      hazards: Sequence[str] = (), nccl_version: Optional[str] = None) -> int:
     """Submit ``script_text`` held, tagged with ``request`` (a JobRequest),
     for the placement daemon; returns the job id.
 
@@ -85,7 +112,10 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
     ``--inventory`` (the script's embedded plan keeps the submit-time path
     for ``slurmtopo bind``). Notes for the user are appended to ``notes``.
     ``launcher``: the script's launcher (None: srun), so that the daemon
-    plans only placements it can start.
+    plans only placements it can start. ``hazards`` (``KIND=LEVEL``
+    items) and ``nccl_version``: the job's hazard policy and the NCCL
+    release it loads (docs/hazards.md), carried in the request for the
+    daemon's own check of the nodes it picks.
     """
     if any(str(a).startswith("--comment") for a in args):
         raise SlurmtopoError("--comment cannot be combined with --daemon: the job comment "
@@ -93,9 +123,11 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
     if "comment" in option_values(script_options(script_text)):
         raise SlurmtopoError("the script sets #SBATCH --comment, which --daemon needs for its "
                              "request; remove it")
+    refuse_arrays(script_text, args)
     text, dropped = prepare_script(script_text)
     shape = script_shape(text, args)
-    comment = make_comment(request, shape, spool, launcher=launcher)
+    comment = make_comment(request, shape, spool, launcher=launcher,
+                           hazards=JobHazards.of(hazards, nccl_version))
     job_id = backend.submit(text, args=[*map(str, args), f"--comment={comment}"], hold=True)
     if notes is not None:
         notes.extend(dropped)
@@ -105,14 +137,26 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
 
 
 def no_daemon_warnings(spool: Optional[str]) -> List[str]:
-    """A warning when no placement daemon holds ``spool`` (None: the
-    default one) on this host: a job submitted held for it would wait
-    until one starts."""
+    """A warning when no placement daemon runs with ``spool`` (None: the
+    default one), told from its process (:func:`slurmtopo.daemon.status.
+    liveness`): a job submitted held for it would wait until one starts."""
+    import os
+    import time
+
     from slurmtopo.daemon.protocol import DEFAULT_SPOOL
-    from slurmtopo.daemon.spool import SpoolLock
+    from slurmtopo.daemon.spool import STATUS_FILE, spool_path
+    from slurmtopo.daemon.status import liveness, read_status
+    from slurmtopo.fileio import read_file
 
     where = spool or DEFAULT_SPOOL
-    if SpoolLock.holder(where) is not None:
+    doc: dict = {}
+    try:
+        path = spool_path(where)
+        raw = read_file(path, STATUS_FILE, 64 << 20, {os.stat(path).st_uid}, "status file")
+        doc = read_status(raw.decode("utf-8", errors="replace"), os.path.join(path, STATUS_FILE))
+    except (OSError, SlurmtopoError):
+        pass
+    if liveness(where, doc, time.time()).running:
         return []
     return [f"warning: no placement daemon is running with spool {where} "
             "(`slurmtopo daemon status` says more); the job stays held until one "

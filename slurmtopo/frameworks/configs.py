@@ -47,7 +47,6 @@ LayoutError naming ``where`` (and the line when there is one).
 """
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from typing import Dict, Optional
@@ -102,9 +101,24 @@ def _at(where: str, line: Optional[int]) -> str:
     return f"{where}:{line}" if line else where
 
 
+#: the largest degree read from a configuration (slurmtopo lays out at most
+#: 2^18 ranks: groups.MAX_WORLD)
+MAX_DEGREE = 1 << 18
+#: nesting of a framework's configuration read at most (DeepSpeed's nest 3)
+MAX_CONFIG_DEPTH = 32
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _int(value, what: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise LayoutError(f"{where}: {what} must be a whole number, got {value!r}")
+        raise LayoutError(f"{where}: {what} must be a whole number, got {_short(value)}")
+    if not -1 <= value <= MAX_DEGREE:  # (torchtitan: -1, the rest of the world)
+        raise LayoutError(f"{where}: {what} must be a whole number from -1 to {MAX_DEGREE:,}, "
+                          f"got {_short(value)}")
     return value
 
 
@@ -115,6 +129,10 @@ def _toml(text: str, where: str) -> dict:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise LayoutError(f"{where}: not a TOML job file: {exc}") from None
+    except RecursionError:
+        raise LayoutError(f"{where}: not a TOML job file: nested too deeply") from None
+    except ValueError:  # Python's limit on integer digits (4,300)
+        raise LayoutError(f"{where}: not a TOML job file: a number too long") from None
 
 
 def _torchtitan(text: str, where: str) -> Dict[str, object]:
@@ -131,7 +149,7 @@ def _torchtitan(text: str, where: str) -> Dict[str, object]:
         if key in _TITAN:
             if key == "spmd_backend":
                 if not isinstance(value, str):
-                    raise LayoutError(f"{here}: spmd_backend must be a string, got {value!r}")
+                    raise LayoutError(f"{here}: spmd_backend must be a string, got {_short(value)}")
                 out["spmd_backend"] = value
             else:
                 out[_TITAN[key]] = _int(value, key, here)
@@ -141,15 +159,17 @@ def _torchtitan(text: str, where: str) -> Dict[str, object]:
                                   "0.3.0 (which slurmtopo follows) has no expert tensor "
                                   "parallelism; use 1")
         elif key not in _TITAN_OTHER:
-            raise LayoutError(f"{here}: [parallelism] has no {key!r} in torchtitan "
+            raise LayoutError(f"{here}: [parallelism] has no {_short(key)} in torchtitan "
                               f"(its degrees: {', '.join(_TITAN)})")
     return out
 
 
 def _deepspeed(text: str, where: str) -> Dict[str, object]:
+    from slurmtopo.boundedjson import JsonRefused, loads
+
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
+        doc = loads(text, MAX_CONFIG_DEPTH)
+    except JsonRefused as exc:
         raise LayoutError(f"{where}: not a DeepSpeed JSON config: {exc}") from None
     if not isinstance(doc, dict):
         raise LayoutError(f"{where}: a DeepSpeed config is a JSON object, got "
@@ -160,7 +180,8 @@ def _deepspeed(text: str, where: str) -> Dict[str, object]:
         value = doc.get(name, {})
         if not isinstance(value, dict):
             line = _line_of(text, rf'"{re.escape(name)}"')
-            raise LayoutError(f"{_at(where, line)}: {name} must be an object, got {value!r}")
+            raise LayoutError(f"{_at(where, line)}: {name} must be an object, got "
+                              f"{_short(value)}")
         return value
 
     zero = section("zero_optimization")
@@ -177,7 +198,7 @@ def _deepspeed(text: str, where: str) -> Dict[str, object]:
         if not isinstance(value, bool):
             line = _line_of(text, r'"use_data_before_expert_parallelism"')
             raise LayoutError(f"{_at(where, line)}: use_data_before_expert_parallelism must be "
-                              f"true or false, got {value!r}")
+                              f"true or false, got {_short(value)}")
         out["use_data_before_expert_parallelism"] = value
     if not out and not any(k in doc for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
                                               "zero_optimization", "tensor_parallel")):
@@ -205,7 +226,7 @@ def _megatron(text: str, where: str) -> Dict[str, object]:
             i += 1  # the command, or a value of an option not read here
             continue
         if not _OPTION.match(name):
-            raise LayoutError(f"{at(name[:20])}: {name!r} is not an option name")
+            raise LayoutError(f"{at(name[:20])}: {_short(name)} is not an option name")
         known = _MEGATRON.get(name)
         if known is None:
             near = next((k for k in _MEGATRON if name.startswith(k)
@@ -231,7 +252,7 @@ def _megatron(text: str, where: str) -> Dict[str, object]:
             value = words[i + 1]
             i += 2
         if not re.fullmatch(r"[0-9]{1,9}", value):
-            raise LayoutError(f"{at(name)}: {name} {value!r}: expected a whole number")
+            raise LayoutError(f"{at(name)}: {name} {_short(value)}: expected a whole number")
         out[setting] = int(value)
     if not out:
         raise LayoutError(f"{where}: names none of Megatron-LM's parallel settings "
@@ -395,11 +416,18 @@ def _torchtitan_model(text: str, where: str) -> Dict[str, object]:
     return out
 
 
-def _deepspeed_model(text: str, where: str) -> Dict[str, object]:
+def _json(text: str, where: str):
+    """A DeepSpeed JSON config, read within bounds (nesting, numbers)."""
+    from slurmtopo.boundedjson import JsonRefused, loads
+
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
+        return loads(text, MAX_CONFIG_DEPTH)
+    except JsonRefused as exc:
         raise LayoutError(f"{where}: not a DeepSpeed JSON config: {exc}") from None
+
+
+def _deepspeed_model(text: str, where: str) -> Dict[str, object]:
+    doc = _json(text, where)
     if not isinstance(doc, dict):
         raise LayoutError(f"{where}: a DeepSpeed config is a JSON object")
     out: Dict[str, object] = {}
@@ -440,17 +468,16 @@ def overlaps_from_config(framework: str, text: str, where: str) -> Dict[str, boo
                 out[_MEGATRON_OVERLAPS[name]] = True
     elif framework == "deepspeed":
         try:
-            doc = json.loads(text)
-        except ValueError:
+            doc = _json(text, where)
+        except LayoutError:
             return out
         zero = doc.get("zero_optimization") if isinstance(doc, dict) else None
         if isinstance(zero, dict) and zero.get("overlap_comm") is True:
             out["overlap_grad_reduce"] = True
     elif framework == "torchtitan":
-        import tomllib
         try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
+            doc = _toml(text, where)
+        except LayoutError:
             return out
         par = doc.get("parallelism") if isinstance(doc.get("parallelism"), dict) else {}
         if par.get("enable_async_tensor_parallel") is True:

@@ -39,6 +39,11 @@ from slurmtopo.groups import mesh_groups
 
 NAME = "deepspeed"
 
+#: PipeModelDataParallelTopology's axes (pipe, data, model) under the knobs'
+#: names, outermost first, and how the plan's header names them
+MESH = ("pp", "dp", "tp")
+MESH_WORDS = "axes pipe, data, model"
+
 KNOBS = (
     Knob("pp", 1, "Pipeline stages (num_pp)."),
     Knob("tp", 1, "Tensor-slicing degree (num_mp)."),

@@ -7,7 +7,8 @@ from slurmtopo.errors import LayoutError
 from slurmtopo.frameworks import deepspeed, megatron, torchtitan
 from slurmtopo.frameworks.common import FrameworkLayout, Knob
 
-__all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "knobs_of", "all_knobs", "framework_layout"]
+__all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "knobs_of", "all_knobs", "framework_layout",
+           "describe"]
 
 #: name -> module with NAME, KNOBS and layout(**knobs)
 FRAMEWORKS = {m.NAME: m for m in (megatron, torchtitan, deepspeed)}
@@ -47,3 +48,17 @@ def framework_layout(framework: str, **knobs) -> FrameworkLayout:
             raise LayoutError(f"{framework} has no {name.replace('_', '-')!r} setting; its "
                               f"settings: {', '.join(k.name for k in module.KNOBS)}")
     return module.layout(**{k: v for k, v in knobs.items() if v is not None})
+
+
+def describe(fl: FrameworkLayout) -> str:
+    """The layout in the framework's own words, for a plan's header:
+    ``torchtitan world 16 = dp_replicate 2 × dp_shard 4 × tp 2 (mesh pp,
+    dp_replicate, dp_shard, cp, tp; ...)``; an MoE layout's ``ep`` last."""
+    module = _module(fl.framework)
+    knobs = dict(fl.knobs)
+    names = list(getattr(module, "MESH", ())) + ["ep"]
+    dims = " × ".join(f"{n} {knobs[n]}" for n in names
+                      if isinstance(knobs.get(n), int) and not isinstance(knobs.get(n), bool)
+                      and knobs[n] > 1) or "1 rank"
+    words = getattr(module, "MESH_WORDS", "")
+    return f"{fl.framework} world {fl.world} = {dims}" + (f" ({words})" if words else "")

@@ -36,6 +36,11 @@ from slurmtopo.groups import mesh_groups
 NAME = "torchtitan"
 SPMD_BACKENDS = ("spmd_types", "full_dtensor", "partial_dtensor")
 
+#: the dense mesh's dimensions, outermost first (init_device_mesh's order)
+#: and how the plan's header names it
+MESH = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+MESH_WORDS = "mesh pp, dp_replicate, dp_shard, cp, tp"
+
 #: ParallelDims' fields under their own names, with torchtitan's defaults
 KNOBS = (
     Knob("dp_replicate", 1, "Replicate (DDP/HSDP) degree (data_parallel_replicate_degree)."),

@@ -28,11 +28,12 @@ Why the launch looks like this:
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo import launchers
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.launch_detect import Adoption, resolve
 from slurmtopo.launchers import torchrun_args  # noqa: F401  (re-exported)
 
 
@@ -49,11 +50,48 @@ class Launch:
     container_mounts: Optional[str] = None
     container_workdir: Optional[str] = None
     apptainer: Optional[str] = None  # image for `apptainer exec --nv`
+    #: the user named the launcher (``--launcher``) rather than leaving the
+    #: default: a command that starts torchrun is then refused under srun
+    #: instead of adopted (:meth:`for_command`)
+    chosen: bool = False
+    #: the command's own torchrun, run by the torchrun launcher
+    #: (:meth:`for_command`); None: the command starts no launcher
+    adopted: Optional[Adoption] = None
 
     @property
     def kind(self) -> launchers.Launcher:
         """The launcher object (see slurmtopo.launchers)."""
         return launchers.get(self.launcher)
+
+    def for_command(self, command: Sequence[str]) -> "Launch":
+        """This launch for ``command``: when the command starts torchrun
+        itself, the torchrun launcher running the user's torchrun once per
+        node (:func:`slurmtopo.launch_detect.resolve`; another launcher in
+        the command, or torchrun under a chosen srun, is refused with the
+        command line to use). Unchanged when the command starts none."""
+        if self.adopted is not None:
+            return self
+        asked = self.launcher if (self.chosen or self.launcher != launchers.DEFAULT) else None
+        adoption = resolve(command, asked, self.torchrun)
+        if adoption is None:
+            return self
+        return replace(self, launcher=launchers.TORCHRUN.name, torchrun=None, adopted=adoption)
+
+    def requirement(self, placement) -> Optional[str]:
+        """None when this launch can start ``placement``: the launcher's own
+        requirement, and the node count and ranks per node of an adopted
+        torchrun's ``--nnodes``/``--nproc-per-node``."""
+        why = self.kind.requirement(placement)
+        if why is None and self.adopted is not None:
+            why = self.adopted.requirement(placement)
+        return why
+
+    def refusal(self, why: str) -> str:
+        """The one-line error for a plan :meth:`requirement` refuses."""
+        if self.adopted is not None and why.startswith("the command's torchrun"):
+            return (f"{why}: give torchrun the plan's numbers, or leave --nnodes and "
+                    "--nproc-per-node out (slurmtopo sets them from the plan)")
+        return self.kind.refusal(why)
 
     def check(self) -> None:
         launchers.get(self.launcher)  # a known launcher, else its one-line error
@@ -75,6 +113,8 @@ class Launch:
         shell would, so ``python3 -m torch.distributed.run`` works)."""
         if not self.kind.default_program:
             return ()
+        if self.adopted is not None:
+            return self.adopted.program
         if self.torchrun is None:
             return self.kind.default_program
         try:
@@ -118,6 +158,8 @@ class Launch:
         words: List[str] = []
         if self.apptainer:
             words += ["apptainer", "exec", "--nv", self.apptainer]
+        if self.adopted is not None:
+            return words + self.kind.argv(self.program(), command, self.adopted.tail)
         return words + self.kind.argv(self.program(), command)
 
     def doc(self) -> Dict[str, Any]:
@@ -127,7 +169,8 @@ class Launch:
     def comment(self) -> str:
         box = (f", in container {self.container_image} (pyxis)" if self.container_image
                else f", in apptainer image {self.apptainer}" if self.apptainer else "")
-        return f"launcher: {self.launcher} ({self.kind.summary}){box}"
+        own = f"; {self.adopted.describe()}" if self.adopted is not None else ""
+        return f"launcher: {self.launcher} ({self.kind.summary}{own}){box}"
 
 
 def render_words(words: Sequence[str], launch: Launch) -> str:

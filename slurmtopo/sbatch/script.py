@@ -327,6 +327,13 @@ class SbatchRequest:
     cgroup_devices: str = "auto"
     run_dir: Optional[str] = None
     launch: Launch = field(default_factory=Launch)
+    #: restarts on spare nodes (``--spares``): ``--no-kill`` and the retry
+    #: loop around the step; 0: neither (the script of earlier releases)
+    spares: int = 0
+    #: ``slurmtopo check`` as the first step ("warn" or "stop"); None: none
+    check: Optional[str] = None
+    #: the inventory the check reads (the plan's path)
+    inventory_path: Optional[str] = None
     notes: Tuple[str, ...] = field(default=(), compare=False)  # for the user, not the script
 
     # ---- directives ----
@@ -374,6 +381,10 @@ class SbatchRequest:
             out.append(f"--{key}={_check(value, '--' + key, pattern, example)}")
         if self.requeue:
             out.append("--requeue")
+        if self.spares:
+            # a lost node must not end the job: its step fails, the script
+            # re-plans onto a spare and starts a new one
+            out.append("--no-kill")
         for opt in self.extra:
             if "\n" in str(opt) or "\r" in str(opt):
                 raise SlurmtopoError(f"sbatch option {str(opt)!r} contains a newline; an "
@@ -427,7 +438,8 @@ class SbatchRequest:
             'case $SLURMTOPO_RUN_DIR in /*) ;; *) SLURMTOPO_RUN_DIR=$PWD/$SLURMTOPO_RUN_DIR ;; esac',
             'case $SLURMTOPO_PYTHON in /*) ;; */*) SLURMTOPO_PYTHON=$PWD/$SLURMTOPO_PYTHON ;; esac',
             "slurmtopo_bind() {",
-            '    cd / && "$SLURMTOPO_PYTHON" -m slurmtopo bind --plan - --print-env \\',
+            '    cd / && "$SLURMTOPO_PYTHON" -m slurmtopo bind --plan - --print-env '
+            + ('"$@" ' if self.spares else "") + '\\',
             '        --run-dir "$SLURMTOPO_RUN_DIR" --cgroup-devices "$SLURMTOPO_CGROUP_DEVICES" \\',
             f"        <<'{PLAN_DELIMITER}'",
         ]
@@ -441,15 +453,18 @@ class SbatchRequest:
             'eval "$SLURMTOPO_ENV"',
             "unset SLURMTOPO_ENV",
             "",
-            'srun --distribution=arbitrary --ntasks="$SLURMTOPO_NTASKS" \\',
-            "    --cpu-bind=none --kill-on-bad-exit=1 \\",
         ]
+        step = ['srun --distribution=arbitrary --ntasks="$SLURMTOPO_NTASKS" \\',
+                "    --cpu-bind=none --kill-on-bad-exit=1 \\"]
         if self.launch.srun_options():
-            lines.append("    " + " ".join(q(o) for o in self.launch.srun_options()) + " \\")
-        lines += [
+            step.append("    " + " ".join(q(o) for o in self.launch.srun_options()) + " \\")
+        step += [
             f"    /bin/sh -c {q(TASK_SNIPPET)} {TASK_NAME} \\",
             "    " + render_words(self.launch.argv(self.command), self.launch),
         ]
+        if self.check:
+            lines += self.check_step()
+        lines += restart_loop(step, self.spares) if self.spares else step
         text = "\n".join(lines) + "\n"
         size = len(text.encode())
         if size > self.max_script_bytes:
@@ -460,15 +475,50 @@ class SbatchRequest:
                 f"plan of {self.ntasks} ranks on {self.nodes} nodes does not fit")
         return text
 
+    def check_step(self) -> List[str]:
+        """The job's first step with ``--check``: a probe started through
+        the training step's launch line (srun, container, task snippet,
+        apptainer) prints what every task gets; ``slurmtopo check`` reads
+        it on stdin and compares it, with what Slurm gave, to the binding."""
+        from slurmtopo.taskprobe import PROBE_SELF
+
+        q = shlex.quote
+        if self.check not in ("warn", "stop"):
+            raise SlurmtopoError(f"--check {self.check!r}: warn or stop")
+        probe = ["apptainer", "exec", "--nv", self.launch.apptainer] if self.launch.apptainer \
+            else []
+        probe += ["/bin/sh", "-c", PROBE_SELF]
+        args = '--run-dir "$SLURMTOPO_RUN_DIR" --tasks -'
+        if self.inventory_path:
+            args += f" --inventory {q(os.path.abspath(self.inventory_path))}"
+        if self.check == "stop":
+            args += " --strict"
+        lines = ["# --check: the first step prints what every task really gets, through the",
+                 "# training step's own launch line; `slurmtopo check` compares it, and what",
+                 "# Slurm gave the job, with the binding (docs/audit.md, Contracts)",
+                 'srun --distribution=arbitrary --ntasks="$SLURMTOPO_NTASKS" \\',
+                 "    --cpu-bind=none --kill-on-bad-exit=1 \\"]
+        if self.launch.srun_options():
+            lines.append("    " + " ".join(q(o) for o in self.launch.srun_options()) + " \\")
+        lines += [f"    /bin/sh -c {q(TASK_SNIPPET)} {TASK_NAME} \\",
+                  "    " + " ".join(q(w) for w in probe) + " \\",
+                  f'    | (cd / && "$SLURMTOPO_PYTHON" -m slurmtopo check {args})'
+                  + (" || exit $?" if self.check == "stop" else " || true"),
+                  ""]
+        return lines
+
     # ---- building one from a plan ----
 
     @classmethod
     def from_plan(cls, inv, placement, layout, command: Sequence[str], req=None,
                   script: Optional[ScriptOptions] = None, *, exclusive: Optional[bool] = None,
-                  **changes) -> "SbatchRequest":
+                  spares=None, **changes) -> "SbatchRequest":
         """The script for ``placement``, written as ``script`` says. Node and
         task counts come from the plan; ``req`` (a JobRequest) supplies
         gpus_per_node, exclusive, nodelist and exclude when given.
+        ``spares`` (a placement.spares.SpareChoice, with ``script.spares``
+        of them): nodes asked for besides the planned ones, idle until a
+        planned node is lost.
         ``changes``: ScriptOptions fields to change (``job_name="x"``), a
         shorthand for ``dataclasses.replace(script, ...)``."""
         from dataclasses import replace
@@ -497,6 +547,11 @@ class SbatchRequest:
         by_host = placement.by_host()
         per_host = [len(by_host.get(h, ())) for h in hosts]
         uniform = len(set(per_host)) == 1
+        spare_hosts = list(getattr(spares, "hosts", ()) or ())
+        if len(spare_hosts) != o.spares:
+            raise SlurmtopoError(f"--spares {o.spares}: {len(spare_hosts)} spare node(s) chosen")
+        if spare_hosts and not uniform:
+            raise SlurmtopoError("--spares needs the same number of ranks on every planned node")
         want_gpn = getattr(req, "gpus_per_node", None)
         gres_type = None
         if hosts and hosts[0] in inv.nodes:
@@ -510,8 +565,12 @@ class SbatchRequest:
             notes.append("ranks per node differ (" + ", ".join(map(str, per_host)) + "): the "
                          "script asks for --ntasks with one GPU per task, and the start-time "
                          "step re-plans on what Slurm gives")
-        topo, topo_why = topology_request(inv, hosts, topology, switch_wait or None,
-                                          placement=placement, req=req, slurm=slurm)
+        # with spares the segments, switches or blocks asked for hold them too
+        # (the plain per-block rule: they belong to no group yet)
+        topo, topo_why = topology_request(inv, hosts + spare_hosts, topology,
+                                          switch_wait or None,
+                                          placement=None if spare_hosts else placement,
+                                          req=req, slurm=slurm)
         if any(opt.startswith("--segment") for opt in topo):  # the preview says why
             notes.extend(w.strip() for w in topo_why)
         if exclusive is None:
@@ -524,13 +583,18 @@ class SbatchRequest:
         if isinstance(exclude, (list, tuple)):
             from slurmtopo.hostlist import fold_hostlist
             exclude = fold_hostlist(exclude) if exclude else None
-        launch = launch or Launch()
+        # a launcher in the command itself: adopted (torchrun) or refused
+        launch = (launch or Launch()).for_command(command)
         launch.check()
-        why = launch.kind.requirement(placement)
+        why = launch.requirement(placement)
         if why:
-            raise SlurmtopoError(launch.kind.refusal(why))
+            raise SlurmtopoError(launch.refusal(why))
+        from slurmtopo.plandoc import guardrails_dict
+        from slurmtopo.hazards import HazardPolicy
+
+        guard = guardrails_dict(HazardPolicy.parse(o.hazards).items(), o.nccl_version, o.spares)
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
-                            socket_ifname, launch=launch.doc())
+                            socket_ifname, launch=launch.doc(), guardrails=guard)
         plan_json = dumps_plan(doc)
         embedded = len(json.dumps(doc["inventory"]))
         if inventory_path and embedded > EMBED_INVENTORY_BYTES:
@@ -541,17 +605,56 @@ class SbatchRequest:
                          "must be able to read")
         from slurmtopo.rankmap import nccl_topo_plan
         nccl_topo = nccl_topo_plan(inv, placement).note  # virtualised nodes: NCCL_TOPO_FILE
+        extra_lines = [nccl_topo] if nccl_topo else []
+        if spare_hosts:
+            from slurmtopo.placement.spares import spare_hosts_line
+
+            extra_lines.append(spare_hosts_line(spare_hosts, spares.scope, o.spares))
+            notes.append(extra_lines[-1])
         comments = plan_comments(placement, layout, inventory_path,
-                                 list(topo_why) + [launch.comment()]
-                                 + ([nccl_topo] if nccl_topo else []))
-        return cls(command=tuple(str(c) for c in command), nodes=len(hosts),
+                                 list(topo_why) + [launch.comment()] + extra_lines)
+        return cls(command=tuple(str(c) for c in command), nodes=len(hosts) + len(spare_hosts),
                    ntasks=placement.world_size, ntasks_per_node=ntpn, gpus_per_node=gpus,
                    gpus_per_task=gpt, job_name=job_name, partition=partition, time=time,
                    account=account, nodelist=nodelist, exclude=exclude, exclusive=exclusive,
                    topology=tuple(topo), extra=tuple(extra), options=tuple(options),
                    requeue=requeue, plan_json=plan_json,
                    comments=tuple(comments), python=python, cgroup_devices=cgroup_devices,
-                   run_dir=run_dir, launch=launch, notes=tuple(notes))
+                   run_dir=run_dir, launch=launch, spares=o.spares, check=o.check,
+                   inventory_path=inventory_path if o.check else None, notes=tuple(notes))
+
+
+def restart_loop(step: List[str], restarts: int) -> List[str]:
+    """The step inside the retry loop of a job with spares: a step that
+    fails because a node was lost is re-planned by ``slurmtopo bind
+    --restart`` onto the nodes left and a spare, then started again, at
+    most ``restarts`` times; any other failure ends the job with the
+    step's exit code."""
+    return [
+        f"# --spares {restarts}: the step runs on the planned nodes, the spares stay idle. When it",
+        "# fails because a node was lost (down, drained, its GPUs marked bad), `slurmtopo bind",
+        "# --restart` re-plans onto the nodes left and a spare (every group still inside its",
+        "# domain) and the step starts again: the program resumes from its checkpoint",
+        "# (SLURMTOPO_RESTART counts the restarts). Any other failure ends the job.",
+        "SLURMTOPO_RESTART=0",
+        "export SLURMTOPO_RESTART",
+        "while :; do",
+        "    slurmtopo_rc=0",
+        *["    " + line for line in step[:-1]],
+        "    " + step[-1] + " || slurmtopo_rc=$?",
+        '    if [ "$slurmtopo_rc" -eq 0 ]; then exit 0; fi',
+        f'    if [ "$SLURMTOPO_RESTART" -ge {restarts} ]; then',
+        '        echo "slurmtopo: the step failed (exit $slurmtopo_rc) and no restart is left" >&2',
+        '        exit "$slurmtopo_rc"',
+        "    fi",
+        "    SLURMTOPO_RESTART=$((SLURMTOPO_RESTART + 1))",
+        '    SLURMTOPO_ENV=$(slurmtopo_bind --restart "$SLURMTOPO_RESTART" --step-exit '
+        '"$slurmtopo_rc") \\',
+        '        || exit "$slurmtopo_rc"',
+        '    eval "$SLURMTOPO_ENV"',
+        "    unset SLURMTOPO_ENV",
+        "done",
+    ]
 
 
 def extract_plan(script: str) -> Optional[str]:

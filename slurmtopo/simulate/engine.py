@@ -583,7 +583,10 @@ class DaemonLoop(_Loop):
                     self.policy.forget(job)
                     self.start(job, alloc, step if job.best_step > 0 else 0.0, d.placement)
                     released += 1
-                elif d.action == REJECT:
+                elif d.action == REJECT or d.final:
+                    # final: every placement has an error hazard under the
+                    # job's policy, even on the empty cluster; the daemon
+                    # lets it go (held, never run): a rejection here
                     del self.held[index]
                     self.policy.forget(job)
                     self.replay.rejected += 1

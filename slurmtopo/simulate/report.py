@@ -400,7 +400,16 @@ def capacity_table_rich(doc: Dict[str, Any]):
 # the plot
 
 
-def _pyplot():
+#: one marker per policy family, drawn hollow and each smaller than the
+#: last, so that families whose points coincide stay visible, one inside
+#: the other
+_MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, or the one-line error; the
+    command asks before the replay, so a missing matplotlib costs no
+    minutes."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -411,8 +420,8 @@ def _pyplot():
     return plt
 
 
-def _png(fig, plt) -> bytes:
-    fig.tight_layout()
+def _png(fig) -> bytes:
+    plt = pyplot()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
     plt.close(fig)
@@ -420,11 +429,21 @@ def _png(fig, plt) -> bytes:
 
 
 def plot_png(doc: Dict[str, Any]) -> bytes:
-    """Left: queue wait against slowdown, one point per policy (mean, with
-    the p95 as whiskers), the wait values of one policy joined by a line.
-    Right: the slowdown distribution of every policy (the share of jobs at
-    or below each slowdown)."""
-    plt = _pyplot()
+    """Queue wait against slowdown and the slowdown distribution
+    (:func:`plot_figure`) as PNG bytes."""
+    return _png(plot_figure(doc))
+
+
+def plot_figure(doc: Dict[str, Any]):
+    """Queue wait against slowdown, one point per policy (mean, with the p95
+    as whiskers), the wait values of one policy joined by a line. The axes
+    print plain numbers (no ``1e-5+1`` offset when every slowdown is about
+    1) over a range of at least 2% of the values, and every family has its
+    own hollow marker, smaller than the one before: points that coincide
+    stay visible. Beside it, when the policies carry it, the slowdown
+    distribution of every policy (the share of jobs at or below each
+    slowdown bucket)."""
+    plt = pyplot()
     families: Dict[str, List[Tuple[float, float, float, float, str]]] = {}
     for p in doc["policies"]:
         w, s = p["queue_wait_s"], p["slowdown"]
@@ -432,12 +451,18 @@ def plot_png(doc: Dict[str, Any]) -> bytes:
             continue
         families.setdefault(p["name"], []).append(
             (w["mean"], s["mean"], w["p95"], s["p95"], p["policy"]))
-    fig, (ax, cdf) = plt.subplots(1, 2, figsize=(12.5, 5.0), dpi=100)
-    for name, pts in families.items():
+    with_dist = any(p.get("slowdown_distribution") for p in doc["policies"])
+    if with_dist:
+        fig, (ax, cdf) = plt.subplots(1, 2, figsize=(12.5, 5.0), dpi=100)
+    else:
+        fig, ax = plt.subplots(figsize=(7.5, 5.0), dpi=100)
+    for k, (name, pts) in enumerate(families.items()):
         pts.sort()
         xs = [p[0] for p in pts]
         ys = [p[1] for p in pts]
-        line = ax.plot(xs, ys, marker="o", label=name)[0]
+        line = ax.plot(xs, ys, marker=_MARKERS[k % len(_MARKERS)], fillstyle="none",
+                       markersize=max(4.0, 12.0 - 2.0 * k), markeredgewidth=1.5,
+                       label=name)[0]
         for x, y, x95, y95, label in pts:
             ax.errorbar([x], [y], xerr=[[0], [max(0.0, x95 - x)]],
                         yerr=[[0], [max(0.0, y95 - y)]], color=line.get_color(), alpha=0.35,
@@ -446,30 +471,60 @@ def plot_png(doc: Dict[str, Any]) -> bytes:
                 ax.annotate(label.split(":", 1)[-1], (x, y), textcoords="offset points",
                             xytext=(4, 4), fontsize=7)
     ax.set_xlabel("queue wait, s (mean; whisker to p95)")
-    ax.set_ylabel("modelled slowdown, step / best step (mean; whisker to p95)")
+    ax.set_ylabel("modelled slowdown, shared links included (mean; whisker to p95)")
     ax.set_title(f"{_replayed(doc)} jobs of {doc['trace']['source'].rsplit('/', 1)[-1]} "
                  f"on {doc['inventory']['nodes']} nodes")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    _readable(ax, [p for pts in families.values() for p in pts])
+    if with_dist:
+        _distribution(cdf, doc)
+    fig.tight_layout()
+    return fig
+
+
+def _distribution(ax, doc: Dict[str, Any]) -> None:
+    """Every policy's share of jobs at or below each slowdown bucket."""
     for p in doc["policies"]:
-        dist = p.get("slowdown_distribution") or []
         xs, ys, acc = [], [], 0.0
-        for b in dist:
+        for b in p.get("slowdown_distribution") or []:
             acc += b["jobs"] or 0.0
             xs.append(b["to"] if b["to"] is not None else BUCKETS[-1] * 1.25)
             ys.append(acc)
         if xs:
-            cdf.step([BUCKETS[0]] + xs, [0.0] + ys, where="post", label=p["policy"])
-    cdf.set_xscale("log")
-    cdf.set_xticks(list(BUCKETS) + [BUCKETS[-1] * 1.25])
-    cdf.set_xticklabels([f"{b:g}" for b in BUCKETS] + [f">{BUCKETS[-1]:g}"], fontsize=7)
-    cdf.set_xlabel("slowdown at most (buckets)")
-    cdf.set_ylabel("share of jobs")
-    cdf.set_ylim(0.0, 1.02)
-    cdf.set_title("slowdown distribution, shared links included")
-    cdf.grid(True, alpha=0.3)
-    cdf.legend(fontsize=7)
-    return _png(fig, plt)
+            ax.step([BUCKETS[0]] + xs, [0.0] + ys, where="post", label=p["policy"])
+    ax.set_xscale("log")
+    ax.set_xticks(list(BUCKETS) + [BUCKETS[-1] * 1.25])
+    ax.set_xticklabels([f"{b:g}" for b in BUCKETS] + [f">{BUCKETS[-1]:g}"], fontsize=7)
+    ax.set_xlabel("slowdown at most (buckets)")
+    ax.set_ylabel("share of jobs")
+    ax.set_ylim(0.0, 1.02)
+    ax.set_title("slowdown distribution, shared links included")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _readable(ax, pts) -> None:
+    """Plain tick labels (matplotlib otherwise writes slowdowns of 1.00001
+    as ``1e-5+1`` with ticks 3.00-5.00) over a range of at least 2% of the
+    values on each axis, so equal values sit mid-axis instead of on a
+    magnified noise scale."""
+    from matplotlib.ticker import ScalarFormatter
+
+    for axis, lo_hi, setter in ((ax.yaxis, [v for p in pts for v in (p[1], p[3])], ax.set_ylim),
+                                (ax.xaxis, [v for p in pts for v in (p[0], p[2])], ax.set_xlim)):
+        formatter = ScalarFormatter(useOffset=False)
+        formatter.set_scientific(False)
+        axis.set_major_formatter(formatter)
+        if not lo_hi:
+            continue
+        lo, hi = min(lo_hi), max(lo_hi)
+        least = 0.02 * max(abs(lo), abs(hi), 1.0)
+        if hi - lo < least:  # (nearly) equal values: a 2% range around them
+            mid = (lo + hi) / 2
+            lo, hi = mid - least / 2, mid + least / 2
+        pad = 0.1 * (hi - lo)
+        setter(lo - pad, hi + pad)
 
 
 # --------------------------------------------------------------------------
@@ -530,7 +585,7 @@ def sweep_plot_png(sdoc: Dict[str, Any]) -> bytes:
     """Mean slowdown (left) and p95 queue wait (right) against the swept
     value: the offered load, or the wait when waits are swept (one line
     per policy family and load)."""
-    plt = _pyplot()
+    plt = pyplot()
     by_wait = sdoc["sweep"]["waits"] is not None
     fig, (sl, wt) = plt.subplots(1, 2, figsize=(12.5, 5.0), dpi=100)
     lines: Dict[str, List[Tuple[float, float, float]]] = {}
@@ -572,4 +627,5 @@ def sweep_plot_png(sdoc: Dict[str, Any]) -> bytes:
         ax.legend(fontsize=7)
     fig.suptitle(f"{_replayed(sdoc['runs'][0])} jobs of "
                  f"{sdoc['runs'][0]['trace']['source'].rsplit('/', 1)[-1]}", fontsize=10)
-    return _png(fig, plt)
+    fig.tight_layout()
+    return _png(fig)

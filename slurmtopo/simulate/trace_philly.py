@@ -105,6 +105,10 @@ def _objects(chunks: Iterable[str], path: str) -> Iterable[Tuple[int, object]]:
             try:
                 value, end = decoder.raw_decode(buf, pos)
                 break
+            except RecursionError:
+                raise TraceError("a job nested deeper than a Philly job log nests (a list "
+                                 "or object inside itself thousands of times)", path,
+                                 line) from None
             except json.JSONDecodeError as exc:
                 if len(buf) - pos > MAX_JOB_CHARS:
                     raise TraceError(f"one job of more than {MAX_JOB_CHARS:,} characters: not "
@@ -112,6 +116,9 @@ def _objects(chunks: Iterable[str], path: str) -> Iterable[Tuple[int, object]]:
                 if not fill():
                     at = line + buf.count("\n", pos, exc.pos)
                     raise TraceError(f"bad JSON: {exc.msg}", path, at) from None
+            except ValueError:  # Python's limit on an integer's digits (4,300)
+                raise TraceError("a number of thousands of digits: not a Philly job log",
+                                 path, line) from None
         yield line, value
         line += buf.count("\n", pos, end)
         pos = end
@@ -158,6 +165,9 @@ def _job(obj: object, path: str, line: int) -> Tuple[Optional[TraceJob], float]:
         raise BadRow("GPU count out of range")
     if gpus == 0:
         return None, submit
-    job_id = str(obj.get("jobid") or line)
+    raw_id = obj.get("jobid")
+    if isinstance(raw_id, int) and not isinstance(raw_id, bool) and raw_id.bit_length() > 64:
+        raise BadRow("job id out of range")
+    job_id = str(raw_id or line)
     return TraceJob(job_id=job_id[:64], submit=submit, run_time=run, gpus=gpus,
                     nodes=nodes or None, where=f"{path}:{line}"), submit

@@ -36,13 +36,16 @@ def sniff(path: str, text: str) -> str:
 
 
 def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None,
-               keep_running: bool = False, hosts: bool = True) -> Trace:
+               keep_running: bool = False, hosts: bool = True, within=None) -> Trace:
     """Read the trace at ``path``, a line (Philly: a job) at a time
     (``fmt``: csv, swf, sacct, philly, or None to
     tell from the file); ``limit``: keep the first that many jobs by
     submit time; ``keep_running``: sacct's jobs still running are kept
     (:func:`~slurmtopo.simulate.trace_sacct.read_sacct`); ``hosts`` False:
-    the jobs' ``hosts`` (where sacct says they ran) are not built."""
+    the jobs' ``hosts`` (where sacct says they ran) are not built;
+    ``within``: only these hosts are kept (a
+    :class:`slurmtopo.hostlist.HostIndex`; sacct's NodeLists are then never
+    expanded)."""
     path = os.fspath(path)
     if fmt is not None and fmt not in FORMATS:
         raise TraceError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
@@ -61,7 +64,7 @@ def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None
         from slurmtopo.simulate.trace_sacct import MAX_LINE as sacct_line, read_sacct
 
         return read_sacct(trace_lines(path, sacct_line, "sacct output"), path, limit,
-                          keep_running, hosts)
+                          keep_running, hosts, within)
     from slurmtopo.simulate.trace_swf import MAX_LINE as swf_line, read_swf
 
     return read_swf(trace_lines(path, swf_line, "an SWF log"), path, limit)

@@ -75,12 +75,14 @@ def _tres(text: str) -> Tuple[int, Optional[int]]:
 
 
 def read_sacct(text: Union[str, Iterable[str]], path: str, limit: Optional[int] = None,
-               keep_running: bool = False, hosts: bool = True) -> Trace:
+               keep_running: bool = False, hosts: bool = True, within=None) -> Trace:
     """The jobs of ``sacct -P`` output (see the module doc); with
     ``keep_running``, jobs still running are kept, marked ``running``
     (``slurmtopo audit``: they hold their GPUs to the end of the record);
     with ``hosts`` False, the jobs' ``hosts`` are left empty (NodeLists
-    only checked and counted, see :class:`NodeLists`)."""
+    only checked and counted, see :class:`NodeLists`); ``within`` (a
+    :class:`slurmtopo.hostlist.HostIndex`, the inventory's nodes): only
+    those hosts are kept, found without expanding the NodeList."""
     numbered = enumerate((ln.rstrip("\r\n") for ln in
                           (text.splitlines() if isinstance(text, str) else text)), 1)
     header = None
@@ -103,7 +105,7 @@ def read_sacct(text: Union[str, Iterable[str]], path: str, limit: Optional[int] 
                          "AllocTRES,...)", path, head_line)
     at = {name: i for i, name in enumerate(names)}
     log = RowLog(path)
-    nodelists = NodeLists(hosts)
+    nodelists = NodeLists(hosts, within)
     jobs = JobCollector(path, limit)
     count = 0
     for n, line in numbered:
@@ -128,6 +130,10 @@ def read_sacct(text: Union[str, Iterable[str]], path: str, limit: Optional[int] 
     return jobs.finish(SACCT, count, log)
 
 
+#: what stands for a NodeList's hosts outside the inventory (``within``):
+#: no host name has blanks
+OUTSIDE = "(nodes outside the inventory)"
+
 #: distinct NodeLists (and host names) one read remembers; past it each row
 #: pays its own expansion, so memory stays bounded on any trace
 MAX_REMEMBERED = 200_000
@@ -151,10 +157,20 @@ class NodeLists:
 
     With ``hosts`` False (``slurmtopo simulate``, which places jobs itself
     and never looks at where they ran) a NodeList is only counted: the
-    same checks, the same rows skipped, the same node counts, no names."""
+    same checks, the same rows skipped, the same node counts, no names.
 
-    def __init__(self, hosts: bool = True) -> None:
+    With ``within`` (``slurmtopo audit``, which looks only at the
+    inventory's nodes) a NodeList is never expanded: its ranges are
+    compared with the inventory's names
+    (:func:`slurmtopo.hostlist.select_hostlist`), so 500 rows of
+    ``n[k-k+65535]`` cost what the inventory's names cost, not 32 million
+    strings (186 s and 303 MB before); the nodes outside it show as one
+    name the inventory has not (:data:`OUTSIDE`), so the job is skipped as
+    one that ran elsewhere."""
+
+    def __init__(self, hosts: bool = True, within=None) -> None:
         self._want_hosts = hosts
+        self._within = within
         self._seen: Dict[str, Optional[Tuple[Tuple[str, ...], int]]] = {}
         self._names: Dict[str, str] = {}
 
@@ -173,10 +189,15 @@ class NodeLists:
         return got
 
     def _expand(self, text: str) -> Optional[Tuple[Tuple[str, ...], int]]:
-        from slurmtopo.hostlist import count_hostlist, expand_hostlist
+        from slurmtopo.hostlist import count_hostlist, expand_hostlist, select_hostlist
         try:
             if not self._want_hosts:
                 return (), count_hostlist(text, "NodeList")
+            if self._within is not None:
+                names, count = select_hostlist(text, self._within, "NodeList")
+                if count > len(names):
+                    names.append(OUTSIDE)
+                return tuple(names), count
             names = expand_hostlist(text, "NodeList")
         except ValueError:
             return None

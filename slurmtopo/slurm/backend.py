@@ -87,6 +87,17 @@ class SlurmJob:
     #: the job's working directory (sbatch's submit directory unless
     #: --chdir; "" when the backend cannot tell): where its run directory is
     work_dir: str = ""
+    #: an array job (or one of its tasks) / a component of a heterogeneous
+    #: job: releasing its id releases every task or component at once
+    array: bool = False
+    het: bool = False
+    #: why Slurm's record of this job cannot be read with certainty (text a
+    #: user wrote reads as Slurm's fields, or the record could not be
+    #: parsed; slurmtopo.slurm.jobrecord); None when it can. Such a job
+    #: carries nothing but its id: no one acts on it
+    unreadable: Optional[str] = None
+    #: an unreadable record that holds the placement daemon's tag somewhere
+    maybe_tagged: bool = False
 
     @property
     def active(self) -> bool:
@@ -135,6 +146,12 @@ class SlurmBackend(abc.ABC):
             if j.job_id == int(job_id):
                 return j
         return None
+
+    def job_ids(self, user_id: Optional[int] = None) -> FrozenSet[int]:
+        """The ids of every job Slurm still lists (of ``user_id``'s, when
+        given), whatever its state: what must not lose its run directory."""
+        return frozenset(j.job_id for j in self.jobs()
+                         if user_id is None or j.user_id == user_id)
 
     def batch_script(self, job_id: int) -> Optional[str]:
         """The job's batch script as Slurm keeps it (None: not available,
@@ -218,6 +235,13 @@ class SlurmBackend(abc.ABC):
         ``Node=`` line per node of the running job, with ``Channel=N`` where
         switch/nvidia_imex gave the node an IMEX channel."""
         raise SlurmError(f"the {self.name} backend cannot show job resources; use the cli "
+                         "backend")
+
+    def topology_text(self) -> str:
+        """``scontrol show topology`` text: the switches or blocks as
+        slurmctld holds them now (``scontrol update ... Topology=`` and
+        power saving change them without a reconfigure)."""
+        raise SlurmError(f"the {self.name} backend cannot show Slurm's topology; use the cli "
                          "backend")
 
     def config_text(self) -> str:

@@ -23,13 +23,16 @@ import subprocess
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence
 
 from slurmtopo.errors import SlurmError
-from slurmtopo.slurm import parse
+from slurmtopo.slurm import jobrecord, parse
 from slurmtopo.slurm.backend import SlurmBackend, SlurmJob, SlurmNode
 
 DEFAULT_TIMEOUT = 60.0
 #: seconds ``srun --help`` may take (it answers at once where Slurm is set up)
 SRUN_HELP_TIMEOUT = 10.0
 _UNASKED = object()
+#: job ids of one text listing asked about alone at most (each costs a
+#: `scontrol show job ID`); the rest are reported unreadable
+MAX_ASKED_ALONE = 64
 _LONG_OPTION = re.compile(r"(?<![\w-])(--[A-Za-z][A-Za-z0-9-]*)")
 
 
@@ -115,24 +118,83 @@ class CliBackend(SlurmBackend):
         return parse.parse_scontrol_nodes(out)
 
     def jobs(self, states: Optional[Iterable[str]] = None) -> List[SlurmJob]:
-        kind, out = self._json_or_text([["squeue", "--json"]], ["scontrol", "-d", "-o", "show", "job"])
+        """Every job, from ``squeue --json`` (text only where Slurm has no
+        JSON). A record that cannot be read with certainty is an unreadable
+        job (:attr:`SlurmJob.unreadable`), never an error for the whole
+        listing: one user's job name cannot stop a reader for everyone."""
+        kind, out = self._json_or_text([["squeue", "--json"]],
+                                       ["scontrol", "-d", "-o", "show", "job"])
         if kind == "json":
-            return parse.parse_squeue_json(out, states)
-        jobs = parse.parse_scontrol_jobs(out)
+            return jobrecord.jobs_from_json(out, "squeue --json", states)
+        jobs, ask = jobrecord.jobs_from_text(out, one_liner=True)
+        # ids the listing cannot tell apart (a newline and JobId= in
+        # someone's job name): each asked for alone, where Slurm prints
+        # that job's record only
+        for job_id in ask[:MAX_ASKED_ALONE]:
+            one = self._job_text(job_id)
+            if one is not None:
+                jobs.append(one)
+        jobs += [jobrecord.unreadable_job(j, "too many records of this listing could not be "
+                                             "read")
+                 for j in ask[MAX_ASKED_ALONE:]]
         if states is not None:
             want = {s.upper() for s in states}
-            jobs = [j for j in jobs if j.state in want]
-        return jobs
+            jobs = [j for j in jobs if j.state in want or j.unreadable]
+        return sorted(jobs, key=lambda j: j.job_id)
 
     def job(self, job_id: int) -> Optional[SlurmJob]:
+        """One job, looked up right now: ``scontrol --json show job ID``
+        (23.02 on), else its ``scontrol -d -o show job ID`` text, read only
+        when its keys are all Slurm's own (:mod:`slurmtopo.slurm.jobrecord`);
+        a record that is not, on a Slurm with ``squeue --json`` (22.05), is
+        looked up there instead, and is an unreadable job where Slurm has
+        no JSON at all."""
+        job_id = int(job_id)
+        argv = ["scontrol", "--json", "show", "job", str(job_id)]
+        if self._json is not False and tuple(argv[:4]) not in self._unsupported:
+            p = self.run(argv, check=False)
+            if p.returncode == 0 and p.stdout.lstrip().startswith("{"):
+                jobs = jobrecord.jobs_from_json(p.stdout, "scontrol show job --json",
+                                                job_ids=[job_id])
+                return jobs[0] if jobs else None
+            text = (p.stderr + p.stdout).lower()
+            if "invalid job id" in text:
+                return None
+            if not any(s in text for s in _NO_JSON):
+                raise SlurmError(parse.error_text(p.stderr, p.stdout, "scontrol"))
+            self._unsupported.add(tuple(argv[:4]))
+        job = self._job_text(job_id)
+        if job is not None and job.unreadable and self._json is not False \
+                and ("squeue", "--json") not in self._unsupported:
+            # 22.05: no `scontrol --json`, but squeue --json lists every job
+            p = self.run(["squeue", "--json"], check=False)
+            if p.returncode == 0 and p.stdout.lstrip().startswith("{"):
+                found = jobrecord.jobs_from_json(p.stdout, "squeue --json", job_ids=[job_id])
+                return found[0] if found else None
+        return job
+
+    def _job_text(self, job_id: int) -> Optional[SlurmJob]:
         p = self.run(["scontrol", "-d", "-o", "show", "job", str(int(job_id))], check=False)
         if p.returncode != 0:
             text = (p.stderr + p.stdout).lower()
             if "invalid job id" in text:
                 return None
             raise SlurmError(parse.error_text(p.stderr, p.stdout, "scontrol"))
-        jobs = [j for j in parse.parse_scontrol_jobs(p.stdout) if j.job_id == int(job_id)]
-        return jobs[0] if jobs else None
+        return jobrecord.job_alone_from_text(p.stdout, int(job_id), one_liner=True)
+
+    def job_ids(self, user_id: Optional[int] = None) -> FrozenSet[int]:
+        """``squeue -h -t all -o %A`` (``-u UID`` for one user's): job ids
+        only, no text a user wrote (one per array task: its own id)."""
+        argv = ["squeue", "-h", "-t", "all", "-o", "%A"]
+        if user_id is not None:
+            argv += ["-u", str(int(user_id))]
+        out = self.run(argv).stdout
+        ids = set()
+        for line in out.split():
+            if not line.isdigit():
+                raise SlurmError(f"squeue printed {line[:20]!r} for a job id")
+            ids.add(int(line))
+        return frozenset(ids)
 
     def batch_script(self, job_id: int) -> Optional[str]:
         """``scontrol write batch_script JOBID -`` (the script on stdout);
@@ -260,6 +322,9 @@ class CliBackend(SlurmBackend):
                 found = parse_srun_help(p.stdout) if p.returncode == 0 else None
                 self._srun_options = found
         return self._srun_options  # type: ignore[return-value]
+
+    def topology_text(self) -> str:
+        return self.run(["scontrol", "show", "topology"]).stdout
 
     # -- extras (admin tooling, tests) -------------------------------------
     def topology(self) -> Dict[str, Dict[str, object]]:

@@ -1,4 +1,6 @@
-"""Pure parsers: what Slurm's commands print -> :class:`SlurmNode` / :class:`SlurmJob`.
+"""Pure parsers: what Slurm's commands print -> :class:`SlurmNode`, and the
+helpers job records share (jobs themselves: :mod:`slurmtopo.slurm.jobrecord`,
+which never reads a user's text as Slurm's fields).
 
 No I/O here; the command-line backend runs the commands and hands the text
 over, the unit tests hand over recorded output (tests/fixtures/slurm/).
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmError
@@ -56,8 +58,7 @@ _STATE_ALIASES = {"alloc": "allocated", "mix": "mixed", "alloc+": "allocated"}
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 
 #: keys whose value runs to the end of its line in ``scontrol show`` (multi-line form)
-_REST_OF_LINE = {"JobName", "Comment", "AdminComment", "SystemComment", "Command", "WorkDir",
-                 "StdOut", "StdErr", "StdIn", "OS"}
+_REST_OF_LINE = {"Comment", "OS"}
 _KEY = re.compile(r"^[A-Z][A-Za-z0-9_/:]*=")
 
 
@@ -253,75 +254,6 @@ def parse_nodes_json(text_or_data: Any, what: str = "scontrol show nodes --json"
 
 
 # --------------------------------------------------------------------------
-# squeue --json
-
-
-def _allocated_node_names(j: Mapping[str, Any]) -> Tuple[str, ...]:
-    res = j.get("job_resources") or {}
-    names: List[str] = []
-    alloc = res.get("allocated_nodes")
-    if isinstance(alloc, list):  # 22.05
-        names = [str(a.get("nodename")) for a in alloc if isinstance(a, Mapping)
-                 and a.get("nodename")]
-    nodes = res.get("nodes")
-    if not names and isinstance(nodes, Mapping):  # 23.11+: nodes.allocation[].name
-        names = [str(a.get("name")) for a in nodes.get("allocation") or []
-                 if isinstance(a, Mapping) and a.get("name")]
-    return tuple(names)
-
-
-def job_gpus_from_detail(hosts: Sequence[str], detail: Sequence[str]) -> Dict[str, Tuple[int, ...]]:
-    out: Dict[str, Tuple[int, ...]] = {}
-    for host, gres in zip(hosts, detail):
-        count, idx = gpu_indices(gres)
-        if idx:
-            out[host] = tuple(sorted(idx))
-    return out
-
-
-def job_from_json(j: Mapping[str, Any]) -> SlurmJob:
-    state = _job_state(j.get("job_state"))
-    reason = _none_if_empty(j.get("state_reason"))
-    priority = _number(j.get("priority"))
-    nodes = _hosts(j.get("nodes")) if state not in ("PENDING",) else ()
-    detail = list(j.get("gres_detail") or [])
-    order = _allocated_node_names(j) or nodes
-    gpus = job_gpus_from_detail(order, detail) if detail and state in ACTIVE_JOB_STATES else {}
-    held = reason in HELD_REASONS or (state == "PENDING" and priority == 0)
-    shared = j.get("shared")
-    return SlurmJob(
-        job_id=_number(j.get("job_id")), name=str(j.get("name") or ""),
-        user=str(j.get("user_name") or j.get("user_id") or ""), state=state, reason=reason,
-        priority=priority, submit_time=_number(j.get("submit_time")), nodes=nodes, gpus=gpus,
-        comment=str(j.get("comment") or ""), held=held,
-        req_nodes=_hosts(j.get("required_nodes")), partition=str(j.get("partition") or ""),
-        num_nodes=_number(j.get("node_count")),
-        gres_request=str(j.get("tres_per_node") or j.get("tres_per_job") or
-                         j.get("tres_per_task") or ""),
-        exclusive=(shared == "none" or (isinstance(shared, list) and "none" in shared)),
-        user_id=_uid(j.get("user_id")), reservation=_text(j.get("resv_name")),
-        qos=_text(j.get("qos")), account=_text(j.get("account")),
-        exc_nodes=_hosts(j.get("excluded_nodes")), features=_text(j.get("features")),
-        work_dir=_text(j.get("current_working_directory")))
-
-
-def parse_squeue_json(text_or_data: Any, states: Optional[Iterable[str]] = None,
-                      job_ids: Optional[Iterable[int]] = None) -> List[SlurmJob]:
-    data = load_json(text_or_data, "squeue --json")
-    want_states = {s.upper() for s in states} if states is not None else None
-    want_ids = {int(i) for i in job_ids} if job_ids is not None else None
-    out = []
-    for j in data.get("jobs") or []:
-        job = job_from_json(j)
-        if want_states is not None and job.state not in want_states:
-            continue
-        if want_ids is not None and job.job_id not in want_ids:
-            continue
-        out.append(job)
-    return out
-
-
-# --------------------------------------------------------------------------
 # scontrol text
 
 
@@ -392,95 +324,6 @@ def _time(value: Optional[str]) -> int:
         return 0
 
 
-def job_gpus_from_scontrol(rec: Sequence[Tuple[str, str]]) -> Dict[str, Tuple[int, ...]]:
-    """host -> GPU indices from the ``Nodes=... GRES=...`` detail of ``-d``."""
-    out: Dict[str, Tuple[int, ...]] = {}
-    hosts: Tuple[str, ...] = ()
-    in_detail = False
-    for k, v in rec:
-        if k == "Nodes":
-            hosts = _hosts(v)
-            in_detail = True
-        elif k in ("GRES", "GRES_IDX") and in_detail:
-            _count, idx = gpu_indices(v.replace("gpu(IDX", "gpu:0(IDX") if k == "GRES_IDX" else v)
-            if idx:
-                for h in hosts:
-                    out[h] = tuple(sorted(idx))
-            in_detail = False
-        elif k not in ("CPU_IDs", "Mem"):
-            in_detail = False
-    return out
-
-
-#: the keys of a job's record that :func:`job_from_scontrol` reads; Slurm
-#: prints each at most once per record (``-d`` repeats only its detail keys)
-_JOB_KEYS = frozenset({"JobId", "JobName", "UserId", "Priority", "JobState", "Reason",
-                       "SubmitTime", "NodeList", "NumNodes", "Comment", "ReqNodeList",
-                       "ExcNodeList", "Partition", "TresPerNode", "TresPerJob", "OverSubscribe",
-                       "Reservation", "QOS", "Account", "Features", "WorkDir"})
-
-
-def repeated_key(rec: Sequence[Tuple[str, str]]) -> Optional[str]:
-    """A key of :data:`_JOB_KEYS` that appears twice in ``rec``, or None.
-
-    In ``scontrol -o show job`` text a job's name comes before its owner,
-    priority, state and reason, and nothing marks where it ends: a user who
-    names a job ``x Reason=JobHeldUser`` (or writes a newline in it) prints
-    a second ``Reason=`` ahead of Slurm's. Slurm's own key is always there
-    too (it starts a token), so an injected key shows as a repeated one and
-    the record cannot be read with certainty."""
-    seen = set()
-    for k, _v in rec:
-        if k in _JOB_KEYS:
-            if k in seen:
-                return k
-            seen.add(k)
-    return None
-
-
-def job_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmJob:
-    """The job of one record. A record that repeats a key (text a user
-    chose that reads as Slurm's fields, :func:`repeated_key`) is given no
-    comment: it is then no placement daemon's job, which never acts on a
-    job whose state it cannot read with certainty (an admin's hold
-    disguised as the user's own would be released)."""
-    state = _job_state(_first(rec, "JobState"))
-    reason = _none_if_empty(_first(rec, "Reason"))
-    priority = _number(_first(rec, "Priority"))
-    user_field = _first(rec, "UserId") or ""
-    user = user_field.split("(", 1)[0]
-    m = re.search(r"\((\d+)\)$", user_field)
-    nodes = _hosts(_first(rec, "NodeList")) if state != "PENDING" else ()
-    held = reason in HELD_REASONS or (state == "PENDING" and priority == 0)
-    num_nodes = (_first(rec, "NumNodes") or "0").split("-", 1)[0]
-    return SlurmJob(
-        job_id=int(_first(rec, "JobId") or 0), name=_first(rec, "JobName") or "",
-        user=user, state=state, reason=reason, priority=priority,
-        submit_time=_time(_first(rec, "SubmitTime")), nodes=nodes,
-        gpus=job_gpus_from_scontrol(rec) if state in ACTIVE_JOB_STATES else {},
-        comment="" if repeated_key(rec) else (_first(rec, "Comment") or ""), held=held,
-        req_nodes=_hosts(_first(rec, "ReqNodeList")), partition=_first(rec, "Partition") or "",
-        num_nodes=_number(num_nodes),
-        gres_request=_first(rec, "TresPerNode") or _first(rec, "TresPerJob") or "",
-        exclusive=(_first(rec, "OverSubscribe") == "NO"),
-        user_id=_uid(m.group(1) if m else None), reservation=_text(_first(rec, "Reservation")),
-        qos=_text(_first(rec, "QOS")), account=_text(_first(rec, "Account")),
-        exc_nodes=_hosts(_first(rec, "ExcNodeList")), features=_text(_first(rec, "Features")),
-        work_dir=_text(_first(rec, "WorkDir")))
-
-
-def parse_scontrol_jobs(text: str) -> List[SlurmJob]:
-    """Every job of ``scontrol show job`` text. A job id printed twice (a
-    newline and ``JobId=`` in a job's name starts a record of its own) makes
-    every record of that id commentless, as :func:`job_from_scontrol` does
-    for a repeated key."""
-    jobs = [job_from_scontrol(r) for r in scontrol_records(text, "JobId")]
-    seen: Dict[int, int] = {}
-    for j in jobs:
-        seen[j.job_id] = seen.get(j.job_id, 0) + 1
-    return [replace(j, comment="") if seen[j.job_id] > 1 else j for j in jobs]
-
-
 def node_from_scontrol(rec: Sequence[Tuple[str, str]]) -> SlurmNode:
     base, flags = split_node_state(_first(rec, "State"))
     total = gpu_count(_first(rec, "Gres"))
@@ -521,6 +364,51 @@ def parse_scontrol_topology(text: str) -> Dict[str, Dict[str, Any]]:
     return out
 
 
+def parse_scontrol_blocks(text: str) -> Dict[str, Tuple[str, ...]]:
+    """``scontrol show topology`` under topology/block (23.11+):
+    ``BlockName=b1 BlockIndex=0 Nodes=node[1-2] BlockSize=2`` -> {block:
+    its nodes as Slurm holds them now}. A block with no node maps to ()."""
+    out: Dict[str, Tuple[str, ...]] = {}
+    for rec in scontrol_records(text, "BlockName"):
+        out[_first(rec, "BlockName") or ""] = _hosts(_first(rec, "Nodes"))
+    return out
+
+
+@dataclass(frozen=True)
+class JobAsks:
+    """What a job asked of the topology and where it runs, as ``scontrol
+    -d show job`` prints it (Slurm 22.05 to 26.05)."""
+
+    job_id: str
+    nodes: Tuple[str, ...]
+    #: --segment (SegmentSize=, 24.11+), None when not asked
+    segment: Optional[int] = None
+    #: --switches count (Switches=N@TIME), None when not asked
+    switches: Optional[int] = None
+    #: the wait for them, as Slurm prints it
+    switch_wait: Optional[str] = None
+    state: str = ""
+    user: str = ""
+    name: str = ""
+
+
+def parse_job_asks(text: str) -> Optional[JobAsks]:
+    """The first job record of ``scontrol [-d] [-o] show job`` text."""
+    recs = scontrol_records(text, "JobId")
+    if not recs:
+        return None
+    rec = recs[0]
+    seg = _first(rec, "SegmentSize")
+    sw = _first(rec, "Switches") or ""
+    count, _, wait = sw.partition("@")
+    user = (_first(rec, "UserId") or "").split("(")[0]
+    return JobAsks(job_id=_first(rec, "JobId") or "", nodes=_hosts(_first(rec, "NodeList")),
+                   segment=int(seg) if seg and seg.isdigit() and int(seg) > 0 else None,
+                   switches=int(count) if count.isdigit() and int(count) > 0 else None,
+                   switch_wait=wait or None, state=(_first(rec, "JobState") or "").upper(),
+                   user=user, name=_first(rec, "JobName") or "")
+
+
 # --------------------------------------------------------------------------
 # command errors
 
@@ -540,7 +428,11 @@ def error_text(stderr: str, stdout: str = "", command: str = "") -> str:
             lines.append(line)
     text = "; ".join(lines) or f"{command or 'command'} failed without a message"
     if "Could not establish a configuration source" in text:  # Slurm's words name no fix
+        if command == "sbatch":  # submitting: no state file spares Slurm here
+            way = ("`slurmtopo plan ... -- CMD` writes the batch script without submitting it, "
+                   "--dry-run prints it")
+        else:
+            way = "--state none or a snapshot file plans without Slurm"
         text = (f"{command or 'Slurm'}: no Slurm configuration found (set SLURM_CONF, or run on "
-                f"a node of the cluster; --state none or a snapshot file plans without Slurm): "
-                + text)
+                f"a node of the cluster; {way}): " + text)
     return text

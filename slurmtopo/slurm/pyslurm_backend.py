@@ -300,15 +300,29 @@ class PySlurmBackend(SlurmBackend):
             user_id=j.user_id if isinstance(j.user_id, int) else None,
             reservation=j.reservation or "", qos=j.qos or "", account=j.account or "",
             exc_nodes=parse._hosts(j.excluded_nodes), features=j.constraints or "",
-            work_dir=getattr(j, "working_directory", None) or "")
+            work_dir=getattr(j, "working_directory", None) or "",
+            # pyslurm 25.11's Job.array_id / het_job_id: None or 0 when none
+            array=bool(getattr(j, "array_id", None)), het=bool(getattr(j, "het_job_id", None)))
+
+    def _fenced_job(self, j) -> SlurmJob:
+        """:meth:`_job`; a job it cannot read is an unreadable job (one
+        user's job never fails the listing for everyone)."""
+        try:
+            return self._job(j)
+        except SlurmError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one record, never the listing
+            return SlurmJob(job_id=int(getattr(j, "id", 0) or 0), state="UNKNOWN",
+                            unreadable=f"pyslurm's record of it cannot be read "
+                                       f"({type(exc).__name__})")
 
     def jobs(self, states: Optional[Iterable[str]] = None) -> List[SlurmJob]:
         coll = self._call("loading jobs", self.pyslurm.Jobs.load)
         want = {s.upper() for s in states} if states is not None else None
         out = []
         for j in _values(coll):
-            job = self._job(j)
-            if want is None or job.state in want:
+            job = self._fenced_job(j)
+            if want is None or job.state in want or job.unreadable:
                 out.append(job)
         return out
 
@@ -320,7 +334,7 @@ class PySlurmBackend(SlurmBackend):
             if "invalid job id" in msg:
                 return None
             raise SlurmError(f"loading job {job_id}: {getattr(exc, 'msg', exc)}") from None
-        return self._job(j)
+        return self._fenced_job(j)
 
     # -- acting ------------------------------------------------------------
     def _desc_from_args(self, args: Sequence[str]) -> Dict[str, Any]:
@@ -400,6 +414,16 @@ class PySlurmBackend(SlurmBackend):
 
     def accounted_work_dir(self, job_id: int) -> Optional[str]:
         return self._sacct().accounted_work_dir(job_id)
+
+    def topology_text(self) -> str:
+        """``scontrol show topology`` through the command line (pyslurm
+        25.11 has no topology call)."""
+        import shutil
+        from slurmtopo.slurm.cli_backend import CliBackend
+
+        if shutil.which("scontrol") is None:
+            raise SlurmError("Slurm's topology needs scontrol, and it is not on PATH")
+        return CliBackend().topology_text()
 
     def update_job(self, job_id: int, **fields: str) -> None:
         if not fields:

@@ -9,7 +9,10 @@ for GRES), one writer and reader per format, as NVIDIA topograph's
   continuations, case-insensitive keys);
 * :mod:`.topology_conf` topology.conf for topology/tree and topology/block,
   :mod:`.topology_yaml` topology.yaml, :mod:`.topology_files` either one
-  chosen by name, applied to an inventory, compared;
+  chosen by name, applied to an inventory, compared; :mod:`.ring_torus`
+  topology.yaml's ``ring:`` and ``torus3d:`` sections of 26.05 (Slurm's
+  rules for rings and toruses and their trees are
+  :mod:`slurmtopo.ringtree`'s);
 * :mod:`.gres_lines` a node's gres.conf lines as slurmd's NVML
   autodetection forms them, :mod:`.gres_conf` the cluster's gres.conf
   written and read back, :mod:`.gres_strings` the GRES strings of
@@ -19,5 +22,6 @@ for GRES), one writer and reader per format, as NVIDIA topograph's
 
 Pure: text in, model out (the ``read_*`` helpers read a file through
 :func:`slurmtopo.fileio.read_text`). It sits below ``admin/``, ``agent/``,
-``slurm/`` and ``api``, which import it; it imports none of them.
+``slurm/``, ``binding/`` and ``api``, which import it; it imports none of
+them.
 """

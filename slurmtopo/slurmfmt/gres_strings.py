@@ -128,6 +128,20 @@ def gpu_indices(gres: Optional[str]) -> Tuple[int, Optional[FrozenSet[int]]]:
     return total, (frozenset(idx) if known else None)
 
 
+#: a GPU entry's index list in ``scontrol -d show job``: ``gpu:h100:8(IDX:0-7)``
+#: in ``GRES=`` (Slurm >= 20.02), ``gpu(IDX:0-3)`` in the older ``GRES_IDX=``
+_GPU_IDX = re.compile(r"gpu(?::[^,(\s]*)*\((?:IDX|idx):([^)]*)\)")
+
+
+def gpu_index_lists(gres: str) -> List[str]:
+    """The ``IDX`` lists of the GPU entries of a job's ``GRES=`` or
+    ``GRES_IDX=`` value, as written (``"0-7"``, ``"N/A"``), one per entry
+    (several GPU types give several): the start-time step reads each
+    strictly, where :func:`gpu_indices` (a node's ``gres_used``) takes
+    ``N/A`` for none."""
+    return _GPU_IDX.findall(gres)
+
+
 def gres_by_type(gres: Optional[str], name: str = "gpu") -> Dict[Optional[str], int]:
     """``gpu:h100:8,gpu:a100:2(S:0)`` (slurm.conf's ``Gres=``) -> {type: count}
     of GRES ``name`` (None: untyped)."""

@@ -1,34 +1,31 @@
-"""Slurm 26.05's topology/ring and topology/torus3d, read into the planner's
-switch tree (pure, no I/O).
+"""Slurm 26.05's topology.yaml ``ring:`` and ``torus3d:`` sections, read
+(pure, no I/O).
 
-The formats (doc/man/man5/topology.yaml.5 and topology.conf.5 of 26.05.3;
-the rules from src/plugins/topology/ring/ring_record.c and
-torus3d/torus3d_record.c):
+The formats (doc/man/man5/topology.yaml.5 and topology.conf.5 of 26.05.3):
 
-* ring: ``ring: {rings: [{ring: NAME, nodes: HOSTLIST}]}`` in topology.yaml,
-  ``RingName=NAME Nodes=HOSTLIST`` lines in topology.conf. The hostlist's
-  order is the ring order; at most 16 nodes a ring (``MAX_RING_SIZE``);
-  names unique. A job gets a contiguous arc of one ring, which may wrap.
+* ring: ``ring: {rings: [{ring: NAME, nodes: HOSTLIST}]}`` in topology.yaml
+  (``RingName=NAME Nodes=HOSTLIST`` lines in topology.conf are
+  :mod:`.topology_conf`'s). The hostlist's order is the ring order. A job
+  gets a contiguous arc of one ring, which may wrap.
 * torus3d (topology.yaml only): ``torus3d: {toruses: [{name, dims: {x, y,
   z}, nodes | regions: [{anchor, dims, nodes}], placements: [{dims,
-  anchor_seed, anchor_spacing}]}]}``. ``nodes`` fill the torus x-major (x
-  fastest) and must number x*y*z; a region fills its box the same way, must
-  fit the torus (no wrap) and not overlap another; toruses share no node.
-  A job gets one placement-shaped sub-cube, which may wrap.
+  anchor_seed, anchor_spacing}]}]}``. A job gets one placement-shaped
+  sub-cube, which may wrap.
 
-How each becomes the planner's switch tree, and Slurm's rules for both, are
-:mod:`slurmtopo.ringtree` (an inventory's rings and toruses use them too).
-Node lists are read in the order written (:func:`slurmtopo.hostlist.
-expand_in_order`), as Slurm reads them: the ring order, the x-major fill.
+Slurm's rules for rings and toruses (sizes, unique names, the x-major fill,
+regions and placements inside the torus) and how each becomes the planner's
+switch tree are :mod:`slurmtopo.ringtree`'s, the one home of both (an
+inventory's ``fabric: rings:``/``toruses:`` use them too): this module only
+reads the text into its calls. Node lists are read in the order written
+(:func:`slurmtopo.hostlist.expand_in_order`), as Slurm reads them: the ring
+order, the x-major fill.
 """
 from __future__ import annotations
 
 from slurmtopo.model import Fabric
+from slurmtopo.ringtree import (Coord, check_anchor, check_placement, ring_fabric, torus_coords,
+                                torus_fabric)
 from slurmtopo.slurmfmt.checks import NAME_RE
-# the rules and the tree conversion live in slurmtopo/ringtree.py (the
-# inventory's rings and toruses use them too); imported here for the readers
-from slurmtopo.ringtree import (DESCRIPTION, MAX_RING_SIZE, Coord, check_placement,  # noqa: F401
-                                ring_fabric, torus_coords, torus_fabric, tree_of)
 
 
 # --------------------------------------------------------------------------
@@ -94,12 +91,9 @@ def yaml_torus3d(r, value, path: str, line, hostlist) -> Fabric:
                 raise r.error(why, r.line(p))
             for key, low in (("anchor_seed", 0), ("anchor_spacing", 1)):
                 if p.get(key) is not None:
-                    v = _xyz(r, p, key, "placement", low)
-                    limit = (lambda a, b: a >= b) if key == "anchor_seed" else \
-                        (lambda a, b: a > b)
-                    if any(limit(a, b) for a, b in zip(v, dims)):
-                        raise r.error(f"placement {key} {v} must lie within the torus {dims}",
-                                      r.line(p, key))
+                    why = check_anchor(key, _xyz(r, p, key, "placement", low), dims)
+                    if why:
+                        raise r.error(why, r.line(p, key))
         toruses.append((name, coords, where))
     return torus_fabric(toruses, path)
 

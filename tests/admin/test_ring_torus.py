@@ -1,5 +1,6 @@
 """Slurm 26.05's topology/ring and topology/torus3d read into the planner's
-switch tree (slurmtopo/slurmfmt/ring_torus.py), from the formats of
+switch tree (read by slurmtopo/slurmfmt/, the trees and Slurm's rules in
+slurmtopo/ringtree.py), from the formats of
 doc/man/man5/topology.yaml.5 and topology.conf.5 (fixture:
 tests/fixtures/slurm/topology-ring-torus.yaml, the man page's example)."""
 from __future__ import annotations
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo.slurmfmt.ring_torus import torus_coords
+from slurmtopo.ringtree import torus_coords
 from slurmtopo.slurmfmt.topology_files import read_one_topology, read_topology_conf
 from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
 from slurmtopo.errors import InventoryError
@@ -76,6 +77,14 @@ BAD_YAML = [
      "rings 'a' and 'b' share node n2"),
     ("  torus3d:\n    toruses:\n      - {name: t, dims: {x: 2, y: 1, z: 1}, nodes: 'n[1-2]'}\n"
      "      - {name: u, dims: {x: 2, y: 1, z: 1}, nodes: 'n[2-3]'}\n", "share node n2"),
+    ("  torus3d:\n    toruses:\n      - name: t\n        dims: {x: 2, y: 2, z: 1}\n"
+     "        nodes: n[1-4]\n        placements:\n          - dims: {x: 1, y: 1, z: 1}\n"
+     "            anchor_seed: {x: 2, y: 0, z: 0}\n",
+     "anchor_seed (2, 0, 0) must lie within the torus (2, 2, 1)"),
+    ("  torus3d:\n    toruses:\n      - name: t\n        dims: {x: 2, y: 2, z: 1}\n"
+     "        nodes: n[1-4]\n        placements:\n          - dims: {x: 1, y: 1, z: 1}\n"
+     "            anchor_spacing: {x: 3, y: 1, z: 1}\n",
+     "anchor_spacing (3, 1, 1) must lie within the torus (2, 2, 1)"),
 ]
 
 

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.fakes.fake_pynvml import FakeNvml  # noqa: E402
-from tests.fakes.fake_sysfs import build_sysfs  # noqa: E402
+from slurmtopo.testing.fake_pynvml import FakeNvml  # noqa: E402
+from slurmtopo.testing.fake_sysfs import build_sysfs  # noqa: E402
 from tests.fakes.slurm_commands import SlurmCommands  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -13,7 +13,7 @@ from slurmtopo.cli import COMMANDS, main
 from slurmtopo.inventory import load_inventory
 from slurmtopo.topology import nvlink_islands
 
-from tests.fakes.fake_pynvml import FakeNvml
+from slurmtopo.testing.fake_pynvml import FakeNvml
 
 from .conftest import FIXTURES
 

@@ -11,7 +11,7 @@ from slurmtopo.agent.sysfs import Sysfs, canonical_pci
 from slurmtopo.model import CpuTopology, Gpu, Hardware, Node
 from slurmtopo.presets import preset
 
-from tests.fakes.fake_sysfs import build_sysfs, mig_minors_text
+from slurmtopo.testing.fake_sysfs import build_sysfs, mig_minors_text
 
 
 @pytest.mark.parametrize("model,want", [

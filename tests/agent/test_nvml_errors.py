@@ -11,7 +11,7 @@ from slurmtopo.slurmfmt.gres_lines import gres_lines, gres_text
 from slurmtopo.agent.nvml_discovery import _cpus_of_mask
 from slurmtopo.inventory import load_inventory
 
-from tests.fakes.fake_pynvml import FakeNvml, error
+from slurmtopo.testing.fake_pynvml import FakeNvml, error
 
 
 # -- the fake is pynvml-shaped -------------------------------------------------

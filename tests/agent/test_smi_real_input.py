@@ -15,7 +15,7 @@ from slurmtopo.slurmfmt.gres_lines import gres_lines, gres_text, parse_slurm_ver
 from slurmtopo.agent.smi import cpu_side_numa, place_trailing, smi_discovery, strip_ansi
 from slurmtopo.agent.sysfs import Sysfs
 from slurmtopo.inventory import load_inventory
-from tests.fakes.fake_sysfs import build_sysfs
+from slurmtopo.testing.fake_sysfs import build_sysfs
 
 from .conftest import FIXTURES, REAL_SMI
 

@@ -20,8 +20,8 @@ from slurmtopo.model import format_cpumask, parse_cpumask
 from slurmtopo.presets import preset
 
 from .conftest import FIXTURES
-from tests.fakes.fake_pynvml import FakeNvml
-from tests.fakes.fake_sysfs import build_sysfs
+from slurmtopo.testing.fake_pynvml import FakeNvml
+from slurmtopo.testing.fake_sysfs import build_sysfs
 
 XML = FIXTURES / "nccl_xml"
 HWLOC = FIXTURES / "hwloc" / "two_socket_gpu_node.xml"
@@ -297,3 +297,33 @@ def test_overlay_keeps_nvml_relations_for_gpus_the_file_lacks(vm, tmp_path):
     assert got["mlx5_ib6"][:7] == ("SYS",) * 6 + ("PIX",)
     assert got["mlx5_ib6"][7] == nvml["mlx5_ib6"][7] == "NODE"  # NVML's, not made-up SYS
     assert any("GPU(s) 7 are not in the file" in p for p in m.problems)
+
+
+@pytest.mark.parametrize("fixture", ["aws_p4d_like_skeleton.xml", "azure_ndv5_like_full.xml"])
+def test_a_provider_file_needs_no_nvml_module(fixture, monkeypatch, capsys):
+    """Issue 32: on a machine without nvidia-ml-py (a login node, an admin's
+    laptop), `--from-nccl-xml` with the default `--nvml auto` reads the file
+    alone and says why; `--nvml yes` refuses, naming the missing module."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    with pytest.raises(ImportError):
+        import pynvml  # noqa: F401
+    code, out, err = run(["agent", "discover", "--from-nccl-xml", str(XML / fixture),
+                          "--node-name", "vm1", "--sysfs-root", tempfile.gettempdir()], capsys)
+    assert code == 0, err
+    doc = yaml.safe_load(out)
+    assert doc["report"]["source"] == "nccl-topology-xml" and doc["nodes"][0]["gpus"]
+    assert "NVML not usable here (nvidia-ml-py is not installed): the report is the file " \
+           "alone" in err
+    code, out, err = run(["agent", "discover", "--from-nccl-xml", str(XML / fixture),
+                          "--nvml", "yes", "--node-name", "vm1"], capsys)
+    assert code == 2 and out == ""
+    assert "--nvml yes: NVML cannot read this node's GPUs (nvidia-ml-py is not installed)" \
+        in err
+
+
+def test_saved_smi_text_needs_no_nvml_module(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    code, out, err = run(["agent", "discover", "--from-smi",
+                          str(FIXTURES / "smi" / "hgx_h100.txt"), "--node-name", "n1"], capsys)
+    assert code == 0, err
+    assert len(yaml.safe_load(out)["nodes"][0]["gpus"]) == 8

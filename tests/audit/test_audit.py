@@ -321,3 +321,28 @@ def test_what_a_record_names_reaches_the_terminal_escaped(tmp_path):
     code, out, err = run_cli(["audit", "--inventory", INV, "--sacct-file", str(path)])
     assert code == 0, err
     assert "\x1b" not in out and "7\\x1b[2J" in out
+
+
+def test_cli_sacct_file_hostlists_are_never_expanded(tmp_path):
+    """500 rows of `n[k-k+65535]` (48 KB) took 186 s and 303 MB: every
+    NodeList was expanded to 65,536 names. They are now compared with the
+    inventory's nodes, never expanded: the jobs that ran outside the
+    inventory are skipped as before, and a job of the inventory's nodes
+    mixed with 65,000 others is one that ran elsewhere too."""
+    from tests.clirun import run_cli_subprocess
+
+    head = "JobID|Submit|Start|End|AllocTRES|NodeList|NNodes|Timelimit|State"
+    row = ("{k}|2025-03-03T09:00:00|2025-03-03T09:05:00|2025-03-03T10:00:00|"
+           "billing=16,cpu=16,gres/gpu=16,node=2|{nodes}|2|01:00:00|COMPLETED")
+    rows = [row.format(k=k + 1, nodes=f"n[{k}-{k + 65535}]") for k in range(500)]
+    rows.append(row.format(k=900, nodes="node[1-2],x[0-65000]"))
+    rows.append(row.format(k=901, nodes="node[1-2]"))
+    path = tmp_path / "sacct.txt"
+    path.write_text("\n".join([head] + rows) + "\n")
+    code, out, err = run_cli_subprocess(["audit", "--inventory", INV, "--sacct-file",
+                                         str(path), "--json"], memory_bytes=1 << 30,
+                                        timeout=30)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [j["job"] for j in doc["jobs"]] == ["901"]
+    assert '"rows": 501' in json.dumps(doc) and "on nodes not in the inventory" in out

@@ -1,12 +1,12 @@
 """The daemon's unit-test fixtures, over the one in-memory Slurm backend
-(tests/fakes/slurm_backend.py)."""
+(slurmtopo/testing/slurm_backend.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from tests.fakes.slurm_backend import FakeSlurm, FJob  # noqa: F401  (re-exported)
+from slurmtopo.testing.slurm_backend import FakeSlurm, FJob  # noqa: F401  (re-exported)
 
 QUAD8 = (Path(__file__).resolve().parents[1] / "fixtures" / "daemon" /
          "quad8-inventory.yaml").read_text()

@@ -223,7 +223,8 @@ def test_a_cycle_killed_mid_batch_leaves_a_journal_the_restart_can_trust(slurm, 
 def test_the_journal_is_one_file_written_atomically(slurm, inv, spool):
     a = submit(slurm, **dict(layout=Layout(tp=2), require={"tp": "nvlink"}))
     Daemon(slurm, inv, spool).cycle()
-    assert set(os.listdir(spool)) == {"events.log", "journal.json", "status.json", "requests"}
+    assert set(os.listdir(spool)) == {"events.log", "journal.json", "status.json", "requests",
+                                      "private"}
     doc = json.load(open(os.path.join(spool, "journal.json")))
     assert doc["slurmtopo"] == "daemon-journal" and [r["job_id"] for r in doc["jobs"]] == [a]
 

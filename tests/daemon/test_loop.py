@@ -7,6 +7,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from slurmtopo.daemon.decisions import Config
 from slurmtopo.daemon.loop import Daemon
 from slurmtopo.daemon.spool import Journal, SpoolLock, read_events
 from tests.events import release_count
@@ -250,9 +251,11 @@ def test_slurm_errors_are_journalled_not_fatal(slurm, inv, spool):
         raise SlurmError("Requested node configuration is not available")
 
     slurm.hooks["update"] = refuse
-    d = Daemon(slurm, inv, spool)
+    # (no back-off: tried again at once; tests/daemon/test_no_hostage.py)
+    d = Daemon(slurm, inv, spool, Config(retry_backoff=0))
     d.cycle()
     assert slurm.job(a).held and d.records[a].phase == "waiting"
+    assert d.records[a].refusals == 1
     assert "release-failed" in [e["event"] for e in read_events(spool, a)]
     del slurm.hooks["update"]
     d.cycle()
@@ -264,12 +267,12 @@ def test_one_daemon_per_spool(spool):
     first = SpoolLock(spool)
     first.acquire()
     try:
-        assert SpoolLock.holder(spool) == str(os.getpid())
+        assert SpoolLock.probe(spool) is True
         with pytest.raises(SlurmtopoError, match="another slurmtopo daemon"):
             SpoolLock(spool).acquire()
     finally:
         first.release()
-    assert SpoolLock.holder(spool) is None
+    assert SpoolLock.probe(spool) is False
 
 
 def test_cli_run_once_and_status(slurm, inv_file, spool, monkeypatch):

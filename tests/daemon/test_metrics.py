@@ -98,9 +98,41 @@ def _the_others(inv):
         "starting", "running", "outside", "left-alone", "fault"]
 
 
+def _backoff(inv):
+    """A release the fresh look-up refuses: the job backs off (the loop's
+    decision, not the scheduler's)."""
+    import tempfile
+
+    from slurmtopo.testing.slurm_backend import FakeSlurm
+
+    slurm = FakeSlurm()
+    j = submit(slurm, **JOB_TP4)
+
+    def disagree(job_id):
+        slurm.jobs_[j].comment = PREFIX + '{"layout":{"tp":2}}'
+    slurm.hooks["job"] = disagree
+    with tempfile.TemporaryDirectory() as spool:
+        d = Daemon(slurm, inv, spool)
+        d.cycle()
+        slurm.jobs_[j].comment = d.snapshot[j].comment
+        return d.cycle(), ["wait-backoff"]
+
+
+def _wait_hazard(inv):
+    """What is free for the job has an error hazard under its own policy:
+    held, not blocked (slurmtopo/daemon/jobhazards.py)."""
+    from dataclasses import replace
+
+    from slurmtopo.daemon.jobhazards import JobHazards
+
+    q = job(1, layout=Layout(tp=8), gpus_per_node=4)
+    q = replace(q, spec=replace(q.spec, hazards=JobHazards.of(["group-domain=error"])))
+    return decide([q], inv, ClusterView(busy()), NOW), ["wait-hazard"]
+
+
 SCENARIOS = [_release_preferred, _release_fallback_and_wait_preference,
              _release_best_and_no_room, _wait_reserved, _release_limit, _rejects, _reholds,
-             _the_others]
+             _the_others, _backoff, _wait_hazard]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.strip("_"))
@@ -368,3 +400,51 @@ def test_metrics_addr_without_a_port_is_refused(slurm, inv_file, spool, monkeypa
     code, out = _cli(["daemon", "--inventory", inv_file, "--spool", spool, "--once",
                       "--metrics-addr", "0.0.0.0"], slurm, monkeypatch)
     assert code != 0 and "--metrics-addr needs --metrics-port" in out
+
+
+def test_a_silent_client_delays_no_other_scrape_nor_the_stop(tmp_path, monkeypatch):
+    """A client sending one byte every few seconds blocked every other
+    scrape (one request at a time, a 10 s silence limit it never reached),
+    and after SIGTERM the daemon lived until that client stopped. Clients
+    are served each in a thread, cut off at a deadline, and stop() waits
+    for none."""
+    import socket
+    import threading
+    import time
+
+    monkeypatch.setattr(m, "HTTP_DEADLINE_S", 2.0)
+    rec = m.Recorder()
+    rec.serve("127.0.0.1", 0)
+    host, port = rec.address
+    slow = socket.create_connection((host, port))
+    stop = threading.Event()
+
+    def trickle():
+        for ch in b"GET /metrics HTTP/1.0\r\n":
+            if stop.wait(0.4):
+                return
+            try:
+                slow.send(bytes([ch]))
+            except OSError:
+                return
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        body = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read()
+        assert b"slurmtopo_daemon_spool_problem 0.0" in body
+        # the slow client is cut off at its deadline
+        slow.settimeout(5)
+        assert slow.recv(100) == b""
+    finally:
+        stop.set()
+    other = socket.create_connection((host, port))  # one more that stays silent
+    started = time.monotonic()
+    rec.close()
+    assert time.monotonic() - started < 1.5
+    other.settimeout(2)
+    try:
+        assert other.recv(10) == b""   # closed by the server ...
+    except ConnectionResetError:
+        pass                           # ... or reset
+    slow.close()
+    other.close()

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 
 import pytest
 
@@ -69,9 +71,14 @@ def test_long_request_goes_to_the_spool(tmp_path):
         make_comment(r, spool=str(tmp_path))          # the daemon makes it, not a user
     prepare_spool(str(tmp_path))
     c = make_comment(r, spool=str(tmp_path))
-    assert c.startswith(PREFIX + "@") and len(c) < 40
+    assert c.startswith(PREFIX + "@") and len(c) == len(PREFIX) + 33
     files = os.listdir(tmp_path / "requests")
-    assert len(files) == 1
+    assert len(files) == 1 and files[0] == c[len(PREFIX) + 1:] + ".json"
+    assert stat.S_IMODE(os.stat(tmp_path / "requests" / files[0]).st_mode) == 0o644
+    # the same request again: a file of its own (a random part in the name)
+    assert make_comment(r, spool=str(tmp_path)) != c
+    os.unlink(tmp_path / "requests" / sorted(set(os.listdir(tmp_path / "requests"))
+                                             - set(files))[0])
     spec = parse_comment(c, spool=str(tmp_path))
     assert spec.request == r and spec.source.endswith(files[0])
     # a tampered file is refused (its name is its hash)
@@ -174,3 +181,24 @@ def test_segment_flags_dropped_with_the_segment():
     assert "#SBATCH --spread-segments" not in text and "#SBATCH --segment" not in text
     assert "#SBATCH --consolidate-segments" not in text
     assert "#SBATCH --network=unique-channel-per-segment" in text and len(notes) == 3
+
+
+@pytest.mark.parametrize("script, args, what", [
+    (SCRIPT.replace("#SBATCH --nodes=2\n", "#SBATCH --nodes=2\n#SBATCH --array=0-3\n"), (),
+     "--array 0-3"),
+    (SCRIPT.replace("#SBATCH --job-name=train\n", "#SBATCH -a 1-2\n"), (), "--array 1-2"),
+    (SCRIPT, ("--array=5",), "--array 5"),
+    (SCRIPT + "#SBATCH hetjob\n#SBATCH --nodes=1\n", (), "heterogeneous"),
+    (SCRIPT, ("--nodes=1", ":", "--nodes=2"), "heterogeneous"),
+])
+def test_array_and_het_jobs_are_refused_before_they_exist(script, args, what):
+    """Releasing an array's id releases all its tasks (two started under
+    --max-releases 1) and Slurm will not pin an array's nodes: refused at
+    submission, nothing submitted (the daemon rejects one submitted by
+    hand: tests/daemon/test_no_hostage.py)."""
+    from slurmtopo.testing.slurm_backend import FakeSlurm
+
+    slurm = FakeSlurm()
+    with pytest.raises(SlurmtopoError, match=re.escape(what)):
+        submit_for_daemon(slurm, req(), script, args=args)
+    assert not slurm.jobs_

@@ -149,7 +149,9 @@ def test_files_have_fixed_modes_whatever_the_umask(slurm, inv, spool):
     assert mode("journal.json") == 0o600
     assert mode("events.log") == 0o600
     assert mode("status.json") == 0o644
-    assert mode("daemon.lock") == 0o644
+    # the lock is the daemon's alone: nobody else can open, let alone hold it
+    assert mode("private") == 0o700 and mode("private/daemon.lock") == 0o600
+    assert not os.path.exists(os.path.join(spool, "daemon.lock"))
     # an events.log of an older daemon (0644) is made private on the next write
     os.chmod(os.path.join(spool, "events.log"), 0o644)
     Daemon(slurm, inv, spool).cycle()
@@ -271,3 +273,168 @@ def test_users_read_the_status_but_not_the_event_log(slurm, inv):
                        "readable by its user only")
     finally:
         shutil.rmtree(base)
+
+
+# --------------------------------------------------------------------------
+# the lock and liveness are the daemon's alone (issue 33)
+
+
+def _as_nobody(fn):
+    """``fn()`` run in a child that dropped to user ``nobody``; its JSON
+    result (or the exception's name)."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # never return into pytest
+        out = '"child failed"'
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            try:
+                out = json.dumps(fn())
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                out = json.dumps(type(exc).__name__)
+        finally:
+            os.write(write_fd, out.encode())
+            os._exit(0)
+    os.close(write_fd)
+    data = b""
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    return json.loads(data.decode())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_no_user_can_hold_or_fake_the_daemons_lock(slurm, inv):
+    """The lock was 0644 in the spool: `flock -s` by any user kept the
+    daemon from starting, `flock -x` made `daemon status` say "running"
+    with no daemon. It is now 0600 in a 0700 directory (nobody else can
+    open it), an old world-readable lock is removed, and users tell from
+    the daemon's process whether it runs: a lock they hold says nothing."""
+    import fcntl
+    import shutil
+    import tempfile
+    import time
+
+    from slurmtopo.daemon.status import liveness, read_status
+
+    base = tempfile.mkdtemp(prefix="slurmtopo-lock-")
+    os.chmod(base, 0o755)
+    spool = os.path.join(base, "spool")
+    try:
+        prepare_spool(spool)
+        old = os.path.join(spool, "daemon.lock")   # what an older daemon left
+        with open(old, "w") as f:
+            f.write("1\n")
+        os.chmod(old, 0o644)
+        lock = SpoolLock(spool)
+        lock.acquire()
+        assert not os.path.exists(old)
+        d = Daemon(slurm, inv, spool)
+        d.locked = True
+        d.cycle()
+
+        def user_view():
+            try:
+                os.open(os.path.join(spool, "private", "daemon.lock"), os.O_RDONLY)
+                opened = True
+            except PermissionError:
+                opened = False
+            with open(os.path.join(spool, "status.json")) as f:
+                doc = read_status(f.read(), "status.json")
+            alive = liveness(spool, doc, time.time())
+            return [opened, alive.running, alive.how, alive.pid]
+
+        assert _as_nobody(user_view) == [False, True, "process", os.getpid()]
+        lock.release()
+        # the daemon is gone: its status names a process that ended
+        doc = json.load(open(os.path.join(spool, "status.json")))
+        child = os.fork()
+        if child == 0:
+            os._exit(0)
+        os.waitpid(child, 0)
+        doc["daemon"]["pid"] = child
+        with open(os.path.join(spool, "status.json"), "w") as f:
+            json.dump(doc, f)
+        # a user locks a file of their own named like the old lock: nothing
+        fd = os.open(old, os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            assert _as_nobody(user_view)[:3] == [False, False, "process"]
+        finally:
+            os.close(fd)
+        # the daemon starts all the same (its lock is not that file)
+        again = SpoolLock(spool)
+        again.acquire()
+        again.release()
+    finally:
+        shutil.rmtree(base)
+
+
+def test_liveness_from_another_host_is_the_last_cycles_age(tmp_path, monkeypatch):
+    from slurmtopo.daemon.status import Liveness, liveness
+
+    spool = str(tmp_path / "spool")
+    prepare_spool(spool)
+    doc = {"daemon": {"pid": 4, "host": "elsewhere", "locked": True, "at": 1000.0,
+                      "interval": 10.0, "boot_id": "x", "proc_start": 5}}
+    # a user's view: the lock is not theirs to open (root's is the lock's)
+    monkeypatch.setattr(SpoolLock, "probe", staticmethod(lambda s: None))
+    assert liveness(spool, doc, 1020.0) == Liveness(True, 4, "heartbeat")
+    assert not liveness(spool, doc, 1100.0).running
+    doc["daemon"]["locked"] = False
+    assert not liveness(spool, doc, 1020.0).running
+
+
+def test_a_spool_that_takes_nothing_shows_as_a_problem(slurm, inv, spool, monkeypatch):
+    """A full spool file system: the journal cannot be written, nothing is
+    released, and status.json cannot be written either, so it went stale
+    with no problem shown. `daemon status` now says SPOOL PROBLEM when a
+    running daemon's status is older than a few cycles, and the metrics
+    have a gauge for it."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from slurmtopo.cli import cli
+    from slurmtopo.daemon import metrics as m
+    from slurmtopo.daemon import spool as spool_mod
+
+    rec = m.Recorder()
+    lock = SpoolLock(spool)
+    lock.acquire()
+    try:
+        d = Daemon(slurm, inv, spool, metrics=rec)
+        d.locked, d.interval = True, 10.0
+        alice_job(slurm)
+        d.cycle()
+        assert b"slurmtopo_daemon_spool_problem 0.0" in rec.text()
+        monkeypatch.setattr(spool_mod, "atomic_write", _failing("journal.json"))
+        monkeypatch.setattr("slurmtopo.daemon.loop.atomic_write", _failing("status.json"))
+        d.cycle()
+        assert b"slurmtopo_daemon_spool_problem 1.0" in rec.text()
+        monkeypatch.undo()
+        # status.json could not be replaced: rewritten in place, with the problem
+        r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool, "--backend", "none"])
+        assert "SPOOL PROBLEM: cannot write journal.json" in r.output
+        assert "cannot write status.json" in r.output
+        path = os.path.join(spool, "status.json")
+        doc = _json.load(open(path))
+        doc["daemon"]["at"] -= 3600   # written an hour ago, and not since
+        doc["daemon"]["spool_error"] = None
+        with open(path, "w") as f:
+            _json.dump(doc, f)
+        r = CliRunner().invoke(cli, ["daemon", "status", "--spool", spool, "--backend", "none"])
+        assert r.exit_code == 0, r.output
+        assert "SPOOL PROBLEM: the daemon runs, but its status is 60m old" in r.output
+    finally:
+        lock.release()

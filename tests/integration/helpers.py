@@ -191,6 +191,11 @@ class Cluster:
                 self.run(["scontrol", "reconfigure"], check=False)
                 time.sleep(1)
 
+    def set_extra_conf(self, lines) -> None:
+        """More slurm.conf lines (the Slurm hooks'), daemons restarted on them;
+        ``[]`` takes them out again (scripts/devcluster.py set_extra_conf)."""
+        self._dc.set_extra_conf(list(lines))
+
     def cancel_all(self) -> None:
         if self.run(["squeue", "-h"], check=False).stdout.strip():
             self.run(["scancel", "-p", self.partition], check=False)

@@ -387,14 +387,48 @@ def test_a_job_that_can_never_fit_is_rejected_not_held_forever(devcluster, backe
     assert f"job {kept} (hold" in st.stdout and "can never run" in st.stdout, st.stdout
 
 
+def test_a_placement_with_an_error_hazard_is_never_released(devcluster, backend, inv,
+                                                            spool):
+    """node3 and node4 taken. bob's tp=8 job with 4 GPUs a node, first in
+    line, submitted under group-domain=error: every TP group it can have
+    spans two hosts although a node holds 8 GPUs, even on the empty cluster.
+    It is never released: held, the reason in its comment; it claims
+    nothing, so the whole-node job after it runs on node1 and node2 in the
+    same cycle (docs/hazards.md, "The placement daemon")."""
+    blockers = block(devcluster, "node3", "node4")
+    spread = submit_for_daemon(backend, JobRequest(layout=Layout(tp=8), gpus_per_node=4),
+                               plain_script(devcluster, 2, 4), hazards=("group-domain=error",))
+    assert '"hazards":{"policy":["group-domain=error"]}' in backend.job(spread).comment
+    whole = submit(backend, devcluster, Layout(tp=8, dp=2), gpn=8)
+    try:
+        ds = {x.job_id: x for x in Daemon(backend, inv, spool).cycle()}
+        assert ds[spread].action == "wait" and ds[spread].final, ds[spread]
+        assert ds[whole].action == "release", ds[whole]
+        devcluster.wait_state(whole, {"RUNNING"})
+        assert devcluster.job(whole)["NodeList"] == "node[1-2]"
+        info = devcluster.job(spread)
+        assert info["JobState"] == "PENDING" and info["Reason"] == "JobHeldUser", info
+        assert info["Comment"].startswith(REJECTED_PREFIX), info
+        assert "hazard group-domain (error): tp group 0 (8 ranks) spans 2 hosts" \
+            in info["Comment"]
+        assert releases_in_log(devcluster, spread) == 0
+    finally:
+        devcluster.run(["scancel", str(spread), str(whole)]
+                       + [str(b) for b in blockers.values()], check=False)
+
+
 def test_cli_sbatch_daemon_then_daemon_once(devcluster, inv_path, spool):
-    """The user's path: `slurmtopo sbatch --daemon` submits held and tagged,
-    `slurmtopo daemon --once` releases it, the job runs through bind."""
+    """The user's path: `slurmtopo sbatch --daemon` submits held and tagged
+    (with the job's model: the training step travels through Slurm's
+    comment), `slurmtopo daemon --once` releases it, the job runs through
+    bind."""
     env = dict(devcluster.env, PYTHONPATH=str(ROOT))
     (devcluster.dir / "out").mkdir(exist_ok=True)
     run_dir = devcluster.dir / "run" / uuid.uuid4().hex[:8]
     p = subprocess.run([sys.executable, "-m", "slurmtopo", "sbatch", "--daemon", "--parsable",
                         "--inventory", inv_path, "--tp", "4", "--require", "tp=nvlink",
+                        "--model", "params=0,layers=4,hidden=512,heads=8,ffn=2048,vocab=1000,"
+                        "seq_len=256,global_batch=4",
                         "--gpus-per-node", "4", "--run-dir", str(run_dir), "--spool", spool,
                         f"--sbatch=--output={devcluster.dir}/out/%j.out", "--", "sleep", "1"],
                        capture_output=True, text=True, env=env, cwd=devcluster.dir)
@@ -403,6 +437,7 @@ def test_cli_sbatch_daemon_then_daemon_once(devcluster, inv_path, spool):
     job = int(p.stdout.strip().splitlines()[-1])
     info = devcluster.job(job)
     assert info["Reason"] == "JobHeldUser" and info["Comment"].startswith(PREFIX), info
+    assert '"model":{' in info["Comment"] and '"layers":4' in info["Comment"], info
     p = subprocess.run([sys.executable, "-m", "slurmtopo", "daemon", "--inventory", inv_path,
                         "--spool", spool, "--once"], capture_output=True, text=True, env=env,
                        cwd=ROOT)

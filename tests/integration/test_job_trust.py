@@ -249,3 +249,17 @@ def test_pruning_through_a_linked_runs_root_deletes_nothing(devcluster, users, s
     assert sorted(p.name for p in (home / "ckpt").iterdir()) == ["1000", "2000"]
     assert (home / "ckpt" / "1000" / "m").read_text() == "w\n"
     assert (home / "run" / "job.sbatch").is_file()
+
+
+def test_pruning_keeps_the_run_directory_of_a_job_slurm_lists(devcluster, users, shared, alice):
+    """Pruning removed the run directory of a job still running once its
+    files looked 15 days old; its later `srun` steps and `slurmtopo show`
+    need it (issue 33). A job Slurm lists keeps it, whatever its age."""
+    first = alice.submitted("--tp", "2", "--sbatch=--hold")
+    run_dir = shared / ".slurmtopo" / "runs" / str(first)
+    assert (run_dir / "job.sbatch").is_file()
+    users.run(ALICE, ["/bin/sh", "-ec", f"touch -d '15 days ago' {run_dir}/* {run_dir}"],
+              check=True)
+    second = alice.submitted("--tp", "2", "--sbatch=--hold")
+    assert (run_dir / "job.sbatch").is_file()
+    devcluster.run(["scancel", str(first), str(second)])

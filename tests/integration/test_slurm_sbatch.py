@@ -361,3 +361,33 @@ def test_sbatch_short_flags_wrap_and_show_from_elsewhere(cluster, tmp_path):
     assert doc["run_dir"] == str(submit_dir / ".slurmtopo" / "runs" / str(job_id))
     assert doc["actual"] is not None and len(doc["actual"]["ranks"]) == 2
     assert not (elsewhere / ".slurmtopo").exists()
+
+
+def _without_fabric(src: Path, tmp_path: Path) -> Path:
+    import yaml
+
+    doc = yaml.safe_load(src.read_text())
+    del doc["fabric"]
+    path = tmp_path / "flat.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_an_inventory_without_fabric_plans_on_slurms_live_topology(cluster, tmp_path):
+    """Issue 32: the inventory has no fabric, so `plan --state live` reads
+    the tree slurmctld runs with (`scontrol show topology`: leaf1 node[1-2],
+    leaf2 node[3-4], spine) and says so; the job of 8 GPUs stays on one
+    leaf."""
+    flat = _without_fabric(INV, tmp_path)
+    env = dict(cluster.env, PYTHONPATH=str(ROOT))
+    p = run_slurmtopo(["plan", "--inventory", flat, "--state", "live", "--tp", "2", "--dp",
+                       "4", "--gpus-per-node", "4", "--json", "--output-dir", tmp_path / "p"],
+                      tmp_path, env)
+    doc = json.loads(p.stdout)
+    assert any(n.startswith("the inventory has no fabric: planned on Slurm's live topology "
+                            "(scontrol show topology: 3 switch(es))") for n in doc["notes"])
+    assert set(doc["rankmap"]["hosts"]) in ({"node1", "node2"}, {"node3", "node4"})
+    # against a snapshot (none) Slurm is not asked, and nothing is said of it
+    p = run_slurmtopo(["plan", "--inventory", flat, "--tp", "2", "--dp", "4", "--json",
+                       "--output-dir", tmp_path / "q"], tmp_path, env)
+    assert not any("Slurm" in n for n in json.loads(p.stdout)["notes"])

@@ -196,3 +196,25 @@ def nvl_cluster_with(d: Path, name: str, text: str, port_start: int, **kw):
                     port=devcluster_mod.free_port_base(4, start=port_start),
                     gres_conf=str(d / "gres.conf"), topology_conf=str(d / name), **kw)
     return devcluster_mod.DevCluster.up(cfg), d / name
+
+
+def test_an_inventory_without_fabric_plans_on_slurms_live_blocks(block_cluster, tmp_path):
+    """Issue 32: with no fabric in the inventory, `plan --state live` reads
+    slurmctld's blocks (`scontrol show topology`) and a two-tray job gets
+    one rack and its --segment, as with the inventory's own blocks."""
+    import json
+
+    import yaml
+
+    doc = yaml.safe_load(NVL.read_text())
+    doc.pop("fabric", None)
+    flat = tmp_path / "flat.yaml"
+    flat.write_text(yaml.safe_dump(doc))
+    env = dict(block_cluster.env, PYTHONPATH=str(ROOT))
+    p = run_slurmtopo(["sbatch", "--inventory", flat, "--tp", "4", "--dp", "2", "--dry-run",
+                       "--json", "--", "true"], tmp_path, env)
+    out = json.loads(p.stdout)
+    assert any("planned on Slurm's live topology (scontrol show topology: 2 block(s))" in n
+               for n in out["notes"]), out["notes"]
+    assert set(out["hosts"]) in RACKS
+    assert "#SBATCH --segment=2" in out["script"]

@@ -59,7 +59,9 @@ def main(out: str, framework: str, knobs_json: str) -> None:
         seen[kind] = {"ranks": sorted(dist.get_process_group_ranks(g)), "gathered": gathered}
     dist.barrier()
     doc = dict(me, world=world, master_addr=os.environ["MASTER_ADDR"],
-               master_port=os.environ["MASTER_PORT"], groups=seen)
+               master_port=os.environ["MASTER_PORT"], groups=seen,
+               # started by torchrun (its elastic agent sets this), not srun
+               torchelastic="TORCHELASTIC_RUN_ID" in os.environ)
     with open(os.path.join(out, f"torch-{rank}.json"), "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
     dist.destroy_process_group()

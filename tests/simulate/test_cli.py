@@ -140,3 +140,84 @@ def test_byte_identical_across_processes(tmp_path):
         assert p.returncode == 0, p.stderr
         outs.append(p.stdout)
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("why,setup", [
+    ("no such directory", lambda tmp, mp: str(tmp / "missing" / "w.png")),
+    ("is a directory", lambda tmp, mp: str((tmp / "d.png").mkdir() or tmp / "d.png")),
+    ("needs matplotlib", lambda tmp, mp: mp.setitem(__import__("sys").modules, "matplotlib",
+                                                    None) or str(tmp / "w.png")),
+])
+def test_plot_refused_before_the_replay(tmp_path, monkeypatch, why, setup):
+    """Issue 32: a bad --plot path or a missing matplotlib was found after
+    the replay (minutes lost); now before any job is replayed."""
+    path = setup(tmp_path, monkeypatch)
+
+    def no_replay(*a, **k):
+        raise AssertionError("replayed before --plot was checked")
+    monkeypatch.setattr("slurmtopo.commands.simulate._run", no_replay)
+    monkeypatch.setattr("slurmtopo.simulate.runner.prepare", no_replay)
+    code, out, err = run_cli(BASE + ["--plot", path])
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert why in err
+
+
+def test_plot_axes_are_readable_and_coinciding_points_visible():
+    """Issue 32: slowdowns of about 1 were labelled `1e-5+1` with ticks
+    3.00-5.00, and one policy's point hid another's."""
+    from slurmtopo.simulate.report import plot_figure
+
+    def pol(name, policy, wait, slow):
+        return {"name": name, "policy": policy,
+                "queue_wait_s": {"mean": wait, "p95": wait}, "slowdown": {"mean": slow,
+                                                                         "p95": slow}}
+    doc = {"policies": [pol("slurm", "slurm", 120.0, 1.00001),
+                        pol("slurmtopo", "slurmtopo", 120.0, 1.0),
+                        pol("daemon", "daemon:wait=300", 120.0, 1.00003)],
+           "trace": {"source": "t.swf", "jobs": 3, "never_fit": 0},
+           "inventory": {"nodes": 4}}
+    fig = plot_figure(doc)
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    assert ax.yaxis.get_offset_text().get_text() == ""
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and all("e" not in x for x in labels)
+    lo, hi = ax.get_ylim()
+    assert lo < 1.0 < 1.00003 < hi and hi - lo >= 0.02  # the points mid-axis, not magnified
+    lines = [ln for ln in ax.lines if ln.get_label() in ("slurm", "slurmtopo", "daemon")]
+    assert len({ln.get_marker() for ln in lines}) == 3
+    assert len({ln.get_markersize() for ln in lines}) == 3
+    assert all(ln.get_fillstyle() == "none" for ln in lines)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+
+
+def test_the_trace_path_is_escaped_on_the_terminal(tmp_path):
+    """A trace named with an escape sequence was printed raw (issue 33)."""
+    path = tmp_path / "t\x1b]0;PWNED\x07[bold].txt"
+    path.write_text((ROOT / "etc" / "examples" / "traces" / "devcluster-sacct.txt").read_text())
+    code, out, err = run_cli(["simulate", "--inventory", INV, "--trace", str(path),
+                              "--policy", "slurm"])
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out
+    assert "t\\x1b]0;PWNED\\x07[bold].txt" in out
+
+
+@pytest.mark.parametrize("text, why", [
+    ('[{"jobid":"a","submitted_time":"2017-10-07 01:11:39","attempts":'
+     + "[" * 50_000 + "]" * 50_000 + "}]", "nested deeper"),
+    ('[{"jobid":' + "9" * 5000 + ',"submitted_time":"2017-10-07 01:11:39","attempts":[]}]',
+     "a number of thousands of digits"),
+    ('[{"jobid":' + "9" * 4000 + ',"submitted_time":"2017-10-07 01:11:39","attempts":[{'
+     '"start_time":"2017-10-07 01:11:40","end_time":"2017-10-07 02:11:40",'
+     '"detail":[{"ip":"x","gpus":["gpu0"]}]}]}]', "1 job id out of range"),
+])
+def test_a_hostile_philly_log_is_one_line(tmp_path, text, why):
+    """Philly job logs with deep lists and huge ids gave RecursionError and
+    ValueError tracebacks (issue 33)."""
+    path = tmp_path / "cluster_job_log"
+    path.write_text(text)
+    code, out, err = run_cli(["simulate", "--inventory", INV, "--trace", str(path),
+                              "--trace-format", "philly"])
+    assert code == 2 and why in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1

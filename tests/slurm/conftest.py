@@ -25,9 +25,11 @@ NO_SCONTROL_JSON = "scontrol: unrecognized option '--json'\nTry \"scontrol --hel
 @pytest.fixture
 def slurm(tmp_path):
     """Stand-ins answering like Slurm 22.05 unless a test adds rules (a later
-    rule wins): ``scontrol show nodes --json`` is refused as by 22.05."""
+    rule wins): ``scontrol show nodes --json`` and ``scontrol --json show job``
+    are refused as by 22.05."""
     d = tmp_path / "bin"
     d.mkdir()
     s = Slurm(d)
     s.on("scontrol show nodes --json", stderr=NO_SCONTROL_JSON, rc=1)
+    s.on("scontrol --json", stderr=NO_SCONTROL_JSON, rc=1)
     return s

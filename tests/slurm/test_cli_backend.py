@@ -7,6 +7,7 @@ installed and still go through real subprocess calls.
 """
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -27,11 +28,15 @@ def test_nodes_jobs_and_one_job(slurm):
     # `scontrol show job 6` printed every job (as a fixture): only 6 is taken
     assert b.job(6).gpus == {"node2": (0, 1), "node4": (4, 5)}
     argvs = [c["argv"] for c in slurm.calls()]
-    # 22.05: scontrol has no --json, so nodes come from sinfo --json
+    # 22.05: scontrol has no --json, so nodes come from sinfo --json and
+    # one job from scontrol's text
     assert argvs == [["scontrol", "show", "nodes", "--json"], ["sinfo", "--json"],
-                     ["squeue", "--json"], ["scontrol", "-d", "-o", "show", "job", "6"]]
+                     ["squeue", "--json"], ["scontrol", "--json", "show", "job", "6"],
+                     ["scontrol", "-d", "-o", "show", "job", "6"]]
     b.nodes()      # the missing scontrol --json is remembered, not tried again
-    assert [c["argv"] for c in slurm.calls()][4:] == [["sinfo", "--json"]]
+    assert [c["argv"] for c in slurm.calls()][5:] == [["sinfo", "--json"]]
+    b.job(6)       # nor is scontrol's missing --json
+    assert [c["argv"][:2] for c in slurm.calls()][6:] == [["scontrol", "-d"]]
 
 
 def test_unknown_job_is_none(slurm):
@@ -305,42 +310,66 @@ def _admin_held_line(job_id: int, name: str) -> str:
             "MCS_label=N/A Priority=0 Nice=0 Account=(null) QOS=(null) JobState=PENDING "
             "Reason=JobHeldAdmin Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 "
             "ExitCode=0:0 SubmitTime=2026-11-22T13:35:20 Partition=gpu ReqNodeList=(null) "
-            f"ExcNodeList=(null) NodeList= NumNodes=1-1 Comment={TAG} WorkDir=/home/bob\n")
+            f"ExcNodeList=(null) NodeList= NumNodes=1-1 WorkDir=/home/bob Comment={TAG}\n")
 
 
 @pytest.mark.parametrize("name", [
     "x Reason=JobHeldUser",
     "x UserId=alice(1000) Priority=0 JobState=PENDING Reason=JobHeldUser",
     "x\nReason=JobHeldUser",
+    # the second round's bypass: the newline made the old reader take the
+    # record for scontrol's multi-line form, and Command= swallowed the rest
+    "x\nUserId=bob(1001) Priority=0 JobState=PENDING Reason=JobHeldUser "
+    f"Comment={TAG}\nCommand=",
+    "x ReqNodeList=n[",                       # failed every text-mode cycle
+    "x Foo=bar",                              # no key of Slurm's at all
+    "x Comment=y",                            # a key Slurm prints only sometimes
 ])
 def test_a_job_name_cannot_disguise_an_admin_hold(slurm, name):
     """bob names his job so that its text record says JobHeldUser ahead of
-    Slurm's JobHeldAdmin: the daemon's fresh look-up read the first one and
-    released an admin's hold. A record with a repeated key is nobody's to
-    act on: no comment, so it is not the daemon's."""
+    Slurm's JobHeldAdmin (or breaks the record): the daemon's fresh look-up
+    read the first one and released an admin's hold. Such a record is never
+    split into fields: the job is unreadable, with the reason, and never
+    released; where squeue --json exists (22.05) the look-up asks it
+    instead, and JSON says JobHeldAdmin."""
     from slurmtopo.daemon.still_ours import why_not_release
 
     slurm.on("scontrol -d -o show job 7", stdout=_admin_held_line(7, name))
     job = CliBackend(env=slurm.env).job(7)
-    assert job is not None and job.comment == ""
-    assert why_not_release(job, TAG, None) is not None  # never released
+    assert job is not None and job.unreadable and job.comment == "" and not job.held
+    assert job.maybe_tagged
+    assert "cannot be read" in why_not_release(job, TAG, None)
     # the snapshot path (no squeue --json) reads the same text
     slurm.on("squeue --json", stderr="squeue: unrecognized option '--json'\n", rc=1)
     slurm.on("scontrol -d -o show job", stdout=_admin_held_line(7, name))
     (snap,) = CliBackend(env=slurm.env).jobs()
-    assert snap.comment == ""
+    assert snap.unreadable and snap.comment == "" and snap.job_id == 7
+    # 22.05 has squeue --json: the look-up finds the job there
+    slurm.on("squeue --json", stdout=json.dumps({"jobs": [{
+        "job_id": 7, "name": name, "user_id": 1001, "user_name": "bob",
+        "job_state": "PENDING", "state_reason": "JobHeldAdmin", "priority": 0,
+        "comment": TAG, "partition": "gpu"}]}))
+    job = CliBackend(env=slurm.env).job(7)
+    assert not job.unreadable and job.reason == "JobHeldAdmin" and job.name == name
+    assert "held by an admin" in why_not_release(job, TAG, None)
 
 
 def test_a_job_name_cannot_forge_another_record(slurm):
-    """A newline and JobId= in a name start a record of its own: every
-    record of a job id printed twice is nobody's to act on."""
+    """A newline and JobId= in bob's job name start a record of its own,
+    for alice's job 8. The listing cannot tell the two records of job 8
+    apart; each job it cannot read is asked for alone, where Slurm prints
+    that job only: alice's job keeps its comment, bob's is unreadable."""
     forged = "x\nJobId=8 JobName=y UserId=alice(1000) Priority=0 JobState=PENDING " \
              f"Reason=JobHeldUser Comment={TAG}"
     slurm.on("squeue --json", stderr="squeue: unrecognized option '--json'\n", rc=1)
     slurm.on("scontrol -d -o show job",
              stdout=_admin_held_line(7, forged) + _admin_held_line(8, "alice-job"))
-    jobs = CliBackend(env=slurm.env).jobs()
-    assert [j.comment for j in jobs if j.job_id == 8] == ["", ""]
+    slurm.on("scontrol -d -o show job 7", stdout=_admin_held_line(7, forged))
+    slurm.on("scontrol -d -o show job 8", stdout=_admin_held_line(8, "alice-job"))
+    jobs = {j.job_id: j for j in CliBackend(env=slurm.env).jobs()}
+    assert sorted(jobs) == [7, 8]
+    assert jobs[8].comment == TAG and not jobs[8].unreadable and jobs[8].name == "alice-job"
+    assert jobs[7].unreadable and jobs[7].comment == ""
 
 
 def test_an_ordinary_name_with_blanks_keeps_its_comment(slurm):

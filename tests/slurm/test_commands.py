@@ -330,3 +330,33 @@ def test_sbatch_asks_the_live_release_for_segment_options(onpath, capsys, tmp_pa
     assert "#SBATCH --segment=2\n" in out
     assert ("#SBATCH --network=unique-channel-per-segment\n" in out) is not gated
     assert ("#SBATCH --spread-segments\n" in out) is not gated
+
+
+def test_a_failed_submission_says_how_and_leaves_no_run_directory(onpath, tmp_path, capsys,
+                                                                  monkeypatch):
+    """Issue 32: `sbatch --state none` off the cluster: Slurm's "Could not
+    establish a configuration source" came with "--state none ... plans
+    without Slurm" (already given), and left an empty .slurmtopo/runs in
+    the submit directory. Now the way out is one that does not submit, and
+    nothing slurmtopo made for the job stays."""
+    onpath.on("sbatch", rc=1, stderr=(
+        "sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+        "sbatch: fatal: Could not establish a configuration source\n"))
+    submit = tmp_path / "submit"
+    (submit / "mine").mkdir(parents=True)
+    monkeypatch.chdir(submit)
+    code, out, err = run(["sbatch", "--inventory", INV, "--state", "none", "--tp", "2", "--",
+                          "true"], capsys)
+    assert code == 4 and out == ""
+    assert err.startswith("slurmtopo: error: sbatch: no Slurm configuration found (set "
+                          "SLURM_CONF, or run on a node of the cluster; `slurmtopo plan ... -- "
+                          "CMD` writes the batch script without submitting it, --dry-run "
+                          "prints it): ")
+    assert "--state none" not in err
+    assert sorted(p.name for p in submit.iterdir()) == ["mine"]
+    # an existing runs root (with an earlier job's) is left as it was
+    (submit / ".slurmtopo" / "runs" / "41").mkdir(parents=True)
+    code, out, err = run(["sbatch", "--inventory", INV, "--state", "none", "--tp", "2", "--",
+                          "true"], capsys)
+    assert code == 4
+    assert [p.name for p in (submit / ".slurmtopo" / "runs").iterdir()] == ["41"]

@@ -7,10 +7,17 @@ import json
 import pytest
 
 from slurmtopo.errors import SlurmError
-from slurmtopo.slurm import parse
+from slurmtopo.slurm import jobrecord, parse
 from slurmtopo.slurm.backend import cluster_state_from
 from slurmtopo.slurmfmt import gres_strings
 
+
+
+def text_jobs(text, one_liner=False):
+    """``scontrol show job`` text as the command-line backend reads it."""
+    jobs, ask = jobrecord.jobs_from_text(text, one_liner)
+    assert not ask, ask
+    return jobs
 
 
 def parse_sinfo_json(text_or_data):
@@ -58,6 +65,17 @@ def test_one_gres_grammar_for_slurm_conf_and_slurm_output():
     assert gres_strings.gres_by_type("mps:1K", "mps") == {None: 1024}
     assert gres_strings.gres_by_type("gpu:a:b:x") == {"a:b:x": 1}
     assert gres_strings.gpu_count("gpu:h100:4(S:0,1),gpu:a100:2") == 6
+
+
+def test_a_jobs_gpu_index_lists_as_written():
+    # scontrol -d show job's GRES= (several types) and the older GRES_IDX=:
+    # each GPU entry's IDX list as written, other GRES left out; the
+    # start-time step decides what N/A means (tests/test_binding.py)
+    assert gres_strings.gpu_index_lists("gpu:a:1(IDX:2),mps:100,gpu:b:1(IDX:5-6)") == \
+        ["2", "5-6"]
+    assert gres_strings.gpu_index_lists("gpu(idx:0-1)") == ["0-1"]
+    assert gres_strings.gpu_index_lists("gpu:2(IDX:N/A)") == ["N/A"]
+    assert gres_strings.gpu_index_lists("gpu:h100:8") == []
 
 
 # -- sinfo --json ----------------------------------------------------------
@@ -125,7 +143,7 @@ def test_node_state_strings():
 # -- squeue --json ---------------------------------------------------------
 
 def test_squeue_gpus_per_node_held_and_exclusive(fixture_text):
-    jobs = {j.job_id: j for j in parse.parse_squeue_json(fixture_text("squeue_typed.json"))}
+    jobs = {j.job_id: j for j in jobrecord.jobs_from_json(fixture_text("squeue_typed.json"))}
     assert jobs[1].name == "we$(ird) `name`" and jobs[1].comment == 'slurmtopo: {"plan": 1}'
     assert jobs[1].gpus == {"node1": (0, 1)} and jobs[1].state == "RUNNING"
     assert jobs[2].gpus == {"node3": (0, 1, 2), "node4": (0, 1, 2)}
@@ -140,7 +158,7 @@ def test_squeue_gpus_per_node_held_and_exclusive(fixture_text):
     assert not jobs[5].held and jobs[5].reason == "Priority"
     assert jobs[1].submit_time == 1795354520 and jobs[1].user == "root"
     assert jobs[1].gres_request == "gres:gpu:nvidia_rtx_a6000:2"
-    untyped = {j.job_id: j for j in parse.parse_squeue_json(fixture_text("squeue_untyped.json"))}
+    untyped = {j.job_id: j for j in jobrecord.jobs_from_json(fixture_text("squeue_untyped.json"))}
     assert untyped[4].exclusive and untyped[4].gpus == {"node4": tuple(range(8))}
     assert not untyped[1].exclusive
 
@@ -148,10 +166,10 @@ def test_squeue_gpus_per_node_held_and_exclusive(fixture_text):
 def test_squeue_filters_client_side(fixture_text):
     """22.05's squeue --json ignores -j/-t, so the filter is ours."""
     text = fixture_text("squeue_untyped_held.json")
-    assert {j.job_id for j in parse.parse_squeue_json(text)} == {1, 2, 3, 4, 5, 6, 7}
-    assert {j.job_id for j in parse.parse_squeue_json(text, states=["pending"])} == {3, 6}
-    assert [j.job_id for j in parse.parse_squeue_json(text, job_ids=[3])] == [3]
-    jobs = {j.job_id: j for j in parse.parse_squeue_json(text)}
+    assert {j.job_id for j in jobrecord.jobs_from_json(text)} == {1, 2, 3, 4, 5, 6, 7}
+    assert {j.job_id for j in jobrecord.jobs_from_json(text, states=["pending"])} == {3, 6}
+    assert [j.job_id for j in jobrecord.jobs_from_json(text, job_ids=[3])] == [3]
+    jobs = {j.job_id: j for j in jobrecord.jobs_from_json(text)}
     assert jobs[1].held and jobs[1].state == "RUNNING"      # admin hold on a running job
     assert not jobs[1].held_by_user and jobs[3].held_by_user  # sbatch --hold: a user hold
     assert jobs[3].comment == "slurmtopo:daemon v=1"
@@ -162,7 +180,7 @@ def test_squeue_filters_client_side(fixture_text):
 
 
 def test_squeue_requeued_job_has_no_nodes(fixture_text):
-    jobs = {j.job_id: j for j in parse.parse_squeue_json(fixture_text("squeue_typed_requeued.json"))}
+    jobs = {j.job_id: j for j in jobrecord.jobs_from_json(fixture_text("squeue_typed_requeued.json"))}
     assert jobs[2].state == "PENDING" and jobs[2].nodes == () and jobs[2].gpus == {}
     assert jobs[4].req_nodes == ("node1", "node3")
     assert jobs[4].comment == "slurmtopo-daemon plan=abc"
@@ -173,8 +191,8 @@ def test_squeue_requeued_job_has_no_nodes(fixture_text):
 @pytest.mark.parametrize("name", ["scontrol_show_job_d_typed.txt",
                                   "scontrol_show_job_d_oneliner_typed.txt"])
 def test_scontrol_jobs_agree_with_squeue(fixture_text, name):
-    from_text = {j.job_id: j for j in parse.parse_scontrol_jobs(fixture_text(name))}
-    from_json = {j.job_id: j for j in parse.parse_squeue_json(fixture_text("squeue_typed.json"))}
+    from_text = {j.job_id: j for j in text_jobs(fixture_text(name), "oneliner" in name)}
+    from_json = {j.job_id: j for j in jobrecord.jobs_from_json(fixture_text("squeue_typed.json"))}
     assert sorted(from_text) == sorted(from_json)
     for jid, j in from_json.items():
         t = from_text[jid]
@@ -187,7 +205,7 @@ def test_scontrol_jobs_agree_with_squeue(fixture_text, name):
 
 
 def test_scontrol_job_untyped_multi_node(fixture_text):
-    jobs = {j.job_id: j for j in parse.parse_scontrol_jobs(fixture_text(
+    jobs = {j.job_id: j for j in text_jobs(fixture_text(
         "scontrol_show_job_d_untyped.txt"))}
     assert jobs[9].gpus == {"node3": (0, 1, 2), "node4": (0, 1, 2)}
     assert jobs[10].gpus == {"node1": (0,)}
@@ -197,18 +215,18 @@ def test_scontrol_job_untyped_multi_node(fixture_text):
     assert jobs[2].gpus == {} and jobs[4].gpus == {}
 
 
-def test_scontrol_values_with_blanks_and_equals():
-    text = ("JobId=7 JobName=a b=c `d`\n"
-            "   UserId=bob(1000) GroupId=bob(1000) MCS_label=N/A\n"
-            "   Priority=0 Nice=0 Account=(null) QOS=(null)\n"
-            "   JobState=PENDING Reason=JobHeldAdmin Dependency=(null)\n"
-            "   NodeList=(null)\n"
-            "   Comment=slurmtopo:v1:{\"layout\":{\"tp\":8}} x=y Z\n"
-            "   ReqNodeList=gpu[01-02] ExcNodeList=(null)\n")
-    (j,) = parse.parse_scontrol_jobs(text)
-    assert j.name == "a b=c `d`" and j.user == "bob"
-    assert j.comment == 'slurmtopo:v1:{"layout":{"tp":8}} x=y Z'
-    assert j.held and j.req_nodes == ("gpu01", "gpu02") and j.nodes == ()
+def test_scontrol_values_with_blanks_and_equals(fixture_text):
+    """Blanks and ``=`` in a user's values, where no blank is followed by a
+    key: the record reads as Slurm's."""
+    text = fixture_text("scontrol_show_job_d_oneliner_typed.txt").splitlines()[3] + "\n"
+    assert text.startswith("JobId=4 JobName=wrap ")
+    assert "Comment=" not in text
+    text = text.replace("JobName=wrap ", "JobName=a b=c `d` x=y ").replace(
+        " StdErr=", ' Comment=slurmtopo:v1:{"layout":{"tp":8}} x=y Z StdErr=', 1)
+    (j,) = text_jobs(text, one_liner=True)
+    assert j.name == "a b=c `d` x=y" and j.user == "root" and not j.unreadable
+    assert j.comment.startswith('slurmtopo:v1:{"layout":{"tp":8}} x=y Z')
+    assert j.held and j.req_nodes == ("node1",) and j.nodes == ()
 
 
 def test_scontrol_nodes(fixture_text):
@@ -320,7 +338,7 @@ def test_newer_sinfo_json_groups_nodes_and_is_still_read(fixture_text, v):
 
 @NEWER
 def test_newer_squeue_json(fixture_text, v):
-    jobs = {j.job_id: j for j in parse.parse_squeue_json(fixture_text(f"{v}/squeue.json"))}
+    jobs = {j.job_id: j for j in jobrecord.jobs_from_json(fixture_text(f"{v}/squeue.json"))}
     assert jobs[1].gpus == {"node1": (0, 1, 2)} and jobs[1].state == "RUNNING"
     assert jobs[2].nodes == ("node1", "node2")
     assert jobs[2].gpus == {"node1": (4, 5), "node2": (0, 1)}
@@ -333,5 +351,5 @@ def test_newer_squeue_json(fixture_text, v):
 
 @NEWER
 def test_newer_scontrol_job_text(fixture_text, v):
-    (job,) = parse.parse_scontrol_jobs(fixture_text(f"{v}/scontrol_show_job_d_2.txt"))
+    (job,) = text_jobs(fixture_text(f"{v}/scontrol_show_job_d_2.txt"))
     assert job.gpus == {"node1": (4, 5), "node2": (0, 1)}

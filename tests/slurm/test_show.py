@@ -6,6 +6,8 @@ import json
 import os
 import time
 
+import pytest
+
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.inventory import load_inventory
 from slurmtopo.rankmap import dumps_rankmap, rankmap_dict
@@ -182,3 +184,103 @@ def test_show_asks_accounting_for_a_forgotten_jobs_workdir(onpath, capsys, tmp_p
               rc=1)
     code, out, err = run(["show", "83", "--backend", "cli", "--json"], capsys)
     assert code != 0 and "no plan found" in err, err
+
+
+# -- someone else's plan, read by an admin (issue 33) ---------------------
+
+
+def _hostile_plan(onpath, capsys, job_id, edit):
+    """A real plan in job ``job_id``'s run directory, edited by ``edit(doc)``
+    (the job's owner controls every byte of it); ``slurmtopo show`` runs in
+    a child with 1 GiB of address space and 60 s."""
+    import base64
+    import zlib
+
+    from slurmtopo.plandoc import dumps_plan
+    from slurmtopo.sbatch.script import extract_plan
+    from tests.clirun import run_cli_subprocess
+
+    code, out, err = _submit(onpath, capsys, job_id)
+    assert code == 0, err
+    path = json.loads(out)["script"]
+    script = open(path).read()
+    plan = extract_plan(script)
+    doc = json.loads(plan)
+    edit(doc, base64, zlib)
+    with open(path, "w") as fh:
+        fh.write(script.replace(plan, dumps_plan(doc)))
+    return run_cli_subprocess(["show", str(job_id), "--backend", "none", "--run-dir",
+                               os.path.dirname(path)], memory_bytes=1 << 30)
+
+
+def _bomb(doc, base64, zlib):
+    """2.5 MB of packed columns that unpack to 1.5 GiB of JSON."""
+    inflate = zlib.compressobj(9)
+    chunk = b"0," * (1 << 20)
+    packed = b"".join(inflate.compress(chunk) for _ in range(768)) + inflate.flush()
+    b64 = base64.b64encode(packed).decode()
+    doc["ranks"] = {"packed": "zlib+base64",
+                    "data": [b64[i:i + 76] for i in range(0, len(b64), 76)]}
+
+
+def _gpu(doc, base64, zlib):
+    doc["ranks"]["gpu"][0] = 30_000_000
+
+
+def _host(doc, base64, zlib):
+    doc["hosts"][0] = "node[1"
+
+
+def _past_the_node(doc, base64, zlib):
+    doc["ranks"]["gpu"][0] = 9          # the embedded node has 8 GPUs
+
+
+@pytest.mark.parametrize("edit, why", [
+    (_bomb, "unpack to more than 64 MiB"),
+    (_gpu, "GPU index 30000000"),
+    (_host, "holds a character no Slurm node name has"),
+    (_past_the_node, "has GPU 9, and its host has 8 GPUs"),
+])
+def test_show_reads_a_hostile_plan_within_bounds(onpath, capsys, edit, why):
+    """An admin's `slurmtopo show` of a user's job: a packed plan that
+    unpacked to 1.5 GiB took 3.2 GB; GPU index 30,000,000 was a MemoryError;
+    a host name with `[` a traceback. Each is one line now."""
+    code, out, err = _hostile_plan(onpath, capsys, 90, edit)
+    assert code == 2 and why in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_show_reads_a_deep_rank_map_as_a_note(onpath, capsys):
+    code, out, err = _submit(onpath, capsys, 91)
+    where = json.loads(out)["run_dir"]
+    with open(os.path.join(where, "rankmap.json"), "w") as fh:
+        fh.write("[" * 100_000)
+    code, out, err = run(["show", "91", "--backend", "none", "--json"], capsys)
+    assert code == 0 and "nested deeper" in json.loads(out)["notes"][-1], (out, err)
+
+
+def test_pruning_skips_jobs_slurm_still_lists(onpath, capsys):
+    """A job that runs for weeks has files that look old: pruning removed
+    its run directory, which its later `srun` steps and `slurmtopo show`
+    need. Run directories of jobs Slurm lists (any state) are kept; when
+    Slurm cannot say, nothing is removed, with a note."""
+    root = os.path.join(os.getcwd(), ".slurmtopo", "runs")
+    for name in ("30", "31"):
+        os.makedirs(os.path.join(root, name), mode=0o700)
+        t = time.time() - 30 * 86400
+        with open(os.path.join(root, name, "f"), "w") as fh:
+            fh.write("x")
+        os.utime(os.path.join(root, name, "f"), (t, t))
+        os.utime(os.path.join(root, name), (t, t))
+    onpath.on("squeue -h -t all -o %A -u", stdout="30\n99\n")
+    code, out, err = _submit(onpath, capsys, 92)
+    assert code == 0, err
+    assert sorted(os.listdir(root)) == ["30", "92"]
+    assert ["squeue", "-h", "-t", "all", "-o", "%A", "-u", str(os.geteuid())] in \
+        [c["argv"] for c in onpath.calls()]
+    os.makedirs(os.path.join(root, "31"), mode=0o700)
+    os.utime(os.path.join(root, "31"), (time.time() - 30 * 86400,) * 2)
+    onpath.on("squeue -h -t all -o %A -u", stderr="squeue: error: slurmctld down\n", rc=1)
+    code, out, err = _submit(onpath, capsys, 93)
+    assert code == 0 and sorted(os.listdir(root)) == ["30", "31", "92", "93"]
+    assert "old run directories not removed" in out + err

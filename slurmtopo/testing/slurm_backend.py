@@ -1,4 +1,4 @@
-"""The one in-memory Slurm backend of the unit tests.
+"""The one in-memory Slurm backend of the tests and the benchmarks.
 
 :class:`FakeSlurm` implements the :class:`slurmtopo.slurm.SlurmBackend`
 interface over a few nodes with GPUs: jobs are submitted (held or not),
@@ -64,6 +64,13 @@ class FJob:
     account: str = ""
     exc_nodes: List[str] = field(default_factory=list)
     features: str = ""
+    #: an array job / a heterogeneous job's component
+    array: bool = False
+    het: bool = False
+    #: why its record cannot be read with certainty (a user's text that
+    #: reads as Slurm's fields, slurmtopo.slurm.jobrecord): the backend then
+    #: reports nothing but its id
+    unreadable: Optional[str] = None
 
 
 
@@ -197,6 +204,9 @@ class FakeSlurm(SlurmBackend):
         return out
 
     def _as_job(self, j: FJob) -> SlurmJob:
+        if j.unreadable:
+            return SlurmJob(job_id=j.job_id, state="UNKNOWN", unreadable=j.unreadable,
+                            maybe_tagged="slurmtopo:v1:" in j.comment)
         # like the parsers: a job with a hold reason is held, running or not
         # (a hold that lands on a started job leaves it running at priority 0)
         reason = (("JobHeldAdmin" if j.held_by == "admin" else "JobHeldUser") if j.held
@@ -209,7 +219,7 @@ class FakeSlurm(SlurmBackend):
                         req_nodes=tuple(j.req_nodes), partition=j.partition,
                         num_nodes=j.nodes_n, user_id=j.uid, reservation=j.reservation,
                         qos=j.qos, account=j.account, exc_nodes=tuple(j.exc_nodes),
-                        features=j.features)
+                        features=j.features, array=j.array, het=j.het)
 
     FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT"})
 
@@ -368,3 +378,9 @@ class FakeSlurm(SlurmBackend):
 
     def job_resources(self, job_id: int) -> str:
         return self._answer("resources")
+
+    def topology_text(self) -> str:
+        """``scontrol show topology`` as the test set it (answers
+        "topology"); "" (no topology) when it set none."""
+        self.asked.append("topology")
+        return self.answers.get("topology") or ""

@@ -1,8 +1,10 @@
-"""JSON the daemon did not write itself, parsed in bounded time and memory.
+"""JSON someone else wrote, parsed in bounded time and memory.
 
 The placement daemon runs as root or SlurmUser and reads JSON that users
 wrote (job comments, request files) and files of its own that must be
-treated like user input all the same (the journal: see docs/security.md).
+treated like user input all the same (the journal: see docs/security.md);
+`slurmtopo show` reads another user's rank map, `simulate` a Philly trace,
+``--config`` a DeepSpeed file.
 Python's ``json`` module recurses once per nesting level (5,000 ``[`` end in
 ``RecursionError``), turns a 5,000-digit integer into a ``ValueError``
 (Python's integer string limit), ``1e999`` into ``inf`` and accepts
