@@ -66,19 +66,26 @@ def compile_command(directory, output, as_json):
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the inventory here (the previous file kept as a .bak); default: "
                    "standard output.")
+@json_option
 @guard
 def synthetic_command(name, machines, nodes, racks, leaf_size, spines, oversubscription,
-                      output):
+                      output, as_json):
     """An inventory of a public trace's cluster at its published size, or of GB200 NVL72
     racks, to replay traces on (docs/simulate.md)."""
     from slurmtopo.fileio import atomic_write
-    from slurmtopo.inventory import dump_inventory
+    from slurmtopo.inventory import dump_inventory, inventory_dict
     from slurmtopo.simulate.clusters import build
 
     inv = build(name, machines, nodes, racks, leaf_size, spines, oversubscription)
-    text = dump_inventory(inv)
     if output:
-        atomic_write(output, text, backup=True)
+        atomic_write(output, dump_inventory(inv), backup=True)
+    if as_json:
+        doc = {"cluster": name, "nodes": len(inv), "gpus": inv.gpu_count, "output": output,
+               "written": bool(output)}
+        if not output:
+            doc["inventory"] = inventory_dict(inv)
+        emit_json(doc)
+    elif output:
         click.echo(f"wrote {output}: {len(inv)} nodes, {inv.gpu_count} GPUs", err=True)
     else:
-        click.echo(text, nl=False)
+        click.echo(dump_inventory(inv), nl=False)
