@@ -40,13 +40,13 @@ FIT_SET = os.path.join(FIXTURES, "fit-set.yaml")
 WITHIN, FAR = 0.20, 0.40
 #: the constants the fit moves, with their bounds: what is physically
 #: plausible, so that the fit cannot trade one term for another beyond it (a
-#: large GEMM reaches 50-85% of the peak; a product at half speed below
-#: 512 wide; the memory-bound
+#: large GEMM reaches 50-85% of the peak; a GEMM call's fixed time at most
+#: 100 us, a few launches and a wave's tail; the memory-bound
 #: kernels 10-120 bytes a value; an overlapped collective costs at most half
 #: of itself)
 FIT_BOUNDS = {"gemm_efficiency": (0.5, 0.85), "fp8_factor": (0.5, 1.0),
               "mxfp8_factor": (0.5, 1.0), "fp4_factor": (0.5, 1.0),
-              "half_dim": (0.0, 512.0),
+              "gemm_latency_us": (0.0, 100.0),
               "elementwise_passes": (10.0, 120.0), "overlap_cost": (0.0, 0.5)}
 
 

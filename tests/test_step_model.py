@@ -35,6 +35,7 @@ H100 = gpu_figures("NVIDIA H100 80GB HBM3", 81559)[0]
     # the card's active count includes the input embedding
     ("deepseek-v3", 671, 37, True), ("qwen3-30b-a3b", 30.5, 3.3, True),
     ("qwen3-235b-a22b", 235, 22, True), ("gpt-oss-120b", 116.8, 5.1, False),
+    ("gpt-oss-20b", 20.9, 3.6, False),
     ("kimi-k2", 1026, 32, True), ("gpt3-175b", 175, 175, False),
     ("nemotron4-340b", 341, 341, True),
 ])
@@ -164,13 +165,15 @@ def test_inventory_gpu_compute_is_validated_at_load(tmp_path):
     assert code != 0 and err.count("\n") == 1 and "gpu_compute.h100.bf16" in err
     good = tmp_path / "good.yaml"
     good.write_text(doc + "cost:\n  gpu_compute: {h100: {bf16: 500, fp8: 1000, hbm_gbps: 3350}}\n")
+    # matrices large enough that the peak, not the calls' fixed time, sets the pace
+    model = "llama3-8b,seq_len=8192,micro_batch=4"
     code, out, err = run_cli(["plan", "--inventory", str(good), "--tp", "8", "--world", "8",
-                              "--model", "llama3-8b", "--output-dir", str(tmp_path / "q"),
+                              "--model", model, "--output-dir", str(tmp_path / "q"),
                               "--json"])
     assert code == 0, err
     slow = json.loads(out)["step"]
     code, out, err = run_cli(["plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
-                              "--tp", "8", "--world", "8", "--model", "llama3-8b",
+                              "--tp", "8", "--world", "8", "--model", model,
                               "--output-dir", str(tmp_path / "r"), "--json"])
     fast = json.loads(out)["step"]
     assert slow["compute_s"] > 1.5 * fast["compute_s"]  # half the peak the inventory states

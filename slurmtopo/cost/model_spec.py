@@ -279,6 +279,9 @@ MODEL_PRESETS: Dict[str, ModelSpec] = {
     "gpt-oss-120b": ModelSpec(params=0, layers=36, hidden=2880, heads=64, kv_heads=8,
                               head_dim=64, ffn=2880, vocab=201088, experts=128, top_k=4,
                               expert_ffn=2880, window=128, window_layers=18),
+    "gpt-oss-20b": ModelSpec(params=0, layers=24, hidden=2880, heads=64, kv_heads=8,
+                             head_dim=64, ffn=2880, vocab=201088, experts=32, top_k=4,
+                             expert_ffn=2880, window=128, window_layers=12),
     "nemotron4-15b": ModelSpec(params=0, layers=32, hidden=6144, heads=48, kv_heads=8,
                                ffn=24576, vocab=256000, glu=0),
     "nemotron4-340b": ModelSpec(params=0, layers=96, hidden=18432, heads=96, kv_heads=8,
@@ -313,6 +316,8 @@ PRESET_SOURCES: Dict[str, str] = {
                             "20480 = 8 x moe_intermediate_size 2560)",
     "gpt-oss-120b": _HF + "openai/gpt-oss-120b/blob/main/config.json (sliding window of 128 "
                           "on every other layer)",
+    "gpt-oss-20b": _HF + "openai/gpt-oss-20b/blob/main/config.json (24 layers, 32 experts, "
+                         "sliding window of 128 on every other layer)",
     "nemotron4-15b": "Parmar et al. 2024, 'Nemotron-4 15B Technical Report' (arXiv:2402.16819), "
                      "Table 1 (32 layers, hidden 6144, 48 heads, 8 KV heads, squared-ReLU MLP "
                      "of 4h, 256k vocabulary)",
