@@ -194,6 +194,22 @@ def test_small_per_gpu_matrices_run_slower():
     assert full.recompute_s == pytest.approx(full.forward_s - dict(full.parts)["logits"] / 3)
 
 
+def test_fine_grained_experts_pay_each_calls_fixed_time():
+    """A rank computes the same expert FLOPs at EP 1 and EP 8 (its tokens'
+    top_k copies), but at EP 1 in 128 expert GEMMs, at EP 8 in 16: the
+    difference is the fixed time of 112 calls a layer, forward and backward
+    (and the 112 more experts' weights read from HBM)."""
+    from slurmtopo.cost.compute import FIT
+    spec = parse_model("qwen3-30b-a3b,seq_len=4096,micro_batch=4")
+    one = dict(stage_compute(spec, Dims(ep=1), H100).parts)["expert_gemm"]
+    eight = dict(stage_compute(spec, Dims(ep=8), H100).parts)["expert_gemm"]
+    calls = (128 - 16) * spec.resolved().moe_layers * 3  # forward + backward (2x)
+    fixed = calls * FIT.gemm_latency_us * 1e-6
+    r = spec.resolved()
+    weights = (128 - 16) * r.mlp_matrices * r.hidden * r.expert_ffn * 2 * calls / 112 / 3.35e12
+    assert one - eight == pytest.approx(fixed + weights, rel=0.02)
+
+
 # ---------------------------------------------------------------------------
 # memory
 
