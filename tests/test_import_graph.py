@@ -14,17 +14,17 @@ from typing import Dict, List, Optional, Set
 ROOT = Path(__file__).resolve().parents[1]
 
 #: the pure layers (planning, rendering, schema) ...
-PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.topology",
-        "slurmtopo.errors", "slurmtopo.yamlio", "slurmtopo.hostlist", "slurmtopo.groups",
-        "slurmtopo.frameworks",
-        "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
-        "slurmtopo.plandoc", "slurmtopo.launchers", "slurmtopo.launch_detect",
-        "slurmtopo.sbatch", "slurmtopo.preview",
-        "slurmtopo.tablefit", "slurmtopo.sheet", "slurmtopo.plainout",
-        "slurmtopo.inventory",
-        "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
-        "slurmtopo.slurmfmt", "slurmtopo.cluster", "slurmtopo.hazards",
-        "slurmtopo.taskprobe",
+PURE = ("slurmtopo.inventory.model", "slurmtopo.inventory.links", "slurmtopo.inventory.presets",
+        "slurmtopo.inventory.topology", "slurmtopo.errors", "slurmtopo.files.yamlio",
+        "slurmtopo.inventory.hostlist", "slurmtopo.job.groups", "slurmtopo.job.frameworks",
+        "slurmtopo.job.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.plan.rankmap",
+        "slurmtopo.plan.plandoc", "slurmtopo.plan.launchers", "slurmtopo.plan.launch_detect",
+        "slurmtopo.sbatch", "slurmtopo.show.preview",
+        "slurmtopo.show.tablefit", "slurmtopo.show.sheet", "slurmtopo.show.plainout",
+        "slurmtopo.inventory.schema",
+        "slurmtopo.inventory.state", "slurmtopo.plan.nccl_topo", "slurmtopo.plan.choice",
+        "slurmtopo.show.termsafe", "slurmtopo.slurmfmt", "slurmtopo.plan.cluster",
+        "slurmtopo.plan.hazards", "slurmtopo.plan.taskprobe",
         # the Slurm hooks' pure parts: the directive, sbatch's options <-> the
         # plan, each task's variables, the installed files' text
         "slurmtopo.hooks.directive", "slurmtopo.hooks.submit", "slurmtopo.hooks.taskvars",
@@ -137,16 +137,17 @@ def test_pure_layers_never_import_side_effects():
 
 def test_placement_never_imports_the_cost_model():
     # groups -> placement -> cost -> choice: the planner compares link
-    # speeds through an interface (placement.speeds) that slurmtopo.choice
-    # fills from the cost model; the choice among its proposals lives there
+    # speeds through an interface (placement.speeds) that
+    # slurmtopo.plan.choice fills from the cost model; the choice among its
+    # proposals lives there
     graph = import_graph()
     bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if _under(m, ("slurmtopo.placement",))
-                 for t in ts if _under(t, ("slurmtopo.cost", "slurmtopo.choice")))
+                 for t in ts if _under(t, ("slurmtopo.cost", "slurmtopo.plan.choice")))
     assert bad == []
     # and the layers above it do use it: the check would see an import
-    assert "slurmtopo.cost" in graph["slurmtopo.choice"]
-    assert "slurmtopo.placement.planner" in graph["slurmtopo.choice"]
-    assert not any(_under(t, ("slurmtopo.choice",)) for t in graph["slurmtopo.cost"])
+    assert "slurmtopo.cost" in graph["slurmtopo.plan.choice"]
+    assert "slurmtopo.placement.planner" in graph["slurmtopo.plan.choice"]
+    assert not any(_under(t, ("slurmtopo.plan.choice",)) for t in graph["slurmtopo.cost"])
 
 
 def test_slurm_formats_sit_below_admin_agent_and_api():
@@ -166,13 +167,13 @@ def test_slurm_formats_sit_below_admin_agent_and_api():
 
 
 def test_the_daemon_never_climbs_up_to_the_api():
-    # loading a cluster and pricing a step live below both (slurmtopo.cluster)
+    # loading a cluster and pricing a step live below both (slurmtopo.plan.cluster)
     graph = import_graph()
     bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if _under(m, ("slurmtopo.daemon",))
                  for t in ts if _under(t, ("slurmtopo.api",)))
     assert bad == []
-    assert "slurmtopo.cluster" in graph["slurmtopo.daemon.loop"]
-    assert "slurmtopo.cluster" in graph["slurmtopo.api"]
+    assert "slurmtopo.plan.cluster" in graph["slurmtopo.daemon.loop"]
+    assert "slurmtopo.plan.cluster" in graph["slurmtopo.api"]
 
 
 def test_nothing_below_the_simulator_imports_it():
@@ -263,9 +264,9 @@ def test_ring_and_torus_rules_have_one_home():
     # them; slurmfmt/ring_torus only reads topology.yaml's sections into it
     graph = import_graph()
     for user in ("slurmtopo.slurmfmt.ring_torus", "slurmtopo.slurmfmt.topology_conf",
-                 "slurmtopo.slurmfmt.topology_yaml", "slurmtopo.inventory"):
-        assert "slurmtopo.ringtree" in graph[user], user
-    assert not any(_under(t, ("slurmtopo.slurmfmt", "slurmtopo.inventory"))
-                   for t in graph["slurmtopo.ringtree"])
+                 "slurmtopo.slurmfmt.topology_yaml", "slurmtopo.inventory.schema"):
+        assert "slurmtopo.inventory.ringtree" in graph[user], user
+    assert not any(_under(t, ("slurmtopo.slurmfmt", "slurmtopo.inventory.schema"))
+                   for t in graph["slurmtopo.inventory.ringtree"])
     readers = sorted(m for m, ts in graph.items() if "slurmtopo.slurmfmt.ring_torus" in ts)
     assert readers == ["slurmtopo.slurmfmt.topology_yaml"]

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def load_rules(spec: str) -> LayoutRules:
     if not (os.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or os.path.exists(spec)):
         raise SlurmtopoError(f"--layout-rule {spec!r}: not a built-in rule "
                              f"({', '.join(BUILTIN)}) nor a file")
-    from slurmtopo.yamlio import Reader, as_pos_int, document_kind, load_document
+    from slurmtopo.files.yamlio import Reader, as_pos_int, document_kind, load_document
 
     doc = load_document(spec)
     r = Reader(spec)
