@@ -13,22 +13,23 @@ from typing import Dict, List, Optional, Set
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: the wings of pure code, from the bottom up (docs/design.md): each imports
+#: only the wings below it, and nothing outside them but BELOW_ALL and the
+#: package's own ``__version__``
+WINGS = ("files", "inventory", "job", "placement", "cost", "plan", "show")
+#: below every layer: they import nothing of slurmtopo, anything may import them
+BELOW_ALL = ("slurmtopo.errors", "slurmtopo.show.termsafe")
+#: the top level of the package: the entry points and the error type; a new
+#: module goes into the room of its concept
+TOP_LEVEL = ("__init__", "__main__", "api", "api_admin", "cli", "errors")
+
 #: the pure layers (planning, rendering, schema) ...
-PURE = ("slurmtopo.inventory.model", "slurmtopo.inventory.links", "slurmtopo.inventory.presets",
-        "slurmtopo.inventory.topology", "slurmtopo.errors", "slurmtopo.files.yamlio",
-        "slurmtopo.inventory.hostlist", "slurmtopo.job.groups", "slurmtopo.job.frameworks",
-        "slurmtopo.job.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.plan.rankmap",
-        "slurmtopo.plan.plandoc", "slurmtopo.plan.launchers", "slurmtopo.plan.launch_detect",
-        "slurmtopo.sbatch", "slurmtopo.show.preview",
-        "slurmtopo.show.tablefit", "slurmtopo.show.sheet", "slurmtopo.show.plainout",
-        "slurmtopo.inventory.schema",
-        "slurmtopo.inventory.state", "slurmtopo.plan.nccl_topo", "slurmtopo.plan.choice",
-        "slurmtopo.show.termsafe", "slurmtopo.slurmfmt", "slurmtopo.plan.cluster",
-        "slurmtopo.plan.hazards", "slurmtopo.plan.taskprobe",
-        # the Slurm hooks' pure parts: the directive, sbatch's options <-> the
-        # plan, each task's variables, the installed files' text
-        "slurmtopo.hooks.directive", "slurmtopo.hooks.submit", "slurmtopo.hooks.taskvars",
-        "slurmtopo.hooks.install")
+PURE = tuple(f"slurmtopo.{w}" for w in WINGS) + (
+    "slurmtopo.errors", "slurmtopo.sbatch", "slurmtopo.slurmfmt",
+    # the Slurm hooks' pure parts: the directive, sbatch's options <-> the
+    # plan, each task's variables, the installed files' text
+    "slurmtopo.hooks.directive", "slurmtopo.hooks.submit", "slurmtopo.hooks.taskvars",
+    "slurmtopo.hooks.install")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.api_admin", "slurmtopo.slurm", "slurmtopo.agent",
          "slurmtopo.admin", "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate",
@@ -270,3 +271,52 @@ def test_ring_and_torus_rules_have_one_home():
                    for t in graph["slurmtopo.inventory.ringtree"])
     readers = sorted(m for m, ts in graph.items() if "slurmtopo.slurmfmt.ring_torus" in ts)
     assert readers == ["slurmtopo.slurmfmt.topology_yaml"]
+
+
+def _wing(mod: str) -> Optional[str]:
+    """The wing ``mod`` is in (None outside the wings)."""
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in WINGS else None
+
+
+def test_the_wings_import_only_the_wings_below_them():
+    # files < inventory < job < placement < cost < plan < show, and nothing
+    # outside the wings but errors, termsafe and the package's __version__
+    graph = import_graph()
+    rank = {w: i for i, w in enumerate(WINGS)}
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if _wing(m)
+                 for t in ts if t not in BELOW_ALL + ("slurmtopo",)
+                 and (_wing(t) is None or rank[_wing(t)] > rank[_wing(m)]))
+    assert bad == []
+    assert [graph[m] for m in BELOW_ALL] == [set(), set()]
+    # the one import of the package itself is its version (the compiled
+    # form's code fingerprint)
+    assert sorted(m for m, ts in graph.items() if _wing(m) and "slurmtopo" in ts) == \
+        ["slurmtopo.inventory.cache"]
+    # and each wing leans on the one below: the check would see an import
+    for user, used in (("slurmtopo.inventory.schema", "slurmtopo.files.yamlio"),
+                       ("slurmtopo.job.request", "slurmtopo.inventory.hostlist"),
+                       ("slurmtopo.placement.common", "slurmtopo.job.request"),
+                       ("slurmtopo.cost.hardware", "slurmtopo.placement.intranode"),
+                       ("slurmtopo.plan.choice", "slurmtopo.cost"),
+                       ("slurmtopo.show.preview", "slurmtopo.cost.step"),
+                       ("slurmtopo.plan.rankmap", "slurmtopo.show.termsafe")):
+        assert used in graph[user], (user, used)
+
+
+def test_the_preview_is_read_by_the_command_line_and_the_audit_only():
+    # show/ is the top of the pure wings: what lays out a preview or a table
+    # is imported by the command line and the audit's tables; termsafe, below
+    # everything, by anyone
+    graph = import_graph()
+    users = sorted({m.split(".")[1] for m, ts in graph.items() if _wing(m) != "show"
+                    for t in ts if _wing(t) == "show" and t not in BELOW_ALL})
+    assert users == ["audit", "commands"]
+
+
+def test_the_top_level_holds_only_the_entry_points():
+    assert sorted(p.stem for p in (ROOT / "slurmtopo").glob("*.py")) == sorted(TOP_LEVEL)
+    # the new wings' __init__ import nothing (a docstring each)
+    graph = import_graph()
+    for w in ("files", "inventory", "job", "plan", "show"):
+        assert graph[f"slurmtopo.{w}"] == set(), w
