@@ -235,7 +235,8 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
                 message_bytes: Optional[Mapping[str, int]] = None,
                 wait: Optional[Mapping[str, float]] = None, gpus_per_node: Optional[int] = None,
                 exclusive: bool = False, nodelist=None, exclude=(), model=None,
-                nccl_version=None, **knobs) -> JobRequest:
+                nccl_version=None, overlaps: Optional[Mapping[str, bool]] = None,
+                **knobs) -> JobRequest:
     """The JobRequest for a job laid out by ``framework`` with its own
     settings (``knobs``: ``dp_replicate=2, dp_shard=-1, world=16`` for
     torchtitan, ``zero_stage=3`` for DeepSpeed ...; None means the
@@ -247,7 +248,10 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
     ``params=7e9,layers=32,hidden=4096``, or a ModelSpec; None: the
     default model), which every price of the job uses, with the NCCL
     release it loads (``nccl_version``: ``2.27.7``; None: the inventory's
-    ``cost: nccl_version``, else the newest the cost model knows).
+    ``cost: nccl_version``, else the newest the cost model knows), and the
+    overlaps the framework is set to make (``overlaps``: Workload fields
+    such as ``tp_comm_overlap=True``, as the job's configuration turns them
+    on: :func:`slurmtopo.job.frameworks.configs.overlaps_from_config`).
 
     ``require``, ``prefer``, ``message_bytes`` and ``wait`` may name group
     kinds by the framework's names (``dp_shard``, ``data_parallel``); the
@@ -278,7 +282,18 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
                       message_bytes=translate_kinds(terms, framework, dict(message_bytes or {}),
                                                     "message-bytes"),
                       wait=translate_kinds(terms, framework, dict(wait or {}), "wait"),
-                      workload=workload_of(fl, model, nccl_version))
+                      workload=workload_of(fl, model, nccl_version, overlaps))
+
+
+def memory_check(job: "PreparedJob", policy: str) -> Optional[str]:
+    """Does the job's model fit in the memory of its placement's GPUs
+    (:func:`slurmtopo.cost.memory.memory_of_request`)? ``policy``:
+    ``error`` raises LayoutError when it does not, ``warn`` returns the
+    warning, ``off`` says nothing (docs/cost-model.md, "Memory per GPU").
+    Nothing is checked for a job that describes no model."""
+    from slurmtopo.cost.memory import memory_finding, memory_of_request
+
+    return memory_finding(memory_of_request(job.cluster, job.placement, job.request), policy)
 
 
 def step_communication(cluster: Inventory, placement: Placement, model: str,

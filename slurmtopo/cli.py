@@ -20,6 +20,7 @@ from slurmtopo.errors import SlurmtopoError
 # sub-command name -> module under slurmtopo.commands (imported lazily, so
 # `slurmtopo groups` does not pay for paramiko or pynvml).
 COMMANDS = {
+    "advise": "advise",
     "agent": "agent",
     "audit": "audit",
     "groups": "groups",

@@ -117,7 +117,8 @@ def test_tp_ep_pp_cp_counts():
     assert by[("ep", "all-to-all", "forward")].calls == 2 * 16 * 4
     assert by[("ep", "all-to-all", "backward")].message_bytes == 2 * act  # top_k 2
     assert by[("pp", "p2p", "forward")].calls == 4 and by[("pp", "p2p", "backward")].calls == 4
-    assert by[("cp", "all-gather", "forward")].message_bytes == 2 * act * 2
+    # K and V of the whole sequence (cp x the rank's), the rank's half of the heads (tp 2)
+    assert by[("cp", "all-gather", "forward")].message_bytes == 2 * act * 2 // 2
     assert by[("cp", "reduce-scatter", "backward")].calls == 16 * 4
     assert by[("dp", "all-reduce", "backward")].kind == "dp-cp"
     # what each may overlap: TP, EP and PP are exposed unless overlapped
@@ -189,8 +190,10 @@ def test_priced_on_the_frameworks_groups():
         return sum(_WEIGHT[c.call.collective] * c.call.message_bytes * c.call.calls
                    for c in step.calls if c.slowest.is_network)
     assert network_bytes(hsdp) < network_bytes(fsdp) / 2
-    assert hsdp.time_s == pytest.approx(sum(c.seconds for c in hsdp.calls))
-    assert hsdp.time_s == pytest.approx(hsdp.comm_s)  # no compute model yet
+    assert hsdp.comm_s == pytest.approx(sum(c.seconds for c in hsdp.calls))
+    # with the model given, the step adds its compute and hides what overlaps
+    assert hsdp.time_s == pytest.approx(hsdp.compute_s + hsdp.bubble_s + hsdp.exposed_comm_s)
+    assert hsdp.compute_s > 0 and hsdp.exposed_comm_s <= hsdp.comm_s
 
 
 def test_message_bytes_set_the_size_of_every_call_of_the_kind():
@@ -217,7 +220,13 @@ def test_plan_cli_model(tmp_path):
     assert step["style"] == "zero12" and step["model"]["seq_len"] == 8192
     assert step["model_given"] is True
     assert [c["kind"] for c in step["calls"]] == ["tp", "tp", "dp", "dp"]
-    assert step["time_s"] == pytest.approx(sum(c["exposed_s"] for c in step["calls"]))
+    assert step["time_s"] == pytest.approx(sum(c["exposed_s"] for c in step["calls"])
+                                           + step["compute_s"] + step["bubble_s"])
+    assert step["exposed_comm_s"] == {"tp": pytest.approx(sum(
+        c["exposed_s"] for c in step["calls"] if c["kind"] == "tp")), "dp": pytest.approx(sum(
+            c["exposed_s"] for c in step["calls"] if c["kind"] == "dp"))}
+    assert step["tokens_per_s_per_gpu"] * 16 == pytest.approx(step["tokens_per_s"], rel=1e-5)
+    assert 0 < step["mfu"] < 1 and step["memory_gib_per_gpu"] > 0
     # the step is the plan's cost: the one number
     assert d["cost"]["plan"]["step_time_s"] == step["time_s"]
     assert d["cost"]["plan"]["step"] == step

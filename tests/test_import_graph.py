@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 WINGS = ("files", "inventory", "job", "placement", "cost", "plan", "show")
 #: below every layer: they import nothing of slurmtopo, anything may import them
 BELOW_ALL = ("slurmtopo.errors", "slurmtopo.show.termsafe")
-#: the top level of the package: the entry points and the error type; a new
-#: module goes into the room of its concept
-TOP_LEVEL = ("__init__", "__main__", "api", "api_admin", "cli", "errors")
+#: the top level of the package: the entry points (the command line, the use
+#: cases) and the error type; a new module goes into the room of its concept
+TOP_LEVEL = ("__init__", "__main__", "advisor", "api", "api_admin", "cli", "errors")
 
 #: the pure layers (planning, rendering, schema) ...
 PURE = tuple(f"slurmtopo.{w}" for w in WINGS) + (
@@ -33,7 +33,8 @@ PURE = tuple(f"slurmtopo.{w}" for w in WINGS) + (
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.api_admin", "slurmtopo.slurm", "slurmtopo.agent",
          "slurmtopo.admin", "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate",
-         "slurmtopo.audit", "slurmtopo.commands", "slurmtopo.cli", "slurmtopo.hooks.taskprolog")
+         "slurmtopo.audit", "slurmtopo.commands", "slurmtopo.cli", "slurmtopo.hooks.taskprolog",
+         "slurmtopo.advisor")
 
 
 def _modules() -> Dict[str, Path]:

@@ -166,7 +166,7 @@ def partition_view(inv, o):
 
 def request_options(func):
     """--require --prefer --gpus-per-node --exclusive --nodelist --exclude
-    --message-bytes --model."""
+    --message-bytes --model --memory-check."""
     kl = _kinds_and_levels()
     return _apply(func, [
         click.option("--require", multiple=True, metavar="KIND=LEVEL",
@@ -187,10 +187,18 @@ def request_options(func):
                           "(repeatable)."),
         click.option("--model", "model", default=None, metavar="SPEC",
                      help="The model the training step is priced for (the plan's choice, the "
-                          "preview, --json), per the framework's data-parallel style: a preset "
-                          "(7b, 8b, 13b, 70b, 405b), optionally changed (70b,seq=8192), or "
-                          "params=...,layers=...,hidden=... "
-                          "[,seq_len,micro_batch,dtype,micro_batches,top_k]; default: 70b."),
+                          "preview, --json, the memory check): a preset (llama3-8b, "
+                          "llama3-70b, llama3.1-405b, deepseek-v3, mixtral-8x7b, qwen3-30b-a3b "
+                          "... or 7b, 8b, 13b, 70b, 405b), optionally changed "
+                          "(llama3-70b,seq_len=8192,global_batch=256,dtype=fp8), or "
+                          "layers=...,hidden=...,params=... (docs/cost-model.md, 'The model'); "
+                          "keys the framework's --config gives are read too. Without one: "
+                          "the step's communication for Llama 3 70B's shape."),
+        click.option("--memory-check", "memory_check", default=None,
+                     type=click.Choice(["error", "warn", "off"]),
+                     help="A layout whose model (--model or --config) does not fit in GPU "
+                          "memory: refuse it, warn, or say nothing (default: warn for plan, "
+                          "error for sbatch)."),
     ])
 
 
@@ -360,13 +368,29 @@ def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command
 
     framework, knobs = _framework_knobs(o, command)
     kind_of = None if framework == "megatron" else (lambda k: str(k).strip())
+    model, overlaps = model_and_overlaps(framework, o.get("model"), o.get("config"))
     return job_request(framework, require=parse_pairs(o["require"], "require", kind_of),
                        prefer=parse_pairs(o["prefer"], "prefer", kind_of),
                        gpus_per_node=o["gpus_per_node"], exclusive=o["exclusive"],
                        nodelist=o["nodelist"], exclude=o["exclude"],
                        message_bytes=parse_message_bytes(o["message_bytes"]),
-                       wait=dict(wait or {}), model=o.get("model"),
+                       wait=dict(wait or {}), model=model, overlaps=overlaps,
                        nccl_version=o.get("nccl_version"), **knobs)
+
+
+def model_and_overlaps(framework: str, model: Optional[str], config: Optional[str]):
+    """The job's model (a ModelSpec, or None when neither ``--model`` nor
+    the framework's ``--config`` describes one: then the step is priced
+    for the default model, communication only) and the overlaps its
+    configuration turns on."""
+    from slurmtopo.cost.model_spec import model_with_config, parse_model
+    if config is None:
+        return (parse_model(model) if model is not None else None), {}
+    from slurmtopo.files.fileio import read_text
+    from slurmtopo.job.frameworks.configs import model_keys_from_config, overlaps_from_config
+    text = read_text(config, limit=1 << 20)
+    keys = model_keys_from_config(framework, text, config)
+    return model_with_config(model, keys, config), overlaps_from_config(framework, text, config)
 
 
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,

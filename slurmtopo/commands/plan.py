@@ -64,6 +64,8 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     extra = framework_extra(framework)
     check_color_by(color_by, placement)
     notes: List[str] = list(topo_notes) + list(job.notes)
+    # before anything is written: a layout that cannot fit is refused or flagged
+    memory = api.memory_check(job, o.get("memory_check") or "warn")
     if not cmd:
         notes.append("no command after --: job.sbatch not written "
                      "(e.g. `slurmtopo plan ... -- python train.py`)")
@@ -93,6 +95,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
                         "bound_s": bound.step_time_s if bound is not None else None},
                "sbatch": {"directives": script.directives()} if script is not None else None,
                "files": files, "notes": notes,
+               "warnings": [memory] if memory is not None else [],
                # what the preview shows besides the grid and the table
                "splits": splits(placement, inv),
                "far_from_bound": bound_warning(plan_cost, bound, job.costs.idle_bound),
@@ -107,4 +110,5 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
 
     print_parts(plan_parts(
         placement, inv, layout, plan_cost, naive_cost, state, color_by, notes, script,
-        files, bound=bound, idle_bound=job.costs.idle_bound, framework=framework))
+        files, bound=bound, idle_bound=job.costs.idle_bound, framework=framework,
+        warnings=[memory] if memory is not None else ()))

@@ -91,8 +91,11 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                       features=live.features or None)
     check_color_by(color_by, job.placement)
     framework = framework_of(o, req, cmd)  # torchtitan's or DeepSpeed's own kind names
+    memory = api.memory_check(job, o.get("memory_check") or "error")  # before it is submitted
     notes: List[str] = [*topo_notes, *job.notes,
                         *api.submission_notes(job, held=daemon, spool=spool)]
+    if memory is not None:
+        notes.append("warning: " + memory)
     from slurmtopo.inventory.hostlist import fold_hostlist
     summary = (f"planned {job.placement.world_size} rank(s) on {len(job.placement.hosts)} "
                f"node(s) {fold_hostlist(job.placement.hosts)} against {live.source}")

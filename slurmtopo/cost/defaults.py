@@ -250,4 +250,4 @@ COST_KEYS = ("alpha_us", "bandwidth_gbps", "nvlink_lane_gbps", "pcie_gbps", "pci
              "efficiency", "protocols", "network_protocols", "algorithms", "nvls_efficiency",
              "nvls_us", "nvls_min_ranks", "ring_plateau", "launch_us", "nccl_version",
              "network", "network_latency", "nvls_tree_us", "domain_nics", "collnet_us",
-             "a2a_peers")
+             "a2a_peers", "gpu_compute")

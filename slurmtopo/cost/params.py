@@ -18,6 +18,7 @@ from slurmtopo.cost.defaults import (ALGORITHM_SINCE, ALGORITHMS, COST_KEYS, DEF
                                      DEFAULT_PCIE_GBPS, DEFAULT_PROTOCOLS, DEFAULT_RING_PLATEAU,
                                      NETWORK_CLASSES, NETWORK_KIND_PROTOCOLS, NETWORK_KINDS,
                                      NEWEST_NCCL, PROTOCOL_NAMES, GiB, KiB, MiB, Protocol)
+from slurmtopo.cost.compute import GpuFigures, parse_gpu_compute
 from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.errors import InventoryError
 from slurmtopo.inventory.links import LinkClass
@@ -142,6 +143,9 @@ class CostParams:
     ring_plateau: float = DEFAULT_RING_PLATEAU
     #: seconds: every collective's launch
     launch: float = DEFAULT_LAUNCH_US * 1e-6
+    #: GPU model substring -> compute figures (``gpu_compute``; the step
+    #: model's, slurmtopo.cost.compute)
+    gpu_compute: Tuple[Tuple[str, "GpuFigures"], ...] = ()
     _hw: Dict[Hardware, "HardwareFigures"] = field(default_factory=dict, repr=False, compare=False)
     _versions: Dict[Tuple[int, int, int], "CostParams"] = field(default_factory=dict, repr=False,
                                                                compare=False)
@@ -173,6 +177,7 @@ class CostParams:
               nvls_min_ranks: 5
               ring_plateau: 1.4                          # Simple ring latency factor across hosts
               launch_us: 5                               # fixed cost of every collective
+              gpu_compute: {MI300X: {bf16: 1307, fp8: 2615, hbm_gbps: 5300}}  # dense TFLOP/s
 
         Raises :class:`InventoryError` naming the key on bad values.
         """
@@ -191,6 +196,7 @@ class CostParams:
         p.efficiency.update(block.per_class("efficiency", False, most=1.0))
         _parse_model(p, block.cost, block.fail, block.mapping)
         block.message_bytes(p)
+        p.gpu_compute = parse_gpu_compute(block.mapping("gpu_compute"), block.fail)
         return p
 
     # ---- NCCL's algorithms and protocols ---------------------------------

@@ -39,9 +39,11 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from slurmtopo.cost.params import CostParams, cost_params
 from slurmtopo.cost.shapes import group_shapes, placement_pricer, shape_time
 from slurmtopo.cost.styles import MODEL_PRESETS, ModelSpec, ddp_bucket_bytes
+from slurmtopo.cost.model_spec import model_dict
+from slurmtopo.cost.whole import compose_priced, whole_json
+from slurmtopo.job.groups import Layout, build_groups
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import Inventory, Placement
-from slurmtopo.job.groups import Layout, build_groups
 from slurmtopo.job.request import JobRequest
 from slurmtopo.job.workload import DEFAULT_WORKLOAD, Workload
 
@@ -115,6 +117,10 @@ class StepPrice:
     bubble_s: float = 0.0
     #: what the compute model (if any) says of this step, for the reports
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    #: the whole step (slurmtopo.cost.whole.WholeStep: tokens/s, MFU,
+    #: memory, exposed communication per kind) when the job describes its
+    #: model; None: the step is its communication
+    whole: Optional[object] = None
 
     @property
     def comm_s(self) -> float:
@@ -233,8 +239,19 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
         tp_calls("expert-tp", etp, 1, "expert-tp")
     else:
         tp_calls("tp", tp, 2, "tp")
+    r = m.resolved() if hasattr(m, "resolved") else m
     if cp > 1:
-        kv = 2 * act * cp
+        # K and V of the whole sequence: kv_heads x head_dim wide each (GQA);
+        # with latent attention, the up-projected K (with its rope part) and
+        # V. A TP rank holds its share of the heads (K/V heads replicate
+        # when tp exceeds them)
+        if getattr(r, "kv_lora_rank", 0):
+            kv_width = r.heads * (r.head_dim + r.rope_head_dim + r.v_head_dim) / tp
+        elif getattr(r, "kv_heads", 0):
+            kv_width = r.kv_heads * (r.head_dim + r.v_head_dim) / min(tp, r.kv_heads)
+        else:
+            kv_width = 2 * m.hidden / tp
+        kv = int(m.micro_batch * m.seq_len * kv_width * d)
         out.append(StepCall("cp", "cp", "all-gather", kv, lp * mb, "forward", "forward",
                             note="K and V gathered for attention"))
         out.append(StepCall("cp", "cp", "all-gather", kv, lp * mb, "backward", "backward",
@@ -258,8 +275,15 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
     dp_kind = "dp-cp" if cp > 1 else "dp"
     dp_size = lay.dp * cp
     if dp_size > 1:
-        grads = m.params * d // (tp * pp)
-        layer = m.params * d // (m.layers * tp)
+        if getattr(r, "is_moe", False) and ep > 1:
+            # a rank holds its dense share and its ep-th of the experts
+            expert = r.moe_layers * r.experts * r.expert_params()
+            grads = int(((r.counted_params() - expert) / (tp * pp)
+                         + expert / (ep * etp * pp)) * d)
+        else:
+            grads = m.params * d // (tp * pp)
+        # one layer of the rank's share (with experts: its ep-th of them)
+        layer = max(1, grads // lp)
         red = "backward" if w.grad_overlap else "none"
         if w.style == "ddp":
             calls = max(1, math.ceil(grads / ddp_bucket_bytes(w.framework, lay.dp, d)))
@@ -275,10 +299,17 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
             part: Tuple[str, int] = ("all", 0)
             if w.style == "hsdp" and 1 < w.shard < dp_size:
                 part = ("block", w.shard)
-            out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb, "forward",
-                                "forward", part, "per layer: parameters gathered"))
-            out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb,
-                                "backward", "backward", part, "per layer: gathered again"))
+            if pp > 1:
+                # with a pipeline the layers stay gathered for the step's
+                # micro-batches (torchtitan and PyTorch's pipeline schedules
+                # turn resharding after forward off), gathered once
+                out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp, "forward",
+                                    "forward", part, "per layer: parameters gathered once"))
+            else:
+                out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb,
+                                    "forward", "forward", part, "per layer: parameters gathered"))
+                out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb,
+                                    "backward", "backward", part, "per layer: gathered again"))
             out.append(StepCall("fsdp-shard", dp_kind, "reduce-scatter", layer, lp,
                                 "backward", "backward", part, "per layer: gradients reduced"))
             if part[0] == "block":
@@ -320,10 +351,18 @@ def call_bytes(call: StepCall, p: CostParams, req: JobRequest) -> int:
 
 def compose(inv: Inventory, placement: Placement, layout: Layout, workload: Workload,
             model: ModelSpec, priced: Sequence[CallPrice], params: CostParams) -> StepPrice:
-    """The step from its priced calls. Today: communication only, nothing
-    hidden (issue 35 adds compute, the overlap and the pipeline bubble
-    here, from the GPUs of ``placement`` and the ``layout``)."""
-    return StepPrice(workload=workload, model=model, calls=tuple(priced))
+    """The step from its priced calls: with a model described, compute,
+    the pipeline bubble and the optimizer added and each call's exposed
+    seconds taken from what compute hides it
+    (:func:`slurmtopo.cost.whole.compose_priced`, issue 35); without one,
+    communication only, nothing hidden."""
+    whole = compose_priced(inv, placement, layout, workload, model, priced, params)
+    if whole is None:
+        return StepPrice(workload=workload, model=model, calls=tuple(priced))
+    calls = tuple(replace(c, exposed_s=e) for c, e in zip(priced, whole.exposed_per_call))
+    return StepPrice(workload=workload, model=model, calls=calls,
+                     compute_s=whole.compute_s, bubble_s=whole.bubble_s, notes=whole.notes,
+                     whole=whole)
 
 
 def price_step(inv: Inventory, placement: Placement, req: JobRequest,
@@ -375,20 +414,27 @@ def price_step(inv: Inventory, placement: Placement, req: JobRequest,
 
 
 def step_dict(step: StepPrice) -> dict:
-    """The step as plain data (``plan --json``'s ``step``)."""
+    """The step as plain data (``plan --json``'s ``step``): its calls, and
+    ``time_s``, ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``mfu``,
+    ``memory_gib_per_gpu`` (None without a model described) and
+    ``exposed_comm_s`` per planner kind (docs/cost-model.md, "The whole
+    step")."""
     m, w = step.model, step.workload
-    return {"framework": w.framework, "style": w.style,
-            "model": {"params": m.params, "layers": m.layers, "hidden": m.hidden,
-                      "seq_len": m.seq_len, "micro_batch": m.micro_batch, "dtype": m.dtype,
-                      "micro_batches": m.micro_batches, "top_k": m.top_k},
-            "model_given": w.model is not None,
-            "calls": [{"what": c.call.what, "kind": c.call.kind,
-                       "collective": c.call.collective, "message_bytes": c.call.message_bytes,
-                       "calls": c.call.calls, "phase": c.call.phase,
-                       "overlaps_with": c.call.overlaps_with, "groups": c.count,
-                       "size": c.size, "per_call_s": c.per_call_s, "time_s": c.seconds,
-                       "exposed_s": c.exposed_s, "slowest_link": c.slowest.label,
-                       "note": c.call.note} for c in step.calls],
-            "comm_s": step.comm_s, "exposed_comm_s": step.exposed_comm_s,
-            "compute_s": step.compute_s, "bubble_s": step.bubble_s,
-            "time_s": step.time_s}
+    out = {"framework": w.framework, "style": w.style, "model": model_dict(m),
+           "model_given": w.model is not None,
+           "calls": [{"what": c.call.what, "kind": c.call.kind,
+                      "collective": c.call.collective, "message_bytes": c.call.message_bytes,
+                      "calls": c.call.calls, "phase": c.call.phase,
+                      "overlaps_with": c.call.overlaps_with, "groups": c.count,
+                      "size": c.size, "per_call_s": c.per_call_s, "time_s": c.seconds,
+                      "exposed_s": c.exposed_s, "slowest_link": c.slowest.label,
+                      "note": c.call.note} for c in step.calls],
+           "comm_s": step.comm_s, "exposed_comm_s": step.by_kind(exposed=True),
+           "exposed_comm_total_s": step.exposed_comm_s,
+           "compute_s": step.compute_s, "bubble_s": step.bubble_s,
+           "time_s": step.time_s, "tokens_per_s": None, "tokens_per_s_per_gpu": None,
+           "mfu": None, "memory_gib_per_gpu": None, "notes": list(step.notes)}
+    if step.whole is not None:
+        out.update(whole_json(step.whole))
+        out["time_s"] = step.time_s
+    return out

@@ -43,6 +43,10 @@ JSON fields (all but ``layout`` optional)::
                absent); the daemon plans only placements it can start
                (torchrun: node-contiguous ranks); a name this daemon does
                not know is a bad request
+    work       the job's training step: framework, data-parallel style,
+               overlaps, NCCL release and model description
+               (:mod:`slurmtopo.daemon.jobstep`), so the daemon prices the
+               step plan priced; absent: the default model
 
 Comments the daemon writes back: a job it rejects (its layout can never
 fit) gets ``slurmtopo:rejected: <reason>`` before it is cancelled (or left
@@ -57,6 +61,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
+from slurmtopo.daemon.jobstep import work_from_dict, work_to_dict
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.plan.launchers import DEFAULT as DEFAULT_LAUNCHER
 
@@ -154,6 +159,8 @@ def request_to_dict(req, shape: Optional[Shape] = None,
         out["shape"] = shape.as_dict()
     if launcher is not None and launcher != DEFAULT_LAUNCHER:
         out["launcher"] = launcher
+    if getattr(req, "workload", None) is not None:
+        out["work"] = work_to_dict(req.workload)
     return out
 
 
@@ -279,7 +286,7 @@ MAX_WAIT_S = 30 * 24 * 3600
 MAX_MESSAGE_BYTES = 1 << 50
 
 _FIELDS = ("layout", "require", "prefer", "wait", "gpn", "exclusive", "nodelist", "exclude",
-           "msg", "shape", "launcher")
+           "msg", "shape", "launcher", "work")
 _SHAPE_FIELDS = {"nodes": "nodes", "gpn": "gpus_per_node", "tpn": "tasks_per_node"}
 
 
@@ -469,9 +476,14 @@ def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec
             exclude = _known(exclude, "exclude", index, strict=False) or ()
         shape = _shape(data.get("shape"))
         launcher = _launcher(data.get("launcher"))
+        try:
+            workload = work_from_dict(data.get("work"))
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
         req = JobRequest(layout=layout, require=levels["require"], prefer=levels["prefer"],
                          gpus_per_node=gpn, exclusive=exclusive, nodelist=nodelist,
-                         exclude=exclude or (), message_bytes=msg, wait=wait)
+                         exclude=exclude or (), message_bytes=msg, wait=wait,
+                         workload=workload)
     except ProtocolError:
         raise
     except SlurmtopoError as exc:

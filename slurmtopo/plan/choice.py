@@ -228,6 +228,24 @@ def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal],
                      notes=tuple(pl.notes) + (note,))
 
 
+def placement_times(reps: Sequence[StepPrice]) -> List[float]:
+    """What the options of one job are compared on: the part of the step
+    a placement changes. Compute and the pipeline bubble are the same on
+    every placement of the job (its GPUs' model aside, which the MODEL
+    option changes along with the communication), so with the whole step
+    modelled the communication it leaves exposed; where every option hides
+    all of it (exposed below 1% of it), all of the communication (a hidden
+    collective still loads the network and is the first to show when the
+    model is off). Without a model described the step is its
+    communication and this is its time."""
+    if all(r.whole is None for r in reps):
+        return [r.time_s for r in reps]
+    exposed = [r.time_s - r.compute_s - r.bubble_s for r in reps]
+    if all(e <= 0.01 * r.comm_s for e, r in zip(exposed, reps)):
+        return [r.comm_s for r in reps]
+    return exposed
+
+
 def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Placement:
     """:func:`cheapest` among ``options``, all admitted."""
     first = options[0].placement
@@ -235,7 +253,7 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
         return first
     params = params_of(inv)
     reps = [price_step(inv, o.placement, req, params) for o in options]
-    times = [r.time_s for r in reps]
+    times = placement_times(reps)
     best = 0
     crossings: Dict[bool, int] = {}
     declined: Optional[int] = None  # the fastest option refused by slower_on
@@ -283,7 +301,8 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
     # Slurm's default: the planner's notes say what it tried and why
     notes = [n for n in first.notes if not n.startswith(f"{req.layout.world} ranks on")] \
         if chosen.kind == NAIVE else list(chosen.placement.notes)
-    notes.append(f"{note} ({b * 1e3:.3f} ms vs {a * 1e3:.3f} ms a step); using it")
+    notes.append(f"{note} ({b * 1e3:.3f} ms vs {a * 1e3:.3f} ms of communication a step); "
+                 "using it")
     if refused is not None:
         notes.append(refused)
     pl = chosen.placement

@@ -6,6 +6,10 @@ The parts, each answering one question before the job is submitted:
   its group): "did my tensor-parallel groups stay inside a node?";
 * the **cost table** (per group kind: slowest link and modelled time, beside
   the naive placement's): "what did topology-awareness buy?";
+* the **step** (with ``--model``: time a step, tokens/s per GPU, MFU and
+  memory per GPU of the plan beside Slurm's default, and the line that
+  says how much faster the step models): "how much does my step gain, and
+  does it fit?";
 * the **splits** (every group that spans hosts although a node could hold
   it, "tp group 12 split 4+4 over gpu031, gpu044"): "where does a group
   cross the network, and how evenly?";
@@ -178,9 +182,10 @@ def step_sheet(plan_cost, naive_cost=None) -> Sheet:
     t = Sheet(title=title, columns=columns, compact=True)
     m, w = step.model, step.workload
     given = "" if w.model is not None else ", the default model"
-    t.caption = (f"{w.framework} {w.style}; {m.params / 1e9:g}B params, {m.layers} layers, "
+    mbs = step.whole.micro_batches if step.whole is not None else m.micro_batches
+    t.caption = (f"{w.framework} {w.style}; {m.params / 1e9:.3g}B params, {m.layers} layers, "
                  f"hidden {m.hidden}, {m.seq_len} tokens x {m.micro_batch}, "
-                 f"{m.micro_batches} micro-batch(es){given} (modelled)")
+                 f"{mbs} micro-batch(es){given} (modelled)")
     others = list(nstep.calls) if nstep is not None else []
     for i, c in enumerate(step.calls):
         call = c.call
@@ -193,9 +198,15 @@ def step_sheet(plan_cost, naive_cost=None) -> Sheet:
             row += [_short(o.slowest) if o else "-", format_seconds(o.seconds) if o else "-",
                     _speedup(c.seconds, o.seconds if o else None)]
         t.add_row(*(line(x) for x in row))
-    total = ["step", "", "", format_seconds(step.time_s)]
-    if nstep is not None:
-        total += ["", format_seconds(nstep.time_s), _speedup(step.time_s, nstep.time_s)]
+    if step.whole is not None:  # the step's time and gain are the step sheet's
+        total = ["exposed", "", "", format_seconds(step.exposed_comm_s)]
+        if nstep is not None:
+            total += ["", format_seconds(nstep.exposed_comm_s),
+                      _speedup(step.exposed_comm_s, nstep.exposed_comm_s)]
+    else:
+        total = ["step", "", "", format_seconds(step.time_s)]
+        if nstep is not None:
+            total += ["", format_seconds(nstep.time_s), _speedup(step.time_s, nstep.time_s)]
     if t.rows:
         t.sections = frozenset({len(t.rows) - 1})
     t.add_row(*(line(x, "bold") for x in total))
@@ -204,6 +215,80 @@ def step_sheet(plan_cost, naive_cost=None) -> Sheet:
         labels = labels[:3] + ["plan time", "naive link", "naive time", "gain"]
     t.labels = labels
     return t
+
+
+def _tokens(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def whole_step_sheet(plan_cost, naive_cost=None) -> Optional[Sheet]:
+    """The whole step (compute, exposed communication, bubble: the step's
+    ``whole``) of the plan beside Slurm's default placement: time a step,
+    tokens/s per GPU, MFU, memory per GPU and its parts, with the gain.
+    None when the job describes no model (the step is its communication)."""
+    step = getattr(plan_cost, "step", None)
+    whole = getattr(step, "whole", None)
+    if whole is None:
+        return None
+    nstep = getattr(naive_cost, "step", None) if naive_cost is not None else None
+    nwhole = getattr(nstep, "whole", None)
+    columns = [Column("step"), Column("plan", justify="right")]
+    if nwhole is not None:
+        columns += [Column("Slurm default", justify="right", style="dim"),
+                    Column("gain", justify="right")]
+    t = Sheet(title="Modelled training step" + (" (plan vs Slurm's default)" if nwhole else ""),
+              columns=columns, compact=True)
+    mem = whole.memory
+    fits = "" if mem.fits else " (does not fit)"
+    rows = [("time a step", format_seconds(step.time_s),
+             format_seconds(nstep.time_s) if nwhole else None,
+             _speedup(step.time_s, nstep.time_s) if nwhole else None),
+            ("tokens/s per GPU", _tokens(whole.tokens_per_s_per_gpu),
+             _tokens(nwhole.tokens_per_s_per_gpu) if nwhole else None,
+             _speedup(1 / whole.tokens_per_s_per_gpu if whole.tokens_per_s_per_gpu else None,
+                      1 / nwhole.tokens_per_s_per_gpu if nwhole and
+                      nwhole.tokens_per_s_per_gpu else None) if nwhole else None),
+            ("MFU", f"{whole.mfu:.1%}", f"{nwhole.mfu:.1%}" if nwhole else None, ""),
+            ("compute", format_seconds(whole.compute_s),
+             format_seconds(nwhole.compute_s) if nwhole else None, ""),
+            ("pipeline bubble", format_seconds(whole.bubble_s),
+             format_seconds(nwhole.bubble_s) if nwhole else None, ""),
+            ("exposed communication", format_seconds(step.exposed_comm_s),
+             format_seconds(nstep.exposed_comm_s) if nwhole else None,
+             _speedup(step.exposed_comm_s, nstep.exposed_comm_s) if nwhole else None),
+            ("memory per GPU", f"{mem.total_gib:.1f} GiB{fits}",
+             f"{nwhole.memory.total_gib:.1f} GiB" if nwhole else None, "")]
+    for i, (label, plan, naive, gain) in enumerate(rows):
+        cells = [label, plan] + ([naive or "-", gain or ""] if nwhole else [])
+        t.add_row(*(line(x, "bold" if i == 0 else "") for x in cells))
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in mem.as_dict().items() if v >= 0.05)
+    gpu = f" of {mem.gpu_gib:.0f} GiB" if mem.gpu_gib else ""
+    m = step.model
+    t.caption = (f"{whole.gpu}, {m.dtype}, {whole.micro_batches} micro-batch(es) of "
+                 f"{m.micro_batch} x {m.seq_len} tokens a pipeline; memory{gpu}: {parts} GiB")
+    t.labels = ["step", "plan"] + (["Slurm default", "gain"] if nwhole else [])
+    return t
+
+
+def step_gain_line(plan_cost, naive_cost=None) -> Optional[Line]:
+    """``The step models 1.14× faster than under Slurm's default placement
+    (3.21 s vs 3.66 s; 4,120 vs 3,610 tokens/s per GPU)``, or about the
+    communication alone when the job describes no model."""
+    step = getattr(plan_cost, "step", None)
+    nstep = getattr(naive_cost, "step", None) if naive_cost is not None else None
+    if step is None or nstep is None or step.time_s <= 0:
+        return None
+    whole, nwhole = step.whole, getattr(nstep, "whole", None)
+    ratio = nstep.time_s / step.time_s
+    if whole is not None and nwhole is not None:
+        return line(f"The training step models {ratio:.2f}× faster than under Slurm's default "
+                    f"placement ({format_seconds(step.time_s)} vs "
+                    f"{format_seconds(nstep.time_s)}; "
+                    f"{_tokens(whole.tokens_per_s_per_gpu)} vs "
+                    f"{_tokens(nwhole.tokens_per_s_per_gpu)} tokens/s per GPU)", "bold")
+    return line(f"The step's communication models {ratio:.2f}× faster than under Slurm's "
+                f"default placement ({format_seconds(step.time_s)} vs "
+                f"{format_seconds(nstep.time_s)}); give --model for the whole step", "bold")
 
 
 def cost_sheet(plan_cost, naive_cost=None, all_kinds: bool = False) -> Sheet:
@@ -353,7 +438,12 @@ def bound_warning(plan_cost, bound, idle_bound=None) -> Optional[str]:
     doing, and waiting may pay."""
     if plan_cost is None or bound is None or bound.step_time_s <= 0:
         return None
-    ratio = plan_cost.step_time_s / bound.step_time_s
+    # the bound is of the communication: with the whole step modelled,
+    # compare the step's communication (all of it: the bound hides none)
+    step = getattr(plan_cost, "step", None)
+    whole = step is not None and step.whole is not None
+    mine = step.comm_s if whole else plan_cost.step_time_s
+    ratio = mine / bound.step_time_s
     if ratio < FAR_FROM_BOUND:
         # as good as the free GPUs allow, but they are fragmented: an idle
         # cluster's bound is far below
@@ -366,8 +456,9 @@ def bound_warning(plan_cost, bound, idle_bound=None) -> Optional[str]:
                     f"the free GPUs fragmented (on an idle cluster the bound is "
                     f"{format_seconds(idle_bound.step_time_s)}): waiting for GPUs may pay")
         return None
-    head = (f"the plan models {ratio:.1f}x the lower bound on the free GPUs "
-            f"({format_seconds(plan_cost.step_time_s)} vs {format_seconds(bound.step_time_s)} a "
+    what = "the plan's communication models" if whole else "the plan models"
+    head = (f"{what} {ratio:.1f}x the lower bound on the free GPUs "
+            f"({format_seconds(mine)} vs {format_seconds(bound.step_time_s)} a "
             f"step)")
     compete = ("the layout's group kinds compete for the same fast links (the bound gives "
                "each its best at once)")
@@ -436,16 +527,24 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
 def plan_parts(placement, inv=None, layout=None, plan_cost=None, naive_cost=None, state=None,
                color_by: Optional[str] = None, notes: Sequence[str] = (), script=None,
                files: Optional[Mapping[str, str]] = None, bound=None,
-               idle_bound=None, framework=None) -> List[Any]:
+               idle_bound=None, warnings: Sequence[str] = (), framework=None) -> List[Any]:
     """The whole preview, top to bottom, as lines and sheets: summary,
-    grid, cost table, the groups split over hosts, warnings and notes,
-    files written (``framework``: see :func:`summary_line`)."""
+    grid, cost table, the step, the groups split over hosts, warnings
+    (the cost model's, the bound's and ``warnings``, e.g. the memory
+    check's) and notes, files written (``framework``: see
+    :func:`summary_line`)."""
     parts: List[Any] = [summary_line(placement, layout, inv, script, framework),
                         grid_sheet(placement, inv, color_by, state)]
     if plan_cost is not None:
         parts.append(cost_sheet(plan_cost, naive_cost))
+        whole = whole_step_sheet(plan_cost, naive_cost)
+        if whole is not None:
+            parts.append(whole)
+        gain = step_gain_line(plan_cost, naive_cost)
+        if gain is not None:
+            parts.append(gain)
     parts.extend(split_lines(splits(placement, inv)))
-    warn = list(getattr(plan_cost, "warnings", []) or [])
+    warn = list(getattr(plan_cost, "warnings", []) or []) + list(warnings)
     far = bound_warning(plan_cost, bound, idle_bound)
     if far is not None:
         warn.append(far)
@@ -490,3 +589,33 @@ def _plain(v):
     if isinstance(v, (int, float, str)) or v is None:
         return v
     return str(v)
+
+
+def advice_parts(advice) -> List[Any]:
+    """``slurmtopo advise``'s output: the ranked layouts as a table, then
+    each one's ready ``slurmtopo plan`` line, then the notes."""
+    a = advice
+    t = Sheet(title=f"Layouts for {a.gpus} GPUs ({a.gpu}, {a.gpu_memory_gib:.0f} GiB), best "
+                    "first (modelled)",
+              columns=[Column("#", justify="right"), Column("framework"), Column("layout"),
+                       Column("mbs"), Column("recompute"), Column("optimizer"),
+                       Column("step", justify="right"),
+                       Column("tok/s/GPU", justify="right"), Column("MFU", justify="right"),
+                       Column("GiB/GPU", justify="right"), Column("exposed comm")],
+              compact=True)
+    for i, r in enumerate(a.ranked):
+        c = r.candidate
+        comm = ", ".join(f"{k} {format_seconds(v)}" for k, v in r.exposed_comm if v > 0) or "-"
+        t.add_row(*(line(x) for x in (
+            str(i + 1), c.framework, c.label(), str(c.micro_batch), c.recompute,
+            c.optimizer(), format_seconds(r.time_s),
+            _tokens(r.tokens_per_s_per_gpu), f"{r.mfu:.1%}", f"{r.memory_gib:.1f}", comm)))
+    t.caption = (f"{a.considered} layouts considered, {a.fitting} fit in memory, "
+                 f"{a.placed} placed by the planner and priced")
+    t.labels = ["#", "framework", "layout", "micro-batch", "recompute", "optimizer", "step",
+                "tokens/s per GPU", "MFU", "memory per GPU", "exposed communication"]
+    out: List[Any] = [t, line("Ready to plan:", "bold")]
+    for i, r in enumerate(a.ranked):
+        out.append(line(f"  {i + 1}. {printable(r.plan)}"))
+    out.extend(warning_lines([], a.notes))
+    return out

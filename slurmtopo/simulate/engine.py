@@ -12,7 +12,10 @@ Run time
     step is than the best it gets on the idle cluster (the planner's, by
     the cost model's step, :func:`slurmtopo.cost.step.price_step`). ``step / best_step``
     is the job's *slowdown* (1 for a one-GPU job, which does not
-    communicate).
+    communicate). A job whose layout rule names its model (``model:``,
+    :mod:`~slurmtopo.simulate.layouts`) runs ``run_time * step / best_step``:
+    its step is then the whole step (compute, exposed communication,
+    bubble), so no fraction is assumed.
 
 Slurm's queue (every policy but ``daemon``)
     Jobs are considered in submission order (trace order on ties), after
@@ -107,7 +110,13 @@ def slowdown(step: Optional[float], best: float) -> float:
 
 
 def stretched(job: JobSpec, step: Optional[float], fraction: float) -> float:
-    """The run time of ``job`` at modelled step ``step`` (see the module doc)."""
+    """The run time of ``job`` at modelled step ``step`` (see the module doc):
+    when its layout rule names the model, the step is the whole step and
+    the run stretches by ``step / best_step``; else only the ``fraction``
+    of it spent communicating does."""
+    w = getattr(job.request, "workload", None)
+    if w is not None and w.model is not None:
+        return job.trace.run_time * slowdown(step, job.best_step)
     return job.trace.run_time * (1.0 + fraction * (slowdown(step, job.best_step) - 1.0))
 
 

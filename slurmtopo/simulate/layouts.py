@@ -27,8 +27,13 @@ or a YAML file (``--layout-rule FILE``)::
     version: 1
     rules:
       - {up_to: 8, tp: 1}
-      - {up_to: 64, tp: 4}
+      - {up_to: 64, tp: 4, model: "llama3-8b,seq_len=8192"}
       - {tp: 8, pp: 2}        # no up_to: every larger job
+
+A rule's ``model`` (a ``--model`` text) says what its jobs train: their
+step is then the whole step (compute, exposed communication, bubble;
+docs/cost-model.md) and a job runs ``step / best_step`` times its trace
+run time instead of the ``--comm-fraction`` stretch (:mod:`engine`).
 """
 from __future__ import annotations
 
@@ -49,6 +54,8 @@ class Rule:
     up_to: Optional[int]
     tp: int = 1
     pp: int = 1
+    #: what the jobs train (a --model text; None: not known)
+    model: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -92,14 +99,20 @@ class JobShape:
     gpus_per_node: int
     tp: int
     pp: int
+    model: Optional[str] = None
 
     @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
 
     def request(self) -> JobRequest:
+        workload = None
+        if self.model is not None:  # the whole step: Megatron's distributed optimizer
+            from slurmtopo.cost.model_spec import parse_model
+            from slurmtopo.job.workload import Workload
+            workload = Workload(style="zero12", model=parse_model(self.model))
         return JobRequest(layout=Layout(tp=self.tp, pp=self.pp, dp=self.dp),
-                          gpus_per_node=self.gpus_per_node)
+                          gpus_per_node=self.gpus_per_node, workload=workload)
 
 
 def node_size(inv) -> int:
@@ -118,7 +131,19 @@ def shape_of(gpus: int, nodes: Optional[int], rules: LayoutRules, per_node: int)
     rule = rules.rule_for(gpus)
     tp = math.gcd(math.gcd(rule.tp, gpus), gpn)
     pp = math.gcd(rule.pp, gpus // tp)
-    return JobShape(gpus=gpus, nodes=n, gpus_per_node=gpn, tp=tp, pp=pp)
+    return JobShape(gpus=gpus, nodes=n, gpus_per_node=gpn, tp=tp, pp=pp, model=rule.model)
+
+
+def _model_text(value) -> str:
+    """A rule's ``model``: a --model text that parses."""
+    from slurmtopo.cost.model_spec import parse_model
+    if not isinstance(value, str) or len(value) > 1000:
+        raise ValueError(f"expected a --model text such as 'llama3-8b', got {value!r}")
+    try:
+        parse_model(value)
+    except SlurmtopoError as exc:
+        raise ValueError(exc.message) from None
+    return value
 
 
 def load_rules(spec: str) -> LayoutRules:
@@ -155,7 +180,8 @@ def load_rules(spec: str) -> LayoutRules:
     last = 0
     for i, item in enumerate(seq):
         what = f"rule {i + 1}"
-        m = r.mapping(item, what, allowed={"up_to", "tp", "pp"}, line=Reader.line(seq, i))
+        m = r.mapping(item, what, allowed={"up_to", "tp", "pp", "model"},
+                      line=Reader.line(seq, i))
         up_to = r.get(m, "up_to", what, size, None)
         if up_to is None and i != len(seq) - 1:
             raise r.error(f"{what} has no up_to: only the last rule may cover every larger "
@@ -165,5 +191,6 @@ def load_rules(spec: str) -> LayoutRules:
                           f"({last})", Reader.line(m, "up_to"))
         last = up_to or last
         rules.append(Rule(up_to, tp=r.get(m, "tp", what, size, 1),
-                          pp=r.get(m, "pp", what, size, 1)))
+                          pp=r.get(m, "pp", what, size, 1),
+                          model=r.get(m, "model", what, _model_text, None)))
     return LayoutRules(spec, tuple(rules))

@@ -388,13 +388,17 @@ def test_a_job_that_can_never_fit_is_rejected_not_held_forever(devcluster, backe
 
 
 def test_cli_sbatch_daemon_then_daemon_once(devcluster, inv_path, spool):
-    """The user's path: `slurmtopo sbatch --daemon` submits held and tagged,
-    `slurmtopo daemon --once` releases it, the job runs through bind."""
+    """The user's path: `slurmtopo sbatch --daemon` submits held and tagged
+    (with the job's model: the training step travels through Slurm's
+    comment), `slurmtopo daemon --once` releases it, the job runs through
+    bind."""
     env = dict(devcluster.env, PYTHONPATH=str(ROOT))
     (devcluster.dir / "out").mkdir(exist_ok=True)
     run_dir = devcluster.dir / "run" / uuid.uuid4().hex[:8]
     p = subprocess.run([sys.executable, "-m", "slurmtopo", "sbatch", "--daemon", "--parsable",
                         "--inventory", inv_path, "--tp", "4", "--require", "tp=nvlink",
+                        "--model", "params=0,layers=4,hidden=512,heads=8,ffn=2048,vocab=1000,"
+                        "seq_len=256,global_batch=4",
                         "--gpus-per-node", "4", "--run-dir", str(run_dir), "--spool", spool,
                         f"--sbatch=--output={devcluster.dir}/out/%j.out", "--", "sleep", "1"],
                        capture_output=True, text=True, env=env, cwd=devcluster.dir)
@@ -403,6 +407,7 @@ def test_cli_sbatch_daemon_then_daemon_once(devcluster, inv_path, spool):
     job = int(p.stdout.strip().splitlines()[-1])
     info = devcluster.job(job)
     assert info["Reason"] == "JobHeldUser" and info["Comment"].startswith(PREFIX), info
+    assert '"model":{' in info["Comment"] and '"layers":4' in info["Comment"], info
     p = subprocess.run([sys.executable, "-m", "slurmtopo", "daemon", "--inventory", inv_path,
                         "--spool", spool, "--once"], capture_output=True, text=True, env=env,
                        cwd=ROOT)

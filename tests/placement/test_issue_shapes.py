@@ -25,7 +25,10 @@ def pieces(pl, group):
 
 
 def step(inv, pl, req):
-    return evaluate(inv, pl, req, CostParams.from_inventory(inv), step_only=True).step_time_s
+    """The step's communication (all of it: what a placement changes; the
+    scenarios' jobs describe a model, so their step time adds compute)."""
+    rep = evaluate(inv, pl, req, CostParams.from_inventory(inv), step_only=True)
+    return rep.step.comm_s if rep.step is not None else rep.step_time_s
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -24,6 +24,24 @@ megatron
     Other options are passed over (Megatron has hundreds), except one that
     starts like a parallel-size option but is not one (a typo).
 
+The same files describe the model and how a step feeds it
+(:func:`model_keys_from_config`, the keys ``--model`` takes; docs/cost-model.md,
+"The model"): torchtitan's ``[model]`` name and flavor (a preset),
+``[training]`` ``seq_len``, ``local_batch_size``, ``global_batch_size``,
+``[activation_checkpoint]`` ``mode`` and Float8/MX converters; DeepSpeed's
+``train_micro_batch_size_per_gpu``, ``train_batch_size``, ``bf16``/``fp16``
+and ``activation_checkpointing``; Megatron-LM's ``--num-layers``,
+``--hidden-size``, ``--ffn-hidden-size``, ``--num-attention-heads``,
+``--num-query-groups``, ``--kv-channels``, ``--seq-length``,
+``--micro-batch-size``, ``--global-batch-size``, ``--num-experts``,
+``--moe-router-topk``, ``--moe-ffn-hidden-size``,
+``--moe-shared-expert-intermediate-size``, ``--vocab-size``, the precision
+flags, ``--recompute-granularity``, the virtual pipeline options,
+``--swiglu``, ``--untie-embeddings-and-output-weights`` and the MLA ranks;
+and the overlaps the step model needs (:func:`overlaps_from_config`:
+``--sequence-parallel``, ``--tp-comm-overlap``, ``--overlap-grad-reduce``,
+``--overlap-param-gather``, ``--overlap-moe-expert-parallel-comm``).
+
 Pure: the caller reads the file (``fileio.read_text``); every refusal is a
 LayoutError naming ``where`` (and the line when there is one).
 """
@@ -35,7 +53,8 @@ from typing import Dict, Optional
 
 from slurmtopo.errors import LayoutError
 
-__all__ = ["knobs_from_config", "CONFIG_FORMATS"]
+__all__ = ["knobs_from_config", "model_keys_from_config", "overlaps_from_config",
+           "CONFIG_FORMATS"]
 
 #: what --config reads, per framework (for help texts)
 CONFIG_FORMATS = {"torchtitan": "TOML job file ([parallelism])",
@@ -103,17 +122,21 @@ def _int(value, what: str, where: str) -> int:
     return value
 
 
-def _torchtitan(text: str, where: str) -> Dict[str, object]:
+def _toml(text: str, where: str) -> dict:
     import tomllib
 
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise LayoutError(f"{where}: not a TOML job file: {exc}") from None
     except RecursionError:
         raise LayoutError(f"{where}: not a TOML job file: nested too deeply") from None
     except ValueError:  # Python's limit on integer digits (4,300)
         raise LayoutError(f"{where}: not a TOML job file: a number too long") from None
+
+
+def _torchtitan(text: str, where: str) -> Dict[str, object]:
+    doc = _toml(text, where)
     table = doc.get("parallelism")
     head = _line_of(text, r"^\s*\[\s*parallelism\s*\]")
     if not isinstance(table, dict):
@@ -247,3 +270,217 @@ def knobs_from_config(framework: str, text: str, where: str) -> Dict[str, object
     except KeyError:
         raise LayoutError(f"--config: no configuration format for {framework!r}") from None
     return reader(text, where)
+
+
+# ---------------------------------------------------------------------------
+# the model and the step's feeding, as the same files give them
+
+#: torchtitan [model] name -> flavor -> the --model preset
+_TITAN_MODELS = {"llama3": {"8b": "llama3-8b", "70b": "llama3-70b", "405b": "llama3.1-405b"},
+                 "deepseek_v3": {"671b": "deepseek-v3"},
+                 "qwen3": {"30b-a3b": "qwen3-30b-a3b", "235b-a22b": "qwen3-235b-a22b"}}
+#: torchtitan mixed_precision_param -> dtype
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+#: Megatron-LM option -> model key (the value a whole number)
+_MEGATRON_MODEL = {"--num-layers": "layers", "--hidden-size": "hidden",
+                   "--ffn-hidden-size": "ffn", "--num-attention-heads": "heads",
+                   "--num-query-groups": "kv_heads", "--kv-channels": "head_dim",
+                   "--seq-length": "seq_len", "--micro-batch-size": "micro_batch",
+                   "--global-batch-size": "global_batch", "--num-experts": "experts",
+                   "--moe-router-topk": "top_k", "--moe-ffn-hidden-size": "expert_ffn",
+                   "--vocab-size": "vocab", "--q-lora-rank": "q_lora_rank",
+                   "--kv-lora-rank": "kv_lora_rank", "--qk-head-dim": "head_dim",
+                   "--qk-pos-emb-head-dim": "rope_head_dim", "--v-head-dim": "v_head_dim",
+                   "--num-virtual-stages-per-pipeline-rank": "virtual_stages",
+                   "--num-layers-per-virtual-pipeline-stage": "_layers_per_virtual_stage",
+                   "--moe-shared-expert-intermediate-size": "_shared_expert_size",
+                   "--recompute-granularity": "recompute", "--fp8-format": "_fp8",
+                   "--fp8-recipe": "_fp8_recipe", "--fp4-format": "_fp4"}
+#: Megatron-LM flags -> (key, value)
+_MEGATRON_FLAGS = {"--bf16": ("dtype", "bf16"), "--fp16": ("dtype", "fp16"),
+                   "--swiglu": ("glu", 1), "--untie-embeddings-and-output-weights": ("tied", 0)}
+#: Megatron-LM flags -> the step's overlaps
+_MEGATRON_OVERLAPS = {"--sequence-parallel": "sequence_parallel",
+                      "--tp-comm-overlap": "tp_comm_overlap",
+                      "--overlap-grad-reduce": "overlap_grad_reduce",
+                      "--overlap-param-gather": "overlap_param_gather",
+                      "--overlap-moe-expert-parallel-comm": "ep_comm_overlap"}
+
+
+def _megatron_words(text: str, where: str):
+    try:
+        return shlex.split(text.replace("\\\n", "  "), comments=True)
+    except ValueError as exc:
+        raise LayoutError(f"{where}: cannot split the arguments: {exc}") from None
+
+
+def _megatron_model(text: str, where: str) -> Dict[str, object]:
+    words = _megatron_words(text, where)
+    raw: Dict[str, object] = {}
+    flags = set()
+    i = 0
+    while i < len(words):
+        name, eq, inline = words[i].partition("=")
+        if name in _MEGATRON_FLAGS:
+            flags.add(name)
+        key = _MEGATRON_MODEL.get(name)
+        if key is None:
+            i += 1
+            continue
+        here = _at(where, _line_of(text, re.escape(name)))
+        if eq:
+            value, i = inline, i + 1
+        elif i + 1 < len(words) and not words[i + 1].startswith("--"):
+            value, i = words[i + 1], i + 2
+        else:
+            raise LayoutError(f"{here}: {name} needs a value")
+        if key in ("recompute", "_fp8", "_fp8_recipe", "_fp4"):
+            if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", value):
+                raise LayoutError(f"{here}: {name} {value[:40]!r}: not a Megatron-LM value")
+            raw[key] = value.lower()
+        else:
+            if not re.fullmatch(r"[0-9]{1,12}", value):
+                raise LayoutError(f"{here}: {name} {value[:40]!r}: expected a whole number")
+            raw[key] = int(value)
+    out: Dict[str, object] = {k: v for k, v in raw.items() if not k.startswith("_")}
+    for flag in flags:
+        key, value = _MEGATRON_FLAGS[flag]
+        out.setdefault(key, value)
+    if "--fp16" in flags and "--bf16" in flags:
+        raise LayoutError(f"{where}: both --bf16 and --fp16")
+    if any(k in out for k in ("layers", "hidden")):
+        # Megatron-LM's own defaults: a GELU MLP, tied embeddings
+        out.setdefault("glu", 0)
+        out.setdefault("tied", 1)
+    if "_fp4" in raw:
+        out["dtype"] = "nvfp4"
+    elif "_fp8" in raw or "_fp8_recipe" in raw:
+        out["dtype"] = "mxfp8" if raw.get("_fp8_recipe") == "mxfp8" else "fp8"
+    if "_shared_expert_size" in raw:
+        size = int(raw["_shared_expert_size"])  # type: ignore[arg-type]
+        per = int(out.get("expert_ffn") or out.get("ffn") or 0)
+        out["shared_experts"] = max(1, round(size / per)) if per else 1
+    if "_layers_per_virtual_stage" in raw and "layers" in out:
+        knobs = _megatron(text, where) if any(w.startswith("--pipeline-model-parallel-size")
+                                              for w in words) else {}
+        pp = int(knobs.get("pp", 1))  # type: ignore[arg-type]
+        per = max(1, int(raw["_layers_per_virtual_stage"]))  # type: ignore[arg-type]
+        out["virtual_stages"] = max(1, int(out["layers"]) // (pp * per))  # type: ignore
+    return out
+
+
+def _torchtitan_model(text: str, where: str) -> Dict[str, object]:
+    doc = _toml(text, where)
+    out: Dict[str, object] = {}
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    name = str(model.get("name", "")).lower()
+    flavor = str(model.get("flavor", "")).lower()
+    preset = _TITAN_MODELS.get(name, {}).get(flavor)
+    if preset:
+        out["preset"] = preset
+    converters = model.get("converters", [])
+    training = doc.get("training") if isinstance(doc.get("training"), dict) else {}
+    for key, target in (("seq_len", "seq_len"), ("local_batch_size", "micro_batch"),
+                        ("batch_size", "micro_batch"), ("global_batch_size", "global_batch")):
+        if key in training:
+            value = training[key]
+            here = _at(where, _line_of(text, rf"^\s*{key}\s*="))
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise LayoutError(f"{here}: {key} must be a whole number, got {value!r}")
+            if value > 0:
+                out[target] = value
+    par = doc.get("parallelism") if isinstance(doc.get("parallelism"), dict) else {}
+    mbs = par.get("pipeline_parallel_microbatch_size")
+    if isinstance(mbs, int) and not isinstance(mbs, bool) and mbs > 0 \
+            and int(par.get("pipeline_parallel_degree", 1) or 1) > 1:
+        if "micro_batch" in out:  # the local batch is split into pipeline micro-batches
+            out.setdefault("micro_batches", max(1, int(out["micro_batch"]) // mbs))
+        out["micro_batch"] = mbs
+    prec = training.get("mixed_precision_param")
+    if isinstance(prec, str) and prec in _TORCH_DTYPES:
+        out["dtype"] = _TORCH_DTYPES[prec]
+    conv = [str(c).lower() for c in converters] if isinstance(converters, list) else []
+    if any("float8" in c for c in conv) or isinstance(doc.get("float8"), dict):
+        out["dtype"] = "fp8"
+    if any(c.startswith("mx") or ".mx" in c for c in conv):
+        out["dtype"] = "mxfp8"
+    ac = doc.get("activation_checkpoint")
+    if isinstance(ac, dict) and isinstance(ac.get("mode"), str):
+        mode = ac["mode"].lower()
+        if mode not in ("none", "selective", "full"):
+            here = _at(where, _line_of(text, r"^\s*mode\s*="))
+            raise LayoutError(f"{here}: [activation_checkpoint] mode = {ac['mode']!r}: "
+                              "none, selective or full")
+        out["recompute"] = mode
+    return out
+
+
+def _json(text: str, where: str):
+    """A DeepSpeed JSON config, read within bounds (nesting, numbers)."""
+    from slurmtopo.files.boundedjson import JsonRefused, loads
+
+    try:
+        return loads(text, MAX_CONFIG_DEPTH)
+    except JsonRefused as exc:
+        raise LayoutError(f"{where}: not a DeepSpeed JSON config: {exc}") from None
+
+
+def _deepspeed_model(text: str, where: str) -> Dict[str, object]:
+    doc = _json(text, where)
+    if not isinstance(doc, dict):
+        raise LayoutError(f"{where}: a DeepSpeed config is a JSON object")
+    out: Dict[str, object] = {}
+    for key, target in (("train_micro_batch_size_per_gpu", "micro_batch"),
+                        ("train_batch_size", "global_batch")):
+        if key in doc and doc[key] != "auto":
+            out[target] = _int(doc[key], key, _at(where, _line_of(text, rf'"{key}"')))
+    for key, dtype in (("bf16", "bf16"), ("fp16", "fp16")):
+        sec = doc.get(key)
+        if isinstance(sec, dict) and sec.get("enabled") is True:
+            out["dtype"] = dtype
+    ac = doc.get("activation_checkpointing")
+    if isinstance(ac, dict) and ac:
+        out["recompute"] = "full"
+    return out
+
+
+def model_keys_from_config(framework: str, text: str, where: str) -> Dict[str, object]:
+    """The ``--model`` keys ``text`` (the contents of ``where``) gives,
+    with ``preset`` naming a model preset when the file names a known
+    model (torchtitan's [model] name and flavor). Empty when it describes
+    none."""
+    readers = {"torchtitan": _torchtitan_model, "deepspeed": _deepspeed_model,
+               "megatron": _megatron_model}
+    if framework not in readers:
+        raise LayoutError(f"--config: no configuration format for {framework!r}")
+    return readers[framework](text, where)
+
+
+def overlaps_from_config(framework: str, text: str, where: str) -> Dict[str, bool]:
+    """The overlaps the file turns on (Megatron-LM's flags; DeepSpeed's
+    ``overlap_comm``; torchtitan's async TP)."""
+    out: Dict[str, bool] = {}
+    if framework == "megatron":
+        for word in _megatron_words(text, where):
+            name = word.partition("=")[0]
+            if name in _MEGATRON_OVERLAPS:
+                out[_MEGATRON_OVERLAPS[name]] = True
+    elif framework == "deepspeed":
+        try:
+            doc = _json(text, where)
+        except LayoutError:
+            return out
+        zero = doc.get("zero_optimization") if isinstance(doc, dict) else None
+        if isinstance(zero, dict) and zero.get("overlap_comm") is True:
+            out["overlap_grad_reduce"] = True
+    elif framework == "torchtitan":
+        try:
+            doc = _toml(text, where)
+        except LayoutError:
+            return out
+        par = doc.get("parallelism") if isinstance(doc.get("parallelism"), dict) else {}
+        if par.get("enable_async_tensor_parallel") is True:
+            out["tp_comm_overlap"] = True
+        out["sequence_parallel"] = True
+    return out

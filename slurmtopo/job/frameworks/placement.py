@@ -32,7 +32,7 @@ it does not fit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Mapping, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks.common import FrameworkLayout
@@ -153,15 +153,25 @@ def data_parallel_style(framework: str, knobs: Mapping[str, object]) -> str:
     return "zero12" if knobs.get("use_distributed_optimizer") else "ddp"
 
 
-def workload_of(fl: FrameworkLayout, model=None, nccl_version=None) -> Workload:
+#: the Workload flags a job's configuration may set
+_WORKLOAD_FLAGS = ("sequence_parallel", "tp_comm_overlap", "ep_comm_overlap",
+                   "overlap_grad_reduce", "overlap_param_gather")
+
+
+def workload_of(fl: FrameworkLayout, model=None, nccl_version=None,
+                overlaps: Optional[Mapping[str, bool]] = None) -> Workload:
     """The step ``fl`` runs (:class:`~slurmtopo.job.workload.Workload`) for
     ``model`` (a ModelSpec; None: the default model): its data-parallel
     style, HSDP's shard group (dp_shard x cp consecutive ranks of each
     ``dp-cp`` group, its replicas every that many), and sequence
     parallelism where the framework always runs it (torchtitan's TP plan
-    shards the norms' sequence)."""
+    shards the norms' sequence); ``overlaps`` the Workload flags the job's
+    configuration turns on (``tp_comm_overlap``, ``sequence_parallel`` ...)."""
     k = dict(fl.knobs)
     style = data_parallel_style(fl.framework, k)
     shard = int(k["dp_shard"]) * int(k["cp"]) if style == "hsdp" else 0
+    flags = {"sequence_parallel": fl.framework == "torchtitan"}
+    flags.update({n: v for n, v in (overlaps or {}).items()
+                  if n in _WORKLOAD_FLAGS and v is not None})
     return Workload(framework=fl.framework, style=style, model=model, shard=shard,
-                    sequence_parallel=fl.framework == "torchtitan", nccl_version=nccl_version)
+                    nccl_version=nccl_version, **flags)

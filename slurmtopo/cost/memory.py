@@ -1,0 +1,235 @@
+"""Memory per GPU of a layout: will the job fit in HBM before it is
+submitted (:func:`memory_per_gpu`, :func:`memory_verdict`).
+
+Per rank of the most loaded pipeline stage (the first: it holds the
+input embedding and the most micro-batches in flight), in bytes:
+
+* **weights** ``Pd / (tp pp) + Pe / (ep etp pp)`` parameters (dense and
+  expert weights, the embedding on the stages that hold it), 2 bytes each
+  (bf16; fp32 runs 4), sharded further by the FSDP/ZeRO-3 shard group;
+* **gradients**: Megatron-LM accumulates in fp32 (``main_grad``, 4 bytes),
+  DeepSpeed and FSDP in the parameters' dtype after the reduction (FSDP:
+  fp32 sharded); ZeRO-2 and FSDP shard them;
+* **optimizer state**: Adam's fp32 master weights and two moments (12
+  bytes a parameter), sharded over the data-parallel group by ZeRO-1 and
+  beyond and by Megatron's distributed optimizer;
+* **activations** of one micro-batch a layer (Korthikanti et al. 2022,
+  "Reducing Activation Recomputation in Large Transformer Models", §4, for
+  a flash-attention layer: the norms' and projections' inputs, Q, K, V and
+  the attention output, the MLP's inputs and activation; with sequence
+  parallelism all of it split by tp, with context parallelism by cp; MoE:
+  the routed tokens' expert inputs and activations, ``top_k`` of them a
+  token), times the micro-batches in flight on the first stage (``pp``
+  with 1F1B, ``pp (1 + (pp-1)/(pp vp))`` interleaved, capped by the
+  micro-batches a step); ``selective`` recomputation drops what attention
+  recomputes (Megatron) or keeps every other matrix product's output and
+  attention's (PyTorch's per-op selective checkpointing, torchtitan's),
+  ``full`` keeps only each layer's input plus one layer's working set;
+* the **logits** of a micro-batch on the last stage (``T V / tp`` values:
+  Megatron's fused cross-entropy keeps them in bf16 with their fp32
+  softmax, 6 bytes; PyTorch's loss the bf16 logits, an fp32 copy and its
+  gradient, 10); FSDP with a pipeline keeps the stage's layers gathered
+  and their gradients unsharded for the whole step
+  and a fixed **reserve** (CUDA context, NCCL buffers, allocator
+  fragmentation: 8% of the GPU plus 2 GiB).
+
+Pure; no I/O.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+from slurmtopo.cost.compute import Dims, placement_gpu
+from slurmtopo.cost.model_spec import ModelSpec
+
+__all__ = ["MemoryReport", "memory_per_gpu", "memory_verdict", "MEMORY_POLICIES",
+           "RESERVE_FRACTION", "RESERVE_GIB"]
+
+GiB = 1024 ** 3
+#: what a layout that does not fit does at submission: refuse it (plan and
+#: sbatch exit with an error), warn, or say nothing (docs/cost-model.md)
+MEMORY_POLICIES = ("error", "warn", "off")
+#: memory a GPU keeps for what the model does not count: CUDA context and
+#: kernels, NCCL's buffers, the allocator's fragmentation
+RESERVE_FRACTION = 0.08
+RESERVE_GIB = 2.0
+#: bytes a token and vocabulary entry the output layer and the loss hold
+#: (see memory_per_gpu)
+LOGIT_BYTES = {"megatron": 6, "other": 10}
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Bytes per GPU by part, the total, and what the GPU has."""
+
+    parts: Tuple[Tuple[str, float], ...]
+    gpu_gib: float
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(v for _, v in self.parts)
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GiB
+
+    @property
+    def fits(self) -> bool:
+        return not self.gpu_gib or self.total_gib <= self.gpu_gib
+
+    def as_dict(self) -> Dict[str, float]:
+        return {k: v / GiB for k, v in self.parts}
+
+
+def _style_shards(style: str, dp: int, shard: int) -> Tuple[int, int, int]:
+    """(weight, gradient, optimizer) shard counts of a data-parallel style."""
+    group = shard or dp
+    if style == "fsdp":
+        return dp, dp, dp
+    if style == "hsdp":
+        return group, group, group
+    if style == "zero2":
+        return 1, dp, dp
+    if style == "zero12":
+        return 1, 1, dp
+    return 1, 1, 1
+
+
+def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: str = "megatron",
+                   gpu_gib: float = 0.0, shard: int = 0) -> MemoryReport:
+    """The memory of a rank of the first pipeline stage (see the module
+    doc). ``style``: ddp, zero12 (ZeRO-1, Megatron's distributed
+    optimizer), zero2, fsdp (ZeRO-3, FSDP, Megatron-FSDP), hsdp (FSDP over
+    ``shard`` ranks); ``gpu_gib`` the GPU's memory (0: unknown)."""
+    s = spec.resolved()
+    tp, cp, pp = max(1, dims.tp), max(1, dims.cp), max(1, dims.pp)
+    ep, etp, vp = max(1, dims.ep), max(1, dims.etp), max(1, s.virtual_stages, dims.vp)
+    dp = max(1, dims.dp)
+    wb = 4 if s.dtype == "fp32" else 2
+    # parameters on a rank of the first stage
+    # the stated total wins over the dimensions' count (a description that
+    # gives params, layers and hidden alone may not add up): every part
+    # scaled to it
+    counted = s.counted_params()
+    scale = s.params / counted if s.params and counted else 1.0
+    expert = (s.moe_layers * s.experts * s.expert_params() if s.is_moe else 0.0) * scale
+    embed = s.vocab * s.hidden * scale
+    body = counted * scale - expert - s.embedding_params() * scale
+    stage_layers = math.ceil(s.layers / pp)
+    dense_local = (body * stage_layers / s.layers + embed) / tp
+    expert_local = expert * min(stage_layers, s.moe_layers) / max(1, s.moe_layers) / (ep * etp) \
+        if s.is_moe else 0.0
+    if pp == 1 and not s.tied:
+        dense_local += embed / tp  # the output layer too
+    params = dense_local + expert_local
+    # dense weights are data-parallel over dp x cp ranks, expert weights
+    # over the ranks that hold the same experts: tp cp dp / (ep etp)
+    edp = max(1, tp * cp * dp // (ep * etp))
+    grad_bytes = 4 if framework == "megatron" else (4 if style in ("fsdp", "hsdp") else wb)
+    weights = grads = optimizer = 0.0
+    for n, group in ((dense_local, dp * cp), (expert_local, edp)):
+        w_sh, g_sh, o_sh = _style_shards(style, group, shard)
+        weights += n * wb / w_sh
+        grads += n * grad_bytes / g_sh
+        optimizer += n * 12 / o_sh
+    if style in ("fsdp", "hsdp"):
+        if pp > 1:
+            # with a pipeline the stage's layers stay gathered across the
+            # micro-batches, and their gradients unsharded until the last
+            weights += params * wb
+            grads += params * grad_bytes
+        else:
+            # two layers' parameters gathered at a time (prefetch) in bf16
+            weights += 2 * params / max(1, stage_layers) * 2
+    # activations of one micro-batch, one layer (bytes)
+    T = s.micro_batch * s.seq_len / cp
+    h = s.hidden
+    q = s.heads * (s.head_dim + s.rope_head_dim)
+    kv = s.kv_heads * (s.head_dim + s.rope_head_dim) + s.kv_heads * s.v_head_dim \
+        if not s.kv_lora_rank else s.heads * (s.head_dim + s.rope_head_dim + s.v_head_dim)
+    # what a layer keeps for its backward pass, 2-byte values; fp8, mxfp8
+    # and nvfp4 keep the GEMMs' inputs in 1 byte (Transformer Engine)
+    gi = 0.5 if s.dtype in ("fp8", "mxfp8", "nvfp4") else 1.0
+    ffn_w = ((s.top_k + s.shared_experts) * s.expert_ffn) if s.is_moe else s.ffn
+    route = (s.top_k * h) if s.is_moe else 0  # the routed copies of the input
+    mm = s.mlp_matrices
+    gemm_inputs = h + s.heads * s.v_head_dim + h + route + ffn_w  # qkv, proj, fc1, fc2
+    qkv = q + kv
+    inner = (mm - 1) * ffn_w  # the MLP's up (and gate) outputs
+    norms = 2 * h
+    if framework == "megatron":
+        # Megatron's selective recomputation: attention's core again
+        selective = gi * gemm_inputs + inner
+    else:
+        # PyTorch's per-op selective checkpointing (torchtitan's "selective",
+        # op): every other matrix product's output and attention's output
+        # kept, the norms and activations recomputed, plus the layer's input
+        mm_out = qkv + h + mm * ffn_w + h
+        selective = mm_out / 2 + 2 * h
+    keep = {"none": gi * gemm_inputs + qkv + inner + norms,
+            "selective": selective,
+            "full": h}[s.recompute]
+    per_layer = 2 * T * keep / tp  # sequence parallelism splits all of it
+    working = 2 * T * (gi * gemm_inputs + qkv + inner + norms) / tp \
+        if s.recompute == "full" else 0.0
+    m = s.micro_batches_for(max(1, dp))
+    if pp > 1:
+        inflight = pp * (1 + (pp - 1) / (pp * vp)) if vp > 1 else pp
+        inflight = min(inflight, m + pp - 1)
+    else:
+        inflight = 1
+    activations = per_layer * stage_layers * inflight + working
+    # the logits of a micro-batch and what the loss keeps: Megatron's fused
+    # cross-entropy the bf16 logits and their fp32 softmax (6 bytes a value),
+    # PyTorch's the bf16 logits, their fp32 copy and its gradient (10)
+    logit_bytes = LOGIT_BYTES.get(framework, LOGIT_BYTES["other"])
+    logits = (T * s.vocab / tp * logit_bytes) if pp == 1 else 0.0
+    reserve = RESERVE_GIB * GiB + RESERVE_FRACTION * gpu_gib * GiB
+    parts = (("weights", weights), ("gradients", grads), ("optimizer", optimizer),
+             ("activations", activations), ("logits", logits), ("reserve", reserve))
+    return MemoryReport(parts, gpu_gib)
+
+
+def memory_verdict(report: MemoryReport) -> str:
+    """One line: ``fits: 61.2 of 79.6 GiB`` or ``does not fit: ...``."""
+    need = report.total_gib
+    if not report.gpu_gib:
+        return f"needs {need:.1f} GiB a GPU (GPU memory unknown)"
+    word = "fits" if report.fits else "does not fit"
+    return f"{word}: {need:.1f} of {report.gpu_gib:.1f} GiB a GPU"
+
+
+def memory_of_request(cluster, placement, request) -> Optional[MemoryReport]:
+    """The memory a GPU of ``placement`` needs for ``request``'s model
+    (its workload's ModelSpec) on its layout; None when the job describes
+    no model."""
+    w = getattr(request, "workload", None)
+    if w is None or w.model is None:
+        return None
+    from slurmtopo.cost.params import cost_params
+    lay = request.layout.resolved()
+    spec = w.model.resolved()
+    dims = Dims(tp=lay.tp, cp=lay.cp, pp=lay.pp, ep=lay.ep, etp=lay.expert_tp, dp=lay.dp,
+                vp=max(1, spec.virtual_stages))
+    gpu, _ = placement_gpu(cluster, placement, cost_params(cluster).gpu_compute)
+    return memory_per_gpu(spec, dims, w.style, w.framework, gpu.memory_gib, w.shard)
+
+
+def memory_finding(report: Optional[MemoryReport], policy: str) -> Optional[str]:
+    """What the memory check says under ``policy`` (:data:`MEMORY_POLICIES`):
+    None when the layout fits (or nothing is known, or the policy is off),
+    else the warning; with ``error`` a LayoutError is raised instead."""
+    from slurmtopo.errors import LayoutError
+    if policy not in MEMORY_POLICIES:
+        raise LayoutError(f"--memory-check {policy!r}: one of {', '.join(MEMORY_POLICIES)}")
+    if report is None or report.fits or policy == "off":
+        return None
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in report.as_dict().items() if v >= 0.05)
+    text = (f"the layout does not fit in GPU memory: {memory_verdict(report)} ({parts} GiB); "
+            "recompute activations (recompute=selective or full), split the model over more "
+            "GPUs (tp, pp, ep, cp) or shard it (ZeRO, FSDP, the distributed optimizer)")
+    if policy == "error":
+        raise LayoutError(text + "; --memory-check warn submits it anyway")
+    return text
