@@ -148,7 +148,7 @@ def system_inventory(system: str, gpus: int, gpu_compute: Optional[dict] = None)
     scalable unit), one spine above the leaves; H800 nodes with NVLink at
     400 GB/s (DeepSeek-V3's report); the GPU figures the publication states
     (a power limit, HBM) as the inventory's ``cost: gpu_compute:``."""
-    from slurmtopo.inventory import load_inventory
+    from slurmtopo.inventory.schema import load_inventory
     preset, per, domain = _SYSTEMS[system]
     nodes = max(1, math.ceil(gpus / per))
     if domain:  # whole racks, as a job of that size gets them: the planner picks the trays

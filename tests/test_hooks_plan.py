@@ -15,8 +15,8 @@ from slurmtopo.cli import main
 from slurmtopo.commands.hooks import PROTOCOL
 from slurmtopo.hooks.submit import (HookRefusal, SubmitOptions, export_safe, job_shape,
                                     plan_inputs, script_launcher)
-from slurmtopo.plandoc import (MAX_ENV_BYTES, PLAN_ENV, plan_env_value, plan_from_env_value,
-                               planned_placement)
+from slurmtopo.plan.plandoc import (MAX_ENV_BYTES, PLAN_ENV, plan_env_value, plan_from_env_value,
+                                    planned_placement)
 from slurmtopo.errors import SlurmtopoError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,6 +105,8 @@ def test_torchrun_in_the_script_one_task_per_node(capsys, monkeypatch, tmp_path)
 def test_daemon_directive_holds_and_tags(capsys, monkeypatch):
     from slurmtopo.daemon.protocol import parse_comment
 
+    monkeypatch.delenv("NCCL_VERSION", raising=False)
+    monkeypatch.delenv("SLURMTOPO_HAZARDS", raising=False)
     rc, lines = run_plan(capsys, {"wrap": "true"},
                          env={"SLURMTOPO_DIRECTIVE": "--tp 4 --dp 2 --daemon"},
                          monkeypatch=monkeypatch)
@@ -112,6 +114,21 @@ def test_daemon_directive_holds_and_tags(capsys, monkeypatch):
     assert rc == 0 and got["hold"] == "hold" and "switches" not in got
     spec = parse_comment(got["comment"])
     assert spec.request.layout.tp == 4 and spec.shape.nodes == 1
+    assert spec.hazards.policy == () and spec.hazards.nccl is None
+
+
+def test_daemon_directive_carries_the_hazard_policy(capsys, monkeypatch):
+    """The daemon checks the nodes it picks with the job's own policy and
+    NCCL release (docs/hazards.md): the directive path tags them too."""
+    from slurmtopo.daemon.protocol import parse_comment
+
+    rc, lines = run_plan(capsys, {"wrap": "true"},
+                         env={"SLURMTOPO_DIRECTIVE": "--tp 4 --dp 2 --daemon --hazard "
+                                                     "uneven-ranks=error --nccl-version 2.27.7"},
+                         monkeypatch=monkeypatch)
+    spec = parse_comment(dict(sets(lines))["comment"])
+    assert rc == 0 and spec.hazards.policy == ("uneven-ranks=error",)
+    assert spec.hazards.nccl == "2.27.7"
 
 
 def test_tag_for_job_submit(capsys, monkeypatch):

@@ -15,11 +15,11 @@ import pytest
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.binding.spares import replan_after_loss
 from slurmtopo.errors import PlacementError, SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
-from slurmtopo.model import ClusterState, Fabric, Inventory, Node, NodeState, NvlinkDomain
+from slurmtopo.inventory.model import ClusterState, Fabric, Inventory, Node, NodeState, NvlinkDomain
+from slurmtopo.inventory.presets import preset
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.job.groups import Layout
 from slurmtopo.placement.spares import choose_spares, domain_of
-from slurmtopo.presets import preset
 from tests.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -304,6 +304,22 @@ def test_a_failure_that_lost_no_node_is_not_restarted(tmp_path):
     assert ("the step failed (exit 3) but none of its nodes (node1, node2) is down, drained "
             "or gone from the job") in p.stderr
     assert "restart 1 of 1" not in p.stderr
+
+
+def test_the_batch_hosts_loss_ends_the_job_and_says_why(tmp_path):
+    """node1 runs the script (SLURMD_NODENAME): its loss is not replaced
+    although node3 is an idle spare of its leaf; the job ends with the
+    step's exit code and one line saying why."""
+    p, ranks = _job(tmp_path, lose="node1")
+    assert p.returncode == 137, p.stderr
+    assert ranks == {}                         # no step ran again
+    assert ("slurmtopo: error: restart 1 of 1: the step failed (exit 137) and the job's batch "
+            "host node1 was lost (down: gone): the batch host runs this job's script, so a "
+            "spare cannot replace it; the job ends with the step's exit code, its spare "
+            "node(s) unused") in p.stderr, p.stderr
+    steps = (tmp_path / "steps").read_text().splitlines()
+    assert len(steps) == 1
+    assert "-> node3" not in p.stderr
 
 
 FAKE_TORCHRUN = r'''#!PYTHON

@@ -93,7 +93,7 @@ def test_config_keys_are_a_base_that_model_overrides():
 
 
 def test_configs_give_the_model_keys():
-    from slurmtopo.frameworks.configs import model_keys_from_config, overlaps_from_config
+    from slurmtopo.job.frameworks.configs import model_keys_from_config, overlaps_from_config
     args = ("--tensor-model-parallel-size 4 --pipeline-model-parallel-size 4 --num-layers 80 "
             "--hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 "
             "--group-query-attention --num-query-groups 8 --seq-length 8192 "

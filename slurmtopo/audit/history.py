@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from slurmtopo.audit.placements import Auditor, JobAudit, RunningJob
-from slurmtopo.model import ClusterState, Inventory
+from slurmtopo.inventory.model import ClusterState, Inventory
 from slurmtopo.simulate.trace import Skipped, Trace
 
 

@@ -7,7 +7,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from slurmtopo.audit.placements import Auditor, JobAudit, RunningJob, with_jobs, without
 from slurmtopo.audit.stranded import Stranded, stranded
-from slurmtopo.model import ClusterState, Inventory
+from slurmtopo.inventory.model import ClusterState, Inventory
 
 
 @dataclass(frozen=True)

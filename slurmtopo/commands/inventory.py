@@ -4,7 +4,7 @@
     slurmtopo inventory compile /shared/slurmtopo/reports -o /shared/slurmtopo/cluster.json
 
 Without ``-o`` it brings the directory's compiled form up to date (what
-``--inventory DIR`` reads; see :mod:`slurmtopo.compiled`); with ``-o`` it
+``--inventory DIR`` reads; see :mod:`slurmtopo.inventory.compiled`); with ``-o`` it
 also writes the whole inventory (reports folded into node types, fabric and
 all) as one JSON document that ``--inventory FILE`` reads on its own
 (:func:`slurmtopo.api.compile_inventory`; the command prints what it did).

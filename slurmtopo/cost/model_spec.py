@@ -4,7 +4,7 @@
 changed (``llama3-70b,seq_len=8192,micro_batch=2``) or explicit dimensions
 (``params=7e9,layers=32,hidden=4096``); :func:`parse_model` reads all three
 and the framework configurations (torchtitan TOML, DeepSpeed JSON,
-Megatron-LM arguments, :mod:`slurmtopo.frameworks.configs`) give the same
+Megatron-LM arguments, :mod:`slurmtopo.job.frameworks.configs`) give the same
 keys. :class:`ModelSpec` is what the communication of a step is sized from
 (:mod:`slurmtopo.cost.styles`), what its FLOPs are counted from
 (:mod:`slurmtopo.cost.compute`) and what its memory per GPU is counted from
@@ -472,7 +472,7 @@ def model_dict(spec: ModelSpec) -> Dict[str, object]:
 def model_with_config(text: Optional[str], config: Mapping[str, object],
                       where: str = "--config") -> Optional[ModelSpec]:
     """The model of ``--model TEXT`` and the keys a framework
-    configuration gives (:func:`slurmtopo.frameworks.configs.model_keys_from_config`):
+    configuration gives (:func:`slurmtopo.job.frameworks.configs.model_keys_from_config`):
     the preset (``--model``'s, else the file's ``preset``), then the file's
     keys, then ``--model``'s own keys, the later winning. None when
     neither describes a model (no preset, no layers and hidden size)."""

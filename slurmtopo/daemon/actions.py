@@ -51,6 +51,8 @@ class Actions:
         if d.action == RUNNING:
             self.started_running(d)
             return True
+        if d.action == WAIT and d.refused is not None:
+            return self.refused_here(d)
         if d.action in (WAIT, STARTING, OUTSIDE, LEFT_ALONE):
             if self.last_reason.get(d.job_id) != d.reason:
                 self.last_reason[d.job_id] = d.reason
@@ -85,7 +87,7 @@ class Actions:
         (held: planned again; not held: the release happened), so no job is
         released twice. A journal that cannot be written releases nothing.
         Returns job id -> released."""
-        from slurmtopo.hostlist import fold_hostlist
+        from slurmtopo.inventory.hostlist import fold_hostlist
 
         recs: Dict[int, JobRecord] = {}
         before: Dict[int, Optional[JobRecord]] = {}
@@ -123,7 +125,7 @@ class Actions:
 
     def _release_one(self, d: Decision, rec: JobRecord) -> bool:
         """Check, pin and release one job whose intent is on disk."""
-        from slurmtopo.hostlist import fold_hostlist
+        from slurmtopo.inventory.hostlist import fold_hostlist
 
         self.reached("after-intent")
         snap = self.snapshot.get(d.job_id)
@@ -161,13 +163,34 @@ class Actions:
                       refusals=0, refused=None, retry_at=None)
         self._save(rec)
         self.journal.event("released", d.job_id, hosts=list(d.hosts), taken=d.taken,
-                           summary=d.summary())
+                           summary=d.summary(), hazards=list(d.hazards) or None)
         self.last_reason.pop(d.job_id, None)
         log.info("job %s: %s", d.job_id, d.summary())
+        for line in d.hazards:
+            log.warning("job %s: %s", d.job_id, line)
         for n in d.notes:
             if n.startswith(("waited", "released by the packing", "prefer ")):
                 log.info("job %s: %s", d.job_id, n)
         return True
+
+    def refused_here(self, d: Decision) -> bool:
+        """A release the scheduler refused itself (the placement free for
+        the job had an error hazard under its own policy): never made; the
+        job is held, and counted like any refused release (:meth:`refused`:
+        backing off unplanned, let go after ``release_tries``), or let go at
+        once when even its placement on the empty cluster has the hazard.
+        Returns False (nothing more for the job this cycle)."""
+        log.warning("job %s: %s", d.job_id, d.reason)
+        if self.dry_run:
+            return False
+        self.journal.event("hazard-refused", d.job_id, reason=d.refused, final=d.final)
+        if d.final:
+            self.let_go(d.job_id, d.refused)
+            return False
+        rec = self.records.get(d.job_id) or JobRecord(d.job_id,
+                                                     first_seen=self.first_seen.get(d.job_id))
+        self.refused(d.job_id, replace(rec, phase="waiting"), d.refused)
+        return False
 
     def refused(self, job_id: int, rec: JobRecord, why: str) -> bool:
         """A try to release the job failed for a reason that does not go

@@ -9,7 +9,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
-from slurmtopo.model import ClusterState, Placement
+from slurmtopo.inventory.model import ClusterState, Placement
 
 RELEASE = "release"
 WAIT = "wait"
@@ -331,6 +331,16 @@ class Decision:
     reserved: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
     avoid: Dict[str, float] = field(default_factory=dict)
     notes: Tuple[str, ...] = ()
+    #: the pre-launch hazard warnings of a released placement, one line
+    #: each (slurmtopo.daemon.jobhazards): logged and journalled
+    hazards: Tuple[str, ...] = ()
+    #: a WAIT because the pass refused the release itself (what was free had
+    #: an error hazard under the job's policy): the loop counts it as a
+    #: refused release, so the job backs off unplanned and is let go after
+    #: ``Config.release_tries``, the reason in its comment; at once when
+    #: ``final`` (even its placement on the empty cluster has the hazard)
+    refused: Optional[str] = None
+    final: bool = False
     #: the traceback of a FAULT as text (the event log), and the exception
     #: itself (the daemon's log); never shown to the job's owner
     trace: Optional[str] = None
@@ -338,7 +348,7 @@ class Decision:
 
     def summary(self) -> str:
         """One line for logs and `slurmtopo daemon status`."""
-        from slurmtopo.hostlist import fold_hostlist
+        from slurmtopo.inventory.hostlist import fold_hostlist
 
         if self.action == RELEASE:
             where = ", ".join(f"{h}:{format_gpus(self.gpus.get(h, ()))}" for h in self.hosts)
@@ -362,7 +372,7 @@ def fault(job_id: int, what: str, exc: BaseException) -> Decision:
     the daemon for everyone: the loop logs the traceback, takes the job out
     of its hands with the reason in the job's comment, and goes on with
     the other jobs."""
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     return Decision(job_id, FAULT, exc=exc, trace="".join(traceback.format_exception(
         type(exc), exc, exc.__traceback__)), reason=(
@@ -389,7 +399,7 @@ def _pct(a: float, b: float) -> str:
 
 def format_gpus(gpus: Iterable[int]) -> str:
     """GPU indices as a cpulist (``0-3,6``), ``-`` for none."""
-    from slurmtopo.model import format_cpulist
+    from slurmtopo.inventory.model import format_cpulist
     return format_cpulist(gpus) or "-"
 
 

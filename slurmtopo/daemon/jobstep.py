@@ -3,7 +3,7 @@ daemon needs to price the step ``plan`` and the preview price, the job's own
 model and framework, instead of the default model.
 
 A held job's request (:mod:`slurmtopo.daemon.protocol`) carries its
-:class:`slurmtopo.workload.Workload` as a small object::
+:class:`slurmtopo.job.workload.Workload` as a small object::
 
     "work": {"fw": "megatron", "style": "zero12", "sp": true, "tpo": true,
              "model": {"params": 70553706496, "layers": 80, "hidden": 8192,
@@ -31,10 +31,12 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, Dict, Optional
 
+from slurmtopo.daemon.wire import show as _show
+from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.cost.model_spec import MODEL_KEYS, ModelSpec, model_from_mapping
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import MAX_WORLD
-from slurmtopo.workload import FRAMEWORKS, STYLES, Workload
+from slurmtopo.job.groups import MAX_WORLD
+from slurmtopo.job.workload import FRAMEWORKS, STYLES, Workload
 
 __all__ = ["work_to_dict", "work_from_dict", "MAX_MODEL_KEYS"]
 
@@ -78,12 +80,6 @@ def _model_to_dict(spec: ModelSpec) -> Dict[str, Any]:
     return out
 
 
-def _show(value: Any) -> str:
-    from slurmtopo.termsafe import printable
-
-    return printable(repr(value), 40)
-
-
 def _bool(value: Any, what: str) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"work.{what} must be true or false, got {_show(value)}")
@@ -98,9 +94,9 @@ def work_from_dict(value: Any) -> Optional[Workload]:
         return None
     if not isinstance(value, dict):
         raise ValueError(f"work must be an object, got {_show(value)}")
-    bad = sorted(str(k) for k in value if k not in _KEYS)
-    if bad:
-        raise ValueError("unknown work field(s): " + ", ".join(_show(k) for k in bad[:5]))
+    why = unknown_fields(value, _KEYS, "work")
+    if why:
+        raise ValueError(why)
     fw = value.get("fw", "megatron")
     if fw not in FRAMEWORKS:
         raise ValueError(f"work.fw must be one of {', '.join(FRAMEWORKS)}, got {_show(fw)}")

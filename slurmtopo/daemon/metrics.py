@@ -48,6 +48,7 @@ REASONS = (
     "wait-release-limit",    # held: not planned this cycle (--max-releases reached)
     "wait-no-room",          # held: no placement meeting its requirements is free
     "wait-backoff",          # held, unplanned: its last release was refused; backing off
+    "wait-hazard",           # held: what was free for it has an error hazard (its policy)
     "reject-request",        # rejected: its request (tag, request file) is not valid
     "reject-never-fits",     # rejected: it can never run on this cluster as asked
     "rehold-lost-race",      # held again: another job took its pinned GPUs
@@ -93,6 +94,8 @@ def reason_of(d: Decision) -> str:
         return {"preferred": "release-preferred",
                 "fallback": "release-fallback"}.get(d.taken or "", "release-best")
     if a == WAIT:
+        if d.refused is not None:
+            return "wait-hazard"
         text = d.reason or ""
         if text.startswith("not planned in this cycle"):
             return "wait-release-limit"
@@ -275,7 +278,7 @@ class Recorder(NoMetrics):
         is logged once until a write succeeds again, and counted."""
         if self.textfile is None:
             return
-        from slurmtopo.fileio import Output, write_all
+        from slurmtopo.files.fileio import Output, write_all
 
         try:
             check_textfile(self.textfile)

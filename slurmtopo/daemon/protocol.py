@@ -47,6 +47,10 @@ JSON fields (all but ``layout`` optional)::
                overlaps, NCCL release and model description
                (:mod:`slurmtopo.daemon.jobstep`), so the daemon prices the
                step plan priced; absent: the default model
+    hazards    the job's hazard policy and NCCL release (``--hazard``,
+               ``--nccl-version``: :mod:`slurmtopo.daemon.jobhazards`), so
+               the daemon checks the placement it pins as ``sbatch``
+               checked its plan; absent: each rule's own severity
 
 Comments the daemon writes back: a job it rejects (its layout can never
 fit) gets ``slurmtopo:rejected: <reason>`` before it is cancelled (or left
@@ -61,9 +65,13 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
+from slurmtopo.daemon.jobhazards import (NO_HAZARDS, JobHazards, hazards_from_dict,
+                                         hazards_to_dict)
 from slurmtopo.daemon.jobstep import work_from_dict, work_to_dict
+from slurmtopo.daemon.wire import show as _show
+from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.launchers import DEFAULT as DEFAULT_LAUNCHER
+from slurmtopo.plan.launchers import DEFAULT as DEFAULT_LAUNCHER
 
 PREFIX = "slurmtopo:v1:"
 #: the daemon's spool directory unless ``--spool`` says otherwise (the
@@ -108,11 +116,13 @@ class Shape:
 class DaemonSpec:
     """Everything the daemon knows about one job's wishes."""
 
-    request: Any  # slurmtopo.request.JobRequest
+    request: Any  # slurmtopo.job.request.JobRequest
     shape: Shape = field(default_factory=Shape)
     source: str = "comment"  # "comment" or the spool file's path
-    #: the job's launcher, a name of :func:`slurmtopo.launchers.names`
+    #: the job's launcher, a name of :func:`slurmtopo.plan.launchers.names`
     launcher: str = DEFAULT_LAUNCHER
+    #: the job's hazard policy and NCCL release, as submitted
+    hazards: JobHazards = NO_HAZARDS
 
 
 # --------------------------------------------------------------------------
@@ -120,10 +130,11 @@ class DaemonSpec:
 
 
 def request_to_dict(req, shape: Optional[Shape] = None,
-                    launcher: Optional[str] = None) -> Dict[str, Any]:
+                    launcher: Optional[str] = None,
+                    hazards: Optional[JobHazards] = None) -> Dict[str, Any]:
     """The v1 JSON form of a JobRequest (compact: defaults left out, srun
-    among them)."""
-    from slurmtopo.hostlist import fold_hostlist
+    among them; ``hazards`` only when a policy or NCCL release was given)."""
+    from slurmtopo.inventory.hostlist import fold_hostlist
 
     lay = req.layout
     layout: Dict[str, Any] = {}
@@ -161,6 +172,8 @@ def request_to_dict(req, shape: Optional[Shape] = None,
         out["launcher"] = launcher
     if getattr(req, "workload", None) is not None:
         out["work"] = work_to_dict(req.workload)
+    if hazards_to_dict(hazards) is not None:
+        out["hazards"] = hazards_to_dict(hazards)
     return out
 
 
@@ -185,13 +198,14 @@ def request_file_name(text: str, uid: Optional[int] = None) -> str:
 
 
 def make_comment(req, shape: Optional[Shape] = None, spool: Optional[str] = None,
-                 limit: int = COMMENT_LIMIT, launcher: Optional[str] = None) -> str:
+                 limit: int = COMMENT_LIMIT, launcher: Optional[str] = None,
+                 hazards: Optional[JobHazards] = None) -> str:
     """The job comment carrying ``req`` (and the job's ``launcher``, when
-    not srun). When it would be longer than
+    not srun, and its ``hazards`` policy and NCCL release). When it would be longer than
     ``limit`` the request is written under ``spool/requests`` (a new file,
     :func:`write_request_file`) and the comment points at it; without a
     spool that is an error."""
-    text = dumps_compact(request_to_dict(req, shape, launcher))
+    text = dumps_compact(request_to_dict(req, shape, launcher, hazards))
     comment = PREFIX + text
     if len(comment.encode()) <= limit:
         return comment
@@ -286,7 +300,7 @@ MAX_WAIT_S = 30 * 24 * 3600
 MAX_MESSAGE_BYTES = 1 << 50
 
 _FIELDS = ("layout", "require", "prefer", "wait", "gpn", "exclusive", "nodelist", "exclude",
-           "msg", "shape", "launcher", "work")
+           "msg", "shape", "launcher", "work", "hazards")
 _SHAPE_FIELDS = {"nodes": "nodes", "gpn": "gpus_per_node", "tpn": "tasks_per_node"}
 
 
@@ -316,20 +330,13 @@ def pointer_name(comment: Optional[str]) -> Optional[str]:
 def rejected_comment(reason: str) -> str:
     """``slurmtopo:rejected: <reason>``, one printable line cut to fit a
     Slurm comment."""
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     text = REJECTED_PREFIX + " " + printable(" ".join(str(reason).split()))
     raw = text.encode()
     if len(raw) > COMMENT_LIMIT:
         text = raw[:COMMENT_LIMIT - 3].decode(errors="ignore") + "..."
     return text
-
-
-def _show(value: Any) -> str:
-    """A user's value quoted in an error message: short, one line."""
-    from slurmtopo.termsafe import printable
-
-    return printable(repr(value), 40)
 
 
 def _whole(value: Any, what: str, low: int, high: int) -> int:
@@ -373,12 +380,12 @@ def _hostlist(value: Any, what: str) -> str:
 def _known(text: str, what: str, index, strict: bool) -> Tuple[str, ...]:
     """The inventory's names that the hostlist ``text`` names, never
     expanding it; with ``strict`` every name it counts must be one."""
-    from slurmtopo.hostlist import HostlistError, select_hostlist
+    from slurmtopo.inventory.hostlist import HostlistError, select_hostlist
 
     try:
         names, count = select_hostlist(text, index, what)
     except HostlistError as exc:
-        from slurmtopo.termsafe import printable
+        from slurmtopo.show.termsafe import printable
 
         raise ProtocolError(printable(str(exc), 160)) from None
     if strict and count > len(names):
@@ -388,14 +395,13 @@ def _known(text: str, what: str, index, strict: bool) -> Tuple[str, ...]:
 
 
 def _layout(value: Any):
-    from slurmtopo.groups import MAX_WORLD, Layout
+    from slurmtopo.job.groups import MAX_WORLD, Layout
 
     if not isinstance(value, dict):
         raise ProtocolError("the slurmtopo request has no layout")
-    known = {f.name for f in fields(Layout)}
-    bad = sorted(k for k in value if k not in known)
-    if bad:
-        raise ProtocolError("unknown layout field(s): " + ", ".join(_show(k) for k in bad[:5]))
+    why = unknown_fields(value, {f.name for f in fields(Layout)}, "layout")
+    if why:
+        raise ProtocolError(why)
     kw: Dict[str, Any] = {}
     for key, v in value.items():
         if key in ("order", "convention"):
@@ -409,7 +415,7 @@ def _layout(value: Any):
 
 def _launcher(value: Any) -> str:
     """A launcher this slurmtopo knows (srun when absent)."""
-    from slurmtopo.launchers import names
+    from slurmtopo.plan.launchers import names
 
     if value is None:
         return DEFAULT_LAUNCHER
@@ -419,15 +425,15 @@ def _launcher(value: Any) -> str:
 
 
 def _shape(value: Any) -> Shape:
-    from slurmtopo.hostlist import MAX_NAMES
+    from slurmtopo.inventory.hostlist import MAX_NAMES
 
     if value is None:
         return Shape()
     if not isinstance(value, dict):
         raise ProtocolError(f"shape must be an object (nodes, gpn, tpn), got {_show(value)}")
-    bad = sorted(k for k in value if k not in _SHAPE_FIELDS)
-    if bad:
-        raise ProtocolError("unknown shape field(s): " + ", ".join(_show(k) for k in bad[:5]))
+    why = unknown_fields(value, _SHAPE_FIELDS, "shape")
+    if why:
+        raise ProtocolError(why)
     high = {"nodes": MAX_NAMES, "gpn": MAX_GPUS_PER_NODE, "tpn": MAX_TASKS_PER_NODE}
     return Shape(**{_SHAPE_FIELDS[k]: None if v is None else _whole(v, f"shape.{k}", 1, high[k])
                     for k, v in value.items()})
@@ -436,12 +442,12 @@ def _shape(value: Any) -> Shape:
 def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec:
     """Validate the v1 JSON and build the JobRequest; ProtocolError (one
     line) for anything wrong, whatever ``data`` is. With ``index`` (the
-    daemon's inventory as a :class:`slurmtopo.hostlist.HostIndex`) the
+    daemon's inventory as a :class:`slurmtopo.inventory.hostlist.HostIndex`) the
     request keeps only the inventory's names of ``nodelist`` and
     ``exclude``, found without expanding them (a 65,536-name exclude costs
     what the inventory's names cost), and a ``nodelist`` that names nodes
     the inventory lacks is refused."""
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.request import JobRequest
 
     if not isinstance(data, dict):
         raise ProtocolError("the slurmtopo request is not a JSON object")
@@ -478,6 +484,7 @@ def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec
         launcher = _launcher(data.get("launcher"))
         try:
             workload = work_from_dict(data.get("work"))
+            hazards = hazards_from_dict(data.get("hazards"))
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
         req = JobRequest(layout=layout, require=levels["require"], prefer=levels["prefer"],
@@ -490,7 +497,8 @@ def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec
         raise ProtocolError(exc.message) from None
     except ValueError as exc:  # a hostlist ClusterShell cannot read
         raise ProtocolError(f"bad slurmtopo request: {_show(str(exc))}") from None
-    return DaemonSpec(request=req, shape=shape, source=source, launcher=launcher)
+    return DaemonSpec(request=req, shape=shape, source=source, launcher=launcher,
+                      hazards=hazards)
 
 
 def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] = None
@@ -502,7 +510,7 @@ def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] =
     16 hex digits (:func:`request_file_name`: with an owner's uid, this
     process's when ``owners`` is None, or without one as earlier releases
     named it)."""
-    from slurmtopo.fileio import read_file
+    from slurmtopo.files.fileio import read_file
 
     directory = os.path.join(spool, REQUESTS_DIR)
     path = os.path.join(directory, name + ".json")
@@ -533,7 +541,7 @@ def parse_comment(comment: Optional[str], spool: Optional[str] = None,
     that, when it is a tag but cannot be read. ``owners``: the uids that
     may own a request file the comment points at (the daemon passes the
     job's owner; None: not checked). ``index``: the daemon's inventory
-    (:class:`slurmtopo.hostlist.HostIndex`): ``nodelist`` and ``exclude``
+    (:class:`slurmtopo.inventory.hostlist.HostIndex`): ``nodelist`` and ``exclude``
     are then compared with it, never expanded (:func:`spec_from_dict`).
     ``sizes``: a list the request file's size is appended to (what reading
     it cost)."""
@@ -553,7 +561,7 @@ def parse_comment(comment: Optional[str], spool: Optional[str] = None,
         body, source = read_request_file(spool, name, owners)
         if sizes is not None:
             sizes.append(len(body))
-    from slurmtopo.boundedjson import JsonRefused, loads
+    from slurmtopo.files.boundedjson import JsonRefused, loads
 
     try:
         data = loads(body, MAX_DEPTH)

@@ -79,10 +79,13 @@ from slurmtopo.daemon.decisions import (LEFT_ALONE, OUTSIDE, REHOLD, REJECT, REL
                                         STARTING, WAIT, ClusterView, Config, Decision,
                                         QueuedJob, fault, format_gpus, format_wait)
 from slurmtopo.daemon.held_job import HeldJob
+from slurmtopo.daemon.jobhazards import placement_hazards
 from slurmtopo.daemon.ordering import ACTIVE, difficulty, job_order, packing_may_help
 from slurmtopo.daemon.work import Work, free_space_key, predicted_claim
 from slurmtopo.errors import PlacementError, SlurmtopoError
-from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState, Placement
+from slurmtopo.inventory.hostlist import fold_hostlist
+from slurmtopo.inventory.model import (UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState,
+                                       Placement)
 
 # --------------------------------------------------------------------------
 # planning helpers
@@ -92,7 +95,7 @@ def plan_job(inv: Inventory, state: Optional[ClusterState], req, cand=None, admi
     """The planner's placement of ``req``, among the proposals the job's
     launcher admits (``admit``: :attr:`HeldJob.admit`; a torchrun job gets
     node-contiguous ranks, as it does at submission)."""
-    from slurmtopo.choice import plan
+    from slurmtopo.plan.choice import plan
     return plan(inv, state, req, cand=cand, admit=admit)
 
 
@@ -124,6 +127,12 @@ def planned_gpus(p: Placement) -> Dict[str, Tuple[int, ...]]:
     return {h: tuple(sorted(p.gpus_on(h))) for h in p.hosts}
 
 
+class HazardRefusal(SlurmtopoError):
+    """Every placement of a job the pass found free has an error hazard
+    under the job's own policy (:mod:`slurmtopo.daemon.jobhazards`): it is
+    not released there (docs/hazards.md, "The placement daemon")."""
+
+
 class SchedulingPass:
     """One scheduling pass over the queue."""
 
@@ -147,7 +156,7 @@ class SchedulingPass:
                 ideal[name] = st
         self.ideal = ClusterState(nodes=ideal, source="empty cluster")
         if "leaves" not in shared:
-            from slurmtopo.topology import network_view
+            from slurmtopo.inventory.topology import network_view
             leaf_of = dict(network_view(inv.fabric).leaf)
             leaf_nodes: Dict[str, List[str]] = {}
             for h, lf in leaf_of.items():
@@ -261,8 +270,25 @@ class SchedulingPass:
             exp, pick = self.expected(job, req, p)
             cost = self.cost(exp, job.q.spec.request) if exp is not None else None
             scored.append((i, p, exp, pick, cost))
+        # the job's own hazard checks on each placement as it will run: one
+        # with an error hazard is never taken (HazardRefusal when every one has)
+        reports = {t[0]: placement_hazards(self.inv, t[2] if t[2] is not None else t[1],
+                                           job.spec.hazards, job.spec.request)
+                   for t in scored}
         usable = [t for t in scored if t[2] is not None]
         notes: List[str] = []
+        safe = [t for t in usable if not reports[t[0]].errors]
+        if (usable and not safe) or (not usable and reports[0].errors):
+            first = reports[(usable or scored)[0][0]].errors[0]
+            raise HazardRefusal(f"every placement free now has an error hazard under the job's "
+                                f"policy: {first.line()}")
+        if len(safe) < len(usable):
+            shunned = [t for t in usable if reports[t[0]].errors]
+            notes.append(f"{len(shunned)} placement(s) passed over for an error hazard ("
+                         + "; ".join(f"{fold_hostlist(t[2].hosts)}: "
+                                     f"{reports[t[0]].errors[0].kind}" for t in shunned[:4])
+                         + ")")
+            usable = safe
         if not usable:
             # Slurm's likely GPU pick breaks a requirement everywhere: take the
             # planner's choice; slurmtopo bind re-plans on what Slurm gives
@@ -271,7 +297,7 @@ class SchedulingPass:
                          + "; ".join(f"{h}: planned {format_gpus(p.gpus_on(h))}, likely "
                                      f"{format_gpus(pick[h])}" for h in p.hosts)
                          + "); slurmtopo bind re-plans on the GPUs it gets")
-            return p, pick, notes
+            return p, pick, notes + [h.line() for h in reports[0].warnings]
         known = [t[4] for t in usable if t[4] is not None]
         best = min(known) if known else None
         ranked = []
@@ -283,13 +309,13 @@ class SchedulingPass:
             ranked.append((key, -i, exp, pick))
         if not ranked:
             i, p, exp, pick, _ = usable[0]
-            return exp, pick, notes
+            return exp, pick, notes + [h.line() for h in reports[i].warnings]
         ranked.sort(key=lambda t: (t[0], t[1]), reverse=True)
         _, negi, exp, pick = ranked[0]
         if exp is not cands[-negi]:
             notes.append("GPUs as Slurm is expected to pick them: " + ", ".join(
                 f"{h}:{format_gpus(pick[h])}" for h in exp.hosts))
-        return exp, pick, notes
+        return exp, pick, notes + [h.line() for h in reports[-negi].warnings]
 
     def shape_error(self, job: HeldJob, p: Placement) -> Optional[str]:
         n = job.shape.nodes
@@ -399,11 +425,13 @@ class SchedulingPass:
                 return self.blocked(job, possible, waiting, notes, preferred_cost, seen[1][0],
                                     state, facts=seen[1][1:])
         # 6. the preferred placement, else the fallback
-        placement, claim, taken, full_err = self.place(job, full, bool(possible), fallback_req,
-                                                        state, notes)
+        placement, claim, taken, full_err, hazard = self.place(job, full, bool(possible),
+                                                               fallback_req, state, notes)
         if placement is not None:
             return self.release(job, placement, claim, taken, possible, expired,
                                 preferred_cost, notes)
+        if hazard is not None:
+            return self.refused(job, hazard, notes)
         return self.blocked(job, possible, waiting, notes, preferred_cost, full_err, state,
                             key=key)
 
@@ -454,19 +482,24 @@ class SchedulingPass:
 
     def place(self, job: HeldJob, full, preferred: bool, fallback_req, state: ClusterState,
               notes: List[str]
-              ) -> Tuple[Optional[Placement], Dict[str, Tuple[int, ...]], Optional[str], str]:
+              ) -> Tuple[Optional[Placement], Dict[str, Tuple[int, ...]], Optional[str], str,
+                         Optional[HazardRefusal]]:
         """(placement or None, its claim, which request it met: preferred
         (``full`` with preferences), best or fallback, the planner's
-        refusal): ``full`` first, then the fallback (only preferences still
-        waited for are required)."""
+        refusal, the hazard refusal when what was free had an error hazard):
+        ``full`` first, then the fallback (only preferences still waited
+        for are required)."""
         placement: Optional[Placement] = None
         taken: Optional[str] = None
         full_err = ""
+        hazard: Optional[HazardRefusal] = None
         claim: Dict[str, Tuple[int, ...]] = {}
         try:
             placement, claim, more = self.choose(job, full, state)
             notes += more
             taken = "preferred" if preferred else "best"
+        except HazardRefusal as exc:
+            hazard, full_err = exc, exc.render()
         except (PlacementError, SlurmtopoError) as exc:
             full_err = exc.render()
         if placement is None and fallback_req is not None:
@@ -474,6 +507,8 @@ class SchedulingPass:
                 placement, claim, more = self.choose(job, fallback_req, state)
                 notes += more
                 taken = "fallback"
+            except HazardRefusal as exc:
+                hazard, full_err = exc, exc.render()
             except (PlacementError, SlurmtopoError) as exc:
                 full_err = exc.render()
         if placement is not None:
@@ -481,7 +516,26 @@ class SchedulingPass:
             if err:
                 placement = None
                 full_err = err
-        return placement, claim, taken, full_err
+        return placement, claim, taken, full_err, hazard if placement is None else None
+
+    def refused(self, job: HeldJob, hazard: HazardRefusal, notes: List[str]) -> Decision:
+        """The job stays held: what was free for it had an error hazard
+        under its own policy. It is not blocked (no reservation: nothing is
+        kept for it); the loop counts a refused release (``refused``): it
+        backs off unplanned and is let go after ``release_tries``, the
+        reason in its comment, at once (``final``) when even its placement
+        on the empty cluster has the hazard (waiting cannot help)."""
+        ideal, _ = self.ideal_plan(job.ideal_req, job.admit)
+        never = ideal is not None and bool(
+            placement_hazards(self.inv, ideal, job.spec.hazards, job.spec.request).errors)
+        why = hazard.render()
+        if never:
+            why = ("not released: " + why.replace("every placement free now", "even on the "
+                                                  "empty cluster its placement", 1))
+        else:
+            why = "not released: " + why
+        return Decision(job.q.job_id, WAIT, reason=why, refused=why, final=never,
+                        notes=tuple(notes))
 
     def release(self, job: HeldJob, placement: Placement, claim: Dict[str, Tuple[int, ...]],
                 taken: Optional[str], possible: Dict[str, str], expired: List[str],
@@ -503,7 +557,8 @@ class SchedulingPass:
                         exclusive=job.base_req.exclusive, cpus=job.tasks_per_node,
                         placement=placement, taken=taken, cost_s=cost,
                         preferred_cost_s=preferred_cost if possible else cost,
-                        gave_up=gave_up, notes=tuple(notes + list(placement.notes)))
+                        gave_up=gave_up, notes=tuple(notes + list(placement.notes)),
+                        hazards=tuple(n for n in notes if n.startswith("hazard ")))
 
     def blocked(self, job: HeldJob, possible: Dict[str, str], waiting: List[str],
                 notes: List[str], preferred_cost: Optional[float], full_err: str,

@@ -10,7 +10,9 @@
    decides the nodes itself and pins them, and a leaf-count request would
    only make Slurm hold a pinned job that spans more leaves (a fallback);
 3. writes the request into the job comment (``slurmtopo:v1:{...}``, see
-   :mod:`slurmtopo.daemon.protocol`; a spool file when it is too long);
+   :mod:`slurmtopo.daemon.protocol`; a spool file when it is too long),
+   with the job's hazard policy and NCCL release, so that the daemon
+   checks the placement it pins as the submit-time plan was checked;
 4. submits with ``sbatch --hold --comment=...`` and returns the job id.
 
 Nothing else happens at submit time: the daemon finds the job by its
@@ -21,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Sequence, Tuple
 
+from slurmtopo.daemon.jobhazards import JobHazards
 from slurmtopo.daemon.protocol import Shape, make_comment
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.sbatch.directives import option_values, script_options
@@ -97,7 +100,8 @@ def refuse_arrays(script_text: str, args: Sequence[str] = ()) -> None:
 
 def submit_for_daemon(backend, request, script_text: str, inventory_path: Optional[str] = None,
                       *, args: Sequence[str] = (), spool: Optional[str] = None,
-                      notes: Optional[List[str]] = None, launcher: Optional[str] = None) -> int:
+                      notes: Optional[List[str]] = None, launcher: Optional[str] = None,
+                      hazards: Sequence[str] = (), nccl_version: Optional[str] = None) -> int:
     """Submit ``script_text`` held, tagged with ``request`` (a JobRequest),
     for the placement daemon; returns the job id.
 
@@ -108,7 +112,10 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
     ``--inventory`` (the script's embedded plan keeps the submit-time path
     for ``slurmtopo bind``). Notes for the user are appended to ``notes``.
     ``launcher``: the script's launcher (None: srun), so that the daemon
-    plans only placements it can start.
+    plans only placements it can start. ``hazards`` (``KIND=LEVEL``
+    items) and ``nccl_version``: the job's hazard policy and the NCCL
+    release it loads (docs/hazards.md), carried in the request for the
+    daemon's own check of the nodes it picks.
     """
     if any(str(a).startswith("--comment") for a in args):
         raise SlurmtopoError("--comment cannot be combined with --daemon: the job comment "
@@ -119,7 +126,8 @@ def submit_for_daemon(backend, request, script_text: str, inventory_path: Option
     refuse_arrays(script_text, args)
     text, dropped = prepare_script(script_text)
     shape = script_shape(text, args)
-    comment = make_comment(request, shape, spool, launcher=launcher)
+    comment = make_comment(request, shape, spool, launcher=launcher,
+                           hazards=JobHazards.of(hazards, nccl_version))
     job_id = backend.submit(text, args=[*map(str, args), f"--comment={comment}"], hold=True)
     if notes is not None:
         notes.extend(dropped)
@@ -138,7 +146,7 @@ def no_daemon_warnings(spool: Optional[str]) -> List[str]:
     from slurmtopo.daemon.protocol import DEFAULT_SPOOL
     from slurmtopo.daemon.spool import STATUS_FILE, spool_path
     from slurmtopo.daemon.status import liveness, read_status
-    from slurmtopo.fileio import read_file
+    from slurmtopo.files.fileio import read_file
 
     where = spool or DEFAULT_SPOOL
     doc: dict = {}

@@ -50,8 +50,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from slurmtopo.model import Inventory
-from slurmtopo.request import JobRequest
+from slurmtopo.inventory.model import Inventory
+from slurmtopo.job.request import JobRequest
 from slurmtopo.simulate.freestate import FreeState
 from slurmtopo.simulate.layouts import JobShape
 from slurmtopo.simulate.trace import TraceJob
@@ -230,7 +230,7 @@ class QueueLoop(_Loop):
         if self.reserve is None:
             return self.state.cluster
         if self.reserve_view is None:
-            from slurmtopo.model import ClusterState, NodeState
+            from slurmtopo.inventory.model import ClusterState, NodeState
 
             nodes = dict(self.state.cluster.nodes)
             for h, gs in self.reserve[1].items():
@@ -444,7 +444,10 @@ class DaemonLoop(_Loop):
                     self.policy.forget(job)
                     self.start(job, alloc, step if job.best_step > 0 else 0.0)
                     released += 1
-                elif d.action == REJECT:
+                elif d.action == REJECT or d.final:
+                    # final: every placement has an error hazard under the
+                    # job's policy, even on the empty cluster; the daemon
+                    # lets it go (held, never run): a rejection here
                     del self.held[index]
                     self.policy.forget(job)
                     self.replay.rejected += 1

@@ -12,7 +12,7 @@ names, never a copy of it.
     The same over the tree, asked for ``--switches=1@T``: a job whose
     choice spans several leaves waits, until T after its submission.
 ``slurmtopo``
-    The planner (:func:`slurmtopo.choice.plan`) on what is free when Slurm
+    The planner (:func:`slurmtopo.plan.choice.plan`) on what is free when Slurm
     starts the job.
 ``daemon:wait=T[,level=leaf,reservations=1,max_releases=100,interval=10]``
     The placement daemon's decisions
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, Mapping, Optional, Tuple
 
 from slurmtopo.errors import PlacementError, SlurmtopoError
-from slurmtopo.model import ClusterState, Inventory, Placement
+from slurmtopo.inventory.model import ClusterState, Inventory, Placement
 
 SLURM = "slurm"
 SWITCHES = "slurm-switches"
@@ -133,7 +133,7 @@ def parse_policy(text: str) -> PolicySpec:
             opts[key] = int(value)
         elif kind == "level":
             from slurmtopo.errors import LayoutError
-            from slurmtopo.request import normalise_level
+            from slurmtopo.job.request import normalise_level
             try:
                 opts[key] = normalise_level(value)
             except LayoutError as exc:
@@ -214,7 +214,7 @@ class QueuePolicy:
                     cand = candidates(inv, state, req)
                 pl = slurm_from(inv, req, cand, self.topology)
             elif self.spec.name == SLURMTOPO:
-                from slurmtopo.choice import plan
+                from slurmtopo.plan.choice import plan
 
                 pl = plan(inv, state, req, cand=cand)
             else:

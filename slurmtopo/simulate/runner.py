@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.model import Inventory
+from slurmtopo.inventory.model import Inventory
 from slurmtopo.simulate.engine import JobSpec, Replay, replay
 from slurmtopo.simulate.layouts import JobShape, LayoutRules, node_size, shape_of
 from slurmtopo.simulate.policies import PolicySpec, make_policy
@@ -36,7 +36,7 @@ def prepare(inv: Inventory, trace: Trace, rules: LayoutRules, fraction: float,
     and its best step: the planner's placement on the idle cluster, priced
     by the cost model (once per distinct shape)."""
     from slurmtopo.cost.step import price_step
-    from slurmtopo.choice import plan
+    from slurmtopo.plan.choice import plan
     from slurmtopo.cost import CostParams, cost_params
 
     try:

@@ -18,7 +18,7 @@ from slurmtopo.daemon.loop import Daemon
 from slurmtopo.daemon.protocol import PREFIX
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.groups import Layout
+from slurmtopo.job.groups import Layout
 from tests.daemon.test_loop import TP4 as JOB_TP4, submit
 from tests.daemon.test_scheduler import NOW, TP4, busy, job
 
@@ -118,9 +118,21 @@ def _backoff(inv):
         return d.cycle(), ["wait-backoff"]
 
 
+def _wait_hazard(inv):
+    """What is free for the job has an error hazard under its own policy:
+    held, not blocked (slurmtopo/daemon/jobhazards.py)."""
+    from dataclasses import replace
+
+    from slurmtopo.daemon.jobhazards import JobHazards
+
+    q = job(1, layout=Layout(tp=8), gpus_per_node=4)
+    q = replace(q, spec=replace(q.spec, hazards=JobHazards.of(["group-domain=error"])))
+    return decide([q], inv, ClusterView(busy()), NOW), ["wait-hazard"]
+
+
 SCENARIOS = [_release_preferred, _release_fallback_and_wait_preference,
              _release_best_and_no_room, _wait_reserved, _release_limit, _rejects, _reholds,
-             _the_others, _backoff]
+             _the_others, _backoff, _wait_hazard]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.strip("_"))

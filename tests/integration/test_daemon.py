@@ -24,9 +24,9 @@ from slurmtopo.daemon.spool import Journal, read_events
 from tests.events import release_count
 from slurmtopo.daemon.protocol import PREFIX, REJECTED_PREFIX
 from slurmtopo.daemon.submit import submit_for_daemon
-from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
-from slurmtopo.request import JobRequest
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 from slurmtopo.slurm.cli_backend import CliBackend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def plain_script(devcluster, nodes: int, gpn: int, cmd: str = "sleep 300") -> st
 def slurmtopo_script(devcluster, inv, inv_path, req, cmd) -> str:
     """The real `slurmtopo sbatch` script: plan embedded, `slurmtopo bind`
     at start, one srun."""
-    from slurmtopo.choice import plan
+    from slurmtopo.plan.choice import plan
     from slurmtopo.sbatch import SbatchRequest
 
     (devcluster.dir / "out").mkdir(exist_ok=True)
@@ -234,7 +234,7 @@ def test_a_held_job_is_released_where_its_launcher_can_start_it(devcluster, back
     torchrun cannot start; the launcher travels in the job's comment through
     Slurm, and the daemon releases a torchrun job node-contiguous (srun
     jobs keep the faster nesting)."""
-    from slurmtopo.rankmap import node_contiguous
+    from slurmtopo.plan.rankmap import node_contiguous
 
     blockers = block(devcluster, "node1", "node2")
     # small gradient buckets and large pipeline sends (the daemon's protocol
@@ -385,6 +385,36 @@ def test_a_job_that_can_never_fit_is_rejected_not_held_forever(devcluster, backe
     st = subprocess.run([sys.executable, "-m", "slurmtopo", "daemon", "status", "--spool", spool],
                         capture_output=True, text=True, env=devcluster.env, cwd=ROOT)
     assert f"job {kept} (hold" in st.stdout and "can never run" in st.stdout, st.stdout
+
+
+def test_a_placement_with_an_error_hazard_is_never_released(devcluster, backend, inv,
+                                                            spool):
+    """node3 and node4 taken. bob's tp=8 job with 4 GPUs a node, first in
+    line, submitted under group-domain=error: every TP group it can have
+    spans two hosts although a node holds 8 GPUs, even on the empty cluster.
+    It is never released: held, the reason in its comment; it claims
+    nothing, so the whole-node job after it runs on node1 and node2 in the
+    same cycle (docs/hazards.md, "The placement daemon")."""
+    blockers = block(devcluster, "node3", "node4")
+    spread = submit_for_daemon(backend, JobRequest(layout=Layout(tp=8), gpus_per_node=4),
+                               plain_script(devcluster, 2, 4), hazards=("group-domain=error",))
+    assert '"hazards":{"policy":["group-domain=error"]}' in backend.job(spread).comment
+    whole = submit(backend, devcluster, Layout(tp=8, dp=2), gpn=8)
+    try:
+        ds = {x.job_id: x for x in Daemon(backend, inv, spool).cycle()}
+        assert ds[spread].action == "wait" and ds[spread].final, ds[spread]
+        assert ds[whole].action == "release", ds[whole]
+        devcluster.wait_state(whole, {"RUNNING"})
+        assert devcluster.job(whole)["NodeList"] == "node[1-2]"
+        info = devcluster.job(spread)
+        assert info["JobState"] == "PENDING" and info["Reason"] == "JobHeldUser", info
+        assert info["Comment"].startswith(REJECTED_PREFIX), info
+        assert "hazard group-domain (error): tp group 0 (8 ranks) spans 2 hosts" \
+            in info["Comment"]
+        assert releases_in_log(devcluster, spread) == 0
+    finally:
+        devcluster.run(["scancel", str(spread), str(whole)]
+                       + [str(b) for b in blockers.values()], check=False)
 
 
 def test_cli_sbatch_daemon_then_daemon_once(devcluster, inv_path, spool):

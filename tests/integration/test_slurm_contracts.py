@@ -19,13 +19,30 @@ racks. Provoked:
   the ``--segment=2`` job gets node2+node3 again;
 * a wrong CUDA_VISIBLE_DEVICES: the job's container runtime (an
   ``apptainer`` on the job's PATH that, like a runtime re-numbering the
-  GPUs it passes in, sets CUDA_VISIBLE_DEVICES=0) gives every rank device 0.
+  GPUs it passes in, sets CUDA_VISIBLE_DEVICES=0) gives every rank device 0;
+* a rank order against the topology: a job slurmtopo did not plan ranks
+  its tasks as Slurm numbers them (``RANK=$SLURM_PROCID``, as srun-launched
+  PyTorch does). Slurm numbers the nodes by name (node1..node4) unless
+  ``TopologyParam=BlockAsNodeRank``; with blocks that list the trays
+  against name order (r1: node1, node3; r2: node2, node4, the case of
+  tests/integration/test_slurm_node_rank.py, and of pytorch/pytorch#191190's
+  node66-before-node7) its node order splits both blocks, while with
+  blocks in name order the same job keeps every contract.
+
+And on the session's dev cluster (topology/tree, node[1-2] under leaf1 and
+node[3-4] under leaf2; every Slurm release tested, 22.05 included):
+
+* a switch limit Slurm gave up on: a 3-node job asking
+  ``--switches=1@00:00:01`` (no leaf has three nodes) is started across both
+  leaves once its second of waiting is over, while a 2-node job asking
+  ``--switches=1`` gets one leaf and shows nothing.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +51,7 @@ from tests.integration.helpers import Cluster, devcluster_mod, it_config, run_sl
 from tests.integration.test_slurm_topology import NVL, _need
 
 ROOT = Path(__file__).resolve().parents[2]
+DEVCLUSTER = ROOT / "etc" / "examples" / "devcluster.yaml"
 
 TOPOLOGY = """\
 BlockName=rack1 Nodes=node[1-2]
@@ -60,11 +78,11 @@ def racks(tmp_path_factory):
         dc.down()
 
 
-def _audit(cluster, tmp_path, *extra):
+def _audit(cluster, tmp_path, *extra, inventory=NVL):
     """One check of every running job: (JSON report, textfile metrics)."""
     prom = tmp_path / "contracts.prom"
     env = dict(cluster.env, PYTHONPATH=str(ROOT))
-    p = run_slurmtopo(["audit", "--contracts", "--inventory", NVL, "--backend", "cli",
+    p = run_slurmtopo(["audit", "--contracts", "--inventory", inventory, "--backend", "cli",
                        "--json", "--metrics-textfile", prom, *extra], env=env)
     return json.loads(p.stdout), prom.read_text()
 
@@ -188,3 +206,76 @@ def test_a_wrong_cuda_visible_devices(racks, tmp_path):
     assert {v["kind"] for v in mine} == {"task-env"} and len(mine) == 6, doc
     assert 'slurmtopo_contract_violations{kind="task-env"} 6.0' in metrics
     racks.cancel_all()
+
+
+#: a job's tasks ranked as Slurm numbers them (srun-launched PyTorch reads
+#: SLURM_PROCID as its RANK); each says so in the job's output once it runs
+RANKED = ("srun /bin/sh -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID "
+          "WORLD_SIZE=$SLURM_NTASKS; echo ranked $RANK; exec sleep 300'")
+INTERLEAVED = """\
+BlockName=r1 Nodes=node[1,3]
+BlockName=r2 Nodes=node[2,4]
+BlockSizes=2
+"""
+
+
+def _ranked_job(cluster, tmp_path):
+    out = tmp_path / f"ranked-{len(list(tmp_path.glob('ranked-*')))}.out"
+    job = cluster.sbatch("-N4", "--ntasks-per-node=1", "--gpus-per-node=1", "-t", "5",
+                         f"--output={out}", wrap=RANKED)
+    cluster.wait_state(job, {"RUNNING"})
+    deadline = time.monotonic() + 60
+    while not out.exists() or out.read_text().count("ranked ") < 4:
+        assert time.monotonic() < deadline, out.read_text() if out.exists() else "(none)"
+        time.sleep(0.2)
+    return job
+
+
+def _interleaved_inventory(tmp_path) -> Path:
+    """The NVL inventory with its racks (NVLink domains and blocks) against
+    name order, as INTERLEAVED tells Slurm."""
+    text = NVL.read_text()
+    text = text.replace('"node[1-2]"', '"node[1,3]"').replace('"node[3-4]"', '"node[2,4]"')
+    text = text.replace("{name: rack1,", "{name: r1,").replace("{name: rack2,", "{name: r2,")
+    path = tmp_path / "interleaved.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_rank_order_against_the_blocks(racks, tmp_path):
+    healthy = _ranked_job(racks, tmp_path)
+    doc, _ = _audit(racks, tmp_path)
+    assert _mine(doc, healthy) == [] and str(healthy) not in doc["unchecked"], doc
+    racks.cancel_all()
+    try:
+        racks.reconfigure(topology_conf=INTERLEAVED)
+        job = _ranked_job(racks, tmp_path)
+        assert racks.job(job)["NodeList"] == "node[1-4]"
+        doc, metrics = _audit(racks, tmp_path, inventory=_interleaved_inventory(tmp_path))
+        assert [v["kind"] for v in _mine(doc, job)] == ["rank-order"], doc
+        assert _mine(doc, job)[0]["message"].startswith(
+            "nodes are numbered node1, node2, node3, node4: block r1 is split in 2 runs")
+        assert str(job) not in doc["unchecked"], doc      # task-env seen and kept
+        assert 'slurmtopo_contract_violations{kind="rank-order"} 1.0' in metrics
+    finally:
+        _restore(racks)
+
+
+def test_a_switch_limit_slurm_gave_up_on(devcluster, tmp_path):
+    spread = devcluster.sbatch("-N3", "--ntasks-per-node=1", "--gpus-per-node=1",
+                               "--switches=1@00:00:01", "-t", "5", wrap="sleep 300")
+    kept = devcluster.sbatch("-N2", "--ntasks-per-node=1", "--gpus-per-node=1",
+                             "--switches=1", "-t", "5", wrap="sleep 300")
+    for job in (spread, kept):
+        devcluster.wait_state(job, {"RUNNING"}, timeout=60)
+    doc, metrics = _audit(devcluster, tmp_path, "--no-task-env", inventory=DEVCLUSTER)
+    assert sorted(doc["jobs"]) == sorted([str(spread), str(kept)])
+    assert _mine(doc, kept) == [], doc
+    mine = _mine(doc, spread)
+    assert [v["kind"] for v in mine] == ["switches"], doc
+    leaves = {"node1": "leaf1", "node2": "leaf1", "node3": "leaf2", "node4": "leaf2"}
+    got = devcluster_mod.expand(devcluster.job(spread)["NodeList"])
+    assert len({leaves[n] for n in got}) == 2
+    assert mine[0]["message"].startswith("asked --switches=1 but spans 2 leaf switches (leaf1: ")
+    assert 'slurmtopo_contract_violations{kind="switches"} 1.0' in metrics
+    devcluster.cancel_all()

@@ -10,6 +10,9 @@ The cluster: four nodes of 8 GPUs under one leaf switch
   the script re-plans that node's ranks onto the spare and starts a new
   step, which resumes from the job's checkpoint and finishes; every rank
   of the new step is checked;
+* the same loss of the node that runs the script (the batch host) is not
+  replaced: the job ends, saying why where Slurm lets the script live
+  (25.11.6 and later);
 * a requeued job without spares re-plans at start as always, and its log
   says so;
 * the pre-launch hazards against the live state: an uneven plan is a
@@ -19,13 +22,16 @@ The cluster: four nodes of 8 GPUs under one leaf switch
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import Cluster, devcluster_mod, it_config, run_slurmtopo
+from tests.integration.helpers import (Cluster, devcluster_mod, it_config, it_version,
+                                       run_slurmtopo)
 from tests.integration.ranks import Run, check_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,8 +78,15 @@ def _ranks_started(run, count, timeout=60):
         time.sleep(0.2)
 
 
+#: step ids from here up are Slurm's special steps (batch 0xFFFFFFFB, extern
+#: 0xFFFFFFFC, ...: slurm.h); the batch script shows its step as "batch"
+#: (22.05) or "-5" (26.05) in SLURM_STEP_ID
+SPECIAL_STEPS = 0xFFFFFFF0
+
+
 def _step_pids(job_id: int, node: str):
-    """The processes of the job's steps on ``node`` (read from /proc: every
+    """The processes of the job's numbered steps (srun's tasks, not the
+    batch script nor srun itself) on ``node`` (read from /proc: every
     dev-cluster node runs on this host)."""
     pids = []
     for proc in Path("/proc").iterdir():
@@ -83,18 +96,24 @@ def _step_pids(job_id: int, node: str):
             env = proc.joinpath("environ").read_bytes().split(b"\0")
         except OSError:
             continue
+        step = next((e.split(b"=", 1)[1] for e in env if e.startswith(b"SLURM_STEP_ID=")), b"")
         if (f"SLURM_JOB_ID={job_id}".encode() in env
                 and f"SLURMD_NODENAME={node}".encode() in env
-                and any(e.startswith(b"SLURM_STEP_ID=") and e != b"SLURM_STEP_ID=batch"
-                        for e in env)):
+                and step.isdigit() and int(step) < SPECIAL_STEPS):
             pids.append(int(proc.name))
     return pids
 
 
-def test_a_job_with_a_spare_survives_a_lost_node(leaf, tmp_path):
-    import os
-    import signal
+def _end(pids) -> None:
+    """SIGKILL the processes ``pids`` (Slurm may have ended them first)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
+
+def test_a_job_with_a_spare_survives_a_lost_node(leaf, tmp_path):
     run = Run(leaf, tmp_path, ["--tp", "4", "--dp", "2", "--gpus-per-node", "4",
                                "--spares", "1"], inv=ONE_LEAF,
               command=[sys.executable, "-c", TRAIN])
@@ -113,11 +132,7 @@ def test_a_job_with_a_spare_survives_a_lost_node(leaf, tmp_path):
     pids = _step_pids(run.job_id, lost)
     assert pids
     leaf.run(["scontrol", "update", f"NodeName={lost}", "State=DOWN", "Reason=lost-in-test"])
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _end(pids)
     try:
         run.wait(timeout=120)
     finally:
@@ -135,6 +150,45 @@ def test_a_job_with_a_spare_survives_a_lost_node(leaf, tmp_path):
     # the groups kept their shape: the lost node's ranks moved together
     assert [s.rank for s in placement.ranks_on(spare[0])] == \
         [s.rank for s in first.ranks_on(lost)]
+
+
+def test_the_batch_hosts_loss_ends_the_job_and_says_why(leaf, tmp_path):
+    """The node that runs the job's script is lost the same way: no spare
+    can run the script, so the job is not restarted. From Slurm 25.11.6 a
+    --no-kill job's batch step outlives its node's failure (Slurm's
+    CHANGELOG/slurm-25.11.md), the script goes on, and the job ends with
+    the step's exit code and one line saying why; before, slurmctld kills
+    the batch step with the node ("Killing ... StepId=batch due to failed
+    node"), and nothing of the script is left to say anything."""
+    run = Run(leaf, tmp_path, ["--tp", "4", "--dp", "2", "--gpus-per-node", "4",
+                               "--spares", "1"], inv=ONE_LEAF,
+              command=[sys.executable, "-c", TRAIN])
+    leaf.wait_state(run.job_id, {"RUNNING"})
+    _ranks_started(run, 8)
+    batch = leaf.job(run.job_id)["BatchHost"]
+    first, _ = run.bound()
+    assert batch in first.hosts
+    pids = _step_pids(run.job_id, batch)
+    assert pids
+    leaf.run(["scontrol", "update", f"NodeName={batch}", "State=DOWN", "Reason=lost-in-test"])
+    _end(pids)
+    try:
+        state = leaf.wait_job(run.job_id, timeout=120)
+    finally:
+        leaf.run(["scontrol", "update", f"NodeName={batch}", "State=RESUME"], check=False)
+    log = run.output()
+    assert state == "FAILED", (state, log)
+    if it_version() >= (25, 11, 6):
+        assert (f"slurmtopo: error: restart 1 of 1: the step failed (exit " in log
+                and f") and the job's batch host {batch} was lost (" in log
+                and "the batch host runs this job's script, so a spare cannot replace it; the "
+                    "job ends with the step's exit code" in log), log
+    else:
+        assert leaf.job(run.job_id)["ExitCode"] == "0:9", log     # the script, killed
+        assert "restart 1 of 1" not in log, log
+    assert "every group is still inside its domain" not in log
+    assert not list(run.out.glob("rank-*.json")) or all(
+        r["env"].get("SLURMTOPO_RESTART") == "0" for r in run.ranks().values())
 
 
 def test_a_requeued_job_replans_at_start_and_says_so(leaf, tmp_path):

@@ -166,3 +166,16 @@ def test_runner_reports_progress_and_keeps_the_order(inv, workers):
     assert [r.label for r, _ in out] == ["daemon:wait=0", "slurm"]
     assert seen == {0: 70, 1: 70}
     assert all(seconds >= 0 for _, seconds in out)
+
+
+def test_daemon_lets_go_of_a_job_every_placement_of_which_has_an_error_hazard(tmp_path):
+    """NVL72 with NCCL 2.24.3 (the inventory's cost: nccl_version): 72
+    ranks in the rack's clique are more than its 64 local ranks, an error
+    on every placement (docs/hazards.md). The daemon never releases the
+    job; a replay counts it rejected and the one behind it runs."""
+    text = (ROOT / "etc" / "examples" / "gb200-nvl72-rack.yaml").read_text()
+    (tmp_path / "rack.yaml").write_text(text + "cost:\n  nccl_version: 2.24.3\n")
+    rack = load_cluster(str(tmp_path / "rack.yaml"))
+    _, rep, waits = _run(rack, "daemon:wait=0", (0, 72, 100), (10, 8, 50))
+    assert waits == [None, 0] and rep.rejected == 1
+    assert "hazard mnnvl-clique (error)" in rep.notes[0]
