@@ -130,7 +130,7 @@ def fit_set(directory: str = FIXTURES) -> Dict[str, List[str]]:
 def inventory_of(curve: Curve):
     """The curve's system loaded from its inventory text, through the same
     loader (and cost-block validation) every command uses."""
-    from slurmtopo.inventory import load_inventory
+    from slurmtopo.inventory.schema import load_inventory
     with tempfile.TemporaryDirectory(prefix="slurmtopo-calibration-") as d:
         path = os.path.join(d, curve.name + ".yaml")
         with open(path, "w") as fh:
@@ -142,9 +142,9 @@ def model_times(curve: Curve, sizes: Sequence[int], inv=None) -> List[float]:
     """Seconds the cost model gives one collective of each size on
     ``curve.nodes`` nodes of its inventory, ranks in node order."""
     from slurmtopo.cost import evaluate
-    from slurmtopo.groups import Layout
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.job.request import JobRequest
     from slurmtopo.placement.common import build_placement
-    from slurmtopo.request import JobRequest
     inv = inv if inv is not None else inventory_of(curve)
     hosts = [n.name for n in inv][:curve.nodes]
     if len(hosts) < curve.nodes:

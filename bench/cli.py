@@ -69,8 +69,8 @@ def write_report_dir(directory: str, nodes: int) -> str:
     from dataclasses import replace
 
     from bench.scenarios import cluster
-    from slurmtopo.inventory import inventory_dict, node_report
-    from slurmtopo.yamlio import dump_yaml
+    from slurmtopo.files.yamlio import dump_yaml
+    from slurmtopo.inventory.schema import inventory_dict, node_report
 
     inv = cluster("fattree3", nodes)
     out = os.path.join(directory, f"reports-{nodes}")
@@ -128,7 +128,7 @@ def plan_growth(inv_path: str, workdir: str, worlds: Sequence[int], repeats: int
 
 def _compiled_form(report_dir: str) -> Optional[str]:
     """Where the report directory's compiled form lives for this user."""
-    from slurmtopo.compiled import cache_slot
+    from slurmtopo.inventory.compiled import cache_slot
 
     slot = cache_slot(report_dir)
     if slot is None:
@@ -208,7 +208,7 @@ def fixed_costs(inv_path: str, workdir: str, repeats: int,
     a before/after under the same load."""
     def cache_of(path: str) -> str:
         try:
-            from slurmtopo.inventory_cache import SUFFIX
+            from slurmtopo.inventory.cache import SUFFIX
         except ImportError:  # a commit before the compiled form of files: measured as it is
             SUFFIX = None
         return os.path.join(os.path.dirname(path),
@@ -301,13 +301,13 @@ def phases(inv_path: str, world: int) -> Dict[str, float]:
     ``commands/plan.py`` runs them, to see where its time goes."""
     from slurmtopo import api
     from slurmtopo.cost import CostParams, lower_bound
-    from slurmtopo.groups import Layout
-    from slurmtopo.model import ClusterState
+    from slurmtopo.inventory.model import ClusterState
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.job.request import JobRequest
     from slurmtopo.placement import naive_plan
-    from slurmtopo.preview import render_plan
-    from slurmtopo.rankmap import env_json, rankmap_csv, rankmap_json
-    from slurmtopo.request import JobRequest
+    from slurmtopo.plan.rankmap import env_json, rankmap_csv, rankmap_json
     from slurmtopo.sbatch import SbatchRequest
+    from slurmtopo.show.preview import render_plan
 
     tp, pp, dp = layout_for(world)
     out: Dict[str, float] = {}

@@ -33,8 +33,8 @@ def build(nodes: int, jobs: int, busy: float = 0.5, seed: int = 7):
         sys.path.insert(0, ROOT)
     from bench.scenarios import cluster
     from slurmtopo.daemon.submit import submit_for_daemon
-    from slurmtopo.groups import Layout
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.job.request import JobRequest
     from slurmtopo.testing.slurm_backend import FakeSlurm
 
     inv = cluster("fattree3", nodes)

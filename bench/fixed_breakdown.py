@@ -43,12 +43,12 @@ def mark(name):
     marks.append((name, T()))
 inv_path, world, out_dir, tp, pp, dp = sys.argv[1:7]
 import slurmtopo.cli
-from slurmtopo.termsafe import printable
+from slurmtopo.show.termsafe import printable
 mark("click and the command table (what --help imports)")
 import slurmtopo.commands.plan as planmod
 mark("import the plan command (its options: sbatch, model, launchers)")
 from slurmtopo import api
-from slurmtopo.rankmap import env_json, rankmap_csv, rankmap_json
+from slurmtopo.plan.rankmap import env_json, rankmap_csv, rankmap_json
 from slurmtopo.commands.job_options import (LazyBackend, command_from, load_job_cluster,
                                             request_from, script_options_from, state_for)
 mark("import the api and the rank map")
@@ -65,10 +65,10 @@ mark("load the inventory (its compiled form, when it has one)")
 live = state_for(inv, state_path, LazyBackend(backend_name), o.get("partition"))
 req = request_from(o, command=cmd)
 mark("state and request (layout, groups)")
-import slurmtopo.choice, slurmtopo.cost, slurmtopo.placement.queue
+import slurmtopo.plan.choice, slurmtopo.cost, slurmtopo.placement.queue
 from slurmtopo.placement.fabric import fabric_tree
 from slurmtopo.cost.bound import inventory_stats
-from slurmtopo.topology import network_view
+from slurmtopo.inventory.topology import network_view
 mark("import the planner and the cost model")
 network_view(inv.fabric)
 mark("per-inventory table: network view")
@@ -80,7 +80,7 @@ job = api.prepare(inv, live.state, req, cmd, script_options_from(o, o["inventory
                   queue=False, partition_members=live.partition_members,
                   features=live.features or None)
 mark("plan: candidates, planner, Slurm's default, pricing, bound, script")
-from slurmtopo.fileio import Output, ensure_dir, write_all
+from slurmtopo.files.fileio import Output, ensure_dir, write_all
 import os
 ensure_dir(out_dir)
 outs = {"rank map": Output(os.path.join(out_dir, "rankmap.json"),
@@ -93,8 +93,8 @@ outs = {"rank map": Output(os.path.join(out_dir, "rankmap.json"),
 mark("per-rank files and the script: text")
 write_all(list(outs.values()))
 mark("write the files (staged, fsynced, renamed)")
-from slurmtopo import plainout
-from slurmtopo.preview import plan_parts
+from slurmtopo.show import plainout
+from slurmtopo.show.preview import plan_parts
 mark("import the preview (rich only for a terminal)")
 parts = plan_parts(job.placement, inv, req.layout, job.costs.plan, job.costs.naive,
                    live.state, None, list(topo_notes) + list(job.notes), job.script,

@@ -45,8 +45,8 @@ WORLDS = (8, 64, 512)
 
 def busy_state(directory: str, inv_path: str) -> str:
     """Every other node of the inventory taken whole (a busy cluster)."""
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.yamlio import dump_yaml
+    from slurmtopo.files.yamlio import dump_yaml
+    from slurmtopo.inventory.schema import load_inventory
 
     path = os.path.join(directory, "busy-state.yaml")
     inv = load_inventory(inv_path)
@@ -142,7 +142,7 @@ def task_prolog(tmp: str, inv: str, repeats: int, env: Dict[str, str]) -> Dict[s
     export = dict(l.split("\t")[1:] for l in p.stdout.splitlines() if l.startswith("set\t"))
     value = export["export"].split("SLURMTOPO_PLAN=", 1)[1]
     hosts = export.get("nodes")
-    from slurmtopo.plandoc import plan_from_env_value
+    from slurmtopo.plan.plandoc import plan_from_env_value
     doc = plan_from_env_value(value)
     nodelist = ",".join(doc["hosts"])
     first, later = [], []

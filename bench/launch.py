@@ -60,8 +60,8 @@ def _plan(inv_path: str, workdir: str, world: int) -> str:
 def _job_env(workdir: str, world: int, rm: Mapping[str, Any]) -> Dict[str, str]:
     """The batch step's environment: SLURM_* as Slurm sets them for an
     allocation equal to the plan, and the fake scontrol first on PATH."""
-    from slurmtopo.hostlist import fold_hostlist
-    from slurmtopo.model import format_cpulist
+    from slurmtopo.inventory.hostlist import fold_hostlist
+    from slurmtopo.inventory.model import format_cpulist
 
     per_host: Dict[str, List[int]] = {}
     for r in rm["ranks"]:
@@ -96,7 +96,7 @@ def bind_run(inv_path: str, workdir: str, world: int, repeats: int,
              progress: Callable[[str], None]) -> Dict[str, Any]:
     """``slurmtopo bind`` on the batch host of a ``world``-rank job whose
     allocation is the plan, and one task's launch."""
-    from slurmtopo.plandoc import TASK_NAME, TASK_SNIPPET
+    from slurmtopo.plan.plandoc import TASK_NAME, TASK_SNIPPET
     from slurmtopo.sbatch.script import extract_plan
 
     plan_dir = _plan(inv_path, workdir, world)

@@ -95,7 +95,7 @@ def write_inventory(directory: str, nodes: int) -> str:
     """The 3-level fat tree of HGX H100 nodes, folded (one node type)."""
     sys.path.insert(0, ROOT)
     from bench.scenarios import cluster
-    from slurmtopo.inventory import dump_inventory
+    from slurmtopo.inventory.schema import dump_inventory
 
     path = os.path.join(directory, f"fattree3-{nodes}.yaml")
     if not os.path.exists(path):

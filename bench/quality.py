@@ -23,11 +23,11 @@ import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from slurmtopo.model import ClusterState
+from slurmtopo.inventory.model import ClusterState
 
 from bench.scenarios import Scenario, ScenarioSpec, build, dump_state, free_gpus
 
-#: placement -> the function that makes it: slurmtopo.choice.plan, or a
+#: placement -> the function that makes it: slurmtopo.plan.choice.plan, or a
 #: baseline of slurmtopo.placement
 PLANNERS = {
     "slurmtopo": "plan",
@@ -47,8 +47,9 @@ EPS = 1e-9
 
 
 def _api():
-    from slurmtopo import choice, cost, placement
+    from slurmtopo import cost, placement
     from slurmtopo.errors import PlacementError, SlurmtopoError
+    from slurmtopo.plan import choice
     return placement, cost, PlacementError, SlurmtopoError, choice
 
 
@@ -496,7 +497,7 @@ def _dump(scenario_id: str, directory: str, console) -> None:
     import json
     import os
 
-    from slurmtopo.inventory import dump_inventory
+    from slurmtopo.inventory.schema import dump_inventory
 
     sc = build(scenario_id)
     os.makedirs(directory, exist_ok=True)

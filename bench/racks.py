@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from bench.process import child_env as _env
 from bench.scenarios import Scenario, build, dump_state, quality_specs
-from slurmtopo.inventory import dump_inventory
+from slurmtopo.inventory.schema import dump_inventory
 
 #: the rack-scale shapes
 SHAPES = ("nvl72", "nvl72-ep8", "nvl72-hgx")

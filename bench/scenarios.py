@@ -21,11 +21,11 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from slurmtopo.model import (Block, ClusterState, Fabric, Hardware, Inventory, Node, NodeState,
-                             NvlinkDomain, Switch)
-from slurmtopo.presets import preset
-from slurmtopo.state import state_dict
-from slurmtopo.yamlio import dump_yaml
+from slurmtopo.files.yamlio import dump_yaml
+from slurmtopo.inventory.model import (Block, ClusterState, Fabric, Hardware, Inventory, Node,
+                                       NodeState, NvlinkDomain, Switch)
+from slurmtopo.inventory.presets import preset
+from slurmtopo.inventory.state import state_dict
 
 # --------------------------------------------------------------------------
 # fabrics
@@ -368,7 +368,7 @@ def free_by_node(inv: Inventory, state: ClusterState) -> Dict[str, int]:
 def dump_state(state: ClusterState) -> str:
     """A busy state as the state snapshot ``--state FILE`` reads (YAML), for
     the benchmarks that plan through the command line; the package writes
-    its snapshots from :func:`slurmtopo.state.state_dict` itself
+    its snapshots from :func:`slurmtopo.inventory.state.state_dict` itself
     (``slurmtopo state``), so this lives with the benchmarks that need it."""
     return dump_yaml(state_dict(state))
 
@@ -397,18 +397,18 @@ class Job:
         return self.tp * self.cp * self.pp * self.dp
 
     def layout(self):
-        from slurmtopo.groups import Layout
+        from slurmtopo.job.groups import Layout
         return Layout(tp=self.tp, cp=self.cp, ep=self.ep, pp=self.pp, dp=self.dp,
                       world=self.world)
 
     def request(self, **extra):
-        from slurmtopo.request import JobRequest
+        from slurmtopo.job.request import JobRequest
         kw = dict(layout=self.layout())
         if self.message_bytes:
             kw["message_bytes"] = dict(self.message_bytes)
         if self.model_spec:
             from slurmtopo.cost.styles import parse_model
-            from slurmtopo.workload import Workload
+            from slurmtopo.job.workload import Workload
             kw["workload"] = Workload(model=parse_model(self.model_spec))
         kw.update(extra)
         return JobRequest(**kw)

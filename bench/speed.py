@@ -48,9 +48,9 @@ def clear_caches(*objs) -> None:
     """Empty every functools cache and every module-level ``*cache*`` dict of
     every loaded slurmtopo module (the node-type presets excepted), and the
     tables slurmtopo derives and keeps with ``objs`` (an inventory's fabric
-    tree, its node types' and fabric's tables: :class:`slurmtopo.model.Derived`),
+    tree, its node types' and fabric's tables: :class:`slurmtopo.inventory.model.Derived`),
     so the next call pays for the derived topology like a fresh process would."""
-    from slurmtopo.model import Derived, Inventory
+    from slurmtopo.inventory.model import Derived, Inventory
 
     def reset(obj) -> None:
         if isinstance(getattr(obj, "derived", None), Derived):
@@ -73,7 +73,7 @@ def clear_caches(*objs) -> None:
                 except TypeError:
                     pass
             elif (isinstance(obj, dict) and "cache" in attr.lower()
-                  and name != "slurmtopo.presets"):
+                  and name != "slurmtopo.inventory.presets"):
                 obj.clear()
 
 
@@ -128,8 +128,9 @@ def _repeats(world: int, quick: bool) -> int:
 def planner_grid(inventories: Sequence[int] = INVENTORIES, jobs: Sequence[int] = JOBS,
                  busy: Sequence[int] = BUSY, quick: bool = False, memory: bool = True,
                  progress: Optional[Callable[[str], None]] = None) -> List[Dict[str, Any]]:
-    from slurmtopo import choice, cost
+    from slurmtopo import cost
     from slurmtopo.errors import PlacementError
+    from slurmtopo.plan import choice
 
     rows = []
     for inv_gpus in inventories:
@@ -237,8 +238,8 @@ def growth(rows: Sequence[Dict[str, Any]], superlinear: float = 1.15,
 
 def _write_cluster_files(directory: str, nodes: int, busy: int, seed: str,
                          per_node: bool = False, fmt: str = "yaml") -> Tuple[str, str]:
-    from slurmtopo.inventory import inventory_dict
-    from slurmtopo.yamlio import dump_json, dump_yaml
+    from slurmtopo.files.yamlio import dump_json, dump_yaml
+    from slurmtopo.inventory.schema import inventory_dict
 
     inv = cluster("fattree3", nodes)
     data = inventory_dict(inv)
@@ -257,7 +258,7 @@ def _write_cluster_files(directory: str, nodes: int, busy: int, seed: str,
 
 def inventory_load(directory: str, nodes: int = 12500, repeats: int = 3,
                    memory: bool = True) -> List[Dict[str, Any]]:
-    from slurmtopo.inventory import load_inventory
+    from slurmtopo.inventory.schema import load_inventory
 
     rows = []
     for per_node, fmt in ((False, "yaml"), (True, "yaml"), (True, "json")):
@@ -279,10 +280,11 @@ def end_to_end(directory: str, repeats: int = 7, world: int = 64,
     """Load inventory + state files, build the request, plan, price: what
     ``slurmtopo plan`` does for a user, minus imports and printing,
     in-process with every cache cleared first. Each phase is timed too."""
-    from slurmtopo import choice, cost
+    from slurmtopo import cost
     from slurmtopo.errors import PlacementError
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.state import load_state
+    from slurmtopo.inventory.schema import load_inventory
+    from slurmtopo.inventory.state import load_state
+    from slurmtopo.plan import choice
 
     job = speed_job(world)
     rows = []
@@ -352,8 +354,9 @@ def cli_end_to_end(directory: str, repeats: int = 5, nodes: int = 128,
         return lambda: subprocess.run(c, capture_output=True, cwd=out_dir, check=False)
 
     imports = [sys.executable, "-c", "import slurmtopo.cli, slurmtopo.commands.plan, "
-               "slurmtopo.inventory, slurmtopo.state, slurmtopo.choice, slurmtopo.cost, "
-               "slurmtopo.rankmap, slurmtopo.sbatch, slurmtopo.preview, rich.console"]
+               "slurmtopo.inventory.schema, slurmtopo.inventory.state, slurmtopo.plan.choice, "
+               "slurmtopo.cost, slurmtopo.plan.rankmap, slurmtopo.sbatch, slurmtopo.show.preview, "
+               "rich.console"]
     bare, imp, full = [], [], []
     for _ in range(repeats):  # interleaved, so load from elsewhere hits all alike
         bare.append(timed(run_it([sys.executable, "-c", "pass"]))[0])

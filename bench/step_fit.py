@@ -40,13 +40,13 @@ FIT_SET = os.path.join(FIXTURES, "fit-set.yaml")
 WITHIN, FAR = 0.20, 0.40
 #: the constants the fit moves, with their bounds: what is physically
 #: plausible, so that the fit cannot trade one term for another beyond it (a
-#: large GEMM reaches 50-85% of the peak; a product at half speed below
-#: 512 wide; the memory-bound
+#: large GEMM reaches 50-85% of the peak; a GEMM call's fixed time at most
+#: 100 us, a few launches and a wave's tail; the memory-bound
 #: kernels 10-120 bytes a value; an overlapped collective costs at most half
 #: of itself)
 FIT_BOUNDS = {"gemm_efficiency": (0.5, 0.85), "fp8_factor": (0.5, 1.0),
               "mxfp8_factor": (0.5, 1.0), "fp4_factor": (0.5, 1.0),
-              "half_dim": (0.0, 512.0),
+              "gemm_latency_us": (0.0, 100.0),
               "elementwise_passes": (10.0, 120.0), "overlap_cost": (0.0, 0.5)}
 
 
@@ -148,7 +148,7 @@ def system_inventory(system: str, gpus: int, gpu_compute: Optional[dict] = None)
     scalable unit), one spine above the leaves; H800 nodes with NVLink at
     400 GB/s (DeepSeek-V3's report); the GPU figures the publication states
     (a power limit, HBM) as the inventory's ``cost: gpu_compute:``."""
-    from slurmtopo.inventory import load_inventory
+    from slurmtopo.inventory.schema import load_inventory
     preset, per, domain = _SYSTEMS[system]
     nodes = max(1, math.ceil(gpus / per))
     if domain:  # whole racks, as a job of that size gets them: the planner picks the trays

@@ -11,7 +11,7 @@ GPUs' memory with the least recomputation that makes them fit
 (:mod:`slurmtopo.cost.memory`), orders them by their compute alone (the
 whole step without communication: an optimistic bound that needs no
 placement), places the most promising with the real planner on the
-inventory (:func:`slurmtopo.choice.plan`) and prices each with the step
+inventory (:func:`slurmtopo.plan.choice.plan`) and prices each with the step
 function (:func:`slurmtopo.cost.step.price_step`: compute, exposed
 communication, bubble), and ranks them by tokens per second per GPU. The
 first few come back as ready ``slurmtopo plan`` lines.

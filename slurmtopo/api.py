@@ -8,9 +8,9 @@ Everything slurmtopo does for a job runs through here, in one order::
     submit(job, backend)                               # sbatch (or held, for the daemon)
 
 ``slurmtopo plan`` and ``slurmtopo sbatch`` only turn their options into a
-:class:`~slurmtopo.request.JobRequest` and a :class:`ScriptOptions`, call
+:class:`~slurmtopo.job.request.JobRequest` and a :class:`ScriptOptions`, call
 :func:`prepare`, and show or write its result; the placement daemon loads
-its inventory with :func:`load_cluster` (from :mod:`slurmtopo.cluster`,
+its inventory with :func:`load_cluster` (from :mod:`slurmtopo.plan.cluster`,
 below the daemon and this module) and prices placements with
 :func:`slurmtopo.cost.step.price_step`, as :func:`price_step` here does.
 A notebook or a launcher library calls the same three functions
@@ -30,12 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from slurmtopo.cluster import load_cluster  # noqa: F401  (the api's, kept below it)
 from slurmtopo.errors import NotNowError, PlacementError
-from slurmtopo.hazards import HazardPolicy, HazardReport
-from slurmtopo.model import ClusterState, Inventory, Placement
-from slurmtopo.request import JobRequest
-from slurmtopo.rundirs import DEFAULT_KEEP_DAYS
+from slurmtopo.files.rundirs import DEFAULT_KEEP_DAYS
+from slurmtopo.inventory.model import ClusterState, Inventory, Placement
+from slurmtopo.job.request import JobRequest
+from slurmtopo.plan.cluster import load_cluster  # noqa: F401  (the api's, kept below it)
+from slurmtopo.plan.hazards import HazardPolicy, HazardReport
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class PreparedJob:
     #: what the user should know (names sanitised, placements relaxed, ...)
     notes: Tuple[str, ...] = ()
     options: ScriptOptions = ScriptOptions()
-    #: the pre-launch hazards found on the placement (slurmtopo.hazards);
+    #: the pre-launch hazards found on the placement (slurmtopo.plan.hazards);
     #: errors have already refused the job, the warnings are in ``notes``
     hazards: Optional[HazardReport] = None
     #: the spare nodes asked for besides the planned ones (``--spares``;
@@ -214,7 +214,7 @@ def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
     wanted = read_slurm_conf(slurm_conf).partition_topology(partition) if slurm_conf else None
     name, fabric = read_one_topology(slurm_topology, wanted)
     seen = apply_fabric(cluster, fabric, whole=True)
-    from slurmtopo.topology import made_from
+    from slurmtopo.inventory.topology import made_from
     kind = "block" if seen.fabric.blocks else (
         made_from(seen.fabric) or ("tree" if seen.fabric.switches else "flat"))
     where = f"partition {partition}" if partition else "the default partition"
@@ -225,7 +225,7 @@ def load_state_file(cluster: Inventory, path: Optional[str]) -> ClusterState:
     """A state snapshot (``None``: every node idle)."""
     if not path:
         return ClusterState()
-    from slurmtopo.state import load_state
+    from slurmtopo.inventory.state import load_state
 
     return load_state(path, cluster)
 
@@ -243,7 +243,7 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
     framework's default).
 
     Its ``workload`` is the step the framework runs (its data-parallel
-    style, :func:`slurmtopo.frameworks.placement.workload_of`) for
+    style, :func:`slurmtopo.job.frameworks.placement.workload_of`) for
     ``model`` (a ``--model`` text such as ``70b`` or
     ``params=7e9,layers=32,hidden=4096``, or a ModelSpec; None: the
     default model), which every price of the job uses, with the NCCL
@@ -251,23 +251,23 @@ def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, s
     ``cost: nccl_version``, else the newest the cost model knows), and the
     overlaps the framework is set to make (``overlaps``: Workload fields
     such as ``tp_comm_overlap=True``, as the job's configuration turns them
-    on: :func:`slurmtopo.frameworks.configs.overlaps_from_config`).
+    on: :func:`slurmtopo.job.frameworks.configs.overlaps_from_config`).
 
     ``require``, ``prefer``, ``message_bytes`` and ``wait`` may name group
     kinds by the framework's names (``dp_shard``, ``data_parallel``); the
     planner gets the Megatron layout that numbers the ranks as the framework
     does, and the preferences of the framework's data-parallel style (a
     FSDP shard group or a ZeRO-3 data-parallel group inside NVLink) unless
-    the job says otherwise (:mod:`slurmtopo.frameworks.placement`). Raises
+    the job says otherwise (:mod:`slurmtopo.job.frameworks.placement`). Raises
     LayoutError for a layout the framework refuses, with its reason."""
-    from slurmtopo.frameworks.placement import request_terms, translate_kinds, workload_of
-    from slurmtopo.frameworks.registry import framework_layout
+    from slurmtopo.job.frameworks.placement import request_terms, translate_kinds, workload_of
+    from slurmtopo.job.frameworks.registry import framework_layout
 
     if isinstance(model, str):
         from slurmtopo.cost.styles import parse_model
         model = parse_model(model)
     if nccl_version is not None and not isinstance(nccl_version, tuple):
-        from slurmtopo.workload import parse_nccl_version
+        from slurmtopo.job.workload import parse_nccl_version
         nccl_version = parse_nccl_version(nccl_version)
     fl = framework_layout(framework, **knobs)
     terms = request_terms(fl)
@@ -324,7 +324,7 @@ def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
 
 def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequest) -> Placement:
     """The topology-aware placement (raises PlacementError)."""
-    from slurmtopo.choice import plan
+    from slurmtopo.plan.choice import plan
 
     return plan(cluster, state, request)
 
@@ -381,7 +381,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
     admit = options.launch.requirement if options.launch is not None else None
 
     def planner(c: Inventory, s: ClusterState, r: JobRequest) -> Placement:
-        from slurmtopo.choice import plan
+        from slurmtopo.plan.choice import plan
 
         return plan(c, s, r, admit=admit)
     notes = list(elig_notes) + launch_notes
@@ -397,7 +397,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
                                                           planner)
             notes.extend(pref_notes)
     else:
-        from slurmtopo.choice import plan_and_default
+        from slurmtopo.plan.choice import plan_and_default
 
         try:
             placement, naive = plan_and_default(cluster, state, request, admit=admit)
@@ -455,8 +455,8 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
 def job_hazards(cluster: Inventory, placement: Placement,
                 options: ScriptOptions = ScriptOptions()) -> HazardReport:
     """The pre-launch hazards of ``placement`` under the options' policy
-    and NCCL release (:func:`slurmtopo.hazards.check_hazards`, docs/hazards.md)."""
-    from slurmtopo.hazards import check_hazards, nccl_version
+    and NCCL release (:func:`slurmtopo.plan.hazards.check_hazards`, docs/hazards.md)."""
+    from slurmtopo.plan.hazards import check_hazards, nccl_version
 
     version = nccl_version(options.nccl_version or options.nccl_version_env, {}, cluster)
     return check_hazards(cluster, placement, nccl_version=version,
@@ -465,7 +465,7 @@ def job_hazards(cluster: Inventory, placement: Placement,
 
 def request_for_launcher(request: JobRequest, adoption) -> JobRequest:
     """``request`` as the command's own torchrun (a
-    :class:`slurmtopo.launch_detect.Adoption`) asks: its ``--nproc-per-node``
+    :class:`slurmtopo.plan.launch_detect.Adoption`) asks: its ``--nproc-per-node``
     the GPUs of every node, its ``--nnodes`` times that the world size.
     A layout or ``gpus_per_node`` that says otherwise is refused here,
     before the planner runs, naming both."""
@@ -545,7 +545,7 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
     if submit_dir is not None:
         import os
 
-        from slurmtopo.rundirs import check_location
+        from slurmtopo.files.rundirs import check_location
 
         # SLURMTOPO_RUN_DIR travels into the job (sbatch exports the
         # environment) and wins there
@@ -577,7 +577,7 @@ def _keep_run_dir(job_id: int, run_dir: Optional[str], submit_dir: str, text: st
     import os
 
     from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.rundirs import clean_old, run_dir_for, save_script
+    from slurmtopo.files.rundirs import clean_old, run_dir_for, save_script
 
     where = os.path.abspath(run_dir) if run_dir else run_dir_for(submit_dir, job_id)
     path = None

@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field, replace as dc_replace
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from slurmtopo import __version__, compiled, nccl_topo, safedir
+from slurmtopo import __version__
 from slurmtopo.admin import COLLECT_COMMAND, collect
 from slurmtopo.admin.generate import build_topology, header
 from slurmtopo.admin.ibnetdiscover import read_ibnetdiscover
@@ -36,12 +36,16 @@ from slurmtopo.admin.node_rank import node_rank_problems
 from slurmtopo.admin.publish import publish
 from slurmtopo.agent.nccl_xml import check_written
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.fileio import KEEP_BACKUPS, atomic_write
-from slurmtopo.hostlist import fold_hostlist
-from slurmtopo.inventory import (compile_report_dir, dump_inventory, load_inventory,
-                                 parse_document_text)
-from slurmtopo.model import Fabric, Inventory
-from slurmtopo.rundirs import open_output_dir, read_file_at
+from slurmtopo.files import safedir
+from slurmtopo.files.fileio import KEEP_BACKUPS, atomic_write
+from slurmtopo.files.rundirs import open_output_dir, read_file_at
+from slurmtopo.inventory import compiled
+from slurmtopo.inventory.hostlist import fold_hostlist
+from slurmtopo.inventory.model import Fabric, Inventory
+from slurmtopo.inventory.schema import (compile_report_dir, dump_inventory, load_inventory,
+                                        parse_document_text)
+from slurmtopo.inventory.topology import made_from, switch_levels
+from slurmtopo.plan import nccl_topo
 from slurmtopo.slurmfmt import gres_conf, topology_files
 from slurmtopo.slurmfmt.checks import (ERROR, REFUSE, Problem, check_plugin, check_text,
                                        ring_torus_release, sample_hosts)
@@ -49,7 +53,6 @@ from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
 from slurmtopo.slurmfmt.slurm_conf import read_text
 from slurmtopo.slurmfmt.topology_conf import parse_topology_conf
 from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
-from slurmtopo.topology import made_from, switch_levels
 
 __all__ = ["GeneratedFile", "FileCheck", "UnreadableFile", "CollectedReports",
            "CompiledInventory", "NcclTopologyFile", "generate_topology", "generate_gres",

@@ -81,7 +81,7 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def main(argv=None):
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     args = list(sys.argv[1:] if argv is None else argv)
     bad = _not_utf8(args)

@@ -34,7 +34,7 @@ class SlurmtopoError(Exception):
     def render_with(self, argv) -> str:
         """The line the command line prints, given the arguments the user
         typed (``argv``): :meth:`render`, unless an error suggests a whole
-        command line made from them (slurmtopo.launch_detect)."""
+        command line made from them (slurmtopo.plan.launch_detect)."""
         return self.render()
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Optional
 
-from slurmtopo.model import Inventory, Placement, format_cpulist
-from slurmtopo.rankmap import env_fields, node_ranks, rank_vars, visible_devices
+from slurmtopo.inventory.model import Inventory, Placement, format_cpulist
+from slurmtopo.plan.rankmap import env_fields, node_ranks, rank_vars, visible_devices
 
 
 def rank_env(placement: Placement, rank: int, allocated: Optional[Iterable[int]] = None,

@@ -11,8 +11,8 @@ import pytest
 
 from slurmtopo import api
 from slurmtopo.errors import InventoryError, SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 from slurmtopo.testing.slurm_backend import FakeSlurm
 from tests.test_plan_cli import EXAMPLES, ROOT, _one_line_error, run
 

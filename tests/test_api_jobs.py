@@ -14,10 +14,10 @@ from slurmtopo.daemon.decisions import RELEASE, ClusterView, QueuedJob
 from slurmtopo.daemon.protocol import parse_comment
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.errors import PlacementError
-from slurmtopo.groups import Layout
-from slurmtopo.plandoc import planned_placement, read_plan
-from slurmtopo.rankmap import node_contiguous
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
+from slurmtopo.plan.plandoc import planned_placement, read_plan
+from slurmtopo.plan.rankmap import node_contiguous
 from slurmtopo.sbatch.launch import Launch
 from slurmtopo.sbatch.script import extract_plan
 from slurmtopo.testing.slurm_backend import FakeSlurm
@@ -75,7 +75,7 @@ def test_the_plan_is_priced_between_the_bound_and_slurms_default(name):
 
 
 def test_not_now_and_never_are_told_apart():
-    from slurmtopo.model import ClusterState, NodeState
+    from slurmtopo.inventory.model import ClusterState, NodeState
 
     cluster = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     busy = ClusterState(nodes={n: NodeState(n, "allocated", exclusive=True)
@@ -111,7 +111,7 @@ def test_live_state_prepare_submit_keeps_what_slurm_runs(tmp_path, monkeypatch):
 def test_a_held_torchrun_job_reaches_the_daemon_with_its_launcher():
     """Submitted held through the api, the job's comment carries its request
     and launcher, and the daemon plans it as torchrun can start it."""
-    from slurmtopo.model import ClusterState, NodeState
+    from slurmtopo.inventory.model import ClusterState, NodeState
 
     cluster = api.load_cluster(str(EXAMPLES / "devcluster.yaml"))
     busy = ClusterState(nodes={n: NodeState(n, "allocated", exclusive=True)

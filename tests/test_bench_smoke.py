@@ -76,7 +76,7 @@ def test_busy_state_hits_its_target(busy):
 
 
 def test_jobs_fit_and_are_valid_layouts():
-    from slurmtopo.groups import build_groups
+    from slurmtopo.job.groups import build_groups
 
     for spec in scenarios.quality_specs(1, quick=True, base_seed=5):
         sc = build(spec)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo import plandoc
+from slurmtopo.plan import plandoc
 from slurmtopo.binding import limits
 from slurmtopo.binding.allocation import (Allocation, detect_constrained, parse_probe,
                                           parse_scontrol_job, read_allocation)
@@ -28,13 +28,13 @@ from slurmtopo.binding.launcher import parse_rank_table, rank_launch, rank_main,
 from slurmtopo.binding.replan import (allocation_state, differences, fill_placement, replan,
                                       with_allocated_nodes)
 from slurmtopo.binding.step import bind, env_script, load_inventory_for_bind, write_run_dir
-from slurmtopo.plandoc import dumps_plan, plan_document, planned_placement, read_plan
+from slurmtopo.plan.plandoc import dumps_plan, plan_document, planned_placement, read_plan
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
-from slurmtopo.model import Inventory, Node
+from slurmtopo.job.groups import Layout
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.inventory.model import Inventory, Node
 from slurmtopo.placement.common import nic_choice
-from slurmtopo.presets import PRESETS, preset
+from slurmtopo.inventory.presets import PRESETS, preset
 from slurmtopo.sbatch import SbatchRequest
 from slurmtopo.testing.slurm_backend import FakeSlurm
 
@@ -570,7 +570,7 @@ def test_large_rank_table_goes_by_file(tmp_path, h100, monkeypatch):
 def test_replan_keeps_requirements(h100):
     """The request travels in the script: a re-plan still honours
     --require, and exclusivity (already granted) does not get in the way."""
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.request import JobRequest
 
     layout = Layout(tp=8, dp=2).resolved()
     req = JobRequest(layout=layout, require={"tp": "node"}, exclusive=True, gpus_per_node=8,
@@ -600,7 +600,7 @@ def test_local_numbers_that_cannot_tell_keep_the_table(h100):
 
 
 def test_big_inventory_is_embedded_cut_down(h100, monkeypatch):
-    from slurmtopo.inventory import parse_inventory
+    from slurmtopo.inventory.schema import parse_inventory
 
     fat = load_inventory(EXAMPLES / "h100-32node-fattree.yaml")
     layout = Layout(tp=8, dp=2).resolved()
@@ -671,7 +671,7 @@ def test_plan_columns_round_trip_plain_and_packed(monkeypatch, pack_bytes):
 
 
 def test_plan_version_1_is_still_read(h100):
-    from slurmtopo.rankmap import slot_dict
+    from slurmtopo.plan.rankmap import slot_dict
 
     layout = Layout(tp=2, dp=2).resolved()
     p = fill_placement(h100, [("gpu02", [1, 0]), ("gpu01", [0, 1])], layout)
@@ -790,7 +790,7 @@ def test_bind_logs_the_node_addr_it_gives(h100, tmp_path):
 def _one_clique_job(tmp_path):
     """Four GB200 trays of one NVLink clique (uuid r1, clique 7), a TP4 x
     DP4 job on all of them, its plan document and its environment."""
-    from slurmtopo.model import NvlinkDomain
+    from slurmtopo.inventory.model import NvlinkDomain
 
     hw = preset("gb200-nvl72-tray")
     dom = NvlinkDomain("uuid-r1", 7)

@@ -107,8 +107,8 @@ def test_require_help_lists_kinds_and_levels():
     from click.testing import CliRunner
 
     from slurmtopo.cli import cli
-    from slurmtopo.groups import GROUP_KINDS
-    from slurmtopo.request import LEVELS
+    from slurmtopo.job.groups import GROUP_KINDS
+    from slurmtopo.job.request import LEVELS
 
     out = " ".join(CliRunner().invoke(cli, ["plan", "--help"]).output.split())
     out = out.replace("- ", "-")  # help wrapping may break a name at its hyphen

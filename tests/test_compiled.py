@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurmtopo import compiled
-from slurmtopo.compiled import COMPILED_NAME, cache_slot, without_uuids
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import inventory_dict, load_inventory, node_report, report_dir_schema
-from slurmtopo.yamlio import dump_yaml
+from slurmtopo.files.yamlio import dump_yaml
+from slurmtopo.inventory import compiled
+from slurmtopo.inventory.compiled import COMPILED_NAME, cache_slot, without_uuids
+from slurmtopo.inventory.schema import (inventory_dict, load_inventory, node_report,
+                                        report_dir_schema)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
 
@@ -32,7 +33,7 @@ def _write_reports(d: Path, odd=("dgx006",), mig=()):
             hw = replace(hw, nics=tuple(replace(x, state="down") if i == 0 else x
                                         for i, x in enumerate(hw.nics)))
         if n.name in mig:
-            from slurmtopo.model import MigDevice
+            from slurmtopo.inventory.model import MigDevice
             gpus = list(hw.gpus)
             gpus[0] = replace(gpus[0], mig_mode=True, mig=(MigDevice(
                 gi_id=1, ci_id=0, profile="3g.40gb", uuid=f"MIG-{n.name}"),))
@@ -46,8 +47,8 @@ def _write_reports(d: Path, odd=("dgx006",), mig=()):
 
 def _uncompiled(d: Path):
     """The directory as merged documents, without the compiled form."""
-    from slurmtopo.inventory import merge_inventories, parse_inventory
-    from slurmtopo.yamlio import load_document
+    from slurmtopo.files.yamlio import load_document
+    from slurmtopo.inventory.schema import merge_inventories, parse_inventory
 
     files = sorted(f for f in os.listdir(d) if f.endswith(".yaml"))
     return merge_inventories([parse_inventory(load_document(str(d / f)), str(d / f))

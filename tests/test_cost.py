@@ -16,16 +16,16 @@ from slurmtopo.cost.defaults import (DEFAULT_ALPHA_US, DEFAULT_EFFICIENCY, DEFAU
                                      DEFAULT_PROTOCOLS, DEFAULT_RING_PLATEAU)
 from slurmtopo.cost.step import step_calls
 from slurmtopo.errors import InventoryError
-from slurmtopo.groups import Layout, build_groups
-from slurmtopo.inventory import load_inventory
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Inventory
-from slurmtopo.choice import plan
+from slurmtopo.job.groups import Layout, build_groups
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Inventory
+from slurmtopo.plan.choice import plan
 from slurmtopo.placement import leaf_constrained_plan, naive_plan, random_plan
 from slurmtopo.placement.common import build_placement
-from slurmtopo.presets import preset
-from slurmtopo.request import JobRequest
-from slurmtopo.state import load_state
+from slurmtopo.inventory.presets import preset
+from slurmtopo.job.request import JobRequest
+from slurmtopo.inventory.state import load_state
 
 EX = os.path.join(os.path.dirname(__file__), "..", "etc", "examples")
 MiB = 1 << 20
@@ -203,7 +203,7 @@ def test_parse_bytes():
 
 
 def test_default_message_bytes_cover_every_kind():
-    from slurmtopo.groups import GROUP_KINDS
+    from slurmtopo.job.groups import GROUP_KINDS
     assert set(DEFAULT_MESSAGE_BYTES) == set(GROUP_KINDS) == set(COLLECTIVES)
     assert COLLECTIVES["tp"] == "all-reduce" and COLLECTIVES["cp"] == "all-gather"
     assert COLLECTIVES["ep"] == "all-to-all" and COLLECTIVES["pp"] == "p2p"
@@ -614,7 +614,7 @@ def test_lower_bound_on_the_free_gpus():
             assert rep.step_time_s >= free.step_time_s * (1 - 1e-9), fn.__name__
     # a node with 4 free GPUs holds no TP group of 8: when no whole node is
     # free the bound puts TP over the network
-    from slurmtopo.model import ClusterState, NodeState
+    from slurmtopo.inventory.model import ClusterState, NodeState
     half = ClusterState(nodes={n: NodeState(n, busy_gpus=frozenset(range(4))) for n in inv.nodes})
     req = JobRequest(Layout(tp=8))
     assert lower_bound(inv, req).kinds["tp"].slowest is LinkClass.NVLINK

@@ -11,13 +11,13 @@ from slurmtopo import api
 from slurmtopo.cost import CostParams, collective_time, cost_params, evaluate
 from slurmtopo.cost.hardware import network_kind
 from slurmtopo.errors import InventoryError
-from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
-from slurmtopo.links import LinkClass
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.presets import preset
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
+from slurmtopo.job.workload import Workload
 from slurmtopo.placement.common import build_placement
-from slurmtopo.presets import preset
-from slurmtopo.request import JobRequest
-from slurmtopo.workload import Workload
 
 GiB, MiB = 1 << 30, 1 << 20
 H100 = (LinkClass.NVLINK, 450.0)
@@ -217,7 +217,7 @@ def test_sharp_needs_every_switch_on_the_way(tmp_path):
 
 
 def test_sharp_is_kept_by_the_inventory_writers(tmp_path):
-    from slurmtopo.inventory import dump_inventory
+    from slurmtopo.inventory.schema import dump_inventory
 
     inv = _cluster(tmp_path, "hgx-h100-8", 2, switch=", sharp: true")
     text = dump_inventory(inv)

@@ -27,13 +27,13 @@ from slurmtopo.cost.collectives import collective_time
 from slurmtopo.cost.defaults import NET_KIND_ORDER
 from slurmtopo.cost.step import call_bytes, step_calls, subgroups
 from slurmtopo.errors import LayoutError
-from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Fabric, Inventory, Placement
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Fabric, Inventory, Placement
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.inventory.topology import network_view
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 from slurmtopo.placement.common import build_placement
-from slurmtopo.request import JobRequest
-from slurmtopo.topology import network_view
 
 EX = os.path.join(os.path.dirname(__file__), "..", "etc", "examples")
 
@@ -252,8 +252,8 @@ def test_random_placements_price_like_the_reference(case):
 
 @pytest.mark.parametrize("name", sorted(CLUSTERS))
 def test_planned_placements_price_like_the_reference(name):
-    from slurmtopo.choice import plan
     from slurmtopo.placement import naive_plan
+    from slurmtopo.plan.choice import plan
 
     inv = cluster(name)
     gpus = inv.gpu_count

@@ -18,13 +18,13 @@ from slurmtopo import api
 from slurmtopo.cost import cost_params
 from slurmtopo.cost.step import DEFAULT_MODEL, price_step, step_calls, subgroups
 from slurmtopo.cost.styles import ModelSpec
-from slurmtopo.frameworks.placement import request_terms, workload_of
-from slurmtopo.frameworks.registry import framework_layout
-from slurmtopo.groups import Layout, build_groups
-from slurmtopo.links import LinkClass
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.job.frameworks.placement import request_terms, workload_of
+from slurmtopo.job.frameworks.registry import framework_layout
+from slurmtopo.job.groups import Layout, build_groups
+from slurmtopo.job.request import JobRequest
+from slurmtopo.job.workload import Workload
 from slurmtopo.placement.common import build_placement
-from slurmtopo.request import JobRequest
-from slurmtopo.workload import Workload
 from tests.clirun import run_cli
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "etc" / "examples" / "h100-4node-2leaf.yaml")
@@ -264,10 +264,10 @@ def test_one_step_number_everywhere(tmp_path, monkeypatch):
     kept, the daemon's, simulate's best step and audit's step of the same
     placement are one number; and audit's and the daemon's of Slurm's
     block-order placement agree too."""
-    from slurmtopo import choice
     from slurmtopo.audit.placements import Auditor, RunningJob
     from slurmtopo.daemon.scheduler import job_step_time
-    from slurmtopo.model import ClusterState
+    from slurmtopo.inventory.model import ClusterState
+    from slurmtopo.plan import choice
     from slurmtopo.simulate.layouts import BUILTIN, node_size, shape_of
     from slurmtopo.simulate.runner import prepare
     from slurmtopo.simulate.trace import Trace, TraceJob

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from slurmtopo import api
 from slurmtopo.cost import lower_bound
-from slurmtopo.groups import Layout
-from slurmtopo.model import Derived
+from slurmtopo.inventory.model import Derived
+from slurmtopo.inventory.topology import network_view, ring_class
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 from slurmtopo.placement.capacity import unit_sizes
 from slurmtopo.placement.common import nic_choice
 from slurmtopo.placement.fabric import fabric_tree
 from slurmtopo.placement.intranode import hw_info
-from slurmtopo.request import JobRequest
-from slurmtopo.topology import network_view, ring_class
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from slurmtopo.cost import CostParams
-from slurmtopo.inventory import load_inventory, parse_inventory
-from slurmtopo.state import load_state
+from slurmtopo.inventory.schema import load_inventory, parse_inventory
+from slurmtopo.inventory.state import load_state
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("**/*.md"))

@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmtopo.errors import LayoutError
-from slurmtopo.frameworks import deepspeed, torchtitan
-from slurmtopo.frameworks.registry import FRAMEWORKS, framework_layout
-from slurmtopo.groups import mesh_groups
+from slurmtopo.job.frameworks import deepspeed, torchtitan
+from slurmtopo.job.frameworks.registry import FRAMEWORKS, framework_layout
+from slurmtopo.job.groups import mesh_groups
 from tests.clirun import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "frameworks"
@@ -265,8 +265,8 @@ def test_property_deepspeed_groups(dims):
 def test_request_terms_number_ranks_as_the_framework(name, case):
     """Every kind mapped to a planner kind has exactly the framework's groups
     in the planner's layout (recorded from the framework itself)."""
-    from slurmtopo.frameworks.placement import request_terms
-    from slurmtopo.groups import build_groups
+    from slurmtopo.job.frameworks.placement import request_terms
+    from slurmtopo.job.groups import build_groups
 
     fl = framework_layout(name, **_knobs(name, case["case"]))
     terms = request_terms(fl)
@@ -460,7 +460,7 @@ def test_property_deepspeed_config_garbage(doc):
     """Any JSON: a one-line LayoutError, or settings of the right types (a
     DeepSpeed config may hold any key slurmtopo does not read, as DeepSpeed
     allows)."""
-    from slurmtopo.frameworks.configs import knobs_from_config
+    from slurmtopo.job.frameworks.configs import knobs_from_config
 
     try:
         knobs = knobs_from_config("deepspeed", json.dumps(doc), "ds.json")

@@ -13,19 +13,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from slurmtopo.errors import LayoutError
-from slurmtopo.groups import (
-    DEFAULT_ORDER,
-    DENSE_KINDS,
-    EXPERT_KINDS,
-    GROUP_KINDS,
-    Layout,
-    build_groups,
-    group_of,
-    has_expert_groups,
-    mesh_groups,
-    parse_order,
-    rank_to_group,
-)
+from slurmtopo.job.groups import (DEFAULT_ORDER, DENSE_KINDS, EXPERT_KINDS, GROUP_KINDS, Layout,
+                                  build_groups, group_of, has_expert_groups, mesh_groups,
+                                  parse_order, rank_to_group)
 
 # ---------------------------------------------------------------------------
 # Independent references (deliberately written differently from the module)
@@ -592,7 +582,7 @@ def test_orthogonal_groups_by_coordinates(dims, span):
     strided groups) against the definition: ranks that agree on every
     dimension outside ``span`` form a group, in ascending order, groups
     ordered by their first rank."""
-    from slurmtopo.groups import _orthogonal_groups
+    from slurmtopo.job.groups import _orthogonal_groups
 
     world = math.prod(size for _, size in dims)
     by_key = {}

@@ -1,4 +1,4 @@
-"""Pre-launch hazards (slurmtopo/hazards.py, docs/hazards.md): each rule on
+"""Pre-launch hazards (slurmtopo/plan/hazards.py, docs/hazards.md): each rule on
 placements that have the hazard and on ones that do not, the policy, the
 NCCL release, and the paths that run them (plan/sbatch through
 api.prepare, the start-time step)."""
@@ -12,12 +12,12 @@ import pytest
 
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.hazards import (CLIQUE_LIMITS, ERROR, KINDS, RULES, WARN, HazardPolicy,
-                               check_hazards, nccl_version, parse_nccl_version)
-from slurmtopo.inventory import load_inventory
-from slurmtopo.model import Fabric, Inventory, Node, NvlinkDomain, Switch
-from slurmtopo.presets import preset
+from slurmtopo.inventory.model import Fabric, Inventory, Node, NvlinkDomain, Switch
+from slurmtopo.inventory.presets import preset
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.job.groups import Layout
+from slurmtopo.plan.hazards import (CLIQUE_LIMITS, ERROR, KINDS, RULES, WARN, HazardPolicy,
+                                    check_hazards, nccl_version, parse_nccl_version)
 from tests.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -141,7 +141,7 @@ def test_daemon_spool_unwritable_for_a_user(shared_dir, readable_inv):
     import slurmtopo.daemon.loop  # noqa: F401 - imported before dropping privileges
     import slurmtopo.daemon.scheduler  # noqa: F401
     import slurmtopo.commands.daemon  # noqa: F401
-    from slurmtopo.inventory import load_inventory
+    from slurmtopo.inventory.schema import load_inventory
     load_inventory(readable_inv)
     code, err = run_cli_unprivileged(["daemon", "run", "--inventory", readable_inv, "--spool",
                                       str(shared_dir), "--once"])
@@ -170,8 +170,8 @@ def test_plan_writes_all_outputs_or_none(tmp_path):
 
 
 def test_write_all_rolls_back_when_a_rename_fails(tmp_path, monkeypatch):
-    from slurmtopo import fileio
     from slurmtopo.errors import SlurmtopoError
+    from slurmtopo.files import fileio
 
     for name in ("a", "b"):
         (tmp_path / name).write_text(f"old {name}\n")
@@ -193,7 +193,7 @@ def test_write_all_rolls_back_when_a_rename_fails(tmp_path, monkeypatch):
 
 
 def test_write_all_keeps_backups_and_no_temporaries(tmp_path):
-    from slurmtopo import fileio
+    from slurmtopo.files import fileio
 
     (tmp_path / "a").write_text("old\n")
     backups = fileio.write_all([fileio.Output(str(tmp_path / "a"), "new\n"),
@@ -212,7 +212,7 @@ def test_backups_are_rotated_oldest_first(tmp_path):
     stamp in their names; other files, other targets' backups, and
     symlinks or directories named like a backup stay, and no link is
     followed."""
-    from slurmtopo import fileio
+    from slurmtopo.files import fileio
 
     target = tmp_path / "topology.conf"
     target.write_text("v0\n")
@@ -247,7 +247,7 @@ def test_backups_are_rotated_oldest_first(tmp_path):
 
 
 def test_backups_to_keep_is_a_parameter(tmp_path):
-    from slurmtopo import fileio
+    from slurmtopo.files import fileio
 
     target = tmp_path / "a"
     target.write_text("0\n")
@@ -264,7 +264,7 @@ def test_backups_to_keep_is_a_parameter(tmp_path):
 def test_write_all_fsyncs_unless_told_not_to(tmp_path, monkeypatch, sync):
     """sync=False (a job's run directory) writes the same files, all or
     none, without one fsync; the default flushes every file and directory."""
-    from slurmtopo import fileio
+    from slurmtopo.files import fileio
 
     synced = []
     monkeypatch.setattr(fileio.os, "fsync", lambda fd: synced.append(fd))
@@ -288,7 +288,7 @@ def test_a_device_is_not_read(flag):
 
 
 def test_a_file_is_read_up_to_the_cap(tmp_path, monkeypatch):
-    from slurmtopo import fileio
+    from slurmtopo.files import fileio
 
     big = tmp_path / "big.yaml"
     big.write_text("# " + "x" * (2 * fileio.MiB) + "\n")
@@ -408,7 +408,7 @@ def test_yaml_nesting_bomb_is_refused(tmp_path):
 
 
 def test_ordinary_aliases_still_read(tmp_path):
-    from slurmtopo.yamlio import parse_text
+    from slurmtopo.files.yamlio import parse_text
 
     doc = parse_text("t: &t {gpus: 8}\nnodes: [*t, *t]\n")
     assert doc["nodes"] == [{"gpus": 8}, {"gpus": 8}]
@@ -433,10 +433,10 @@ def test_master_port_outside_the_tcp_range(tmp_path, port):
 
 def test_master_port_checked_by_the_script_builder_too():
     from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.groups import Layout
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.choice import plan
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.inventory.schema import load_inventory
+    from slurmtopo.plan.choice import plan
+    from slurmtopo.job.request import JobRequest
     from slurmtopo.sbatch import SbatchRequest
 
     inv = load_inventory(INV)
@@ -508,11 +508,11 @@ def test_link_rates_must_be_finite_and_positive(tmp_path, value):
 
 def test_nodes_slurm_does_not_know_are_named_as_such():
     from slurmtopo.errors import PlacementError
-    from slurmtopo.groups import Layout
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, NodeState
-    from slurmtopo.choice import plan
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.inventory.schema import load_inventory
+    from slurmtopo.inventory.model import UNKNOWN_TO_SLURM, ClusterState, NodeState
+    from slurmtopo.plan.choice import plan
+    from slurmtopo.job.request import JobRequest
 
     inv = load_inventory(INV)
     names = list(inv.nodes)

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from slurmtopo.cli import main
-from slurmtopo.hostlist import (MAX_NAMES, HostlistError, expand_hostlist, expand_indices,
-                                fold_hostlist)
+from slurmtopo.inventory.hostlist import (MAX_NAMES, HostlistError, expand_hostlist, expand_indices,
+                                          fold_hostlist)
 from tests.test_plan_cli import EXAMPLES, _one_line_error, run
 
 

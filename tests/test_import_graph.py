@@ -13,26 +13,28 @@ from typing import Dict, List, Optional, Set
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: the wings of pure code, from the bottom up (docs/design.md): each imports
+#: only the wings below it, and nothing outside them but BELOW_ALL and the
+#: package's own ``__version__``
+WINGS = ("files", "inventory", "job", "placement", "cost", "plan", "show")
+#: below every layer: they import nothing of slurmtopo, anything may import them
+BELOW_ALL = ("slurmtopo.errors", "slurmtopo.show.termsafe")
+#: the top level of the package: the entry points (the command line, the use
+#: cases) and the error type; a new module goes into the room of its concept
+TOP_LEVEL = ("__init__", "__main__", "advisor", "api", "api_admin", "cli", "errors")
+
 #: the pure layers (planning, rendering, schema) ...
-PURE = ("slurmtopo.model", "slurmtopo.links", "slurmtopo.presets", "slurmtopo.topology",
-        "slurmtopo.errors", "slurmtopo.yamlio", "slurmtopo.hostlist", "slurmtopo.groups",
-        "slurmtopo.frameworks",
-        "slurmtopo.request", "slurmtopo.placement", "slurmtopo.cost", "slurmtopo.rankmap",
-        "slurmtopo.plandoc", "slurmtopo.launchers", "slurmtopo.launch_detect",
-        "slurmtopo.sbatch", "slurmtopo.preview",
-        "slurmtopo.tablefit", "slurmtopo.sheet", "slurmtopo.plainout",
-        "slurmtopo.inventory",
-        "slurmtopo.state", "slurmtopo.nccl_topo", "slurmtopo.choice", "slurmtopo.termsafe",
-        "slurmtopo.slurmfmt", "slurmtopo.cluster", "slurmtopo.hazards",
-        "slurmtopo.taskprobe",
-        # the Slurm hooks' pure parts: the directive, sbatch's options <-> the
-        # plan, each task's variables, the installed files' text
-        "slurmtopo.hooks.directive", "slurmtopo.hooks.submit", "slurmtopo.hooks.taskvars",
-        "slurmtopo.hooks.install")
+PURE = tuple(f"slurmtopo.{w}" for w in WINGS) + (
+    "slurmtopo.errors", "slurmtopo.sbatch", "slurmtopo.slurmfmt",
+    # the Slurm hooks' pure parts: the directive, sbatch's options <-> the
+    # plan, each task's variables, the installed files' text
+    "slurmtopo.hooks.directive", "slurmtopo.hooks.submit", "slurmtopo.hooks.taskvars",
+    "slurmtopo.hooks.install")
 #: ... never import these (use cases, side effects, command line)
 OUTER = ("slurmtopo.api", "slurmtopo.api_admin", "slurmtopo.slurm", "slurmtopo.agent",
          "slurmtopo.admin", "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate",
-         "slurmtopo.audit", "slurmtopo.commands", "slurmtopo.cli", "slurmtopo.hooks.taskprolog")
+         "slurmtopo.audit", "slurmtopo.commands", "slurmtopo.cli", "slurmtopo.hooks.taskprolog",
+         "slurmtopo.advisor")
 
 
 def _modules() -> Dict[str, Path]:
@@ -137,16 +139,17 @@ def test_pure_layers_never_import_side_effects():
 
 def test_placement_never_imports_the_cost_model():
     # groups -> placement -> cost -> choice: the planner compares link
-    # speeds through an interface (placement.speeds) that slurmtopo.choice
-    # fills from the cost model; the choice among its proposals lives there
+    # speeds through an interface (placement.speeds) that
+    # slurmtopo.plan.choice fills from the cost model; the choice among its
+    # proposals lives there
     graph = import_graph()
     bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if _under(m, ("slurmtopo.placement",))
-                 for t in ts if _under(t, ("slurmtopo.cost", "slurmtopo.choice")))
+                 for t in ts if _under(t, ("slurmtopo.cost", "slurmtopo.plan.choice")))
     assert bad == []
     # and the layers above it do use it: the check would see an import
-    assert "slurmtopo.cost" in graph["slurmtopo.choice"]
-    assert "slurmtopo.placement.planner" in graph["slurmtopo.choice"]
-    assert not any(_under(t, ("slurmtopo.choice",)) for t in graph["slurmtopo.cost"])
+    assert "slurmtopo.cost" in graph["slurmtopo.plan.choice"]
+    assert "slurmtopo.placement.planner" in graph["slurmtopo.plan.choice"]
+    assert not any(_under(t, ("slurmtopo.plan.choice",)) for t in graph["slurmtopo.cost"])
 
 
 def test_slurm_formats_sit_below_admin_agent_and_api():
@@ -166,13 +169,13 @@ def test_slurm_formats_sit_below_admin_agent_and_api():
 
 
 def test_the_daemon_never_climbs_up_to_the_api():
-    # loading a cluster and pricing a step live below both (slurmtopo.cluster)
+    # loading a cluster and pricing a step live below both (slurmtopo.plan.cluster)
     graph = import_graph()
     bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if _under(m, ("slurmtopo.daemon",))
                  for t in ts if _under(t, ("slurmtopo.api",)))
     assert bad == []
-    assert "slurmtopo.cluster" in graph["slurmtopo.daemon.loop"]
-    assert "slurmtopo.cluster" in graph["slurmtopo.api"]
+    assert "slurmtopo.plan.cluster" in graph["slurmtopo.daemon.loop"]
+    assert "slurmtopo.plan.cluster" in graph["slurmtopo.api"]
 
 
 def test_nothing_below_the_simulator_imports_it():
@@ -263,9 +266,58 @@ def test_ring_and_torus_rules_have_one_home():
     # them; slurmfmt/ring_torus only reads topology.yaml's sections into it
     graph = import_graph()
     for user in ("slurmtopo.slurmfmt.ring_torus", "slurmtopo.slurmfmt.topology_conf",
-                 "slurmtopo.slurmfmt.topology_yaml", "slurmtopo.inventory"):
-        assert "slurmtopo.ringtree" in graph[user], user
-    assert not any(_under(t, ("slurmtopo.slurmfmt", "slurmtopo.inventory"))
-                   for t in graph["slurmtopo.ringtree"])
+                 "slurmtopo.slurmfmt.topology_yaml", "slurmtopo.inventory.schema"):
+        assert "slurmtopo.inventory.ringtree" in graph[user], user
+    assert not any(_under(t, ("slurmtopo.slurmfmt", "slurmtopo.inventory.schema"))
+                   for t in graph["slurmtopo.inventory.ringtree"])
     readers = sorted(m for m, ts in graph.items() if "slurmtopo.slurmfmt.ring_torus" in ts)
     assert readers == ["slurmtopo.slurmfmt.topology_yaml"]
+
+
+def _wing(mod: str) -> Optional[str]:
+    """The wing ``mod`` is in (None outside the wings)."""
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in WINGS else None
+
+
+def test_the_wings_import_only_the_wings_below_them():
+    # files < inventory < job < placement < cost < plan < show, and nothing
+    # outside the wings but errors, termsafe and the package's __version__
+    graph = import_graph()
+    rank = {w: i for i, w in enumerate(WINGS)}
+    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if _wing(m)
+                 for t in ts if t not in BELOW_ALL + ("slurmtopo",)
+                 and (_wing(t) is None or rank[_wing(t)] > rank[_wing(m)]))
+    assert bad == []
+    assert [graph[m] for m in BELOW_ALL] == [set(), set()]
+    # the one import of the package itself is its version (the compiled
+    # form's code fingerprint)
+    assert sorted(m for m, ts in graph.items() if _wing(m) and "slurmtopo" in ts) == \
+        ["slurmtopo.inventory.cache"]
+    # and each wing leans on the one below: the check would see an import
+    for user, used in (("slurmtopo.inventory.schema", "slurmtopo.files.yamlio"),
+                       ("slurmtopo.job.request", "slurmtopo.inventory.hostlist"),
+                       ("slurmtopo.placement.common", "slurmtopo.job.request"),
+                       ("slurmtopo.cost.hardware", "slurmtopo.placement.intranode"),
+                       ("slurmtopo.plan.choice", "slurmtopo.cost"),
+                       ("slurmtopo.show.preview", "slurmtopo.cost.step"),
+                       ("slurmtopo.plan.rankmap", "slurmtopo.show.termsafe")):
+        assert used in graph[user], (user, used)
+
+
+def test_the_preview_is_read_by_the_command_line_and_the_audit_only():
+    # show/ is the top of the pure wings: what lays out a preview or a table
+    # is imported by the command line and the audit's tables; termsafe, below
+    # everything, by anyone
+    graph = import_graph()
+    users = sorted({m.split(".")[1] for m, ts in graph.items() if _wing(m) != "show"
+                    for t in ts if _wing(t) == "show" and t not in BELOW_ALL})
+    assert users == ["audit", "commands"]
+
+
+def test_the_top_level_holds_only_the_entry_points():
+    assert sorted(p.stem for p in (ROOT / "slurmtopo").glob("*.py")) == sorted(TOP_LEVEL)
+    # the new wings' __init__ import nothing (a docstring each)
+    graph = import_graph()
+    for w in ("files", "inventory", "job", "plan", "show"):
+        assert graph[f"slurmtopo.{w}"] == set(), w

@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import (dump_inventory, load_inventory, merge_inventories, node_report,
-                                 parse_inventory)
-from slurmtopo.links import LinkClass
-from slurmtopo.model import CpuTopology, format_cpulist, parse_cpulist
-from slurmtopo.presets import PRESETS, preset
-from slurmtopo.state import load_state
-from slurmtopo.topology import nvlink_islands, ring_class
-from slurmtopo.yamlio import parse_text
+from slurmtopo.files.yamlio import parse_text
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import CpuTopology, format_cpulist, parse_cpulist
+from slurmtopo.inventory.presets import PRESETS, preset
+from slurmtopo.inventory.schema import (dump_inventory, load_inventory, merge_inventories,
+                                        node_report, parse_inventory)
+from slurmtopo.inventory.state import load_state
+from slurmtopo.inventory.topology import nvlink_islands, ring_class
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "etc", "examples")

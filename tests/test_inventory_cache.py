@@ -1,5 +1,5 @@
-"""A big inventory file read through its compiled form (slurmtopo.inventory_cache),
-kept where only its user can write (slurmtopo.usercache)."""
+"""A big inventory file read through its compiled form (slurmtopo.inventory.cache),
+kept where only its user can write (slurmtopo.files.usercache)."""
 from __future__ import annotations
 
 import json
@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from bench.scenarios import cluster
-from slurmtopo import api, inventory_cache, usercache
+from slurmtopo import api
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import dump_inventory, load_inventory, parse_inventory
-from slurmtopo.yamlio import load_document
+from slurmtopo.files import usercache
+from slurmtopo.files.yamlio import load_document
+from slurmtopo.inventory import cache as inventory_cache
+from slurmtopo.inventory.schema import dump_inventory, load_inventory, parse_inventory
 
 SUFFIX = inventory_cache.SUFFIX
 
@@ -138,7 +140,7 @@ def _poison(path: Path, entry: Path) -> None:
 
 
 def _schema():
-    from slurmtopo.inventory import file_schema
+    from slurmtopo.inventory.schema import file_schema
     return file_schema()
 
 
@@ -390,3 +392,18 @@ def test_an_entry_made_by_other_code_is_rebuilt(tmp_path, monkeypatch):
     assert beside(path).read_bytes() != stale  # written again by this code
     api.load_cluster(str(path))
     assert calls == [1]
+
+
+def test_the_code_fingerprint_reads_the_whole_package(monkeypatch):
+    # the module sits in slurmtopo/inventory/, but the tables an entry keeps
+    # come from the planner and the cost model too: every module of the
+    # package counts, not only its own folder's
+    import slurmtopo
+
+    top = os.path.dirname(os.path.abspath(slurmtopo.__file__))
+    seen, scandir = [], os.scandir
+    monkeypatch.setattr(os, "scandir", lambda d: seen.append(os.path.relpath(d, top))
+                        or scandir(d))
+    inventory_cache.code_fingerprint()
+    assert seen[0] == "."
+    assert {"cost", "placement", "plan", "inventory"} <= set(seen)

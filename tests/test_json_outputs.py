@@ -77,7 +77,7 @@ def test_collect_from_dir(tmp_path):
 
 def test_bind(tmp_path):
     from slurmtopo.binding.replan import fill_placement
-    from slurmtopo.groups import Layout
+    from slurmtopo.job.groups import Layout
     from slurmtopo.sbatch import SbatchRequest
     from slurmtopo.sbatch.script import extract_plan
 
@@ -128,7 +128,7 @@ def test_every_command_that_prints_takes_json():
 def test_inventory_compile(tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
-    from slurmtopo.inventory import load_inventory, node_report
+    from slurmtopo.inventory.schema import load_inventory, node_report
 
     for node in load_inventory(str(INV)):
         (reports / f"{node.name}.yaml").write_text(node_report(node, {"source": "test"}))

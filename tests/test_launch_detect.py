@@ -15,8 +15,8 @@ import pytest
 
 from slurmtopo import api
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.launch_detect import (TORCHRUN_FLAGS, TORCHRUN_VALUED, LauncherRefusal, detect,
-                                     resolve, suggested_argv, world_of)
+from slurmtopo.plan.launch_detect import (TORCHRUN_FLAGS, TORCHRUN_VALUED, LauncherRefusal, detect,
+                                          resolve, suggested_argv, world_of)
 from slurmtopo.sbatch.launch import Launch
 from tests.clirun import run_cli
 
@@ -232,7 +232,7 @@ def test_the_adopted_torchrun_runs_once_per_node_under_slurm(tmp_path):
     two nodes (not eight), each torchrun with the plan's node rank and
     rendezvous, the user's other option and the script as written."""
     from slurmtopo.binding.replan import fill_placement
-    from slurmtopo.groups import Layout
+    from slurmtopo.job.groups import Layout
 
     from test_binding import _run_job  # noqa: E402  (tests/ is on sys.path)
     from test_launchers import RECORDER, _records, _script, _task_path

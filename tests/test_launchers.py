@@ -19,12 +19,12 @@ import pytest
 from slurmtopo import api
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import Layout, build_groups
-from slurmtopo.model import Placement, RankSlot
-from slurmtopo.rankmap import node_contiguous
+from slurmtopo.job.groups import Layout, build_groups
+from slurmtopo.inventory.model import Placement, RankSlot
+from slurmtopo.plan.rankmap import node_contiguous
 from slurmtopo.sbatch import SbatchRequest
 from slurmtopo.sbatch.launch import Launch, torchrun_args
-from slurmtopo.plandoc import TASK_SNIPPET
+from slurmtopo.plan.plandoc import TASK_SNIPPET
 from slurmtopo.testing.slurm_backend import FakeSlurm
 
 from test_binding import H100, _run_job  # noqa: E402  (tests/ is on sys.path)
@@ -381,7 +381,7 @@ def _bound_in_blocks(tmp_path, h100, monkeypatch):
 
     from slurmtopo.binding import limits
     from slurmtopo.binding.step import bind, write_run_dir
-    from slurmtopo.plandoc import read_plan
+    from slurmtopo.plan.plandoc import read_plan
 
     layout = Layout(tp=4, dp=4).resolved()
     p = fill_placement(h100, list(BIG_ALLOC.items()), layout)
@@ -455,7 +455,7 @@ def test_wrong_host_is_refused(tmp_path, h100):
     text = task_env(p, {"gpu01": "0,1"}).whole
     env = {"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURMD_NODENAME": "gpu09",
            "SLURMTOPO_TASK_ENV": text}
-    from slurmtopo.plandoc import TASK_SNIPPET
+    from slurmtopo.plan.plandoc import TASK_SNIPPET
     r = subprocess.run(["/bin/sh", "-c", TASK_SNIPPET, "t", "true"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 2
@@ -563,7 +563,7 @@ def test_torchrun_is_planned_node_contiguous_on_a_partly_busy_cluster(tmp_path, 
     code, out, err = run_cli(where + layout + ["--launcher", "torchrun", "--", "python", "t.py"])
     assert code == 0, err
     script = (tmp_path / "out" / "job.sbatch").read_text() if how == "nodelist" else out
-    from slurmtopo.plandoc import planned_placement, read_plan
+    from slurmtopo.plan.plandoc import planned_placement, read_plan
     from slurmtopo.sbatch.script import extract_plan
 
     p = planned_placement(read_plan(extract_plan(script)))
@@ -581,9 +581,9 @@ def test_torchrun_is_planned_node_contiguous_on_a_partly_busy_cluster(tmp_path, 
 def test_cheapest_weighs_only_what_the_launcher_admits(h100):
     """choice.cheapest: the admitted options only, with a note; all
     refused: the usual choice (the script's check then says why)."""
-    from slurmtopo.choice import cheapest
+    from slurmtopo.job.request import JobRequest
     from slurmtopo.placement.planner import Proposal
-    from slurmtopo.request import JobRequest
+    from slurmtopo.plan.choice import cheapest
 
     layout = Layout(tp=2, dp=2).resolved()
     req = JobRequest(layout=layout)
@@ -608,7 +608,7 @@ def test_cheapest_weighs_only_what_the_launcher_admits(h100):
 # the registry: a launcher is one object, found by name everywhere
 
 def test_the_registry_names_and_refuses():
-    from slurmtopo import launchers
+    from slurmtopo.plan import launchers
 
     assert launchers.names() == ("srun", "torchrun")
     assert launchers.get("torchrun") is launchers.TORCHRUN
@@ -620,12 +620,12 @@ def test_the_registry_names_and_refuses():
 
 
 def test_a_registered_launcher_reaches_the_script_the_plan_and_the_tasks(h100, monkeypatch):
-    """Adding a launcher is one object in slurmtopo.launchers: the script's
+    """Adding a launcher is one object in slurmtopo.plan.launchers: the script's
     srun line, the plan document, the task count, hostfile and the task
     shell's tail all come from it."""
-    from slurmtopo import launchers
     from slurmtopo.binding.taskenv import task_env
-    from slurmtopo.plandoc import launcher_of, read_plan
+    from slurmtopo.plan import launchers
+    from slurmtopo.plan.plandoc import launcher_of, read_plan
     from slurmtopo.sbatch.script import extract_plan
 
     class PerNode(launchers.Launcher):

@@ -18,11 +18,11 @@ from hypothesis import given, settings, strategies as st
 from slurmtopo.agent.nccl_xml import check_written, parse_nccl_xml, read_nccl_xml
 from slurmtopo.cli import main
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.inventory import dump_inventory, load_inventory, parse_inventory
-from slurmtopo.model import Gpu, Hardware, Inventory, Nic, Node, Placement, RankSlot
-from slurmtopo.nccl_topo import render
-from slurmtopo.presets import preset
-from slurmtopo.rankmap import nccl_env, nccl_topo_plan
+from slurmtopo.inventory.model import Gpu, Hardware, Inventory, Nic, Node, Placement, RankSlot
+from slurmtopo.inventory.presets import preset
+from slurmtopo.inventory.schema import dump_inventory, load_inventory, parse_inventory
+from slurmtopo.plan.nccl_topo import render
+from slurmtopo.plan.rankmap import nccl_env, nccl_topo_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 XML = ROOT / "tests" / "fixtures" / "nccl_xml"
@@ -137,7 +137,8 @@ def test_any_tree_round_trips(data):
 
 
 def test_output_is_deterministic_across_hash_seeds(tmp_path):
-    code = ("from slurmtopo.presets import preset; from slurmtopo.nccl_topo import render; "
+    code = ("from slurmtopo.inventory.presets import preset; "
+            "from slurmtopo.plan.nccl_topo import render; "
             "import sys; sys.stdout.write(render(preset('azure-nd96asr-v4'), 't').text)")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}, check=True).stdout
@@ -336,7 +337,7 @@ def test_a_job_on_virtualised_nodes_gets_the_file(tmp_path):
     """The batch script run under bash with a fake Slurm: env.sh exports
     NCCL_TOPO_FILE, the file is in the run directory and reads back."""
     from slurmtopo.binding.replan import fill_placement
-    from slurmtopo.groups import Layout
+    from slurmtopo.job.groups import Layout
     from tests.test_binding import DUMP_RANK, _run_job, _script
 
     inv_path = tmp_path / "vm.yaml"
@@ -363,7 +364,7 @@ def test_a_job_on_virtualised_nodes_gets_the_file(tmp_path):
 def _nvl72_vm_inventory(topo_file):
     """Two GB200 trays as VMs (a cloud's NVL72) in one NVLink domain, the
     admin naming the node type's topology file."""
-    from slurmtopo.model import NvlinkDomain
+    from slurmtopo.inventory.model import NvlinkDomain
 
     hw = replace(preset("gb200-nvl72-tray"), virtualised=True, nccl_topo_file=str(topo_file))
     dom = NvlinkDomain("5b1a2c3d-0000-4000-8000-000000000001", 1)
@@ -386,7 +387,7 @@ _TRAY_XML = """<system version="1">
 
 
 def test_rendered_files_describe_one_node():
-    from slurmtopo.nccl_topo import single_node_problem
+    from slurmtopo.plan.nccl_topo import single_node_problem
 
     for name in ("aws-p5.48xlarge", "azure-nd96asr-v4", "azure-nd96isr-h100-v5"):
         hw = preset(name)

@@ -13,18 +13,18 @@ from hypothesis import strategies as st
 from slurmtopo import api
 from slurmtopo.cost import CostParams, evaluate
 from slurmtopo.errors import LayoutError, PlacementError
-from slurmtopo.groups import Layout, build_groups
-from slurmtopo.links import LinkClass
-from slurmtopo.model import ClusterState, Fabric, Inventory, Node, NodeState, Switch
-from slurmtopo.choice import plan
-from slurmtopo.groups import span_of
+from slurmtopo.job.groups import Layout, build_groups
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import ClusterState, Fabric, Inventory, Node, NodeState, Switch
+from slurmtopo.plan.choice import plan
+from slurmtopo.job.groups import span_of
 from slurmtopo.placement import leaf_constrained_plan, naive_plan, nic_choice, random_plan
 from slurmtopo.placement.common import build_placement
 from slurmtopo.placement.constraints import positions
-from slurmtopo.presets import preset
-from slurmtopo.request import LEVELS, JobRequest, satisfies
-from slurmtopo.state import load_state
-from slurmtopo.topology import ring_class
+from slurmtopo.inventory.presets import preset
+from slurmtopo.job.request import LEVELS, JobRequest, satisfies
+from slurmtopo.inventory.state import load_state
+from slurmtopo.inventory.topology import ring_class
 
 EX = os.path.join(os.path.dirname(__file__), "..", "etc", "examples")
 EXAMPLES = ("h100-4node-2leaf", "h100-32node-fattree", "a6000-4node-pcie", "dgx1-v100-pair",
@@ -416,7 +416,7 @@ def test_leaf_constrained_stays_in_one_leaf():
     req = JobRequest(Layout(tp=8, dp=6))
     pl = leaf_constrained_plan(inv, state, req)
     check_invariants(inv, state, req, pl)
-    from slurmtopo.topology import network_view
+    from slurmtopo.inventory.topology import network_view
     view = network_view(inv.fabric)
     assert len({view.leaf[h] for h in pl.hosts}) == 1
     # too big for any leaf: fewest leaves
@@ -595,8 +595,8 @@ def test_slurms_default_is_a_candidate_at_every_job_size(world, monkeypatch):
     # (here a random placement stands in for a planner regression), plan()
     # with the safety net is never modelled slower than Slurm's default,
     # above the 4,096 ranks where other nestings stop being proposed too
-    from slurmtopo import choice
     from slurmtopo.placement.planner import FIRST, Proposal
+    from slurmtopo.plan import choice
 
     inv = _big(1024)
     req = JobRequest(Layout(tp=2, dp=world // 2))
@@ -617,8 +617,8 @@ def test_slurms_default_is_a_candidate_with_a_bad_cost_block(monkeypatch):
     # choice falls back to the default figures, it does not skip the net
     from dataclasses import replace as dc_replace
 
-    from slurmtopo import choice
     from slurmtopo.placement.planner import FIRST, Proposal
+    from slurmtopo.plan import choice
 
     inv = dc_replace(_big(64), cost={"alpha_uss": 1})
     req = JobRequest(Layout(tp=2, dp=64))
@@ -660,7 +660,7 @@ def test_partly_relaxed_keeps_the_blocks_that_fit():
 
 
 def test_constraint_report():
-    from slurmtopo.choice import constraint_report
+    from slurmtopo.plan.choice import constraint_report
     inv = ex("h100-4node-2leaf")
     req = JobRequest(Layout(tp=8, dp=3), require={"tp": "nvlink"}, prefer={"dp": "leaf"})
     pl = api.plan_job(inv, None, req)
@@ -684,7 +684,7 @@ def test_mixed_cluster_keeps_one_gpu_model():
 
 
 def _synthetic(kind: str) -> Inventory:
-    from slurmtopo.model import Block
+    from slurmtopo.inventory.model import Block
     hw = preset("hgx-h100-8")
     names = [f"h{i:02d}" for i in range(8)]
     nodes = {n: Node(name=n, hardware=hw) for n in names}
@@ -736,7 +736,7 @@ def test_gpus_per_node_smaller_than_a_required_group():
 def _nvl72_racks(trays=(4, 4)) -> Inventory:
     """Racks of GB200 trays (4 GPUs), one NVLink domain and one leaf per
     rack, a spine over the leaves."""
-    from slurmtopo.model import NvlinkDomain
+    from slurmtopo.inventory.model import NvlinkDomain
     hw = preset("gb200-nvl72-tray")
     nodes, leaves = {}, []
     for r, count in enumerate(trays):

@@ -1,4 +1,4 @@
-"""The preview without rich (slurmtopo.plainout) is byte for byte what rich
+"""The preview without rich (slurmtopo.show.plainout) is byte for byte what rich
 prints into a file or a pipe: every bundled example, several layouts, wide
 and narrow widths, warnings, notes, long and unsafe host names."""
 from __future__ import annotations
@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from slurmtopo import api, plainout
+from slurmtopo import api
 from slurmtopo.binding.replan import fill_placement
-from slurmtopo.groups import Layout
-from slurmtopo.model import ClusterState, NodeState
-from slurmtopo.preview import plan_parts
-from slurmtopo.request import JobRequest
-from slurmtopo.sheet import Column, Sheet, line
-from slurmtopo.tablefit import rich_parts
-from slurmtopo.termsafe import printable
+from slurmtopo.inventory.model import ClusterState, NodeState
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
+from slurmtopo.show import plainout
+from slurmtopo.show.preview import plan_parts
+from slurmtopo.show.sheet import Column, Sheet, line
+from slurmtopo.show.tablefit import rich_parts
+from slurmtopo.show.termsafe import printable
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "etc" / "examples"

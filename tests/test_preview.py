@@ -11,11 +11,11 @@ from rich.console import Console
 from slurmtopo import api
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.cost import CostReport, GroupCost
-from slurmtopo.groups import Layout
-from slurmtopo.links import LinkClass
-from slurmtopo.model import ClusterState, NodeState
-from slurmtopo.preview import (cost_table, default_color_kind, format_bytes, format_seconds,
-                               grid, render_plan, report_dict)
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import ClusterState, NodeState
+from slurmtopo.job.groups import Layout
+from slurmtopo.show.preview import (cost_table, default_color_kind, format_bytes, format_seconds,
+                                    grid, render_plan, report_dict)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
 
@@ -97,7 +97,7 @@ def test_render_plan_has_all_parts(h100, placement):
 
 
 def test_render_plan_with_real_cost_model(h100, placement):
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.request import JobRequest
 
     req = JobRequest(layout=Layout(tp=4, dp=3))
     rep = api.price(h100, placement, req)
@@ -132,9 +132,9 @@ def test_default_colour_kind(h100):
 
 def test_preview_lists_every_split_and_warns_far_from_the_bound():
     from slurmtopo.cost import lower_bound
-    from slurmtopo.choice import plan
-    from slurmtopo.request import JobRequest
-    from slurmtopo.preview import render_plan, splits
+    from slurmtopo.plan.choice import plan
+    from slurmtopo.job.request import JobRequest
+    from slurmtopo.show.preview import render_plan, splits
 
     inv = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
     # two nodes with 4 free GPUs each and one idle: one TP group of 8 fits
@@ -159,7 +159,7 @@ def test_preview_lists_every_split_and_warns_far_from_the_bound():
     assert "Groups split over hosts (1)" in text and lines[0] in text
     # far from the bound: warned with the ratio; near it: not
     ratio = cost.step_time_s / bound.step_time_s
-    from slurmtopo.preview import FAR_FROM_BOUND, bound_warning
+    from slurmtopo.show.preview import FAR_FROM_BOUND, bound_warning
     warned = bound_warning(cost, bound)
     assert (warned is not None) == (ratio >= FAR_FROM_BOUND)
     assert bound_warning(cost, lower_bound(inv, req, state=state)) == warned
@@ -201,8 +201,8 @@ def test_cost_table_stays_a_table_where_it_fits():
 def test_preview_of_a_real_plan_at_60_columns_cuts_no_number(tmp_path):
     """The whole `slurmtopo plan` preview as a 60-column terminal shows it."""
     from slurmtopo.api import prepare
-    from slurmtopo.preview import render_plan
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.request import JobRequest
+    from slurmtopo.show.preview import render_plan
 
     inv = api.load_cluster(str(EXAMPLES / "a6000-4node-pcie.yaml"))
     req = JobRequest(Layout(tp=2, pp=2, dp=4))

@@ -8,12 +8,12 @@ import pytest
 
 from slurmtopo import api
 from slurmtopo.errors import PlacementError, SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.model import ClusterState, NodeState
-from slurmtopo.choice import plan
+from slurmtopo.job.groups import Layout
+from slurmtopo.inventory.model import ClusterState, NodeState
+from slurmtopo.plan.choice import plan
 from slurmtopo.placement.queue import (INELIGIBLE, eligible_state, fits_ever, parse_constraint,
                                        plan_for_queue)
-from slurmtopo.request import JobRequest
+from slurmtopo.job.request import JobRequest
 
 INV = Path(__file__).resolve().parents[1] / "etc" / "examples" / "h100-4node-2leaf.yaml"
 

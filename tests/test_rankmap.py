@@ -15,11 +15,11 @@ from slurmtopo import api
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.cli import cli
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import Layout, build_groups
-from slurmtopo.model import Placement, RankSlot
-from slurmtopo.rankmap import (check_placement, dumps_rankmap, env_json,
-                               nccl_env, placement_from_dict, rail_aligned, rankmap_csv,
-                               rankmap_dict, rankmap_json, visible_devices)
+from slurmtopo.inventory.model import Placement, RankSlot
+from slurmtopo.job.groups import Layout, build_groups
+from slurmtopo.plan.rankmap import (check_placement, dumps_rankmap, env_json, nccl_env,
+                                    placement_from_dict, rail_aligned, rankmap_csv, rankmap_dict,
+                                    rankmap_json, visible_devices)
 from tests.rankenv import env_document, rank_env
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
@@ -261,8 +261,8 @@ def test_cross_nic_from_the_inventorys_rail_wiring(h100):
     # the wiring, not the plan, says the rails meet only at the top
     from dataclasses import replace as dc_replace
 
-    from slurmtopo.model import Fabric, Switch
-    from slurmtopo.topology import rail_optimised
+    from slurmtopo.inventory.model import Fabric, Switch
+    from slurmtopo.inventory.topology import rail_optimised
 
     hosts = tuple(h100.nodes)
     rails = tuple(Switch(name=f"rail{r}", nodes=hosts) for r in range(8))
@@ -283,8 +283,8 @@ def test_cross_nic_from_the_inventorys_rail_wiring(h100):
 def _trays(a, na: int, b, nb: int):
     """GB200 trays a0.. in NVLink domain ``a`` and b0.. in ``b``, one rank
     each: (inventory, placement, hosts)."""
-    from slurmtopo.model import Inventory, Node
-    from slurmtopo.presets import preset
+    from slurmtopo.inventory.model import Inventory, Node
+    from slurmtopo.inventory.presets import preset
 
     hw = preset("gb200-nvl72-tray")
     nodes = {f"a{i}": Node(f"a{i}", hw, nvlink_domain=a) for i in range(na)}
@@ -299,8 +299,8 @@ def test_mnnvl_clique_ids_split_a_clique_over_parts_only():
     # two racks of 4 trays; the job's 6 hosts in two IMEX parts (segments
     # with a channel each): rack 1's trays fall in both parts, so each part
     # gets its own clique id above the UUID's ids; rack 2 lies in one part
-    from slurmtopo.model import NvlinkDomain
-    from slurmtopo.rankmap import mnnvl_clique_ids
+    from slurmtopo.inventory.model import NvlinkDomain
+    from slurmtopo.plan.rankmap import mnnvl_clique_ids
 
     inv, p, hosts = _trays(NvlinkDomain("uuid-1", 3), 4, NvlinkDomain("uuid-2", 1), 2)
     got = mnnvl_clique_ids(inv, p, [["a0", "a1"], ["a2", "a3", "b0", "b1"]])
@@ -312,8 +312,8 @@ def test_mnnvl_clique_ids_stay_32_bit_and_unique():
     # NCCL reads the id as a 32-bit integer (env.rst): past 2^31-1 the ids
     # wrap to the lowest ones no host of the job has, never colliding with a
     # clique kept whole (uuid-1's clique 0 here)
-    from slurmtopo.model import NvlinkDomain
-    from slurmtopo.rankmap import CLIQUE_ID_MAX, mnnvl_clique_ids
+    from slurmtopo.inventory.model import NvlinkDomain
+    from slurmtopo.plan.rankmap import CLIQUE_ID_MAX, mnnvl_clique_ids
 
     inv, p, _ = _trays(NvlinkDomain("uuid-1", CLIQUE_ID_MAX), 3, NvlinkDomain("uuid-1", 0), 2)
     got = mnnvl_clique_ids(inv, p, [["a0"], ["a1"], ["a2", "b0", "b1"]])

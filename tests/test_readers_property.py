@@ -509,7 +509,7 @@ def test_a_fifo_as_the_compiled_cache_is_passed_over(tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
     (reports / "gpu01.yaml").write_text(BY_NAME["reports-dir"].seed)
-    from slurmtopo.compiled import COMPILED_NAME
+    from slurmtopo.inventory.compiled import COMPILED_NAME
     os.mkfifo(reports / COMPILED_NAME)
     code, err = _cli(["plan", "--inventory", str(reports), "--tp", "8"],
                      env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
@@ -519,7 +519,8 @@ def test_a_fifo_as_the_compiled_cache_is_passed_over(tmp_path):
 @pytest.mark.parametrize("snippet", [
     "from slurmtopo.agent.sysfs import Sysfs; assert Sysfs({root!r}).read('f') is None",
     "from slurmtopo.agent.watch import Agent; assert Agent._read({fifo!r}) is None",
-    "from slurmtopo.compiled import read_compiled; from slurmtopo.usercache import slot_in; "
+    "from slurmtopo.inventory.compiled import read_compiled; "
+    "from slurmtopo.files.usercache import slot_in; "
     "assert read_compiled(slot_in({root!r}, 'f', 'inventories')) is None",
 ], ids=["sysfs", "agent-watch", "compiled-cache"])
 def test_library_readers_pass_over_a_fifo(snippet, tmp_path):

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 from slurmtopo.errors import LayoutError
-from slurmtopo.groups import Layout
-from slurmtopo.links import LinkClass
-from slurmtopo.request import (LEVEL_INDEX, LEVELS, JobRequest, level_of_class, normalise_kind,
-                               normalise_level, parse_pairs, satisfies)
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import (LEVEL_INDEX, LEVELS, JobRequest, level_of_class, normalise_kind,
+                                   normalise_level, parse_pairs, satisfies)
 
 
 def test_levels_are_ordered_tightest_first():

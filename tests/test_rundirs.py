@@ -1,5 +1,5 @@
-"""Run directories in places other users can reach (slurmtopo/rundirs.py,
-slurmtopo/safedir.py): nothing is followed through a link, another user's
+"""Run directories in places other users can reach (slurmtopo/files/rundirs.py,
+slurmtopo/files/safedir.py): nothing is followed through a link, another user's
 directory is refused with one line that names it, its owner and the way
 out, slurmtopo's own directories are 0700 and files 0600 whatever the
 umask, and pruning never leaves the runs root (issue 21).
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo import safedir
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.rundirs import (check_location, clean_old, layout, open_run_dir, run_dir_for,
-                               save_script)
+from slurmtopo.files import safedir
+from slurmtopo.files.rundirs import (check_location, clean_old, layout, open_run_dir, run_dir_for,
+                                     save_script)
 
 
 def _age(path: Path, days: float) -> None:

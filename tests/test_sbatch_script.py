@@ -18,14 +18,14 @@ import pytest
 
 from slurmtopo import __version__, api
 from slurmtopo.binding.replan import fill_placement
-from slurmtopo.plandoc import planned_placement, read_plan
+from slurmtopo.plan.plandoc import planned_placement, read_plan
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.model import ClusterState
+from slurmtopo.job.groups import Layout
+from slurmtopo.inventory.model import ClusterState
 from slurmtopo.sbatch import SbatchRequest, sanitize_job_name, topology_request
 from slurmtopo.sbatch.launch import Launch
 from slurmtopo.sbatch.script import PLAN_DELIMITER, comment_text
-from slurmtopo.state import load_state
+from slurmtopo.inventory.state import load_state
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "etc" / "examples"
@@ -289,7 +289,7 @@ def test_default_job_name_from_the_command(command, name):
 def _fat_tree(nodes: int):
     """``nodes`` HGX H100 nodes, 32 a leaf switch, the leaves under one
     spine: big enough for a 32,768-rank plan."""
-    from slurmtopo.inventory import parse_inventory
+    from slurmtopo.inventory.schema import parse_inventory
 
     leaves = [{"name": f"leaf{i:03d}", "nodes": f"n[{i * 32 + 1:05d}-{i * 32 + 32:05d}]"}
               for i in range(nodes // 32)]

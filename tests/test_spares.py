@@ -15,11 +15,11 @@ import pytest
 from slurmtopo.binding.replan import fill_placement
 from slurmtopo.binding.spares import replan_after_loss
 from slurmtopo.errors import PlacementError, SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
-from slurmtopo.model import ClusterState, Fabric, Inventory, Node, NodeState, NvlinkDomain
+from slurmtopo.inventory.model import ClusterState, Fabric, Inventory, Node, NodeState, NvlinkDomain
+from slurmtopo.inventory.presets import preset
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.job.groups import Layout
 from slurmtopo.placement.spares import choose_spares, domain_of
-from slurmtopo.presets import preset
 from tests.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,6 +35,7 @@ H100 = gpu_figures("NVIDIA H100 80GB HBM3", 81559)[0]
     # the card's active count includes the input embedding
     ("deepseek-v3", 671, 37, True), ("qwen3-30b-a3b", 30.5, 3.3, True),
     ("qwen3-235b-a22b", 235, 22, True), ("gpt-oss-120b", 116.8, 5.1, False),
+    ("gpt-oss-20b", 20.9, 3.6, False),
     ("kimi-k2", 1026, 32, True), ("gpt3-175b", 175, 175, False),
     ("nemotron4-340b", 341, 341, True),
 ])
@@ -92,7 +93,7 @@ def test_config_keys_are_a_base_that_model_overrides():
 
 
 def test_configs_give_the_model_keys():
-    from slurmtopo.frameworks.configs import model_keys_from_config, overlaps_from_config
+    from slurmtopo.job.frameworks.configs import model_keys_from_config, overlaps_from_config
     args = ("--tensor-model-parallel-size 4 --pipeline-model-parallel-size 4 --num-layers 80 "
             "--hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 "
             "--group-query-attention --num-query-groups 8 --seq-length 8192 "
@@ -164,13 +165,15 @@ def test_inventory_gpu_compute_is_validated_at_load(tmp_path):
     assert code != 0 and err.count("\n") == 1 and "gpu_compute.h100.bf16" in err
     good = tmp_path / "good.yaml"
     good.write_text(doc + "cost:\n  gpu_compute: {h100: {bf16: 500, fp8: 1000, hbm_gbps: 3350}}\n")
+    # matrices large enough that the peak, not the calls' fixed time, sets the pace
+    model = "llama3-8b,seq_len=8192,micro_batch=4"
     code, out, err = run_cli(["plan", "--inventory", str(good), "--tp", "8", "--world", "8",
-                              "--model", "llama3-8b", "--output-dir", str(tmp_path / "q"),
+                              "--model", model, "--output-dir", str(tmp_path / "q"),
                               "--json"])
     assert code == 0, err
     slow = json.loads(out)["step"]
     code, out, err = run_cli(["plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
-                              "--tp", "8", "--world", "8", "--model", "llama3-8b",
+                              "--tp", "8", "--world", "8", "--model", model,
                               "--output-dir", str(tmp_path / "r"), "--json"])
     fast = json.loads(out)["step"]
     assert slow["compute_s"] > 1.5 * fast["compute_s"]  # half the peak the inventory states
@@ -189,6 +192,22 @@ def test_small_per_gpu_matrices_run_slower():
     assert eight * 8 > one
     full = stage_compute(replace(spec, recompute="full"), Dims(tp=8), H100)
     assert full.recompute_s == pytest.approx(full.forward_s - dict(full.parts)["logits"] / 3)
+
+
+def test_fine_grained_experts_pay_each_calls_fixed_time():
+    """A rank computes the same expert FLOPs at EP 1 and EP 8 (its tokens'
+    top_k copies), but at EP 1 in 128 expert GEMMs, at EP 8 in 16: the
+    difference is the fixed time of 112 calls a layer, forward and backward
+    (and the 112 more experts' weights read from HBM)."""
+    from slurmtopo.cost.compute import FIT
+    spec = parse_model("qwen3-30b-a3b,seq_len=4096,micro_batch=4")
+    one = dict(stage_compute(spec, Dims(ep=1), H100).parts)["expert_gemm"]
+    eight = dict(stage_compute(spec, Dims(ep=8), H100).parts)["expert_gemm"]
+    calls = (128 - 16) * spec.resolved().moe_layers * 3  # forward + backward (2x)
+    fixed = calls * FIT.gemm_latency_us * 1e-6
+    r = spec.resolved()
+    weights = (128 - 16) * r.mlp_matrices * r.hidden * r.expert_ffn * 2 * calls / 112 / 3.35e12
+    assert one - eight == pytest.approx(fixed + weights, rel=0.02)
 
 
 # ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Strings someone else chose never act on the reader's terminal (issue 21):
 `daemon status` printed a job named $'x\\e]0;PWNED\\a' raw. One helper
-(slurmtopo.termsafe) escapes them for plain output, logs, rich markup and
+(slurmtopo.show.termsafe) escapes them for plain output, logs, rich markup and
 error lines; here every path that prints one is checked."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 
 from click.testing import CliRunner
 
-from slurmtopo.termsafe import PrintableFormatter, markup, printable
+from slurmtopo.show.termsafe import PrintableFormatter, markup, printable
 
 HOSTILE = "x\x1b]0;PWNED\x07\u202eevil\x9b2J\ty"
 
@@ -127,11 +127,11 @@ def test_show_escapes_what_slurm_and_the_run_directory_say(tmp_path, capsys, mon
 def test_the_preview_grid_escapes_host_names():
     from rich.console import Console
 
-    from slurmtopo.choice import plan
-    from slurmtopo.groups import Layout
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.preview import grid
-    from slurmtopo.request import JobRequest
+    from slurmtopo.inventory.schema import load_inventory
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.job.request import JobRequest
+    from slurmtopo.plan.choice import plan
+    from slurmtopo.show.preview import grid
     from dataclasses import replace
 
     inv = load_inventory(os.path.join(os.path.dirname(__file__), "..", "etc", "examples",

@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import List, Sequence, Tuple
 
-from slurmtopo.model import Block, Inventory, NvlinkDomain
+from slurmtopo.inventory.model import Block, Inventory, NvlinkDomain
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.fileio import atomic_write, ensure_dir, read_text
-from slurmtopo.inventory import node_report, parse_inventory
-from slurmtopo.yamlio import load_document, parse_text
+from slurmtopo.files.fileio import atomic_write, ensure_dir, read_text
+from slurmtopo.files.yamlio import load_document, parse_text
+from slurmtopo.inventory.schema import node_report, parse_inventory
 
 REPORT_SUFFIXES = (".yaml", ".yml", ".json")
 #: largest report accepted from a node (a report is a few KiB)
@@ -221,7 +221,7 @@ def _regular(path: str, what: str) -> None:
     """A file paramiko will open must be a regular file (a FIFO would hang
     the collection)."""
     from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.fileio import check_regular
+    from slurmtopo.files.fileio import check_regular
 
     try:
         check_regular(path)

@@ -43,14 +43,14 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from slurmtopo import __version__
 from slurmtopo.admin.switch_tree import HostSelection, derive_fabric, left_out_message
-from slurmtopo.hostlist import natural_key
+from slurmtopo.inventory.hostlist import natural_key
 from slurmtopo.admin.block_domains import BlockNaming, domain_blocks, doubling_sizes
 from slurmtopo.admin.cliques import drop_from_blocks, stray_note, strays_in_blocks
 from slurmtopo.admin.ibnetdiscover import IbFabric
 from slurmtopo.slurmfmt.slurm_conf import SlurmConf
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import Block, Fabric, Inventory, Switch
-from slurmtopo.topology import nvlink_domains, switch_levels
+from slurmtopo.inventory.model import Block, Fabric, Inventory, Switch
+from slurmtopo.inventory.topology import nvlink_domains, switch_levels
 
 #: name of the switch added above switches that have no common parent
 TOP_SWITCH = "top"

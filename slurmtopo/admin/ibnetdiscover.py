@@ -302,5 +302,5 @@ def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
 
 
 def read_ibnetdiscover(path) -> IbFabric:
-    from slurmtopo.fileio import MAX_FABRIC_DUMP_BYTES, read_text
+    from slurmtopo.files.fileio import MAX_FABRIC_DUMP_BYTES, read_text
     return parse_ibnetdiscover(read_text(path, MAX_FABRIC_DUMP_BYTES), str(path))

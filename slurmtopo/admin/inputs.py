@@ -17,13 +17,13 @@ from typing import List, Optional, Set
 
 from slurmtopo.admin.block_domains import BlockNaming
 from slurmtopo.errors import InventoryError, SlurmtopoError
-from slurmtopo.hostlist import expand_hostlist, expand_indices
-from slurmtopo.inventory import load_inventory, parse_inventory
-from slurmtopo.model import Fabric, Inventory
+from slurmtopo.files.yamlio import load_document
+from slurmtopo.inventory.hostlist import expand_hostlist, expand_indices
+from slurmtopo.inventory.model import Fabric, Inventory
+from slurmtopo.inventory.schema import load_inventory, parse_inventory
 from slurmtopo.slurmfmt.checks import valid_block_sizes
 from slurmtopo.slurmfmt.slurm_conf import SlurmConf, read_slurm_conf
 from slurmtopo.slurmfmt.topology_files import read_topology_conf
-from slurmtopo.yamlio import load_document
 
 
 def parse_nodes(text: Optional[str]) -> Optional[List[str]]:

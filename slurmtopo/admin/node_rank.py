@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from slurmtopo.slurmfmt.checks import WARNING, Problem
-from slurmtopo.hostlist import natural_key
-from slurmtopo.model import Fabric
+from slurmtopo.inventory.hostlist import natural_key
+from slurmtopo.inventory.model import Fabric
 
 PARAM = "BlockAsNodeRank"
 #: the release that added it (CHANGELOG/slurm-25.11.md)

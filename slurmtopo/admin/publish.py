@@ -3,7 +3,7 @@
 Every admin command ends here. ``--diff`` prints a unified diff against the
 current file (and a summary of what changes, from the readers) and touches
 nothing. A real write runs the checks first (:func:`~.checks.enforce`), then
-goes through :func:`slurmtopo.fileio.atomic_write`: a temporary file in the
+goes through :func:`slurmtopo.files.fileio.atomic_write`: a temporary file in the
 same directory, fsynced, renamed over the old one, with a timestamped backup
 and the old file's mode and owner kept. slurmctld only rereads the file on
 ``scontrol reconfigure``; we print that step and run it only when asked.
@@ -16,13 +16,13 @@ from typing import Callable, List, Optional, Sequence
 
 from slurmtopo.slurmfmt.checks import ERROR, REFUSE, Problem, enforce
 from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.fileio import KEEP_BACKUPS, atomic_write
+from slurmtopo.files.fileio import KEEP_BACKUPS, atomic_write
 
 Echo = Callable[[str], None]
 
 
 def current_text(path: str) -> Optional[str]:
-    from slurmtopo.fileio import read_text
+    from slurmtopo.files.fileio import read_text
 
     if not os.path.lexists(path):
         return None

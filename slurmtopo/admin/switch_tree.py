@@ -36,8 +36,8 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence,
 
 
 from slurmtopo.admin.ibnetdiscover import IbFabric, IbNode
-from slurmtopo.hostlist import fold_hostlist, natural_key
-from slurmtopo.model import Fabric, Switch
+from slurmtopo.inventory.hostlist import fold_hostlist, natural_key
+from slurmtopo.inventory.model import Fabric, Switch
 from slurmtopo.slurmfmt.checks import NAME_RE
 
 #: words of vendors' default node descriptions ("MT4123 ConnectX6 Mellanox Technologies")
@@ -320,7 +320,7 @@ class HostSelection:
 @dataclass
 class DerivedTree:
     """What :func:`derive_fabric` makes of a discovered fabric: the switch
-    tree Slurm should see and how it was made (not :class:`slurmtopo.model.
+    tree Slurm should see and how it was made (not :class:`slurmtopo.inventory.model.
     Derived`, a loaded value's tables)."""
 
     fabric: Fabric

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from slurmtopo.model import MAX_CPUS, CpuTopology, format_cpulist
+from slurmtopo.inventory.model import MAX_CPUS, CpuTopology, format_cpulist
 
 #: NUMA node ids of the two chips of an IBM POWER9 (AC922, IC922) node
 POWER9_CHIP_NODES = frozenset({0, 8})

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional
 
-from slurmtopo.links import parse_token
-from slurmtopo.model import Gpu, Node
+from slurmtopo.inventory.links import parse_token
+from slurmtopo.inventory.model import Gpu, Node
 
 #: Slurm keeps node reasons short; longer summaries are cut
 MAX_SUMMARY = 200

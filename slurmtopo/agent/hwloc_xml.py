@@ -28,7 +28,7 @@ from slurmtopo.agent.pcitree import Bridge, TreeDevice, tree_discovery
 from slurmtopo.agent.report import Discovery
 from slurmtopo.agent.sysfs import canonical_pci
 from slurmtopo.agent.xmlsafe import XmlDoc, read_xml
-from slurmtopo.model import parse_cpumask
+from slurmtopo.inventory.model import parse_cpumask
 
 WHAT = "an hwloc topology (lstopo --of xml)"
 MAX_DEPTH = 64

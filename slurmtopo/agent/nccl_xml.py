@@ -35,7 +35,7 @@ from slurmtopo.agent.pcitree import Bridge, TreeDevice, tree_discovery
 from slurmtopo.agent.report import Discovery
 from slurmtopo.agent.sysfs import canonical_pci
 from slurmtopo.agent.xmlsafe import XmlDoc, parse_xml, read_xml
-from slurmtopo.model import Hardware, parse_cpumask
+from slurmtopo.inventory.model import Hardware, parse_cpumask
 
 WHAT = "an NCCL topology file"
 #: deeper PCI nesting than this is a broken (or hostile) file, not a machine
@@ -166,7 +166,7 @@ def parse_nccl_xml(text: str, where: str, node_name: Optional[str] = None) -> Di
 
 
 def check_written(hw: Hardware, text: str, where: str) -> List[str]:
-    """Read ``text`` (a file :mod:`slurmtopo.nccl_topo` wrote for ``hw``)
+    """Read ``text`` (a file :mod:`slurmtopo.plan.nccl_topo` wrote for ``hw``)
     back and list every relation that differs from ``hw`` (PHB, which
     NCCL's format cannot say, comes back as NODE)."""
     back = parse_nccl_xml(text, where).node.hardware if any(

@@ -30,9 +30,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from slurmtopo.agent.report import Discovery, report_block, short_hostname
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.agent.sysfs import IBMNPU_CLASS, NVSWITCH_CLASS, Sysfs, canonical_pci
-from slurmtopo.model import (Gpu, Hardware, MigDevice, Nic, Node, NvlinkDomain, NvLinkPort,
-                             format_cpulist)
-from slurmtopo.yamlio import BlockList
+from slurmtopo.inventory.model import (Gpu, Hardware, MigDevice, Nic, Node, NvlinkDomain,
+                                       NvLinkPort, format_cpulist)
+from slurmtopo.files.yamlio import BlockList
 
 #: 64-bit words asked of nvmlDeviceGetCpuAffinity (as many CPUs as Slurm's MAX_CPUS)
 CPU_SET_WORDS = 512

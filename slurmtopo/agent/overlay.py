@@ -16,8 +16,8 @@ from typing import Dict, List, Optional
 
 from slurmtopo.agent.report import Discovery
 from slurmtopo.agent.sysfs import canonical_pci
-from slurmtopo.links import LinkClass, parse_token
-from slurmtopo.model import Hardware, Nic
+from slurmtopo.inventory.links import LinkClass, parse_token
+from slurmtopo.inventory.model import Hardware, Nic
 
 
 def overlay_tree(nvml: Discovery, tree: Discovery, source: str) -> Discovery:

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from slurmtopo.agent.report import Discovery, report_block, short_hostname
 from slurmtopo.agent.cpulayout import infer_cpu_layout
 from slurmtopo.agent.sysfs import canonical_pci
-from slurmtopo.model import Gpu, Hardware, Nic, Node
+from slurmtopo.inventory.model import Gpu, Hardware, Nic, Node
 
 #: NCCL's PCI class for an NVSwitch (the far end of a GPU's NVLinks)
 NVSWITCH_CLASS = "0x068000"

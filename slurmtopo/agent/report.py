@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from slurmtopo.agent import AGENT_VERSION
-from slurmtopo.inventory import node_report
-from slurmtopo.model import Node
+from slurmtopo.inventory.model import Node
+from slurmtopo.inventory.schema import node_report
 
 #: report keys that change on every run without the node changing
 VOLATILE_KEYS = ("generated_at",)

@@ -29,8 +29,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from slurmtopo.agent.cpulayout import infer_cpu_layout
 from slurmtopo.agent.report import Discovery, report_block, short_hostname
 from slurmtopo.errors import InventoryError
-from slurmtopo.links import parse_token, normalise_token
-from slurmtopo.model import Gpu, Hardware, Nic, Node, parse_cpulist
+from slurmtopo.inventory.links import parse_token, normalise_token
+from slurmtopo.inventory.model import Gpu, Hardware, Nic, Node, parse_cpulist
 
 #: cells of ``nvidia-smi topo -p2p r|w|n|a`` (a matrix of the same shape)
 P2P_STATUS = frozenset(("OK", "CNS", "GNS", "TNS", "NS", "DR", "U"))

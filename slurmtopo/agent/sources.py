@@ -31,7 +31,7 @@ def discoveries(from_smi: Optional[str] = None, node_name: Optional[str] = None,
     if from_smi:
         from slurmtopo.agent.smi import smi_discovery
 
-        from slurmtopo.fileio import read_text
+        from slurmtopo.files.fileio import read_text
 
         text = read_text(from_smi, errors="replace")
         return smi_discovery(text, from_smi, node_name=node_name, model=model,

@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from slurmtopo.hostlist import natural_key
-from slurmtopo.model import CpuTopology, parse_cpulist
+from slurmtopo.inventory.hostlist import natural_key
+from slurmtopo.inventory.model import CpuTopology, parse_cpulist
 
 PCI_RE = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 ROOT_BUS_RE = re.compile(r"^pci([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2})$")
@@ -84,7 +84,7 @@ class Sysfs:
         unreadable or not a regular file (a FIFO under a test root is
         refused, never waited on)."""
         from slurmtopo.errors import SlurmtopoError
-        from slurmtopo.fileio import read_text
+        from slurmtopo.files.fileio import read_text
 
         try:
             return read_text(self.path(*parts), MAX_ATTRIBUTE_BYTES, errors="replace").strip()

@@ -29,8 +29,8 @@ from slurmtopo.agent import health
 from slurmtopo.slurmfmt.gres_lines import gres_text
 from slurmtopo.agent.report import Discovery, comparable
 from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.fileio import atomic_write
-from slurmtopo.inventory import load_inventory
+from slurmtopo.files.fileio import atomic_write
+from slurmtopo.inventory.schema import load_inventory
 
 log = logging.getLogger("slurmtopo.agent")
 
@@ -78,7 +78,7 @@ class Agent:
     def _read(path: str) -> Optional[str]:
         """The file's text, or None when it is missing or unreadable (a
         FIFO or device in its place included: refused, never waited on)."""
-        from slurmtopo.fileio import read_text
+        from slurmtopo.files.fileio import read_text
 
         try:
             return read_text(path)

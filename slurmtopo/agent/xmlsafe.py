@@ -17,7 +17,7 @@ import defusedxml
 from defusedxml.ElementTree import DefusedXMLParser
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.fileio import read_text
+from slurmtopo.files.fileio import read_text
 
 #: the largest topology file read (a big hwloc export is a few MB)
 MAX_BYTES = 32 * 1024 * 1024

@@ -24,16 +24,16 @@ Each kind is a promise that breaks silently:
   the tasks really got it.
 
 Pure: the command reads Slurm (through the backend) and the tasks (a probe
-step, :mod:`slurmtopo.taskprobe`), this module compares.
+step, :mod:`slurmtopo.plan.taskprobe`), this module compares.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from slurmtopo.model import Inventory, Placement
-from slurmtopo.taskprobe import (MAX_TASK_LINES, PROBE_PROCESSES, PROBE_SELF,  # noqa: F401
-                                 TASK_KEYS, TaskSeen, int_list, parse_task_lines)
+from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.plan.taskprobe import (MAX_TASK_LINES, PROBE_PROCESSES, PROBE_SELF,  # noqa: F401
+                                      TASK_KEYS, TaskSeen, int_list, parse_task_lines)
 
 KINDS = ("segment", "switches", "block-whole", "node-out-of-block", "rank-order", "task-env")
 
@@ -144,7 +144,7 @@ Rule = Tuple[List[str], Optional[str]]
 
 
 def _expected_blocks(inv: Inventory) -> Dict[str, str]:
-    from slurmtopo.topology import block_of
+    from slurmtopo.inventory.topology import block_of
 
     return inv.derive("contracts.block_of", lambda: block_of(inv))
 
@@ -158,7 +158,7 @@ def _slurm_block_of(view: SlurmView) -> Dict[str, str]:
 
 
 def _fold(hosts: Sequence[str]) -> str:
-    from slurmtopo.hostlist import fold_hostlist
+    from slurmtopo.inventory.hostlist import fold_hostlist
 
     return fold_hostlist(list(hosts)) if hosts else "none"
 
@@ -191,7 +191,7 @@ def _segment(inv: Inventory, view: SlurmView, job: JobSeen) -> Rule:
 def _switches(inv: Inventory, view: SlurmView, job: JobSeen) -> Rule:
     if not job.switches:
         return [], None
-    from slurmtopo.topology import network_view
+    from slurmtopo.inventory.topology import network_view
 
     leaf = dict(network_view(inv.fabric).leaf) if inv.fabric.switches else {}
     if not leaf:
@@ -300,7 +300,7 @@ def _rank_order(inv: Inventory, view: SlurmView, job: JobSeen) -> Rule:
     if block:
         dom, what = block, "block"
     else:
-        from slurmtopo.topology import network_view
+        from slurmtopo.inventory.topology import network_view
 
         dom, what = dict(network_view(inv.fabric).leaf), "leaf switch"
     seq = [dom.get(h) for h in order]

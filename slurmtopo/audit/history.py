@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Tuple
 from slurmtopo.audit.contention import LinkWatch
 from slurmtopo.audit.contention import summary as contention_summary
 from slurmtopo.audit.placements import Auditor, JobAudit, RunningJob
-from slurmtopo.model import ClusterState, Inventory
+from slurmtopo.inventory.model import ClusterState, Inventory
 from slurmtopo.simulate.trace import Skipped, Trace
 
 

@@ -3,7 +3,7 @@
 "Could have had" means: the same job (its GPU count, node count and the
 layout :mod:`slurmtopo.simulate.layouts` gives it: a job's layout is not
 known to Slurm, so every job gets the layout rule's, the one ``slurmtopo
-simulate`` uses) planned by slurmtopo's planner (:func:`slurmtopo.choice.plan`)
+simulate`` uses) planned by slurmtopo's planner (:func:`slurmtopo.plan.choice.plan`)
 on the cluster as it was without the job: every GPU free then, the job's own
 included. For the live cluster that is today's free GPUs plus the job's own
 (what was free when it started is gone); for a past period
@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 
 from slurmtopo.audit.spans import Spans, fewest, spans
 from slurmtopo.errors import PlacementError
-from slurmtopo.model import ClusterState, Inventory, NodeState
+from slurmtopo.inventory.model import ClusterState, Inventory, NodeState
 from slurmtopo.simulate.layouts import JobShape, LayoutRules, node_size, shape_of
 
 
@@ -110,7 +110,7 @@ class Auditor:
     parameters and the node size found once)."""
 
     def __init__(self, inv: Inventory, rules: LayoutRules):
-        from slurmtopo.choice import params_of
+        from slurmtopo.plan.choice import params_of
 
         self.inv = inv
         self.rules = rules
@@ -135,7 +135,7 @@ class Auditor:
         """``job`` against slurmtopo's plan on ``before`` (the cluster
         without the job; see the module doc)."""
         from slurmtopo.cost.step import price_step
-        from slurmtopo.choice import plan
+        from slurmtopo.plan.choice import plan
 
         inv = self.inv
         shape, req, today_pl = self.today(job)

@@ -41,7 +41,7 @@ def _job_key(job_id: str):
 
 
 def job_doc(a: JobAudit) -> Dict[str, Any]:
-    from slurmtopo.hostlist import fold_hostlist
+    from slurmtopo.inventory.hostlist import fold_hostlist
 
     extra = {}
     for k in COUNTS:
@@ -139,8 +139,8 @@ def job_table(doc: Dict[str, Any]):
     from rich import box
     from rich.table import Table
 
-    from slurmtopo.tablefit import Fitted
-    from slurmtopo.termsafe import markup
+    from slurmtopo.show.tablefit import Fitted
+    from slurmtopo.show.termsafe import markup
 
     s = doc["summary"]
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
@@ -167,8 +167,8 @@ def stranded_table(doc: Dict[str, Any]):
     from rich import box
     from rich.table import Table
 
-    from slurmtopo.tablefit import Fitted
-    from slurmtopo.termsafe import markup
+    from slurmtopo.show.tablefit import Fitted
+    from slurmtopo.show.termsafe import markup
 
     st = doc["stranded"]
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
@@ -235,8 +235,8 @@ def contracts_table(report):
     from rich import box
     from rich.table import Table
 
-    from slurmtopo.tablefit import Fitted
-    from slurmtopo.termsafe import markup
+    from slurmtopo.show.tablefit import Fitted
+    from slurmtopo.show.termsafe import markup
 
     n = len(report.violations)
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,

@@ -9,7 +9,7 @@ from slurmtopo.audit.contention import LinkWatch
 from slurmtopo.audit.contention import summary as contention_summary
 from slurmtopo.audit.placements import Auditor, JobAudit, RunningJob, with_jobs, without
 from slurmtopo.audit.stranded import Stranded, stranded
-from slurmtopo.model import ClusterState, Inventory
+from slurmtopo.inventory.model import ClusterState, Inventory
 
 
 @dataclass(frozen=True)

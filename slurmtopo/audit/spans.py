@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence
 
-from slurmtopo.model import Inventory
+from slurmtopo.inventory.model import Inventory
 
 
 @dataclass(frozen=True)

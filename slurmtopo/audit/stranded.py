@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-from slurmtopo.model import ClusterState, Inventory
+from slurmtopo.inventory.model import ClusterState, Inventory
 
 
 @dataclass(frozen=True)

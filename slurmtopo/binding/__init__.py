@@ -16,7 +16,7 @@ which
    auto|yes|no``; see :func:`detect_constrained`);
 3. keeps the plan when every planned GPU was allocated, otherwise re-plans
    on exactly the allocation (everything else marked busy) with
-   :func:`slurmtopo.choice.plan` and logs what moved;
+   :func:`slurmtopo.plan.choice.plan` and logs what moved;
 4. writes ``DIR/hostfile`` (line r = host of rank r, for ``srun
    --distribution=arbitrary``), ``DIR/rankmap.json`` (what really runs),
    ``DIR/task-env.sh`` (every task's environment as POSIX sh; for a big job
@@ -24,7 +24,7 @@ which
    variables, shell-quoted), which the script sources before ``srun``.
 
 ``srun`` then starts every task as ``/bin/sh -c TASK_SNIPPET``
-(:mod:`slurmtopo.plandoc`), which evaluates the task environment for its
+(:mod:`slurmtopo.plan.plandoc`), which evaluates the task environment for its
 ``SLURM_PROCID`` (reading only its block of ranks in a big job), sets RANK,
 LOCAL_RANK, CUDA_VISIBLE_DEVICES, ..., binds itself with ``taskset`` to the
 planned CPUs that exist *on that host* and execs the user's command. Doing
@@ -45,5 +45,5 @@ nothing, so no module here can import its own package half-initialised):
 channel segment of every host: per-host ``NCCL_MNNVL_CLIQUE_ID``), ``taskenv`` (every
 task's environment as POSIX sh), ``launcher`` (the older per-rank exec),
 ``limits`` (size limits and constants). The plan document they read is
-:mod:`slurmtopo.plandoc`.
+:mod:`slurmtopo.plan.plandoc`.
 """

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import Hardware, Inventory, parse_cpulist
+from slurmtopo.inventory.model import Hardware, Inventory, parse_cpulist
 from slurmtopo.binding.limits import CGROUP_MODES
 from slurmtopo.errors import SlurmError
 from slurmtopo.slurmfmt.gres_strings import gpu_index_lists
-from slurmtopo.taskprobe import int_list
+from slurmtopo.plan.taskprobe import int_list
 
 
 @dataclass
@@ -47,7 +47,7 @@ def parse_scontrol_job(text: str) -> Dict[str, Tuple[int, ...]]:
     (Slurm >= 20.02; several GPU types are summed) and the older
     ``GRES_IDX=gpu(IDX:0-3)``. A node line without GPUs maps to ().
     """
-    from slurmtopo.hostlist import expand_hostlist
+    from slurmtopo.inventory.hostlist import expand_hostlist
 
     out: Dict[str, Tuple[int, ...]] = {}
     for line in text.splitlines():
@@ -99,7 +99,7 @@ def read_allocation(env: Mapping[str, str], slurm=None,
     backend (default: the command-line one); a question it cannot answer
     falls through to the next source.
     """
-    from slurmtopo.hostlist import expand_hostlist
+    from slurmtopo.inventory.hostlist import expand_hostlist
 
     slurm = slurm if slurm is not None else default_backend()
 
@@ -238,7 +238,7 @@ def lost_nodes(slurm, alloc: Allocation, hosts: Iterable[str]) -> Dict[str, str]
     job's allocation (``scontrol show job -d`` no longer lists them, as
     Slurm does with a ``--no-kill`` job's failed node). A question Slurm
     cannot answer finds nothing lost."""
-    from slurmtopo.model import NodeState
+    from slurmtopo.inventory.model import NodeState
 
     wanted = list(dict.fromkeys(hosts))
     out: Dict[str, str] = {}

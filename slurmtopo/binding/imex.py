@@ -7,7 +7,7 @@ map each other's memory. NCCL does not know that: it uses multi-node NVLink
 between every two ranks of one (cluster UUID, clique id), so where Slurm put
 hosts of one NVLink clique in two segments, each segment's hosts need a
 clique id of their own (``NCCL_MNNVL_CLIQUE_ID``,
-:func:`slurmtopo.rankmap.mnnvl_clique_ids`). Which hosts share a segment is
+:func:`slurmtopo.plan.rankmap.mnnvl_clique_ids`). Which hosts share a segment is
 known only once the job runs: Slurm places the segments then. This module
 reads it from Slurm, at start, from the real allocation:
 
@@ -84,7 +84,7 @@ def host_nccl_env(env: Mapping[str, str], slurm, job_id: str, inv, placement,
     """host -> the NCCL variables that differ by host: ``NCCL_MNNVL_CLIQUE_ID``
     where a clique lies in several segments (none when the job has one
     channel, or the user exported the variable: theirs is kept)."""
-    from slurmtopo.rankmap import mnnvl_clique_ids
+    from slurmtopo.plan.rankmap import mnnvl_clique_ids
 
     parts = segment_parts(env, slurm, job_id, list(placement.by_host()), log)
     if parts is None:

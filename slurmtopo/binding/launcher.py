@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import Placement, format_cpulist, parse_cpulist
-from slurmtopo.taskprobe import int_list
+from slurmtopo.inventory.model import Placement, format_cpulist, parse_cpulist
+from slurmtopo.plan.taskprobe import int_list
 from slurmtopo.binding.limits import TABLE_MAGIC
 
 
@@ -27,7 +27,7 @@ def rank_table(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequence[
 
     (readers of earlier releases skip the ``E`` lines.)
     """
-    from slurmtopo.rankmap import check_placement, cpulists, node_ranks
+    from slurmtopo.plan.rankmap import check_placement, cpulists, node_ranks
 
     check_placement(placement)
     nr = node_ranks(placement)
@@ -111,7 +111,7 @@ def rank_launch(info: RankInfo, environ: Mapping[str, str], allowed: Iterable[in
     renumbered GPUs on this node (device cgroup), whatever the batch host
     thought; the step's GPUs stand in for an allocation the table lacks.
     """
-    from slurmtopo.rankmap import rank_vars, visible_devices
+    from slurmtopo.plan.rankmap import rank_vars, visible_devices
 
     log: List[str] = []
     me = environ.get("SLURMD_NODENAME")
@@ -207,7 +207,7 @@ def _read_own(path: str) -> str:
     (a FIFO would block the rank), the user's and writable by nobody else
     (the path may cross a directory others can rename entries of; what it
     names is only used when it is what ``slurmtopo bind`` wrote, 0600)."""
-    from slurmtopo.fileio import MAX_TEXT_BYTES, open_regular
+    from slurmtopo.files.fileio import MAX_TEXT_BYTES, open_regular
 
     try:
         fd = open_regular(path)

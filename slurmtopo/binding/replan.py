@@ -6,10 +6,10 @@ from dataclasses import fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import (ClusterState, Inventory, Node, NodeState, Placement,
-                             format_cpulist)
+from slurmtopo.inventory.model import (ClusterState, Inventory, Node, NodeState, Placement,
+                                       format_cpulist)
 from slurmtopo.binding.allocation import Allocation
-from slurmtopo.plandoc import layout_from_doc
+from slurmtopo.plan.plandoc import layout_from_doc
 
 
 def differences(placement: Placement, alloc: Allocation) -> List[str]:
@@ -35,7 +35,7 @@ def fill_placement(inv: Inventory, host_gpus: Sequence[Tuple[str, Sequence[int]]
     the allocation, and a plain reference placement for tests. NICs, CPUs
     and NUMA nodes come from the planner's own rule
     (:func:`slurmtopo.placement.common.build_placement`)."""
-    from slurmtopo.groups import build_groups
+    from slurmtopo.job.groups import build_groups
     from slurmtopo.placement.common import build_placement
 
     lay = layout.resolved()
@@ -61,11 +61,11 @@ def allocation_state(inv: Inventory, alloc: Allocation) -> ClusterState:
 
 
 def job_request_from_doc(doc: Mapping[str, Any], relax: bool = False):
-    """Rebuild the JobRequest (slurmtopo.request) for a re-plan on the
+    """Rebuild the JobRequest (slurmtopo.job.request) for a re-plan on the
     allocation: exclusivity is already granted (the allocation state says
     what is free); ``relax`` also drops the requirements and the GPUs-per-node
     rule, for a second try."""
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.request import JobRequest
 
     names = {f.name for f in fields(JobRequest)}
     kw: Dict[str, Any] = {k: v for k, v in (doc.get("request") or {}).items() if k in names}
@@ -114,7 +114,7 @@ def replan(doc: Mapping[str, Any], inv: Inventory, alloc: Allocation, log: List[
     from slurmtopo.errors import PlacementError
 
     if planner is None:
-        from slurmtopo.choice import plan as planner
+        from slurmtopo.plan.choice import plan as planner
     inv = with_allocated_nodes(inv, alloc, log)
     state = allocation_state(inv, alloc)
     for relax in (False, True):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import Inventory, Placement
+from slurmtopo.inventory.model import Inventory, Placement
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,6 @@ def _left_domains(inv: Inventory, old: Placement, new: Placement) -> List[Tuple[
 
 
 def _ranges(ranks: Sequence[int]) -> str:
-    from slurmtopo.model import format_cpulist
+    from slurmtopo.inventory.model import format_cpulist
 
     return format_cpulist(sorted(ranks))

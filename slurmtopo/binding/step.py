@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import Inventory, Placement, format_cpulist
+from slurmtopo.inventory.model import Inventory, Placement, format_cpulist
 from slurmtopo.binding.allocation import (Allocation, default_backend, detect_constrained,
                                           read_allocation)
 from slurmtopo.binding import limits
 from slurmtopo.binding.master import master_address, resolves
 from slurmtopo.binding.launcher import rank_table
 from slurmtopo.binding.replan import differences, moved_ranks, replan
-from slurmtopo.launchers import SRUN, Launcher
-from slurmtopo.plandoc import guardrails_of, launcher_of, layout_from_doc, planned_placement
+from slurmtopo.plan.launchers import SRUN, Launcher
+from slurmtopo.plan.plandoc import guardrails_of, launcher_of, layout_from_doc, planned_placement
 
 if TYPE_CHECKING:
     from slurmtopo.binding.taskenv import TaskEnv
@@ -35,7 +35,7 @@ class BindResult:
     log: List[str]
     inventory: Inventory
     layout: Any
-    #: how the tasks start (slurmtopo.launchers): one task per rank (srun)
+    #: how the tasks start (slurmtopo.plan.launchers): one task per rank (srun)
     #: or per node (torchrun)
     launcher: Launcher = SRUN
     visible: Optional[Dict[str, str]] = None  # host -> CUDA_VISIBLE_DEVICES
@@ -65,7 +65,7 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
     the hardware embedded in the script, validated whole at load (its
     ``cost:`` block too, as every command does)."""
     from slurmtopo.cost import cost_params
-    from slurmtopo.inventory import load_inventory, parse_inventory
+    from slurmtopo.inventory.schema import load_inventory, parse_inventory
 
     path = override or doc.get("inventory_path")
     if path:
@@ -85,7 +85,7 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
     if not doc.get("inventory"):
         raise SlurmtopoError("the plan embeds no inventory and none could be read; pass "
                              "--inventory")
-    from slurmtopo.plandoc import unpack
+    from slurmtopo.plan.plandoc import unpack
 
     where = "<inventory embedded in the batch script>"
     inv = parse_inventory(unpack(doc["inventory"], where, "inventory"), where)
@@ -115,7 +115,7 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
     # would cost 0.1 s)
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
-        from slurmtopo.hostlist import fold_hostlist
+        from slurmtopo.inventory.hostlist import fold_hostlist
         nodelist = fold_hostlist(alloc.hosts)
     log.append(f"job {alloc.job_id or '?'}: {len(alloc.hosts)} node(s) {nodelist}")
     log.extend(per_host_lines(
@@ -233,12 +233,12 @@ def rebind(doc: Mapping[str, Any], env: Mapping[str, str], previous: Placement, 
 def read_bound(run_dir: str) -> Optional[Tuple[Placement, Dict[str, Any]]]:
     """(placement, rankmap.json's data) that ``slurmtopo bind`` wrote in the
     run directory, read back as written (the user's own file in the user's
-    own directory: :func:`slurmtopo.rundirs.read_run_file`); None when there
+    own directory: :func:`slurmtopo.files.rundirs.read_run_file`); None when there
     is none. A damaged file is a one-line SlurmtopoError."""
     import json
 
-    from slurmtopo.rankmap import placement_from_dict
-    from slurmtopo.rundirs import read_run_file
+    from slurmtopo.files.rundirs import read_run_file
+    from slurmtopo.plan.rankmap import placement_from_dict
 
     text = read_run_file(run_dir, "rankmap.json")
     if text is None:
@@ -267,7 +267,7 @@ def _finish(doc: Mapping[str, Any], env: Mapping[str, str], slurm, inv: Inventor
     GPU numbers, CPU binding, the NCCL block, the master address, the
     hazards the placement brings (logged: the job runs already)."""
     from slurmtopo.binding.taskenv import cpu_summary, visible_by_host
-    from slurmtopo.rankmap import check_placement, job_env, nccl_env
+    from slurmtopo.plan.rankmap import check_placement, job_env, nccl_env
 
     check_placement(placement)
     launcher = launcher_of(doc)
@@ -313,7 +313,7 @@ def start_hazards(doc: Mapping[str, Any], env: Mapping[str, str], inv: Inventory
     a restart on spares), under the plan's policy and NCCL release (else
     the job's NCCL_VERSION), as log lines: the job runs already, and a
     plan that was checked at submission is not checked again."""
-    from slurmtopo.hazards import HazardPolicy, check_hazards, nccl_version
+    from slurmtopo.plan.hazards import HazardPolicy, check_hazards, nccl_version
 
     guard = guardrails_of(doc)
     try:
@@ -362,7 +362,7 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
     named for a node type in a multi-node NVLink domain must describe one
     node (NCCL's env.rst); when it does not, ``NCCL_TOPO_FILE`` leaves
     ``jenv`` and the log says why."""
-    from slurmtopo.rankmap import nccl_topo_plan
+    from slurmtopo.plan.rankmap import nccl_topo_plan
 
     plan = nccl_topo_plan(inv, placement, run_dir)
     if plan.note:
@@ -377,7 +377,7 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
                        "systems NCCL wants a file of a single node")
     if plan.write is None or run_dir is None:
         return {}
-    from slurmtopo.nccl_topo import render  # (xml, ~10 ms to import: only when needed)
+    from slurmtopo.plan.nccl_topo import render  # (xml, ~10 ms to import: only when needed)
 
     path, hw = plan.write
     try:
@@ -394,8 +394,8 @@ def _multi_node_topo_file(inv: Inventory, placement: Placement, path: str) -> Op
     """Why the admin's topology file ``path`` is not one node's, when the
     job's nodes share a multi-node NVLink domain (None otherwise, or when
     it cannot be read here: NCCL then says so itself)."""
-    from slurmtopo.fileio import read_text
-    from slurmtopo.nccl_topo import single_node_problem
+    from slurmtopo.files.fileio import read_text
+    from slurmtopo.plan.nccl_topo import single_node_problem
 
     nodes = [inv.nodes[h] for h in placement.hosts if h in inv.nodes]
     if not any(n.nvlink_domain is not None for n in nodes):
@@ -502,14 +502,14 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str],
     for a big job task-env/<block>.sh), the extra files and env.sh, all or
     none (they describe one binding).
 
-    The run directory is opened through :mod:`slurmtopo.rundirs` (every
+    The run directory is opened through :mod:`slurmtopo.files.rundirs` (every
     component the user's own, no link followed, 0700) and every file is
     written through its descriptor, mode 0600, whatever the umask: another
     user who can rename entries of the submit directory cannot make this
     step write elsewhere or follow a planted link."""
-    from slurmtopo import safedir
-    from slurmtopo.rankmap import rankmap_csv, rankmap_json
-    from slurmtopo.rundirs import HINT, open_run_dir
+    from slurmtopo.files import safedir
+    from slurmtopo.files.rundirs import HINT, open_run_dir
+    from slurmtopo.plan.rankmap import rankmap_csv, rankmap_json
 
     token = token or new_token()
     p = result.placement

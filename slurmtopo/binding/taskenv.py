@@ -7,7 +7,7 @@ slurmtopo, so bind writes what each task needs as shell text: a ``case`` on
 its local rank, GPU, CPUs and NICs), a ``case`` on the node rank giving the
 host and its ``CUDA_VISIBLE_DEVICES``, then the checks, exports, CPU
 binding (``taskset``, when the node has it) and ``exec "$@"``. The batch
-script's srun line sources it through :data:`slurmtopo.plandoc.TASK_SNIPPET`.
+script's srun line sources it through :data:`slurmtopo.plan.plandoc.TASK_SNIPPET`.
 
 Every value is shell-quoted; the text only assigns, tests and execs.
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from slurmtopo.launchers import SRUN, Launcher
-from slurmtopo.model import Placement, format_cpulist
+from slurmtopo.inventory.model import Placement, format_cpulist
+from slurmtopo.plan.launchers import SRUN, Launcher
 
 _HEAD = """\
 # written by `slurmtopo bind`: every srun task runs this with /bin/sh (POSIX;
@@ -69,7 +69,7 @@ fi
 """
 
 # the launcher's own tail (the exports, CPU binding, the exec) comes from
-# slurmtopo.launchers: Launcher.task_tail
+# slurmtopo.plan.launchers: Launcher.task_tail
 
 @dataclass(frozen=True)
 class TaskEnv:
@@ -186,7 +186,7 @@ def task_env(placement: Placement, visible: Mapping[str, str], launcher: Launche
     its own rank's variables) or per node (torchrun: the node's).
     ``host_env``: host -> variables exported to that host's tasks only
     (``NCCL_MNNVL_CLIQUE_ID`` per segment: binding.imex)."""
-    from slurmtopo.rankmap import check_placement, cpulists, node_ranks
+    from slurmtopo.plan.rankmap import check_placement, cpulists, node_ranks
 
     q = shlex.quote
     check_placement(placement)
@@ -273,7 +273,7 @@ def visible_by_host(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequ
                     constrained: bool) -> dict:
     """host -> CUDA_VISIBLE_DEVICES (local rank order, cgroup numbering)."""
     from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.rankmap import node_ranks, visible_devices
+    from slurmtopo.plan.rankmap import node_ranks, visible_devices
 
     out = {}
     for h in node_ranks(placement):

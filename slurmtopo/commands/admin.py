@@ -84,7 +84,7 @@ def install_hooks(inventory, slurm_dir, slurmtopo_command, task_prolog, state, p
                   spool, force, dry_run, as_json):
     """Write the cli_filter, TaskProlog (and job_submit) hooks for #SLURMTOPO directives."""
     from slurmtopo.commands.directive import option_kinds
-    from slurmtopo.fileio import Output, read_text, write_all
+    from slurmtopo.files.fileio import Output, read_text, write_all
     from slurmtopo.hooks import install
 
     if hold_for_daemon and not job_submit:

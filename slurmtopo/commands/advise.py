@@ -44,6 +44,6 @@ def command(inventory_path, model, gpus, top, frameworks, as_json):
         click.echo(json.dumps(advice_json(a), separators=(",", ":"), sort_keys=True))
         return
     from slurmtopo.commands.preview_print import print_parts
-    from slurmtopo.preview import advice_parts
+    from slurmtopo.show.preview import advice_parts
 
     print_parts(advice_parts(a))

@@ -22,7 +22,7 @@ from slurmtopo.commands.cliutil import slurm_version_option
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import InventoryError, SlurmtopoError
-from slurmtopo.fileio import atomic_write
+from slurmtopo.files.fileio import atomic_write
 
 
 class NothingUsable(SlurmtopoError):
@@ -85,7 +85,7 @@ def discover_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_roo
     if len(found) > 1 and not output_dir:
         raise SlurmtopoError(f"{len(found)} hosts in this file: give --output-dir", from_smi)
     if output_dir:  # one report per host of the file: all of them or none
-        from slurmtopo.rundirs import write_output_files
+        from slurmtopo.files.rundirs import write_output_files
 
         f = fmt or "yaml"
         source = None if node_name else (from_smi or from_nccl_xml or from_hwloc)
@@ -141,7 +141,7 @@ def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, m
     from slurmtopo.slurmfmt.gres_lines import gres_text
 
     if report_path:
-        from slurmtopo.inventory import load_inventory
+        from slurmtopo.inventory.schema import load_inventory
 
         inv = load_inventory(report_path)
         nodes = [n for n in inv if node_name in (None, n.name)]

@@ -105,7 +105,7 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
         from slurmtopo.simulate.trace_read import read_trace
         from slurmtopo.simulate.trace_sacct import read_sacct
 
-        from slurmtopo.hostlist import HostIndex
+        from slurmtopo.inventory.hostlist import HostIndex
 
         within = HostIndex(inv.nodes)  # NodeLists compared with it, never expanded
         if sacct_file:
@@ -137,8 +137,8 @@ def _now(inv, state_path, backend_name):
     """The state and its running jobs: from a snapshot, or from Slurm."""
     if state_path:
         from slurmtopo.audit.statejobs import parse_jobs
-        from slurmtopo.state import parse_state
-        from slurmtopo.yamlio import load_document
+        from slurmtopo.files.yamlio import load_document
+        from slurmtopo.inventory.state import parse_state
 
         data = load_document(state_path)
         state = parse_state(data, str(state_path), inv)
@@ -164,7 +164,7 @@ def _show(doc, as_json: bool) -> None:
     from slurmtopo.audit.report import job_table, notes, stranded_table
 
     if as_json:
-        from slurmtopo.yamlio import dump_json
+        from slurmtopo.files.yamlio import dump_json
 
         click.echo(dump_json(doc), nl=False)
         return
@@ -177,7 +177,7 @@ def _show(doc, as_json: bool) -> None:
         console.print("no multi-node GPU job to audit", highlight=False)
     if "stranded" in doc:
         console.print(stranded_table(doc))
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     for line in notes(doc):  # job ids and names of a file someone else wrote: escaped
         console.print(printable(line), highlight=False, markup=False)
@@ -237,7 +237,7 @@ def probe_tasks(backend, job_id: int, nodes):
     """(tasks, None) as one probe task per node of the running job sees
     them (``srun --overlap --jobid``), or (None, why not)."""
     from slurmtopo.audit.contracts import PROBE_PROCESSES, parse_task_lines
-    from slurmtopo.hostlist import fold_hostlist
+    from slurmtopo.inventory.hostlist import fold_hostlist
 
     n = str(len(nodes))
     try:
@@ -286,7 +286,7 @@ def show_contracts(report, source: str, as_json: bool, metrics_path=None) -> Non
         # the daemon's textfile rules: a *.prom file in a directory only root
         # or this user may write, replaced by a rename (never half read)
         from slurmtopo.daemon.metrics import TEXTFILE_MODE, check_textfile
-        from slurmtopo.fileio import Output, write_all
+        from slurmtopo.files.fileio import Output, write_all
 
         write_all([Output(check_textfile(metrics_path), text, TEXTFILE_MODE)], sync=False)
     if as_json:
@@ -295,7 +295,7 @@ def show_contracts(report, source: str, as_json: bool, metrics_path=None) -> Non
         return
     from slurmtopo.audit.report import contracts_table
     from slurmtopo.commands.report_console import report_console
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     console = report_console()
     counts = report.by_kind()

@@ -42,19 +42,19 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
             print_env, restart, step_exit):
     """Bind a planned job to its real allocation (runs inside the batch job)."""
     from slurmtopo.binding.step import bind, write_run_dir
-    from slurmtopo.plandoc import read_plan
+    from slurmtopo.plan.plandoc import read_plan
 
     if print_env and as_json:
         raise SlurmtopoError("give --print-env or --json, not both (both use stdout)")
 
     if plan_path == "-":
-        from slurmtopo.fileio import MAX_TEXT_BYTES
+        from slurmtopo.files.fileio import MAX_TEXT_BYTES
 
         text, where = sys.stdin.read(MAX_TEXT_BYTES + 1), "plan (stdin)"
         if len(text) > MAX_TEXT_BYTES:
             raise SlurmtopoError(f"{where}: larger than {MAX_TEXT_BYTES} bytes: refused")
     else:
-        from slurmtopo.fileio import read_text
+        from slurmtopo.files.fileio import read_text
 
         text = read_text(plan_path)
         where = plan_path
@@ -84,7 +84,7 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
     if as_json:
         import json
 
-        from slurmtopo.rankmap import rankmap_dict
+        from slurmtopo.plan.rankmap import rankmap_dict
 
         click.echo(json.dumps({
             "job_id": result.allocation.job_id or None, "run_dir": run_dir, "files": paths,

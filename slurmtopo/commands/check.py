@@ -62,7 +62,7 @@ def command(run_dir, tasks_path, inventory_path, job_id, backend_name, strict, a
         if tasks_path == "-":
             text = "".join(line for _, line in zip(range(MAX_TASK_LINES), sys.stdin))
         else:
-            from slurmtopo.fileio import read_text
+            from slurmtopo.files.fileio import read_text
 
             text = read_text(tasks_path)
         tasks = parse_task_lines(text)
@@ -100,7 +100,7 @@ def _planned(run_dir):
 def _inventory(path):
     """The inventory, else an empty one (then only Slurm's view of blocks
     and switches is used) and a note saying why."""
-    from slurmtopo.model import Fabric, Inventory
+    from slurmtopo.inventory.model import Fabric, Inventory
 
     if path:
         from slurmtopo.api import load_cluster
@@ -117,7 +117,7 @@ def _inventory(path):
 
 def _log(report, job_id) -> None:
     """The job's log lines: one per violation, then the summary."""
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     for v in report.shown():
         click.echo(printable(f"slurmtopo check: job {job_id}: {v.kind}: {v.message}"),

@@ -15,7 +15,7 @@ from typing import List, Optional
 import click
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.fileio import KEEP_BACKUPS
+from slurmtopo.files.fileio import KEEP_BACKUPS
 
 
 class Failed(SlurmtopoError):

@@ -125,7 +125,7 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
         raise SlurmtopoError("--metrics-addr needs --metrics-port")
     # prometheus-client and the textfile's directory are checked now, before anything
     metrics = recorder(metrics_textfile, metrics_port is not None)
-    from slurmtopo.termsafe import PrintableFormatter
+    from slurmtopo.show.termsafe import PrintableFormatter
 
     # job names, comments and reasons reach the log: escaped (termsafe)
     handler = logging.StreamHandler(sys.stderr)
@@ -209,10 +209,10 @@ def status_cmd(spool, as_json, events, backend_name):
     Exit code 0 when the spool's daemon runs (told from its process, on
     its host; from its last cycle's time elsewhere), 3 when it does not
     (the last status is shown all the same), 2 on an error."""
-    from slurmtopo.fileio import read_file
+    from slurmtopo.files.fileio import read_file
     from slurmtopo.daemon.spool import STATUS_FILE, read_events, spool_path
     from slurmtopo.daemon.status import liveness, read_status, stale
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     spool = spool_path(spool)
     path = os.path.join(spool, STATUS_FILE)

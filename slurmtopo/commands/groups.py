@@ -21,7 +21,7 @@ def _short(group) -> str:
 
 def _title(resolved) -> str:
     if resolved.framework == "megatron":
-        from slurmtopo.frameworks.megatron import layout_knobs, resolved_layout
+        from slurmtopo.job.frameworks.megatron import layout_knobs, resolved_layout
 
         layout = resolved_layout(**layout_knobs(resolved))
         return (

@@ -50,7 +50,7 @@ def _on_alarm(signum, frame):  # pragma: no cover - timing
 
 
 def _clean(text: str) -> str:
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     return " ".join(printable(str(text)).split())
 
@@ -71,12 +71,12 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
     from slurmtopo.hooks.directive import find_directive, header_problem, DirectiveError
     from slurmtopo.hooks.submit import (SubmitOptions, job_shape, option_changes, plan_inputs,
                                         script_launcher)
-    from slurmtopo.plandoc import plan_env_value
+    from slurmtopo.plan.plandoc import plan_env_value
 
     opts = SubmitOptions.from_json(options_json, kind)
     script_text, name = None, "script"
     if kind == "sbatch" and opts.argv and opts.get("wrap") is None:
-        from slurmtopo.fileio import read_text
+        from slurmtopo.files.fileio import read_text
 
         name = opts.argv[0]
         try:
@@ -142,7 +142,7 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
         except SlurmtopoError as exc:
             tag_note.append(f"warning: no request for the placement daemon: {exc.render()}")
     changes = option_changes(job.script, opts, launcher, value, comment, extra_env)
-    from slurmtopo.hostlist import fold_hostlist
+    from slurmtopo.inventory.hostlist import fold_hostlist
 
     p = job.placement
     asked = [f"--{k}={v}" for k, v in changes if k in ("switches", "segment")]
@@ -190,7 +190,7 @@ def own_file(path: str, cwd: str, where: str) -> str:
     if not stat.S_ISREG(st.st_mode):
         raise DirectiveError(f"{where}: {full}: not a regular file")
     if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
-        from slurmtopo.safedir import user_name
+        from slurmtopo.files.safedir import user_name
 
         raise DirectiveError(f"{where}: {full}: {user_name(st.st_uid)}'s file, or one others "
                              "may write: a directive reads only your own files")
@@ -311,7 +311,7 @@ def check_command(script, inventory, state_path, backend_name, sbatch_args, as_j
     """Show what the cli_filter hook would do to a batch script (submits nothing)."""
     import json
 
-    from slurmtopo.fileio import read_text
+    from slurmtopo.files.fileio import read_text
     from slurmtopo.sbatch.directives import option_values, script_options
 
     text = read_text(script, limit=4 << 20) if script else ""

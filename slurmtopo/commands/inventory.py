@@ -5,7 +5,7 @@
     slurmtopo inventory compile /shared/slurmtopo/reports -o /shared/slurmtopo/cluster.json
 
 Without ``-o`` it brings the directory's compiled form up to date (what
-``--inventory DIR`` reads; see :mod:`slurmtopo.compiled`); with ``-o`` it
+``--inventory DIR`` reads; see :mod:`slurmtopo.inventory.compiled`); with ``-o`` it
 also writes the whole inventory (reports folded into node types, fabric and
 all) as one JSON document that ``--inventory FILE`` reads on its own
 (:func:`slurmtopo.api.compile_inventory`; the command prints what it did).
@@ -72,8 +72,8 @@ def synthetic_command(name, machines, nodes, racks, leaf_size, spines, oversubsc
                       output, as_json):
     """An inventory of a public trace's cluster at its published size, or of GB200 NVL72
     racks, to replay traces on (docs/simulate.md)."""
-    from slurmtopo.fileio import atomic_write
-    from slurmtopo.inventory import dump_inventory, inventory_dict
+    from slurmtopo.files.fileio import atomic_write
+    from slurmtopo.inventory.schema import dump_inventory, inventory_dict
     from slurmtopo.simulate.clusters import build
 
     inv = build(name, machines, nodes, racks, leaf_size, spines, oversubscription)

@@ -15,7 +15,7 @@ import click
 
 from slurmtopo.commands.layout_options import (LAYOUT_PARAMS, framework_options,
                                                framework_params, layout_options)
-from slurmtopo import launchers
+from slurmtopo.plan import launchers
 from slurmtopo.commands.sbatch_options import sbatch_flag
 from slurmtopo.errors import SlurmtopoError
 
@@ -54,8 +54,8 @@ def job_options(func):
 
 def _kinds_and_levels() -> str:
     """The help's list of group kinds and levels (from their one home)."""
-    from slurmtopo.groups import GROUP_KINDS
-    from slurmtopo.request import LEVELS
+    from slurmtopo.job.groups import GROUP_KINDS
+    from slurmtopo.job.request import LEVELS
 
     return (f"KIND: {', '.join(GROUP_KINDS)}. LEVEL, tightest first: {', '.join(LEVELS)}.")
 
@@ -262,7 +262,7 @@ def script_options(func):
 def guardrail_options(func):
     """--hazard, --nccl-version and --spares: the pre-launch hazard checks
     (docs/hazards.md) and spare nodes inside the job's domain (docs/sbatch.md)."""
-    from slurmtopo.hazards import KINDS
+    from slurmtopo.plan.hazards import KINDS
 
     return _apply(func, [
         click.option("--hazard", "hazards", multiple=True, metavar="KIND=error|warn|off",
@@ -352,7 +352,7 @@ def framework_of(o: Mapping, req, command=()):
     framework, knobs = _framework_knobs(o, command)
     if framework == "megatron":
         return None
-    from slurmtopo.frameworks.registry import framework_layout
+    from slurmtopo.job.frameworks.registry import framework_layout
 
     knobs = {k: v for k, v in knobs.items() if v is not None}
     knobs["world"] = req.layout.world
@@ -364,7 +364,7 @@ def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command
     world size of a ``torchrun --nnodes --nproc-per-node`` ``command`` when
     nothing else gives it)."""
     from slurmtopo.api import job_request
-    from slurmtopo.request import parse_pairs
+    from slurmtopo.job.request import parse_pairs
 
     framework, knobs = _framework_knobs(o, command)
     kind_of = None if framework == "megatron" else (lambda k: str(k).strip())
@@ -386,8 +386,8 @@ def model_and_overlaps(framework: str, model: Optional[str], config: Optional[st
     from slurmtopo.cost.model_spec import model_with_config, parse_model
     if config is None:
         return (parse_model(model) if model is not None else None), {}
-    from slurmtopo.fileio import read_text
-    from slurmtopo.frameworks.configs import model_keys_from_config, overlaps_from_config
+    from slurmtopo.files.fileio import read_text
+    from slurmtopo.job.frameworks.configs import model_keys_from_config, overlaps_from_config
     text = read_text(config, limit=1 << 20)
     keys = model_keys_from_config(framework, text, config)
     return model_with_config(model, keys, config), overlaps_from_config(framework, text, config)
@@ -399,7 +399,7 @@ def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
     import os
 
     from slurmtopo.api import DEFAULT_SWITCH_WAIT, ScriptOptions
-    from slurmtopo.hazards import nccl_version
+    from slurmtopo.plan.hazards import nccl_version
     from slurmtopo.commands.sbatch_options import options_from
 
     sw = o["switch_wait"]
@@ -423,7 +423,7 @@ def hazard_policy_items(o: Mapping) -> Tuple[str, ...]:
     ``--hazard`` options, which win (docs/hazards.md)."""
     import os
 
-    from slurmtopo.hazards import HazardPolicy
+    from slurmtopo.plan.hazards import HazardPolicy
 
     site = tuple(x.strip() for x in os.environ.get("SLURMTOPO_HAZARDS", "").split(",")
                  if x.strip())

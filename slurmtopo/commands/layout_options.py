@@ -47,7 +47,7 @@ def _flag(name: str) -> str:
 def framework_params():
     """The framework settings framework_options adds besides --framework and
     the layout options (dp_replicate, zero_stage ...)."""
-    from slurmtopo.frameworks.registry import all_knobs
+    from slurmtopo.job.frameworks.registry import all_knobs
 
     return tuple(n for n in all_knobs() if n not in LAYOUT_PARAMS)
 
@@ -59,7 +59,7 @@ def framework_options(func):
     Use with :func:`layout_options`; :func:`framework_layout_from` reads both.
     Each setting's default is None (the framework's own default applies), so
     a setting given to a framework that has none is refused by name."""
-    from slurmtopo.frameworks.registry import DEFAULT_FRAMEWORK, FRAMEWORKS
+    from slurmtopo.job.frameworks.registry import DEFAULT_FRAMEWORK, FRAMEWORKS
 
     options = [click.option(
         "--framework", type=click.Choice(list(FRAMEWORKS)), default=DEFAULT_FRAMEWORK,
@@ -86,7 +86,7 @@ def framework_options(func):
 
 
 def _owner_of(name: str):
-    from slurmtopo.frameworks.registry import FRAMEWORKS
+    from slurmtopo.job.frameworks.registry import FRAMEWORKS
 
     for framework, module in FRAMEWORKS.items():
         for knob in module.KNOBS:
@@ -101,13 +101,13 @@ def framework_knobs(framework, values, config=None):
     option's default). A setting the framework does not have is refused by
     name when it was given."""
     from slurmtopo.errors import LayoutError
-    from slurmtopo.frameworks.registry import knobs_of
+    from slurmtopo.job.frameworks.registry import knobs_of
 
     own = {k.name for k in knobs_of(framework)}
     knobs = {}
     if config is not None:
-        from slurmtopo.fileio import read_text
-        from slurmtopo.frameworks.configs import knobs_from_config
+        from slurmtopo.files.fileio import read_text
+        from slurmtopo.job.frameworks.configs import knobs_from_config
 
         knobs.update(knobs_from_config(framework, read_text(config, limit=1 << 20), config))
     for name, value in values.items():
@@ -125,15 +125,15 @@ def framework_knobs(framework, values, config=None):
 def world_from_command(command):
     """The world size a ``torchrun --nnodes N --nproc-per-node M ...``
     command (or ``python -m torch.distributed.run ...``) starts (N*M), or
-    None when the command does not say (slurmtopo.launch_detect reads it)."""
-    from slurmtopo.launch_detect import world_of
+    None when the command does not say (slurmtopo.plan.launch_detect reads it)."""
+    from slurmtopo.plan.launch_detect import world_of
 
     return world_of(command)
 
 
 def framework_layout_from(framework=None, config=None, **values):
     """The FrameworkLayout for these option values (raises LayoutError)."""
-    from slurmtopo.frameworks.registry import DEFAULT_FRAMEWORK, framework_layout
+    from slurmtopo.job.frameworks.registry import DEFAULT_FRAMEWORK, framework_layout
 
     framework = framework or DEFAULT_FRAMEWORK
     return framework_layout(framework, **framework_knobs(framework, values, config))

@@ -7,7 +7,7 @@ the node type's PCI tree, NUMA nodes, GPUs with their NVLinks and NICs.
 Every file is read back and any relation that did not survive is printed
 as a warning. Files are replaced atomically, all or none, the old one kept
 as a backup. The directory is checked as every ``--output-dir`` is
-(:func:`slurmtopo.rundirs.write_output_files`): an existing one must be the
+(:func:`slurmtopo.files.rundirs.write_output_files`): an existing one must be the
 user's and writable by nobody else, no link is followed, files go through
 its descriptor; they are for every user's jobs, so 0644 in directories
 made 0755. The work is :func:`slurmtopo.api.nccl_topology_files`'s; the
@@ -35,7 +35,7 @@ import click
 def command(inventory_path, output_dir, types, virtualised_only, nvlink, as_json):
     """Write NCCL topology files (NCCL_TOPO_FILE) for the inventory's node types."""
     from slurmtopo import api
-    from slurmtopo.hostlist import fold_hostlist
+    from slurmtopo.inventory.hostlist import fold_hostlist
 
     files = api.nccl_topology_files(inventory_path, output_dir, types=types,
                                     virtualised_only=virtualised_only, nvlink=nvlink)

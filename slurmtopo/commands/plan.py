@@ -41,8 +41,8 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     batch script is written.
     """
     from slurmtopo import api
-    from slurmtopo.rankmap import (env_json, framework_extra, rankmap_csv, rankmap_dict,
-                                   rankmap_json)
+    from slurmtopo.plan.rankmap import (env_json, framework_extra, rankmap_csv, rankmap_dict,
+                                        rankmap_json)
     from slurmtopo.sbatch import sanitize_job_name
 
     cmd = command_from(o, cmd)
@@ -70,7 +70,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
         notes.append("no command after --: job.sbatch not written "
                      "(e.g. `slurmtopo plan ... -- python train.py`)")
 
-    from slurmtopo.rundirs import write_output_files
+    from slurmtopo.files.rundirs import write_output_files
 
     master_port, socket_ifname = o["master_port"], o["socket_ifname"]
     env_text = env_json(placement, inv, master_port or "20000 + SLURM_JOB_ID % 10000",
@@ -85,7 +85,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     paths = write_output_files(output_dir, list(outputs.values()))
     files = dict(zip(outputs, paths))
 
-    from slurmtopo.preview import bound_warning, plan_parts, report_dict, splits
+    from slurmtopo.show.preview import bound_warning, plan_parts, report_dict, splits
 
     plan_cost, naive_cost = job.costs.plan, job.costs.naive
     bound = job.costs.bound

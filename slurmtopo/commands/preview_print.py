@@ -1,5 +1,5 @@
 """Printing the plan preview: without rich where rich would print no
-colours (a file, a pipe, CI: ``slurmtopo.plainout``, the same bytes), with
+colours (a file, a pipe, CI: ``slurmtopo.show.plainout``, the same bytes), with
 rich on a terminal."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Sequence
 
 
 def print_parts(parts: Sequence[object], stderr: bool = False) -> None:
-    """Print :func:`slurmtopo.preview.plan_parts` on stdout (or stderr)."""
-    from slurmtopo import plainout
+    """Print :func:`slurmtopo.show.preview.plan_parts` on stdout (or stderr)."""
+    from slurmtopo.show import plainout
 
     stream = sys.stderr if stderr else sys.stdout
     width = plainout.plain_width(stream)
@@ -19,6 +19,6 @@ def print_parts(parts: Sequence[object], stderr: bool = False) -> None:
         return
     from rich.console import Console
 
-    from slurmtopo.tablefit import rich_parts
+    from slurmtopo.show.tablefit import rich_parts
 
     Console(stderr=stderr, soft_wrap=False).print(rich_parts(parts))

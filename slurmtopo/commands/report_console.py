@@ -2,7 +2,7 @@
 ``audit``): rich, never soft-wrapping, and 132 columns wide into a file or
 a pipe so that every column is there whatever ``$COLUMNS`` says (on a
 terminal, its width: the tables fall back to one block per row,
-slurmtopo.tablefit)."""
+slurmtopo.show.tablefit)."""
 from __future__ import annotations
 
 

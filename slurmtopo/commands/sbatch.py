@@ -96,7 +96,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                         *api.submission_notes(job, held=daemon, spool=spool)]
     if memory is not None:
         notes.append("warning: " + memory)
-    from slurmtopo.hostlist import fold_hostlist
+    from slurmtopo.inventory.hostlist import fold_hostlist
     summary = (f"planned {job.placement.world_size} rank(s) on {len(job.placement.hosts)} "
                f"node(s) {fold_hostlist(job.placement.hosts)} against {live.source}")
     if dry_run:
@@ -129,7 +129,7 @@ def _print_submitted(job, done, parsable, as_json, notes: List[str], framework=N
     """What sbatch prints for a submitted job (its id), the notes on stderr;
     or one JSON object."""
     if as_json:
-        from slurmtopo.rankmap import framework_extra, rankmap_dict
+        from slurmtopo.plan.rankmap import framework_extra, rankmap_dict
 
         click.echo(json.dumps({"job_id": done.job_id, "daemon": done.held,
                                "hosts": list(job.placement.hosts), "run_dir": done.run_dir,
@@ -149,7 +149,7 @@ def _preview(job, inv, color_by, framework=None) -> None:
     """The plan's preview (grid, cost table, warnings) on stderr, so that
     stdout stays the script; the notes follow it, one line each."""
     from slurmtopo.commands.preview_print import print_parts
-    from slurmtopo.preview import plan_parts
+    from slurmtopo.show.preview import plan_parts
 
     costs = job.costs
     print_parts(plan_parts(
@@ -160,8 +160,8 @@ def _preview(job, inv, color_by, framework=None) -> None:
 
 
 def _write_files(output_dir, text, placement, layout, framework=None) -> None:
-    from slurmtopo.rankmap import dumps_rankmap, framework_extra, rankmap_dict
-    from slurmtopo.rundirs import write_output_files
+    from slurmtopo.files.rundirs import write_output_files
+    from slurmtopo.plan.rankmap import dumps_rankmap, framework_extra, rankmap_dict
 
     doc = rankmap_dict(placement, layout, framework_extra(framework))
     write_output_files(output_dir, [("job.sbatch", text), ("rankmap.json", dumps_rankmap(doc))])

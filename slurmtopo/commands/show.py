@@ -7,7 +7,7 @@ The *planned* rank map is the plan embedded in the job's batch script: the
 copy ``slurmtopo sbatch`` kept in the job's run directory
 (``<submit dir>/.slurmtopo/runs/<jobid>/job.sbatch``, the submit directory
 being Slurm's WorkDir of the job while Slurm knows it, else the current
-directory; read through :func:`slurmtopo.rundirs.read_run_file`, since
+directory; read through :func:`slurmtopo.files.rundirs.read_run_file`, since
 others may write the submit directory), else the script
 Slurm still holds (``scontrol write batch_script``, through the Slurm
 backend). The *actual* one is what ``slurmtopo bind`` wrote at start
@@ -31,9 +31,9 @@ RANKMAP_DEPTH = 8
 
 
 def _read(run_dir: str, name: str, notes: List[str]) -> Optional[str]:
-    """``name`` in the run directory, read safely (:func:`slurmtopo.rundirs.
+    """``name`` in the run directory, read safely (:func:`slurmtopo.files.rundirs.
     read_run_file`); a refusal is a note."""
-    from slurmtopo.rundirs import read_run_file
+    from slurmtopo.files.rundirs import read_run_file
 
     try:
         return read_run_file(run_dir, name)
@@ -59,9 +59,9 @@ def script_run_dir(script: str) -> Optional[str]:
 
 def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dict[str, Any]:
     """Everything known about the job's rank maps (see module doc)."""
-    from slurmtopo.plandoc import (check_against_inventory, embedded_inventory_of,
-                                   planned_placement, read_plan)
-    from slurmtopo.rundirs import SCRIPT_NAME, run_dir_for
+    from slurmtopo.files.rundirs import SCRIPT_NAME, run_dir_for
+    from slurmtopo.plan.plandoc import (check_against_inventory, embedded_inventory_of,
+                                        planned_placement, read_plan)
     from slurmtopo.sbatch.script import extract_plan
 
     notes: List[str] = []
@@ -107,8 +107,8 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
         planned = (placement, doc)
     actual_text = _read(where, "rankmap.json", notes)
     if actual_text is not None:
-        from slurmtopo.boundedjson import loads
-        from slurmtopo.rankmap import placement_from_dict
+        from slurmtopo.files.boundedjson import loads
+        from slurmtopo.plan.rankmap import placement_from_dict
 
         try:
             adoc = loads(actual_text, RANKMAP_DEPTH)
@@ -126,7 +126,7 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
 
 def _to_json(job_id: int, g: Dict[str, Any]) -> Dict[str, Any]:
     from slurmtopo.binding.replan import moved_slots
-    from slurmtopo.rankmap import rankmap_dict
+    from slurmtopo.plan.rankmap import rankmap_dict
 
     job = g["job"]
     out: Dict[str, Any] = {
@@ -135,7 +135,7 @@ def _to_json(job_id: int, g: Dict[str, Any]) -> Dict[str, Any]:
         "script": g["script_from"], "planned": None, "actual": None, "notes": g["notes"]}
     if g["planned"] is not None:
         p, doc = g["planned"]
-        from slurmtopo.plandoc import layout_from_doc
+        from slurmtopo.plan.plandoc import layout_from_doc
         out["planned"] = rankmap_dict(p, layout_from_doc(doc))
         out["launcher"] = (doc.get("launch") or {}).get("launcher", "srun")
     if g["actual"] is not None:
@@ -181,9 +181,9 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     from rich.text import Text
 
     from slurmtopo.binding.replan import moved_ranks
-    from slurmtopo.hostlist import fold_hostlist
-    from slurmtopo.preview import grid
-    from slurmtopo.termsafe import printable
+    from slurmtopo.inventory.hostlist import fold_hostlist
+    from slurmtopo.show.preview import grid
+    from slurmtopo.show.termsafe import printable
 
     con = Console(soft_wrap=False)
     job = g["job"]

@@ -35,18 +35,18 @@ import click
                    "audit --state` reads).")
 def command(inventory_path, backend_name, output, as_json, show_all, with_jobs):
     """Dump the live Slurm cluster state as a state snapshot."""
+    from slurmtopo.files.yamlio import dump_yaml
+    from slurmtopo.inventory.state import state_dict
     from slurmtopo.slurm import get_backend
-    from slurmtopo.state import state_dict
-    from slurmtopo.yamlio import dump_yaml
 
     inv = None
     if inventory_path:
-        from slurmtopo.inventory import load_inventory
+        from slurmtopo.inventory.schema import load_inventory
         inv = load_inventory(inventory_path)
     backend = get_backend(backend_name)
     state = backend.cluster_state(inv)
     if not show_all:
-        from slurmtopo.model import ClusterState
+        from slurmtopo.inventory.model import ClusterState
         state = ClusterState({n: s for n, s in state.nodes.items()
                               if s.state != "idle" or s.flags or s.busy_gpus or s.exclusive},
                              source=state.source)
@@ -60,7 +60,7 @@ def command(inventory_path, backend_name, output, as_json, show_all, with_jobs):
     doc["source"] = f"slurm ({backend.name} backend)"
     text = json.dumps(doc, indent=1) + "\n" if as_json else dump_yaml(doc)
     if output:
-        from slurmtopo.fileio import atomic_write
+        from slurmtopo.files.fileio import atomic_write
         atomic_write(output, text)
         click.echo(f"wrote {output} ({len(doc['nodes'])} node(s))", err=True)
     else:

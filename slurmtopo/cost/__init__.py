@@ -33,7 +33,7 @@ inventory's ``cost:`` block and ``Hardware`` fields.
 Per kind the time is that of its slowest group. The *step* is
 :func:`slurmtopo.cost.step.price_step`: every collective of one training
 step per the job's framework and data-parallel style (its
-:class:`~slurmtopo.workload.Workload`; DDP on the 70b shape when it names
+:class:`~slurmtopo.job.workload.Workload`; DDP on the 70b shape when it names
 none), each on its kind's slowest group times its count; its ``time_s``
 is the number every decision and report uses (``CostReport.step_time_s``).
 Combined kinds (``tp-pp``, ``tp-dp-cp``, ``expert-tp-ep``...) are priced

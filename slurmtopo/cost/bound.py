@@ -11,11 +11,11 @@ from slurmtopo.cost.defaults import NETWORK_CLASSES
 from slurmtopo.cost.params import CostParams, cost_params
 from slurmtopo.cost.report import CostReport, GroupCost
 from slurmtopo.cost.step import StepCall, call_bytes, step_calls, subgroups
-from slurmtopo.groups import build_groups
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Hardware, Inventory
-from slurmtopo.request import JobRequest
-from slurmtopo.topology import network_view
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Hardware, Inventory
+from slurmtopo.inventory.topology import network_view
+from slurmtopo.job.groups import build_groups
+from slurmtopo.job.request import JobRequest
 
 class InventoryStats:
     """What the lower bound needs to know about an inventory's shape (not
@@ -115,7 +115,7 @@ class InventoryStats:
 
     def to_json(self, hw_ref) -> Dict[str, object]:
         """JSON-ready, each hardware as ``hw_ref(hardware)`` (its index in
-        a compiled inventory's table: :mod:`slurmtopo.inventory_cache`)."""
+        a compiled inventory's table: :mod:`slurmtopo.inventory.cache`)."""
         return {"sets": [[hw_ref(h), list(g)] for h, g in self.sets],
                 "dom_sets": [[hw_ref(h), list(g)] for h, g in self.dom_sets],
                 "node_sizes": [[k, v] for k, v in self.node_sizes.items()],
@@ -298,7 +298,7 @@ class LowerBound:
 
 
 #: dimensions each counted group kind spans, per rank generator (dense
-#: kinds and expert kinds number ranks differently, see slurmtopo.groups)
+#: kinds and expert kinds number ranks differently, see slurmtopo.job.groups)
 _DENSE_DIMS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "dp": ("dp",), "dp-cp": ("dp", "cp")}
 _EXPERT_DIMS = {"ep": ("ep",), "expert-tp": ("etp",), "expert-dp": ("edp",)}
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Dict
 
-from slurmtopo.links import LinkClass
+from slurmtopo.inventory.links import LinkClass
 
 #: Which collective each kind runs.
 COLLECTIVES: Dict[str, str] = {

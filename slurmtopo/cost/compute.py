@@ -16,9 +16,10 @@ Three parts, each closed form:
   the inventory's ``cost: gpu_compute:`` entry for any other model.
 * **Time on a rank** (:func:`stage_compute`): every GEMM of a layer with
   its shape on the rank after TP, CP and EP splitting, priced as
-  ``flops / (peak x efficiency) x (1 + half_dim / smallest dimension)``
-  plus its bytes over HBM (a small matrix is slower per FLOP, a thin one
-  memory-bound); attention at its own efficiency of the bf16 peak; the
+  ``flops / (peak x efficiency)`` plus its bytes over HBM plus a fixed
+  time a call (``gemm_latency_us``: a small matrix is slower per FLOP, a
+  thin one memory-bound, and a layer split into many small expert GEMMs
+  pays the fixed time of each); attention at its own efficiency of the bf16 peak; the
   memory-bound kernels (norms, activations, casts, MoE permutation, the
   loss over the vocabulary) as bytes over HBM. The constants
   (:class:`ComputeFit`) are few, named, and fitted by
@@ -216,18 +217,24 @@ class ComputeFit:
     whole step"; bench/step_fit.py fits them)."""
 
     #: share of the bf16 peak a large GEMM reaches
-    gemm_efficiency: float = 0.85
+    gemm_efficiency: float = 0.8451
     #: share of its own peak a large GEMM reaches in fp8 with one scale a
     #: tensor, in mxfp8 (a scale every 32 values) and in nvfp4, as a factor
     #: on gemm_efficiency
-    fp8_factor: float = 1
-    mxfp8_factor: float = 0.8539
-    fp4_factor: float = 0.7572
-    #: the smallest GEMM dimension at which a GEMM runs at half speed
-    half_dim: float = 512
+    fp8_factor: float = 0.8994
+    mxfp8_factor: float = 0.7977
+    fp4_factor: float = 0.684
+    #: the fixed time of one GEMM call, microseconds, forward (backward
+    #: twice): its launch, the tail of its last wave of tiles, the casts
+    #: and scales of its operands. The model prices a layer's attention
+    #: projections, its MLP, each local expert's MLP, the router and the
+    #: output layer as one call each, so a MoE layer pays it once per local
+    #: expert: fine-grained experts (many small GEMMs a rank) run below
+    #: the peak a large GEMM reaches
+    gemm_latency_us: float = 42.5
     #: bytes the memory-bound kernels move a token and layer, per value of
     #: the hidden and active MLP width (2-byte values; forward and backward)
-    elementwise_passes: float = 64.19
+    elementwise_passes: float = 57.47
     #: 2-byte values MoE's permutation moves a routed token and hidden
     #: value, forward and backward: forward the token read and written to
     #: its expert's buffer and its output read back into the weighted sum
@@ -237,12 +244,12 @@ class ComputeFit:
     #: the share of an overlapped collective's time the step still pays: its
     #: kernels hold SMs and memory bandwidth the compute it hides behind
     #: would use
-    overlap_cost: float = 0.191
+    overlap_cost: float = 0.2672
     #: the share of its datasheet clocks a GPU sustains in training, by GPU
     #: name, relative to H100's (Blackwell parts differ by power: GB300 at
     #: 1.4 kW, B200 at 1 kW); a GPU not listed: 1
     sustained: Tuple[Tuple[str, float], ...] = (
-        ("B200", 0.8814), ("B300", 0.8), ("GB200", 0.8321), ("GB300", 1.066))
+        ("B200", 0.9492), ("B300", 0.9474), ("GB200", 0.8798), ("GB300", 1.087))
 
     def factor(self, dtype: str) -> float:
         return {"fp8": self.fp8_factor, "mxfp8": self.mxfp8_factor,
@@ -329,8 +336,7 @@ def gemm_seconds(m: float, n: float, k: float, gpu: GpuFigures, dtype: str,
     b = in_bytes if in_bytes is not None else {"fp8": 1, "mxfp8": 1, "nvfp4": 0.5,
                                                "fp32": 4}.get(ran, 2)
     moved = (m * k + k * n) * b + m * n * 2
-    return flops / (peak * eff) * (1.0 + fit.half_dim / min(m, n, k)) \
-        + moved / (gpu.hbm_gbps * 1e9)
+    return flops / (peak * eff) + moved / (gpu.hbm_gbps * 1e9) + fit.gemm_latency_us * 1e-6
 
 
 def _attention_flops(spec: ModelSpec, seq: int, causal: bool = True) -> float:

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
-from slurmtopo.links import LinkClass
+from slurmtopo.inventory.links import LinkClass
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 

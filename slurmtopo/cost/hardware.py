@@ -8,8 +8,8 @@ import math
 from typing import Dict, List, Tuple
 
 from slurmtopo.cost.defaults import DEFAULT_PCIE_FACTOR
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Hardware
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Hardware
 
 
 def network_kind(hw: Hardware) -> str:

@@ -30,8 +30,8 @@ input embedding and the most micro-batches in flight), in bytes:
   softmax, 6 bytes; PyTorch's loss the bf16 logits, an fp32 copy and its
   gradient, 10); FSDP with a pipeline keeps the stage's layers gathered
   and their gradients unsharded for the whole step
-  and a fixed **reserve** (CUDA context, NCCL buffers, allocator
-  fragmentation: 8% of the GPU plus 2 GiB).
+  and a **reserve**: 2 GiB for the CUDA context and NCCL's buffers, and
+  8% of the counted parts for the caching allocator's fragmentation.
 
 Pure; no I/O.
 """
@@ -52,7 +52,10 @@ GiB = 1024 ** 3
 #: sbatch exit with an error), warn, or say nothing (docs/cost-model.md)
 MEMORY_POLICIES = ("error", "warn", "off")
 #: memory a GPU keeps for what the model does not count: CUDA context and
-#: kernels, NCCL's buffers, the allocator's fragmentation
+#: kernels and NCCL's buffers (a fixed ``RESERVE_GIB``), and the caching
+#: allocator's fragmentation, a share of what the job allocates
+#: (``RESERVE_FRACTION`` of the counted parts, not of the GPU: a 288 GB GPU
+#: fragments no more than an 80 GB one running the same job)
 RESERVE_FRACTION = 0.08
 RESERVE_GIB = 2.0
 #: bytes a token and vocabulary entry the output layer and the loss hold
@@ -186,7 +189,8 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: s
     # PyTorch's the bf16 logits, their fp32 copy and its gradient (10)
     logit_bytes = LOGIT_BYTES.get(framework, LOGIT_BYTES["other"])
     logits = (T * s.vocab / tp * logit_bytes) if pp == 1 else 0.0
-    reserve = RESERVE_GIB * GiB + RESERVE_FRACTION * gpu_gib * GiB
+    counted = weights + grads + optimizer + activations + logits
+    reserve = RESERVE_GIB * GiB + RESERVE_FRACTION * counted
     parts = (("weights", weights), ("gradients", grads), ("optimizer", optimizer),
              ("activations", activations), ("logits", logits), ("reserve", reserve))
     return MemoryReport(parts, gpu_gib)

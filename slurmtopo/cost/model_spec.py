@@ -4,7 +4,7 @@
 changed (``llama3-70b,seq_len=8192,micro_batch=2``) or explicit dimensions
 (``params=7e9,layers=32,hidden=4096``); :func:`parse_model` reads all three
 and the framework configurations (torchtitan TOML, DeepSpeed JSON,
-Megatron-LM arguments, :mod:`slurmtopo.frameworks.configs`) give the same
+Megatron-LM arguments, :mod:`slurmtopo.job.frameworks.configs`) give the same
 keys. :class:`ModelSpec` is what the communication of a step is sized from
 (:mod:`slurmtopo.cost.styles`), what its FLOPs are counted from
 (:mod:`slurmtopo.cost.compute`) and what its memory per GPU is counted from
@@ -279,6 +279,9 @@ MODEL_PRESETS: Dict[str, ModelSpec] = {
     "gpt-oss-120b": ModelSpec(params=0, layers=36, hidden=2880, heads=64, kv_heads=8,
                               head_dim=64, ffn=2880, vocab=201088, experts=128, top_k=4,
                               expert_ffn=2880, window=128, window_layers=18),
+    "gpt-oss-20b": ModelSpec(params=0, layers=24, hidden=2880, heads=64, kv_heads=8,
+                             head_dim=64, ffn=2880, vocab=201088, experts=32, top_k=4,
+                             expert_ffn=2880, window=128, window_layers=12),
     "nemotron4-15b": ModelSpec(params=0, layers=32, hidden=6144, heads=48, kv_heads=8,
                                ffn=24576, vocab=256000, glu=0),
     "nemotron4-340b": ModelSpec(params=0, layers=96, hidden=18432, heads=96, kv_heads=8,
@@ -313,6 +316,8 @@ PRESET_SOURCES: Dict[str, str] = {
                             "20480 = 8 x moe_intermediate_size 2560)",
     "gpt-oss-120b": _HF + "openai/gpt-oss-120b/blob/main/config.json (sliding window of 128 "
                           "on every other layer)",
+    "gpt-oss-20b": _HF + "openai/gpt-oss-20b/blob/main/config.json (24 layers, 32 experts, "
+                         "sliding window of 128 on every other layer)",
     "nemotron4-15b": "Parmar et al. 2024, 'Nemotron-4 15B Technical Report' (arXiv:2402.16819), "
                      "Table 1 (32 layers, hidden 6144, 48 heads, 8 KV heads, squared-ReLU MLP "
                      "of 4h, 256k vocabulary)",
@@ -467,7 +472,7 @@ def model_dict(spec: ModelSpec) -> Dict[str, object]:
 def model_with_config(text: Optional[str], config: Mapping[str, object],
                       where: str = "--config") -> Optional[ModelSpec]:
     """The model of ``--model TEXT`` and the keys a framework
-    configuration gives (:func:`slurmtopo.frameworks.configs.model_keys_from_config`):
+    configuration gives (:func:`slurmtopo.job.frameworks.configs.model_keys_from_config`):
     the preset (``--model``'s, else the file's ``preset``), then the file's
     keys, then ``--model``'s own keys, the later winning. None when
     neither describes a model (no preset, no layers and hidden size)."""

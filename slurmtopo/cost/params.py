@@ -21,9 +21,9 @@ from slurmtopo.cost.defaults import (ALGORITHM_SINCE, ALGORITHMS, COST_KEYS, DEF
 from slurmtopo.cost.compute import GpuFigures, parse_gpu_compute
 from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.errors import InventoryError
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Hardware, Inventory
-from slurmtopo.request import JobRequest
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Hardware, Inventory
+from slurmtopo.job.request import JobRequest
 
 def _class_key(text) -> LinkClass:
     t = str(text).strip().upper().replace("-", "_").replace(" ", "_")
@@ -267,7 +267,7 @@ class CostParams:
         its ring's hosts meet at the network class ``cls``: the admin's
         figure for the class when given, else the share divided by the
         level's oversubscription. The pricing and the planner's view of
-        link speeds (:class:`slurmtopo.choice.CostModelSpeeds`) both use it."""
+        link speeds (:class:`slurmtopo.plan.choice.CostModelSpeeds`) both use it."""
         fixed = self.bandwidth.get(cls)
         if fixed is not None:
             return fixed
@@ -291,7 +291,7 @@ class _CostBlock:
                 raise self.fail(f"unknown key {key!r} (allowed: {', '.join(COST_KEYS)})")
 
     def fail(self, msg, obj=None, key=None) -> InventoryError:
-        from slurmtopo.yamlio import Reader
+        from slurmtopo.files.yamlio import Reader
         return InventoryError(f"cost: {msg}", self.src,
                               Reader.line(obj, key) if obj is not None else None)
 
@@ -359,7 +359,7 @@ class _CostBlock:
         mb = self.mapping("message_bytes")
         for k, v in (mb or {}).items():
             from slurmtopo.errors import LayoutError
-            from slurmtopo.request import normalise_kind
+            from slurmtopo.job.request import normalise_kind
             try:
                 kind = normalise_kind(k)
                 p.message_bytes[kind] = p.message_overrides[kind] = parse_bytes(v)
@@ -419,7 +419,7 @@ def _parse_model(p: CostParams, cost: Mapping, fail, mapping) -> None:
         p.network_protocols = tuple(n for n in PROTOCOL_NAMES if n in got)
     if cost.get("nccl_version") is not None:
         from slurmtopo.errors import LayoutError
-        from slurmtopo.workload import parse_nccl_version
+        from slurmtopo.job.workload import parse_nccl_version
         try:
             p.nccl_version = parse_nccl_version(cost["nccl_version"], "nccl_version:")
         except LayoutError as exc:

@@ -15,10 +15,10 @@ from slurmtopo.cost.report import CostReport, GroupCost
 from slurmtopo.cost.shapes import (PlacementPricer, Shape, group_shapes,  # noqa: F401
                                    placement_pricer, pricing_of, shape_time)
 from slurmtopo.cost.step import price_step
-from slurmtopo.groups import build_groups, span_of
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Inventory, Placement
-from slurmtopo.request import JobRequest
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.job.groups import build_groups, span_of
+from slurmtopo.job.request import JobRequest
 
 _PHRASE = {
     LinkClass.NVLINK_DOMAIN: "spans nodes over multi-node NVLink",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from slurmtopo.links import LinkClass
+from slurmtopo.inventory.links import LinkClass
 
 
 @dataclass

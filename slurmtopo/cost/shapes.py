@@ -22,9 +22,9 @@ from slurmtopo.cost.collectives import collective_time
 from slurmtopo.cost.defaults import NET_KIND_ORDER
 from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.cost.params import CostParams
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Inventory, Placement
-from slurmtopo.topology import network_view
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.inventory.topology import network_view
 
 #: What one group's collective time depends on, whatever the collective
 #: and message: (slowest class, NVLink domains, most and fewest ranks a

@@ -2,13 +2,13 @@
 decision and every report uses (:func:`price_step`).
 
 The preview, ``plan --json``, the planner's choice between its proposals
-(:mod:`slurmtopo.choice`), the placement daemon, ``simulate`` and ``audit``
+(:mod:`slurmtopo.plan.choice`), the placement daemon, ``simulate`` and ``audit``
 all call :func:`price_step` with the job's request, so the weights the
 planner and the daemon trade against queue time are the numbers in front
 of the user.
 
 The step is the list of collectives the job's framework runs
-(:func:`step_calls`, from the request's :class:`~slurmtopo.workload.Workload`:
+(:func:`step_calls`, from the request's :class:`~slurmtopo.job.workload.Workload`:
 its data-parallel style, the model, sequence parallelism and the overlaps
 it is set to make), each on the planner's groups of its kind, priced by the
 cost model on the slowest group of that kind and counted as many times as
@@ -41,11 +41,11 @@ from slurmtopo.cost.shapes import group_shapes, placement_pricer, shape_time
 from slurmtopo.cost.styles import MODEL_PRESETS, ModelSpec, ddp_bucket_bytes
 from slurmtopo.cost.model_spec import model_dict
 from slurmtopo.cost.whole import compose_priced, whole_json
-from slurmtopo.groups import Layout, build_groups
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Inventory, Placement
-from slurmtopo.request import JobRequest
-from slurmtopo.workload import DEFAULT_WORKLOAD, Workload
+from slurmtopo.job.groups import Layout, build_groups
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.job.request import JobRequest
+from slurmtopo.job.workload import DEFAULT_WORKLOAD, Workload
 
 __all__ = ["DEFAULT_MODEL", "PHASES", "OVERLAPS", "StepCall", "CallPrice", "StepPrice",
            "step_calls", "price_step", "compose", "step_dict", "subgroups", "call_bytes"]
@@ -217,7 +217,10 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
         if size <= 1:
             return
         fwd = "forward" if w.tp_comm_overlap else "none"
-        bwd = "backward" if w.tp_comm_overlap else "none"
+        # PyTorch's async TP (torchtitan) fuses the forward pass's gathers
+        # and reduce-scatters into its matrix products; the backward's run
+        # as plain collectives
+        bwd = "backward" if w.tp_comm_overlap and w.framework != "torchtitan" else "none"
         n = per_layer * lp * mb
         if not sp:
             out.append(StepCall(what, kind, "all-reduce", act, n, "forward", fwd,

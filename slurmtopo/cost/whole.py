@@ -114,6 +114,10 @@ class WholeStep:
 def _pool(c: CommCall, dims: Dims) -> Optional[str]:
     """Which compute window a call hides behind (None: it is exposed)."""
     w, ov = c.what, c.overlaps_with
+    if w.startswith("expert-dp"):
+        # the experts' gradients and parameters over the expert-data-parallel
+        # groups hide in the same windows as the dense ones
+        w = "dp" if w == "expert-dp" else "fsdp" + w[len("expert-dp"):]
     if w == "pp":
         return "pp"
     if ov == "none":
@@ -211,18 +215,25 @@ def compose(spec: ModelSpec, dims: Dims, gpu: GpuFigures, calls: Sequence[CommCa
 
 def _kind_name(what: str) -> str:
     """The name a call's seconds are reported under: dp for every data-
-    parallel call (gradients, parameter gathers, FSDP), else the role."""
+    parallel call (gradients, parameter gathers, FSDP), expert-dp for the
+    experts' (the step function's expert-dp, expert-dp-shard and
+    expert-dp-replicate calls), else the role."""
+    if what.startswith("expert-dp"):
+        return "expert-dp"
     return "dp" if what in ("dp", "dp-gather", "fsdp-shard", "fsdp-replicate") else what
 
 
 def _local_params(s: ModelSpec, dims: Dims, style: str) -> float:
     """Parameters the optimizer of one rank updates."""
     expert = s.moe_layers * s.experts * s.expert_params() if s.is_moe else 0.0
-    dense = s.counted_params() - expert
-    local = dense / (dims.tp * dims.pp) + expert / (dims.ep * dims.etp * dims.pp)
+    dense = (s.counted_params() - expert) / (dims.tp * dims.pp)
+    expert = expert / (dims.ep * dims.etp * dims.pp)
     if style != "ddp":
-        local /= max(1, dims.dp * dims.cp)
-    return local
+        # the dense shards over the data-parallel ranks, the experts' over
+        # the ranks holding the same experts (tp cp dp / (ep etp) of them)
+        dense /= max(1, dims.dp * dims.cp)
+        expert /= max(1, dims.tp * dims.cp * dims.dp // (dims.ep * dims.etp))
+    return dense + expert
 
 
 def whole_json(step: WholeStep) -> Dict[str, object]:

@@ -87,7 +87,7 @@ class Actions:
         (held: planned again; not held: the release happened), so no job is
         released twice. A journal that cannot be written releases nothing.
         Returns job id -> released."""
-        from slurmtopo.hostlist import fold_hostlist
+        from slurmtopo.inventory.hostlist import fold_hostlist
 
         recs: Dict[int, JobRecord] = {}
         before: Dict[int, Optional[JobRecord]] = {}
@@ -125,7 +125,7 @@ class Actions:
 
     def _release_one(self, d: Decision, rec: JobRecord) -> bool:
         """Check, pin and release one job whose intent is on disk."""
-        from slurmtopo.hostlist import fold_hostlist
+        from slurmtopo.inventory.hostlist import fold_hostlist
 
         self.reached("after-intent")
         snap = self.snapshot.get(d.job_id)

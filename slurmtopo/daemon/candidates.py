@@ -17,7 +17,7 @@ import bisect
 from dataclasses import replace
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from slurmtopo.model import Node, NodeState
+from slurmtopo.inventory.model import Node, NodeState
 from slurmtopo.placement.common import (REFUSALS, Candidates, node_refusal, signature_of,
                                         too_small)
 

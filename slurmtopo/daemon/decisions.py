@@ -9,7 +9,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
-from slurmtopo.model import ClusterState, Placement
+from slurmtopo.inventory.model import ClusterState, Placement
 
 RELEASE = "release"
 WAIT = "wait"
@@ -351,7 +351,7 @@ class Decision:
 
     def summary(self) -> str:
         """One line for logs and `slurmtopo daemon status`."""
-        from slurmtopo.hostlist import fold_hostlist
+        from slurmtopo.inventory.hostlist import fold_hostlist
 
         if self.action == RELEASE:
             where = ", ".join(f"{h}:{format_gpus(self.gpus.get(h, ()))}" for h in self.hosts)
@@ -375,7 +375,7 @@ def fault(job_id: int, what: str, exc: BaseException) -> Decision:
     the daemon for everyone: the loop logs the traceback, takes the job out
     of its hands with the reason in the job's comment, and goes on with
     the other jobs."""
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     return Decision(job_id, FAULT, exc=exc, trace="".join(traceback.format_exception(
         type(exc), exc, exc.__traceback__)), reason=(
@@ -402,7 +402,7 @@ def _pct(a: float, b: float) -> str:
 
 def format_gpus(gpus: Iterable[int]) -> str:
     """GPU indices as a cpulist (``0-3,6``), ``-`` for none."""
-    from slurmtopo.model import format_cpulist
+    from slurmtopo.inventory.model import format_cpulist
     return format_cpulist(gpus) or "-"
 
 

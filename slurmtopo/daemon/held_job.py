@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set
 
-from slurmtopo import launchers
 from slurmtopo.daemon.decisions import ClusterView, Config, QueuedJob
 from slurmtopo.daemon.work import Work
-from slurmtopo.model import Inventory
-from slurmtopo.request import IMPLICIT_PREFER
+from slurmtopo.inventory.model import Inventory
+from slurmtopo.job.request import IMPLICIT_PREFER
+from slurmtopo.plan import launchers
 
 if TYPE_CHECKING:
-    from slurmtopo.choice import Admit
+    from slurmtopo.plan.choice import Admit
 
 
 def nodes_outside(inv: Inventory, view: ClusterView, partitions: str) -> FrozenSet[str]:

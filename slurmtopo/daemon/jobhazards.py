@@ -19,8 +19,8 @@ rule's own severity and the NCCL release of the daemon's inventory
 
 It is a user's input to a daemon that runs as root: only these two keys, at
 most :data:`MAX_POLICY_ITEMS` items of at most :data:`MAX_TEXT` characters,
-each parsed by the rules' one reader (:meth:`slurmtopo.hazards.HazardPolicy.
-parse`, :func:`slurmtopo.workload.parse_nccl_version`); anything else is a
+each parsed by the rules' one reader (:meth:`slurmtopo.plan.hazards.HazardPolicy.
+parse`, :func:`slurmtopo.job.workload.parse_nccl_version`); anything else is a
 :class:`ValueError` of one line (the protocol makes it its ProtocolError).
 Pure; no I/O.
 """
@@ -32,9 +32,9 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from slurmtopo.daemon.wire import show as _show
 from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.hazards import HazardPolicy, HazardReport, check_hazards, nccl_version
-from slurmtopo.model import Inventory, Placement
-from slurmtopo.workload import parse_nccl_version
+from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.job.workload import parse_nccl_version
+from slurmtopo.plan.hazards import HazardPolicy, HazardReport, check_hazards, nccl_version
 
 __all__ = ["JobHazards", "NO_HAZARDS", "hazards_to_dict", "hazards_from_dict",
            "placement_hazards", "MAX_POLICY_ITEMS", "MAX_TEXT"]
@@ -52,7 +52,7 @@ class JobHazards:
     """What a job was submitted with for the hazard checks (hashable: part
     of the request the daemon keeps per job)."""
 
-    #: ``KIND=LEVEL`` items (:class:`slurmtopo.hazards.HazardPolicy`)
+    #: ``KIND=LEVEL`` items (:class:`slurmtopo.plan.hazards.HazardPolicy`)
     policy: Tuple[str, ...] = ()
     #: the NCCL release the job loads, as given; None: not known
     nccl: Optional[str] = None
@@ -119,7 +119,7 @@ def placement_hazards(inv: Inventory, placement: Placement, h: Optional[JobHazar
     """The pre-launch hazards of ``placement`` for a job submitted with
     ``h``: its policy, and its NCCL release, else the one its ``request``'s
     workload carries (the cost model's ``work.nccl``), else the
-    inventory's (:func:`slurmtopo.hazards.nccl_version`, never the daemon's
+    inventory's (:func:`slurmtopo.plan.hazards.nccl_version`, never the daemon's
     own environment). The same rules as every other launch path."""
     h = h or NO_HAZARDS
     given = h.nccl

@@ -3,7 +3,7 @@ daemon needs to price the step ``plan`` and the preview price, the job's own
 model and framework, instead of the default model.
 
 A held job's request (:mod:`slurmtopo.daemon.protocol`) carries its
-:class:`slurmtopo.workload.Workload` as a small object::
+:class:`slurmtopo.job.workload.Workload` as a small object::
 
     "work": {"fw": "megatron", "style": "zero12", "sp": true, "tpo": true,
              "model": {"params": 70553706496, "layers": 80, "hidden": 8192,
@@ -35,8 +35,8 @@ from slurmtopo.daemon.wire import show as _show
 from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.cost.model_spec import MODEL_KEYS, ModelSpec, model_from_mapping
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import MAX_WORLD
-from slurmtopo.workload import FRAMEWORKS, STYLES, Workload
+from slurmtopo.job.groups import MAX_WORLD
+from slurmtopo.job.workload import FRAMEWORKS, STYLES, Workload
 
 __all__ = ["work_to_dict", "work_from_dict", "MAX_MODEL_KEYS"]
 

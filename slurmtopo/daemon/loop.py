@@ -79,7 +79,7 @@ from slurmtopo.daemon.status import STATUS_KIND
 from slurmtopo.daemon.status import identity as status_identity
 from slurmtopo.daemon.still_ours import TERMINAL
 from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.fileio import atomic_write, open_file
+from slurmtopo.files.fileio import atomic_write, open_file
 from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmJob
 
 log = logging.getLogger("slurmtopo.daemon")
@@ -564,7 +564,7 @@ class Daemon(Actions):
 def inventory_loader(paths) -> Callable[[], object]:
     """A loader that re-reads the inventory only when a file changed (and
     validates all of it, as every use case loads a cluster)."""
-    from slurmtopo.cluster import load_cluster
+    from slurmtopo.plan.cluster import load_cluster
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]

@@ -278,7 +278,7 @@ class Recorder(NoMetrics):
         is logged once until a write succeeds again, and counted."""
         if self.textfile is None:
             return
-        from slurmtopo.fileio import Output, write_all
+        from slurmtopo.files.fileio import Output, write_all
 
         try:
             check_textfile(self.textfile)

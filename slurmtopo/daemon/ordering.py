@@ -17,8 +17,8 @@ def job_order(q: QueuedJob) -> Tuple:
 def difficulty(q: QueuedJob) -> Tuple:
     """Hardest first, for the packing pass: the largest group that must
     stay inside one tight unit, then the job's size."""
-    from slurmtopo.groups import build_groups
-    from slurmtopo.request import LEVEL_INDEX
+    from slurmtopo.job.groups import build_groups
+    from slurmtopo.job.request import LEVEL_INDEX
 
     if q.spec is None:
         return (0, 0, 0)

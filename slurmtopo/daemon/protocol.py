@@ -71,7 +71,7 @@ from slurmtopo.daemon.jobstep import work_from_dict, work_to_dict
 from slurmtopo.daemon.wire import show as _show
 from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.launchers import DEFAULT as DEFAULT_LAUNCHER
+from slurmtopo.plan.launchers import DEFAULT as DEFAULT_LAUNCHER
 
 PREFIX = "slurmtopo:v1:"
 #: the daemon's spool directory unless ``--spool`` says otherwise (the
@@ -116,10 +116,10 @@ class Shape:
 class DaemonSpec:
     """Everything the daemon knows about one job's wishes."""
 
-    request: Any  # slurmtopo.request.JobRequest
+    request: Any  # slurmtopo.job.request.JobRequest
     shape: Shape = field(default_factory=Shape)
     source: str = "comment"  # "comment" or the spool file's path
-    #: the job's launcher, a name of :func:`slurmtopo.launchers.names`
+    #: the job's launcher, a name of :func:`slurmtopo.plan.launchers.names`
     launcher: str = DEFAULT_LAUNCHER
     #: the job's hazard policy and NCCL release, as submitted
     hazards: JobHazards = NO_HAZARDS
@@ -134,7 +134,7 @@ def request_to_dict(req, shape: Optional[Shape] = None,
                     hazards: Optional[JobHazards] = None) -> Dict[str, Any]:
     """The v1 JSON form of a JobRequest (compact: defaults left out, srun
     among them; ``hazards`` only when a policy or NCCL release was given)."""
-    from slurmtopo.hostlist import fold_hostlist
+    from slurmtopo.inventory.hostlist import fold_hostlist
 
     lay = req.layout
     layout: Dict[str, Any] = {}
@@ -330,7 +330,7 @@ def pointer_name(comment: Optional[str]) -> Optional[str]:
 def rejected_comment(reason: str) -> str:
     """``slurmtopo:rejected: <reason>``, one printable line cut to fit a
     Slurm comment."""
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     text = REJECTED_PREFIX + " " + printable(" ".join(str(reason).split()))
     raw = text.encode()
@@ -380,12 +380,12 @@ def _hostlist(value: Any, what: str) -> str:
 def _known(text: str, what: str, index, strict: bool) -> Tuple[str, ...]:
     """The inventory's names that the hostlist ``text`` names, never
     expanding it; with ``strict`` every name it counts must be one."""
-    from slurmtopo.hostlist import HostlistError, select_hostlist
+    from slurmtopo.inventory.hostlist import HostlistError, select_hostlist
 
     try:
         names, count = select_hostlist(text, index, what)
     except HostlistError as exc:
-        from slurmtopo.termsafe import printable
+        from slurmtopo.show.termsafe import printable
 
         raise ProtocolError(printable(str(exc), 160)) from None
     if strict and count > len(names):
@@ -395,7 +395,7 @@ def _known(text: str, what: str, index, strict: bool) -> Tuple[str, ...]:
 
 
 def _layout(value: Any):
-    from slurmtopo.groups import MAX_WORLD, Layout
+    from slurmtopo.job.groups import MAX_WORLD, Layout
 
     if not isinstance(value, dict):
         raise ProtocolError("the slurmtopo request has no layout")
@@ -415,7 +415,7 @@ def _layout(value: Any):
 
 def _launcher(value: Any) -> str:
     """A launcher this slurmtopo knows (srun when absent)."""
-    from slurmtopo.launchers import names
+    from slurmtopo.plan.launchers import names
 
     if value is None:
         return DEFAULT_LAUNCHER
@@ -425,7 +425,7 @@ def _launcher(value: Any) -> str:
 
 
 def _shape(value: Any) -> Shape:
-    from slurmtopo.hostlist import MAX_NAMES
+    from slurmtopo.inventory.hostlist import MAX_NAMES
 
     if value is None:
         return Shape()
@@ -442,12 +442,12 @@ def _shape(value: Any) -> Shape:
 def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec:
     """Validate the v1 JSON and build the JobRequest; ProtocolError (one
     line) for anything wrong, whatever ``data`` is. With ``index`` (the
-    daemon's inventory as a :class:`slurmtopo.hostlist.HostIndex`) the
+    daemon's inventory as a :class:`slurmtopo.inventory.hostlist.HostIndex`) the
     request keeps only the inventory's names of ``nodelist`` and
     ``exclude``, found without expanding them (a 65,536-name exclude costs
     what the inventory's names cost), and a ``nodelist`` that names nodes
     the inventory lacks is refused."""
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.request import JobRequest
 
     if not isinstance(data, dict):
         raise ProtocolError("the slurmtopo request is not a JSON object")
@@ -510,7 +510,7 @@ def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] =
     16 hex digits (:func:`request_file_name`: with an owner's uid, this
     process's when ``owners`` is None, or without one as earlier releases
     named it)."""
-    from slurmtopo.fileio import read_file
+    from slurmtopo.files.fileio import read_file
 
     directory = os.path.join(spool, REQUESTS_DIR)
     path = os.path.join(directory, name + ".json")
@@ -541,7 +541,7 @@ def parse_comment(comment: Optional[str], spool: Optional[str] = None,
     that, when it is a tag but cannot be read. ``owners``: the uids that
     may own a request file the comment points at (the daemon passes the
     job's owner; None: not checked). ``index``: the daemon's inventory
-    (:class:`slurmtopo.hostlist.HostIndex`): ``nodelist`` and ``exclude``
+    (:class:`slurmtopo.inventory.hostlist.HostIndex`): ``nodelist`` and ``exclude``
     are then compared with it, never expanded (:func:`spec_from_dict`).
     ``sizes``: a list the request file's size is appended to (what reading
     it cost)."""
@@ -561,7 +561,7 @@ def parse_comment(comment: Optional[str], spool: Optional[str] = None,
         body, source = read_request_file(spool, name, owners)
         if sizes is not None:
             sizes.append(len(body))
-    from slurmtopo.boundedjson import JsonRefused, loads
+    from slurmtopo.files.boundedjson import JsonRefused, loads
 
     try:
         data = loads(body, MAX_DEPTH)

@@ -13,7 +13,7 @@ everyone with them, so:
   65,536-name excludes cost 8 s a cycle when they were decoded every cycle.
 * **names never expanded.** ``nodelist`` and ``exclude`` are compared with
   the daemon's inventory without expanding them
-  (:func:`slurmtopo.hostlist.select_hostlist`): a request carries only the
+  (:func:`slurmtopo.inventory.hostlist.select_hostlist`): a request carries only the
   inventory's names, however many the hostlist counts.
 * **a budget per user and cycle.** At most :data:`USER_BYTES_PER_CYCLE` of
   one user's requests that were not decoded before are decoded in one
@@ -40,8 +40,8 @@ from collections import OrderedDict
 from typing import Dict, Iterable, Optional, Set, Tuple
 
 from slurmtopo.daemon import protocol
-from slurmtopo.fileio import open_dir
-from slurmtopo.hostlist import HostIndex
+from slurmtopo.files.fileio import open_dir
+from slurmtopo.inventory.hostlist import HostIndex
 from slurmtopo.slurm.backend import SlurmJob
 
 log = logging.getLogger("slurmtopo.daemon")

@@ -84,8 +84,9 @@ from slurmtopo.daemon.jobhazards import placement_hazards
 from slurmtopo.daemon.ordering import ACTIVE, difficulty, job_order, packing_may_help
 from slurmtopo.daemon.work import Work, free_space_key, predicted_claim
 from slurmtopo.errors import PlacementError, SlurmtopoError
-from slurmtopo.hostlist import fold_hostlist
-from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState, Placement
+from slurmtopo.inventory.hostlist import fold_hostlist
+from slurmtopo.inventory.model import (UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState,
+                                       Placement)
 
 # --------------------------------------------------------------------------
 # planning helpers
@@ -95,7 +96,7 @@ def plan_job(inv: Inventory, state: Optional[ClusterState], req, cand=None, admi
     """The planner's placement of ``req``, among the proposals the job's
     launcher admits (``admit``: :attr:`HeldJob.admit`; a torchrun job gets
     node-contiguous ranks, as it does at submission)."""
-    from slurmtopo.choice import plan
+    from slurmtopo.plan.choice import plan
     return plan(inv, state, req, cand=cand, admit=admit)
 
 
@@ -156,7 +157,7 @@ class SchedulingPass:
                 ideal[name] = st
         self.ideal = ClusterState(nodes=ideal, source="empty cluster")
         if "leaves" not in shared:
-            from slurmtopo.topology import network_view
+            from slurmtopo.inventory.topology import network_view
             leaf_of = dict(network_view(inv.fabric).leaf)
             leaf_nodes: Dict[str, List[str]] = {}
             for h, lf in leaf_of.items():

@@ -18,7 +18,7 @@ user and nobody else may write into it (:func:`prepare_spool` refuses to
 start otherwise), except ``requests/`` (mode 1733: everyone may create a
 file, nobody may list it or remove another user's). The daemon's own files
 are created with fixed modes whatever the umask (:data:`MODES`), opened
-without following links or blocking (:mod:`slurmtopo.fileio`),
+without following links or blocking (:mod:`slurmtopo.files.fileio`),
 and read back like user input: bounded, nesting checked, every value of a
 record validated (:meth:`JobRecord.from_dict`).
 
@@ -40,7 +40,7 @@ from typing import Dict, List, Optional
 from slurmtopo.daemon.decisions import JobRecord
 from slurmtopo.daemon.protocol import REQUESTS_DIR
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.fileio import UnsafeFileError, atomic_write, open_dir, open_file, read_file
+from slurmtopo.files.fileio import UnsafeFileError, atomic_write, open_dir, open_file, read_file
 
 log = logging.getLogger("slurmtopo.daemon")
 
@@ -256,7 +256,7 @@ class Journal:
         return out
 
     def _read_journal(self) -> list:
-        from slurmtopo.boundedjson import JsonRefused, loads
+        from slurmtopo.files.boundedjson import JsonRefused, loads
 
         try:
             raw = read_file(self.spool, JOURNAL_FILE, MAX_JOURNAL_BYTES, {os.geteuid()},
@@ -294,7 +294,7 @@ class Journal:
         return []
 
     def _read_record(self, name: str) -> Optional[JobRecord]:
-        from slurmtopo.boundedjson import JsonRefused, loads
+        from slurmtopo.files.boundedjson import JsonRefused, loads
 
         path = os.path.join(self.legacy_dir, name)
         try:
@@ -486,7 +486,7 @@ def read_events(spool: str, job_id: Optional[int] = None, limit: Optional[int] =
     ``events.log`` that is not a regular file, or that the caller may not
     read (it is the daemon's alone), is a SlurmtopoError; a rotated log
     that cannot be used ends the walk back."""
-    from slurmtopo.boundedjson import JsonRefused, loads
+    from slurmtopo.files.boundedjson import JsonRefused, loads
 
     spool = spool_path(spool)
     chunks: List[bytes] = []
@@ -559,7 +559,7 @@ class SpoolLock:
                 other = os.pread(fd, 64, 0).decode(errors="replace").strip()
             finally:
                 os.close(fd)
-            from slurmtopo.termsafe import printable
+            from slurmtopo.show.termsafe import printable
             raise SlurmtopoError(f"another slurmtopo daemon (pid {printable(other, 20) or '?'}) "
                                  "is running on this spool directory", self.path) from None
         try:  # the pid is for the admin's eyes only; a full spool must not stop the start

@@ -53,7 +53,7 @@ def _check(entry: Mapping[str, Any], spec: Dict[str, Tuple[type, ...]], what: st
 
 def read_status(text: str, path: str) -> Dict[str, Any]:
     """The status document in ``text`` (read from ``path``), checked."""
-    from slurmtopo.boundedjson import JsonRefused, loads
+    from slurmtopo.files.boundedjson import JsonRefused, loads
 
     try:
         doc = loads(text, MAX_DEPTH)

@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import Iterable, Optional, Tuple
 
 from slurmtopo.daemon.decisions import JobRecord
+from slurmtopo.show.termsafe import printable
 from slurmtopo.slurm.backend import JOB_FINGERPRINT, SlurmJob
-from slurmtopo.termsafe import printable
 
 #: job states after which Slurm never runs the job again
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",

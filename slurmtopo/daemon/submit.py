@@ -146,7 +146,7 @@ def no_daemon_warnings(spool: Optional[str]) -> List[str]:
     from slurmtopo.daemon.protocol import DEFAULT_SPOOL
     from slurmtopo.daemon.spool import STATUS_FILE, spool_path
     from slurmtopo.daemon.status import liveness, read_status
-    from slurmtopo.fileio import read_file
+    from slurmtopo.files.fileio import read_file
 
     where = spool or DEFAULT_SPOOL
     doc: dict = {}

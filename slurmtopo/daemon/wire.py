@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Mapping, Optional
 
-from slurmtopo.termsafe import printable
+from slurmtopo.show.termsafe import printable
 
 
 def show(value: Any) -> str:

@@ -10,7 +10,8 @@ from slurmtopo.daemon.candidates import Filter, filter_of, refreshed, without
 from slurmtopo.daemon.decisions import ClusterView
 from slurmtopo.placement.common import Candidates
 from slurmtopo.placement.slurm_select import slurm_pick
-from slurmtopo.model import ClusterState, Inventory, Node, NodeState, Placement, free_gpus_of
+from slurmtopo.inventory.model import (ClusterState, Inventory, Node, NodeState, Placement,
+                                       free_gpus_of)
 
 
 # --------------------------------------------------------------------------
@@ -318,7 +319,7 @@ def _whole_free(work: Work, name: str, extra: Mapping[str, Set[int]]) -> bool:
 def free_space_key(work: Work, touched: Sequence[str], take: Mapping[str, Set[int]],
               leaf_of: Mapping[str, str], leaf_nodes: Mapping[str, Sequence[str]]):
     """How good the free space is after taking ``take`` (bigger is better)."""
-    from slurmtopo.links import LinkClass
+    from slurmtopo.inventory.links import LinkClass
 
     st = work.state()
     keys = []

@@ -42,7 +42,7 @@ def template_dir() -> str:
 
 def template(name: str) -> str:
     """A shipped file's text."""
-    from slurmtopo.fileio import read_text
+    from slurmtopo.files.fileio import read_text
 
     return read_text(os.path.join(template_dir(), name), limit=1 << 20)
 

@@ -11,7 +11,7 @@ job, not once per task, and every task must agree on its result:
 * the first task to arrive takes an exclusive lock (``flock``) on
   ``hook.lock`` in the job's run directory (``$SLURMTOPO_RUN_DIR``, else
   ``<submit dir>/.slurmtopo/runs/<job id>``: a directory only the user can
-  write, reached through :mod:`slurmtopo.rundirs`), binds, and writes the
+  write, reached through :mod:`slurmtopo.files.rundirs`), binds, and writes the
   run directory's files and ``hook-binding.json``; every later task takes
   the lock, finds that file (made for this job, this plan and this
   allocation) and reads it. In a batch job the batch step's TaskProlog
@@ -41,7 +41,7 @@ from typing import List, Mapping, Optional, Tuple
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.hooks.taskvars import (JOB_PLAN_ENV, TaskBinding, binding_of, is_batch_step,
                                       job_lines, task_lines)
-from slurmtopo.plandoc import PLAN_ENV, plan_from_env_value
+from slurmtopo.plan.plandoc import PLAN_ENV, plan_from_env_value
 
 #: what the start-time log says about CPU binding under the hooks: a
 #: TaskProlog runs beside the task, and cannot bind it
@@ -61,7 +61,7 @@ def run_dir_of(env: Mapping[str, str]) -> Optional[str]:
     submit, job = env.get("SLURM_SUBMIT_DIR"), env.get("SLURM_JOB_ID")
     if not submit or not job or not job.isdigit():
         return None
-    from slurmtopo.rundirs import run_dir_for
+    from slurmtopo.files.rundirs import run_dir_for
 
     return run_dir_for(submit, int(job))
 
@@ -96,9 +96,9 @@ def obtain(plan_value: str, env: Mapping[str, str]) -> Tuple[TaskBinding, List[s
     and now without one."""
     import json
 
-    from slurmtopo import safedir
     from slurmtopo.binding.step import write_run_dir
-    from slurmtopo.rundirs import open_run_dir, read_file_at
+    from slurmtopo.files import safedir
+    from slurmtopo.files.rundirs import open_run_dir, read_file_at
 
     run_dir = run_dir_of(env)
     key = binding_key(plan_value, env)
@@ -191,6 +191,6 @@ def _looks_like_a_launch(binding: TaskBinding, env: Mapping[str, str]) -> bool:
 
 
 def _print(text: str) -> str:
-    from slurmtopo.termsafe import printable
+    from slurmtopo.show.termsafe import printable
 
     return "print " + " ".join(printable(text).split())

@@ -40,7 +40,7 @@ from slurmtopo.errors import SlurmtopoError
 #: the binding's format version
 BINDING_VERSION = 1
 #: the variable the batch step leaves for the job's steps: ``JOBID:VALUE``,
-#: VALUE the plan (slurmtopo.plandoc.PLAN_ENV's); a job submitted from
+#: VALUE the plan (slurmtopo.plan.plandoc.PLAN_ENV's); a job submitted from
 #: inside this one inherits it with another job id, and ignores it
 JOB_PLAN_ENV = "SLURMTOPO_JOB_PLAN"
 
@@ -124,8 +124,8 @@ class TaskBinding:
 def binding_of(result, run_dir: str) -> TaskBinding:
     """The :class:`TaskBinding` of a start-time step's result
     (:class:`slurmtopo.binding.step.BindResult`)."""
-    from slurmtopo.model import format_cpulist
-    from slurmtopo.rankmap import node_contiguous, node_ranks
+    from slurmtopo.inventory.model import format_cpulist
+    from slurmtopo.plan.rankmap import node_contiguous, node_ranks
 
     p = result.placement
     nr = node_ranks(p)
@@ -156,7 +156,7 @@ def binding_of(result, run_dir: str) -> TaskBinding:
 def tasks_per_node(env: Mapping[str, str]) -> Optional[Dict[str, int]]:
     """host -> tasks of this step there, from SLURM_STEP_NODELIST and
     SLURM_STEP_TASKS_PER_NODE (``8(x2),4``); None when Slurm did not say."""
-    from slurmtopo.hostlist import expand_hostlist
+    from slurmtopo.inventory.hostlist import expand_hostlist
 
     nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_NODELIST")
     counts = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")

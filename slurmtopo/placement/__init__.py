@@ -2,7 +2,7 @@
 
 :func:`~slurmtopo.placement.planner.proposals` are the topology-aware
 planner's candidate placements (see :mod:`slurmtopo.placement.planner` for
-the algorithm); :func:`slurmtopo.choice.plan`, one layer up, prices them
+the algorithm); :func:`slurmtopo.plan.choice.plan`, one layer up, prices them
 with the cost model and keeps the fastest. :func:`naive_plan`,
 :func:`leaf_constrained_plan` and :func:`random_plan` are the baselines the
 benchmarks compare it with, :func:`slurm_plan` Slurm's own choice

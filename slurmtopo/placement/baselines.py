@@ -29,11 +29,11 @@ import random
 from typing import Dict, List, Optional, Tuple
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.model import ClusterState, Inventory, Node, Placement
+from slurmtopo.inventory.model import ClusterState, Inventory, Node, Placement
+from slurmtopo.inventory.topology import network_view
+from slurmtopo.job.request import JobRequest
 from slurmtopo.placement.common import Candidates, build_placement, candidates, not_enough_gpus
 from slurmtopo.placement.slurm_select import BLOCK, TREE, choose_nodes, leaves_used
-from slurmtopo.request import JobRequest
-from slurmtopo.topology import network_view
 
 
 def _check(req: JobRequest, cand: Candidates) -> None:

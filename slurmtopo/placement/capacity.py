@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Inventory, Node
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Inventory, Node
+from slurmtopo.job.request import NODE_LEVEL_BOUND, NODE_LEVELS
 from slurmtopo.placement.common import Candidates
 from slurmtopo.placement.constraints import Constraint, lcm
 from slurmtopo.placement.fabric import FabricTree, Scope, fabric_tree
 from slurmtopo.placement.intranode import capacity
-from slurmtopo.request import NODE_LEVEL_BOUND, NODE_LEVELS
 
 #: no unit of this level bounds a block (a flat fabric, or ``any``)
 UNBOUNDED = 1 << 62

@@ -1,5 +1,5 @@
 """Shared by the planner and the baselines: which nodes a job may use, and
-turning a rank -> (host, GPU) map into a :class:`~slurmtopo.model.Placement`
+turning a rank -> (host, GPU) map into a :class:`~slurmtopo.inventory.model.Placement`
 with each rank's NICs and CPUs."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.groups import build_groups
-from slurmtopo.model import (UNKNOWN_TO_SLURM, USABLE_STATES, ClusterState, Hardware, Inventory,
-                             Node, NodeState, Placement, RankSlot)
-from slurmtopo.request import JobRequest
+from slurmtopo.inventory.model import (UNKNOWN_TO_SLURM, USABLE_STATES, ClusterState, Hardware,
+                                       Inventory, Node, NodeState, Placement, RankSlot)
+from slurmtopo.job.groups import build_groups
+from slurmtopo.job.request import JobRequest
 
 
 #: why a node takes no rank: the counts of :class:`Candidates` besides ``excluded``

@@ -14,11 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from slurmtopo.groups import DENSE_DIMS, Layout, span_of
-from slurmtopo.model import Hardware
+from slurmtopo.inventory.model import Hardware
+from slurmtopo.job.groups import DENSE_DIMS, Layout, span_of
+from slurmtopo.job.request import (LEVEL_INDEX, LEVELS, NODE_LEVEL_BOUND, JobRequest,
+                                   implicit_preferences)
 from slurmtopo.placement.intranode import hw_info
-from slurmtopo.request import (LEVEL_INDEX, LEVELS, NODE_LEVEL_BOUND, JobRequest,
-                               implicit_preferences)
 
 #: the pseudo group kind of the implicit "whole job inside one NVLink domain"
 JOB = "job"

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.model import Inventory
+from slurmtopo.inventory.model import Inventory
+from slurmtopo.job.request import LEVEL_INDEX, LEVEL_TEXT, NODE_LEVEL_BOUND, NODE_LEVELS, JobRequest
 from slurmtopo.placement.capacity import Capacities, UnitSizes, UsableNodes
 from slurmtopo.placement.common import Candidates
 from slurmtopo.placement.constraints import JOB, UNIT_TEXT, Constraint
 from slurmtopo.placement.fabric import FabricTree
 from slurmtopo.placement.intranode import largest_group
 from slurmtopo.placement.packing import Allocation
-from slurmtopo.request import LEVEL_INDEX, LEVEL_TEXT, NODE_LEVEL_BOUND, NODE_LEVELS, JobRequest
 
 
 class Explainer:

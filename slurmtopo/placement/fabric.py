@@ -11,7 +11,7 @@ a Slurm block (or the whole cluster). Nodes a leaf does not list are pods
 of their own. Above the pods, L1 groups the pods under the same level-1
 switch (spine), L2 under the same level-2 switch, and so on; with several
 parents (a fat tree) the first by name is used, which is what
-:meth:`~slurmtopo.topology.NetworkView.switch_at` returns.
+:meth:`~slurmtopo.inventory.topology.NetworkView.switch_at` returns.
 
 Children of every scope are ordered by their first node's inventory index,
 so a depth-first walk visits nodes in "tree order": all nodes of a pod
@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Inventory
-from slurmtopo.topology import block_of, network_view
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Inventory
+from slurmtopo.inventory.topology import block_of, network_view
 
 
 @dataclass
@@ -213,12 +213,12 @@ TABLE = "placement.fabric_tree"
 def fabric_tree(inv: Inventory) -> FabricTree:
     """The tree of ``inv``, kept in its derived tables and rebuilt when
     ``inv.nodes`` or ``inv.fabric`` is replaced or the node count changes
-    (:meth:`~slurmtopo.model.Inventory.derive`)."""
+    (:meth:`~slurmtopo.inventory.model.Inventory.derive`)."""
     return inv.derive(TABLE, lambda: build_tree(inv))
 
 
 # --------------------------------------------------------------------------
-# the tree as JSON, for a compiled inventory's entry (slurmtopo.inventory_cache)
+# the tree as JSON, for a compiled inventory's entry (slurmtopo.inventory.cache)
 
 
 def _runs(values: List[int], step: int) -> List[List[int]]:

@@ -29,9 +29,9 @@ import itertools
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Hardware
-from slurmtopo.topology import link_classes, nvlink_islands, ring_class
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Hardware
+from slurmtopo.inventory.topology import link_classes, nvlink_islands, ring_class
 
 #: a chain level: (chunk size, hard bound or None)
 Level = Tuple[int, Optional[LinkClass]]
@@ -82,7 +82,7 @@ def hw_info(hw: Hardware) -> HwInfo:
 
 
 def ring(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:
-    """:func:`~slurmtopo.topology.ring_class`, memoised per hardware object."""
+    """:func:`~slurmtopo.inventory.topology.ring_class`, memoised per hardware object."""
     info = hw_info(hw)
     cls = info.rings.get(gpus)
     if cls is None:

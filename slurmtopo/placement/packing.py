@@ -23,7 +23,7 @@ import heapq
 import math
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from slurmtopo.links import LinkClass
+from slurmtopo.inventory.links import LinkClass
 from slurmtopo.placement.common import Candidates
 from slurmtopo.placement.fabric import FabricTree
 from slurmtopo.placement.intranode import gpu_subsets

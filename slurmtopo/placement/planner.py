@@ -1,8 +1,8 @@
 """The topology-aware planner: the placements it proposes for a job
-(:func:`proposals`); :func:`slurmtopo.choice.plan` prices them with the
+(:func:`proposals`); :func:`slurmtopo.plan.choice.plan` prices them with the
 cost model and keeps the fastest.
 
-Global ranks keep the framework's numbering (:func:`~slurmtopo.groups.build_groups`);
+Global ranks keep the framework's numbering (:func:`~slurmtopo.job.groups.build_groups`);
 the planner only decides which physical GPU runs each rank.
 
 1. **Positions and constraints** (:mod:`slurmtopo.placement.constraints`).
@@ -48,8 +48,10 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Inventory, Placement
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.job.request import (LEVEL_INDEX, LEVEL_TEXT, LEVELS, NODE_LEVEL_BOUND, NODE_LEVELS,
+                                   JobRequest)
 from slurmtopo.placement.capacity import Capacities, UnitSizes, UsableNodes, unit_sizes
 from slurmtopo.placement.common import Candidates, build_placement
 from slurmtopo.placement.constraints import (DEFAULT_DIMS, Constraint, constraints_for,
@@ -62,8 +64,6 @@ from slurmtopo.placement.intranode import ring as ring_class
 from slurmtopo.placement.packing import Allocation, BlockPacker, blocks_of
 from slurmtopo.placement.search import NodeSearch
 from slurmtopo.placement.speeds import LinkSpeeds
-from slurmtopo.request import (LEVEL_INDEX, LEVEL_TEXT, LEVELS, NODE_LEVEL_BOUND, NODE_LEVELS,
-                               JobRequest)
 
 #: Up to this world size the planner also proposes the nestings with CP,
 #: DP or PP innermost (the kind that then gets the fastest links): on a

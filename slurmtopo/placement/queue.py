@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurmtopo.errors import PlacementError, SlurmtopoError
-from slurmtopo.model import ClusterState, Inventory, NodeState, Placement
+from slurmtopo.inventory.model import ClusterState, Inventory, NodeState, Placement
 
 #: the state given to nodes a job may never use (not in its partition, not
 #: matching its constraint); unusable for the planner, whatever Slurm says

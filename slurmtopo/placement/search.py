@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.links import LinkClass
+from slurmtopo.inventory.links import LinkClass
 from slurmtopo.placement.capacity import Capacities, UsableNodes
 from slurmtopo.placement.common import Candidates
 from slurmtopo.placement.fabric import FabricTree, Scope

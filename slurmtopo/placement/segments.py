@@ -53,7 +53,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from slurmtopo.request import LEVEL_INDEX
+from slurmtopo.job.request import LEVEL_INDEX
 
 #: first Slurm release with each option (CHANGELOG/slurm-25.11.md; --segment
 #: came with topology/block in 23.11)

@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.model import Hardware, Inventory, Node
+from slurmtopo.inventory.model import Hardware, Inventory, Node
 
 TREE = "tree"
 FLAT = "flat"
@@ -136,7 +136,7 @@ def switch_table(inv: Inventory) -> SwitchTable:
 
 
 def _switch_table(inv: Inventory) -> SwitchTable:
-    from slurmtopo.topology import switch_levels
+    from slurmtopo.inventory.topology import switch_levels
 
     switches = inv.fabric.switches
     names = tuple(s.name for s in switches)

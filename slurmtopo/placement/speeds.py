@@ -3,8 +3,8 @@
 The planner ranks pieces of split blocks and node types by how fast their
 links are, in the cost model's figures, but never imports the cost model
 (dependencies run groups -> placement -> cost -> choice): the caller
-passes an object with these methods. :mod:`slurmtopo.choice` passes the
-inventory's cost parameters (:class:`slurmtopo.choice.CostModelSpeeds`), so
+passes an object with these methods. :mod:`slurmtopo.plan.choice` passes the
+inventory's cost parameters (:class:`slurmtopo.plan.choice.CostModelSpeeds`), so
 the planner sees what the admin told the cost model (an oversubscribed
 spine, a NIC's real rate) as the choice among its proposals does.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence, Tuple
 
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Hardware
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Hardware
 
 
 class LinkSpeeds(Protocol):

@@ -15,11 +15,11 @@ Why the launch looks like this:
   order); each runs ``torchrun --nnodes N --nproc-per-node K --node-rank R``
   with a static rendezvous on the first host, so torchrun's rank
   ``R * K + LOCAL_RANK`` is the planned rank. That holds only for a
-  node-contiguous plan (:func:`slurmtopo.rankmap.node_contiguous`), which is
+  node-contiguous plan (:func:`slurmtopo.plan.rankmap.node_contiguous`), which is
   checked at submit time. The node rank is only known on the node, so the
-  line carries :data:`slurmtopo.launchers.NODE_RANK_WORD` and the task
+  line carries :data:`slurmtopo.plan.launchers.NODE_RANK_WORD` and the task
   fragment replaces it. (What differs between launchers is in
-  :mod:`slurmtopo.launchers`.)
+  :mod:`slurmtopo.plan.launchers`.)
 * **Containers**: pyxis/enroot options go on the srun step (the snippet then
   runs inside the container, which needs only ``/bin/sh``); Apptainer is a
   wrapper (``apptainer exec --nv IMAGE``) between the snippet and the
@@ -31,10 +31,10 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
-from slurmtopo import launchers
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.launch_detect import Adoption, resolve
-from slurmtopo.launchers import torchrun_args  # noqa: F401  (re-exported)
+from slurmtopo.plan import launchers
+from slurmtopo.plan.launch_detect import Adoption, resolve
+from slurmtopo.plan.launchers import torchrun_args  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -60,13 +60,13 @@ class Launch:
 
     @property
     def kind(self) -> launchers.Launcher:
-        """The launcher object (see slurmtopo.launchers)."""
+        """The launcher object (see slurmtopo.plan.launchers)."""
         return launchers.get(self.launcher)
 
     def for_command(self, command: Sequence[str]) -> "Launch":
         """This launch for ``command``: when the command starts torchrun
         itself, the torchrun launcher running the user's torchrun once per
-        node (:func:`slurmtopo.launch_detect.resolve`; another launcher in
+        node (:func:`slurmtopo.plan.launch_detect.resolve`; another launcher in
         the command, or torchrun under a chosen srun, is refused with the
         command line to use). Unchanged when the command starts none."""
         if self.adopted is not None:

@@ -48,13 +48,13 @@ class ScriptOptions:
     #: what the cluster's Slurm can be asked for (release, switch/nvidia_imex):
     #: slurmtopo.placement.segments.SlurmFeatures; None: a current release
     slurm: Optional[object] = None
-    #: the pre-launch hazard policy as KIND=LEVEL texts (slurmtopo.hazards)
+    #: the pre-launch hazard policy as KIND=LEVEL texts (slurmtopo.plan.hazards)
     hazards: Tuple[str, ...] = ()
     #: the NCCL release the job loads, as given (``--nccl-version``;
     #: recorded in the plan for the start-time step)
     nccl_version: Optional[str] = None
     #: ... and as the submitting environment shows it ($NCCL_VERSION), used
-    #: when none was given (slurmtopo.hazards.nccl_version), not recorded
+    #: when none was given (slurmtopo.plan.hazards.nccl_version), not recorded
     nccl_version_env: Optional[str] = None
     #: idle spare nodes inside the job's block or leaf (docs/sbatch.md)
     spares: int = 0

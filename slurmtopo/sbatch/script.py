@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.plandoc import TASK_NAME, TASK_SNIPPET
+from slurmtopo.plan.plandoc import TASK_NAME, TASK_SNIPPET
 from slurmtopo.sbatch.launch import Launch, render_words
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 
@@ -235,7 +235,7 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
     (a ``SlurmFeatures``) allows.
     ``auto`` uses blocks when the inventory describes them, else switches.
     """
-    from slurmtopo.topology import block_of, made_from, network_view
+    from slurmtopo.inventory.topology import block_of, made_from, network_view
 
     if mode not in ("auto", "tree", "block", "none"):
         raise SlurmtopoError(f"topology request must be auto, tree, block or none, got {mode!r}")
@@ -480,7 +480,7 @@ class SbatchRequest:
         the training step's launch line (srun, container, task snippet,
         apptainer) prints what every task gets; ``slurmtopo check`` reads
         it on stdin and compares it, with what Slurm gave, to the binding."""
-        from slurmtopo.taskprobe import PROBE_SELF
+        from slurmtopo.plan.taskprobe import PROBE_SELF
 
         q = shlex.quote
         if self.check not in ("warn", "stop"):
@@ -523,7 +523,7 @@ class SbatchRequest:
         shorthand for ``dataclasses.replace(script, ...)``."""
         from dataclasses import replace
 
-        from slurmtopo.plandoc import dumps_plan, plan_document
+        from slurmtopo.plan.plandoc import dumps_plan, plan_document
 
         o = replace(script or ScriptOptions(), **changes)
         job_name, partition, time, account = o.job_name, o.partition, o.time, o.account
@@ -578,10 +578,10 @@ class SbatchRequest:
         nodelist = getattr(req, "nodelist", None)
         exclude = getattr(req, "exclude", None)
         if isinstance(nodelist, (list, tuple)):
-            from slurmtopo.hostlist import fold_hostlist
+            from slurmtopo.inventory.hostlist import fold_hostlist
             nodelist = fold_hostlist(nodelist) if nodelist else None
         if isinstance(exclude, (list, tuple)):
-            from slurmtopo.hostlist import fold_hostlist
+            from slurmtopo.inventory.hostlist import fold_hostlist
             exclude = fold_hostlist(exclude) if exclude else None
         # a launcher in the command itself: adopted (torchrun) or refused
         launch = (launch or Launch()).for_command(command)
@@ -589,8 +589,8 @@ class SbatchRequest:
         why = launch.requirement(placement)
         if why:
             raise SlurmtopoError(launch.refusal(why))
-        from slurmtopo.plandoc import guardrails_dict
-        from slurmtopo.hazards import HazardPolicy
+        from slurmtopo.plan.plandoc import guardrails_dict
+        from slurmtopo.plan.hazards import HazardPolicy
 
         guard = guardrails_dict(HazardPolicy.parse(o.hazards).items(), o.nccl_version, o.spares)
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
@@ -603,7 +603,7 @@ class SbatchRequest:
                          f"{embedded / 2**20:.1f} MiB): the start-time step reads "
                          f"{os.path.abspath(inventory_path)}, which the job's first node "
                          "must be able to read")
-        from slurmtopo.rankmap import nccl_topo_plan
+        from slurmtopo.plan.rankmap import nccl_topo_plan
         nccl_topo = nccl_topo_plan(inv, placement).note  # virtualised nodes: NCCL_TOPO_FILE
         extra_lines = [nccl_topo] if nccl_topo else []
         if spare_hosts:
@@ -673,9 +673,9 @@ def plan_comments(placement, layout, inventory_path: Optional[str],
     import os
 
     from slurmtopo import __version__
-    from slurmtopo.hostlist import fold_hostlist
-    from slurmtopo.model import format_cpulist
-    from slurmtopo.rankmap import group_indices
+    from slurmtopo.inventory.hostlist import fold_hostlist
+    from slurmtopo.inventory.model import format_cpulist
+    from slurmtopo.plan.rankmap import group_indices
 
     lay = layout.resolved()
     dims = [d for d in ("tp", "cp", "ep", "pp", "dp") if getattr(lay, d) > 1]

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import (Block, CpuTopology, Fabric, Gpu, Hardware, Inventory, Nic, Node,
+from slurmtopo.inventory.model import (Block, CpuTopology, Fabric, Gpu, Hardware, Inventory, Nic, Node,
                              NvlinkDomain, Switch)
 
 NAMES = ("philly", "pai-2020", "alibaba-2023", "helios", "acme-seren", "acme-kalos", "nvl72",
@@ -87,7 +87,7 @@ def pcie_server(gpus: int, model: str, mem_mib: int, nic_gbit: float = 100.0) ->
 
 
 def _hardware(kind: str) -> Hardware:
-    from slurmtopo.presets import preset
+    from slurmtopo.inventory.presets import preset
 
     return preset(kind)
 
@@ -106,7 +106,7 @@ class Machines:
 def _rows(path: str, header: Sequence[str], what: str) -> List[Dict[str, str]]:
     """A CSV file's rows by ``header`` (the file's own header when it has
     one naming them, else ``header`` in order)."""
-    from slurmtopo.fileio import read_text
+    from slurmtopo.files.fileio import read_text
 
     text = read_text(path)
     lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -194,7 +194,7 @@ def openb_machines(path: str) -> Machines:
 def helios_machines(path: str) -> Machines:
     """A Helios cluster from its ``cluster_gpu_number.csv``: its most GPUs
     on any day, as 8-GPU V100 servers."""
-    from slurmtopo.fileio import read_text
+    from slurmtopo.files.fileio import read_text
 
     reader = csv.DictReader(io.StringIO(read_text(path)))
     if not reader.fieldnames or "total" not in reader.fieldnames:

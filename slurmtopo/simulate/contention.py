@@ -66,8 +66,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from slurmtopo.links import LinkClass
-from slurmtopo.model import Inventory
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import Inventory
 
 ECMP = "ecmp"
 IDEAL = "ideal"
@@ -108,7 +108,7 @@ class FabricLinks:
 
     def __init__(self, inv: Inventory, params=None, mode: str = ECMP):
         from slurmtopo.cost import CostParams, cost_params
-        from slurmtopo.topology import network_view
+        from slurmtopo.inventory.topology import network_view
 
         if params is None:
             try:

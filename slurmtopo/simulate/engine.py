@@ -52,8 +52,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from slurmtopo.model import Inventory
-from slurmtopo.request import JobRequest
+from slurmtopo.inventory.model import Inventory
+from slurmtopo.job.request import JobRequest
 from slurmtopo.simulate.freestate import FreeState
 from slurmtopo.simulate.layouts import JobShape
 from slurmtopo.simulate.trace import TraceJob
@@ -365,7 +365,7 @@ class QueueLoop(_Loop):
         if self.reserve is None:
             return self.state.cluster
         if self.reserve_view is None:
-            from slurmtopo.model import ClusterState, NodeState
+            from slurmtopo.inventory.model import ClusterState, NodeState
 
             nodes = dict(self.state.cluster.nodes)
             for h, gs in self.reserve[1].items():

@@ -1,7 +1,7 @@
 """The simulated cluster's GPUs, kept up to date job by job.
 
 One :class:`FreeState` per replay. A job's start or end rewrites only the
-nodes it touches: the :class:`~slurmtopo.model.ClusterState` the planner,
+nodes it touches: the :class:`~slurmtopo.inventory.model.ClusterState` the planner,
 Slurm's model and the placement daemon read (only busy nodes are listed,
 as in a state snapshot), the planner's candidate nodes per kind of job
 (refreshed node by node as the placement daemon keeps its own,
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from slurmtopo.model import ClusterState, Inventory, NodeState
+from slurmtopo.inventory.model import ClusterState, Inventory, NodeState
 
 #: the segment sizes (trays of a multi-node NVLink domain) whose unusable
 #: free trays a replay counts: NVIDIA's NVL72 guidance weighs 16 against 18
@@ -40,7 +40,7 @@ class FreeState:
     """Free and busy GPUs of every node of ``inv`` (see the module doc)."""
 
     def __init__(self, inv: Inventory):
-        from slurmtopo.topology import network_view, nvlink_islands
+        from slurmtopo.inventory.topology import network_view, nvlink_islands
 
         self.inv = inv
         self.names: List[str] = list(inv.nodes)

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class JobShape:
         workload = None
         if self.model is not None:  # the whole step: Megatron's distributed optimizer
             from slurmtopo.cost.model_spec import parse_model
-            from slurmtopo.workload import Workload
+            from slurmtopo.job.workload import Workload
             workload = Workload(style="zero12", model=parse_model(self.model))
         return JobRequest(layout=Layout(tp=self.tp, pp=self.pp, dp=self.dp),
                           gpus_per_node=self.gpus_per_node, workload=workload)
@@ -153,7 +153,7 @@ def load_rules(spec: str) -> LayoutRules:
     if not (os.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or os.path.exists(spec)):
         raise SlurmtopoError(f"--layout-rule {spec!r}: not a built-in rule "
                              f"({', '.join(BUILTIN)}) nor a file")
-    from slurmtopo.yamlio import Reader, as_pos_int, document_kind, load_document
+    from slurmtopo.files.yamlio import Reader, as_pos_int, document_kind, load_document
 
     doc = load_document(spec)
     r = Reader(spec)

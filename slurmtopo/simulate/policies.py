@@ -14,7 +14,7 @@ names, never a copy of it.
     The same over the tree, asked for ``--switches=1@T``: a job whose
     choice spans several leaves waits, until T after its submission.
 ``slurmtopo[:topology=block|tree]``
-    The planner (:func:`slurmtopo.choice.plan`) on what is free when Slurm
+    The planner (:func:`slurmtopo.plan.choice.plan`) on what is free when Slurm
     starts the job (``tree``; on an inventory without blocks). With
     ``topology=block`` (the default when the inventory has blocks: a
     cluster running topology/block), as ``slurmtopo sbatch`` runs there: the job asks the
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, Mapping, Optional, Tuple
 
 from slurmtopo.errors import PlacementError, SlurmtopoError
-from slurmtopo.model import ClusterState, Inventory, Placement
+from slurmtopo.inventory.model import ClusterState, Inventory, Placement
 
 SLURM = "slurm"
 SWITCHES = "slurm-switches"
@@ -147,7 +147,7 @@ def parse_policy(text: str) -> PolicySpec:
             opts[key] = value
         elif kind == "level":
             from slurmtopo.errors import LayoutError
-            from slurmtopo.request import normalise_level
+            from slurmtopo.job.request import normalise_level
             try:
                 opts[key] = normalise_level(value)
             except LayoutError as exc:
@@ -226,7 +226,7 @@ class QueuePolicy:
         plan on the idle cluster (None: none)."""
         req = job.request
         if req not in self._segments:
-            from slurmtopo.choice import plan
+            from slurmtopo.plan.choice import plan
             from slurmtopo.placement.segments import (block_layout, choose_segments,
                                                       nvlink_kinds)
 
@@ -243,7 +243,7 @@ class QueuePolicy:
 
     def _on_blocks(self, state: ClusterState, job, cand) -> Placement:
         """Slurm's block choice for the job's segments, ranks planned on it."""
-        from slurmtopo.choice import plan
+        from slurmtopo.plan.choice import plan
         from slurmtopo.placement.baselines import slurm_from
         from slurmtopo.placement.common import candidates
 
@@ -271,7 +271,7 @@ class QueuePolicy:
                     n % self.segment == 0 else None
                 pl = slurm_from(inv, req, cand, self.topology, segment=seg)
             elif self.spec.name == SLURMTOPO:
-                from slurmtopo.choice import plan
+                from slurmtopo.plan.choice import plan
 
                 if self.block:
                     pl = self._on_blocks(state, job, cand)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError, SlurmtopoError
-from slurmtopo.model import Inventory
+from slurmtopo.inventory.model import Inventory
 from slurmtopo.simulate.engine import JobSpec, Replay, replay
 from slurmtopo.simulate.layouts import JobShape, LayoutRules, node_size, shape_of
 from slurmtopo.simulate.policies import PolicySpec, make_policy
@@ -72,7 +72,7 @@ def prepare(inv: Inventory, trace: Trace, rules: LayoutRules, fraction: float,
     inter-arrival times so that the jobs offer that share of the cluster's
     GPU-seconds (SlurmtopoError when they cannot: all submitted at once)."""
     from slurmtopo.cost.step import price_step
-    from slurmtopo.choice import plan
+    from slurmtopo.plan.choice import plan
     from slurmtopo.cost import CostParams, cost_params
 
     try:

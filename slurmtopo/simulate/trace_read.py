@@ -44,7 +44,7 @@ def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None
     (:func:`~slurmtopo.simulate.trace_sacct.read_sacct`); ``hosts`` False:
     the jobs' ``hosts`` (where sacct says they ran) are not built;
     ``within``: only these hosts are kept (a
-    :class:`slurmtopo.hostlist.HostIndex`; sacct's NodeLists are then never
+    :class:`slurmtopo.inventory.hostlist.HostIndex`; sacct's NodeLists are then never
     expanded)."""
     path = os.fspath(path)
     if fmt is not None and fmt not in FORMATS:
@@ -84,10 +84,10 @@ def _head(path: str) -> str:
 def trace_chunks(path: str, size: int = SNIFF_BYTES) -> Iterator[str]:
     """The text of a trace in chunks of about ``size`` bytes, for a reader
     that finds its own lines (Philly's JSON): a regular file only
-    (:func:`~slurmtopo.fileio.open_regular`), UTF-8 (a BOM is dropped), no
+    (:func:`~slurmtopo.files.fileio.open_regular`), UTF-8 (a BOM is dropped), no
     NUL byte, at most :data:`~slurmtopo.simulate.trace.MAX_TRACE_BYTES`;
     each refusal one TraceError naming the line."""
-    from slurmtopo.fileio import open_regular
+    from slurmtopo.files.fileio import open_regular
 
     fd = open_regular(path)
     decoder = codecs.getincrementaldecoder("utf-8")()

@@ -81,7 +81,7 @@ def read_sacct(text: Union[str, Iterable[str]], path: str, limit: Optional[int] 
     (``slurmtopo audit``: they hold their GPUs to the end of the record);
     with ``hosts`` False, the jobs' ``hosts`` are left empty (NodeLists
     only checked and counted, see :class:`NodeLists`); ``within`` (a
-    :class:`slurmtopo.hostlist.HostIndex`, the inventory's nodes): only
+    :class:`slurmtopo.inventory.hostlist.HostIndex`, the inventory's nodes): only
     those hosts are kept, found without expanding the NodeList."""
     numbered = enumerate((ln.rstrip("\r\n") for ln in
                           (text.splitlines() if isinstance(text, str) else text)), 1)
@@ -162,7 +162,7 @@ class NodeLists:
     With ``within`` (``slurmtopo audit``, which looks only at the
     inventory's nodes) a NodeList is never expanded: its ranges are
     compared with the inventory's names
-    (:func:`slurmtopo.hostlist.select_hostlist`), so 500 rows of
+    (:func:`slurmtopo.inventory.hostlist.select_hostlist`), so 500 rows of
     ``n[k-k+65535]`` cost what the inventory's names cost, not 32 million
     strings (186 s and 303 MB before); the nodes outside it show as one
     name the inventory has not (:data:`OUTSIDE`), so the job is skipped as
@@ -175,7 +175,7 @@ class NodeLists:
         self._names: Dict[str, str] = {}
 
     def hosts(self, text: str) -> Tuple[Tuple[str, ...], int]:
-        """The hosts of ``text`` in :func:`~slurmtopo.hostlist.expand_hostlist`'s
+        """The hosts of ``text`` in :func:`~slurmtopo.inventory.hostlist.expand_hostlist`'s
         order (none when not wanted) and how many it names; :class:`BadRow`
         for one it refuses (too many names included)."""
         try:
@@ -189,7 +189,7 @@ class NodeLists:
         return got
 
     def _expand(self, text: str) -> Optional[Tuple[Tuple[str, ...], int]]:
-        from slurmtopo.hostlist import count_hostlist, expand_hostlist, select_hostlist
+        from slurmtopo.inventory.hostlist import count_hostlist, expand_hostlist, select_hostlist
         try:
             if not self._want_hosts:
                 return (), count_hostlist(text, "NodeList")

@@ -50,8 +50,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from slurmtopo.model import Inventory, Placement
-from slurmtopo.request import JobRequest
+from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.job.request import JobRequest
 
 #: flows one edge is split into at most (a host's NICs and channels)
 MAX_FLOWS = 64
@@ -81,7 +81,7 @@ def step_pricing(inv: Inventory, placement: Placement, request: JobRequest,
     job's workload is its request's (the step model's default model when it
     names none)."""
     from slurmtopo.cost.step import price_step, subgroups
-    from slurmtopo.groups import build_groups
+    from slurmtopo.job.groups import build_groups
 
     step = price_step(inv, placement, request, params)
     groups = placement.groups if placement.groups else build_groups(request.layout)

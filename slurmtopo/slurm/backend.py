@@ -9,7 +9,7 @@ Two implementations:
   object API (pyslurm 25.11, only for a site running a matching Slurm).
 
 Everything above this layer (planner, daemon, ``slurmtopo sbatch``) sees only
-:class:`SlurmNode`, :class:`SlurmJob` and :class:`~slurmtopo.model.ClusterState`.
+:class:`SlurmNode`, :class:`SlurmJob` and :class:`~slurmtopo.inventory.model.ClusterState`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmError
-from slurmtopo.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState
+from slurmtopo.inventory.model import UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState
 
 #: job states in which a job holds its allocation
 ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",

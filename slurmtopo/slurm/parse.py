@@ -95,7 +95,7 @@ def _hosts(text: Any) -> Tuple[str, ...]:
         return ()
     if isinstance(text, (list, tuple)):
         return tuple(str(x) for x in text)
-    from slurmtopo.inventory import expand_hostlist
+    from slurmtopo.inventory.schema import expand_hostlist
     try:
         return tuple(expand_hostlist(str(text)))
     except Exception:  # noqa: BLE001 - ValueError/InventoryError: not a hostlist

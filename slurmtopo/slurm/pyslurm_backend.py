@@ -73,7 +73,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmError
 from slurmtopo.sbatch.directives import option_values, script_options
-from slurmtopo.model import parse_cpulist
+from slurmtopo.inventory.model import parse_cpulist
 from slurmtopo.slurm import parse
 from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmBackend, SlurmJob, SlurmNode
 

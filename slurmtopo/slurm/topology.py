@@ -1,15 +1,15 @@
 """Slurm's live topology (``scontrol show topology``) as a
-:class:`slurmtopo.model.Fabric`, for a plan whose inventory has no fabric
+:class:`slurmtopo.inventory.model.Fabric`, for a plan whose inventory has no fabric
 (:func:`slurmtopo.api.live_topology`). The records are read with the
 backend's ``scontrol`` reader (:mod:`slurmtopo.slurm.parse`)."""
 from __future__ import annotations
 
-from slurmtopo.model import Block, Fabric, Switch
+from slurmtopo.inventory.model import Block, Fabric, Switch
 from slurmtopo.slurm.parse import _first, _hosts, _number, _tokens, scontrol_records
 
 
 def fabric_from_scontrol_topology(text: str) -> Fabric:
-    """``scontrol show topology`` as a :class:`slurmtopo.model.Fabric`: the
+    """``scontrol show topology`` as a :class:`slurmtopo.inventory.model.Fabric`: the
     ``SwitchName=`` records of topology/tree (Level, Nodes of a leaf,
     Switches), the ``BlockName=`` records of topology/block (its base blocks; the
     ``AggregatedBlock=`` records only give the sizes jobs may span:

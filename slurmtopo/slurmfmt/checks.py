@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 from slurmtopo.errors import InventoryError, SlurmtopoError
-from slurmtopo.hostlist import fold_hostlist, natural_key
-from slurmtopo.model import Fabric
+from slurmtopo.inventory.hostlist import fold_hostlist, natural_key
+from slurmtopo.inventory.model import Fabric
+from slurmtopo.inventory.topology import switch_levels
 from slurmtopo.slurmfmt.slurm_conf import MAX_LINE, SlurmConf, logical_lines
-from slurmtopo.topology import switch_levels
 
 #: what Slurm and ClusterShell both read as one plain name
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -91,7 +91,7 @@ def _coverage(placed: Set[str], slurm_nodes: Optional[Sequence[str]], what: str)
 def check_ring_torus(fabric: Fabric, slurm_nodes: Optional[Sequence[str]] = None
                      ) -> List[Problem]:
     """Node coverage of rings or toruses (Slurm's own rules are
-    :mod:`slurmtopo.ringtree`'s, checked when they were read): a node
+    :mod:`slurmtopo.inventory.ringtree`'s, checked when they were read): a node
     slurm.conf lacks stops slurmctld's plugin; a node on no ring or torus
     only ever gets single-node jobs."""
     placed = {h for u in fabric.rings + fabric.toruses for h in u.nodes}

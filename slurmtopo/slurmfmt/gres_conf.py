@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.hostlist import fold_hostlist, natural_key
-from slurmtopo.model import CpuTopology, Node, format_cpulist, parse_cpulist
+from slurmtopo.inventory.hostlist import fold_hostlist, natural_key
+from slurmtopo.inventory.model import CpuTopology, Node, format_cpulist, parse_cpulist
 from slurmtopo.slurmfmt.checks import ERROR, REFUSE, WARNING, Problem, sample_hosts
 from slurmtopo.slurmfmt.gres_lines import gres_lines
 from slurmtopo.slurmfmt.gres_strings import gres_by_type, gres_count

@@ -40,8 +40,8 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from slurmtopo.links import parse_token
-from slurmtopo.model import CpuTopology, Gpu, Hardware, MigDevice, Node, format_cpulist
+from slurmtopo.inventory.links import parse_token
+from slurmtopo.inventory.model import CpuTopology, Gpu, Hardware, MigDevice, Node, format_cpulist
 
 
 #: the first release whose slurmd gives MIG devices no Links= (23.11.0 too)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
-from slurmtopo.model import parse_cpulist
+from slurmtopo.inventory.model import parse_cpulist
 
 GPU_NAMES = ("gpu",)
 _SUFFIX = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4, "p": 1024 ** 5}

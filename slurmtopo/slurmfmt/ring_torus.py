@@ -14,17 +14,17 @@ The formats (doc/man/man5/topology.yaml.5 and topology.conf.5 of 26.05.3):
 
 Slurm's rules for rings and toruses (sizes, unique names, the x-major fill,
 regions and placements inside the torus) and how each becomes the planner's
-switch tree are :mod:`slurmtopo.ringtree`'s, the one home of both (an
+switch tree are :mod:`slurmtopo.inventory.ringtree`'s, the one home of both (an
 inventory's ``fabric: rings:``/``toruses:`` use them too): this module only
 reads the text into its calls. Node lists are read in the order written
-(:func:`slurmtopo.hostlist.expand_in_order`), as Slurm reads them: the ring
+(:func:`slurmtopo.inventory.hostlist.expand_in_order`), as Slurm reads them: the ring
 order, the x-major fill.
 """
 from __future__ import annotations
 
-from slurmtopo.model import Fabric
-from slurmtopo.ringtree import (Coord, check_anchor, check_placement, ring_fabric, torus_coords,
-                                torus_fabric)
+from slurmtopo.inventory.model import Fabric
+from slurmtopo.inventory.ringtree import (Coord, check_anchor, check_placement, ring_fabric,
+                                          torus_coords, torus_fabric)
 from slurmtopo.slurmfmt.checks import NAME_RE
 
 

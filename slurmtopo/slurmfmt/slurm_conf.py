@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.hostlist import expand_hostlist, expand_in_order
-from slurmtopo.model import CpuTopology
+from slurmtopo.inventory.hostlist import expand_hostlist, expand_in_order
+from slurmtopo.inventory.model import CpuTopology
 
 #: Slurm's parse buffer is 4096 bytes including the terminating NUL
 MAX_LINE = 4095
@@ -126,8 +126,8 @@ def conf_lines(text: str, path: str) -> Iterator[ConfLine]:
 
 
 def read_text(path) -> str:
-    """A Slurm config file's text (bounded: :func:`slurmtopo.fileio.read_text`)."""
-    from slurmtopo.fileio import read_text as read_bounded
+    """A Slurm config file's text (bounded: :func:`slurmtopo.files.fileio.read_text`)."""
+    from slurmtopo.files.fileio import read_text as read_bounded
 
     return read_bounded(path)
 
@@ -236,7 +236,7 @@ def parse_slurm_conf(text: str, path: str = "<slurm.conf>", _depth: int = 0,
             defaults.update(values)
             continue
         names = hostlist_at(pairs[0][1], path, n, "NodeName")
-        from slurmtopo.inventory import NODE_NAME
+        from slurmtopo.inventory.schema import NODE_NAME
 
         odd = next((name for name in names if not NODE_NAME.match(name)), None)
         if odd is not None:

@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.hostlist import fold_hostlist, fold_in_order
-from slurmtopo.model import Block, Fabric, Switch
-from slurmtopo.ringtree import ring_fabric
+from slurmtopo.inventory.hostlist import fold_hostlist, fold_in_order
+from slurmtopo.inventory.model import Block, Fabric, Switch
+from slurmtopo.inventory.ringtree import ring_fabric
 from slurmtopo.slurmfmt.checks import (NAME_RE, check_blocks, check_tree, raise_first_error,
                                        valid_block_sizes)
 from slurmtopo.slurmfmt.slurm_conf import ConfLine, conf_lines, hostlist_at
@@ -153,7 +153,7 @@ def parse_topology_conf(text: str, path: str = "<topology.conf>") -> Fabric:
                 raise InventoryError(f"unexpected {cl.pairs[1][0]} after BlockSizes", path,
                                      cl.line)
             sizes = block_sizes_at(cl.pairs[0][1], path, cl.line)
-        elif first == "ringname":  # topology/ring (26.05): its rules are slurmtopo/ringtree.py
+        elif first == "ringname":  # topology/ring (26.05): rules in inventory/ringtree.py
             d = _one_line_keys(cl, {"ringname", "nodes"}, path)
             if not NAME_RE.match(d["ringname"]):
                 raise InventoryError(f"ring name {d['ringname']!r:.40} is not a plain name "

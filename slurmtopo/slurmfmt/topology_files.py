@@ -1,6 +1,6 @@
 """Slurm's topology files whichever they are: render, check, read, apply, compare.
 
-A Fabric is the one graph (:mod:`slurmtopo.model`); each format has its
+A Fabric is the one graph (:mod:`slurmtopo.inventory.model`); each format has its
 writer and reader (:mod:`.topology_conf` for topology/tree and
 topology/block, :mod:`.topology_yaml`). Here: the choice by format name or
 file name, a site's file as a Fabric the planner can use
@@ -14,14 +14,14 @@ from dataclasses import replace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.hostlist import fold_hostlist, natural_key
-from slurmtopo.model import Fabric, Inventory
+from slurmtopo.inventory.hostlist import fold_hostlist, natural_key
+from slurmtopo.inventory.model import Fabric, Inventory
+from slurmtopo.inventory.topology import made_from
 from slurmtopo.slurmfmt.checks import check_blocks, check_ring_torus, check_tree
 from slurmtopo.slurmfmt.slurm_conf import read_text
 from slurmtopo.slurmfmt.topology_conf import (parse_topology_conf, render_block, render_ring,
                                                render_tree)
 from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml, render_yaml
-from slurmtopo.topology import made_from
 
 
 def render(fabric: Fabric, fmt: str, header: Sequence[str] = ()) -> str:

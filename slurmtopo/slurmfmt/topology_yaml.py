@@ -13,12 +13,12 @@ from typing import Dict, List, Sequence, Tuple
 
 import yaml
 
-from slurmtopo.hostlist import fold_hostlist, fold_in_order
-from slurmtopo.model import Block, Fabric, Switch
+from slurmtopo.files.yamlio import LineDict, LineList, Reader, as_str, parse_text
+from slurmtopo.inventory.hostlist import fold_hostlist, fold_in_order
+from slurmtopo.inventory.model import Block, Fabric, Switch
 from slurmtopo.slurmfmt.checks import check_blocks, check_tree, raise_first_error
 from slurmtopo.slurmfmt.slurm_conf import hostlist_at
 from slurmtopo.slurmfmt.topology_conf import block_sizes_at, comment_lines
-from slurmtopo.yamlio import LineDict, LineList, Reader, as_str, parse_text
 
 
 def yaml_topologies(fabric: Fabric, tree_name: str = "tree",
@@ -55,8 +55,8 @@ def ring_torus_topologies(fabric: Fabric) -> List[Dict[str, object]]:
     """topology.yaml's ``ring:`` and ``torus3d:`` topologies (the first the
     cluster default), node lists in their order (ring order, x-major
     fill), every torus with its placements (its own, else the boxes of its
-    tree: :func:`slurmtopo.ringtree.torus_placements`)."""
-    from slurmtopo.ringtree import torus_placements
+    tree: :func:`slurmtopo.inventory.ringtree.torus_placements`)."""
+    from slurmtopo.inventory.ringtree import torus_placements
 
     def xyz(v) -> Dict[str, int]:
         return {"x": v[0], "y": v[1], "z": v[2]}
@@ -141,7 +141,7 @@ def _hl(r: Reader, d: LineDict, key: str, path: str, what: str,
         raise r.error(f"{what} must be a hostlist, got {value!r:.40}", Reader.line(d, key))
     names = hostlist_at(value, path, Reader.line(d, key), what, ordered)
     if key == "nodes":
-        from slurmtopo.inventory import NODE_NAME
+        from slurmtopo.inventory.schema import NODE_NAME
 
         odd = next((n for n in names if not NODE_NAME.match(n)), None)
         if odd is not None:

@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pynvml as _real
 
-from slurmtopo.model import parse_cpulist
+from slurmtopo.inventory.model import parse_cpulist
 
 _PCIE_LEVEL = {"PIX": _real.NVML_TOPOLOGY_SINGLE, "PXB": _real.NVML_TOPOLOGY_MULTIPLE,
                "PHB": _real.NVML_TOPOLOGY_HOSTBRIDGE, "NODE": _real.NVML_TOPOLOGY_NODE,

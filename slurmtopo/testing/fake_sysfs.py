@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict
 
-from slurmtopo.model import format_cpulist, parse_cpulist
+from slurmtopo.inventory.model import format_cpulist, parse_cpulist
 
 GPU_CLASS, BRIDGE_CLASS, NVSWITCH_CLASS = "0x030200", "0x060400", "0x068000"
 IB_CLASS, ETH_CLASS = "0x020700", "0x020000"

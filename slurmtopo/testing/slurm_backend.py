@@ -263,7 +263,7 @@ class FakeSlurm(SlurmBackend):
                  partition=opts.get("partition") or "gpu")
         nl = opts.get("nodelist")
         if nl:
-            from slurmtopo.hostlist import expand_hostlist
+            from slurmtopo.inventory.hostlist import expand_hostlist
             j.req_nodes = expand_hostlist(nl)
         j.cpus = j.tpn
         if j.partition not in {p for ps in self.partitions.values() for p in ps}:
@@ -285,7 +285,7 @@ class FakeSlurm(SlurmBackend):
             if k in ("ReqNodeList", "NodeList"):
                 if j.state != "PENDING":
                     raise SlurmError("Job is no longer pending execution")
-                from slurmtopo.hostlist import expand_hostlist
+                from slurmtopo.inventory.hostlist import expand_hostlist
                 j.req_nodes = expand_hostlist(v) if v else []
             elif k == "Comment":
                 j.comment = v
@@ -294,7 +294,7 @@ class FakeSlurm(SlurmBackend):
                     raise SlurmError("Job is no longer pending execution")
                 attr = self.ADMIN_FIELDS[k]
                 if attr == "exc_nodes":
-                    from slurmtopo.hostlist import expand_hostlist
+                    from slurmtopo.inventory.hostlist import expand_hostlist
                     v = expand_hostlist(v) if v else []
                 setattr(j, attr, v)
             else:

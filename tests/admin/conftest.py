@@ -7,8 +7,8 @@ from typing import Dict, Iterable, Optional
 
 import pytest
 
-from slurmtopo.inventory import node_report
-from slurmtopo.model import Gpu, Hardware, Nic, Node, NvlinkDomain
+from slurmtopo.inventory.model import Gpu, Hardware, Nic, Node, NvlinkDomain
+from slurmtopo.inventory.schema import node_report
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ibnetdiscover"
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import pytest
 from slurmtopo.slurmfmt.checks import (ERROR, REFUSE, WARNING, Problem, check_blocks, check_text,
                                        check_tree, enforce, valid_block_sizes)
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import Block, Fabric, Switch
+from slurmtopo.inventory.model import Block, Fabric, Switch
 
 TREE = Fabric(switches=(Switch("l1", nodes=("a1", "a2")), Switch("l2", nodes=("a3", "a4")),
                         Switch("top", switches=("l1", "l2"))))

@@ -294,7 +294,7 @@ def test_gres_check_bad_file(tmp_path, capsys):
 
 
 def test_gres_generate_writes_mig_lines_for_the_slurm_release(tmp_path, capsys):
-    from slurmtopo.model import Gpu, Hardware, MigDevice, Node
+    from slurmtopo.inventory.model import Gpu, Hardware, MigDevice, Node
 
     migs = tuple(MigDevice(gi_id=g, ci_id=0, profile="3g.20gb", uuid=f"MIG-{g}",
                            gi_cap_minor=10 + 2 * g, ci_cap_minor=11 + 2 * g) for g in (1, 2))

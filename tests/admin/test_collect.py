@@ -8,7 +8,7 @@ import time
 
 from slurmtopo.admin.collect import (Fetched, FetchError, _finish, check_report, collect_dir,
                                      run_bounded)
-from slurmtopo.inventory import load_inventory
+from slurmtopo.inventory.schema import load_inventory
 
 from .conftest import node, run_main, write_reports
 

@@ -8,8 +8,8 @@ from slurmtopo.admin.switch_tree import (CaHost, HostSelection, derive_fabric, h
                                          switch_base_name, switch_names)
 from bench.ibgen import FatTreeSpec, generate
 from slurmtopo.admin.ibnetdiscover import IbNode, parse_ibnetdiscover, read_ibnetdiscover
-from slurmtopo.topology import network_view, switch_levels
-from slurmtopo.links import LinkClass
+from slurmtopo.inventory.topology import network_view, switch_levels
+from slurmtopo.inventory.links import LinkClass
 
 from .conftest import fixture
 

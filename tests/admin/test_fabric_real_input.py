@@ -23,7 +23,7 @@ from slurmtopo.admin.switch_tree import HostSelection, derive_fabric, non_comput
 from slurmtopo.admin.ibnetdiscover import parse_ibnetdiscover, read_ibnetdiscover
 from slurmtopo.slurmfmt.topology_conf import parse_topology_conf
 from slurmtopo.slurmfmt.topology_files import describe_changes
-from slurmtopo.model import Fabric, Switch
+from slurmtopo.inventory.model import Fabric, Switch
 
 from .conftest import REPO, fixture, run_main
 

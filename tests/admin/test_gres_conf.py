@@ -152,7 +152,7 @@ def test_describe_changes():
 # -- Cores= are Slurm's core indices of the node slurm.conf declares -------------
 
 from slurmtopo.slurmfmt.checks import ERROR  # noqa: E402
-from slurmtopo.model import CpuTopology, Gpu, Hardware  # noqa: E402
+from slurmtopo.inventory.model import CpuTopology, Gpu, Hardware  # noqa: E402
 
 from .conftest import run_main, write_reports  # noqa: E402
 

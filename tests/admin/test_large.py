@@ -10,7 +10,7 @@ from slurmtopo.admin.ibnetdiscover import parse_ibnetdiscover
 from slurmtopo.slurmfmt.topology_conf import parse_topology_conf
 from slurmtopo.slurmfmt.topology_files import render
 from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
-from slurmtopo.model import Fabric
+from slurmtopo.inventory.model import Fabric
 
 from .conftest import of_kind, run_main
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from slurmtopo.admin.node_rank import has_param, node_rank_problems, out_of_order
 from slurmtopo.slurmfmt.slurm_conf import parse_slurm_conf
-from slurmtopo.model import Block, Fabric
+from slurmtopo.inventory.model import Block, Fabric
 from tests.clirun import run_cli
 
 

@@ -78,8 +78,8 @@ def test_each_partition_sees_its_topology(site, partition, name, kind):
 
 
 def test_the_script_asks_for_what_the_partition_topology_offers(site):
-    from slurmtopo.groups import Layout
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.job.request import JobRequest
 
     inv = api.load_cluster(str(NVL))
     req = JobRequest(layout=Layout(tp=4, dp=2).resolved())

@@ -1,6 +1,6 @@
 """Slurm 26.05's topology/ring and topology/torus3d read into the planner's
 switch tree (read by slurmtopo/slurmfmt/, the trees and Slurm's rules in
-slurmtopo/ringtree.py), from the formats of
+slurmtopo/inventory/ringtree.py), from the formats of
 doc/man/man5/topology.yaml.5 and topology.conf.5 (fixture:
 tests/fixtures/slurm/topology-ring-torus.yaml, the man page's example)."""
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo.ringtree import torus_coords
+from slurmtopo.inventory.ringtree import torus_coords
 from slurmtopo.slurmfmt.topology_files import read_one_topology, read_topology_conf
 from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
 from slurmtopo.errors import InventoryError
-from slurmtopo.topology import made_from, network_view
+from slurmtopo.inventory.topology import made_from, network_view
 from tests.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

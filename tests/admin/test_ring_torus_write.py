@@ -1,6 +1,6 @@
 """Rings and 3D toruses described in the inventory (``fabric: rings:`` /
 ``toruses:``, docs/schema.md), planned on with the same tree as a topology
-file read (slurmtopo/ringtree.py), and written by ``slurmtopo topology
+file read (slurmtopo/inventory/ringtree.py), and written by ``slurmtopo topology
 generate`` as topology/ring's ``RingName=`` lines or topology.yaml's
 ``ring:``/``torus3d:`` sections (Slurm 26.05), read back the same."""
 from __future__ import annotations
@@ -10,13 +10,13 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from slurmtopo.hostlist import expand_in_order, fold_in_order
-from slurmtopo.inventory import dump_inventory, load_inventory, parse_document_text
-from slurmtopo.model import Fabric, Ring, Torus
-from slurmtopo.ringtree import inventory_switches, tree_boxes
+from slurmtopo.inventory.hostlist import expand_in_order, fold_in_order
+from slurmtopo.inventory.model import Fabric, Ring, Torus
+from slurmtopo.inventory.ringtree import inventory_switches, tree_boxes
+from slurmtopo.inventory.schema import dump_inventory, load_inventory, parse_document_text
+from slurmtopo.inventory.topology import made_from, network_view
 from slurmtopo.slurmfmt.topology_conf import parse_topology_conf, render_ring
 from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml, render_yaml
-from slurmtopo.topology import made_from, network_view
 from tests.admin.test_ring_torus import common_level
 from tests.clirun import run_cli
 
@@ -115,7 +115,7 @@ def test_dump_inventory_round_trips_rings_and_toruses(tmp_path):
 
 
 def test_a_big_torus_goes_through_the_compiled_form(tmp_path):
-    from slurmtopo import inventory_cache
+    from slurmtopo.inventory import cache as inventory_cache
 
     p = write(tmp_path, "slurmtopo: inventory\nnodes:\n  - {name: \"n[0000-0999]\", type: "
                         "hgx-h100-8}\nfabric:\n  toruses:\n    - name: big\n"

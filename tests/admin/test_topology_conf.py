@@ -17,8 +17,8 @@ from slurmtopo.slurmfmt.topology_files import (apply_fabric, describe_changes, r
                                                render)
 from slurmtopo.slurmfmt.topology_yaml import parse_topology_yaml
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import load_inventory
-from slurmtopo.model import Block, Fabric, Switch
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.inventory.model import Block, Fabric, Switch
 
 from .conftest import REPO, fixture, run_main
 
@@ -211,8 +211,8 @@ def test_apply_site_topology_to_an_inventory(tmp_path):
     merged = apply_fabric(inv, read_topology_conf(p))
     assert [s.name for s in merged.fabric.switches] == ["r1", "r2", "top"]
     assert merged.fabric.switches[0].nodes[-1] == "dgx016"  # login nodes dropped
-    from slurmtopo.topology import network_view
-    from slurmtopo.links import LinkClass
+    from slurmtopo.inventory.topology import network_view
+    from slurmtopo.inventory.links import LinkClass
     view = network_view(merged.fabric)
     assert view.distance("dgx001", "dgx016") == LinkClass.NET_LEAF
     assert view.distance("dgx001", "dgx017") == LinkClass.NET_L1

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from slurmtopo.cli import COMMANDS, main
-from slurmtopo.inventory import load_inventory
-from slurmtopo.topology import nvlink_islands
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.inventory.topology import nvlink_islands
 
 from slurmtopo.testing.fake_pynvml import FakeNvml
 

@@ -8,8 +8,8 @@ import pytest
 from slurmtopo.slurmfmt.gres_lines import (abstract_cores, gres_lines, gres_notes, mig_type_name,
                                            slurm_links, slurm_type_name)
 from slurmtopo.agent.sysfs import Sysfs, canonical_pci
-from slurmtopo.model import CpuTopology, Gpu, Hardware, Node
-from slurmtopo.presets import preset
+from slurmtopo.inventory.model import CpuTopology, Gpu, Hardware, Node
+from slurmtopo.inventory.presets import preset
 
 from slurmtopo.testing.fake_sysfs import build_sysfs, mig_minors_text
 

@@ -9,7 +9,7 @@ import pytest
 from slurmtopo.agent import health
 from slurmtopo.agent.watch import Agent
 from slurmtopo.agent.smi import smi_discovery
-from slurmtopo.inventory import load_inventory
+from slurmtopo.inventory.schema import load_inventory
 
 from .conftest import FIXTURES
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from slurmtopo.slurmfmt.gres_lines import gres_lines, gres_text
-from slurmtopo.inventory import load_inventory
-from slurmtopo.links import LinkClass
-from slurmtopo.topology import nvlink_islands
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.topology import nvlink_islands
 
 from .conftest import MACHINES, split
 

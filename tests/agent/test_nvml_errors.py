@@ -9,7 +9,7 @@ import pytest
 
 from slurmtopo.slurmfmt.gres_lines import gres_lines, gres_text
 from slurmtopo.agent.nvml_discovery import _cpus_of_mask
-from slurmtopo.inventory import load_inventory
+from slurmtopo.inventory.schema import load_inventory
 
 from slurmtopo.testing.fake_pynvml import FakeNvml, error
 

@@ -8,7 +8,7 @@ from slurmtopo.agent.cpulayout import infer_cpu_layout
 from slurmtopo.agent.smi import (looks_like_nvswitch, parse_matrix,
                                  smi_discovery, split_hosts)
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import load_inventory
+from slurmtopo.inventory.schema import load_inventory
 
 from .conftest import FIXTURES, REAL_SMI, load_machine, split
 
@@ -42,7 +42,7 @@ def test_written_outputs_match_the_machine(name):
 
 
 def _cpus(text):
-    from slurmtopo.model import parse_cpulist
+    from slurmtopo.inventory.model import parse_cpulist
     return parse_cpulist(text)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurmtopo.inventory import load_inventory
+from slurmtopo.inventory.schema import load_inventory
 from tests.clirun import run_cli
 
 from .conftest import FIXTURES

@@ -14,7 +14,7 @@ from slurmtopo.agent.cpulayout import infer_cpu_layout
 from slurmtopo.slurmfmt.gres_lines import gres_lines, gres_text, parse_slurm_version
 from slurmtopo.agent.smi import cpu_side_numa, place_trailing, smi_discovery, strip_ansi
 from slurmtopo.agent.sysfs import Sysfs
-from slurmtopo.inventory import load_inventory
+from slurmtopo.inventory.schema import load_inventory
 from slurmtopo.testing.fake_sysfs import build_sysfs
 
 from .conftest import FIXTURES, REAL_SMI

@@ -15,9 +15,9 @@ from slurmtopo.agent.nvml_discovery import discover
 from slurmtopo.agent.overlay import overlay_tree
 from slurmtopo.cli import main
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory import load_inventory
-from slurmtopo.model import format_cpumask, parse_cpumask
-from slurmtopo.presets import preset
+from slurmtopo.inventory.model import format_cpumask, parse_cpumask
+from slurmtopo.inventory.presets import preset
+from slurmtopo.inventory.schema import load_inventory
 
 from .conftest import FIXTURES
 from slurmtopo.testing.fake_pynvml import FakeNvml

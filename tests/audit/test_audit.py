@@ -14,8 +14,8 @@ from slurmtopo.audit.placements import Auditor, RunningJob, with_jobs, without
 from slurmtopo.audit.run import audit_now
 from slurmtopo.audit.spans import spans
 from slurmtopo.audit.stranded import stranded
-from slurmtopo.inventory import load_inventory
-from slurmtopo.model import ClusterState, NodeState
+from slurmtopo.inventory.model import ClusterState, NodeState
+from slurmtopo.inventory.schema import load_inventory
 from slurmtopo.simulate.layouts import BUILTIN
 from slurmtopo.simulate.trace_read import read_trace
 from tests.clirun import one_line_error, run_cli

@@ -14,10 +14,10 @@ import pytest
 from slurmtopo.audit.contracts import (KINDS, ContractReport, JobSeen, SlurmView, Violation,
                                        check_job, check_jobs, metrics_text, report_dict)
 from slurmtopo.binding.replan import fill_placement
-from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.job.groups import Layout
+from slurmtopo.plan.taskprobe import PROBE_PROCESSES, PROBE_SELF, TaskSeen, parse_task_lines
 from slurmtopo.slurm.parse import parse_job_asks, parse_scontrol_blocks
-from slurmtopo.taskprobe import PROBE_PROCESSES, PROBE_SELF, TaskSeen, parse_task_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 NVL = ROOT / "tests" / "fixtures" / "slurm" / "devcluster-nvl-inventory.yaml"

@@ -15,7 +15,7 @@ QUAD8 = (Path(__file__).resolve().parents[1] / "fixtures" / "daemon" /
 def quad8_inventory(tmp_path):
     """4 nodes x 8 GPUs, two NVLink quads per node (0-3 on socket 0, 4-7 on
     socket 1), node[1-2] on leaf1, node[3-4] on leaf2: the dev cluster."""
-    from slurmtopo.inventory import load_inventory
+    from slurmtopo.inventory.schema import load_inventory
 
     path = tmp_path / "inv.yaml"
     path.write_text(QUAD8)

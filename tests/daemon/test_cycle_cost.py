@@ -19,9 +19,9 @@ from slurmtopo.daemon.decisions import RELEASE, WAIT, ClusterView
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.work import Work
 from slurmtopo.daemon.submit import submit_for_daemon
-from slurmtopo.groups import Layout
-from slurmtopo.model import ClusterState, NodeState
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.inventory.model import ClusterState, NodeState
+from slurmtopo.job.request import JobRequest
 
 from tests.daemon.test_scheduler import NOW, TP4, busy, by_id, job
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from slurmtopo.daemon.loop import Daemon
 from slurmtopo.daemon.spool import read_events
-from slurmtopo.groups import Layout
+from slurmtopo.job.groups import Layout
 
 from tests.daemon.test_untrusted_input import alice_job
 from tests.daemon.test_loop import submit

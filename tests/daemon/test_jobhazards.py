@@ -29,8 +29,8 @@ from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.spool import read_events
 from slurmtopo.daemon.submit import submit_for_daemon
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 from slurmtopo.testing.slurm_backend import FakeSlurm
 from tests.daemon.test_scheduler import NOW, busy, by_id, job
 
@@ -211,7 +211,7 @@ def test_the_jobs_own_nccl_release_decides_the_clique_check(rack, nccl, action):
 def test_the_release_the_jobs_workload_carries_is_used_when_none_other_is(rack):
     """A request whose ``work`` names the NCCL release (the cost model's
     input) and whose ``hazards`` does not: the clique check uses it."""
-    from slurmtopo.workload import Workload
+    from slurmtopo.job.workload import Workload
 
     q = job(1, layout=Layout(tp=4, dp=18), gpus_per_node=4,
             workload=Workload(nccl_version=(2, 24, 3)))

@@ -14,8 +14,8 @@ from tests.events import release_count
 from slurmtopo.daemon.protocol import PREFIX, REJECTED_PREFIX
 from slurmtopo.daemon.submit import submit_for_daemon
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 
 
 def script(nodes: int, gpn: int) -> str:

@@ -18,7 +18,7 @@ from slurmtopo.daemon.loop import Daemon
 from slurmtopo.daemon.protocol import PREFIX
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.groups import Layout
+from slurmtopo.job.groups import Layout
 from tests.daemon.test_loop import TP4 as JOB_TP4, submit
 from tests.daemon.test_scheduler import NOW, TP4, busy, job
 

@@ -29,8 +29,8 @@ from slurmtopo.daemon.protocol import PREFIX, REJECTED_PREFIX, Shape, make_comme
 from slurmtopo.daemon.spool import prepare_spool, read_events
 from slurmtopo.daemon.submit import submit_for_daemon
 from slurmtopo.errors import SlurmError
-from slurmtopo.groups import Layout
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 from tests.daemon.conftest import quad8_inventory
 from slurmtopo.testing.slurm_backend import FakeSlurm
 

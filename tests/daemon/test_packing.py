@@ -11,9 +11,9 @@ from slurmtopo.daemon.packing import domain_key, domains_of, packed_request
 from slurmtopo.daemon.protocol import DaemonSpec, Shape
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.work import Work
-from slurmtopo.groups import Layout
-from slurmtopo.model import ClusterState, NodeState
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.inventory.model import ClusterState, NodeState
+from slurmtopo.job.request import JobRequest
 from slurmtopo.simulate.clusters import build
 
 

@@ -14,8 +14,8 @@ from slurmtopo.daemon.protocol import (PREFIX, ProtocolError, Shape, make_commen
 from slurmtopo.daemon.spool import prepare_spool
 from slurmtopo.daemon.submit import prepare_script, script_shape, submit_for_daemon
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.groups import Layout
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 
 
 def req(**kw):

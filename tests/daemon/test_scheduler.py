@@ -9,9 +9,9 @@ from slurmtopo.daemon.decisions import (OUTSIDE, REHOLD, REJECT, RELEASE, RUNNIN
 from slurmtopo.daemon.scheduler import decide
 from slurmtopo.daemon.work import slurm_pick
 from slurmtopo.daemon.held_job import HeldJob
-from slurmtopo.groups import Layout
-from slurmtopo.model import ClusterState, NodeState
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.inventory.model import ClusterState, NodeState
+from slurmtopo.job.request import JobRequest
 
 NOW = 1_000_000.0
 
@@ -338,8 +338,8 @@ def test_a_torchrun_job_is_released_on_a_placement_torchrun_can_start(inv, launc
     from dataclasses import replace
 
     from slurmtopo.cost.styles import ModelSpec
-    from slurmtopo.rankmap import node_contiguous
-    from slurmtopo.workload import Workload
+    from slurmtopo.job.workload import Workload
+    from slurmtopo.plan.rankmap import node_contiguous
 
     q = job(1, layout=Layout(tp=2, pp=2, dp=4))
     # a model whose activations weigh more than its gradients: the nesting

@@ -26,8 +26,8 @@ from slurmtopo.daemon.protocol import (MAX_REQUEST_BYTES, PREFIX, REJECTED_PREFI
                                        parse_comment, request_file_name)
 from slurmtopo.daemon.spool import prepare_spool, read_events
 from slurmtopo.daemon.submit import submit_for_daemon
-from slurmtopo.groups import Layout
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 
 from tests.daemon.conftest import FakeSlurm, quad8_inventory
 

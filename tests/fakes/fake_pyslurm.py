@@ -57,7 +57,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from slurmtopo.model import format_cpulist
+from slurmtopo.inventory.model import format_cpulist
 
 __version__ = "25.11.0"
 
@@ -137,12 +137,12 @@ def _fold(ids) -> str:
 
 
 def nodelist_from_range_str(text: str) -> List[str]:
-    from slurmtopo.hostlist import expand_hostlist
+    from slurmtopo.inventory.hostlist import expand_hostlist
     return expand_hostlist(text) if text else []
 
 
 def nodelist_to_range_str(names) -> str:
-    from slurmtopo.hostlist import fold_hostlist
+    from slurmtopo.inventory.hostlist import fold_hostlist
     return fold_hostlist(list(names))
 
 

@@ -90,12 +90,12 @@ class Run:
         return (self.plan_dir / "job.sbatch").read_text()
 
     def planned(self):
-        from slurmtopo.rankmap import placement_from_dict
+        from slurmtopo.plan.rankmap import placement_from_dict
         return placement_from_dict(json.loads((self.plan_dir / "rankmap.json").read_text()))
 
     def bound(self):
         """(placement, rankmap doc) that `slurmtopo bind` decided at start."""
-        from slurmtopo.rankmap import placement_from_dict
+        from slurmtopo.plan.rankmap import placement_from_dict
         doc = json.loads((self.run_dir / "rankmap.json").read_text())
         return placement_from_dict(doc), doc
 
@@ -108,9 +108,9 @@ def check_ranks(run: Run, host_env=None):
     """Every rank's environment against the rank map bind wrote. Returns
     (placement, rankmap doc). ``host_env``: host -> the variables that
     host's ranks get besides the job-wide ones (default: none)."""
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.model import format_cpulist, parse_cpulist
-    from slurmtopo.rankmap import nccl_env, node_ranks
+    from slurmtopo.inventory.model import format_cpulist, parse_cpulist
+    from slurmtopo.inventory.schema import load_inventory
+    from slurmtopo.plan.rankmap import nccl_env, node_ranks
 
     inv = load_inventory(str(run.inv))
     placement, doc = run.bound()
@@ -119,7 +119,7 @@ def check_ranks(run: Run, host_env=None):
     assert sorted(ranks) == list(range(world)), run.output()
     alloc = {h: set(parse_cpulist(v)) for h, v in doc["allocation"].items()}
     # the allocation bind used is Slurm's: the job's node list
-    from slurmtopo.hostlist import expand_hostlist
+    from slurmtopo.inventory.hostlist import expand_hostlist
     assert set(alloc) == set(expand_hostlist(run.job["NodeList"]))
     nr = node_ranks(placement)
     nccl = nccl_env(inv, placement, None)

@@ -10,8 +10,8 @@ import pytest
 from tests.integration.helpers import DevClusterError, it_version, node_records, scontrol_topology
 
 from bench.ibgen import FatTreeSpec, generate
-from slurmtopo.inventory import node_report
-from slurmtopo.model import Gpu, Hardware, Node
+from slurmtopo.inventory.model import Gpu, Hardware, Node
+from slurmtopo.inventory.schema import node_report
 
 pytestmark = pytest.mark.integration
 

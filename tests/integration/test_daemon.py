@@ -24,9 +24,9 @@ from slurmtopo.daemon.spool import Journal, read_events
 from tests.events import release_count
 from slurmtopo.daemon.protocol import PREFIX, REJECTED_PREFIX
 from slurmtopo.daemon.submit import submit_for_daemon
-from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
-from slurmtopo.request import JobRequest
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 from slurmtopo.slurm.cli_backend import CliBackend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def plain_script(devcluster, nodes: int, gpn: int, cmd: str = "sleep 300") -> st
 def slurmtopo_script(devcluster, inv, inv_path, req, cmd) -> str:
     """The real `slurmtopo sbatch` script: plan embedded, `slurmtopo bind`
     at start, one srun."""
-    from slurmtopo.choice import plan
+    from slurmtopo.plan.choice import plan
     from slurmtopo.sbatch import SbatchRequest
 
     (devcluster.dir / "out").mkdir(exist_ok=True)
@@ -234,7 +234,7 @@ def test_a_held_job_is_released_where_its_launcher_can_start_it(devcluster, back
     torchrun cannot start; the launcher travels in the job's comment through
     Slurm, and the daemon releases a torchrun job node-contiguous (srun
     jobs keep the faster nesting)."""
-    from slurmtopo.rankmap import node_contiguous
+    from slurmtopo.plan.rankmap import node_contiguous
 
     blockers = block(devcluster, "node1", "node2")
     # small gradient buckets and large pipeline sends (the daemon's protocol

@@ -34,9 +34,9 @@ from slurmtopo.daemon.loop import Daemon
 from slurmtopo.daemon.protocol import PREFIX, REJECTED_PREFIX, Shape, make_comment
 from slurmtopo.daemon.protocol import request_file_name
 from slurmtopo.daemon.spool import prepare_spool, read_events
-from slurmtopo.groups import Layout
-from slurmtopo.inventory import load_inventory
-from slurmtopo.request import JobRequest
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 from slurmtopo.slurm.cli_backend import CliBackend
 from tests.integration.users import ALICE, BOB
 

@@ -40,7 +40,7 @@ from slurmtopo.daemon.decisions import Config
 from slurmtopo.daemon.loop import Daemon
 from slurmtopo.daemon.protocol import PREFIX, REJECTED_PREFIX, Shape, make_comment
 from slurmtopo.daemon.spool import prepare_spool, read_events
-from slurmtopo.inventory import load_inventory
+from slurmtopo.inventory.schema import load_inventory
 from slurmtopo.slurm.cli_backend import CliBackend
 from tests.integration.test_daemon_security import (SCRIPT, SCRIPT8, TP4, TP8,  # noqa: F401
                                                     daemon_once, inv_path, releases_in_log,
@@ -300,7 +300,8 @@ def _comment_as(users, user, spool, exclude: str) -> str:
     """make_comment as ``user`` (the request file is theirs) of TP4 with
     ``exclude`` and the shape 1 x 4 x 4, printed."""
     code = ("import sys; from slurmtopo.daemon.protocol import make_comment, Shape; "
-            "from slurmtopo.request import JobRequest; from slurmtopo.groups import Layout; "
+            "from slurmtopo.job.request import JobRequest; "
+            "from slurmtopo.job.groups import Layout; "
             "print(make_comment(JobRequest(layout=Layout(tp=4), require={'tp': 'nvlink'}, "
             f"gpus_per_node=4, exclude={exclude!r}), Shape(1, 4, 4), spool={spool!r}))")
     return users.run(user, [USER_PYTHON, "-c", code], check=True).stdout.strip()
@@ -374,7 +375,7 @@ def test_root_reads_bobs_files_within_bounds(devcluster, users, tmp_path_factory
     import base64
     import zlib
 
-    from slurmtopo.plandoc import dumps_plan
+    from slurmtopo.plan.plandoc import dumps_plan
     from slurmtopo.sbatch.script import extract_plan
     from tests.clirun import run_cli_subprocess
 

@@ -112,7 +112,7 @@ def _check_groups(placement, files, ours, job_id, inside, across, hosts):
 
 @pytest.mark.parametrize("name,launcher", CASES)
 def test_framework_groups_form_where_the_rank_map_says(cluster, tmp_path, name, launcher):
-    from slurmtopo.frameworks.registry import framework_layout
+    from slurmtopo.job.frameworks.registry import framework_layout
 
     framework, case, options, knobs, inside, across = JOBS[name]
     recorded = _recorded(framework, case)
@@ -209,7 +209,7 @@ def _job_id(stdout: str) -> int:
 
 
 def _bound(tmp: Path, job_id: int):
-    from slurmtopo.rankmap import placement_from_dict
+    from slurmtopo.plan.rankmap import placement_from_dict
 
     doc = json.loads((tmp / ".slurmtopo" / "runs" / str(job_id) / "rankmap.json").read_text())
     return placement_from_dict(doc)
@@ -237,7 +237,7 @@ LINES = [pytest.param(line, how, id=f"{how}:{line[:60]}") for line, how in HOW.i
 
 @pytest.mark.parametrize("line,how", LINES)
 def test_documented_launch_line_runs(cluster, tmp_path, line, how):
-    from slurmtopo.frameworks.registry import framework_layout
+    from slurmtopo.job.frameworks.registry import framework_layout
 
     argv = _on_the_dev_cluster(shlex.split(line), tmp_path)
     env = _line_env(cluster, tmp_path)

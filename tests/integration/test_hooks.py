@@ -161,10 +161,10 @@ def check_hook_ranks(cluster, job_id: int, run_dir: Path, out: Path, batch: bool
     """Every rank's environment against the rank map the TaskProlog wrote
     (rankmap.json in the job's run directory), as tests/integration/ranks.py
     checks `slurmtopo sbatch`'s. Returns (placement, rankmap doc, ranks)."""
-    from slurmtopo.hostlist import expand_hostlist
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.model import format_cpulist, parse_cpulist
-    from slurmtopo.rankmap import nccl_env, node_ranks, placement_from_dict
+    from slurmtopo.inventory.hostlist import expand_hostlist
+    from slurmtopo.inventory.model import format_cpulist, parse_cpulist
+    from slurmtopo.inventory.schema import load_inventory
+    from slurmtopo.plan.rankmap import nccl_env, node_ranks, placement_from_dict
 
     inv = load_inventory(str(INV))
     doc = json.loads((run_dir / "rankmap.json").read_text())
@@ -210,7 +210,7 @@ def check_hook_ranks(cluster, job_id: int, run_dir: Path, out: Path, batch: bool
 
 def _submitted_plan(ranks):
     """The plan the cli_filter hook made at submission (in the job's env)."""
-    from slurmtopo.plandoc import plan_from_env_value, planned_placement
+    from slurmtopo.plan.plandoc import plan_from_env_value, planned_placement
 
     value = ranks[0]["env"]["SLURMTOPO_JOB_PLAN"].split(":", 1)[1]
     return planned_placement(plan_from_env_value(value))
@@ -218,7 +218,7 @@ def _submitted_plan(ranks):
 
 def _slurmtopo_plan(tmp: Path, *args):
     """The rank map `slurmtopo plan` makes for these options, idle cluster."""
-    from slurmtopo.rankmap import placement_from_dict
+    from slurmtopo.plan.rankmap import placement_from_dict
     from tests.integration.helpers import run_slurmtopo
 
     out = tmp / "reference"
@@ -340,7 +340,7 @@ def test_srun_torchrun_static_rendezvous(hooked, cluster, users, tmp_path):
     assert "(torchrun: one task per node)" in p.stderr, p.stderr
     assert cluster.wait_job(job, timeout=240) == "COMPLETED", (work / f"{job}.out").read_text()
     assert cluster.job(job)["NumTasks"] == "2"
-    from slurmtopo.rankmap import placement_from_dict
+    from slurmtopo.plan.rankmap import placement_from_dict
 
     doc = json.loads((work / ".slurmtopo" / "runs" / str(job) / "rankmap.json").read_text())
     slots = placement_from_dict(doc).slots

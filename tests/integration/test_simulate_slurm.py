@@ -107,7 +107,7 @@ def _replay(devcluster, jobs) -> List[Record]:
 
 
 def _state(rec: Record, by_id: Dict[int, Record], busy_ids):
-    from slurmtopo.model import ClusterState, NodeState
+    from slurmtopo.inventory.model import ClusterState, NodeState
 
     busy: Dict[str, set] = {}
     for k in busy_ids:

@@ -87,10 +87,10 @@ def test_live_nodes_and_jobs_agree_with_slurm(devcluster, backend):
 
 
 def test_plan_with_live_state_avoids_gpus_jobs_hold(devcluster, backend):
-    from slurmtopo.groups import Layout
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.choice import plan
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.inventory.schema import load_inventory
+    from slurmtopo.plan.choice import plan
+    from slurmtopo.job.request import JobRequest
 
     a = _sleeper(devcluster, "-w", "node1", "--gres=gpu:3")
     b = _sleeper(devcluster, "-N2", "-w", "node[2-3]", "--gpus-per-node=5")
@@ -114,8 +114,8 @@ def test_plan_with_live_state_avoids_gpus_jobs_hold(devcluster, backend):
                            env=devcluster.env, capture_output=True, text=True, cwd=ROOT,
                            timeout=60)
         assert p.returncode == 0, p.stderr
-        from slurmtopo.state import parse_state
-        from slurmtopo.yamlio import parse_text
+        from slurmtopo.files.yamlio import parse_text
+        from slurmtopo.inventory.state import parse_state
         snap = parse_state(parse_text(p.stdout), "<stdout>", inv)
         for name in ("node1", "node2", "node3"):
             assert snap.nodes[name].busy_gpus == set(busy[name])

@@ -68,7 +68,7 @@ def test_slurmd_reads_every_generated_gres_line(typed_cluster):
     """``slurmd -G`` prints the GRES slurmd loads: Type, device, Cores and
     Links of every GPU are exactly the agent's lines for that node."""
     from slurmtopo.slurmfmt.gres_lines import gres_lines
-    from slurmtopo.inventory import load_inventory
+    from slurmtopo.inventory.schema import load_inventory
 
     node = load_inventory(str(INV)).nodes["node2"]
     want = []
@@ -86,7 +86,7 @@ def test_slurmd_reads_every_generated_gres_line(typed_cluster):
 
 
 def test_slurmctld_shows_the_generated_gres_and_topology(typed_cluster):
-    from slurmtopo.inventory import load_inventory
+    from slurmtopo.inventory.schema import load_inventory
     from slurmtopo.slurm.cli_backend import CliBackend
 
     b = CliBackend(env=typed_cluster.env)

@@ -58,7 +58,7 @@ def test_partial_node_where_slurm_picks_the_gpus(cluster, tmp_path):
     assert "#SBATCH --gpus-per-node=4" in run.script
     assert "#SBATCH --nodelist=node1" in run.script
     placement, doc = check_ranks(run)
-    from slurmtopo.model import parse_cpulist
+    from slurmtopo.inventory.model import parse_cpulist
     got = set(parse_cpulist(doc["allocation"]["node1"]))
     assert len(got) == 4 and not got & taken                           # Slurm's pick
     assert set(placement.gpus_on("node1")) == got                      # ranks use Slurm's GPUs
@@ -108,7 +108,7 @@ def test_gpus_differ_from_the_plan_and_bind_replans(cluster, tmp_path):
                                   snapshot]).wait()
     assert sorted(run.planned().gpus_on("node1")) == [0, 1, 2, 3]
     placement, doc = check_ranks(run)
-    from slurmtopo.model import parse_cpulist
+    from slurmtopo.inventory.model import parse_cpulist
     got = set(parse_cpulist(doc["allocation"]["node1"]))
     assert len(got) == 4 and not got & taken
     assert doc["replanned"] is True

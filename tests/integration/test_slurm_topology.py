@@ -76,7 +76,7 @@ def yaml_cluster(generated, tmp_path_factory):
 
 
 def _hosts(run) -> set:
-    from slurmtopo.hostlist import expand_hostlist
+    from slurmtopo.inventory.hostlist import expand_hostlist
     return set(expand_hostlist(run.job["NodeList"]))
 
 

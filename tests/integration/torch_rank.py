@@ -7,7 +7,7 @@ framework's process groups on real gloo process groups, all-gathers
 ``(rank, node, GPU)`` inside each group it belongs to, and writes what it
 saw to ``OUT/torch-<RANK>.json`` for the test to compare with the rank map.
 
-The groups are the framework's rules as slurmtopo.frameworks computes them
+The groups are the framework's rules as slurmtopo.job.frameworks computes them
 (the test checks those against the fixtures recorded from the frameworks'
 own code); torchtitan's dense mesh is built as torchtitan builds it, with
 ``init_device_mesh`` over ``(pp, dp_replicate, dp_shard, cp, tp)``, and its
@@ -26,7 +26,7 @@ import sys
 def main(out: str, framework: str, knobs_json: str) -> None:
     import torch.distributed as dist
 
-    from slurmtopo.frameworks.registry import framework_layout
+    from slurmtopo.job.frameworks.registry import framework_layout
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -21,13 +21,13 @@ import pytest
 
 from slurmtopo.cost import CostParams, evaluate, lower_bound
 from slurmtopo.cost.styles import ModelSpec
-from slurmtopo.groups import Layout, build_groups
-from slurmtopo.model import (ClusterState, Fabric, Inventory, Node, NodeState, NvlinkDomain,
-                             Placement, Switch)
-from slurmtopo.choice import plan
-from slurmtopo.presets import preset
-from slurmtopo.request import JobRequest
-from slurmtopo.workload import Workload
+from slurmtopo.job.groups import Layout, build_groups
+from slurmtopo.inventory.model import (ClusterState, Fabric, Inventory, Node, NodeState,
+                                       NvlinkDomain, Placement, Switch)
+from slurmtopo.plan.choice import plan
+from slurmtopo.inventory.presets import preset
+from slurmtopo.job.request import JobRequest
+from slurmtopo.job.workload import Workload
 
 
 @dataclass(frozen=True)

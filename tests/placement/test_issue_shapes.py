@@ -13,11 +13,11 @@ import pytest
 
 from bench.scenarios import build, busy_state, h100_nvl, hgx_fattree, l40s, nvl72, quality_specs
 from slurmtopo.cost import CostParams, evaluate
-from slurmtopo.groups import Layout
-from slurmtopo.links import LinkClass
-from slurmtopo.choice import plan
+from slurmtopo.job.groups import Layout
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.plan.choice import plan
 from slurmtopo.placement import leaf_constrained_plan, naive_plan, random_plan
-from slurmtopo.request import JobRequest
+from slurmtopo.job.request import JobRequest
 
 
 def pieces(pl, group):
@@ -226,7 +226,7 @@ def test_safety_net_does_not_trade_ep_in_racks_for_straddling_groups():
     # choice.slower_on kept the safety net from taking the trade; the step
     # now counts EP's calls (dispatch and combine, every layer, both
     # passes), and the trade models slower outright
-    from slurmtopo.choice import domain_crossings, plan_and_default
+    from slurmtopo.plan.choice import domain_crossings, plan_and_default
 
     sc = build("nvl72-ep8:288:30:1002")
     req = JobRequest(Layout(tp=sc.job.tp, ep=sc.job.ep, dp=sc.job.dp))

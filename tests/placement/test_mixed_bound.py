@@ -15,13 +15,13 @@ from __future__ import annotations
 import pytest
 
 from bench.scenarios import nvl72_hgx
-from slurmtopo.choice import plan
 from slurmtopo.cost import CostParams, evaluate, lower_bound
-from slurmtopo.groups import Layout
-from slurmtopo.links import LinkClass
-from slurmtopo.model import ClusterState, NodeState
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.model import ClusterState, NodeState
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 from slurmtopo.placement import leaf_constrained_plan, naive_plan, random_plan
-from slurmtopo.request import JobRequest
+from slurmtopo.plan.choice import plan
 
 
 def mixed_state(inv, free_hgx: int, free_trays: int) -> ClusterState:

@@ -16,9 +16,9 @@ from collections import Counter
 
 import pytest
 
-from slurmtopo.choice import plan
-from slurmtopo.groups import Layout
-from slurmtopo.request import JobRequest
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
+from slurmtopo.plan.choice import plan
 from tests.placement.test_exact_optimum import cluster
 
 LEAVES = [["a1", "a2", "a3"], ["b1", "b2"]]

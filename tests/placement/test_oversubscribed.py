@@ -19,12 +19,12 @@ from collections import Counter
 import pytest
 
 from bench.scenarios import build, hgx_fattree
-from slurmtopo.choice import CostModelSpeeds, plan
 from slurmtopo.cost import CostParams, evaluate
-from slurmtopo.links import LinkClass
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.inventory.topology import network_view
 from slurmtopo.placement.common import build_placement
 from slurmtopo.placement.fabric import fabric_tree
-from slurmtopo.topology import network_view
+from slurmtopo.plan.choice import CostModelSpeeds, plan
 
 #: two-level trees (64 nodes, TP 8 x DP 32) and a three-level one (256
 #: nodes: pods of 8 leaves under cores, TP 8 x DP 128)

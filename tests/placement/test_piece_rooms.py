@@ -20,10 +20,10 @@ from collections import Counter
 
 import pytest
 
-from slurmtopo.choice import plan
-from slurmtopo.groups import Layout
-from slurmtopo.links import LinkClass
-from slurmtopo.request import JobRequest
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
+from slurmtopo.plan.choice import plan
 from tests.placement.test_exact_optimum import cluster
 
 FREE = {"a": list(range(8)), "b": [4, 5, 6, 7], "c": [6, 7], "d": [6, 7]}

@@ -7,7 +7,7 @@ from typing import Dict, List, Sequence
 
 import pytest
 
-from slurmtopo.model import Block, Fabric
+from slurmtopo.inventory.model import Block, Fabric
 from slurmtopo.placement.segments import (SlurmFeatures, block_layout, choose_segments,
                                           group_nodes, nvlink_kinds)
 
@@ -204,7 +204,7 @@ def test_site_topology_keeps_its_placeholder_blocks(tmp_path):
     lay = block_layout(seen.fabric)
     assert lay.position["node3"] == 4 and lay.levels == (0, 1, 2)
     # the plan embeds this view: its placeholders have no inventory form and are left out
-    from slurmtopo.inventory import inventory_dict, parse_inventory
+    from slurmtopo.inventory.schema import inventory_dict, parse_inventory
 
     back = parse_inventory(inventory_dict(seen), "embedded")
     assert [b.name for b in back.fabric.blocks] == ["b1", "b2", "b5", "b6"]

@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.groups import Layout
+from slurmtopo.job.groups import Layout
 import yaml
 
-from slurmtopo.inventory import parse_inventory
-from slurmtopo.model import ClusterState, NodeState
+from slurmtopo.inventory.model import ClusterState, NodeState
+from slurmtopo.inventory.schema import parse_inventory
+from slurmtopo.job.request import JobRequest
 from slurmtopo.placement.baselines import slurm_plan
 from slurmtopo.placement.slurm_select import leaves_used, slurm_pick, switch_table
-from slurmtopo.request import JobRequest
 
 INV = """slurmtopo: inventory
 version: 1

@@ -134,7 +134,7 @@ def test_traffic_of_a_two_leaf_job(inv):
     setup = prepare(inv, Trace(jobs=(TraceJob("a", 0.0, 100.0, 32),), source="t", format="csv",
                                rows=1), BUILTIN["default"], 0.3, contention="off")
     job = setup.jobs[0]
-    from slurmtopo.choice import plan
+    from slurmtopo.plan.choice import plan
 
     pl = plan(inv, None, job.request)
     tr = job_traffic(inv, pl, job.request, params)

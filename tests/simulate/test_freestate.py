@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmtopo.api import load_cluster
-from slurmtopo.groups import Layout
+from slurmtopo.job.groups import Layout
+from slurmtopo.job.request import JobRequest
 from slurmtopo.placement.common import candidates
-from slurmtopo.request import JobRequest
 from slurmtopo.simulate.freestate import FreeState
 
 ROOT = Path(__file__).resolve().parents[2]

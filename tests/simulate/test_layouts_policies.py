@@ -128,7 +128,7 @@ def test_daemon_requests():
 
 
 def test_switches_hold_a_job_that_spans_leaves():
-    from slurmtopo.model import ClusterState, NodeState
+    from slurmtopo.inventory.model import ClusterState, NodeState
 
     inv = load_cluster(INV)
     pol = QueuePolicy(parse_policy("slurm-switches:wait=100"), inv)
@@ -144,10 +144,10 @@ def test_switches_hold_a_job_that_spans_leaves():
 
 
 def test_allocation_tops_up_to_the_gpus_per_node():
-    from slurmtopo.choice import plan
-    from slurmtopo.groups import Layout
-    from slurmtopo.model import ClusterState, NodeState
-    from slurmtopo.request import JobRequest
+    from slurmtopo.inventory.model import ClusterState, NodeState
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.job.request import JobRequest
+    from slurmtopo.plan.choice import plan
 
     inv = load_cluster(INV)
     # 12 GPUs, 8 a node: the planner runs 8 + 4 ranks, Slurm allocates 8 on both

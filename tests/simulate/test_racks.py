@@ -8,11 +8,11 @@ import math
 import pytest
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.model import ClusterState, NodeState
+from slurmtopo.inventory.model import ClusterState, NodeState
 from slurmtopo.placement.common import candidates
 from slurmtopo.placement.slurm_select import block_levels, choose_nodes
-from slurmtopo.request import JobRequest
-from slurmtopo.groups import Layout
+from slurmtopo.job.request import JobRequest
+from slurmtopo.job.groups import Layout
 from slurmtopo.simulate.clusters import build
 from slurmtopo.simulate.freestate import FreeState
 from slurmtopo.simulate.racks import capacity_table, usable_share
@@ -145,7 +145,7 @@ def test_replay_on_racks_reports_them(tmp_path, nvl):
     import json
 
     inv_path = tmp_path / "nvl.yaml"
-    from slurmtopo.inventory import dump_inventory
+    from slurmtopo.inventory.schema import dump_inventory
 
     inv_path.write_text(dump_inventory(nvl))
     trace = tmp_path / "t.csv"

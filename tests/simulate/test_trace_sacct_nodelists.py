@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurmtopo.hostlist import HostlistError, count_hostlist, expand_hostlist
+from slurmtopo.inventory.hostlist import HostlistError, count_hostlist, expand_hostlist
 from slurmtopo.simulate.trace_sacct import _job, read_sacct
 
 HEADER = "JobID|Submit|Start|End|AllocTRES|NodeList|NNodes|Timelimit"

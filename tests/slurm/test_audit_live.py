@@ -134,9 +134,9 @@ def test_contract_options_are_refused_alone(onpath, capsys):
 
 def test_check_inside_a_job(contracts, capsys, monkeypatch, tmp_path):
     from slurmtopo.binding.replan import fill_placement
-    from slurmtopo.groups import Layout
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.rankmap import rankmap_json
+    from slurmtopo.inventory.schema import load_inventory
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.plan.rankmap import rankmap_json
 
     inv = load_inventory(INV)
     p = fill_placement(inv, [("node2", [0, 1]), ("node3", [0, 1])], Layout(dp=4))

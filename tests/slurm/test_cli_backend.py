@@ -267,9 +267,9 @@ def test_submit_refuses_a_container_image_srun_does_not_know(slurm, fixture_text
     srun's "unrecognized option")."""
     from slurmtopo import api
     from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.groups import Layout
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.request import JobRequest
+    from slurmtopo.inventory.schema import load_inventory
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.job.request import JobRequest
     from slurmtopo.sbatch.launch import Launch
     from tests.clirun import ROOT
 

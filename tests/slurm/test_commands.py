@@ -31,7 +31,7 @@ def onpath(slurm, monkeypatch):
 
 def _ranks(script: str):
     """(host, gpu) of every rank in the plan embedded in the script."""
-    from slurmtopo.plandoc import planned_placement, read_plan
+    from slurmtopo.plan.plandoc import planned_placement, read_plan
 
     body = script.split("<<'SLURMTOPO_PLAN_JSON'\n", 1)[1].split("\nSLURMTOPO_PLAN_JSON\n")[0]
     return [(s.host, s.gpu) for s in planned_placement(read_plan(body)).slots]
@@ -155,7 +155,7 @@ def test_json_output(onpath, capsys):
 
 
 def test_state_command_round_trips(onpath, capsys, tmp_path):
-    from slurmtopo.state import load_state
+    from slurmtopo.inventory.state import load_state
 
     onpath.on("sinfo --json", file="sinfo_untyped_drain.json")
     code, out, err = run(["state"], capsys)

@@ -280,7 +280,7 @@ def test_error_text_says_when_no_slurm_configuration_is_found():
 # -- cluster state ---------------------------------------------------------
 
 def test_cluster_state_from_sinfo(fixture_text):
-    from slurmtopo.inventory import load_inventory
+    from slurmtopo.inventory.schema import load_inventory
     from tests.slurm.conftest import FIXTURES
 
     inv = load_inventory(str(FIXTURES / "devcluster-inventory.yaml"))
@@ -294,7 +294,7 @@ def test_cluster_state_from_sinfo(fixture_text):
 
 
 def test_cluster_state_nodes_slurm_lacks_or_has_fewer_gpus(fixture_text):
-    from slurmtopo.inventory import load_inventory
+    from slurmtopo.inventory.schema import load_inventory
     from slurmtopo.slurm.backend import SlurmNode
     from tests.slurm.conftest import FIXTURES
 

@@ -137,11 +137,11 @@ def test_submit_refuses_directives_pyslurm_would_drop(fake):
 
 
 def _script_for(tmp_inv, topology):
-    from slurmtopo.groups import Layout
-    from slurmtopo.inventory import load_inventory
-    from slurmtopo.model import ClusterState
-    from slurmtopo.choice import plan
-    from slurmtopo.request import JobRequest
+    from slurmtopo.job.groups import Layout
+    from slurmtopo.inventory.schema import load_inventory
+    from slurmtopo.inventory.model import ClusterState
+    from slurmtopo.plan.choice import plan
+    from slurmtopo.job.request import JobRequest
     from slurmtopo.sbatch import SbatchRequest
     from tests.slurm.conftest import FIXTURES
 

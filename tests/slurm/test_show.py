@@ -9,9 +9,9 @@ import time
 import pytest
 
 from slurmtopo.binding.replan import fill_placement
-from slurmtopo.inventory import load_inventory
-from slurmtopo.rankmap import dumps_rankmap, rankmap_dict
-from slurmtopo.rundirs import clean_old, run_dir_for
+from slurmtopo.files.rundirs import clean_old, run_dir_for
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.plan.rankmap import dumps_rankmap, rankmap_dict
 from tests.slurm.test_commands import INV, onpath, run  # noqa: F401  (fixture)
 
 
@@ -50,7 +50,7 @@ def test_show_planned_and_actual(onpath, capsys):
     assert doc["planned"]["ranks"] == planned["ranks"]
     # started elsewhere: bind's rankmap.json in the run directory
     inv = load_inventory(INV)
-    from slurmtopo.groups import Layout
+    from slurmtopo.job.groups import Layout
     layout = Layout(tp=2, dp=2).resolved()
     actual = fill_placement(inv, [("node3", [4, 5]), ("node4", [0, 1])], layout)
     where = run_dir_for(os.getcwd(), 78)
@@ -196,7 +196,7 @@ def _hostile_plan(onpath, capsys, job_id, edit):
     import base64
     import zlib
 
-    from slurmtopo.plandoc import dumps_plan
+    from slurmtopo.plan.plandoc import dumps_plan
     from slurmtopo.sbatch.script import extract_plan
     from tests.clirun import run_cli_subprocess
 
