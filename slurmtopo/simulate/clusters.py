@@ -30,7 +30,8 @@ and what is made of it:
 ``acme-seren``, ``acme-kalos``
     Shanghai AI Lab's Acme (NSDI'24, github.com/InternLM/AcmeTrace): Seren
     286 nodes and Kalos 302 nodes of 8 A100 (2,288 and 2,416 GPUs), as the
-    paper's cluster table gives them; the trace has no machine list.
+    paper's cluster table gives them (recalled, not re-read: docs/simulate.md);
+    the trace has no machine list.
 ``nvl72``
     ``--racks R`` GB200 NVL72 racks: 18 trays of 4 GPUs each, one NVLink
     domain and one topology/block block a rack (``BlockSizes`` 18 and the
