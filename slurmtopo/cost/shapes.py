@@ -30,20 +30,22 @@ from slurmtopo.topology import network_view
 #: and message: (slowest class, NVLink domains, most and fewest ranks a
 #: domain, class and GB/s inside domains, network class and GB/s a rank,
 #: GB/s and seconds of latency of an NVLS all-reduce of 8 ranks, the
-#: network's kind, whether its switches reduce (SHARP)). A domain is a
-#: host, or the hosts of one multi-node NVLink domain (an NVL72 rack) the
-#: group spans. ``domains`` 0: one flat ring on the inside class (a single
-#: host, or one NVLink domain), NVLS possible when its GB/s is not 0.
+#: network's kind, whether its switches reduce (SHARP), the GPUs' oldest
+#: generation, the platform whose network plugin tunes NCCL or "").
+#: A domain is a host, or the hosts of one multi-node NVLink domain (an
+#: NVL72 rack) the group spans. ``domains`` 0: one flat ring on the inside
+#: class (a single host, or one NVLink domain), NVLS possible when its GB/s
+#: is not 0.
 Shape = Tuple[LinkClass, int, int, int, LinkClass, float, LinkClass, float, float, float, str,
-              bool]
+              bool, int, str]
 
 
 def shape_time(p: CostParams, shape: Shape, collective: str, n: int, m: int) -> float:
     """Seconds of one ``collective`` of ``m`` bytes over ``n`` ranks of ``shape``."""
     (_, hosts, l_max, l_min, in_cls, in_bw, net_cls, net_bw, nvls_bw, nvls_lat, kind,
-     sharp) = shape
+     sharp, gen, platform) = shape
     return collective_time(p, collective, n, m, hosts, l_max, l_min, in_cls, in_bw, net_cls,
-                           net_bw, nvls_bw, nvls_lat, kind, sharp)
+                           net_bw, nvls_bw, nvls_lat, kind, sharp, gen, platform)
 
 
 class PlacementPricer:
@@ -220,7 +222,7 @@ class PlacementPricer:
         nvl_cls = LinkClass.NVLINK
         hosts_class, pair_class = self.hosts_class, self.pair_class
         self_shape: Shape = (self_cls, 0, 0, 0, self_cls, inf, self_cls, 0.0, 0.0, 0.0, "",
-                             False)
+                             False, 0, "")
         dom, any_dom = self.dom, self.any_dom
 
         def shape(ranks: Sequence[int]) -> Shape:
@@ -240,7 +242,7 @@ class PlacementPricer:
                     hc = hcs[h0]
                     nvls = hc.nvls_bw if cls is nvl_cls else 0.0
                     sh = flat[hit] = (cls, 0, 0, 0, cls, bw, self_cls, 0.0, nvls, hc.nvls_lat,
-                                      "", False)
+                                      hc.net_kind, False, hc.gen, "")
                 return sh
             if n <= 32:
                 distinct = dict.fromkeys(hs)
@@ -286,7 +288,10 @@ class PlacementPricer:
                 bw = min(min(hcs[h].class_bw(net_cls) for h in per_host), in_bw)
                 nvls = (min(hcs[h].nvls_bw for h in per_host) if in_cls <= nvl_cls else 0.0)
                 lat = max(hcs[h].nvls_lat for h in per_host)
-                return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0, nvls, lat, "", False)
+                kind = max((hcs[h].net_kind for h in per_host), key=NET_KIND_ORDER.__getitem__)
+                gen = min(hcs[h].gen for h in per_host)
+                return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0, nvls, lat, kind, False,
+                        gen, "")
             net_bw = network_gbps(min(get(rank_share)), net_cls)
             kind = max((hcs[h].net_kind for h in per_host), key=NET_KIND_ORDER.__getitem__)
             sharp = self.sharp_ok(per_host) if self.sharp else False
@@ -315,8 +320,12 @@ class PlacementPricer:
             nvls = (min(hcs[h].nvls_bw for h in per_host) if nvl_cls <= in_cls <= dom_cls
                     else 0.0)
             lat = max(hcs[h].nvls_lat for h in per_host) if nvls else 0.0
+            gen = min(hcs[h].gen for h in per_host)
+            plats = {hcs[h].platform for h in per_host}
+            platform = plats.pop() if len(plats) == 1 else ""
             return (slowest, len(units), l_max, min(counts), in_cls,
-                    in_bw if in_bw != inf else 1.0, net_cls, net_bw, nvls, lat, kind, sharp)
+                    in_bw if in_bw != inf else 1.0, net_cls, net_bw, nvls, lat, kind, sharp,
+                    gen, platform)
 
         return shape
 
