@@ -255,13 +255,15 @@ class LowerBound:
                         hc = p.hw(hw)
                         nvls = hc.nvls_bw if c is LinkClass.NVLINK else 0.0
                         opts.append((collective_time(p, collective, n, m, 0, 0, 0, c, bw,
-                                                     nvls_bw=nvls, nvls_lat=hc.nvls_lat), c))
+                                                     nvls_bw=nvls, nvls_lat=hc.nvls_lat,
+                                                     fastest=True), c))
         # inside one NVLink domain
         if self.dom_max >= n and n > 1 and in_dom:
             c = LinkClass.NVLINK_DOMAIN
             bw = p.bandwidth.get(c, self.dom_bw)
             opts.append((collective_time(p, collective, n, m, 0, 0, 0, c, bw,
-                                         nvls_bw=self.dom_nvls, nvls_lat=self.dom_nvls_lat), c))
+                                         nvls_bw=self.dom_nvls, nvls_lat=self.dom_nvls_lat,
+                                         fastest=True), c))
         # over the network, packing l ranks a host
         first = None
         for c in NETWORK_CLASSES:
@@ -287,7 +289,7 @@ class LowerBound:
                     hc = p.hw(hw)
                     nvls = hc.nvls_bw if ci is LinkClass.NVLINK else 0.0
                     t = collective_time(p, collective, n, m, h, l, l, ci, bi, c, b_net,
-                                        nvls_bw=nvls, nvls_lat=hc.nvls_lat)
+                                        nvls_bw=nvls, nvls_lat=hc.nvls_lat, fastest=True)
                     opts.append((t, max(c, ci)))
         if not opts:  # no free GPU anywhere (a state with nothing free)
             opts.append((math.inf, LinkClass.NET_FAR))
