@@ -305,3 +305,61 @@ def test_the_step_and_the_bound_price_the_jobs_release():
     from slurmtopo.cost import lower_bound
     assert api.price_step(inv, pl, req).time_s < api.price_step(inv, pl, old).time_s
     assert lower_bound(inv, old).step_time_s <= api.price_step(inv, pl, old).time_s * (1 + 1e-9)
+
+
+# --------------------------------------------------------------------------
+# rails: a rail-optimised fabric (a leaf per NIC index, one spine over them)
+
+
+def _rail_cluster(tmp_path, hosts: int = 2, spine: str = ""):
+    names = f"n[1-{hosts}]"
+    leaves = "".join(f"    - {{name: rail{r}, nodes: \"{names}\"}}\n" for r in range(8))
+    text = ("slurmtopo: inventory\nversion: 1\nnodes:\n"
+            f"  - {{name: \"{names}\", type: hgx-h100-8}}\n"
+            "fabric:\n  switches:\n" + leaves
+            + "    - {name: spine, switches: \"rail[0-7]\"}\n" + spine)
+    return load_inventory(_write(tmp_path, text, "rails.yaml"))
+
+
+def test_a_group_on_different_rails_crosses_the_spine(tmp_path):
+    inv = _rail_cluster(tmp_path, spine="cost:\n  oversubscription: {NET_L1: 4}\n")
+    req = JobRequest(Layout(dp=2), message_bytes={"dp": GiB})
+    aligned = build_placement(inv, req, [("n1", 0), ("n2", 0)])
+    crossed = build_placement(inv, req, [("n1", 0), ("n2", 3)])
+    a = evaluate(inv, aligned, req).kinds["dp"]
+    c = evaluate(inv, crossed, req).kinds["dp"]
+    # GPU 0 of both hosts: rail 0 to rail 0 under one leaf; GPU 0 to GPU 3:
+    # rail 0 to rail 3, through the (4:1) spine
+    assert a.slowest is LinkClass.NET_LEAF and c.slowest is LinkClass.NET_L1
+    assert c.time_s > 3 * a.time_s
+    # PXN: a group holding GPUs 0 and 3 on both hosts uses rails {0, 3} on
+    # each, whatever rank pairs with whom: on its rails
+    req4 = JobRequest(Layout(dp=4), message_bytes={"dp": GiB})
+    pxn = build_placement(inv, req4, [("n1", 0), ("n1", 3), ("n2", 3), ("n2", 0)])
+    assert evaluate(inv, pxn, req4).kinds["dp"].slowest is LinkClass.NET_LEAF
+    # where the inventory cannot tell rails (one leaf), nothing changes
+    flat = _cluster(tmp_path, "hgx-h100-8", 2)
+    t0 = evaluate(flat, build_placement(flat, req, [("n1", 0), ("n2", 0)]), req).kinds["dp"]
+    t3 = evaluate(flat, build_placement(flat, req, [("n1", 0), ("n2", 3)]), req).kinds["dp"]
+    assert t0.time_s == pytest.approx(t3.time_s) and t3.slowest is LinkClass.NET_LEAF
+
+
+def test_all_to_all_and_pipeline_sends_across_rails(tmp_path):
+    inv = _rail_cluster(tmp_path, spine="cost:\n  oversubscription: {NET_L1: 4}\n")
+    # an expert group of GPUs 0-3 on one host and 4-7 on the other: every
+    # remote peer is on another rail, and PXN has no GPU of the group there
+    req = JobRequest(Layout(dp=8, ep=8), message_bytes={"ep": 64 * MiB})
+    split = build_placement(inv, req, [("n1", g) for g in range(4)]
+                            + [("n2", g) for g in range(4, 8)])
+    same = build_placement(inv, req, [("n1", g) for g in range(4)]
+                           + [("n2", g) for g in range(4)])
+    ep_split = evaluate(inv, split, req).kinds["ep"]
+    ep_same = evaluate(inv, same, req).kinds["ep"]
+    assert ep_split.slowest is LinkClass.NET_L1 and ep_same.slowest is LinkClass.NET_LEAF
+    assert ep_split.time_s > 2 * ep_same.time_s
+    # a pipeline send from GPU 0 to GPU 5 of the next host crosses rails
+    pp = JobRequest(Layout(pp=2), message_bytes={"pp": 64 * MiB})
+    off = evaluate(inv, build_placement(inv, pp, [("n1", 0), ("n2", 5)]), pp).kinds["pp"]
+    on = evaluate(inv, build_placement(inv, pp, [("n1", 5), ("n2", 5)]), pp).kinds["pp"]
+    assert off.slowest is LinkClass.NET_L1 and on.slowest is LinkClass.NET_LEAF
+    assert off.time_s > 2 * on.time_s

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from operator import attrgetter, getitem, itemgetter
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.cost.collectives import collective_time
 from slurmtopo.cost.defaults import NET_KIND_ORDER
@@ -24,7 +24,8 @@ from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.cost.params import CostParams
 from slurmtopo.links import LinkClass
 from slurmtopo.model import Inventory, Placement
-from slurmtopo.topology import network_view
+from slurmtopo.topology import (cross_rail_class, group_rails, misaligned, network_view,
+                                rail_of, rail_optimised)
 
 #: What one group's collective time depends on, whatever the collective
 #: and message: (slowest class, NVLink domains, most and fewest ranks a
@@ -107,6 +108,14 @@ class PlacementPricer:
         #: switches joining a set of leaves all do
         self.sharp = frozenset(s.name for s in inv.fabric.switches if s.sharp)
         self._sharp_of: Dict[frozenset, bool] = {}
+        #: a rail-optimised fabric under the job's hosts (the inventory's
+        #: wiring, :func:`slurmtopo.topology.rail_optimised`): a group whose
+        #: hosts use different rails crosses them (``_cross_rail``)
+        self.slots = slots
+        self.rails = len(hosts) > 1 and bool(rail_optimised(inv, hosts))
+        self.rank_rail = list(map(rail_of, slots)) if self.rails else []
+        self._cross: Dict[int, LinkClass] = {}
+        self._hosts = hosts
         #: shapes of the step's groups by (kind, part) (:func:`group_shapes`)
         self.keyed_shapes: Dict[object, List[Shape]] = {}
         #: the step's calls priced, by (kind, part, collective, bytes): the
@@ -194,6 +203,26 @@ class PlacementPricer:
             self._sharp_of[leaves] = hit
         return hit
 
+    # -- rails ---------------------------------------------------------------
+
+    def cross_rail(self, h: int) -> LinkClass:
+        """The class at which different rails of host ``h`` meet."""
+        hit = self._cross.get(h)
+        if hit is None:
+            hit = self._cross[h] = cross_rail_class(self.view, self._hosts[h])
+        return hit
+
+    def rail_class(self, ranks: Sequence[int], hosts: Iterable[int], net_cls: LinkClass
+                   ) -> LinkClass:
+        """``net_cls``, or where rails meet when the group's hosts use
+        different sets of rails (a rank reaches the other rails of its host
+        through their GPUs, PXN, but only those of its communicator): NCCL
+        then pairs NICs of different rails, through the switches joining
+        them."""
+        if not self.rails or misaligned(group_rails(self.slots, ranks)) is None:
+            return net_cls
+        return max(net_cls, max(map(self.cross_rail, hosts)))
+
     # -- rings inside hosts --------------------------------------------------
 
     def _ring_of(self, h: int, gpus: Sequence[int]) -> Tuple[LinkClass, float]:
@@ -224,6 +253,7 @@ class PlacementPricer:
         self_shape: Shape = (self_cls, 0, 0, 0, self_cls, inf, self_cls, 0.0, 0.0, 0.0, "",
                              False, 0, "")
         dom, any_dom = self.dom, self.any_dom
+        rails, rail_class = self.rails, self.rail_class
 
         def shape(ranks: Sequence[int]) -> Shape:
             if n < 2:
@@ -281,6 +311,8 @@ class PlacementPricer:
                 net_cls = pair_class(*per_host)
             else:
                 net_cls = hosts_class(list(per_host))
+            if rails and net_cls is not dom_cls:
+                net_cls = rail_class(ranks, per_host, net_cls)
             slowest = net_cls if net_cls > in_cls else in_cls
             if net_cls is dom_cls:
                 # one NVLink fabric: a flat ring over all ranks (NVLS when
@@ -339,9 +371,10 @@ class PlacementPricer:
         p = self.p
         rank_h, rank_g, hcs, share = self.rank_h, self.rank_g, self.hcs, self.rank_share
         uniform, pair_class = self.uniform, self.pair_class
+        rails, rank_rail, cross_rail = self.rails, self.rank_rail, self.cross_rail
         inside: Dict[Tuple[int, int, int], Tuple[LinkClass, float]] = {}
-        across: Dict[Tuple[int, int], Tuple[LinkClass, float, float]] = {}
-        by_hosts: Dict[Tuple[int, ...], Tuple[LinkClass, float]] = {}
+        across: Dict[Tuple[int, int, bool], Tuple[LinkClass, float, float]] = {}
+        by_hosts: Dict[tuple, Tuple[LinkClass, float]] = {}
         alpha, over, fixed, eff, launch = (p.alpha, p.oversubscription, p.bandwidth,
                                            p.efficiency, p.launch)
         dom_cls, self_cls = LinkClass.NVLINK_DOMAIN, LinkClass.SELF
@@ -361,9 +394,15 @@ class PlacementPricer:
                                              + m / (eff.get(cls, 1.0) * bw * 1e9))
                     cls, t = hit
                 else:
-                    hit = across.get((ha, hb))
+                    # a send between different rails of a rail-optimised
+                    # fabric goes through the switches joining them (no
+                    # other rank of a pipeline pair to relay it, PXN)
+                    off = rails and rank_rail[prev] != rank_rail[r]
+                    hit = across.get((ha, hb, off))
                     if hit is None:
                         cls = pair_class(ha, hb)
+                        if off and cls is not dom_cls:
+                            cls = max(cls, cross_rail(ha), cross_rail(hb))
                         e = eff.get(cls, 1.0)
                         if cls is dom_cls:
                             bw = min(hcs[ha].class_bw(cls), hcs[hb].class_bw(cls))
@@ -372,7 +411,7 @@ class PlacementPricer:
                             hit = (cls, launch + alpha[cls] + m / (e * fixed[cls] * 1e9), 0.0)
                         else:
                             hit = (cls, launch + alpha[cls], m * over.get(cls, 1.0) / (e * 1e9))
-                        across[(ha, hb)] = hit
+                        across[(ha, hb, off)] = hit
                     cls, t, per = hit
                     if per:
                         t += per / min(share[prev], share[r])
@@ -387,10 +426,13 @@ class PlacementPricer:
             if len(ranks) < 2:
                 return self_cls, 0.0
             hs = itemgetter(*ranks)(rank_h)
+            if rails:  # a chain's cost depends on its ranks' rails as well
+                hs = hs + tuple(rank_rail[r] == rank_rail[q] for q, r in zip(ranks, ranks[1:]))
             hit = by_hosts.get(hs)  # only host-determined chains are kept
             if hit is None:
                 hit = hops(ranks)
-                if len(set(hs)) == len(hs) and all(itemgetter(*hs)(uniform)):
+                hosts = hs[:len(ranks)]
+                if len(set(hosts)) == len(hosts) and all(itemgetter(*hosts)(uniform)):
                     by_hosts[hs] = hit
             return hit
 
