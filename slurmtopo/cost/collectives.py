@@ -1,27 +1,30 @@
-"""The time of one collective under NCCL's protocol and algorithm choice
-(closed form, docs/cost-model.md has the formulas and their sources), and
-which collective each group kind runs.
+"""The time of one collective as NCCL runs it (closed form,
+docs/cost-model.md has the formulas and their sources), and which
+collective each group kind runs.
 
 A group is flat (one host, or one multi-node NVLink domain such as an
 NVL72 rack: ``hosts`` 0 or 1) or spans ``hosts`` NVLink domains (hosts,
 or racks) with ``l_min..l_max`` ranks each, joined by a network class.
-Every collective costs the launch plus the cheapest of the options NCCL
-weighs in the priced release (:meth:`CostParams.has`):
+:func:`options` prices every option NCCL may run in the priced release
+(:meth:`CostParams.has`), as it runs (the calibrated figures):
 
-* a ring with the LL, LL128 or Simple protocol (those the network's kind
-  runs across it: AWS EFA Simple only);
-* all-reduce across domains: NCCL's tree; NVLSTree (NVLS inside each
-  domain, a tree between them, over the NICs its head ranks drive); the
-  switches' own reduction (CollNet, InfiniBand SHARP) where the fabric
-  says they have it;
+* a ring with the LL, LL128 or Simple protocol (those the node's network
+  allows: AWS EFA v1 Simple only);
+* all-reduce across domains: NCCL's tree per protocol; NVLSTree (NVLS
+  inside each domain, a tree between them, over the NICs its head ranks
+  drive); the switches' own reduction (CollNet, InfiniBand SHARP) where
+  the fabric says they have it;
 * all-reduce inside one NVSwitch fabric: NVLink SHARP (NVLS);
 * all-gather and reduce-scatter with one rank a domain: PAT;
 * all-to-all (every peer at once, through the host's NICs: PXN) and p2p.
 
 Each option is ``latency + bytes / bandwidth``; bandwidths are the link's
 figure times the share a ring reaches (``efficiency``) times the
-protocol's share; a network step's latency is the class's ``alpha`` times
-the network kind's factor.
+protocol's share; a network step's latency is the class's ``alpha``
+times the network kind's factor plus the transport's own (``net_hop``:
+AWS EFA's). :func:`collective_time` is the launch plus the option NCCL
+takes (:func:`pick`: its tuner plugin's, else NCCL's own estimate,
+:mod:`slurmtopo.cost.tuner`); the lower bound takes the fastest.
 """
 from __future__ import annotations
 
@@ -41,15 +44,15 @@ COLLECTIVES: Dict[str, str] = {
 }
 
 _INF = math.inf
-_SIMPLE_HOPS = 1
 
 
-def net_step(pr, name: str, a_net: float, hop: float) -> float:
-    """Seconds of one network step of protocol ``pr`` (``name``): its share
-    of the class's latency, plus the transport's own (``hop``: AWS EFA's),
-    twice for Simple, whose every chunk waits for a flush as well (NCCL
-    adds its network plugin's latency that way)."""
-    return pr.network_latency * a_net + hop * (_SIMPLE_HOPS if name == "Simple" else 1)
+def net_step(pr, a_net: float, hop: float) -> float:
+    """Seconds of one network step of protocol ``pr``: its share of the
+    class's latency, plus the transport's own (``hop``: AWS EFA's). NCCL's
+    estimate counts the transport's latency twice for Simple (its flush);
+    the published EFA curves show it once (P6-B200's Simple rings on four
+    nodes start within 0.3 ms)."""
+    return pr.network_latency * a_net + hop
 
 
 def _rings(out: Dict[Option, float], p, protocols, steps: int, net_steps: int, share: float,
@@ -60,7 +63,7 @@ def _rings(out: Dict[Option, float], p, protocols, steps: int, net_steps: int, s
     for name in protocols:
         pr = p.protocols[name]
         bw = min(pr.bandwidth * bus, (pr.network_gbps if across else pr.node_gbps) * 1e9)
-        lat = pr.latency * (steps - net_steps) * a_in + net_steps * net_step(pr, name, a_net, hop)
+        lat = pr.latency * (steps - net_steps) * a_in + net_steps * net_step(pr, a_net, hop)
         if across and allreduce and name == "Simple":
             lat *= p.ring_plateau
         out[("ring", name)] = pr.base_us * 1e-6 + lat + share * m / bw
@@ -80,7 +83,7 @@ def _trees(out: Dict[Option, float], p, protocols, hosts: int, l_max: int, m: fl
         t_bw = k * m / net
         if l_max > 1:
             t_bw = max(t_bw, 2 * m / (pr.bandwidth * b_in))
-        lat = 2 * (pr.latency * (l_max - 1) * a_in + depth * net_step(pr, name, a_net, hop))
+        lat = 2 * (pr.latency * (l_max - 1) * a_in + depth * net_step(pr, a_net, hop))
         out[("tree", name)] = pr.base_us * 1e-6 + lat + t_bw
 
 
@@ -112,7 +115,7 @@ def _nvls_tree(p, hosts: int, l_min: int, m: float, a_net: float, b_net: float,
     k = 1.0 if hosts == 2 else 2.0
     net = min(pr.bandwidth * heads * b_net, pr.network_gbps * 1e9)
     nv = nvls_latency(p, nvls_lat, l_min)
-    lat = nv + 2 * depth * (net_step(pr, "Simple", a_net, hop) + nv * p.nvls_tree_stage)
+    lat = nv + 2 * depth * (net_step(pr, a_net, hop) + nv * p.nvls_tree_stage)
     return lat + max(m / (nvls_bw * 1e9), k * m / net)
 
 
@@ -139,7 +142,7 @@ def _pat(p, n: int, m: float, a_net: float, bus: float, hop: float = 0.0) -> flo
     three quarters of the ring's bandwidth (NCCL's tuner: 0.75)."""
     pr = p.protocols["Simple"]
     depth = (n - 1).bit_length()
-    return (pr.base_us * 1e-6 + depth * net_step(pr, "Simple", a_net, hop)
+    return (pr.base_us * 1e-6 + depth * net_step(pr, a_net, hop)
             + (n - 1) / n * m / (0.75 * bus))
 
 
