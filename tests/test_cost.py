@@ -638,6 +638,22 @@ def test_lower_bound_nvl72_uses_the_domain():
     assert lb.kinds["tp"].slowest is LinkClass.NVLINK
 
 
+def test_lower_bound_over_several_nvl72_racks():
+    # a group over two NVL72 racks runs NVLink inside each rack and the
+    # network between them (NVLSTree with racks as its units): the bound
+    # prices that shape too, so the planner's two-rack placement never
+    # beats it (with trays of 4 as the only units it did, by up to 1.8x)
+    from bench.scenarios import nvl72
+    inv = nvl72(36)
+    for layout in (Layout(dp=144), Layout(tp=4, dp=36), Layout(tp=8, dp=18)):
+        req = JobRequest(layout)
+        lb = lower_bound(inv, req)
+        rep = api.price(inv, plan(inv, None, req), req)
+        assert rep.step_time_s >= lb.step_time_s * (1 - 1e-9), layout
+        for kind, gc in rep.kinds.items():
+            assert gc.time_s >= lb.kinds[kind].time_s * (1 - 1e-9), (layout, kind)
+
+
 def test_lower_bound_pcie_pairs():
     inv = ex("a6000-4node-pcie")
     lb = lower_bound(inv, JobRequest(Layout(tp=4)))

@@ -174,6 +174,10 @@ class LowerBound:
                           default=0.0)
         self.dom_nvls = max((p.hw(h).nvls_bw for h, _ in st.dom_sets), default=0.0)
         self.dom_nvls_lat = min((p.hw(h).nvls_lat for h, _ in st.dom_sets), default=0.0)
+        #: ranks of the largest multi-node NVLink domain and of its nodes: a
+        #: group over several domains is priced with domains as its units
+        #: (NVLink inside, NVLSTree between), kept for every scope
+        self.unit_max = st.dom_max
         self.scope_cap = st.scope_cap
         self.node_sizes = st.node_sizes
         self.solo_sizes = st.solo_sizes
@@ -291,6 +295,17 @@ class LowerBound:
                     t = collective_time(p, collective, n, m, h, l, l, ci, bi, c, b_net,
                                         nvls_bw=nvls, nvls_lat=hc.nvls_lat, fastest=True)
                     opts.append((t, max(c, ci)))
+            # several multi-node NVLink domains (NVL72 racks) as the units
+            dc = LinkClass.NVLINK_DOMAIN
+            for l in range(2, min(self.unit_max, n) + 1):
+                h = -(-n // l)
+                if h < 2:
+                    continue
+                t = collective_time(p, collective, n, m, h, l, l, dc,
+                                    p.bandwidth.get(dc, self.dom_bw), c, b_net,
+                                    nvls_bw=self.dom_nvls, nvls_lat=self.dom_nvls_lat,
+                                    fastest=True)
+                opts.append((t, c))
         if not opts:  # no free GPU anywhere (a state with nothing free)
             opts.append((math.inf, LinkClass.NET_FAR))
         t, c = min(opts, key=lambda x: (x[0], x[1]))
