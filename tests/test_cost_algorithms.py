@@ -197,6 +197,22 @@ def test_nvls_tree_joins_nvl72_racks_over_their_head_nics():
     assert racks < twenty < 3 * racks
 
 
+def test_nvls_tree_waits_on_its_largest_domain():
+    """72 ranks in one rack and 8 in another: the tree starts when the
+    rack of 72 has done its NVLS pass (nine times a node's), and the rack
+    of 8 drives fewer NICs; neither makes the uneven split cheaper than
+    two racks of 72 (the lower bound prices even splits)."""
+    from slurmtopo.cost.collectives import options
+    p = CostParams()
+    hc = p.hw(preset("gb200-nvl72-tray"))
+    args = (LinkClass.NVLINK_DOMAIN, 900.0, *NET, hc.nvls_bw, hc.nvls_lat)
+    for m in (1 << 20, 16 << 20, GiB):
+        uneven = options(p, "all-reduce", 80, m, 2, 72, 8, *args)[("nvls-tree", "Simple")]
+        even = options(p, "all-reduce", 144, m, 2, 72, 72, *args)[("nvls-tree", "Simple")]
+        small = options(p, "all-reduce", 16, m, 2, 8, 8, *args)[("nvls-tree", "Simple")]
+        assert uneven >= even and uneven > small, m
+
+
 def test_a_group_over_two_racks_is_priced_per_rack(tmp_path):
     text = ("slurmtopo: inventory\nversion: 1\nnodes:\n"
             "  - {name: \"a[1-18]\", type: gb200-nvl72-tray, nvlink_domain: "

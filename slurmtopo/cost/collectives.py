@@ -96,7 +96,7 @@ def nvls_latency(p, nvls_lat: float, ranks: int) -> float:
     return nvls_lat * max(1.0, ranks / 8.0)
 
 
-def _nvls_tree(p, hosts: int, l_min: int, m: float, a_net: float, b_net: float,
+def _nvls_tree(p, hosts: int, l_max: int, m: float, a_net: float, b_net: float,
                nvls_bw: float, nvls_lat: float, heads: int, hop: float = 0.0) -> float:
     """NCCL's NVLSTree all-reduce across ``hosts`` NVLink domains: NVLS
     reduces inside each (its algbw ``nvls_bw`` GB/s), a tree of Simple
@@ -109,12 +109,14 @@ def _nvls_tree(p, hosts: int, l_min: int, m: float, a_net: float, b_net: float,
     through the tree's 2 ceil(log2 hosts) stages, each a network step and
     ``nvls_tree_stage`` of an NVLS pass in the domain (a rack's is nine
     times an 8-GPU node's: what makes twenty racks 5 ms slower to start
-    than one)."""
+    than one); the tree waits for the largest domain's pass (``l_max``
+    ranks), while the smallest domain's NICs (``heads``) bound its
+    bandwidth."""
     pr = p.protocols["Simple"]
     depth = (hosts - 1).bit_length()
     k = 1.0 if hosts == 2 else 2.0
     net = min(pr.bandwidth * heads * b_net, pr.network_gbps * 1e9)
-    nv = nvls_latency(p, nvls_lat, l_min)
+    nv = nvls_latency(p, nvls_lat, l_max)
     lat = nv + 2 * depth * (net_step(pr, a_net, hop) + nv * p.nvls_tree_stage)
     return lat + max(m / (nvls_bw * 1e9), k * m / net)
 
@@ -190,7 +192,7 @@ def options(p, collective: str, n: int, m: float, hosts: int, l_max: int, l_min:
         nvls_ok = (nvls_bw > 0 and l_min >= p.nvls_min_ranks and p.has("nvls-tree")
                    and (in_cls is LinkClass.NVLINK or p.has("mnnvl")))
         if nvls_ok and p.has("tree") and "Simple" in protocols:
-            out[("nvls-tree", "Simple")] = _nvls_tree(p, hosts, l_min, m, a_net, b_net, nvls_bw,
+            out[("nvls-tree", "Simple")] = _nvls_tree(p, hosts, l_max, m, a_net, b_net, nvls_bw,
                                                       nvls_lat, nics, hop)
         if sharp and p.has("collnet"):
             out[("collnet", "Simple")] = _collnet(p, l_max, l_min, m, a_in, b_in, b_net,
