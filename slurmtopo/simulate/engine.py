@@ -154,14 +154,11 @@ class _Loop:
     def step_of(self, job: JobSpec, placement) -> Optional[float]:
         if job.best_step <= 0:
             return 0.0
-        from slurmtopo.cost import CostParams, cost_params
         from slurmtopo.cost.step import price_step
+        from slurmtopo.plan.choice import params_of
 
         if self.params is None:
-            try:
-                self.params = cost_params(self.inv)
-            except Exception:  # validated when loaded; the defaults if not
-                self.params = CostParams()
+            self.params = params_of(self.inv)  # the cost block's one policy
         return price_step(self.inv, placement, job.request, self.params).time_s
 
     def start(self, job: JobSpec, alloc: Dict[str, Tuple[int, ...]], step: Optional[float],
