@@ -69,6 +69,19 @@ class Curve:
     why: str = ""
 
     @property
+    def nccl_version(self):
+        """The NCCL release the curve names, as the cost model reads one
+        (:func:`slurmtopo.job.workload.parse_nccl_version`); None when it is not
+        stated (the model then prices its newest)."""
+        from slurmtopo.errors import LayoutError
+        from slurmtopo.job.workload import parse_nccl_version
+        text = str(self.source.get("nccl", "")).split(" ", 1)[0]
+        try:
+            return parse_nccl_version(text)
+        except LayoutError:
+            return None
+
+    @property
     def ranks(self) -> int:
         return self.nodes * self.gpus_per_node
 
@@ -144,6 +157,7 @@ def model_times(curve: Curve, sizes: Sequence[int], inv=None) -> List[float]:
     from slurmtopo.cost import evaluate
     from slurmtopo.job.groups import Layout
     from slurmtopo.job.request import JobRequest
+    from slurmtopo.job.workload import Workload
     from slurmtopo.placement.common import build_placement
     inv = inv if inv is not None else inventory_of(curve)
     hosts = [n.name for n in inv][:curve.nodes]
@@ -155,8 +169,10 @@ def model_times(curve: Curve, sizes: Sequence[int], inv=None) -> List[float]:
     layout = {"dp": Layout(dp=n), "cp": Layout(cp=n), "ep": Layout(dp=n, ep=n)}[kind]
     assign = [(h, g) for h in hosts for g in range(curve.gpus_per_node)]
     out = []
+    # the curve's NCCL release, as a job names its own (--nccl-version)
+    work = Workload(nccl_version=curve.nccl_version)
     for m in sizes:
-        req = JobRequest(layout, message_bytes={kind: m})
+        req = JobRequest(layout, message_bytes={kind: m}, workload=work)
         pl = build_placement(inv, req, assign)
         out.append(evaluate(inv, pl, req, warn=False).kinds[kind].time_s)
     return out

@@ -27,13 +27,15 @@ from slurmtopo.cost.collectives import collective_time
 from slurmtopo.cost.defaults import NET_KIND_ORDER
 from slurmtopo.cost.step import call_bytes, step_calls, subgroups
 from slurmtopo.errors import LayoutError
+from slurmtopo.job.groups import Layout
+from slurmtopo.inventory.schema import load_inventory
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import Fabric, Inventory, Placement
-from slurmtopo.inventory.schema import load_inventory
-from slurmtopo.inventory.topology import network_view
-from slurmtopo.job.groups import Layout
-from slurmtopo.job.request import JobRequest
 from slurmtopo.placement.common import build_placement
+from slurmtopo.job.request import JobRequest
+from slurmtopo.cost.hardware import generation, tuned_platform
+from slurmtopo.inventory.model import Switch
+from slurmtopo.inventory.topology import network_view, rail_optimised
 
 EX = os.path.join(os.path.dirname(__file__), "..", "etc", "examples")
 
@@ -70,7 +72,18 @@ def _nic_down(inv: Inventory) -> Inventory:
     return replace(inv, nodes=nodes)
 
 
+def _rails(inv: Inventory) -> Inventory:
+    """Rail-optimised: a leaf per NIC index joining every host's NIC of that
+    index, one spine over the leaves (traffic between rails crosses it)."""
+    hosts = tuple(inv.nodes)
+    nics = max(len(n.hardware.compute_nics()) for n in inv)
+    leaves = tuple(Switch(name=f"rail{r}", nodes=hosts) for r in range(nics))
+    return replace(inv, fabric=Fabric(switches=leaves + (
+        Switch(name="spine", switches=tuple(s.name for s in leaves)),)))
+
+
 CLUSTERS = {
+    "h100-4node-rails": lambda: _rails(_load("h100-4node-2leaf")),
     "h100-32node-fattree": lambda: _load("h100-32node-fattree"),
     "h100-4node-2leaf": lambda: _load("h100-4node-2leaf"),
     "a6000-4node-pcie": lambda: _load("a6000-4node-pcie"),
@@ -114,12 +127,19 @@ def ref_net_class(inv: Inventory, hosts: Sequence[str]) -> LinkClass:
     return LinkClass.network(min(view.levels[s] for s in common))
 
 
+def ref_cross_rail(inv: Inventory, host: str) -> LinkClass:
+    """Where two rails of ``host`` meet: the lowest switch level above it."""
+    levels = [lvl for lvl in network_view(inv.fabric).ancestors.get(host, {}).values() if lvl]
+    return LinkClass.network(min(levels)) if levels else LinkClass.NET_FAR
+
+
 def ref_group(inv: Inventory, p, pl: Placement, ranks: Sequence[int], coll: str,
               m: int) -> Tuple[LinkClass, float]:
     slots = [pl.slots[r] for r in ranks]
     n = len(ranks)
     if n <= 1:
         return LinkClass.SELF, 0.0
+    wired = len(pl.by_host()) > 1 and bool(rail_optimised(inv, list(pl.by_host())))
     if coll == "p2p":
         worst_c, worst_t = LinkClass.SELF, 0.0
         for a, b in zip(slots, slots[1:]):
@@ -127,6 +147,8 @@ def ref_group(inv: Inventory, p, pl: Placement, ranks: Sequence[int], coll: str,
                 cls, bw = p.hw(inv.nodes[a.host].hardware).pair(a.gpu, b.gpu)
             else:
                 cls = ref_net_class(inv, [a.host, b.host])
+                if wired and a.nics[:1] != b.nics[:1] and cls is not LinkClass.NVLINK_DOMAIN:
+                    cls = max(cls, ref_cross_rail(inv, a.host), ref_cross_rail(inv, b.host))
                 fa, fb = (p.hw(inv.nodes[s.host].hardware) for s in (a, b))
                 if cls is LinkClass.NVLINK_DOMAIN:
                     bw = min(fa.class_bw(cls), fb.class_bw(cls))
@@ -141,24 +163,33 @@ def ref_group(inv: Inventory, p, pl: Placement, ranks: Sequence[int], coll: str,
     for s in slots:
         by_host.setdefault(s.host, []).append(s.gpu)
     figures = {h: p.hw(inv.nodes[h].hardware) for h in by_host}
+    gen = min(generation(inv.nodes[h].hardware) for h in by_host)
+    kind = max((f.net_kind for f in figures.values()), key=NET_KIND_ORDER.__getitem__)
     if len(by_host) == 1:
         (h, gpus), = by_host.items()
         f = figures[h]
         cls, bw = f.intra(tuple(sorted(gpus)))
         nvls = f.nvls_bw if cls is LinkClass.NVLINK else 0.0
         return cls, collective_time(p, coll, n, m, 0, 0, 0, cls, bw, nvls_bw=nvls,
-                                    nvls_lat=f.nvls_lat)
+                                    nvls_lat=f.nvls_lat, kind=kind, gen=gen)
     rings = [figures[h].intra(tuple(sorted(g))) for h, g in by_host.items() if len(g) > 1]
     in_cls = max((c for c, _ in rings), default=LinkClass.SELF)
     in_bw = min((b for _, b in rings), default=math.inf)
     net = ref_net_class(inv, list(by_host))
+    if wired and net is not LinkClass.NVLINK_DOMAIN:
+        rails: Dict[str, set] = {}
+        for s in slots:
+            if s.nics:
+                rails.setdefault(s.host, set()).add(s.nics[0])
+        if len({frozenset(v) for v in rails.values()}) > 1:
+            net = max([net] + [ref_cross_rail(inv, h) for h in by_host])
     slowest = max(net, in_cls)
     if net is LinkClass.NVLINK_DOMAIN:
         bw = min(min(f.class_bw(net) for f in figures.values()), in_bw)
         nvls = (min(f.nvls_bw for f in figures.values()) if in_cls <= LinkClass.NVLINK else 0.0)
         lat = max(f.nvls_lat for f in figures.values())
         return slowest, collective_time(p, coll, n, m, 0, 0, 0, slowest, bw, nvls_bw=nvls,
-                                        nvls_lat=lat)
+                                        nvls_lat=lat, kind=kind, gen=gen)
     if net in p.bandwidth:
         net_bw = p.bandwidth[net]
     else:
@@ -178,9 +209,10 @@ def ref_group(inv: Inventory, p, pl: Placement, ranks: Sequence[int], coll: str,
     nvls = (min(f.nvls_bw for f in figures.values())
             if LinkClass.NVLINK <= in_cls <= LinkClass.NVLINK_DOMAIN else 0.0)
     lat = max(f.nvls_lat for f in figures.values()) if nvls else 0.0
-    kind = max((f.net_kind for f in figures.values()), key=NET_KIND_ORDER.__getitem__)
+    plats = {tuned_platform(inv.nodes[h].hardware, figures[h].net_kind) for h in by_host}
+    platform = plats.pop() if len(plats) == 1 else ""
     return slowest, collective_time(p, coll, n, m, len(units), max(sizes), min(sizes), in_cls,
-                                    in_bw, net, net_bw, nvls, lat, kind, False)
+                                    in_bw, net, net_bw, nvls, lat, kind, False, gen, platform)
 
 
 def assert_prices_like_the_reference(inv: Inventory, pl: Placement, req: JobRequest) -> None:

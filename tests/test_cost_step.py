@@ -10,6 +10,7 @@ same step for the same job and placement.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,61 @@ def test_tp_ep_pp_cp_counts():
                                           overlap_grad_reduce=True))
     assert {(c.phase, c.overlaps_with) for c in overlapped if c.what in ("tp", "ep", "dp")} == \
         {("forward", "forward"), ("backward", "backward")}
+
+
+@dataclass(frozen=True)
+class _ExpertSpec(ModelSpec):
+    """A model description that names its experts, as issue 35's ModelSpec
+    does (is_moe, moe_layers, experts, expert_params(), counted_params()):
+    here 8 experts a layer holding 80% of the parameters."""
+
+    experts: int = 8
+
+    @property
+    def is_moe(self) -> bool:
+        return True
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers
+
+    def expert_params(self) -> float:
+        return 0.8 * self.params / (self.layers * self.experts)
+
+    def counted_params(self) -> float:
+        return float(self.params)
+
+
+def test_expert_gradients_reduce_over_the_expert_data_parallel_groups():
+    m = _ExpertSpec(params=8_000_000_000, layers=32, hidden=4096)
+    lay = Layout(tp=2, ep=4, dp=8, expert_tp=1, world=16).resolved()
+    calls = step_calls(lay, Workload(model=m))
+    dense = [c for c in calls if c.what == "dp"]
+    expert = [c for c in calls if c.what == "expert-dp"]
+    assert {c.kind for c in dense} == {"dp"} and {c.kind for c in expert} == {"expert-dp"}
+    # a rank holds its tp-th of the dense 20% and its ep-th of the experts' 80%
+    assert sum(c.message_bytes * c.calls for c in dense) == pytest.approx(
+        0.2 * 8e9 * 2 / 2, rel=1e-6)
+    assert sum(c.message_bytes * c.calls for c in expert) == pytest.approx(
+        0.8 * 8e9 * 2 / 4, rel=1e-6)
+    # ZeRO-1/2 (Megatron's distributed optimizer) reduce-scatters both
+    z = step_calls(lay, Workload(model=m, style="zero12"))
+    assert [(c.what, c.collective) for c in z if c.what in ("dp", "expert-dp")] == [
+        ("dp", "reduce-scatter"), ("dp", "all-gather"),
+        ("expert-dp", "reduce-scatter"), ("expert-dp", "all-gather")]
+    # priced on the planner's expert-data-parallel groups (4 ranks each)
+    cluster = api.load_cluster(EXAMPLE)
+    req = JobRequest(Layout(tp=2, ep=4, dp=8, expert_tp=1), workload=Workload(model=m))
+    step = api.price_step(cluster, api.plan_job(cluster, None, req), req)
+    priced = {c.call.what: c for c in step.calls}
+    assert priced["expert-dp"].size == 4 and priced["expert-dp"].count == 4
+    assert priced["dp"].size == 8
+    # a model that does not name its experts keeps every parameter dense
+    plain = step_calls(lay, Workload(model=ModelSpec(params=8_000_000_000, layers=32,
+                                                      hidden=4096)))
+    assert not [c for c in plain if c.what == "expert-dp"]
+    assert sum(c.message_bytes * c.calls for c in plain if c.what == "dp") == pytest.approx(
+        8e9 * 2 / 2, rel=1e-6)
 
 
 def test_sequence_parallel_splits_each_all_reduce():

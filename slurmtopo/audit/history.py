@@ -17,6 +17,10 @@ still running when the record was taken (``End`` ``Unknown``) is read
 as running: it holds its GPUs to the end of the record, and is audited
 at its start like the others.
 
+Shared links (:mod:`~slurmtopo.audit.contention`): every audited job's
+traffic is on the fabric from its start to its end, and its slowdown by
+them is averaged over its run.
+
 The stranded GPUs (:mod:`~slurmtopo.audit.stranded`) are averaged over the
 record, from its first start to its last start or end, as ``slurmtopo simulate``
 averages them over a replay.
@@ -26,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from slurmtopo.audit.contention import LinkWatch
+from slurmtopo.audit.contention import summary as contention_summary
 from slurmtopo.audit.placements import Auditor, JobAudit, RunningJob
 from slurmtopo.inventory.model import ClusterState, Inventory
 from slurmtopo.simulate.trace import Skipped, Trace
@@ -43,6 +49,10 @@ class History:
     span_s: float
     #: jobs still running when the record was taken (they hold their GPUs to its end)
     running: int = 0
+    #: the audited jobs' slowdown by shared links, each averaged over its run
+    #: (:func:`slurmtopo.audit.contention.summary`), and per job (stretch, alone)
+    contention: Optional[Dict[str, object]] = None
+    contention_by_job: Optional[Dict[str, Tuple[float, float]]] = None
 
 
 def split(gpus: int, hosts: int) -> List[int]:
@@ -84,6 +94,8 @@ def replay(inv: Inventory, trace: Trace, auditor: Auditor) -> History:
             running += 1
     events.sort()
     fs = FreeState(inv)
+    watch = LinkWatch(inv, auditor)
+    recs = []
     held: Dict[int, Dict[str, Tuple[int, ...]]] = {}
     audits: List[JobAudit] = []
     single = 0
@@ -102,6 +114,8 @@ def replay(inv: Inventory, trace: Trace, auditor: Auditor) -> History:
             alloc = held.pop(k, None)
             if alloc:
                 fs.release(alloc)
+            if k in watch.jobs:
+                recs.append(watch.remove(k, t))
             continue
         alloc: Dict[str, Tuple[int, ...]] = {}
         short = False
@@ -122,14 +136,19 @@ def replay(inv: Inventory, trace: Trace, auditor: Auditor) -> History:
             job = RunningJob(job_id=tj.job_id, alloc=alloc, start=trace.origin + t,
                              where=tj.where)
             audits.append(auditor.audit(job, before))
+            watch.add(k, job, t)
         else:
             single += 1
         if alloc:
             fs.allocate(alloc)
             held[k] = alloc
         peak = max(peak, fs.stranded)
+    for k in sorted(watch.jobs):  # still running at the end of the record
+        recs.append(watch.remove(k, last if last is not None else 0.0))
     span = (last - first) if first is not None else 0.0
     return History(audits=tuple(audits), single_node=single,
                    skipped=trace.skipped + log.skipped(),
                    stranded_mean=(area / span) if span > 0 else None,
-                   stranded_peak=peak, span_s=span, running=running)
+                   stranded_peak=peak, span_s=span, running=running,
+                   contention=contention_summary(recs, True),
+                   contention_by_job={r.job_id: (r.stretch, r.alone) for r in recs})

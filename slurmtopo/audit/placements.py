@@ -120,18 +120,25 @@ class Auditor:
     def shape(self, job: RunningJob) -> JobShape:
         return shape_of(job.gpus, len(job.alloc), self.rules, self.per_node)
 
+    def today(self, job: RunningJob):
+        """(shape, request, placement) of ``job`` as Slurm launched it: ranks
+        in block order over its nodes, GPUs by index on each."""
+        from slurmtopo.placement.common import build_placement
+
+        shape = self.shape(job)
+        req = shape.request()
+        assign = [(h, g) for h, gpus in job.alloc.items() for g in sorted(gpus)]
+        return shape, req, build_placement(self.inv, req, assign,
+                                           ["today: block order, GPUs by index"])
+
     def audit(self, job: RunningJob, before: ClusterState) -> JobAudit:
         """``job`` against slurmtopo's plan on ``before`` (the cluster
         without the job; see the module doc)."""
         from slurmtopo.cost.step import price_step
         from slurmtopo.plan.choice import plan
-        from slurmtopo.placement.common import build_placement
 
         inv = self.inv
-        shape = self.shape(job)
-        req = shape.request()
-        assign = [(h, g) for h, gpus in job.alloc.items() for g in sorted(gpus)]
-        today_pl = build_placement(inv, req, assign, ["today: block order, GPUs by index"])
+        shape, req, today_pl = self.today(job)
         today = spans(inv, list(job.alloc))
         step_today = price_step(inv, today_pl, req, self.params).time_s
         try:

@@ -80,10 +80,12 @@ def summary(audits: Sequence[JobAudit]) -> Dict[str, Any]:
 
 
 def document(*, inventory: str, inv, source: str, rules, audits: Sequence[JobAudit],
-             stranded=None, history=None, not_audited: Optional[Dict[str, int]] = None
-             ) -> Dict[str, Any]:
+             stranded=None, history=None, not_audited: Optional[Dict[str, int]] = None,
+             contention=None, contention_by_job=None) -> Dict[str, Any]:
     """The whole audit as one JSON-ready document."""
     jobs = sorted(audits, key=lambda a: _job_key(a.job.job_id))
+    if history is not None and contention is None:
+        contention, contention_by_job = history.contention, history.contention_by_job
     doc: Dict[str, Any] = {
         "slurmtopo": "audit", "version": 1,
         "inventory": {"source": inventory, "nodes": len(inv.nodes), "gpus": inv.gpu_count},
@@ -92,6 +94,13 @@ def document(*, inventory: str, inv, source: str, rules, audits: Sequence[JobAud
         "not_audited": dict(sorted((not_audited or {}).items())),
         "jobs": [job_doc(a) for a in jobs],
     }
+    if contention is not None:
+        doc["contention"] = contention
+        by = contention_by_job or {}
+        for j in doc["jobs"]:
+            hit = by.get(j["job"])
+            if hit is not None:
+                j["contention"] = {"stretch": _ratio(hit[0]), "alone": _ratio(hit[1])}
     if stranded is not None:
         doc["stranded"] = stranded.as_dict()
     if history is not None:
@@ -188,6 +197,16 @@ def notes(doc: Dict[str, Any]) -> List[str]:
         out.append(f"modelled step, today against slurmtopo's: {s['slowdown_gpu_weighted']:.3f}"
                    f" weighted by GPUs (mean {s['slowdown_mean']:.3f}, worst "
                    f"{s['slowdown_max']:.3f})")
+    c = doc.get("contention")
+    if c is not None and c["jobs"]:
+        share = c.get("gpu_hours", c.get("gpus"))
+        what = "GPU-hours" if "gpu_hours" in c else "GPUs"
+        st = c["stretch"]
+        text = (f"shared links: {c['slowed']:.0%} of the jobs ({share:.0%} of their {what}) "
+                f"slowed, {c['slowed_by_others']:.0%} by other jobs")
+        if st["mean"] is not None:
+            text += f"; their runs {st['mean']:.2f}x (p95 {st['p95']:.2f}x)"
+        out.append(text)
     for j in doc["jobs"]:
         if j["note"]:
             out.append(f"job {j['job']}: {j['note']}")

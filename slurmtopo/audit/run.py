@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from slurmtopo.audit.contention import LinkWatch
+from slurmtopo.audit.contention import summary as contention_summary
 from slurmtopo.audit.placements import Auditor, JobAudit, RunningJob, with_jobs, without
 from slurmtopo.audit.stranded import Stranded, stranded
 from slurmtopo.inventory.model import ClusterState, Inventory
@@ -16,6 +18,10 @@ class Now:
     stranded: Stranded
     #: reason -> jobs not audited for it
     not_audited: Dict[str, int]
+    #: the running jobs' slowdown by shared links
+    #: (:func:`slurmtopo.audit.contention.summary`), and per job (stretch, alone)
+    contention: Optional[Dict[str, object]] = None
+    contention_by_job: Optional[Dict[str, Tuple[float, float]]] = None
 
 
 def audit_now(inv: Inventory, state: ClusterState, jobs: Sequence[RunningJob],
@@ -45,4 +51,9 @@ def audit_now(inv: Inventory, state: ClusterState, jobs: Sequence[RunningJob],
             skip("on one node")
             continue
         audits.append(auditor.audit(job, without(state, job.alloc)))
-    return Now(tuple(audits), stranded(inv, state), skipped)
+    watch = LinkWatch(inv, auditor)
+    for k, a in enumerate(audits):
+        watch.add(k, a.job)
+    recs = watch.now()
+    return Now(tuple(audits), stranded(inv, state), skipped, contention_summary(recs, False),
+               {r.job_id: (r.stretch, r.alone) for r in recs})

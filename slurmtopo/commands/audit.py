@@ -128,7 +128,8 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
         state, jobs, source = _now(inv, state_path, backend_name)
         now = audit_now(inv, state, jobs, auditor)
         doc = document(inventory=inventory_path, inv=inv, source=source, rules=rules,
-                       audits=now.audits, stranded=now.stranded, not_audited=now.not_audited)
+                       audits=now.audits, stranded=now.stranded, not_audited=now.not_audited,
+                       contention=now.contention, contention_by_job=now.contention_by_job)
     _show(doc, as_json)
 
 

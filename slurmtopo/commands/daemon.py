@@ -75,6 +75,10 @@ def command():
               help="Refused releases in a row (the job's record disagrees, Slurm refuses its "
                    "pin) after which a job is let go, held, with the reason in its comment "
                    "(0: never); it backs off, unplanned, between tries.")
+@click.option("--pack", type=click.Choice(["domains"]), default=None,
+              help="domains: pack jobs one rack can hold into racks already in use, keeping "
+                   "whole multi-node NVLink domains (GB200 NVL72 racks) free for the jobs that "
+                   "need one.")
 @click.option("--default-wait", type=FiniteFloat(min=0), default=0.0, show_default=True,
               help="Seconds to wait for a --prefer that has no --wait of its own.")
 @click.option("--on-reject", type=click.Choice(["cancel", "hold"]), default="cancel",
@@ -99,7 +103,7 @@ def command():
               show_default=True,
               help="Rotated event logs kept (events.log.1 the newest); older ones are removed.")
 def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, reservations,
-            alternatives, max_releases, best_fit_releases, release_tries, default_wait,
+            alternatives, max_releases, best_fit_releases, release_tries, pack, default_wait,
             on_reject, dry_run,
             log_level, metrics_port, metrics_addr, metrics_textfile, events_max_mib,
             events_keep):
@@ -142,7 +146,8 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
         cfg = Config(release_grace=release_grace, reservations=reservations,
                      alternatives=alternatives, max_releases=max_releases,
                      best_fit_releases=best_fit_releases, default_wait=default_wait,
-                     release_tries=release_tries, retry_backoff=max(60.0, 3 * interval))
+                     release_tries=release_tries, retry_backoff=max(60.0, 3 * interval),
+                     pack=pack or "")
         daemon = Daemon(backend, inv, spool, cfg, on_reject=on_reject, dry_run=dry_run,
                         inventory_loader=loader, metrics=metrics,
                         inventory_label=", ".join(os.path.abspath(p) for p in inventory_path),

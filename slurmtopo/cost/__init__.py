@@ -6,8 +6,9 @@ Per group kind the model prices one collective of a stated size
 (:data:`DEFAULT_MESSAGE_BYTES`, overridable per request and in the
 inventory) on every group of that kind and reports the slowest group.
 :func:`collective_time` holds the formulas (``n`` ranks, ``M`` bytes): the
-launch plus the cheapest option NCCL weighs, each ``latency + bytes /
-bandwidth``:
+launch plus the option NCCL runs, each ``latency + bytes / bandwidth``,
+NCCL's choice made as its tuner makes it from its own published tables
+(:mod:`slurmtopo.cost.tuner`, per release, and AWS's plugin on EFA):
 
 * a **ring** with the LL, LL128 or Simple protocol: ``2(n-1)`` steps for
   an all-reduce (``n-1`` for an all-gather) at the protocol's share of the
@@ -17,10 +18,12 @@ bandwidth``:
   inside a host and the bottleneck host's NIC shares (the host's NIC
   aggregate, not one GPU's);
 * a **tree** for an all-reduce across hosts (half a ring's network bytes
-  on two hosts, LL only beyond);
+  on two hosts);
 * **NVLS** (NVLink SHARP) for an all-reduce inside one NVSwitch fabric of
   Hopper or Blackwell GPUs, from 5 ranks: ``M`` per GPU each way;
-* all-to-all and p2p with the Simple protocol.
+  **NVLSTree**, **CollNet** (SHARP switches) and **PAT** across hosts;
+* all-to-all and p2p with the Simple protocol; on a rail-optimised
+  fabric a group whose hosts use different rails crosses them.
 
 Link parameters (:class:`CostParams`): NVLink bandwidth is lanes x lane
 bandwidth by GPU generation (an NVSwitch node reports ``NV18`` for every

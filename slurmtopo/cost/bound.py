@@ -174,6 +174,10 @@ class LowerBound:
                           default=0.0)
         self.dom_nvls = max((p.hw(h).nvls_bw for h, _ in st.dom_sets), default=0.0)
         self.dom_nvls_lat = min((p.hw(h).nvls_lat for h, _ in st.dom_sets), default=0.0)
+        #: ranks of the largest multi-node NVLink domain and of its nodes: a
+        #: group over several domains is priced with domains as its units
+        #: (NVLink inside, NVLSTree between), kept for every scope
+        self.unit_max = st.dom_max
         self.scope_cap = st.scope_cap
         self.node_sizes = st.node_sizes
         self.solo_sizes = st.solo_sizes
@@ -255,13 +259,15 @@ class LowerBound:
                         hc = p.hw(hw)
                         nvls = hc.nvls_bw if c is LinkClass.NVLINK else 0.0
                         opts.append((collective_time(p, collective, n, m, 0, 0, 0, c, bw,
-                                                     nvls_bw=nvls, nvls_lat=hc.nvls_lat), c))
+                                                     nvls_bw=nvls, nvls_lat=hc.nvls_lat,
+                                                     fastest=True), c))
         # inside one NVLink domain
         if self.dom_max >= n and n > 1 and in_dom:
             c = LinkClass.NVLINK_DOMAIN
             bw = p.bandwidth.get(c, self.dom_bw)
             opts.append((collective_time(p, collective, n, m, 0, 0, 0, c, bw,
-                                         nvls_bw=self.dom_nvls, nvls_lat=self.dom_nvls_lat), c))
+                                         nvls_bw=self.dom_nvls, nvls_lat=self.dom_nvls_lat,
+                                         fastest=True), c))
         # over the network, packing l ranks a host
         first = None
         for c in NETWORK_CLASSES:
@@ -287,8 +293,19 @@ class LowerBound:
                     hc = p.hw(hw)
                     nvls = hc.nvls_bw if ci is LinkClass.NVLINK else 0.0
                     t = collective_time(p, collective, n, m, h, l, l, ci, bi, c, b_net,
-                                        nvls_bw=nvls, nvls_lat=hc.nvls_lat)
+                                        nvls_bw=nvls, nvls_lat=hc.nvls_lat, fastest=True)
                     opts.append((t, max(c, ci)))
+            # several multi-node NVLink domains (NVL72 racks) as the units
+            dc = LinkClass.NVLINK_DOMAIN
+            for l in range(2, min(self.unit_max, n) + 1):
+                h = -(-n // l)
+                if h < 2:
+                    continue
+                t = collective_time(p, collective, n, m, h, l, l, dc,
+                                    p.bandwidth.get(dc, self.dom_bw), c, b_net,
+                                    nvls_bw=self.dom_nvls, nvls_lat=self.dom_nvls_lat,
+                                    fastest=True)
+                opts.append((t, c))
         if not opts:  # no free GPU anywhere (a state with nothing free)
             opts.append((math.inf, LinkClass.NET_FAR))
         t, c = min(opts, key=lambda x: (x[0], x[1]))

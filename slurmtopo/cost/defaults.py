@@ -119,11 +119,17 @@ NETWORK_KINDS = ("infiniband", "roce", "efa")
 #: severity order: a group over hosts of several kinds is priced as the worst
 NET_KIND_ORDER = {"": 0, "infiniband": 1, "roce": 2, "efa": 3}
 
-#: protocols NCCL runs across the network, by kind: AWS EFA (libfabric's
-#: SRD) does not deliver bytes in the order LL and LL128 need, and its
-#: plugin (aws-ofi-nccl) runs Simple there (aws/aws-ofi-nccl#76, #850)
+#: protocols NCCL runs, by network kind, where the kind restricts them:
+#: EFA v1 (libfabric's SRD without RDMA write) does not deliver bytes in
+#: the order LL and LL128 need, and AWS's plugin then sets NCCL_PROTO=Simple
+#: for the process (aws/aws-ofi-nccl#76, #850; ``src/platform-aws.cpp``)
 NETWORK_KIND_PROTOCOLS = {"infiniband": ("LL", "LL128", "Simple"),
                           "roce": ("LL", "LL128", "Simple"), "efa": ("Simple",)}
+#: the first GPU generation (:mod:`slurmtopo.cost.tuner`) whose EFA
+#: instances deliver LL's and LL128's bytes in order: p5 (Hopper, EFA v2)
+#: and later configure in-order 128-byte RDMA writes, and AWS's tuner runs
+#: LL128 trees and rings there (aws-ofi-nccl ``src/tuner/``)
+EFA_ORDERED_FROM = 2
 
 #: a network step's latency by kind, as a multiple of the class's
 #: ``alpha_us``: RoCE runs the same verbs over Ethernet switches (NCCL's
@@ -131,16 +137,20 @@ NETWORK_KIND_PROTOCOLS = {"infiniband": ("LL", "LL128", "Simple"),
 #: libfabric provider and AWS's own transport (fitted, below)
 DEFAULT_NETWORK_LATENCY = {"infiniband": 1.0, "roce": 1.0, "efa": 1.0}
 
-#: NVLSTree across NVLink domains (hosts, or NVL72 racks): the published
-#: curves reach their slope only after a ramp of about this many
-#: microseconds per step between domains, 2(d-1) steps over d domains
-#: (fitted: 2 hosts of 8x H100 over EFA carry 290 us more than NCCL's
-#: latencies at 32-256 MiB, two GB200 racks 300 us more than one, twenty
-#: racks 4 ms). NCCL's own figure for its latency is 21 us a network step;
-#: a 4-byte NVLSTree takes 47 us on two H20 hosts (NVIDIA/nccl#1244), so
-#: this is the pipeline filling, not a latency, and it only matters where
-#: NVLSTree would win: from about 100 MiB up.
-DEFAULT_NVLS_TREE_US = 145.0
+#: microseconds a network step adds by kind, on top of ``alpha_us``: the
+#: transport's own latency. InfiniBand and RoCE verbs none (NCCL's IB
+#: transport reports 0); AWS's plugin tells NCCL 75 us for EFA
+#: (aws-ofi-nccl ``src/platform-aws.cpp``), the figure its tuner plans with
+DEFAULT_NET_HOP_US = {"infiniband": 0.0, "roce": 0.0, "efa": 75.0}
+
+#: NVLSTree across NVLink domains (hosts, or NVL72 racks): its pipeline
+#: fills through the tree's 2 ceil(log2 d) stages between d domains, each a
+#: network step and this share of an NVLS pass inside the domain (whose
+#: latency grows with the domain's ranks: 57 us on 8 B200, nine times that
+#: on a 72-GPU rack). Fitted on gb200-nvl72-2racks and -20racks: two racks
+#: carry about 0.9 ms more than one at 512 MiB-16 GiB, twenty about 5 ms
+#: (0.4-0.75 fit both); on two p5 hosts it is 16 us a stage
+DEFAULT_NVLS_TREE_STAGE = 0.6
 
 #: NICs of one multi-node NVLink domain (an NVL72 rack) a collective
 #: drives across domains: NCCL leaves the domain through its channels'
@@ -170,7 +180,7 @@ DEFAULT_COLLNET_US = 31.0
 #: of 400 a node). PCIe classes are not calibrated and take NVLink's.
 DEFAULT_EFFICIENCY: Dict[LinkClass, float] = {
     **{c: 0.80 for c in LinkClass if LinkClass.NVLINK <= c <= LinkClass.SYS},
-    **{c: 0.84 for c in LinkClass if c.is_network},
+    **{c: 0.89 for c in LinkClass if c.is_network},
 }
 
 #: NVLink SHARP (NVLS): an all-reduce inside one NVSwitch fabric (a node,
@@ -179,7 +189,7 @@ DEFAULT_EFFICIENCY: Dict[LinkClass, float] = {
 #: (fitted: 8x H100/H200 reach 274 GB/s algbw, 480 busbw, of 450; 8x B200
 #: 483 of 900). NVSwitch 3 (Hopper) and later; A100's NVSwitch has none.
 DEFAULT_NVLS_EFFICIENCY: Tuple[Tuple[str, float], ...] = (
-    ("gb300", 0.43), ("gb200", 0.43), ("b300", 0.43), ("b200", 0.43), ("b100", 0.43),
+    ("gb300", 0.45), ("gb200", 0.45), ("b300", 0.45), ("b200", 0.45), ("b100", 0.45),
     ("gh200", 0.58), ("h200", 0.58), ("h100", 0.58), ("h800", 0.58), ("h20", 0.58),
 )
 #: NVLS's fixed latency per all-reduce (microseconds) by GPU model: it
@@ -187,7 +197,7 @@ DEFAULT_NVLS_EFFICIENCY: Tuple[Tuple[str, float], ...] = (
 #: charges 25 us of hardware latency; fitted: Hopper 30, Blackwell 57)
 DEFAULT_NVLS_US: Tuple[Tuple[str, float], ...] = (
     ("gb300", 57.0), ("gb200", 57.0), ("b300", 57.0), ("b200", 57.0), ("b100", 57.0),
-    ("gh200", 30.0), ("h200", 30.0), ("h100", 30.0), ("h800", 30.0), ("h20", 30.0),
+    ("gh200", 26.0), ("h200", 26.0), ("h100", 26.0), ("h800", 26.0), ("h20", 26.0),
 )
 #: NCCL does not use NVLS for four GPUs or fewer (the GB200 NVL partition
 #: guide: partitions of 4 GPUs or fewer "will not benefit from multicast")
@@ -204,6 +214,19 @@ DEFAULT_RING_PLATEAU = 1.4
 #: them (fitted: 8-byte all-reduces take 30-40 us on 8 GPUs under
 #: nccl-tests and PyTorch, where NCCL's own latency is 10-20 us)
 DEFAULT_LAUNCH_US = 18.0
+
+#: GPU generation by model (first substring match), as NCCL's tables index
+#: them (:mod:`slurmtopo.cost.tuner`): 0 Volta (and older), 1 Ampere (and
+#: the Ada and Ampere workstation parts), 2 Hopper, 3 Blackwell; a model not
+#: listed is taken as Ampere
+GPU_GENERATIONS: Tuple[Tuple[str, int], ...] = (
+    ("gb300", 3), ("gb200", 3), ("b300", 3), ("b200", 3), ("b100", 3), ("rtx pro 6000", 3),
+    ("gh200", 2), ("h200", 2), ("h100", 2), ("h800", 2), ("h20", 2),
+    ("a100", 1), ("a800", 1), ("a30", 1), ("a10", 1), ("a40", 1), ("a6000", 1), ("a5000", 1),
+    ("l40", 1), ("l4", 1),
+    ("v100", 0), ("p100", 0), ("t4", 0),
+)
+DEFAULT_GPU_GENERATION = 1
 
 #: GB/s per NVLink lane and direction by GPU model (first substring match)
 DEFAULT_NVLINK_LANE_GBPS: Tuple[Tuple[str, float], ...] = (
@@ -249,5 +272,5 @@ COST_KEYS = ("alpha_us", "bandwidth_gbps", "nvlink_lane_gbps", "pcie_gbps", "pci
              "inter_socket_gbps", "oversubscription", "default_nic_gbit", "message_bytes",
              "efficiency", "protocols", "network_protocols", "algorithms", "nvls_efficiency",
              "nvls_us", "nvls_min_ranks", "ring_plateau", "launch_us", "nccl_version",
-             "network", "network_latency", "nvls_tree_us", "domain_nics", "collnet_us",
-             "a2a_peers", "gpu_compute")
+             "network", "network_latency", "net_hop_us", "nvls_tree_stage", "domain_nics",
+             "collnet_us", "a2a_peers", "gpu_compute")

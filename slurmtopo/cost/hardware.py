@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Tuple
 
-from slurmtopo.cost.defaults import DEFAULT_PCIE_FACTOR
+from slurmtopo.cost.defaults import DEFAULT_GPU_GENERATION, DEFAULT_PCIE_FACTOR, GPU_GENERATIONS
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import Hardware
 
@@ -23,6 +23,30 @@ def network_kind(hw: Hardware) -> str:
     if nics and all(n.link_layer == "Ethernet" for n in nics):
         return "roce"
     return "infiniband"
+
+
+def generation(hw: Hardware) -> int:
+    """The GPUs' generation as NCCL's tables index it (0 Volta, 1 Ampere,
+    2 Hopper, 3 Blackwell; :data:`~slurmtopo.cost.defaults.GPU_GENERATIONS`)."""
+    model = hw.model.lower()
+    for key, gen in GPU_GENERATIONS:
+        if key in model:
+            return gen
+    return DEFAULT_GPU_GENERATION
+
+
+#: AWS instance families whose network plugin's tuner overrules NCCL
+#: (:func:`slurmtopo.cost.tuner.plugin_choice`), by GPU generation with EFA:
+#: p5/p5e/p5en (Hopper), p6-b200 (Blackwell)
+_AWS_TUNED = {2: "p5", 3: "p6"}
+
+
+def tuned_platform(hw: Hardware, kind: str) -> str:
+    """``p5`` or ``p6`` for 8-GPU EFA nodes of those instance families (the
+    inventory knows the NICs and GPUs, not the instance type), else ``""``."""
+    if kind != "efa" or hw.gpu_count != 8 or not hw.nvswitch:
+        return ""
+    return _AWS_TUNED.get(generation(hw), "")
 
 
 def _ring(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:
@@ -51,6 +75,10 @@ class HardwareFigures:
         #: what the compute NICs are: infiniband, roce or efa (the cost
         #: block's ``network`` overrides it)
         self.net_kind = p.network or network_kind(hw)
+        #: the GPUs' generation (NCCL's tables), and the platform whose
+        #: network plugin tunes NCCL ("" for none)
+        self.gen = generation(hw)
+        self.platform = tuned_platform(hw, self.net_kind)
         #: an NVLS all-reduce on this node's NVSwitch: GB/s of algbw (its
         #: share of the GPU's NVLink bandwidth; 0: no NVLink SHARP), seconds
         #: of latency

@@ -11,10 +11,11 @@ from typing import Dict, Mapping, Optional, Tuple
 from slurmtopo.cost.defaults import (ALGORITHM_SINCE, ALGORITHMS, COST_KEYS, DEFAULT_ALPHA_US,
                                      DEFAULT_A2A_PEERS, DEFAULT_COLLNET_US, DEFAULT_EFFICIENCY,
                                      DEFAULT_INTER_SOCKET_GBPS, DEFAULT_LAUNCH_US,
-                                     DEFAULT_MESSAGE_BYTES, DEFAULT_NETWORK_LATENCY,
+                                     DEFAULT_MESSAGE_BYTES, DEFAULT_NET_HOP_US,
+                                     DEFAULT_NETWORK_LATENCY, EFA_ORDERED_FROM,
                                      DEFAULT_NVLINK_LANE_GBPS, DEFAULT_NVLS_EFFICIENCY,
                                      DEFAULT_DOMAIN_NICS, DEFAULT_NVLS_MIN_RANKS,
-                                     DEFAULT_NVLS_TREE_US, DEFAULT_NVLS_US, DEFAULT_PCIE_FACTOR,
+                                     DEFAULT_NVLS_TREE_STAGE, DEFAULT_NVLS_US, DEFAULT_PCIE_FACTOR,
                                      DEFAULT_PCIE_GBPS, DEFAULT_PROTOCOLS, DEFAULT_RING_PLATEAU,
                                      NETWORK_CLASSES, NETWORK_KIND_PROTOCOLS, NETWORK_KINDS,
                                      NEWEST_NCCL, PROTOCOL_NAMES, GiB, KiB, MiB, Protocol)
@@ -125,8 +126,12 @@ class CostParams:
     #: a network step's latency by network kind, times ``alpha``
     network_latency: Dict[str, float] = field(
         default_factory=lambda: dict(DEFAULT_NETWORK_LATENCY))
-    #: seconds of NVLSTree's ramp per step between NVLink domains
-    nvls_tree: float = DEFAULT_NVLS_TREE_US * 1e-6
+    #: seconds a network step adds by network kind (the transport's own
+    #: latency: AWS EFA's)
+    net_hop: Dict[str, float] = field(
+        default_factory=lambda: {k: us * 1e-6 for k, us in DEFAULT_NET_HOP_US.items()})
+    #: the share of an NVLS pass each stage of an NVLSTree's pipeline waits
+    nvls_tree_stage: float = DEFAULT_NVLS_TREE_STAGE
     #: NICs of an NVLink domain an NVLSTree drives across domains
     domain_nics: int = DEFAULT_DOMAIN_NICS
     #: seconds of one pass through the switches of an in-network reduction
@@ -209,12 +214,21 @@ class CostParams:
         since = ALGORITHM_SINCE.get(algorithm)
         return allowed in self.algorithms and (since is None or self.nccl_version >= since)
 
-    def net_protocols(self, kind: str) -> Tuple[str, ...]:
-        """The protocols NCCL runs across a network of ``kind``: the
-        inventory's ``network_protocols`` if it sets them, else the kind's."""
+    def protocols_for(self, kind: str, gen: int, across: bool) -> Tuple[str, ...]:
+        """The protocols NCCL runs on nodes whose NICs are of ``kind`` and
+        whose GPUs are of generation ``gen`` (:mod:`~slurmtopo.cost.tuner`),
+        inside a node or NVLink domain or (``across``) between them: across,
+        the inventory's ``network_protocols`` if it sets them; and where EFA
+        cannot deliver LL's and LL128's bytes in order (EFA v1, p4d and
+        older: no RDMA write) AWS's plugin sets NCCL_PROTO=Simple for the
+        whole process, inside the node too, unless the inventory lists the
+        protocols. From p5 (Hopper) EFA can."""
+        names = tuple(n for n in PROTOCOL_NAMES if n in self.protocols)
         if self.network_protocols is not None:
-            return self.network_protocols
-        return NETWORK_KIND_PROTOCOLS.get(kind, PROTOCOL_NAMES)
+            return self.network_protocols if across else names
+        if kind == "efa" and gen < EFA_ORDERED_FROM:
+            return tuple(n for n in NETWORK_KIND_PROTOCOLS["efa"] if n in self.protocols)
+        return names
 
     def for_version(self, version: Optional[Tuple[int, int, int]]) -> "CostParams":
         """These parameters for another NCCL release (a job's own; kept, so
@@ -429,18 +443,23 @@ def _parse_model(p: CostParams, cost: Mapping, fail, mapping) -> None:
         if kind not in NETWORK_KINDS:
             raise fail(f"network {cost['network']!r}: known: {', '.join(NETWORK_KINDS)}", cost)
         p.network = kind
-    lat = mapping("network_latency")
-    for k, v in (lat or {}).items():
-        kind = str(k).strip().lower()
-        if kind not in NETWORK_KINDS:
-            raise fail(f"network_latency: unknown network {k!r} (known: "
-                       f"{', '.join(NETWORK_KINDS)})", lat, k)
-        try:
-            p.network_latency[kind] = _positive(v, f"network_latency.{k}")
-        except ValueError as exc:
-            raise fail(str(exc), lat, k) from None
-    if cost.get("nvls_tree_us") is not None:
-        p.nvls_tree = number("nvls_tree_us") * 1e-6
+    def per_kind(key, target, allow_zero, scale):
+        """``key`` as network kind -> figure, into ``target``."""
+        table = mapping(key)
+        for k, v in (table or {}).items():
+            kind = str(k).strip().lower()
+            if kind not in NETWORK_KINDS:
+                raise fail(f"{key}: unknown network {k!r} (known: "
+                           f"{', '.join(NETWORK_KINDS)})", table, k)
+            try:
+                target[kind] = _positive(v, f"{key}.{k}", allow_zero) * scale
+            except ValueError as exc:
+                raise fail(str(exc), table, k) from None
+
+    per_kind("network_latency", p.network_latency, False, 1.0)
+    per_kind("net_hop_us", p.net_hop, True, 1e-6)
+    if cost.get("nvls_tree_stage") is not None:
+        p.nvls_tree_stage = number("nvls_tree_stage")
     if cost.get("collnet_us") is not None:
         p.collnet = number("collnet_us") * 1e-6
     for key in ("domain_nics", "a2a_peers"):

@@ -84,6 +84,8 @@ def evaluate(inv: Inventory, placement: Placement, req: JobRequest,
     counted = step.kinds
     if step_only:
         return CostReport(kinds={}, step_time_s=step.time_s, counted=counted, step=step)
+    if req.workload is not None:  # the job's own NCCL release, as its step
+        p = p.for_version(req.workload.nccl_version)
     groups = placement.groups if placement.groups else build_groups(req.layout)
     pricer, shaped = pricing_of(inv, p, placement)
     priced: Dict[str, Tuple[list, str, int]] = {}

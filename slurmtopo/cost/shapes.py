@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from operator import attrgetter, getitem, itemgetter
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.cost.collectives import collective_time
 from slurmtopo.cost.defaults import NET_KIND_ORDER
@@ -24,26 +24,29 @@ from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.cost.params import CostParams
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import Inventory, Placement
-from slurmtopo.inventory.topology import network_view
+from slurmtopo.inventory.topology import (cross_rail_class, group_rails, misaligned, network_view,
+                                          rail_of, rail_optimised)
 
 #: What one group's collective time depends on, whatever the collective
 #: and message: (slowest class, NVLink domains, most and fewest ranks a
 #: domain, class and GB/s inside domains, network class and GB/s a rank,
 #: GB/s and seconds of latency of an NVLS all-reduce of 8 ranks, the
-#: network's kind, whether its switches reduce (SHARP)). A domain is a
-#: host, or the hosts of one multi-node NVLink domain (an NVL72 rack) the
-#: group spans. ``domains`` 0: one flat ring on the inside class (a single
-#: host, or one NVLink domain), NVLS possible when its GB/s is not 0.
+#: network's kind, whether its switches reduce (SHARP), the GPUs' oldest
+#: generation, the platform whose network plugin tunes NCCL or "").
+#: A domain is a host, or the hosts of one multi-node NVLink domain (an
+#: NVL72 rack) the group spans. ``domains`` 0: one flat ring on the inside
+#: class (a single host, or one NVLink domain), NVLS possible when its GB/s
+#: is not 0.
 Shape = Tuple[LinkClass, int, int, int, LinkClass, float, LinkClass, float, float, float, str,
-              bool]
+              bool, int, str]
 
 
 def shape_time(p: CostParams, shape: Shape, collective: str, n: int, m: int) -> float:
     """Seconds of one ``collective`` of ``m`` bytes over ``n`` ranks of ``shape``."""
     (_, hosts, l_max, l_min, in_cls, in_bw, net_cls, net_bw, nvls_bw, nvls_lat, kind,
-     sharp) = shape
+     sharp, gen, platform) = shape
     return collective_time(p, collective, n, m, hosts, l_max, l_min, in_cls, in_bw, net_cls,
-                           net_bw, nvls_bw, nvls_lat, kind, sharp)
+                           net_bw, nvls_bw, nvls_lat, kind, sharp, gen, platform)
 
 
 class PlacementPricer:
@@ -105,6 +108,14 @@ class PlacementPricer:
         #: switches joining a set of leaves all do
         self.sharp = frozenset(s.name for s in inv.fabric.switches if s.sharp)
         self._sharp_of: Dict[frozenset, bool] = {}
+        #: a rail-optimised fabric under the job's hosts (the inventory's
+        #: wiring, :func:`slurmtopo.inventory.topology.rail_optimised`): a group whose
+        #: hosts use different rails crosses them (``_cross_rail``)
+        self.slots = slots
+        self.rails = len(hosts) > 1 and bool(rail_optimised(inv, hosts))
+        self.rank_rail = list(map(rail_of, slots)) if self.rails else []
+        self._cross: Dict[int, LinkClass] = {}
+        self._hosts = hosts
         #: shapes of the step's groups by (kind, part) (:func:`group_shapes`)
         self.keyed_shapes: Dict[object, List[Shape]] = {}
         #: the step's calls priced, by (kind, part, collective, bytes): the
@@ -192,6 +203,26 @@ class PlacementPricer:
             self._sharp_of[leaves] = hit
         return hit
 
+    # -- rails ---------------------------------------------------------------
+
+    def cross_rail(self, h: int) -> LinkClass:
+        """The class at which different rails of host ``h`` meet."""
+        hit = self._cross.get(h)
+        if hit is None:
+            hit = self._cross[h] = cross_rail_class(self.view, self._hosts[h])
+        return hit
+
+    def rail_class(self, ranks: Sequence[int], hosts: Iterable[int], net_cls: LinkClass
+                   ) -> LinkClass:
+        """``net_cls``, or where rails meet when the group's hosts use
+        different sets of rails (a rank reaches the other rails of its host
+        through their GPUs, PXN, but only those of its communicator): NCCL
+        then pairs NICs of different rails, through the switches joining
+        them."""
+        if not self.rails or misaligned(group_rails(self.slots, ranks)) is None:
+            return net_cls
+        return max(net_cls, max(map(self.cross_rail, hosts)))
+
     # -- rings inside hosts --------------------------------------------------
 
     def _ring_of(self, h: int, gpus: Sequence[int]) -> Tuple[LinkClass, float]:
@@ -220,8 +251,9 @@ class PlacementPricer:
         nvl_cls = LinkClass.NVLINK
         hosts_class, pair_class = self.hosts_class, self.pair_class
         self_shape: Shape = (self_cls, 0, 0, 0, self_cls, inf, self_cls, 0.0, 0.0, 0.0, "",
-                             False)
+                             False, 0, "")
         dom, any_dom = self.dom, self.any_dom
+        rails, rail_class = self.rails, self.rail_class
 
         def shape(ranks: Sequence[int]) -> Shape:
             if n < 2:
@@ -240,7 +272,7 @@ class PlacementPricer:
                     hc = hcs[h0]
                     nvls = hc.nvls_bw if cls is nvl_cls else 0.0
                     sh = flat[hit] = (cls, 0, 0, 0, cls, bw, self_cls, 0.0, nvls, hc.nvls_lat,
-                                      "", False)
+                                      hc.net_kind, False, hc.gen, "")
                 return sh
             if n <= 32:
                 distinct = dict.fromkeys(hs)
@@ -279,6 +311,8 @@ class PlacementPricer:
                 net_cls = pair_class(*per_host)
             else:
                 net_cls = hosts_class(list(per_host))
+            if rails and net_cls is not dom_cls:
+                net_cls = rail_class(ranks, per_host, net_cls)
             slowest = net_cls if net_cls > in_cls else in_cls
             if net_cls is dom_cls:
                 # one NVLink fabric: a flat ring over all ranks (NVLS when
@@ -286,7 +320,10 @@ class PlacementPricer:
                 bw = min(min(hcs[h].class_bw(net_cls) for h in per_host), in_bw)
                 nvls = (min(hcs[h].nvls_bw for h in per_host) if in_cls <= nvl_cls else 0.0)
                 lat = max(hcs[h].nvls_lat for h in per_host)
-                return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0, nvls, lat, "", False)
+                kind = max((hcs[h].net_kind for h in per_host), key=NET_KIND_ORDER.__getitem__)
+                gen = min(hcs[h].gen for h in per_host)
+                return (slowest, 0, 0, 0, slowest, bw, self_cls, 0.0, nvls, lat, kind, False,
+                        gen, "")
             net_bw = network_gbps(min(get(rank_share)), net_cls)
             kind = max((hcs[h].net_kind for h in per_host), key=NET_KIND_ORDER.__getitem__)
             sharp = self.sharp_ok(per_host) if self.sharp else False
@@ -315,8 +352,12 @@ class PlacementPricer:
             nvls = (min(hcs[h].nvls_bw for h in per_host) if nvl_cls <= in_cls <= dom_cls
                     else 0.0)
             lat = max(hcs[h].nvls_lat for h in per_host) if nvls else 0.0
+            gen = min(hcs[h].gen for h in per_host)
+            plats = {hcs[h].platform for h in per_host}
+            platform = plats.pop() if len(plats) == 1 else ""
             return (slowest, len(units), l_max, min(counts), in_cls,
-                    in_bw if in_bw != inf else 1.0, net_cls, net_bw, nvls, lat, kind, sharp)
+                    in_bw if in_bw != inf else 1.0, net_cls, net_bw, nvls, lat, kind, sharp,
+                    gen, platform)
 
         return shape
 
@@ -330,9 +371,10 @@ class PlacementPricer:
         p = self.p
         rank_h, rank_g, hcs, share = self.rank_h, self.rank_g, self.hcs, self.rank_share
         uniform, pair_class = self.uniform, self.pair_class
+        rails, rank_rail, cross_rail = self.rails, self.rank_rail, self.cross_rail
         inside: Dict[Tuple[int, int, int], Tuple[LinkClass, float]] = {}
-        across: Dict[Tuple[int, int], Tuple[LinkClass, float, float]] = {}
-        by_hosts: Dict[Tuple[int, ...], Tuple[LinkClass, float]] = {}
+        across: Dict[Tuple[int, int, bool], Tuple[LinkClass, float, float]] = {}
+        by_hosts: Dict[tuple, Tuple[LinkClass, float]] = {}
         alpha, over, fixed, eff, launch = (p.alpha, p.oversubscription, p.bandwidth,
                                            p.efficiency, p.launch)
         dom_cls, self_cls = LinkClass.NVLINK_DOMAIN, LinkClass.SELF
@@ -352,9 +394,15 @@ class PlacementPricer:
                                              + m / (eff.get(cls, 1.0) * bw * 1e9))
                     cls, t = hit
                 else:
-                    hit = across.get((ha, hb))
+                    # a send between different rails of a rail-optimised
+                    # fabric goes through the switches joining them (no
+                    # other rank of a pipeline pair to relay it, PXN)
+                    off = rails and rank_rail[prev] != rank_rail[r]
+                    hit = across.get((ha, hb, off))
                     if hit is None:
                         cls = pair_class(ha, hb)
+                        if off and cls is not dom_cls:
+                            cls = max(cls, cross_rail(ha), cross_rail(hb))
                         e = eff.get(cls, 1.0)
                         if cls is dom_cls:
                             bw = min(hcs[ha].class_bw(cls), hcs[hb].class_bw(cls))
@@ -363,7 +411,7 @@ class PlacementPricer:
                             hit = (cls, launch + alpha[cls] + m / (e * fixed[cls] * 1e9), 0.0)
                         else:
                             hit = (cls, launch + alpha[cls], m * over.get(cls, 1.0) / (e * 1e9))
-                        across[(ha, hb)] = hit
+                        across[(ha, hb, off)] = hit
                     cls, t, per = hit
                     if per:
                         t += per / min(share[prev], share[r])
@@ -378,10 +426,13 @@ class PlacementPricer:
             if len(ranks) < 2:
                 return self_cls, 0.0
             hs = itemgetter(*ranks)(rank_h)
+            if rails:  # a chain's cost depends on its ranks' rails as well
+                hs = hs + tuple(rank_rail[r] == rank_rail[q] for q, r in zip(ranks, ranks[1:]))
             hit = by_hosts.get(hs)  # only host-determined chains are kept
             if hit is None:
                 hit = hops(ranks)
-                if len(set(hs)) == len(hs) and all(itemgetter(*hs)(uniform)):
+                hosts = hs[:len(ranks)]
+                if len(set(hosts)) == len(hosts) and all(itemgetter(*hosts)(uniform)):
                     by_hosts[hs] = hit
             return hit
 

@@ -277,50 +277,82 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
                             note="their gradients back"))
     dp_kind = "dp-cp" if cp > 1 else "dp"
     dp_size = lay.dp * cp
+    grads, experts = _gradient_bytes(m, lay)
     if dp_size > 1:
-        if getattr(r, "is_moe", False) and ep > 1:
-            # a rank holds its dense share and its ep-th of the experts
-            expert = r.moe_layers * r.experts * r.expert_params()
-            grads = int(((r.counted_params() - expert) / (tp * pp)
-                         + expert / (ep * etp * pp)) * d)
-        else:
-            grads = m.params * d // (tp * pp)
-        # one layer of the rank's share (with experts: its ep-th of them)
-        layer = max(1, grads // lp)
-        red = "backward" if w.grad_overlap else "none"
-        if w.style == "ddp":
-            calls = max(1, math.ceil(grads / ddp_bucket_bytes(w.framework, lay.dp, d)))
-            out.append(StepCall("dp", dp_kind, "all-reduce", grads // calls, calls, "backward",
-                                red, note="gradients, one all-reduce per bucket"))
-        elif w.style == "zero12":
-            out.append(StepCall("dp", dp_kind, "reduce-scatter", grads, 1, "backward", red,
-                                note="gradients reduced to their shards"))
-            out.append(StepCall("dp", dp_kind, "all-gather", grads, 1, "optimizer",
-                                "forward" if w.gather_overlap else "none",
-                                note="updated parameters gathered"))
-        else:
-            part: Tuple[str, int] = ("all", 0)
-            if w.style == "hsdp" and 1 < w.shard < dp_size:
-                part = ("block", w.shard)
-            if pp > 1:
-                # with a pipeline the layers stay gathered for the step's
-                # micro-batches (torchtitan and PyTorch's pipeline schedules
-                # turn resharding after forward off), gathered once
-                out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp, "forward",
-                                    "forward", part, "per layer: parameters gathered once"))
-            else:
-                out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb,
-                                    "forward", "forward", part, "per layer: parameters gathered"))
-                out.append(StepCall("fsdp-shard", dp_kind, "all-gather", layer, lp * mb,
-                                    "backward", "backward", part, "per layer: gathered again"))
-            out.append(StepCall("fsdp-shard", dp_kind, "reduce-scatter", layer, lp,
-                                "backward", "backward", part, "per layer: gradients reduced"))
-            if part[0] == "block":
-                out.append(StepCall("fsdp-replicate", dp_kind, "all-reduce",
-                                    max(1, layer // w.shard), lp, "backward", "backward",
-                                    ("stride", w.shard),
-                                    "per layer: the shard's gradients over the replicas"))
+        layer = grads // lp if experts else m.params * d // (m.layers * tp)
+        _reduce(out, w, "dp", dp_kind, grads, layer, lp, mb, lay.dp, d, dp_size, pp)
+    if experts and lay.expert_dp > 1:
+        # the experts' gradients over the expert-data-parallel groups (the
+        # ranks holding the same experts: world / (expert_tp ep pp), the
+        # context ranks among them): Megatron-Core reduces them apart from
+        # the dense ones, with the same data-parallel style
+        moe_lp = max(1, math.ceil(_moe_layers(m) / pp))
+        _reduce(out, w, "expert-dp", "expert-dp", experts, max(1, experts // moe_lp), moe_lp,
+                mb, lay.expert_dp, d, lay.expert_dp, pp)
     return out
+
+
+def _moe_layers(m: ModelSpec) -> int:
+    """Layers with experts (a model description's ``moe_layers`` where it
+    has one, else every layer)."""
+    return int(getattr(m, "moe_layers", m.layers) or m.layers)
+
+
+def _gradient_bytes(m: ModelSpec, lay: Layout) -> Tuple[int, int]:
+    """(dense, expert) gradient bytes a rank holds: with experts (the
+    model describes them and ep > 1) a rank holds its tp·pp-th of the
+    dense parameters and its expert_tp·ep·pp-th of the experts, reduced
+    over different groups; else every parameter is dense (P/(tp·pp))."""
+    d = m.value_bytes
+    spec = m.resolved() if hasattr(m, "resolved") else m
+    if lay.ep > 1 and getattr(spec, "is_moe", False):
+        expert = spec.moe_layers * spec.experts * spec.expert_params()
+        dense = (spec.counted_params() - expert) / (lay.tp * lay.pp)
+        return int(dense * d), int(expert / (lay.expert_tp * lay.ep * lay.pp) * d)
+    return m.params * d // (lay.tp * lay.pp), 0
+
+
+def _reduce(out: List[StepCall], w: Workload, what: str, kind: str, grads: int, layer: int,
+            lp: int, mb: int, dp: int, d: int, size: int, pp: int = 1) -> None:
+    """The calls reducing ``grads`` bytes of gradients (``layer`` bytes a
+    layer, ``lp`` layers a stage) over the groups of ``kind`` (``size``
+    ranks, ``dp`` of them data-parallel replicas), per the workload's
+    data-parallel style. With a pipeline (``pp`` > 1) sharded layers stay
+    gathered for the step's micro-batches (torchtitan and PyTorch's
+    pipeline schedules turn resharding after forward off), so they are
+    gathered once a step."""
+    red = "backward" if w.grad_overlap else "none"
+    if w.style == "ddp":
+        calls = max(1, math.ceil(grads / ddp_bucket_bytes(w.framework, dp, d)))
+        out.append(StepCall(what, kind, "all-reduce", grads // calls, calls, "backward",
+                            red, note="gradients, one all-reduce per bucket"))
+    elif w.style == "zero12":
+        out.append(StepCall(what, kind, "reduce-scatter", grads, 1, "backward", red,
+                            note="gradients reduced to their shards"))
+        out.append(StepCall(what, kind, "all-gather", grads, 1, "optimizer",
+                            "forward" if w.gather_overlap else "none",
+                            note="updated parameters gathered"))
+    else:
+        shard = "fsdp-shard" if what == "dp" else f"{what}-shard"
+        part: Tuple[str, int] = ("all", 0)
+        if w.style == "hsdp" and what == "dp" and 1 < w.shard < size:
+            part = ("block", w.shard)
+        if pp > 1:
+            out.append(StepCall(shard, kind, "all-gather", layer, lp, "forward",
+                                "forward", part, "per layer: parameters gathered once"))
+        else:
+            out.append(StepCall(shard, kind, "all-gather", layer, lp * mb, "forward",
+                                "forward", part, "per layer: parameters gathered"))
+            out.append(StepCall(shard, kind, "all-gather", layer, lp * mb,
+                                "backward", "backward", part, "per layer: gathered again"))
+        out.append(StepCall(shard, kind, "reduce-scatter", layer, lp,
+                            "backward", "backward", part, "per layer: gradients reduced"))
+        if part[0] == "block":
+            rep = "fsdp-replicate" if what == "dp" else f"{what}-replicate"
+            out.append(StepCall(rep, kind, "all-reduce",
+                                max(1, layer // w.shard), lp, "backward", "backward",
+                                ("stride", w.shard),
+                                "per layer: the shard's gradients over the replicas"))
 
 
 # ---------------------------------------------------------------------------

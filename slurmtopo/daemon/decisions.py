@@ -62,6 +62,9 @@ class Config:
     #: after each refused try the job waits this long, doubled each time,
     #: without planning (so it claims no GPU) before the next try
     retry_backoff: float = 60.0
+    #: "domains": pack jobs a rack can hold into racks in use, keeping whole
+    #: multi-node NVLink domains free (slurmtopo.daemon.packing); "": off
+    pack: str = ""
 
 
 @dataclass

@@ -75,6 +75,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
+from slurmtopo.daemon import packing
 from slurmtopo.daemon.decisions import (LEFT_ALONE, OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING,
                                         STARTING, WAIT, ClusterView, Config, Decision,
                                         QueuedJob, fault, format_gpus, format_wait)
@@ -247,7 +248,14 @@ class SchedulingPass:
         PlacementError when nothing fits."""
         first = self.plan_now(req, job.admit)
         cands = [first]
-        alternatives = self.cfg.alternatives
+        if self.cfg.pack:  # the job planned inside the best-fitting rack in use
+            packed = packing.packed_request(self.work, self.inv, req, job.world, job.gpn)
+            if packed is not None:
+                try:
+                    cands.append(self.plan_now(packed, job.admit))
+                except (PlacementError, SlurmtopoError):
+                    pass
+        alternatives = self.cfg.alternatives + (len(cands) - 1)
         if self.cfg.best_fit_releases and self.released >= self.cfg.best_fit_releases:
             alternatives = 1  # a burst: later jobs of it take the planner's placement
         exclude = set(req.exclude)
@@ -300,6 +308,8 @@ class SchedulingPass:
                 continue
             take = {h: set(g) for h, g in pick.items()}
             key = free_space_key(self.work, touched, take, self.leaf_of, self.leaf_nodes)
+            if self.cfg.pack:
+                key = (packing.domain_key(self.work, self.inv, touched, take), key)
             ranked.append((key, -i, exp, pick))
         if not ranked:
             i, p, exp, pick, _ = usable[0]
@@ -609,6 +619,10 @@ class SchedulingPass:
         """Reserve the GPUs free now of where ``req`` would go once running
         jobs on the least busy nodes end (see the module doc)."""
         work = self.work
+        if work.shortfall(1, None) is not None:
+            # not one GPU free anywhere: nothing to set aside whatever the
+            # placement (a saturated cluster: most blocked jobs, every cycle)
+            return {}
         excluded = set(req.exclude)
         order = []
         for i, (name, node) in enumerate(self.inv.nodes.items()):

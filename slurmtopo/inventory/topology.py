@@ -272,6 +272,49 @@ def rail_optimised(inv: Inventory, hosts: Iterable[str]) -> Optional[bool]:
     return True if any_multi else None
 
 
+def rail_of(slot) -> Optional[str]:
+    """A rank's rail: its nearest compute NIC, by name (NIC names are
+    taken to name the same rail on every host: ``mlx5_0`` is rail 0), or
+    None when the slot names no NIC."""
+    return slot.nics[0] if slot.nics else None
+
+
+def group_rails(slots: Sequence, ranks: Iterable[int]) -> Dict[str, FrozenSet[str]]:
+    """Per host, the rails the ranks of one communicator use there. With
+    PXN a rank reaches any of these through the GPU next to that NIC (over
+    NVLink); NCCL pairs hosts' NICs rail by rail, so the communicator stays
+    on its rails when every host has the same set."""
+    out: Dict[str, set] = {}
+    for r in ranks:
+        s = slots[r]
+        rail = rail_of(s)
+        if rail is not None:
+            out.setdefault(s.host, set()).add(rail)
+    return {h: frozenset(v) for h, v in out.items()}
+
+
+def misaligned(rails: Dict[str, FrozenSet[str]]) -> Optional[Tuple[Tuple[str, FrozenSet[str]],
+                                                                   Tuple[str, FrozenSet[str]]]]:
+    """Two hosts whose rail sets differ (the first host and the first that
+    differs from it), or None when the communicator is rail-aligned."""
+    items = list(rails.items())
+    if len(items) < 2:
+        return None
+    first = items[0]
+    other = next(((h, r) for h, r in items[1:] if r != first[1]), None)
+    return (first, other) if other is not None else None
+
+
+def cross_rail_class(view: "NetworkView", host: str) -> LinkClass:
+    """Where traffic between two different rails of ``host`` meets on a
+    rail-optimised fabric: the lowest switch level above its rail leaves
+    (a scalable unit's spine: NET_L1), or NET_FAR when the rails are not
+    joined at all."""
+    anc = view.ancestors.get(host) or {}
+    above = [lvl for lvl in anc.values() if lvl >= 1]
+    return LinkClass.network(min(above)) if above else LinkClass.NET_FAR
+
+
 #: the description of every switch slurmtopo makes from a Slurm 26.05
 #: topology/ring or topology/torus3d (slurmtopo/inventory/ringtree.py): such a
 #: tree measures distance only, Slurm allocates arcs and sub-cubes on it

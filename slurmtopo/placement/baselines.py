@@ -33,7 +33,7 @@ from slurmtopo.inventory.model import ClusterState, Inventory, Node, Placement
 from slurmtopo.inventory.topology import network_view
 from slurmtopo.job.request import JobRequest
 from slurmtopo.placement.common import Candidates, build_placement, candidates, not_enough_gpus
-from slurmtopo.placement.slurm_select import TREE, choose_nodes, leaves_used
+from slurmtopo.placement.slurm_select import BLOCK, TREE, choose_nodes, leaves_used
 
 
 def _check(req: JobRequest, cand: Candidates) -> None:
@@ -118,18 +118,22 @@ def leaf_constrained_plan(inv: Inventory, state: Optional[ClusterState],
 
 
 def slurm_from(inv: Inventory, req: JobRequest, cand: Candidates, topology: str = TREE,
-               groups=None) -> Placement:
-    """:func:`slurm_plan` over already computed candidates."""
+               groups=None, segment: Optional[int] = None) -> Placement:
+    """:func:`slurm_plan` over already computed candidates (``segment``:
+    the job's ``--segment``, with topology/block)."""
     _check(req, cand)
     world = req.layout.world
-    chosen = choose_nodes(inv, cand.nodes, world, req.gpus_per_node, topology)
+    chosen = choose_nodes(inv, cand.nodes, world, req.gpus_per_node, topology, segment)
     assign: List[Tuple[str, int]] = []
     for (_, node, _free), gpus in chosen:
         take = min(len(gpus), world - len(assign))
         assign.extend((node.name, g) for g in gpus[:take])
     if len(assign) < world:  # pragma: no cover - choose_nodes raised before
         raise PlacementError(f"needs {world} GPUs; only {len(assign)} could be placed")
-    if topology == TREE and inv.fabric.switches:
+    if topology == BLOCK and inv.fabric.blocks:
+        note = "slurm: Slurm's choice over its blocks (topology/block" + \
+            (f", --segment={segment})" if segment else ")")
+    elif topology == TREE and inv.fabric.switches:
         n = leaves_used(inv, [h for h, _ in assign])
         note = f"slurm: Slurm's choice over its switch tree ({n} leaf switch{'es' * (n != 1)})"
     else:

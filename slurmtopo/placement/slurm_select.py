@@ -45,6 +45,23 @@ with or without ``--switches``)
     node of that run with the fewest free GPUs that hold it; a larger job
     takes the run's nodes from its first.
 
+``block`` (topology/block: ``src/plugins/topology/block/eval_nodes_block.c``,
+block_record.c, 25.11.7), reduced to its node choice
+    The base block size ``B`` is the first ``BlockSizes`` value (else the
+    node count of the first block); the enabled levels are the
+    ``BlockSizes`` as powers of two of ``B`` (without ``BlockSizes``: 1, 2,
+    4 and 8 base blocks). A job asking ``--segment=S`` is cut into
+    ``N/S`` segments placed one after another (a job without it is one
+    segment of all its nodes). A segment goes to the smallest enabled
+    level of ``2^k`` consecutive base blocks holding ``S`` nodes (none:
+    the whole cluster), into the block of that level with the fewest
+    eligible nodes that hold it (best fit; lowest index on ties), and
+    inside it into as few base blocks as it can: the one that holds what
+    is left with the fewest eligible nodes, else the one with the most,
+    nodes in node order. Not modelled: node weights, required nodes,
+    ``--spread-segments`` and ``--consolidate-segments``, nodes outside
+    every block (never used).
+
 GPUs inside a node (:func:`slurm_pick`)
     From the socket with the most free GPUs first, lowest indices first.
 
@@ -62,7 +79,8 @@ from slurmtopo.inventory.model import Hardware, Inventory, Node
 
 TREE = "tree"
 FLAT = "flat"
-TOPOLOGIES = (TREE, FLAT)
+BLOCK = "block"
+TOPOLOGIES = (TREE, FLAT, BLOCK)
 
 #: one candidate node: (inventory index, node, free GPU indices)
 Rec = Tuple[int, Node, Tuple[int, ...]]
@@ -199,7 +217,8 @@ def _weight(rec: Rec, world: int, gpn: Optional[int]) -> int:
 
 
 def choose_nodes(inv: Inventory, nodes: Sequence[Rec], world: int, gpn: Optional[int],
-                 topology: str = TREE) -> List[Tuple[Rec, Tuple[int, ...]]]:
+                 topology: str = TREE, segment: Optional[int] = None
+                 ) -> List[Tuple[Rec, Tuple[int, ...]]]:
     """The nodes Slurm gives a job of ``world`` GPUs (``gpn`` on each of
     its nodes, or None: ``--gpus=world`` over as few nodes as it takes)
     among the candidate ``nodes`` (in inventory order), each with the GPUs
@@ -212,7 +231,9 @@ def choose_nodes(inv: Inventory, nodes: Sequence[Rec], world: int, gpn: Optional
     if len(nodes) < need:
         raise PlacementError(f"needs {need} nodes with {gpn} free GPUs each; only "
                              f"{len(nodes)} have them")
-    if topology == TREE and inv.fabric.switches:
+    if topology == BLOCK and inv.fabric.blocks:
+        _block(inv, list(nodes), ask, segment)
+    elif topology == TREE and inv.fabric.switches:
         _tree(inv, list(nodes), ask)
     else:
         _flat(list(nodes), ask)
@@ -276,6 +297,67 @@ def _flat(nodes: List[Rec], ask: _Ask) -> None:
                 break
             ask.take(rec)
         runs[best] = []
+
+
+def block_levels(inv: Inventory) -> Tuple[int, Tuple[int, ...]]:
+    """(base block size in nodes, enabled levels as powers of two of it)
+    of the inventory's topology/block (see the module doc)."""
+    blocks = [b for b in inv.fabric.blocks if b.nodes]
+    base = inv.fabric.block_sizes[0] if inv.fabric.block_sizes else \
+        (len(blocks[0].nodes) if blocks else 1)
+    base = max(1, base)
+    if not inv.fabric.block_sizes:
+        return base, (0, 1, 2, 3)
+    levels = []
+    for size in inv.fabric.block_sizes:
+        k = (size // base).bit_length() - 1
+        if size % base == 0 and (1 << k) * base == size:
+            levels.append(k)
+    return base, tuple(sorted(set(levels)))
+
+
+def _block(inv: Inventory, nodes: List[Rec], ask: _Ask, segment: Optional[int]) -> None:
+    """eval_nodes_block, reduced (see the module doc)."""
+    index = {n: i for i, n in enumerate(inv.nodes)}
+    by_index = {rec[0]: rec for rec in nodes}
+    base, levels = block_levels(inv)
+    bblocks: List[List[int]] = [sorted(index[h] for h in b.nodes if h in index)
+                                for b in inv.fabric.blocks]
+    total = ask.rem_nodes
+    size = segment if segment and segment < total and total % segment == 0 else total
+    taken: set = set()
+    while not ask.done:
+        want = min(size, ask.rem_nodes) if ask.gpn is not None else ask.rem_nodes
+        need_bb = -(-want // base)
+        k = max(0, (need_bb - 1).bit_length())
+        level = next((lv for lv in levels if lv >= k), None)
+        per = len(bblocks) if level is None else (1 << level)
+        free = [[i for i in bb if i in by_index and i not in taken] for bb in bblocks]
+        groups = [list(range(g, min(g + per, len(bblocks)))) for g in range(0, len(bblocks), per)]
+        fits = [(sum(len(free[b]) for b in g), gi) for gi, g in enumerate(groups)
+                if sum(len(free[b]) for b in g) >= want]
+        if not fits:
+            return
+        _, gi = min(fits)
+        group = groups[gi]
+        left = want
+        used: set = set()
+        while left > 0:
+            cands = [b for b in group if b not in used and free[b]]
+            if not cands:
+                return
+            fit = [b for b in cands if len(free[b]) >= left]
+            b = min(fit, key=lambda x: (len(free[x]), x)) if fit else \
+                max(cands, key=lambda x: (len(free[x]), -x))
+            used.add(b)
+            for i in free[b]:
+                if left <= 0:
+                    break
+                ask.take(by_index[i])
+                taken.add(i)
+                left -= 1
+        if ask.gpn is None:
+            return
 
 
 def _tree(inv: Inventory, nodes: List[Rec], ask: _Ask) -> None:

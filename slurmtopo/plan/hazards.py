@@ -295,8 +295,9 @@ def _uneven(inv: Inventory, p: Placement, version: Optional[str]) -> List[Tuple[
 def _rails(inv: Inventory, p: Placement) -> List[Tuple[str, str]]:
     """On a fabric the inventory says is rail-optimised, every group that
     crosses hosts must use the same set of rails (a rank's nearest NIC, by
-    name) on each of its hosts."""
-    from slurmtopo.inventory.topology import rail_optimised
+    name) on each of its hosts (slurmtopo.inventory.topology.group_rails, which the
+    cost model prices the same way)."""
+    from slurmtopo.inventory.topology import group_rails, misaligned, rail_optimised
 
     hosts = list(p.by_host())
     if len(hosts) < 2 or not rail_optimised(inv, hosts):
@@ -311,22 +312,14 @@ def _rails(inv: Inventory, p: Placement) -> List[Tuple[str, str]]:
             if key in seen:
                 continue
             seen.add(key)
-            rails: Dict[str, set] = {}
-            for r in group:
-                s = slots[r]
-                if s.nics:
-                    rails.setdefault(s.host, set()).add(s.nics[0])
-            if len(rails) < 2:
+            pair = misaligned(group_rails(slots, group))
+            if pair is None:
                 continue
-            sets = list(rails.items())
-            first = sets[0]
-            other = next(((h, r) for h, r in sets[1:] if r != first[1]), None)
-            if other is None:
-                continue
+            (h1, r1), (h2, r2) = pair
             count += 1
             if not bad:
-                bad.append(f"{kind} group {gi} uses rail(s) {','.join(sorted(first[1]))} on "
-                           f"{first[0]} but {','.join(sorted(other[1]))} on {other[0]}")
+                bad.append(f"{kind} group {gi} uses rail(s) {','.join(sorted(r1))} on "
+                           f"{h1} but {','.join(sorted(r2))} on {h2}")
     if not bad:
         return []
     more = f" ({count} groups in all)" if count > 1 else ""

@@ -41,7 +41,9 @@ The placement daemon (``daemon``)
     submissions of jobs that the free GPUs cannot hold by count is not
     run: the daemon turns such a job away before planning, and the jobs
     before it were refused on the same GPUs (the decisions would be the
-    same waits).
+    same waits); nor is one after anything at all when no held job fits
+    the free GPUs by count (it would release nothing: a reservation only
+    matters to the jobs a cycle releases).
 """
 from __future__ import annotations
 
@@ -86,6 +88,20 @@ class Outcome:
     gpus_held: int = 0
     nodes: int = 0
     leaves: int = 0
+    #: run time at its placement, before contention
+    run_base: float = 0.0
+    #: its run-time multiplier with no other job on its links (its own
+    #: flows colliding only; 1 without contention)
+    alone: float = 1.0
+    #: ever slowed by shared links
+    contended: bool = False
+
+    @property
+    def stretch(self) -> float:
+        """How much shared links stretched its run (1: not at all)."""
+        if not self.contended or self.run_base <= 0 or self.start is None or self.end is None:
+            return 1.0
+        return max(1.0, (self.end - self.start) / self.run_base)
 
 
 @dataclass
@@ -96,6 +112,12 @@ class Replay:
     label: str
     outcomes: List[Outcome]
     stranded_gpu_s: float = 0.0
+    #: multi-node NVLink domains (racks), integrated over time: per segment
+    #: size of :attr:`FreeState.segments`, free trays no segment of it can
+    #: use; racks wholly free; racks partly free
+    unusable_tray_s: List[float] = field(default_factory=list)
+    whole_domain_s: float = 0.0
+    partial_domain_s: float = 0.0
     end: float = 0.0
     rejected: int = 0
     cycles: int = 0
@@ -107,6 +129,42 @@ def slowdown(step: Optional[float], best: float) -> float:
     if step is None or best <= 0:
         return 1.0
     return step / best
+
+
+def whole_step(job: JobSpec) -> bool:
+    """Is the job's step the whole step (its layout rule names its model),
+    rather than communication stretched by ``--comm-fraction``?"""
+    w = getattr(job.request, "workload", None)
+    return w is not None and w.model is not None
+
+
+def comm_scale(job: JobSpec, step: Optional[float], fraction: float, comm_s: float) -> float:
+    """The share of the job's run time that one second of its step's
+    communication takes: ``1 / step`` for a whole step; else the share
+    ``phi`` of its (placement-stretched) run spent communicating, spread
+    over its ``comm_s`` seconds of communication a step."""
+    if whole_step(job):
+        return 1.0 / step if step else 0.0
+    if fraction <= 0 or comm_s <= 0:
+        return 0.0
+    s = slowdown(step, job.best_step)
+    phi = fraction * s / ((1.0 - fraction) + fraction * s)
+    return phi / comm_s
+
+
+def effective_slowdown(job: JobSpec, step: Optional[float], fraction: float,
+                       stretch: float) -> float:
+    """The job's slowdown with shared links: the step slowdown that gives
+    its run stretched further by ``stretch`` (contention); what reports
+    call its slowdown."""
+    s = slowdown(step, job.best_step)
+    if stretch == 1.0:
+        return s
+    if whole_step(job):
+        return s * stretch
+    if fraction <= 0:
+        return s
+    return s + (stretch - 1.0) * (1.0 + fraction * (s - 1.0)) / fraction
 
 
 def stretched(job: JobSpec, step: Optional[float], fraction: float) -> float:
@@ -121,16 +179,19 @@ def stretched(job: JobSpec, step: Optional[float], fraction: float) -> float:
 
 
 class _Loop:
-    """What both loops share: the clock, the events, the state and the outcomes."""
+    """What both loops share: the clock, the events, the state and the
+    outcomes, and the running jobs' load on shared links when ``links``
+    (a :class:`~slurmtopo.simulate.contention.FabricLinks`) is given."""
 
     def __init__(self, inv: Inventory, jobs: List[JobSpec], label: str, fraction: float,
-                 progress: Optional[Callable[[int], None]]):
+                 progress: Optional[Callable[[int], None]], links=None, seed: int = 0):
         self.inv = inv
         self.jobs = jobs
         self.fraction = fraction
         self.state = FreeState(inv)
         self.out = [Outcome() for _ in jobs]
-        self.replay = Replay(label=label, outcomes=self.out)
+        self.replay = Replay(label=label, outcomes=self.out,
+                             unusable_tray_s=[0.0] * len(self.state.segments))
         self.events: List[Tuple[float, int, int, int]] = []
         self.seq = 0
         self.now = 0.0
@@ -139,34 +200,98 @@ class _Loop:
         self.alloc: Dict[int, Dict[str, Tuple[int, ...]]] = {}
         self.running: Dict[int, float] = {}  # job -> when the scheduler believes it ends
         self.params = None
+        self.links = links
+        self.seed = seed
+        self.net = None
+        if links is not None:
+            from slurmtopo.simulate.contention import Contention
+            self.net = Contention(links)
+        #: job -> [time of the last change, base run seconds left, multiplier]
+        self.prog: Dict[int, List[float]] = {}
+        #: job -> the sequence number of its current END event
+        self.end_seq: Dict[int, int] = {}
         for job in jobs:
             self.push(job.submit, SUBMIT, job.index)
 
-    def push(self, t: float, kind: int, what: int) -> None:
+    def push(self, t: float, kind: int, what: int) -> int:
         self.seq += 1
         heapq.heappush(self.events, (t, kind, self.seq, what))
+        return self.seq
+
+    def stale(self, kind: int, seq: int, what: int) -> bool:
+        """An END event a change of the job's speed has replaced."""
+        return kind == END and self.end_seq.get(what) != seq
 
     def advance(self, t: float) -> None:
         if t > self.now:
-            self.replay.stranded_gpu_s += self.state.stranded * (t - self.now)
+            dt = t - self.now
+            rep, st = self.replay, self.state
+            rep.stranded_gpu_s += st.stranded * dt
+            if st.dom_size:
+                for k, n in enumerate(st.unusable):
+                    rep.unusable_tray_s[k] += n * dt
+                rep.whole_domain_s += st.whole_domains * dt
+                rep.partial_domain_s += st.partial_domains * dt
             self.now = t
+
+    def cost_params(self):
+        if self.params is None:
+            from slurmtopo.plan.choice import params_of
+
+            self.params = params_of(self.inv)  # the cost block's one policy
+        return self.params
 
     def step_of(self, job: JobSpec, placement) -> Optional[float]:
         if job.best_step <= 0:
             return 0.0
         from slurmtopo.cost.step import price_step
-        from slurmtopo.plan.choice import params_of
 
-        if self.params is None:
-            self.params = params_of(self.inv)  # the cost block's one policy
-        return price_step(self.inv, placement, job.request, self.params).time_s
+        return price_step(self.inv, placement, job.request, self.cost_params()).time_s
+
+    def load(self, job: JobSpec, placement, step: Optional[float]):
+        """The job's load on the shared links (None: it puts none there)."""
+        if self.net is None or placement is None or job.best_step <= 0 or len(placement.hosts) < 2:
+            return None
+        from slurmtopo.simulate.contention import job_load
+        from slurmtopo.simulate.traffic import job_traffic
+
+        traffic = job_traffic(self.inv, placement, job.request, self.cost_params())
+        if traffic.empty:
+            return None
+        return job_load(self.links, traffic,
+                        comm_scale(job, step, self.fraction, traffic.comm_s), job.index,
+                        self.seed)
+
+    def respeed(self, changed: Dict[int, float]) -> None:
+        """Jobs whose run-time multiplier changed now: their ends move."""
+        now = self.now
+        for index in sorted(changed):
+            pr = self.prog.get(index)
+            if pr is None:
+                continue
+            mult = changed[index]
+            left = pr[1] - (now - pr[0]) / pr[2]
+            if left < 0.0:
+                left = 0.0
+            pr[0], pr[1], pr[2] = now, left, mult
+            o = self.out[index]
+            if mult > 1.0:
+                o.contended = True
+            end = now + left * mult
+            if end == o.end:
+                continue
+            o.end = end
+            self.end_seq[index] = self.push(end, END, index)
+            if index in self.running and not self.jobs[index].trace.time_limit:
+                self.running[index] = end
 
     def start(self, job: JobSpec, alloc: Dict[str, Tuple[int, ...]], step: Optional[float],
-              limit_end: Optional[float] = None) -> None:
+              placement=None) -> None:
         self.state.allocate(alloc)
         run = stretched(job, step, self.fraction)
         o = self.out[job.index]
         o.start, o.step, o.end = self.now, step, self.now + run
+        o.run_base = run
         o.gpus_held = sum(len(g) for g in alloc.values())
         o.nodes = len(alloc)
         if len(alloc) > 1 and self.inv.fabric.switches:
@@ -177,11 +302,20 @@ class _Loop:
         self.alloc[job.index] = alloc
         limit = job.trace.time_limit
         self.running[job.index] = self.now + limit if limit else o.end
-        self.push(o.end, END, job.index)
+        self.end_seq[job.index] = self.push(o.end, END, job.index)
+        load = self.load(job, placement, step)
+        if load is not None:
+            self.prog[job.index] = [self.now, run, 1.0]
+            changed = self.net.add(job.index, load)
+            o.alone = self.net.alone(job.index)
+            self.respeed(changed)
 
     def finish(self, index: int) -> None:
         self.state.release(self.alloc.pop(index))
         self.running.pop(index, None)
+        self.end_seq.pop(index, None)
+        if self.prog.pop(index, None) is not None:
+            self.respeed(self.net.remove(index))
         self.done += 1
         if self.progress is not None and (self.done % 64 == 0 or self.done == len(self.jobs)):
             self.progress(self.done)
@@ -190,8 +324,8 @@ class _Loop:
 class QueueLoop(_Loop):
     """Slurm's queue with a placement policy (see the module doc)."""
 
-    def __init__(self, inv, jobs, policy, fraction, progress=None):
-        super().__init__(inv, jobs, policy.label, fraction, progress)
+    def __init__(self, inv, jobs, policy, fraction, progress=None, links=None, seed=0):
+        super().__init__(inv, jobs, policy.label, fraction, progress, links, seed)
         self.policy = policy
         self.pending: List[JobSpec] = []
         self.fresh: List[JobSpec] = []
@@ -207,8 +341,10 @@ class QueueLoop(_Loop):
             t = self.events[0][0]
             self.advance(t)
             while self.events and self.events[0][0] == t:
-                _, kind, _, what = heapq.heappop(self.events)
+                _, kind, seq, what = heapq.heappop(self.events)
                 if kind == END:
+                    if self.stale(kind, seq, what):
+                        continue
                     self.finish(what)
                     self.dirty = True
                 elif kind == SUBMIT:
@@ -309,7 +445,7 @@ class QueueLoop(_Loop):
         return self.policy.place(view, job, self.now, cand)
 
     def go(self, job: JobSpec, st, step, shrink: bool = False) -> bool:
-        self.start(job, st.alloc, step)
+        self.start(job, st.alloc, step, st.placement)
         if shrink and self.reserve is not None:
             # the reservation keeps the GPUs this short job did not take
             left = {h: tuple(g for g in gs if g not in st.alloc.get(h, ()))
@@ -365,8 +501,8 @@ class QueueLoop(_Loop):
 class DaemonLoop(_Loop):
     """The placement daemon on the simulated clock (see the module doc)."""
 
-    def __init__(self, inv, jobs, policy, fraction, progress=None):
-        super().__init__(inv, jobs, policy.label, fraction, progress)
+    def __init__(self, inv, jobs, policy, fraction, progress=None, links=None, seed=0):
+        super().__init__(inv, jobs, policy.label, fraction, progress, links, seed)
         self.policy = policy
         self.held: Dict[int, JobSpec] = {}
         self.next_cycle: Optional[float] = None
@@ -394,8 +530,10 @@ class DaemonLoop(_Loop):
             self.advance(t)
             cycle = False
             while self.events and self.events[0][0] == t:
-                _, kind, _, what = heapq.heappop(self.events)
+                _, kind, seq, what = heapq.heappop(self.events)
                 if kind == END:
+                    if self.stale(kind, seq, what):
+                        continue
                     self.finish(what)
                     self.moved = True
                     self.want_cycle(t)
@@ -418,8 +556,10 @@ class DaemonLoop(_Loop):
             self.next_cycle = None
             if not self.held:
                 continue
-            if not self.moved and not any(self.fits(j) for j in self.new):
+            if not any(self.fits(j) for j in (self.held.values() if self.moved else self.new)):
+                # no held job fits by count: the cycle would release none
                 self.new = []
+                self.moved = False
                 continue
             self.moved = False
             self.new = []
@@ -439,7 +579,7 @@ class DaemonLoop(_Loop):
                         step = self.step_of(job, d.placement)
                     del self.held[index]
                     self.policy.forget(job)
-                    self.start(job, alloc, step if job.best_step > 0 else 0.0)
+                    self.start(job, alloc, step if job.best_step > 0 else 0.0, d.placement)
                     released += 1
                 elif d.action == REJECT or d.final:
                     # final: every placement has an error hazard under the
@@ -468,10 +608,13 @@ class DaemonLoop(_Loop):
 
 
 def replay(inv: Inventory, jobs: List[JobSpec], policy, fraction: float,
-           progress: Optional[Callable[[int], None]] = None) -> Replay:
-    """Replay ``jobs`` under ``policy`` (a QueuePolicy or DaemonPolicy)."""
+           progress: Optional[Callable[[int], None]] = None, links=None,
+           seed: int = 0) -> Replay:
+    """Replay ``jobs`` under ``policy`` (a QueuePolicy or DaemonPolicy);
+    with ``links`` (:class:`~slurmtopo.simulate.contention.FabricLinks`)
+    the running jobs share them (``seed`` hashes their flows)."""
     from slurmtopo.simulate.policies import DaemonPolicy
 
     loop = (DaemonLoop if isinstance(policy, DaemonPolicy) else QueueLoop)(
-        inv, jobs, policy, fraction, progress)
+        inv, jobs, policy, fraction, progress, links, seed)
     return loop.run()

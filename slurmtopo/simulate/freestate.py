@@ -17,12 +17,23 @@ Stranded GPUs
     NVLink island inside the node (the whole node on HGX, a pair on
     NVLink-bridged PCIe cards, the GPU alone without NVLink). Without a
     switch tree there are no leaves, and only the domains count.
+
+Rack fragmentation
+    In a multi-node NVLink domain (a rack of trays), a tray is usable by a
+    job asking ``--segment=S`` only as one of ``S`` free trays of the same
+    rack: the rack's free trays beyond a whole number of ``S`` are free but
+    unusable for it. They are counted per segment size (:data:`SEGMENTS`),
+    with the racks wholly free and the racks partly free.
 """
 from __future__ import annotations
 
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from slurmtopo.inventory.model import ClusterState, Inventory, NodeState
+
+#: the segment sizes (trays of a multi-node NVLink domain) whose unusable
+#: free trays a replay counts: NVIDIA's NVL72 guidance weighs 16 against 18
+SEGMENTS = (2, 4, 8, 9, 16, 18)
 
 
 class FreeState:
@@ -87,6 +98,27 @@ class FreeState:
         self._version = 0
         self._cands: Dict[object, Tuple[object, int]] = {}
         self._nodes = list(inv.nodes.values())
+        # multi-node NVLink domains (racks): their wholly free trays
+        self._dom_of: List[Optional[int]] = [None] * len(self.names)
+        dom_ids: Dict[str, int] = {}
+        for i, name in enumerate(self.names):
+            d = inv.nodes[name].nvlink_domain
+            if d is not None:
+                self._dom_of[i] = dom_ids.setdefault(d.key, len(dom_ids))
+        self.dom_size = [0] * len(dom_ids)
+        for d in self._dom_of:
+            if d is not None:
+                self.dom_size[d] += 1
+        self.dom_free = list(self.dom_size)
+        biggest = max(self.dom_size, default=0)
+        #: the segment sizes whose unusable trays are counted
+        self.segments: Tuple[int, ...] = tuple(k for k in SEGMENTS if 1 < k <= biggest)
+        #: per segment size: free trays of domains no segment of it can use
+        #: (each domain's free trays beyond a whole number of segments)
+        self.unusable: List[int] = [sum(n % k for n in self.dom_size) for k in self.segments]
+        #: domains with every tray free, and with some but not all free
+        self.whole_domains = len(dom_ids)
+        self.partial_domains = 0
 
     # -- queries ---------------------------------------------------------------
 
@@ -148,6 +180,19 @@ class FreeState:
                                                  busy_gpus=frozenset(busy))
         if track:
             self.stranded += sum(self._piece_stranded(p) for p in touched) - before
+            d = self._dom_of[i]
+            if d is not None and (not old) != (not busy):
+                self._domain_tray(d, 1 if not busy else -1)
+
+    def _domain_tray(self, d: int, delta: int) -> None:
+        """A tray of domain ``d`` became wholly free (+1) or stopped being (-1)."""
+        size, before = self.dom_size[d], self.dom_free[d]
+        after = before + delta
+        self.dom_free[d] = after
+        for k, seg in enumerate(self.segments):
+            self.unusable[k] += after % seg - before % seg
+        self.whole_domains += (after == size) - (before == size)
+        self.partial_domains += (0 < after < size) - (0 < before < size)
 
     def allocate(self, alloc: Mapping[str, Iterable[int]], track: bool = True) -> None:
         """Mark ``alloc`` (node -> GPUs) busy. ``track=False``: a trial

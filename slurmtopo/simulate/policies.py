@@ -1,27 +1,35 @@
 """The placement policies a trace is replayed with; each calls the code it
 names, never a copy of it.
 
-``slurm[:topology=tree|flat]``
+``slurm[:topology=tree|flat|block,segment=S]``
     Slurm's own choice of nodes and GPUs
     (:func:`slurmtopo.placement.baselines.slurm_from`, the model of
-    select/cons_tres in :mod:`slurmtopo.placement.slurm_select`), with the
-    inventory's switch tree as topology/tree uses it for every job
-    (``tree``, the default when the inventory has one), or without
-    (``flat``: no topology plugin, or ``TopologyParam=TopoOptional``).
+    select/cons_tres in :mod:`slurmtopo.placement.slurm_select`), over the
+    inventory's blocks as topology/block does (``block``, the default when
+    the inventory has blocks), every job of a multiple of ``S`` nodes
+    asking ``--segment=S``; with its switch tree as topology/tree uses it
+    for every job (``tree``, the default otherwise when it has one), or
+    without (``flat``: no topology plugin, or ``TopologyParam=TopoOptional``).
 ``slurm-switches:wait=T``
     The same over the tree, asked for ``--switches=1@T``: a job whose
     choice spans several leaves waits, until T after its submission.
-``slurmtopo``
+``slurmtopo[:topology=block|tree]``
     The planner (:func:`slurmtopo.plan.choice.plan`) on what is free when Slurm
-    starts the job.
-``daemon:wait=T[,level=leaf,reservations=1,max_releases=100,interval=10]``
+    starts the job (``tree``; on an inventory without blocks). With
+    ``topology=block`` (the default when the inventory has blocks: a
+    cluster running topology/block), as ``slurmtopo sbatch`` runs there: the job asks the
+    ``--segment`` its plan on the idle cluster calls for
+    (:func:`slurmtopo.placement.segments.choose_segments`), Slurm's block
+    choice picks its nodes when it can (``slurm:topology=block``'s), and the
+    planner maps its ranks onto them (``slurmtopo bind``).
+``daemon:wait=T[,level=leaf,reservations=1,max_releases=100,interval=10,pack=domains]``
     The placement daemon's decisions
     (:func:`slurmtopo.daemon.scheduler.decide`) every ``interval`` seconds
     of the simulated clock: each job held; a multi-node job submitted as
     with ``--prefer dp=LEVEL,tp=node --wait dp=T,tp=T`` (its nodes under one
     ``level``, as ``--switches=1@T`` asks Slurm, tensor parallel inside a
-    node), waiting up to ``T`` seconds for it; the daemon's reservations
-    and release limit as configured.
+    node), waiting up to ``T`` seconds for it; the daemon's reservations,
+    release limit and rack packing (``--pack domains``) as configured.
 ``random``
     A random feasible placement (:func:`slurmtopo.placement.baselines.random_plan`,
     seeded by ``--seed`` and the job), for scale.
@@ -51,12 +59,12 @@ DEFAULT_POLICIES = ("slurm", "slurm-switches:wait=600", "slurmtopo", "daemon:wai
 
 #: option -> (kind, default) per policy; kinds: time, int, level, topology
 OPTIONS: Dict[str, Dict[str, Tuple[str, object]]] = {
-    SLURM: {"topology": ("topology", None)},
+    SLURM: {"topology": ("topology", None), "segment": ("int", 0)},
     SWITCHES: {"wait": ("time", 600.0)},
-    SLURMTOPO: {},
+    SLURMTOPO: {"topology": ("topology", None)},
     DAEMON: {"wait": ("time", 600.0), "level": ("level", "leaf"),
              "reservations": ("int", 1), "max_releases": ("int", 100),
-             "interval": ("time", 10.0)},
+             "interval": ("time", 10.0), "pack": ("pack", "")},
     RANDOM: {},
 }
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -131,6 +139,12 @@ def parse_policy(text: str) -> PolicySpec:
             if not value.isdigit() or int(value) > 1_000_000:
                 raise SlurmtopoError(f"{what}: {value!r} is not a whole number >= 0")
             opts[key] = int(value)
+        elif kind == "pack":
+            from slurmtopo.daemon.packing import PACK_MODES
+            if value not in PACK_MODES or not value:
+                raise SlurmtopoError(f"{what}: {value!r} (known: "
+                                     f"{', '.join(m for m in PACK_MODES if m)})")
+            opts[key] = value
         elif kind == "level":
             from slurmtopo.errors import LayoutError
             from slurmtopo.job.request import normalise_level
@@ -188,16 +202,56 @@ class QueuePolicy:
         self.spec = spec
         self.inv = inv
         self.seed = seed
-        self.topology = spec.get("topology") if spec.name == SLURM else None
+        self.topology = spec.get("topology") if spec.name in (SLURM, SLURMTOPO) else None
+        if self.topology is None and spec.name in (SLURM, SLURMTOPO) and inv.fabric.blocks:
+            self.topology = "block"  # a cluster with blocks runs topology/block
+        self.block = self.topology == "block"
         if spec.name == SWITCHES:
             self.topology = "tree"
-        elif self.topology is None:
+        elif self.topology is None or (spec.name == SLURMTOPO and not self.block):
             self.topology = "tree" if inv.fabric.switches else "flat"
+        self._segments: Dict[object, Optional[int]] = {}
         self.switch_wait = spec.get("wait") if spec.name == SWITCHES else None
+        self.segment = int(spec.get("segment")) if spec.name == SLURM else 0
+        if self.topology == "block" and not inv.fabric.blocks:
+            raise SlurmtopoError(f"--policy {spec.label}: the inventory has no blocks "
+                                 "(fabric: blocks:) for topology/block")
 
     @property
     def label(self) -> str:
         return self.spec.label
+
+    def segment_of(self, job) -> Optional[int]:
+        """The ``--segment`` ``slurmtopo sbatch`` asks for this job: from its
+        plan on the idle cluster (None: none)."""
+        req = job.request
+        if req not in self._segments:
+            from slurmtopo.plan.choice import plan
+            from slurmtopo.placement.segments import (block_layout, choose_segments,
+                                                      nvlink_kinds)
+
+            seg = None
+            layout = block_layout(self.inv.fabric)
+            if layout is not None and job.shape.nodes > 1:
+                idle = plan(self.inv, None, req)
+                host_of = [sl.host for sl in idle.slots]
+                choice = choose_segments(layout, list(idle.hosts), idle.groups, host_of,
+                                         nvlink_kinds(req.require, req.prefer))
+                seg = choice.segment or None
+            self._segments[req] = seg
+        return self._segments[req]
+
+    def _on_blocks(self, state: ClusterState, job, cand) -> Placement:
+        """Slurm's block choice for the job's segments, ranks planned on it."""
+        from slurmtopo.plan.choice import plan
+        from slurmtopo.placement.baselines import slurm_from
+        from slurmtopo.placement.common import candidates
+
+        req = job.request
+        if cand is None:
+            cand = candidates(self.inv, state, req)
+        nodes = slurm_from(self.inv, req, cand, "block", segment=self.segment_of(job))
+        return plan(self.inv, state, replace(req, nodelist=tuple(sorted(nodes.hosts))))
 
     def place(self, state: ClusterState, job, now: float, cand=None) -> Optional[Start]:
         """Where ``job`` (a :class:`~slurmtopo.simulate.engine.JobSpec`) goes
@@ -212,11 +266,17 @@ class QueuePolicy:
 
                 if cand is None:
                     cand = candidates(inv, state, req)
-                pl = slurm_from(inv, req, cand, self.topology)
+                n = job.shape.nodes
+                seg = self.segment if self.segment and n > self.segment and \
+                    n % self.segment == 0 else None
+                pl = slurm_from(inv, req, cand, self.topology, segment=seg)
             elif self.spec.name == SLURMTOPO:
                 from slurmtopo.plan.choice import plan
 
-                pl = plan(inv, state, req, cand=cand)
+                if self.block:
+                    pl = self._on_blocks(state, job, cand)
+                else:
+                    pl = plan(inv, state, req, cand=cand)
             else:
                 from slurmtopo.placement.baselines import random_plan
 
@@ -248,7 +308,8 @@ class DaemonPolicy:
         self.level = str(spec.get("level"))
         self.interval = float(spec.get("interval"))
         self.config = replace(Config(), reservations=int(spec.get("reservations")),
-                              max_releases=int(spec.get("max_releases")))
+                              max_releases=int(spec.get("max_releases")),
+                              pack=str(spec.get("pack")))
         #: what the daemon keeps between cycles (plans on the empty cluster)
         self.memo: Dict[str, object] = {}
         self._queued: Dict[int, object] = {}

@@ -46,8 +46,12 @@ def test_json_document(doc_text):
         assert p["jct_s"]["mean"] >= w["mean"]
     by = {p["name"]: p for p in doc["policies"]}
     # the planner's placements are the best by the cost model; random's are not
-    assert by["slurmtopo"]["slowdown"]["mean"] == 1.0
-    assert by["random"]["slowdown"]["mean"] > 1.0
+    assert by["slurmtopo"]["placement_slowdown"]["mean"] == 1.0
+    assert by["random"]["placement_slowdown"]["mean"] > 1.0
+    for p in doc["policies"]:
+        # shared links only ever slow a job down
+        assert p["slowdown"]["mean"] >= p["placement_slowdown"]["mean"]
+        assert sum(b["jobs"] for b in p["slowdown_distribution"]) == pytest.approx(1.0, abs=1e-5)
     assert by["daemon"]["daemon_cycles"] > 0
 
 
@@ -60,11 +64,17 @@ def test_json_is_byte_identical_whatever_the_workers(doc_text):
     assert forked == doc_text
 
 
-def test_seed_moves_only_the_random_policy(doc_text):
-    code, out, err = run_cli(BASE + POLICIES + ["--json", "--workers", "1", "--seed", "7"])
-    assert code == 0, err
-    a, b = json.loads(doc_text), json.loads(out)
-    for pa, pb in zip(a["policies"], b["policies"]):
+def test_seed_moves_only_the_random_policy_without_shared_links():
+    """Without shared links the seed is the random policy's alone; with
+    them it also hashes every flow onto its uplink (tests/simulate/
+    test_contention.py)."""
+    runs = []
+    for seed in ("0", "7"):
+        code, out, err = run_cli(BASE + POLICIES + ["--json", "--workers", "1", "--seed", seed,
+                                                    "--contention", "off"])
+        assert code == 0, err
+        runs.append(json.loads(out))
+    for pa, pb in zip(*(r["policies"] for r in runs)):
         assert (pa == pb) == (pa["name"] != "random"), pa["name"]
 
 

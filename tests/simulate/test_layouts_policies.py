@@ -87,14 +87,17 @@ def test_policy_specs():
 @pytest.mark.parametrize("text, what", [
     ("fifo", "unknown policy"),
     ("slurm:wait=5", "has no option 'wait'"),
-    ("slurmtopo:x=1", "it takes none"),
+    ("slurmtopo:x=1", "has no option 'x' (options: topology)"),
+    ("random:x=1", "it takes none"),
+    ("daemon:pack=racks", "known: domains"),
     ("daemon:wait", "is not key=value"),
     ("daemon:wait=soon", "is not a time"),
     ("daemon:wait=400d", "more than a year"),
     ("daemon:interval=0", "more than 0"),
     ("daemon:reservations=-1", "not a whole number"),
     ("daemon:level=rack", "unknown level"),
-    ("slurm:topology=dragonfly", "known: tree, flat"),
+    ("slurm:topology=dragonfly", "known: tree, flat, block"),
+    ("slurm:segment=x", "not a whole number"),
     ("daemon:wait=1,wait=2", "given twice"),
 ])
 def test_policy_specs_refused(text, what):
