@@ -71,7 +71,7 @@ class Candidate:
     micro_batch: int
     recompute: str
     style: str
-    framework: str = "megatron"
+    framework: str = registry.DEFAULT_FRAMEWORK
     #: HSDP: data-parallel ranks a shard group holds (torchtitan's dp_shard)
     shard: int = 0
     #: DeepSpeed: the ZeRO stage
@@ -141,7 +141,7 @@ def _tp_ok(spec: ModelSpec, tp: int) -> bool:
 
 
 def candidates(spec: ModelSpec, gpus: int, max_tp: int = 8, frameworks_fsdp: bool = True,
-               frameworks: Sequence[str] = ("megatron",), node_gpus: int = 8
+               frameworks: Sequence[str] = (registry.DEFAULT_FRAMEWORK,), node_gpus: int = 8
                ) -> List[Candidate]:
     """Every layout of ``spec`` on ``gpus`` GPUs the ``frameworks`` accept
     (the recomputation left "none": :func:`advise` raises it until the

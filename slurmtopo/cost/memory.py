@@ -98,8 +98,9 @@ def _style_shards(style: str, dp: int, shard: int) -> Tuple[int, int, int]:
     return 1, 1, 1
 
 
-def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: str = "megatron",
-                   gpu_gib: float = 0.0, shard: int = 0) -> MemoryReport:
+def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
+                   framework: str = registry.DEFAULT_FRAMEWORK, gpu_gib: float = 0.0,
+                   shard: int = 0) -> MemoryReport:
     """The memory of a rank of the first pipeline stage (see the module
     doc). ``style``: ddp, zero12 (ZeRO-1, Megatron's distributed
     optimizer), zero2, fsdp (ZeRO-3, FSDP, Megatron-FSDP), hsdp (FSDP over

@@ -180,8 +180,8 @@ def exposed_per_call(calls: Sequence[CommCall], st: StageCompute, m: int,
 
 
 def compose(spec: ModelSpec, dims: Dims, gpu: GpuFigures, calls: Sequence[CommCall],
-            style: str = "ddp", framework: str = "megatron", fit: ComputeFit = FIT,
-            shard: int = 0, notes: Sequence[str] = (),
+            style: str = "ddp", framework: str = registry.DEFAULT_FRAMEWORK,
+            fit: ComputeFit = FIT, shard: int = 0, notes: Sequence[str] = (),
             attention: Optional[str] = None) -> WholeStep:
     """The step of ``spec`` on a layout of ``dims`` with the priced
     communication ``calls`` (see the module doc); ``attention`` the
