@@ -24,7 +24,7 @@ from slurmtopo.cost.model_spec import MODEL_PRESETS
 from slurmtopo.cost.step import step_calls
 from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks import registry
-from slurmtopo.job.frameworks.base import Framework, RequestTerms
+from slurmtopo.job.frameworks.base import ConfigReader, Framework, RequestTerms
 from slurmtopo.job.frameworks.common import (FrameworkLayout, Knob, check_world, integer,
                                              normalised, refuse)
 from slurmtopo.job.groups import Layout, build_groups, mesh_groups
@@ -39,6 +39,25 @@ _CONFIG_MODEL = {"n_layers": "layers", "d_model": "hidden", "d_ff": "ffn",
                  "batch": "micro_batch"}
 
 
+def _pairs(text: str, where: str):
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = re.fullmatch(r"\s*(\w+)\s*=\s*(\w+)\s*", line)
+        if m is None:
+            raise LayoutError(f"{where}:{n}: not a toy setting: {line.strip()!r}")
+        yield m.group(1), m.group(2)
+
+
+def _read(text: str, where: str, keys: Mapping[str, str]) -> Dict[str, object]:
+    """The toy file's integer settings under ``keys``' names."""
+    return {keys[k]: int(v) for k, v in _pairs(text, where) if k in keys}
+
+
+def _read_overlaps(text: str, where: str) -> Dict[str, bool]:
+    return {"tp_comm_overlap": v == "true" for k, v in _pairs(text, where) if k == "async_tp"}
+
+
 class Toy(Framework):
     """A 2-D mesh (data, tensor), row-major: tensor varies fastest."""
 
@@ -47,7 +66,8 @@ class Toy(Framework):
              Knob("world", None, "World size (default tp*dp)."))
     mesh = ("dp", "tp")
     mesh_words = "mesh data, tensor"
-    config_format = "toy key = value file"
+    config = ConfigReader("toy key = value file", lambda t, w: _read(t, w, _CONFIG_KNOBS),
+                          lambda t, w: _read(t, w, _CONFIG_MODEL), _read_overlaps)
     attention_kernel = "fused"
     logit_bytes = 4
     tp_overlap_backward = False
@@ -71,27 +91,6 @@ class Toy(Framework):
 
     def sizes_world(self, knobs: Mapping[str, Any]) -> bool:
         return knobs.get("dp") is not None
-
-    def _pairs(self, text: str, where: str):
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            m = re.fullmatch(r"\s*(\w+)\s*=\s*(\w+)\s*", line)
-            if m is None:
-                raise LayoutError(f"{where}:{n}: not a toy setting: {line.strip()!r}")
-            yield n, m.group(1), m.group(2)
-
-    def config_knobs(self, text: str, where: str) -> Dict[str, object]:
-        return {_CONFIG_KNOBS[k]: int(v) for _, k, v in self._pairs(text, where)
-                if k in _CONFIG_KNOBS}
-
-    def config_model(self, text: str, where: str) -> Dict[str, object]:
-        return {_CONFIG_MODEL[k]: int(v) for _, k, v in self._pairs(text, where)
-                if k in _CONFIG_MODEL}
-
-    def config_overlaps(self, text: str, where: str) -> Dict[str, bool]:
-        return {"tp_comm_overlap": v == "true" for _, k, v in self._pairs(text, where)
-                if k == "async_tp"}
 
     def style(self, knobs: Mapping[str, Any]) -> str:
         return "ddp"

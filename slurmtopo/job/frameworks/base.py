@@ -34,13 +34,13 @@ Pure: no I/O, no framework imported.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks.common import FrameworkLayout, Knob
 from slurmtopo.job.groups import Layout
 
-__all__ = ["Framework", "RequestTerms"]
+__all__ = ["Framework", "RequestTerms", "ConfigReader"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,22 @@ class RequestTerms:
     #: planner kind -> level: what the framework's style prefers
     prefer: Mapping[str, str]
     notes: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConfigReader:
+    """A framework's own configuration file: what it is called (help
+    texts) and the functions reading it, each ``(text, where) -> dict``
+    with refusals naming ``where`` (and its line where there is one)."""
+
+    #: what ``--config`` reads, in words
+    format: str
+    #: the framework's settings the file sets
+    knobs: Callable[[str, str], Dict[str, object]]
+    #: the ``--model`` keys it gives (``preset``: a model preset)
+    model: Callable[[str, str], Dict[str, object]]
+    #: the Workload overlaps it turns on
+    overlaps: Callable[[str, str], Dict[str, bool]]
 
 
 class Framework:
@@ -71,8 +87,8 @@ class Framework:
     #: its group kinds are the planner's own (Megatron's): ``--require``
     #: and ``--prefer`` name planner kinds, and the rank map adds nothing
     planner_kinds: bool = False
-    #: what ``--config`` reads (help texts)
-    config_format: str = ""
+    #: its configuration file's reader (None: it has no ``--config``)
+    config: Optional[ConfigReader] = None
     #: a ``slurmtopo groups`` line of docs/frameworks/NAME.md
     example: str = ""
 
@@ -156,18 +172,23 @@ class Framework:
     # ------------------------------------------------------------------
     # its own configuration file
 
+    def _reader(self) -> ConfigReader:
+        if self.config is None:
+            raise LayoutError(f"--config: no configuration format for {self.name!r}")
+        return self.config
+
     def config_knobs(self, text: str, where: str) -> Dict[str, object]:
         """The settings ``text`` (the contents of ``where``) sets."""
-        raise LayoutError(f"--config: no configuration format for {self.name!r}")
+        return self._reader().knobs(text, where)
 
     def config_model(self, text: str, where: str) -> Dict[str, object]:
         """The ``--model`` keys the file gives (``preset`` naming a model
         preset when it names a known model); empty when it describes none."""
-        raise LayoutError(f"--config: no configuration format for {self.name!r}")
+        return self._reader().model(text, where)
 
     def config_overlaps(self, text: str, where: str) -> Dict[str, bool]:
         """The Workload overlaps the file turns on."""
-        return {}
+        return self.config.overlaps(text, where) if self.config is not None else {}
 
     # ------------------------------------------------------------------
     # the step it runs

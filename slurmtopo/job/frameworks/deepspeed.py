@@ -51,7 +51,7 @@ from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional
 
 from slurmtopo.errors import LayoutError
-from slurmtopo.job.frameworks.base import Framework, RequestTerms
+from slurmtopo.job.frameworks.base import ConfigReader, Framework, RequestTerms
 from slurmtopo.job.frameworks.common import (FrameworkLayout, Knob, check_world, integer,
                                              normalised, refuse)
 from slurmtopo.job.frameworks.configs import MAX_CONFIG_DEPTH, at, degree, line_of, short
@@ -280,7 +280,8 @@ class DeepSpeed(Framework):
     knobs = KNOBS
     mesh = MESH
     mesh_words = MESH_WORDS
-    config_format = "DeepSpeed JSON config"
+    config = ConfigReader("DeepSpeed JSON config",
+                          read_knobs, read_model, read_overlaps)
     example = ("slurmtopo groups --framework deepspeed --world 16 --pp 2 --tp 2 --ep 2 "
                "--zero-stage 1")
     sequence_parallel = False
@@ -307,15 +308,6 @@ class DeepSpeed(Framework):
             kinds.update(expert_parallel="ep", expert_data_parallel="expert-dp")
         prefer = {"dp": "nvlink"} if k["zero_stage"] == 3 and dp > 1 else {}
         return RequestTerms(lay, kinds, prefer, tuple(notes))
-
-    def config_knobs(self, text: str, where: str) -> Dict[str, object]:
-        return read_knobs(text, where)
-
-    def config_model(self, text: str, where: str) -> Dict[str, object]:
-        return read_model(text, where)
-
-    def config_overlaps(self, text: str, where: str) -> Dict[str, bool]:
-        return read_overlaps(text, where)
 
     def style(self, knobs: Mapping[str, Any]) -> str:
         """By ZeRO stage: 0 DDP, 1 and 2 ZeRO-1/2, 3 FSDP."""

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional
 
 from slurmtopo.errors import LayoutError
-from slurmtopo.job.frameworks.base import Framework, RequestTerms
+from slurmtopo.job.frameworks.base import ConfigReader, Framework, RequestTerms
 from slurmtopo.job.frameworks.common import FrameworkLayout, Knob, refuse
 from slurmtopo.job.frameworks.configs import at, line_of, short
 from slurmtopo.job.groups import (CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_ORDER, Layout,
@@ -257,7 +257,8 @@ class Megatron(Framework):
     name = NAME
     knobs = KNOBS
     planner_kinds = True
-    config_format = "file with Megatron-LM's argument list"
+    config = ConfigReader("file with Megatron-LM's argument list",
+                          read_knobs, read_model, read_overlaps)
     example = ("slurmtopo groups --framework megatron --config "
                "tests/fixtures/frameworks/megatron.args --world 16")
     sequence_parallel = False  # --sequence-parallel, when the job says so
@@ -289,15 +290,6 @@ class Megatron(Framework):
         return (f"world={lay.world} tp={lay.tp} cp={lay.cp} ep={lay.ep} "
                 f"pp={lay.pp} dp={lay.dp} expert_tp={lay.expert_tp} "
                 f"expert_dp={lay.expert_dp} order={lay.order} ({lay.convention})")
-
-    def config_knobs(self, text: str, where: str) -> Dict[str, object]:
-        return read_knobs(text, where)
-
-    def config_model(self, text: str, where: str) -> Dict[str, object]:
-        return read_model(text, where)
-
-    def config_overlaps(self, text: str, where: str) -> Dict[str, bool]:
-        return read_overlaps(text, where)
 
     def style(self, knobs: Mapping[str, Any]) -> str:
         """Megatron-FSDP, the distributed optimizer (ZeRO-1/2), else DDP."""

@@ -48,7 +48,7 @@ from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional
 
 from slurmtopo.errors import LayoutError
-from slurmtopo.job.frameworks.base import Framework, RequestTerms
+from slurmtopo.job.frameworks.base import ConfigReader, Framework, RequestTerms
 from slurmtopo.job.frameworks.common import (FrameworkLayout, Knob, check_world, integer,
                                              normalised, refuse)
 from slurmtopo.job.frameworks.configs import at, degree, line_of, short, toml
@@ -285,7 +285,8 @@ class Torchtitan(Framework):
     knobs = KNOBS
     mesh = MESH
     mesh_words = MESH_WORDS
-    config_format = "TOML job file ([parallelism])"
+    config = ConfigReader("TOML job file ([parallelism])",
+                          read_knobs, read_model, read_overlaps)
     example = ("slurmtopo groups --framework torchtitan --world 16 --dp-replicate 2 "
                "--dp-shard -1 --tp 2")
     sequence_parallel = True  # its TP plan shards the norms' sequence
@@ -313,15 +314,6 @@ class Torchtitan(Framework):
         if rep == 1 and shard * cp > 1:
             prefer["dp-cp" if cp > 1 else "dp"] = "nvlink"
         return RequestTerms(lay, {a: b for a, b in kinds.items() if a in fl.groups}, prefer)
-
-    def config_knobs(self, text: str, where: str) -> Dict[str, object]:
-        return read_knobs(text, where)
-
-    def config_model(self, text: str, where: str) -> Dict[str, object]:
-        return read_model(text, where)
-
-    def config_overlaps(self, text: str, where: str) -> Dict[str, bool]:
-        return read_overlaps(text, where)
 
     def style(self, knobs: Mapping[str, Any]) -> str:
         """FSDP when dp_shard x cp > 1, with replicas (HSDP) when
