@@ -38,7 +38,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from slurmtopo.cost.model_spec import ModelSpec
 
 __all__ = ["GpuFigures", "GPU_PRESETS", "GPU_DTYPES", "ComputeFit", "FIT", "Dims",
-           "ATTENTION_EFFICIENCY", "ATTENTION_KERNELS", "ATTENTION_BACKWARD",
+           "ATTENTION_EFFICIENCY", "ATTENTION_BACKWARD",
            "ATTENTION_HALF_HEAD",
            "StageCompute", "gpu_figures", "parse_gpu_compute", "model_flops_per_token",
            "step_model_flops", "stage_compute", "optimizer_seconds", "gemm_seconds", "placement_gpu"]
@@ -268,10 +268,11 @@ class ComputeFit:
 #: lengths, FlashAttention-2 350 and 300 ("only 35% utilization on H100",
 #: §1); the same shares are taken for every GPU
 ATTENTION_EFFICIENCY = {"fused": (0.60, 0.45), "flash2": (0.35, 0.30)}
-#: the attention kernels a framework runs: Megatron-LM and NeMo through
-#: Transformer Engine's fused (cuDNN) attention, the others PyTorch's SDPA
-#: or flash-attn 2
-ATTENTION_KERNELS = {"megatron": "fused"}
+# the attention kernels a framework runs (Megatron-LM and NeMo through
+# Transformer Engine's fused (cuDNN) attention, the others PyTorch's SDPA
+# or flash-attn 2) are each framework's ``attention_kernel``
+# (slurmtopo.job.frameworks)
+
 #: flash attention's backward pass over its forward: five products (the
 #: scores recomputed, dV, dP, dQ, dK) against the forward's two
 ATTENTION_BACKWARD = 2.5
