@@ -81,9 +81,13 @@ class Protocol:
 #: NCCL's per-step latencies relative to Simple's (LL 0.6/3.4 us on
 #: NVLink, 2.7/14 on the network; LL128 1.9/3.4 and 4/14); base
 #: latencies are NCCL's ``baseLatencies`` for rings. LL and LL128 top out
-#: whatever the links (NCCL: ``llMaxBws``, 141-282 GB/s in a node and
-#: 20-39 across nodes; ``perChMaxRingLL128Bws``, 36.7-40 GB/s a channel,
-#: the same on Hopper and Blackwell); the ceilings here are fitted.
+#: whatever the links (NCCL: ``llMaxBws``, in a node 141 GB/s on Hopper
+#: and 282 on Blackwell, 20-39 across nodes by the CPU;
+#: ``perChMaxRingLL128Bws``, 36.7 GB/s a channel on Hopper, 73.4 on
+#: Blackwell in a node, src/graph/tuning.cc from v2.25.1-1); the ceilings
+#: here are fitted, one for every generation: Blackwell's twice Hopper's
+#: in a node would price 8x B200's LL ring at 1-2 MiB 1.3x too fast
+#: (b200-p6-1node, a fit curve).
 DEFAULT_PROTOCOLS: Dict[str, Protocol] = {
     "LL": Protocol(bandwidth=0.5, latency=0.18, network_latency=0.19, base_us=6.6,
                    node_gbps=200.0, network_gbps=40.0),
