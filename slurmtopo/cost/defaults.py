@@ -204,7 +204,9 @@ DEFAULT_NVLS_US: Tuple[Tuple[str, float], ...] = (
     ("gh200", 26.0), ("h200", 26.0), ("h100", 26.0), ("h800", 26.0), ("h20", 26.0),
 )
 #: NCCL does not use NVLS for four GPUs or fewer (the GB200 NVL partition
-#: guide: partitions of 4 GPUs or fewer "will not benefit from multicast")
+#: guide: partitions of 4 GPUs or fewer "will not benefit from multicast";
+#: NCCL's nvls.cc would set it up from 3 GPUs, but the published 4-GPU tray
+#: curves show a ring's start, docs/cost-model.md "NVLS")
 DEFAULT_NVLS_MIN_RANKS = 5
 
 #: NCCL multiplies a Simple ring's latency across nodes by 1.4 ("plateau
