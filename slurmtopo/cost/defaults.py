@@ -81,9 +81,13 @@ class Protocol:
 #: NCCL's per-step latencies relative to Simple's (LL 0.6/3.4 us on
 #: NVLink, 2.7/14 on the network; LL128 1.9/3.4 and 4/14); base
 #: latencies are NCCL's ``baseLatencies`` for rings. LL and LL128 top out
-#: whatever the links (NCCL: ``llMaxBws``, 141-282 GB/s in a node and
-#: 20-39 across nodes; ``perChMaxRingLL128Bws``, 36.7-40 GB/s a channel,
-#: the same on Hopper and Blackwell); the ceilings here are fitted.
+#: whatever the links (NCCL: ``llMaxBws``, in a node 141 GB/s on Hopper
+#: and 282 on Blackwell, 20-39 across nodes by the CPU;
+#: ``perChMaxRingLL128Bws``, 36.7 GB/s a channel on Hopper, 73.4 on
+#: Blackwell in a node, src/graph/tuning.cc from v2.25.1-1); the ceilings
+#: here are fitted, one for every generation: Blackwell's twice Hopper's
+#: in a node would price 8x B200's LL ring at 1-2 MiB 1.3x too fast
+#: (b200-p6-1node, a fit curve).
 DEFAULT_PROTOCOLS: Dict[str, Protocol] = {
     "LL": Protocol(bandwidth=0.5, latency=0.18, network_latency=0.19, base_us=6.6,
                    node_gbps=200.0, network_gbps=40.0),
@@ -200,7 +204,9 @@ DEFAULT_NVLS_US: Tuple[Tuple[str, float], ...] = (
     ("gh200", 26.0), ("h200", 26.0), ("h100", 26.0), ("h800", 26.0), ("h20", 26.0),
 )
 #: NCCL does not use NVLS for four GPUs or fewer (the GB200 NVL partition
-#: guide: partitions of 4 GPUs or fewer "will not benefit from multicast")
+#: guide: partitions of 4 GPUs or fewer "will not benefit from multicast";
+#: NCCL's nvls.cc would set it up from 3 GPUs, but the published 4-GPU tray
+#: curves show a ring's start, docs/cost-model.md "NVLS")
 DEFAULT_NVLS_MIN_RANKS = 5
 
 #: NCCL multiplies a Simple ring's latency across nodes by 1.4 ("plateau
