@@ -21,8 +21,8 @@ from slurmtopo.job.request import JobRequest, level_of_class, satisfies
 from slurmtopo.placement.baselines import naive_from
 from slurmtopo.placement.common import Candidates, candidates, not_enough_gpus
 from slurmtopo.placement.fabric import fabric_tree
-from slurmtopo.placement.planner import (MODEL, NESTING, NODE_CAP, ONE_PHASE, POD_BY_POD, Proposal,
-                                         proposals)
+from slurmtopo.placement.planner import (EVEN_DOMAINS, MODEL, NESTING, NODE_CAP, ONE_PHASE,
+                                         POD_BY_POD, Proposal, proposals)
 
 #: another nesting is used only when it models at least this much faster
 ALT_NESTING_MARGIN = 0.05
@@ -45,6 +45,7 @@ _WHY = {
     NAIVE: "Slurm's default placement (nodes in hostname order, ranks in block order)",
     POD_BY_POD: "splitting spanning groups pod by pod",
     ONE_PHASE: "relaxing every block alike (none kept whole first)",
+    EVEN_DOMAINS: "spreading the ranks evenly over the NVLink domains (racks) taken",
 }
 
 
@@ -249,7 +250,8 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
     declined: Optional[int] = None  # the fastest option refused by slower_on
     for i, t in enumerate(times):
         margin = 1e-9
-        if options[i].kind in (ONE_PHASE, POD_BY_POD, NAIVE) and t < times[best] * (1 - margin):
+        if options[i].kind in (ONE_PHASE, POD_BY_POD, EVEN_DOMAINS, NAIVE) and \
+                t < times[best] * (1 - margin):
             # Slurm's default is weighed against racks only: elsewhere (a
             # TP group over two HGX nodes) it stays the floor the plan is
             # never modelled slower than
