@@ -475,17 +475,25 @@ class NodeSearch:
         could? Yes when every host takes the same number of ranks, the
         most any usable node can, every block lies on one host or evenly
         over whole hosts, the usable nodes are all one hardware with the
-        same free GPUs and the network is alike at every level: each split block then has the
+        same free GPUs (or one hardware whose free GPUs are alike on every
+        node: NVSwitch nodes with a NIC each, where a piece of k GPUs rings
+        and reaches the network as any other k would) and the network is
+        alike at every level: each split block then has the
         fewest hosts and the biggest smallest piece there are (a 16,384-GPU
-        job on an idle cluster, whose packing over every node of the
-        cluster would cost a tenth of its plan for nothing)."""
+        job on an idle cluster, or a 64-GPU job on whole free nodes of a
+        busy one, whose packing over every node of the cluster would cost
+        a tenth of its plan, or ten times it, for nothing)."""
         amounts = {k for _, k in seq}
         if len(amounts) != 1:
             return False
         a = amounts.pop()
         if not all(s % a == 0 or a % s == 0 for s in spans):
             return False
-        if len(self.cand.sigs) != 1 or max(caps.caps_by_signature(False), default=0) > a:
+        if max(caps.caps_by_signature(False), default=0) > a:
+            return False
+        sigs = self.cand.sigs
+        if len(sigs) != 1 and (len({hw for hw, _ in sigs}) != 1
+                               or not all(map(self.packer.alike, range(len(sigs))))):
             return False
         return self.packer.flat_network
 
