@@ -48,9 +48,9 @@ mark("click and the command table (what --help imports)")
 import slurmtopo.commands.plan as planmod
 mark("import the plan command (its options: sbatch, model, launchers)")
 from slurmtopo import api
-from slurmtopo.plan.rankmap import env_json, rankmap_csv, rankmap_json
+import slurmtopo.plan.rankmap  # noqa: F401
 from slurmtopo.commands.job_options import (LazyBackend, command_from, load_job_cluster,
-                                            request_from, script_options_from, state_for)
+                                            script_options_from, spec_from, state_for)
 mark("import the api and the rank map")
 ctx = planmod.command.make_context("plan", [
     "--inventory", inv_path, "--tp", tp, "--pp", pp, "--dp", dp, "--output-dir", out_dir,
@@ -63,7 +63,7 @@ mark("parse the command line")
 inv, topo_notes = load_job_cluster(o)
 mark("load the inventory (its compiled form, when it has one)")
 live = state_for(inv, state_path, LazyBackend(backend_name), o.get("partition"))
-req = request_from(o, command=cmd)
+spec = spec_from(o, command=cmd)
 mark("state and request (layout, groups)")
 import slurmtopo.plan.choice, slurmtopo.cost, slurmtopo.placement.queue
 from slurmtopo.placement.fabric import fabric_tree
@@ -76,18 +76,17 @@ fabric_tree(inv)
 mark("per-inventory table: fabric tree")
 inventory_stats(inv)
 mark("per-inventory table: lower bound's statistics")
-job = api.prepare(inv, live.state, req, cmd, script_options_from(o, o["inventory_path"]),
+job = api.prepare(inv, live.state, spec, cmd, script_options_from(o, o["inventory_path"]),
                   queue=False, partition_members=live.partition_members,
                   features=live.features or None)
 mark("plan: candidates, planner, Slurm's default, pricing, bound, script")
 from slurmtopo.files.fileio import Output, ensure_dir, write_all
 import os
 ensure_dir(out_dir)
-outs = {"rank map": Output(os.path.join(out_dir, "rankmap.json"),
-                           rankmap_json(job.placement, req.layout)),
-        "CSV": Output(os.path.join(out_dir, "rankmap.csv"), rankmap_csv(job.placement)),
-        "per-rank environment": Output(os.path.join(out_dir, "env.json"), env_json(
-            job.placement, inv, "20000 + SLURM_JOB_ID % 10000", None)),
+docs = job.documents
+outs = {"rank map": Output(os.path.join(out_dir, "rankmap.json"), docs.rankmap_json),
+        "CSV": Output(os.path.join(out_dir, "rankmap.csv"), docs.rankmap_csv),
+        "per-rank environment": Output(os.path.join(out_dir, "env.json"), docs.env_json),
         "batch script": Output(os.path.join(out_dir, "job.sbatch"), job.script_text,
                                mode=0o755)}
 mark("per-rank files and the script: text")
@@ -96,7 +95,7 @@ mark("write the files (staged, fsynced, renamed)")
 from slurmtopo.show import plainout
 from slurmtopo.show.preview import plan_parts
 mark("import the preview (rich only for a terminal)")
-parts = plan_parts(job.placement, inv, req.layout, job.costs.plan, job.costs.naive,
+parts = plan_parts(job.placement, inv, job.request.layout, job.costs.plan, job.costs.naive,
                    live.state, None, list(topo_notes) + list(job.notes), job.script,
                    {w: x.path for w, x in outs.items()}, bound=job.costs.bound,
                    idle_bound=job.costs.idle_bound)

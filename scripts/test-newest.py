@@ -123,9 +123,11 @@ def main(argv: Sequence[str] = ()) -> int:
             if run([sys.executable, "-m", "venv", venv]).returncode:
                 print("test-newest: could not make a venv", file=sys.stderr)
                 return 2
-        print(f"test-newest: pip install --upgrade '.[{EXTRAS}]' into {venv} (no constraints)",
-              flush=True)
-        proc = run([py, "-m", "pip", "install", "-q", "--upgrade", f".[{EXTRAS}]"],
+        # setuptools too: a fresh venv holds the one Python bundled, not
+        # the release pip picks today (constraints.txt pins it for CI)
+        print(f"test-newest: pip install --upgrade setuptools '.[{EXTRAS}]' into {venv} "
+              "(no constraints)", flush=True)
+        proc = run([py, "-m", "pip", "install", "-q", "--upgrade", "setuptools", f".[{EXTRAS}]"],
                    cwd=ROOT, env=pip_env())
         if proc.returncode:
             print("test-newest: pip install failed", file=sys.stderr)

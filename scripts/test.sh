@@ -10,7 +10,7 @@
 #   extra arguments go to both pytest runs (e.g. -x, -k name)
 #
 # Python packages are installed at the versions CI tested, from
-# constraints.txt (docs/dependencies.md). scripts/test-newest.sh runs the
+# constraints.txt (docs/dependencies.md). scripts/test-newest.py runs the
 # unit tests against the newest releases instead and names any release that
 # breaks them.
 #

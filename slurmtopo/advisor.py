@@ -31,6 +31,7 @@ from slurmtopo.cost.memory import memory_per_gpu
 from slurmtopo.cost.model_spec import RECOMPUTE, ModelSpec, model_dict
 from slurmtopo.cost.whole import compose
 from slurmtopo.errors import LayoutError, PlacementError
+from slurmtopo.job.frameworks import registry
 
 __all__ = ["Candidate", "Advice", "candidates", "advise", "advice_json", "plan_line",
            "MAX_PLACED", "FRAMEWORKS"]
@@ -48,10 +49,9 @@ MICRO_BATCHES = (1, 2, 4)
 VIRTUAL_STAGES = (1, 2, 3, 4, 5, 6, 8)
 
 
-#: the frameworks the advisor lays a model out for
-FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
-#: HSDP shard groups tried besides pure FSDP: the ranks of this many nodes
-HSDP_NODES = (1, 2)
+#: the frameworks the advisor lays a model out for (each framework's own
+#: ``advice_variants``)
+FRAMEWORKS = registry.advised()
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Candidate:
     micro_batch: int
     recompute: str
     style: str
-    framework: str = "megatron"
+    framework: str = registry.DEFAULT_FRAMEWORK
     #: HSDP: data-parallel ranks a shard group holds (torchtitan's dp_shard)
     shard: int = 0
     #: DeepSpeed: the ZeRO stage
@@ -88,29 +88,11 @@ class Candidate:
 
     def optimizer(self) -> str:
         """How the data-parallel ranks share the model, as the table says it."""
-        if self.framework == "deepspeed":
-            return f"ZeRO-{self.zero}"
-        if self.style == "hsdp":
-            return f"HSDP {self.shard}"
-        if self.style == "fsdp":
-            return "FSDP"
-        return "distributed"
+        return registry.get(self.framework).advice_optimizer(self)
 
     def knobs(self, gpus: int) -> Dict[str, object]:
         """The framework's settings for :func:`slurmtopo.api.job_request`."""
-        k: Dict[str, object] = {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
-                                "world": gpus}
-        if self.framework == "torchtitan":
-            shard = self.shard if self.style == "hsdp" else self.dp
-            k.update(dp_shard=shard, dp_replicate=self.dp // shard)
-        elif self.framework == "deepspeed":
-            del k["cp"]
-            k["zero_stage"] = self.zero
-        else:
-            if self.ep > 1:
-                k["expert_tp"] = 1
-            k["use_megatron_fsdp" if self.style == "fsdp" else "use_distributed_optimizer"] = True
-        return k
+        return registry.get(self.framework).advice_knobs(self, gpus)
 
 
 @dataclass(frozen=True)
@@ -159,7 +141,7 @@ def _tp_ok(spec: ModelSpec, tp: int) -> bool:
 
 
 def candidates(spec: ModelSpec, gpus: int, max_tp: int = 8, frameworks_fsdp: bool = True,
-               frameworks: Sequence[str] = ("megatron",), node_gpus: int = 8
+               frameworks: Sequence[str] = (registry.DEFAULT_FRAMEWORK,), node_gpus: int = 8
                ) -> List[Candidate]:
     """Every layout of ``spec`` on ``gpus`` GPUs the ``frameworks`` accept
     (the recomputation left "none": :func:`advise` raises it until the
@@ -168,12 +150,13 @@ def candidates(spec: ModelSpec, gpus: int, max_tp: int = 8, frameworks_fsdp: boo
     uneven split, as Megatron-LM's first and last stage options make, is
     priced at its fullest stage), cp for sequences of 8K tokens and more,
     ep dividing the experts and the ranks beside a pipeline stage, the
-    micro-batch and the global batch dividing evenly. Per framework:
+    micro-batch and the global batch dividing evenly. Per framework (each
+    framework's ``advice_variants``, slurmtopo.job.frameworks):
 
     * Megatron-LM: its distributed optimizer, or Megatron-FSDP
       (``frameworks_fsdp``) for dense models without a pipeline;
     * torchtitan: FSDP over every data-parallel rank, or HSDP with shard
-      groups of the ranks of :data:`HSDP_NODES` nodes (``node_gpus`` GPUs a
+      groups of the ranks of one or two nodes (``node_gpus`` GPUs a
       node), with any of the sizes above;
     * DeepSpeed: ZeRO-1 (with a pipeline too) and ZeRO-3 (without: its
       pipeline engine refuses stages 2 and 3), no context parallelism (its
@@ -216,30 +199,13 @@ def candidates(spec: ModelSpec, gpus: int, max_tp: int = 8, frameworks_fsdp: boo
 
 def _framework_variants(fw: str, s: ModelSpec, c: Candidate, megatron_fsdp: bool,
                         node_gpus: int) -> List[Candidate]:
-    """The data-parallel styles ``fw`` runs layout ``c`` with."""
-    if fw == "megatron":
-        out = [c]
-        if megatron_fsdp and c.pp == 1 and not s.is_moe:
-            out.append(replace(c, style="fsdp"))
-        return out
-    if fw == "deepspeed":
-        if c.cp > 1 or c.vp > 1:
-            return []
-        out = [replace(c, zero=1)]
-        if c.pp == 1:
-            out.append(replace(c, style="fsdp", zero=3))
-        return out
-    if fw == "torchtitan":
-        if c.dp * c.cp == 1:
-            return []
-        out = [replace(c, style="fsdp")]
-        per_node = max(1, node_gpus // (c.tp * c.cp))
-        for nodes in HSDP_NODES:
-            shard = per_node * nodes
-            if 1 < shard < c.dp and c.dp % shard == 0:
-                out.append(replace(c, style="hsdp", shard=shard))
-        return out
-    raise LayoutError(f"the advisor knows no framework {fw!r} (one of {', '.join(FRAMEWORKS)})")
+    """The data-parallel styles ``fw`` runs layout ``c`` with (the
+    framework's own ``advice_variants``)."""
+    known = registry.FRAMEWORKS.get(fw) if isinstance(fw, str) else None
+    if known is None or not known.advised:
+        raise LayoutError(f"the advisor knows no framework {fw!r} (one of "
+                          f"{', '.join(FRAMEWORKS)})")
+    return known.advice_variants(c, s.is_moe, megatron_fsdp, node_gpus)
 
 
 def _model_for(spec: ModelSpec, c: Candidate) -> ModelSpec:
@@ -267,9 +233,8 @@ def plan_line(model_text: str, c: Candidate, inventory: str, gpus: int) -> str:
     """The ``slurmtopo plan`` command line of a layout, ready to run."""
     words = ["slurmtopo", "plan", "--inventory", inventory, "--framework", c.framework,
              "--world", str(gpus)]
-    for name, value in c.knobs(gpus).items():
-        if name == "world" or (name in ("tp", "pp", "cp", "ep") and value == 1
-                               and c.framework != "megatron"):
+    for name, value in registry.get(c.framework).plan_line_options(c.knobs(gpus)).items():
+        if name == "world":
             continue
         if value is True:
             words.append("--" + name.replace("_", "-"))

@@ -8,8 +8,10 @@ Everything slurmtopo does for a job runs through here, in one order::
     submit(job, backend)                               # sbatch (or held, for the daemon)
 
 ``slurmtopo plan`` and ``slurmtopo sbatch`` only turn their options into a
-:class:`~slurmtopo.job.request.JobRequest` and a :class:`ScriptOptions`, call
-:func:`prepare`, and show or write its result; the placement daemon loads
+:class:`~slurmtopo.job.spec.JobSpec` (:func:`job_spec`: the framework, its
+layout, the planner's request) and a :class:`ScriptOptions`, call
+:func:`prepare`, and show or write its result (the plan's documents:
+``PreparedJob.documents``); the placement daemon loads
 its inventory with :func:`load_cluster` (from :mod:`slurmtopo.plan.cluster`,
 below the daemon and this module) and prices placements with
 :func:`slurmtopo.cost.step.price_step`, as :func:`price_step` here does.
@@ -28,14 +30,20 @@ through the backend passed to :func:`submit`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple
+from functools import cached_property
+from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from slurmtopo.errors import NotNowError, PlacementError
+from slurmtopo.files.fileio import read_text
 from slurmtopo.files.rundirs import DEFAULT_KEEP_DAYS
 from slurmtopo.inventory.model import ClusterState, Inventory, Placement
+from slurmtopo.job.frameworks import registry
 from slurmtopo.job.request import JobRequest
+from slurmtopo.job.spec import FrameworkConfig, JobSpec, build_spec
+from slurmtopo.job.workload import parse_nccl_version
 from slurmtopo.plan.cluster import load_cluster  # noqa: F401  (the api's, kept below it)
 from slurmtopo.plan.hazards import HazardPolicy, HazardReport
+from slurmtopo.plan.rankmap import RankDocuments
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 
 if TYPE_CHECKING:
@@ -44,7 +52,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
-           "live_state", "live_topology", "segment_release", "job_request",
+           "live_state", "live_topology", "segment_release", "framework_config", "job_spec",
+           "job_request",
            "step_communication", "plan_job", "price", "price_step", "step_time", "prepare",
            "job_hazards", "request_for_launcher", "submission_notes", "submit"]
 
@@ -87,6 +96,8 @@ class PreparedJob:
 
     cluster: Inventory
     state: ClusterState
+    #: the planner's request (the spec's, as the command's own launcher
+    #: adopted it)
     request: JobRequest
     placement: Placement
     #: None when :func:`prepare` was asked not to price the plan
@@ -104,6 +115,17 @@ class PreparedJob:
     #: the spare nodes asked for besides the planned ones (``--spares``;
     #: a placement.spares.SpareChoice), None without
     spares: Optional[object] = None
+    #: the job as given (None: :func:`prepare` was handed a bare request)
+    spec: Optional[JobSpec] = None
+
+    @cached_property
+    def documents(self) -> RankDocuments:
+        """The plan's documents for its ranks (rankmap.json, rankmap.csv,
+        env.json and the rank map as data), each rendered when first asked."""
+        framework = self.spec.framework_groups if self.spec is not None else None
+        return RankDocuments(self.placement, self.request.layout, self.cluster, framework,
+                             self.options.master_port or "20000 + SLURM_JOB_ID % 10000",
+                             self.options.socket_ifname)
 
 
 @dataclass(frozen=True)
@@ -230,59 +252,76 @@ def load_state_file(cluster: Inventory, path: Optional[str]) -> ClusterState:
     return load_state(path, cluster)
 
 
-def job_request(framework: str = "megatron", *, require: Optional[Mapping[str, str]] = None,
-                prefer: Optional[Mapping[str, str]] = None,
-                message_bytes: Optional[Mapping[str, int]] = None,
-                wait: Optional[Mapping[str, float]] = None, gpus_per_node: Optional[int] = None,
-                exclusive: bool = False, nodelist=None, exclude=(), model=None,
-                nccl_version=None, overlaps: Optional[Mapping[str, bool]] = None,
-                **knobs) -> JobRequest:
-    """The JobRequest for a job laid out by ``framework`` with its own
-    settings (``knobs``: ``dp_replicate=2, dp_shard=-1, world=16`` for
-    torchtitan, ``zero_stage=3`` for DeepSpeed ...; None means the
-    framework's default).
+def framework_config(framework, path: str) -> FrameworkConfig:
+    """``framework``'s own configuration file at ``path`` (``--config``),
+    read once (at most 1 MiB); its parts are parsed when first asked."""
+    fw = registry.get(framework)
+    return FrameworkConfig(fw, read_text(path, limit=1 << 20), path)
 
-    Its ``workload`` is the step the framework runs (its data-parallel
-    style, :func:`slurmtopo.job.frameworks.placement.workload_of`) for
-    ``model`` (a ``--model`` text such as ``70b`` or
-    ``params=7e9,layers=32,hidden=4096``, or a ModelSpec; None: the
+
+def job_spec(framework=registry.DEFAULT_FRAMEWORK, *, config=None,
+             require: Optional[Mapping[str, str]] = None,
+             prefer: Optional[Mapping[str, str]] = None,
+             message_bytes: Optional[Mapping[str, int]] = None,
+             wait: Optional[Mapping[str, float]] = None, gpus_per_node: Optional[int] = None,
+             exclusive: bool = False, nodelist=None, exclude=(), model=None,
+             nccl_version=None, overlaps: Optional[Mapping[str, bool]] = None,
+             **knobs) -> JobSpec:
+    """The job laid out by ``framework`` (a name or a registered
+    Framework) with its own settings (``knobs``: ``dp_replicate=2,
+    dp_shard=-1, world=16`` for torchtitan, ``zero_stage=3`` for DeepSpeed
+    ...; None means the framework's default), resolved once into a
+    :class:`~slurmtopo.job.spec.JobSpec` (:func:`slurmtopo.job.spec.build_spec`)
+    that :func:`prepare` takes whole.
+
+    ``config``: the framework's own configuration file (a path, or a
+    :class:`~slurmtopo.job.spec.FrameworkConfig` from :func:`framework_config`):
+    its settings under ``knobs`` (a knob given wins), the model it
+    describes under ``model``'s keys, the overlaps it turns on under
+    ``overlaps``.
+
+    The request's ``workload`` is the step the framework runs (its
+    data-parallel style) for ``model`` (a ``--model`` text such as ``70b``
+    or ``params=7e9,layers=32,hidden=4096``, or a ModelSpec; None: the
     default model), which every price of the job uses, with the NCCL
     release it loads (``nccl_version``: ``2.27.7``; None: the inventory's
     ``cost: nccl_version``, else the newest the cost model knows), and the
     overlaps the framework is set to make (``overlaps``: Workload fields
-    such as ``tp_comm_overlap=True``, as the job's configuration turns them
-    on: :func:`slurmtopo.job.frameworks.configs.overlaps_from_config`).
+    such as ``tp_comm_overlap=True``).
 
     ``require``, ``prefer``, ``message_bytes`` and ``wait`` may name group
     kinds by the framework's names (``dp_shard``, ``data_parallel``); the
     planner gets the Megatron layout that numbers the ranks as the framework
     does, and the preferences of the framework's data-parallel style (a
     FSDP shard group or a ZeRO-3 data-parallel group inside NVLink) unless
-    the job says otherwise (:mod:`slurmtopo.job.frameworks.placement`). Raises
-    LayoutError for a layout the framework refuses, with its reason."""
-    from slurmtopo.job.frameworks.placement import request_terms, translate_kinds, workload_of
-    from slurmtopo.job.frameworks.registry import framework_layout
+    the job says otherwise. Raises LayoutError for a layout the framework
+    refuses, with its reason."""
+    fw = registry.get(framework)
+    if isinstance(config, str):
+        config = framework_config(fw, config)
+    if config is not None:
+        knobs = {**config.knobs, **{k: v for k, v in knobs.items() if v is not None}}
+    if isinstance(model, str) or (config is not None and model is None):
+        # lazy: the cost model's package costs the admin's commands, which
+        # import this module too, about 30 ms
+        from slurmtopo.cost.model_spec import model_with_config, parse_model
 
-    if isinstance(model, str):
-        from slurmtopo.cost.styles import parse_model
-        model = parse_model(model)
+        model = (parse_model(model) if config is None
+                 else model_with_config(model, config.model_keys, config.where))
+    if config is not None:
+        overlaps = {**config.overlaps, **(overlaps or {})}
     if nccl_version is not None and not isinstance(nccl_version, tuple):
-        from slurmtopo.job.workload import parse_nccl_version
         nccl_version = parse_nccl_version(nccl_version)
-    fl = framework_layout(framework, **knobs)
-    terms = request_terms(fl)
-    require = translate_kinds(terms, framework, dict(require or {}), "require")
-    prefer = translate_kinds(terms, framework, dict(prefer or {}), "prefer")
-    for kind, level in terms.prefer.items():
-        if kind not in require:
-            prefer.setdefault(kind, level)
-    return JobRequest(layout=terms.layout, require=require, prefer=prefer,
-                      gpus_per_node=gpus_per_node, exclusive=exclusive, nodelist=nodelist,
-                      exclude=exclude,
-                      message_bytes=translate_kinds(terms, framework, dict(message_bytes or {}),
-                                                    "message-bytes"),
-                      wait=translate_kinds(terms, framework, dict(wait or {}), "wait"),
-                      workload=workload_of(fl, model, nccl_version, overlaps))
+    return build_spec(fw, knobs, require=require, prefer=prefer, message_bytes=message_bytes,
+                      wait=wait, gpus_per_node=gpus_per_node, exclusive=exclusive,
+                      nodelist=nodelist, exclude=exclude, model=model,
+                      nccl_version=nccl_version, overlaps=overlaps)
+
+
+def job_request(framework=registry.DEFAULT_FRAMEWORK, **kwargs) -> JobRequest:
+    """The planner's request of :func:`job_spec` (same arguments): what a
+    caller that plans and prices, but writes no rank map, needs."""
+    return job_spec(framework, **kwargs).request
 
 
 def memory_check(job: "PreparedJob", policy: str) -> Optional[str]:
@@ -297,7 +336,7 @@ def memory_check(job: "PreparedJob", policy: str) -> Optional[str]:
 
 
 def step_communication(cluster: Inventory, placement: Placement, model: str,
-                       framework: str = "megatron", **knobs):
+                       framework: str = registry.DEFAULT_FRAMEWORK, **knobs):
     """One training step of ``placement`` for ``model`` (a ``--model``
     text: ``70b``, ``params=7e9,layers=32,hidden=4096``), per the
     framework's data-parallel style: :func:`price_step` of the request
@@ -336,13 +375,17 @@ def price(cluster: Inventory, placement: Placement, request: JobRequest):
     return evaluate(cluster, placement, request, cost_params(cluster))
 
 
-def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobRequest,
+def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpec, JobRequest],
             command: Sequence[str] = (), options: ScriptOptions = ScriptOptions(), *,
             with_costs: bool = True, queue: bool = False, for_daemon: bool = False,
             partition_members: Optional[Sequence[str]] = None,
             features: Optional[Mapping[str, Sequence[str]]] = None) -> PreparedJob:
-    """Plan ``request`` on ``cluster`` around ``state``, price it against
-    Slurm's default placement, and write the batch script for ``command``.
+    """Plan ``job`` (a :class:`~slurmtopo.job.spec.JobSpec` from
+    :func:`job_spec`, or the planner's JobRequest alone) on ``cluster``
+    around ``state``, price it against Slurm's default placement, and write
+    the batch script for ``command``. The result holds the spec and the
+    plan's documents for its ranks (``documents``: rankmap.json,
+    rankmap.csv, env.json), each rendered when first asked.
 
     Only eligible nodes are planned on: ``partition_members`` (None: all)
     and those matching the options' ``--constraint`` (inventory features,
@@ -357,6 +400,8 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
     from slurmtopo.placement.queue import eligible_state, fits_ever, plan_for_queue
     from slurmtopo.sbatch import SbatchRequest, sanitize_job_name
 
+    spec = job if isinstance(job, JobSpec) else None
+    request = spec.request if spec is not None else job
     state = state if state is not None else ClusterState()
     if options.job_name is not None:  # cheap checks before the planner
         sanitize_job_name(options.job_name)
@@ -374,6 +419,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
         launch = (options.launch or Launch()).for_command(command)
         if launch.adopted is not None:
             request = request_for_launcher(request, launch.adopted)
+            spec = replace(spec, request=request) if spec is not None else None
             options = replace(options, launch=launch)
             launch_notes = list(launch.adopted.notes)
     # the launcher's requirement (torchrun: node-contiguous ranks) is part
@@ -449,7 +495,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], request: JobReque
         notes.append(busy_note)
     return PreparedJob(cluster=cluster, state=state, request=request, placement=placement,
                        costs=costs, script=script, script_text=text, notes=tuple(notes),
-                       options=options, hazards=hazards, spares=spares)
+                       options=options, hazards=hazards, spares=spares, spec=spec)
 
 
 def job_hazards(cluster: Inventory, placement: Placement,

@@ -20,10 +20,10 @@ from slurmtopo.cost import cost_params
 from slurmtopo.cost.step import DEFAULT_MODEL, price_step, step_calls, subgroups
 from slurmtopo.cost.styles import ModelSpec
 from slurmtopo.inventory.links import LinkClass
-from slurmtopo.job.frameworks.placement import request_terms, workload_of
 from slurmtopo.job.frameworks.registry import framework_layout
 from slurmtopo.job.groups import Layout, build_groups
 from slurmtopo.job.request import JobRequest
+from slurmtopo.job.spec import build_spec
 from slurmtopo.job.workload import Workload
 from slurmtopo.placement.common import build_placement
 from tests.clirun import run_cli
@@ -42,8 +42,8 @@ def _volume(calls, what=None):
 
 
 def _calls(framework, model=MODEL, **knobs):
-    fl = framework_layout(framework, **knobs)
-    return step_calls(request_terms(fl).layout, workload_of(fl, model))
+    spec = build_spec(framework, knobs, model=model)
+    return step_calls(spec.request.layout, spec.workload)
 
 
 def test_fsdp_moves_one_and_a_half_times_ddp():
@@ -86,13 +86,13 @@ def test_hsdp_groups_are_the_frameworks_own(rep, shard, cp):
     torchtitan's own ``fsdp``/``dp_shard`` and ``dp_replicate`` groups."""
     world = rep * shard * cp * 2
     knobs = dict(world=world, dp_replicate=rep, dp_shard=shard, cp=cp, tp=2)
-    fl = framework_layout("torchtitan", **knobs)
+    spec = build_spec("torchtitan", knobs, model=MODEL)
+    fl = spec.layout
     fsdp = framework_layout("torchtitan", spmd_backend="partial_dtensor", **knobs)
-    terms = request_terms(fl)
-    calls = step_calls(terms.layout, workload_of(fl, MODEL))
+    calls = step_calls(spec.request.layout, spec.workload)
     by = {c.what: c for c in calls}
     assert set(by) >= {"fsdp-shard", "fsdp-replicate"}
-    planner = build_groups(terms.layout)
+    planner = build_groups(spec.request.layout)
     shard_groups = subgroups(planner[by["fsdp-shard"].kind], by["fsdp-shard"].part)
     rep_groups = subgroups(planner[by["fsdp-replicate"].kind], by["fsdp-replicate"].part)
     assert sorted(map(sorted, shard_groups)) == sorted(map(sorted, fsdp.groups["fsdp"]))

@@ -265,11 +265,11 @@ def test_property_deepspeed_groups(dims):
 def test_request_terms_number_ranks_as_the_framework(name, case):
     """Every kind mapped to a planner kind has exactly the framework's groups
     in the planner's layout (recorded from the framework itself)."""
-    from slurmtopo.job.frameworks.placement import request_terms
+    from slurmtopo.job.frameworks import registry
     from slurmtopo.job.groups import build_groups
 
     fl = framework_layout(name, **_knobs(name, case["case"]))
-    terms = request_terms(fl)
+    terms = registry.get(name).terms(fl)
     planned = build_groups(terms.layout)
     assert terms.layout.world == fl.world
     for theirs, ours in terms.kinds.items():
@@ -460,10 +460,10 @@ def test_property_deepspeed_config_garbage(doc):
     """Any JSON: a one-line LayoutError, or settings of the right types (a
     DeepSpeed config may hold any key slurmtopo does not read, as DeepSpeed
     allows)."""
-    from slurmtopo.job.frameworks.configs import knobs_from_config
+    from slurmtopo.job.frameworks import registry
 
     try:
-        knobs = knobs_from_config("deepspeed", json.dumps(doc), "ds.json")
+        knobs = registry.get("deepspeed").config_knobs(json.dumps(doc), "ds.json")
     except LayoutError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("ds.json")
         return

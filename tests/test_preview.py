@@ -14,10 +14,16 @@ from slurmtopo.cost import CostReport, GroupCost
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import ClusterState, NodeState
 from slurmtopo.job.groups import Layout
-from slurmtopo.show.preview import (cost_table, default_color_kind, format_bytes, format_seconds,
+from slurmtopo.show.preview import (cost_sheet, default_color_kind, format_bytes, format_seconds,
                                     grid, render_plan, report_dict)
+from slurmtopo.show.tablefit import FittedSheet
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
+
+
+def _cost_table(plan_cost, naive_cost=None) -> FittedSheet:
+    """The cost sheet as rich draws it (what the preview prints)."""
+    return FittedSheet(cost_sheet(plan_cost, naive_cost))
 
 
 def _text(renderable, width=120) -> str:
@@ -74,12 +80,12 @@ def test_grid_truncates_big_jobs(h100, placement):
 
 def test_cost_table_plan_vs_naive():
     plan, naive = _reports()
-    text = _text(cost_table(plan, naive))
+    text = _text(_cost_table(plan, naive))
     assert "NVLink" in text and "PCIe SYS" in text and "net spine" in text
     assert "200 µs" in text and "900 µs" in text and "4.50×" in text
     assert "step" in text and "12.2 ms" in text and "20.9 ms" in text
     assert "naive" in text
-    text = _text(cost_table(plan))
+    text = _text(_cost_table(plan))
     assert "naive" not in text
 
 
@@ -179,11 +185,11 @@ def test_cost_table_keeps_every_number_whole_on_a_narrow_terminal(width):
     """Rich cut the table's cells at 60 columns ("1.2 …"): below the
     table's width every number is printed whole, one block per kind."""
     plan, naive = _reports()
-    wide = _text(cost_table(plan, naive), width=200)
+    wide = _text(_cost_table(plan, naive), width=200)
     assert "…" not in wide
     numbers = _numbers(wide)
     assert {"64 MiB", "12 ms", "12.2 ms", "1.67×", "3×4"} <= set(numbers), numbers
-    narrow = _text(cost_table(plan, naive), width=width)
+    narrow = _text(_cost_table(plan, naive), width=width)
     assert "…" not in narrow
     assert all(len(line.rstrip()) <= width for line in narrow.splitlines()), narrow
     assert sorted(_numbers(" ".join(narrow.split()))) == sorted(numbers), narrow
@@ -193,7 +199,7 @@ def test_cost_table_keeps_every_number_whole_on_a_narrow_terminal(width):
 
 def test_cost_table_stays_a_table_where_it_fits():
     plan, naive = _reports()
-    text = _text(cost_table(plan, naive), width=80)
+    text = _text(_cost_table(plan, naive), width=80)
     assert "plan time" not in text and "─" in text
     assert " tp 3×4 " in text and "12.2 ms" in text
 
@@ -207,7 +213,7 @@ def test_preview_of_a_real_plan_at_60_columns_cuts_no_number(tmp_path):
     inv = api.load_cluster(str(EXAMPLES / "a6000-4node-pcie.yaml"))
     req = JobRequest(Layout(tp=2, pp=2, dp=4))
     job = prepare(inv, None, req)
-    full = _text(cost_table(job.costs.plan, job.costs.naive), width=200)
+    full = _text(_cost_table(job.costs.plan, job.costs.naive), width=200)
     narrow = _text(render_plan(job.placement, inv, req.layout, job.costs.plan,
                                job.costs.naive), width=60)
     assert "…" not in narrow.split("Groups split")[0], narrow

@@ -50,7 +50,7 @@ def test_held_out_runs_as_reported(rows):
     GPT-OSS the held-out runs meet it)."""
     held = [r for r in rows if not r.fitted]
     s = step_fit.summary(held)
-    assert s["n"] >= 270 and s["within_20"] >= 0.71 and s["beyond_40"] <= 0.13, s
+    assert s["n"] >= 270 and s["within_20"] >= 0.72 and s["beyond_40"] <= 0.125, s
     t = step_fit.summary([r for r in held if "gpt-oss" not in r.run.model_text])
     assert t["within_20"] >= 0.80 and t["beyond_40"] <= 0.05, t
     for source, least in (("megatron-lm-readme", 0.85), ("nemo-24.07", 0.85),
@@ -69,9 +69,9 @@ def test_held_out_runs_as_reported(rows):
     # the newest Megatron Bridge release of the full table
     t = step_fit.summary([r for r in held if r.run.row.get("release") == "26.06"])
     assert t["within_20"] >= 0.8, t
-    # NeMo's long-context runs on B200 (8K to 1M tokens, CP 1 to 16): within 10%
+    # NeMo's long-context runs on B200 (8K to 1M tokens, CP 1 to 16): within 11%
     lc = [r for r in held if r.run.id.startswith("nemolc-b200")]
-    assert len(lc) == 8 and all(abs(r.ratio - 1) <= 0.10 for r in lc), \
+    assert len(lc) == 8 and all(abs(r.ratio - 1) <= 0.11 for r in lc), \
         [(r.run.id, round(r.ratio, 2)) for r in lc]
 
 

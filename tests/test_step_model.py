@@ -93,7 +93,13 @@ def test_config_keys_are_a_base_that_model_overrides():
 
 
 def test_configs_give_the_model_keys():
-    from slurmtopo.job.frameworks.configs import model_keys_from_config, overlaps_from_config
+    from slurmtopo.job.frameworks import registry
+
+    def model_keys_from_config(framework, text, where):
+        return registry.get(framework).config_model(text, where)
+
+    def overlaps_from_config(framework, text, where):
+        return registry.get(framework).config_overlaps(text, where)
     args = ("--tensor-model-parallel-size 4 --pipeline-model-parallel-size 4 --num-layers 80 "
             "--hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 "
             "--group-query-attention --num-query-groups 8 --seq-length 8192 "

@@ -12,6 +12,8 @@ import json
 
 import click
 
+from slurmtopo.job.frameworks import registry
+
 
 @click.command("advise", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--inventory", "inventory_path", metavar="PATH", required=True,
@@ -25,7 +27,7 @@ import click
 @click.option("--top", type=click.IntRange(1, 50), default=5, show_default=True,
               help="How many layouts to show.")
 @click.option("--framework", "frameworks", multiple=True,
-              type=click.Choice(["megatron", "torchtitan", "deepspeed"]),
+              type=click.Choice(list(registry.advised())),
               help="Lay the model out for this framework only (repeat for several; default: "
                    "Megatron-LM, torchtitan and DeepSpeed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")

@@ -7,6 +7,7 @@ import click
 
 from slurmtopo.commands.layout_options import (framework_layout_from, framework_options,
                                                layout_options)
+from slurmtopo.job.frameworks import registry
 
 _SHOWN_GROUPS = 3
 _SHOWN_RANKS = 8
@@ -17,21 +18,6 @@ def _short(group) -> str:
         return "[" + ", ".join(map(str, group)) + "]"
     head = ", ".join(map(str, group[:_SHOWN_RANKS]))
     return f"[{head}, … +{len(group) - _SHOWN_RANKS}]"
-
-
-def _title(resolved) -> str:
-    if resolved.framework == "megatron":
-        from slurmtopo.job.frameworks.megatron import layout_knobs, resolved_layout
-
-        layout = resolved_layout(**layout_knobs(resolved))
-        return (
-            f"world={layout.world} tp={layout.tp} cp={layout.cp} ep={layout.ep} "
-            f"pp={layout.pp} dp={layout.dp} expert_tp={layout.expert_tp} "
-            f"expert_dp={layout.expert_dp} order={layout.order} ({layout.convention})"
-        )
-    settings = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
-                        for k, v in resolved.knobs)
-    return f"{resolved.framework}: {settings}"
 
 
 @click.command("groups")
@@ -50,7 +36,7 @@ def command(as_json, **options):
     from rich.console import Console
     from rich.table import Table
 
-    title = _title(resolved)
+    title = registry.get(resolved.framework).title(resolved)
     table = Table(title=title, title_justify="left")
     table.add_column("kind")
     table.add_column("groups", justify="right")

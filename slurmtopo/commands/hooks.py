@@ -66,7 +66,7 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
     from slurmtopo import api
     from slurmtopo.commands.directive import parse_directive
     from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, load_job_cluster,
-                                                request_from, script_options_from, state_for)
+                                                script_options_from, spec_from, state_for)
     from slurmtopo.commands.sbatch import parse_wait
     from slurmtopo.hooks.directive import find_directive, header_problem, DirectiveError
     from slurmtopo.hooks.submit import (SubmitOptions, job_shape, option_changes, plan_inputs,
@@ -119,8 +119,9 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
     live = state_for(inv, state, backend, o.get("partition"))
     if state in LIVE_STATES and not o.get("slurm_version"):
         o["slurm_version"] = api.segment_release(inv, backend.get)
-    req = request_from(o, parse_wait(o.get("wait")), ())
-    job = api.prepare(inv, live.state, req, ("slurmtopo-hook",),
+    spec = spec_from(o, parse_wait(o.get("wait")), ())
+    req = spec.request
+    job = api.prepare(inv, live.state, spec, ("slurmtopo-hook",),
                       script_options_from(o, os.path.abspath(site["inventory"])),
                       with_costs=False, queue=True, for_daemon=bool(o.get("daemon")),
                       partition_members=live.partition_members, features=live.features or None)

@@ -4,8 +4,9 @@
 (:mod:`slurmtopo.commands.layout_options`), the placement request
 (``--require``, ``--prefer``, ...) and how to write the script
 (``--job-name``, ``--partition``, ...). Each group is one decorator here,
-and :func:`request_from` / :func:`script_options_from` turn the values into
-the use-case layer's inputs (:mod:`slurmtopo.api`).
+and :func:`spec_from` / :func:`script_options_from` turn the values into
+the use-case layer's inputs (:mod:`slurmtopo.api`: the job's spec and the
+script's options).
 """
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import click
 
-from slurmtopo.commands.layout_options import (LAYOUT_PARAMS, framework_options,
-                                               framework_params, layout_options)
+from slurmtopo.commands.layout_options import (LAYOUT_PARAMS, framework_knobs,
+                                               framework_options, framework_params,
+                                               layout_options, world_from_command)
 from slurmtopo.plan import launchers
 from slurmtopo.commands.sbatch_options import sbatch_flag
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.job.frameworks import registry
 
 
 def _apply(func, options):
@@ -330,67 +333,31 @@ def parse_message_bytes(items: Sequence[str]) -> Dict[str, int]:
     return out
 
 
-def _framework_knobs(o: Mapping, command=()):
-    """(framework, its knobs) from the options, the ``--config`` file and
-    the world size a torchrun command starts."""
-    from slurmtopo.commands.layout_options import framework_knobs
-
-    framework = o.get("framework") or "megatron"
-    knobs = framework_knobs(framework, {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
-                            o.get("config"))
-    if knobs.get("world") is None and (framework != "megatron" or knobs.get("dp") is None):
-        # the ranks a `torchrun --nnodes N --nproc-per-node K` command starts
-        from slurmtopo.commands.layout_options import world_from_command
-        knobs["world"] = world_from_command(command)
-    return framework, knobs
-
-
-def framework_of(o: Mapping, req, command=()):
-    """The job's layout as its framework names it (a FrameworkLayout), for
-    the preview's header and the rank map's ``framework_groups``; None for
-    Megatron, whose kinds are the planner's own."""
-    framework, knobs = _framework_knobs(o, command)
-    if framework == "megatron":
-        return None
-    from slurmtopo.job.frameworks.registry import framework_layout
-
-    knobs = {k: v for k, v in knobs.items() if v is not None}
-    knobs["world"] = req.layout.world
-    return framework_layout(framework, **knobs)
-
-
-def request_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()):
-    """The JobRequest for the layout and request options in ``o`` (the
-    world size of a ``torchrun --nnodes --nproc-per-node`` ``command`` when
-    nothing else gives it)."""
-    from slurmtopo.api import job_request
+def spec_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()):
+    """The JobSpec (:func:`slurmtopo.api.job_spec`) for the layout and
+    request options in ``o``: the framework's settings from its ``--config``
+    file (read once) and the options given over them, the world size of a
+    ``torchrun --nnodes --nproc-per-node`` ``command`` when nothing else
+    gives it, ``--require``/``--prefer`` in the framework's kind names."""
+    from slurmtopo import api
     from slurmtopo.job.request import parse_pairs
 
-    framework, knobs = _framework_knobs(o, command)
-    kind_of = None if framework == "megatron" else (lambda k: str(k).strip())
-    model, overlaps = model_and_overlaps(framework, o.get("model"), o.get("config"))
-    return job_request(framework, require=parse_pairs(o["require"], "require", kind_of),
-                       prefer=parse_pairs(o["prefer"], "prefer", kind_of),
-                       gpus_per_node=o["gpus_per_node"], exclusive=o["exclusive"],
-                       nodelist=o["nodelist"], exclude=o["exclude"],
-                       message_bytes=parse_message_bytes(o["message_bytes"]),
-                       wait=dict(wait or {}), model=model, overlaps=overlaps,
-                       nccl_version=o.get("nccl_version"), **knobs)
-
-
-def model_and_overlaps(framework: str, model: Optional[str], config: Optional[str]):
-    """The job's model (a ModelSpec, or None when neither ``--model`` nor
-    the framework's ``--config`` describes one: then the step is priced
-    for the default model, communication only) and the overlaps its
-    configuration turns on."""
-    from slurmtopo.cost.model_spec import model_with_config, parse_model
-    if config is None:
-        return (parse_model(model) if model is not None else None), {}
-    from slurmtopo.files.fileio import read_text
-    from slurmtopo.job.frameworks.configs import model_keys_from_config, overlaps_from_config
-    text = read_text(config, limit=1 << 20)
-    keys = model_keys_from_config(framework, text, config)
-    return model_with_config(model, keys, config), overlaps_from_config(framework, text, config)
+    fw = registry.get(o.get("framework") or registry.DEFAULT_FRAMEWORK)
+    config = api.framework_config(fw, o["config"]) if o.get("config") is not None else None
+    knobs = framework_knobs(fw, {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
+                            config)
+    if knobs.get("world") is None and not fw.sizes_world(knobs):
+        # the ranks a `torchrun --nnodes N --nproc-per-node K` command starts
+        knobs["world"] = world_from_command(command)
+    kind_of = None if fw.planner_kinds else (lambda k: str(k).strip())
+    return api.job_spec(fw, config=config,
+                        require=parse_pairs(o["require"], "require", kind_of),
+                        prefer=parse_pairs(o["prefer"], "prefer", kind_of),
+                        gpus_per_node=o["gpus_per_node"], exclusive=o["exclusive"],
+                        nodelist=o["nodelist"], exclude=o["exclude"],
+                        message_bytes=parse_message_bytes(o["message_bytes"]),
+                        wait=dict(wait or {}), model=o.get("model"),
+                        nccl_version=o.get("nccl_version"), **knobs)
 
 
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,

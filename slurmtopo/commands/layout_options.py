@@ -1,11 +1,17 @@
 """The parallel-layout options shared by ``groups``, ``plan`` and ``sbatch``.
 
-One definition, so the three commands read a layout the same way.
+One definition, so the three commands read a layout the same way; every
+framework's own settings become options from its registered knobs
+(:mod:`slurmtopo.job.frameworks.registry`).
 """
 from __future__ import annotations
 
 
 import click
+
+from slurmtopo.errors import LayoutError
+from slurmtopo.job.frameworks import registry
+from slurmtopo.job.groups import CONVENTIONS, DEFAULT_CONVENTION
 
 #: option names the decorator adds (the keyword arguments it passes on)
 LAYOUT_PARAMS = ("tp", "cp", "ep", "pp", "dp", "expert_tp", "world", "order", "convention")
@@ -27,8 +33,8 @@ def layout_options(func):
         click.option("--order", default=None,
                      help="Rank order. megatron: first name fastest (default tp-cp-ep-dp-pp); "
                           "torch: last name fastest (default pp-dp-ep-cp-tp)."),
-        click.option("--convention", type=click.Choice(["megatron", "torch"]), default="megatron",
-                     show_default=True, help="How to read --order."),
+        click.option("--convention", type=click.Choice(list(CONVENTIONS)),
+                     default=DEFAULT_CONVENTION, show_default=True, help="How to read --order."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -37,7 +43,7 @@ def layout_options(func):
 
 #: click's defaults of the layout options, to tell a given value from none
 _LAYOUT_DEFAULTS = {"tp": 1, "cp": 1, "ep": 1, "pp": 1, "dp": None, "expert_tp": None,
-                    "world": None, "order": None, "convention": "megatron"}
+                    "world": None, "order": None, "convention": DEFAULT_CONVENTION}
 
 
 def _flag(name: str) -> str:
@@ -47,9 +53,7 @@ def _flag(name: str) -> str:
 def framework_params():
     """The framework settings framework_options adds besides --framework and
     the layout options (dp_replicate, zero_stage ...)."""
-    from slurmtopo.job.frameworks.registry import all_knobs
-
-    return tuple(n for n in all_knobs() if n not in LAYOUT_PARAMS)
+    return tuple(n for n in registry.all_knobs() if n not in LAYOUT_PARAMS)
 
 
 def framework_options(func):
@@ -59,10 +63,9 @@ def framework_options(func):
     Use with :func:`layout_options`; :func:`framework_layout_from` reads both.
     Each setting's default is None (the framework's own default applies), so
     a setting given to a framework that has none is refused by name."""
-    from slurmtopo.job.frameworks.registry import DEFAULT_FRAMEWORK, FRAMEWORKS
-
     options = [click.option(
-        "--framework", type=click.Choice(list(FRAMEWORKS)), default=DEFAULT_FRAMEWORK,
+        "--framework", type=click.Choice(list(registry.names())),
+        default=registry.DEFAULT_FRAMEWORK,
         show_default=True,
         help="Whose groups: each framework builds them its own way and names them its way.")]
     for name in framework_params():
@@ -86,30 +89,22 @@ def framework_options(func):
 
 
 def _owner_of(name: str):
-    from slurmtopo.job.frameworks.registry import FRAMEWORKS
-
-    for framework, module in FRAMEWORKS.items():
-        for knob in module.KNOBS:
+    for fw in registry.FRAMEWORKS.values():
+        for knob in fw.knobs:
             if knob.name == name:
-                return framework, knob
+                return fw.name, knob
     raise KeyError(name)  # pragma: no cover - names come from the registry
 
 
 def framework_knobs(framework, values, config=None):
-    """The chosen framework's settings: those of its ``config`` file (if
-    any), overridden by the option values given (that differ from the
-    option's default). A setting the framework does not have is refused by
-    name when it was given."""
-    from slurmtopo.errors import LayoutError
-    from slurmtopo.job.frameworks.registry import knobs_of
-
-    own = {k.name for k in knobs_of(framework)}
-    knobs = {}
-    if config is not None:
-        from slurmtopo.files.fileio import read_text
-        from slurmtopo.job.frameworks.configs import knobs_from_config
-
-        knobs.update(knobs_from_config(framework, read_text(config, limit=1 << 20), config))
+    """The chosen framework's settings: those its ``config`` file sets (a
+    :class:`~slurmtopo.job.spec.FrameworkConfig`, read once, or None),
+    overridden by the option values given (that differ from the option's
+    default). A setting the framework does not have is refused by name
+    when it was given."""
+    fw = registry.get(framework)
+    own = {k.name for k in fw.knobs}
+    knobs = dict(config.knobs) if config is not None else {}
     for name, value in values.items():
         given = (value is not None and value is not False
                  and value != _LAYOUT_DEFAULTS.get(name))
@@ -117,8 +112,8 @@ def framework_knobs(framework, values, config=None):
             if given or name not in knobs:
                 knobs[name] = value
         elif given:
-            raise LayoutError(f"{_flag(name)} is not a {framework} setting; {framework}'s: "
-                              f"{', '.join(_flag(k.name) for k in knobs_of(framework))}")
+            raise LayoutError(f"{_flag(name)} is not a {fw.name} setting; {fw.name}'s: "
+                              f"{', '.join(_flag(k.name) for k in fw.knobs)}")
     return knobs
 
 
@@ -132,8 +127,10 @@ def world_from_command(command):
 
 
 def framework_layout_from(framework=None, config=None, **values):
-    """The FrameworkLayout for these option values (raises LayoutError)."""
-    from slurmtopo.job.frameworks.registry import DEFAULT_FRAMEWORK, framework_layout
+    """The FrameworkLayout for these option values and ``--config`` file
+    (a path; raises LayoutError)."""
+    from slurmtopo.api import framework_config
 
-    framework = framework or DEFAULT_FRAMEWORK
-    return framework_layout(framework, **framework_knobs(framework, values, config))
+    fw = registry.get(framework or registry.DEFAULT_FRAMEWORK)
+    settings = framework_config(fw, config) if config is not None else None
+    return fw.layout(**framework_knobs(fw, values, settings))

@@ -17,9 +17,8 @@ from typing import List
 import click
 
 from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_color_by,
-                                            command_from, framework_of, job_options,
-                                            load_job_cluster,
-                                            request_from, script_options_from, state_for,
+                                            command_from, job_options, load_job_cluster,
+                                            script_options_from, spec_from, state_for,
                                             state_options, with_live_topology)
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
@@ -41,8 +40,6 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     batch script is written.
     """
     from slurmtopo import api
-    from slurmtopo.plan.rankmap import (env_json, framework_extra, rankmap_csv, rankmap_dict,
-                                        rankmap_json)
     from slurmtopo.sbatch import sanitize_job_name
 
     cmd = command_from(o, cmd)
@@ -54,14 +51,13 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     inv, topo_notes = with_live_topology(inv, topo_notes, state_path, backend, o)
     live = state_for(inv, state_path, backend, o.get("partition"))
     state = live.state
-    req = request_from(o, command=cmd)
-    job = api.prepare(inv, state, req, cmd, script_options_from(o, o["inventory_path"]),
+    spec = spec_from(o, command=cmd)
+    job = api.prepare(inv, state, spec, cmd, script_options_from(o, o["inventory_path"]),
                       queue=state_path in LIVE_STATES,
                       partition_members=live.partition_members,
                       features=live.features or None)
-    placement, layout, script = job.placement, req.layout, job.script
-    framework = framework_of(o, req, cmd)  # torchtitan's or DeepSpeed's own kind names
-    extra = framework_extra(framework)
+    placement, layout, script = job.placement, job.request.layout, job.script
+    framework = spec.framework_groups  # torchtitan's or DeepSpeed's own kind names
     check_color_by(color_by, placement)
     notes: List[str] = list(topo_notes) + list(job.notes)
     # before anything is written: a layout that cannot fit is refused or flagged
@@ -72,13 +68,10 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
 
     from slurmtopo.files.rundirs import write_output_files
 
-    master_port, socket_ifname = o["master_port"], o["socket_ifname"]
-    env_text = env_json(placement, inv, master_port or "20000 + SLURM_JOB_ID % 10000",
-                        socket_ifname)
-    outputs = {"rank map": ("rankmap.json", rankmap_json(placement, layout, extra)),
-               "CSV": ("rankmap.csv", rankmap_csv(placement, framework.groups if framework
-                                                  else None)),
-               "per-rank environment": ("env.json", env_text)}
+    docs = job.documents
+    outputs = {"rank map": ("rankmap.json", docs.rankmap_json),
+               "CSV": ("rankmap.csv", docs.rankmap_csv),
+               "per-rank environment": ("env.json", docs.env_json)}
     if script is not None:
         outputs["batch script"] = ("job.sbatch", job.script_text)
     # all four or none (they describe one plan), in a directory only the user can write
@@ -90,7 +83,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     plan_cost, naive_cost = job.costs.plan, job.costs.naive
     bound = job.costs.bound
     if as_json:
-        out = {"rankmap": rankmap_dict(placement, layout, extra),
+        out = {"rankmap": docs.rankmap,
                "cost": {"plan": report_dict(plan_cost), "naive": report_dict(naive_cost),
                         "bound_s": bound.step_time_s if bound is not None else None},
                "sbatch": {"directives": script.directives()} if script is not None else None,

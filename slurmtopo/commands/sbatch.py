@@ -33,9 +33,8 @@ from typing import List
 import click
 
 from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_color_by,
-                                            command_from, framework_of, job_options,
-                                            load_job_cluster,
-                                            request_from, script_options_from, state_for,
+                                            command_from, job_options, load_job_cluster,
+                                            script_options_from, spec_from, state_for,
                                             state_options, with_live_topology)
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
@@ -83,14 +82,13 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     live = state_for(inv, state_path, backend, o.get("partition"))
     if state_path in LIVE_STATES and not o.get("slurm_version"):
         o = dict(o, slurm_version=api.segment_release(inv, backend.get))
-    req = request_from(o, parse_wait(wait), cmd)
-    job = api.prepare(inv, live.state, req, cmd,
+    spec = spec_from(o, parse_wait(wait), cmd)
+    job = api.prepare(inv, live.state, spec, cmd,
                       script_options_from(o, os.path.abspath(o["inventory_path"]), run_dir),
                       with_costs=dry_run and not as_json, queue=True, for_daemon=daemon,
                       partition_members=live.partition_members,
                       features=live.features or None)
     check_color_by(color_by, job.placement)
-    framework = framework_of(o, req, cmd)  # torchtitan's or DeepSpeed's own kind names
     memory = api.memory_check(job, o.get("memory_check") or "error")  # before it is submitted
     notes: List[str] = [*topo_notes, *job.notes,
                         *api.submission_notes(job, held=daemon, spool=spool)]
@@ -100,17 +98,19 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
     summary = (f"planned {job.placement.world_size} rank(s) on {len(job.placement.hosts)} "
                f"node(s) {fold_hostlist(job.placement.hosts)} against {live.source}")
     if dry_run:
-        _print_dry_run(job, inv, color_by, as_json, notes + [summary], framework)
+        _print_dry_run(job, inv, color_by, as_json, notes + [summary])
         return
     if output_dir:
-        _write_files(output_dir, job.script_text, job.placement, req.layout, framework)
+        from slurmtopo.files.rundirs import write_output_files
+
+        write_output_files(output_dir, [("job.sbatch", job.script_text),
+                                        ("rankmap.json", job.documents.rankmap_json)])
     done = api.submit(job, backend.get(), held=daemon, spool=spool, submit_dir=os.getcwd(),
                       keep_days=keep_runs)
-    _print_submitted(job, done, parsable, as_json, notes + list(done.notes) + [summary],
-                     framework)
+    _print_submitted(job, done, parsable, as_json, notes + list(done.notes) + [summary])
 
 
-def _print_dry_run(job, inv, color_by, as_json, notes: List[str], framework=None) -> None:
+def _print_dry_run(job, inv, color_by, as_json, notes: List[str]) -> None:
     """The dry run's output: one JSON object, else the preview and notes on
     stderr and the script on stdout."""
     if as_json:
@@ -119,23 +119,20 @@ def _print_dry_run(job, inv, color_by, as_json, notes: List[str], framework=None
                                "hosts": list(job.placement.hosts),
                                "notes": notes}, separators=(",", ":")))
         return
-    _preview(job, inv, color_by, framework)
+    _preview(job, inv, color_by)
     click.echo(job.script_text, nl=False)
     for n in notes + ["dry run: nothing submitted, nothing written"]:
         click.echo(f"slurmtopo: {n}", err=True)
 
 
-def _print_submitted(job, done, parsable, as_json, notes: List[str], framework=None) -> None:
+def _print_submitted(job, done, parsable, as_json, notes: List[str]) -> None:
     """What sbatch prints for a submitted job (its id), the notes on stderr;
     or one JSON object."""
     if as_json:
-        from slurmtopo.plan.rankmap import framework_extra, rankmap_dict
-
         click.echo(json.dumps({"job_id": done.job_id, "daemon": done.held,
                                "hosts": list(job.placement.hosts), "run_dir": done.run_dir,
                                "script": done.script_path,
-                               "rankmap": rankmap_dict(job.placement, job.request.layout,
-                                                       framework_extra(framework)),
+                               "rankmap": job.documents.rankmap,
                                "notes": notes}, separators=(",", ":")))
         return
     for n in notes:
@@ -145,7 +142,7 @@ def _print_submitted(job, done, parsable, as_json, notes: List[str], framework=N
                                                         if done.held else ""))
 
 
-def _preview(job, inv, color_by, framework=None) -> None:
+def _preview(job, inv, color_by) -> None:
     """The plan's preview (grid, cost table, warnings) on stderr, so that
     stdout stays the script; the notes follow it, one line each."""
     from slurmtopo.commands.preview_print import print_parts
@@ -156,15 +153,7 @@ def _preview(job, inv, color_by, framework=None) -> None:
         job.placement, inv, job.request.layout, costs.plan if costs else None,
         costs.naive if costs else None, job.state, color_by, (), job.script,
         bound=costs.bound if costs else None, idle_bound=costs.idle_bound if costs else None,
-        framework=framework), stderr=True)
-
-
-def _write_files(output_dir, text, placement, layout, framework=None) -> None:
-    from slurmtopo.files.rundirs import write_output_files
-    from slurmtopo.plan.rankmap import dumps_rankmap, framework_extra, rankmap_dict
-
-    doc = rankmap_dict(placement, layout, framework_extra(framework))
-    write_output_files(output_dir, [("job.sbatch", text), ("rankmap.json", dumps_rankmap(doc))])
+        framework=job.spec.framework_groups), stderr=True)
 
 
 @click.command("sbatch", context_settings={"help_option_names": ["-h", "--help"]})

@@ -38,7 +38,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from slurmtopo.cost.model_spec import ModelSpec
 
 __all__ = ["GpuFigures", "GPU_PRESETS", "GPU_DTYPES", "ComputeFit", "FIT", "Dims",
-           "ATTENTION_EFFICIENCY", "ATTENTION_KERNELS", "ATTENTION_BACKWARD",
+           "ATTENTION_EFFICIENCY", "ATTENTION_BACKWARD",
            "ATTENTION_HALF_HEAD",
            "StageCompute", "gpu_figures", "parse_gpu_compute", "model_flops_per_token",
            "step_model_flops", "stage_compute", "optimizer_seconds", "gemm_seconds", "placement_gpu"]
@@ -217,13 +217,13 @@ class ComputeFit:
     whole step"; bench/step_fit.py fits them)."""
 
     #: share of the bf16 peak a large GEMM reaches
-    gemm_efficiency: float = 0.8451
+    gemm_efficiency: float = 0.8295
     #: share of its own peak a large GEMM reaches in fp8 with one scale a
     #: tensor, in mxfp8 (a scale every 32 values) and in nvfp4, as a factor
     #: on gemm_efficiency
-    fp8_factor: float = 0.8994
-    mxfp8_factor: float = 0.7977
-    fp4_factor: float = 0.684
+    fp8_factor: float = 0.9117
+    mxfp8_factor: float = 0.8093
+    fp4_factor: float = 0.6939
     #: the fixed time of one GEMM call, microseconds, forward (backward
     #: twice): its launch, the tail of its last wave of tiles, the casts
     #: and scales of its operands. The model prices a layer's attention
@@ -231,10 +231,10 @@ class ComputeFit:
     #: output layer as one call each, so a MoE layer pays it once per local
     #: expert: fine-grained experts (many small GEMMs a rank) run below
     #: the peak a large GEMM reaches
-    gemm_latency_us: float = 42.5
+    gemm_latency_us: float = 43.01
     #: bytes the memory-bound kernels move a token and layer, per value of
     #: the hidden and active MLP width (2-byte values; forward and backward)
-    elementwise_passes: float = 57.47
+    elementwise_passes: float = 57.41
     #: 2-byte values MoE's permutation moves a routed token and hidden
     #: value, forward and backward: forward the token read and written to
     #: its expert's buffer and its output read back into the weighted sum
@@ -244,12 +244,12 @@ class ComputeFit:
     #: the share of an overlapped collective's time the step still pays: its
     #: kernels hold SMs and memory bandwidth the compute it hides behind
     #: would use
-    overlap_cost: float = 0.2672
+    overlap_cost: float = 0.2717
     #: the share of its datasheet clocks a GPU sustains in training, by GPU
     #: name, relative to H100's (Blackwell parts differ by power: GB300 at
     #: 1.4 kW, B200 at 1 kW); a GPU not listed: 1
     sustained: Tuple[Tuple[str, float], ...] = (
-        ("B200", 0.9492), ("B300", 0.9474), ("GB200", 0.8798), ("GB300", 1.087))
+        ("B200", 0.957), ("B300", 0.9587), ("GB200", 0.8852), ("GB300", 1.093))
 
     def factor(self, dtype: str) -> float:
         return {"fp8": self.fp8_factor, "mxfp8": self.mxfp8_factor,
@@ -268,10 +268,11 @@ class ComputeFit:
 #: lengths, FlashAttention-2 350 and 300 ("only 35% utilization on H100",
 #: §1); the same shares are taken for every GPU
 ATTENTION_EFFICIENCY = {"fused": (0.60, 0.45), "flash2": (0.35, 0.30)}
-#: the attention kernels a framework runs: Megatron-LM and NeMo through
-#: Transformer Engine's fused (cuDNN) attention, the others PyTorch's SDPA
-#: or flash-attn 2
-ATTENTION_KERNELS = {"megatron": "fused"}
+# the attention kernels a framework runs (Megatron-LM and NeMo through
+# Transformer Engine's fused (cuDNN) attention, the others PyTorch's SDPA
+# or flash-attn 2) are each framework's ``attention_kernel``
+# (slurmtopo.job.frameworks)
+
 #: flash attention's backward pass over its forward: five products (the
 #: scores recomputed, dV, dP, dQ, dK) against the forward's two
 ATTENTION_BACKWARD = 2.5

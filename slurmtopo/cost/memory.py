@@ -43,6 +43,7 @@ from typing import Dict, Optional, Tuple
 
 from slurmtopo.cost.compute import Dims, placement_gpu
 from slurmtopo.cost.model_spec import ModelSpec
+from slurmtopo.job.frameworks import registry
 
 __all__ = ["MemoryReport", "memory_per_gpu", "memory_verdict", "MEMORY_POLICIES",
            "RESERVE_FRACTION", "RESERVE_GIB"]
@@ -58,9 +59,6 @@ MEMORY_POLICIES = ("error", "warn", "off")
 #: fragments no more than an 80 GB one running the same job)
 RESERVE_FRACTION = 0.08
 RESERVE_GIB = 2.0
-#: bytes a token and vocabulary entry the output layer and the loss hold
-#: (see memory_per_gpu)
-LOGIT_BYTES = {"megatron": 6, "other": 10}
 
 
 @dataclass(frozen=True)
@@ -100,13 +98,15 @@ def _style_shards(style: str, dp: int, shard: int) -> Tuple[int, int, int]:
     return 1, 1, 1
 
 
-def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: str = "megatron",
-                   gpu_gib: float = 0.0, shard: int = 0) -> MemoryReport:
+def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
+                   framework: str = registry.DEFAULT_FRAMEWORK, gpu_gib: float = 0.0,
+                   shard: int = 0) -> MemoryReport:
     """The memory of a rank of the first pipeline stage (see the module
     doc). ``style``: ddp, zero12 (ZeRO-1, Megatron's distributed
     optimizer), zero2, fsdp (ZeRO-3, FSDP, Megatron-FSDP), hsdp (FSDP over
     ``shard`` ranks); ``gpu_gib`` the GPU's memory (0: unknown)."""
     s = spec.resolved()
+    fw = registry.get(framework)
     tp, cp, pp = max(1, dims.tp), max(1, dims.cp), max(1, dims.pp)
     ep, etp, vp = max(1, dims.ep), max(1, dims.etp), max(1, s.virtual_stages, dims.vp)
     dp = max(1, dims.dp)
@@ -130,7 +130,7 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: s
     # dense weights are data-parallel over dp x cp ranks, expert weights
     # over the ranks that hold the same experts: tp cp dp / (ep etp)
     edp = max(1, tp * cp * dp // (ep * etp))
-    grad_bytes = 4 if framework == "megatron" else (4 if style in ("fsdp", "hsdp") else wb)
+    grad_bytes = 4 if fw.fp32_grads or style in ("fsdp", "hsdp") else wb
     weights = grads = optimizer = 0.0
     for n, group in ((dense_local, dp * cp), (expert_local, edp)):
         w_sh, g_sh, o_sh = _style_shards(style, group, shard)
@@ -162,7 +162,7 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: s
     qkv = q + kv
     inner = (mm - 1) * ffn_w  # the MLP's up (and gate) outputs
     norms = 2 * h
-    if framework == "megatron":
+    if fw.selective_recompute == "attention":
         # Megatron's selective recomputation: attention's core again
         selective = gi * gemm_inputs + inner
     else:
@@ -187,7 +187,7 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp", framework: s
     # the logits of a micro-batch and what the loss keeps: Megatron's fused
     # cross-entropy the bf16 logits and their fp32 softmax (6 bytes a value),
     # PyTorch's the bf16 logits, their fp32 copy and its gradient (10)
-    logit_bytes = LOGIT_BYTES.get(framework, LOGIT_BYTES["other"])
+    logit_bytes = fw.logit_bytes
     logits = (T * s.vocab / tp * logit_bytes) if pp == 1 else 0.0
     counted = weights + grads + optimizer + activations + logits
     reserve = RESERVE_GIB * GiB + RESERVE_FRACTION * counted

@@ -472,7 +472,7 @@ def model_dict(spec: ModelSpec) -> Dict[str, object]:
 def model_with_config(text: Optional[str], config: Mapping[str, object],
                       where: str = "--config") -> Optional[ModelSpec]:
     """The model of ``--model TEXT`` and the keys a framework
-    configuration gives (:func:`slurmtopo.job.frameworks.configs.model_keys_from_config`):
+    configuration gives (its ``config_model``: :class:`slurmtopo.job.spec.FrameworkConfig`):
     the preset (``--model``'s, else the file's ``preset``), then the file's
     keys, then ``--model``'s own keys, the later winning. None when
     neither describes a model (no preset, no layers and hidden size)."""

@@ -221,7 +221,7 @@ def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[Step
         # PyTorch's async TP (torchtitan) fuses the forward pass's gathers
         # and reduce-scatters into its matrix products; the backward's run
         # as plain collectives
-        bwd = "backward" if w.tp_comm_overlap and w.framework != "torchtitan" else "none"
+        bwd = "backward" if w.tp_comm_overlap and w.conventions.tp_overlap_backward else "none"
         n = per_layer * lp * mb
         if not sp:
             out.append(StepCall(what, kind, "all-reduce", act, n, "forward", fwd,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from slurmtopo.cost.model_spec import (DTYPE_BYTES, MODEL_PRESETS, ModelSpec,  # noqa: F401
                                        model_dict, parse_model)
+from slurmtopo.job.frameworks import registry
 
 __all__ = ["ModelSpec", "MODEL_PRESETS", "DTYPE_BYTES", "parse_model", "ddp_bucket_bytes"]
 
@@ -19,10 +20,7 @@ __all__ = ["ModelSpec", "MODEL_PRESETS", "DTYPE_BYTES", "parse_model", "ddp_buck
 #: the gradient bucket of each framework's DDP, in bytes for ``d``-byte
 #: values: PyTorch DDP's ``bucket_cap_mb=25`` (torchtitan's replicate),
 #: Megatron's ``max(40M, 1M*dp)`` parameters, DeepSpeed's
-#: ``reduce_bucket_size`` 5e8 elements
+#: ``reduce_bucket_size`` 5e8 elements (each framework's own,
+#: ``Framework.ddp_bucket_bytes``)
 def ddp_bucket_bytes(framework: str, dp: int, d: int) -> int:
-    if framework == "megatron":
-        return max(40_000_000, 1_000_000 * dp) * d
-    if framework == "deepspeed":
-        return 500_000_000 * d
-    return 25 * 1024 * 1024
+    return registry.get(framework).ddp_bucket_bytes(dp, d)

@@ -48,12 +48,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from slurmtopo.cost.compute import (ATTENTION_KERNELS, FIT, ComputeFit, Dims, GpuFigures,
-                                    StageCompute,
+from slurmtopo.cost.compute import (FIT, ComputeFit, Dims, GpuFigures, StageCompute,
                                     model_flops_per_token, optimizer_seconds, placement_gpu,
                                     stage_compute)
 from slurmtopo.cost.memory import MemoryReport, memory_per_gpu
 from slurmtopo.cost.model_spec import ModelSpec
+from slurmtopo.job.frameworks import registry
 
 __all__ = ["CommCall", "WholeStep", "compose", "compose_at", "compose_priced",
            "exposed_per_call", "whole_json"]
@@ -180,15 +180,15 @@ def exposed_per_call(calls: Sequence[CommCall], st: StageCompute, m: int,
 
 
 def compose(spec: ModelSpec, dims: Dims, gpu: GpuFigures, calls: Sequence[CommCall],
-            style: str = "ddp", framework: str = "megatron", fit: ComputeFit = FIT,
-            shard: int = 0, notes: Sequence[str] = (),
+            style: str = "ddp", framework: str = registry.DEFAULT_FRAMEWORK,
+            fit: ComputeFit = FIT, shard: int = 0, notes: Sequence[str] = (),
             attention: Optional[str] = None) -> WholeStep:
     """The step of ``spec`` on a layout of ``dims`` with the priced
     communication ``calls`` (see the module doc); ``attention`` the
     attention kernels' class (fused, flash2), by default the framework's
-    (:data:`~slurmtopo.cost.compute.ATTENTION_KERNELS`)."""
+    (``Framework.attention_kernel``)."""
     s = spec.resolved()
-    st = stage_compute(s, dims, gpu, fit, attention or ATTENTION_KERNELS.get(framework, "flash2"))
+    st = stage_compute(s, dims, gpu, fit, attention or registry.get(framework).attention_kernel)
     m = s.micro_batches_for(dims.dp)
     vp = max(1, dims.vp)
     mb = st.microbatch_s

@@ -35,8 +35,9 @@ from slurmtopo.daemon.wire import show as _show
 from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.cost.model_spec import MODEL_KEYS, ModelSpec, model_from_mapping
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.job.frameworks import registry
 from slurmtopo.job.groups import MAX_WORLD
-from slurmtopo.job.workload import FRAMEWORKS, STYLES, Workload
+from slurmtopo.job.workload import STYLES, Workload
 
 __all__ = ["work_to_dict", "work_from_dict", "MAX_MODEL_KEYS"]
 
@@ -97,9 +98,10 @@ def work_from_dict(value: Any) -> Optional[Workload]:
     why = unknown_fields(value, _KEYS, "work")
     if why:
         raise ValueError(why)
-    fw = value.get("fw", "megatron")
-    if fw not in FRAMEWORKS:
-        raise ValueError(f"work.fw must be one of {', '.join(FRAMEWORKS)}, got {_show(fw)}")
+    fw = value.get("fw", registry.DEFAULT_FRAMEWORK)
+    if not isinstance(fw, str) or fw not in registry.FRAMEWORKS:
+        raise ValueError(f"work.fw must be one of {', '.join(registry.names())}, "
+                         f"got {_show(fw)}")
     style = value.get("style", "ddp")
     if style not in STYLES:
         raise ValueError(f"work.style must be one of {', '.join(STYLES)}, got {_show(style)}")

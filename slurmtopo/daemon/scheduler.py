@@ -116,14 +116,6 @@ def job_step_time(inv: Inventory, placement: Placement, req, params) -> Optional
         return None
 
 
-def cost_params_or_none(inv: Inventory):
-    from slurmtopo.cost import cost_params
-    try:
-        return cost_params(inv)
-    except COST_MODEL_ERRORS:
-        return None
-
-
 def planned_gpus(p: Placement) -> Dict[str, Tuple[int, ...]]:
     return {h: tuple(sorted(p.gpus_on(h))) for h in p.hosts}
 
@@ -146,7 +138,9 @@ class SchedulingPass:
         self.work = Work(inv, view)
         shared = shared if shared is not None else {}
         if "params" not in shared:
-            shared["params"] = cost_params_or_none(inv)
+            from slurmtopo.plan.choice import params_of
+
+            shared["params"] = params_of(inv)  # the cost block's one policy
         self.params = shared["params"]
         # the empty cluster: every node Slurm knows idle (drained nodes may
         # come back), nodes unknown to Slurm down

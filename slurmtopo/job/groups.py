@@ -38,6 +38,9 @@ from slurmtopo.errors import LayoutError
 __all__ = [
     "NAMES",
     "CONVENTIONS",
+    "Convention",
+    "ORDER_CONVENTIONS",
+    "DEFAULT_CONVENTION",
     "DEFAULT_ORDER",
     "DENSE_DIMS",
     "DENSE_KINDS",
@@ -57,16 +60,35 @@ __all__ = [
 #: The parallel dimensions, in Megatron's default (fastest-first) order.
 NAMES: Tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 
-CONVENTIONS: Tuple[str, ...] = ("megatron", "torch")
+
+@dataclass(frozen=True)
+class Convention:
+    """One way of reading an order string (see the module doc)."""
+
+    #: the ``--convention`` value
+    name: str
+    #: its natural default order; every convention's gives the same groups
+    default_order: str
+    #: the first name varies fastest (Megatron's ``RankGenerator``); else
+    #: the last does (a row-major ``DeviceMesh``)
+    first_fastest: bool
+
+
+#: The conventions, the default first: Megatron-LM's ``RankGenerator`` and
+#: ``torch.distributed.init_device_mesh``.
+ORDER_CONVENTIONS: Tuple[Convention, ...] = (
+    Convention("megatron", "tp-cp-ep-dp-pp", first_fastest=True),
+    Convention("torch", "pp-dp-ep-cp-tp", first_fastest=False),
+)
+CONVENTIONS: Tuple[str, ...] = tuple(c.name for c in ORDER_CONVENTIONS)
+DEFAULT_CONVENTION: str = CONVENTIONS[0]
 #: most ranks a layout may have: 2**18, more GPUs than the largest clusters
 #: built hold, and a few seconds and a few hundred MiB of group lists
 MAX_WORLD = 1 << 18
 
 #: The natural default order of each convention; both give the same groups.
-DEFAULT_ORDER: Dict[str, str] = {
-    "megatron": "tp-cp-ep-dp-pp",
-    "torch": "pp-dp-ep-cp-tp",
-}
+DEFAULT_ORDER: Dict[str, str] = {c.name: c.default_order for c in ORDER_CONVENTIONS}
+_FIRST_FASTEST: Dict[str, bool] = {c.name: c.first_fastest for c in ORDER_CONVENTIONS}
 
 #: Group kinds from the dense (non-expert) generator -> dimensions spanned
 #: (the planner reads it to move required dimensions inward).
@@ -128,7 +150,7 @@ def parse_order(order: str) -> List[str]:
 
 
 def _fastest_first(tokens: Sequence[str], convention: str) -> List[str]:
-    return list(tokens) if convention == "megatron" else list(reversed(tokens))
+    return list(tokens) if _FIRST_FASTEST.get(convention, False) else list(reversed(tokens))
 
 
 def _full_fastest_first(tokens: Sequence[str], convention: str) -> List[str]:

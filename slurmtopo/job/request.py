@@ -197,7 +197,7 @@ def parse_pairs(items: Iterable[str], what: str, kind_of=None) -> Dict[str, str]
     ``kind_of`` turns a written kind into the key (default
     :func:`normalise_kind`, the planner's kinds); a framework's own kind
     names pass with their spelling kept and are mapped later
-    (:mod:`slurmtopo.job.frameworks.placement`)."""
+    (:func:`slurmtopo.job.spec.translate_kinds`)."""
     kind_of = normalise_kind if kind_of is None else kind_of
     out: Dict[str, str] = {}
     for item in items or ():

@@ -10,7 +10,10 @@ placement daemon, ``simulate`` and ``audit`` all price the same step
 (:data:`slurmtopo.cost.step.DEFAULT_MODEL`, docs/cost-model.md).
 
 Pure data, below the request: nothing here imports the cost model (the
-model description is kept as given and read by it).
+model description is kept as given and read by it). The framework is kept
+by name (a workload is hashed, pickled and sent to the placement daemon);
+its conventions (the overlaps it makes by default, its buckets, its
+kernels) are its registered object's, :attr:`Workload.conventions`.
 """
 from __future__ import annotations
 
@@ -20,8 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
+from slurmtopo.job.frameworks import registry
+from slurmtopo.job.frameworks.base import Framework
 
-__all__ = ["STYLES", "FRAMEWORKS", "Workload", "DEFAULT_WORKLOAD", "parse_nccl_version"]
+__all__ = ["STYLES", "Workload", "DEFAULT_WORKLOAD", "parse_nccl_version"]
 
 #: the data-parallel styles a step is priced for: ``ddp`` (gradients
 #: all-reduced in buckets), ``zero12`` (ZeRO-1/2, Megatron's distributed
@@ -30,10 +35,6 @@ __all__ = ["STYLES", "FRAMEWORKS", "Workload", "DEFAULT_WORKLOAD", "parse_nccl_v
 #: both passes, gradients reduce-scattered), ``hsdp`` (FSDP inside a shard
 #: group, gradients all-reduced over the replicas)
 STYLES: Tuple[str, ...] = ("ddp", "zero12", "fsdp", "hsdp")
-
-#: frameworks whose conventions (gradient buckets, default overlaps) the
-#: step follows
-FRAMEWORKS: Tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
 
 
 def parse_nccl_version(text, what: str = "--nccl-version") -> Tuple[int, int, int]:
@@ -82,7 +83,7 @@ class Workload:
     inventory's ``cost: nccl_version``, else the newest the cost model
     knows (its algorithm choices differ by release)."""
 
-    framework: str = "megatron"
+    framework: str = registry.DEFAULT_FRAMEWORK
     style: str = "ddp"
     model: Optional[Any] = None
     shard: int = 0
@@ -94,9 +95,9 @@ class Workload:
     nccl_version: Optional[Tuple[int, int, int]] = None
 
     def __post_init__(self):
-        if self.framework not in FRAMEWORKS:
+        if not isinstance(self.framework, str) or self.framework not in registry.FRAMEWORKS:
             raise LayoutError(f"workload framework {self.framework!r} (known: "
-                              f"{', '.join(FRAMEWORKS)})")
+                              f"{', '.join(registry.names())})")
         if self.style not in STYLES:
             raise LayoutError(f"workload style {self.style!r} (known: {', '.join(STYLES)})")
         s = self.shard
@@ -118,22 +119,23 @@ class Workload:
                 raise LayoutError(f"workload nccl_version must be (major, minor, patch), got {v!r}")
 
     @property
+    def conventions(self) -> Framework:
+        """The registered framework whose conventions the step follows."""
+        return registry.get(self.framework)
+
+    @property
     def grad_overlap(self) -> bool:
         """Does the gradient reduction overlap the backward pass?"""
         if self.overlap_grad_reduce is not None:
             return self.overlap_grad_reduce
-        if self.framework == "torchtitan":
-            return True
-        if self.framework == "deepspeed":
-            return self.style == "fsdp"
-        return False
+        return self.conventions.grad_overlap(self.style)
 
     @property
     def gather_overlap(self) -> bool:
         """Does ZeRO-1/2's parameter all-gather overlap the next forward?"""
         if self.overlap_param_gather is not None:
             return self.overlap_param_gather
-        return self.framework == "torchtitan"
+        return self.conventions.gather_overlap
 
 
 #: what a request without a workload is priced as

@@ -136,7 +136,12 @@ def plan_and_default(inv: Inventory, state: Optional[ClusterState], req: JobRequ
 def params_of(inv: Inventory) -> CostParams:
     """The inventory's cost parameters, or the defaults when its cost
     block is bad: that is reported where costs are shown, and the plan
-    (and the safety net) still holds under the default figures."""
+    (and the safety net) still holds under the default figures. The one
+    policy for a cost block that cannot be read: the planner, the
+    placement daemon, ``simulate`` and ``audit`` all price with it (a
+    cluster loaded by :func:`slurmtopo.plan.cluster.load_cluster` had its
+    block checked already, so only an inventory built otherwise gets the
+    defaults)."""
     try:
         return cost_params(inv)
     except SlurmtopoError:

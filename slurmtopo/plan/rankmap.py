@@ -31,6 +31,7 @@ import io
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
@@ -354,6 +355,42 @@ def framework_extra(framework) -> Dict[str, Any]:
         return {}
     return {"framework": framework.framework,
             "framework_groups": {k: [list(g) for g in v] for k, v in framework.groups.items()}}
+
+
+@dataclass(frozen=True)
+class RankDocuments:
+    """A plan's documents for its ranks, each rendered when first asked
+    (a command writes some of them, prints others): ``rankmap`` (the rank
+    map as data: ``plan --json``), ``rankmap_json``, ``rankmap_csv`` and
+    ``env_json`` (the files' contents). ``framework``: the job's layout
+    by its framework's own kind names (a FrameworkLayout: the rank map's
+    ``framework_groups``, the CSV's group columns), None when its kinds are
+    the planner's; ``master_port``: the number, or the words saying how
+    the job will set it."""
+
+    placement: Placement
+    layout: Any
+    cluster: Optional[Inventory] = None
+    framework: Any = None
+    master_port: Any = "20000 + SLURM_JOB_ID % 10000"
+    socket_ifname: Optional[str] = None
+
+    @cached_property
+    def rankmap(self) -> Dict[str, Any]:
+        return rankmap_dict(self.placement, self.layout, framework_extra(self.framework))
+
+    @cached_property
+    def rankmap_json(self) -> str:
+        return rankmap_json(self.placement, self.layout, framework_extra(self.framework))
+
+    @cached_property
+    def rankmap_csv(self) -> str:
+        return rankmap_csv(self.placement,
+                           self.framework.groups if self.framework is not None else None)
+
+    @cached_property
+    def env_json(self) -> str:
+        return env_json(self.placement, self.cluster, self.master_port, self.socket_ifname)
 
 
 def rankmap_csv(placement: Placement, groups: Optional[Mapping[str, Any]] = None) -> str:

@@ -153,13 +153,6 @@ def grid_sheet(placement, inv=None, color_by: Optional[str] = None, state=None,
 EMPTY = line("")
 
 
-def cost_table(plan_cost, naive_cost=None, all_kinds: bool = False) -> "FittedSheet":
-    """:func:`cost_sheet` in rich."""
-    from slurmtopo.show.tablefit import FittedSheet
-
-    return FittedSheet(cost_sheet(plan_cost, naive_cost, all_kinds))
-
-
 _PHASE = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 
 
@@ -351,11 +344,6 @@ def _speedup(plan: Optional[float], naive: Optional[float]) -> str:
     return f"{naive / plan:.2f}×"
 
 
-def warnings_block(warnings: Iterable[str], notes: Iterable[str] = ()) -> Optional[Group]:
-    """:func:`warning_lines` in rich (None when there are none)."""
-    return _rich_group(warning_lines(warnings, notes))
-
-
 def warning_lines(warnings: Iterable[str], notes: Iterable[str] = ()) -> List[Line]:
     lines: List[Line] = []
     for w in warnings:
@@ -363,16 +351,6 @@ def warning_lines(warnings: Iterable[str], notes: Iterable[str] = ()) -> List[Li
     for n in notes:
         lines.append(Line((("note: ", "bold cyan"), (printable(n), ""))))
     return lines
-
-
-def _rich_group(lines: Sequence[Line]) -> Optional[Group]:
-    if not lines:
-        return None
-    from rich.console import Group
-
-    from slurmtopo.show.tablefit import rich_line
-
-    return Group(*(rich_line(x) for x in lines))
 
 
 #: group kinds whose splits over hosts the preview lists (innermost traffic)
@@ -475,11 +453,6 @@ def bound_warning(plan_cost, bound, idle_bound=None) -> Optional[str]:
                 f"the bound is {format_seconds(idle)}), or {compete}")
     return (f"{head}: not for want of free GPUs (the bound is the idle cluster's): "
             f"{compete}; another split of the ranks over tp/pp/dp may model faster")
-
-
-def splits_block(lines: Sequence[str]):
-    """The split groups under a heading (None when no group is split)."""
-    return _rich_group(split_lines(lines))
 
 
 def split_lines(lines: Sequence[str]) -> List[Line]:

@@ -107,14 +107,11 @@ class FabricLinks:
     and shared by every replay. ``mode`` is ``ecmp`` or ``ideal``."""
 
     def __init__(self, inv: Inventory, params=None, mode: str = ECMP):
-        from slurmtopo.cost import CostParams, cost_params
         from slurmtopo.inventory.topology import network_view
+        from slurmtopo.plan.choice import params_of
 
         if params is None:
-            try:
-                params = cost_params(inv)
-            except Exception:  # validated when loaded; the defaults if not
-                params = CostParams()
+            params = params_of(inv)  # the cost block's one policy
         self.mode = mode
         self.inv = inv
         self.view = view = network_view(inv.fabric)

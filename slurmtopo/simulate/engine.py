@@ -236,11 +236,9 @@ class _Loop:
 
     def cost_params(self):
         if self.params is None:
-            from slurmtopo.cost import CostParams, cost_params
-            try:
-                self.params = cost_params(self.inv)
-            except Exception:  # validated when loaded; the defaults if not
-                self.params = CostParams()
+            from slurmtopo.plan.choice import params_of
+
+            self.params = params_of(self.inv)  # the cost block's one policy
         return self.params
 
     def step_of(self, job: JobSpec, placement) -> Optional[float]:

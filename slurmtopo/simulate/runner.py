@@ -72,13 +72,9 @@ def prepare(inv: Inventory, trace: Trace, rules: LayoutRules, fraction: float,
     inter-arrival times so that the jobs offer that share of the cluster's
     GPU-seconds (SlurmtopoError when they cannot: all submitted at once)."""
     from slurmtopo.cost.step import price_step
-    from slurmtopo.plan.choice import plan
-    from slurmtopo.cost import CostParams, cost_params
+    from slurmtopo.plan.choice import params_of, plan
 
-    try:
-        params = cost_params(inv)
-    except Exception:
-        params = CostParams()
+    params = params_of(inv)  # the cost block's one policy
     per_node = node_size(inv)
     best: Dict[JobShape, Tuple[Optional[float], str]] = {}
     jobs: List[JobSpec] = []

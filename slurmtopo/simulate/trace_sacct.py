@@ -22,6 +22,7 @@ from typing import Dict, Iterable, Optional, Tuple, Union
 
 from slurmtopo.simulate.trace import (MAX_JOB_GPUS, MAX_RUN_S, SACCT, BadRow, JobCollector,
                                       RowLog, Trace, TraceError, TraceJob, instant, whole)
+from slurmtopo.slurmfmt.gres_strings import tres_gpu_terms
 
 NEEDED = ("jobid", "submit", "start", "alloctres")
 #: longest line read (AllocTRES and NodeList of a big job fit easily)
@@ -58,20 +59,15 @@ def slurm_duration(text: str, what: str) -> Optional[float]:
 
 
 def _tres(text: str) -> Tuple[int, Optional[int]]:
-    """(GPUs, nodes) of an AllocTRES string."""
-    untyped = None
-    typed = 0
-    nodes = None
-    for item in text.split(","):
-        key, _, value = item.strip().partition("=")
-        key = key.strip().lower()
-        if key == "node":
-            nodes = whole(value, "node count in AllocTRES", 0, MAX_JOB_GPUS)
-        elif key == "gres/gpu":
-            untyped = whole(value, "GPU count in AllocTRES", 0, MAX_JOB_GPUS)
-        elif key.startswith("gres/gpu:"):
-            typed += whole(value, "GPU count in AllocTRES", 0, MAX_JOB_GPUS)
-    return (untyped if untyped is not None else typed), nodes
+    """(GPUs, nodes) of an AllocTRES string (its grammar:
+    :func:`slurmtopo.slurmfmt.gres_strings.tres_gpu_terms`)."""
+    node_term, untyped, typed = tres_gpu_terms(text)
+    nodes = None if node_term is None else whole(node_term, "node count in AllocTRES", 0,
+                                                  MAX_JOB_GPUS)
+    typed_sum = sum(whole(v, "GPU count in AllocTRES", 0, MAX_JOB_GPUS) for v in typed)
+    if untyped is not None:
+        return whole(untyped, "GPU count in AllocTRES", 0, MAX_JOB_GPUS), nodes
+    return typed_sum, nodes
 
 
 def read_sacct(text: Union[str, Iterable[str]], path: str, limit: Optional[int] = None,

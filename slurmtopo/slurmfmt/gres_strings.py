@@ -150,3 +150,26 @@ def gres_by_type(gres: Optional[str], name: str = "gpu") -> Dict[Optional[str], 
         if gname.lower() == name:
             out[typ] = out.get(typ, 0) + count
     return out
+
+
+def tres_gpu_terms(text: str) -> Tuple[Optional[str], Optional[str], List[str]]:
+    """The node and GPU terms of a TRES string (sacct's ``AllocTRES``:
+    ``billing=8,cpu=8,gres/gpu=4,gres/gpu:h100=4,node=1``), as written:
+    (``node``, the untyped ``gres/gpu``, every typed ``gres/gpu:TYPE``).
+    Slurm prints the untyped total beside the typed counts when a type is
+    configured, so a reader takes the untyped one when there is one and
+    the typed ones' sum otherwise. The numbers are left to the caller,
+    which knows the bounds its input may have."""
+    nodes: Optional[str] = None
+    untyped: Optional[str] = None
+    typed: List[str] = []
+    for item in text.split(","):
+        key, _, value = item.strip().partition("=")
+        key = key.strip().lower()
+        if key == "node":
+            nodes = value
+        elif key == "gres/gpu":
+            untyped = value
+        elif key.startswith("gres/gpu:"):
+            typed.append(value)
+    return nodes, untyped, typed

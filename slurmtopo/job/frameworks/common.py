@@ -14,10 +14,10 @@ the listing order of groups carries no meaning for communication.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
-from slurmtopo.job.groups import MAX_WORLD, Groups
+from slurmtopo.job.groups import MAX_WORLD, Groups, Layout
 
 __all__ = ["FrameworkLayout", "Knob", "refuse", "normalised", "integer", "whole", "check_world"]
 
@@ -48,6 +48,10 @@ class FrameworkLayout:
     knobs: Tuple[Tuple[str, object], ...]
     #: kind (framework's name) -> groups; ascending ranks, by first rank
     groups: Mapping[str, List[List[int]]]
+    #: the Layout the groups were built from, when the framework builds
+    #: them from one (Megatron's RankGenerator): the planner's own, resolved
+    #: once; None for a framework with its own rank rules
+    planner_layout: Optional[Layout] = None
 
     def knob(self, name: str):
         return dict(self.knobs)[name]
