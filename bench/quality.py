@@ -1,11 +1,13 @@
-"""Placement quality: modelled communication time of one training step.
+"""Placement quality: the modelled time of one training step.
 
 For every scenario (bench/scenarios.py) the job is placed by slurmtopo and
 by three baselines, and each placement is priced by the cost model
-(``slurmtopo.cost.evaluate``: the sum over group kinds of each kind's
-slowest group's collective time). The lower bound
-(``slurmtopo.cost.lower_bound``) puts every group on the fastest link
-class it could possibly use. Reported per scenario:
+(``slurmtopo.cost.evaluate``: the step of :func:`slurmtopo.cost.step.price_step`,
+the whole step where the job describes its model, else its
+communication). The lower bound (``slurmtopo.cost.lower_bound``) puts
+every group on the fastest link class it could possibly use (and, for a
+whole step, the compute on the fastest GPUs that hold the job). Reported
+per scenario:
 
 * ``slurmtopo / lower bound`` (>= 1; 1 is optimal), and
 * ``baseline / slurmtopo`` for each baseline (> 1: slurmtopo is faster).

@@ -277,7 +277,7 @@ def plot_quality(records, path: str) -> None:
     ax.axvline(1.05, color="grey", ls=":", lw=1)
     ax.text(1.05, 0.02, " 5%", color="grey")
     ax.set_xscale("log")
-    ax.set_xlabel("slurmtopo / lower bound (step comm. time)")
+    ax.set_xlabel("slurmtopo / lower bound (step time)")
     ax.set_ylabel("fraction of scenarios ≤ x")
     ax.set_title("Distance from the lower bound")
     ax.legend(fontsize=8, loc="lower right")

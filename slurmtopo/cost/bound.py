@@ -10,7 +10,9 @@ from slurmtopo.cost.collectives import COLLECTIVES, collective_time
 from slurmtopo.cost.defaults import NETWORK_CLASSES
 from slurmtopo.cost.params import CostParams, cost_params
 from slurmtopo.cost.report import CostReport, GroupCost
-from slurmtopo.cost.step import StepCall, call_bytes, step_calls, subgroups
+from slurmtopo.cost.compute import gpu_figures
+from slurmtopo.cost.step import CallPrice, StepCall, call_bytes, step_calls, subgroups
+from slurmtopo.cost.whole import compose_at
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import Hardware, Inventory
 from slurmtopo.inventory.topology import network_view
@@ -34,6 +36,9 @@ class InventoryStats:
         #: the same for the nodes outside every NVLink domain (on a mixed
         #: cluster a group fits "one node or one domain" in either)
         self.solo_sizes: Dict[int, int] = {}
+        #: GPUs (free ones, given a state) per GPU model and memory: the
+        #: GPUs a job could run at (the whole step's bound)
+        models: Dict[Tuple[str, Optional[int]], int] = {}
         # without a state a node's GPUs are its hardware's: one set per node
         # type, not a hash of the hardware per node (12,500 of them)
         whole: Dict[int, Tuple[int, ...]] = {}
@@ -53,6 +58,9 @@ class InventoryStats:
                 continue
             free_of[n.name] = len(gpus)
             self.node_sizes[len(gpus)] = self.node_sizes.get(len(gpus), 0) + 1
+            g0 = hw.gpus[0]
+            key = (g0.model, g0.memory_mib)
+            models[key] = models.get(key, 0) + len(gpus)
             if n.nvlink_domain is not None:
                 k = n.nvlink_domain.key
                 dom_gpus[k] = dom_gpus.get(k, 0) + len(gpus)
@@ -60,6 +68,7 @@ class InventoryStats:
             else:
                 self.solo_sizes[len(gpus)] = self.solo_sizes.get(len(gpus), 0) + 1
         self.sets = list(sets.values())
+        self.gpu_models = sorted(models.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))
         self.dom_sets = list(dom_sets.values())
         self.node_max = max((len(g) for _, g in self.sets), default=0)
         self.dom_max = max(dom_gpus.values()) if dom_gpus else 0
@@ -120,6 +129,7 @@ class InventoryStats:
                 "dom_sets": [[hw_ref(h), list(g)] for h, g in self.dom_sets],
                 "node_sizes": [[k, v] for k, v in self.node_sizes.items()],
                 "solo_sizes": [[k, v] for k, v in self.solo_sizes.items()],
+                "gpu_models": [[m, mib, k] for (m, mib), k in self.gpu_models],
                 "node_max": self.node_max, "dom_max": self.dom_max, "dom_sizes": self.dom_sizes,
                 "scope_cap": [[int(c), v] for c, v in self.scope_cap.items()]}
 
@@ -139,6 +149,10 @@ class InventoryStats:
         st.sets = [(hardware[count(h)], tuple(count(x) for x in g)) for h, g in d["sets"]]
         st.dom_sets = [(hardware[count(h)], tuple(count(x) for x in g))
                        for h, g in d["dom_sets"]]
+        if any(type(m) is not str for m, _, _ in d["gpu_models"]):
+            raise TypeError("a GPU model")
+        st.gpu_models = [((m, None if mib is None else count(mib)), count(k))
+                         for m, mib, k in d["gpu_models"]]
         st.node_max, st.dom_max = count(d["node_max"]), count(d["dom_max"])
         st.dom_sizes = [count(v) for v in d["dom_sizes"]]
         st.scope_cap = {LinkClass(c): count(v) for c, v in d["scope_cap"]}
@@ -453,12 +467,18 @@ def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = 
     nodes: the slowest TP group crosses a node; a domain's scope counts the
     groups that nodes outside every domain hold too). ``alone_s`` is the
     step (:func:`slurmtopo.cost.step.step_calls`, every call on its kind's
-    best) with each kind alone; ``step_time_s`` is tighter: the kinds
+    best) with each kind alone; ``comm_s`` is tighter: the kinds
     *jointly* (:func:`joint_bound`: two kinds cannot both stay inside a node
-    when their product of ranks exceeds it). Given the cluster ``state``, only the free GPUs of usable
-    nodes count (the largest free set of a node, the free GPUs of a domain
-    or under a switch), so the bound describes this job on this cluster
-    now rather than on an idle one.
+    when their product of ranks exceeds it). ``step_time_s`` is what a
+    placement's step (:func:`slurmtopo.cost.step.price_step`) is compared
+    with: ``comm_s`` when the job describes no model (the step is its
+    communication), else the whole step's bound (:func:`whole_bound`:
+    compute at the fastest GPUs that hold the job, every call at its best
+    and hidden as the compute allows). Given the cluster ``state``, only
+    the free GPUs of usable nodes count (the largest free set of a node,
+    the free GPUs of a domain or under a switch, the GPU models free), so
+    the bound describes this job on this cluster now rather than on an
+    idle one.
     """
     p = params if params is not None else cost_params(inv)
     if req.workload is not None:
@@ -476,11 +496,45 @@ def lower_bound(inv: Inventory, req: JobRequest, params: Optional[CostParams] = 
     calls = [c for c in step_calls(lay, req.workload) if c.kind in groups]
     counted = tuple(dict.fromkeys(c.kind for c in calls if len(groups[c.kind][0]) > 1))
     alone = 0.0
+    priced: List[CallPrice] = []
     for c in calls:
         gl = groups[c.kind] if c.part[0] == "all" else subgroups(groups[c.kind], c.part)
         if len(gl[0]) > 1:
-            alone += c.calls * lb.best(len(gl[0]), c.collective, call_bytes(c, p, req),
-                                       len(gl))[1]
-    step = max(alone, joint_bound(lb, p, req, groups, calls))
+            cls, t = lb.best(len(gl[0]), c.collective, call_bytes(c, p, req), len(gl))
+            alone += c.calls * t
+            priced.append(CallPrice(c, t, t * c.calls, t * c.calls, cls, len(gl[0]), len(gl)))
+    comm = max(alone, joint_bound(lb, p, req, groups, calls))
+    step = comm
+    if req.workload is not None and req.workload.model is not None:
+        step = whole_bound(inv, req, p, priced, state)
     return CostReport(kinds=kinds, step_time_s=step, warnings=[], counted=counted,
-                      alone_s=alone)
+                      alone_s=alone, comm_s=comm)
+
+
+def whole_bound(inv: Inventory, req: JobRequest, p: CostParams, priced, state=None) -> float:
+    """The whole step no placement of ``req`` beats: every call at its
+    best (``priced``: the bound's calls), composed with the compute
+    (:func:`slurmtopo.cost.whole.compose_at`) at each GPU the job could run
+    at, the least of them. A step runs at its slowest GPU
+    (:func:`slurmtopo.cost.compute.placement_gpu`, the lowest bf16 peak), so
+    a GPU model counts when the GPUs at least as fast (free ones, given a
+    state) hold the job; the composed step grows with every call's seconds
+    at a given GPU, so no placement at that GPU is faster."""
+    w = req.workload
+    model = w.model
+    table = getattr(p, "gpu_compute", ())
+    figs = [(gpu_figures(m, mib, table)[0], k)
+            for (m, mib), k in inventory_stats(inv, state).gpu_models]
+    world = req.layout.world
+    best = math.inf
+    for g, _ in figs:
+        peak = g.peak("bf16")[0]
+        if sum(k for f, k in figs if f.peak("bf16")[0] >= peak) < world:
+            continue
+        best = min(best, compose_at(g, req.layout, w, model, priced).time_s)
+    if best == math.inf:  # no GPU model known to hold it: the fastest
+        g = max((f for f, _ in figs), key=lambda f: f.peak("bf16")[0], default=None)
+        if g is None:
+            g = gpu_figures("", None, table)[0]
+        best = compose_at(g, req.layout, w, model, priced).time_s
+    return best

@@ -31,5 +31,10 @@ class CostReport:
     #: lower bounds only: the per-kind bounds summed (each kind alone,
     #: <= step_time_s, which prices the kinds jointly)
     alone_s: Optional[float] = None
+    #: lower bounds only: the communication's bound (every call on its
+    #: best links, the kinds jointly); ``step_time_s`` is the whole step's
+    #: (compute at the fastest GPUs that hold the job) when the job
+    #: describes its model, else this
+    comm_s: Optional[float] = None
     #: the step priced (a StepPrice; None for a lower bound)
     step: Optional[Any] = None

@@ -48,7 +48,8 @@ from slurmtopo.job.request import JobRequest
 from slurmtopo.job.workload import DEFAULT_WORKLOAD, Workload
 
 __all__ = ["DEFAULT_MODEL", "PHASES", "OVERLAPS", "StepCall", "CallPrice", "StepPrice",
-           "step_calls", "price_step", "compose", "step_dict", "subgroups", "call_bytes"]
+           "step_calls", "price_step", "compose", "step_dict", "subgroups", "call_bytes",
+           "compared_seconds", "compute_differs"]
 
 #: the model a step is priced for when the job names none: Llama 3 70B
 #: (hidden 8192, 80 layers), 4,096 tokens a micro-batch in bf16, one
@@ -446,6 +447,43 @@ def price_step(inv: Inventory, placement: Placement, req: JobRequest,
         c = call if m == call.message_bytes else replace(call, message_bytes=m)
         priced.append(CallPrice(c, t, t * call.calls, t * call.calls, cls, n, len(gl)))
     return compose(inv, placement, req.layout, w, model, priced, p)
+
+
+def compute_differs(steps: Sequence[StepPrice]) -> bool:
+    """Do the placements of one job differ in what their GPUs compute
+    (compute, optimizer and pipeline bubble)? They do where the cluster
+    mixes GPU models: a step runs at its slowest GPU
+    (:func:`slurmtopo.cost.compute.placement_gpu`)."""
+    if len(steps) < 2 or all(s.whole is None for s in steps):
+        return False
+    busy = [s.compute_s + s.bubble_s for s in steps]
+    return max(busy) - min(busy) > 1e-9 * max(busy)
+
+
+def compared_seconds(steps: Sequence[StepPrice]) -> List[float]:
+    """What placements of one job are compared on (the planner's choice
+    among its proposals, :mod:`slurmtopo.plan.choice`): the part of the
+    step that differs between them, so that margins stay relative to it.
+
+    Without a model described the step is its communication: its
+    ``time_s``. With the whole step, the seconds above the least compute
+    and bubble of any of them (their GPUs' own: a placement that mixes GPU
+    models runs at its slowest, so its compute is part of the difference)
+    plus the communication each leaves exposed. Where every placement hides
+    all of its communication (exposed below 1% of it), all of the
+    communication instead of the exposed (a hidden collective still loads
+    the network and is the first to show when the model is off). On one
+    GPU model the compute is the same on every placement and this is the
+    exposed communication alone. The order of two placements is that of
+    their ``time_s`` (all but the tie-break when every call is hidden)."""
+    if all(s.whole is None for s in steps):
+        return [s.time_s for s in steps]
+    busy = [s.compute_s + s.bubble_s for s in steps]
+    base = min(busy)
+    extra = [b - base for b in busy] if compute_differs(steps) else [0.0] * len(steps)
+    if all(s.exposed_comm_s <= 0.01 * s.comm_s for s in steps):
+        return [x + s.comm_s for x, s in zip(extra, steps)]
+    return [x + s.exposed_comm_s for x, s in zip(extra, steps)]
 
 
 def step_dict(step: StepPrice) -> dict:

@@ -55,8 +55,8 @@ from slurmtopo.cost.memory import MemoryReport, memory_per_gpu
 from slurmtopo.cost.model_spec import ModelSpec
 from slurmtopo.job.frameworks import registry
 
-__all__ = ["CommCall", "WholeStep", "compose", "compose_priced", "exposed_per_call",
-           "whole_json"]
+__all__ = ["CommCall", "WholeStep", "compose", "compose_at", "compose_priced",
+           "exposed_per_call", "whole_json"]
 
 
 @dataclass(frozen=True)
@@ -264,15 +264,25 @@ def compose_priced(inv, placement, layout, workload, model: ModelSpec, priced,
     """The whole step of the step function's priced calls (duck-typed
     :class:`slurmtopo.cost.step.CallPrice`: ``call.what``, ``call.kind``,
     ``call.phase``, ``call.overlaps_with``, ``call.collective``,
-    ``seconds``) on ``placement`` for the planner's ``layout``; None when
-    the job describes no model (the step is its communication alone)."""
+    ``seconds``) on ``placement`` for the planner's ``layout``, at the
+    slowest GPU of its hosts (:func:`~slurmtopo.cost.compute.placement_gpu`);
+    None when the job describes no model (the step is its communication
+    alone)."""
     if workload is None or workload.model is None:
         return None
+    gpu, notes = placement_gpu(inv, placement, getattr(params, "gpu_compute", ()))
+    return compose_at(gpu, layout, workload, model, priced, fit, notes)
+
+
+def compose_at(gpu: GpuFigures, layout, workload, model: ModelSpec, priced,
+               fit: ComputeFit = FIT, notes: Sequence[str] = ()) -> WholeStep:
+    """:func:`compose_priced` at a given GPU: the placement's slowest, or
+    for the lower bound (:mod:`slurmtopo.cost.bound`) each GPU model a job
+    could run at."""
     lay = layout.resolved()
     spec = model.resolved()
     dims = Dims(tp=lay.tp, cp=lay.cp, pp=lay.pp, ep=lay.ep, etp=lay.expert_tp, dp=lay.dp,
                 vp=max(1, spec.virtual_stages))
-    gpu, notes = placement_gpu(inv, placement, getattr(params, "gpu_compute", ()))
     calls = [CommCall(c.call.what, c.call.kind, c.seconds, c.call.overlaps_with, c.call.phase,
                       c.call.collective) for c in priced]
     return compose(spec, dims, gpu, calls, workload.style, workload.framework, fit,

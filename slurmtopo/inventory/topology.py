@@ -234,6 +234,20 @@ def nvlink_domains(nodes: Iterable[Node]) -> Dict[str, List[str]]:
     return out
 
 
+def host_leaves(fabric) -> Dict[str, Tuple[str, ...]]:
+    """host -> the switches that list it, kept with the fabric (every
+    placement priced asks: a pass over 12,500 hosts' switches each time
+    was a tenth of a small job's plan)."""
+    def build() -> Dict[str, Tuple[str, ...]]:
+        out: Dict[str, List[str]] = {}
+        for s in fabric.switches:
+            for h in s.nodes:
+                out.setdefault(h, []).append(s.name)
+        return {h: tuple(v) for h, v in out.items()}
+
+    return fabric.derived.get("topology.host_leaves", build)
+
+
 def rail_optimised(inv: Inventory, hosts: Iterable[str]) -> Optional[bool]:
     """Is the network under ``hosts`` rail-optimised, as the inventory's
     NIC and leaf wiring says? True when every host with two or more
@@ -249,10 +263,7 @@ def rail_optimised(inv: Inventory, hosts: Iterable[str]) -> Optional[bool]:
     ``NCCL_CROSS_NIC`` (``rankmap.nccl_env``)."""
     if not inv.fabric.switches:
         return None
-    leaves: Dict[str, List[str]] = {}
-    for s in inv.fabric.switches:
-        for h in s.nodes:
-            leaves.setdefault(h, []).append(s.name)
+    leaves = host_leaves(inv.fabric)
     seen: Dict[str, FrozenSet[str]] = {}  # leaf -> the leaf set of its hosts
     any_multi = False
     for h in dict.fromkeys(hosts):

@@ -103,7 +103,7 @@ class Planner:
                  cand: Candidates, tree: FabricTree, speeds: LinkSpeeds, sizes: UnitSizes,
                  need: Optional[int] = None, global_split: bool = True,
                  node_cap: Optional[int] = None, dims: Tuple[str, ...] = DEFAULT_DIMS,
-                 two_phase: bool = True):
+                 two_phase: bool = True, even_domains: bool = False):
         self.inv = inv
         self.req = req
         self.lay = req.layout
@@ -129,6 +129,11 @@ class Planner:
         #: better than pod by pod (:meth:`NodeSearch.global_pack`)
         self.global_split = global_split
         self.used_global = False
+        #: spread the ranks evenly over the NVLink domains taken
+        #: (:meth:`NodeSearch.even_split`), and whether a pass left them
+        #: uneven without
+        self.even_domains = even_domains
+        self.uneven_domains = False
         self.node_cap = node_cap
         #: the nesting of the rank blocks, innermost first
         self.dims = dims
@@ -411,7 +416,7 @@ class Planner:
 
     def search(self) -> NodeSearch:
         return NodeSearch(self.tree, self.cand, self.usable, self.packer, self.speeds,
-                          self.world, self.nested, self.global_split)
+                          self.world, self.nested, self.global_split, self.even_domains)
 
     def map_positions(self, search: NodeSearch, caps: Capacities, alloc: Allocation, offset: int,
                       assign: Assignment, inv_pos: Optional[List[int]]) -> Dict[int, Tuple[int, ...]]:
@@ -460,6 +465,7 @@ class Planner:
             alloc = search.allocate(caps, self.need)
             self.map_positions(search, caps, alloc, 0, assign, inv_pos)
         self.used_global = self.used_global or search.used_global
+        self.uneven_domains = self.uneven_domains or search.uneven_domains
         self.notes.extend(self.explain.summary_notes(caps, alloc))
         pl = build_placement(self.inv, self.req, assign, self.notes, self.groups)
         self.verify(pl, caps.cons)
@@ -469,7 +475,7 @@ class Planner:
         """A planner for the ``need`` ranks after the first ones, on ``cand``."""
         rest = Planner(self.inv, self.req, self.groups, cand, self.tree, self.speeds,
                        self.sizes, need=need, global_split=self.global_split,
-                       node_cap=self.node_cap)
+                       node_cap=self.node_cap, even_domains=self.even_domains)
         rest.nested = self.nested
         return rest
 
@@ -510,6 +516,7 @@ class Planner:
         search2 = rest.search()
         alloc2 = search2.allocate(caps2, rest.need)
         self.used_global = self.used_global or search2.used_global
+        self.uneven_domains = self.uneven_domains or search2.uneven_domains
         rest.map_positions(search2, caps2, alloc2, n1, trial, inv_pos)
         assign[:] = trial
         alloc1 = kept_allocs
@@ -532,8 +539,8 @@ class Planner:
 # proposals
 
 #: Proposal.kind values
-FIRST, POD_BY_POD, ONE_PHASE, NESTING, NODE_CAP, MODEL = (
-    "plan", "pod-by-pod", "one-phase", "nesting", "node-cap", "model")
+FIRST, POD_BY_POD, ONE_PHASE, NESTING, NODE_CAP, MODEL, EVEN_DOMAINS = (
+    "plan", "pod-by-pod", "one-phase", "nesting", "node-cap", "model", "even-domains")
 
 
 @dataclass(frozen=True)
@@ -552,6 +559,8 @@ def proposals(inv: Inventory, req: JobRequest, groups: Mapping[str, list], cand:
               tree: FabricTree, speeds: LinkSpeeds) -> List[Proposal]:
     """The planner's candidates, best guess first: the plan; the same
     without splitting spanning blocks over the whole job (when it did);
+    the same with the ranks spread evenly over the NVLink domains (racks)
+    it takes (when it left one with a smaller share than an even spread);
     the same with every block relaxed alike (when some were kept whole
     first; above :data:`ALT_NESTING_MAX_WORLD` ranks only when a block of
     the rest got a piece of one rank); with CP, DP or PP nested innermost
@@ -573,6 +582,9 @@ def proposals(inv: Inventory, req: JobRequest, groups: Mapping[str, list], cand:
     variants: List[Tuple[str, Dict]] = []
     if first.used_global:
         variants.append((POD_BY_POD, {"global_split": False}))
+    if first.uneven_domains:
+        # the racks taken hold uneven shares (the last few ranks in one)
+        variants.append((EVEN_DOMAINS, {"even_domains": True}))
     if first.used_two_phase and (first.two_phase_singleton or world <= ALT_NESTING_MAX_WORLD):
         # the blocks kept whole first left fragments for the rest, whose
         # worst split every block relaxed alike can better (one more pass:

@@ -93,7 +93,7 @@ class NodeSearch:
 
     def __init__(self, tree: FabricTree, cand: Candidates, usable: UsableNodes,
                  packer: BlockPacker, speeds: LinkSpeeds, world: int, nested: Sequence[int],
-                 global_split: bool):
+                 global_split: bool, even_domains: bool = False):
         self.tree = tree
         self.cand = cand
         self.usable = usable
@@ -103,6 +103,10 @@ class NodeSearch:
         self.nested = list(nested)
         self.global_split = global_split
         self.used_global = False
+        #: spread a job's ranks evenly over the NVLink domains (racks) it
+        #: takes (:meth:`fill`), and whether some were left uneven without
+        self.even_domains = even_domains
+        self.uneven_domains = False
         #: pods whose ranks the current allocation packed block by block
         self.packed_pods: Set[int] = set()
         #: scope (by id) -> free GPUs under it
@@ -291,7 +295,41 @@ class NodeSearch:
             c = caps.scope_cap.get(id(ch), 0)
             if c > 0:
                 kids.append((self.scope_quality(caps, ch), c, self.scope_free(ch), ch.first, ch))
-        pick(kids, need, lambda ch, n: self.fill(caps, ch, n, out))
+        picks: List[Tuple[Scope, int]] = []
+        pick(kids, need, lambda ch, n: picks.append((ch, n)))
+        even = self.even_split(caps, picks, need)
+        if even is not None:
+            self.uneven_domains = True
+            if self.even_domains:
+                picks = even
+        for ch, n in picks:
+            self.fill(caps, ch, n, out)
+
+    def even_split(self, caps: Capacities, picks: List[Tuple[Scope, int]],
+                   need: int) -> Optional[List[Tuple[Scope, int]]]:
+        """The ranks of ``picks`` (NVLink domains of one quality, the
+        largest first and the best fit for the rest) spread as evenly as
+        their capacities allow, or None when they are even already or are
+        not all domains. A group over several racks runs NVLink inside each
+        and the network between them through the NICs of its ranks in each
+        rack: a rack that takes the last 2 ranks of the job leaves every
+        data-parallel group one rank (one NIC) there, its bottleneck."""
+        if len(picks) < 2 or not all(ch.is_domain for ch, _ in picks):
+            return None
+        unit = caps.pod_multiple
+        if unit <= 0 or need % unit:
+            return None
+        q = {self.scope_quality(caps, ch) for ch, _ in picks}
+        if len(q) > 1:
+            return None
+        spread = water_fill([(k, caps.scope_cap[id(ch)]) for k, (ch, _) in enumerate(picks)],
+                            need, unit)
+        if sum(n for _, n in spread) != need:
+            return None
+        even = [(picks[k][0], n) for k, n in spread]
+        if min(n for _, n in even) <= min(n for _, n in picks):
+            return None
+        return even
 
     def pod_choice(self, caps: Capacities, pod: Scope, need: int) -> Allocation:
         if pod.is_domain and caps.pod_multiple > caps.node_unit[True]:
@@ -437,17 +475,25 @@ class NodeSearch:
         could? Yes when every host takes the same number of ranks, the
         most any usable node can, every block lies on one host or evenly
         over whole hosts, the usable nodes are all one hardware with the
-        same free GPUs and the network is alike at every level: each split block then has the
+        same free GPUs (or one hardware whose free GPUs are alike on every
+        node: NVSwitch nodes with a NIC each, where a piece of k GPUs rings
+        and reaches the network as any other k would) and the network is
+        alike at every level: each split block then has the
         fewest hosts and the biggest smallest piece there are (a 16,384-GPU
-        job on an idle cluster, whose packing over every node of the
-        cluster would cost a tenth of its plan for nothing)."""
+        job on an idle cluster, or a 64-GPU job on whole free nodes of a
+        busy one, whose packing over every node of the cluster would cost
+        a tenth of its plan, or ten times it, for nothing)."""
         amounts = {k for _, k in seq}
         if len(amounts) != 1:
             return False
         a = amounts.pop()
         if not all(s % a == 0 or a % s == 0 for s in spans):
             return False
-        if len(self.cand.sigs) != 1 or max(caps.caps_by_signature(False), default=0) > a:
+        if max(caps.caps_by_signature(False), default=0) > a:
+            return False
+        sigs = self.cand.sigs
+        if len(sigs) != 1 and (len({hw for hw, _ in sigs}) != 1
+                               or not all(map(self.packer.alike, range(len(sigs))))):
             return False
         return self.packer.flat_network
 

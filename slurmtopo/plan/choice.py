@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.cost import CostParams, cost_params, evaluate
-from slurmtopo.cost.step import StepPrice, price_step
+from slurmtopo.cost.step import StepPrice, compared_seconds, compute_differs, price_step
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import ClusterState, Hardware, Inventory, Placement
@@ -21,8 +21,8 @@ from slurmtopo.job.request import JobRequest, level_of_class, satisfies
 from slurmtopo.placement.baselines import naive_from
 from slurmtopo.placement.common import Candidates, candidates, not_enough_gpus
 from slurmtopo.placement.fabric import fabric_tree
-from slurmtopo.placement.planner import (MODEL, NESTING, NODE_CAP, ONE_PHASE, POD_BY_POD, Proposal,
-                                         proposals)
+from slurmtopo.placement.planner import (EVEN_DOMAINS, MODEL, NESTING, NODE_CAP, ONE_PHASE,
+                                         POD_BY_POD, Proposal, proposals)
 
 #: another nesting is used only when it models at least this much faster
 ALT_NESTING_MARGIN = 0.05
@@ -45,6 +45,7 @@ _WHY = {
     NAIVE: "Slurm's default placement (nodes in hostname order, ranks in block order)",
     POD_BY_POD: "splitting spanning groups pod by pod",
     ONE_PHASE: "relaxing every block alike (none kept whole first)",
+    EVEN_DOMAINS: "spreading the ranks evenly over the NVLink domains (racks) taken",
 }
 
 
@@ -235,20 +236,10 @@ def cheapest(inv: Inventory, req: JobRequest, options: List[Proposal],
 
 def placement_times(reps: Sequence[StepPrice]) -> List[float]:
     """What the options of one job are compared on: the part of the step
-    a placement changes. Compute and the pipeline bubble are the same on
-    every placement of the job (its GPUs' model aside, which the MODEL
-    option changes along with the communication), so with the whole step
-    modelled the communication it leaves exposed; where every option hides
-    all of it (exposed below 1% of it), all of the communication (a hidden
-    collective still loads the network and is the first to show when the
-    model is off). Without a model described the step is its
-    communication and this is its time."""
-    if all(r.whole is None for r in reps):
-        return [r.time_s for r in reps]
-    exposed = [r.time_s - r.compute_s - r.bubble_s for r in reps]
-    if all(e <= 0.01 * r.comm_s for e, r in zip(exposed, reps)):
-        return [r.comm_s for r in reps]
-    return exposed
+    a placement changes (:func:`slurmtopo.cost.step.compared_seconds`):
+    the communication left exposed, plus the compute of slower GPUs where
+    the cluster mixes GPU models (a step runs at its slowest GPU)."""
+    return compared_seconds(reps)
 
 
 def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Placement:
@@ -264,7 +255,8 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
     declined: Optional[int] = None  # the fastest option refused by slower_on
     for i, t in enumerate(times):
         margin = 1e-9
-        if options[i].kind in (ONE_PHASE, POD_BY_POD, NAIVE) and t < times[best] * (1 - margin):
+        if options[i].kind in (ONE_PHASE, POD_BY_POD, EVEN_DOMAINS, NAIVE) and \
+                t < times[best] * (1 - margin):
             # Slurm's default is weighed against racks only: elsewhere (a
             # TP group over two HGX nodes) it stays the floor the plan is
             # never modelled slower than
@@ -306,8 +298,13 @@ def _cheapest(inv: Inventory, req: JobRequest, options: List[Proposal]) -> Place
     # Slurm's default: the planner's notes say what it tried and why
     notes = [n for n in first.notes if not n.startswith(f"{req.layout.world} ranks on")] \
         if chosen.kind == NAIVE else list(chosen.placement.notes)
-    notes.append(f"{note} ({b * 1e3:.3f} ms vs {a * 1e3:.3f} ms of communication a step); "
-                 "using it")
+    if compute_differs(reps):
+        # their GPUs differ: the whole step says it
+        b, a = reps[best].time_s, reps[0].time_s
+        what = "a step, compute included"
+    else:
+        what = "of communication a step"
+    notes.append(f"{note} ({b * 1e3:.3f} ms vs {a * 1e3:.3f} ms {what}); using it")
     if refused is not None:
         notes.append(refused)
     pl = chosen.placement

@@ -414,37 +414,43 @@ def bound_warning(plan_cost, bound, idle_bound=None) -> Optional[str]:
     causes are named as possible. A plan near the bound on the free GPUs
     but far above the idle cluster's is told so: it is the running jobs'
     doing, and waiting may pay."""
-    if plan_cost is None or bound is None or bound.step_time_s <= 0:
+    if plan_cost is None or bound is None:
         return None
-    # the bound is of the communication: with the whole step modelled,
-    # compare the step's communication (all of it: the bound hides none)
+
+    def comm(b):
+        # the bound's communication (its step_time_s is the whole step's
+        # when the job describes its model)
+        return None if b is None else (b.comm_s if b.comm_s is not None else b.step_time_s)
+
+    lb, idle = comm(bound), comm(idle_bound)
+    if lb <= 0:
+        return None
+    # compare communication with communication: with the whole step
+    # modelled, the step's communication (all of it: the bound hides none)
     step = getattr(plan_cost, "step", None)
     whole = step is not None and step.whole is not None
     mine = step.comm_s if whole else plan_cost.step_time_s
-    ratio = mine / bound.step_time_s
+    ratio = mine / lb
     if ratio < FAR_FROM_BOUND:
         # as good as the free GPUs allow, but they are fragmented: an idle
         # cluster's bound is far below
-        if (idle_bound is not None and idle_bound.step_time_s > 0
-                and plan_cost.step_time_s >= FAR_FROM_BOUND * idle_bound.step_time_s
-                and bound.step_time_s > idle_bound.step_time_s * (1 + 1e-9)):
+        if (idle is not None and idle > 0 and mine >= FAR_FROM_BOUND * idle
+                and lb > idle * (1 + 1e-9)):
             return (f"the plan is near the lower bound on the free GPUs "
-                    f"({format_seconds(plan_cost.step_time_s)} vs "
-                    f"{format_seconds(bound.step_time_s)} a step), but the running jobs leave "
-                    f"the free GPUs fragmented (on an idle cluster the bound is "
-                    f"{format_seconds(idle_bound.step_time_s)}): waiting for GPUs may pay")
+                    f"({format_seconds(mine)} vs {format_seconds(lb)} a step), but the running "
+                    f"jobs leave the free GPUs fragmented (on an idle cluster the bound is "
+                    f"{format_seconds(idle)}): waiting for GPUs may pay")
         return None
     what = "the plan's communication models" if whole else "the plan models"
     head = (f"{what} {ratio:.1f}x the lower bound on the free GPUs "
-            f"({format_seconds(mine)} vs {format_seconds(bound.step_time_s)} a "
-            f"step)")
+            f"({format_seconds(mine)} vs {format_seconds(lb)} a step)")
     compete = ("the layout's group kinds compete for the same fast links (the bound gives "
                "each its best at once)")
-    if idle_bound is None:
+    if idle is None:
         return f"{head}: the free GPUs may be fragmented, or {compete}"
-    if bound.step_time_s > idle_bound.step_time_s * (1 + 1e-9):
+    if lb > idle * (1 + 1e-9):
         return (f"{head}: the running jobs leave the free GPUs fragmented (on an idle cluster "
-                f"the bound is {format_seconds(idle_bound.step_time_s)}), or {compete}")
+                f"the bound is {format_seconds(idle)}), or {compete}")
     return (f"{head}: not for want of free GPUs (the bound is the idle cluster's): "
             f"{compete}; another split of the ranks over tp/pp/dp may model faster")
 
