@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import read_text
 
 
 def discoveries(from_smi: Optional[str] = None, node_name: Optional[str] = None,
@@ -30,8 +31,6 @@ def discoveries(from_smi: Optional[str] = None, node_name: Optional[str] = None,
                                threads_per_core, nvml)]
     if from_smi:
         from slurmtopo.agent.smi import smi_discovery
-
-        from slurmtopo.files.fileio import read_text
 
         text = read_text(from_smi, errors="replace")
         return smi_discovery(text, from_smi, node_name=node_name, model=model,

@@ -17,7 +17,10 @@ import re
 from functools import lru_cache
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
+import yaml
+
 from slurmtopo.errors import InventoryError
+from slurmtopo.files.fileio import read_text
 
 
 class LineDict(dict):
@@ -49,8 +52,6 @@ def _loader():
     libyaml's parser when PyYAML was built with it (about 10x faster on the
     12,500 node reports of a big cluster); our constructors still run in
     Python and the nodes still carry line marks."""
-    import yaml
-
     class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         pass
 
@@ -115,8 +116,6 @@ def _check_aliases(root, path: str) -> None:
     node's expanded size once (memoised by identity), so the check costs one
     pass over the document as written, however large its expansion.
     """
-    import yaml
-
     own: Dict[int, int] = {}
     size: Dict[int, int] = {}
 
@@ -148,8 +147,6 @@ def _check_aliases(root, path: str) -> None:
 
 
 def _count_distinct(root) -> int:
-    import yaml
-
     seen = set()
     stack = [root]
     while stack:
@@ -173,8 +170,6 @@ MAX_DEPTH = 100
 def _check_depth(text: str, path: str) -> None:
     """Refuse nesting deeper than MAX_DEPTH, from the parser's events
     (iterative, so a ``[[[[...`` bomb cannot crash it)."""
-    import yaml
-
     opening = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
     closing = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
     events = _loader()(text)
@@ -199,8 +194,6 @@ def parse_text(text: str, path: str = "<string>") -> Any:
     Before anything is built, nesting depth and alias expansion are checked,
     so a small hostile document costs a message, not the process.
     """
-    import yaml
-
     loader = None
     try:
         _check_depth(text, path)
@@ -227,8 +220,6 @@ def parse_text(text: str, path: str = "<string>") -> Any:
 
 def load_document(path) -> Any:
     """Read (at most MAX_TEXT_BYTES) and parse one YAML/JSON file."""
-    from slurmtopo.files.fileio import read_text
-
     path = str(path)
     return parse_text(read_text(path), path)
 
@@ -416,8 +407,6 @@ class BlockList(list):
 
 @lru_cache(maxsize=None)
 def _dumper():
-    import yaml
-
     class _Dumper(yaml.SafeDumper):
         pass
 
@@ -429,8 +418,6 @@ def _dumper():
 
 def dump_yaml(data: Any) -> str:
     """YAML text for plain dicts/lists, keys in insertion order."""
-    import yaml
-
     return yaml.dump(_plain(data), Dumper=_dumper(), sort_keys=False, default_flow_style=None,
                      width=100)
 

@@ -20,12 +20,14 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
+from slurmtopo.files.fileio import read_text
 from slurmtopo.files.yamlio import (LineDict, Reader, as_bool, as_float, as_int, as_nonneg_int,
                                     as_pos_int, as_rate, as_str, document_kind, BlockList,
                                     dump_json, dump_yaml, load_document, parse_text)
+from slurmtopo.inventory.cache import FileSchema, load_file
 from slurmtopo.inventory.hostlist import (expand_hostlist, expand_in_order, fold_hostlist,
                                           fold_in_order)
-from slurmtopo.inventory.links import parse_token
+from slurmtopo.inventory.links import normalise_token, parse_token
 from slurmtopo.inventory.model import (SCHEMA_VERSION, Block, CpuTopology, Fabric, Gpu, Hardware,
                                        Inventory, MigDevice, Nic, Node, NvlinkDomain, NvLinkPort,
                                        Ring, Switch, Torus, MAX_CPUS, check_cpu_id, format_cpulist,
@@ -449,7 +451,6 @@ class _Parser:
 
 
 def _norm(tok: str) -> str:
-    from slurmtopo.inventory.links import normalise_token
     return normalise_token(str(tok))
 
 
@@ -582,9 +583,6 @@ def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None,
     leaves nothing behind). ``tables`` (:class:`slurmtopo.inventory.cache.Table`)
     are the derived tables a file's compiled form keeps with it.
     """
-    from slurmtopo.files.fileio import read_text
-    from slurmtopo.inventory.cache import load_file
-
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     parts: List[Inventory] = []
@@ -638,8 +636,6 @@ def file_schema():
     """What :mod:`slurmtopo.inventory.cache` needs to read, compile and
     check a file (it cannot import this module, which reads files through
     it)."""
-    from slurmtopo.inventory.cache import FileSchema
-
     return FileSchema(parse_text=parse_document_text, hardware_dict=hardware_dict,
                       parse_hardware=parse_hardware)
 

@@ -24,8 +24,14 @@ file or a pipe without rich, the same bytes.
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+from slurmtopo.cost.step import step_dict
+from slurmtopo.inventory.hostlist import fold_hostlist
+from slurmtopo.inventory.topology import network_view
+from slurmtopo.job.frameworks.registry import describe
+from slurmtopo.job.groups import rank_to_group, span_of
 from slurmtopo.show.sheet import Column, Line, Sheet, line
 from slurmtopo.show.termsafe import printable
 
@@ -103,9 +109,6 @@ def grid_sheet(placement, inv=None, color_by: Optional[str] = None, state=None,
     free GPU, ``busy`` one that other jobs hold (from ``state``). On a
     terminal too narrow for the table, a line a node, the columns aligned
     and split into chunks that fit (ranks never cut)."""
-    from slurmtopo.inventory.topology import network_view
-    from slurmtopo.job.groups import rank_to_group
-
     kind = color_by if color_by is not None else default_color_kind(placement)
     index = rank_to_group(placement.groups, kind) if kind in placement.groups else None
     hosts = list(placement.hosts)
@@ -366,8 +369,6 @@ def splits(placement, inv=None) -> List[str]:
     first, hosts in that order; ``(one NVLink domain)`` when the hosts
     share one). Groups whose block of ranks is bigger than any node (a DP
     group of 2 strided over TP 8) must span hosts and are not listed."""
-    from slurmtopo.job.groups import span_of
-
     most = max((n.hardware.gpu_count for n in inv), default=0) if inv is not None else 0
     world = len(placement.slots)
     lines: List[str] = []
@@ -468,12 +469,8 @@ def summary_line(placement, layout=None, inv=None, script=None, framework=None) 
     (:class:`slurmtopo.job.frameworks.common.FrameworkLayout`), shown in its own
     names (dp_shard, dp_replicate, ...) instead of the planner's Megatron
     layout."""
-    from slurmtopo.inventory.hostlist import fold_hostlist
-
     parts = []
     if framework is not None:
-        from slurmtopo.job.frameworks.registry import describe
-
         parts.append(describe(framework))
     elif layout is not None:
         lay = layout.resolved()
@@ -523,8 +520,6 @@ def plan_parts(placement, inv=None, layout=None, plan_cost=None, naive_cost=None
         warn.append(far)
     parts.extend(warning_lines(warn, list(placement.notes) + list(notes)))
     if files:
-        import os
-
         dirs = {os.path.dirname(p) for p in files.values()}
         where = dirs.pop() if len(dirs) == 1 else None
         names = ", ".join(f"{os.path.basename(p) if where else p} ({what})"
@@ -551,7 +546,6 @@ def report_dict(report) -> Optional[Dict[str, Any]]:
            "warnings": list(report.warnings)}
     step = getattr(report, "step", None)
     if step is not None:
-        from slurmtopo.cost.step import step_dict
         out["step"] = step_dict(step)
     return out
 
