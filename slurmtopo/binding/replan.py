@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from slurmtopo.errors import SlurmtopoError
+from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.inventory.model import (ClusterState, Inventory, Node, NodeState, Placement,
                                        format_cpulist)
 from slurmtopo.binding.allocation import Allocation
@@ -111,8 +111,6 @@ def replan(doc: Mapping[str, Any], inv: Inventory, alloc: Allocation, log: List[
     """Plan again with only the allocation free. If the requirements cannot
     be met there, retry without them, then fall back to ranks in order:
     the job is already running, refusing to start helps nobody."""
-    from slurmtopo.errors import PlacementError
-
     if planner is None:
         from slurmtopo.plan.choice import plan as planner
     inv = with_allocated_nodes(inv, alloc, log)

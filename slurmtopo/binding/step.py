@@ -3,8 +3,10 @@ re-plan, then the run directory (hostfile, rankmap.json, ranktable,
 env.sh)."""
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
@@ -12,13 +14,17 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory.model import Inventory, Placement, format_cpulist
 from slurmtopo.binding.allocation import (Allocation, default_backend, detect_constrained,
-                                          read_allocation)
+                                          lost_nodes, read_allocation)
 from slurmtopo.binding import limits
 from slurmtopo.binding.master import master_address, resolves
 from slurmtopo.binding.launcher import rank_table
-from slurmtopo.binding.replan import differences, moved_ranks, replan
+from slurmtopo.binding.replan import differences, fill_placement, moved_ranks, replan
+from slurmtopo.files import safedir
+from slurmtopo.files.rundirs import HINT, open_run_dir, read_run_file
+from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.plan.launchers import SRUN, Launcher
-from slurmtopo.plan.plandoc import guardrails_of, launcher_of, layout_from_doc, planned_placement
+from slurmtopo.plan.plandoc import (guardrails_of, launcher_of, layout_from_doc, planned_placement,
+                                    unpack)
 
 if TYPE_CHECKING:
     from slurmtopo.binding.taskenv import TaskEnv
@@ -85,7 +91,6 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
     if not doc.get("inventory"):
         raise SlurmtopoError("the plan embeds no inventory and none could be read; pass "
                              "--inventory")
-    from slurmtopo.plan.plandoc import unpack
 
     where = "<inventory embedded in the batch script>"
     inv = parse_inventory(unpack(doc["inventory"], where, "inventory"), where)
@@ -115,7 +120,6 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
     # would cost 0.1 s)
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
-        from slurmtopo.inventory.hostlist import fold_hostlist
         nodelist = fold_hostlist(alloc.hosts)
     log.append(f"job {alloc.job_id or '?'}: {len(alloc.hosts)} node(s) {nodelist}")
     log.extend(per_host_lines(
@@ -166,7 +170,6 @@ def rebind(doc: Mapping[str, Any], env: Mapping[str, str], previous: Placement, 
     the job; Slurm may take up to ``wait`` seconds to say so) are replaced
     by spares of their domain (:func:`slurmtopo.binding.spares.replan_after_loss`).
     A failure that lost no node is not restarted: SlurmtopoError."""
-    from slurmtopo.binding.allocation import lost_nodes
     from slurmtopo.binding.spares import replan_after_loss
 
     resolve = resolve or resolves
@@ -235,9 +238,6 @@ def read_bound(run_dir: str) -> Optional[Tuple[Placement, Dict[str, Any]]]:
     run directory, read back as written (the user's own file in the user's
     own directory: :func:`slurmtopo.files.rundirs.read_run_file`); None when there
     is none. A damaged file is a one-line SlurmtopoError."""
-    import json
-
-    from slurmtopo.files.rundirs import read_run_file
     from slurmtopo.plan.rankmap import placement_from_dict
 
     text = read_run_file(run_dir, "rankmap.json")
@@ -341,8 +341,6 @@ def contiguous_fill(inv: Inventory, placement: Placement, alloc: Allocation, lay
     """For torchrun after a re-plan that interleaves nodes: the same hosts,
     each running the same number of ranks, ranks in node order (GPUs as
     planned on each host, topped up from its allocation)."""
-    from slurmtopo.binding.replan import fill_placement
-
     hosts = list(placement.hosts)
     per = -(-placement.world_size // len(hosts))
     hg = []
@@ -417,8 +415,6 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
     bigger the job). NCCL variables the user already exported are kept.
     ``token``: the secret the task-env blocks start with (see
     :func:`slurmtopo.binding.taskenv.block_mark`; made here when None)."""
-    import shlex
-
     q = shlex.quote
     p = result.placement
     nnodes = len(set(s.host for s in p.slots))
@@ -507,8 +503,6 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str],
     written through its descriptor, mode 0600, whatever the umask: another
     user who can rename entries of the submit directory cannot make this
     step write elsewhere or follow a planted link."""
-    from slurmtopo.files import safedir
-    from slurmtopo.files.rundirs import HINT, open_run_dir
     from slurmtopo.plan.rankmap import rankmap_csv, rankmap_json
 
     token = token or new_token()

@@ -71,7 +71,11 @@ from slurmtopo.daemon.jobstep import work_from_dict, work_to_dict
 from slurmtopo.daemon.wire import show as _show
 from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.plan.launchers import DEFAULT as DEFAULT_LAUNCHER
+from slurmtopo.files.fileio import read_file
+from slurmtopo.job.groups import Layout, MAX_WORLD
+from slurmtopo.job.request import JobRequest
+from slurmtopo.plan.launchers import DEFAULT as DEFAULT_LAUNCHER, names
+from slurmtopo.show.termsafe import printable
 
 PREFIX = "slurmtopo:v1:"
 #: the daemon's spool directory unless ``--spool`` says otherwise (the
@@ -330,8 +334,6 @@ def pointer_name(comment: Optional[str]) -> Optional[str]:
 def rejected_comment(reason: str) -> str:
     """``slurmtopo:rejected: <reason>``, one printable line cut to fit a
     Slurm comment."""
-    from slurmtopo.show.termsafe import printable
-
     text = REJECTED_PREFIX + " " + printable(" ".join(str(reason).split()))
     raw = text.encode()
     if len(raw) > COMMENT_LIMIT:
@@ -395,8 +397,6 @@ def _known(text: str, what: str, index, strict: bool) -> Tuple[str, ...]:
 
 
 def _layout(value: Any):
-    from slurmtopo.job.groups import MAX_WORLD, Layout
-
     if not isinstance(value, dict):
         raise ProtocolError("the slurmtopo request has no layout")
     why = unknown_fields(value, {f.name for f in fields(Layout)}, "layout")
@@ -415,8 +415,6 @@ def _layout(value: Any):
 
 def _launcher(value: Any) -> str:
     """A launcher this slurmtopo knows (srun when absent)."""
-    from slurmtopo.plan.launchers import names
-
     if value is None:
         return DEFAULT_LAUNCHER
     if not isinstance(value, str) or value not in names():
@@ -447,8 +445,6 @@ def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec
     ``exclude``, found without expanding them (a 65,536-name exclude costs
     what the inventory's names cost), and a ``nodelist`` that names nodes
     the inventory lacks is refused."""
-    from slurmtopo.job.request import JobRequest
-
     if not isinstance(data, dict):
         raise ProtocolError("the slurmtopo request is not a JSON object")
     unknown = sorted(k for k in data if k not in _FIELDS)
@@ -510,8 +506,6 @@ def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] =
     16 hex digits (:func:`request_file_name`: with an owner's uid, this
     process's when ``owners`` is None, or without one as earlier releases
     named it)."""
-    from slurmtopo.files.fileio import read_file
-
     directory = os.path.join(spool, REQUESTS_DIR)
     path = os.path.join(directory, name + ".json")
     try:

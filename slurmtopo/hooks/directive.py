@@ -44,6 +44,7 @@ Bounded before anything is split: the directive's text at most
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Tuple
 
@@ -96,8 +97,6 @@ class Directive:
 
     def text(self) -> str:
         """The words, shell-quoted, for a reader."""
-        import shlex
-
         return " ".join(shlex.quote(w) for w in self.words)
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 from typing import List, Mapping, Optional, Tuple
 
@@ -42,6 +43,7 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.hooks.taskvars import (JOB_PLAN_ENV, TaskBinding, binding_of, is_batch_step,
                                       job_lines, task_lines)
 from slurmtopo.plan.plandoc import PLAN_ENV, plan_from_env_value
+from slurmtopo.show.termsafe import printable
 
 #: what the start-time log says about CPU binding under the hooks: a
 #: TaskProlog runs beside the task, and cannot bind it
@@ -94,8 +96,6 @@ def obtain(plan_value: str, env: Mapping[str, str]) -> Tuple[TaskBinding, List[s
     """(binding, log lines, whether this task made it). Once per job under
     the run directory's lock; on a run directory that cannot be used, here
     and now without one."""
-    import json
-
     from slurmtopo.binding.step import write_run_dir
     from slurmtopo.files import safedir
     from slurmtopo.files.rundirs import open_run_dir, read_file_at
@@ -191,6 +191,4 @@ def _looks_like_a_launch(binding: TaskBinding, env: Mapping[str, str]) -> bool:
 
 
 def _print(text: str) -> str:
-    from slurmtopo.show.termsafe import printable
-
     return "print " + " ".join(printable(text).split())

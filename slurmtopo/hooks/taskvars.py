@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.inventory.model import format_cpulist
 
 #: the binding's format version
 BINDING_VERSION = 1
@@ -124,7 +125,6 @@ class TaskBinding:
 def binding_of(result, run_dir: str) -> TaskBinding:
     """The :class:`TaskBinding` of a start-time step's result
     (:class:`slurmtopo.binding.step.BindResult`)."""
-    from slurmtopo.inventory.model import format_cpulist
     from slurmtopo.plan.rankmap import node_contiguous, node_ranks
 
     p = result.placement

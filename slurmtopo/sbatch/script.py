@@ -30,13 +30,18 @@ import os
 import re
 import unicodedata
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
+from slurmtopo import __version__
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.plan.plandoc import TASK_NAME, TASK_SNIPPET
+from slurmtopo.inventory.model import format_cpulist
+from slurmtopo.plan.hazards import HazardPolicy
+from slurmtopo.plan.plandoc import (TASK_NAME, TASK_SNIPPET, dumps_plan, guardrails_dict,
+                                    plan_document)
 from slurmtopo.sbatch.launch import Launch, render_words
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
+from slurmtopo.sbatch.slurm_options import known_anywhere
 
 PLAN_DELIMITER = "SLURMTOPO_PLAN_JSON"
 #: jobs up to this many ranks list every rank in the script's comment table;
@@ -108,7 +113,6 @@ def extras_problem(extras: Sequence[str]) -> Optional[str]:
     of every Slurm release slurmtopo knows: refused when any release would
     apply an option the plan sets, or would refuse the script."""
     from slurmtopo.sbatch.directives import DirectiveError, read_extras
-    from slurmtopo.sbatch.slurm_options import known_anywhere
 
     extras = [str(e) for e in extras]
     for text in extras:
@@ -182,8 +186,6 @@ def default_job_name(command: Sequence[str]) -> Optional[str]:
     train.py`` -> ``train``, ``python -m pkg.train`` -> ``train``,
     ``torchrun ... pretrain.py`` -> ``pretrain``, ``./run.sh`` -> ``run``
     (None when nothing usable is left; sanitised later like any name)."""
-    import os
-
     words = [str(w) for w in command]
     if not words:
         return None
@@ -521,10 +523,6 @@ class SbatchRequest:
         planned node is lost.
         ``changes``: ScriptOptions fields to change (``job_name="x"``), a
         shorthand for ``dataclasses.replace(script, ...)``."""
-        from dataclasses import replace
-
-        from slurmtopo.plan.plandoc import dumps_plan, plan_document
-
         o = replace(script or ScriptOptions(), **changes)
         job_name, partition, time, account = o.job_name, o.partition, o.time, o.account
         topology, switch_wait, extra, options = o.topology, o.switch_wait, o.extra, o.options
@@ -589,8 +587,6 @@ class SbatchRequest:
         why = launch.requirement(placement)
         if why:
             raise SlurmtopoError(launch.refusal(why))
-        from slurmtopo.plan.plandoc import guardrails_dict
-        from slurmtopo.plan.hazards import HazardPolicy
 
         guard = guardrails_dict(HazardPolicy.parse(o.hazards).items(), o.nccl_version, o.spares)
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
@@ -670,11 +666,7 @@ def extract_plan(script: str) -> Optional[str]:
 def plan_comments(placement, layout, inventory_path: Optional[str],
                   topo_why: Sequence[str]) -> List[str]:
     """The human-readable plan: summary lines and the per-rank table."""
-    import os
-
-    from slurmtopo import __version__
     from slurmtopo.inventory.hostlist import fold_hostlist
-    from slurmtopo.inventory.model import format_cpulist
     from slurmtopo.plan.rankmap import group_indices
 
     lay = layout.resolved()
