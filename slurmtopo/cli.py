@@ -111,6 +111,7 @@ def main(argv=None):
         where = exc.ctx.command_path if exc.ctx is not None else "slurmtopo"
         if isinstance(exc, click.exceptions.NoSuchOption) and exc.ctx is not None \
                 and any("--sbatch" in p.opts for p in exc.ctx.command.params):
+            # lazy: a registry entry's module, needed only for this mistake (start-up time)
             from slurmtopo.commands.sbatch_options import sbatch_hint
             hint = sbatch_hint(exc.option_name)
             if hint is not None:  # sbatch's own option: say how to give it

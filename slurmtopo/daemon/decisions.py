@@ -352,6 +352,8 @@ class Decision:
 
     def summary(self) -> str:
         """One line for logs and `slurmtopo daemon status`."""
+        # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist
+        #   (start-up time)
         from slurmtopo.inventory.hostlist import fold_hostlist
 
         if self.action == RELEASE:

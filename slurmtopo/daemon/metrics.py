@@ -144,7 +144,7 @@ NO_METRICS = NoMetrics()
 
 
 def _client():
-    try:
+    try:  # lazy: optional dependency, only the metrics endpoint needs it
         import prometheus_client
     except ImportError:
         raise SlurmtopoError(

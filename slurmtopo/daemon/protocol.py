@@ -138,6 +138,8 @@ def request_to_dict(req, shape: Optional[Shape] = None,
                     hazards: Optional[JobHazards] = None) -> Dict[str, Any]:
     """The v1 JSON form of a JobRequest (compact: defaults left out, srun
     among them; ``hazards`` only when a policy or NCCL release was given)."""
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist (start-up
+    #   time)
     from slurmtopo.inventory.hostlist import fold_hostlist
 
     lay = req.layout
@@ -235,6 +237,7 @@ def write_request_file(spool: str, text: str, uid: Optional[int] = None) -> str:
     written through or replaced: another one is drawn. A write that fails
     leaves no file. (``uid``: the submitting user's, this process's by
     default.)"""
+    # lazy: `slurmtopo --help` loads this module but not secrets (start-up time)
     import secrets
 
     directory = os.path.join(spool, REQUESTS_DIR)
@@ -382,13 +385,13 @@ def _hostlist(value: Any, what: str) -> str:
 def _known(text: str, what: str, index, strict: bool) -> Tuple[str, ...]:
     """The inventory's names that the hostlist ``text`` names, never
     expanding it; with ``strict`` every name it counts must be one."""
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist (start-up
+    #   time)
     from slurmtopo.inventory.hostlist import HostlistError, select_hostlist
 
     try:
         names, count = select_hostlist(text, index, what)
     except HostlistError as exc:
-        from slurmtopo.show.termsafe import printable
-
         raise ProtocolError(printable(str(exc), 160)) from None
     if strict and count > len(names):
         raise ProtocolError(f"{what} names {count - len(names):,} node(s) not in the daemon's "
@@ -423,6 +426,8 @@ def _launcher(value: Any) -> str:
 
 
 def _shape(value: Any) -> Shape:
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist (start-up
+    #   time)
     from slurmtopo.inventory.hostlist import MAX_NAMES
 
     if value is None:
@@ -555,6 +560,8 @@ def parse_comment(comment: Optional[str], spool: Optional[str] = None,
         body, source = read_request_file(spool, name, owners)
         if sizes is not None:
             sizes.append(len(body))
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.files.boundedjson (start-up
+    #   time)
     from slurmtopo.files.boundedjson import JsonRefused, loads
 
     try:

@@ -144,6 +144,7 @@ def no_daemon_warnings(spool: Optional[str]) -> List[str]:
     """A warning when no placement daemon runs with ``spool`` (None: the
     default one), told from its process (:func:`slurmtopo.daemon.status.
     liveness`): a job submitted held for it would wait until one starts."""
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.daemon.status (start-up time)
     from slurmtopo.daemon.status import liveness, read_status
 
     where = spool or DEFAULT_SPOOL

@@ -136,6 +136,8 @@ def header_problem(script_text: str, name: str = "script") -> Optional[str]:
 
 
 def _words(text: str, where: str) -> List[str]:
+    # lazy: `slurmtopo hooks plan` (no directive) loads this module but not
+    #   slurmtopo.sbatch.directives (start-up time)
     from slurmtopo.sbatch.directives import DirectiveError as SbatchDirectiveError
     from slurmtopo.sbatch.directives import split_directive
 

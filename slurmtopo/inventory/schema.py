@@ -443,6 +443,9 @@ class _Parser:
             if switches or blocks or sizes:
                 raise r.error("a fabric with rings or toruses has no switches or blocks "
                               "(Slurm plans a job on one topology)", Reader.line(d))
+            # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
+            #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this
+            #   module but not slurmtopo.inventory.ringtree (start-up time)
             from slurmtopo.inventory.ringtree import inventory_switches
 
             switches = list(inventory_switches(rings, toruses, self.path))
@@ -590,6 +593,9 @@ def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None,
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
+            # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
+            #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this
+            #   module but not slurmtopo.inventory.compiled (start-up time)
             from slurmtopo.inventory.compiled import load_report_dir
 
             dir_parts, _ = load_report_dir(p, report_dir_schema(), write_cache)
@@ -615,6 +621,9 @@ def report_dir_schema():
     """What :mod:`slurmtopo.inventory.compiled` needs to read and compile a report
     directory (it cannot import this module, which reads directories
     through it)."""
+    # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
+    #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this module
+    #   but not slurmtopo.inventory.compiled (start-up time)
     from slurmtopo.inventory.compiled import Schema
 
     return Schema(read=read_document, parse=parse_inventory, merge=merge_inventories,
@@ -645,6 +654,9 @@ def compile_report_dir(directory: str) -> Tuple[Dict[str, Any], Inventory, List[
     any other document) as one inventory document, plus the merged
     Inventory and log lines; the directory's compiled form is brought up to
     date on the way."""
+    # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
+    #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this module
+    #   but not slurmtopo.inventory.compiled (start-up time)
     from slurmtopo.inventory.compiled import COMPILED_VERSION, compile_inventory, load_report_dir
 
     schema = report_dir_schema()

@@ -97,6 +97,8 @@ def _short(link) -> str:
 def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
          max_hosts: int = MAX_GRID_HOSTS) -> "FittedSheet":
     """:func:`grid_sheet` in rich."""
+    # lazy: `slurmtopo plan`, `slurmtopo sbatch --dry-run` load this module but not
+    #   slurmtopo.show.tablefit (start-up time)
     from slurmtopo.show.tablefit import FittedSheet
 
     return FittedSheet(grid_sheet(placement, inv, color_by, state, max_hosts))
@@ -459,6 +461,8 @@ def split_lines(lines: Sequence[str]) -> List[Line]:
 
 def summary(placement, layout=None, inv=None, script=None) -> Text:
     """:func:`summary_line` in rich."""
+    # lazy: `slurmtopo plan`, `slurmtopo sbatch --dry-run` load this module but not
+    #   slurmtopo.show.tablefit (start-up time)
     from slurmtopo.show.tablefit import rich_line
 
     return rich_line(summary_line(placement, layout, inv, script))
@@ -488,6 +492,8 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
                 files: Optional[Mapping[str, str]] = None, bound=None,
                 idle_bound=None) -> Group:
     """:func:`plan_parts` in rich."""
+    # lazy: `slurmtopo plan`, `slurmtopo sbatch --dry-run` load this module but not
+    #   slurmtopo.show.tablefit (start-up time)
     from slurmtopo.show.tablefit import rich_parts
 
     return rich_parts(plan_parts(placement, inv, layout, plan_cost, naive_cost, state,

@@ -27,12 +27,16 @@ def get_backend(name: str = "auto", **kwargs) -> SlurmBackend:
     if name == "cli":
         return CliBackend(**kwargs)
     if name == "pyslurm":
+        # lazy: `slurmtopo hooks task-prolog` (batch step) loads this module but not
+        #   slurmtopo.slurm.pyslurm_backend (start-up time)
         from slurmtopo.slurm.pyslurm_backend import PySlurmBackend
         return PySlurmBackend(**kwargs)
     if name == "auto":
         env = kwargs.get("env")
         path = (env or os.environ).get("PATH")
         if shutil.which("sinfo", path=path) is None:
+            # lazy: `slurmtopo hooks task-prolog` (batch step) loads this module but not
+            #   slurmtopo.slurm.pyslurm_backend (start-up time)
             from slurmtopo.slurm import pyslurm_backend
             if pyslurm_backend.available():
                 try:

@@ -145,6 +145,7 @@ def _import():
         raise SlurmError("pyslurm needs Slurm's configuration and none was found "
                          f"(SLURM_CONF={os.environ.get('SLURM_CONF', 'unset')}; libslurm would "
                          "end this process)")
+    # lazy: pyslurm is heavy, loaded only when this runs (start-up time)
     import pyslurm  # noqa: F401  (optional dependency)
     return pyslurm
 
