@@ -17,8 +17,6 @@ import re
 from functools import lru_cache
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
-import yaml
-
 from slurmtopo.errors import InventoryError
 from slurmtopo.files.fileio import read_text
 
@@ -52,6 +50,8 @@ def _loader():
     libyaml's parser when PyYAML was built with it (about 10x faster on the
     12,500 node reports of a big cluster); our constructors still run in
     Python and the nodes still carry line marks."""
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+
     class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         pass
 
@@ -116,6 +116,8 @@ def _check_aliases(root, path: str) -> None:
     node's expanded size once (memoised by identity), so the check costs one
     pass over the document as written, however large its expansion.
     """
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+
     own: Dict[int, int] = {}
     size: Dict[int, int] = {}
 
@@ -147,6 +149,8 @@ def _check_aliases(root, path: str) -> None:
 
 
 def _count_distinct(root) -> int:
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+
     seen = set()
     stack = [root]
     while stack:
@@ -170,6 +174,8 @@ MAX_DEPTH = 100
 def _check_depth(text: str, path: str) -> None:
     """Refuse nesting deeper than MAX_DEPTH, from the parser's events
     (iterative, so a ``[[[[...`` bomb cannot crash it)."""
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+
     opening = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
     closing = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
     events = _loader()(text)
@@ -194,6 +200,8 @@ def parse_text(text: str, path: str = "<string>") -> Any:
     Before anything is built, nesting depth and alias expansion are checked,
     so a small hostile document costs a message, not the process.
     """
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+
     loader = None
     try:
         _check_depth(text, path)
@@ -407,6 +415,8 @@ class BlockList(list):
 
 @lru_cache(maxsize=None)
 def _dumper():
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+
     class _Dumper(yaml.SafeDumper):
         pass
 
@@ -418,6 +428,8 @@ def _dumper():
 
 def dump_yaml(data: Any) -> str:
     """YAML text for plain dicts/lists, keys in insertion order."""
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+
     return yaml.dump(_plain(data), Dumper=_dumper(), sort_keys=False, default_flow_style=None,
                      width=100)
 
