@@ -7,8 +7,11 @@ non-zero exit code.
 """
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
 import sys
+import threading
 from typing import Optional
 
 import click
@@ -16,6 +19,7 @@ import click
 from slurmtopo import __version__
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.show.termsafe import printable
 
 # sub-command name -> module under slurmtopo.commands (imported lazily, so
 # `slurmtopo groups` does not pay for paramiko or pynvml).
@@ -81,8 +85,6 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def main(argv=None):
-    from slurmtopo.show.termsafe import printable
-
     args = list(sys.argv[1:] if argv is None else argv)
     bad = _not_utf8(args)
     if bad is not None:
@@ -109,6 +111,7 @@ def main(argv=None):
         where = exc.ctx.command_path if exc.ctx is not None else "slurmtopo"
         if isinstance(exc, click.exceptions.NoSuchOption) and exc.ctx is not None \
                 and any("--sbatch" in p.opts for p in exc.ctx.command.params):
+            # lazy: a registry entry's module, needed only for this mistake (start-up time)
             from slurmtopo.commands.sbatch_options import sbatch_hint
             hint = sbatch_hint(exc.option_name)
             if hint is not None:  # sbatch's own option: say how to give it
@@ -144,10 +147,6 @@ def run() -> None:
     flushed first; with other threads alive, or on an uncaught exception,
     Python exits as usual. :func:`main` itself (which tests call in
     process) exits as usual too."""
-    import atexit
-    import os
-    import threading
-
     try:
         main()
         code: object = 0

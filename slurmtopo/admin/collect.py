@@ -20,7 +20,9 @@ deadline can never overwrite anything.
 """
 from __future__ import annotations
 
+import base64
 import getpass
+import hashlib
 import os
 import queue
 import select
@@ -31,8 +33,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from slurmtopo.errors import InventoryError
-from slurmtopo.files.fileio import atomic_write, ensure_dir, read_text
+from slurmtopo.errors import InventoryError, SlurmtopoError
+from slurmtopo.files.fileio import atomic_write, check_regular, ensure_dir, read_text
 from slurmtopo.files.yamlio import load_document, parse_text
 from slurmtopo.inventory.schema import node_report, parse_inventory
 
@@ -220,9 +222,6 @@ def _age(seconds: float) -> str:
 def _regular(path: str, what: str) -> None:
     """A file paramiko will open must be a regular file (a FIFO would hang
     the collection)."""
-    from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.files.fileio import check_regular
-
     try:
         check_regular(path)
     except SlurmtopoError as exc:
@@ -367,8 +366,6 @@ class _UnknownHostKey(Exception):
 
 
 def _fingerprint(key) -> str:
-    import base64
-    import hashlib
     digest = hashlib.sha256(key.asbytes()).digest()
     return f"{key.get_name()} SHA256:{base64.b64encode(digest).decode().rstrip('=')}"
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from slurmtopo.errors import InventoryError
+from slurmtopo.files.fileio import MAX_FABRIC_DUMP_BYTES, read_text
 
 #: nominal per-lane rate of each InfiniBand speed, Gbit/s
 LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "EDR": 25.0,
@@ -302,5 +303,4 @@ def parse_ibnetdiscover(text: str, path: str = "<ibnetdiscover>") -> IbFabric:
 
 
 def read_ibnetdiscover(path) -> IbFabric:
-    from slurmtopo.files.fileio import MAX_FABRIC_DUMP_BYTES, read_text
     return parse_ibnetdiscover(read_text(path, MAX_FABRIC_DUMP_BYTES), str(path))

@@ -16,14 +16,13 @@ from typing import Callable, List, Optional, Sequence
 
 from slurmtopo.slurmfmt.checks import ERROR, REFUSE, Problem, enforce
 from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.files.fileio import KEEP_BACKUPS, atomic_write
+from slurmtopo.files.fileio import KEEP_BACKUPS, atomic_write, read_text
+from slurmtopo.slurm.cli_backend import CliBackend
 
 Echo = Callable[[str], None]
 
 
 def current_text(path: str) -> Optional[str]:
-    from slurmtopo.files.fileio import read_text
-
     if not os.path.lexists(path):
         return None
     try:
@@ -44,7 +43,6 @@ def run_reconfigure(echo: Echo, slurm=None) -> None:
     command-line one unless given): slurmctld re-reads the files just
     written. Slurm's refusal is a SlurmError in Slurm's own words."""
     if slurm is None:
-        from slurmtopo.slurm.cli_backend import CliBackend
         slurm = CliBackend(timeout=120)
     try:
         slurm.reconfigure()

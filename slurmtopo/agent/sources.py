@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import read_text
 
 
 def discoveries(from_smi: Optional[str] = None, node_name: Optional[str] = None,
@@ -19,6 +20,7 @@ def discoveries(from_smi: Optional[str] = None, node_name: Optional[str] = None,
                 threads_per_core: Optional[int] = None, from_nccl_xml: Optional[str] = None,
                 from_hwloc: Optional[str] = None, nvml: str = "auto") -> List:
     """Discovery objects for this node (NVML) or for the hosts of a file."""
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.report (start-up time)
     from slurmtopo.agent.report import short_hostname
 
     given = [o for o, v in (("--from-smi", from_smi), ("--from-nccl-xml", from_nccl_xml),
@@ -29,13 +31,14 @@ def discoveries(from_smi: Optional[str] = None, node_name: Optional[str] = None,
         return [tree_discovery(from_nccl_xml, from_hwloc, node_name, sysfs_root, model,
                                threads_per_core, nvml)]
     if from_smi:
+        # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.smi (start-up time)
         from slurmtopo.agent.smi import smi_discovery
-
-        from slurmtopo.files.fileio import read_text
 
         text = read_text(from_smi, errors="replace")
         return smi_discovery(text, from_smi, node_name=node_name, model=model,
                              threads_per_core=threads_per_core)
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.nvml_discovery (start-up
+    #   time)
     from slurmtopo.agent.nvml_discovery import discover
 
     host = short_hostname()
@@ -46,12 +49,17 @@ def tree_discovery(from_nccl_xml, from_hwloc, node_name, sysfs_root, model,
                    threads_per_core, nvml):
     """A topology file, merged with NVML on this node when it can be read
     (``nvml``: auto, yes or no)."""
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.report (start-up time)
     from slurmtopo.agent.report import short_hostname
 
     if from_nccl_xml:
+        # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.nccl_xml (start-up
+        #   time)
         from slurmtopo.agent.nccl_xml import read_nccl_xml as reader
         path, source = from_nccl_xml, "nccl-topology-xml"
     else:
+        # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.hwloc_xml (start-up
+        #   time)
         from slurmtopo.agent.hwloc_xml import read_hwloc_xml as reader
         path, source = from_hwloc, "hwloc-xml"
     host = short_hostname()
@@ -59,6 +67,8 @@ def tree_discovery(from_nccl_xml, from_hwloc, node_name, sysfs_root, model,
                   threads_per_core=threads_per_core)
     if nvml == "no":
         return tree
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.nvml_discovery,
+    #   slurmtopo.agent.overlay (start-up time)
     from slurmtopo.agent.nvml_discovery import NvmlMissing, discover
     from slurmtopo.agent.overlay import overlay_tree
 

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import read_text
 from slurmtopo.inventory.hostlist import natural_key
 from slurmtopo.inventory.model import CpuTopology, parse_cpulist
 
@@ -83,9 +85,6 @@ class Sysfs:
         """The attribute's text, stripped; None when it is missing,
         unreadable or not a regular file (a FIFO under a test root is
         refused, never waited on)."""
-        from slurmtopo.errors import SlurmtopoError
-        from slurmtopo.files.fileio import read_text
-
         try:
             return read_text(self.path(*parts), MAX_ATTRIBUTE_BYTES, errors="replace").strip()
         except SlurmtopoError:

@@ -29,8 +29,9 @@ from slurmtopo.agent import health
 from slurmtopo.slurmfmt.gres_lines import gres_text
 from slurmtopo.agent.report import Discovery, comparable
 from slurmtopo.errors import SlurmError, SlurmtopoError
-from slurmtopo.files.fileio import atomic_write
+from slurmtopo.files.fileio import atomic_write, read_text
 from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.slurm.cli_backend import CliBackend
 
 log = logging.getLogger("slurmtopo.agent")
 
@@ -78,8 +79,6 @@ class Agent:
     def _read(path: str) -> Optional[str]:
         """The file's text, or None when it is missing or unreadable (a
         FIFO or device in its place included: refused, never waited on)."""
-        from slurmtopo.files.fileio import read_text
-
         try:
             return read_text(path)
         except SlurmtopoError:
@@ -152,7 +151,6 @@ class Agent:
     @property
     def slurm(self):
         if self._slurm is None:
-            from slurmtopo.slurm.cli_backend import CliBackend
             self._slurm = CliBackend()
         return self._slurm
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
+from slurmtopo.simulate.contention import Contention, FabricLinks, job_load
 from slurmtopo.simulate.report import BUCKETS, SLOWED, percentile
+from slurmtopo.simulate.traffic import job_traffic
 
 #: the share of a job's run time spent communicating (simulate's default)
 FRACTION = 0.3
@@ -45,8 +47,6 @@ class LinkWatch:
 
     def __init__(self, inv, auditor, fraction: float = FRACTION, mode: str = "ecmp",
                  seed: int = 0):
-        from slurmtopo.simulate.contention import Contention, FabricLinks
-
         self.inv = inv
         self.auditor = auditor
         self.fraction = fraction
@@ -60,9 +60,6 @@ class LinkWatch:
         self._last: Dict[int, float] = {}
 
     def add(self, key: int, job, now: float = 0.0) -> None:
-        from slurmtopo.simulate.contention import job_load
-        from slurmtopo.simulate.traffic import job_traffic
-
         rec = self.jobs[key] = JobContention(job.job_id, job.gpus)
         self._area[key] = 0.0
         self._since[key] = self._last[key] = now

@@ -31,7 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.inventory.topology import block_of, network_view
 from slurmtopo.plan.taskprobe import (MAX_TASK_LINES, PROBE_PROCESSES, PROBE_SELF,  # noqa: F401
                                       TASK_KEYS, TaskSeen, int_list, parse_task_lines)
 
@@ -144,8 +146,6 @@ Rule = Tuple[List[str], Optional[str]]
 
 
 def _expected_blocks(inv: Inventory) -> Dict[str, str]:
-    from slurmtopo.inventory.topology import block_of
-
     return inv.derive("contracts.block_of", lambda: block_of(inv))
 
 
@@ -158,8 +158,6 @@ def _slurm_block_of(view: SlurmView) -> Dict[str, str]:
 
 
 def _fold(hosts: Sequence[str]) -> str:
-    from slurmtopo.inventory.hostlist import fold_hostlist
-
     return fold_hostlist(list(hosts)) if hosts else "none"
 
 
@@ -191,7 +189,6 @@ def _segment(inv: Inventory, view: SlurmView, job: JobSeen) -> Rule:
 def _switches(inv: Inventory, view: SlurmView, job: JobSeen) -> Rule:
     if not job.switches:
         return [], None
-    from slurmtopo.inventory.topology import network_view
 
     leaf = dict(network_view(inv.fabric).leaf) if inv.fabric.switches else {}
     if not leaf:
@@ -300,8 +297,6 @@ def _rank_order(inv: Inventory, view: SlurmView, job: JobSeen) -> Rule:
     if block:
         dom, what = block, "block"
     else:
-        from slurmtopo.inventory.topology import network_view
-
         dom, what = dict(network_view(inv.fabric).leaf), "leaf switch"
     seq = [dom.get(h) for h in order]
     if any(d is None for d in seq):
@@ -396,6 +391,7 @@ def metrics_text(report: ContractReport, timestamp: float) -> str:
     """The report as Prometheus text (a node-exporter textfile): violations
     by kind (every kind, 0 included: a series that disappears reads as "no
     data", not "fine"), the jobs checked, when."""
+    # lazy: prometheus_client is heavy, loaded only when this runs (start-up time)
     from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
     reg = CollectorRegistry()

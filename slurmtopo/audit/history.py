@@ -34,7 +34,9 @@ from slurmtopo.audit.contention import LinkWatch
 from slurmtopo.audit.contention import summary as contention_summary
 from slurmtopo.audit.placements import Auditor, JobAudit, RunningJob
 from slurmtopo.inventory.model import ClusterState, Inventory
-from slurmtopo.simulate.trace import Skipped, Trace
+from slurmtopo.placement.slurm_select import slurm_pick
+from slurmtopo.simulate.freestate import FreeState
+from slurmtopo.simulate.trace import RowLog, Skipped, Trace
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,6 @@ def _line(where: str) -> int:
 def replay(inv: Inventory, trace: Trace, auditor: Auditor) -> History:
     """Every job of ``trace`` placed back in time order; each multi-node job
     audited at its start (see the module doc)."""
-    from slurmtopo.placement.slurm_select import slurm_pick
-    from slurmtopo.simulate.freestate import FreeState
-    from slurmtopo.simulate.trace import RowLog
-
     log = RowLog(trace.source)
     events: List[Tuple[float, int, int]] = []  # (time, 0 end / 1 start, job)
     running = 0

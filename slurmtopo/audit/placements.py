@@ -23,8 +23,11 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from slurmtopo.audit.spans import Spans, fewest, spans
+from slurmtopo.cost.step import price_step
 from slurmtopo.errors import PlacementError
 from slurmtopo.inventory.model import ClusterState, Inventory, NodeState
+from slurmtopo.placement.common import build_placement
+from slurmtopo.plan.choice import params_of, plan
 from slurmtopo.simulate.layouts import JobShape, LayoutRules, node_size, shape_of
 
 
@@ -110,8 +113,6 @@ class Auditor:
     parameters and the node size found once)."""
 
     def __init__(self, inv: Inventory, rules: LayoutRules):
-        from slurmtopo.plan.choice import params_of
-
         self.inv = inv
         self.rules = rules
         self.per_node = node_size(inv)
@@ -123,8 +124,6 @@ class Auditor:
     def today(self, job: RunningJob):
         """(shape, request, placement) of ``job`` as Slurm launched it: ranks
         in block order over its nodes, GPUs by index on each."""
-        from slurmtopo.placement.common import build_placement
-
         shape = self.shape(job)
         req = shape.request()
         assign = [(h, g) for h, gpus in job.alloc.items() for g in sorted(gpus)]
@@ -134,9 +133,6 @@ class Auditor:
     def audit(self, job: RunningJob, before: ClusterState) -> JobAudit:
         """``job`` against slurmtopo's plan on ``before`` (the cluster
         without the job; see the module doc)."""
-        from slurmtopo.cost.step import price_step
-        from slurmtopo.plan.choice import plan
-
         inv = self.inv
         shape, req, today_pl = self.today(job)
         today = spans(inv, list(job.alloc))

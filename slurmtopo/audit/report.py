@@ -16,6 +16,9 @@ from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Sequence
 
 from slurmtopo.audit.placements import JobAudit
+from slurmtopo.inventory.hostlist import fold_hostlist
+from slurmtopo.show.tablefit import Fitted
+from slurmtopo.show.termsafe import markup
 
 #: the counts a job spans, in table order
 COUNTS = ("leaves", "blocks", "domains")
@@ -41,8 +44,6 @@ def _job_key(job_id: str):
 
 
 def job_doc(a: JobAudit) -> Dict[str, Any]:
-    from slurmtopo.inventory.hostlist import fold_hostlist
-
     extra = {}
     for k in COUNTS:
         t, f = getattr(a.today, k), getattr(a.fewest, k)
@@ -136,11 +137,9 @@ def _ms(x: Optional[float]) -> str:
 
 def job_table(doc: Dict[str, Any]):
     """One row per job: spans today / fewest (``!`` where over), steps, ratio."""
+    # lazy: rich is heavy, loaded only when this runs (start-up time)
     from rich import box
     from rich.table import Table
-
-    from slurmtopo.show.tablefit import Fitted
-    from slurmtopo.show.termsafe import markup
 
     s = doc["summary"]
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
@@ -164,11 +163,9 @@ def job_table(doc: Dict[str, Any]):
 
 def stranded_table(doc: Dict[str, Any]):
     """Free and stranded GPUs per leaf and per multi-node NVLink domain."""
+    # lazy: rich is heavy, loaded only when this runs (start-up time)
     from rich import box
     from rich.table import Table
-
-    from slurmtopo.show.tablefit import Fitted
-    from slurmtopo.show.termsafe import markup
 
     st = doc["stranded"]
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
@@ -232,11 +229,9 @@ def notes(doc: Dict[str, Any]) -> List[str]:
 def contracts_table(report):
     """One row per contract violation (audit/contracts.ContractReport):
     the job, the kind, what Slurm gave against what was asked or planned."""
+    # lazy: rich is heavy, loaded only when this runs (start-up time)
     from rich import box
     from rich.table import Table
-
-    from slurmtopo.show.tablefit import Fitted
-    from slurmtopo.show.termsafe import markup
 
     n = len(report.violations)
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Sequence
 
 from slurmtopo.inventory.model import Inventory
+from slurmtopo.placement.slurm_select import leaves_used
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,6 @@ def domain_of(inv: Inventory, host: str) -> str:
 
 def spans(inv: Inventory, hosts: Sequence[str]) -> Spans:
     """The spans of ``hosts`` (see the module doc)."""
-    from slurmtopo.placement.slurm_select import leaves_used
-
     hosts = list(dict.fromkeys(hosts))
     leaves = leaves_used(inv, hosts) if inv.fabric.switches else None
     blocks = None

@@ -16,8 +16,9 @@ import re
 from typing import Any, Dict, List, Tuple
 
 from slurmtopo.audit.placements import RunningJob
-from slurmtopo.files.yamlio import Reader
-from slurmtopo.inventory.model import Inventory, parse_cpulist
+from slurmtopo.files.yamlio import Reader, as_float, as_str
+from slurmtopo.inventory.hostlist import expand_hostlist, fold_hostlist
+from slurmtopo.inventory.model import Inventory, format_cpulist, parse_cpulist
 
 JOB_KEYS = {"id", "name", "nodes", "gpus", "start"}
 #: a job id as Slurm writes one (``4711``, an array task ``4711_3``, a het
@@ -41,9 +42,6 @@ def _ids(value: Any) -> Tuple[int, ...]:
 
 def parse_jobs(data: Any, path: str, inv: Inventory) -> List[RunningJob]:
     """The ``jobs`` of a state document ``data`` (already parsed)."""
-    from slurmtopo.files.yamlio import as_float, as_str
-    from slurmtopo.inventory.hostlist import expand_hostlist
-
     r = Reader(path)
     if not isinstance(data, dict) or not data.get("jobs"):
         return []
@@ -112,9 +110,6 @@ def parse_jobs(data: Any, path: str, inv: Inventory) -> List[RunningJob]:
 
 def jobs_list(jobs: List[RunningJob]) -> List[Dict[str, Any]]:
     """``jobs`` as a state snapshot lists them (what :func:`parse_jobs` reads back)."""
-    from slurmtopo.inventory.hostlist import fold_hostlist
-    from slurmtopo.inventory.model import format_cpulist
-
     out = []
     for job in jobs:
         if not job.alloc:

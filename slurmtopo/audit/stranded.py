@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
 from slurmtopo.inventory.model import ClusterState, Inventory
+from slurmtopo.simulate.freestate import FreeState
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,6 @@ class Stranded:
 def free_state(inv: Inventory, state: ClusterState):
     """A :class:`~slurmtopo.simulate.freestate.FreeState` of ``state``:
     every GPU a new job could not take is busy."""
-    from slurmtopo.simulate.freestate import FreeState
-
     fs = FreeState(inv)
     for name, node in inv.nodes.items():
         if name not in state.nodes:

@@ -9,10 +9,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from slurmtopo.errors import SlurmtopoError
-from slurmtopo.inventory.model import Hardware, Inventory, parse_cpulist
+from slurmtopo.errors import SlurmError, SlurmtopoError
+from slurmtopo.inventory.model import Hardware, Inventory, NodeState, parse_cpulist
 from slurmtopo.binding.limits import CGROUP_MODES
-from slurmtopo.errors import SlurmError
+from slurmtopo.inventory.hostlist import expand_hostlist
 from slurmtopo.slurmfmt.gres_strings import gpu_index_lists
 from slurmtopo.plan.taskprobe import int_list
 
@@ -47,8 +47,6 @@ def parse_scontrol_job(text: str) -> Dict[str, Tuple[int, ...]]:
     (Slurm >= 20.02; several GPU types are summed) and the older
     ``GRES_IDX=gpu(IDX:0-3)``. A node line without GPUs maps to ().
     """
-    from slurmtopo.inventory.hostlist import expand_hostlist
-
     out: Dict[str, Tuple[int, ...]] = {}
     for line in text.splitlines():
         m = re.search(r"(?:^|\s)Nodes=(\S+)", line)
@@ -99,8 +97,6 @@ def read_allocation(env: Mapping[str, str], slurm=None,
     backend (default: the command-line one); a question it cannot answer
     falls through to the next source.
     """
-    from slurmtopo.inventory.hostlist import expand_hostlist
-
     slurm = slurm if slurm is not None else default_backend()
 
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
@@ -157,6 +153,8 @@ def read_allocation(env: Mapping[str, str], slurm=None,
 def default_backend():
     """The command-line Slurm backend, with the start-time step's patience
     (a probe step on a busy controller may take a while)."""
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.slurm.cli_backend (start-up time)
     from slurmtopo.slurm.cli_backend import CliBackend
 
     return CliBackend(timeout=120)
@@ -238,8 +236,6 @@ def lost_nodes(slurm, alloc: Allocation, hosts: Iterable[str]) -> Dict[str, str]
     job's allocation (``scontrol show job -d`` no longer lists them, as
     Slurm does with a ``--no-kill`` job's failed node). A question Slurm
     cannot answer finds nothing lost."""
-    from slurmtopo.inventory.model import NodeState
-
     wanted = list(dict.fromkeys(hosts))
     out: Dict[str, str] = {}
     try:

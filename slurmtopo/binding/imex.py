@@ -27,6 +27,7 @@ import re
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from slurmtopo.errors import SlurmError
+from slurmtopo.plan.rankmap import mnnvl_clique_ids
 
 #: the --network value that gives each segment its own IMEX channel
 UNIQUE_CHANNELS = "unique-channel-per-segment"
@@ -84,8 +85,6 @@ def host_nccl_env(env: Mapping[str, str], slurm, job_id: str, inv, placement,
     """host -> the NCCL variables that differ by host: ``NCCL_MNNVL_CLIQUE_ID``
     where a clique lies in several segments (none when the job has one
     channel, or the user exported the variable: theirs is kept)."""
-    from slurmtopo.plan.rankmap import mnnvl_clique_ids
-
     parts = segment_parts(env, slurm, job_id, list(placement.by_host()), log)
     if parts is None:
         return {}

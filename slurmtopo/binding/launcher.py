@@ -27,6 +27,8 @@ def rank_table(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequence[
 
     (readers of earlier releases skip the ``E`` lines.)
     """
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.plan.rankmap (start-up time)
     from slurmtopo.plan.rankmap import check_placement, cpulists, node_ranks
 
     check_placement(placement)
@@ -111,6 +113,8 @@ def rank_launch(info: RankInfo, environ: Mapping[str, str], allowed: Iterable[in
     renumbered GPUs on this node (device cgroup), whatever the batch host
     thought; the step's GPUs stand in for an allocation the table lacks.
     """
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.plan.rankmap (start-up time)
     from slurmtopo.plan.rankmap import rank_vars, visible_devices
 
     log: List[str] = []
@@ -207,6 +211,8 @@ def _read_own(path: str) -> str:
     (a FIFO would block the rank), the user's and writable by nobody else
     (the path may cross a directory others can rename entries of; what it
     names is only used when it is what ``slurmtopo bind`` wrote, 0600)."""
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.files.fileio (start-up time)
     from slurmtopo.files.fileio import MAX_TEXT_BYTES, open_regular
 
     try:

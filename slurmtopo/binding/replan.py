@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from slurmtopo.errors import SlurmtopoError
+from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.inventory.model import (ClusterState, Inventory, Node, NodeState, Placement,
                                        format_cpulist)
 from slurmtopo.binding.allocation import Allocation
@@ -35,6 +35,8 @@ def fill_placement(inv: Inventory, host_gpus: Sequence[Tuple[str, Sequence[int]]
     the allocation, and a plain reference placement for tests. NICs, CPUs
     and NUMA nodes come from the planner's own rule
     (:func:`slurmtopo.placement.common.build_placement`)."""
+    # lazy: `slurmtopo hooks task-prolog` (each task), `slurmtopo hooks task-prolog` (batch step)
+    #   load this module but not slurmtopo.job.groups, slurmtopo.placement.common (start-up time)
     from slurmtopo.job.groups import build_groups
     from slurmtopo.placement.common import build_placement
 
@@ -65,6 +67,8 @@ def job_request_from_doc(doc: Mapping[str, Any], relax: bool = False):
     allocation: exclusivity is already granted (the allocation state says
     what is free); ``relax`` also drops the requirements and the GPUs-per-node
     rule, for a second try."""
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.job.request (start-up time)
     from slurmtopo.job.request import JobRequest
 
     names = {f.name for f in fields(JobRequest)}
@@ -111,9 +115,9 @@ def replan(doc: Mapping[str, Any], inv: Inventory, alloc: Allocation, log: List[
     """Plan again with only the allocation free. If the requirements cannot
     be met there, retry without them, then fall back to ranks in order:
     the job is already running, refusing to start helps nobody."""
-    from slurmtopo.errors import PlacementError
-
     if planner is None:
+        # lazy: `slurmtopo hooks task-prolog` loads this module but not slurmtopo.plan.choice
+        #   (start-up time; only a re-plan needs the planner)
         from slurmtopo.plan.choice import plan as planner
     inv = with_allocated_nodes(inv, alloc, log)
     state = allocation_state(inv, alloc)

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.inventory.model import Inventory, Placement, format_cpulist
+from slurmtopo.placement.common import build_placement
+from slurmtopo.placement.spares import domain_of
 
 
 @dataclass(frozen=True)
@@ -49,9 +51,6 @@ def replan_after_loss(inv: Inventory, placement: Placement, usable: Sequence[str
     ``gpus``: host -> the GPU indices Slurm gave it (None: unknown, all of
     the node's). Raises SlurmtopoError when too few idle hosts have the
     GPUs."""
-    from slurmtopo.placement.common import build_placement
-    from slurmtopo.placement.spares import domain_of
-
     gpus = gpus or {}
     by_host = placement.by_host()
     running = [h for h, s in by_host.items() if s]
@@ -106,8 +105,6 @@ def replan_after_loss(inv: Inventory, placement: Placement, usable: Sequence[str
 
 def _left_domains(inv: Inventory, old: Placement, new: Placement) -> List[Tuple[str, int]]:
     """Groups whose ranks touch other domains after the move."""
-    from slurmtopo.placement.spares import domain_of
-
     memo: Dict[str, Tuple[str, str]] = {}
 
     def dom(h: str) -> Tuple[str, str]:
@@ -126,6 +123,4 @@ def _left_domains(inv: Inventory, old: Placement, new: Placement) -> List[Tuple[
 
 
 def _ranges(ranks: Sequence[int]) -> str:
-    from slurmtopo.inventory.model import format_cpulist
-
     return format_cpulist(sorted(ranks))

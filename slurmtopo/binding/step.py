@@ -3,8 +3,10 @@ re-plan, then the run directory (hostfile, rankmap.json, ranktable,
 env.sh)."""
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
@@ -12,13 +14,17 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory.model import Inventory, Placement, format_cpulist
 from slurmtopo.binding.allocation import (Allocation, default_backend, detect_constrained,
-                                          read_allocation)
+                                          lost_nodes, read_allocation)
 from slurmtopo.binding import limits
 from slurmtopo.binding.master import master_address, resolves
 from slurmtopo.binding.launcher import rank_table
-from slurmtopo.binding.replan import differences, moved_ranks, replan
+from slurmtopo.binding.replan import differences, fill_placement, moved_ranks, replan
+from slurmtopo.files import safedir
+from slurmtopo.files.rundirs import HINT, open_run_dir, read_run_file
+from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.plan.launchers import SRUN, Launcher
-from slurmtopo.plan.plandoc import guardrails_of, launcher_of, layout_from_doc, planned_placement
+from slurmtopo.plan.plandoc import (guardrails_of, launcher_of, layout_from_doc, planned_placement,
+                                    unpack)
 
 if TYPE_CHECKING:
     from slurmtopo.binding.taskenv import TaskEnv
@@ -64,6 +70,10 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
     """The inventory file recorded at plan time (or ``--inventory``), else
     the hardware embedded in the script, validated whole at load (its
     ``cost:`` block too, as every command does)."""
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not slurmtopo.cost,
+    #   slurmtopo.inventory.schema (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not slurmtopo.cost,
+    #   slurmtopo.inventory.schema (start-up time)
     from slurmtopo.cost import cost_params
     from slurmtopo.inventory.schema import load_inventory, parse_inventory
 
@@ -85,7 +95,6 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
     if not doc.get("inventory"):
         raise SlurmtopoError("the plan embeds no inventory and none could be read; pass "
                              "--inventory")
-    from slurmtopo.plan.plandoc import unpack
 
     where = "<inventory embedded in the batch script>"
     inv = parse_inventory(unpack(doc["inventory"], where, "inventory"), where)
@@ -115,7 +124,6 @@ def bind(doc: Mapping[str, Any], env: Mapping[str, str], slurm=None,
     # would cost 0.1 s)
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
-        from slurmtopo.inventory.hostlist import fold_hostlist
         nodelist = fold_hostlist(alloc.hosts)
     log.append(f"job {alloc.job_id or '?'}: {len(alloc.hosts)} node(s) {nodelist}")
     log.extend(per_host_lines(
@@ -166,7 +174,10 @@ def rebind(doc: Mapping[str, Any], env: Mapping[str, str], previous: Placement, 
     the job; Slurm may take up to ``wait`` seconds to say so) are replaced
     by spares of their domain (:func:`slurmtopo.binding.spares.replan_after_loss`).
     A failure that lost no node is not restarted: SlurmtopoError."""
-    from slurmtopo.binding.allocation import lost_nodes
+    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
+    #   load this module but not slurmtopo.binding.spares (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
+    #   load this module but not slurmtopo.binding.spares (start-up time)
     from slurmtopo.binding.spares import replan_after_loss
 
     resolve = resolve or resolves
@@ -235,9 +246,10 @@ def read_bound(run_dir: str) -> Optional[Tuple[Placement, Dict[str, Any]]]:
     run directory, read back as written (the user's own file in the user's
     own directory: :func:`slurmtopo.files.rundirs.read_run_file`); None when there
     is none. A damaged file is a one-line SlurmtopoError."""
-    import json
-
-    from slurmtopo.files.rundirs import read_run_file
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.plan.rankmap (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.plan.rankmap (start-up time)
     from slurmtopo.plan.rankmap import placement_from_dict
 
     text = read_run_file(run_dir, "rankmap.json")
@@ -266,6 +278,10 @@ def _finish(doc: Mapping[str, Any], env: Mapping[str, str], slurm, inv: Inventor
     """Everything after the placement is decided: the launcher's order,
     GPU numbers, CPU binding, the NCCL block, the master address, the
     hazards the placement brings (logged: the job runs already)."""
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.binding.taskenv, slurmtopo.plan.rankmap (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.binding.taskenv, slurmtopo.plan.rankmap (start-up time)
     from slurmtopo.binding.taskenv import cpu_summary, visible_by_host
     from slurmtopo.plan.rankmap import check_placement, job_env, nccl_env
 
@@ -295,6 +311,10 @@ def _finish(doc: Mapping[str, Any], env: Mapping[str, str], slurm, inv: Inventor
     if note:
         log.append(note)
     extra = _topo_file(inv, placement, run_dir, log, jenv)
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.binding.imex (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.binding.imex (start-up time)
     from slurmtopo.binding.imex import host_nccl_env
     host_env = host_nccl_env(env, slurm, alloc.job_id, inv, placement, log)
     log.append(f"MASTER_ADDR={jenv['MASTER_ADDR']} MASTER_PORT={port} "
@@ -313,6 +333,10 @@ def start_hazards(doc: Mapping[str, Any], env: Mapping[str, str], inv: Inventory
     a restart on spares), under the plan's policy and NCCL release (else
     the job's NCCL_VERSION), as log lines: the job runs already, and a
     plan that was checked at submission is not checked again."""
+    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
+    #   load this module but not slurmtopo.plan.hazards (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
+    #   load this module but not slurmtopo.plan.hazards (start-up time)
     from slurmtopo.plan.hazards import HazardPolicy, check_hazards, nccl_version
 
     guard = guardrails_of(doc)
@@ -341,8 +365,6 @@ def contiguous_fill(inv: Inventory, placement: Placement, alloc: Allocation, lay
     """For torchrun after a re-plan that interleaves nodes: the same hosts,
     each running the same number of ranks, ranks in node order (GPUs as
     planned on each host, topped up from its allocation)."""
-    from slurmtopo.binding.replan import fill_placement
-
     hosts = list(placement.hosts)
     per = -(-placement.world_size // len(hosts))
     hg = []
@@ -362,6 +384,10 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
     named for a node type in a multi-node NVLink domain must describe one
     node (NCCL's env.rst); when it does not, ``NCCL_TOPO_FILE`` leaves
     ``jenv`` and the log says why."""
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.plan.rankmap (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.plan.rankmap (start-up time)
     from slurmtopo.plan.rankmap import nccl_topo_plan
 
     plan = nccl_topo_plan(inv, placement, run_dir)
@@ -377,6 +403,10 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
                        "systems NCCL wants a file of a single node")
     if plan.write is None or run_dir is None:
         return {}
+    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
+    #   load this module but not slurmtopo.plan.nccl_topo (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
+    #   load this module but not slurmtopo.plan.nccl_topo (start-up time)
     from slurmtopo.plan.nccl_topo import render  # (xml, ~10 ms to import: only when needed)
 
     path, hw = plan.write
@@ -394,6 +424,10 @@ def _multi_node_topo_file(inv: Inventory, placement: Placement, path: str) -> Op
     """Why the admin's topology file ``path`` is not one node's, when the
     job's nodes share a multi-node NVLink domain (None otherwise, or when
     it cannot be read here: NCCL then says so itself)."""
+    # lazy: `slurmtopo hooks task-prolog` (each task), `slurmtopo hooks task-prolog` (batch step)
+    #   load this module but not slurmtopo.files.fileio, slurmtopo.plan.nccl_topo (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (each task), `slurmtopo hooks task-prolog` (batch step)
+    #   load this module but not slurmtopo.files.fileio, slurmtopo.plan.nccl_topo (start-up time)
     from slurmtopo.files.fileio import read_text
     from slurmtopo.plan.nccl_topo import single_node_problem
 
@@ -417,8 +451,6 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
     bigger the job). NCCL variables the user already exported are kept.
     ``token``: the secret the task-env blocks start with (see
     :func:`slurmtopo.binding.taskenv.block_mark`; made here when None)."""
-    import shlex
-
     q = shlex.quote
     p = result.placement
     nnodes = len(set(s.host for s in p.slots))
@@ -470,6 +502,10 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
 
 def task_env_parts(result: BindResult, environ: Mapping[str, str]) -> "TaskEnv":
     """Every task's environment as POSIX sh (see binding.taskenv)."""
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.binding.taskenv (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.binding.taskenv (start-up time)
     from slurmtopo.binding.taskenv import task_env
 
     return task_env(result.placement, result.visible or {}, result.launcher,
@@ -479,6 +515,10 @@ def task_env_parts(result: BindResult, environ: Mapping[str, str]) -> "TaskEnv":
 
 def new_token() -> str:
     """A fresh secret for one binding's task-env blocks."""
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not secrets (start-up
+    #   time)
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not secrets (start-up
+    #   time)
     import secrets
 
     return secrets.token_hex(16)
@@ -507,8 +547,10 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str],
     written through its descriptor, mode 0600, whatever the umask: another
     user who can rename entries of the submit directory cannot make this
     step write elsewhere or follow a planted link."""
-    from slurmtopo.files import safedir
-    from slurmtopo.files.rundirs import HINT, open_run_dir
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.plan.rankmap (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.plan.rankmap (start-up time)
     from slurmtopo.plan.rankmap import rankmap_csv, rankmap_json
 
     token = token or new_token()

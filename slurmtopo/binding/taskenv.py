@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory.model import Placement, format_cpulist
 from slurmtopo.plan.launchers import SRUN, Launcher
+from slurmtopo.plan.rankmap import check_placement, cpulists, node_ranks, visible_devices
 
 _HEAD = """\
 # written by `slurmtopo bind`: every srun task runs this with /bin/sh (POSIX;
@@ -186,8 +188,6 @@ def task_env(placement: Placement, visible: Mapping[str, str], launcher: Launche
     its own rank's variables) or per node (torchrun: the node's).
     ``host_env``: host -> variables exported to that host's tasks only
     (``NCCL_MNNVL_CLIQUE_ID`` per segment: binding.imex)."""
-    from slurmtopo.plan.rankmap import check_placement, cpulists, node_ranks
-
     q = shlex.quote
     check_placement(placement)
     nr = node_ranks(placement)
@@ -272,9 +272,6 @@ def cpu_summary(placement: Placement, launcher: Launcher, cpu_bind: bool,
 def visible_by_host(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequence[int]]],
                     constrained: bool) -> dict:
     """host -> CUDA_VISIBLE_DEVICES (local rank order, cgroup numbering)."""
-    from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.plan.rankmap import node_ranks, visible_devices
-
     out = {}
     for h in node_ranks(placement):
         try:

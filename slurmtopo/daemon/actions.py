@@ -25,6 +25,7 @@ from slurmtopo.daemon.decisions import (FAULT, KEEP_PINS, LEFT_ALONE, OUTSIDE, R
 from slurmtopo.daemon.spool import SpoolError
 from slurmtopo.daemon.still_ours import TERMINAL
 from slurmtopo.errors import SlurmError
+from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.slurm.backend import SlurmJob
 
 log = logging.getLogger("slurmtopo.daemon")
@@ -87,8 +88,6 @@ class Actions:
         (held: planned again; not held: the release happened), so no job is
         released twice. A journal that cannot be written releases nothing.
         Returns job id -> released."""
-        from slurmtopo.inventory.hostlist import fold_hostlist
-
         recs: Dict[int, JobRecord] = {}
         before: Dict[int, Optional[JobRecord]] = {}
         for d in ds:
@@ -125,8 +124,6 @@ class Actions:
 
     def _release_one(self, d: Decision, rec: JobRecord) -> bool:
         """Check, pin and release one job whose intent is on disk."""
-        from slurmtopo.inventory.hostlist import fold_hostlist
-
         self.reached("after-intent")
         snap = self.snapshot.get(d.job_id)
         fresh = self.backend.job(d.job_id)

@@ -9,7 +9,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
-from slurmtopo.inventory.model import ClusterState, Placement
+from slurmtopo.inventory.model import ClusterState, Placement, format_cpulist
+from slurmtopo.show.termsafe import printable
 
 RELEASE = "release"
 WAIT = "wait"
@@ -351,6 +352,8 @@ class Decision:
 
     def summary(self) -> str:
         """One line for logs and `slurmtopo daemon status`."""
+        # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist
+        #   (start-up time)
         from slurmtopo.inventory.hostlist import fold_hostlist
 
         if self.action == RELEASE:
@@ -375,8 +378,6 @@ def fault(job_id: int, what: str, exc: BaseException) -> Decision:
     the daemon for everyone: the loop logs the traceback, takes the job out
     of its hands with the reason in the job's comment, and goes on with
     the other jobs."""
-    from slurmtopo.show.termsafe import printable
-
     return Decision(job_id, FAULT, exc=exc, trace="".join(traceback.format_exception(
         type(exc), exc, exc.__traceback__)), reason=(
         f"the placement daemon failed while {what} ({type(exc).__name__}: "
@@ -402,7 +403,6 @@ def _pct(a: float, b: float) -> str:
 
 def format_gpus(gpus: Iterable[int]) -> str:
     """GPU indices as a cpulist (``0-3,6``), ``-`` for none."""
-    from slurmtopo.inventory.model import format_cpulist
     return format_cpulist(gpus) or "-"
 
 

@@ -80,7 +80,8 @@ from slurmtopo.daemon.status import identity as status_identity
 from slurmtopo.daemon.still_ours import TERMINAL
 from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.files.fileio import atomic_write, open_file
-from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmJob
+from slurmtopo.plan.cluster import load_cluster
+from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmJob, cluster_state_from
 
 log = logging.getLogger("slurmtopo.daemon")
 
@@ -375,8 +376,6 @@ class Daemon(Actions):
     def view(self, nodes: Sequence[object], jobs: Sequence[SlurmJob] = ()) -> ClusterView:
         """The cluster as the nodes say, with who holds which GPU as the
         same job snapshot as the queue says (see ClusterView)."""
-        from slurmtopo.slurm.backend import cluster_state_from
-
         state = cluster_state_from(nodes, self.inv, source="slurm")
         parts: Dict[str, set] = {}
         cpus: Dict[str, int] = {}
@@ -564,8 +563,6 @@ class Daemon(Actions):
 def inventory_loader(paths) -> Callable[[], object]:
     """A loader that re-reads the inventory only when a file changed (and
     validates all of it, as every use case loads a cluster)."""
-    from slurmtopo.plan.cluster import load_cluster
-
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(p) for p in paths]

@@ -34,6 +34,7 @@ from typing import Dict, Mapping, Optional, Sequence
 from slurmtopo.daemon.decisions import (FAULT, LEFT_ALONE, OUTSIDE, REHOLD, REJECT, RELEASE,
                                         RUNNING, STARTING, WAIT, Decision, QueuedJob)
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import Output, write_all
 
 log = logging.getLogger("slurmtopo.daemon")
 
@@ -143,7 +144,7 @@ NO_METRICS = NoMetrics()
 
 
 def _client():
-    try:
+    try:  # lazy: optional dependency, only the metrics endpoint needs it
         import prometheus_client
     except ImportError:
         raise SlurmtopoError(
@@ -278,7 +279,6 @@ class Recorder(NoMetrics):
         is logged once until a write succeeds again, and counted."""
         if self.textfile is None:
             return
-        from slurmtopo.files.fileio import Output, write_all
 
         try:
             check_textfile(self.textfile)

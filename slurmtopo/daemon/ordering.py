@@ -7,6 +7,8 @@ from typing import Dict, Mapping, Sequence, Tuple
 
 from slurmtopo.daemon.decisions import RELEASE, WAIT, Decision, QueuedJob
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.job.groups import build_groups
+from slurmtopo.job.request import LEVEL_INDEX
 
 
 def job_order(q: QueuedJob) -> Tuple:
@@ -17,9 +19,6 @@ def job_order(q: QueuedJob) -> Tuple:
 def difficulty(q: QueuedJob) -> Tuple:
     """Hardest first, for the packing pass: the largest group that must
     stay inside one tight unit, then the job's size."""
-    from slurmtopo.job.groups import build_groups
-    from slurmtopo.job.request import LEVEL_INDEX
-
     if q.spec is None:
         return (0, 0, 0)
     req = q.spec.request

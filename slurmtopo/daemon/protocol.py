@@ -71,7 +71,11 @@ from slurmtopo.daemon.jobstep import work_from_dict, work_to_dict
 from slurmtopo.daemon.wire import show as _show
 from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.plan.launchers import DEFAULT as DEFAULT_LAUNCHER
+from slurmtopo.files.fileio import read_file
+from slurmtopo.job.groups import Layout, MAX_WORLD
+from slurmtopo.job.request import JobRequest
+from slurmtopo.plan.launchers import DEFAULT as DEFAULT_LAUNCHER, names
+from slurmtopo.show.termsafe import printable
 
 PREFIX = "slurmtopo:v1:"
 #: the daemon's spool directory unless ``--spool`` says otherwise (the
@@ -134,6 +138,8 @@ def request_to_dict(req, shape: Optional[Shape] = None,
                     hazards: Optional[JobHazards] = None) -> Dict[str, Any]:
     """The v1 JSON form of a JobRequest (compact: defaults left out, srun
     among them; ``hazards`` only when a policy or NCCL release was given)."""
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist (start-up
+    #   time)
     from slurmtopo.inventory.hostlist import fold_hostlist
 
     lay = req.layout
@@ -231,6 +237,7 @@ def write_request_file(spool: str, text: str, uid: Optional[int] = None) -> str:
     written through or replaced: another one is drawn. A write that fails
     leaves no file. (``uid``: the submitting user's, this process's by
     default.)"""
+    # lazy: `slurmtopo --help` loads this module but not secrets (start-up time)
     import secrets
 
     directory = os.path.join(spool, REQUESTS_DIR)
@@ -330,8 +337,6 @@ def pointer_name(comment: Optional[str]) -> Optional[str]:
 def rejected_comment(reason: str) -> str:
     """``slurmtopo:rejected: <reason>``, one printable line cut to fit a
     Slurm comment."""
-    from slurmtopo.show.termsafe import printable
-
     text = REJECTED_PREFIX + " " + printable(" ".join(str(reason).split()))
     raw = text.encode()
     if len(raw) > COMMENT_LIMIT:
@@ -380,13 +385,13 @@ def _hostlist(value: Any, what: str) -> str:
 def _known(text: str, what: str, index, strict: bool) -> Tuple[str, ...]:
     """The inventory's names that the hostlist ``text`` names, never
     expanding it; with ``strict`` every name it counts must be one."""
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist (start-up
+    #   time)
     from slurmtopo.inventory.hostlist import HostlistError, select_hostlist
 
     try:
         names, count = select_hostlist(text, index, what)
     except HostlistError as exc:
-        from slurmtopo.show.termsafe import printable
-
         raise ProtocolError(printable(str(exc), 160)) from None
     if strict and count > len(names):
         raise ProtocolError(f"{what} names {count - len(names):,} node(s) not in the daemon's "
@@ -395,8 +400,6 @@ def _known(text: str, what: str, index, strict: bool) -> Tuple[str, ...]:
 
 
 def _layout(value: Any):
-    from slurmtopo.job.groups import MAX_WORLD, Layout
-
     if not isinstance(value, dict):
         raise ProtocolError("the slurmtopo request has no layout")
     why = unknown_fields(value, {f.name for f in fields(Layout)}, "layout")
@@ -415,8 +418,6 @@ def _layout(value: Any):
 
 def _launcher(value: Any) -> str:
     """A launcher this slurmtopo knows (srun when absent)."""
-    from slurmtopo.plan.launchers import names
-
     if value is None:
         return DEFAULT_LAUNCHER
     if not isinstance(value, str) or value not in names():
@@ -425,6 +426,8 @@ def _launcher(value: Any) -> str:
 
 
 def _shape(value: Any) -> Shape:
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist (start-up
+    #   time)
     from slurmtopo.inventory.hostlist import MAX_NAMES
 
     if value is None:
@@ -447,8 +450,6 @@ def spec_from_dict(data: Any, source: str = "comment", index=None) -> DaemonSpec
     ``exclude``, found without expanding them (a 65,536-name exclude costs
     what the inventory's names cost), and a ``nodelist`` that names nodes
     the inventory lacks is refused."""
-    from slurmtopo.job.request import JobRequest
-
     if not isinstance(data, dict):
         raise ProtocolError("the slurmtopo request is not a JSON object")
     unknown = sorted(k for k in data if k not in _FIELDS)
@@ -510,8 +511,6 @@ def read_request_file(spool: str, name: str, owners: Optional[Collection[int]] =
     16 hex digits (:func:`request_file_name`: with an owner's uid, this
     process's when ``owners`` is None, or without one as earlier releases
     named it)."""
-    from slurmtopo.files.fileio import read_file
-
     directory = os.path.join(spool, REQUESTS_DIR)
     path = os.path.join(directory, name + ".json")
     try:
@@ -561,6 +560,8 @@ def parse_comment(comment: Optional[str], spool: Optional[str] = None,
         body, source = read_request_file(spool, name, owners)
         if sizes is not None:
             sizes.append(len(body))
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.files.boundedjson (start-up
+    #   time)
     from slurmtopo.files.boundedjson import JsonRefused, loads
 
     try:

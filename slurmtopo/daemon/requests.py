@@ -40,6 +40,7 @@ from collections import OrderedDict
 from typing import Dict, Iterable, Optional, Set, Tuple
 
 from slurmtopo.daemon import protocol
+from slurmtopo.daemon.still_ours import TERMINAL
 from slurmtopo.files.fileio import open_dir
 from slurmtopo.inventory.hostlist import HostIndex
 from slurmtopo.slurm.backend import SlurmJob
@@ -142,7 +143,6 @@ class Requests:
         if not force and now - self._last_sweep < SWEEP_EVERY_S:
             return ()
         self._last_sweep = now
-        from slurmtopo.daemon.still_ours import TERMINAL
 
         # a job that ended (22.05's squeue still lists it for a while) no
         # longer needs its request

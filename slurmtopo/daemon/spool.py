@@ -41,6 +41,7 @@ from slurmtopo.daemon.decisions import JobRecord
 from slurmtopo.daemon.protocol import REQUESTS_DIR
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import UnsafeFileError, atomic_write, open_dir, open_file, read_file
+from slurmtopo.show.termsafe import printable
 
 log = logging.getLogger("slurmtopo.daemon")
 
@@ -256,6 +257,8 @@ class Journal:
         return out
 
     def _read_journal(self) -> list:
+        # lazy: `slurmtopo --help` loads this module but not slurmtopo.files.boundedjson (start-up
+        #   time)
         from slurmtopo.files.boundedjson import JsonRefused, loads
 
         try:
@@ -294,6 +297,8 @@ class Journal:
         return []
 
     def _read_record(self, name: str) -> Optional[JobRecord]:
+        # lazy: `slurmtopo --help` loads this module but not slurmtopo.files.boundedjson (start-up
+        #   time)
         from slurmtopo.files.boundedjson import JsonRefused, loads
 
         path = os.path.join(self.legacy_dir, name)
@@ -486,6 +491,8 @@ def read_events(spool: str, job_id: Optional[int] = None, limit: Optional[int] =
     ``events.log`` that is not a regular file, or that the caller may not
     read (it is the daemon's alone), is a SlurmtopoError; a rotated log
     that cannot be used ends the walk back."""
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.files.boundedjson (start-up
+    #   time)
     from slurmtopo.files.boundedjson import JsonRefused, loads
 
     spool = spool_path(spool)
@@ -559,7 +566,6 @@ class SpoolLock:
                 other = os.pread(fd, 64, 0).decode(errors="replace").strip()
             finally:
                 os.close(fd)
-            from slurmtopo.show.termsafe import printable
             raise SlurmtopoError(f"another slurmtopo daemon (pid {printable(other, 20) or '?'}) "
                                  "is running on this spool directory", self.path) from None
         try:  # the pid is for the admin's eyes only; a full spool must not stop the start

@@ -13,7 +13,10 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from slurmtopo.daemon.protocol import is_tagged
+from slurmtopo.daemon.spool import SpoolLock
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.boundedjson import JsonRefused, loads
 
 STATUS_KIND = "daemon-status"
 #: nesting of the status document (document, jobs, job, gpus, list)
@@ -53,8 +56,6 @@ def _check(entry: Mapping[str, Any], spec: Dict[str, Tuple[type, ...]], what: st
 
 def read_status(text: str, path: str) -> Dict[str, Any]:
     """The status document in ``text`` (read from ``path``), checked."""
-    from slurmtopo.files.boundedjson import JsonRefused, loads
-
     try:
         doc = loads(text, MAX_DEPTH)
     except JsonRefused as exc:
@@ -75,8 +76,6 @@ def unseen_jobs(doc: Mapping[str, Any], jobs) -> list:
     waiting held for the daemon (tagged by ``slurmtopo sbatch --daemon``)
     that the status document does not list: submitted since its last
     cycle, or while it is down."""
-    from slurmtopo.daemon.protocol import is_tagged
-
     known = {j.get("job_id") for j in doc.get("jobs") or []}
     return sorted((j for j in jobs if j.held and is_tagged(j.comment) and j.job_id not in known),
                   key=lambda j: j.job_id)
@@ -142,8 +141,6 @@ def liveness(spool: str, doc: Mapping[str, Any], now: float) -> Liveness:
     lock is the daemon's alone (0600 in a 0700 directory), status.json is
     the daemon's (in its 0755 spool; the caller reads it only when it is
     the spool owner's), and a process's start time is the kernel's."""
-    from slurmtopo.daemon.spool import SpoolLock
-
     d = doc.get("daemon") or {}
     pid = d.get("pid") if isinstance(d.get("pid"), int) else None
     locked = SpoolLock.probe(spool)

@@ -20,12 +20,16 @@ comment, and Slurm is the only record of it.
 """
 from __future__ import annotations
 
+import os
 import re
+import time
 from typing import List, Optional, Sequence, Tuple
 
 from slurmtopo.daemon.jobhazards import JobHazards
-from slurmtopo.daemon.protocol import Shape, make_comment
+from slurmtopo.daemon.protocol import DEFAULT_SPOOL, Shape, make_comment
+from slurmtopo.daemon.spool import STATUS_FILE, spool_path
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import read_file
 from slurmtopo.sbatch.directives import option_values, script_options
 
 _DIRECTIVE = re.compile(r"^#SBATCH\s+(.*?)\s*$")
@@ -140,13 +144,8 @@ def no_daemon_warnings(spool: Optional[str]) -> List[str]:
     """A warning when no placement daemon runs with ``spool`` (None: the
     default one), told from its process (:func:`slurmtopo.daemon.status.
     liveness`): a job submitted held for it would wait until one starts."""
-    import os
-    import time
-
-    from slurmtopo.daemon.protocol import DEFAULT_SPOOL
-    from slurmtopo.daemon.spool import STATUS_FILE, spool_path
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.daemon.status (start-up time)
     from slurmtopo.daemon.status import liveness, read_status
-    from slurmtopo.files.fileio import read_file
 
     where = spool or DEFAULT_SPOOL
     doc: dict = {}

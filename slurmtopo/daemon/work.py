@@ -8,10 +8,13 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurmtopo.daemon.candidates import Filter, filter_of, refreshed, without
 from slurmtopo.daemon.decisions import ClusterView
-from slurmtopo.placement.common import Candidates
+from slurmtopo.inventory.links import LinkClass
+from slurmtopo.placement.common import Candidates, candidates
 from slurmtopo.placement.slurm_select import slurm_pick
 from slurmtopo.inventory.model import (ClusterState, Inventory, Node, NodeState, Placement,
                                        free_gpus_of)
+from slurmtopo.placement.fabric import fabric_tree
+from slurmtopo.placement.intranode import largest_group
 
 
 # --------------------------------------------------------------------------
@@ -148,7 +151,6 @@ class Work:
         key = (hw, free, int(bound))
         v = self._largest.get(key)
         if v is None:
-            from slurmtopo.placement.intranode import largest_group
             v = self._largest[key] = largest_group(hw, free, bound)
         return v
 
@@ -218,8 +220,6 @@ class Work:
         flt = filter_of(req)
         hit = self._cands.get(flt)
         if hit is None:
-            from slurmtopo.placement.common import candidates
-            from slurmtopo.placement.fabric import fabric_tree
             bare = replace(req, nodelist=None, exclude=())
             hit = self._cands[flt] = candidates(self.inv, self.state(), bare,
                                                 fabric_tree(self.inv).node_pod)
@@ -229,7 +229,6 @@ class Work:
         """:meth:`candidates` less ``req``'s excluded nodes; None semantics
         of ``--nodelist`` are not kept (callers with a node list plan the
         usual way)."""
-        from slurmtopo.placement.fabric import fabric_tree
         cand = self.candidates(req)
         if req.exclude:
             index = self.index()
@@ -246,7 +245,6 @@ class Work:
         times a pass)."""
         if req.nodelist is not None:
             return None
-        from slurmtopo.placement.fabric import fabric_tree
         index = self.index()
         skip = set(req.exclude)
         at = {index[n]: n for n in freed if n in index and n not in skip}
@@ -276,7 +274,6 @@ class Work:
                 self._recount(name, False)
         self._cache = None
         if self._cands:
-            from slurmtopo.placement.fabric import fabric_tree
             index = self.index()
             order = self.order()
             name_at = {index[n]: n for n in names if n in index}
@@ -319,8 +316,6 @@ def _whole_free(work: Work, name: str, extra: Mapping[str, Set[int]]) -> bool:
 def free_space_key(work: Work, touched: Sequence[str], take: Mapping[str, Set[int]],
               leaf_of: Mapping[str, str], leaf_nodes: Mapping[str, Sequence[str]]):
     """How good the free space is after taking ``take`` (bigger is better)."""
-    from slurmtopo.inventory.links import LinkClass
-
     st = work.state()
     keys = []
     whole_nodes = 0

@@ -46,6 +46,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import stat
 import tempfile
 import time
@@ -373,7 +374,6 @@ def _keep_old(st: _Staged, stamp: Optional[str]) -> None:
         try:
             os.link(st.path, old)
         except OSError:
-            import shutil
             shutil.copy2(st.path, old)
         st.old = old
         st.backup = old if stamp is not None else None

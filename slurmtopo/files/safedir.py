@@ -224,6 +224,8 @@ def write_files(files: Sequence[Tuple[SafeDir, str, str]], mode: int = PRIVATE_F
     :data:`fileio.KEEP_BACKUPS` of a target stay, as
     :func:`fileio.write_all` keeps them. Returns {name: backup name or
     None}."""
+    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
+    #   slurmtopo.files.fileio (start-up time)
     from slurmtopo.files import fileio
 
     staged = [_Staged(d, n) for d, n, _ in files]
@@ -280,6 +282,9 @@ def _hidden(where: SafeDir, name: str, kind: str) -> str:
     # imported here: secrets loads OpenSSL (hashlib, through hmac), some
     # 3 ms of every command that imports this module without writing here
     # (``plan`` imports it through the api, for the run directories)
+    # lazy: `slurmtopo hooks plan` (no directive), `slurmtopo hooks plan`, `slurmtopo sbatch
+    #   --dry-run --json`, `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (each task)
+    #   load this module but not secrets (start-up time)
     import secrets
 
     return f".{name}.{secrets.token_hex(6)}.{kind}"

@@ -143,6 +143,8 @@ class Slot:
     def write(self, data: bytes) -> bool:
         """Replace the entry with ``data`` (0600, through a fresh temporary
         name renamed into place); False when that cannot be done."""
+        # lazy: `slurmtopo hooks plan`, `slurmtopo sbatch --dry-run --json`, `slurmtopo sbatch
+        #   --dry-run` load this module but not secrets (start-up time)
         import secrets
 
         tmp = f".{self.name}.{secrets.token_hex(6)}.tmp"

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from slurmtopo.errors import InventoryError
+from slurmtopo.files.fileio import read_text
 
 
 class LineDict(dict):
@@ -49,7 +50,7 @@ def _loader():
     libyaml's parser when PyYAML was built with it (about 10x faster on the
     12,500 node reports of a big cluster); our constructors still run in
     Python and the nodes still carry line marks."""
-    import yaml
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
 
     class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         pass
@@ -115,7 +116,7 @@ def _check_aliases(root, path: str) -> None:
     node's expanded size once (memoised by identity), so the check costs one
     pass over the document as written, however large its expansion.
     """
-    import yaml
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
 
     own: Dict[int, int] = {}
     size: Dict[int, int] = {}
@@ -148,7 +149,7 @@ def _check_aliases(root, path: str) -> None:
 
 
 def _count_distinct(root) -> int:
-    import yaml
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
 
     seen = set()
     stack = [root]
@@ -173,7 +174,7 @@ MAX_DEPTH = 100
 def _check_depth(text: str, path: str) -> None:
     """Refuse nesting deeper than MAX_DEPTH, from the parser's events
     (iterative, so a ``[[[[...`` bomb cannot crash it)."""
-    import yaml
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
 
     opening = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
     closing = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
@@ -199,7 +200,7 @@ def parse_text(text: str, path: str = "<string>") -> Any:
     Before anything is built, nesting depth and alias expansion are checked,
     so a small hostile document costs a message, not the process.
     """
-    import yaml
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
 
     loader = None
     try:
@@ -227,8 +228,6 @@ def parse_text(text: str, path: str = "<string>") -> Any:
 
 def load_document(path) -> Any:
     """Read (at most MAX_TEXT_BYTES) and parse one YAML/JSON file."""
-    from slurmtopo.files.fileio import read_text
-
     path = str(path)
     return parse_text(read_text(path), path)
 
@@ -416,7 +415,7 @@ class BlockList(list):
 
 @lru_cache(maxsize=None)
 def _dumper():
-    import yaml
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
 
     class _Dumper(yaml.SafeDumper):
         pass
@@ -429,7 +428,7 @@ def _dumper():
 
 def dump_yaml(data: Any) -> str:
     """YAML text for plain dicts/lists, keys in insertion order."""
-    import yaml
+    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
 
     return yaml.dump(_plain(data), Dumper=_dumper(), sort_keys=False, default_flow_style=None,
                      width=100)

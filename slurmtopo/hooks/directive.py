@@ -44,6 +44,7 @@ Bounded before anything is split: the directive's text at most
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Tuple
 
@@ -96,8 +97,6 @@ class Directive:
 
     def text(self) -> str:
         """The words, shell-quoted, for a reader."""
-        import shlex
-
         return " ".join(shlex.quote(w) for w in self.words)
 
 
@@ -137,6 +136,8 @@ def header_problem(script_text: str, name: str = "script") -> Optional[str]:
 
 
 def _words(text: str, where: str) -> List[str]:
+    # lazy: `slurmtopo hooks plan` (no directive) loads this module but not
+    #   slurmtopo.sbatch.directives (start-up time)
     from slurmtopo.sbatch.directives import DirectiveError as SbatchDirectiveError
     from slurmtopo.sbatch.directives import split_directive
 

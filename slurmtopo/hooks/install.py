@@ -20,7 +20,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Sequence, Tuple
 
+import slurmtopo
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import read_text
 
 #: the files, by name in slurmtopo/data/hooks
 CLI_FILTER = "cli_filter.lua"
@@ -35,15 +37,11 @@ _BLOCK = re.compile(r"(?ms)^(?P<lead>\S+) @@SLURMTOPO (?P<name>[A-Z]+) BEGIN@@\n
 
 
 def template_dir() -> str:
-    import slurmtopo
-
     return os.path.join(os.path.dirname(os.path.abspath(slurmtopo.__file__)), "data", "hooks")
 
 
 def template(name: str) -> str:
     """A shipped file's text."""
-    from slurmtopo.files.fileio import read_text
-
     return read_text(os.path.join(template_dir(), name), limit=1 << 20)
 
 

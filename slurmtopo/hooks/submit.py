@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.hooks.directive import PREFIX
+from slurmtopo.plan.launch_detect import detect
 from slurmtopo.plan.plandoc import PLAN_ENV
 
 #: the largest options document read (json_cli_options of a job: a few KiB;
@@ -135,10 +137,6 @@ def script_launcher(texts: Sequence[str]) -> Optional[str]:
     ``srun`` and its options or anywhere on the line), as
     :func:`slurmtopo.plan.launch_detect.detect` recognises it; else None.
     Comment lines are skipped. The directive's ``--launcher`` wins."""
-    import shlex
-
-    from slurmtopo.plan.launch_detect import detect
-
     for text in texts:
         for line in text[:1 << 20].splitlines():
             s = line.strip()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 from typing import List, Mapping, Optional, Tuple
 
@@ -42,6 +43,7 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.hooks.taskvars import (JOB_PLAN_ENV, TaskBinding, binding_of, is_batch_step,
                                       job_lines, task_lines)
 from slurmtopo.plan.plandoc import PLAN_ENV, plan_from_env_value
+from slurmtopo.show.termsafe import printable
 
 #: what the start-time log says about CPU binding under the hooks: a
 #: TaskProlog runs beside the task, and cannot bind it
@@ -61,6 +63,10 @@ def run_dir_of(env: Mapping[str, str]) -> Optional[str]:
     submit, job = env.get("SLURM_SUBMIT_DIR"), env.get("SLURM_JOB_ID")
     if not submit or not job or not job.isdigit():
         return None
+    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
+    #   slurmtopo.files.rundirs (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
+    #   slurmtopo.files.rundirs (start-up time)
     from slurmtopo.files.rundirs import run_dir_for
 
     return run_dir_for(submit, int(job))
@@ -79,6 +85,10 @@ def binding_key(plan_value: str, env: Mapping[str, str]) -> str:
 def _bind(plan_value: str, env: Mapping[str, str], run_dir: Optional[str]
           ) -> Tuple[TaskBinding, object]:
     """Bind the plan to the allocation (no files written)."""
+    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
+    #   slurmtopo.binding.step (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
+    #   slurmtopo.binding.step (start-up time)
     from slurmtopo.binding.step import bind
 
     doc = plan_from_env_value(plan_value)
@@ -94,8 +104,10 @@ def obtain(plan_value: str, env: Mapping[str, str]) -> Tuple[TaskBinding, List[s
     """(binding, log lines, whether this task made it). Once per job under
     the run directory's lock; on a run directory that cannot be used, here
     and now without one."""
-    import json
-
+    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
+    #   slurmtopo.binding.step, slurmtopo.files (start-up time)
+    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
+    #   slurmtopo.binding.step, slurmtopo.files (start-up time)
     from slurmtopo.binding.step import write_run_dir
     from slurmtopo.files import safedir
     from slurmtopo.files.rundirs import open_run_dir, read_file_at
@@ -191,6 +203,4 @@ def _looks_like_a_launch(binding: TaskBinding, env: Mapping[str, str]) -> bool:
 
 
 def _print(text: str) -> str:
-    from slurmtopo.show.termsafe import printable
-
     return "print " + " ".join(printable(text).split())

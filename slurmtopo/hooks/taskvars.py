@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.inventory.model import format_cpulist
 
 #: the binding's format version
 BINDING_VERSION = 1
@@ -124,7 +125,8 @@ class TaskBinding:
 def binding_of(result, run_dir: str) -> TaskBinding:
     """The :class:`TaskBinding` of a start-time step's result
     (:class:`slurmtopo.binding.step.BindResult`)."""
-    from slurmtopo.inventory.model import format_cpulist
+    # lazy: `slurmtopo hooks task-prolog` (unplanned job), `slurmtopo hooks task-prolog` (each
+    #   task) load this module but not slurmtopo.plan.rankmap (start-up time)
     from slurmtopo.plan.rankmap import node_contiguous, node_ranks
 
     p = result.placement
@@ -156,6 +158,8 @@ def binding_of(result, run_dir: str) -> TaskBinding:
 def tasks_per_node(env: Mapping[str, str]) -> Optional[Dict[str, int]]:
     """host -> tasks of this step there, from SLURM_STEP_NODELIST and
     SLURM_STEP_TASKS_PER_NODE (``8(x2),4``); None when Slurm did not say."""
+    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
+    #   slurmtopo.inventory.hostlist (start-up time)
     from slurmtopo.inventory.hostlist import expand_hostlist
 
     nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_NODELIST")

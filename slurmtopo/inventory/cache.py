@@ -34,7 +34,8 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from slurmtopo.files.usercache import sha256_hex
+from slurmtopo import __version__
+from slurmtopo.files.usercache import sha256_hex, slot_for
 from slurmtopo.inventory.model import (Block, Fabric, Hardware, Inventory, Node, NvlinkDomain, Ring,
                                        Switch, Torus)
 
@@ -99,8 +100,6 @@ def code_fingerprint() -> str:
     Read on every warm load, so with :func:`os.scandir` and no path
     arithmetic (``os.walk`` and ``relpath`` over the package's modules
     took several milliseconds of each plan)."""
-    from slurmtopo import __version__
-
     # the whole package: this module sits in slurmtopo/inventory/
     top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cut = len(top) + 1
@@ -306,8 +305,6 @@ def load_file(path: str, schema: FileSchema, read_text: Callable[[str], str],
     :data:`MIN_NODES` nodes or more and ``check`` (the caller's
     validation of the whole inventory) passes, kept for next time (unless
     ``write`` is False) with ``tables``, which are then built already."""
-    from slurmtopo.files.usercache import slot_for
-
     text = read_text(path)
     sha = sha256_hex(text.encode("utf-8", "surrogateescape"))
     code = None

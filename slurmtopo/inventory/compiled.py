@@ -38,11 +38,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
-from slurmtopo.inventory.model import Hardware, Inventory, Node
+from slurmtopo.files.usercache import slot_in
+from slurmtopo.inventory.hostlist import expand_hostlist, fold_hostlist
+from slurmtopo.inventory.model import Hardware, Inventory, Node, SCHEMA_VERSION
 
 COMPILED_NAME = ".slurmtopo-inventory.json"
 #: the user's cache directory for compiled forms of directories that are
@@ -131,9 +134,6 @@ def compile_inventory(inv: Inventory, files: Mapping[str, Tuple[FileKey, Optiona
     the order they are to be read back). ``files``: document file name ->
     ((mtime_ns, size), node name, or None for a document that is not a node
     report)."""
-    from slurmtopo.inventory.hostlist import expand_hostlist, fold_hostlist
-    from slurmtopo.inventory.model import SCHEMA_VERSION
-
     hardware_dict = schema.hardware_dict
 
     nodes = list(inv.nodes.values())
@@ -247,8 +247,6 @@ def cache_slot(directory: str, create: bool = False):
     (:class:`slurmtopo.files.usercache.Slot`): in the directory when it is the
     user's own, else in the user's cache directory (keyed by the
     directory's absolute path); None when neither will do."""
-    from slurmtopo.files.usercache import slot_in
-
     return slot_in(directory, COMPILED_NAME, KIND, SUFFIX, create)
 
 
@@ -354,7 +352,6 @@ def _parse_files(paths: Sequence[str], read: Callable[[str], Inventory]) -> List
     workers = min(os.cpu_count() or 1, 16)
     if len(paths) < PARALLEL_FILES or workers < 2:
         return [read(p) for p in paths]
-    from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(read, paths, chunksize=64))

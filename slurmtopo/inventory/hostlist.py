@@ -26,8 +26,12 @@ wraps it in its own located error (``file:line``, or the option's name).
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
+
+from ClusterShell.NodeSet import NodeSet, NodeSetBase, NodeSetException, RESOLVER_NOGROUP
+from ClusterShell.RangeSet import RangeSet, RangeSetParseError
 
 # ClusterShell (~10 ms to import) is imported by the functions that parse or
 # fold: inventories written one name a node, compiled inventories and plans
@@ -103,7 +107,6 @@ def _parse(text: str, what: str):
         if name and not any(c.isspace() for c in name):
             return [name]
     count = _checked_count(text, what)
-    from ClusterShell.NodeSet import NodeSet, NodeSetException, RESOLVER_NOGROUP
 
     try:
         names = NodeSet(text, resolver=RESOLVER_NOGROUP)
@@ -138,8 +141,6 @@ def fold_hostlist(names: Iterable[str]) -> str:
 
 @lru_cache(maxsize=8)
 def _fold(names: Tuple[str, ...]) -> str:
-    from ClusterShell.NodeSet import NodeSet, NodeSetBase, RESOLVER_NOGROUP
-
     patterns: Dict[str, Optional[Set[str]]] = {}
     match = _SIMPLE_NAME.fullmatch
     for name in names:
@@ -157,7 +158,6 @@ def _fold(names: Tuple[str, ...]) -> str:
         if idxs is None:
             idxs = patterns[pat] = set()
         idxs.add(idx)
-    from ClusterShell.RangeSet import RangeSet
 
     out = NodeSet(resolver=RESOLVER_NOGROUP)
     for pat, idxs in patterns.items():
@@ -180,7 +180,6 @@ def expand_indices(text: str, what: str = "index range") -> Set[int]:
     if total > MAX_NAMES:
         raise HostlistError(f"{what} {_short(text)} names {total:,} numbers, more than the "
                             f"{MAX_NAMES:,} slurmtopo expands")
-    from ClusterShell.RangeSet import RangeSet, RangeSetParseError
 
     try:
         return {int(x) for x in RangeSet(text)}
@@ -430,8 +429,6 @@ class _Spans:
         self._starts = [lo for lo, _hi in merged]
 
     def __contains__(self, number: int) -> bool:
-        from bisect import bisect_right
-
         i = bisect_right(self._starts, number) - 1
         if i >= 0 and self._runs[i][1] >= number:
             return True

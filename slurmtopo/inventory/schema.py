@@ -20,12 +20,14 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import InventoryError
+from slurmtopo.files.fileio import read_text
 from slurmtopo.files.yamlio import (LineDict, Reader, as_bool, as_float, as_int, as_nonneg_int,
                                     as_pos_int, as_rate, as_str, document_kind, BlockList,
                                     dump_json, dump_yaml, load_document, parse_text)
+from slurmtopo.inventory.cache import FileSchema, load_file
 from slurmtopo.inventory.hostlist import (expand_hostlist, expand_in_order, fold_hostlist,
                                           fold_in_order)
-from slurmtopo.inventory.links import parse_token
+from slurmtopo.inventory.links import normalise_token, parse_token
 from slurmtopo.inventory.model import (SCHEMA_VERSION, Block, CpuTopology, Fabric, Gpu, Hardware,
                                        Inventory, MigDevice, Nic, Node, NvlinkDomain, NvLinkPort,
                                        Ring, Switch, Torus, MAX_CPUS, check_cpu_id, format_cpulist,
@@ -441,6 +443,9 @@ class _Parser:
             if switches or blocks or sizes:
                 raise r.error("a fabric with rings or toruses has no switches or blocks "
                               "(Slurm plans a job on one topology)", Reader.line(d))
+            # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
+            #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this
+            #   module but not slurmtopo.inventory.ringtree (start-up time)
             from slurmtopo.inventory.ringtree import inventory_switches
 
             switches = list(inventory_switches(rings, toruses, self.path))
@@ -449,7 +454,6 @@ class _Parser:
 
 
 def _norm(tok: str) -> str:
-    from slurmtopo.inventory.links import normalise_token
     return normalise_token(str(tok))
 
 
@@ -582,9 +586,6 @@ def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None,
     leaves nothing behind). ``tables`` (:class:`slurmtopo.inventory.cache.Table`)
     are the derived tables a file's compiled form keeps with it.
     """
-    from slurmtopo.files.fileio import read_text
-    from slurmtopo.inventory.cache import load_file
-
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     parts: List[Inventory] = []
@@ -592,6 +593,9 @@ def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None,
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
+            # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
+            #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this
+            #   module but not slurmtopo.inventory.compiled (start-up time)
             from slurmtopo.inventory.compiled import load_report_dir
 
             dir_parts, _ = load_report_dir(p, report_dir_schema(), write_cache)
@@ -617,6 +621,9 @@ def report_dir_schema():
     """What :mod:`slurmtopo.inventory.compiled` needs to read and compile a report
     directory (it cannot import this module, which reads directories
     through it)."""
+    # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
+    #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this module
+    #   but not slurmtopo.inventory.compiled (start-up time)
     from slurmtopo.inventory.compiled import Schema
 
     return Schema(read=read_document, parse=parse_inventory, merge=merge_inventories,
@@ -638,8 +645,6 @@ def file_schema():
     """What :mod:`slurmtopo.inventory.cache` needs to read, compile and
     check a file (it cannot import this module, which reads files through
     it)."""
-    from slurmtopo.inventory.cache import FileSchema
-
     return FileSchema(parse_text=parse_document_text, hardware_dict=hardware_dict,
                       parse_hardware=parse_hardware)
 
@@ -649,6 +654,9 @@ def compile_report_dir(directory: str) -> Tuple[Dict[str, Any], Inventory, List[
     any other document) as one inventory document, plus the merged
     Inventory and log lines; the directory's compiled form is brought up to
     date on the way."""
+    # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
+    #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this module
+    #   but not slurmtopo.inventory.compiled (start-up time)
     from slurmtopo.inventory.compiled import COMPILED_VERSION, compile_inventory, load_report_dir
 
     schema = report_dir_schema()

@@ -15,7 +15,7 @@ taken. Pure: the caller reads Slurm.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurmtopo.errors import PlacementError, SlurmtopoError
@@ -207,8 +207,6 @@ def shape_for_preferences(inv: Inventory, state: ClusterState, req, placement: P
     shape can meet it, the job is shaped that way instead (so the daemon
     waits for it), else the note says it can never be met and the daemon
     will not wait for it. Returns (placement to use, notes)."""
-    from dataclasses import replace
-
     prefer = dict(getattr(req, "prefer", {}) or {})
     if not prefer:
         return placement, []

@@ -76,6 +76,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError
 from slurmtopo.inventory.model import Hardware, Inventory, Node
+from slurmtopo.inventory.topology import switch_levels
 
 TREE = "tree"
 FLAT = "flat"
@@ -136,8 +137,6 @@ def switch_table(inv: Inventory) -> SwitchTable:
 
 
 def _switch_table(inv: Inventory) -> SwitchTable:
-    from slurmtopo.inventory.topology import switch_levels
-
     switches = inv.fabric.switches
     names = tuple(s.name for s in switches)
     at = {n: i for i, n in enumerate(names)}

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import PlacementError
-from slurmtopo.inventory.hostlist import natural_key
+from slurmtopo.inventory.hostlist import fold_hostlist, natural_key
 from slurmtopo.inventory.model import ClusterState, Inventory, Placement, free_gpus_of
+from slurmtopo.inventory.topology import block_of, network_view
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,6 @@ def domain_of(inv: Inventory, host: str) -> Tuple[str, str]:
     """(scope, name) of the domain a replacement for ``host`` must share:
     its multi-node NVLink domain, else its block, else its leaf switch,
     else the whole cluster."""
-    from slurmtopo.inventory.topology import block_of, network_view
-
     node = inv.nodes.get(host)
     if node is not None and node.nvlink_domain is not None:
         return "NVLink domain", node.nvlink_domain.key
@@ -115,8 +114,6 @@ def _down(st) -> bool:
 
 def spare_hosts_line(spares: Sequence[str], scope: str, restarts: int) -> str:
     """The script comment and note about the spares."""
-    from slurmtopo.inventory.hostlist import fold_hostlist
-
     return (f"spares: {fold_hostlist(list(spares))} (idle, in the job's {scope}; --no-kill: when "
             f"a node is lost the step restarts on a spare, at most {restarts} time"
             f"{'s' if restarts != 1 else ''})")

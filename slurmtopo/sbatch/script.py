@@ -30,13 +30,18 @@ import os
 import re
 import unicodedata
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
+from slurmtopo import __version__
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.plan.plandoc import TASK_NAME, TASK_SNIPPET
+from slurmtopo.inventory.model import format_cpulist
+from slurmtopo.plan.hazards import HazardPolicy
+from slurmtopo.plan.plandoc import (TASK_NAME, TASK_SNIPPET, dumps_plan, guardrails_dict,
+                                    plan_document)
 from slurmtopo.sbatch.launch import Launch, render_words
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
+from slurmtopo.sbatch.slurm_options import known_anywhere
 
 PLAN_DELIMITER = "SLURMTOPO_PLAN_JSON"
 #: jobs up to this many ranks list every rank in the script's comment table;
@@ -107,8 +112,9 @@ def extras_problem(extras: Sequence[str]) -> Optional[str]:
     They are read as sbatch reads ``#SBATCH`` lines, with the option table
     of every Slurm release slurmtopo knows: refused when any release would
     apply an option the plan sets, or would refuse the script."""
+    # lazy: `slurmtopo hooks plan` (no directive), `slurmtopo --help` load this module but not
+    #   slurmtopo.sbatch.directives (start-up time)
     from slurmtopo.sbatch.directives import DirectiveError, read_extras
-    from slurmtopo.sbatch.slurm_options import known_anywhere
 
     extras = [str(e) for e in extras]
     for text in extras:
@@ -182,8 +188,6 @@ def default_job_name(command: Sequence[str]) -> Optional[str]:
     train.py`` -> ``train``, ``python -m pkg.train`` -> ``train``,
     ``torchrun ... pretrain.py`` -> ``pretrain``, ``./run.sh`` -> ``run``
     (None when nothing usable is left; sanitised later like any name)."""
-    import os
-
     words = [str(w) for w in command]
     if not words:
         return None
@@ -235,6 +239,8 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
     (a ``SlurmFeatures``) allows.
     ``auto`` uses blocks when the inventory describes them, else switches.
     """
+    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.topology (start-up
+    #   time)
     from slurmtopo.inventory.topology import block_of, made_from, network_view
 
     if mode not in ("auto", "tree", "block", "none"):
@@ -285,6 +291,8 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
 def _segment_request(inv, hosts, placement, req, slurm) -> Optional[Tuple[List[str], List[str]]]:
     """The segment options for a plan with groups (None: no placement or
     block layout, the plain per-block rule applies)."""
+    # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive) load this module but not
+    #   slurmtopo.placement.segments (start-up time)
     from slurmtopo.placement.segments import (SlurmFeatures, block_layout, choose_segments,
                                               nvlink_kinds)
 
@@ -480,6 +488,9 @@ class SbatchRequest:
         the training step's launch line (srun, container, task snippet,
         apptainer) prints what every task gets; ``slurmtopo check`` reads
         it on stdin and compares it, with what Slurm gave, to the binding."""
+        # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive), `slurmtopo hooks plan`,
+        #   `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`, `slurmtopo sbatch --dry-run`
+        #   load this module but not slurmtopo.plan.taskprobe (start-up time)
         from slurmtopo.plan.taskprobe import PROBE_SELF
 
         q = shlex.quote
@@ -521,10 +532,6 @@ class SbatchRequest:
         planned node is lost.
         ``changes``: ScriptOptions fields to change (``job_name="x"``), a
         shorthand for ``dataclasses.replace(script, ...)``."""
-        from dataclasses import replace
-
-        from slurmtopo.plan.plandoc import dumps_plan, plan_document
-
         o = replace(script or ScriptOptions(), **changes)
         job_name, partition, time, account = o.job_name, o.partition, o.time, o.account
         topology, switch_wait, extra, options = o.topology, o.switch_wait, o.extra, o.options
@@ -578,9 +585,13 @@ class SbatchRequest:
         nodelist = getattr(req, "nodelist", None)
         exclude = getattr(req, "exclude", None)
         if isinstance(nodelist, (list, tuple)):
+            # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive) load this module but
+            #   not slurmtopo.inventory.hostlist (start-up time)
             from slurmtopo.inventory.hostlist import fold_hostlist
             nodelist = fold_hostlist(nodelist) if nodelist else None
         if isinstance(exclude, (list, tuple)):
+            # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive) load this module but
+            #   not slurmtopo.inventory.hostlist (start-up time)
             from slurmtopo.inventory.hostlist import fold_hostlist
             exclude = fold_hostlist(exclude) if exclude else None
         # a launcher in the command itself: adopted (torchrun) or refused
@@ -589,8 +600,6 @@ class SbatchRequest:
         why = launch.requirement(placement)
         if why:
             raise SlurmtopoError(launch.refusal(why))
-        from slurmtopo.plan.plandoc import guardrails_dict
-        from slurmtopo.plan.hazards import HazardPolicy
 
         guard = guardrails_dict(HazardPolicy.parse(o.hazards).items(), o.nccl_version, o.spares)
         doc = plan_document(inv, placement, layout, req, inventory_path, master_port,
@@ -603,10 +612,15 @@ class SbatchRequest:
                          f"{embedded / 2**20:.1f} MiB): the start-time step reads "
                          f"{os.path.abspath(inventory_path)}, which the job's first node "
                          "must be able to read")
+        # lazy: `slurmtopo --help` loads this module but not slurmtopo.plan.rankmap (start-up
+        #   time)
         from slurmtopo.plan.rankmap import nccl_topo_plan
         nccl_topo = nccl_topo_plan(inv, placement).note  # virtualised nodes: NCCL_TOPO_FILE
         extra_lines = [nccl_topo] if nccl_topo else []
         if spare_hosts:
+            # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive), `slurmtopo hooks
+            #   plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`, `slurmtopo sbatch
+            #   --dry-run` load this module but not slurmtopo.placement.spares (start-up time)
             from slurmtopo.placement.spares import spare_hosts_line
 
             extra_lines.append(spare_hosts_line(spare_hosts, spares.scope, o.spares))
@@ -670,11 +684,9 @@ def extract_plan(script: str) -> Optional[str]:
 def plan_comments(placement, layout, inventory_path: Optional[str],
                   topo_why: Sequence[str]) -> List[str]:
     """The human-readable plan: summary lines and the per-rank table."""
-    import os
-
-    from slurmtopo import __version__
+    # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive) load this module but not
+    #   slurmtopo.inventory.hostlist, slurmtopo.plan.rankmap (start-up time)
     from slurmtopo.inventory.hostlist import fold_hostlist
-    from slurmtopo.inventory.model import format_cpulist
     from slurmtopo.plan.rankmap import group_indices
 
     lay = layout.resolved()

@@ -24,8 +24,14 @@ file or a pipe without rich, the same bytes.
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+from slurmtopo.cost.step import step_dict
+from slurmtopo.inventory.hostlist import fold_hostlist
+from slurmtopo.inventory.topology import network_view
+from slurmtopo.job.frameworks.registry import describe
+from slurmtopo.job.groups import rank_to_group, span_of
 from slurmtopo.show.sheet import Column, Line, Sheet, line
 from slurmtopo.show.termsafe import printable
 
@@ -91,6 +97,8 @@ def _short(link) -> str:
 def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
          max_hosts: int = MAX_GRID_HOSTS) -> "FittedSheet":
     """:func:`grid_sheet` in rich."""
+    # lazy: `slurmtopo plan`, `slurmtopo sbatch --dry-run` load this module but not
+    #   slurmtopo.show.tablefit (start-up time)
     from slurmtopo.show.tablefit import FittedSheet
 
     return FittedSheet(grid_sheet(placement, inv, color_by, state, max_hosts))
@@ -103,9 +111,6 @@ def grid_sheet(placement, inv=None, color_by: Optional[str] = None, state=None,
     free GPU, ``busy`` one that other jobs hold (from ``state``). On a
     terminal too narrow for the table, a line a node, the columns aligned
     and split into chunks that fit (ranks never cut)."""
-    from slurmtopo.inventory.topology import network_view
-    from slurmtopo.job.groups import rank_to_group
-
     kind = color_by if color_by is not None else default_color_kind(placement)
     index = rank_to_group(placement.groups, kind) if kind in placement.groups else None
     hosts = list(placement.hosts)
@@ -366,8 +371,6 @@ def splits(placement, inv=None) -> List[str]:
     first, hosts in that order; ``(one NVLink domain)`` when the hosts
     share one). Groups whose block of ranks is bigger than any node (a DP
     group of 2 strided over TP 8) must span hosts and are not listed."""
-    from slurmtopo.job.groups import span_of
-
     most = max((n.hardware.gpu_count for n in inv), default=0) if inv is not None else 0
     world = len(placement.slots)
     lines: List[str] = []
@@ -464,6 +467,8 @@ def split_lines(lines: Sequence[str]) -> List[Line]:
 
 def summary(placement, layout=None, inv=None, script=None) -> Text:
     """:func:`summary_line` in rich."""
+    # lazy: `slurmtopo plan`, `slurmtopo sbatch --dry-run` load this module but not
+    #   slurmtopo.show.tablefit (start-up time)
     from slurmtopo.show.tablefit import rich_line
 
     return rich_line(summary_line(placement, layout, inv, script))
@@ -474,12 +479,8 @@ def summary_line(placement, layout=None, inv=None, script=None, framework=None) 
     (:class:`slurmtopo.job.frameworks.common.FrameworkLayout`), shown in its own
     names (dp_shard, dp_replicate, ...) instead of the planner's Megatron
     layout."""
-    from slurmtopo.inventory.hostlist import fold_hostlist
-
     parts = []
     if framework is not None:
-        from slurmtopo.job.frameworks.registry import describe
-
         parts.append(describe(framework))
     elif layout is not None:
         lay = layout.resolved()
@@ -497,6 +498,8 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
                 files: Optional[Mapping[str, str]] = None, bound=None,
                 idle_bound=None) -> Group:
     """:func:`plan_parts` in rich."""
+    # lazy: `slurmtopo plan`, `slurmtopo sbatch --dry-run` load this module but not
+    #   slurmtopo.show.tablefit (start-up time)
     from slurmtopo.show.tablefit import rich_parts
 
     return rich_parts(plan_parts(placement, inv, layout, plan_cost, naive_cost, state,
@@ -529,8 +532,6 @@ def plan_parts(placement, inv=None, layout=None, plan_cost=None, naive_cost=None
         warn.append(far)
     parts.extend(warning_lines(warn, list(placement.notes) + list(notes)))
     if files:
-        import os
-
         dirs = {os.path.dirname(p) for p in files.values()}
         where = dirs.pop() if len(dirs) == 1 else None
         names = ", ".join(f"{os.path.basename(p) if where else p} ({what})"
@@ -557,7 +558,6 @@ def report_dict(report) -> Optional[Dict[str, Any]]:
            "warnings": list(report.warnings)}
     step = getattr(report, "step", None)
     if step is not None:
-        from slurmtopo.cost.step import step_dict
         out["step"] = step_dict(step)
     return out
 

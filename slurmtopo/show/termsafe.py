@@ -58,6 +58,7 @@ def printable(text: object, limit: Optional[int] = None) -> str:
 
 def markup(text: object, limit: Optional[int] = None) -> str:
     """:func:`printable`, and safe inside rich console markup."""
+    # lazy: rich is heavy, loaded only when this runs (start-up time)
     from rich.markup import escape
 
     return escape(printable(text, limit))

@@ -55,8 +55,10 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import read_text
 from slurmtopo.inventory.model import (Block, CpuTopology, Fabric, Gpu, Hardware, Inventory, Nic, Node,
                              NvlinkDomain, Switch)
+from slurmtopo.inventory.presets import preset
 
 NAMES = ("philly", "pai-2020", "alibaba-2023", "helios", "acme-seren", "acme-kalos", "nvl72",
          "fat-tree")
@@ -88,8 +90,6 @@ def pcie_server(gpus: int, model: str, mem_mib: int, nic_gbit: float = 100.0) ->
 
 
 def _hardware(kind: str) -> Hardware:
-    from slurmtopo.inventory.presets import preset
-
     return preset(kind)
 
 
@@ -107,8 +107,6 @@ class Machines:
 def _rows(path: str, header: Sequence[str], what: str) -> List[Dict[str, str]]:
     """A CSV file's rows by ``header`` (the file's own header when it has
     one naming them, else ``header`` in order)."""
-    from slurmtopo.files.fileio import read_text
-
     text = read_text(path)
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
@@ -195,8 +193,6 @@ def openb_machines(path: str) -> Machines:
 def helios_machines(path: str) -> Machines:
     """A Helios cluster from its ``cluster_gpu_number.csv``: its most GPUs
     on any day, as 8-GPU V100 servers."""
-    from slurmtopo.files.fileio import read_text
-
     reader = csv.DictReader(io.StringIO(read_text(path)))
     if not reader.fieldnames or "total" not in reader.fieldnames:
         raise SlurmtopoError("no 'total' column (Helios' cluster_gpu_number.csv has one)", path)

@@ -68,6 +68,8 @@ from typing import Dict, List, Optional, Tuple
 
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import Inventory
+from slurmtopo.inventory.topology import network_view
+from slurmtopo.plan.choice import params_of
 
 ECMP = "ecmp"
 IDEAL = "ideal"
@@ -107,9 +109,6 @@ class FabricLinks:
     and shared by every replay. ``mode`` is ``ecmp`` or ``ideal``."""
 
     def __init__(self, inv: Inventory, params=None, mode: str = ECMP):
-        from slurmtopo.inventory.topology import network_view
-        from slurmtopo.plan.choice import params_of
-
         if params is None:
             params = params_of(inv)  # the cost block's one policy
         self.mode = mode

@@ -29,7 +29,11 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
+from slurmtopo.daemon.candidates import filter_of, refreshed
 from slurmtopo.inventory.model import ClusterState, Inventory, NodeState
+from slurmtopo.inventory.topology import network_view, nvlink_islands
+from slurmtopo.placement.common import candidates
+from slurmtopo.placement.fabric import fabric_tree
 
 #: the segment sizes (trays of a multi-node NVLink domain) whose unusable
 #: free trays a replay counts: NVIDIA's NVL72 guidance weighs 16 against 18
@@ -40,8 +44,6 @@ class FreeState:
     """Free and busy GPUs of every node of ``inv`` (see the module doc)."""
 
     def __init__(self, inv: Inventory):
-        from slurmtopo.inventory.topology import network_view, nvlink_islands
-
         self.inv = inv
         self.names: List[str] = list(inv.nodes)
         self.index: Dict[str, int] = {n: i for i, n in enumerate(self.names)}
@@ -216,10 +218,6 @@ class FreeState:
         """:func:`slurmtopo.placement.common.candidates` of ``req`` (no node
         list, no exclusions) on the current state, or on ``view``: the
         current state with the nodes ``changed`` in another state."""
-        from slurmtopo.daemon.candidates import filter_of, refreshed
-        from slurmtopo.placement.common import candidates
-        from slurmtopo.placement.fabric import fabric_tree
-
         pods = fabric_tree(self.inv).node_pod
         flt = filter_of(req)
         hit = self._cands.get(flt)

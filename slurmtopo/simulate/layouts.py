@@ -42,9 +42,12 @@ import os
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+from slurmtopo.cost.model_spec import parse_model
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.yamlio import Reader, as_pos_int, document_kind, load_document
 from slurmtopo.job.groups import Layout
 from slurmtopo.job.request import JobRequest
+from slurmtopo.job.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,6 @@ class JobShape:
     def request(self) -> JobRequest:
         workload = None
         if self.model is not None:  # the whole step: Megatron's distributed optimizer
-            from slurmtopo.cost.model_spec import parse_model
-            from slurmtopo.job.workload import Workload
             workload = Workload(style="zero12", model=parse_model(self.model))
         return JobRequest(layout=Layout(tp=self.tp, pp=self.pp, dp=self.dp),
                           gpus_per_node=self.gpus_per_node, workload=workload)
@@ -136,7 +137,6 @@ def shape_of(gpus: int, nodes: Optional[int], rules: LayoutRules, per_node: int)
 
 def _model_text(value) -> str:
     """A rule's ``model``: a --model text that parses."""
-    from slurmtopo.cost.model_spec import parse_model
     if not isinstance(value, str) or len(value) > 1000:
         raise ValueError(f"expected a --model text such as 'llama3-8b', got {value!r}")
     try:
@@ -153,7 +153,6 @@ def load_rules(spec: str) -> LayoutRules:
     if not (os.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or os.path.exists(spec)):
         raise SlurmtopoError(f"--layout-rule {spec!r}: not a built-in rule "
                              f"({', '.join(BUILTIN)}) nor a file")
-    from slurmtopo.files.yamlio import Reader, as_pos_int, document_kind, load_document
 
     doc = load_document(spec)
     r = Reader(spec)

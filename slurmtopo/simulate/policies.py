@@ -45,8 +45,18 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Dict, Mapping, Optional, Tuple
 
-from slurmtopo.errors import PlacementError, SlurmtopoError
+from slurmtopo.daemon.decisions import ClusterView, Config, QueuedJob
+from slurmtopo.daemon.packing import PACK_MODES
+from slurmtopo.daemon.protocol import DaemonSpec, Shape
+from slurmtopo.daemon.scheduler import decide
+from slurmtopo.errors import LayoutError, PlacementError, SlurmtopoError
 from slurmtopo.inventory.model import ClusterState, Inventory, Placement
+from slurmtopo.job.request import normalise_level
+from slurmtopo.placement.baselines import random_plan, slurm_from
+from slurmtopo.placement.common import candidates
+from slurmtopo.placement.segments import block_layout, choose_segments, nvlink_kinds
+from slurmtopo.placement.slurm_select import TOPOLOGIES, leaves_used, slurm_pick
+from slurmtopo.plan.choice import plan
 
 SLURM = "slurm"
 SWITCHES = "slurm-switches"
@@ -140,20 +150,16 @@ def parse_policy(text: str) -> PolicySpec:
                 raise SlurmtopoError(f"{what}: {value!r} is not a whole number >= 0")
             opts[key] = int(value)
         elif kind == "pack":
-            from slurmtopo.daemon.packing import PACK_MODES
             if value not in PACK_MODES or not value:
                 raise SlurmtopoError(f"{what}: {value!r} (known: "
                                      f"{', '.join(m for m in PACK_MODES if m)})")
             opts[key] = value
         elif kind == "level":
-            from slurmtopo.errors import LayoutError
-            from slurmtopo.job.request import normalise_level
             try:
                 opts[key] = normalise_level(value)
             except LayoutError as exc:
                 raise SlurmtopoError(f"{what}: {exc.message}") from None
         else:
-            from slurmtopo.placement.slurm_select import TOPOLOGIES
             if value not in TOPOLOGIES:
                 raise SlurmtopoError(f"{what}: {value!r} (known: {', '.join(TOPOLOGIES)})")
             opts[key] = value
@@ -181,8 +187,6 @@ def allocation(inv: Inventory, state: ClusterState, placement: Placement,
     """The GPUs Slurm allocates on each node of ``placement``: the ones its
     ranks use, and up to ``gpus_per_node`` on each node the ones Slurm
     picks among the other free GPUs (:func:`~slurmtopo.placement.slurm_select.slurm_pick`)."""
-    from slurmtopo.placement.slurm_select import slurm_pick
-
     out: Dict[str, Tuple[int, ...]] = {}
     for h in placement.hosts:
         used = set(placement.gpus_on(h))
@@ -226,10 +230,6 @@ class QueuePolicy:
         plan on the idle cluster (None: none)."""
         req = job.request
         if req not in self._segments:
-            from slurmtopo.plan.choice import plan
-            from slurmtopo.placement.segments import (block_layout, choose_segments,
-                                                      nvlink_kinds)
-
             seg = None
             layout = block_layout(self.inv.fabric)
             if layout is not None and job.shape.nodes > 1:
@@ -243,10 +243,6 @@ class QueuePolicy:
 
     def _on_blocks(self, state: ClusterState, job, cand) -> Placement:
         """Slurm's block choice for the job's segments, ranks planned on it."""
-        from slurmtopo.plan.choice import plan
-        from slurmtopo.placement.baselines import slurm_from
-        from slurmtopo.placement.common import candidates
-
         req = job.request
         if cand is None:
             cand = candidates(self.inv, state, req)
@@ -261,9 +257,6 @@ class QueuePolicy:
         inv, req = self.inv, job.request
         try:
             if self.spec.name in (SLURM, SWITCHES):
-                from slurmtopo.placement.baselines import slurm_from
-                from slurmtopo.placement.common import candidates
-
                 if cand is None:
                     cand = candidates(inv, state, req)
                 n = job.shape.nodes
@@ -271,22 +264,16 @@ class QueuePolicy:
                     n % self.segment == 0 else None
                 pl = slurm_from(inv, req, cand, self.topology, segment=seg)
             elif self.spec.name == SLURMTOPO:
-                from slurmtopo.plan.choice import plan
-
                 if self.block:
                     pl = self._on_blocks(state, job, cand)
                 else:
                     pl = plan(inv, state, req, cand=cand)
             else:
-                from slurmtopo.placement.baselines import random_plan
-
                 pl = random_plan(inv, state, req, seed=self.seed * 1_000_003 + job.index)
         except PlacementError:
             return None
         start = Start(allocation(inv, state, pl, req.gpus_per_node), pl)
         if self.switch_wait is not None and len(pl.hosts) > 1:
-            from slurmtopo.placement.slurm_select import leaves_used
-
             if leaves_used(inv, pl.hosts) > 1 and now < job.submit + self.switch_wait:
                 start.hold_until = job.submit + self.switch_wait
         return start
@@ -300,8 +287,6 @@ class DaemonPolicy:
     """The placement daemon, its decisions driven by the simulated clock."""
 
     def __init__(self, spec: PolicySpec, inv: Inventory):
-        from slurmtopo.daemon.decisions import Config
-
         self.spec = spec
         self.inv = inv
         self.wait = float(spec.get("wait"))
@@ -348,9 +333,6 @@ class DaemonPolicy:
         """The daemon's view of a held job (made once per job)."""
         hit = self._queued.get(job.index)
         if hit is None:
-            from slurmtopo.daemon.decisions import QueuedJob
-            from slurmtopo.daemon.protocol import DaemonSpec, Shape
-
             shape = job.shape
             spec = DaemonSpec(request=self.request(job),
                               shape=Shape(nodes=shape.nodes, gpus_per_node=shape.gpus_per_node,
@@ -366,9 +348,6 @@ class DaemonPolicy:
 
     def decide(self, jobs, state: ClusterState, now: float):
         """One daemon cycle over the held ``jobs``: its decisions."""
-        from slurmtopo.daemon.decisions import ClusterView
-        from slurmtopo.daemon.scheduler import decide
-
         return decide([self.queued(j) for j in jobs], self.inv, ClusterView(state=state), now,
                       self.config, self.memo)
 

@@ -35,8 +35,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.simulate.engine import Replay, effective_slowdown, slowdown
+from slurmtopo.simulate.freestate import SEGMENTS
 from slurmtopo.simulate.policies import PolicySpec
+from slurmtopo.simulate.racks import capacity_table
 from slurmtopo.simulate.runner import LOW_LOAD
+from slurmtopo.simulate.sweep import CUT, MORE_WAIT, summary, tradeoff
 
 #: jobs listed by name in the document when they cannot run here
 LISTED = 20
@@ -80,8 +83,6 @@ def _bucket(x: float) -> int:
 def setup_state_segments(setup) -> Optional[Tuple[Tuple[int, ...], int]]:
     """(segment sizes counted, racks) when the inventory has multi-node
     NVLink domains; None otherwise."""
-    from slurmtopo.simulate.freestate import SEGMENTS
-
     sizes: Dict[str, int] = {}
     for node in setup.inv.nodes.values():
         if node.nvlink_domain is not None:
@@ -210,8 +211,6 @@ def document(setup, inventory: str, specs: Sequence[PolicySpec],
 def _racks_doc(setup) -> Dict[str, Any]:
     """With multi-node NVLink domains: the usable share of a rack per
     segment size and tray failure rate (:mod:`slurmtopo.simulate.racks`)."""
-    from slurmtopo.simulate.racks import capacity_table
-
     sizes: Dict[str, int] = {}
     for node in setup.inv.nodes.values():
         if node.nvlink_domain is not None:
@@ -292,6 +291,7 @@ def table(doc: Dict[str, Any]):
     """The policies side by side, as a rich Table (three numbers a cell:
     p50 / p95 / mean for waits and slowdowns, mean / p95 for JCT; the
     share of jobs / GPU-hours slowed by shared links)."""
+    # lazy: rich is heavy, loaded only when this runs (start-up time)
     from rich import box
     from rich.table import Table
 
@@ -323,6 +323,7 @@ def table(doc: Dict[str, Any]):
 def distribution_table(doc: Dict[str, Any]):
     """Per policy, the share of jobs in each slowdown bucket, and how much
     shared links stretched the slowed ones."""
+    # lazy: rich is heavy, loaded only when this runs (start-up time)
     from rich import box
     from rich.table import Table
 
@@ -352,6 +353,7 @@ def racks_table(doc: Dict[str, Any]):
     """Rack-scale domains: per policy, racks wholly and partly free and the
     free trays no segment can use, per segment size (averaged over the
     replay); None without multi-node domains."""
+    # lazy: rich is heavy, loaded only when this runs (start-up time)
     from rich import box
     from rich.table import Table
 
@@ -378,6 +380,7 @@ def racks_table(doc: Dict[str, Any]):
 
 def capacity_table_rich(doc: Dict[str, Any]):
     """The usable share of a rack per segment size and tray failure rate."""
+    # lazy: rich is heavy, loaded only when this runs (start-up time)
     from rich import box
     from rich.table import Table
 
@@ -410,7 +413,7 @@ def pyplot():
     """matplotlib's pyplot on the Agg backend, or the one-line error; the
     command asks before the replay, so a missing matplotlib costs no
     minutes."""
-    try:
+    try:  # lazy: optional and heavy, only a plot needs it
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -509,6 +512,7 @@ def _readable(ax, pts) -> None:
     as ``1e-5+1`` with ticks 3.00-5.00) over a range of at least 2% of the
     values on each axis, so equal values sit mid-axis instead of on a
     magnified noise scale."""
+    # lazy: matplotlib is heavy, loaded only when this runs (start-up time)
     from matplotlib.ticker import ScalarFormatter
 
     for axis, lo_hi, setter in ((ax.yaxis, [v for p in pts for v in (p[1], p[3])], ax.set_ylim),
@@ -536,8 +540,6 @@ def sweep_document(sweep, runs: Sequence[Tuple[Optional[float], Dict[str, Any]]]
     """The ``--json`` document of a sweep: every load's run document, and
     per load the waiting policies against ``slurm``
     (:func:`slurmtopo.simulate.sweep.tradeoff`)."""
-    from slurmtopo.simulate.sweep import CUT, MORE_WAIT, summary, tradeoff
-
     return {"slurmtopo": "simulate-sweep", "version": 1,
             "sweep": {"loads": [x for x in sweep.loads if x is not None],
                       "waits": list(sweep.waits) if sweep.waits is not None else None,
@@ -549,6 +551,7 @@ def sweep_document(sweep, runs: Sequence[Tuple[Optional[float], Dict[str, Any]]]
 
 def sweep_table(sdoc: Dict[str, Any]):
     """Every (load, policy) replay of a sweep, one row each."""
+    # lazy: rich is heavy, loaded only when this runs (start-up time)
     from rich import box
     from rich.table import Table
 

@@ -7,8 +7,13 @@ import codecs
 import os
 from typing import Iterator, Optional
 
+from slurmtopo.files.fileio import open_regular
 from slurmtopo.simulate.trace import (CSV, FORMATS, MAX_TRACE_BYTES, PHILLY, SACCT, SWF, Trace,
                                       TraceError, is_number)
+from slurmtopo.simulate.trace_csv import MAX_LINE as csv_line, read_csv
+from slurmtopo.simulate.trace_philly import read_philly
+from slurmtopo.simulate.trace_sacct import MAX_LINE as sacct_line, read_sacct
+from slurmtopo.simulate.trace_swf import MAX_LINE as swf_line, read_swf
 
 
 
@@ -53,19 +58,12 @@ def read_trace(path: str, fmt: Optional[str] = None, limit: Optional[int] = None
         raise TraceError(f"--jobs must be at least 1, got {limit}")
     fmt = fmt or sniff(path, _head(path))
     if fmt == CSV:
-        from slurmtopo.simulate.trace_csv import MAX_LINE as csv_line, read_csv
-
         return read_csv(trace_lines(path, csv_line, "a trace CSV"), path, limit)
     if fmt == PHILLY:
-        from slurmtopo.simulate.trace_philly import read_philly
-
         return read_philly(trace_chunks(path), path, limit)
     if fmt == SACCT:
-        from slurmtopo.simulate.trace_sacct import MAX_LINE as sacct_line, read_sacct
-
         return read_sacct(trace_lines(path, sacct_line, "sacct output"), path, limit,
                           keep_running, hosts, within)
-    from slurmtopo.simulate.trace_swf import MAX_LINE as swf_line, read_swf
 
     return read_swf(trace_lines(path, swf_line, "an SWF log"), path, limit)
 
@@ -87,8 +85,6 @@ def trace_chunks(path: str, size: int = SNIFF_BYTES) -> Iterator[str]:
     (:func:`~slurmtopo.files.fileio.open_regular`), UTF-8 (a BOM is dropped), no
     NUL byte, at most :data:`~slurmtopo.simulate.trace.MAX_TRACE_BYTES`;
     each refusal one TraceError naming the line."""
-    from slurmtopo.files.fileio import open_regular
-
     fd = open_regular(path)
     decoder = codecs.getincrementaldecoder("utf-8")()
     total, lines = 0, 1

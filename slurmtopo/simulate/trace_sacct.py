@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, Optional, Tuple, Union
 
+from slurmtopo.inventory.hostlist import count_hostlist, expand_hostlist, select_hostlist
 from slurmtopo.simulate.trace import (MAX_JOB_GPUS, MAX_RUN_S, SACCT, BadRow, JobCollector,
                                       RowLog, Trace, TraceError, TraceJob, instant, whole)
 from slurmtopo.slurmfmt.gres_strings import tres_gpu_terms
@@ -185,7 +186,6 @@ class NodeLists:
         return got
 
     def _expand(self, text: str) -> Optional[Tuple[Tuple[str, ...], int]]:
-        from slurmtopo.inventory.hostlist import count_hostlist, expand_hostlist, select_hostlist
         try:
             if not self._want_hosts:
                 return (), count_hostlist(text, "NodeList")

@@ -50,7 +50,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from slurmtopo.cost.step import price_step, subgroups
 from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.job.groups import build_groups
 from slurmtopo.job.request import JobRequest
 
 #: flows one edge is split into at most (a host's NICs and channels)
@@ -80,9 +82,6 @@ def step_pricing(inv: Inventory, placement: Placement, request: JobRequest,
     simulator's one adapter to the step model (see the module doc). The
     job's workload is its request's (the step model's default model when it
     names none)."""
-    from slurmtopo.cost.step import price_step, subgroups
-    from slurmtopo.job.groups import build_groups
-
     step = price_step(inv, placement, request, params)
     groups = placement.groups if placement.groups else build_groups(request.layout)
     out = []

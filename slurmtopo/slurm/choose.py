@@ -6,9 +6,11 @@ never imports the backends that implement it.
 from __future__ import annotations
 
 import os
+import shutil
 
 from slurmtopo.errors import SlurmError
 from slurmtopo.slurm.backend import SlurmBackend
+from slurmtopo.slurm.cli_backend import CliBackend
 
 
 def get_backend(name: str = "auto", **kwargs) -> SlurmBackend:
@@ -23,17 +25,18 @@ def get_backend(name: str = "auto", **kwargs) -> SlurmBackend:
         name = os.environ.get("SLURMTOPO_BACKEND", "auto") or "auto"
     name = name.lower()
     if name == "cli":
-        from slurmtopo.slurm.cli_backend import CliBackend
         return CliBackend(**kwargs)
     if name == "pyslurm":
+        # lazy: `slurmtopo hooks task-prolog` (batch step) loads this module but not
+        #   slurmtopo.slurm.pyslurm_backend (start-up time)
         from slurmtopo.slurm.pyslurm_backend import PySlurmBackend
         return PySlurmBackend(**kwargs)
     if name == "auto":
-        import shutil
-        from slurmtopo.slurm.cli_backend import CliBackend
         env = kwargs.get("env")
         path = (env or os.environ).get("PATH")
         if shutil.which("sinfo", path=path) is None:
+            # lazy: `slurmtopo hooks task-prolog` (batch step) loads this module but not
+            #   slurmtopo.slurm.pyslurm_backend (start-up time)
             from slurmtopo.slurm import pyslurm_backend
             if pyslurm_backend.available():
                 try:

@@ -45,7 +45,10 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+import datetime as _dt
+
 from slurmtopo.errors import SlurmError
+from slurmtopo.inventory.schema import expand_hostlist
 from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmJob, SlurmNode
 from slurmtopo.slurmfmt.gres_strings import gpu_count, gpu_indices
 
@@ -95,7 +98,6 @@ def _hosts(text: Any) -> Tuple[str, ...]:
         return ()
     if isinstance(text, (list, tuple)):
         return tuple(str(x) for x in text)
-    from slurmtopo.inventory.schema import expand_hostlist
     try:
         return tuple(expand_hostlist(str(text)))
     except Exception:  # noqa: BLE001 - ValueError/InventoryError: not a hostlist
@@ -317,7 +319,6 @@ def _first(rec: Sequence[Tuple[str, str]], key: str, default: Optional[str] = No
 def _time(value: Optional[str]) -> int:
     if not value or value in ("Unknown", "None", "N/A"):
         return 0
-    import datetime as _dt
     try:
         return int(_dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").timestamp())
     except ValueError:

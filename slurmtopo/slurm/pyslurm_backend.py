@@ -67,6 +67,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -76,6 +77,7 @@ from slurmtopo.sbatch.directives import option_values, script_options
 from slurmtopo.inventory.model import parse_cpulist
 from slurmtopo.slurm import parse
 from slurmtopo.slurm.backend import ACTIVE_JOB_STATES, SlurmBackend, SlurmJob, SlurmNode
+from slurmtopo.slurm.cli_backend import CliBackend
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,7 @@ def _import():
         raise SlurmError("pyslurm needs Slurm's configuration and none was found "
                          f"(SLURM_CONF={os.environ.get('SLURM_CONF', 'unset')}; libslurm would "
                          "end this process)")
+    # lazy: pyslurm is heavy, loaded only when this runs (start-up time)
     import pyslurm  # noqa: F401  (optional dependency)
     return pyslurm
 
@@ -390,7 +393,6 @@ class PySlurmBackend(SlurmBackend):
                 pass
 
     def _submit_with_sbatch(self, script: str, args: Sequence[str], hold: bool, why: str) -> int:
-        from slurmtopo.slurm.cli_backend import CliBackend
         log.info("submitting with sbatch: %s", why)
         try:
             return CliBackend().submit(script, args, hold=hold)
@@ -401,9 +403,6 @@ class PySlurmBackend(SlurmBackend):
     def _sacct(self):
         """The command-line backend, to run ``sacct``; a one-line SlurmError
         where sacct is not on PATH."""
-        import shutil
-        from slurmtopo.slurm.cli_backend import CliBackend
-
         if shutil.which("sacct") is None:
             raise SlurmError("accounting needs sacct (the cli backend), and sacct is not on "
                              "PATH; the pyslurm backend reads no accounting itself")
@@ -418,9 +417,6 @@ class PySlurmBackend(SlurmBackend):
     def topology_text(self) -> str:
         """``scontrol show topology`` through the command line (pyslurm
         25.11 has no topology call)."""
-        import shutil
-        from slurmtopo.slurm.cli_backend import CliBackend
-
         if shutil.which("scontrol") is None:
             raise SlurmError("Slurm's topology needs scontrol, and it is not on PATH")
         return CliBackend().topology_text()

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from slurmtopo.errors import InventoryError
+from slurmtopo.files.fileio import read_text as read_bounded
 from slurmtopo.inventory.hostlist import expand_hostlist, expand_in_order
 from slurmtopo.inventory.model import CpuTopology
+from slurmtopo.inventory.schema import NODE_NAME
 
 #: Slurm's parse buffer is 4096 bytes including the terminating NUL
 MAX_LINE = 4095
@@ -127,8 +129,6 @@ def conf_lines(text: str, path: str) -> Iterator[ConfLine]:
 
 def read_text(path) -> str:
     """A Slurm config file's text (bounded: :func:`slurmtopo.files.fileio.read_text`)."""
-    from slurmtopo.files.fileio import read_text as read_bounded
-
     return read_bounded(path)
 
 
@@ -236,7 +236,6 @@ def parse_slurm_conf(text: str, path: str = "<slurm.conf>", _depth: int = 0,
             defaults.update(values)
             continue
         names = hostlist_at(pairs[0][1], path, n, "NodeName")
-        from slurmtopo.inventory.schema import NODE_NAME
 
         odd = next((name for name in names if not NODE_NAME.match(name)), None)
         if odd is not None:

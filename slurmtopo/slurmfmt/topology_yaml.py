@@ -16,6 +16,9 @@ import yaml
 from slurmtopo.files.yamlio import LineDict, LineList, Reader, as_str, parse_text
 from slurmtopo.inventory.hostlist import fold_hostlist, fold_in_order
 from slurmtopo.inventory.model import Block, Fabric, Switch
+from slurmtopo.inventory.ringtree import torus_placements
+from slurmtopo.inventory.schema import NODE_NAME
+from slurmtopo.slurmfmt import ring_torus
 from slurmtopo.slurmfmt.checks import check_blocks, check_tree, raise_first_error
 from slurmtopo.slurmfmt.slurm_conf import hostlist_at
 from slurmtopo.slurmfmt.topology_conf import block_sizes_at, comment_lines
@@ -56,8 +59,6 @@ def ring_torus_topologies(fabric: Fabric) -> List[Dict[str, object]]:
     cluster default), node lists in their order (ring order, x-major
     fill), every torus with its placements (its own, else the boxes of its
     tree: :func:`slurmtopo.inventory.ringtree.torus_placements`)."""
-    from slurmtopo.inventory.ringtree import torus_placements
-
     def xyz(v) -> Dict[str, int]:
         return {"x": v[0], "y": v[1], "z": v[2]}
 
@@ -112,7 +113,6 @@ def parse_topology_yaml(text: str, path: str = "<topology.yaml>") -> List[Tuple[
             raise r.error(f"topology {name!r} must define exactly one of tree, block, flat, "
                           "ring, torus3d", Reader.line(d))
         if kinds[0] in ("ring", "torus3d"):  # 26.05: slurmtopo/slurmfmt/ring_torus.py
-            from slurmtopo.slurmfmt import ring_torus
             read = ring_torus.yaml_ring if kinds[0] == "ring" else ring_torus.yaml_torus3d
             fab = read(r, d[kinds[0]], path, Reader.line(d, kinds[0]), _hl_in_order)
         elif kinds[0] == "tree":
@@ -141,8 +141,6 @@ def _hl(r: Reader, d: LineDict, key: str, path: str, what: str,
         raise r.error(f"{what} must be a hostlist, got {value!r:.40}", Reader.line(d, key))
     names = hostlist_at(value, path, Reader.line(d, key), what, ordered)
     if key == "nodes":
-        from slurmtopo.inventory.schema import NODE_NAME
-
         odd = next((n for n in names if not NODE_NAME.match(n)), None)
         if odd is not None:
             raise r.error(f"node name {odd!r} is not a host name", Reader.line(d, key))
