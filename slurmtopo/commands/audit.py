@@ -12,10 +12,15 @@ See docs/audit.md.
 """
 from __future__ import annotations
 
+import json
+import time
+
 import click
 
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmError, SlurmtopoError
+from slurmtopo.files.fileio import Output, write_all
+from slurmtopo.show.termsafe import printable
 
 #: the sacct fields the audit asks for (what the sacct trace reader reads)
 SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "NodeList",
@@ -177,7 +182,6 @@ def _show(doc, as_json: bool) -> None:
         console.print("no multi-node GPU job to audit", highlight=False)
     if "stranded" in doc:
         console.print(stranded_table(doc))
-    from slurmtopo.show.termsafe import printable
 
     for line in notes(doc):  # job ids and names of a file someone else wrote: escaped
         console.print(printable(line), highlight=False, markup=False)
@@ -253,8 +257,6 @@ def probe_tasks(backend, job_id: int, nodes):
 
 def _contracts(inv, backend, probe: bool, metrics_path, as_json: bool, cycles: int,
                interval: float) -> None:
-    import time
-
     from slurmtopo.audit.contracts import check_jobs
 
     for cycle in range(cycles):
@@ -271,9 +273,6 @@ def _contracts(inv, backend, probe: bool, metrics_path, as_json: bool, cycles: i
 
 def show_contracts(report, source: str, as_json: bool, metrics_path=None) -> None:
     """The report as a table (or JSON), and the metrics where asked."""
-    import json
-    import time
-
     from slurmtopo.audit.contracts import metrics_text, report_dict
 
     if metrics_path:
@@ -286,7 +285,6 @@ def show_contracts(report, source: str, as_json: bool, metrics_path=None) -> Non
         # the daemon's textfile rules: a *.prom file in a directory only root
         # or this user may write, replaced by a rename (never half read)
         from slurmtopo.daemon.metrics import TEXTFILE_MODE, check_textfile
-        from slurmtopo.files.fileio import Output, write_all
 
         write_all([Output(check_textfile(metrics_path), text, TEXTFILE_MODE)], sync=False)
     if as_json:
@@ -295,7 +293,6 @@ def show_contracts(report, source: str, as_json: bool, metrics_path=None) -> Non
         return
     from slurmtopo.audit.report import contracts_table
     from slurmtopo.commands.report_console import report_console
-    from slurmtopo.show.termsafe import printable
 
     console = report_console()
     counts = report.by_kind()

@@ -6,12 +6,15 @@ for the whole flow. Logs go to stderr, i.e. into the job's output file.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
 import click
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import MAX_TEXT_BYTES, read_text
+from slurmtopo.plan.plandoc import read_plan
 
 
 @click.command("bind")
@@ -42,20 +45,15 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
             print_env, restart, step_exit):
     """Bind a planned job to its real allocation (runs inside the batch job)."""
     from slurmtopo.binding.step import bind, write_run_dir
-    from slurmtopo.plan.plandoc import read_plan
 
     if print_env and as_json:
         raise SlurmtopoError("give --print-env or --json, not both (both use stdout)")
 
     if plan_path == "-":
-        from slurmtopo.files.fileio import MAX_TEXT_BYTES
-
         text, where = sys.stdin.read(MAX_TEXT_BYTES + 1), "plan (stdin)"
         if len(text) > MAX_TEXT_BYTES:
             raise SlurmtopoError(f"{where}: larger than {MAX_TEXT_BYTES} bytes: refused")
     else:
-        from slurmtopo.files.fileio import read_text
-
         text = read_text(plan_path)
         where = plan_path
     doc = read_plan(text, where)
@@ -82,8 +80,6 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
         sys.stdout.write(written.env)
         sys.stdout.flush()
     if as_json:
-        import json
-
         from slurmtopo.plan.rankmap import rankmap_dict
 
         click.echo(json.dumps({

@@ -17,7 +17,11 @@ import sys
 
 import click
 
+from slurmtopo.commands.audit import job_seen, show_contracts, slurm_view
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import read_text
+from slurmtopo.inventory.model import Fabric, Inventory
+from slurmtopo.show.termsafe import printable
 
 #: exit code when a contract is broken and --strict was given
 VIOLATED = 3
@@ -47,7 +51,6 @@ def command(run_dir, tasks_path, inventory_path, job_id, backend_name, strict, a
     """Check this job's contracts from inside it: what Slurm gave and what its tasks
     really got, against what it asked and what slurmtopo bound."""
     from slurmtopo.audit.contracts import check_jobs, parse_task_lines
-    from slurmtopo.commands.audit import show_contracts, slurm_view, job_seen
     from slurmtopo.slurm import get_backend
 
     job_id = job_id or os.environ.get("SLURM_JOB_ID")
@@ -62,8 +65,6 @@ def command(run_dir, tasks_path, inventory_path, job_id, backend_name, strict, a
         if tasks_path == "-":
             text = "".join(line for _, line in zip(range(MAX_TASK_LINES), sys.stdin))
         else:
-            from slurmtopo.files.fileio import read_text
-
             text = read_text(tasks_path)
         tasks = parse_task_lines(text)
     inv, note = _inventory(inventory_path)
@@ -100,8 +101,6 @@ def _planned(run_dir):
 def _inventory(path):
     """The inventory, else an empty one (then only Slurm's view of blocks
     and switches is used) and a note saying why."""
-    from slurmtopo.inventory.model import Fabric, Inventory
-
     if path:
         from slurmtopo.api import load_cluster
 
@@ -117,8 +116,6 @@ def _inventory(path):
 
 def _log(report, job_id) -> None:
     """The job's log lines: one per violation, then the summary."""
-    from slurmtopo.show.termsafe import printable
-
     for v in report.shown():
         click.echo(printable(f"slurmtopo check: job {job_id}: {v.kind}: {v.message}"),
                    err=True)

@@ -17,8 +17,10 @@ confused hook must never stop a submission.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
+import stat
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -26,6 +28,8 @@ import click
 
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.plan.plandoc import plan_env_value
+from slurmtopo.show.termsafe import printable
 
 #: the first line of the planning call's answer (its protocol's version);
 #: then ``set<TAB>OPTION<TAB>VALUE``, ``note<TAB>TEXT``, and ``done``; or
@@ -50,8 +54,6 @@ def _on_alarm(signum, frame):  # pragma: no cover - timing
 
 
 def _clean(text: str) -> str:
-    from slurmtopo.show.termsafe import printable
-
     return " ".join(printable(str(text)).split())
 
 
@@ -71,7 +73,6 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
     from slurmtopo.hooks.directive import find_directive, header_problem, DirectiveError
     from slurmtopo.hooks.submit import (SubmitOptions, job_shape, option_changes, plan_inputs,
                                         script_launcher)
-    from slurmtopo.plan.plandoc import plan_env_value
 
     opts = SubmitOptions.from_json(options_json, kind)
     script_text, name = None, "script"
@@ -125,7 +126,6 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
                       script_options_from(o, os.path.abspath(site["inventory"])),
                       with_costs=False, queue=True, for_daemon=bool(o.get("daemon")),
                       partition_members=live.partition_members, features=live.features or None)
-    import json
 
     doc = json.loads(job.script.plan_json)
     try:
@@ -179,8 +179,6 @@ def own_file(path: str, cwd: str, where: str) -> str:
     when it is a regular file of the user's or root's that nobody else may
     write; else DirectiveError. A directive's file sets how the job is laid
     out: one another user can write would let them lay out this user's job."""
-    import stat
-
     from slurmtopo.hooks.directive import DirectiveError
 
     full = os.path.normpath(os.path.join(cwd, path))
@@ -310,8 +308,6 @@ def task_prolog_command():
                    "options the hook sets (the plan's value shortened), the notes.")
 def check_command(script, inventory, state_path, backend_name, sbatch_args, as_json):
     """Show what the cli_filter hook would do to a batch script (submits nothing)."""
-    import json
-
     from slurmtopo.files.fileio import read_text
     from slurmtopo.sbatch.directives import option_values, script_options
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import click
 
+from slurmtopo.commands.cliutil import emit_json
+
 
 @click.command("nccl-topo")
 @click.option("--inventory", "-i", "inventory_path", metavar="PATH", required=True,
@@ -40,8 +42,6 @@ def command(inventory_path, output_dir, types, virtualised_only, nvlink, as_json
     files = api.nccl_topology_files(inventory_path, output_dir, types=types,
                                     virtualised_only=virtualised_only, nvlink=nvlink)
     if as_json:
-        from slurmtopo.commands.cliutil import emit_json
-
         emit_json({"output_dir": output_dir, "files": [
             {"node_type": f.node_type, "path": f.path, "nodes": fold_hostlist(f.nodes),
              "node_count": len(f.nodes), "changed": f.changed, "backup": f.backup,

@@ -20,6 +20,7 @@ from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_colo
                                             command_from, job_options, load_job_cluster,
                                             script_options_from, spec_from, state_for,
                                             state_options, with_live_topology)
+from slurmtopo.sbatch import sanitize_job_name
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 
@@ -40,7 +41,6 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     batch script is written.
     """
     from slurmtopo import api
-    from slurmtopo.sbatch import sanitize_job_name
 
     cmd = command_from(o, cmd)
     # cheap checks first: a bad job name should not wait for the planner

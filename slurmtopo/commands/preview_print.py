@@ -6,11 +6,11 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from slurmtopo.show import plainout
+
 
 def print_parts(parts: Sequence[object], stderr: bool = False) -> None:
     """Print :func:`slurmtopo.show.preview.plan_parts` on stdout (or stderr)."""
-    from slurmtopo.show import plainout
-
     stream = sys.stderr if stderr else sys.stdout
     width = plainout.plain_width(stream)
     if width is not None and plainout.all_narrow(parts):

@@ -38,6 +38,7 @@ from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_colo
                                             state_options, with_live_topology)
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.sbatch import sanitize_job_name
 
 
 def parse_wait(items) -> dict:
@@ -61,7 +62,6 @@ def parse_wait(items) -> dict:
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
          as_json, keep_runs, color_by, cmd, **o):
     from slurmtopo import api
-    from slurmtopo.sbatch import sanitize_job_name
 
     cmd = command_from(o, cmd)
     if not cmd:

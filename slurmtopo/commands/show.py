@@ -19,11 +19,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from typing import Any, Dict, List, Optional
 
 import click
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.plan.plandoc import (check_against_inventory, embedded_inventory_of,
+                                    layout_from_doc, planned_placement, read_plan)
+from slurmtopo.sbatch.script import extract_plan
+from slurmtopo.show.termsafe import printable
 
 
 #: nesting of a rank map (document, ranks, rank, its lists)
@@ -48,7 +53,6 @@ def script_run_dir(script: str) -> Optional[str]:
     m = re.search(r"^SLURMTOPO_RUN_DIR=\$\{SLURMTOPO_RUN_DIR:-(.*)\}$", script, re.M)
     if not m or "$" in m.group(1):
         return None
-    import shlex
 
     try:
         words = shlex.split(m.group(1))
@@ -60,9 +64,6 @@ def script_run_dir(script: str) -> Optional[str]:
 def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dict[str, Any]:
     """Everything known about the job's rank maps (see module doc)."""
     from slurmtopo.files.rundirs import SCRIPT_NAME, run_dir_for
-    from slurmtopo.plan.plandoc import (check_against_inventory, embedded_inventory_of,
-                                        planned_placement, read_plan)
-    from slurmtopo.sbatch.script import extract_plan
 
     notes: List[str] = []
     job = None
@@ -135,7 +136,6 @@ def _to_json(job_id: int, g: Dict[str, Any]) -> Dict[str, Any]:
         "script": g["script_from"], "planned": None, "actual": None, "notes": g["notes"]}
     if g["planned"] is not None:
         p, doc = g["planned"]
-        from slurmtopo.plan.plandoc import layout_from_doc
         out["planned"] = rankmap_dict(p, layout_from_doc(doc))
         out["launcher"] = (doc.get("launch") or {}).get("launcher", "srun")
     if g["actual"] is not None:
@@ -183,7 +183,6 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     from slurmtopo.binding.replan import moved_ranks
     from slurmtopo.inventory.hostlist import fold_hostlist
     from slurmtopo.show.preview import grid
-    from slurmtopo.show.termsafe import printable
 
     con = Console(soft_wrap=False)
     job = g["job"]

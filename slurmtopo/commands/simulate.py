@@ -15,6 +15,8 @@ import click
 
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import atomic_write
+from slurmtopo.show.termsafe import printable
 
 
 @click.command("simulate")
@@ -105,8 +107,6 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     doc = document(setup, inventory_path, specs, [r for r, _ in results])
     image = plot_png(doc) if plot_path is not None else None
     if image is not None:
-        from slurmtopo.files.fileio import atomic_write
-
         atomic_write(plot_path, image)
     if as_json:
         from slurmtopo.files.yamlio import dump_json
@@ -116,7 +116,6 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     from rich.text import Text
 
     from slurmtopo.commands.report_console import report_console
-    from slurmtopo.show.termsafe import printable
 
     console = report_console()
     console.print(table(doc))
@@ -162,8 +161,6 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
         runs.append((x, document(setup, inventory_path, per_load, reps)))
     sdoc = sweep_document(sweep, runs)
     if plot_path is not None:
-        from slurmtopo.files.fileio import atomic_write
-
         atomic_write(plot_path, sweep_plot_png(sdoc))
     if as_json:
         from slurmtopo.files.yamlio import dump_json
@@ -173,7 +170,6 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
     from rich.text import Text
 
     from slurmtopo.commands.report_console import report_console
-    from slurmtopo.show.termsafe import printable
 
     console = report_console()
     console.print(sweep_table(sdoc))
