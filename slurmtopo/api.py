@@ -29,21 +29,25 @@ through the backend passed to :func:`submit`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from slurmtopo.errors import NotNowError, PlacementError
+from slurmtopo.errors import LayoutError, NotNowError, PlacementError, SlurmError, SlurmtopoError
 from slurmtopo.files.fileio import read_text
-from slurmtopo.files.rundirs import DEFAULT_KEEP_DAYS
+from slurmtopo.files.rundirs import (DEFAULT_KEEP_DAYS, check_location, clean_old, run_dir_for,
+                                     save_script)
 from slurmtopo.inventory.model import ClusterState, Inventory, Placement
+from slurmtopo.inventory.topology import made_from
 from slurmtopo.job.frameworks import registry
 from slurmtopo.job.request import JobRequest
 from slurmtopo.job.spec import FrameworkConfig, JobSpec, build_spec
 from slurmtopo.job.workload import parse_nccl_version
 from slurmtopo.plan.cluster import load_cluster  # noqa: F401  (the api's, kept below it)
-from slurmtopo.plan.hazards import HazardPolicy, HazardReport
+from slurmtopo.plan.hazards import HazardPolicy, HazardReport, check_hazards, nccl_version
 from slurmtopo.plan.rankmap import RankDocuments
+from slurmtopo.sbatch.launch import Launch
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 
 if TYPE_CHECKING:
@@ -179,7 +183,6 @@ def live_topology(cluster: Inventory, backend) -> Tuple[Inventory, Tuple[str, ..
     f = cluster.fabric
     if f.switches or f.blocks or f.rings or f.toruses:
         return cluster, ()
-    from slurmtopo.errors import SlurmError
     from slurmtopo.slurm.topology import fabric_from_scontrol_topology
     from slurmtopo.slurmfmt.topology_files import apply_fabric
 
@@ -208,7 +211,6 @@ def segment_release(cluster: Inventory, backend_of: Callable[[], object]) -> Opt
     say (then the options of current releases are used)."""
     if not cluster.fabric.blocks:
         return None
-    from slurmtopo.errors import SlurmError
 
     backend = backend_of()
     try:
@@ -236,7 +238,6 @@ def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
     wanted = read_slurm_conf(slurm_conf).partition_topology(partition) if slurm_conf else None
     name, fabric = read_one_topology(slurm_topology, wanted)
     seen = apply_fabric(cluster, fabric, whole=True)
-    from slurmtopo.inventory.topology import made_from
     kind = "block" if seen.fabric.blocks else (
         made_from(seen.fabric) or ("tree" if seen.fabric.switches else "flat"))
     where = f"partition {partition}" if partition else "the default partition"
@@ -412,10 +413,6 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
     # --nnodes/--nproc-per-node become the request's), any other refused
     launch_notes: List[str] = []
     if command:
-        from dataclasses import replace
-
-        from slurmtopo.sbatch.launch import Launch
-
         launch = (options.launch or Launch()).for_command(command)
         if launch.adopted is not None:
             request = request_for_launcher(request, launch.adopted)
@@ -502,8 +499,6 @@ def job_hazards(cluster: Inventory, placement: Placement,
                 options: ScriptOptions = ScriptOptions()) -> HazardReport:
     """The pre-launch hazards of ``placement`` under the options' policy
     and NCCL release (:func:`slurmtopo.plan.hazards.check_hazards`, docs/hazards.md)."""
-    from slurmtopo.plan.hazards import check_hazards, nccl_version
-
     version = nccl_version(options.nccl_version or options.nccl_version_env, {}, cluster)
     return check_hazards(cluster, placement, nccl_version=version,
                          policy=HazardPolicy.parse(options.hazards))
@@ -515,10 +510,6 @@ def request_for_launcher(request: JobRequest, adoption) -> JobRequest:
     the GPUs of every node, its ``--nnodes`` times that the world size.
     A layout or ``gpus_per_node`` that says otherwise is refused here,
     before the planner runs, naming both."""
-    from dataclasses import replace
-
-    from slurmtopo.errors import LayoutError
-
     world = request.layout.world
     if adoption.world is not None and adoption.world != world:
         raise LayoutError(
@@ -580,8 +571,6 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
     removed. A failure after submission is a note, never a failed
     submission. A container option the cluster's srun lacks (no pyxis)
     is refused first (:meth:`slurmtopo.sbatch.launch.Launch.check_srun`)."""
-    from slurmtopo.errors import SlurmtopoError
-
     if prepared.script_text is None:
         raise SlurmtopoError("nothing to submit: the job was prepared without a command")
     if prepared.options.launch is not None and prepared.options.launch.srun_options():
@@ -589,10 +578,6 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
         prepared.options.launch.check_srun(backend.srun_options())
     run_dir = prepared.options.run_dir
     if submit_dir is not None:
-        import os
-
-        from slurmtopo.files.rundirs import check_location
-
         # SLURMTOPO_RUN_DIR travels into the job (sbatch exports the
         # environment) and wins there
         undo = check_location(run_dir or os.environ.get("SLURMTOPO_RUN_DIR") or None,
@@ -620,11 +605,6 @@ def _keep_run_dir(job_id: int, run_dir: Optional[str], submit_dir: str, text: st
     running for weeks has files that look old, and its later `srun` steps
     and `slurmtopo show` need them): when Slurm cannot say which, nothing
     is removed. Returns (run dir, script path or None)."""
-    import os
-
-    from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.files.rundirs import clean_old, run_dir_for, save_script
-
     where = os.path.abspath(run_dir) if run_dir else run_dir_for(submit_dir, job_id)
     path = None
     try:
@@ -646,8 +626,6 @@ def _keep_run_dir(job_id: int, run_dir: Optional[str], submit_dir: str, text: st
 
 
 def _submit(prepared: PreparedJob, backend, held: bool, spool: Optional[str]) -> SubmittedJob:
-    from slurmtopo.errors import SlurmtopoError
-
     if not held:
         return SubmittedJob(job_id=int(backend.submit(prepared.script_text)), held=False)
     try:

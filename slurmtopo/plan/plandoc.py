@@ -9,14 +9,16 @@ Pure: data in, data out (reading the inventory file it names is the
 start-time step's job)."""
 from __future__ import annotations
 
+import binascii
 import json
 import os
+import zlib
 from dataclasses import fields, is_dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.inventory.model import Fabric, Inventory, Placement, RankSlot, parse_cpulist
 
 if TYPE_CHECKING:
     from slurmtopo.plan.launchers import Launcher
@@ -61,7 +63,6 @@ def embedded_inventory(inv: Inventory, hosts: Sequence[str]) -> Dict[str, Any]:
     so a re-plan can use any node; big ones are cut to the planned nodes and
     the switches above them (an inventory of more than EMBED_WHOLE_NODES
     nodes is not even tried whole: folding 100,000 names costs a second)."""
-    from slurmtopo.inventory.model import Fabric
     from slurmtopo.inventory.schema import inventory_dict
 
     def with_types(sub: Inventory) -> Inventory:
@@ -227,7 +228,6 @@ def pack(value: Any) -> Any:
     if len(text) <= PACK_BYTES:
         return value
     import base64
-    import zlib
 
     b64 = base64.b64encode(zlib.compress(text.encode(), 9)).decode("ascii")
     return {"packed": "zlib+base64",
@@ -241,8 +241,6 @@ def unpack(value: Any, where: str = "plan", what: str = "ranks") -> Any:
     if value.get("packed") != "zlib+base64":
         raise SlurmtopoError(f"{where}: unknown packing {value.get('packed')!r} of the {what}")
     import base64
-    import binascii
-    import zlib
 
     try:
         raw = base64.b64decode("".join(value["data"]), validate=True)
@@ -262,7 +260,6 @@ def unpack(value: Any, where: str = "plan", what: str = "ranks") -> Any:
 def placement_from_columns(doc: Mapping[str, Any], where: str = "plan") -> Placement:
     """Rebuild the submit-time Placement (without groups) from a version 2
     document; SlurmtopoError says what is malformed."""
-    from slurmtopo.inventory.model import RankSlot, parse_cpulist
     from slurmtopo.plan.rankmap import check_placement, check_read_hosts
 
     from slurmtopo.job.groups import MAX_WORLD
@@ -531,7 +528,6 @@ def plan_env_value(doc: Mapping[str, Any]) -> str:
     """``doc`` as the value of :data:`PLAN_ENV` (deterministic: zlib at
     level 9). SlurmtopoError when it would exceed :data:`MAX_ENV_BYTES`."""
     import base64
-    import zlib
 
     text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
     value = ENV_ENCODING + base64.urlsafe_b64encode(
@@ -547,8 +543,6 @@ def plan_from_env_value(value: str, where: str = f"${PLAN_ENV}") -> Dict[str, An
     :func:`read_plan` checks a script's; SlurmtopoError (one line) for
     anything else, after reading at most :data:`MAX_ENV_JSON_BYTES`."""
     import base64
-    import binascii
-    import zlib
 
     if len(value) > MAX_ENV_BYTES:
         raise SlurmtopoError(f"{where}: {len(value):,} bytes, more than {MAX_ENV_BYTES:,}")
