@@ -47,12 +47,12 @@ from slurmtopo.job.workload import parse_nccl_version
 from slurmtopo.plan.cluster import load_cluster  # noqa: F401  (the api's, kept below it)
 from slurmtopo.plan.hazards import HazardPolicy, HazardReport, check_hazards, nccl_version
 from slurmtopo.plan.rankmap import RankDocuments
+from slurmtopo.sbatch import SbatchRequest, sanitize_job_name
 from slurmtopo.sbatch.launch import Launch
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 
 if TYPE_CHECKING:
     from slurmtopo.cost.report import CostReport
-    from slurmtopo.sbatch.script import SbatchRequest
 
 __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
@@ -74,6 +74,7 @@ def __getattr__(name: str):
     (the ibnetdiscover reader, the topology and gres writers, the
     collector, the NCCL XML reader) would add about 100 ms to its start."""
     if name in ADMIN:
+        # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
         from slurmtopo import api_admin
 
         return getattr(api_admin, name)
@@ -161,6 +162,7 @@ def live_state(cluster: Inventory, backend, partition: Optional[str] = None) -> 
     """The cluster's state as ``backend`` (a
     :class:`slurmtopo.slurm.SlurmBackend`) reports it: busy nodes and GPUs,
     the members of ``partition`` and every node's features."""
+    # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
     from slurmtopo.slurm.backend import cluster_state_from
 
     slurm_nodes = backend.nodes()
@@ -183,6 +185,7 @@ def live_topology(cluster: Inventory, backend) -> Tuple[Inventory, Tuple[str, ..
     f = cluster.fabric
     if f.switches or f.blocks or f.rings or f.toruses:
         return cluster, ()
+    # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
     from slurmtopo.slurm.topology import fabric_from_scontrol_topology
     from slurmtopo.slurmfmt.topology_files import apply_fabric
 
@@ -232,6 +235,7 @@ def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
     partition for ``--switches``. Returns (cluster, notes)."""
     if not slurm_topology:
         return cluster, ()
+    # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
     from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
     from slurmtopo.slurmfmt.topology_files import apply_fabric, read_one_topology
 
@@ -248,6 +252,7 @@ def load_state_file(cluster: Inventory, path: Optional[str]) -> ClusterState:
     """A state snapshot (``None``: every node idle)."""
     if not path:
         return ClusterState()
+    # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
     from slurmtopo.inventory.state import load_state
 
     return load_state(path, cluster)
@@ -331,6 +336,7 @@ def memory_check(job: "PreparedJob", policy: str) -> Optional[str]:
     ``error`` raises LayoutError when it does not, ``warn`` returns the
     warning, ``off`` says nothing (docs/cost-model.md, "Memory per GPU").
     Nothing is checked for a job that describes no model."""
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.cost.memory import memory_finding, memory_of_request
 
     return memory_finding(memory_of_request(job.cluster, job.placement, job.request), policy)
@@ -351,6 +357,7 @@ def price_step(cluster: Inventory, placement: Placement, request: JobRequest, pa
     """One training step of ``request`` on ``placement``: every collective
     its framework runs, priced (:func:`slurmtopo.cost.step.price_step`, the
     number the planner, the daemon, ``simulate`` and ``audit`` use)."""
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.cost.step import price_step as _price_step
 
     return _price_step(cluster, placement, request, params)
@@ -364,6 +371,7 @@ def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
 
 def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequest) -> Placement:
     """The topology-aware placement (raises PlacementError)."""
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.plan.choice import plan
 
     return plan(cluster, state, request)
@@ -371,6 +379,7 @@ def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequ
 
 def price(cluster: Inventory, placement: Placement, request: JobRequest):
     """The cost model's report for ``placement`` (a CostReport)."""
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.cost import cost_params, evaluate
 
     return evaluate(cluster, placement, request, cost_params(cluster))
@@ -398,8 +407,8 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
     SlurmtopoError (a bad job name, time, partition) before anything is
     written or submitted.
     """
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.placement.queue import eligible_state, fits_ever, plan_for_queue
-    from slurmtopo.sbatch import SbatchRequest, sanitize_job_name
 
     spec = job if isinstance(job, JobSpec) else None
     request = spec.request if spec is not None else job
@@ -424,6 +433,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
     admit = options.launch.requirement if options.launch is not None else None
 
     def planner(c: Inventory, s: ClusterState, r: JobRequest) -> Placement:
+        # lazy: off the path of `slurmtopo hooks plan` (start-up time)
         from slurmtopo.plan.choice import plan
 
         return plan(c, s, r, admit=admit)
@@ -434,12 +444,14 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
         queued = plan_for_queue(cluster, state, request, planner)
         placement, busy_note = queued.placement, queued.note
         if for_daemon:
+            # lazy: off the path of `slurmtopo hooks plan` (start-up time)
             from slurmtopo.placement.queue import shape_for_preferences
 
             placement, pref_notes = shape_for_preferences(cluster, state, request, placement,
                                                           planner)
             notes.extend(pref_notes)
     else:
+        # lazy: off the path of `slurmtopo hooks plan` (start-up time)
         from slurmtopo.plan.choice import plan_and_default
 
         try:
@@ -457,6 +469,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
     notes.extend(h.line() for h in hazards.warnings)
     spares = None
     if options.spares:
+        # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
         from slurmtopo.placement.spares import choose_spares
 
         spares = choose_spares(cluster, state, placement, options.spares,
@@ -464,6 +477,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
         notes.extend(spares.notes)
     costs = None
     if with_costs:
+        # lazy: off the path of `slurmtopo hooks plan` (start-up time)
         from slurmtopo.placement import naive_plan
 
         try:
@@ -471,6 +485,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
         except PlacementError as exc:
             naive = None
             notes.append(f"no naive placement to compare with: {exc.render()}")
+        # lazy: off the path of `slurmtopo hooks plan` (start-up time)
         from slurmtopo.cost import cost_params, lower_bound
 
         params = cost_params(cluster)

@@ -85,6 +85,7 @@ def install_hooks(inventory, slurm_dir, slurmtopo_command, task_prolog, state, p
                   task_timeout, on_bad_directive, job_submit, hold_for_daemon, slurm_topology,
                   spool, force, dry_run, as_json):
     """Write the cli_filter, TaskProlog (and job_submit) hooks for #SLURMTOPO directives."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.commands.directive import option_kinds
     from slurmtopo.hooks import install
 

@@ -44,6 +44,7 @@ from slurmtopo.plan.plandoc import read_plan
 def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet, as_json,
             print_env, restart, step_exit):
     """Bind a planned job to its real allocation (runs inside the batch job)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.binding.step import bind, write_run_dir
 
     if print_env and as_json:
@@ -80,6 +81,7 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
         sys.stdout.write(written.env)
         sys.stdout.flush()
     if as_json:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.plan.rankmap import rankmap_dict
 
         click.echo(json.dumps({
@@ -93,6 +95,7 @@ def _rebind(doc, run_dir, restart, step_exit, cgroup_devices, inventory_path):
     """The binding of a restart on spares: the placement that ran is the
     run directory's rankmap.json (read back as written: the user's own
     file in the user's own directory)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.binding.step import read_bound, rebind
 
     bound = read_bound(run_dir)

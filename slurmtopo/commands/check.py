@@ -50,6 +50,7 @@ VIOLATED = 3
 def command(run_dir, tasks_path, inventory_path, job_id, backend_name, strict, as_json):
     """Check this job's contracts from inside it: what Slurm gave and what its tasks
     really got, against what it asked and what slurmtopo bound."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.contracts import check_jobs, parse_task_lines
     from slurmtopo.slurm import get_backend
 
@@ -60,6 +61,7 @@ def command(run_dir, tasks_path, inventory_path, job_id, backend_name, strict, a
     planned, nodes = _planned(run_dir)
     tasks = None
     if tasks_path is not None:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.audit.contracts import MAX_TASK_LINES
 
         if tasks_path == "-":
@@ -87,6 +89,7 @@ def _planned(run_dir):
     directory's rankmap.json, or (None, ()) without one."""
     if not run_dir:
         return None, ()
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.binding.step import read_bound
 
     bound = read_bound(os.path.abspath(run_dir))
@@ -102,6 +105,7 @@ def _inventory(path):
     """The inventory, else an empty one (then only Slurm's view of blocks
     and switches is used) and a note saying why."""
     if path:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.api import load_cluster
 
         try:

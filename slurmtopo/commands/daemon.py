@@ -112,6 +112,7 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
             log_level, metrics_port, metrics_addr, metrics_textfile, events_max_mib,
             events_keep):
     """Watch held slurmtopo jobs and release each onto a good placement."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.daemon.loop import Daemon, inventory_loader
     from slurmtopo.slurm import get_backend
 
@@ -121,6 +122,7 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
         raise SlurmtopoError("--reservations must be >= 0 and --alternatives >= 1")
     if max_releases < 0 or best_fit_releases < 0:
         raise SlurmtopoError("--max-releases and --best-fit-releases must be >= 0")
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.daemon.metrics import recorder
 
     if metrics_port is None and metrics_addr != "127.0.0.1":
@@ -209,6 +211,7 @@ def status_cmd(spool, as_json, events, backend_name):
     Exit code 0 when the spool's daemon runs (told from its process, on
     its host; from its last cycle's time elsewhere), 3 when it does not
     (the last status is shown all the same), 2 on an error."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.daemon.status import liveness, read_status, stale
 
     spool = spool_path(spool)
@@ -318,6 +321,7 @@ def _unseen(doc, backend_name):
     when Slurm could not be asked)."""
     if backend_name == "none":
         return [], None
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.daemon.status import unseen_jobs
     from slurmtopo.slurm import get_backend
 

@@ -65,6 +65,7 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
     slurm_conf, spool). Raises DirectiveError for a bad directive, any
     other SlurmtopoError when the job cannot be planned; returns ([], [])
     for a job without a directive."""
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo import api
     from slurmtopo.commands.directive import parse_directive
     from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, load_job_cluster,
@@ -77,6 +78,7 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
     opts = SubmitOptions.from_json(options_json, kind)
     script_text, name = None, "script"
     if kind == "sbatch" and opts.argv and opts.get("wrap") is None:
+        # lazy: off the path of `slurmtopo hooks task-prolog` (start-up time)
         from slurmtopo.files.fileio import read_text
 
         name = opts.argv[0]
@@ -107,6 +109,7 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
         o["gpus_per_node"] = per
     launcher = o.get("launcher") or "srun"
     if "launcher" not in parsed.given:
+        # lazy: off the path of `slurmtopo hooks task-prolog` (start-up time)
         import shlex
 
         texts = [t for t in (script_text, opts.get("wrap")) if t]
@@ -143,6 +146,7 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
         except SlurmtopoError as exc:
             tag_note.append(f"warning: no request for the placement daemon: {exc.render()}")
     changes = option_changes(job.script, opts, launcher, value, comment, extra_env)
+    # lazy: off the path of `slurmtopo hooks plan`, `hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.inventory.hostlist import fold_hostlist
 
     p = job.placement
@@ -161,6 +165,7 @@ def _daemon_tag(script, req, launcher: str, spool: Optional[str], options=None) 
     """The placement daemon's job comment for the planned ``script`` (the
     shape sbatch asks for, as slurmtopo sbatch --daemon tags it, with the
     hazard policy and NCCL release of ``options``, the job's ScriptOptions)."""
+    # lazy: off the path of `slurmtopo hooks plan`, `hooks task-prolog` (start-up time)
     from slurmtopo.daemon.jobhazards import JobHazards
     from slurmtopo.daemon.protocol import Shape, make_comment
 
@@ -179,6 +184,7 @@ def own_file(path: str, cwd: str, where: str) -> str:
     when it is a regular file of the user's or root's that nobody else may
     write; else DirectiveError. A directive's file sets how the job is laid
     out: one another user can write would let them lay out this user's job."""
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.hooks.directive import DirectiveError
 
     full = os.path.normpath(os.path.join(cwd, path))
@@ -189,6 +195,7 @@ def own_file(path: str, cwd: str, where: str) -> str:
     if not stat.S_ISREG(st.st_mode):
         raise DirectiveError(f"{where}: {full}: not a regular file")
     if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
+        # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
         from slurmtopo.files.safedir import user_name
 
         raise DirectiveError(f"{where}: {full}: {user_name(st.st_uid)}'s file, or one others "
@@ -229,6 +236,7 @@ def _int(text: Optional[str]) -> Optional[int]:
 def plan_command(inventory, state_path, backend_name, slurm_topology, slurm_conf, spool,
                  tag_for_daemon, options_json, kind, deadline):
     """Plan a job with a #SLURMTOPO directive for cli_filter.lua (its protocol on stdout)."""
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.hooks.directive import DirectiveError
 
     site = {"inventory": inventory, "state": state_path, "backend": backend_name,
@@ -278,6 +286,7 @@ def _answer(out, lines) -> None:
 def task_prolog_command():
     """Print this task's TaskProlog lines (export/unset/print); always exits 0."""
     try:
+        # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
         from slurmtopo.hooks.taskprolog import prolog_lines
 
         lines = prolog_lines(os.environ)
@@ -308,6 +317,7 @@ def task_prolog_command():
                    "options the hook sets (the plan's value shortened), the notes.")
 def check_command(script, inventory, state_path, backend_name, sbatch_args, as_json):
     """Show what the cli_filter hook would do to a batch script (submits nothing)."""
+    # lazy: off the path of `slurmtopo hooks plan`, `hooks task-prolog` (start-up time)
     from slurmtopo.files.fileio import read_text
     from slurmtopo.sbatch.directives import option_values, script_options
 

@@ -76,8 +76,10 @@ def load_job_cluster(o, write_cache: bool = True):
     closes): a command's objects are freed by reference counting, and the
     ~200 collections that loading, planning and pricing triggered cost
     another twentieth."""
+    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
     import gc
 
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     ctx = click.get_current_context(silent=True)
@@ -116,6 +118,7 @@ class LazyBackend:
 
     def get(self):
         if self._backend is None:
+            # lazy: off the plan path (plan, sbatch, hooks; start-up time)
             from slurmtopo.slurm import get_backend
 
             self._backend = get_backend(self.name)
@@ -131,6 +134,7 @@ def state_for(inv, state_path, backend: LazyBackend, partition=None):
     Slurm says now; ``none`` (or nothing): every node idle; else a snapshot
     file. ``plan`` and ``sbatch`` read it alike, so what a user previews is
     what is submitted."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     if state_path in LIVE_STATES:
@@ -147,6 +151,7 @@ def with_live_topology(inv, notes, state_path, backend: LazyBackend, o):
     a plan against a snapshot or ``none`` never asks Slurm."""
     if state_path not in LIVE_STATES or o.get("slurm_topology"):
         return inv, notes
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     inv, more = api.live_topology(inv, backend.get())
@@ -156,6 +161,7 @@ def with_live_topology(inv, notes, state_path, backend: LazyBackend, o):
 def partition_view(inv, o):
     """The inventory as the job's partition sees it (``--slurm-topology``),
     and the notes saying so; see :func:`slurmtopo.api.cluster_for_partition`."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     conf = o.get("slurm_conf")
@@ -315,6 +321,7 @@ def job_name_from(o: Mapping) -> Optional[str]:
 
 def parse_message_bytes(items: Sequence[str]) -> Dict[str, int]:
     """``dp=1GiB`` items -> {kind: bytes} (units as the cost model reads them)."""
+    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
     from slurmtopo.cost import parse_bytes
 
     out: Dict[str, int] = {}
@@ -335,6 +342,7 @@ def spec_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()
     file (read once) and the options given over them, the world size of a
     ``torchrun --nnodes --nproc-per-node`` ``command`` when nothing else
     gives it, ``--require``/``--prefer`` in the framework's kind names."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     fw = registry.get(o.get("framework") or registry.DEFAULT_FRAMEWORK)
@@ -358,6 +366,7 @@ def spec_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
                         run_dir: Optional[str] = None):
     """The api.ScriptOptions for the script options in ``o``."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.api import DEFAULT_SWITCH_WAIT, ScriptOptions
 
     sw = o["switch_wait"]
@@ -389,6 +398,7 @@ def slurm_features(o: Mapping, version: Optional[str] = None):
     """What the cluster's Slurm can be asked (``--slurm-version``, else
     ``version``; SwitchType from ``--slurm-conf`` or the default slurm.conf
     when there is one): a placement.segments.SlurmFeatures."""
+    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
     from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
     from slurmtopo.placement.segments import SlurmFeatures
 
@@ -398,6 +408,7 @@ def slurm_features(o: Mapping, version: Optional[str] = None):
                           if c and os.path.isfile(c)), None)
     switch = None
     if conf:
+        # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan`, `--help` (start-up time)
         from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
         try:
             switch = read_slurm_conf(conf).switch_type

@@ -36,6 +36,7 @@ from slurmtopo.commands.cliutil import emit_json
                    "changed, backup, notes, warnings) instead of the lines.")
 def command(inventory_path, output_dir, types, virtualised_only, nvlink, as_json):
     """Write NCCL topology files (NCCL_TOPO_FILE) for the inventory's node types."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
     from slurmtopo.inventory.hostlist import fold_hostlist
 

@@ -17,8 +17,10 @@ def print_parts(parts: Sequence[object], stderr: bool = False) -> None:
         stream.write(plainout.render(parts, width))
         stream.flush()
         return
+    # lazy: rich only when this runs (start-up time of every command)
     from rich.console import Console
 
+    # lazy: off the path of `slurmtopo plan`, `sbatch` (start-up time)
     from slurmtopo.show.tablefit import rich_parts
 
     Console(stderr=stderr, soft_wrap=False).print(rich_parts(parts))

@@ -38,6 +38,7 @@ RANKMAP_DEPTH = 8
 def _read(run_dir: str, name: str, notes: List[str]) -> Optional[str]:
     """``name`` in the run directory, read safely (:func:`slurmtopo.files.rundirs.
     read_run_file`); a refusal is a note."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.files.rundirs import read_run_file
 
     try:
@@ -63,6 +64,7 @@ def script_run_dir(script: str) -> Optional[str]:
 
 def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dict[str, Any]:
     """Everything known about the job's rank maps (see module doc)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.files.rundirs import SCRIPT_NAME, run_dir_for
 
     notes: List[str] = []
@@ -108,6 +110,7 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
         planned = (placement, doc)
     actual_text = _read(where, "rankmap.json", notes)
     if actual_text is not None:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.files.boundedjson import loads
         from slurmtopo.plan.rankmap import placement_from_dict
 
@@ -126,6 +129,7 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
 
 
 def _to_json(job_id: int, g: Dict[str, Any]) -> Dict[str, Any]:
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.binding.replan import moved_slots
     from slurmtopo.plan.rankmap import rankmap_dict
 
@@ -169,6 +173,7 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     backend = None
     if backend_name != "none":
         try:
+            # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
             from slurmtopo.slurm import get_backend
             backend = get_backend(backend_name)
         except SlurmtopoError:
@@ -177,9 +182,11 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     if as_json:
         click.echo(json.dumps(_to_json(job_id, g), separators=(",", ":")))
         return
+    # lazy: rich only when this runs (start-up time of every command)
     from rich.console import Console
     from rich.text import Text
 
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.binding.replan import moved_ranks
     from slurmtopo.inventory.hostlist import fold_hostlist
     from slurmtopo.show.preview import grid

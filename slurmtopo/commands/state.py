@@ -39,12 +39,14 @@ from slurmtopo.inventory.model import ClusterState
                    "audit --state` reads).")
 def command(inventory_path, backend_name, output, as_json, show_all, with_jobs):
     """Dump the live Slurm cluster state as a state snapshot."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.files.yamlio import dump_yaml
     from slurmtopo.inventory.state import state_dict
     from slurmtopo.slurm import get_backend
 
     inv = None
     if inventory_path:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.inventory.schema import load_inventory
         inv = load_inventory(inventory_path)
     backend = get_backend(backend_name)
@@ -55,6 +57,7 @@ def command(inventory_path, backend_name, output, as_json, show_all, with_jobs):
                              source=state.source)
     doc = state_dict(state)
     if with_jobs:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.audit.statejobs import jobs_list
 
         doc["jobs"] = jobs_list(running_jobs(backend))

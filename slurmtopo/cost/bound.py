@@ -222,6 +222,7 @@ class LowerBound:
             if l <= 1:
                 hit = (LinkClass.SELF, math.inf)
             else:
+                # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
                 from slurmtopo.placement.intranode import candidate_sets, hw_info
                 hc = self.p.hw(hw)
                 best = None

@@ -305,6 +305,7 @@ class _CostBlock:
                 raise self.fail(f"unknown key {key!r} (allowed: {', '.join(COST_KEYS)})")
 
     def fail(self, msg, obj=None, key=None) -> InventoryError:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.files.yamlio import Reader
         return InventoryError(f"cost: {msg}", self.src,
                               Reader.line(obj, key) if obj is not None else None)

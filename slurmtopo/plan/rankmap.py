@@ -504,6 +504,7 @@ def nccl_topo_plan(inv: Optional[Inventory], placement: Placement,
         return TopoFilePlan({"NCCL_TOPO_FILE": hw.nccl_topo_file},
                             note=f"NCCL_TOPO_FILE={hw.nccl_topo_file} (virtualised node type "
                                  f"{name})")
+    # lazy: off the plan path (plan, sbatch, hooks; start-up time)
     from slurmtopo.plan.nccl_topo import file_stem
 
     path = f"{(run_dir or RUN_DIR_PLACEHOLDER).rstrip('/')}/nccl-topo-{file_stem(name)}.xml"
