@@ -75,7 +75,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
-from slurmtopo.cost.step import price_step
+from slurmtopo.cost import step as cost_step
 from slurmtopo.daemon import packing
 from slurmtopo.daemon.decisions import (LEFT_ALONE, OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING,
                                         STARTING, WAIT, ClusterView, Config, Decision,
@@ -112,7 +112,7 @@ COST_MODEL_ERRORS = (SlurmtopoError, ValueError)
 
 def job_step_time(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
     try:
-        return price_step(inv, placement, req, params).time_s
+        return cost_step.price_step(inv, placement, req, params).time_s
     except COST_MODEL_ERRORS:
         return None
 
