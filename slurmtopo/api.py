@@ -560,6 +560,7 @@ def submission_notes(prepared: PreparedJob, held: bool = False,
                      "does not)")
     if held:
         try:
+            # lazy: the daemon package may be absent here (the except below says so)
             from slurmtopo.daemon.submit import no_daemon_warnings
         except ImportError:  # no daemon package: submit() says so
             return notes
@@ -644,6 +645,7 @@ def _submit(prepared: PreparedJob, backend, held: bool, spool: Optional[str]) ->
     if not held:
         return SubmittedJob(job_id=int(backend.submit(prepared.script_text)), held=False)
     try:
+        # lazy: the daemon package may be absent here (the except below says so)
         from slurmtopo.daemon.submit import submit_for_daemon
     except ImportError as exc:
         raise SlurmtopoError("--daemon needs the placement daemon (slurmtopo.daemon.submit), "
