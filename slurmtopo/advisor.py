@@ -26,9 +26,12 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from slurmtopo import api
 from slurmtopo.cost.compute import Dims, GpuFigures, gpu_figures, model_flops_per_token
 from slurmtopo.cost.memory import memory_per_gpu
-from slurmtopo.cost.model_spec import RECOMPUTE, ModelSpec, model_dict
+from slurmtopo.cost.model_spec import ModelSpec, RECOMPUTE, model_dict, parse_model
+from slurmtopo.cost.params import cost_params
+from slurmtopo.cost.step import price_step
 from slurmtopo.cost.whole import compose
 from slurmtopo.errors import LayoutError, PlacementError
 from slurmtopo.job.frameworks import registry
@@ -259,11 +262,6 @@ def advise(cluster, model_text: str, gpus: int, inventory_path: str, top: int = 
     """Rank the layouts of ``model_text`` (a ``--model`` text) on ``gpus``
     GPUs of ``cluster`` for ``frameworks`` (see the module doc). Raises
     LayoutError when none fits or none can be placed."""
-    from slurmtopo import api
-    from slurmtopo.cost.model_spec import parse_model
-    from slurmtopo.cost.params import cost_params
-    from slurmtopo.cost.step import price_step
-
     if gpus < 1:
         raise LayoutError(f"--gpus {gpus}: give the GPUs to train on (1 or more)")
     spec = parse_model(model_text)

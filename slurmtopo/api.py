@@ -29,26 +29,30 @@ through the backend passed to :func:`submit`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from slurmtopo.errors import NotNowError, PlacementError
+from slurmtopo.errors import LayoutError, NotNowError, PlacementError, SlurmError, SlurmtopoError
 from slurmtopo.files.fileio import read_text
-from slurmtopo.files.rundirs import DEFAULT_KEEP_DAYS
+from slurmtopo.files.rundirs import (DEFAULT_KEEP_DAYS, check_location, clean_old, run_dir_for,
+                                     save_script)
 from slurmtopo.inventory.model import ClusterState, Inventory, Placement
+from slurmtopo.inventory.topology import made_from
 from slurmtopo.job.frameworks import registry
 from slurmtopo.job.request import JobRequest
 from slurmtopo.job.spec import FrameworkConfig, JobSpec, build_spec
 from slurmtopo.job.workload import parse_nccl_version
 from slurmtopo.plan.cluster import load_cluster  # noqa: F401  (the api's, kept below it)
-from slurmtopo.plan.hazards import HazardPolicy, HazardReport
+from slurmtopo.plan.hazards import HazardPolicy, HazardReport, check_hazards, nccl_version
 from slurmtopo.plan.rankmap import RankDocuments
+from slurmtopo.sbatch import SbatchRequest, sanitize_job_name
+from slurmtopo.sbatch.launch import Launch
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 
 if TYPE_CHECKING:
     from slurmtopo.cost.report import CostReport
-    from slurmtopo.sbatch.script import SbatchRequest
 
 __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
@@ -70,6 +74,7 @@ def __getattr__(name: str):
     (the ibnetdiscover reader, the topology and gres writers, the
     collector, the NCCL XML reader) would add about 100 ms to its start."""
     if name in ADMIN:
+        # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
         from slurmtopo import api_admin
 
         return getattr(api_admin, name)
@@ -157,6 +162,7 @@ def live_state(cluster: Inventory, backend, partition: Optional[str] = None) -> 
     """The cluster's state as ``backend`` (a
     :class:`slurmtopo.slurm.SlurmBackend`) reports it: busy nodes and GPUs,
     the members of ``partition`` and every node's features."""
+    # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
     from slurmtopo.slurm.backend import cluster_state_from
 
     slurm_nodes = backend.nodes()
@@ -179,7 +185,7 @@ def live_topology(cluster: Inventory, backend) -> Tuple[Inventory, Tuple[str, ..
     f = cluster.fabric
     if f.switches or f.blocks or f.rings or f.toruses:
         return cluster, ()
-    from slurmtopo.errors import SlurmError
+    # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
     from slurmtopo.slurm.topology import fabric_from_scontrol_topology
     from slurmtopo.slurmfmt.topology_files import apply_fabric
 
@@ -208,7 +214,6 @@ def segment_release(cluster: Inventory, backend_of: Callable[[], object]) -> Opt
     say (then the options of current releases are used)."""
     if not cluster.fabric.blocks:
         return None
-    from slurmtopo.errors import SlurmError
 
     backend = backend_of()
     try:
@@ -230,13 +235,13 @@ def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
     partition for ``--switches``. Returns (cluster, notes)."""
     if not slurm_topology:
         return cluster, ()
+    # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
     from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
     from slurmtopo.slurmfmt.topology_files import apply_fabric, read_one_topology
 
     wanted = read_slurm_conf(slurm_conf).partition_topology(partition) if slurm_conf else None
     name, fabric = read_one_topology(slurm_topology, wanted)
     seen = apply_fabric(cluster, fabric, whole=True)
-    from slurmtopo.inventory.topology import made_from
     kind = "block" if seen.fabric.blocks else (
         made_from(seen.fabric) or ("tree" if seen.fabric.switches else "flat"))
     where = f"partition {partition}" if partition else "the default partition"
@@ -247,6 +252,7 @@ def load_state_file(cluster: Inventory, path: Optional[str]) -> ClusterState:
     """A state snapshot (``None``: every node idle)."""
     if not path:
         return ClusterState()
+    # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
     from slurmtopo.inventory.state import load_state
 
     return load_state(path, cluster)
@@ -330,6 +336,7 @@ def memory_check(job: "PreparedJob", policy: str) -> Optional[str]:
     ``error`` raises LayoutError when it does not, ``warn`` returns the
     warning, ``off`` says nothing (docs/cost-model.md, "Memory per GPU").
     Nothing is checked for a job that describes no model."""
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.cost.memory import memory_finding, memory_of_request
 
     return memory_finding(memory_of_request(job.cluster, job.placement, job.request), policy)
@@ -350,6 +357,7 @@ def price_step(cluster: Inventory, placement: Placement, request: JobRequest, pa
     """One training step of ``request`` on ``placement``: every collective
     its framework runs, priced (:func:`slurmtopo.cost.step.price_step`, the
     number the planner, the daemon, ``simulate`` and ``audit`` use)."""
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.cost.step import price_step as _price_step
 
     return _price_step(cluster, placement, request, params)
@@ -363,6 +371,7 @@ def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
 
 def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequest) -> Placement:
     """The topology-aware placement (raises PlacementError)."""
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.plan.choice import plan
 
     return plan(cluster, state, request)
@@ -370,6 +379,7 @@ def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequ
 
 def price(cluster: Inventory, placement: Placement, request: JobRequest):
     """The cost model's report for ``placement`` (a CostReport)."""
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.cost import cost_params, evaluate
 
     return evaluate(cluster, placement, request, cost_params(cluster))
@@ -397,8 +407,8 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
     SlurmtopoError (a bad job name, time, partition) before anything is
     written or submitted.
     """
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.placement.queue import eligible_state, fits_ever, plan_for_queue
-    from slurmtopo.sbatch import SbatchRequest, sanitize_job_name
 
     spec = job if isinstance(job, JobSpec) else None
     request = spec.request if spec is not None else job
@@ -412,10 +422,6 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
     # --nnodes/--nproc-per-node become the request's), any other refused
     launch_notes: List[str] = []
     if command:
-        from dataclasses import replace
-
-        from slurmtopo.sbatch.launch import Launch
-
         launch = (options.launch or Launch()).for_command(command)
         if launch.adopted is not None:
             request = request_for_launcher(request, launch.adopted)
@@ -427,6 +433,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
     admit = options.launch.requirement if options.launch is not None else None
 
     def planner(c: Inventory, s: ClusterState, r: JobRequest) -> Placement:
+        # lazy: off the path of `slurmtopo hooks plan` (start-up time)
         from slurmtopo.plan.choice import plan
 
         return plan(c, s, r, admit=admit)
@@ -437,12 +444,14 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
         queued = plan_for_queue(cluster, state, request, planner)
         placement, busy_note = queued.placement, queued.note
         if for_daemon:
+            # lazy: off the path of `slurmtopo hooks plan` (start-up time)
             from slurmtopo.placement.queue import shape_for_preferences
 
             placement, pref_notes = shape_for_preferences(cluster, state, request, placement,
                                                           planner)
             notes.extend(pref_notes)
     else:
+        # lazy: off the path of `slurmtopo hooks plan` (start-up time)
         from slurmtopo.plan.choice import plan_and_default
 
         try:
@@ -460,6 +469,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
     notes.extend(h.line() for h in hazards.warnings)
     spares = None
     if options.spares:
+        # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan` (start-up time)
         from slurmtopo.placement.spares import choose_spares
 
         spares = choose_spares(cluster, state, placement, options.spares,
@@ -467,6 +477,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
         notes.extend(spares.notes)
     costs = None
     if with_costs:
+        # lazy: off the path of `slurmtopo hooks plan` (start-up time)
         from slurmtopo.placement import naive_plan
 
         try:
@@ -474,6 +485,7 @@ def prepare(cluster: Inventory, state: Optional[ClusterState], job: Union[JobSpe
         except PlacementError as exc:
             naive = None
             notes.append(f"no naive placement to compare with: {exc.render()}")
+        # lazy: off the path of `slurmtopo hooks plan` (start-up time)
         from slurmtopo.cost import cost_params, lower_bound
 
         params = cost_params(cluster)
@@ -502,8 +514,6 @@ def job_hazards(cluster: Inventory, placement: Placement,
                 options: ScriptOptions = ScriptOptions()) -> HazardReport:
     """The pre-launch hazards of ``placement`` under the options' policy
     and NCCL release (:func:`slurmtopo.plan.hazards.check_hazards`, docs/hazards.md)."""
-    from slurmtopo.plan.hazards import check_hazards, nccl_version
-
     version = nccl_version(options.nccl_version or options.nccl_version_env, {}, cluster)
     return check_hazards(cluster, placement, nccl_version=version,
                          policy=HazardPolicy.parse(options.hazards))
@@ -515,10 +525,6 @@ def request_for_launcher(request: JobRequest, adoption) -> JobRequest:
     the GPUs of every node, its ``--nnodes`` times that the world size.
     A layout or ``gpus_per_node`` that says otherwise is refused here,
     before the planner runs, naming both."""
-    from dataclasses import replace
-
-    from slurmtopo.errors import LayoutError
-
     world = request.layout.world
     if adoption.world is not None and adoption.world != world:
         raise LayoutError(
@@ -554,6 +560,7 @@ def submission_notes(prepared: PreparedJob, held: bool = False,
                      "does not)")
     if held:
         try:
+            # lazy: the daemon package may be absent here (the except below says so)
             from slurmtopo.daemon.submit import no_daemon_warnings
         except ImportError:  # no daemon package: submit() says so
             return notes
@@ -580,8 +587,6 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
     removed. A failure after submission is a note, never a failed
     submission. A container option the cluster's srun lacks (no pyxis)
     is refused first (:meth:`slurmtopo.sbatch.launch.Launch.check_srun`)."""
-    from slurmtopo.errors import SlurmtopoError
-
     if prepared.script_text is None:
         raise SlurmtopoError("nothing to submit: the job was prepared without a command")
     if prepared.options.launch is not None and prepared.options.launch.srun_options():
@@ -589,10 +594,6 @@ def submit(prepared: PreparedJob, backend, held: bool = False,
         prepared.options.launch.check_srun(backend.srun_options())
     run_dir = prepared.options.run_dir
     if submit_dir is not None:
-        import os
-
-        from slurmtopo.files.rundirs import check_location
-
         # SLURMTOPO_RUN_DIR travels into the job (sbatch exports the
         # environment) and wins there
         undo = check_location(run_dir or os.environ.get("SLURMTOPO_RUN_DIR") or None,
@@ -620,11 +621,6 @@ def _keep_run_dir(job_id: int, run_dir: Optional[str], submit_dir: str, text: st
     running for weeks has files that look old, and its later `srun` steps
     and `slurmtopo show` need them): when Slurm cannot say which, nothing
     is removed. Returns (run dir, script path or None)."""
-    import os
-
-    from slurmtopo.errors import SlurmtopoError
-    from slurmtopo.files.rundirs import clean_old, run_dir_for, save_script
-
     where = os.path.abspath(run_dir) if run_dir else run_dir_for(submit_dir, job_id)
     path = None
     try:
@@ -646,11 +642,10 @@ def _keep_run_dir(job_id: int, run_dir: Optional[str], submit_dir: str, text: st
 
 
 def _submit(prepared: PreparedJob, backend, held: bool, spool: Optional[str]) -> SubmittedJob:
-    from slurmtopo.errors import SlurmtopoError
-
     if not held:
         return SubmittedJob(job_id=int(backend.submit(prepared.script_text)), held=False)
     try:
+        # lazy: the daemon package may be absent here (the except below says so)
         from slurmtopo.daemon.submit import submit_for_daemon
     except ImportError as exc:
         raise SlurmtopoError("--daemon needs the placement daemon (slurmtopo.daemon.submit), "

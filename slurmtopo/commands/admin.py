@@ -14,6 +14,7 @@ own) is not replaced without ``--force``: merge ours into it instead.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -22,6 +23,7 @@ import click
 
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import Output, read_text, write_all
 
 
 @click.group("admin", cls=SentenceGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,8 +85,8 @@ def install_hooks(inventory, slurm_dir, slurmtopo_command, task_prolog, state, p
                   task_timeout, on_bad_directive, job_submit, hold_for_daemon, slurm_topology,
                   spool, force, dry_run, as_json):
     """Write the cli_filter, TaskProlog (and job_submit) hooks for #SLURMTOPO directives."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.commands.directive import option_kinds
-    from slurmtopo.files.fileio import Output, read_text, write_all
     from slurmtopo.hooks import install
 
     if hold_for_daemon and not job_submit:
@@ -123,8 +125,6 @@ def install_hooks(inventory, slurm_dir, slurmtopo_command, task_prolog, state, p
             raise SlurmtopoError("no such directory", slurm_dir)
         write_all([Output(path, text, mode) for path, text, mode in done.files], backup=True)
     if as_json:
-        import json
-
         click.echo(json.dumps({
             "dry_run": dry_run, "slurm_conf": done.conf_lines,
             "files": [dict({"path": path, "mode": f"{mode:o}"},

@@ -12,10 +12,15 @@ See docs/audit.md.
 """
 from __future__ import annotations
 
+import json
+import time
+
 import click
 
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmError, SlurmtopoError
+from slurmtopo.files.fileio import Output, write_all
+from slurmtopo.show.termsafe import printable
 
 #: the sacct fields the audit asks for (what the sacct trace reader reads)
 SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "NodeList",
@@ -65,12 +70,14 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
     NVLink domains spanned against the fewest possible, modelled cost against slurmtopo's,
     and stranded GPUs. With --contracts: what Slurm gave each running job against what it
     asked and what slurmtopo planned."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.api import load_cluster
 
     if contracts:
         if state_path or use_sacct or sacct_file:
             raise SlurmtopoError("--contracts checks the running jobs of the live cluster: "
                                  "drop --state, --sacct and --sacct-file")
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.slurm import get_backend
 
         if backend_name == "pyslurm":
@@ -84,6 +91,7 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
                         ("--cycles", cycles != 1)):
         if given:
             raise SlurmtopoError(f"{name} goes with --contracts")
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.placements import Auditor
     from slurmtopo.audit.report import document
     from slurmtopo.simulate.layouts import load_rules
@@ -101,10 +109,12 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
     inv = load_cluster(inventory_path)
     auditor = Auditor(inv, rules)
     if use_sacct or sacct_file:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.audit.history import replay
         from slurmtopo.simulate.trace_read import read_trace
         from slurmtopo.simulate.trace_sacct import read_sacct
 
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.inventory.hostlist import HostIndex
 
         within = HostIndex(inv.nodes)  # NodeLists compared with it, never expanded
@@ -112,6 +122,7 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
             trace = read_trace(sacct_file, "sacct", keep_running=True, within=within)
             source = sacct_file
         else:
+            # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
             from slurmtopo.slurm import get_backend
 
             text = get_backend(backend_name).accounting(starttime, endtime, SACCT_FIELDS)
@@ -123,6 +134,7 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
                        not_audited={"on one node": history.single_node}
                        if history.single_node else {})
     else:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.audit.run import audit_now
 
         state, jobs, source = _now(inv, state_path, backend_name)
@@ -136,6 +148,7 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
 def _now(inv, state_path, backend_name):
     """The state and its running jobs: from a snapshot, or from Slurm."""
     if state_path:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.audit.statejobs import parse_jobs
         from slurmtopo.files.yamlio import load_document
         from slurmtopo.inventory.state import parse_state
@@ -143,6 +156,7 @@ def _now(inv, state_path, backend_name):
         data = load_document(state_path)
         state = parse_state(data, str(state_path), inv)
         return state, parse_jobs(data, str(state_path), inv), str(state_path)
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.slurm import get_backend
 
     backend = get_backend(backend_name)
@@ -153,6 +167,7 @@ def _now(inv, state_path, backend_name):
 def running_jobs(backend):
     """Slurm's running jobs with the GPUs they hold on each node (in
     Slurm's node order; a node where it holds none left out)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.placements import RunningJob
 
     return [RunningJob(job_id=str(j.job_id), name=j.name,
@@ -161,13 +176,16 @@ def running_jobs(backend):
 
 
 def _show(doc, as_json: bool) -> None:
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.report import job_table, notes, stranded_table
 
     if as_json:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.files.yamlio import dump_json
 
         click.echo(dump_json(doc), nl=False)
         return
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.commands.report_console import report_console
 
     console = report_console()
@@ -177,7 +195,6 @@ def _show(doc, as_json: bool) -> None:
         console.print("no multi-node GPU job to audit", highlight=False)
     if "stranded" in doc:
         console.print(stranded_table(doc))
-    from slurmtopo.show.termsafe import printable
 
     for line in notes(doc):  # job ids and names of a file someone else wrote: escaped
         console.print(printable(line), highlight=False, markup=False)
@@ -190,6 +207,7 @@ def _show(doc, as_json: bool) -> None:
 def slurm_view(backend):
     """Slurm's topology now (blocks, leaf switches) as the contracts read it;
     empty where Slurm shows none or cannot say."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.contracts import SlurmView
     from slurmtopo.slurm.parse import parse_scontrol_blocks, parse_scontrol_topology
 
@@ -209,6 +227,7 @@ def job_seen(backend, job_id: int, nodes, name: str = "", probe: bool = True,
     """One running job as the contracts read it: what it asked
     (``scontrol -d show job``), and its tasks' environment (``tasks``
     given, or a probe step inside the job reading its processes)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.contracts import JobSeen
     from slurmtopo.slurm.parse import parse_job_asks
 
@@ -236,6 +255,7 @@ PROBE_TIMEOUT = 30
 def probe_tasks(backend, job_id: int, nodes):
     """(tasks, None) as one probe task per node of the running job sees
     them (``srun --overlap --jobid``), or (None, why not)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.contracts import PROBE_PROCESSES, parse_task_lines
     from slurmtopo.inventory.hostlist import fold_hostlist
 
@@ -253,8 +273,7 @@ def probe_tasks(backend, job_id: int, nodes):
 
 def _contracts(inv, backend, probe: bool, metrics_path, as_json: bool, cycles: int,
                interval: float) -> None:
-    import time
-
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.contracts import check_jobs
 
     for cycle in range(cycles):
@@ -271,9 +290,7 @@ def _contracts(inv, backend, probe: bool, metrics_path, as_json: bool, cycles: i
 
 def show_contracts(report, source: str, as_json: bool, metrics_path=None) -> None:
     """The report as a table (or JSON), and the metrics where asked."""
-    import json
-    import time
-
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.contracts import metrics_text, report_dict
 
     if metrics_path:
@@ -285,17 +302,17 @@ def show_contracts(report, source: str, as_json: bool, metrics_path=None) -> Non
                                  ) from None
         # the daemon's textfile rules: a *.prom file in a directory only root
         # or this user may write, replaced by a rename (never half read)
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.daemon.metrics import TEXTFILE_MODE, check_textfile
-        from slurmtopo.files.fileio import Output, write_all
 
         write_all([Output(check_textfile(metrics_path), text, TEXTFILE_MODE)], sync=False)
     if as_json:
         click.echo(json.dumps(report_dict(report, source), sort_keys=True,
                               separators=(",", ":")))
         return
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.report import contracts_table
     from slurmtopo.commands.report_console import report_console
-    from slurmtopo.show.termsafe import printable
 
     console = report_console()
     counts = report.by_kind()

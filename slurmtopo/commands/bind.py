@@ -6,12 +6,15 @@ for the whole flow. Logs go to stderr, i.e. into the job's output file.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
 import click
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import MAX_TEXT_BYTES, read_text
+from slurmtopo.plan.plandoc import read_plan
 
 
 @click.command("bind")
@@ -41,21 +44,17 @@ from slurmtopo.errors import SlurmtopoError
 def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet, as_json,
             print_env, restart, step_exit):
     """Bind a planned job to its real allocation (runs inside the batch job)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.binding.step import bind, write_run_dir
-    from slurmtopo.plan.plandoc import read_plan
 
     if print_env and as_json:
         raise SlurmtopoError("give --print-env or --json, not both (both use stdout)")
 
     if plan_path == "-":
-        from slurmtopo.files.fileio import MAX_TEXT_BYTES
-
         text, where = sys.stdin.read(MAX_TEXT_BYTES + 1), "plan (stdin)"
         if len(text) > MAX_TEXT_BYTES:
             raise SlurmtopoError(f"{where}: larger than {MAX_TEXT_BYTES} bytes: refused")
     else:
-        from slurmtopo.files.fileio import read_text
-
         text = read_text(plan_path)
         where = plan_path
     doc = read_plan(text, where)
@@ -82,8 +81,7 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
         sys.stdout.write(written.env)
         sys.stdout.flush()
     if as_json:
-        import json
-
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.plan.rankmap import rankmap_dict
 
         click.echo(json.dumps({
@@ -97,6 +95,7 @@ def _rebind(doc, run_dir, restart, step_exit, cgroup_devices, inventory_path):
     """The binding of a restart on spares: the placement that ran is the
     run directory's rankmap.json (read back as written: the user's own
     file in the user's own directory)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.binding.step import read_bound, rebind
 
     bound = read_bound(run_dir)

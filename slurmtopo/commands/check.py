@@ -17,7 +17,11 @@ import sys
 
 import click
 
+from slurmtopo.commands.audit import job_seen, show_contracts, slurm_view
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import read_text
+from slurmtopo.inventory.model import Fabric, Inventory
+from slurmtopo.show.termsafe import printable
 
 #: exit code when a contract is broken and --strict was given
 VIOLATED = 3
@@ -46,8 +50,8 @@ VIOLATED = 3
 def command(run_dir, tasks_path, inventory_path, job_id, backend_name, strict, as_json):
     """Check this job's contracts from inside it: what Slurm gave and what its tasks
     really got, against what it asked and what slurmtopo bound."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.audit.contracts import check_jobs, parse_task_lines
-    from slurmtopo.commands.audit import show_contracts, slurm_view, job_seen
     from slurmtopo.slurm import get_backend
 
     job_id = job_id or os.environ.get("SLURM_JOB_ID")
@@ -57,13 +61,12 @@ def command(run_dir, tasks_path, inventory_path, job_id, backend_name, strict, a
     planned, nodes = _planned(run_dir)
     tasks = None
     if tasks_path is not None:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.audit.contracts import MAX_TASK_LINES
 
         if tasks_path == "-":
             text = "".join(line for _, line in zip(range(MAX_TASK_LINES), sys.stdin))
         else:
-            from slurmtopo.files.fileio import read_text
-
             text = read_text(tasks_path)
         tasks = parse_task_lines(text)
     inv, note = _inventory(inventory_path)
@@ -86,6 +89,7 @@ def _planned(run_dir):
     directory's rankmap.json, or (None, ()) without one."""
     if not run_dir:
         return None, ()
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.binding.step import read_bound
 
     bound = read_bound(os.path.abspath(run_dir))
@@ -100,9 +104,8 @@ def _planned(run_dir):
 def _inventory(path):
     """The inventory, else an empty one (then only Slurm's view of blocks
     and switches is used) and a note saying why."""
-    from slurmtopo.inventory.model import Fabric, Inventory
-
     if path:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.api import load_cluster
 
         try:
@@ -117,8 +120,6 @@ def _inventory(path):
 
 def _log(report, job_id) -> None:
     """The job's log lines: one per violation, then the summary."""
-    from slurmtopo.show.termsafe import printable
-
     for v in report.shown():
         click.echo(printable(f"slurmtopo check: job {job_id}: {v.kind}: {v.message}"),
                    err=True)

@@ -47,6 +47,7 @@ def command(output, nodes, from_dir, max_age, remote_command, read_path, workers
     Host keys must be in known_hosts: an unknown key is a failure, never
     added. Exits 1 when any node failed.
     """
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     bar = _Progress(quiet or as_json)

@@ -22,9 +22,13 @@ import click
 
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.commands.numbers import FiniteFloat
+from slurmtopo.daemon.decisions import Config
 from slurmtopo.daemon.protocol import DEFAULT_SPOOL
-from slurmtopo.daemon.spool import EventLogLimits
+from slurmtopo.daemon.spool import (EventLogLimits, STATUS_FILE, SpoolLock, prepare_spool,
+                                    read_events, spool_path)
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import read_file
+from slurmtopo.show.termsafe import PrintableFormatter, printable
 
 
 class _DefaultRun(SentenceGroup):
@@ -108,9 +112,8 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
             log_level, metrics_port, metrics_addr, metrics_textfile, events_max_mib,
             events_keep):
     """Watch held slurmtopo jobs and release each onto a good placement."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.daemon.loop import Daemon, inventory_loader
-    from slurmtopo.daemon.spool import SpoolLock
-    from slurmtopo.daemon.decisions import Config
     from slurmtopo.slurm import get_backend
 
     if interval <= 0:
@@ -119,13 +122,13 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
         raise SlurmtopoError("--reservations must be >= 0 and --alternatives >= 1")
     if max_releases < 0 or best_fit_releases < 0:
         raise SlurmtopoError("--max-releases and --best-fit-releases must be >= 0")
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.daemon.metrics import recorder
 
     if metrics_port is None and metrics_addr != "127.0.0.1":
         raise SlurmtopoError("--metrics-addr needs --metrics-port")
     # prometheus-client and the textfile's directory are checked now, before anything
     metrics = recorder(metrics_textfile, metrics_port is not None)
-    from slurmtopo.show.termsafe import PrintableFormatter
 
     # job names, comments and reasons reach the log: escaped (termsafe)
     handler = logging.StreamHandler(sys.stderr)
@@ -134,7 +137,6 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
     logging.basicConfig(level=getattr(logging, log_level.upper()), handlers=[handler])
     loader = inventory_loader(list(inventory_path))
     inv = loader()
-    from slurmtopo.daemon.spool import prepare_spool
 
     prepare_spool(spool)
     lock = SpoolLock(spool)
@@ -209,10 +211,8 @@ def status_cmd(spool, as_json, events, backend_name):
     Exit code 0 when the spool's daemon runs (told from its process, on
     its host; from its last cycle's time elsewhere), 3 when it does not
     (the last status is shown all the same), 2 on an error."""
-    from slurmtopo.files.fileio import read_file
-    from slurmtopo.daemon.spool import STATUS_FILE, read_events, spool_path
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.daemon.status import liveness, read_status, stale
-    from slurmtopo.show.termsafe import printable
 
     spool = spool_path(spool)
     path = os.path.join(spool, STATUS_FILE)
@@ -321,6 +321,7 @@ def _unseen(doc, backend_name):
     when Slurm could not be asked)."""
     if backend_name == "none":
         return [], None
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.daemon.status import unseen_jobs
     from slurmtopo.slurm import get_backend
 

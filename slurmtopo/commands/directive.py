@@ -28,7 +28,10 @@ from typing import Any, Dict, FrozenSet, Optional
 
 import click
 
+from slurmtopo.commands.layout_options import LAYOUT_PARAMS
+from slurmtopo.commands.sbatch import command as sbatch
 from slurmtopo.hooks.directive import PREFIX, Directive, DirectiveError
+from slurmtopo.sbatch.slurm_options import known_anywhere
 
 _SITE = ("is set by the site's hooks configuration (docs/admin.md, Slurm hooks), not by a "
          "directive")
@@ -60,8 +63,6 @@ REFUSED: Dict[str, str] = {
 def _command() -> click.Command:
     """``slurmtopo sbatch``'s options as a parser for a directive: every
     parameter but the refused-for-sbatch placeholders, none required."""
-    from slurmtopo.commands.sbatch import command as sbatch
-
     params = []
     for p in sbatch.params:
         if not isinstance(p, click.Option) or p.name is None or p.name.startswith("refused_"):
@@ -87,8 +88,6 @@ _WORD = re.compile(r"^[A-Za-z0-9._:/=,@+ -]*$")
 def _sbatch_name(word: str) -> Optional[str]:
     """``--nodes`` / ``-N`` / ``--nodes=2`` -> ``nodes`` when sbatch has the
     option (None: it does not)."""
-    from slurmtopo.sbatch.slurm_options import known_anywhere
-
     table = known_anywhere()
     name = word.split("=", 1)[0]
     if name.startswith("--"):
@@ -168,8 +167,6 @@ def option_kinds() -> Dict[str, str]:
     controller's check (job_submit.lua's OPTIONS table): ``flag``, ``int``
     (1 to 262,144), ``int0`` (from -1: a framework's "the rest", as
     torchtitan's ``--dp-shard -1``), ``port``, ``choice:a|b``, ``text``."""
-    from slurmtopo.commands.layout_options import LAYOUT_PARAMS
-
     out: Dict[str, str] = {}
     for p in _command().params:
         if not isinstance(p, click.Option) or p.name in REFUSED or p.hidden:

@@ -28,6 +28,7 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_
     with Links= keep one device each (gres.conf(5)). Checked against
     --slurm-conf: a node with Gres=gpu there must get the same GPUs here.
     """
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     msgs = Messages(as_json)
@@ -46,6 +47,7 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_
 @guard
 def check_cmd(path, slurm_conf, as_json):
     """Read an existing gres.conf and check it."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     report_check(checked(api.check_gres, path, slurm_conf, as_json), as_json)

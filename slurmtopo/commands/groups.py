@@ -33,6 +33,7 @@ def command(as_json, **options):
         click.echo(json.dumps(dict(groups), separators=(",", ":")))
         return
 
+    # lazy: rich only when this runs (start-up time of every command)
     from rich.console import Console
     from rich.table import Table
 

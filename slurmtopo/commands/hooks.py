@@ -17,8 +17,10 @@ confused hook must never stop a submission.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
+import stat
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -26,6 +28,8 @@ import click
 
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.plan.plandoc import plan_env_value
+from slurmtopo.show.termsafe import printable
 
 #: the first line of the planning call's answer (its protocol's version);
 #: then ``set<TAB>OPTION<TAB>VALUE``, ``note<TAB>TEXT``, and ``done``; or
@@ -50,8 +54,6 @@ def _on_alarm(signum, frame):  # pragma: no cover - timing
 
 
 def _clean(text: str) -> str:
-    from slurmtopo.show.termsafe import printable
-
     return " ".join(printable(str(text)).split())
 
 
@@ -63,6 +65,7 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
     slurm_conf, spool). Raises DirectiveError for a bad directive, any
     other SlurmtopoError when the job cannot be planned; returns ([], [])
     for a job without a directive."""
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo import api
     from slurmtopo.commands.directive import parse_directive
     from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, load_job_cluster,
@@ -71,11 +74,11 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
     from slurmtopo.hooks.directive import find_directive, header_problem, DirectiveError
     from slurmtopo.hooks.submit import (SubmitOptions, job_shape, option_changes, plan_inputs,
                                         script_launcher)
-    from slurmtopo.plan.plandoc import plan_env_value
 
     opts = SubmitOptions.from_json(options_json, kind)
     script_text, name = None, "script"
     if kind == "sbatch" and opts.argv and opts.get("wrap") is None:
+        # lazy: off the path of `slurmtopo hooks task-prolog` (start-up time)
         from slurmtopo.files.fileio import read_text
 
         name = opts.argv[0]
@@ -106,6 +109,7 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
         o["gpus_per_node"] = per
     launcher = o.get("launcher") or "srun"
     if "launcher" not in parsed.given:
+        # lazy: off the path of `slurmtopo hooks task-prolog` (start-up time)
         import shlex
 
         texts = [t for t in (script_text, opts.get("wrap")) if t]
@@ -125,7 +129,6 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
                       script_options_from(o, os.path.abspath(site["inventory"])),
                       with_costs=False, queue=True, for_daemon=bool(o.get("daemon")),
                       partition_members=live.partition_members, features=live.features or None)
-    import json
 
     doc = json.loads(job.script.plan_json)
     try:
@@ -143,6 +146,7 @@ def plan_hook(options_json: str, kind: str, site: Dict[str, Any],
         except SlurmtopoError as exc:
             tag_note.append(f"warning: no request for the placement daemon: {exc.render()}")
     changes = option_changes(job.script, opts, launcher, value, comment, extra_env)
+    # lazy: off the path of `slurmtopo hooks plan`, `hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.inventory.hostlist import fold_hostlist
 
     p = job.placement
@@ -161,6 +165,7 @@ def _daemon_tag(script, req, launcher: str, spool: Optional[str], options=None) 
     """The placement daemon's job comment for the planned ``script`` (the
     shape sbatch asks for, as slurmtopo sbatch --daemon tags it, with the
     hazard policy and NCCL release of ``options``, the job's ScriptOptions)."""
+    # lazy: off the path of `slurmtopo hooks plan`, `hooks task-prolog` (start-up time)
     from slurmtopo.daemon.jobhazards import JobHazards
     from slurmtopo.daemon.protocol import Shape, make_comment
 
@@ -179,8 +184,7 @@ def own_file(path: str, cwd: str, where: str) -> str:
     when it is a regular file of the user's or root's that nobody else may
     write; else DirectiveError. A directive's file sets how the job is laid
     out: one another user can write would let them lay out this user's job."""
-    import stat
-
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.hooks.directive import DirectiveError
 
     full = os.path.normpath(os.path.join(cwd, path))
@@ -191,6 +195,7 @@ def own_file(path: str, cwd: str, where: str) -> str:
     if not stat.S_ISREG(st.st_mode):
         raise DirectiveError(f"{where}: {full}: not a regular file")
     if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
+        # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
         from slurmtopo.files.safedir import user_name
 
         raise DirectiveError(f"{where}: {full}: {user_name(st.st_uid)}'s file, or one others "
@@ -231,6 +236,7 @@ def _int(text: Optional[str]) -> Optional[int]:
 def plan_command(inventory, state_path, backend_name, slurm_topology, slurm_conf, spool,
                  tag_for_daemon, options_json, kind, deadline):
     """Plan a job with a #SLURMTOPO directive for cli_filter.lua (its protocol on stdout)."""
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.hooks.directive import DirectiveError
 
     site = {"inventory": inventory, "state": state_path, "backend": backend_name,
@@ -280,6 +286,7 @@ def _answer(out, lines) -> None:
 def task_prolog_command():
     """Print this task's TaskProlog lines (export/unset/print); always exits 0."""
     try:
+        # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
         from slurmtopo.hooks.taskprolog import prolog_lines
 
         lines = prolog_lines(os.environ)
@@ -310,8 +317,7 @@ def task_prolog_command():
                    "options the hook sets (the plan's value shortened), the notes.")
 def check_command(script, inventory, state_path, backend_name, sbatch_args, as_json):
     """Show what the cli_filter hook would do to a batch script (submits nothing)."""
-    import json
-
+    # lazy: off the path of `slurmtopo hooks plan`, `hooks task-prolog` (start-up time)
     from slurmtopo.files.fileio import read_text
     from slurmtopo.sbatch.directives import option_values, script_options
 

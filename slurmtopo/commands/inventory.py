@@ -17,6 +17,7 @@ import click
 from slurmtopo.commands.cliutil import Messages, emit_json, guard, json_option
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.commands.numbers import FiniteFloat
+from slurmtopo.files.fileio import atomic_write
 
 
 @click.group("inventory", cls=SentenceGroup,
@@ -34,6 +35,7 @@ def command():
 @guard
 def compile_command(directory, output, as_json):
     """Fold a directory of node reports into one compact inventory."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     msgs = Messages(as_json)
@@ -72,7 +74,7 @@ def synthetic_command(name, machines, nodes, racks, leaf_size, spines, oversubsc
                       output, as_json):
     """An inventory of a public trace's cluster at its published size, or of GB200 NVL72
     racks, to replay traces on (docs/simulate.md)."""
-    from slurmtopo.files.fileio import atomic_write
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.inventory.schema import dump_inventory, inventory_dict
     from slurmtopo.simulate.clusters import build
 

@@ -10,6 +10,7 @@ script's options).
 """
 from __future__ import annotations
 
+import os
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import click
@@ -18,9 +19,13 @@ from slurmtopo.commands.layout_options import (LAYOUT_PARAMS, framework_knobs,
                                                framework_options, framework_params,
                                                layout_options, world_from_command)
 from slurmtopo.plan import launchers
-from slurmtopo.commands.sbatch_options import sbatch_flag
+from slurmtopo.commands.sbatch_options import options_from, sbatch_flag, sbatch_options
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.job.frameworks import registry
+from slurmtopo.job.groups import GROUP_KINDS
+from slurmtopo.job.request import LEVELS, parse_pairs
+from slurmtopo.plan.hazards import HazardPolicy, KINDS, nccl_version
+from slurmtopo.sbatch.launch import Launch
 
 
 def _apply(func, options):
@@ -32,8 +37,6 @@ def _apply(func, options):
 def job_options(func):
     """--inventory, the layout options, the request options, the script
     options and the sbatch options, in that order."""
-    from slurmtopo.commands.sbatch_options import sbatch_options
-
     func = sbatch_options(func)
     func = sbatch_flag("wrap", "wrap", default=None, metavar="COMMAND",
                        help="The training command as one shell line, as for sbatch --wrap "
@@ -57,9 +60,6 @@ def job_options(func):
 
 def _kinds_and_levels() -> str:
     """The help's list of group kinds and levels (from their one home)."""
-    from slurmtopo.job.groups import GROUP_KINDS
-    from slurmtopo.job.request import LEVELS
-
     return (f"KIND: {', '.join(GROUP_KINDS)}. LEVEL, tightest first: {', '.join(LEVELS)}.")
 
 
@@ -76,8 +76,10 @@ def load_job_cluster(o, write_cache: bool = True):
     closes): a command's objects are freed by reference counting, and the
     ~200 collections that loading, planning and pricing triggered cost
     another twentieth."""
+    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
     import gc
 
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     ctx = click.get_current_context(silent=True)
@@ -116,6 +118,7 @@ class LazyBackend:
 
     def get(self):
         if self._backend is None:
+            # lazy: off the plan path (plan, sbatch, hooks; start-up time)
             from slurmtopo.slurm import get_backend
 
             self._backend = get_backend(self.name)
@@ -131,6 +134,7 @@ def state_for(inv, state_path, backend: LazyBackend, partition=None):
     Slurm says now; ``none`` (or nothing): every node idle; else a snapshot
     file. ``plan`` and ``sbatch`` read it alike, so what a user previews is
     what is submitted."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     if state_path in LIVE_STATES:
@@ -147,6 +151,7 @@ def with_live_topology(inv, notes, state_path, backend: LazyBackend, o):
     a plan against a snapshot or ``none`` never asks Slurm."""
     if state_path not in LIVE_STATES or o.get("slurm_topology"):
         return inv, notes
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     inv, more = api.live_topology(inv, backend.get())
@@ -156,8 +161,7 @@ def with_live_topology(inv, notes, state_path, backend: LazyBackend, o):
 def partition_view(inv, o):
     """The inventory as the job's partition sees it (``--slurm-topology``),
     and the notes saying so; see :func:`slurmtopo.api.cluster_for_partition`."""
-    import os
-
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     conf = o.get("slurm_conf")
@@ -265,8 +269,6 @@ def script_options(func):
 def guardrail_options(func):
     """--hazard, --nccl-version and --spares: the pre-launch hazard checks
     (docs/hazards.md) and spare nodes inside the job's domain (docs/sbatch.md)."""
-    from slurmtopo.plan.hazards import KINDS
-
     return _apply(func, [
         click.option("--hazard", "hazards", multiple=True, metavar="KIND=error|warn|off",
                      help="How a pre-launch hazard is treated (repeatable; KIND: "
@@ -319,6 +321,7 @@ def job_name_from(o: Mapping) -> Optional[str]:
 
 def parse_message_bytes(items: Sequence[str]) -> Dict[str, int]:
     """``dp=1GiB`` items -> {kind: bytes} (units as the cost model reads them)."""
+    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
     from slurmtopo.cost import parse_bytes
 
     out: Dict[str, int] = {}
@@ -339,8 +342,8 @@ def spec_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()
     file (read once) and the options given over them, the world size of a
     ``torchrun --nnodes --nproc-per-node`` ``command`` when nothing else
     gives it, ``--require``/``--prefer`` in the framework's kind names."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
-    from slurmtopo.job.request import parse_pairs
 
     fw = registry.get(o.get("framework") or registry.DEFAULT_FRAMEWORK)
     config = api.framework_config(fw, o["config"]) if o.get("config") is not None else None
@@ -363,11 +366,8 @@ def spec_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
                         run_dir: Optional[str] = None):
     """The api.ScriptOptions for the script options in ``o``."""
-    import os
-
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.api import DEFAULT_SWITCH_WAIT, ScriptOptions
-    from slurmtopo.plan.hazards import nccl_version
-    from slurmtopo.commands.sbatch_options import options_from
 
     sw = o["switch_wait"]
     sb_options, requeue = options_from(**o)
@@ -388,10 +388,6 @@ def hazard_policy_items(o: Mapping) -> Tuple[str, ...]:
     """The hazard policy: a site's ``SLURMTOPO_HAZARDS`` (``KIND=LEVEL``
     items, comma-separated: /etc/profile.d sets it for every user), then
     ``--hazard`` options, which win (docs/hazards.md)."""
-    import os
-
-    from slurmtopo.plan.hazards import HazardPolicy
-
     site = tuple(x.strip() for x in os.environ.get("SLURMTOPO_HAZARDS", "").split(",")
                  if x.strip())
     HazardPolicy.parse(site, "SLURMTOPO_HAZARDS")
@@ -402,8 +398,7 @@ def slurm_features(o: Mapping, version: Optional[str] = None):
     """What the cluster's Slurm can be asked (``--slurm-version``, else
     ``version``; SwitchType from ``--slurm-conf`` or the default slurm.conf
     when there is one): a placement.segments.SlurmFeatures."""
-    import os
-
+    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
     from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
     from slurmtopo.placement.segments import SlurmFeatures
 
@@ -413,6 +408,7 @@ def slurm_features(o: Mapping, version: Optional[str] = None):
                           if c and os.path.isfile(c)), None)
     switch = None
     if conf:
+        # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan`, `--help` (start-up time)
         from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
         try:
             switch = read_slurm_conf(conf).switch_type
@@ -432,8 +428,6 @@ def launch_from(launcher=None, torchrun_cmd=None, container_image=None,
                 container_mounts=None, container_workdir=None, apptainer_image=None, **_ignored):
     """The Launch for these option values (``launcher`` None: not given,
     the default or the command's own torchrun)."""
-    from slurmtopo.sbatch.launch import Launch
-
     return Launch(launcher=launcher or launchers.DEFAULT, torchrun=torchrun_cmd,
                   container_image=container_image, container_mounts=container_mounts,
                   container_workdir=container_workdir, apptainer=apptainer_image,

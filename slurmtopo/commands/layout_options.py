@@ -12,6 +12,7 @@ import click
 from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks import registry
 from slurmtopo.job.groups import CONVENTIONS, DEFAULT_CONVENTION
+from slurmtopo.plan.launch_detect import world_of
 
 #: option names the decorator adds (the keyword arguments it passes on)
 LAYOUT_PARAMS = ("tp", "cp", "ep", "pp", "dp", "expert_tp", "world", "order", "convention")
@@ -121,14 +122,13 @@ def world_from_command(command):
     """The world size a ``torchrun --nnodes N --nproc-per-node M ...``
     command (or ``python -m torch.distributed.run ...``) starts (N*M), or
     None when the command does not say (slurmtopo.plan.launch_detect reads it)."""
-    from slurmtopo.plan.launch_detect import world_of
-
     return world_of(command)
 
 
 def framework_layout_from(framework=None, config=None, **values):
     """The FrameworkLayout for these option values and ``--config`` file
     (a path; raises LayoutError)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.api import framework_config
 
     fw = registry.get(framework or registry.DEFAULT_FRAMEWORK)

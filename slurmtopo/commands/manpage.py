@@ -11,9 +11,13 @@ the same CLI gives the same bytes.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Iterator, List, Optional, Tuple
 
 import click
+
+from slurmtopo import __version__
+from slurmtopo.cli import cli
 
 #: where the generated page lives in the checkout
 MAN_PATH = "docs/man/slurmtopo.1"
@@ -36,7 +40,6 @@ def _paragraphs(help_text: str) -> Iterator[Tuple[bool, str]]:
     """(verbatim, text) of each paragraph of a click help text: click's
     ``\\b`` marks one not to rewrap; ``\\f`` ends what --help shows."""
     text = help_text.split("\f", 1)[0]
-    import inspect
 
     text = inspect.cleandoc(text)
     for para in text.split("\n\n"):
@@ -130,7 +133,4 @@ def render(cli: click.Command, version: str) -> str:
 
 def generate() -> str:
     """slurmtopo(1) of this checkout's CLI."""
-    from slurmtopo import __version__
-    from slurmtopo.cli import cli
-
     return render(cli, __version__)

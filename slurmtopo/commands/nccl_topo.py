@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import click
 
+from slurmtopo.commands.cliutil import emit_json
+
 
 @click.command("nccl-topo")
 @click.option("--inventory", "-i", "inventory_path", metavar="PATH", required=True,
@@ -34,14 +36,13 @@ import click
                    "changed, backup, notes, warnings) instead of the lines.")
 def command(inventory_path, output_dir, types, virtualised_only, nvlink, as_json):
     """Write NCCL topology files (NCCL_TOPO_FILE) for the inventory's node types."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
     from slurmtopo.inventory.hostlist import fold_hostlist
 
     files = api.nccl_topology_files(inventory_path, output_dir, types=types,
                                     virtualised_only=virtualised_only, nvlink=nvlink)
     if as_json:
-        from slurmtopo.commands.cliutil import emit_json
-
         emit_json({"output_dir": output_dir, "files": [
             {"node_type": f.node_type, "path": f.path, "nodes": fold_hostlist(f.nodes),
              "node_count": len(f.nodes), "changed": f.changed, "backup": f.backup,

@@ -20,6 +20,7 @@ from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_colo
                                             command_from, job_options, load_job_cluster,
                                             script_options_from, spec_from, state_for,
                                             state_options, with_live_topology)
+from slurmtopo.sbatch import sanitize_job_name
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 
@@ -39,8 +40,8 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     Give the training command after `--`; without one, everything but the
     batch script is written.
     """
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
-    from slurmtopo.sbatch import sanitize_job_name
 
     cmd = command_from(o, cmd)
     # cheap checks first: a bad job name should not wait for the planner
@@ -66,6 +67,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
         notes.append("no command after --: job.sbatch not written "
                      "(e.g. `slurmtopo plan ... -- python train.py`)")
 
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.files.rundirs import write_output_files
 
     docs = job.documents
@@ -78,6 +80,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     paths = write_output_files(output_dir, list(outputs.values()))
     files = dict(zip(outputs, paths))
 
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.show.preview import bound_warning, plan_parts, report_dict, splits
 
     plan_cost, naive_cost = job.costs.plan, job.costs.naive
@@ -95,10 +98,12 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
                # the pre-launch hazards found (warnings: an error refused the plan)
                "hazards": [h.as_dict() for h in job.hazards.hazards] if job.hazards else []}
         if plan_cost.step is not None:  # the step every decision priced
+            # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
             from slurmtopo.cost.step import step_dict
             out["step"] = step_dict(plan_cost.step)
         click.echo(json.dumps(out, separators=(",", ":")))
         return
+    # lazy: off the path of `slurmtopo plan`, `--help` (start-up time)
     from slurmtopo.commands.preview_print import print_parts
 
     print_parts(plan_parts(

@@ -6,19 +6,21 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from slurmtopo.show import plainout
+
 
 def print_parts(parts: Sequence[object], stderr: bool = False) -> None:
     """Print :func:`slurmtopo.show.preview.plan_parts` on stdout (or stderr)."""
-    from slurmtopo.show import plainout
-
     stream = sys.stderr if stderr else sys.stdout
     width = plainout.plain_width(stream)
     if width is not None and plainout.all_narrow(parts):
         stream.write(plainout.render(parts, width))
         stream.flush()
         return
+    # lazy: rich only when this runs (start-up time of every command)
     from rich.console import Console
 
+    # lazy: off the path of `slurmtopo plan`, `sbatch` (start-up time)
     from slurmtopo.show.tablefit import rich_parts
 
     Console(stderr=stderr, soft_wrap=False).print(rich_parts(parts))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 
 def report_console():
+    # lazy: rich only when this runs (start-up time of every command)
     from rich.console import Console
 
     console = Console(soft_wrap=False)

@@ -38,6 +38,7 @@ from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_colo
                                             state_options, with_live_topology)
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.sbatch import sanitize_job_name
 
 
 def parse_wait(items) -> dict:
@@ -60,8 +61,8 @@ def parse_wait(items) -> dict:
 
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
          as_json, keep_runs, color_by, cmd, **o):
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
-    from slurmtopo.sbatch import sanitize_job_name
 
     cmd = command_from(o, cmd)
     if not cmd:
@@ -94,6 +95,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                         *api.submission_notes(job, held=daemon, spool=spool)]
     if memory is not None:
         notes.append("warning: " + memory)
+    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
     from slurmtopo.inventory.hostlist import fold_hostlist
     summary = (f"planned {job.placement.world_size} rank(s) on {len(job.placement.hosts)} "
                f"node(s) {fold_hostlist(job.placement.hosts)} against {live.source}")
@@ -101,6 +103,7 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         _print_dry_run(job, inv, color_by, as_json, notes + [summary])
         return
     if output_dir:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.files.rundirs import write_output_files
 
         write_output_files(output_dir, [("job.sbatch", job.script_text),
@@ -145,6 +148,7 @@ def _print_submitted(job, done, parsable, as_json, notes: List[str]) -> None:
 def _preview(job, inv, color_by) -> None:
     """The plan's preview (grid, cost table, warnings) on stderr, so that
     stdout stays the script; the notes follow it, one line each."""
+    # lazy: off the path of `slurmtopo sbatch`, `hooks plan`, `--help` (start-up time)
     from slurmtopo.commands.preview_print import print_parts
     from slurmtopo.show.preview import plan_parts
 

@@ -21,6 +21,9 @@ from typing import List, Optional, Tuple
 
 import click
 
+from slurmtopo.sbatch.script import NOT_PLANNED, PLANNED, extras_problem
+from slurmtopo.sbatch.slurm_options import NO, OPTIONAL, known_anywhere
+
 #: option name (as sbatch spells it) -> help
 SBATCH_OPTIONS = (
     ("qos", "#SBATCH --qos (quality of service)."),
@@ -40,8 +43,6 @@ SBATCH_OPTIONS = (
 
 def short_letter(name: str) -> str:
     """sbatch's short letter for ``--name`` ("" when it has none)."""
-    from slurmtopo.sbatch.slurm_options import known_anywhere
-
     return known_anywhere()[name].short
 
 
@@ -71,8 +72,6 @@ def refusals() -> List[Tuple[str, str]]:
     sbatch may type that slurmtopo does not take: those the plan sets
     (:data:`~slurmtopo.sbatch.script.PLANNED`, but for those slurmtopo
     takes under the same name) and :data:`~slurmtopo.sbatch.script.NOT_PLANNED`."""
-    from slurmtopo.sbatch.script import NOT_PLANNED, PLANNED
-
     out = []
     for name, owner in sorted(PLANNED.items()):
         if owner == "the plan":
@@ -90,8 +89,6 @@ def refusals() -> List[Tuple[str, str]]:
 
 def refused_options():
     """Hidden options for :func:`refusals`, each failing with its reason."""
-    from slurmtopo.sbatch.slurm_options import NO, known_anywhere
-
     table = known_anywhere()
     opts = []
     for name, why in refusals():
@@ -117,8 +114,6 @@ def sbatch_hint(typed: str) -> Optional[str]:
     typo stays "No such option"). Without it, a user who types sbatch's
     ``-c 4`` reads "No such option" and a suggestion of ``--gpus-per-task``,
     which the plan sets."""
-    from slurmtopo.sbatch.slurm_options import NO, OPTIONAL, known_anywhere
-
     table = known_anywhere()
     name = typed.split("=", 1)[0]
     if name.startswith("--"):
@@ -129,7 +124,6 @@ def sbatch_hint(typed: str) -> Optional[str]:
         opt = None
     if opt is None:
         return None
-    from slurmtopo.sbatch.script import extras_problem
 
     decls = [f"--{opt.name}"] + ([f"-{opt.short}"] if opt.short else [])
     shown = "/".join(reversed(decls))

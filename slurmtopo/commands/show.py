@@ -19,11 +19,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from typing import Any, Dict, List, Optional
 
 import click
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.plan.plandoc import (check_against_inventory, embedded_inventory_of,
+                                    layout_from_doc, planned_placement, read_plan)
+from slurmtopo.sbatch.script import extract_plan
+from slurmtopo.show.termsafe import printable
 
 
 #: nesting of a rank map (document, ranks, rank, its lists)
@@ -33,6 +38,7 @@ RANKMAP_DEPTH = 8
 def _read(run_dir: str, name: str, notes: List[str]) -> Optional[str]:
     """``name`` in the run directory, read safely (:func:`slurmtopo.files.rundirs.
     read_run_file`); a refusal is a note."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.files.rundirs import read_run_file
 
     try:
@@ -48,7 +54,6 @@ def script_run_dir(script: str) -> Optional[str]:
     m = re.search(r"^SLURMTOPO_RUN_DIR=\$\{SLURMTOPO_RUN_DIR:-(.*)\}$", script, re.M)
     if not m or "$" in m.group(1):
         return None
-    import shlex
 
     try:
         words = shlex.split(m.group(1))
@@ -59,10 +64,8 @@ def script_run_dir(script: str) -> Optional[str]:
 
 def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dict[str, Any]:
     """Everything known about the job's rank maps (see module doc)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.files.rundirs import SCRIPT_NAME, run_dir_for
-    from slurmtopo.plan.plandoc import (check_against_inventory, embedded_inventory_of,
-                                        planned_placement, read_plan)
-    from slurmtopo.sbatch.script import extract_plan
 
     notes: List[str] = []
     job = None
@@ -107,6 +110,7 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
         planned = (placement, doc)
     actual_text = _read(where, "rankmap.json", notes)
     if actual_text is not None:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.files.boundedjson import loads
         from slurmtopo.plan.rankmap import placement_from_dict
 
@@ -125,6 +129,7 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
 
 
 def _to_json(job_id: int, g: Dict[str, Any]) -> Dict[str, Any]:
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.binding.replan import moved_slots
     from slurmtopo.plan.rankmap import rankmap_dict
 
@@ -135,7 +140,6 @@ def _to_json(job_id: int, g: Dict[str, Any]) -> Dict[str, Any]:
         "script": g["script_from"], "planned": None, "actual": None, "notes": g["notes"]}
     if g["planned"] is not None:
         p, doc = g["planned"]
-        from slurmtopo.plan.plandoc import layout_from_doc
         out["planned"] = rankmap_dict(p, layout_from_doc(doc))
         out["launcher"] = (doc.get("launch") or {}).get("launcher", "srun")
     if g["actual"] is not None:
@@ -169,6 +173,7 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     backend = None
     if backend_name != "none":
         try:
+            # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
             from slurmtopo.slurm import get_backend
             backend = get_backend(backend_name)
         except SlurmtopoError:
@@ -177,13 +182,14 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     if as_json:
         click.echo(json.dumps(_to_json(job_id, g), separators=(",", ":")))
         return
+    # lazy: rich only when this runs (start-up time of every command)
     from rich.console import Console
     from rich.text import Text
 
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.binding.replan import moved_ranks
     from slurmtopo.inventory.hostlist import fold_hostlist
     from slurmtopo.show.preview import grid
-    from slurmtopo.show.termsafe import printable
 
     con = Console(soft_wrap=False)
     job = g["job"]

@@ -15,6 +15,8 @@ import click
 
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.fileio import atomic_write
+from slurmtopo.show.termsafe import printable
 
 
 @click.command("simulate")
@@ -65,6 +67,7 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
             layout_rule, limit, sweeps, as_json, plot_path, seed, workers):
     """Replay a job trace on the inventory under each placement policy: queue wait,
     modelled slowdown, JCT, GPU utilisation and stranded GPUs, side by side."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.api import load_cluster
     from slurmtopo.simulate.layouts import load_rules
     from slurmtopo.simulate.policies import DEFAULT_POLICIES, parse_policy
@@ -83,6 +86,7 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
         _check_plot(plot_path)
     sweep = None
     if sweeps:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.simulate.sweep import parse_sweep
         sweep = parse_sweep(sweeps)
         if load is not None and sweep.loads != (None,):
@@ -105,18 +109,18 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     doc = document(setup, inventory_path, specs, [r for r, _ in results])
     image = plot_png(doc) if plot_path is not None else None
     if image is not None:
-        from slurmtopo.files.fileio import atomic_write
-
         atomic_write(plot_path, image)
     if as_json:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.files.yamlio import dump_json
 
         click.echo(dump_json(doc), nl=False)
         return
+    # lazy: rich only when this runs (start-up time of every command)
     from rich.text import Text
 
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.commands.report_console import report_console
-    from slurmtopo.show.termsafe import printable
 
     console = report_console()
     console.print(table(doc))
@@ -136,6 +140,7 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
            sweep, workers, as_json, plot_path):
     """``--sweep``: every load's replays in one pool of workers, then the
     sweep's table (or document) and plot."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.simulate.report import (document, notes, sweep_document, sweep_plot_png,
                                            sweep_table)
     from slurmtopo.simulate.runner import prepare
@@ -162,18 +167,18 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
         runs.append((x, document(setup, inventory_path, per_load, reps)))
     sdoc = sweep_document(sweep, runs)
     if plot_path is not None:
-        from slurmtopo.files.fileio import atomic_write
-
         atomic_write(plot_path, sweep_plot_png(sdoc))
     if as_json:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.files.yamlio import dump_json
 
         click.echo(dump_json(sdoc), nl=False)
         return
+    # lazy: rich only when this runs (start-up time of every command)
     from rich.text import Text
 
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.commands.report_console import report_console
-    from slurmtopo.show.termsafe import printable
 
     console = report_console()
     console.print(sweep_table(sdoc))
@@ -193,6 +198,7 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
 def _check_plot(path: str) -> None:
     """``--plot`` is refused before any replay: a name that is no PNG, a
     directory, a directory that is missing or not writable, no matplotlib."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.simulate.report import pyplot
 
     if not path.lower().endswith(".png"):
@@ -210,10 +216,12 @@ def _check_plot(path: str) -> None:
 def _run(tasks, workers: int):
     """The replays, with a progress bar per replay when stderr is a terminal
     (with --json too: the document goes to stdout)."""
+    # lazy: rich only when this runs (start-up time of every command)
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.simulate.runner import run_tasks
 
     console = Console(stderr=True)

@@ -18,6 +18,10 @@ import json
 
 import click
 
+from slurmtopo.commands.audit import running_jobs
+from slurmtopo.files.fileio import atomic_write
+from slurmtopo.inventory.model import ClusterState
+
 
 @click.command("state", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--inventory", "inventory_path", metavar="PATH", default=None,
@@ -35,32 +39,32 @@ import click
                    "audit --state` reads).")
 def command(inventory_path, backend_name, output, as_json, show_all, with_jobs):
     """Dump the live Slurm cluster state as a state snapshot."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.files.yamlio import dump_yaml
     from slurmtopo.inventory.state import state_dict
     from slurmtopo.slurm import get_backend
 
     inv = None
     if inventory_path:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.inventory.schema import load_inventory
         inv = load_inventory(inventory_path)
     backend = get_backend(backend_name)
     state = backend.cluster_state(inv)
     if not show_all:
-        from slurmtopo.inventory.model import ClusterState
         state = ClusterState({n: s for n, s in state.nodes.items()
                               if s.state != "idle" or s.flags or s.busy_gpus or s.exclusive},
                              source=state.source)
     doc = state_dict(state)
     if with_jobs:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.audit.statejobs import jobs_list
-        from slurmtopo.commands.audit import running_jobs
 
         doc["jobs"] = jobs_list(running_jobs(backend))
     doc["taken_at"] = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     doc["source"] = f"slurm ({backend.name} backend)"
     text = json.dumps(doc, indent=1) + "\n" if as_json else dump_yaml(doc)
     if output:
-        from slurmtopo.files.fileio import atomic_write
         atomic_write(output, text)
         click.echo(f"wrote {output} ({len(doc['nodes'])} node(s))", err=True)
     else:

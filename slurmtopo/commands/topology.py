@@ -58,6 +58,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
     format --slurm-conf's TopologyPlugin cannot read included), no node of
     --slurm-conf left off every switch (--force overrides that).
     """
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     msgs = Messages(as_json)
@@ -79,6 +80,7 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 @guard
 def check_cmd(path, slurm_conf, as_json):
     """Read an existing topology.conf/topology.yaml and check it."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo import api
 
     report_check(checked(api.check_topology, path, slurm_conf, as_json), as_json)

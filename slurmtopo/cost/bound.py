@@ -3,6 +3,8 @@
 kinds (:func:`lower_bound`)."""
 from __future__ import annotations
 
+import copy
+import itertools
 import math
 from typing import Dict, List, Optional, Tuple
 
@@ -220,6 +222,7 @@ class LowerBound:
             if l <= 1:
                 hit = (LinkClass.SELF, math.inf)
             else:
+                # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
                 from slurmtopo.placement.intranode import candidate_sets, hw_info
                 hc = self.p.hw(hw)
                 best = None
@@ -345,9 +348,6 @@ def joint_bound(base: "LowerBound", p: CostParams, req: JobRequest, groups,
     one node, so does their product of 16 ranks, which no 8-GPU node
     holds. Calls on a part of a kind's groups (HSDP's shard and replicate
     groups) are priced at their own best, whatever the scope."""
-    import copy
-    import itertools
-
     lay = req.layout
     off_node = copy.copy(base)
     off_node.node_max = 1

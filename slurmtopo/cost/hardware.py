@@ -61,6 +61,7 @@ class HardwareFigures:
     def __init__(self, p: "CostParams", hw: Hardware):
         self.p = p
         self.hw = hw
+        # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
         from slurmtopo.placement.intranode import hw_info
         info = hw_info(hw)
         self.lc = info.lc

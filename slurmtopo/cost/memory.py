@@ -43,6 +43,8 @@ from typing import Dict, Optional, Tuple
 
 from slurmtopo.cost.compute import Dims, placement_gpu
 from slurmtopo.cost.model_spec import ModelSpec
+from slurmtopo.cost.params import cost_params
+from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks import registry
 
 __all__ = ["MemoryReport", "memory_per_gpu", "memory_verdict", "MEMORY_POLICIES",
@@ -212,7 +214,6 @@ def memory_of_request(cluster, placement, request) -> Optional[MemoryReport]:
     w = getattr(request, "workload", None)
     if w is None or w.model is None:
         return None
-    from slurmtopo.cost.params import cost_params
     lay = request.layout.resolved()
     spec = w.model.resolved()
     dims = Dims(tp=lay.tp, cp=lay.cp, pp=lay.pp, ep=lay.ep, etp=lay.expert_tp, dp=lay.dp,
@@ -225,7 +226,6 @@ def memory_finding(report: Optional[MemoryReport], policy: str) -> Optional[str]
     """What the memory check says under ``policy`` (:data:`MEMORY_POLICIES`):
     None when the layout fits (or nothing is known, or the policy is off),
     else the warning; with ``error`` a LayoutError is raised instead."""
-    from slurmtopo.errors import LayoutError
     if policy not in MEMORY_POLICIES:
         raise LayoutError(f"--memory-check {policy!r}: one of {', '.join(MEMORY_POLICIES)}")
     if report is None or report.fits or policy == "off":

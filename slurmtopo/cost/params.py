@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, Mapping, Optional, Tuple
 
 from slurmtopo.cost.defaults import (ALGORITHM_SINCE, ALGORITHMS, COST_KEYS, DEFAULT_ALPHA_US,
@@ -21,10 +21,11 @@ from slurmtopo.cost.defaults import (ALGORITHM_SINCE, ALGORITHMS, COST_KEYS, DEF
                                      NEWEST_NCCL, PROTOCOL_NAMES, GiB, KiB, MiB, Protocol)
 from slurmtopo.cost.compute import GpuFigures, parse_gpu_compute
 from slurmtopo.cost.hardware import HardwareFigures
-from slurmtopo.errors import InventoryError
+from slurmtopo.errors import InventoryError, LayoutError
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import Hardware, Inventory
-from slurmtopo.job.request import JobRequest
+from slurmtopo.job.request import JobRequest, normalise_kind
+from slurmtopo.job.workload import parse_nccl_version
 
 def _class_key(text) -> LinkClass:
     t = str(text).strip().upper().replace("-", "_").replace(" ", "_")
@@ -237,7 +238,6 @@ class CostParams:
             return self
         hit = self._versions.get(version)
         if hit is None:
-            from dataclasses import replace
             hit = self._versions[version] = replace(self, nccl_version=version, _versions={})
         return hit
 
@@ -305,6 +305,7 @@ class _CostBlock:
                 raise self.fail(f"unknown key {key!r} (allowed: {', '.join(COST_KEYS)})")
 
     def fail(self, msg, obj=None, key=None) -> InventoryError:
+        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
         from slurmtopo.files.yamlio import Reader
         return InventoryError(f"cost: {msg}", self.src,
                               Reader.line(obj, key) if obj is not None else None)
@@ -372,8 +373,6 @@ class _CostBlock:
         fail = self.fail
         mb = self.mapping("message_bytes")
         for k, v in (mb or {}).items():
-            from slurmtopo.errors import LayoutError
-            from slurmtopo.job.request import normalise_kind
             try:
                 kind = normalise_kind(k)
                 p.message_bytes[kind] = p.message_overrides[kind] = parse_bytes(v)
@@ -432,8 +431,6 @@ def _parse_model(p: CostParams, cost: Mapping, fail, mapping) -> None:
     if got is not None:
         p.network_protocols = tuple(n for n in PROTOCOL_NAMES if n in got)
     if cost.get("nccl_version") is not None:
-        from slurmtopo.errors import LayoutError
-        from slurmtopo.job.workload import parse_nccl_version
         try:
             p.nccl_version = parse_nccl_version(cost["nccl_version"], "nccl_version:")
         except LayoutError as exc:

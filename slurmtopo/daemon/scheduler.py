@@ -75,6 +75,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
+from slurmtopo.cost import step as cost_step
 from slurmtopo.daemon import packing
 from slurmtopo.daemon.decisions import (LEFT_ALONE, OUTSIDE, REHOLD, REJECT, RELEASE, RUNNING,
                                         STARTING, WAIT, ClusterView, Config, Decision,
@@ -87,6 +88,8 @@ from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.inventory.model import (UNKNOWN_TO_SLURM, ClusterState, Inventory, NodeState,
                                        Placement)
+from slurmtopo.inventory.topology import network_view
+from slurmtopo.plan.choice import params_of, plan
 
 # --------------------------------------------------------------------------
 # planning helpers
@@ -96,7 +99,6 @@ def plan_job(inv: Inventory, state: Optional[ClusterState], req, cand=None, admi
     """The planner's placement of ``req``, among the proposals the job's
     launcher admits (``admit``: :attr:`HeldJob.admit`; a torchrun job gets
     node-contiguous ranks, as it does at submission)."""
-    from slurmtopo.plan.choice import plan
     return plan(inv, state, req, cand=cand, admit=admit)
 
 
@@ -109,9 +111,8 @@ COST_MODEL_ERRORS = (SlurmtopoError, ValueError)
 
 
 def job_step_time(inv: Inventory, placement: Placement, req, params) -> Optional[float]:
-    from slurmtopo.cost.step import price_step
     try:
-        return price_step(inv, placement, req, params).time_s
+        return cost_step.price_step(inv, placement, req, params).time_s
     except COST_MODEL_ERRORS:
         return None
 
@@ -138,8 +139,6 @@ class SchedulingPass:
         self.work = Work(inv, view)
         shared = shared if shared is not None else {}
         if "params" not in shared:
-            from slurmtopo.plan.choice import params_of
-
             shared["params"] = params_of(inv)  # the cost block's one policy
         self.params = shared["params"]
         # the empty cluster: every node Slurm knows idle (drained nodes may
@@ -151,7 +150,6 @@ class SchedulingPass:
                 ideal[name] = st
         self.ideal = ClusterState(nodes=ideal, source="empty cluster")
         if "leaves" not in shared:
-            from slurmtopo.inventory.topology import network_view
             leaf_of = dict(network_view(inv.fabric).leaf)
             leaf_nodes: Dict[str, List[str]] = {}
             for h, lf in leaf_of.items():

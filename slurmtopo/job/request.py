@@ -229,6 +229,7 @@ def _hosts(value, what: str) -> Tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
+        # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
         from slurmtopo.inventory.hostlist import expand_hostlist
         try:
             return tuple(expand_hostlist(value, what))

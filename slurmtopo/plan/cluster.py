@@ -18,6 +18,7 @@ def load_cluster(paths: Union[str, Sequence[str]], write_cache: bool = True) -> 
     for every command and not only for the one that prices a plan.
     ``write_cache`` False keeps no compiled form for next time (a dry run
     writes nothing)."""
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.cost import cost_params
     from slurmtopo.inventory.schema import load_inventory
 
@@ -33,6 +34,7 @@ def derived_tables():
     inventory keeps them (:class:`slurmtopo.inventory.cache.Table`): the
     planner's fabric tree and the lower bound's statistics. Not the network
     view: built from the switches alone, it costs less than reading it."""
+    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
     from slurmtopo.cost.bound import STATS_TABLE, InventoryStats, inventory_stats
     from slurmtopo.inventory.cache import Table
     from slurmtopo.placement.fabric import TABLE, fabric_tree, same_tree, tree_from_json, tree_json

@@ -297,6 +297,7 @@ def _rails(inv: Inventory, p: Placement) -> List[Tuple[str, str]]:
     crosses hosts must use the same set of rails (a rank's nearest NIC, by
     name) on each of its hosts (slurmtopo.inventory.topology.group_rails, which the
     cost model prices the same way)."""
+    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
     from slurmtopo.inventory.topology import group_rails, misaligned, rail_optimised
 
     hosts = list(p.by_host())
@@ -364,6 +365,7 @@ def _group_domains(inv: Inventory, p: Placement) -> List[Tuple[str, str]]:
     or a host outside one) where one domain of the inventory has the GPUs
     for the whole group (a warning: on a busy cluster the planner sends a
     group out only where no domain has room now)."""
+    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
     from slurmtopo.plan.choice import DOMAIN_KINDS
 
     nodes = inv.nodes

@@ -111,6 +111,7 @@ class Torchrun(Launcher):
     LOCAL_RANK`` is the planned rank only for a node-contiguous plan."""
 
     def requirement(self, placement: Placement) -> Optional[str]:
+        # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
         from slurmtopo.plan.rankmap import node_contiguous
 
         return node_contiguous(placement)

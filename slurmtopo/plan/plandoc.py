@@ -9,14 +9,16 @@ Pure: data in, data out (reading the inventory file it names is the
 start-time step's job)."""
 from __future__ import annotations
 
+import binascii
 import json
 import os
+import zlib
 from dataclasses import fields, is_dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.inventory.model import Fabric, Inventory, Placement, RankSlot, parse_cpulist
 
 if TYPE_CHECKING:
     from slurmtopo.plan.launchers import Launcher
@@ -45,6 +47,7 @@ TASK_NAME = "slurmtopo-task"
 
 def launcher_of(doc: Mapping[str, Any]) -> "Launcher":
     """The launcher a plan document names (srun for plans that name none)."""
+    # lazy: off the path of `slurmtopo hooks task-prolog` (start-up time)
     from slurmtopo.plan import launchers
 
     mode = (doc.get("launch") or {}).get("launcher", launchers.DEFAULT)
@@ -61,7 +64,7 @@ def embedded_inventory(inv: Inventory, hosts: Sequence[str]) -> Dict[str, Any]:
     so a re-plan can use any node; big ones are cut to the planned nodes and
     the switches above them (an inventory of more than EMBED_WHOLE_NODES
     nodes is not even tried whole: folding 100,000 names costs a second)."""
-    from slurmtopo.inventory.model import Fabric
+    # lazy: off the path of `slurmtopo hooks plan`, `hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.inventory.schema import inventory_dict
 
     def with_types(sub: Inventory) -> Inventory:
@@ -77,6 +80,7 @@ def embedded_inventory(inv: Inventory, hosts: Sequence[str]) -> Dict[str, Any]:
             return whole
     keep = set(hosts)
     nodes = {h: inv.nodes[h] for h in hosts if h in inv.nodes}
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.inventory.topology import network_view
     view = network_view(inv.fabric)
     sw_keep = {sw for h in keep for sw in view.ancestors.get(h, {})}
@@ -126,6 +130,7 @@ def plan_document(inv: Inventory, placement: Placement, layout, req=None,
     hazard policy, NCCL release and spares the job was submitted with
     (:func:`guardrails_dict`; the key is left out when empty, so a plan
     that uses none of them is what it was before they existed)."""
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.plan.rankmap import check_placement, layout_dict
 
     check_placement(placement)
@@ -188,6 +193,7 @@ def rank_columns(placement: Placement) -> Dict[str, Any]:
     """The ranks as columns (rank r is index r of each list): ``host``
     indexes the plan's ``hosts``, ``nics``/``cpus`` index ``nic_sets``
     (comma-joined names) and ``cpu_sets`` (kernel cpulists)."""
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.plan.rankmap import cpulists
 
     slots = placement.slots
@@ -226,8 +232,8 @@ def pack(value: Any) -> Any:
     text = json.dumps(value, separators=(",", ":"))
     if len(text) <= PACK_BYTES:
         return value
+    # lazy: off the plan path (plan, sbatch, hooks; start-up time)
     import base64
-    import zlib
 
     b64 = base64.b64encode(zlib.compress(text.encode(), 9)).decode("ascii")
     return {"packed": "zlib+base64",
@@ -240,9 +246,8 @@ def unpack(value: Any, where: str = "plan", what: str = "ranks") -> Any:
         return value
     if value.get("packed") != "zlib+base64":
         raise SlurmtopoError(f"{where}: unknown packing {value.get('packed')!r} of the {what}")
+    # lazy: off the plan path (plan, sbatch, hooks; start-up time)
     import base64
-    import binascii
-    import zlib
 
     try:
         raw = base64.b64decode("".join(value["data"]), validate=True)
@@ -262,9 +267,10 @@ def unpack(value: Any, where: str = "plan", what: str = "ranks") -> Any:
 def placement_from_columns(doc: Mapping[str, Any], where: str = "plan") -> Placement:
     """Rebuild the submit-time Placement (without groups) from a version 2
     document; SlurmtopoError says what is malformed."""
-    from slurmtopo.inventory.model import RankSlot, parse_cpulist
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.plan.rankmap import check_placement, check_read_hosts
 
+    # lazy: off the path of `slurmtopo hooks task-prolog` (start-up time)
     from slurmtopo.job.groups import MAX_WORLD
 
     cols = unpack(doc["ranks"], where, "ranks")
@@ -298,6 +304,7 @@ def dumps_plan(doc: Mapping[str, Any]) -> str:
     line starts with a blank or a brace."""
     ranks = doc.get("ranks")
     if not isinstance(ranks, Mapping):  # version 1
+        # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
         from slurmtopo.plan.rankmap import dumps_rankmap
 
         return dumps_rankmap(doc)
@@ -331,6 +338,7 @@ PLAN_DEPTH = 32
 
 def read_plan(text: str, where: str = "plan") -> Dict[str, Any]:
     """The plan document in ``text``, its shape checked (see check_plan)."""
+    # lazy: off the plan path (plan, sbatch, hooks; start-up time)
     from slurmtopo.files.boundedjson import JsonRefused, check_shape
 
     try:
@@ -430,6 +438,7 @@ def check_plan(doc: Mapping[str, Any], where: str = "plan") -> None:
             raise bad(f"request {key!r}", value)
     _check_request(doc, where)
     if doc.get("inventory"):
+        # lazy: off the plan path (plan, sbatch, hooks; start-up time)
         from slurmtopo.inventory.schema import parse_inventory
 
         inv = parse_inventory(unpack(doc["inventory"], where, "inventory"),
@@ -444,6 +453,7 @@ def check_plan(doc: Mapping[str, Any], where: str = "plan") -> None:
 
 def _check_request(doc: Mapping[str, Any], where: str) -> None:
     """The request and layout rebuild (as a re-plan would rebuild them)."""
+    # lazy: off the path of `slurmtopo hooks task-prolog` (start-up time)
     from slurmtopo.job.request import JobRequest
 
     names = {f.name for f in fields(JobRequest)} - {"layout", "nodelist", "exclude"}
@@ -458,6 +468,7 @@ def _check_request(doc: Mapping[str, Any], where: str) -> None:
 
 
 def layout_from_doc(doc: Mapping[str, Any]):
+    # lazy: off the path of `slurmtopo hooks task-prolog` (start-up time)
     from slurmtopo.job.groups import Layout
 
     lay = dict(doc["layout"])
@@ -484,6 +495,7 @@ def embedded_inventory_of(doc: Mapping[str, Any], where: str = "plan") -> Option
     """The inventory a plan embeds (None: none)."""
     if not doc.get("inventory"):
         return None
+    # lazy: off the path of `slurmtopo hooks plan`, `hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.inventory.schema import parse_inventory
 
     return parse_inventory(unpack(doc["inventory"], where, "inventory"),
@@ -492,6 +504,7 @@ def embedded_inventory_of(doc: Mapping[str, Any], where: str = "plan") -> Option
 
 def planned_placement(doc: Mapping[str, Any]) -> Placement:
     """The submit-time Placement, groups recomputed from the layout."""
+    # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
     from slurmtopo.job.groups import build_groups
     from slurmtopo.plan.rankmap import placement_from_dict
 
@@ -530,8 +543,8 @@ MAX_ENV_JSON_BYTES = 16 * 1024 * 1024
 def plan_env_value(doc: Mapping[str, Any]) -> str:
     """``doc`` as the value of :data:`PLAN_ENV` (deterministic: zlib at
     level 9). SlurmtopoError when it would exceed :data:`MAX_ENV_BYTES`."""
+    # lazy: off the plan path (plan, sbatch, hooks; start-up time)
     import base64
-    import zlib
 
     text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
     value = ENV_ENCODING + base64.urlsafe_b64encode(
@@ -546,9 +559,8 @@ def plan_from_env_value(value: str, where: str = f"${PLAN_ENV}") -> Dict[str, An
     """The plan document :func:`plan_env_value` wrote, checked as
     :func:`read_plan` checks a script's; SlurmtopoError (one line) for
     anything else, after reading at most :data:`MAX_ENV_JSON_BYTES`."""
+    # lazy: off the plan path (plan, sbatch, hooks; start-up time)
     import base64
-    import binascii
-    import zlib
 
     if len(value) > MAX_ENV_BYTES:
         raise SlurmtopoError(f"{where}: {len(value):,} bytes, more than {MAX_ENV_BYTES:,}")

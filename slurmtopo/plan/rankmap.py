@@ -38,6 +38,7 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory.topology import rail_optimised
 from slurmtopo.inventory.model import (MAX_CPUS, Hardware, Inventory, Placement, RankSlot,
                                        format_cpulist, parse_cpulist)
+from slurmtopo.job.groups import MAX_WORLD, rank_to_group
 from slurmtopo.show.termsafe import printable
 
 RANKMAP_VERSION = 1
@@ -85,7 +86,6 @@ def check_placement(placement: Placement) -> None:
     done = placement.derived.get("rankmap.checked", lambda: [None, None])
     if done[0] is placement.slots and done[1] is placement.hosts:
         return
-    from slurmtopo.job.groups import MAX_WORLD
 
     if len(placement.slots) > MAX_WORLD:
         raise SlurmtopoError(f"rank map: {len(placement.slots):,} ranks, more than the "
@@ -403,8 +403,6 @@ def rankmap_csv(placement: Placement, groups: Optional[Mapping[str, Any]] = None
     format string a rank (numbers need no quoting; the text cells, which
     ranks share, are encoded once each): a 16,384-rank CSV in a third of
     the time."""
-    from slurmtopo.job.groups import rank_to_group
-
     check_placement(placement)
     nr = node_ranks(placement)
     groups = placement.groups if groups is None else groups
@@ -506,6 +504,7 @@ def nccl_topo_plan(inv: Optional[Inventory], placement: Placement,
         return TopoFilePlan({"NCCL_TOPO_FILE": hw.nccl_topo_file},
                             note=f"NCCL_TOPO_FILE={hw.nccl_topo_file} (virtualised node type "
                                  f"{name})")
+    # lazy: off the plan path (plan, sbatch, hooks; start-up time)
     from slurmtopo.plan.nccl_topo import file_stem
 
     path = f"{(run_dir or RUN_DIR_PLACEHOLDER).rstrip('/')}/nccl-topo-{file_stem(name)}.xml"
@@ -747,8 +746,6 @@ def env_json(placement: Placement, inv: Optional[Inventory], master_port="from S
 
 def group_indices(placement: Placement, kinds: Sequence[str]) -> Dict[str, List[int]]:
     """kind -> list mapping each rank to its group index (for tables)."""
-    from slurmtopo.job.groups import rank_to_group
-
     return {k: rank_to_group(placement.groups, k) for k in kinds if k in placement.groups}
 
 

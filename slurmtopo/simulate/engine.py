@@ -52,11 +52,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from slurmtopo.inventory.model import Inventory
+from slurmtopo.cost.step import price_step
+from slurmtopo.daemon.decisions import REJECT, RELEASE, WAIT
+from slurmtopo.inventory.model import ClusterState, Inventory, NodeState
 from slurmtopo.job.request import JobRequest
+from slurmtopo.placement.slurm_select import leaves_used
+from slurmtopo.plan.choice import params_of
+from slurmtopo.simulate.contention import Contention, job_load
 from slurmtopo.simulate.freestate import FreeState
 from slurmtopo.simulate.layouts import JobShape
+from slurmtopo.simulate.policies import DaemonPolicy
 from slurmtopo.simulate.trace import TraceJob
+from slurmtopo.simulate.traffic import job_traffic
 
 END, SUBMIT, WAKE, CYCLE = 0, 1, 2, 3
 
@@ -204,7 +211,6 @@ class _Loop:
         self.seed = seed
         self.net = None
         if links is not None:
-            from slurmtopo.simulate.contention import Contention
             self.net = Contention(links)
         #: job -> [time of the last change, base run seconds left, multiplier]
         self.prog: Dict[int, List[float]] = {}
@@ -236,15 +242,12 @@ class _Loop:
 
     def cost_params(self):
         if self.params is None:
-            from slurmtopo.plan.choice import params_of
-
             self.params = params_of(self.inv)  # the cost block's one policy
         return self.params
 
     def step_of(self, job: JobSpec, placement) -> Optional[float]:
         if job.best_step <= 0:
             return 0.0
-        from slurmtopo.cost.step import price_step
 
         return price_step(self.inv, placement, job.request, self.cost_params()).time_s
 
@@ -252,8 +255,6 @@ class _Loop:
         """The job's load on the shared links (None: it puts none there)."""
         if self.net is None or placement is None or job.best_step <= 0 or len(placement.hosts) < 2:
             return None
-        from slurmtopo.simulate.contention import job_load
-        from slurmtopo.simulate.traffic import job_traffic
 
         traffic = job_traffic(self.inv, placement, job.request, self.cost_params())
         if traffic.empty:
@@ -295,7 +296,6 @@ class _Loop:
         o.gpus_held = sum(len(g) for g in alloc.values())
         o.nodes = len(alloc)
         if len(alloc) > 1 and self.inv.fabric.switches:
-            from slurmtopo.placement.slurm_select import leaves_used
             o.leaves = leaves_used(self.inv, list(alloc))
         else:
             o.leaves = 1
@@ -363,8 +363,6 @@ class QueueLoop(_Loop):
         if self.reserve is None:
             return self.state.cluster
         if self.reserve_view is None:
-            from slurmtopo.inventory.model import ClusterState, NodeState
-
             nodes = dict(self.state.cluster.nodes)
             for h, gs in self.reserve[1].items():
                 st = nodes.get(h)
@@ -523,8 +521,6 @@ class DaemonLoop(_Loop):
             self.push(c, CYCLE, 0)
 
     def run(self) -> Replay:
-        from slurmtopo.daemon.decisions import REJECT, RELEASE, WAIT
-
         while self.events:
             t = self.events[0][0]
             self.advance(t)
@@ -613,8 +609,6 @@ def replay(inv: Inventory, jobs: List[JobSpec], policy, fraction: float,
     """Replay ``jobs`` under ``policy`` (a QueuePolicy or DaemonPolicy);
     with ``links`` (:class:`~slurmtopo.simulate.contention.FabricLinks`)
     the running jobs share them (``seed`` hashes their flows)."""
-    from slurmtopo.simulate.policies import DaemonPolicy
-
     loop = (DaemonLoop if isinstance(policy, DaemonPolicy) else QueueLoop)(
         inv, jobs, policy, fraction, progress, links, seed)
     return loop.run()

@@ -3,16 +3,23 @@ policy, in parallel processes when asked (each replay is independent, so
 the result does not depend on how many run at once)."""
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from slurmtopo.cost.step import price_step
 from slurmtopo.errors import PlacementError, SlurmtopoError
 from slurmtopo.inventory.model import Inventory
+from slurmtopo.plan.choice import params_of, plan
+from slurmtopo.simulate.contention import FabricLinks
 from slurmtopo.simulate.engine import JobSpec, Replay, replay
 from slurmtopo.simulate.layouts import JobShape, LayoutRules, node_size, shape_of
 from slurmtopo.simulate.policies import PolicySpec, make_policy
 from slurmtopo.simulate.trace import Trace, TraceJob
+from slurmtopo.simulate.workers import die_with_parent
 
 
 @dataclass(frozen=True)
@@ -71,9 +78,6 @@ def prepare(inv: Inventory, trace: Trace, rules: LayoutRules, fraction: float,
     ``contention`` (``ecmp``, ``ideal`` or ``off``). ``load``: scale the
     inter-arrival times so that the jobs offer that share of the cluster's
     GPU-seconds (SlurmtopoError when they cannot: all submitted at once)."""
-    from slurmtopo.cost.step import price_step
-    from slurmtopo.plan.choice import params_of, plan
-
     params = params_of(inv)  # the cost block's one policy
     per_node = node_size(inv)
     best: Dict[JobShape, Tuple[Optional[float], str]] = {}
@@ -106,7 +110,6 @@ def prepare(inv: Inventory, trace: Trace, rules: LayoutRules, fraction: float,
         jobs = [replace(j, trace=replace(j.trace, submit=j.trace.submit * scale)) for j in jobs]
     links = None
     if contention != "off" and jobs:
-        from slurmtopo.simulate.contention import FabricLinks
         links = FabricLinks(inv, params, contention)
     return Setup(inv=inv, trace=trace, rules=rules, fraction=fraction, seed=seed,
                  jobs=tuple(jobs), never=tuple(never), contention=contention, links=links,
@@ -163,11 +166,6 @@ def run_tasks(tasks: Sequence[Tuple[Setup, PolicySpec]], workers: int = 1,
             cb = (lambda done, k=k: progress(k, done)) if progress is not None else None
             out.append(run_one(setup, spec, cb))
         return out
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    from slurmtopo.simulate.workers import die_with_parent
 
     setups: List[Setup] = []
     which: List[int] = []

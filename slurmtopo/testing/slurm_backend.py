@@ -33,6 +33,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 from slurmtopo.sbatch.directives import option_values, script_options
 from slurmtopo.errors import SlurmError
+from slurmtopo.inventory.hostlist import expand_hostlist
 from slurmtopo.slurm.backend import SlurmBackend, SlurmJob, SlurmNode
 
 
@@ -263,7 +264,6 @@ class FakeSlurm(SlurmBackend):
                  partition=opts.get("partition") or "gpu")
         nl = opts.get("nodelist")
         if nl:
-            from slurmtopo.inventory.hostlist import expand_hostlist
             j.req_nodes = expand_hostlist(nl)
         j.cpus = j.tpn
         if j.partition not in {p for ps in self.partitions.values() for p in ps}:
@@ -285,7 +285,6 @@ class FakeSlurm(SlurmBackend):
             if k in ("ReqNodeList", "NodeList"):
                 if j.state != "PENDING":
                     raise SlurmError("Job is no longer pending execution")
-                from slurmtopo.inventory.hostlist import expand_hostlist
                 j.req_nodes = expand_hostlist(v) if v else []
             elif k == "Comment":
                 j.comment = v
@@ -294,7 +293,6 @@ class FakeSlurm(SlurmBackend):
                     raise SlurmError("Job is no longer pending execution")
                 attr = self.ADMIN_FIELDS[k]
                 if attr == "exc_nodes":
-                    from slurmtopo.inventory.hostlist import expand_hostlist
                     v = expand_hostlist(v) if v else []
                 setattr(j, attr, v)
             else:

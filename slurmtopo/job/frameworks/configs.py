@@ -99,6 +99,7 @@ def degree(value, what: str, where: str) -> int:
 def toml(text: str, where: str) -> dict:
     """A TOML job file, or LayoutError at ``where`` (bounded: nesting and
     number lengths refused in one line)."""
+    # lazy: off the plan path (plan, sbatch, hooks; start-up time)
     import tomllib
 
     try:

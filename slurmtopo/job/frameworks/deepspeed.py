@@ -185,6 +185,7 @@ def layout(pp: int = 1, tp: int = 1, dp: Optional[int] = None, world: Optional[i
 
 def _json(text: str, where: str):
     """A DeepSpeed JSON config, read within bounds (nesting, numbers)."""
+    # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan`, `--help` (start-up time)
     from slurmtopo.files.boundedjson import JsonRefused, loads
 
     try:
