@@ -80,14 +80,20 @@ def _bucket(x: float) -> int:
     return 0
 
 
-def setup_state_segments(setup) -> Optional[Tuple[Tuple[int, ...], int]]:
-    """(segment sizes counted, racks) when the inventory has multi-node
-    NVLink domains; None otherwise."""
+def _rack_trays(setup) -> Dict[str, int]:
+    """Nodes (trays) per multi-node NVLink domain (rack) of the inventory."""
     sizes: Dict[str, int] = {}
     for node in setup.inv.nodes.values():
         if node.nvlink_domain is not None:
             key = node.nvlink_domain.key
             sizes[key] = sizes.get(key, 0) + 1
+    return sizes
+
+
+def setup_state_segments(setup) -> Optional[Tuple[Tuple[int, ...], int]]:
+    """(segment sizes counted, racks) when the inventory has multi-node
+    NVLink domains; None otherwise."""
+    sizes = _rack_trays(setup)
     if not sizes:
         return None
     biggest = max(sizes.values())
@@ -211,11 +217,7 @@ def document(setup, inventory: str, specs: Sequence[PolicySpec],
 def _racks_doc(setup) -> Dict[str, Any]:
     """With multi-node NVLink domains: the usable share of a rack per
     segment size and tray failure rate (:mod:`slurmtopo.simulate.racks`)."""
-    sizes: Dict[str, int] = {}
-    for node in setup.inv.nodes.values():
-        if node.nvlink_domain is not None:
-            key = node.nvlink_domain.key
-            sizes[key] = sizes.get(key, 0) + 1
+    sizes = _rack_trays(setup)
     if not sizes:
         return {}
     trays = max(sizes.values())
