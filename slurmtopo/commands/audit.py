@@ -17,6 +17,8 @@ import time
 
 import click
 
+# through the package, so that a fake backend patched into slurmtopo.slurm reaches it
+from slurmtopo import slurm as backends
 from slurmtopo.api import load_cluster
 from slurmtopo.audit.contracts import (JobSeen, PROBE_PROCESSES, SlurmView, check_jobs,
                                        metrics_text, parse_task_lines, report_dict)
@@ -37,7 +39,6 @@ from slurmtopo.show.termsafe import printable
 from slurmtopo.simulate.layouts import load_rules
 from slurmtopo.simulate.trace_read import read_trace
 from slurmtopo.simulate.trace_sacct import read_sacct
-from slurmtopo.slurm import get_backend
 from slurmtopo.slurm.parse import parse_job_asks, parse_scontrol_blocks, parse_scontrol_topology
 
 #: the sacct fields the audit asks for (what the sacct trace reader reads)
@@ -96,7 +97,7 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
             raise SlurmtopoError("--contracts reads job details, the topology and the tasks "
                                  "through Slurm's commands (scontrol, srun): use --backend cli")
         inv = load_cluster(inventory_path)
-        _contracts(inv, get_backend("cli"), not no_task_env, metrics_path, as_json,
+        _contracts(inv, backends.get_backend("cli"), not no_task_env, metrics_path, as_json,
                    cycles, interval)
         return
     for name, given in (("--no-task-env", no_task_env), ("--metrics-textfile", metrics_path),
@@ -121,7 +122,7 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
             trace = read_trace(sacct_file, "sacct", keep_running=True, within=within)
             source = sacct_file
         else:
-            text = get_backend(backend_name).accounting(starttime, endtime, SACCT_FIELDS)
+            text = backends.get_backend(backend_name).accounting(starttime, endtime, SACCT_FIELDS)
             source = f"sacct -S {starttime} -E {endtime}"
             trace = read_sacct(text, source, keep_running=True, within=within)
         history = replay(inv, trace, auditor)
@@ -144,7 +145,7 @@ def _now(inv, state_path, backend_name):
         data = load_document(state_path)
         state = parse_state(data, str(state_path), inv)
         return state, parse_jobs(data, str(state_path), inv), str(state_path)
-    backend = get_backend(backend_name)
+    backend = backends.get_backend(backend_name)
     state = backend.cluster_state(inv)
     return state, running_jobs(backend), f"slurm ({backend.name} backend)"
 

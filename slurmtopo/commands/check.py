@@ -17,6 +17,8 @@ import sys
 
 import click
 
+# through the package, so that a fake backend patched into slurmtopo.slurm reaches it
+from slurmtopo import slurm as backends
 from slurmtopo.api import load_cluster
 from slurmtopo.audit.contracts import MAX_TASK_LINES, check_jobs, parse_task_lines
 from slurmtopo.binding.step import read_bound
@@ -25,7 +27,6 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import read_text
 from slurmtopo.inventory.model import Fabric, Inventory
 from slurmtopo.show.termsafe import printable
-from slurmtopo.slurm import get_backend
 
 #: exit code when a contract is broken and --strict was given
 VIOLATED = 3
@@ -67,7 +68,7 @@ def command(run_dir, tasks_path, inventory_path, job_id, backend_name, strict, a
             text = read_text(tasks_path)
         tasks = parse_task_lines(text)
     inv, note = _inventory(inventory_path)
-    backend = get_backend(backend_name)
+    backend = backends.get_backend(backend_name)
     seen = job_seen(backend, int(job_id), nodes, probe=False, tasks=tasks, planned=planned,
                     launch_probe=tasks is not None)
     report = check_jobs(inv, slurm_view(backend), [seen])

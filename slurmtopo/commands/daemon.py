@@ -20,6 +20,8 @@ from typing import Optional
 
 import click
 
+# through the package, so that a fake backend patched into slurmtopo.slurm reaches it
+from slurmtopo import slurm as backends
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.daemon.decisions import Config
@@ -32,7 +34,6 @@ from slurmtopo.daemon.status import liveness, read_status, stale, unseen_jobs
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import read_file
 from slurmtopo.show.termsafe import PrintableFormatter, printable
-from slurmtopo.slurm import get_backend
 
 
 class _DefaultRun(SentenceGroup):
@@ -141,7 +142,7 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
     try:
         if metrics_port is not None:
             metrics.serve(metrics_addr, metrics_port)
-        backend = get_backend(backend_name)
+        backend = backends.get_backend(backend_name)
         cfg = Config(release_grace=release_grace, reservations=reservations,
                      alternatives=alternatives, max_releases=max_releases,
                      best_fit_releases=best_fit_releases, default_wait=default_wait,
@@ -316,7 +317,7 @@ def _unseen(doc, backend_name):
     if backend_name == "none":
         return [], None
     try:
-        return unseen_jobs(doc, get_backend(backend_name).jobs(states=["PENDING"])), None
+        return unseen_jobs(doc, backends.get_backend(backend_name).jobs(states=["PENDING"])), None
     except SlurmtopoError as exc:
         return [], f"Slurm not asked for held jobs: {exc.render()}"
 

@@ -24,6 +24,8 @@ from typing import Any, Dict, List, Optional
 
 import click
 
+# through the package, so that a fake backend patched into slurmtopo.slurm reaches it
+from slurmtopo import slurm as backends
 from slurmtopo.binding.replan import moved_ranks, moved_slots
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.boundedjson import loads
@@ -165,9 +167,7 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     backend = None
     if backend_name != "none":
         try:
-            # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-            from slurmtopo.slurm import get_backend
-            backend = get_backend(backend_name)
+            backend = backends.get_backend(backend_name)
         except SlurmtopoError:
             backend = None
     g = gather(job_id, run_dir, backend, os.getcwd())

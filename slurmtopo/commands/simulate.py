@@ -20,12 +20,12 @@ from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import atomic_write
 from slurmtopo.files.yamlio import dump_json
 from slurmtopo.show.termsafe import printable
+from slurmtopo.simulate import runner
 from slurmtopo.simulate.layouts import load_rules
 from slurmtopo.simulate.policies import DEFAULT_POLICIES, parse_policy
 from slurmtopo.simulate.report import (capacity_table_rich, distribution_table, document, notes,
                                        plot_png, pyplot, racks_table, sweep_document,
                                        sweep_plot_png, sweep_table, table)
-from slurmtopo.simulate.runner import prepare, run_tasks
 from slurmtopo.simulate.sweep import check_size, expand, parse_sweep
 from slurmtopo.simulate.trace_read import read_trace
 
@@ -98,7 +98,7 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     if sweep is not None:
         return _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, seed,
                       specs, sweep, workers, as_json, plot_path)
-    setup = prepare(inv, trace, rules, comm_fraction, seed, contention, load)
+    setup = runner.prepare(inv, trace, rules, comm_fraction, seed, contention, load)
     if not setup.jobs:
         first = setup.never[0]
         raise SlurmtopoError(f"no job of the trace can run on this inventory (first: "
@@ -138,8 +138,8 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
     check_size(sweep, len(per_load))
     setups = []
     for x in sweep.loads:
-        setup = prepare(inv, trace, rules, comm_fraction, seed, contention,
-                        x if x is not None else load)
+        setup = runner.prepare(inv, trace, rules, comm_fraction, seed, contention,
+                               x if x is not None else load)
         if not setup.jobs:
             first = setup.never[0]
             raise SlurmtopoError(f"no job of the trace can run on this inventory (first: "
@@ -202,7 +202,7 @@ def _run(tasks, workers: int):
 
     console = Console(stderr=True)
     if not console.is_terminal:
-        return run_tasks(tasks, workers)
+        return runner.run_tasks(tasks, workers)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True,
                   disable=False) as progress:
@@ -214,4 +214,4 @@ def _run(tasks, workers: int):
         def tick(k: int, done: int) -> None:
             progress.update(bars[k], completed=done)
 
-        return run_tasks(tasks, workers, tick)
+        return runner.run_tasks(tasks, workers, tick)

@@ -18,6 +18,8 @@ import json
 
 import click
 
+# through the package, so that a fake backend patched into slurmtopo.slurm reaches it
+from slurmtopo import slurm as backends
 from slurmtopo.audit.statejobs import jobs_list
 from slurmtopo.commands.audit import running_jobs
 from slurmtopo.files.fileio import atomic_write
@@ -25,7 +27,6 @@ from slurmtopo.files.yamlio import dump_yaml
 from slurmtopo.inventory.model import ClusterState
 from slurmtopo.inventory.schema import load_inventory
 from slurmtopo.inventory.state import state_dict
-from slurmtopo.slurm import get_backend
 
 
 @click.command("state", context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,7 +48,7 @@ def command(inventory_path, backend_name, output, as_json, show_all, with_jobs):
     inv = None
     if inventory_path:
         inv = load_inventory(inventory_path)
-    backend = get_backend(backend_name)
+    backend = backends.get_backend(backend_name)
     state = backend.cluster_state(inv)
     if not show_all:
         state = ClusterState({n: s for n, s in state.nodes.items()
