@@ -46,9 +46,56 @@ COMMANDS = {
 }
 
 
+# sub-command name -> its line in `slurmtopo --help`, so that listing the
+# commands imports none of their modules (importing all of them took --help
+# from ~97 to ~345 ms once their imports moved to module tops). Each must
+# equal what its module declares (helpgroup.summary of its ``command``):
+# tests/test_cli.py checks that they have not drifted.
+SUMMARIES = {
+    "advise": (
+        "Rank the layouts (framework, TP, PP and interleaving, CP, EP, micro-batch, "
+        "recomputation, distributed optimizer, FSDP, HSDP or a ZeRO stage) that fit in memory by "
+        "their modelled step on this cluster, placed by the planner; print the best as ready "
+        "`slurmtopo plan` lines."),
+    "agent": "Discover this GPU node, print its gres.conf, watch its health.",
+    "audit": (
+        "Audit the placements of running (or past) multi-node GPU jobs: leaves, blocks and NVLink"
+        " domains spanned against the fewest possible, modelled cost against slurmtopo's, and "
+        "stranded GPUs. With --contracts: what Slurm gave each running job against what it asked "
+        "and what slurmtopo planned."),
+    "groups": "Show which ranks form each group kind, as the chosen framework builds them.",
+    "collect": "Collect node reports, from a shared directory or over SSH.",
+    "topology": "Generate or check Slurm's network topology file.",
+    "gres": "Generate or check Slurm's gres.conf.",
+    "inventory": (
+        "Compile a directory of node reports into one inventory file, or write a synthetic one."),
+    "plan": "Place a job on the cluster, preview it, write the rank map and script.",
+    "bind": "Bind a planned job to its real allocation (runs inside the batch job).",
+    "check": (
+        "Check this job's contracts from inside it: what Slurm gave and what its tasks really "
+        "got, against what it asked and what slurmtopo bound."),
+    "daemon": "The placement daemon: gang release of held jobs onto topology-good nodes.",
+    "sbatch": "Plan a job on the live cluster and submit it with sbatch.",
+    "state": "Dump the live Slurm cluster state as a state snapshot.",
+    "show": "Show a job's planned and actual rank map.",
+    "nccl-topo": "Write NCCL topology files (NCCL_TOPO_FILE) for the inventory's node types.",
+    "simulate": (
+        "Replay a job trace on the inventory under each placement policy: queue wait, modelled "
+        "slowdown, JCT, GPU utilisation and stranded GPUs, side by side."),
+    "hooks": "Run what Slurm's cli_filter and TaskProlog hooks call.",
+    "admin": "Install slurmtopo into a site's Slurm.",
+}
+
+
 class LazyGroup(SentenceGroup):
     def list_commands(self, ctx):
         return sorted(COMMANDS)
+
+    def command_summary(self, ctx, name):
+        # a registered command without a summary here (a test's) loads
+        if name in COMMANDS and name in SUMMARIES:
+            return SUMMARIES[name]
+        return super().command_summary(ctx, name)
 
     def get_command(self, ctx, name):
         module = COMMANDS.get(name)

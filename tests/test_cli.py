@@ -160,3 +160,31 @@ def test_the_program_ends_without_teardown_but_with_every_output(tmp_path):
                         str(tmp_path / "missing.yaml"), "--tp", "8"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and p.stderr.startswith("slurmtopo: error: ")
+
+
+def test_every_help_summary_in_the_registry_is_what_its_command_declares():
+    """`slurmtopo --help` lists the commands from cli.SUMMARIES without
+    importing them; each line must stay what the command's own module says
+    (its short_help or first help paragraph), or the listing drifts."""
+    import click
+
+    from slurmtopo.cli import SUMMARIES, cli
+    from slurmtopo.commands.helpgroup import summary
+
+    assert set(SUMMARIES) == set(COMMANDS)
+    for name in COMMANDS:
+        cmd = cli.get_command(click.Context(cli), name)
+        assert not cmd.hidden, name
+        assert SUMMARIES[name] == summary(cmd), name
+
+
+def test_top_level_help_imports_no_command_module():
+    """The point of the registry: --help stays fast because it loads none of
+    the command modules (their imports sit at their module tops)."""
+    code = ("import sys\nfrom slurmtopo.cli import COMMANDS, main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in COMMANDS.values() "
+            "if 'slurmtopo.commands.' + m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == "[]"

@@ -21,9 +21,11 @@ import sys
 
 import click
 
+from slurmtopo.commands.directive import option_kinds
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import Output, read_text, write_all
+from slurmtopo.hooks import install
 
 
 @click.group("admin", cls=SentenceGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -85,10 +87,6 @@ def install_hooks(inventory, slurm_dir, slurmtopo_command, task_prolog, state, p
                   task_timeout, on_bad_directive, job_submit, hold_for_daemon, slurm_topology,
                   spool, force, dry_run, as_json):
     """Write the cli_filter, TaskProlog (and job_submit) hooks for #SLURMTOPO directives."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.commands.directive import option_kinds
-    from slurmtopo.hooks import install
-
     if hold_for_daemon and not job_submit:
         raise SlurmtopoError("--hold-for-daemon needs --job-submit (the controller holds the "
                              "jobs)")

@@ -36,7 +36,7 @@ def command(inventory_path, model, gpus, top, frameworks, as_json):
     micro-batch, recomputation, distributed optimizer, FSDP, HSDP or a ZeRO
     stage) that fit in memory by their modelled step on this cluster,
     placed by the planner; print the best as ready `slurmtopo plan` lines."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo advise --help` (start-up time)
     from slurmtopo.advisor import FRAMEWORKS, advice_json, advise
     from slurmtopo.api import load_cluster
 
@@ -46,7 +46,7 @@ def command(inventory_path, model, gpus, top, frameworks, as_json):
     if as_json:
         click.echo(json.dumps(advice_json(a), separators=(",", ":"), sort_keys=True))
         return
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo advise --help` (start-up time)
     from slurmtopo.commands.preview_print import print_parts
     from slurmtopo.show.preview import advice_parts
 

@@ -85,7 +85,7 @@ def discover_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_roo
     if len(found) > 1 and not output_dir:
         raise SlurmtopoError(f"{len(found)} hosts in this file: give --output-dir", from_smi)
     if output_dir:  # one report per host of the file: all of them or none
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+        # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
         from slurmtopo.files.rundirs import write_output_files
 
         f = fmt or "yaml"
@@ -109,7 +109,7 @@ def _file_name(node: str, where=None) -> str:
     """``node`` as the stem of the report file named after it: a plain
     Slurm node name, so that a --node-name (or a host named in a file)
     such as '../x' cannot write outside the report directory."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
     from slurmtopo.slurmfmt.checks import NAME_RE
 
     if not NAME_RE.match(node) or len(node) > 255:
@@ -140,11 +140,11 @@ def _check_usable(found) -> None:
 def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, model,
              threads_per_core, report_path, type_name, output, slurm_version, as_json):
     """Print this node's gres.conf lines, as slurmd -G (AutoDetect=nvml) would."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
     from slurmtopo.slurmfmt.gres_lines import gres_text
 
     if report_path:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+        # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
         from slurmtopo.inventory.schema import load_inventory
 
         inv = load_inventory(report_path)
@@ -161,7 +161,7 @@ def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, m
         _warn(found)
     text = "".join(t for _, t in per_node)
     if as_json:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+        # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
         import json
 
         click.echo(json.dumps({"output": output, "nodes": [
@@ -201,7 +201,7 @@ def run_cmd(interval, report_dir, state_dir, drain, gres_conf, node_name, sysfs_
             new_baseline, log_level, slurm_version):
     """Rediscover every --interval seconds; rewrite the report on change; drain on
     a missing GPU, a down NVLink or a down NIC."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
     from slurmtopo.agent.watch import Agent
     from slurmtopo.agent.nvml_discovery import discover
     from slurmtopo.agent.report import short_hostname

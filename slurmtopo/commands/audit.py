@@ -17,10 +17,29 @@ import time
 
 import click
 
+# through the package, so that a fake backend patched into slurmtopo.slurm reaches it
+from slurmtopo import slurm as backends
+from slurmtopo.api import load_cluster
+from slurmtopo.audit.contracts import (JobSeen, PROBE_PROCESSES, SlurmView, check_jobs,
+                                       metrics_text, parse_task_lines, report_dict)
+from slurmtopo.audit.history import replay
+from slurmtopo.audit.placements import Auditor, RunningJob
+from slurmtopo.audit.report import contracts_table, document, job_table, notes, stranded_table
+from slurmtopo.audit.run import audit_now
+from slurmtopo.audit.statejobs import parse_jobs
 from slurmtopo.commands.numbers import FiniteFloat
+from slurmtopo.commands.report_console import report_console
+from slurmtopo.daemon.metrics import TEXTFILE_MODE, check_textfile
 from slurmtopo.errors import SlurmError, SlurmtopoError
 from slurmtopo.files.fileio import Output, write_all
+from slurmtopo.files.yamlio import dump_json, load_document
+from slurmtopo.inventory.hostlist import HostIndex, fold_hostlist
+from slurmtopo.inventory.state import parse_state
 from slurmtopo.show.termsafe import printable
+from slurmtopo.simulate.layouts import load_rules
+from slurmtopo.simulate.trace_read import read_trace
+from slurmtopo.simulate.trace_sacct import read_sacct
+from slurmtopo.slurm.parse import parse_job_asks, parse_scontrol_blocks, parse_scontrol_topology
 
 #: the sacct fields the audit asks for (what the sacct trace reader reads)
 SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "NodeList",
@@ -70,32 +89,21 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
     NVLink domains spanned against the fewest possible, modelled cost against slurmtopo's,
     and stranded GPUs. With --contracts: what Slurm gave each running job against what it
     asked and what slurmtopo planned."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.api import load_cluster
-
     if contracts:
         if state_path or use_sacct or sacct_file:
             raise SlurmtopoError("--contracts checks the running jobs of the live cluster: "
                                  "drop --state, --sacct and --sacct-file")
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.slurm import get_backend
-
         if backend_name == "pyslurm":
             raise SlurmtopoError("--contracts reads job details, the topology and the tasks "
                                  "through Slurm's commands (scontrol, srun): use --backend cli")
         inv = load_cluster(inventory_path)
-        _contracts(inv, get_backend("cli"), not no_task_env, metrics_path, as_json,
+        _contracts(inv, backends.get_backend("cli"), not no_task_env, metrics_path, as_json,
                    cycles, interval)
         return
     for name, given in (("--no-task-env", no_task_env), ("--metrics-textfile", metrics_path),
                         ("--cycles", cycles != 1)):
         if given:
             raise SlurmtopoError(f"{name} goes with --contracts")
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.audit.placements import Auditor
-    from slurmtopo.audit.report import document
-    from slurmtopo.simulate.layouts import load_rules
-
     sources = [x for x in (state_path and "--state", use_sacct and "--sacct",
                            sacct_file and "--sacct-file") if x]
     if len(sources) > 1:
@@ -109,23 +117,12 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
     inv = load_cluster(inventory_path)
     auditor = Auditor(inv, rules)
     if use_sacct or sacct_file:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.audit.history import replay
-        from slurmtopo.simulate.trace_read import read_trace
-        from slurmtopo.simulate.trace_sacct import read_sacct
-
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.inventory.hostlist import HostIndex
-
         within = HostIndex(inv.nodes)  # NodeLists compared with it, never expanded
         if sacct_file:
             trace = read_trace(sacct_file, "sacct", keep_running=True, within=within)
             source = sacct_file
         else:
-            # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-            from slurmtopo.slurm import get_backend
-
-            text = get_backend(backend_name).accounting(starttime, endtime, SACCT_FIELDS)
+            text = backends.get_backend(backend_name).accounting(starttime, endtime, SACCT_FIELDS)
             source = f"sacct -S {starttime} -E {endtime}"
             trace = read_sacct(text, source, keep_running=True, within=within)
         history = replay(inv, trace, auditor)
@@ -134,9 +131,6 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
                        not_audited={"on one node": history.single_node}
                        if history.single_node else {})
     else:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.audit.run import audit_now
-
         state, jobs, source = _now(inv, state_path, backend_name)
         now = audit_now(inv, state, jobs, auditor)
         doc = document(inventory=inventory_path, inv=inv, source=source, rules=rules,
@@ -148,18 +142,10 @@ def command(inventory_path, state_path, use_sacct, starttime, endtime, sacct_fil
 def _now(inv, state_path, backend_name):
     """The state and its running jobs: from a snapshot, or from Slurm."""
     if state_path:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.audit.statejobs import parse_jobs
-        from slurmtopo.files.yamlio import load_document
-        from slurmtopo.inventory.state import parse_state
-
         data = load_document(state_path)
         state = parse_state(data, str(state_path), inv)
         return state, parse_jobs(data, str(state_path), inv), str(state_path)
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.slurm import get_backend
-
-    backend = get_backend(backend_name)
+    backend = backends.get_backend(backend_name)
     state = backend.cluster_state(inv)
     return state, running_jobs(backend), f"slurm ({backend.name} backend)"
 
@@ -167,27 +153,15 @@ def _now(inv, state_path, backend_name):
 def running_jobs(backend):
     """Slurm's running jobs with the GPUs they hold on each node (in
     Slurm's node order; a node where it holds none left out)."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.audit.placements import RunningJob
-
     return [RunningJob(job_id=str(j.job_id), name=j.name,
                        alloc={h: tuple(j.gpus[h]) for h in j.nodes if j.gpus.get(h)})
             for j in backend.jobs({"RUNNING"})]
 
 
 def _show(doc, as_json: bool) -> None:
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.audit.report import job_table, notes, stranded_table
-
     if as_json:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.files.yamlio import dump_json
-
         click.echo(dump_json(doc), nl=False)
         return
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.commands.report_console import report_console
-
     console = report_console()
     if doc["jobs"]:
         console.print(job_table(doc))
@@ -207,10 +181,6 @@ def _show(doc, as_json: bool) -> None:
 def slurm_view(backend):
     """Slurm's topology now (blocks, leaf switches) as the contracts read it;
     empty where Slurm shows none or cannot say."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.audit.contracts import SlurmView
-    from slurmtopo.slurm.parse import parse_scontrol_blocks, parse_scontrol_topology
-
     try:
         text = backend.topology_text()
     except SlurmError:
@@ -227,10 +197,6 @@ def job_seen(backend, job_id: int, nodes, name: str = "", probe: bool = True,
     """One running job as the contracts read it: what it asked
     (``scontrol -d show job``), and its tasks' environment (``tasks``
     given, or a probe step inside the job reading its processes)."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.audit.contracts import JobSeen
-    from slurmtopo.slurm.parse import parse_job_asks
-
     asks = None
     try:
         asks = parse_job_asks(backend.job_detail(int(job_id)))
@@ -255,10 +221,6 @@ PROBE_TIMEOUT = 30
 def probe_tasks(backend, job_id: int, nodes):
     """(tasks, None) as one probe task per node of the running job sees
     them (``srun --overlap --jobid``), or (None, why not)."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.audit.contracts import PROBE_PROCESSES, parse_task_lines
-    from slurmtopo.inventory.hostlist import fold_hostlist
-
     n = str(len(nodes))
     try:
         text = backend.step_output(
@@ -273,9 +235,6 @@ def probe_tasks(backend, job_id: int, nodes):
 
 def _contracts(inv, backend, probe: bool, metrics_path, as_json: bool, cycles: int,
                interval: float) -> None:
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.audit.contracts import check_jobs
-
     for cycle in range(cycles):
         if cycle:
             time.sleep(interval)
@@ -290,9 +249,6 @@ def _contracts(inv, backend, probe: bool, metrics_path, as_json: bool, cycles: i
 
 def show_contracts(report, source: str, as_json: bool, metrics_path=None) -> None:
     """The report as a table (or JSON), and the metrics where asked."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.audit.contracts import metrics_text, report_dict
-
     if metrics_path:
         try:
             text = metrics_text(report, time.time())
@@ -302,18 +258,11 @@ def show_contracts(report, source: str, as_json: bool, metrics_path=None) -> Non
                                  ) from None
         # the daemon's textfile rules: a *.prom file in a directory only root
         # or this user may write, replaced by a rename (never half read)
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.daemon.metrics import TEXTFILE_MODE, check_textfile
-
         write_all([Output(check_textfile(metrics_path), text, TEXTFILE_MODE)], sync=False)
     if as_json:
         click.echo(json.dumps(report_dict(report, source), sort_keys=True,
                               separators=(",", ":")))
         return
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.audit.report import contracts_table
-    from slurmtopo.commands.report_console import report_console
-
     console = report_console()
     counts = report.by_kind()
     if report.violations:

@@ -12,9 +12,11 @@ import sys
 
 import click
 
+from slurmtopo.binding.step import bind, read_bound, rebind, write_run_dir
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import MAX_TEXT_BYTES, read_text
 from slurmtopo.plan.plandoc import read_plan
+from slurmtopo.plan.rankmap import rankmap_dict
 
 
 @click.command("bind")
@@ -44,9 +46,6 @@ from slurmtopo.plan.plandoc import read_plan
 def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet, as_json,
             print_env, restart, step_exit):
     """Bind a planned job to its real allocation (runs inside the batch job)."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.binding.step import bind, write_run_dir
-
     if print_env and as_json:
         raise SlurmtopoError("give --print-env or --json, not both (both use stdout)")
 
@@ -81,9 +80,6 @@ def command(plan_path, run_dir, cgroup_devices, inventory_path, no_probe, quiet,
         sys.stdout.write(written.env)
         sys.stdout.flush()
     if as_json:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.plan.rankmap import rankmap_dict
-
         click.echo(json.dumps({
             "job_id": result.allocation.job_id or None, "run_dir": run_dir, "files": paths,
             "replanned": result.replanned, "cgroup_devices": result.constrained,
@@ -95,9 +91,6 @@ def _rebind(doc, run_dir, restart, step_exit, cgroup_devices, inventory_path):
     """The binding of a restart on spares: the placement that ran is the
     run directory's rankmap.json (read back as written: the user's own
     file in the user's own directory)."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.binding.step import read_bound, rebind
-
     bound = read_bound(run_dir)
     if bound is None:
         raise SlurmtopoError(f"--restart: {run_dir}/rankmap.json is not there: the step that "

@@ -17,6 +17,11 @@ import sys
 
 import click
 
+# through the package, so that a fake backend patched into slurmtopo.slurm reaches it
+from slurmtopo import slurm as backends
+from slurmtopo.api import load_cluster
+from slurmtopo.audit.contracts import MAX_TASK_LINES, check_jobs, parse_task_lines
+from slurmtopo.binding.step import read_bound
 from slurmtopo.commands.audit import job_seen, show_contracts, slurm_view
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import read_text
@@ -50,10 +55,6 @@ VIOLATED = 3
 def command(run_dir, tasks_path, inventory_path, job_id, backend_name, strict, as_json):
     """Check this job's contracts from inside it: what Slurm gave and what its tasks
     really got, against what it asked and what slurmtopo bound."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.audit.contracts import check_jobs, parse_task_lines
-    from slurmtopo.slurm import get_backend
-
     job_id = job_id or os.environ.get("SLURM_JOB_ID")
     if not job_id or not str(job_id).isdigit():
         raise SlurmtopoError("no job: run inside a job (SLURM_JOB_ID) or give --job ID")
@@ -61,16 +62,13 @@ def command(run_dir, tasks_path, inventory_path, job_id, backend_name, strict, a
     planned, nodes = _planned(run_dir)
     tasks = None
     if tasks_path is not None:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.audit.contracts import MAX_TASK_LINES
-
         if tasks_path == "-":
             text = "".join(line for _, line in zip(range(MAX_TASK_LINES), sys.stdin))
         else:
             text = read_text(tasks_path)
         tasks = parse_task_lines(text)
     inv, note = _inventory(inventory_path)
-    backend = get_backend(backend_name)
+    backend = backends.get_backend(backend_name)
     seen = job_seen(backend, int(job_id), nodes, probe=False, tasks=tasks, planned=planned,
                     launch_probe=tasks is not None)
     report = check_jobs(inv, slurm_view(backend), [seen])
@@ -89,9 +87,6 @@ def _planned(run_dir):
     directory's rankmap.json, or (None, ()) without one."""
     if not run_dir:
         return None, ()
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.binding.step import read_bound
-
     bound = read_bound(os.path.abspath(run_dir))
     if bound is None:
         return None, ()
@@ -105,9 +100,6 @@ def _inventory(path):
     """The inventory, else an empty one (then only Slurm's view of blocks
     and switches is used) and a note saying why."""
     if path:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.api import load_cluster
-
         try:
             return load_cluster(path), None
         except (OSError, SlurmtopoError) as exc:

@@ -34,7 +34,7 @@ def echo_out(text: str) -> None:
 
 
 def _slurm_version(_ctx, _param, value):
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
     from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
     try:
         return parse_slurm_version(value)
@@ -105,7 +105,7 @@ def json_option(func):
 
 
 def emit_json(doc) -> None:
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
     import json
 
     click.echo(json.dumps(doc, separators=(",", ":"), default=str))
@@ -161,7 +161,7 @@ def checked(check, path: str, slurm_conf, as_json: bool = False):
     ``as_json`` the verdict object on stdout as well (``ok`` false, the
     error as its one problem), so a monitoring script reads every outcome
     the same way."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
     from slurmtopo.api import UnreadableFile
 
     try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from slurmtopo import api
 from slurmtopo.admin import COLLECT_COMMAND
 from slurmtopo.commands.cliutil import Failed, echo_err, emit_json, guard, json_option
 from slurmtopo.commands.numbers import FiniteFloat
@@ -47,9 +48,6 @@ def command(output, nodes, from_dir, max_age, remote_command, read_path, workers
     Host keys must be in known_hosts: an unknown key is a failure, never
     added. Exits 1 when any node failed.
     """
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo import api
-
     bar = _Progress(quiet or as_json)
     try:
         done = api.collect_reports(

@@ -20,12 +20,17 @@ from typing import Optional
 
 import click
 
+# through the package, so that a fake backend patched into slurmtopo.slurm reaches it
+from slurmtopo import slurm as backends
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.daemon.decisions import Config
+from slurmtopo.daemon.loop import Daemon, inventory_loader
+from slurmtopo.daemon.metrics import recorder
 from slurmtopo.daemon.protocol import DEFAULT_SPOOL
 from slurmtopo.daemon.spool import (EventLogLimits, STATUS_FILE, SpoolLock, prepare_spool,
                                     read_events, spool_path)
+from slurmtopo.daemon.status import liveness, read_status, stale, unseen_jobs
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import read_file
 from slurmtopo.show.termsafe import PrintableFormatter, printable
@@ -112,19 +117,12 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
             log_level, metrics_port, metrics_addr, metrics_textfile, events_max_mib,
             events_keep):
     """Watch held slurmtopo jobs and release each onto a good placement."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.daemon.loop import Daemon, inventory_loader
-    from slurmtopo.slurm import get_backend
-
     if interval <= 0:
         raise SlurmtopoError("--interval must be > 0")
     if reservations < 0 or alternatives < 1:
         raise SlurmtopoError("--reservations must be >= 0 and --alternatives >= 1")
     if max_releases < 0 or best_fit_releases < 0:
         raise SlurmtopoError("--max-releases and --best-fit-releases must be >= 0")
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.daemon.metrics import recorder
-
     if metrics_port is None and metrics_addr != "127.0.0.1":
         raise SlurmtopoError("--metrics-addr needs --metrics-port")
     # prometheus-client and the textfile's directory are checked now, before anything
@@ -144,7 +142,7 @@ def run_cmd(inventory_path, spool, interval, once, backend_name, release_grace, 
     try:
         if metrics_port is not None:
             metrics.serve(metrics_addr, metrics_port)
-        backend = get_backend(backend_name)
+        backend = backends.get_backend(backend_name)
         cfg = Config(release_grace=release_grace, reservations=reservations,
                      alternatives=alternatives, max_releases=max_releases,
                      best_fit_releases=best_fit_releases, default_wait=default_wait,
@@ -211,9 +209,6 @@ def status_cmd(spool, as_json, events, backend_name):
     Exit code 0 when the spool's daemon runs (told from its process, on
     its host; from its last cycle's time elsewhere), 3 when it does not
     (the last status is shown all the same), 2 on an error."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.daemon.status import liveness, read_status, stale
-
     spool = spool_path(spool)
     path = os.path.join(spool, STATUS_FILE)
     try:
@@ -321,12 +316,8 @@ def _unseen(doc, backend_name):
     when Slurm could not be asked)."""
     if backend_name == "none":
         return [], None
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.daemon.status import unseen_jobs
-    from slurmtopo.slurm import get_backend
-
     try:
-        return unseen_jobs(doc, get_backend(backend_name).jobs(states=["PENDING"])), None
+        return unseen_jobs(doc, backends.get_backend(backend_name).jobs(states=["PENDING"])), None
     except SlurmtopoError as exc:
         return [], f"Slurm not asked for held jobs: {exc.render()}"
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from slurmtopo import api
 from slurmtopo.commands.cliutil import (Messages, checked, guard, json_option, publish_report,
                                         report_check, slurm_version_option, write_options)
 from slurmtopo.commands.helpgroup import SentenceGroup
@@ -28,9 +29,6 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_
     with Links= keep one device each (gres.conf(5)). Checked against
     --slurm-conf: a node with Gres=gpu there must get the same GPUs here.
     """
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo import api
-
     msgs = Messages(as_json)
     made = api.generate_gres(reports, slurm_conf=slurm_conf, nodes=nodes,
                              slurm_version=slurm_version, echo=msgs.echo)
@@ -47,7 +45,4 @@ def generate(reports, output, diff, slurm_conf, nodes, force, reconfigure, keep_
 @guard
 def check_cmd(path, slurm_conf, as_json):
     """Read an existing gres.conf and check it."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo import api
-
     report_check(checked(api.check_gres, path, slurm_conf, as_json), as_json)

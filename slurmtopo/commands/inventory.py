@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import click
 
+from slurmtopo import api
 from slurmtopo.commands.cliutil import Messages, emit_json, guard, json_option
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.files.fileio import atomic_write
+from slurmtopo.inventory.schema import dump_inventory, inventory_dict
+from slurmtopo.simulate.clusters import build
 
 
 @click.group("inventory", cls=SentenceGroup,
@@ -35,9 +38,6 @@ def command():
 @guard
 def compile_command(directory, output, as_json):
     """Fold a directory of node reports into one compact inventory."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo import api
-
     msgs = Messages(as_json)
     done = api.compile_inventory(directory, output, echo=msgs.echo)
     if as_json:
@@ -74,10 +74,6 @@ def synthetic_command(name, machines, nodes, racks, leaf_size, spines, oversubsc
                       output, as_json):
     """An inventory of a public trace's cluster at its published size, or of GB200 NVL72
     racks, to replay traces on (docs/simulate.md)."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.inventory.schema import dump_inventory, inventory_dict
-    from slurmtopo.simulate.clusters import build
-
     inv = build(name, machines, nodes, racks, leaf_size, spines, oversubscription)
     if output:
         atomic_write(output, dump_inventory(inv), backup=True)

@@ -79,7 +79,7 @@ def load_job_cluster(o, write_cache: bool = True):
     # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
     import gc
 
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo import api
 
     ctx = click.get_current_context(silent=True)
@@ -134,7 +134,7 @@ def state_for(inv, state_path, backend: LazyBackend, partition=None):
     Slurm says now; ``none`` (or nothing): every node idle; else a snapshot
     file. ``plan`` and ``sbatch`` read it alike, so what a user previews is
     what is submitted."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo import api
 
     if state_path in LIVE_STATES:
@@ -151,7 +151,7 @@ def with_live_topology(inv, notes, state_path, backend: LazyBackend, o):
     a plan against a snapshot or ``none`` never asks Slurm."""
     if state_path not in LIVE_STATES or o.get("slurm_topology"):
         return inv, notes
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo import api
 
     inv, more = api.live_topology(inv, backend.get())
@@ -161,7 +161,7 @@ def with_live_topology(inv, notes, state_path, backend: LazyBackend, o):
 def partition_view(inv, o):
     """The inventory as the job's partition sees it (``--slurm-topology``),
     and the notes saying so; see :func:`slurmtopo.api.cluster_for_partition`."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo import api
 
     conf = o.get("slurm_conf")
@@ -342,7 +342,7 @@ def spec_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()
     file (read once) and the options given over them, the world size of a
     ``torchrun --nnodes --nproc-per-node`` ``command`` when nothing else
     gives it, ``--require``/``--prefer`` in the framework's kind names."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo import api
 
     fw = registry.get(o.get("framework") or registry.DEFAULT_FRAMEWORK)
@@ -366,7 +366,7 @@ def spec_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
                         run_dir: Optional[str] = None):
     """The api.ScriptOptions for the script options in ``o``."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo.api import DEFAULT_SWITCH_WAIT, ScriptOptions
 
     sw = o["switch_wait"]

@@ -128,7 +128,7 @@ def world_from_command(command):
 def framework_layout_from(framework=None, config=None, **values):
     """The FrameworkLayout for these option values and ``--config`` file
     (a path; raises LayoutError)."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo.api import framework_config
 
     fw = registry.get(framework or registry.DEFAULT_FRAMEWORK)

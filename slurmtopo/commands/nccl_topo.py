@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import click
 
+from slurmtopo import api
 from slurmtopo.commands.cliutil import emit_json
+from slurmtopo.inventory.hostlist import fold_hostlist
 
 
 @click.command("nccl-topo")
@@ -36,10 +38,6 @@ from slurmtopo.commands.cliutil import emit_json
                    "changed, backup, notes, warnings) instead of the lines.")
 def command(inventory_path, output_dir, types, virtualised_only, nvlink, as_json):
     """Write NCCL topology files (NCCL_TOPO_FILE) for the inventory's node types."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo import api
-    from slurmtopo.inventory.hostlist import fold_hostlist
-
     files = api.nccl_topology_files(inventory_path, output_dir, types=types,
                                     virtualised_only=virtualised_only, nvlink=nvlink)
     if as_json:

@@ -40,7 +40,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     Give the training command after `--`; without one, everything but the
     batch script is written.
     """
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo import api
 
     cmd = command_from(o, cmd)
@@ -67,7 +67,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
         notes.append("no command after --: job.sbatch not written "
                      "(e.g. `slurmtopo plan ... -- python train.py`)")
 
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo.files.rundirs import write_output_files
 
     docs = job.documents
@@ -80,7 +80,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     paths = write_output_files(output_dir, list(outputs.values()))
     files = dict(zip(outputs, paths))
 
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo.show.preview import bound_warning, plan_parts, report_dict, splits
 
     plan_cost, naive_cost = job.costs.plan, job.costs.naive
@@ -98,7 +98,7 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
                # the pre-launch hazards found (warnings: an error refused the plan)
                "hazards": [h.as_dict() for h in job.hazards.hazards] if job.hazards else []}
         if plan_cost.step is not None:  # the step every decision priced
-            # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+            # lazy: off the path of `slurmtopo plan --help` (start-up time)
             from slurmtopo.cost.step import step_dict
             out["step"] = step_dict(plan_cost.step)
         click.echo(json.dumps(out, separators=(",", ":")))

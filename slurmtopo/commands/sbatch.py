@@ -32,12 +32,14 @@ from typing import List
 
 import click
 
+from slurmtopo import api
 from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_color_by,
                                             command_from, job_options, load_job_cluster,
                                             script_options_from, spec_from, state_for,
                                             state_options, with_live_topology)
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.rundirs import write_output_files
 from slurmtopo.sbatch import sanitize_job_name
 
 
@@ -61,9 +63,6 @@ def parse_wait(items) -> dict:
 
 def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output_dir, parsable,
          as_json, keep_runs, color_by, cmd, **o):
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo import api
-
     cmd = command_from(o, cmd)
     if not cmd:
         raise SlurmtopoError("no command to run: give it after --, e.g. "
@@ -103,9 +102,6 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
         _print_dry_run(job, inv, color_by, as_json, notes + [summary])
         return
     if output_dir:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.files.rundirs import write_output_files
-
         write_output_files(output_dir, [("job.sbatch", job.script_text),
                                         ("rankmap.json", job.documents.rankmap_json)])
     done = api.submit(job, backend.get(), held=daemon, spool=spool, submit_dir=os.getcwd(),

@@ -24,10 +24,18 @@ from typing import Any, Dict, List, Optional
 
 import click
 
+# through the package, so that a fake backend patched into slurmtopo.slurm reaches it
+from slurmtopo import slurm as backends
+from slurmtopo.binding.replan import moved_ranks, moved_slots
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.boundedjson import loads
+from slurmtopo.files.rundirs import SCRIPT_NAME, read_run_file, run_dir_for
+from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.plan.plandoc import (check_against_inventory, embedded_inventory_of,
                                     layout_from_doc, planned_placement, read_plan)
+from slurmtopo.plan.rankmap import placement_from_dict, rankmap_dict
 from slurmtopo.sbatch.script import extract_plan
+from slurmtopo.show.preview import grid
 from slurmtopo.show.termsafe import printable
 
 
@@ -38,9 +46,6 @@ RANKMAP_DEPTH = 8
 def _read(run_dir: str, name: str, notes: List[str]) -> Optional[str]:
     """``name`` in the run directory, read safely (:func:`slurmtopo.files.rundirs.
     read_run_file`); a refusal is a note."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.files.rundirs import read_run_file
-
     try:
         return read_run_file(run_dir, name)
     except SlurmtopoError as exc:
@@ -64,9 +69,6 @@ def script_run_dir(script: str) -> Optional[str]:
 
 def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dict[str, Any]:
     """Everything known about the job's rank maps (see module doc)."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.files.rundirs import SCRIPT_NAME, run_dir_for
-
     notes: List[str] = []
     job = None
     if backend is not None:
@@ -110,10 +112,6 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
         planned = (placement, doc)
     actual_text = _read(where, "rankmap.json", notes)
     if actual_text is not None:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.files.boundedjson import loads
-        from slurmtopo.plan.rankmap import placement_from_dict
-
         try:
             adoc = loads(actual_text, RANKMAP_DEPTH)
             actual = (placement_from_dict(adoc, os.path.join(where, "rankmap.json")), adoc)
@@ -129,10 +127,6 @@ def gather(job_id: int, run_dir: Optional[str], backend, submit_dir: str) -> Dic
 
 
 def _to_json(job_id: int, g: Dict[str, Any]) -> Dict[str, Any]:
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.binding.replan import moved_slots
-    from slurmtopo.plan.rankmap import rankmap_dict
-
     job = g["job"]
     out: Dict[str, Any] = {
         "job_id": job_id, "state": job.state if job is not None else None,
@@ -173,9 +167,7 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     backend = None
     if backend_name != "none":
         try:
-            # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-            from slurmtopo.slurm import get_backend
-            backend = get_backend(backend_name)
+            backend = backends.get_backend(backend_name)
         except SlurmtopoError:
             backend = None
     g = gather(job_id, run_dir, backend, os.getcwd())
@@ -185,11 +177,6 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     # lazy: rich only when this runs (start-up time of every command)
     from rich.console import Console
     from rich.text import Text
-
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.binding.replan import moved_ranks
-    from slurmtopo.inventory.hostlist import fold_hostlist
-    from slurmtopo.show.preview import grid
 
     con = Console(soft_wrap=False)
     job = g["job"]

@@ -13,10 +13,21 @@ import os
 
 import click
 
+from slurmtopo.api import load_cluster
 from slurmtopo.commands.numbers import FiniteFloat
+from slurmtopo.commands.report_console import report_console
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import atomic_write
+from slurmtopo.files.yamlio import dump_json
 from slurmtopo.show.termsafe import printable
+from slurmtopo.simulate import runner
+from slurmtopo.simulate.layouts import load_rules
+from slurmtopo.simulate.policies import DEFAULT_POLICIES, parse_policy
+from slurmtopo.simulate.report import (capacity_table_rich, distribution_table, document, notes,
+                                       plot_png, pyplot, racks_table, sweep_document,
+                                       sweep_plot_png, sweep_table, table)
+from slurmtopo.simulate.sweep import check_size, expand, parse_sweep
+from slurmtopo.simulate.trace_read import read_trace
 
 
 @click.command("simulate")
@@ -67,15 +78,6 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
             layout_rule, limit, sweeps, as_json, plot_path, seed, workers):
     """Replay a job trace on the inventory under each placement policy: queue wait,
     modelled slowdown, JCT, GPU utilisation and stranded GPUs, side by side."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.api import load_cluster
-    from slurmtopo.simulate.layouts import load_rules
-    from slurmtopo.simulate.policies import DEFAULT_POLICIES, parse_policy
-    from slurmtopo.simulate.report import (capacity_table_rich, distribution_table, document,
-                                           notes, plot_png, racks_table, table)
-    from slurmtopo.simulate.runner import prepare
-    from slurmtopo.simulate.trace_read import read_trace
-
     specs = [parse_policy(p) for p in (policies or DEFAULT_POLICIES)]
     seen = set()
     for s in specs:
@@ -86,8 +88,6 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
         _check_plot(plot_path)
     sweep = None
     if sweeps:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.simulate.sweep import parse_sweep
         sweep = parse_sweep(sweeps)
         if load is not None and sweep.loads != (None,):
             raise SlurmtopoError("--load and --sweep load=... exclude each other")
@@ -98,7 +98,7 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     if sweep is not None:
         return _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, seed,
                       specs, sweep, workers, as_json, plot_path)
-    setup = prepare(inv, trace, rules, comm_fraction, seed, contention, load)
+    setup = runner.prepare(inv, trace, rules, comm_fraction, seed, contention, load)
     if not setup.jobs:
         first = setup.never[0]
         raise SlurmtopoError(f"no job of the trace can run on this inventory (first: "
@@ -111,16 +111,10 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     if image is not None:
         atomic_write(plot_path, image)
     if as_json:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.files.yamlio import dump_json
-
         click.echo(dump_json(doc), nl=False)
         return
     # lazy: rich only when this runs (start-up time of every command)
     from rich.text import Text
-
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.commands.report_console import report_console
 
     console = report_console()
     console.print(table(doc))
@@ -140,18 +134,12 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
            sweep, workers, as_json, plot_path):
     """``--sweep``: every load's replays in one pool of workers, then the
     sweep's table (or document) and plot."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.simulate.report import (document, notes, sweep_document, sweep_plot_png,
-                                           sweep_table)
-    from slurmtopo.simulate.runner import prepare
-    from slurmtopo.simulate.sweep import check_size, expand
-
     per_load = expand(specs, sweep)
     check_size(sweep, len(per_load))
     setups = []
     for x in sweep.loads:
-        setup = prepare(inv, trace, rules, comm_fraction, seed, contention,
-                        x if x is not None else load)
+        setup = runner.prepare(inv, trace, rules, comm_fraction, seed, contention,
+                               x if x is not None else load)
         if not setup.jobs:
             first = setup.never[0]
             raise SlurmtopoError(f"no job of the trace can run on this inventory (first: "
@@ -169,16 +157,10 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
     if plot_path is not None:
         atomic_write(plot_path, sweep_plot_png(sdoc))
     if as_json:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.files.yamlio import dump_json
-
         click.echo(dump_json(sdoc), nl=False)
         return
     # lazy: rich only when this runs (start-up time of every command)
     from rich.text import Text
-
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.commands.report_console import report_console
 
     console = report_console()
     console.print(sweep_table(sdoc))
@@ -198,9 +180,6 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
 def _check_plot(path: str) -> None:
     """``--plot`` is refused before any replay: a name that is no PNG, a
     directory, a directory that is missing or not writable, no matplotlib."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.simulate.report import pyplot
-
     if not path.lower().endswith(".png"):
         raise SlurmtopoError(f"--plot {path}: the plot is a PNG file (name it .png)")
     if os.path.isdir(path):
@@ -221,12 +200,9 @@ def _run(tasks, workers: int):
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.simulate.runner import run_tasks
-
     console = Console(stderr=True)
     if not console.is_terminal:
-        return run_tasks(tasks, workers)
+        return runner.run_tasks(tasks, workers)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True,
                   disable=False) as progress:
@@ -238,4 +214,4 @@ def _run(tasks, workers: int):
         def tick(k: int, done: int) -> None:
             progress.update(bars[k], completed=done)
 
-        return run_tasks(tasks, workers, tick)
+        return runner.run_tasks(tasks, workers, tick)

@@ -18,9 +18,15 @@ import json
 
 import click
 
+# through the package, so that a fake backend patched into slurmtopo.slurm reaches it
+from slurmtopo import slurm as backends
+from slurmtopo.audit.statejobs import jobs_list
 from slurmtopo.commands.audit import running_jobs
 from slurmtopo.files.fileio import atomic_write
+from slurmtopo.files.yamlio import dump_yaml
 from slurmtopo.inventory.model import ClusterState
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.inventory.state import state_dict
 
 
 @click.command("state", context_settings={"help_option_names": ["-h", "--help"]})
@@ -39,17 +45,10 @@ from slurmtopo.inventory.model import ClusterState
                    "audit --state` reads).")
 def command(inventory_path, backend_name, output, as_json, show_all, with_jobs):
     """Dump the live Slurm cluster state as a state snapshot."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo.files.yamlio import dump_yaml
-    from slurmtopo.inventory.state import state_dict
-    from slurmtopo.slurm import get_backend
-
     inv = None
     if inventory_path:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.inventory.schema import load_inventory
         inv = load_inventory(inventory_path)
-    backend = get_backend(backend_name)
+    backend = backends.get_backend(backend_name)
     state = backend.cluster_state(inv)
     if not show_all:
         state = ClusterState({n: s for n, s in state.nodes.items()
@@ -57,9 +56,6 @@ def command(inventory_path, backend_name, output, as_json, show_all, with_jobs):
                              source=state.source)
     doc = state_dict(state)
     if with_jobs:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.audit.statejobs import jobs_list
-
         doc["jobs"] = jobs_list(running_jobs(backend))
     doc["taken_at"] = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     doc["source"] = f"slurm ({backend.name} backend)"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from slurmtopo import api
 from slurmtopo.commands.cliutil import (Messages, checked, guard, json_option, publish_report,
                                         report_check, topology_version_option, write_options)
 from slurmtopo.commands.helpgroup import SentenceGroup
@@ -58,9 +59,6 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
     format --slurm-conf's TopologyPlugin cannot read included), no node of
     --slurm-conf left off every switch (--force overrides that).
     """
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo import api
-
     msgs = Messages(as_json)
     made = api.generate_topology(
         reports=reports, ibnetdiscover=ibnet, fabric=fabric_path, fmt=fmt, hca=hca, rails=rails,
@@ -80,7 +78,4 @@ def generate(reports, ibnet, fabric_path, fmt, hca, rails, allow_missing, block_
 @guard
 def check_cmd(path, slurm_conf, as_json):
     """Read an existing topology.conf/topology.yaml and check it."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-    from slurmtopo import api
-
     report_check(checked(api.check_topology, path, slurm_conf, as_json), as_json)

@@ -22,6 +22,7 @@ from slurmtopo.cost.defaults import (ALGORITHM_SINCE, ALGORITHMS, COST_KEYS, DEF
 from slurmtopo.cost.compute import GpuFigures, parse_gpu_compute
 from slurmtopo.cost.hardware import HardwareFigures
 from slurmtopo.errors import InventoryError, LayoutError
+from slurmtopo.files.yamlio import Reader
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import Hardware, Inventory
 from slurmtopo.job.request import JobRequest, normalise_kind
@@ -305,8 +306,6 @@ class _CostBlock:
                 raise self.fail(f"unknown key {key!r} (allowed: {', '.join(COST_KEYS)})")
 
     def fail(self, msg, obj=None, key=None) -> InventoryError:
-        # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
-        from slurmtopo.files.yamlio import Reader
         return InventoryError(f"cost: {msg}", self.src,
                               Reader.line(obj, key) if obj is not None else None)
 

@@ -9,6 +9,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
+from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.inventory.model import ClusterState, Placement, format_cpulist
 from slurmtopo.show.termsafe import printable
 
@@ -352,10 +353,6 @@ class Decision:
 
     def summary(self) -> str:
         """One line for logs and `slurmtopo daemon status`."""
-        # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist
-        #   (start-up time)
-        from slurmtopo.inventory.hostlist import fold_hostlist
-
         if self.action == RELEASE:
             where = ", ".join(f"{h}:{format_gpus(self.gpus.get(h, ()))}" for h in self.hosts)
             text = f"release on {fold_hostlist(self.hosts)} (GPUs {where})"

@@ -62,6 +62,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from dataclasses import dataclass, field, fields
 from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
@@ -71,7 +72,9 @@ from slurmtopo.daemon.jobstep import work_from_dict, work_to_dict
 from slurmtopo.daemon.wire import show as _show
 from slurmtopo.daemon.wire import unknown_fields
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.boundedjson import JsonRefused, loads
 from slurmtopo.files.fileio import read_file
+from slurmtopo.inventory.hostlist import HostlistError, MAX_NAMES, fold_hostlist, select_hostlist
 from slurmtopo.job.groups import Layout, MAX_WORLD
 from slurmtopo.job.request import JobRequest
 from slurmtopo.plan.launchers import DEFAULT as DEFAULT_LAUNCHER, names
@@ -138,10 +141,6 @@ def request_to_dict(req, shape: Optional[Shape] = None,
                     hazards: Optional[JobHazards] = None) -> Dict[str, Any]:
     """The v1 JSON form of a JobRequest (compact: defaults left out, srun
     among them; ``hazards`` only when a policy or NCCL release was given)."""
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist (start-up
-    #   time)
-    from slurmtopo.inventory.hostlist import fold_hostlist
-
     lay = req.layout
     layout: Dict[str, Any] = {}
     for f in fields(lay):
@@ -237,9 +236,6 @@ def write_request_file(spool: str, text: str, uid: Optional[int] = None) -> str:
     written through or replaced: another one is drawn. A write that fails
     leaves no file. (``uid``: the submitting user's, this process's by
     default.)"""
-    # lazy: `slurmtopo --help` loads this module but not secrets (start-up time)
-    import secrets
-
     directory = os.path.join(spool, REQUESTS_DIR)
     if not os.path.isdir(directory):
         raise SlurmtopoError(f"the daemon's spool has no {REQUESTS_DIR}/ directory (the daemon "
@@ -385,10 +381,6 @@ def _hostlist(value: Any, what: str) -> str:
 def _known(text: str, what: str, index, strict: bool) -> Tuple[str, ...]:
     """The inventory's names that the hostlist ``text`` names, never
     expanding it; with ``strict`` every name it counts must be one."""
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist (start-up
-    #   time)
-    from slurmtopo.inventory.hostlist import HostlistError, select_hostlist
-
     try:
         names, count = select_hostlist(text, index, what)
     except HostlistError as exc:
@@ -426,10 +418,6 @@ def _launcher(value: Any) -> str:
 
 
 def _shape(value: Any) -> Shape:
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.hostlist (start-up
-    #   time)
-    from slurmtopo.inventory.hostlist import MAX_NAMES
-
     if value is None:
         return Shape()
     if not isinstance(value, dict):
@@ -560,10 +548,6 @@ def parse_comment(comment: Optional[str], spool: Optional[str] = None,
         body, source = read_request_file(spool, name, owners)
         if sizes is not None:
             sizes.append(len(body))
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.files.boundedjson (start-up
-    #   time)
-    from slurmtopo.files.boundedjson import JsonRefused, loads
-
     try:
         data = loads(body, MAX_DEPTH)
     except JsonRefused as exc:

@@ -40,6 +40,7 @@ from typing import Dict, List, Optional
 from slurmtopo.daemon.decisions import JobRecord
 from slurmtopo.daemon.protocol import REQUESTS_DIR
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files.boundedjson import JsonRefused, loads
 from slurmtopo.files.fileio import UnsafeFileError, atomic_write, open_dir, open_file, read_file
 from slurmtopo.show.termsafe import printable
 
@@ -257,10 +258,6 @@ class Journal:
         return out
 
     def _read_journal(self) -> list:
-        # lazy: `slurmtopo --help` loads this module but not slurmtopo.files.boundedjson (start-up
-        #   time)
-        from slurmtopo.files.boundedjson import JsonRefused, loads
-
         try:
             raw = read_file(self.spool, JOURNAL_FILE, MAX_JOURNAL_BYTES, {os.geteuid()},
                             "journal")
@@ -297,10 +294,6 @@ class Journal:
         return []
 
     def _read_record(self, name: str) -> Optional[JobRecord]:
-        # lazy: `slurmtopo --help` loads this module but not slurmtopo.files.boundedjson (start-up
-        #   time)
-        from slurmtopo.files.boundedjson import JsonRefused, loads
-
         path = os.path.join(self.legacy_dir, name)
         try:
             raw = read_file(self.legacy_dir, name, 1 << 20, {os.geteuid()}, "journal entry")
@@ -491,10 +484,6 @@ def read_events(spool: str, job_id: Optional[int] = None, limit: Optional[int] =
     ``events.log`` that is not a regular file, or that the caller may not
     read (it is the daemon's alone), is a SlurmtopoError; a rotated log
     that cannot be used ends the walk back."""
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.files.boundedjson (start-up
-    #   time)
-    from slurmtopo.files.boundedjson import JsonRefused, loads
-
     spool = spool_path(spool)
     chunks: List[bytes] = []
     budget = MAX_EVENTS_READ

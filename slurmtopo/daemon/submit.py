@@ -28,6 +28,7 @@ from typing import List, Optional, Sequence, Tuple
 from slurmtopo.daemon.jobhazards import JobHazards
 from slurmtopo.daemon.protocol import DEFAULT_SPOOL, Shape, make_comment
 from slurmtopo.daemon.spool import STATUS_FILE, spool_path
+from slurmtopo.daemon.status import liveness, read_status
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import read_file
 from slurmtopo.sbatch.directives import option_values, script_options
@@ -144,9 +145,6 @@ def no_daemon_warnings(spool: Optional[str]) -> List[str]:
     """A warning when no placement daemon runs with ``spool`` (None: the
     default one), told from its process (:func:`slurmtopo.daemon.status.
     liveness`): a job submitted held for it would wait until one starts."""
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.daemon.status (start-up time)
-    from slurmtopo.daemon.status import liveness, read_status
-
     where = spool or DEFAULT_SPOOL
     doc: dict = {}
     try:

@@ -297,7 +297,7 @@ def _rails(inv: Inventory, p: Placement) -> List[Tuple[str, str]]:
     crosses hosts must use the same set of rails (a rank's nearest NIC, by
     name) on each of its hosts (slurmtopo.inventory.topology.group_rails, which the
     cost model prices the same way)."""
-    # lazy: `slurmtopo --help` imports every command module, not this (start-up time)
+    # lazy: off the path of `slurmtopo plan --help` (start-up time)
     from slurmtopo.inventory.topology import group_rails, misaligned, rail_optimised
 
     hosts = list(p.by_host())
