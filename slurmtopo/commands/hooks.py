@@ -28,7 +28,7 @@ import click
 
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.plan.plandoc import plan_env_value
+from slurmtopo.plan.planenv import plan_env_value
 from slurmtopo.show.termsafe import printable
 
 #: the first line of the planning call's answer (its protocol's version);

@@ -37,8 +37,8 @@ from slurmtopo import __version__
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory.model import format_cpulist
 from slurmtopo.plan.hazards import HazardPolicy
-from slurmtopo.plan.plandoc import (TASK_NAME, TASK_SNIPPET, dumps_plan, guardrails_dict,
-                                    plan_document)
+from slurmtopo.plan.plandoc import TASK_NAME, TASK_SNIPPET
+from slurmtopo.plan.planwrite import dumps_plan, guardrails_dict, plan_document
 from slurmtopo.sbatch.launch import Launch, render_words
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 from slurmtopo.sbatch.slurm_options import known_anywhere
