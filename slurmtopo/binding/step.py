@@ -28,7 +28,6 @@ from slurmtopo.files.fileio import read_text
 from slurmtopo.files.rundirs import HINT, open_run_dir, read_run_file
 from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.inventory.schema import load_inventory, parse_inventory
-from slurmtopo.plan.hazards import HazardPolicy, check_hazards, nccl_version
 from slurmtopo.plan.launchers import SRUN, Launcher
 from slurmtopo.plan.plandoc import (guardrails_of, launcher_of, layout_from_doc, planned_placement,
                                     unpack)
@@ -312,6 +311,10 @@ def start_hazards(doc: Mapping[str, Any], env: Mapping[str, str], inv: Inventory
     a restart on spares), under the plan's policy and NCCL release (else
     the job's NCCL_VERSION), as log lines: the job runs already, and a
     plan that was checked at submission is not checked again."""
+    # lazy: only a placement decided at start (a re-plan, a restart) is checked; every binding
+    #   loads this module: ~2 ms (hoisted with replan's placement.common: first task +5 ms CPU)
+    from slurmtopo.plan.hazards import HazardPolicy, check_hazards, nccl_version
+
     guard = guardrails_of(doc)
     try:
         version = nccl_version(guard.get("nccl_version"), env, inv)
