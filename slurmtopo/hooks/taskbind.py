@@ -52,31 +52,6 @@ def binding_of(result: BindResult, run_dir: str) -> TaskBinding:
                        launcher=result.launcher.name, replanned=bool(result.replanned),
                        run_dir=run_dir, per_node=per_node)
 
-def binding_of(result: BindResult, run_dir: str) -> TaskBinding:
-    """The :class:`TaskBinding` of a start-time step's result
-    (:class:`slurmtopo.binding.step.BindResult`)."""
-    p = result.placement
-    nr = node_ranks(p)
-    by_host: Dict[str, list] = {h: [] for h in nr}
-    for s in p.slots:
-        by_host[s.host].append(s)
-    hosts = {}
-    for h, slots in by_host.items():
-        slots.sort(key=lambda s: s.local_rank)
-        hosts[h] = HostRanks(
-            node_rank=nr[h], ranks=tuple(s.rank for s in slots),
-            gpus=tuple(s.gpu for s in slots), visible=(result.visible or {}).get(h, ""),
-            nics=tuple(",".join(s.nics) for s in slots),
-            cpus=tuple(format_cpulist(s.cpus) for s in slots),
-            env=tuple(sorted((result.host_env or {}).get(h, {}).items())))
-    counts = {len(r.ranks) for r in hosts.values()}
-    per_node = counts.pop() if len(counts) == 1 and node_contiguous(p) is None else None
-    return TaskBinding(job_id=str(result.allocation.job_id or ""), world=p.world_size,
-                       hosts=hosts, job_env=dict(result.job_env),
-                       launcher=result.launcher.name, replanned=bool(result.replanned),
-                       run_dir=run_dir, per_node=per_node)
-
-
 
 def bind_plan(plan_value: str, env: Mapping[str, str], run_dir: Optional[str]
               ) -> Tuple[TaskBinding, BindResult]:
