@@ -37,8 +37,7 @@ def fill_placement(inv: Inventory, host_gpus: Sequence[Tuple[str, Sequence[int]]
     the allocation, and a plain reference placement for tests. NICs, CPUs
     and NUMA nodes come from the planner's own rule
     (:func:`slurmtopo.placement.common.build_placement`)."""
-    # lazy: only a re-plan's fallback and torchrun's node order fill; every binding loads this
-    #   module: 4 modules, ~2 ms (hoisted with step's plan.hazards: first task +5 ms CPU)
+    # lazy: only a fallback or a torchrun fill uses it (~2 ms; hoisted: first task +5 ms CPU)
     from slurmtopo.placement.common import build_placement
 
     lay = layout.resolved()
@@ -113,8 +112,7 @@ def replan(doc: Mapping[str, Any], inv: Inventory, alloc: Allocation, log: List[
     be met there, retry without them, then fall back to ranks in order:
     the job is already running, refusing to start helps nobody."""
     if planner is None:
-        # lazy: only a re-plan needs the planner; every binding (the hooks' first task,
-        #   `slurmtopo bind`) loads this module: 16 modules, ~7 ms of each
+        # lazy: only a re-plan plans; each binding would pay 16 modules (~7 ms)
         from slurmtopo.plan.choice import plan as planner
     inv = with_allocated_nodes(inv, alloc, log)
     state = allocation_state(inv, alloc)

@@ -172,8 +172,7 @@ def rebind(doc: Mapping[str, Any], env: Mapping[str, str], previous: Placement, 
     the job; Slurm may take up to ``wait`` seconds to say so) are replaced
     by spares of their domain (:func:`slurmtopo.binding.spares.replan_after_loss`).
     A failure that lost no node is not restarted: SlurmtopoError."""
-    # lazy: only `slurmtopo bind --restart` restarts on spares; every binding (the hooks' first
-    #   task, `slurmtopo bind`) loads this module: 6 modules, ~5 ms of each
+    # lazy: only `bind --restart` uses spares; each binding would pay 6 modules (~5 ms)
     from slurmtopo.binding.spares import replan_after_loss
 
     resolve = resolve or resolves
@@ -311,8 +310,7 @@ def start_hazards(doc: Mapping[str, Any], env: Mapping[str, str], inv: Inventory
     a restart on spares), under the plan's policy and NCCL release (else
     the job's NCCL_VERSION), as log lines: the job runs already, and a
     plan that was checked at submission is not checked again."""
-    # lazy: only a placement decided at start (a re-plan, a restart) is checked; every binding
-    #   loads this module: ~2 ms (hoisted with replan's placement.common: first task +5 ms CPU)
+    # lazy: only a start-time placement is checked (~2 ms; hoisted: first task +5 ms CPU)
     from slurmtopo.plan.hazards import HazardPolicy, check_hazards, nccl_version
 
     guard = guardrails_of(doc)
@@ -400,8 +398,7 @@ def _multi_node_topo_file(inv: Inventory, placement: Placement, path: str) -> Op
 
 def _nccl_topo():
     """:mod:`slurmtopo.plan.nccl_topo`, for a node type that needs an NCCL topology file."""
-    # lazy: only virtualised node types (and admins' files on multi-node NVLink) need it; every
-    #   binding loads this module: its XML writer is 31 modules, ~15 ms of each
+    # lazy: only virtualised node types need it; each binding would pay 31 modules (~15 ms)
     from slurmtopo.plan import nccl_topo
 
     return nccl_topo

@@ -73,8 +73,7 @@ def binding_key(plan_value: str, env: Mapping[str, str]) -> str:
 
 def _first_task():
     """:mod:`slurmtopo.hooks.taskbind`, for the task that binds."""
-    # lazy: one task of a job binds, every other one only reads the binding: they skip
-    #   taskbind's imports (the start-time step, the plan's reader: 62 modules, ~35 ms)
+    # lazy: one task of a job binds; the others only read, and skip 62 modules (~35 ms)
     from slurmtopo.hooks import taskbind
 
     return taskbind

@@ -25,7 +25,6 @@ from slurmtopo.inventory.schema import parse_inventory
 from slurmtopo.job.groups import MAX_WORLD, Layout, build_groups
 from slurmtopo.job.request import JobRequest
 from slurmtopo.plan import launchers
-from slurmtopo.plan.launchers import Launcher
 from slurmtopo.plan.planenv import DAMAGED, PLAN_ENV, plan_env_text
 from slurmtopo.plan.rankmap import check_placement, check_read_hosts, placement_from_dict
 
@@ -46,7 +45,7 @@ TASK_SNIPPET = ('eval "${SLURMTOPO_TASK_ENV:?no task environment: evaluate what 
 TASK_NAME = "slurmtopo-task"
 
 
-def launcher_of(doc: Mapping[str, Any]) -> Launcher:
+def launcher_of(doc: Mapping[str, Any]) -> launchers.Launcher:
     """The launcher a plan document names (srun for plans that name none)."""
     mode = (doc.get("launch") or {}).get("launcher", launchers.DEFAULT)
     if not isinstance(mode, str) or mode not in launchers.names():
