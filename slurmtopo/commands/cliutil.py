@@ -15,8 +15,7 @@ from typing import List, Optional
 
 import click
 
-from slurmtopo.api import UnreadableFile
-from slurmtopo.errors import SlurmtopoError
+from slurmtopo.errors import SlurmtopoError, UnreadableFile
 from slurmtopo.files.fileio import KEEP_BACKUPS
 from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
 
