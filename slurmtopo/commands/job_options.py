@@ -118,7 +118,7 @@ class LazyBackend:
 
     def get(self):
         if self._backend is None:
-            # lazy: the one import of the Slurm backends (slurmtopo.slurm: 7 modules, ~18 ms):
+            # lazy: the one import of the Slurm backends (slurmtopo.slurm: 7 modules, ~8 ms):
             # a plan against a snapshot or `--state none` never asks Slurm. Through the
             # package, so that a fake backend patched into slurmtopo.slurm reaches it
             from slurmtopo import slurm as backends
