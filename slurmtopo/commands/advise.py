@@ -12,7 +12,11 @@ import json
 
 import click
 
+from slurmtopo.advisor import FRAMEWORKS, advice_json, advise
+from slurmtopo.api import load_cluster
+from slurmtopo.commands.preview_print import print_parts
 from slurmtopo.job.frameworks import registry
+from slurmtopo.show.preview import advice_parts
 
 
 @click.command("advise", context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,18 +40,10 @@ def command(inventory_path, model, gpus, top, frameworks, as_json):
     micro-batch, recomputation, distributed optimizer, FSDP, HSDP or a ZeRO
     stage) that fit in memory by their modelled step on this cluster,
     placed by the planner; print the best as ready `slurmtopo plan` lines."""
-    # lazy: off the path of `slurmtopo advise --help` (start-up time)
-    from slurmtopo.advisor import FRAMEWORKS, advice_json, advise
-    from slurmtopo.api import load_cluster
-
     cluster = load_cluster(inventory_path)
     a = advise(cluster, model, gpus, inventory_path, top,
                frameworks=tuple(frameworks) or FRAMEWORKS)
     if as_json:
         click.echo(json.dumps(advice_json(a), separators=(",", ":"), sort_keys=True))
         return
-    # lazy: off the path of `slurmtopo advise --help` (start-up time)
-    from slurmtopo.commands.preview_print import print_parts
-    from slurmtopo.show.preview import advice_parts
-
     print_parts(advice_parts(a))
