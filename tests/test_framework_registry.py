@@ -27,6 +27,7 @@ from slurmtopo import api
 from slurmtopo.cli import cli
 # imported before the toy is registered (the fixture): --framework must
 # still take it, its choices read from the registry as the command runs
+from slurmtopo.commands import advise as advise_command
 from slurmtopo.commands import plan as plan_command
 from slurmtopo.cost import cost_params
 from slurmtopo.cost.compute import Dims
@@ -39,6 +40,7 @@ from slurmtopo.job.frameworks.base import ConfigReader, Framework, RequestTerms
 from slurmtopo.job.frameworks.common import (FrameworkLayout, Knob, check_world, integer,
                                              normalised, refuse)
 from slurmtopo.job.frameworks.stepcalls import StepCall
+from slurmtopo.job.frameworks.torchtitan import Torchtitan
 from slurmtopo.job.groups import Layout, build_groups, mesh_groups
 from slurmtopo.job.workload import Workload
 from tests.test_cost_reference import ref_group
@@ -338,3 +340,30 @@ def test_an_unregistered_framework_is_refused_as_before(toy, tmp_path):
                 "'torchtitan', 'deepspeed', 'toy', 'toy-small-buckets'.") in result.output
     finally:
         registry.register(Gathering())
+
+
+class SiteTitan(Torchtitan):
+    """A site's torchtitan under its own name: advised, as torchtitan is."""
+
+    name = "titan-site"
+
+
+def test_advise_takes_an_advised_framework_registered_after_it_was_imported():
+    inv = str(EXAMPLES / "h100-32node-fattree.yaml")
+    args = ["advise", "--inventory", inv, "--model", "llama3-8b,seq_len=8192,global_batch=256",
+            "--gpus", "32", "--framework", "titan-site", "--top", "3", "--json"]
+    assert advise_command.command is not None  # loaded before the framework existed
+    registry.register(SiteTitan())
+    try:
+        assert "titan-site" in registry.advised()
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        layouts = json.loads(result.stdout)["layouts"]
+        assert layouts and {x["framework"] for x in layouts} == {"titan-site"}
+        assert all("--framework titan-site" in x["plan"] for x in layouts)
+    finally:
+        registry.unregister("titan-site")
+    refused = CliRunner().invoke(cli, args)
+    assert refused.exit_code == 2
+    assert ("Invalid value for '--framework': 'titan-site' is not one of 'megatron', "
+            "'torchtitan', 'deepspeed'.") in refused.output
