@@ -50,6 +50,7 @@ LayoutError naming ``where`` (and the line when there is one).
 from __future__ import annotations
 
 import re
+import tomllib
 from typing import Optional
 
 from slurmtopo.errors import LayoutError
@@ -99,9 +100,6 @@ def degree(value, what: str, where: str) -> int:
 def toml(text: str, where: str) -> dict:
     """A TOML job file, or LayoutError at ``where`` (bounded: nesting and
     number lengths refused in one line)."""
-    # lazy: off the plan path (plan, sbatch, hooks; start-up time)
-    import tomllib
-
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
