@@ -61,7 +61,6 @@ from slurmtopo.plan.rankmap import RankDocuments
 from slurmtopo.sbatch import SbatchRequest, sanitize_job_name
 from slurmtopo.sbatch.launch import Launch
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
-from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
 
 __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "SubmittedJob",
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
@@ -246,13 +245,14 @@ def cluster_for_partition(cluster: Inventory, slurm_topology: Optional[str],
     partition for ``--switches``. Returns (cluster, notes)."""
     if not slurm_topology:
         return cluster, ()
-    # lazy: Slurm's topology files are read through PyYAML (topology.yaml): 10 ms and 28
-    #   modules measured on `plan`'s path, which loads them only with --slurm-topology
-    from slurmtopo.slurmfmt.topology_files import apply_fabric, read_one_topology
+    # lazy: Slurm's files are read through PyYAML (topology.yaml): 10 ms and 28 modules
+    #   measured on `plan`'s path, which loads them only with --slurm-topology
+    from slurmtopo.slurmfmt import slurm_conf as conf_file, topology_files
 
-    wanted = read_slurm_conf(slurm_conf).partition_topology(partition) if slurm_conf else None
-    name, fabric = read_one_topology(slurm_topology, wanted)
-    seen = apply_fabric(cluster, fabric, whole=True)
+    wanted = (conf_file.read_slurm_conf(slurm_conf).partition_topology(partition)
+              if slurm_conf else None)
+    name, fabric = topology_files.read_one_topology(slurm_topology, wanted)
+    seen = topology_files.apply_fabric(cluster, fabric, whole=True)
     kind = "block" if seen.fabric.blocks else (
         made_from(seen.fabric) or ("tree" if seen.fabric.switches else "flat"))
     where = f"partition {partition}" if partition else "the default partition"
