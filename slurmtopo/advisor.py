@@ -37,7 +37,7 @@ from slurmtopo.errors import LayoutError, PlacementError
 from slurmtopo.job.frameworks import registry
 
 __all__ = ["Candidate", "Advice", "candidates", "advise", "advice_json", "plan_line",
-           "MAX_PLACED", "FRAMEWORKS"]
+           "MAX_PLACED"]
 
 #: how many layout structures (tp, pp, cp, ep, style), best by compute
 #: alone, are placed by the planner, and how many of each one's variants
@@ -52,9 +52,6 @@ MICRO_BATCHES = (1, 2, 4)
 VIRTUAL_STAGES = (1, 2, 3, 4, 5, 6, 8)
 
 
-#: the frameworks the advisor lays a model out for (each framework's own
-#: ``advice_variants``)
-FRAMEWORKS = registry.advised()
 
 
 @dataclass(frozen=True)
@@ -207,7 +204,7 @@ def _framework_variants(fw: str, s: ModelSpec, c: Candidate, megatron_fsdp: bool
     known = registry.FRAMEWORKS.get(fw) if isinstance(fw, str) else None
     if known is None or not known.advised:
         raise LayoutError(f"the advisor knows no framework {fw!r} (one of "
-                          f"{', '.join(FRAMEWORKS)})")
+                          f"{', '.join(registry.advised())})")
     return known.advice_variants(c, s.is_moe, megatron_fsdp, node_gpus)
 
 
@@ -258,10 +255,14 @@ def _model_text(text: str) -> str:
 
 
 def advise(cluster, model_text: str, gpus: int, inventory_path: str, top: int = 5,
-           max_placed: int = MAX_PLACED, frameworks: Sequence[str] = FRAMEWORKS) -> Advice:
+           max_placed: int = MAX_PLACED, frameworks: Optional[Sequence[str]] = None) -> Advice:
     """Rank the layouts of ``model_text`` (a ``--model`` text) on ``gpus``
-    GPUs of ``cluster`` for ``frameworks`` (see the module doc). Raises
-    LayoutError when none fits or none can be placed."""
+    GPUs of ``cluster`` for ``frameworks`` (default: every registered
+    framework that is ``advised``, read now, so that one registered after
+    this module loaded is included; see the module doc). Raises LayoutError
+    when none fits or none can be placed."""
+    if not frameworks:
+        frameworks = registry.advised()
     if gpus < 1:
         raise LayoutError(f"--gpus {gpus}: give the GPUs to train on (1 or more)")
     spec = parse_model(model_text)

@@ -35,7 +35,7 @@ from slurmtopo.admin.inputs import (block_naming, load_fabric, load_reports, loa
 from slurmtopo.admin.node_rank import node_rank_problems
 from slurmtopo.admin.publish import publish
 from slurmtopo.agent.nccl_xml import check_written
-from slurmtopo.errors import SlurmtopoError
+from slurmtopo.errors import SlurmtopoError, UnreadableFile
 from slurmtopo.files import safedir
 from slurmtopo.files.fileio import KEEP_BACKUPS, atomic_write
 from slurmtopo.files.rundirs import open_output_dir, read_file_at
@@ -109,19 +109,6 @@ class FileCheck:
     @property
     def ok(self) -> bool:
         return not self.blocking
-
-
-class UnreadableFile(SlurmtopoError):
-    """The file a check was given cannot be read or parsed: the worst verdict
-    a check gives (exit status 1), not a usage error. ``stage`` says which
-    ("cannot be read", "cannot be parsed")."""
-
-    exit_code = 1
-
-    def __init__(self, stage: str, message: str, path: Optional[str] = None,
-                 line: Optional[int] = None):
-        super().__init__(message, path, line)
-        self.stage = stage
 
 
 @dataclass(frozen=True)

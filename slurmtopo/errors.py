@@ -65,3 +65,16 @@ class SlurmError(SlurmtopoError):
     """Slurm refused something; the message carries Slurm's own words."""
 
     exit_code = 4
+
+
+class UnreadableFile(SlurmtopoError):
+    """The file a check was given cannot be read or parsed: the worst verdict
+    a check gives (exit status 1), not a usage error. ``stage`` says which
+    ("cannot be read", "cannot be parsed")."""
+
+    exit_code = 1
+
+    def __init__(self, stage: str, message: str, path: Optional[str] = None,
+                 line: Optional[int] = None):
+        super().__init__(message, path, line)
+        self.stage = stage

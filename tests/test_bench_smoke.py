@@ -267,8 +267,9 @@ def test_the_results_directory_is_shown_as_the_user_can_find_it(tmp_path, monkey
 
 def test_fixed_costs_with_a_baseline(tmp_path):
     """bench.cli's fixed-cost part with ``--baseline`` (here this checkout
-    again) on 2,048 nodes (the 16,384-GPU plan fits): both trees' --help and plans run, each
-    plan gets its ratios, and the baseline's commit is named."""
+    again) on 2,048 nodes (the 16,384-GPU plan fits): both trees' --help, plan --help and
+    plans run, each plan gets its ratios over its own tree's plan --help, and the baseline's
+    commit is named."""
     from bench import cli
     from bench.process import write_inventory
 
@@ -279,6 +280,10 @@ def test_fixed_costs_with_a_baseline(tmp_path):
             row = res["runs"][f"{tag}plan {w:,} GPUs"]
             assert "error" not in row, row
             assert row["wall_ratio"] > 0 and row["cpu_ratio"] > 0
+            ref = res["runs"][f"{tag}{cli.REFERENCE}"]
+            assert "error" not in ref and ref["command"].endswith("plan --help"), ref
+            assert row["cpu_ratio"] == pytest.approx(row["cpu_s"] / ref["cpu_s"])
+        assert "error" not in res["runs"][f"{tag}help"]
     assert res["baseline"]["root"] == os.path.abspath(cli.ROOT)
     assert res["commit"] == res["baseline"]["commit"]
 

@@ -5,19 +5,31 @@ objects; nothing in slurmtopo/ compares a framework's name).
 ``Toy`` lays its ranks out as a 2-D row-major mesh ``(data, tensor)``, names
 its groups its own way, reads a ``key = value`` configuration file and runs
 DDP with a bucket, an attention kernel, a logit width and a TP overlap of its
-own. If any caller in the package still decided by a framework's name, or
-kept a table keyed by it, this framework would be refused or priced as
-another one, and the assertions below would fail.
+own. ``Gathering``, the toy with a collective of its own in its step, shows
+the step's calls are the framework's: the cost model prices what it
+returns. Registered after the command line was imported, both are
+``slurmtopo plan --framework`` values. If any caller in the package still
+decided by a framework's name, or kept a table keyed by it, this framework
+would be refused or priced as another one, and the assertions below would
+fail.
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Dict, Mapping
 
 import pytest
+from click.testing import CliRunner
 
 from slurmtopo import api
+from slurmtopo.cli import cli
+# imported before the toy is registered (the fixture): --framework must
+# still take it, its choices read from the registry as the command runs
+from slurmtopo.commands import advise as advise_command
+from slurmtopo.commands import plan as plan_command
+from slurmtopo.cost import cost_params
 from slurmtopo.cost.compute import Dims
 from slurmtopo.cost.memory import memory_per_gpu
 from slurmtopo.cost.model_spec import MODEL_PRESETS
@@ -27,8 +39,11 @@ from slurmtopo.job.frameworks import registry
 from slurmtopo.job.frameworks.base import ConfigReader, Framework, RequestTerms
 from slurmtopo.job.frameworks.common import (FrameworkLayout, Knob, check_world, integer,
                                              normalised, refuse)
+from slurmtopo.job.frameworks.stepcalls import StepCall
+from slurmtopo.job.frameworks.torchtitan import Torchtitan
 from slurmtopo.job.groups import Layout, build_groups, mesh_groups
 from slurmtopo.job.workload import Workload
+from tests.test_cost_reference import ref_group
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "etc" / "examples"
 MIB = 1024 * 1024
@@ -108,9 +123,25 @@ class SmallBuckets(Toy):
     attention_kernel = "flash2"
 
 
+#: the gathering toy's own call: its EMA weights gathered over the data
+#: groups three times a step, 8 MiB each, around the optimizer, exposed
+EMA_GATHER = StepCall("toy-ema", "dp", "all-gather", 8 * MIB, 3, "optimizer", "none",
+                      note="the EMA weights gathered")
+
+
+class Gathering(Toy):
+    """The toy, whose step gathers its EMA weights too."""
+
+    name = "toy-gathering"
+
+    def step_calls(self, layout, workload, model):
+        return super().step_calls(layout, workload, model) + [EMA_GATHER]
+
+
 @pytest.fixture
 def toy():
-    fws = [registry.register(Toy()), registry.register(SmallBuckets())]
+    fws = [registry.register(Toy()), registry.register(SmallBuckets()),
+           registry.register(Gathering())]
     try:
         yield fws[0]
     finally:
@@ -237,3 +268,102 @@ def test_its_config_file_gives_knobs_model_and_overlaps(toy, tmp_path):
     bad.write_text("tensor = 4\ndata: 4\n")
     with pytest.raises(LayoutError, match=re.escape(f"{bad}:2: not a toy setting")):
         api.job_spec("toy", config=str(bad))
+
+
+def test_a_call_of_its_own_is_priced_in_the_step(toy):
+    spec = api.job_spec("toy", tp=8, dp=4)
+    own = api.job_spec("toy-gathering", tp=8, dp=4)
+    assert own.request.layout == spec.request.layout
+    plain_calls = step_calls(spec.request.layout, spec.workload)
+    assert step_calls(own.request.layout, own.workload) == plain_calls + [EMA_GATHER]
+
+    cluster = api.load_cluster(str(EXAMPLES / "h100-4node-2leaf.yaml"))
+    job = api.prepare(cluster, None, spec, ["python", "train.py"],
+                      api.ScriptOptions(job_name="toy"))
+    plain = api.price_step(cluster, job.placement, spec.request)
+    grown = api.price_step(cluster, job.placement, own.request)
+    # every other call priced as before, the toy's own last
+    assert grown.calls[:-1] == plain.calls
+    extra = grown.calls[-1]
+    assert extra.call == EMA_GATHER and (extra.count, extra.size) == (8, 4)
+    # its price: three all-gathers of 8 MiB on the slowest data group, by
+    # the plain per-rank reference of the cost model (tests/test_cost_reference.py)
+    p = cost_params(cluster)
+    dp_groups = job.placement.groups["dp"]
+    one = max(ref_group(cluster, p, job.placement, g, "all-gather", 8 * MIB)[1]
+              for g in dp_groups)
+    assert one > 0 and extra.per_call_s == pytest.approx(one, rel=1e-12)
+    assert extra.seconds == pytest.approx(3 * one, rel=1e-12)
+    # and the step grows by exactly that
+    assert grown.time_s == pytest.approx(plain.time_s + extra.seconds, rel=1e-12)
+    assert grown.by_kind()["dp"] == pytest.approx(plain.by_kind()["dp"] + extra.seconds,
+                                                  rel=1e-12)
+
+
+def _plan(*args: str):
+    return CliRunner().invoke(cli, ["plan", "--inventory",
+                                    str(EXAMPLES / "h100-4node-2leaf.yaml"), *args])
+
+
+def test_plan_takes_a_framework_registered_after_it_was_imported(toy, tmp_path):
+    # the command's module was loaded before the toy existed
+    assert plan_command.command is not None
+    result = _plan("--framework", "toy-gathering", "--tp", "8", "--dp", "4",
+                   "--output-dir", str(tmp_path / "plan"), "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["rankmap"]["framework"] == "toy-gathering"
+    assert set(out["rankmap"]["framework_groups"]) == {"tensor", "data"}
+    step = out["step"]
+    assert step["framework"] == "toy-gathering"
+    own = [c for c in step["calls"] if c["what"] == "toy-ema"]
+    assert len(own) == 1 and own[0]["calls"] == 3 and own[0]["collective"] == "all-gather"
+    assert own[0]["message_bytes"] == 8 * MIB and own[0]["kind"] == "dp"
+    assert step["time_s"] == pytest.approx(sum(c["exposed_s"] for c in step["calls"]))
+    # help and completion list it after the built-in three
+    shown = _plan("--help").output
+    assert "--framework [megatron|torchtitan|deepspeed|toy|toy-small-buckets|toy-gathering]" in \
+        " ".join(shown.split())
+    done = CliRunner().invoke(cli, [], prog_name="slurmtopo", env={
+        "_SLURMTOPO_COMPLETE": "bash_complete", "COMP_WORDS": "slurmtopo plan --framework toy-g",
+        "COMP_CWORD": "3"})
+    assert done.output.split() == ["plain,toy-gathering"]
+
+
+def test_an_unregistered_framework_is_refused_as_before(toy, tmp_path):
+    registry.unregister("toy-gathering")
+    try:
+        result = _plan("--framework", "toy-gathering", "--tp", "8",
+                       "--output-dir", str(tmp_path / "plan"))
+        assert result.exit_code == 2 and not (tmp_path / "plan").exists()
+        assert ("Invalid value for '--framework': 'toy-gathering' is not one of 'megatron', "
+                "'torchtitan', 'deepspeed', 'toy', 'toy-small-buckets'.") in result.output
+    finally:
+        registry.register(Gathering())
+
+
+class SiteTitan(Torchtitan):
+    """A site's torchtitan under its own name: advised, as torchtitan is."""
+
+    name = "titan-site"
+
+
+def test_advise_takes_an_advised_framework_registered_after_it_was_imported():
+    inv = str(EXAMPLES / "h100-32node-fattree.yaml")
+    args = ["advise", "--inventory", inv, "--model", "llama3-8b,seq_len=8192,global_batch=256",
+            "--gpus", "32", "--framework", "titan-site", "--top", "3", "--json"]
+    assert advise_command.command is not None  # loaded before the framework existed
+    registry.register(SiteTitan())
+    try:
+        assert "titan-site" in registry.advised()
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        layouts = json.loads(result.stdout)["layouts"]
+        assert layouts and {x["framework"] for x in layouts} == {"titan-site"}
+        assert all("--framework titan-site" in x["plan"] for x in layouts)
+    finally:
+        registry.unregister("titan-site")
+    refused = CliRunner().invoke(cli, args)
+    assert refused.exit_code == 2
+    assert ("Invalid value for '--framework': 'titan-site' is not one of 'megatron', "
+            "'torchtitan', 'deepspeed'.") in refused.output

@@ -109,7 +109,8 @@ def discover(nvml=None, sysfs_root: str = "/", node_name: Optional[str] = None,
     """Read this node. ``nvml`` defaults to the real :mod:`pynvml`."""
     if nvml is None:
         try:
-            import pynvml as nvml  # noqa: PLC0415 - imported only where used
+            # lazy: optional dependency (the 'agent' extra; ~11 ms), only NVML on a GPU node
+            import pynvml as nvml  # noqa: PLC0415
         except ImportError:
             raise NvmlMissing("NVML discovery needs nvidia-ml-py, which is not installed: "
                                  "pip install 'slurmtopo[agent]' on GPU nodes (or use "

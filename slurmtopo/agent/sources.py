@@ -11,6 +11,12 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from slurmtopo.agent.hwloc_xml import read_hwloc_xml
+from slurmtopo.agent.nccl_xml import read_nccl_xml
+from slurmtopo.agent.nvml_discovery import NvmlMissing, discover
+from slurmtopo.agent.overlay import overlay_tree
+from slurmtopo.agent.report import short_hostname
+from slurmtopo.agent.smi import smi_discovery
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.fileio import read_text
 
@@ -20,9 +26,6 @@ def discoveries(from_smi: Optional[str] = None, node_name: Optional[str] = None,
                 threads_per_core: Optional[int] = None, from_nccl_xml: Optional[str] = None,
                 from_hwloc: Optional[str] = None, nvml: str = "auto") -> List:
     """Discovery objects for this node (NVML) or for the hosts of a file."""
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.report (start-up time)
-    from slurmtopo.agent.report import short_hostname
-
     given = [o for o, v in (("--from-smi", from_smi), ("--from-nccl-xml", from_nccl_xml),
                             ("--from-hwloc", from_hwloc)) if v]
     if len(given) > 1:
@@ -31,16 +34,9 @@ def discoveries(from_smi: Optional[str] = None, node_name: Optional[str] = None,
         return [tree_discovery(from_nccl_xml, from_hwloc, node_name, sysfs_root, model,
                                threads_per_core, nvml)]
     if from_smi:
-        # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.smi (start-up time)
-        from slurmtopo.agent.smi import smi_discovery
-
         text = read_text(from_smi, errors="replace")
         return smi_discovery(text, from_smi, node_name=node_name, model=model,
                              threads_per_core=threads_per_core)
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.nvml_discovery (start-up
-    #   time)
-    from slurmtopo.agent.nvml_discovery import discover
-
     host = short_hostname()
     return [discover(sysfs_root=sysfs_root, node_name=node_name or host, hostname=host)]
 
@@ -49,29 +45,15 @@ def tree_discovery(from_nccl_xml, from_hwloc, node_name, sysfs_root, model,
                    threads_per_core, nvml):
     """A topology file, merged with NVML on this node when it can be read
     (``nvml``: auto, yes or no)."""
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.report (start-up time)
-    from slurmtopo.agent.report import short_hostname
-
     if from_nccl_xml:
-        # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.nccl_xml (start-up
-        #   time)
-        from slurmtopo.agent.nccl_xml import read_nccl_xml as reader
-        path, source = from_nccl_xml, "nccl-topology-xml"
+        reader, path, source = read_nccl_xml, from_nccl_xml, "nccl-topology-xml"
     else:
-        # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.hwloc_xml (start-up
-        #   time)
-        from slurmtopo.agent.hwloc_xml import read_hwloc_xml as reader
-        path, source = from_hwloc, "hwloc-xml"
+        reader, path, source = read_hwloc_xml, from_hwloc, "hwloc-xml"
     host = short_hostname()
     tree = reader(path, node_name=node_name or host, model=model,
                   threads_per_core=threads_per_core)
     if nvml == "no":
         return tree
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.agent.nvml_discovery,
-    #   slurmtopo.agent.overlay (start-up time)
-    from slurmtopo.agent.nvml_discovery import NvmlMissing, discover
-    from slurmtopo.agent.overlay import overlay_tree
-
     why = None
     try:
         seen = discover(sysfs_root=sysfs_root, node_name=node_name or host, hostname=host)

@@ -15,6 +15,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Sequence
 
+from rich import box
+from rich.table import Table
+
 from slurmtopo.audit.placements import JobAudit
 from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.show.tablefit import Fitted
@@ -137,10 +140,6 @@ def _ms(x: Optional[float]) -> str:
 
 def job_table(doc: Dict[str, Any]):
     """One row per job: spans today / fewest (``!`` where over), steps, ratio."""
-    # lazy: rich is heavy, loaded only when this runs (start-up time)
-    from rich import box
-    from rich.table import Table
-
     s = doc["summary"]
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
                 title=f"{s['jobs']} multi-node GPU job{'s' * (s['jobs'] != 1)}, "
@@ -163,10 +162,6 @@ def job_table(doc: Dict[str, Any]):
 
 def stranded_table(doc: Dict[str, Any]):
     """Free and stranded GPUs per leaf and per multi-node NVLink domain."""
-    # lazy: rich is heavy, loaded only when this runs (start-up time)
-    from rich import box
-    from rich.table import Table
-
     st = doc["stranded"]
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
                 title=f"{st['stranded']} stranded of {st['free']} free GPUs")
@@ -229,10 +224,6 @@ def notes(doc: Dict[str, Any]) -> List[str]:
 def contracts_table(report):
     """One row per contract violation (audit/contracts.ContractReport):
     the job, the kind, what Slurm gave against what was asked or planned."""
-    # lazy: rich is heavy, loaded only when this runs (start-up time)
-    from rich import box
-    from rich.table import Table
-
     n = len(report.violations)
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
                 title=f"{n} contract violation{'s' * (n != 1)} in "

@@ -12,7 +12,12 @@ import json
 
 import click
 
+from slurmtopo.advisor import advice_json, advise
+from slurmtopo.api import load_cluster
+from slurmtopo.commands.preview_print import print_parts
+from slurmtopo.commands.layout_options import RegistryChoice
 from slurmtopo.job.frameworks import registry
+from slurmtopo.show.preview import advice_parts
 
 
 @click.command("advise", context_settings={"help_option_names": ["-h", "--help"]})
@@ -27,7 +32,7 @@ from slurmtopo.job.frameworks import registry
 @click.option("--top", type=click.IntRange(1, 50), default=5, show_default=True,
               help="How many layouts to show.")
 @click.option("--framework", "frameworks", multiple=True,
-              type=click.Choice(list(registry.advised())),
+              type=RegistryChoice(registry.advised),
               help="Lay the model out for this framework only (repeat for several; default: "
                    "Megatron-LM, torchtitan and DeepSpeed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
@@ -36,18 +41,10 @@ def command(inventory_path, model, gpus, top, frameworks, as_json):
     micro-batch, recomputation, distributed optimizer, FSDP, HSDP or a ZeRO
     stage) that fit in memory by their modelled step on this cluster,
     placed by the planner; print the best as ready `slurmtopo plan` lines."""
-    # lazy: off the path of `slurmtopo advise --help` (start-up time)
-    from slurmtopo.advisor import FRAMEWORKS, advice_json, advise
-    from slurmtopo.api import load_cluster
-
     cluster = load_cluster(inventory_path)
     a = advise(cluster, model, gpus, inventory_path, top,
-               frameworks=tuple(frameworks) or FRAMEWORKS)
+               frameworks=tuple(frameworks))
     if as_json:
         click.echo(json.dumps(advice_json(a), separators=(",", ":"), sort_keys=True))
         return
-    # lazy: off the path of `slurmtopo advise --help` (start-up time)
-    from slurmtopo.commands.preview_print import print_parts
-    from slurmtopo.show.preview import advice_parts
-
     print_parts(advice_parts(a))

@@ -11,18 +11,27 @@ its ``problems``), 2 on bad input.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import threading
+
 import click
 
+from slurmtopo.agent.nvml_discovery import discover
+from slurmtopo.agent.report import short_hostname
 from slurmtopo.agent.sources import discoveries
+from slurmtopo.agent.watch import Agent
 from slurmtopo.commands.cliutil import slurm_version_option
 from slurmtopo.commands.helpgroup import SentenceGroup
 from slurmtopo.commands.numbers import FiniteFloat
 from slurmtopo.errors import InventoryError, SlurmtopoError
 from slurmtopo.files.fileio import atomic_write
+from slurmtopo.files.rundirs import write_output_files
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.slurmfmt.checks import NAME_RE
+from slurmtopo.slurmfmt.gres_lines import gres_text
 
 
 class NothingUsable(SlurmtopoError):
@@ -85,9 +94,6 @@ def discover_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_roo
     if len(found) > 1 and not output_dir:
         raise SlurmtopoError(f"{len(found)} hosts in this file: give --output-dir", from_smi)
     if output_dir:  # one report per host of the file: all of them or none
-        # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
-        from slurmtopo.files.rundirs import write_output_files
-
         f = fmt or "yaml"
         source = None if node_name else (from_smi or from_nccl_xml or from_hwloc)
         # reports are for everyone's planner: 0644, but in a directory that
@@ -109,9 +115,6 @@ def _file_name(node: str, where=None) -> str:
     """``node`` as the stem of the report file named after it: a plain
     Slurm node name, so that a --node-name (or a host named in a file)
     such as '../x' cannot write outside the report directory."""
-    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
-    from slurmtopo.slurmfmt.checks import NAME_RE
-
     if not NAME_RE.match(node) or len(node) > 255:
         raise SlurmtopoError(f"node name {node[:64]!r} is not a plain name (letters, digits, "
                              "'.', '_', '-'; starting with a letter or digit): it names the "
@@ -140,13 +143,7 @@ def _check_usable(found) -> None:
 def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, model,
              threads_per_core, report_path, type_name, output, slurm_version, as_json):
     """Print this node's gres.conf lines, as slurmd -G (AutoDetect=nvml) would."""
-    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
-    from slurmtopo.slurmfmt.gres_lines import gres_text
-
     if report_path:
-        # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
-        from slurmtopo.inventory.schema import load_inventory
-
         inv = load_inventory(report_path)
         nodes = [n for n in inv if node_name in (None, n.name)]
         if not nodes:
@@ -161,9 +158,6 @@ def gres_cmd(from_smi, from_nccl_xml, from_hwloc, nvml, node_name, sysfs_root, m
         _warn(found)
     text = "".join(t for _, t in per_node)
     if as_json:
-        # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
-        import json
-
         click.echo(json.dumps({"output": output, "nodes": [
             {"node": name, "lines": [l for l in t.splitlines() if l and not l.startswith("#")]}
             for name, t in per_node]}, separators=(",", ":")))
@@ -201,11 +195,6 @@ def run_cmd(interval, report_dir, state_dir, drain, gres_conf, node_name, sysfs_
             new_baseline, log_level, slurm_version):
     """Rediscover every --interval seconds; rewrite the report on change; drain on
     a missing GPU, a down NVLink or a down NIC."""
-    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
-    from slurmtopo.agent.watch import Agent
-    from slurmtopo.agent.nvml_discovery import discover
-    from slurmtopo.agent.report import short_hostname
-
     logging.basicConfig(level=getattr(logging, log_level.upper()),
                         format="%(asctime)s slurmtopo-agent %(levelname)s: %(message)s")
     for d in (report_dir, state_dir):

@@ -10,12 +10,14 @@ their option values through :mod:`slurmtopo.admin.inputs`.
 from __future__ import annotations
 
 import functools
+import json
 from typing import List, Optional
 
 import click
 
-from slurmtopo.errors import SlurmtopoError
+from slurmtopo.errors import SlurmtopoError, UnreadableFile
 from slurmtopo.files.fileio import KEEP_BACKUPS
+from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
 
 
 class Failed(SlurmtopoError):
@@ -34,8 +36,6 @@ def echo_out(text: str) -> None:
 
 
 def _slurm_version(_ctx, _param, value):
-    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
-    from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
     try:
         return parse_slurm_version(value)
     except ValueError as exc:
@@ -105,9 +105,6 @@ def json_option(func):
 
 
 def emit_json(doc) -> None:
-    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
-    import json
-
     click.echo(json.dumps(doc, separators=(",", ":"), default=str))
 
 
@@ -161,9 +158,6 @@ def checked(check, path: str, slurm_conf, as_json: bool = False):
     ``as_json`` the verdict object on stdout as well (``ok`` false, the
     error as its one problem), so a monitoring script reads every outcome
     the same way."""
-    # lazy: off the path of `slurmtopo agent discover --help` (start-up time)
-    from slurmtopo.api import UnreadableFile
-
     try:
         return check(path, slurm_conf)
     except UnreadableFile as exc:

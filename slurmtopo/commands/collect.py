@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from slurmtopo import api
 from slurmtopo.admin import COLLECT_COMMAND
@@ -97,11 +99,6 @@ class _Progress:
         self.progress.update(self.task, advance=1, failed=self.failed)
 
     def start(self, total: int) -> None:
-        # rich only here: a collection from a directory never draws a bar
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn)
-
         console = Console(stderr=True)
         self.progress = Progress(TextColumn("collect"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 
 import click
+from rich.console import Console
+from rich.table import Table
 
 from slurmtopo.commands.layout_options import (framework_layout_from, framework_options,
                                                layout_options)
@@ -32,10 +34,6 @@ def command(as_json, **options):
     if as_json:
         click.echo(json.dumps(dict(groups), separators=(",", ":")))
         return
-
-    # lazy: rich only when this runs (start-up time of every command)
-    from rich.console import Console
-    from rich.table import Table
 
     title = registry.get(resolved.framework).title(resolved)
     table = Table(title=title, title_justify="left")

@@ -10,22 +10,28 @@ script's options).
 """
 from __future__ import annotations
 
+import gc
 import os
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import click
 
+from slurmtopo import api
 from slurmtopo.commands.layout_options import (LAYOUT_PARAMS, framework_knobs,
                                                framework_options, framework_params,
                                                layout_options, world_from_command)
-from slurmtopo.plan import launchers
 from slurmtopo.commands.sbatch_options import options_from, sbatch_flag, sbatch_options
+from slurmtopo.cost import parse_bytes
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.job.frameworks import registry
 from slurmtopo.job.groups import GROUP_KINDS
 from slurmtopo.job.request import LEVELS, parse_pairs
+from slurmtopo.placement.segments import SlurmFeatures
+from slurmtopo.plan import launchers
 from slurmtopo.plan.hazards import HazardPolicy, KINDS, nccl_version
 from slurmtopo.sbatch.launch import Launch
+from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
+from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
 
 
 def _apply(func, options):
@@ -76,12 +82,6 @@ def load_job_cluster(o, write_cache: bool = True):
     closes): a command's objects are freed by reference counting, and the
     ~200 collections that loading, planning and pricing triggered cost
     another twentieth."""
-    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
-    import gc
-
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo import api
-
     ctx = click.get_current_context(silent=True)
     if ctx is not None and gc.isenabled():
         gc.disable()
@@ -118,10 +118,12 @@ class LazyBackend:
 
     def get(self):
         if self._backend is None:
-            # lazy: off the plan path (plan, sbatch, hooks; start-up time)
-            from slurmtopo.slurm import get_backend
+            # lazy: the one import of the Slurm backends (slurmtopo.slurm: 7 modules, ~8 ms):
+            # a plan against a snapshot or `--state none` never asks Slurm. Through the
+            # package, so that a fake backend patched into slurmtopo.slurm reaches it
+            from slurmtopo import slurm as backends
 
-            self._backend = get_backend(self.name)
+            self._backend = backends.get_backend(self.name)
         return self._backend
 
 
@@ -134,9 +136,6 @@ def state_for(inv, state_path, backend: LazyBackend, partition=None):
     Slurm says now; ``none`` (or nothing): every node idle; else a snapshot
     file. ``plan`` and ``sbatch`` read it alike, so what a user previews is
     what is submitted."""
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo import api
-
     if state_path in LIVE_STATES:
         return api.live_state(inv, backend.get(), partition)
     if state_path in (None, "none"):
@@ -151,9 +150,6 @@ def with_live_topology(inv, notes, state_path, backend: LazyBackend, o):
     a plan against a snapshot or ``none`` never asks Slurm."""
     if state_path not in LIVE_STATES or o.get("slurm_topology"):
         return inv, notes
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo import api
-
     inv, more = api.live_topology(inv, backend.get())
     return inv, tuple(notes) + tuple(more)
 
@@ -161,9 +157,6 @@ def with_live_topology(inv, notes, state_path, backend: LazyBackend, o):
 def partition_view(inv, o):
     """The inventory as the job's partition sees it (``--slurm-topology``),
     and the notes saying so; see :func:`slurmtopo.api.cluster_for_partition`."""
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo import api
-
     conf = o.get("slurm_conf")
     if conf is None and o.get("slurm_topology"):
         conf = next((c for c in (os.environ.get("SLURM_CONF"), "/etc/slurm/slurm.conf")
@@ -321,9 +314,6 @@ def job_name_from(o: Mapping) -> Optional[str]:
 
 def parse_message_bytes(items: Sequence[str]) -> Dict[str, int]:
     """``dp=1GiB`` items -> {kind: bytes} (units as the cost model reads them)."""
-    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
-    from slurmtopo.cost import parse_bytes
-
     out: Dict[str, int] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -342,9 +332,6 @@ def spec_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()
     file (read once) and the options given over them, the world size of a
     ``torchrun --nnodes --nproc-per-node`` ``command`` when nothing else
     gives it, ``--require``/``--prefer`` in the framework's kind names."""
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo import api
-
     fw = registry.get(o.get("framework") or registry.DEFAULT_FRAMEWORK)
     config = api.framework_config(fw, o["config"]) if o.get("config") is not None else None
     knobs = framework_knobs(fw, {k: o.get(k) for k in LAYOUT_PARAMS + framework_params()},
@@ -366,15 +353,12 @@ def spec_from(o: Mapping, wait: Optional[Mapping[str, float]] = None, command=()
 def script_options_from(o: Mapping, inventory_path: Optional[str] = None,
                         run_dir: Optional[str] = None):
     """The api.ScriptOptions for the script options in ``o``."""
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo.api import DEFAULT_SWITCH_WAIT, ScriptOptions
-
     sw = o["switch_wait"]
     sb_options, requeue = options_from(**o)
-    return ScriptOptions(
+    return api.ScriptOptions(
         job_name=job_name_from(o), partition=o["partition"], time=o["time_limit"],
         account=o["account"], topology=o["topology_request"],
-        switch_wait=DEFAULT_SWITCH_WAIT if sw is None else (None if sw in ("0", "") else sw),
+        switch_wait=api.DEFAULT_SWITCH_WAIT if sw is None else (None if sw in ("0", "") else sw),
         extra=tuple(o["extra_sbatch"]), python=o["python"], cgroup_devices=o["cgroup_devices"],
         master_port=o["master_port"], socket_ifname=o["socket_ifname"], run_dir=run_dir,
         inventory_path=inventory_path, launch=launch_from(**o), options=tuple(sb_options),
@@ -398,18 +382,12 @@ def slurm_features(o: Mapping, version: Optional[str] = None):
     """What the cluster's Slurm can be asked (``--slurm-version``, else
     ``version``; SwitchType from ``--slurm-conf`` or the default slurm.conf
     when there is one): a placement.segments.SlurmFeatures."""
-    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
-    from slurmtopo.slurmfmt.gres_lines import parse_slurm_version
-    from slurmtopo.placement.segments import SlurmFeatures
-
     text = o.get("slurm_version") or version
     given = o.get("slurm_conf")
     conf = given or next((c for c in (os.environ.get("SLURM_CONF"), "/etc/slurm/slurm.conf")
                           if c and os.path.isfile(c)), None)
     switch = None
     if conf:
-        # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan`, `--help` (start-up time)
-        from slurmtopo.slurmfmt.slurm_conf import read_slurm_conf
         try:
             switch = read_slurm_conf(conf).switch_type
         except SlurmtopoError:

@@ -6,6 +6,7 @@ framework's own settings become options from its registered knobs
 """
 from __future__ import annotations
 
+from typing import Callable, Sequence, Tuple
 
 import click
 
@@ -16,6 +17,24 @@ from slurmtopo.plan.launch_detect import world_of
 
 #: option names the decorator adds (the keyword arguments it passes on)
 LAYOUT_PARAMS = ("tp", "cp", "ep", "pp", "dp", "expert_tp", "world", "order", "convention")
+
+
+class RegistryChoice(click.Choice):
+    """A :class:`click.Choice` over names read from a registry whenever
+    click asks for them (parsing a value, completing one, printing help and
+    the error for an unknown one), not once when the command's module is
+    imported: a framework registered afterwards (a site's own, a test's) is
+    a valid ``--framework`` as it is an api one. The help line and the error
+    are click's own, word for word."""
+
+    def __init__(self, names: Callable[[], Sequence[str]], case_sensitive: bool = True) -> None:
+        # not Choice.__init__: it would store the names it is given once
+        self._names = names
+        self.case_sensitive = case_sensitive
+
+    @property
+    def choices(self) -> Tuple[str, ...]:  # type: ignore[override]
+        return tuple(self._names())
 
 
 def layout_options(func):
@@ -65,7 +84,7 @@ def framework_options(func):
     Each setting's default is None (the framework's own default applies), so
     a setting given to a framework that has none is refused by name."""
     options = [click.option(
-        "--framework", type=click.Choice(list(registry.names())),
+        "--framework", type=RegistryChoice(registry.names),
         default=registry.DEFAULT_FRAMEWORK,
         show_default=True,
         help="Whose groups: each framework builds them its own way and names them its way.")]

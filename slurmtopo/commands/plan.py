@@ -16,11 +16,16 @@ from typing import List
 
 import click
 
+from slurmtopo import api
 from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_color_by,
                                             command_from, job_options, load_job_cluster,
                                             script_options_from, spec_from, state_for,
                                             state_options, with_live_topology)
+from slurmtopo.commands.preview_print import print_parts
+from slurmtopo.cost.step import step_dict
+from slurmtopo.files.rundirs import write_output_files
 from slurmtopo.sbatch import sanitize_job_name
+from slurmtopo.show.preview import bound_warning, plan_parts, report_dict, splits
 
 DEFAULT_OUTPUT_DIR = "slurmtopo-plan"
 
@@ -40,9 +45,6 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     Give the training command after `--`; without one, everything but the
     batch script is written.
     """
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo import api
-
     cmd = command_from(o, cmd)
     # cheap checks first: a bad job name should not wait for the planner
     if o["job_name"] is not None:
@@ -67,9 +69,6 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
         notes.append("no command after --: job.sbatch not written "
                      "(e.g. `slurmtopo plan ... -- python train.py`)")
 
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo.files.rundirs import write_output_files
-
     docs = job.documents
     outputs = {"rank map": ("rankmap.json", docs.rankmap_json),
                "CSV": ("rankmap.csv", docs.rankmap_csv),
@@ -79,9 +78,6 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
     # all four or none (they describe one plan), in a directory only the user can write
     paths = write_output_files(output_dir, list(outputs.values()))
     files = dict(zip(outputs, paths))
-
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo.show.preview import bound_warning, plan_parts, report_dict, splits
 
     plan_cost, naive_cost = job.costs.plan, job.costs.naive
     bound = job.costs.bound
@@ -98,14 +94,9 @@ def command(state_path, backend_name, color_by, output_dir, as_json, cmd, **o):
                # the pre-launch hazards found (warnings: an error refused the plan)
                "hazards": [h.as_dict() for h in job.hazards.hazards] if job.hazards else []}
         if plan_cost.step is not None:  # the step every decision priced
-            # lazy: off the path of `slurmtopo plan --help` (start-up time)
-            from slurmtopo.cost.step import step_dict
             out["step"] = step_dict(plan_cost.step)
         click.echo(json.dumps(out, separators=(",", ":")))
         return
-    # lazy: off the path of `slurmtopo plan`, `--help` (start-up time)
-    from slurmtopo.commands.preview_print import print_parts
-
     print_parts(plan_parts(
         placement, inv, layout, plan_cost, naive_cost, state, color_by, notes, script,
         files, bound=bound, idle_bound=job.costs.idle_bound, framework=framework,

@@ -17,10 +17,9 @@ def print_parts(parts: Sequence[object], stderr: bool = False) -> None:
         stream.write(plainout.render(parts, width))
         stream.flush()
         return
-    # lazy: rich only when this runs (start-up time of every command)
+    # lazy: a plan / sbatch --dry-run printed into a file or a pipe (scripts, CI) never
+    # loads rich (~25 ms for these two); only a terminal does
     from rich.console import Console
-
-    # lazy: off the path of `slurmtopo plan`, `sbatch` (start-up time)
     from slurmtopo.show.tablefit import rich_parts
 
     Console(stderr=stderr, soft_wrap=False).print(rich_parts(parts))

@@ -5,11 +5,10 @@ terminal, its width: the tables fall back to one block per row,
 slurmtopo.show.tablefit)."""
 from __future__ import annotations
 
+from rich.console import Console
+
 
 def report_console():
-    # lazy: rich only when this runs (start-up time of every command)
-    from rich.console import Console
-
     console = Console(soft_wrap=False)
     if not console.is_terminal:
         console.width = 132

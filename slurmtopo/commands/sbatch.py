@@ -38,9 +38,12 @@ from slurmtopo.commands.job_options import (LIVE_STATES, LazyBackend, check_colo
                                             script_options_from, spec_from, state_for,
                                             state_options, with_live_topology)
 from slurmtopo.commands.numbers import FiniteFloat
+from slurmtopo.commands.preview_print import print_parts
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.files.rundirs import write_output_files
+from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.sbatch import sanitize_job_name
+from slurmtopo.show.preview import plan_parts
 
 
 def parse_wait(items) -> dict:
@@ -94,8 +97,6 @@ def _run(backend_name, state_path, dry_run, daemon, spool, wait, run_dir, output
                         *api.submission_notes(job, held=daemon, spool=spool)]
     if memory is not None:
         notes.append("warning: " + memory)
-    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
-    from slurmtopo.inventory.hostlist import fold_hostlist
     summary = (f"planned {job.placement.world_size} rank(s) on {len(job.placement.hosts)} "
                f"node(s) {fold_hostlist(job.placement.hosts)} against {live.source}")
     if dry_run:
@@ -144,10 +145,6 @@ def _print_submitted(job, done, parsable, as_json, notes: List[str]) -> None:
 def _preview(job, inv, color_by) -> None:
     """The plan's preview (grid, cost table, warnings) on stderr, so that
     stdout stays the script; the notes follow it, one line each."""
-    # lazy: off the path of `slurmtopo sbatch`, `hooks plan`, `--help` (start-up time)
-    from slurmtopo.commands.preview_print import print_parts
-    from slurmtopo.show.preview import plan_parts
-
     costs = job.costs
     print_parts(plan_parts(
         job.placement, inv, job.request.layout, costs.plan if costs else None,

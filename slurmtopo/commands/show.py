@@ -23,6 +23,8 @@ import shlex
 from typing import Any, Dict, List, Optional
 
 import click
+from rich.console import Console
+from rich.text import Text
 
 # through the package, so that a fake backend patched into slurmtopo.slurm reaches it
 from slurmtopo import slurm as backends
@@ -174,10 +176,6 @@ def command(job_id, run_dir, backend_name, color_by, as_json):
     if as_json:
         click.echo(json.dumps(_to_json(job_id, g), separators=(",", ":")))
         return
-    # lazy: rich only when this runs (start-up time of every command)
-    from rich.console import Console
-    from rich.text import Text
-
     con = Console(soft_wrap=False)
     job = g["job"]
     # Slurm's reason, the run directory, host names and notes may hold what

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from slurmtopo.api import load_cluster
 from slurmtopo.commands.numbers import FiniteFloat
@@ -113,9 +116,6 @@ def command(inventory_path, trace_path, trace_format, policies, comm_fraction, l
     if as_json:
         click.echo(dump_json(doc), nl=False)
         return
-    # lazy: rich only when this runs (start-up time of every command)
-    from rich.text import Text
-
     console = report_console()
     console.print(table(doc))
     console.print(distribution_table(doc))
@@ -159,9 +159,6 @@ def _sweep(inv, inventory_path, trace, rules, comm_fraction, load, contention, s
     if as_json:
         click.echo(dump_json(sdoc), nl=False)
         return
-    # lazy: rich only when this runs (start-up time of every command)
-    from rich.text import Text
-
     console = report_console()
     console.print(sweep_table(sdoc))
     for line in sdoc["summary"]:
@@ -195,11 +192,6 @@ def _check_plot(path: str) -> None:
 def _run(tasks, workers: int):
     """The replays, with a progress bar per replay when stderr is a terminal
     (with --json too: the document goes to stdout)."""
-    # lazy: rich only when this runs (start-up time of every command)
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn)
-
     console = Console(stderr=True)
     if not console.is_terminal:
         return runner.run_tasks(tasks, workers)

@@ -7,11 +7,14 @@ all call :func:`price_step` with the job's request, so the weights the
 planner and the daemon trade against queue time are the numbers in front
 of the user.
 
-The step is the list of collectives the job's framework runs
-(:func:`step_calls`, from the request's :class:`~slurmtopo.job.workload.Workload`:
-its data-parallel style, the model, sequence parallelism and the overlaps
-it is set to make), each on the planner's groups of its kind, priced by the
-cost model on the slowest group of that kind and counted as many times as
+The step is the list of collectives the job's framework runs, as its
+registered object builds it
+(:meth:`~slurmtopo.job.frameworks.base.Framework.step_calls`, through
+:func:`step_calls`, from the request's
+:class:`~slurmtopo.job.workload.Workload`: its data-parallel style, the
+model, sequence parallelism and the overlaps it is set to make), each on
+the planner's groups of its kind, priced here as returned, by the cost
+model on the slowest group of that kind and counted as many times as
 the step runs it. Each call says in which pass it runs and what compute it
 may overlap (``overlaps_with``): a gradient reduce-scatter the backward
 pass, an FSDP all-gather the forward pass; TP's collectives are exposed
@@ -32,18 +35,18 @@ describe), with Megatron-LM's DDP: docs/cost-model.md, "One training step".
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmtopo.cost.params import CostParams, cost_params
 from slurmtopo.cost.shapes import group_shapes, placement_pricer, shape_time
-from slurmtopo.cost.styles import MODEL_PRESETS, ModelSpec, ddp_bucket_bytes
-from slurmtopo.cost.model_spec import model_dict
+from slurmtopo.cost.model_spec import MODEL_PRESETS, ModelSpec, model_dict
 from slurmtopo.cost.whole import compose_priced, whole_json
 from slurmtopo.job.groups import Layout, build_groups
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import Inventory, Placement
+# the call and its phases are the framework's (it builds the list); priced here
+from slurmtopo.job.frameworks.stepcalls import OVERLAPS, PHASES, StepCall
 from slurmtopo.job.request import JobRequest
 from slurmtopo.job.workload import DEFAULT_WORKLOAD, Workload
 
@@ -56,34 +59,6 @@ __all__ = ["DEFAULT_MODEL", "PHASES", "OVERLAPS", "StepCall", "CallPrice", "Step
 #: micro-batch a step. Its activations are the 64 MiB TP all-reduce and PP
 #: send of :data:`~slurmtopo.cost.defaults.DEFAULT_MESSAGE_BYTES`.
 DEFAULT_MODEL: ModelSpec = MODEL_PRESETS["70b"]
-
-#: when a call runs: in the forward pass, the backward pass, or around the
-#: optimizer step
-PHASES = ("forward", "backward", "optimizer")
-
-#: what compute a call may overlap ("none": it is exposed, the GPUs wait)
-OVERLAPS = ("forward", "backward", "none")
-
-
-@dataclass(frozen=True)
-class StepCall:
-    """A collective a step runs ``calls`` times on every group of ``kind``
-    (the planner's kind: ``tp``, ``dp-cp``, ``ep`` ...).
-
-    ``part`` splits each group when the framework's group is a part of the
-    planner's: ``("block", k)`` consecutive runs of ``k`` ranks (an HSDP
-    shard group inside a ``dp-cp`` group), ``("stride", k)`` every k-th rank
-    (its replicate group); ``("all", 0)`` the whole group."""
-
-    what: str  # the role: tp, cp, ep, expert-tp, pp, dp, fsdp-shard, fsdp-replicate
-    kind: str
-    collective: str  # all-reduce, all-gather, reduce-scatter, all-to-all, p2p
-    message_bytes: int
-    calls: int
-    phase: str  # PHASES
-    overlaps_with: str  # OVERLAPS
-    part: Tuple[str, int] = ("all", 0)
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -164,196 +139,20 @@ class StepPrice:
 # the calls of a step
 
 
-def micro_batches(model: ModelSpec, dp: int) -> int:
-    """Micro-batches a pipeline runs a step: the model description's
-    ``micro_batches_for(dp)`` where it has one (a global batch split over
-    ``dp`` replicas, issue 35), else its ``micro_batches``."""
-    per = getattr(model, "micro_batches_for", None)
-    return int(per(dp)) if per is not None else int(model.micro_batches)
-
-
 def _model_of(w: Workload) -> ModelSpec:
     return w.model if w.model is not None else DEFAULT_MODEL
 
 
 def step_calls(layout: Layout, workload: Optional[Workload] = None) -> List[StepCall]:
     """The collectives of one step of ``layout`` (a resolved Megatron
-    layout, the planner's) for ``workload``, per rank (docs/cost-model.md,
-    "One training step", has the table and its sources).
-
-    With P parameters, L layers, h hidden, s tokens a micro-batch, b
-    micro-batch size, d bytes a value, M micro-batches a step, Lp = L/pp
-    layers a stage and A = b·s/cp·h·d one micro-batch's activations:
-
-    * TP: per layer two all-reduces of A forward and two backward; with
-      sequence parallelism each is an all-gather and a reduce-scatter, and
-      the backward pass gathers the input again for the weight gradients.
-      Exposed unless ``tp_comm_overlap``. With experts (ep > 1) the MLP's
-      half runs on ``expert-tp``.
-    * CP: K and V all-gathered forward and backward, their gradients
-      reduce-scattered (2·A·cp gathered), overlapping attention.
-    * EP: dispatch and combine all-to-alls of A·top_k, both passes;
-      exposed unless ``ep_comm_overlap``.
-    * PP: one send of the activations forward and of their gradient
-      backward per micro-batch; exposed.
-    * DP per style: DDP all-reduces G = P/(tp·pp)·d in buckets; ZeRO-1/2
-      reduce-scatters G and all-gathers the parameters; FSDP all-gathers
-      each layer's W = P/(L·tp)·d forward and backward per micro-batch and
-      reduce-scatters its gradient; HSDP adds the shard's all-reduce over
-      the replicas. Overlapping the backward pass when the framework does.
-    """
+    layout, the planner's) for ``workload``, per rank, as the workload's
+    framework runs them: its
+    :meth:`~slurmtopo.job.frameworks.base.Framework.step_calls`, for the
+    workload's model (:data:`DEFAULT_MODEL` when it names none).
+    docs/cost-model.md, "One training step", has the table and its
+    sources."""
     w = workload if workload is not None else DEFAULT_WORKLOAD
-    m = _model_of(w)
-    lay = layout.resolved()
-    tp, cp, pp, ep, etp = lay.tp, lay.cp, lay.pp, lay.ep, lay.expert_tp
-    d = m.value_bytes
-    lp = max(1, math.ceil(m.layers / pp))
-    mb = micro_batches(m, lay.dp)
-    act = m.micro_batch * m.seq_len * m.hidden * d // cp
-    sp = w.sequence_parallel and tp > 1
-    out: List[StepCall] = []
-    moe = ep > 1
-
-    def tp_calls(kind: str, size: int, per_layer: int, what: str) -> None:
-        if size <= 1:
-            return
-        fwd = "forward" if w.tp_comm_overlap else "none"
-        # PyTorch's async TP (torchtitan) fuses the forward pass's gathers
-        # and reduce-scatters into its matrix products; the backward's run
-        # as plain collectives
-        bwd = "backward" if w.tp_comm_overlap and w.conventions.tp_overlap_backward else "none"
-        n = per_layer * lp * mb
-        if not sp:
-            out.append(StepCall(what, kind, "all-reduce", act, n, "forward", fwd,
-                                note="per layer: after attention and the MLP"))
-            out.append(StepCall(what, kind, "all-reduce", act, n, "backward", bwd,
-                                note="per layer: the gradients of their inputs"))
-            return
-        out.append(StepCall(what, kind, "all-gather", act, n, "forward", fwd,
-                            note="sequence parallel: the input gathered"))
-        out.append(StepCall(what, kind, "reduce-scatter", act, n, "forward", fwd,
-                            note="sequence parallel: the output reduced"))
-        out.append(StepCall(what, kind, "all-gather", act, 2 * n, "backward", bwd,
-                            note="the gradient gathered, and the input again for wgrad"))
-        out.append(StepCall(what, kind, "reduce-scatter", act, n, "backward", bwd,
-                            note="the input's gradient reduced"))
-
-    if moe and etp != tp:  # the MLP's half on the experts' own TP groups
-        tp_calls("tp", tp, 1, "tp")
-        tp_calls("expert-tp", etp, 1, "expert-tp")
-    else:
-        tp_calls("tp", tp, 2, "tp")
-    r = m.resolved() if hasattr(m, "resolved") else m
-    if cp > 1:
-        # K and V of the whole sequence: kv_heads x head_dim wide each (GQA);
-        # with latent attention, the up-projected K (with its rope part) and
-        # V. A TP rank holds its share of the heads (K/V heads replicate
-        # when tp exceeds them)
-        if getattr(r, "kv_lora_rank", 0):
-            kv_width = r.heads * (r.head_dim + r.rope_head_dim + r.v_head_dim) / tp
-        elif getattr(r, "kv_heads", 0):
-            kv_width = r.kv_heads * (r.head_dim + r.v_head_dim) / min(tp, r.kv_heads)
-        else:
-            kv_width = 2 * m.hidden / tp
-        kv = int(m.micro_batch * m.seq_len * kv_width * d)
-        out.append(StepCall("cp", "cp", "all-gather", kv, lp * mb, "forward", "forward",
-                            note="K and V gathered for attention"))
-        out.append(StepCall("cp", "cp", "all-gather", kv, lp * mb, "backward", "backward",
-                            note="K and V gathered again"))
-        out.append(StepCall("cp", "cp", "reduce-scatter", kv, lp * mb, "backward", "backward",
-                            note="their gradients reduced"))
-    if moe:
-        tokens = act * m.top_k // (tp if sp else 1)
-        ov_f = "forward" if w.ep_comm_overlap else "none"
-        ov_b = "backward" if w.ep_comm_overlap else "none"
-        out.append(StepCall("ep", "ep", "all-to-all", tokens, 2 * lp * mb, "forward", ov_f,
-                            note="dispatch and combine"))
-        out.append(StepCall("ep", "ep", "all-to-all", tokens, 2 * lp * mb, "backward", ov_b,
-                            note="dispatch and combine, their gradients"))
-    if pp > 1:
-        send = act // (tp if sp else 1)
-        out.append(StepCall("pp", "pp", "p2p", send, mb, "forward", "none",
-                            note="each micro-batch's activations to the next stage"))
-        out.append(StepCall("pp", "pp", "p2p", send, mb, "backward", "none",
-                            note="their gradients back"))
-    dp_kind = "dp-cp" if cp > 1 else "dp"
-    dp_size = lay.dp * cp
-    grads, experts = _gradient_bytes(m, lay)
-    if dp_size > 1:
-        layer = grads // lp if experts else m.params * d // (m.layers * tp)
-        _reduce(out, w, "dp", dp_kind, grads, layer, lp, mb, lay.dp, d, dp_size, pp)
-    if experts and lay.expert_dp > 1:
-        # the experts' gradients over the expert-data-parallel groups (the
-        # ranks holding the same experts: world / (expert_tp ep pp), the
-        # context ranks among them): Megatron-Core reduces them apart from
-        # the dense ones, with the same data-parallel style
-        moe_lp = max(1, math.ceil(_moe_layers(m) / pp))
-        _reduce(out, w, "expert-dp", "expert-dp", experts, max(1, experts // moe_lp), moe_lp,
-                mb, lay.expert_dp, d, lay.expert_dp, pp)
-    return out
-
-
-def _moe_layers(m: ModelSpec) -> int:
-    """Layers with experts (a model description's ``moe_layers`` where it
-    has one, else every layer)."""
-    return int(getattr(m, "moe_layers", m.layers) or m.layers)
-
-
-def _gradient_bytes(m: ModelSpec, lay: Layout) -> Tuple[int, int]:
-    """(dense, expert) gradient bytes a rank holds: with experts (the
-    model describes them and ep > 1) a rank holds its tp·pp-th of the
-    dense parameters and its expert_tp·ep·pp-th of the experts, reduced
-    over different groups; else every parameter is dense (P/(tp·pp))."""
-    d = m.value_bytes
-    spec = m.resolved() if hasattr(m, "resolved") else m
-    if lay.ep > 1 and getattr(spec, "is_moe", False):
-        expert = spec.moe_layers * spec.experts * spec.expert_params()
-        dense = (spec.counted_params() - expert) / (lay.tp * lay.pp)
-        return int(dense * d), int(expert / (lay.expert_tp * lay.ep * lay.pp) * d)
-    return m.params * d // (lay.tp * lay.pp), 0
-
-
-def _reduce(out: List[StepCall], w: Workload, what: str, kind: str, grads: int, layer: int,
-            lp: int, mb: int, dp: int, d: int, size: int, pp: int = 1) -> None:
-    """The calls reducing ``grads`` bytes of gradients (``layer`` bytes a
-    layer, ``lp`` layers a stage) over the groups of ``kind`` (``size``
-    ranks, ``dp`` of them data-parallel replicas), per the workload's
-    data-parallel style. With a pipeline (``pp`` > 1) sharded layers stay
-    gathered for the step's micro-batches (torchtitan and PyTorch's
-    pipeline schedules turn resharding after forward off), so they are
-    gathered once a step."""
-    red = "backward" if w.grad_overlap else "none"
-    if w.style == "ddp":
-        calls = max(1, math.ceil(grads / ddp_bucket_bytes(w.framework, dp, d)))
-        out.append(StepCall(what, kind, "all-reduce", grads // calls, calls, "backward",
-                            red, note="gradients, one all-reduce per bucket"))
-    elif w.style == "zero12":
-        out.append(StepCall(what, kind, "reduce-scatter", grads, 1, "backward", red,
-                            note="gradients reduced to their shards"))
-        out.append(StepCall(what, kind, "all-gather", grads, 1, "optimizer",
-                            "forward" if w.gather_overlap else "none",
-                            note="updated parameters gathered"))
-    else:
-        shard = "fsdp-shard" if what == "dp" else f"{what}-shard"
-        part: Tuple[str, int] = ("all", 0)
-        if w.style == "hsdp" and what == "dp" and 1 < w.shard < size:
-            part = ("block", w.shard)
-        if pp > 1:
-            out.append(StepCall(shard, kind, "all-gather", layer, lp, "forward",
-                                "forward", part, "per layer: parameters gathered once"))
-        else:
-            out.append(StepCall(shard, kind, "all-gather", layer, lp * mb, "forward",
-                                "forward", part, "per layer: parameters gathered"))
-            out.append(StepCall(shard, kind, "all-gather", layer, lp * mb,
-                                "backward", "backward", part, "per layer: gathered again"))
-        out.append(StepCall(shard, kind, "reduce-scatter", layer, lp,
-                            "backward", "backward", part, "per layer: gradients reduced"))
-        if part[0] == "block":
-            rep = "fsdp-replicate" if what == "dp" else f"{what}-replicate"
-            out.append(StepCall(rep, kind, "all-reduce",
-                                max(1, layer // w.shard), lp, "backward", "backward",
-                                ("stride", w.shard),
-                                "per layer: the shard's gradients over the replicas"))
+    return w.conventions.step_calls(layout, w, _model_of(w))
 
 
 # ---------------------------------------------------------------------------

@@ -41,6 +41,15 @@ class LineList(list):
         return self.lines[index] if index < len(self.lines) else self.line
 
 
+def _yaml():
+    """PyYAML, imported on first use: ~9 ms to import, and a command reading
+    only JSON (a warm plan on a compiled inventory, a plan document) never
+    loads it (every use in this module goes through here)."""
+    import yaml  # lazy: the one import of PyYAML (~9 ms; never on a warm compiled-inventory plan)
+
+    return yaml
+
+
 @lru_cache(maxsize=None)
 def _loader():
     """The YAML loader class, built on first use: PyYAML costs ~10 ms to
@@ -50,7 +59,7 @@ def _loader():
     libyaml's parser when PyYAML was built with it (about 10x faster on the
     12,500 node reports of a big cluster); our constructors still run in
     Python and the nodes still carry line marks."""
-    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+    yaml = _yaml()
 
     class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         pass
@@ -116,7 +125,7 @@ def _check_aliases(root, path: str) -> None:
     node's expanded size once (memoised by identity), so the check costs one
     pass over the document as written, however large its expansion.
     """
-    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+    yaml = _yaml()
 
     own: Dict[int, int] = {}
     size: Dict[int, int] = {}
@@ -149,7 +158,7 @@ def _check_aliases(root, path: str) -> None:
 
 
 def _count_distinct(root) -> int:
-    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+    yaml = _yaml()
 
     seen = set()
     stack = [root]
@@ -174,7 +183,7 @@ MAX_DEPTH = 100
 def _check_depth(text: str, path: str) -> None:
     """Refuse nesting deeper than MAX_DEPTH, from the parser's events
     (iterative, so a ``[[[[...`` bomb cannot crash it)."""
-    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+    yaml = _yaml()
 
     opening = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
     closing = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
@@ -200,7 +209,7 @@ def parse_text(text: str, path: str = "<string>") -> Any:
     Before anything is built, nesting depth and alias expansion are checked,
     so a small hostile document costs a message, not the process.
     """
-    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+    yaml = _yaml()
 
     loader = None
     try:
@@ -415,7 +424,7 @@ class BlockList(list):
 
 @lru_cache(maxsize=None)
 def _dumper():
-    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+    yaml = _yaml()
 
     class _Dumper(yaml.SafeDumper):
         pass
@@ -428,7 +437,7 @@ def _dumper():
 
 def dump_yaml(data: Any) -> str:
     """YAML text for plain dicts/lists, keys in insertion order."""
-    import yaml  # lazy: a warm plan on a compiled inventory never loads PyYAML (start-up)
+    yaml = _yaml()
 
     return yaml.dump(_plain(data), Dumper=_dumper(), sort_keys=False, default_flow_style=None,
                      width=100)

@@ -33,6 +33,9 @@ from __future__ import annotations
 import io
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from rich import box
+from rich.table import Table
+
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.simulate.engine import Replay, effective_slowdown, slowdown
 from slurmtopo.simulate.freestate import SEGMENTS
@@ -293,10 +296,6 @@ def table(doc: Dict[str, Any]):
     """The policies side by side, as a rich Table (three numbers a cell:
     p50 / p95 / mean for waits and slowdowns, mean / p95 for JCT; the
     share of jobs / GPU-hours slowed by shared links)."""
-    # lazy: rich is heavy, loaded only when this runs (start-up time)
-    from rich import box
-    from rich.table import Table
-
     title = (f"{doc['inventory']['nodes']} nodes, {doc['inventory']['gpus']} GPUs, "
              f"{_replayed(doc)} jobs; comm fraction {doc['settings']['comm_fraction']:g}")
     offered = doc.get("load", {}).get("offered")
@@ -325,10 +324,6 @@ def table(doc: Dict[str, Any]):
 def distribution_table(doc: Dict[str, Any]):
     """Per policy, the share of jobs in each slowdown bucket, and how much
     shared links stretched the slowed ones."""
-    # lazy: rich is heavy, loaded only when this runs (start-up time)
-    from rich import box
-    from rich.table import Table
-
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
                 title="slowdown distribution (share of jobs) and contention")
     width = max(len(p["policy"]) for p in doc["policies"]) if doc["policies"] else 6
@@ -355,10 +350,6 @@ def racks_table(doc: Dict[str, Any]):
     """Rack-scale domains: per policy, racks wholly and partly free and the
     free trays no segment can use, per segment size (averaged over the
     replay); None without multi-node domains."""
-    # lazy: rich is heavy, loaded only when this runs (start-up time)
-    from rich import box
-    from rich.table import Table
-
     if "racks" not in doc:
         return None
     pols = [p for p in doc["policies"] if "racks" in p]
@@ -382,10 +373,6 @@ def racks_table(doc: Dict[str, Any]):
 
 def capacity_table_rich(doc: Dict[str, Any]):
     """The usable share of a rack per segment size and tray failure rate."""
-    # lazy: rich is heavy, loaded only when this runs (start-up time)
-    from rich import box
-    from rich.table import Table
-
     if "racks" not in doc:
         return None
     rows = doc["racks"]["capacity"]
@@ -415,7 +402,8 @@ def pyplot():
     """matplotlib's pyplot on the Agg backend, or the one-line error; the
     command asks before the replay, so a missing matplotlib costs no
     minutes."""
-    try:  # lazy: optional and heavy, only a plot needs it
+    # lazy: the one import of matplotlib (optional, the 'bench' extra; ~300 ms): only --plot
+    try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -514,9 +502,7 @@ def _readable(ax, pts) -> None:
     as ``1e-5+1`` with ticks 3.00-5.00) over a range of at least 2% of the
     values on each axis, so equal values sit mid-axis instead of on a
     magnified noise scale."""
-    # lazy: matplotlib is heavy, loaded only when this runs (start-up time)
-    from matplotlib.ticker import ScalarFormatter
-
+    ScalarFormatter = pyplot().ScalarFormatter  # matplotlib.ticker's, which pyplot exports
     for axis, lo_hi, setter in ((ax.yaxis, [v for p in pts for v in (p[1], p[3])], ax.set_ylim),
                                 (ax.xaxis, [v for p in pts for v in (p[0], p[2])], ax.set_xlim)):
         formatter = ScalarFormatter(useOffset=False)
@@ -553,10 +539,6 @@ def sweep_document(sweep, runs: Sequence[Tuple[Optional[float], Dict[str, Any]]]
 
 def sweep_table(sdoc: Dict[str, Any]):
     """Every (load, policy) replay of a sweep, one row each."""
-    # lazy: rich is heavy, loaded only when this runs (start-up time)
-    from rich import box
-    from rich.table import Table
-
     first = sdoc["runs"][0]
     tab = Table(box=box.SIMPLE_HEAD, pad_edge=False,
                 title=f"{first['inventory']['nodes']} nodes, {first['inventory']['gpus']} GPUs, "

@@ -15,29 +15,39 @@ framework's name:
 * its **configuration reader** (:meth:`Framework.config_knobs`,
   :meth:`Framework.config_model`, :meth:`Framework.config_overlaps`: the
   file the job itself runs with);
-* its **step conventions**, which the workload (:mod:`slurmtopo.job.workload`)
-  and the cost model read: the data-parallel style of its settings, the
-  overlaps it makes by default, its gradient buckets, its attention
-  kernels, what its loss and its gradients hold in memory;
+* its **step**: the list of collectives one training step runs
+  (:meth:`Framework.step_calls`, composed here of one method a part: TP,
+  CP, EP, PP, the gradients), which the cost model
+  (:func:`slurmtopo.cost.step.price_step`) prices as returned, and the
+  conventions the workload (:mod:`slurmtopo.job.workload`) and the cost
+  model read: the data-parallel style of its settings, the overlaps it
+  makes by default, its gradient buckets, its attention kernels, what its
+  loss and its gradients hold in memory;
 * the **advisor's layouts** of it (``slurmtopo advise``);
 * its **docs example** (a line of docs/frameworks/NAME.md, run by
   tests/test_frameworks.py).
 
 A new framework is one subclass here (overriding what differs from the
-defaults, which are PyTorch's) and one
-:func:`~slurmtopo.job.frameworks.registry.register` call.
+defaults, which are PyTorch's: a convention, a part of the step, or
+:meth:`Framework.step_calls` itself to add calls of its own) and one
+:func:`~slurmtopo.job.frameworks.registry.register` call, at any time:
+``--framework`` reads the registry when the command line is parsed.
 tests/test_framework_registry.py registers a fourth one in one file and
-follows it through groups, plan, cost and configuration.
+follows it through groups, plan, cost (a call of its own, priced in the
+step), configuration and ``slurmtopo plan --framework``.
 
 Pure: no I/O, no framework imported.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks.common import FrameworkLayout, Knob
+from slurmtopo.job.frameworks.stepcalls import (StepCall, StepSizes, gradient_bytes, kv_bytes,
+                                                moe_layers, step_sizes)
 from slurmtopo.job.groups import Layout
 
 __all__ = ["Framework", "RequestTerms", "ConfigReader"]
@@ -92,7 +102,8 @@ class Framework:
     #: a ``slurmtopo groups`` line of docs/frameworks/NAME.md
     example: str = ""
 
-    # the step's conventions (slurmtopo.job.workload, slurmtopo.cost)
+    # the step's conventions (slurmtopo.job.workload, slurmtopo.cost, and
+    # step_calls below)
 
     #: TP's all-reduces are always split into all-gather + reduce-scatter
     #: (torchtitan's TP plan shards the norms' sequence)
@@ -212,6 +223,188 @@ class Framework:
         """The gradient bucket of its DDP in bytes for ``d``-byte values:
         PyTorch DDP's ``bucket_cap_mb=25``."""
         return 25 * 1024 * 1024
+
+    # ------------------------------------------------------------------
+    # the calls of its step, which slurmtopo.cost.step prices; each part a
+    # method, so a framework overrides the part that differs (or adds its
+    # own calls to what :meth:`step_calls` returns)
+
+    def step_calls(self, layout: Layout, workload, model) -> List[StepCall]:
+        """The collectives of one step of ``layout`` (a Megatron layout,
+        the planner's) for ``workload`` (a Workload naming this framework)
+        and ``model`` (the model description), per rank, in the order the
+        step's report lists them: TP, CP, EP, PP, then the gradients'
+        (docs/cost-model.md, "One training step", has the table and its
+        sources).
+
+        With P parameters, L layers, h hidden, s tokens a micro-batch, b
+        micro-batch size, d bytes a value, M micro-batches a step, Lp = L/pp
+        layers a stage and A = b·s/cp·h·d one micro-batch's activations
+        (:class:`~slurmtopo.job.frameworks.stepcalls.StepSizes`):
+
+        * TP (:meth:`tp_step_calls`): per layer two all-reduces of A forward
+          and two backward; with sequence parallelism each is an all-gather
+          and a reduce-scatter, and the backward pass gathers the input
+          again for the weight gradients. Exposed unless ``tp_comm_overlap``.
+          With experts (ep > 1) the MLP's half runs on ``expert-tp``.
+        * CP (:meth:`cp_step_calls`): K and V all-gathered forward and
+          backward, their gradients reduce-scattered, overlapping attention.
+        * EP (:meth:`ep_step_calls`): dispatch and combine all-to-alls of
+          A·top_k, both passes; exposed unless ``ep_comm_overlap``.
+        * PP (:meth:`pp_step_calls`): one send of the activations forward
+          and of their gradient backward per micro-batch; exposed.
+        * DP per style (:meth:`gradient_step_calls`): DDP all-reduces
+          G = P/(tp·pp)·d in its buckets; ZeRO-1/2 reduce-scatters G and
+          all-gathers the parameters; FSDP all-gathers each layer's
+          W = P/(L·tp)·d forward and backward per micro-batch and
+          reduce-scatters its gradient; HSDP adds the shard's all-reduce
+          over the replicas. Overlapping the backward pass when the
+          framework does.
+        """
+        s = step_sizes(layout, workload, model)
+        return [*self.tp_step_calls(s), *self.cp_step_calls(s), *self.ep_step_calls(s),
+                *self.pp_step_calls(s), *self.gradient_step_calls(s)]
+
+    def tp_overlaps(self, workload) -> Tuple[str, str]:
+        """What TP's forward and backward collectives overlap: with
+        ``tp_comm_overlap`` the forward's the forward pass, the backward's
+        the backward pass where :attr:`tp_overlap_backward`; else nothing."""
+        if not workload.tp_comm_overlap:
+            return "none", "none"
+        return "forward", "backward" if self.tp_overlap_backward else "none"
+
+    def tp_step_calls(self, s: StepSizes) -> List[StepCall]:
+        """TP's calls: per layer on ``tp``, or with experts on their own
+        TP size the attention's half on ``tp`` and the MLP's on
+        ``expert-tp``."""
+        lay = s.layout
+        if s.moe and lay.expert_tp != lay.tp:
+            return (self._tp_calls(s, "tp", lay.tp, 1, "tp")
+                    + self._tp_calls(s, "expert-tp", lay.expert_tp, 1, "expert-tp"))
+        return self._tp_calls(s, "tp", lay.tp, 2, "tp")
+
+    def _tp_calls(self, s: StepSizes, kind: str, size: int, per_layer: int,
+                  what: str) -> List[StepCall]:
+        if size <= 1:
+            return []
+        fwd, bwd = self.tp_overlaps(s.workload)
+        n, act = per_layer * s.stage_layers * s.micro_batches, s.activations
+        if not s.sequence_parallel:
+            return [StepCall(what, kind, "all-reduce", act, n, "forward", fwd,
+                             note="per layer: after attention and the MLP"),
+                    StepCall(what, kind, "all-reduce", act, n, "backward", bwd,
+                             note="per layer: the gradients of their inputs")]
+        return [StepCall(what, kind, "all-gather", act, n, "forward", fwd,
+                         note="sequence parallel: the input gathered"),
+                StepCall(what, kind, "reduce-scatter", act, n, "forward", fwd,
+                         note="sequence parallel: the output reduced"),
+                StepCall(what, kind, "all-gather", act, 2 * n, "backward", bwd,
+                         note="the gradient gathered, and the input again for wgrad"),
+                StepCall(what, kind, "reduce-scatter", act, n, "backward", bwd,
+                         note="the input's gradient reduced")]
+
+    def cp_step_calls(self, s: StepSizes) -> List[StepCall]:
+        """CP's calls: K and V gathered for every layer's attention
+        (:func:`~slurmtopo.job.frameworks.stepcalls.kv_bytes`), both passes,
+        and their gradients reduced."""
+        if s.layout.cp <= 1:
+            return []
+        kv, n = kv_bytes(s), s.stage_layers * s.micro_batches
+        return [StepCall("cp", "cp", "all-gather", kv, n, "forward", "forward",
+                         note="K and V gathered for attention"),
+                StepCall("cp", "cp", "all-gather", kv, n, "backward", "backward",
+                         note="K and V gathered again"),
+                StepCall("cp", "cp", "reduce-scatter", kv, n, "backward", "backward",
+                         note="their gradients reduced")]
+
+    def ep_step_calls(self, s: StepSizes) -> List[StepCall]:
+        """EP's dispatch and combine all-to-alls, both passes."""
+        if not s.moe:
+            return []
+        w, n = s.workload, 2 * s.stage_layers * s.micro_batches
+        tokens = s.activations * s.model.top_k // (s.layout.tp if s.sequence_parallel else 1)
+        ov_f = "forward" if w.ep_comm_overlap else "none"
+        ov_b = "backward" if w.ep_comm_overlap else "none"
+        return [StepCall("ep", "ep", "all-to-all", tokens, n, "forward", ov_f,
+                         note="dispatch and combine"),
+                StepCall("ep", "ep", "all-to-all", tokens, n, "backward", ov_b,
+                         note="dispatch and combine, their gradients")]
+
+    def pp_step_calls(self, s: StepSizes) -> List[StepCall]:
+        """PP's sends, a micro-batch's activations each way."""
+        if s.layout.pp <= 1:
+            return []
+        send = s.activations // (s.layout.tp if s.sequence_parallel else 1)
+        return [StepCall("pp", "pp", "p2p", send, s.micro_batches, "forward", "none",
+                         note="each micro-batch's activations to the next stage"),
+                StepCall("pp", "pp", "p2p", send, s.micro_batches, "backward", "none",
+                         note="their gradients back")]
+
+    def gradient_step_calls(self, s: StepSizes) -> List[StepCall]:
+        """The gradients' calls: the dense ones over ``dp`` (``dp-cp``
+        with context parallelism), the experts' over ``expert-dp``, each
+        per the workload's data-parallel style (:meth:`reduce_step_calls`)."""
+        lay, m, lp = s.layout, s.model, s.stage_layers
+        out: List[StepCall] = []
+        grads, experts = gradient_bytes(m, lay)
+        if lay.dp * lay.cp > 1:
+            layer = grads // lp if experts else m.params * s.value_bytes // (m.layers * lay.tp)
+            out += self.reduce_step_calls(s, "dp", "dp-cp" if lay.cp > 1 else "dp", grads,
+                                          layer, lp, lay.dp, lay.dp * lay.cp)
+        if experts and lay.expert_dp > 1:
+            # the experts' gradients over the expert-data-parallel groups (the
+            # ranks holding the same experts: world / (expert_tp ep pp), the
+            # context ranks among them): Megatron-Core reduces them apart from
+            # the dense ones, with the same data-parallel style
+            moe_lp = max(1, math.ceil(moe_layers(m) / lay.pp))
+            out += self.reduce_step_calls(s, "expert-dp", "expert-dp", experts,
+                                          max(1, experts // moe_lp), moe_lp, lay.expert_dp,
+                                          lay.expert_dp)
+        return out
+
+    def reduce_step_calls(self, s: StepSizes, what: str, kind: str, grads: int, layer: int,
+                          lp: int, dp: int, size: int) -> List[StepCall]:
+        """The calls reducing ``grads`` bytes of gradients (``layer`` bytes
+        a layer, ``lp`` layers a stage) over the groups of ``kind`` (``size``
+        ranks, ``dp`` of them data-parallel replicas), per the workload's
+        data-parallel style: DDP in :meth:`ddp_bucket_bytes` buckets,
+        ZeRO-1/2, FSDP/HSDP. With a pipeline (pp > 1) sharded layers stay
+        gathered for the step's micro-batches (torchtitan and PyTorch's
+        pipeline schedules turn resharding after forward off), so they are
+        gathered once a step."""
+        w, d, mb = s.workload, s.value_bytes, s.micro_batches
+        red = "backward" if w.grad_overlap else "none"
+        if w.style == "ddp":
+            calls = max(1, math.ceil(grads / self.ddp_bucket_bytes(dp, d)))
+            return [StepCall(what, kind, "all-reduce", grads // calls, calls, "backward",
+                             red, note="gradients, one all-reduce per bucket")]
+        if w.style == "zero12":
+            return [StepCall(what, kind, "reduce-scatter", grads, 1, "backward", red,
+                             note="gradients reduced to their shards"),
+                    StepCall(what, kind, "all-gather", grads, 1, "optimizer",
+                             "forward" if w.gather_overlap else "none",
+                             note="updated parameters gathered")]
+        shard = "fsdp-shard" if what == "dp" else f"{what}-shard"
+        part: Tuple[str, int] = ("all", 0)
+        if w.style == "hsdp" and what == "dp" and 1 < w.shard < size:
+            part = ("block", w.shard)
+        if s.layout.pp > 1:
+            out = [StepCall(shard, kind, "all-gather", layer, lp, "forward",
+                            "forward", part, "per layer: parameters gathered once")]
+        else:
+            out = [StepCall(shard, kind, "all-gather", layer, lp * mb, "forward",
+                            "forward", part, "per layer: parameters gathered"),
+                   StepCall(shard, kind, "all-gather", layer, lp * mb,
+                            "backward", "backward", part, "per layer: gathered again")]
+        out.append(StepCall(shard, kind, "reduce-scatter", layer, lp,
+                            "backward", "backward", part, "per layer: gradients reduced"))
+        if part[0] == "block":
+            rep = "fsdp-replicate" if what == "dp" else f"{what}-replicate"
+            out.append(StepCall(rep, kind, "all-reduce",
+                                max(1, layer // w.shard), lp, "backward", "backward",
+                                ("stride", w.shard),
+                                "per layer: the shard's gradients over the replicas"))
+        return out
 
     # ------------------------------------------------------------------
     # the layout advisor (slurmtopo.advisor); ``c`` is its Candidate
