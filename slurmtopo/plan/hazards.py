@@ -29,6 +29,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory.model import Inventory, Placement
 from slurmtopo.inventory.topology import group_rails, misaligned, rail_optimised
+from slurmtopo.job.groups import DOMAIN_KINDS
 from slurmtopo.job.workload import parse_nccl_version
 
 ERROR = "error"
@@ -363,11 +364,6 @@ def _group_domains(inv: Inventory, p: Placement) -> List[Tuple[str, str]]:
     or a host outside one) where one domain of the inventory has the GPUs
     for the whole group (a warning: on a busy cluster the planner sends a
     group out only where no domain has room now)."""
-    # lazy: the planner and the cost model (36 modules, 20 ms measured) for one constant:
-    #   the pyslurm backend (TaskProlog's batch step where sinfo is missing), `slurmtopo show`
-    #   and `plan --help` load this module (through slurmtopo.sbatch) without them
-    from slurmtopo.plan.choice import DOMAIN_KINDS
-
     nodes = inv.nodes
     dom: Dict[str, str] = {}
     rack: Dict[str, bool] = {}
