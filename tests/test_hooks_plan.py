@@ -159,11 +159,11 @@ def test_missing_inventory_is_a_warning(capsys, monkeypatch, tmp_path):
 
 
 def test_a_bug_is_a_warning_never_a_traceback(capsys, monkeypatch):
-    import slurmtopo.commands.hooks as hooks
+    import slurmtopo.commands.hook_plan as hook_plan
 
     def boom(*a, **k):
         raise ZeroDivisionError("oops")
-    monkeypatch.setattr(hooks, "plan_hook", boom)
+    monkeypatch.setattr(hook_plan, "plan_hook", boom)
     with pytest.raises(SystemExit) as exc:
         main(["hooks", "plan", "--inventory", INV, "--options", "{}"])
     out = capsys.readouterr()
@@ -174,9 +174,9 @@ def test_a_bug_is_a_warning_never_a_traceback(capsys, monkeypatch):
 def test_deadline_bounds_the_call(capsys, monkeypatch):
     import time
 
-    import slurmtopo.commands.hooks as hooks
+    import slurmtopo.commands.hook_plan as hook_plan
 
-    monkeypatch.setattr(hooks, "plan_hook", lambda *a, **k: time.sleep(30))
+    monkeypatch.setattr(hook_plan, "plan_hook", lambda *a, **k: time.sleep(30))
     with pytest.raises(SystemExit) as exc:
         main(["hooks", "plan", "--inventory", INV, "--deadline", "0.2", "--options", "{}"])
     assert exc.value.code == 3

@@ -153,8 +153,8 @@ def read_allocation(env: Mapping[str, str], slurm=None,
 def default_backend():
     """The command-line Slurm backend, with the start-time step's patience
     (a probe step on a busy controller may take a while)."""
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.slurm.cli_backend (start-up time)
+    # lazy: `hooks task-prolog` (every task) loads this module, not the Slurm backends and
+    #   the inventory reader they bring (13 modules: 7.3 ms measured)
     from slurmtopo.slurm.cli_backend import CliBackend
 
     return CliBackend(timeout=120)

@@ -20,6 +20,7 @@ from slurmtopo.inventory.model import Hardware, Inventory
 from slurmtopo.inventory.topology import network_view
 from slurmtopo.job.groups import build_groups
 from slurmtopo.job.request import JobRequest
+from slurmtopo.placement.intranode import candidate_sets, hw_info
 
 class InventoryStats:
     """What the lower bound needs to know about an inventory's shape (not
@@ -222,8 +223,6 @@ class LowerBound:
             if l <= 1:
                 hit = (LinkClass.SELF, math.inf)
             else:
-                # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
-                from slurmtopo.placement.intranode import candidate_sets, hw_info
                 hc = self.p.hw(hw)
                 best = None
                 for cand in candidate_sets(hw_info(hw), gpus, l):

@@ -10,6 +10,7 @@ from typing import Dict, List, Tuple
 from slurmtopo.cost.defaults import DEFAULT_GPU_GENERATION, DEFAULT_PCIE_FACTOR, GPU_GENERATIONS
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import Hardware
+from slurmtopo.placement.intranode import hw_info, ring
 
 
 def network_kind(hw: Hardware) -> str:
@@ -50,8 +51,6 @@ def tuned_platform(hw: Hardware, kind: str) -> str:
 
 
 def _ring(hw: Hardware, gpus: Tuple[int, ...]) -> LinkClass:
-    # imported here: the cost model loads without the planner until it prices
-    from slurmtopo.placement.intranode import ring
     return ring(hw, gpus)
 
 
@@ -61,8 +60,6 @@ class HardwareFigures:
     def __init__(self, p: "CostParams", hw: Hardware):
         self.p = p
         self.hw = hw
-        # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
-        from slurmtopo.placement.intranode import hw_info
         info = hw_info(hw)
         self.lc = info.lc
         self.lanes = info.lanes

@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from typing import List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.sbatch.directives import DirectiveError as SbatchDirectiveError
+from slurmtopo.sbatch.directives import split_directive
 
 #: the magic word of a directive line (and of a directive comment)
 PREFIX = "#SLURMTOPO"
@@ -136,11 +138,6 @@ def header_problem(script_text: str, name: str = "script") -> Optional[str]:
 
 
 def _words(text: str, where: str) -> List[str]:
-    # lazy: `slurmtopo hooks plan` (no directive) loads this module but not
-    #   slurmtopo.sbatch.directives (start-up time)
-    from slurmtopo.sbatch.directives import DirectiveError as SbatchDirectiveError
-    from slurmtopo.sbatch.directives import split_directive
-
     if _CONTROL.search(text):
         raise DirectiveError(f"{where}: the directive contains a control character")
     try:

@@ -33,6 +33,7 @@ from slurmtopo.inventory.model import (SCHEMA_VERSION, Block, CpuTopology, Fabri
                                        Ring, Switch, Torus, MAX_CPUS, check_cpu_id, format_cpulist,
                                        parse_cpulist)
 from slurmtopo.inventory.presets import PRESETS, preset
+from slurmtopo.inventory.ringtree import inventory_switches
 from slurmtopo.inventory.topology import switch_levels
 
 _PCI_RE = re.compile(r"^[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7]$")
@@ -443,11 +444,6 @@ class _Parser:
             if switches or blocks or sizes:
                 raise r.error("a fabric with rings or toruses has no switches or blocks "
                               "(Slurm plans a job on one topology)", Reader.line(d))
-            # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
-            #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this
-            #   module but not slurmtopo.inventory.ringtree (start-up time)
-            from slurmtopo.inventory.ringtree import inventory_switches
-
             switches = list(inventory_switches(rings, toruses, self.path))
         return Fabric(switches=tuple(switches), blocks=tuple(blocks), block_sizes=sizes,
                       rings=rings, toruses=toruses)
@@ -593,12 +589,7 @@ def load_inventory(paths, check: Optional[Callable[[Inventory], object]] = None,
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
-            # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
-            #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this
-            #   module but not slurmtopo.inventory.compiled (start-up time)
-            from slurmtopo.inventory.compiled import load_report_dir
-
-            dir_parts, _ = load_report_dir(p, report_dir_schema(), write_cache)
+            dir_parts, _ = _compiled().load_report_dir(p, report_dir_schema(), write_cache)
             parts.extend(dir_parts)
         elif os.path.exists(p):
             parts.append(load_file(p, file_schema(), read_text, check, write_cache, tables))
@@ -617,17 +608,23 @@ def read_document(path: str) -> Inventory:
     return parse_inventory(load_document(path), path)
 
 
+def _compiled():
+    """:mod:`slurmtopo.inventory.compiled`, which reads a directory of node
+    reports (the plan of a job on an inventory file never needs it)."""
+    # lazy: its process pool (concurrent.futures, multiprocessing: 22 modules) costs 13 ms
+    #   measured on the path of `plan` and `hooks plan` with an inventory file
+    from slurmtopo.inventory import compiled
+
+    return compiled
+
+
 def report_dir_schema():
     """What :mod:`slurmtopo.inventory.compiled` needs to read and compile a report
     directory (it cannot import this module, which reads directories
     through it)."""
-    # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
-    #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this module
-    #   but not slurmtopo.inventory.compiled (start-up time)
-    from slurmtopo.inventory.compiled import Schema
-
-    return Schema(read=read_document, parse=parse_inventory, merge=merge_inventories,
-                  hardware_dict=hardware_dict, suffixes=DOC_SUFFIXES)
+    return _compiled().Schema(read=read_document, parse=parse_inventory,
+                              merge=merge_inventories, hardware_dict=hardware_dict,
+                              suffixes=DOC_SUFFIXES)
 
 
 def parse_document_text(text: str, path: str) -> Inventory:
@@ -654,22 +651,18 @@ def compile_report_dir(directory: str) -> Tuple[Dict[str, Any], Inventory, List[
     any other document) as one inventory document, plus the merged
     Inventory and log lines; the directory's compiled form is brought up to
     date on the way."""
-    # lazy: `slurmtopo hooks plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`,
-    #   `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (batch step) load this module
-    #   but not slurmtopo.inventory.compiled (start-up time)
-    from slurmtopo.inventory.compiled import COMPILED_VERSION, compile_inventory, load_report_dir
-
+    compiled = _compiled()
     schema = report_dir_schema()
-    parts, log = load_report_dir(directory, schema)
+    parts, log = compiled.load_report_dir(directory, schema)
     inv = parts[0] if len(parts) == 1 else merge_inventories(parts)
     if not inv.nodes:
         raise InventoryError("the directory defines no nodes", directory)
-    doc = compile_inventory(inv, {}, schema, os.path.abspath(directory))
+    doc = compiled.compile_inventory(inv, {}, schema, os.path.abspath(directory))
     rest = inventory_dict(Inventory(nodes={}, fabric=inv.fabric, cost=inv.cost))
     for key in ("fabric", "cost"):
         if key in rest:
             doc[key] = rest[key]
-    doc["compiled"] = {"version": COMPILED_VERSION, "from": os.path.abspath(directory)}
+    doc["compiled"] = {"version": compiled.COMPILED_VERSION, "from": os.path.abspath(directory)}
     doc = {k: doc[k] for k in ("slurmtopo", "version", "node_types", "nodes", "fabric", "cost",
                                "reports", "compiled") if k in doc}
     return doc, inv, log

@@ -46,6 +46,7 @@ __all__ = [
     "DENSE_KINDS",
     "EXPERT_KINDS",
     "GROUP_KINDS",
+    "DOMAIN_KINDS",
     "Layout",
     "Groups",
     "build_groups",
@@ -116,6 +117,13 @@ _EXPERT: Dict[str, Tuple[str, ...]] = {
 
 DENSE_KINDS: List[str] = list(DENSE_DIMS)
 EXPERT_KINDS: List[str] = list(_EXPERT)
+#: the group kinds that must not leave an NVLink domain (a GB200 NVL72
+#: rack, or one node elsewhere) where the planner kept them in one: the
+#: planner uses a variant that sends more of them over the network only when
+#: it models ``plan.choice.ALT_NESTING_MARGIN`` faster, and the pre-launch
+#: check (``plan.hazards``) warns of one sent out where a domain had room
+DOMAIN_KINDS = ("tp", "expert-tp", "ep")
+
 #: Every key build_groups can return, in the order it returns them.
 GROUP_KINDS: List[str] = DENSE_KINDS + EXPERT_KINDS
 

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
+from slurmtopo.inventory.hostlist import expand_hostlist
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.job.groups import GROUP_KINDS, Layout
 from slurmtopo.job.workload import Workload
@@ -229,8 +230,6 @@ def _hosts(value, what: str) -> Tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
-        from slurmtopo.inventory.hostlist import expand_hostlist
         try:
             return tuple(expand_hostlist(value, what))
         except ValueError as exc:

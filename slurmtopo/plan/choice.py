@@ -16,7 +16,7 @@ from slurmtopo.cost.step import StepPrice, compared_seconds, compute_differs, pr
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.inventory.model import ClusterState, Hardware, Inventory, Placement
-from slurmtopo.job.groups import build_groups
+from slurmtopo.job.groups import DOMAIN_KINDS, build_groups
 from slurmtopo.job.request import JobRequest, level_of_class, satisfies
 from slurmtopo.placement.baselines import naive_from
 from slurmtopo.placement.common import Candidates, candidates, not_enough_gpus
@@ -24,14 +24,11 @@ from slurmtopo.placement.fabric import fabric_tree
 from slurmtopo.placement.planner import (EVEN_DOMAINS, MODEL, NESTING, NODE_CAP, ONE_PHASE,
                                          POD_BY_POD, Proposal, proposals)
 
-#: another nesting is used only when it models at least this much faster
+#: another nesting is used only when it models at least this much faster;
+#: one that sends more groups of :data:`slurmtopo.job.groups.DOMAIN_KINDS`
+#: over the network must model this much faster
 ALT_NESTING_MARGIN = 0.05
 
-#: the group kinds that must not leave an NVLink domain (a GB200 NVL72
-#: rack, or one node elsewhere) where the planner kept them in one: a
-#: variant of the plan that sends more of their groups over the network is
-#: used only when it models :data:`ALT_NESTING_MARGIN` faster
-DOMAIN_KINDS = ("tp", "expert-tp", "ep")
 
 #: Proposal.kind of Slurm's default placement (the safety net)
 NAIVE = "naive"

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import Sequence, Union
 
+from slurmtopo.cost import cost_params
+from slurmtopo.cost.bound import STATS_TABLE, InventoryStats, inventory_stats
+from slurmtopo.inventory.cache import Table
 from slurmtopo.inventory.model import Inventory
+from slurmtopo.inventory.schema import load_inventory
+from slurmtopo.placement.fabric import TABLE, fabric_tree, same_tree, tree_from_json, tree_json
 
 
 def load_cluster(paths: Union[str, Sequence[str]], write_cache: bool = True) -> Inventory:
@@ -18,10 +23,6 @@ def load_cluster(paths: Union[str, Sequence[str]], write_cache: bool = True) -> 
     for every command and not only for the one that prices a plan.
     ``write_cache`` False keeps no compiled form for next time (a dry run
     writes nothing)."""
-    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
-    from slurmtopo.cost import cost_params
-    from slurmtopo.inventory.schema import load_inventory
-
     # each file is checked before its compiled form is kept; the whole again
     inv = load_inventory(paths, check=cost_params, write_cache=write_cache,
                          tables=derived_tables())
@@ -34,11 +35,6 @@ def derived_tables():
     inventory keeps them (:class:`slurmtopo.inventory.cache.Table`): the
     planner's fabric tree and the lower bound's statistics. Not the network
     view: built from the switches alone, it costs less than reading it."""
-    # lazy: off the path of `slurmtopo hooks plan` (start-up time)
-    from slurmtopo.cost.bound import STATS_TABLE, InventoryStats, inventory_stats
-    from slurmtopo.inventory.cache import Table
-    from slurmtopo.placement.fabric import TABLE, fabric_tree, same_tree, tree_from_json, tree_json
-
     return (Table(TABLE, fabric_tree, lambda tree, hw_ref: tree_json(tree),
                   lambda d, inv, hardware: tree_from_json(d, inv), same_tree),
             Table(STATS_TABLE, inventory_stats, lambda st, hw_ref: st.to_json(hw_ref),

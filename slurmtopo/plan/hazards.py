@@ -28,6 +28,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory.model import Inventory, Placement
+from slurmtopo.inventory.topology import group_rails, misaligned, rail_optimised
+from slurmtopo.job.groups import DOMAIN_KINDS
 from slurmtopo.job.workload import parse_nccl_version
 
 ERROR = "error"
@@ -297,9 +299,6 @@ def _rails(inv: Inventory, p: Placement) -> List[Tuple[str, str]]:
     crosses hosts must use the same set of rails (a rank's nearest NIC, by
     name) on each of its hosts (slurmtopo.inventory.topology.group_rails, which the
     cost model prices the same way)."""
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo.inventory.topology import group_rails, misaligned, rail_optimised
-
     hosts = list(p.by_host())
     if len(hosts) < 2 or not rail_optimised(inv, hosts):
         return []
@@ -365,9 +364,6 @@ def _group_domains(inv: Inventory, p: Placement) -> List[Tuple[str, str]]:
     or a host outside one) where one domain of the inventory has the GPUs
     for the whole group (a warning: on a busy cluster the planner sends a
     group out only where no domain has room now)."""
-    # lazy: off the path of `slurmtopo hooks plan`, `--help` (start-up time)
-    from slurmtopo.plan.choice import DOMAIN_KINDS
-
     nodes = inv.nodes
     dom: Dict[str, str] = {}
     rack: Dict[str, bool] = {}

@@ -111,7 +111,8 @@ class Torchrun(Launcher):
     LOCAL_RANK`` is the planned rank only for a node-contiguous plan."""
 
     def requirement(self, placement: Placement) -> Optional[str]:
-        # lazy: off the path of `slurmtopo hooks task-prolog`, `--help` (start-up time)
+        # lazy: `hooks task-prolog` (every task) loads this module, not the rank map
+        #   (csv, job.groups, inventory.topology: 3.3 ms measured)
         from slurmtopo.plan.rankmap import node_contiguous
 
         return node_contiguous(placement)

@@ -35,10 +35,17 @@ from typing import List, Optional, Sequence, Tuple
 
 from slurmtopo import __version__
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.inventory.hostlist import fold_hostlist
 from slurmtopo.inventory.model import format_cpulist
+from slurmtopo.inventory.topology import block_of, made_from, network_view
+from slurmtopo.placement.segments import SlurmFeatures, block_layout, choose_segments, nvlink_kinds
+from slurmtopo.placement.spares import spare_hosts_line
 from slurmtopo.plan.hazards import HazardPolicy
 from slurmtopo.plan.plandoc import TASK_NAME, TASK_SNIPPET
 from slurmtopo.plan.planwrite import dumps_plan, guardrails_dict, plan_document
+from slurmtopo.plan.rankmap import group_indices, nccl_topo_plan
+from slurmtopo.plan.taskprobe import PROBE_SELF
+from slurmtopo.sbatch.directives import DirectiveError, read_extras
 from slurmtopo.sbatch.launch import Launch, render_words
 from slurmtopo.sbatch.options import DEFAULT_SWITCH_WAIT, ScriptOptions
 from slurmtopo.sbatch.slurm_options import known_anywhere
@@ -112,10 +119,6 @@ def extras_problem(extras: Sequence[str]) -> Optional[str]:
     They are read as sbatch reads ``#SBATCH`` lines, with the option table
     of every Slurm release slurmtopo knows: refused when any release would
     apply an option the plan sets, or would refuse the script."""
-    # lazy: `slurmtopo hooks plan` (no directive), `slurmtopo --help` load this module but not
-    #   slurmtopo.sbatch.directives (start-up time)
-    from slurmtopo.sbatch.directives import DirectiveError, read_extras
-
     extras = [str(e) for e in extras]
     for text in extras:
         if not text.lstrip().startswith("-"):
@@ -239,10 +242,6 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
     (a ``SlurmFeatures``) allows.
     ``auto`` uses blocks when the inventory describes them, else switches.
     """
-    # lazy: `slurmtopo --help` loads this module but not slurmtopo.inventory.topology (start-up
-    #   time)
-    from slurmtopo.inventory.topology import block_of, made_from, network_view
-
     if mode not in ("auto", "tree", "block", "none"):
         raise SlurmtopoError(f"topology request must be auto, tree, block or none, got {mode!r}")
     if mode == "none" or not hosts:
@@ -291,11 +290,6 @@ def topology_request(inv, hosts: Sequence[str], mode: str = "auto",
 def _segment_request(inv, hosts, placement, req, slurm) -> Optional[Tuple[List[str], List[str]]]:
     """The segment options for a plan with groups (None: no placement or
     block layout, the plain per-block rule applies)."""
-    # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive) load this module but not
-    #   slurmtopo.placement.segments (start-up time)
-    from slurmtopo.placement.segments import (SlurmFeatures, block_layout, choose_segments,
-                                              nvlink_kinds)
-
     layout = block_layout(inv.fabric)
     if placement is None or layout is None or not all(h in layout.position for h in hosts):
         return None
@@ -488,11 +482,6 @@ class SbatchRequest:
         the training step's launch line (srun, container, task snippet,
         apptainer) prints what every task gets; ``slurmtopo check`` reads
         it on stdin and compares it, with what Slurm gave, to the binding."""
-        # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive), `slurmtopo hooks plan`,
-        #   `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`, `slurmtopo sbatch --dry-run`
-        #   load this module but not slurmtopo.plan.taskprobe (start-up time)
-        from slurmtopo.plan.taskprobe import PROBE_SELF
-
         q = shlex.quote
         if self.check not in ("warn", "stop"):
             raise SlurmtopoError(f"--check {self.check!r}: warn or stop")
@@ -585,14 +574,8 @@ class SbatchRequest:
         nodelist = getattr(req, "nodelist", None)
         exclude = getattr(req, "exclude", None)
         if isinstance(nodelist, (list, tuple)):
-            # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive) load this module but
-            #   not slurmtopo.inventory.hostlist (start-up time)
-            from slurmtopo.inventory.hostlist import fold_hostlist
             nodelist = fold_hostlist(nodelist) if nodelist else None
         if isinstance(exclude, (list, tuple)):
-            # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive) load this module but
-            #   not slurmtopo.inventory.hostlist (start-up time)
-            from slurmtopo.inventory.hostlist import fold_hostlist
             exclude = fold_hostlist(exclude) if exclude else None
         # a launcher in the command itself: adopted (torchrun) or refused
         launch = (launch or Launch()).for_command(command)
@@ -612,17 +595,9 @@ class SbatchRequest:
                          f"{embedded / 2**20:.1f} MiB): the start-time step reads "
                          f"{os.path.abspath(inventory_path)}, which the job's first node "
                          "must be able to read")
-        # lazy: `slurmtopo --help` loads this module but not slurmtopo.plan.rankmap (start-up
-        #   time)
-        from slurmtopo.plan.rankmap import nccl_topo_plan
         nccl_topo = nccl_topo_plan(inv, placement).note  # virtualised nodes: NCCL_TOPO_FILE
         extra_lines = [nccl_topo] if nccl_topo else []
         if spare_hosts:
-            # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive), `slurmtopo hooks
-            #   plan`, `slurmtopo plan`, `slurmtopo sbatch --dry-run --json`, `slurmtopo sbatch
-            #   --dry-run` load this module but not slurmtopo.placement.spares (start-up time)
-            from slurmtopo.placement.spares import spare_hosts_line
-
             extra_lines.append(spare_hosts_line(spare_hosts, spares.scope, o.spares))
             notes.append(extra_lines[-1])
         comments = plan_comments(placement, layout, inventory_path,
@@ -684,11 +659,6 @@ def extract_plan(script: str) -> Optional[str]:
 def plan_comments(placement, layout, inventory_path: Optional[str],
                   topo_why: Sequence[str]) -> List[str]:
     """The human-readable plan: summary lines and the per-rank table."""
-    # lazy: `slurmtopo --help`, `slurmtopo hooks plan` (no directive) load this module but not
-    #   slurmtopo.inventory.hostlist, slurmtopo.plan.rankmap (start-up time)
-    from slurmtopo.inventory.hostlist import fold_hostlist
-    from slurmtopo.plan.rankmap import group_indices
-
     lay = layout.resolved()
     dims = [d for d in ("tp", "cp", "ep", "pp", "dp") if getattr(lay, d) > 1]
     out = [f"Planned by slurmtopo {__version__} (`slurmtopo plan`); the JSON below is what "

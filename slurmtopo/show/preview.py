@@ -48,6 +48,15 @@ MAX_GRID_HOSTS = 32
 COLOR_KINDS = ("tp", "cp", "ep", "pp", "dp")
 
 
+def _tablefit():
+    """:mod:`slurmtopo.show.tablefit`, the rich side of the preview."""
+    # lazy: rich (54 modules with tablefit) costs 18 ms measured on the path of `plan` and
+    #   `sbatch --dry-run`, which load this module and print without rich off a terminal
+    from slurmtopo.show import tablefit
+
+    return tablefit
+
+
 def format_seconds(t: Optional[float]) -> str:
     if t is None:
         return "-"
@@ -97,11 +106,7 @@ def _short(link) -> str:
 def grid(placement, inv=None, color_by: Optional[str] = None, state=None,
          max_hosts: int = MAX_GRID_HOSTS) -> "FittedSheet":
     """:func:`grid_sheet` in rich."""
-    # lazy: `slurmtopo plan`, `slurmtopo sbatch --dry-run` load this module but not
-    #   slurmtopo.show.tablefit (start-up time)
-    from slurmtopo.show.tablefit import FittedSheet
-
-    return FittedSheet(grid_sheet(placement, inv, color_by, state, max_hosts))
+    return _tablefit().FittedSheet(grid_sheet(placement, inv, color_by, state, max_hosts))
 
 
 def grid_sheet(placement, inv=None, color_by: Optional[str] = None, state=None,
@@ -467,11 +472,7 @@ def split_lines(lines: Sequence[str]) -> List[Line]:
 
 def summary(placement, layout=None, inv=None, script=None) -> Text:
     """:func:`summary_line` in rich."""
-    # lazy: `slurmtopo plan`, `slurmtopo sbatch --dry-run` load this module but not
-    #   slurmtopo.show.tablefit (start-up time)
-    from slurmtopo.show.tablefit import rich_line
-
-    return rich_line(summary_line(placement, layout, inv, script))
+    return _tablefit().rich_line(summary_line(placement, layout, inv, script))
 
 
 def summary_line(placement, layout=None, inv=None, script=None, framework=None) -> Line:
@@ -498,12 +499,9 @@ def render_plan(placement, inv=None, layout=None, plan_cost=None, naive_cost=Non
                 files: Optional[Mapping[str, str]] = None, bound=None,
                 idle_bound=None) -> Group:
     """:func:`plan_parts` in rich."""
-    # lazy: `slurmtopo plan`, `slurmtopo sbatch --dry-run` load this module but not
-    #   slurmtopo.show.tablefit (start-up time)
-    from slurmtopo.show.tablefit import rich_parts
-
-    return rich_parts(plan_parts(placement, inv, layout, plan_cost, naive_cost, state,
-                                 color_by, notes, script, files, bound, idle_bound))
+    return _tablefit().rich_parts(plan_parts(placement, inv, layout, plan_cost, naive_cost,
+                                             state, color_by, notes, script, files, bound,
+                                             idle_bound))
 
 
 def plan_parts(placement, inv=None, layout=None, plan_cost=None, naive_cost=None, state=None,

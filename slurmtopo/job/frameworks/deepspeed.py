@@ -51,6 +51,7 @@ from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional
 
 from slurmtopo.errors import LayoutError
+from slurmtopo.files.boundedjson import JsonRefused, loads
 from slurmtopo.job.frameworks.base import ConfigReader, Framework, RequestTerms
 from slurmtopo.job.frameworks.common import (FrameworkLayout, Knob, check_world, integer,
                                              normalised, refuse)
@@ -185,9 +186,6 @@ def layout(pp: int = 1, tp: int = 1, dp: Optional[int] = None, world: Optional[i
 
 def _json(text: str, where: str):
     """A DeepSpeed JSON config, read within bounds (nesting, numbers)."""
-    # lazy: off the path of `slurmtopo plan`, `sbatch`, `hooks plan`, `--help` (start-up time)
-    from slurmtopo.files.boundedjson import JsonRefused, loads
-
     try:
         return loads(text, MAX_CONFIG_DEPTH)
     except JsonRefused as exc:
