@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo.plan import plandoc
+from slurmtopo.plan import plandoc, planwrite
 from slurmtopo.binding import limits
 from slurmtopo.binding.allocation import (Allocation, detect_constrained, parse_probe,
                                           parse_scontrol_job, read_allocation)
@@ -28,7 +28,8 @@ from slurmtopo.binding.launcher import parse_rank_table, rank_launch, rank_main,
 from slurmtopo.binding.replan import (allocation_state, differences, fill_placement, replan,
                                       with_allocated_nodes)
 from slurmtopo.binding.step import bind, env_script, load_inventory_for_bind, write_run_dir
-from slurmtopo.plan.plandoc import dumps_plan, plan_document, planned_placement, read_plan
+from slurmtopo.plan.plandoc import planned_placement, read_plan
+from slurmtopo.plan.planwrite import dumps_plan, plan_document
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.job.groups import Layout
 from slurmtopo.inventory.schema import load_inventory
@@ -605,7 +606,7 @@ def test_big_inventory_is_embedded_cut_down(h100, monkeypatch):
     fat = load_inventory(EXAMPLES / "h100-32node-fattree.yaml")
     layout = Layout(tp=8, dp=2).resolved()
     p = fill_placement(fat, [("dgx003", range(8)), ("dgx012", range(8))], layout)
-    monkeypatch.setattr(plandoc, "EMBED_LIMIT", 0)
+    monkeypatch.setattr(planwrite, "EMBED_LIMIT", 0)
     doc = plan_document(fat, p, layout)
     inv = parse_inventory(doc["inventory"], "<embedded>")
     assert sorted(inv.nodes) == ["dgx003", "dgx012"]
@@ -653,7 +654,7 @@ def test_plan_columns_round_trip_plain_and_packed(monkeypatch, pack_bytes):
     # hosts out of name order, GPUs out of index order: the columns keep both
     p = fill_placement(fat, [("dgx017", [7, 6, 5, 4, 3, 2, 1, 0]), ("dgx002", range(8)),
                              ("dgx031", range(8)), ("dgx009", range(8))], layout)
-    monkeypatch.setattr(plandoc, "PACK_BYTES", pack_bytes)
+    monkeypatch.setattr(planwrite, "PACK_BYTES", pack_bytes)
     text = dumps_plan(plan_document(fat, p, layout))
     doc = read_plan(text)
     assert doc["version"] == 2
@@ -684,7 +685,7 @@ def test_plan_version_1_is_still_read(h100):
 def test_damaged_packed_ranks_are_one_error(h100, monkeypatch):
     layout = Layout(tp=2).resolved()
     p = fill_placement(h100, [("gpu01", [0, 1])], layout)
-    monkeypatch.setattr(plandoc, "PACK_BYTES", 0)
+    monkeypatch.setattr(planwrite, "PACK_BYTES", 0)
     doc = json.loads(dumps_plan(plan_document(h100, p, layout)))
     doc["ranks"]["data"][0] = "!" + doc["ranks"]["data"][0][1:]
     with pytest.raises(SlurmtopoError, match="packed ranks are damaged"):

@@ -15,8 +15,8 @@ from slurmtopo.cli import main
 from slurmtopo.commands.hooks import PROTOCOL
 from slurmtopo.hooks.submit import (HookRefusal, SubmitOptions, export_safe, job_shape,
                                     plan_inputs, script_launcher)
-from slurmtopo.plan.plandoc import (MAX_ENV_BYTES, PLAN_ENV, plan_env_value, plan_from_env_value,
-                                    planned_placement)
+from slurmtopo.plan.plandoc import plan_from_env_value, planned_placement
+from slurmtopo.plan.planenv import MAX_ENV_BYTES, PLAN_ENV, plan_env_value
 from slurmtopo.errors import SlurmtopoError
 
 ROOT = Path(__file__).resolve().parents[1]

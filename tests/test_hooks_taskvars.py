@@ -163,11 +163,11 @@ def _env(tmp_path, value, **more):
 
 
 def test_batch_step_binds_once_and_tasks_read_it(tmp_path, plan_value, monkeypatch):
-    from slurmtopo.hooks import taskprolog
+    from slurmtopo.hooks import taskbind, taskprolog
 
     calls = []
-    real = taskprolog._bind
-    monkeypatch.setattr(taskprolog, "_bind", lambda *a: calls.append(1) or real(*a))
+    real = taskbind.bind_plan
+    monkeypatch.setattr(taskbind, "bind_plan", lambda *a: calls.append(1) or real(*a))
     lines = taskprolog.prolog_lines(_env(tmp_path, plan_value))
     got = exports(lines)
     assert got["MASTER_PORT"] == str(20000 + 77) and got["WORLD_SIZE"] == "8"
@@ -192,11 +192,11 @@ def test_batch_step_binds_once_and_tasks_read_it(tmp_path, plan_value, monkeypat
 
 
 def test_requeued_job_binds_again(tmp_path, plan_value, monkeypatch):
-    from slurmtopo.hooks import taskprolog
+    from slurmtopo.hooks import taskbind, taskprolog
 
     calls = []
-    real = taskprolog._bind
-    monkeypatch.setattr(taskprolog, "_bind", lambda *a: calls.append(1) or real(*a))
+    real = taskbind.bind_plan
+    monkeypatch.setattr(taskbind, "bind_plan", lambda *a: calls.append(1) or real(*a))
     taskprolog.prolog_lines(_env(tmp_path, plan_value))
     taskprolog.prolog_lines(_env(tmp_path, plan_value, SLURM_RESTART_COUNT="1"))
     assert calls == [1, 1]

@@ -34,7 +34,7 @@ PURE = tuple(f"slurmtopo.{w}" for w in WINGS) + (
 OUTER = ("slurmtopo.api", "slurmtopo.api_admin", "slurmtopo.slurm", "slurmtopo.agent",
          "slurmtopo.admin", "slurmtopo.daemon", "slurmtopo.binding", "slurmtopo.simulate",
          "slurmtopo.audit", "slurmtopo.commands", "slurmtopo.cli", "slurmtopo.hooks.taskprolog",
-         "slurmtopo.advisor")
+         "slurmtopo.hooks.taskbind", "slurmtopo.advisor")
 
 
 def _modules() -> Dict[str, Path]:

@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files import fileio
 from slurmtopo.inventory.model import Placement, format_cpulist, parse_cpulist
+from slurmtopo.plan.rankmap import (check_placement, cpulists, node_ranks, rank_vars,
+                                    visible_devices)
 from slurmtopo.plan.taskprobe import int_list
 from slurmtopo.binding.limits import TABLE_MAGIC
 
@@ -27,10 +30,6 @@ def rank_table(placement: Placement, alloc_gpus: Mapping[str, Optional[Sequence[
 
     (readers of earlier releases skip the ``E`` lines.)
     """
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.plan.rankmap (start-up time)
-    from slurmtopo.plan.rankmap import check_placement, cpulists, node_ranks
-
     check_placement(placement)
     nr = node_ranks(placement)
     cpus = cpulists(placement)
@@ -113,10 +112,6 @@ def rank_launch(info: RankInfo, environ: Mapping[str, str], allowed: Iterable[in
     renumbered GPUs on this node (device cgroup), whatever the batch host
     thought; the step's GPUs stand in for an allocation the table lacks.
     """
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.plan.rankmap (start-up time)
-    from slurmtopo.plan.rankmap import rank_vars, visible_devices
-
     log: List[str] = []
     me = environ.get("SLURMD_NODENAME")
     if me and me != info.host:
@@ -211,12 +206,8 @@ def _read_own(path: str) -> str:
     (a FIFO would block the rank), the user's and writable by nobody else
     (the path may cross a directory others can rename entries of; what it
     names is only used when it is what ``slurmtopo bind`` wrote, 0600)."""
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.files.fileio (start-up time)
-    from slurmtopo.files.fileio import MAX_TEXT_BYTES, open_regular
-
     try:
-        fd = open_regular(path)
+        fd = fileio.open_regular(path)
     except SlurmtopoError as exc:
         raise SlurmtopoError(f"the rank table: {exc.message}; large jobs need --run-dir on a "
                              "file system all nodes see", path) from None
@@ -225,4 +216,4 @@ def _read_own(path: str) -> str:
         if st.st_uid != os.geteuid() or st.st_mode & 0o022:
             raise SlurmtopoError("the rank table is not yours alone (another user may have "
                                  "replaced it): not using it", path)
-        return fh.read(MAX_TEXT_BYTES)
+        return fh.read(fileio.MAX_TEXT_BYTES)

@@ -6,28 +6,33 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.inventory.model import Inventory, Placement, format_cpulist
 from slurmtopo.binding.allocation import (Allocation, default_backend, detect_constrained,
                                           lost_nodes, read_allocation)
 from slurmtopo.binding import limits
+from slurmtopo.binding.imex import host_nccl_env
 from slurmtopo.binding.master import master_address, resolves
 from slurmtopo.binding.launcher import rank_table
 from slurmtopo.binding.replan import differences, fill_placement, moved_ranks, replan
+from slurmtopo.binding.taskenv import TaskEnv, cpu_summary, task_env, visible_by_host
+from slurmtopo.cost import cost_params
 from slurmtopo.files import safedir
+from slurmtopo.files.fileio import read_text
 from slurmtopo.files.rundirs import HINT, open_run_dir, read_run_file
 from slurmtopo.inventory.hostlist import fold_hostlist
+from slurmtopo.inventory.schema import load_inventory, parse_inventory
 from slurmtopo.plan.launchers import SRUN, Launcher
 from slurmtopo.plan.plandoc import (guardrails_of, launcher_of, layout_from_doc, planned_placement,
                                     unpack)
-
-if TYPE_CHECKING:
-    from slurmtopo.binding.taskenv import TaskEnv
+from slurmtopo.plan.rankmap import (check_placement, job_env, nccl_env, nccl_topo_plan,
+                                    placement_from_dict, rankmap_csv, rankmap_json)
 
 
 @dataclass
@@ -70,13 +75,6 @@ def load_inventory_for_bind(doc: Mapping[str, Any], override: Optional[str],
     """The inventory file recorded at plan time (or ``--inventory``), else
     the hardware embedded in the script, validated whole at load (its
     ``cost:`` block too, as every command does)."""
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not slurmtopo.cost,
-    #   slurmtopo.inventory.schema (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not slurmtopo.cost,
-    #   slurmtopo.inventory.schema (start-up time)
-    from slurmtopo.cost import cost_params
-    from slurmtopo.inventory.schema import load_inventory, parse_inventory
-
     path = override or doc.get("inventory_path")
     if path:
         try:
@@ -174,10 +172,7 @@ def rebind(doc: Mapping[str, Any], env: Mapping[str, str], previous: Placement, 
     the job; Slurm may take up to ``wait`` seconds to say so) are replaced
     by spares of their domain (:func:`slurmtopo.binding.spares.replan_after_loss`).
     A failure that lost no node is not restarted: SlurmtopoError."""
-    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
-    #   load this module but not slurmtopo.binding.spares (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
-    #   load this module but not slurmtopo.binding.spares (start-up time)
+    # lazy: only `bind --restart` uses spares; each binding would pay 6 modules (~5 ms)
     from slurmtopo.binding.spares import replan_after_loss
 
     resolve = resolve or resolves
@@ -246,12 +241,6 @@ def read_bound(run_dir: str) -> Optional[Tuple[Placement, Dict[str, Any]]]:
     run directory, read back as written (the user's own file in the user's
     own directory: :func:`slurmtopo.files.rundirs.read_run_file`); None when there
     is none. A damaged file is a one-line SlurmtopoError."""
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.plan.rankmap (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.plan.rankmap (start-up time)
-    from slurmtopo.plan.rankmap import placement_from_dict
-
     text = read_run_file(run_dir, "rankmap.json")
     if text is None:
         return None
@@ -278,13 +267,6 @@ def _finish(doc: Mapping[str, Any], env: Mapping[str, str], slurm, inv: Inventor
     """Everything after the placement is decided: the launcher's order,
     GPU numbers, CPU binding, the NCCL block, the master address, the
     hazards the placement brings (logged: the job runs already)."""
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.binding.taskenv, slurmtopo.plan.rankmap (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.binding.taskenv, slurmtopo.plan.rankmap (start-up time)
-    from slurmtopo.binding.taskenv import cpu_summary, visible_by_host
-    from slurmtopo.plan.rankmap import check_placement, job_env, nccl_env
-
     check_placement(placement)
     launcher = launcher_of(doc)
     need = launcher.requirement(placement)
@@ -311,11 +293,6 @@ def _finish(doc: Mapping[str, Any], env: Mapping[str, str], slurm, inv: Inventor
     if note:
         log.append(note)
     extra = _topo_file(inv, placement, run_dir, log, jenv)
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.binding.imex (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.binding.imex (start-up time)
-    from slurmtopo.binding.imex import host_nccl_env
     host_env = host_nccl_env(env, slurm, alloc.job_id, inv, placement, log)
     log.append(f"MASTER_ADDR={jenv['MASTER_ADDR']} MASTER_PORT={port} "
                f"WORLD_SIZE={placement.world_size}")
@@ -333,10 +310,7 @@ def start_hazards(doc: Mapping[str, Any], env: Mapping[str, str], inv: Inventory
     a restart on spares), under the plan's policy and NCCL release (else
     the job's NCCL_VERSION), as log lines: the job runs already, and a
     plan that was checked at submission is not checked again."""
-    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
-    #   load this module but not slurmtopo.plan.hazards (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
-    #   load this module but not slurmtopo.plan.hazards (start-up time)
+    # lazy: only a start-time placement is checked (~2 ms; hoisted: first task +5 ms CPU)
     from slurmtopo.plan.hazards import HazardPolicy, check_hazards, nccl_version
 
     guard = guardrails_of(doc)
@@ -384,12 +358,6 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
     named for a node type in a multi-node NVLink domain must describe one
     node (NCCL's env.rst); when it does not, ``NCCL_TOPO_FILE`` leaves
     ``jenv`` and the log says why."""
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.plan.rankmap (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.plan.rankmap (start-up time)
-    from slurmtopo.plan.rankmap import nccl_topo_plan
-
     plan = nccl_topo_plan(inv, placement, run_dir)
     if plan.note:
         log.append(plan.note)
@@ -403,15 +371,9 @@ def _topo_file(inv: Inventory, placement: Placement, run_dir: Optional[str],
                        "systems NCCL wants a file of a single node")
     if plan.write is None or run_dir is None:
         return {}
-    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
-    #   load this module but not slurmtopo.plan.nccl_topo (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (batch step), `slurmtopo hooks task-prolog` (each task)
-    #   load this module but not slurmtopo.plan.nccl_topo (start-up time)
-    from slurmtopo.plan.nccl_topo import render  # (xml, ~10 ms to import: only when needed)
-
     path, hw = plan.write
     try:
-        return {path: render(hw, "written by slurmtopo bind for this job").text}
+        return {path: _nccl_topo().render(hw, "written by slurmtopo bind for this job").text}
     except SlurmtopoError as exc:
         # the variable must not name a file that is never written
         if jenv is not None and jenv.get("NCCL_TOPO_FILE") == path:
@@ -424,13 +386,6 @@ def _multi_node_topo_file(inv: Inventory, placement: Placement, path: str) -> Op
     """Why the admin's topology file ``path`` is not one node's, when the
     job's nodes share a multi-node NVLink domain (None otherwise, or when
     it cannot be read here: NCCL then says so itself)."""
-    # lazy: `slurmtopo hooks task-prolog` (each task), `slurmtopo hooks task-prolog` (batch step)
-    #   load this module but not slurmtopo.files.fileio, slurmtopo.plan.nccl_topo (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (each task), `slurmtopo hooks task-prolog` (batch step)
-    #   load this module but not slurmtopo.files.fileio, slurmtopo.plan.nccl_topo (start-up time)
-    from slurmtopo.files.fileio import read_text
-    from slurmtopo.plan.nccl_topo import single_node_problem
-
     nodes = [inv.nodes[h] for h in placement.hosts if h in inv.nodes]
     if not any(n.nvlink_domain is not None for n in nodes):
         return None
@@ -438,11 +393,19 @@ def _multi_node_topo_file(inv: Inventory, placement: Placement, path: str) -> Op
         text = read_text(path, limit=16 << 20, errors="replace")
     except (OSError, SlurmtopoError):
         return None
-    return single_node_problem(text, nodes[0].hardware)
+    return _nccl_topo().single_node_problem(text, nodes[0].hardware)
+
+
+def _nccl_topo():
+    """:mod:`slurmtopo.plan.nccl_topo`, for a node type that needs an NCCL topology file."""
+    # lazy: only virtualised node types need it; each binding would pay 31 modules (~15 ms)
+    from slurmtopo.plan import nccl_topo
+
+    return nccl_topo
 
 
 def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
-               log: List[str], task: Optional["TaskEnv"] = None,
+               log: List[str], task: Optional[TaskEnv] = None,
                token: Optional[str] = None) -> Tuple[str, bool]:
     """env.sh text (every value shell-quoted) and whether the tasks read
     their environment from files (``run_dir/task-env/``; above
@@ -500,14 +463,8 @@ def env_script(result: BindResult, run_dir: str, environ: Mapping[str, str],
     return "\n".join(lines) + "\n", by_file
 
 
-def task_env_parts(result: BindResult, environ: Mapping[str, str]) -> "TaskEnv":
+def task_env_parts(result: BindResult, environ: Mapping[str, str]) -> TaskEnv:
     """Every task's environment as POSIX sh (see binding.taskenv)."""
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.binding.taskenv (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.binding.taskenv (start-up time)
-    from slurmtopo.binding.taskenv import task_env
-
     return task_env(result.placement, result.visible or {}, result.launcher,
                     cpu_bind=environ.get("SLURMTOPO_CPU_BIND", "1") != "0",
                     host_env=result.host_env)
@@ -515,12 +472,6 @@ def task_env_parts(result: BindResult, environ: Mapping[str, str]) -> "TaskEnv":
 
 def new_token() -> str:
     """A fresh secret for one binding's task-env blocks."""
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not secrets (start-up
-    #   time)
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not secrets (start-up
-    #   time)
-    import secrets
-
     return secrets.token_hex(16)
 
 
@@ -547,12 +498,6 @@ def write_run_dir(result: BindResult, run_dir: str, environ: Mapping[str, str],
     written through its descriptor, mode 0600, whatever the umask: another
     user who can rename entries of the submit directory cannot make this
     step write elsewhere or follow a planted link."""
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.plan.rankmap (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.plan.rankmap (start-up time)
-    from slurmtopo.plan.rankmap import rankmap_csv, rankmap_json
-
     token = token or new_token()
     p = result.placement
     lines = result.launcher.hostfile_hosts(p)

@@ -29,7 +29,7 @@ from slurmtopo.hooks.directive import DirectiveError, find_directive, header_pro
 from slurmtopo.hooks.submit import (SubmitOptions, job_shape, option_changes, plan_inputs,
                                     script_launcher)
 from slurmtopo.inventory.hostlist import fold_hostlist
-from slurmtopo.plan.plandoc import plan_env_value
+from slurmtopo.plan.planenv import plan_env_value
 from slurmtopo.sbatch.directives import option_values, script_options
 
 

@@ -33,6 +33,7 @@ import stat
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
+from slurmtopo.files import fileio
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 #: deepest tree :func:`remove_tree` descends (a run directory is two levels)
@@ -224,10 +225,6 @@ def write_files(files: Sequence[Tuple[SafeDir, str, str]], mode: int = PRIVATE_F
     :data:`fileio.KEEP_BACKUPS` of a target stay, as
     :func:`fileio.write_all` keeps them. Returns {name: backup name or
     None}."""
-    # lazy: `slurmtopo hooks task-prolog` (each task) loads this module but not
-    #   slurmtopo.files.fileio (start-up time)
-    from slurmtopo.files import fileio
-
     staged = [_Staged(d, n) for d, n, _ in files]
     stamp = fileio.backup_stamp() if backup else None
     kept: Dict[str, Optional[str]] = {n: None for _, n, _ in files}
@@ -279,15 +276,10 @@ def write_files(files: Sequence[Tuple[SafeDir, str, str]], mode: int = PRIVATE_F
 
 
 def _hidden(where: SafeDir, name: str, kind: str) -> str:
-    # imported here: secrets loads OpenSSL (hashlib, through hmac), some
-    # 3 ms of every command that imports this module without writing here
-    # (``plan`` imports it through the api, for the run directories)
-    # lazy: `slurmtopo hooks plan` (no directive), `slurmtopo hooks plan`, `slurmtopo sbatch
-    #   --dry-run --json`, `slurmtopo sbatch --dry-run`, `slurmtopo hooks task-prolog` (each task)
-    #   load this module but not secrets (start-up time)
-    import secrets
-
-    return f".{name}.{secrets.token_hex(6)}.{kind}"
+    # a name no one can guess: secrets.token_hex(6) is os.urandom(6).hex(), and
+    # importing secrets loads OpenSSL (through hmac), some 3 ms of every
+    # command that loads this module without writing here (`slurmtopo hooks plan`)
+    return f".{name}.{os.urandom(6).hex()}.{kind}"
 
 
 def _unlink_at(where: SafeDir, name: Optional[str]) -> None:

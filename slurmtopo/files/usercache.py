@@ -26,6 +26,17 @@ import os
 import stat
 from typing import Optional
 
+# SHA-256 from CPython's own module when there is one: hashlib loads
+# OpenSSL on import (+3 modules, ~2.5 ms measured), a cost of every command
+# that reads a cache entry (`slurmtopo hooks plan` loads no hashlib else)
+try:
+    from _sha2 import sha256 as _sha256  # CPython 3.12 and later
+except ImportError:
+    try:
+        from _sha256 import sha256 as _sha256  # CPython up to 3.11
+    except ImportError:
+        from hashlib import sha256 as _sha256
+
 #: an entry larger than this is not read (a compiled 12,500-node inventory
 #: is about 1 MiB)
 MAX_ENTRY_BYTES = 256 << 20
@@ -35,17 +46,9 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def sha256_hex(data: bytes) -> str:
-    """SHA-256 of ``data`` in hex, from CPython's own module when there is
-    one: :mod:`hashlib` loads OpenSSL on import, a few milliseconds of
-    every command that reads a cache entry."""
-    try:
-        from _sha2 import sha256  # CPython 3.12 and later
-    except ImportError:
-        try:
-            from _sha256 import sha256  # CPython up to 3.11
-        except ImportError:
-            from hashlib import sha256
-    return sha256(data).hexdigest()
+    """SHA-256 of ``data`` in hex (the digest :mod:`hashlib` gives, without
+    loading OpenSSL)."""
+    return _sha256(data).hexdigest()
 
 
 def _own(st: os.stat_result) -> bool:
@@ -143,11 +146,9 @@ class Slot:
     def write(self, data: bytes) -> bool:
         """Replace the entry with ``data`` (0600, through a fresh temporary
         name renamed into place); False when that cannot be done."""
-        # lazy: `slurmtopo hooks plan`, `slurmtopo sbatch --dry-run --json`, `slurmtopo sbatch
-        #   --dry-run` load this module but not secrets (start-up time)
-        import secrets
-
-        tmp = f".{self.name}.{secrets.token_hex(6)}.tmp"
+        # a name no one can guess: secrets.token_hex(6) is os.urandom(6).hex(), and
+        # importing secrets loads OpenSSL (through hmac: ~3 ms of `slurmtopo hooks plan`)
+        tmp = f".{self.name}.{os.urandom(6).hex()}.tmp"
         fd = None
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from slurmtopo.errors import SlurmtopoError
 from slurmtopo.hooks.directive import PREFIX
 from slurmtopo.plan.launch_detect import detect
-from slurmtopo.plan.plandoc import PLAN_ENV
+from slurmtopo.plan.planenv import PLAN_ENV
 
 #: the largest options document read (json_cli_options of a job: a few KiB;
 #: --wrap's command is the biggest part)
@@ -186,7 +186,7 @@ def option_changes(script, opts: SubmitOptions, launcher: str, plan_value: str,
     prepared :class:`~slurmtopo.sbatch.SbatchRequest`). ``launcher``:
     ``srun`` (one task per rank) or ``torchrun`` (one per node).
     ``plan_value``: the plan for the job's environment
-    (:func:`slurmtopo.plan.plandoc.plan_env_value`). ``daemon_comment``: the
+    (:func:`slurmtopo.plan.planenv.plan_env_value`). ``daemon_comment``: the
     placement daemon's tag; the job is then held for it and asks for no
     switches or segment (the daemon pins the nodes). ``extra_env``: more
     variables for the job's environment (values made :func:`export_safe`).

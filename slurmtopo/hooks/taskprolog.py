@@ -12,11 +12,12 @@ job, not once per task, and every task must agree on its result:
   ``hook.lock`` in the job's run directory (``$SLURMTOPO_RUN_DIR``, else
   ``<submit dir>/.slurmtopo/runs/<job id>``: a directory only the user can
   write, reached through :mod:`slurmtopo.files.rundirs`), binds, and writes the
-  run directory's files and ``hook-binding.json``; every later task takes
-  the lock, finds that file (made for this job, this plan and this
-  allocation) and reads it. In a batch job the batch step's TaskProlog
-  comes first of all, so the binding is done before the script's first
-  ``srun``;
+  run directory's files and ``hook-binding.json``
+  (:mod:`slurmtopo.hooks.taskbind`, imported by the binding task only);
+  every later task takes the lock, finds that file (made for this job, this
+  plan and this allocation) and reads it. In a batch job the batch step's
+  TaskProlog comes first of all, so the binding is done before the
+  script's first ``srun``;
 * the batch step gets the job-wide variables (``MASTER_ADDR``,
   ``MASTER_PORT``, ``WORLD_SIZE``, the NCCL block), which every ``srun`` of
   the script inherits, and the plan moves from ``SLURMTOPO_PLAN`` to
@@ -34,23 +35,18 @@ first task says so. Nothing here may stop a task: every failure becomes a
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 from typing import List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.hooks.taskvars import (JOB_PLAN_ENV, TaskBinding, binding_of, is_batch_step,
+from slurmtopo.files.rundirs import open_run_dir, read_file_at, run_dir_for
+from slurmtopo.files.usercache import sha256_hex
+from slurmtopo.hooks.taskvars import (BINDING_FILE, JOB_PLAN_ENV, TaskBinding, is_batch_step,
                                       job_lines, task_lines)
-from slurmtopo.plan.plandoc import PLAN_ENV, plan_from_env_value
+from slurmtopo.plan.planenv import PLAN_ENV
 from slurmtopo.show.termsafe import printable
 
-#: what the start-time log says about CPU binding under the hooks: a
-#: TaskProlog runs beside the task, and cannot bind it
-_CPU_LINE = ("CPU binding: left to Slurm (--cpu-bind; a TaskProlog cannot bind the task it "
-             "runs for); SLURMTOPO_CPUS names each rank's planned CPUs")
-#: the binding's file in the run directory
-BINDING_FILE = "hook-binding.json"
 LOCK_FILE = "hook.lock"
 
 
@@ -63,68 +59,41 @@ def run_dir_of(env: Mapping[str, str]) -> Optional[str]:
     submit, job = env.get("SLURM_SUBMIT_DIR"), env.get("SLURM_JOB_ID")
     if not submit or not job or not job.isdigit():
         return None
-    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
-    #   slurmtopo.files.rundirs (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
-    #   slurmtopo.files.rundirs (start-up time)
-    from slurmtopo.files.rundirs import run_dir_for
-
     return run_dir_for(submit, int(job))
 
 
 def binding_key(plan_value: str, env: Mapping[str, str]) -> str:
     """What makes a binding this job's: the plan, the job, its nodes and
     how often Slurm requeued it (a requeued job may run on other nodes)."""
-    h = hashlib.sha256()
-    for part in (plan_value, env.get("SLURM_JOB_ID", ""), env.get("SLURM_JOB_NODELIST", ""),
-                 env.get("SLURM_RESTART_COUNT", "0")):
-        h.update(part.encode("utf-8", "surrogatepass") + b"\0")
-    return h.hexdigest()[:32]
+    return sha256_hex(b"".join(
+        part.encode("utf-8", "surrogatepass") + b"\0"
+        for part in (plan_value, env.get("SLURM_JOB_ID", ""), env.get("SLURM_JOB_NODELIST", ""),
+                     env.get("SLURM_RESTART_COUNT", "0"))))[:32]
 
 
-def _bind(plan_value: str, env: Mapping[str, str], run_dir: Optional[str]
-          ) -> Tuple[TaskBinding, object]:
-    """Bind the plan to the allocation (no files written)."""
-    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
-    #   slurmtopo.binding.step (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
-    #   slurmtopo.binding.step (start-up time)
-    from slurmtopo.binding.step import bind
+def _first_task():
+    """:mod:`slurmtopo.hooks.taskbind`, for the task that binds."""
+    # lazy: one task of a job binds; the others only read, and skip 62 modules (~35 ms)
+    from slurmtopo.hooks import taskbind
 
-    doc = plan_from_env_value(plan_value)
-    # no srun probe: a step started from inside a task's prolog would wait
-    # for the very resources this step holds
-    result = bind(doc, env, probe=False, run_dir=run_dir,
-                  cgroup_mode=env.get("SLURMTOPO_CGROUP_DEVICES", "auto")
-                  if env.get("SLURMTOPO_CGROUP_DEVICES") in ("auto", "yes", "no") else "auto")
-    return binding_of(result, run_dir or ""), result
+    return taskbind
 
 
 def obtain(plan_value: str, env: Mapping[str, str]) -> Tuple[TaskBinding, List[str], bool]:
     """(binding, log lines, whether this task made it). Once per job under
     the run directory's lock; on a run directory that cannot be used, here
     and now without one."""
-    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
-    #   slurmtopo.binding.step, slurmtopo.files (start-up time)
-    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
-    #   slurmtopo.binding.step, slurmtopo.files (start-up time)
-    from slurmtopo.binding.step import write_run_dir
-    from slurmtopo.files import safedir
-    from slurmtopo.files.rundirs import open_run_dir, read_file_at
-
     run_dir = run_dir_of(env)
     key = binding_key(plan_value, env)
     if run_dir is None:
-        binding, result = _bind(plan_value, env, None)
-        return binding, result.log + ["no run directory (no SLURM_SUBMIT_DIR): each task "
-                                      "bound on its own"], True
+        return _first_task().bind_alone(plan_value, env, "no run directory (no SLURM_SUBMIT_DIR):"
+                                        " each task bound on its own")
     try:
         where = open_run_dir(run_dir)
     except (SlurmtopoError, OSError) as exc:
-        binding, result = _bind(plan_value, env, None)
         why = exc.render() if isinstance(exc, SlurmtopoError) else str(exc)
-        return binding, result.log + [f"run directory not used ({why}): each task bound on "
-                                      "its own"], True
+        return _first_task().bind_alone(plan_value, env, f"run directory not used ({why}): each "
+                                        "task bound on its own")
     with where:
         fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                      dir_fd=where.fd)
@@ -142,20 +111,7 @@ def obtain(plan_value: str, env: Mapping[str, str]) -> Tuple[TaskBinding, List[s
                                                      where.child(BINDING_FILE)), [], False
                 except (ValueError, KeyError, TypeError, SlurmtopoError):
                     pass  # another job's, or damaged: bind again
-            binding, result = _bind(plan_value, env, run_dir)
-            log = [_CPU_LINE if line.startswith("CPU binding:") and "taskset" in line else line
-                   for line in result.log]
-            try:
-                written = write_run_dir(result, run_dir, env)
-                if written.note:
-                    log.append(f"note: {written.note}")
-                safedir.write_files([(where, BINDING_FILE, json.dumps(
-                    {"key": key, "binding": json.loads(binding.to_json())},
-                    separators=(",", ":")) + "\n")])
-            except (OSError, SlurmtopoError) as exc:  # a full disk: the task still runs
-                why = exc.render() if isinstance(exc, SlurmtopoError) else str(exc)
-                log.append(f"run directory not written ({why}): each task binds on its own")
-            return binding, log, True
+            return _first_task().bind_once(plan_value, env, run_dir, where, key)
         finally:
             os.close(fd)  # releases the lock
 

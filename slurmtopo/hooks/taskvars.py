@@ -22,8 +22,9 @@ which torchrun reads as its options' defaults (``--node-rank``,
 its rank ``NODE_RANK * K + LOCAL_RANK`` is the plan's when the plan is
 node-contiguous. Any other step (``srun -n1 hostname``) gets nothing.
 
-The binding (what the start-time step decided, :class:`TaskBinding`) is
-JSON written once per job; :func:`task_lines` turns it and one task's
+The binding (what the start-time step decided, :class:`TaskBinding`, made
+by :func:`slurmtopo.hooks.taskbind.binding_of`) is JSON written once per
+job; :func:`task_lines` turns it and one task's
 environment into its lines. Every value is checked to be one line:
 TaskProlog reads ``export NAME=value`` up to the end of the line and
 quotes nothing.
@@ -36,12 +37,16 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmtopo.errors import SlurmtopoError
-from slurmtopo.inventory.model import format_cpulist
+from slurmtopo.inventory.hostlist import expand_hostlist
 
 #: the binding's format version
 BINDING_VERSION = 1
+#: the binding's file in the job's run directory: the job's first task
+#: writes it (:mod:`slurmtopo.hooks.taskbind`), every later one reads it
+#: (:mod:`slurmtopo.hooks.taskprolog`)
+BINDING_FILE = "hook-binding.json"
 #: the variable the batch step leaves for the job's steps: ``JOBID:VALUE``,
-#: VALUE the plan (slurmtopo.plan.plandoc.PLAN_ENV's); a job submitted from
+#: VALUE the plan (slurmtopo.plan.planenv.PLAN_ENV's); a job submitted from
 #: inside this one inherits it with another job id, and ignores it
 JOB_PLAN_ENV = "SLURMTOPO_JOB_PLAN"
 
@@ -122,35 +127,6 @@ class TaskBinding:
             raise SlurmtopoError(f"{where}: damaged binding ({exc})") from None
 
 
-def binding_of(result, run_dir: str) -> TaskBinding:
-    """The :class:`TaskBinding` of a start-time step's result
-    (:class:`slurmtopo.binding.step.BindResult`)."""
-    # lazy: `slurmtopo hooks task-prolog` (unplanned job), `slurmtopo hooks task-prolog` (each
-    #   task) load this module but not slurmtopo.plan.rankmap (start-up time)
-    from slurmtopo.plan.rankmap import node_contiguous, node_ranks
-
-    p = result.placement
-    nr = node_ranks(p)
-    by_host: Dict[str, list] = {h: [] for h in nr}
-    for s in p.slots:
-        by_host[s.host].append(s)
-    hosts = {}
-    for h, slots in by_host.items():
-        slots.sort(key=lambda s: s.local_rank)
-        hosts[h] = HostRanks(
-            node_rank=nr[h], ranks=tuple(s.rank for s in slots),
-            gpus=tuple(s.gpu for s in slots), visible=(result.visible or {}).get(h, ""),
-            nics=tuple(",".join(s.nics) for s in slots),
-            cpus=tuple(format_cpulist(s.cpus) for s in slots),
-            env=tuple(sorted((result.host_env or {}).get(h, {}).items())))
-    counts = {len(r.ranks) for r in hosts.values()}
-    per_node = counts.pop() if len(counts) == 1 and node_contiguous(p) is None else None
-    return TaskBinding(job_id=str(result.allocation.job_id or ""), world=p.world_size,
-                       hosts=hosts, job_env=dict(result.job_env),
-                       launcher=result.launcher.name, replanned=bool(result.replanned),
-                       run_dir=run_dir, per_node=per_node)
-
-
 # --------------------------------------------------------------------------
 # one task
 
@@ -158,10 +134,6 @@ def binding_of(result, run_dir: str) -> TaskBinding:
 def tasks_per_node(env: Mapping[str, str]) -> Optional[Dict[str, int]]:
     """host -> tasks of this step there, from SLURM_STEP_NODELIST and
     SLURM_STEP_TASKS_PER_NODE (``8(x2),4``); None when Slurm did not say."""
-    # lazy: `slurmtopo hooks task-prolog` (unplanned job) loads this module but not
-    #   slurmtopo.inventory.hostlist (start-up time)
-    from slurmtopo.inventory.hostlist import expand_hostlist
-
     nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_NODELIST")
     counts = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
     if not nodes or not counts:

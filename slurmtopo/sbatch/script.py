@@ -41,8 +41,8 @@ from slurmtopo.inventory.topology import block_of, made_from, network_view
 from slurmtopo.placement.segments import SlurmFeatures, block_layout, choose_segments, nvlink_kinds
 from slurmtopo.placement.spares import spare_hosts_line
 from slurmtopo.plan.hazards import HazardPolicy
-from slurmtopo.plan.plandoc import (TASK_NAME, TASK_SNIPPET, dumps_plan, guardrails_dict,
-                                    plan_document)
+from slurmtopo.plan.plandoc import TASK_NAME, TASK_SNIPPET
+from slurmtopo.plan.planwrite import dumps_plan, guardrails_dict, plan_document
 from slurmtopo.plan.rankmap import group_indices, nccl_topo_plan
 from slurmtopo.plan.taskprobe import PROBE_SELF
 from slurmtopo.sbatch.directives import DirectiveError, read_extras

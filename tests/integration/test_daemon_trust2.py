@@ -375,7 +375,7 @@ def test_root_reads_bobs_files_within_bounds(devcluster, users, tmp_path_factory
     import base64
     import zlib
 
-    from slurmtopo.plan.plandoc import dumps_plan
+    from slurmtopo.plan.planwrite import dumps_plan
     from slurmtopo.sbatch.script import extract_plan
     from tests.clirun import run_cli_subprocess
 

@@ -196,7 +196,7 @@ def _hostile_plan(onpath, capsys, job_id, edit):
     import base64
     import zlib
 
-    from slurmtopo.plan.plandoc import dumps_plan
+    from slurmtopo.plan.planwrite import dumps_plan
     from slurmtopo.sbatch.script import extract_plan
     from tests.clirun import run_cli_subprocess
 
