@@ -133,7 +133,7 @@ def _answer(out, lines) -> None:
 def task_prolog_command():
     """Print this task's TaskProlog lines (export/unset/print); always exits 0."""
     try:
-        # lazy: TaskProlog's reader (hooks.taskprolog, hashlib) is no part of `hooks plan`,
+        # lazy: TaskProlog's reader (hooks.taskprolog) is no part of `hooks plan`,
         #   which loads this module: 8 ms measured
         from slurmtopo.hooks.taskprolog import prolog_lines
 

@@ -10,6 +10,7 @@ from typing import Callable, Sequence, Tuple
 
 import click
 
+from slurmtopo.api import framework_config
 from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks import registry
 from slurmtopo.job.groups import CONVENTIONS, DEFAULT_CONVENTION
@@ -147,9 +148,6 @@ def world_from_command(command):
 def framework_layout_from(framework=None, config=None, **values):
     """The FrameworkLayout for these option values and ``--config`` file
     (a path; raises LayoutError)."""
-    # lazy: off the path of `slurmtopo plan --help` (start-up time)
-    from slurmtopo.api import framework_config
-
     fw = registry.get(framework or registry.DEFAULT_FRAMEWORK)
     settings = framework_config(fw, config) if config is not None else None
     return fw.layout(**framework_knobs(fw, values, settings))
