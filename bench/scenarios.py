@@ -407,7 +407,7 @@ class Job:
         if self.message_bytes:
             kw["message_bytes"] = dict(self.message_bytes)
         if self.model_spec:
-            from slurmtopo.cost.styles import parse_model
+            from slurmtopo.cost.model_spec import parse_model
             from slurmtopo.job.workload import Workload
             kw["workload"] = Workload(model=parse_model(self.model_spec))
         kw.update(extra)

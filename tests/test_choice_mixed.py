@@ -16,7 +16,7 @@ import pytest
 
 from slurmtopo.cost import CostParams, evaluate, lower_bound
 from slurmtopo.cost.step import compared_seconds, compute_differs, price_step
-from slurmtopo.cost.styles import parse_model
+from slurmtopo.cost.model_spec import parse_model
 from slurmtopo.inventory.model import (ClusterState, Fabric, Inventory, Node, NodeState,
                                        Switch)
 from slurmtopo.inventory.presets import preset

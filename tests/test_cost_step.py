@@ -18,7 +18,7 @@ import pytest
 from slurmtopo import api
 from slurmtopo.cost import cost_params
 from slurmtopo.cost.step import DEFAULT_MODEL, price_step, step_calls, subgroups
-from slurmtopo.cost.styles import ModelSpec
+from slurmtopo.cost.model_spec import ModelSpec
 from slurmtopo.inventory.links import LinkClass
 from slurmtopo.job.frameworks.registry import framework_layout
 from slurmtopo.job.groups import Layout, build_groups

@@ -6,7 +6,8 @@ changed (``llama3-70b,seq_len=8192,micro_batch=2``) or explicit dimensions
 and the framework configurations (torchtitan TOML, DeepSpeed JSON,
 Megatron-LM arguments, :mod:`slurmtopo.job.frameworks.configs`) give the same
 keys. :class:`ModelSpec` is what the communication of a step is sized from
-(:mod:`slurmtopo.cost.styles`), what its FLOPs are counted from
+(each framework's :meth:`~slurmtopo.job.frameworks.base.Framework.step_calls`,
+priced by :mod:`slurmtopo.cost.step`), what its FLOPs are counted from
 (:mod:`slurmtopo.cost.compute`) and what its memory per GPU is counted from
 (:mod:`slurmtopo.cost.memory`), so the three never disagree about the model.
 

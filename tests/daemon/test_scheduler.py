@@ -337,7 +337,7 @@ def test_a_torchrun_job_is_released_on_a_placement_torchrun_can_start(inv, launc
     plan every held job as if srun started it."""
     from dataclasses import replace
 
-    from slurmtopo.cost.styles import ModelSpec
+    from slurmtopo.cost.model_spec import ModelSpec
     from slurmtopo.job.workload import Workload
     from slurmtopo.plan.rankmap import node_contiguous
 

@@ -20,7 +20,7 @@ from typing import Dict, Sequence, Tuple
 import pytest
 
 from slurmtopo.cost import CostParams, evaluate, lower_bound
-from slurmtopo.cost.styles import ModelSpec
+from slurmtopo.cost.model_spec import ModelSpec
 from slurmtopo.job.groups import Layout, build_groups
 from slurmtopo.inventory.model import (ClusterState, Fabric, Inventory, Node, NodeState,
                                        NvlinkDomain, Placement, Switch)

@@ -1,4 +1,4 @@
-"""The model description a step is sized from (cost/styles.py: ``--model``).
+"""The model description a step is sized from (cost/model_spec.py: ``--model``).
 The step itself: tests/test_cost_step.py."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmtopo.cost.styles import MODEL_PRESETS, parse_model
+from slurmtopo.cost.model_spec import MODEL_PRESETS, parse_model
 from slurmtopo.errors import LayoutError
 
 
