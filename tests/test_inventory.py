@@ -339,3 +339,37 @@ def test_rack_presets_one_line_per_node_range():
     p6b = inv.nodes["p6b002"].hardware
     assert p6b.gpu_count == 8 and sum(n.rate_gbps for n in p6b.compute_nics()) == 3200
     assert not p6b.virtualised and inv.nodes["p6b002"].nvlink_domain is None
+
+
+@pytest.mark.parametrize("name,ok", [
+    ("mlx5_0", True), ("ibp12s0", True), ("rdmap16s27", True), ("enp1s0f0:1", True),
+    ("mlx5_0;reboot", False), ("mlx5 0", False), ("a\nb", False), ("-x", False), ("", False),
+])
+def test_nic_names_are_plain(tmp_path, name, ok):
+    """A NIC's name goes into NCCL_IB_HCA, env.json and every task's
+    environment: the kernel's names pass, anything with a separator, a
+    blank or a control character is refused at its line."""
+    path = tmp_path / "inv.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        slurmtopo: inventory
+        version: 1
+        node_types:
+          t:
+            gpus: [{{index: 0, model: H100}}]
+            nics: [{{name: {name!r}, rate_gbps: 400}}]
+        nodes: [{{name: n1, type: t}}]
+        """).replace("'", '"') if "\n" not in name else textwrap.dedent("""\
+        slurmtopo: inventory
+        version: 1
+        node_types:
+          t:
+            gpus: [{index: 0, model: H100}]
+            nics: [{name: "a\\nb", rate_gbps: 400}]
+        nodes: [{name: n1, type: t}]
+        """))
+    if ok:
+        assert load_inventory(str(path), write_cache=False).nodes["n1"].hardware.nics[0].name \
+            == name
+    else:
+        with pytest.raises(InventoryError, match=r"inv.yaml:6: NIC: bad 'name'"):
+            load_inventory(str(path), write_cache=False)

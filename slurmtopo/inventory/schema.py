@@ -120,6 +120,18 @@ def _unit_name(value) -> str:
     return name
 
 
+#: a NIC's name as the kernel gives it (mlx5_0, ibp12s0, rdmap16s27, eth0):
+#: written into NCCL_IB_HCA, env.json and the task's environment
+NIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,254}$")
+
+
+def _nic_name(value) -> str:
+    name = as_str(value)
+    if not NIC_NAME.match(name):
+        raise ValueError(f"{name!r:.40} is not a NIC's name (letters, digits, '.', '_', '-', ':')")
+    return name
+
+
 def _xyz_list(value) -> Tuple[Tuple[int, int, int], ...]:
     if not isinstance(value, list):
         raise ValueError(f"expected a list of [x, y, z], got {value!r:.40}")
@@ -229,7 +241,7 @@ class _Parser:
             raise r.error(f"NIC role must be compute, storage or management, got {role!r}",
                           Reader.line(d, "role"))
         return Nic(
-            name=r.need(d, "name", "NIC", as_str),
+            name=r.need(d, "name", "NIC", _nic_name),
             netdev=r.get(d, "netdev", "NIC", as_str),
             pci_bus_id=r.get(d, "pci_bus_id", "NIC", as_str),
             link_layer={"infiniband": "InfiniBand", "ethernet": "Ethernet"}.get(layer.lower(),
