@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from slurmtopo import api
 from slurmtopo.cost.compute import Dims, GpuFigures, gpu_figures, model_flops_per_token
 from slurmtopo.cost.memory import memory_per_gpu
-from slurmtopo.cost.model_spec import ModelSpec, RECOMPUTE, model_dict, parse_model
+from slurmtopo.cost.model_spec import ModelSpec, RECOMPUTE, model_dict
 from slurmtopo.cost.params import cost_params
 from slurmtopo.cost.step import price_step
 from slurmtopo.cost.whole import compose
@@ -265,7 +265,7 @@ def advise(cluster, model_text: str, gpus: int, inventory_path: str, top: int = 
         frameworks = registry.advised()
     if gpus < 1:
         raise LayoutError(f"--gpus {gpus}: give the GPUs to train on (1 or more)")
-    spec = parse_model(model_text)
+    spec = api.model_spec(model_text)
     base_text = _model_text(model_text)
     params = cost_params(cluster)
     nodes = list(cluster.nodes.values())

@@ -37,7 +37,9 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
 from slurmtopo.cost import cost_params, evaluate, lower_bound
 from slurmtopo.cost import step as cost_step
 from slurmtopo.cost.memory import memory_finding, memory_of_request
-from slurmtopo.cost.model_spec import model_with_config, parse_model
+from slurmtopo.cost.hf_config import hf_model_keys
+from slurmtopo.cost.model_spec import (ModelSpec, model_from_mapping, model_pairs,
+                                       model_with_config, parse_model)
 from slurmtopo.cost.report import CostReport
 from slurmtopo.errors import LayoutError, NotNowError, PlacementError, SlurmError, SlurmtopoError
 from slurmtopo.files.fileio import read_text
@@ -266,6 +268,28 @@ def load_state_file(cluster: Inventory, path: Optional[str]) -> ClusterState:
     return load_state(path, cluster)
 
 
+#: the most bytes of a Hugging Face config.json ``--model`` reads
+HF_CONFIG_LIMIT = 1 << 20
+
+
+def model_spec(text: str) -> ModelSpec:
+    """``--model``'s text as a model: a preset, changed or not
+    (``llama3-70b,seq_len=8192``), explicit keys, or the path of a Hugging
+    Face ``config.json`` (its name ends in ``.json``), changed like a
+    preset (``config.json,seq_len=8192,micro_batch=2``;
+    :mod:`slurmtopo.cost.hf_config`). The file is read here, at most
+    :data:`HF_CONFIG_LIMIT` bytes, by the user's own command: the daemon
+    and the simulator take models as keys, never as paths. Raises
+    LayoutError, or InventoryError for a file that cannot be read."""
+    path = _config_path(text)
+    if path is None:
+        return parse_model(text)
+    given = model_pairs([p.strip() for p in str(text).split(",")[1:] if p.strip()])
+    keys = hf_model_keys(read_text(path, limit=HF_CONFIG_LIMIT), path, given)
+    spec = model_from_mapping(keys, path)
+    return model_from_mapping(given, "--model", spec) if given else spec
+
+
 def framework_config(framework, path: str) -> FrameworkConfig:
     """``framework``'s own configuration file at ``path`` (``--config``),
     read once (at most 1 MiB); its parts are parsed when first asked."""
@@ -316,7 +340,7 @@ def job_spec(framework=registry.DEFAULT_FRAMEWORK, *, config=None,
     if config is not None:
         knobs = {**config.knobs, **{k: v for k, v in knobs.items() if v is not None}}
     if isinstance(model, str) or (config is not None and model is None):
-        model = (parse_model(model) if config is None
+        model = (model_spec(model) if config is None or _config_path(model)
                  else model_with_config(model, config.model_keys, config.where))
     if config is not None:
         overlaps = {**config.overlaps, **(overlaps or {})}
@@ -326,6 +350,14 @@ def job_spec(framework=registry.DEFAULT_FRAMEWORK, *, config=None,
                       wait=wait, gpus_per_node=gpus_per_node, exclusive=exclusive,
                       nodelist=nodelist, exclude=exclude, model=model,
                       nccl_version=nccl_version, overlaps=overlaps)
+
+
+def _config_path(model: Optional[str]) -> Optional[str]:
+    """The config.json path a ``--model`` text starts with, else None (a
+    path wins over the model a framework configuration describes; a
+    preset's name is merged with it)."""
+    head = str(model or "").split(",", 1)[0].strip()
+    return head if head and "=" not in head and head.lower().endswith(".json") else None
 
 
 def job_request(framework=registry.DEFAULT_FRAMEWORK, **kwargs) -> JobRequest:

@@ -26,7 +26,8 @@ from slurmtopo.show.preview import advice_parts
 @click.option("--model", "model", required=True, metavar="SPEC",
               help="The model and how a step feeds it: a preset (llama3-70b, deepseek-v3 ...), "
                    "optionally changed (llama3-70b,seq_len=8192,global_batch=256), or "
-                   "layers=...,hidden=...,... (docs/cost-model.md, 'The model').")
+                   "layers=...,hidden=...,..., or a Hugging Face config.json "
+                   "(path/config.json,seq_len=8192) (docs/cost-model.md, 'The model').")
 @click.option("--gpus", type=click.IntRange(1, 1 << 20), required=True,
               help="GPUs to train on.")
 @click.option("--top", type=click.IntRange(1, 50), default=5, show_default=True,

@@ -191,7 +191,8 @@ def request_options(func):
                           "llama3-70b, llama3.1-405b, deepseek-v3, mixtral-8x7b, qwen3-30b-a3b "
                           "... or 7b, 8b, 13b, 70b, 405b), optionally changed "
                           "(llama3-70b,seq_len=8192,global_batch=256,dtype=fp8), or "
-                          "layers=...,hidden=...,params=... (docs/cost-model.md, 'The model'); "
+                          "layers=...,hidden=...,params=..., or a Hugging Face config.json "
+                          "(path/config.json,seq_len=8192) (docs/cost-model.md, 'The model'); "
                           "keys the framework's --config gives are read too. Without one: "
                           "the step's communication for Llama 3 70B's shape."),
         click.option("--memory-check", "memory_check", default=None,

@@ -44,14 +44,15 @@ Pure: no I/O; every refusal is one :class:`LayoutError` naming the key.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields, replace
 from typing import Dict, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
 
-__all__ = ["ModelSpec", "MODEL_PRESETS", "PRESET_SOURCES", "DTYPE_BYTES", "COMPUTE_DTYPES",
-           "RECOMPUTE", "MODEL_KEYS", "parse_model", "model_from_mapping", "model_dict",
-           "model_number"]
+__all__ = ["ModelSpec", "MODEL_PRESETS", "PRESET_SOURCES", "PRESET_ALIASES", "preset_key",
+           "DTYPE_BYTES", "COMPUTE_DTYPES", "RECOMPUTE", "MODEL_KEYS", "parse_model",
+           "model_pairs", "model_from_mapping", "model_dict", "model_number"]
 
 #: bytes per value of the dtypes a model description may name (the GEMM
 #: inputs; fp8, mxfp8 and nvfp4 runs keep activations, gradients and what
@@ -329,6 +330,46 @@ PRESET_SOURCES: Dict[str, str] = {
 }
 
 
+#: other names of a preset's shapes: later releases of the same
+#: architecture whose config.json gives the same dimensions (they changed
+#: the training data, the context extension or the post-training only):
+#: Llama 3.1 8B and 70B and Llama 3.3 70B (meta-llama/Llama-3.1-8B,
+#: Llama-3.1-70B, Llama-3.3-70B-Instruct: the Llama 3 dimensions, a
+#: ``rope_scaling`` added), DeepSeek-R1 and V3.1 (deepseek-ai/DeepSeek-R1,
+#: DeepSeek-V3.1: DeepseekV3ForCausalLM, V3's dimensions)
+PRESET_ALIASES: Dict[str, str] = {
+    "llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b", "llama3.3-70b": "llama3-70b",
+    "llama3-405b": "llama3.1-405b", "deepseek-r1": "deepseek-v3", "deepseek-v3.1": "deepseek-v3",
+}
+#: an organisation before a model's name (a Hugging Face repository id)
+_ORG = re.compile(r"^[a-z0-9][a-z0-9._-]*/")
+#: what a release's name adds after the architecture's
+_SUFFIX = re.compile(r"-(hf|base|instruct|chat|it|v0\.1|fp8|bf16)$")
+#: a family's name written with a separator before its version
+_FAMILY = re.compile(r"^(llama|qwen|nemotron)-(\d)")
+
+
+def preset_key(name: str) -> Optional[str]:
+    """The preset a model's name means, as people and publications write
+    it: any case, ``_`` or spaces for ``-``, a Hugging Face repository id
+    (``meta-llama/Meta-Llama-3-70B``), the release's suffix (``-Instruct``,
+    ``-Base``, ``-hf``), ``Llama-3.1`` for ``llama3.1``, and the other
+    names of a preset's architecture (:data:`PRESET_ALIASES`). None: no
+    preset."""
+    key = re.sub(r"[\s_]+", "-", str(name).strip().lower())
+    key = _ORG.sub("", key, count=1)
+    if key.startswith("meta-llama"):
+        key = key[len("meta-"):]
+    while True:
+        shorter = _SUFFIX.sub("", key)
+        if shorter == key:
+            break
+        key = shorter
+    key = _FAMILY.sub(r"\1\2", key)
+    key = PRESET_ALIASES.get(key, key)
+    return key if key in MODEL_PRESETS else None
+
+
 def model_number(text: str, what: str = "value") -> int:
     """``70e9``, ``70B``, ``4096``, ``8k`` -> int (0 allowed; the caller
     decides). Raises LayoutError naming ``what``."""
@@ -441,15 +482,16 @@ def parse_model(text: str) -> ModelSpec:
                           f"({', '.join(_preset_names())}) or params=...,layers=...,hidden=...")
     base: Optional[ModelSpec] = None
     if "=" not in parts[0]:
-        name = parts.pop(0).lower()
-        if name not in MODEL_PRESETS:
+        name = parts.pop(0)
+        key = preset_key(name)
+        if key is None:
             raise LayoutError(f"--model {name[:60]!r}: no such preset (known: "
                               f"{', '.join(_preset_names())})")
-        base = MODEL_PRESETS[name]
-    return model_from_mapping(_pairs(parts), "--model", base)
+        base = MODEL_PRESETS[key]
+    return model_from_mapping(model_pairs(parts), "--model", base)
 
 
-def _pairs(parts) -> Dict[str, object]:
+def model_pairs(parts) -> Dict[str, object]:
     """``KEY=VALUE`` parts of a --model text as a mapping (keys checked)."""
     given: Dict[str, object] = {}
     for part in parts:
@@ -482,17 +524,18 @@ def model_with_config(text: Optional[str], config: Mapping[str, object],
     if text is None:
         if preset is None and not ("layers" in keys and "hidden" in keys):
             return None
-        base = MODEL_PRESETS[str(preset)] if preset is not None else None
+        base = MODEL_PRESETS[preset_key(str(preset)) or str(preset)] if preset is not None \
+            else None
         return model_from_mapping(keys, where, base)
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if parts and "=" not in parts[0]:
         spec = parse_model(parts[0])
         parts = parts[1:]
     elif preset is not None:
-        spec = MODEL_PRESETS[str(preset)]
+        spec = MODEL_PRESETS[preset_key(str(preset)) or str(preset)]
     else:
         spec = None
-    given = _pairs(parts)
+    given = model_pairs(parts)
     if spec is not None:
         spec = model_from_mapping(keys, where, spec) if keys else spec
         return model_from_mapping(given, "--model", spec) if given else spec

@@ -1,0 +1,186 @@
+"""--model PATH/config.json: a Hugging Face checkpoint's config read as the
+model description (slurmtopo/cost/hf_config.py), and the names people
+write for the presets (model_spec.preset_key)."""
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import fields, replace
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtopo import api
+from slurmtopo.cli import cli
+from slurmtopo.cost.hf_config import hf_model_keys
+from slurmtopo.cost.model_spec import MODEL_PRESETS, parse_model, preset_key
+from slurmtopo.errors import InventoryError, LayoutError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIGS = os.path.join(HERE, "fixtures", "hf_configs")
+EXAMPLE = os.path.join(os.path.dirname(HERE), "etc", "examples", "h100-32node-fattree.yaml")
+
+#: each recorded config.json and the preset of the same model
+SAME = {"meta-llama-3-8b": "llama3-8b", "llama-3.1-70b": "llama3-70b",
+        "deepseek-v3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b",
+        "qwen2-57b-a14b": "qwen2-57b-a14b", "mixtral-8x7b": "mixtral-8x7b",
+        "gpt-oss-120b": "gpt-oss-120b"}
+
+
+def _path(name):
+    return os.path.join(CONFIGS, name + ".json")
+
+
+@pytest.mark.parametrize("name,preset", sorted(SAME.items()))
+def test_config_json_gives_the_presets_model(name, preset):
+    """Every dimension the preset has, read from the checkpoint's own file.
+    The Llama and Mixtral presets carry the published parameter count
+    (norms included), which the dimensions leave out: within 0.01%."""
+    spec, want = api.model_spec(_path(name)), MODEL_PRESETS[preset]
+    for f in fields(spec):
+        if f.name != "params":
+            assert getattr(spec, f.name) == getattr(want, f.name), f.name
+    assert abs(spec.params - want.params) / want.params < 1e-4
+
+
+def test_keys_after_the_path_change_it():
+    spec = api.model_spec(_path("qwen3-30b-a3b") + ",seq_len=8192,micro_batch=2,dtype=fp8")
+    want = replace(MODEL_PRESETS["qwen3-30b-a3b"], seq_len=8192, micro_batch=2, dtype="fp8")
+    assert spec == want
+    # a dimension changed after the path: the parameters are counted again
+    deeper = api.model_spec(_path("meta-llama-3-8b") + ",layers=40")
+    assert deeper.layers == 40 and deeper.params > MODEL_PRESETS["llama3-8b"].params
+
+
+def test_what_the_reader_maps():
+    keys = hf_model_keys(open(_path("gpt-oss-120b")).read(), "gpt-oss")
+    assert (keys["window"], keys["window_layers"], keys["experts"], keys["top_k"]) == \
+        (128, 18, 128, 4)
+    keys = hf_model_keys(open(_path("qwen2-57b-a14b")).read(), "q")
+    assert keys["shared_experts"] == 8  # 20480 / 2560
+    # Mistral: a window on every layer; Qwen with use_sliding_window: from max_window_layers
+    mistral = {"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096,
+               "intermediate_size": 14336, "sliding_window": 4096}
+    assert hf_model_keys(json.dumps(mistral), "m")["window_layers"] == 32
+    qwen = {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584,
+            "intermediate_size": 18944, "sliding_window": 4096, "use_sliding_window": True,
+            "max_window_layers": 21}
+    assert hf_model_keys(json.dumps(qwen), "q")["window_layers"] == 7
+    # gated or not by the model type; an unknown one by a gate's activation
+    nemotron = {"model_type": "nemotron", "num_hidden_layers": 32, "hidden_size": 6144,
+                "intermediate_size": 24576, "hidden_act": "relu2"}
+    assert hf_model_keys(json.dumps(nemotron), "n")["glu"] == 0
+    other = {"model_type": "newthing", "num_hidden_layers": 2, "hidden_size": 64,
+             "intermediate_size": 128, "hidden_act": "silu"}
+    assert hf_model_keys(json.dumps(other), "o")["glu"] == 1
+    assert hf_model_keys(json.dumps({**other, "tie_word_embeddings": True}), "o")["tied"] == 1
+
+
+@pytest.mark.parametrize("doc,words", [
+    ({"model_type": "llama", "hidden_size": 64}, "no num_hidden_layers"),
+    ({"model_type": "llama", "num_hidden_layers": "32", "hidden_size": 64},
+     "num_hidden_layers must be a whole number"),
+    ({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 64}, "no intermediate_size"),
+    ({"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64,
+      "intermediate_size": 128, "num_local_experts": 8}, "no num_experts_per_tok"),
+    ({"model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120,
+      "intermediate_size": 8192, "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2},
+     "MoE layers interleaved"),
+    ({"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64,
+      "intermediate_size": 128, "num_experts": 8,
+      "num_experts_per_tok": 2, "mlp_only_layers": [1, 3]}, "not the leading ones"),
+    ({"model_type": "falconish", "num_hidden_layers": 2, "hidden_size": 64,
+      "intermediate_size": 256, "hidden_act": "gelu"}, "add glu=1"),
+    ([1, 2], "is a JSON object"),
+])
+def test_what_it_refuses_in_one_line(doc, words):
+    text = json.dumps(doc, indent=1)
+    with pytest.raises(LayoutError) as err:
+        hf_model_keys(text, "cfg.json")
+    msg = str(err.value)
+    assert words in msg and "\n" not in msg and msg.startswith("cfg.json")
+
+
+def test_the_line_of_the_refused_key(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(open(_path("llama-4-scout")).read())
+    with pytest.raises(LayoutError) as err:
+        api.model_spec(str(path))
+    assert f"{path}:5: attention_chunk_size=8192: chunked attention" in str(err.value)
+    # the user settles an unknown model type's MLP after the path
+    path.write_text(json.dumps({"model_type": "falconish", "num_hidden_layers": 2,
+                                "hidden_size": 64, "intermediate_size": 256,
+                                "hidden_act": "gelu"}))
+    assert api.model_spec(f"{path},glu=0").glu == 0
+
+
+def test_unreadable_and_oversized_files(tmp_path):
+    with pytest.raises(InventoryError):
+        api.model_spec(str(tmp_path / "missing.json"))
+    big = tmp_path / "big.json"
+    big.write_text(" " * (api.HF_CONFIG_LIMIT + 1))
+    with pytest.raises(InventoryError, match="larger than"):
+        api.model_spec(str(big))
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(InventoryError):  # refused at once, never waited on
+        api.model_spec(str(fifo))
+
+
+def test_plan_and_advise_take_a_config_json():
+    """Through the command line: the plan's priced step is the preset's,
+    and the advisor's ready plan lines keep the path."""
+    runner = CliRunner()
+    common = ["plan", "--inventory", EXAMPLE, "--tp", "8", "--pp", "2", "--dp", "2", "--json"]
+    by_path = runner.invoke(cli, common + ["--model", _path("llama-3.1-70b")])
+    by_name = runner.invoke(cli, common + ["--model", "meta-llama/Llama-3.1-70B"])
+    assert by_path.exit_code == 0, by_path.output
+    assert by_name.exit_code == 0, by_name.output
+    a, b = json.loads(by_path.output)["step"], json.loads(by_name.output)["step"]
+    # the preset's published count and the counted one differ by the norms
+    assert a["time_s"] == pytest.approx(b["time_s"], rel=1e-3)
+    adv = runner.invoke(cli, ["advise", "--inventory", EXAMPLE, "--gpus", "64", "--model",
+                               _path("meta-llama-3-8b"), "--top", "2", "--json"])
+    assert adv.exit_code == 0, adv.output
+    lines = [c["plan"] for c in json.loads(adv.output)["layouts"]]
+    assert lines and all(_path("meta-llama-3-8b") + ",micro_batch=" in line for line in lines)
+    ran = runner.invoke(cli, shlex.split(lines[0])[1:] + ["--json"])
+    assert ran.exit_code == 0, ran.output
+    # as users run it: one line, no traceback, a non-zero exit
+    bad = subprocess.run([sys.executable, "-m", "slurmtopo"] + common
+                         + ["--model", _path("llama-4-scout")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and "llama-4-scout.json:5: attention_chunk_size" \
+        in bad.stderr
+
+
+@pytest.mark.parametrize("written,preset", [
+    ("meta-llama/Meta-Llama-3-70B", "llama3-70b"), ("Llama-3.1-8B-Instruct", "llama3-8b"),
+    ("llama3.3-70b", "llama3-70b"), ("LLAMA3.1_405B", "llama3.1-405b"),
+    ("deepseek-ai/DeepSeek-R1", "deepseek-v3"), ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b"),
+    ("mistralai/Mixtral-8x22B-v0.1", "mixtral-8x22b"), ("openai/gpt-oss-20b", "gpt-oss-20b"),
+    ("moonshotai/Kimi-K2-Instruct", "kimi-k2"), ("nvidia/Nemotron-4-340B-Base", "nemotron4-340b"),
+    ("meta-llama/Llama-2-13b-hf", "llama2-13b"), ("70B", "70b"),
+])
+def test_preset_spellings(written, preset):
+    assert preset_key(written) == preset
+    assert parse_model(written + ",seq_len=2048") == replace(MODEL_PRESETS[preset], seq_len=2048)
+
+
+def test_an_unknown_name_is_still_refused_with_the_list():
+    for name in ("llama-4-scout", "gpt5", "meta-"):
+        assert preset_key(name) is None
+    with pytest.raises(LayoutError, match="no such preset .*known: llama2-7b"):
+        parse_model("Llama-4-Scout")
+
+
+def test_a_config_json_wins_over_the_framework_files_model():
+    """--config describes a model (Megatron's arguments) and --model names a
+    config.json: the checkpoint's dimensions are priced, the file's
+    parallel settings kept."""
+    args = os.path.join(CONFIGS, os.pardir, "frameworks", "megatron.args")
+    spec = api.job_spec("megatron", config=args, model=_path("mixtral-8x7b") + ",seq_len=2048")
+    want = replace(api.model_spec(_path("mixtral-8x7b")), seq_len=2048)
+    assert spec.request.workload.model == want
