@@ -13,9 +13,12 @@ from click.testing import CliRunner
 
 from slurmtopo import api
 from slurmtopo.cli import cli
+from slurmtopo.cost.compute import _attention_flops
 from slurmtopo.cost.hf_config import hf_model_keys
 from slurmtopo.cost.model_spec import MODEL_PRESETS, parse_model, preset_key
 from slurmtopo.errors import InventoryError, LayoutError
+from slurmtopo.job.frameworks import registry
+from slurmtopo.job.frameworks.stepcalls import step_sizes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(HERE, "fixtures", "hf_configs")
@@ -25,7 +28,8 @@ EXAMPLE = os.path.join(os.path.dirname(HERE), "etc", "examples", "h100-32node-fa
 SAME = {"meta-llama-3-8b": "llama3-8b", "llama-3.1-70b": "llama3-70b",
         "deepseek-v3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b",
         "qwen2-57b-a14b": "qwen2-57b-a14b", "mixtral-8x7b": "mixtral-8x7b",
-        "gpt-oss-120b": "gpt-oss-120b"}
+        "gpt-oss-120b": "gpt-oss-120b", "llama-4-scout": "llama4-scout-17b-16e",
+        "llama-4-maverick": "llama4-maverick-17b-128e"}
 
 
 def _path(name):
@@ -84,9 +88,6 @@ def test_what_the_reader_maps():
     ({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 64}, "no intermediate_size"),
     ({"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64,
       "intermediate_size": 128, "num_local_experts": 8}, "no num_experts_per_tok"),
-    ({"model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120,
-      "intermediate_size": 8192, "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2},
-     "MoE layers interleaved"),
     ({"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64,
       "intermediate_size": 128, "num_experts": 8,
       "num_experts_per_tok": 2, "mlp_only_layers": [1, 3]}, "not the leading ones"),
@@ -102,12 +103,26 @@ def test_what_it_refuses_in_one_line(doc, words):
     assert words in msg and "\n" not in msg and msg.startswith("cfg.json")
 
 
+#: a Qwen MoE whose dense layers sit among the MoE ones (line 8: the key)
+SCATTERED = """{
+  "model_type": "qwen3_moe",
+  "num_hidden_layers": 4,
+  "hidden_size": 64,
+  "intermediate_size": 128,
+  "num_experts": 8,
+  "num_experts_per_tok": 2,
+  "mlp_only_layers": [1, 3]
+}
+"""
+
+
 def test_the_line_of_the_refused_key(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(open(_path("llama-4-scout")).read())
+    path.write_text(SCATTERED)
     with pytest.raises(LayoutError) as err:
         api.model_spec(str(path))
-    assert f"{path}:5: attention_chunk_size=8192: chunked attention" in str(err.value)
+    assert f"{path}:8: mlp_only_layers=[1, 3]: dense layers that are not the leading" \
+        in str(err.value)
     # the user settles an unknown model type's MLP after the path
     path.write_text(json.dumps({"model_type": "falconish", "num_hidden_layers": 2,
                                 "hidden_size": 64, "intermediate_size": 256,
@@ -128,7 +143,7 @@ def test_unreadable_and_oversized_files(tmp_path):
         api.model_spec(str(fifo))
 
 
-def test_plan_and_advise_take_a_config_json():
+def test_plan_and_advise_take_a_config_json(tmp_path):
     """Through the command line: the plan's priced step is the preset's,
     and the advisor's ready plan lines keep the path."""
     runner = CliRunner()
@@ -148,12 +163,13 @@ def test_plan_and_advise_take_a_config_json():
     ran = runner.invoke(cli, shlex.split(lines[0])[1:] + ["--json"])
     assert ran.exit_code == 0, ran.output
     # as users run it: one line, no traceback, a non-zero exit
+    scattered = tmp_path / "config.json"
+    scattered.write_text(SCATTERED)
     bad = subprocess.run([sys.executable, "-m", "slurmtopo"] + common
-                         + ["--model", _path("llama-4-scout")],
+                         + ["--model", str(scattered)],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and bad.stdout == ""
-    assert bad.stderr.count("\n") == 1 and "llama-4-scout.json:5: attention_chunk_size" \
-        in bad.stderr
+    assert bad.stderr.count("\n") == 1 and f"{scattered}:8: mlp_only_layers" in bad.stderr
 
 
 @pytest.mark.parametrize("written,preset", [
@@ -163,6 +179,8 @@ def test_plan_and_advise_take_a_config_json():
     ("mistralai/Mixtral-8x22B-v0.1", "mixtral-8x22b"), ("openai/gpt-oss-20b", "gpt-oss-20b"),
     ("moonshotai/Kimi-K2-Instruct", "kimi-k2"), ("nvidia/Nemotron-4-340B-Base", "nemotron4-340b"),
     ("meta-llama/Llama-2-13b-hf", "llama2-13b"), ("70B", "70b"),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama4-scout-17b-16e"),
+    ("llama4-maverick", "llama4-maverick-17b-128e"),
 ])
 def test_preset_spellings(written, preset):
     assert preset_key(written) == preset
@@ -170,10 +188,10 @@ def test_preset_spellings(written, preset):
 
 
 def test_an_unknown_name_is_still_refused_with_the_list():
-    for name in ("llama-4-scout", "gpt5", "meta-"):
+    for name in ("llama-5-scout", "gpt5", "meta-"):
         assert preset_key(name) is None
     with pytest.raises(LayoutError, match="no such preset .*known: llama2-7b"):
-        parse_model("Llama-4-Scout")
+        parse_model("Llama-5-Scout")
 
 
 def test_a_config_json_wins_over_the_framework_files_model():
@@ -184,3 +202,33 @@ def test_a_config_json_wins_over_the_framework_files_model():
     spec = api.job_spec("megatron", config=args, model=_path("mixtral-8x7b") + ",seq_len=2048")
     want = replace(api.model_spec(_path("mixtral-8x7b")), seq_len=2048)
     assert spec.request.workload.model == want
+
+
+def test_interleaved_experts_and_chunked_attention():
+    """Maverick's experts on every other layer: half the MoE layers, the
+    weights the card states (400B), a pipeline stage's experts and EP
+    calls counted from its MoE layers; chunked attention of 8192 costs a
+    full causal layer at 8192 tokens and half of one at 16384."""
+    mav = MODEL_PRESETS["llama4-maverick-17b-128e"]
+    scout = MODEL_PRESETS["llama4-scout-17b-16e"]
+    assert (mav.moe_layers, scout.moe_layers) == (24, 48)
+    assert mav.counted_params() / 1e9 == pytest.approx(400, rel=0.01)
+    assert scout.counted_params() / 1e9 == pytest.approx(109, rel=0.03)
+    assert mav.moe_layers_in(12) == 6 and scout.moe_layers_in(12) == 12
+    assert mav.moe_layers_in(13) == 7 and mav.moe_layers_in(100) == 24
+    # a dense spelling of the same layer count: no experts, no MoE layers
+    assert replace(mav, experts=0).moe_layers == 0
+    flops8 = _attention_flops(replace(scout, seq_len=8192), 8192)
+    full8 = _attention_flops(replace(scout, seq_len=8192, window=0, window_layers=0), 8192)
+    assert flops8 == pytest.approx(full8)
+    chunked = _attention_flops(scout, 16384)
+    full = _attention_flops(replace(scout, window=0, window_layers=0), 16384)
+    assert chunked == pytest.approx(full * (12 + 36 / 2) / 48)
+    # the step's EP calls: a dispatch and a combine a MoE layer of the stage
+    req = api.job_request("megatron", tp=1, pp=2, ep=8, world=16, expert_tp=1,
+                          model="llama4-maverick,seq_len=8192,global_batch=16")
+    sizes = step_sizes(req.layout, req.workload, req.workload.model)
+    ep_calls = registry.get("megatron").ep_step_calls(sizes)
+    # 24 layers a stage, 12 of them with experts, forward and backward
+    assert sizes.stage_layers == 24
+    assert [c.calls for c in ep_calls] == [2 * 12 * sizes.micro_batches] * 2

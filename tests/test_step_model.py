@@ -37,7 +37,8 @@ H100 = gpu_figures("NVIDIA H100 80GB HBM3", 81559)[0]
     ("qwen3-235b-a22b", 235, 22, True), ("gpt-oss-120b", 116.8, 5.1, False),
     ("gpt-oss-20b", 20.9, 3.6, False),
     ("kimi-k2", 1026, 32, True), ("gpt3-175b", 175, 175, False),
-    ("nemotron4-340b", 341, 341, True),
+    ("nemotron4-340b", 341, 341, True), ("llama4-scout-17b-16e", 109, 17, True),
+    ("llama4-maverick-17b-128e", 400, 17, True),
 ])
 def test_presets_count_the_published_parameters(name, total, active, embedding):
     s = MODEL_PRESETS[name]

@@ -454,10 +454,10 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
         width = (s.top_k + s.shared_experts) * s.expert_ffn
         moe_el = fit.elementwise_passes / 3.0 * 2.0 * T / tp * (h + width) / hbm
         moe_perm = fit.moe_passes / 3.0 * 2.0 * T / tp * s.top_k * h / hbm
-    n_moe = s.moe_layers
     stage_layers = math.ceil(s.layers / pp)
-    # the slowest stage holds the most MoE layers (the dense ones lead)
-    stage_moe = min(n_moe, stage_layers)
+    # the slowest stage holds the most MoE layers (the dense ones lead;
+    # interleaved, every moe_every-th)
+    stage_moe = s.moe_layers_in(stage_layers)
     stage_dense = stage_layers - stage_moe
     parts: Dict[str, float] = {
         "gemm": stage_layers * attn_proj + stage_dense * dense_mlp,

@@ -27,16 +27,19 @@ q_lora_rank, kv_lora_rank, qk_rope_head_dim,   the multi-head latent attention
 v_head_dim                                     keys of the same names
 sliding_window with layer_types (or            window, window_layers
 use_sliding_window, max_window_layers)
+attention_chunk_size (no_rope_layers)          window C/2 on the chunked layers
+interleave_moe_layer_step, decoder_sparse_step moe_every
+moe_layer_freq
 model_type / hidden_act                        glu (gated MLP or not)
 =============================================  ==============================
 
 A multimodal checkpoint's language model (``text_config``) is read in its
-place. What the step model does not describe is refused in one line naming
-the key: MoE layers interleaved with dense ones (``interleave_moe_layer_step``,
-``decoder_sparse_step``, ``moe_layer_freq`` above 1, ``mlp_only_layers``
-that are not the leading ones), chunked attention (Llama 4's
-``attention_chunk_size``), and a ``model_type`` whose MLP is not known to
-be gated or not (give ``glu=0`` or ``glu=1`` after the path).
+place; Llama 4's (``llama4_text``) experts are ``intermediate_size`` wide
+with one shared expert, its dense layers ``intermediate_size_mlp``. What the
+step model does not describe is refused in one line naming the key: dense
+layers among MoE ones other than leading or every n-th
+(``mlp_only_layers``), and a ``model_type`` whose MLP is not known to be
+gated or not (give ``glu=0`` or ``glu=1`` after the path).
 
 Pure: the caller reads the file (bounded) and hands its text.
 """
@@ -127,8 +130,7 @@ def hf_model_keys(text: str, where: str, given: Mapping[str, object] = ()) -> Di
         keys["v_head_dim"] = number("v_head_dim", 0)
     elif number("head_dim"):
         keys["head_dim"] = number("head_dim")
-    if doc.get("attention_chunk_size"):
-        refuse("attention_chunk_size", "chunked attention")
+    llama4 = str(doc.get("model_type", "")).lower() == "llama4_text"
 
     # experts
     experts = next((number(k) for k in ("num_local_experts", "n_routed_experts", "num_experts")
@@ -140,6 +142,13 @@ def hf_model_keys(text: str, where: str, given: Mapping[str, object] = ()) -> Di
             raise LayoutError(f"{where}: {experts} experts and no num_experts_per_tok")
         keys["top_k"] = top_k
         expert_ffn = number("moe_intermediate_size")
+        if llama4:
+            # Llama 4: intermediate_size is an expert's (and the shared
+            # expert's, one in every MoE layer), intermediate_size_mlp the
+            # dense layers'
+            expert_ffn = number("intermediate_size")
+            keys["ffn"] = number("intermediate_size_mlp") or expert_ffn
+            keys["shared_experts"] = 1
         if expert_ffn:
             keys["expert_ffn"] = expert_ffn
         shared = number("n_shared_experts")
@@ -152,9 +161,10 @@ def hf_model_keys(text: str, where: str, given: Mapping[str, object] = ()) -> Di
                 refuse("shared_expert_intermediate_size",
                        "a shared expert that is not a whole number of routed experts' width")
             keys["shared_experts"] = shared_width // width
-        for key in ("interleave_moe_layer_step", "decoder_sparse_step", "moe_layer_freq"):
-            if number(key, 1) > 1:
-                refuse(key, "MoE layers interleaved with dense ones")
+        every = [number(k, 1) for k in ("interleave_moe_layer_step", "decoder_sparse_step",
+                                        "moe_layer_freq")]
+        if max(every) > 1:
+            keys["moe_every"] = max(every)
         dense = number("first_k_dense_replace", 0)
         only = doc.get("mlp_only_layers") or []
         if only:
@@ -164,19 +174,28 @@ def hf_model_keys(text: str, where: str, given: Mapping[str, object] = ()) -> Di
         if dense:
             keys["dense_layers"] = dense
 
-    # sliding-window attention: on the layers layer_types names, or on
-    # every layer (Mistral), or on the layers from max_window_layers (Qwen)
+    # chunked attention (Llama 4: on the layers with RoPE, three in four):
+    # a query attends to C/2 keys on average, as to a window of C/2
+    chunk = number("attention_chunk_size", 0)
+    rope = doc.get("no_rope_layers")
+    layers_n = int(keys["layers"])
     window = number("sliding_window", 0)
     types = doc.get("layer_types")
-    if window and isinstance(types, list) and types:
+    if chunk:
+        if isinstance(rope, list) and rope:
+            chunked = sum(1 for v in rope if v)
+        else:
+            interval = number("no_rope_layer_interval", 4) or 4
+            chunked = layers_n - layers_n // interval
+        keys["window"], keys["window_layers"] = max(1, chunk // 2), min(chunked, layers_n)
+    elif window and isinstance(types, list) and types:
         sliding = sum(1 for t in types if t == "sliding_attention")
         if sliding:
             keys["window"], keys["window_layers"] = window, sliding
     elif window and doc.get("use_sliding_window", True) is not False:
-        layers = int(keys["layers"])
         first = number("max_window_layers", 0) if "use_sliding_window" in doc else 0
-        if first < layers:
-            keys["window"], keys["window_layers"] = window, layers - min(first, layers)
+        if first < layers_n:
+            keys["window"], keys["window_layers"] = window, layers_n - min(first, layers_n)
 
     # the MLP: gated or not
     if "glu" not in {str(k).strip().lower() for k in given}:

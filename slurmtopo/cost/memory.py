@@ -124,7 +124,7 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
     body = counted * scale - expert - s.embedding_params() * scale
     stage_layers = math.ceil(s.layers / pp)
     dense_local = (body * stage_layers / s.layers + embed) / tp
-    expert_local = expert * min(stage_layers, s.moe_layers) / max(1, s.moe_layers) / (ep * etp) \
+    expert_local = expert * s.moe_layers_in(stage_layers) / max(1, s.moe_layers) / (ep * etp) \
         if s.is_moe else 0.0
     if pp == 1 and not s.tied:
         dense_local += embed / tp  # the output layer too

@@ -37,7 +37,9 @@ exactly: ``glu`` (1: gated MLP such as SwiGLU, three matrices; 0: two),
 ``dense_layers`` (the leading dense layers of a MoE model), ``q_lora_rank``,
 ``kv_lora_rank``, ``rope_head_dim``, ``v_head_dim`` (multi-head latent
 attention), ``tied`` (1: input and output embeddings shared), ``window`` and
-``window_layers`` (sliding-window attention on that many layers).
+``window_layers`` (sliding-window attention on that many layers; chunked
+attention of C tokens is the window C/2: the same keys a query on
+average), ``moe_every`` (experts on every n-th layer after the dense ones).
 
 Pure: no I/O; every refusal is one :class:`LayoutError` naming the key.
 """
@@ -102,6 +104,7 @@ class ModelSpec:
     tied: int = 0
     window: int = 0
     window_layers: int = 0
+    moe_every: int = 1
 
     # ---- what the communication is sized from (historical meaning) -------
 
@@ -177,7 +180,16 @@ class ModelSpec:
 
     @property
     def moe_layers(self) -> int:
-        return max(0, self.layers - self.dense_layers) if self.is_moe else 0
+        """Layers with experts: after the ``dense_layers`` leading dense
+        ones, every ``moe_every``-th (Llama 4 Maverick: every other)."""
+        return max(0, self.layers - self.dense_layers) // max(1, self.moe_every) \
+            if self.is_moe else 0
+
+    def moe_layers_in(self, layers: int) -> int:
+        """The most layers with experts a run of ``layers`` consecutive
+        layers holds (a pipeline stage: the slowest one is past the
+        leading dense layers)."""
+        return min(self.moe_layers, math.ceil(layers / max(1, self.moe_every)))
 
     def embedding_params(self) -> float:
         return self.vocab * self.hidden * (1 if self.tied else 2)
@@ -221,7 +233,7 @@ MODEL_KEYS: Dict[str, type] = {
     "virtual_stages": int, "experts": int, "top_k": int, "expert_ffn": int,
     "shared_experts": int, "recompute": str, "micro_batches": int, "head_dim": int, "glu": int,
     "dense_layers": int, "q_lora_rank": int, "kv_lora_rank": int, "rope_head_dim": int,
-    "v_head_dim": int, "tied": int, "window": int, "window_layers": int}
+    "v_head_dim": int, "tied": int, "window": int, "window_layers": int, "moe_every": int}
 #: keys that may be 0 (meaning "none" or "not given")
 _ZERO_OK = frozenset(("params", "heads", "kv_heads", "ffn", "vocab", "global_batch", "experts",
                       "expert_ffn", "shared_experts", "head_dim", "glu", "dense_layers",
@@ -234,7 +246,9 @@ _ALIASES = {"seq": "seq_len", "sequence_length": "seq_len", "seq_length": "seq_l
             "num_heads": "heads", "n_heads": "heads", "num_kv_heads": "kv_heads",
             "n_kv_heads": "kv_heads", "ffn_hidden_size": "ffn", "intermediate_size": "ffn",
             "vocab_size": "vocab", "precision": "dtype", "moe_ffn": "expert_ffn",
-            "activation_checkpointing": "recompute", "ac": "recompute"}
+            "activation_checkpointing": "recompute", "ac": "recompute",
+            "interleave_moe_layer_step": "moe_every", "moe_layer_freq": "moe_every",
+            "decoder_sparse_step": "moe_every"}
 
 
 def _ffn_for(hidden, mult=8 / 3, of=256):
@@ -284,6 +298,18 @@ MODEL_PRESETS: Dict[str, ModelSpec] = {
     "gpt-oss-20b": ModelSpec(params=0, layers=24, hidden=2880, heads=64, kv_heads=8,
                              head_dim=64, ffn=2880, vocab=201088, experts=32, top_k=4,
                              expert_ffn=2880, window=128, window_layers=12),
+    # Llama 4: a shared expert in every MoE layer, chunked attention of 8192
+    # tokens on three layers in four (the window of 4096: the same keys a
+    # query), Maverick's experts on every other layer
+    "llama4-scout-17b-16e": ModelSpec(params=0, layers=48, hidden=5120, heads=40, kv_heads=8,
+                                      head_dim=128, ffn=16384, vocab=202048, experts=16,
+                                      top_k=1, expert_ffn=8192, shared_experts=1, window=4096,
+                                      window_layers=36),
+    "llama4-maverick-17b-128e": ModelSpec(params=0, layers=48, hidden=5120, heads=40,
+                                          kv_heads=8, head_dim=128, ffn=16384, vocab=202048,
+                                          experts=128, top_k=1, expert_ffn=8192,
+                                          shared_experts=1, window=4096, window_layers=36,
+                                          moe_every=2),
     "nemotron4-15b": ModelSpec(params=0, layers=32, hidden=6144, heads=48, kv_heads=8,
                                ffn=24576, vocab=256000, glu=0),
     "nemotron4-340b": ModelSpec(params=0, layers=96, hidden=18432, heads=96, kv_heads=8,
@@ -320,6 +346,12 @@ PRESET_SOURCES: Dict[str, str] = {
                           "on every other layer)",
     "gpt-oss-20b": _HF + "openai/gpt-oss-20b/blob/main/config.json (24 layers, 32 experts, "
                          "sliding window of 128 on every other layer)",
+    "llama4-scout-17b-16e": _HF + "meta-llama/Llama-4-Scout-17B-16E/blob/main/config.json "
+                                  "(text_config: intermediate_size 8192 an expert and the "
+                                  "shared one, attention_chunk_size 8192, NoPE every 4th layer)",
+    "llama4-maverick-17b-128e": _HF + "meta-llama/Llama-4-Maverick-17B-128E/blob/main/"
+                                      "config.json (text_config: interleave_moe_layer_step 2, "
+                                      "intermediate_size_mlp 16384 the dense layers')",
     "nemotron4-15b": "Parmar et al. 2024, 'Nemotron-4 15B Technical Report' (arXiv:2402.16819), "
                      "Table 1 (32 layers, hidden 6144, 48 heads, 8 KV heads, squared-ReLU MLP "
                      "of 4h, 256k vocabulary)",
@@ -340,6 +372,7 @@ PRESET_SOURCES: Dict[str, str] = {
 PRESET_ALIASES: Dict[str, str] = {
     "llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b", "llama3.3-70b": "llama3-70b",
     "llama3-405b": "llama3.1-405b", "deepseek-r1": "deepseek-v3", "deepseek-v3.1": "deepseek-v3",
+    "llama4-scout": "llama4-scout-17b-16e", "llama4-maverick": "llama4-maverick-17b-128e",
 }
 #: an organisation before a model's name (a Hugging Face repository id)
 _ORG = re.compile(r"^[a-z0-9][a-z0-9._-]*/")
@@ -425,6 +458,9 @@ def _check(spec: ModelSpec, where: str) -> ModelSpec:
     if spec.dense_layers > spec.layers:
         raise LayoutError(f"{where}: dense_layers={spec.dense_layers} is more than "
                           f"layers={spec.layers}")
+    if spec.moe_every > spec.layers:
+        raise LayoutError(f"{where}: moe_every={spec.moe_every} is more than "
+                          f"layers={spec.layers}")
     if spec.window_layers > spec.layers:
         raise LayoutError(f"{where}: window_layers={spec.window_layers} is more than "
                           f"layers={spec.layers}")
@@ -463,7 +499,8 @@ def model_from_mapping(given: Mapping[str, object], where: str = "--model",
     derived = {}
     if any(k in out for k in ("layers", "hidden", "heads", "ffn", "vocab", "experts",
                               "expert_ffn", "shared_experts", "kv_heads", "head_dim",
-                              "dense_layers", "glu", "tied")) and "params" not in out:
+                              "dense_layers", "glu", "tied", "moe_every")) \
+            and "params" not in out:
         derived["params"] = 0
     return _check(replace(base, **{**derived, **out}), where)  # type: ignore[arg-type]
 

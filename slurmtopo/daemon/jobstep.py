@@ -41,7 +41,7 @@ from slurmtopo.job.workload import STYLES, Workload
 
 __all__ = ["work_to_dict", "work_from_dict", "MAX_MODEL_KEYS"]
 
-#: the most keys a model description may have (ModelSpec has 27 fields)
+#: the most keys a model description may have (ModelSpec has 29 fields)
 MAX_MODEL_KEYS = 40
 #: the longest text value of a model key (dtype, recompute)
 MAX_TEXT = 16

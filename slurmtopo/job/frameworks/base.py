@@ -321,7 +321,9 @@ class Framework:
         """EP's dispatch and combine all-to-alls, both passes."""
         if not s.moe:
             return []
-        w, n = s.workload, 2 * s.stage_layers * s.micro_batches
+        # the stage's layers with experts (interleaved: every moe_every-th)
+        every = max(1, int(getattr(s.model, "moe_every", 1) or 1))
+        w, n = s.workload, 2 * math.ceil(s.stage_layers / every) * s.micro_batches
         tokens = s.activations * s.model.top_k // (s.layout.tp if s.sequence_parallel else 1)
         ov_f = "forward" if w.ep_comm_overlap else "none"
         ov_b = "backward" if w.ep_comm_overlap else "none"
