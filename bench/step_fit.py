@@ -2,8 +2,10 @@
 error, order among layouts, plots.
 
 Each file in tests/fixtures/training_runs/ records published runs (tokens
-per second per GPU, or TFLOP/s per GPU with the FLOP convention of the
-publication) with their model, system and parallel layout, and cites its
+per second per GPU, the whole job's tokens per second, a step's seconds,
+or TFLOP/s per GPU with the FLOP convention of the publication: whichever
+the publication printed) with their model, system and parallel layout
+(``etp``: the expert tensor parallelism, 1 unless given), and cites its
 source. ``fit-set.yaml`` names the runs the compute constants
 (:class:`slurmtopo.cost.compute.ComputeFit`) are fitted on; every other run
 is held out. For each run this module builds the system as an admin would
@@ -86,6 +88,10 @@ def load_runs(directory: str = FIXTURES) -> List[Run]:
         for row in doc["runs"]:
             text = models.get(row["model"], row["model"])
             published = row.get("tokens_per_s_per_gpu")
+            if published is None and "tokens_per_s" in row:  # the whole job's, as published
+                published = row["tokens_per_s"] / row["gpus"]
+            if published is None and "step_s" in row:  # a step's seconds, as published
+                published = row["seq_len"] * row["global_batch"] / row["step_s"] / row["gpus"]
             if published is None:
                 spec = _spec(text, row)
                 per_token = model_flops_per_token(spec, src.get("flops_convention") != "full")
@@ -209,7 +215,8 @@ def knobs_of(run: Run) -> Tuple[str, dict]:
         return "torchtitan", knobs
     knobs = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "world": run.gpus}
     if ep > 1:
-        knobs["expert_tp"] = 1  # the performance recipes' expert tensor parallelism
+        # the performance recipes' expert tensor parallelism (1 unless the row says)
+        knobs["expert_tp"] = r.get("etp", 1)
     if r.get("fsdp"):
         knobs["use_megatron_fsdp"] = True
     else:
@@ -248,7 +255,7 @@ def price_run(run: Run) -> Priced:
     framework, knobs = knobs_of(run)
     r = run.row
     dims = Dims(tp=r.get("tp", 1), cp=r.get("cp", 1), pp=r.get("pp", 1), ep=r.get("ep", 1) or 1,
-                etp=1, dp=run.gpus // (r.get("tp", 1) * r.get("pp", 1) * r.get("cp", 1)),
+                etp=r.get("etp", 1) if (r.get("ep", 1) or 1) > 1 else 1, dp=run.gpus // (r.get("tp", 1) * r.get("pp", 1) * r.get("cp", 1)),
                 vp=spec.virtual_stages)
     inv = system_inventory(run.system, run.gpus, run.gpu_compute)
     try:
@@ -534,7 +541,6 @@ def plots(rows: Sequence[Row], directory: str) -> List[str]:
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
     paths.append(path)
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
     data, labels = [], []
     for src in sources:
         for fitted in (True, False):
@@ -542,13 +548,15 @@ def plots(rows: Sequence[Row], directory: str) -> List[str]:
                   and r.ratio]
             if rs:
                 data.append([100 * x for x in rs])
-                labels.append(f"{src}\n{'fit' if fitted else 'held out'}")
-    ax.boxplot(data)
-    ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
-    ax.axhline(0, color="k", lw=0.8)
-    for y in (-20, 20):
-        ax.axhline(y, color="k", lw=0.6, ls=":")
-    ax.set_ylabel("model / published - 1 (%)")
+                labels.append(f"{src} ({'fit' if fitted else 'held out'}, {len(rs)})")
+    # one source a row, top to bottom: the names stay readable however many
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.32 * len(data)))
+    ax.boxplot(data[::-1], vert=False)
+    ax.set_yticks(range(1, len(labels) + 1), labels[::-1], fontsize=7)
+    ax.axvline(0, color="k", lw=0.8)
+    for x in (-20, 20):
+        ax.axvline(x, color="k", lw=0.6, ls=":")
+    ax.set_xlabel("model / published - 1 (%)")
     ax.set_title("Error per source")
     fig.tight_layout()
     path = os.path.join(directory, "step-error.png")
