@@ -429,6 +429,28 @@ def test_advisor_lays_out_for_torchtitan_and_deepspeed_too(tmp_path, monkeypatch
             x["tokens_per_s_per_gpu"], rel=1e-4)
 
 
+def test_advisor_proposes_only_layouts_the_framework_accepts():
+    """Every candidate of a MoE model is one its framework lays out (HSDP
+    shard groups with expert parallelism inside dp_shard x cp x tp, as
+    torchtitan requires), so none is dropped as refused after it took one
+    of the places the advisor prices on the cluster."""
+    from slurmtopo import api
+    from slurmtopo.advisor import candidates
+    from slurmtopo.cost.model_spec import parse_model
+    spec = parse_model("llama4-maverick,seq_len=8192,global_batch=1024,dtype=fp8")
+    cands = candidates(spec, 128, frameworks=("megatron", "torchtitan", "deepspeed"),
+                       node_gpus=8)
+    hsdp = [c for c in cands if c.style == "hsdp"]
+    assert hsdp and any(c.ep > 1 for c in hsdp)
+    for c in cands:
+        api.job_request(c.framework, **c.knobs(128))  # raises LayoutError if refused
+    code, out, err = run_cli(["advise", "--inventory", str(EXAMPLES / "h100-32node-fattree.yaml"),
+                              "--model", "llama4-maverick,seq_len=8192,global_batch=1024,dtype=fp8",
+                              "--gpus", "128", "--top", "3", "--json"])
+    assert code == 0, err
+    assert not [n for n in json.loads(out)["notes"] if "not placed" in n]
+
+
 def test_advisor_says_when_nothing_fits():
     code, out, err = run_cli(["advise", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
                               "--model", "llama3.1-405b,seq_len=8192,global_batch=32",

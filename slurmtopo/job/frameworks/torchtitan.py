@@ -331,14 +331,15 @@ class Torchtitan(Framework):
 
     def advice_variants(self, c, is_moe: bool, fsdp: bool, node_gpus: int) -> List[Any]:
         """FSDP over every data-parallel rank, or HSDP with shard groups of
-        the ranks of :data:`HSDP_NODES` nodes."""
+        the ranks of :data:`HSDP_NODES` nodes: those :func:`layout` accepts
+        (expert parallelism inside dp_shard x cp x tp)."""
         if c.dp * c.cp == 1:
             return []
         out = [replace(c, style="fsdp")]
         per_node = max(1, node_gpus // (c.tp * c.cp))
         for nodes in HSDP_NODES:
             shard = per_node * nodes
-            if 1 < shard < c.dp and c.dp % shard == 0:
+            if 1 < shard < c.dp and c.dp % shard == 0 and (shard * c.cp * c.tp) % c.ep == 0:
                 out.append(replace(c, style="hsdp", shard=shard))
         return out
 
