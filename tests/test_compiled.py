@@ -281,3 +281,15 @@ def test_an_entry_someone_else_owns_in_the_user_cache_is_not_read(tmp_path, monk
     os.chown(entry, 4242, -1)
     _, log = compiled.load_report_dir(str(d), report_dir_schema())
     assert log and log[0].startswith("compiled ")      # rebuilt, not read
+
+
+def test_many_reports_are_read_in_worker_processes(tmp_path, monkeypatch):
+    """From PARALLEL_FILES reports up the reports are parsed in a process
+    pool; the inventory is the one one process reads."""
+    d = tmp_path / "reports"
+    _write_reports(d)
+    serial = inventory_dict(load_inventory(str(d), write_cache=False))
+    monkeypatch.setattr(compiled, "PARALLEL_FILES", 2)
+    monkeypatch.setattr(compiled.os, "cpu_count", lambda: 2)
+    pooled = inventory_dict(load_inventory(str(d), write_cache=False))
+    assert pooled == serial
