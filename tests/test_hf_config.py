@@ -10,6 +10,8 @@ from dataclasses import fields, replace
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmtopo import api
 from slurmtopo.cli import cli
@@ -91,6 +93,9 @@ def test_what_the_reader_maps():
     ({"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64,
       "intermediate_size": 128, "num_experts": 8,
       "num_experts_per_tok": 2, "mlp_only_layers": [1, 3]}, "not the leading ones"),
+    ({"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64,
+      "intermediate_size": 128, "num_experts": 8,
+      "num_experts_per_tok": 2, "mlp_only_layers": ["a", 0]}, "not the leading ones"),
     ({"model_type": "falconish", "num_hidden_layers": 2, "hidden_size": 64,
       "intermediate_size": 256, "hidden_act": "gelu"}, "add glu=1"),
     ([1, 2], "is a JSON object"),
@@ -232,3 +237,38 @@ def test_interleaved_experts_and_chunked_attention():
     # 24 layers a stage, 12 of them with experts, forward and backward
     assert sizes.stage_layers == 24
     assert [c.calls for c in ep_calls] == [2 * 12 * sizes.micro_batches] * 2
+
+
+#: the keys the reader looks at, and values of every JSON kind
+_KEYS = st.sampled_from([
+    "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "model_type",
+    "hidden_act", "num_local_experts", "n_routed_experts", "num_experts",
+    "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+    "shared_expert_intermediate_size", "first_k_dense_replace", "mlp_only_layers",
+    "interleave_moe_layer_step", "decoder_sparse_step", "moe_layer_freq", "kv_lora_rank",
+    "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window",
+    "layer_types", "use_sliding_window", "max_window_layers", "attention_chunk_size",
+    "no_rope_layers", "intermediate_size_mlp", "text_config"])
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10 ** 18) | st.floats(allow_nan=False)
+    | st.sampled_from(["llama", "qwen3_moe", "llama4_text", "gpt_oss", "silu", "gelu",
+                       "sliding_attention", "full_attention", "x"]),
+    lambda kids: st.lists(kids, max_size=5) | st.dictionaries(_KEYS, kids, max_size=5),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(doc=st.dictionaries(_KEYS, _VALUES, max_size=14))
+def test_any_config_is_a_model_or_one_line_refusal(doc):
+    """Whatever a config.json holds, the reader and the model description
+    give a model or one LayoutError line naming the file: never another
+    exception."""
+    from slurmtopo.cost.model_spec import model_from_mapping
+    text = json.dumps(doc, indent=1)
+    try:
+        spec = model_from_mapping(hf_model_keys(text, "cfg.json"), "cfg.json")
+    except LayoutError as exc:
+        assert str(exc).startswith("cfg.json") and "\n" not in str(exc)
+    else:
+        assert spec.layers >= 1 and spec.hidden >= 1 and spec.params >= 1

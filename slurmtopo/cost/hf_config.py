@@ -168,7 +168,9 @@ def hf_model_keys(text: str, where: str, given: Mapping[str, object] = ()) -> Di
         dense = number("first_k_dense_replace", 0)
         only = doc.get("mlp_only_layers") or []
         if only:
-            if not isinstance(only, list) or sorted(only) != list(range(len(only))):
+            if not isinstance(only, list) or not all(
+                    isinstance(i, int) and not isinstance(i, bool) for i in only) \
+                    or sorted(only) != list(range(len(only))):
                 refuse("mlp_only_layers", "dense layers that are not the leading ones")
             dense = max(dense, len(only))
         if dense:
