@@ -47,6 +47,14 @@ def test_presets_count_the_published_parameters(name, total, active, embedding):
     assert counted / 1e9 == pytest.approx(active, rel=0.08)
 
 
+def test_grok_1_counts_its_published_total():
+    """Grok-1: 314B parameters (xai-org/grok-1's README), 8 experts of
+    32,768, the embedding shared with the output."""
+    s = MODEL_PRESETS["grok-1"]
+    assert s.counted_params() / 1e9 == pytest.approx(314, rel=0.01)
+    assert (s.moe_layers, s.experts, s.top_k, s.tied) == (64, 8, 2, 1)
+
+
 def test_dense_presets_count_what_their_cards_state():
     for name in ("llama3-8b", "llama3-70b", "llama3.1-405b", "llama2-70b", "mixtral-8x7b"):
         s = MODEL_PRESETS[name]

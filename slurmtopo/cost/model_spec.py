@@ -310,6 +310,9 @@ MODEL_PRESETS: Dict[str, ModelSpec] = {
                                           experts=128, top_k=1, expert_ffn=8192,
                                           shared_experts=1, window=4096, window_layers=36,
                                           moe_every=2),
+    "grok-1": ModelSpec(params=0, layers=64, hidden=6144, heads=48, kv_heads=8, head_dim=128,
+                        ffn=32768, vocab=131072, experts=8, top_k=2, expert_ffn=32768,
+                        tied=1),
     "nemotron4-15b": ModelSpec(params=0, layers=32, hidden=6144, heads=48, kv_heads=8,
                                ffn=24576, vocab=256000, glu=0),
     "nemotron4-340b": ModelSpec(params=0, layers=96, hidden=18432, heads=96, kv_heads=8,
@@ -352,6 +355,10 @@ PRESET_SOURCES: Dict[str, str] = {
     "llama4-maverick-17b-128e": _HF + "meta-llama/Llama-4-Maverick-17B-128E/blob/main/"
                                       "config.json (text_config: interleave_moe_layer_step 2, "
                                       "intermediate_size_mlp 16384 the dense layers')",
+    "grok-1": "https://github.com/xai-org/grok-1/blob/main/run.py (TransformerConfig: emb_size "
+              "48 x 128, 48 query and 8 key/value heads of 128, 64 layers, 8 experts, 2 a "
+              "token, widening_factor 8: experts 32,768 wide, model.py's ffn_size 8 x 6144 x "
+              "2/3; vocabulary 128 x 1024; InOutEmbed: the input embedding is the output's)",
     "nemotron4-15b": "Parmar et al. 2024, 'Nemotron-4 15B Technical Report' (arXiv:2402.16819), "
                      "Table 1 (32 layers, hidden 6144, 48 heads, 8 KV heads, squared-ReLU MLP "
                      "of 4h, 256k vocabulary)",
