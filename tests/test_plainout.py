@@ -19,7 +19,7 @@ from slurmtopo.job.request import JobRequest
 from slurmtopo.show import plainout
 from slurmtopo.show.preview import plan_parts
 from slurmtopo.show.sheet import Column, Sheet, line
-from slurmtopo.show.tablefit import rich_parts
+from slurmtopo.show.tablefit import print_parts
 from slurmtopo.show.termsafe import printable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ NOTE = ("a note with a [bold]tag[/bold], :smile: and \x1b]0;title\x07 in it, the
 
 def _rich(parts, width: int) -> str:
     buf = io.StringIO()
-    Console(file=buf, width=width, soft_wrap=False, color_system=None).print(rich_parts(parts))
+    print_parts(Console(file=buf, width=width, soft_wrap=False, color_system=None), parts)
     return buf.getvalue()
 
 

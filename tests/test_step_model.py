@@ -394,11 +394,21 @@ def test_advisor_ranks_fitting_layouts_and_its_plan_lines_run(tmp_path, monkeypa
                                                               rel=1e-4)
         assert step["memory_fits"] is True
     assert os.path.isdir(tmp_path / "slurmtopo-plan")
-    # the table
-    code, out, err = run_cli(["advise", "--inventory", inv, "--model",
-                              "llama3-8b,global_batch=64", "--gpus", "16"])
+    # the table: each ready line whole on one line at any width (a command
+    # broken over two lines would paste as two), the same as --json's
+    args = ["advise", "--inventory", inv, "--model", "llama3-8b,global_batch=64", "--gpus", "16"]
+    code, out, err = run_cli(args + ["--json"])
     assert code == 0, err
-    assert "Ready to plan:" in out and "slurmtopo plan --inventory" in out
+    plans = [x["plan"] for x in json.loads(out)["layouts"]]
+    assert len(plans) >= 2 and all(len(p) > 80 for p in plans)
+    for width in ("80", "40"):
+        monkeypatch.setenv("COLUMNS", width)
+        code, out, err = run_cli(args)
+        assert code == 0, err
+        lines = out.splitlines()
+        ready = lines[lines.index("Ready to plan:") + 1:][:len(plans)]
+        assert ready == [f"  {i}. {p}" for i, p in enumerate(plans, 1)], width
+        assert all(len(ln) <= int(width) for ln in lines[:lines.index("Ready to plan:")])
 
 
 def test_advisor_lays_out_for_torchtitan_and_deepspeed_too(tmp_path, monkeypatch):

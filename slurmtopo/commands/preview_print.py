@@ -20,6 +20,6 @@ def print_parts(parts: Sequence[object], stderr: bool = False) -> None:
     # lazy: a plan / sbatch --dry-run printed into a file or a pipe (scripts, CI) never
     # loads rich (~25 ms for these two); only a terminal does
     from rich.console import Console
-    from slurmtopo.show.tablefit import rich_parts
+    from slurmtopo.show import tablefit
 
-    Console(stderr=stderr, soft_wrap=False).print(rich_parts(parts))
+    tablefit.print_parts(Console(stderr=stderr, soft_wrap=False), parts)

@@ -122,6 +122,9 @@ def wrap(text: str, width: int, pad: bool = False) -> List[str]:
 
 
 _WORD = re.compile(r"\s*\S+\s*")
+#: marks a whole line among the rendered ones (not cropped); printable()
+#: text never holds a NUL
+_WHOLE = "\0"
 
 
 def _divide(text: str, width: int) -> List[int]:
@@ -188,12 +191,13 @@ def _table(sheet: Sheet, content: List[int], total: int) -> List[str]:
 
 def render(parts: Iterable[Part], width: int) -> str:
     """The parts one after the other, as rich prints them into a
-    ``width``-column file (lines cropped to the width, as rich's
-    ``Console.print`` crops them)."""
+    ``width``-column file (:func:`slurmtopo.show.tablefit.print_parts`):
+    every line at most ``width`` cells but a whole :class:`Line`, printed
+    as it is."""
     lines: List[str] = []
     for p in parts:
         if isinstance(p, Line):
-            lines.extend(wrap(p.plain, width))
+            lines.extend([p.plain] if p.whole else wrap(p.plain, width))
             continue
         content, total = p.layout(cell_len)  # the one measurement of its cells
         if total <= width:
@@ -201,4 +205,4 @@ def render(parts: Iterable[Part], width: int) -> str:
         else:
             for ln in p.records(width, cell_len, content):
                 lines.extend(wrap(ln.plain, width))
-    return "".join(ln[:width] + "\n" for ln in lines)
+    return "".join(ln + "\n" for ln in lines)

@@ -590,9 +590,9 @@ def advice_parts(advice) -> List[Any]:
     t.caption = (f"{a.considered} layouts considered, {a.fitting} fit in memory, "
                  f"{a.placed} placed by the planner and priced")
     t.labels = ["#", "framework", "layout", "micro-batch", "recompute", "optimizer", "step",
-                "tokens/s per GPU", "MFU", "memory per GPU", "exposed communication"]
+                "tokens/s per GPU", "MFU", "memory per GPU (GiB)", "exposed communication"]
     out: List[Any] = [t, line("Ready to plan:", "bold")]
     for i, r in enumerate(a.ranked):
-        out.append(line(f"  {i + 1}. {printable(r.plan)}"))
+        out.append(line(f"  {i + 1}. {printable(r.plan)}", whole=True))
     out.extend(warning_lines([], a.notes))
     return out

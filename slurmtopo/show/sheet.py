@@ -24,18 +24,22 @@ Span = Tuple[str, str]
 @dataclass(frozen=True)
 class Line:
     """A line of text: its spans, and a style over all of them (rich's
-    ``Text.assemble(*spans, style=style)``)."""
+    ``Text.assemble(*spans, style=style)``). ``whole``: a command to copy
+    and paste (the advisor's ready ``plan`` lines), printed on one line
+    whatever the width: a line broken inside a command would paste as two
+    commands."""
     spans: Tuple[Span, ...]
     style: str = ""
+    whole: bool = False
 
     @property
     def plain(self) -> str:
         return "".join(text for text, _ in self.spans)
 
 
-def line(text: str, style: str = "") -> Line:
-    """One run of text in one style."""
-    return Line(((text, ""),), style)
+def line(text: str, style: str = "", whole: bool = False) -> Line:
+    """One run of text in one style (``whole``: never wrapped, :class:`Line`)."""
+    return Line(((text, ""),), style, whole)
 
 
 @dataclass(frozen=True)

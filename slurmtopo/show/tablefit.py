@@ -32,10 +32,16 @@ from slurmtopo.show.sheet import Line, Sheet, block_lines
 
 
 def rich_line(ln: Line) -> Text:
-    """A :class:`Line` as rich text (never parsed as markup)."""
+    """A :class:`Line` as rich text (never parsed as markup); a whole one
+    neither wrapped nor cut (printed by :func:`print_parts`, which does
+    not crop)."""
     if len(ln.spans) == 1 and not ln.spans[0][1]:
-        return Text(ln.spans[0][0], style=ln.style)
-    return Text.assemble(*ln.spans, style=ln.style)
+        text = Text(ln.spans[0][0], style=ln.style)
+    else:
+        text = Text.assemble(*ln.spans, style=ln.style)
+    if ln.whole:
+        text.no_wrap, text.overflow = True, "ignore"
+    return text
 
 
 def rich_table(sheet: Sheet, widths: List[int]) -> Table:
@@ -92,6 +98,13 @@ class FittedSheet:
 def rich_parts(parts: Sequence[Union[Line, Sheet]]) -> Group:
     """Lines and sheets, one after the other, as one rich renderable."""
     return Group(*(rich_line(p) if isinstance(p, Line) else FittedSheet(p) for p in parts))
+
+
+def print_parts(console: Console, parts: Sequence[Union[Line, Sheet]]) -> None:
+    """Print the parts on ``console``, not cropped to its width: every
+    other line is laid out within it, a whole :class:`Line` goes past it
+    (the terminal folds it on screen; copied, it is one line)."""
+    console.print(rich_parts(parts), crop=False)
 
 
 #: a width no table reaches, to measure one unwrapped
