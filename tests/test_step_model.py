@@ -248,6 +248,31 @@ def test_memory_follows_zero_recompute_and_parallelism():
     assert e64 < e8 / 2
 
 
+
+def test_dense_and_moe_layers_keep_their_own_activations():
+    """Experts on every other layer (Llama 4 Maverick's pattern) with a
+    dense MLP four times the active experts' width: a dense layer keeps its
+    own MLP's activations and no routed copies, so the model's activations
+    are the mean of an all-dense and an all-MoE model's, layer for layer;
+    with leading dense layers the first pipeline stage counts them."""
+    base = ("layers=8,hidden=1024,heads=8,kv_heads=8,ffn=16384,vocab=32000,experts=16,top_k=1,"
+            "expert_ffn=2048,seq_len=4096,micro_batch=1,global_batch=8,recompute=none")
+    d = Dims(dp=8, ep=8)
+
+    def act(text, dims=d):
+        return memory_per_gpu(parse_model(text), dims, "zero12").as_dict()["activations"]
+
+    every = act(base)
+    dense = act(base.replace("experts=16,top_k=1,expert_ffn=2048,", ""))
+    half = act(base + ",moe_every=2")
+    assert dense > 2 * every  # the dense MLP is the wider here
+    assert half == pytest.approx((dense + every) / 2, rel=1e-9)
+    # four leading dense layers: the first of two stages holds them, and
+    # keeps more than the second's four MoE layers
+    lead = act(base + ",dense_layers=4", Dims(dp=4, ep=4, pp=2))
+    assert lead == pytest.approx(act(base.replace("experts=16,top_k=1,expert_ffn=2048,", ""),
+                                     Dims(dp=4, pp=2)), rel=1e-9)
+
 def test_memory_finding_by_policy():
     spec = parse_model("llama3-70b,seq_len=8192")
     report = memory_per_gpu(spec, Dims(dp=8), "ddp", "megatron", 80)

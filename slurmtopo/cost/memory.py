@@ -17,9 +17,11 @@ input embedding and the most micro-batches in flight), in bytes:
   "Reducing Activation Recomputation in Large Transformer Models", §4, for
   a flash-attention layer: the norms' and projections' inputs, Q, K, V and
   the attention output, the MLP's inputs and activation; with sequence
-  parallelism all of it split by tp, with context parallelism by cp; MoE:
-  the routed tokens' expert inputs and activations, ``top_k`` of them a
-  token), times the micro-batches in flight on the first stage (``pp``
+  parallelism all of it split by tp, with context parallelism by cp; MoE
+  layers: the routed tokens' expert inputs and activations, ``top_k`` of
+  them a token, dense layers their own MLP's; of a stage's two possible
+  mixes, the first stage's leading dense layers or a later stage's most
+  MoE layers, the one that keeps more), times the micro-batches in flight on the first stage (``pp``
   with 1F1B, ``pp (1 + (pp-1)/(pp vp))`` interleaved, capped by the
   micro-batches a step); ``selective`` recomputation drops what attention
   recomputes (Megatron) or keeps every other matrix product's output and
@@ -157,27 +159,45 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
     # what a layer keeps for its backward pass, 2-byte values; fp8, mxfp8
     # and nvfp4 keep the GEMMs' inputs in 1 byte (Transformer Engine)
     gi = 0.5 if s.dtype in ("fp8", "mxfp8", "nvfp4") else 1.0
-    ffn_w = ((s.top_k + s.shared_experts) * s.expert_ffn) if s.is_moe else s.ffn
-    route = (s.top_k * h) if s.is_moe else 0  # the routed copies of the input
-    mm = s.mlp_matrices
-    gemm_inputs = h + s.heads * s.v_head_dim + h + route + ffn_w  # qkv, proj, fc1, fc2
     qkv = q + kv
-    inner = (mm - 1) * ffn_w  # the MLP's up (and gate) outputs
+    mm = s.mlp_matrices
     norms = 2 * h
-    if fw.selective_recompute == "attention":
-        # Megatron's selective recomputation: attention's core again
-        selective = gi * gemm_inputs + inner
-    else:
-        # PyTorch's per-op selective checkpointing (torchtitan's "selective",
-        # op): every other matrix product's output and attention's output
-        # kept, the norms and activations recomputed, plus the layer's input
-        mm_out = qkv + h + mm * ffn_w + h
-        selective = mm_out / 2 + 2 * h
-    keep = {"none": gi * gemm_inputs + qkv + inner + norms,
-            "selective": selective,
-            "full": h}[s.recompute]
-    per_layer = 2 * T * keep / tp  # sequence parallelism splits all of it
-    working = 2 * T * (gi * gemm_inputs + qkv + inner + norms) / tp \
+
+    def kept(moe: bool) -> Tuple[float, float]:
+        """(values a token keeps, values the recomputed layer holds while
+        its backward runs) for a dense layer or a MoE one: the MLP's width
+        is the dense ``ffn`` or the active experts' (``top_k`` routed plus
+        the shared ones), and a MoE layer keeps the routed copies of its
+        input"""
+        ffn_w = (s.top_k + s.shared_experts) * s.expert_ffn if moe else s.ffn
+        route = s.top_k * h if moe else 0
+        gemm_inputs = h + s.heads * s.v_head_dim + h + route + ffn_w  # qkv, proj, fc1, fc2
+        inner = (mm - 1) * ffn_w  # the MLP's up (and gate) outputs
+        whole = gi * gemm_inputs + qkv + inner + norms
+        if fw.selective_recompute == "attention":
+            # Megatron's selective recomputation: attention's core again
+            selective = gi * gemm_inputs + inner
+        else:
+            # PyTorch's per-op selective checkpointing (torchtitan's
+            # "selective", op): every other matrix product's output and
+            # attention's output kept, the norms and activations
+            # recomputed, plus the layer's input
+            mm_out = qkv + h + mm * ffn_w + h
+            selective = mm_out / 2 + 2 * h
+        return {"none": whole, "selective": selective, "full": h}[s.recompute], whole
+
+    # a stage's layers with experts and without: the first stage holds the
+    # leading dense ones, a later one the most MoE layers (experts every
+    # moe_every-th layer, the others dense); the one that keeps more counts
+    keep_moe, whole_moe = kept(True) if s.is_moe else (0.0, 0.0)
+    keep_dense, whole_dense = kept(False)
+    most = s.moe_layers_in(stage_layers) if s.is_moe else 0
+    fewest = min(most, max(0, stage_layers - s.dense_layers) // max(1, s.moe_every)) \
+        if s.is_moe else 0
+    per_stage = max(n * keep_moe + (stage_layers - n) * keep_dense for n in (most, fewest))
+    # sequence parallelism splits all of it
+    stage_keep = 2 * T * per_stage / tp
+    working = 2 * T * (max(whole_moe, whole_dense) if most < stage_layers else whole_moe) / tp \
         if s.recompute == "full" else 0.0
     m = s.micro_batches_for(max(1, dp))
     if pp > 1:
@@ -185,7 +205,7 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
         inflight = min(inflight, m + pp - 1)
     else:
         inflight = 1
-    activations = per_layer * stage_layers * inflight + working
+    activations = stage_keep * inflight + working
     # the logits of a micro-batch and what the loss keeps: Megatron's fused
     # cross-entropy the bf16 logits and their fp32 softmax (6 bytes a value),
     # PyTorch's the bf16 logits, their fp32 copy and its gradient (10)
