@@ -103,6 +103,23 @@ def test_hsdp_groups_are_the_frameworks_own(rep, shard, cp):
                                                                 abs=shard * cp)
 
 
+def test_ep_calls_count_the_stage_layers_with_experts():
+    """EP's all-to-alls run in the layers with experts only, as the stage's
+    expert compute counts them: past three leading dense layers
+    (DeepSeek-V3's), and on every other layer (Llama 4 Maverick's)."""
+    lay = Layout(ep=8, dp=8, world=8).resolved()
+
+    def a2a(**dims):
+        m = ModelSpec(params=0, layers=16, hidden=1024, heads=8, kv_heads=8, ffn=4096,
+                      vocab=32000, experts=16, top_k=2, expert_ffn=1024, seq_len=4096,
+                      micro_batches=4, **dims)
+        return {c.phase: c.calls for c in step_calls(lay, Workload(model=m)) if c.what == "ep"}
+
+    assert a2a() == {"forward": 2 * 16 * 4, "backward": 2 * 16 * 4}
+    assert a2a(dense_layers=3) == {"forward": 2 * 13 * 4, "backward": 2 * 13 * 4}
+    assert a2a(moe_every=2) == {"forward": 2 * 8 * 4, "backward": 2 * 8 * 4}
+
+
 def test_tp_ep_pp_cp_counts():
     m = ModelSpec(params=8_000_000_000, layers=32, hidden=4096, seq_len=4096, micro_batches=4,
                   top_k=2)

@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks.common import FrameworkLayout, Knob
 from slurmtopo.job.frameworks.stepcalls import (StepCall, StepSizes, gradient_bytes, kv_bytes,
-                                                moe_layers, step_sizes)
+                                                moe_layers, stage_moe_layers, step_sizes)
 from slurmtopo.job.groups import Layout
 
 __all__ = ["Framework", "RequestTerms", "ConfigReader"]
@@ -321,9 +321,8 @@ class Framework:
         """EP's dispatch and combine all-to-alls, both passes."""
         if not s.moe:
             return []
-        # the stage's layers with experts (interleaved: every moe_every-th)
-        every = max(1, int(getattr(s.model, "moe_every", 1) or 1))
-        w, n = s.workload, 2 * math.ceil(s.stage_layers / every) * s.micro_batches
+        # the stage's layers with experts, as its compute counts them
+        w, n = s.workload, 2 * stage_moe_layers(s.model, s.stage_layers) * s.micro_batches
         tokens = s.activations * s.model.top_k // (s.layout.tp if s.sequence_parallel else 1)
         ov_f = "forward" if w.ep_comm_overlap else "none"
         ov_b = "backward" if w.ep_comm_overlap else "none"
