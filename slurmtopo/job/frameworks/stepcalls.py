@@ -69,16 +69,19 @@ def moe_layers(model: Any) -> int:
     return int(getattr(model, "moe_layers", model.layers) or model.layers)
 
 
-def stage_moe_layers(model: Any, stage_layers: int) -> int:
-    """Layers with experts in the pipeline stage with the most of them (a
-    model description's ``moe_layers_in`` where it has one: past the leading
-    dense layers, every ``moe_every``-th), else every layer of the stage."""
-    per = getattr(model, "moe_layers_in", None)
-    return int(per(stage_layers)) if per is not None else stage_layers
-
-
 def _resolved(model: Any) -> Any:
     return model.resolved() if hasattr(model, "resolved") else model
+
+
+def stage_moe_layers(model: Any, stage_layers: int) -> int:
+    """Layers with experts in the pipeline stage with the most of them (a
+    MoE model description's ``moe_layers_in``: past the leading dense
+    layers, every ``moe_every``-th), else every layer of the stage (a job
+    that asks for expert parallelism of a model described without experts)."""
+    r = _resolved(model)
+    if getattr(r, "is_moe", False) and hasattr(r, "moe_layers_in"):
+        return int(r.moe_layers_in(stage_layers))
+    return stage_layers
 
 
 @dataclass(frozen=True)
