@@ -220,7 +220,9 @@ class ComputeFit:
     gemm_efficiency: float = 0.8295
     #: share of its own peak a large GEMM reaches in fp8 with one scale a
     #: tensor, in mxfp8 (a scale every 32 values) and in nvfp4, as a factor
-    #: on gemm_efficiency
+    #: on gemm_efficiency; nvfp4's is what training reaches with the
+    #: recipe's quantization kernels around each GEMM, below the bare GEMM
+    #: (docs/cost-model.md, "The GEMM pricing against micro-benchmarks")
     fp8_factor: float = 0.9117
     mxfp8_factor: float = 0.8093
     fp4_factor: float = 0.6939
