@@ -8,10 +8,12 @@ each framework accepts for the model on ``gpus`` GPUs (:func:`candidates`:
 Megatron-LM with its distributed optimizer or Megatron-FSDP, torchtitan's
 FSDP and HSDP, DeepSpeed's ZeRO-1 and ZeRO-3), keeps those that fit in the
 GPUs' memory with the least recomputation that makes them fit
-(:mod:`slurmtopo.cost.memory`), orders them by their compute alone (the
-whole step without communication: an optimistic bound that needs no
-placement), places the most promising with the real planner on the
-inventory (:func:`slurmtopo.plan.choice.plan`) and prices each with the step
+(:mod:`slurmtopo.cost.memory`), orders them twice (by their compute alone,
+the whole step without communication: an optimistic bound that needs no
+placement; and by their step where Slurm's default placement puts them,
+which sees an all-to-all leave the nodes), places the most promising of
+both orders with the real planner on the inventory
+(:func:`slurmtopo.plan.choice.plan`) and prices each with the step
 function (:func:`slurmtopo.cost.step.price_step`: compute, exposed
 communication, bubble), and ranks them by tokens per second per GPU. The
 first few come back as ready ``slurmtopo plan`` lines.
@@ -39,16 +41,17 @@ from slurmtopo.job.frameworks import registry
 __all__ = ["Candidate", "Advice", "candidates", "advise", "advice_json", "plan_line",
            "MAX_PLACED"]
 
-#: how many layout structures (tp, pp, cp, ep, style), best by compute
-#: alone, are placed by the planner, and how many of each one's variants
-#: (micro-batch, interleaving, recomputation) are priced on that placement
+#: how many layout structures (tp, pp, cp, ep, style), best by each of the
+#: two orders, are placed by the planner, and how many of each one's
+#: variants (micro-batch, interleaving, recomputation) are priced on that
+#: placement
 MAX_PLACED = 24
 VARIANTS = 4
 #: the best structures of every framework placed besides the best overall
 PER_FRAMEWORK = 3
 #: the micro-batch sizes tried
 MICRO_BATCHES = (1, 2, 4)
-#: interleaved stages a rank tried
+#: interleaved stages a rank tried, besides every even split of its layers
 VIRTUAL_STAGES = (1, 2, 3, 4, 5, 6, 8)
 
 
@@ -185,8 +188,12 @@ def candidates(spec: ModelSpec, gpus: int, max_tp: int = 8, frameworks_fsdp: boo
                         if gb and gb % (dp * mbs):
                             continue
                         m = s.micro_batches_for(dp) if gb else s.micro_batches
+                        # the tried ones, and every even split of the stage's
+                        # layers (one layer a virtual stage at most: NeMo's
+                        # recipes run 10-20)
+                        stage = math.ceil(s.layers / pp)
                         vps = [1] if pp == 1 else [
-                            v for v in VIRTUAL_STAGES
+                            v for v in sorted(set(VIRTUAL_STAGES) | set(_divisors(stage, stage)))
                             if pp * v <= s.layers and (v == 1 or m % pp == 0)]
                         for vp in vps:
                             for fw in frameworks:
@@ -309,18 +316,38 @@ def advise(cluster, model_text: str, gpus: int, inventory_path: str, top: int = 
                        shard=_shard(c)).tokens_per_s_per_gpu
 
     # the structures (what the planner places: framework, tp, pp, cp, ep,
-    # style), best first by their best variant's compute alone; each keeps
-    # its best variants (micro-batch, interleaving, recomputation) to price.
-    # The best max_placed are placed, and the best few of every framework
-    # (so that each framework's best is priced on the cluster too)
+    # style); each keeps its best variants by compute alone (micro-batch,
+    # interleaving, recomputation) to price
     by_structure: Dict[tuple, List[Tuple[float, Candidate]]] = {}
     for c in fitting:
         key = (c.framework, c.tp, c.pp, c.cp, c.ep, c.style, c.shard, c.zero)
         by_structure.setdefault(key, []).append((optimistic(c), c))
-    order = sorted(by_structure.items(), key=lambda kv: (-max(r for r, _ in kv[1]), kv[0]))
-    chosen = order[:max_placed]
-    for fw in frameworks:
-        chosen += [kv for kv in order if kv[0][0] == fw][:PER_FRAMEWORK]
+
+    # which structures the planner places: the best max_placed by two
+    # orders, and the best few of every framework by each (so that each
+    # framework's best is priced too). First, their best variant's compute
+    # alone (the optimistic bound); second, its whole step where Slurm's
+    # default placement puts it (a millisecond each, no planner), so that
+    # a structure whose communication stays inside nodes is placed even
+    # where others compute faster with all-to-alls over the network
+    def estimate(variants: List[Tuple[float, Candidate]]) -> float:
+        best_compute, c = max(variants, key=lambda rc: (rc[0], -rc[1].micro_batch, -rc[1].vp))
+        try:
+            req = api.job_request(c.framework, model=_model_for(spec, c), **c.knobs(gpus))
+            return price_step(cluster, api.default_placement(cluster, req), req,
+                              params).whole.tokens_per_s_per_gpu
+        except (LayoutError, PlacementError):
+            return 0.0  # Slurm's default cannot place it: the first order only
+
+    by_compute = sorted(by_structure.items(),
+                        key=lambda kv: (-max(r for r, _ in kv[1]), kv[0]))
+    rank = {key: estimate(variants) for key, variants in by_structure.items()}
+    by_default = sorted(by_structure.items(), key=lambda kv: (-rank[kv[0]], kv[0]))
+    chosen = []
+    for order in (by_compute, by_default):
+        chosen += order[:max_placed]
+        for fw in frameworks:
+            chosen += [kv for kv in order if kv[0][0] == fw][:PER_FRAMEWORK]
     seen = set()
     structures = []
     for key, variants in chosen:

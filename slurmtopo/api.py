@@ -68,7 +68,8 @@ __all__ = ["DEFAULT_SWITCH_WAIT", "ScriptOptions", "Costs", "PreparedJob", "Subm
            "LiveState", "load_cluster", "cluster_for_partition", "load_state_file",
            "live_state", "live_topology", "segment_release", "framework_config", "job_spec",
            "job_request",
-           "step_communication", "plan_job", "price", "price_step", "step_time", "prepare",
+           "step_communication", "plan_job", "default_placement", "price", "price_step",
+           "step_time", "prepare",
            "job_hazards", "request_for_launcher", "submission_notes", "submit"]
 
 #: the admin's use cases (slurmtopo.api_admin), exported here as well
@@ -397,6 +398,14 @@ def step_time(cluster: Inventory, placement: Placement, request: JobRequest,
               params=None) -> float:
     """Seconds of :func:`price_step` (its ``time_s``)."""
     return price_step(cluster, placement, request, params).time_s
+
+
+def default_placement(cluster: Inventory, request: JobRequest,
+                      state: Optional[ClusterState] = None) -> Placement:
+    """Where Slurm's default placement puts the job (nodes in hostname
+    order, ranks in block order): what the preview compares the plan with.
+    Raises PlacementError where it cannot."""
+    return naive_plan(cluster, state, request)
 
 
 def plan_job(cluster: Inventory, state: Optional[ClusterState], request: JobRequest) -> Placement:

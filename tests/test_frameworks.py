@@ -544,3 +544,41 @@ def test_a_hostile_config_is_one_line(tmp_path, name, framework, text, why):
                               str(path), "--dp", "2"])
     assert code == 2 and why in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1 and len(err) < 400
+
+
+def test_megatron_overlaps_as_options_price_as_its_config_flags(tmp_path):
+    """Megatron-LM's overlap flags given to ``plan`` under their own names
+    set the step's overlaps as the same flags in its ``--config`` file do,
+    change no group, and cost what the file's flags cost."""
+    from slurmtopo import api
+
+    flags = ["--sequence-parallel", "--tp-comm-overlap", "--overlap-grad-reduce",
+             "--overlap-param-gather", "--overlap-moe-expert-parallel-comm"]
+    args = _write(tmp_path, "m.args", "--tensor-model-parallel-size 4 --expert-model-parallel-size 2"
+                  " --use-distributed-optimizer " + " ".join(flags) + "\n")
+    model = "mixtral-8x7b,seq_len=4096,global_batch=64"
+    by_file = api.job_spec("megatron", config=args, world=16, model=model).workload
+    knobs = dict(tp=4, ep=2, world=16, use_distributed_optimizer=True, sequence_parallel=True,
+                 tp_comm_overlap=True, overlap_grad_reduce=True, overlap_param_gather=True,
+                 overlap_moe_expert_parallel_comm=True)
+    by_options = api.job_spec("megatron", model=model, **knobs).workload
+    for w in (by_file, by_options):
+        assert (w.sequence_parallel, w.tp_comm_overlap, w.overlap_grad_reduce,
+                w.overlap_param_gather, w.ep_comm_overlap) == (True,) * 5
+    plain = api.job_spec("megatron", model=model, tp=4, ep=2, world=16,
+                         use_distributed_optimizer=True)
+    assert not (plain.workload.tp_comm_overlap or plain.workload.ep_comm_overlap)
+    assert plain.layout.groups == api.job_spec("megatron", model=model, **knobs).layout.groups
+    # through the command line: the options' price is the file's, and below no overlap's
+    inv = str(Path(__file__).resolve().parents[1] / "etc" / "examples" / "h100-32node-fattree.yaml")
+    base = ["plan", "--inventory", inv, "--framework", "megatron", "--world", "16",
+            "--model", model, "--json", "--output-dir", str(tmp_path / "out")]
+    rates = []
+    for extra in (["--config", args], ["--tp", "4", "--ep", "2", "--use-distributed-optimizer"]
+                  + flags, ["--tp", "4", "--ep", "2", "--use-distributed-optimizer"]):
+        code, out, err = run_cli(base + extra)
+        assert code == 0, err
+        rates.append(json.loads(out)["step"]["tokens_per_s_per_gpu"])
+    assert rates[0] == rates[1] > rates[2]
+    with pytest.raises(LayoutError, match="tp_comm_overlap must be true or false"):
+        framework_layout("megatron", world=8, tp=8, tp_comm_overlap="yes")

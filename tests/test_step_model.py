@@ -494,6 +494,47 @@ def test_advisor_proposes_only_layouts_the_framework_accepts():
     assert not [n for n in json.loads(out)["notes"] if "not placed" in n]
 
 
+def test_advisor_turns_on_the_overlaps_megatron_runs_with(tmp_path):
+    """Megatron-LM layouts are priced, and their plan lines written, with
+    the overlaps its performance recipes turn on: the gradient reduction
+    and the parameter gather always, sequence parallelism and TP overlap
+    with TP, EP's overlap where Megatron-Core accepts it (no pipeline or an
+    interleaved one, no full recomputation). The plan line prices the same."""
+    from slurmtopo.advisor import candidates
+    from slurmtopo.cost.model_spec import parse_model
+    spec = parse_model("mixtral-8x7b,seq_len=4096,global_batch=256")
+    seen = set()
+    for c in candidates(spec, 64, frameworks=("megatron",), node_gpus=8):
+        k = c.knobs(64)
+        assert k["overlap_grad_reduce"] is True and k["overlap_param_gather"] is True
+        assert bool(k.get("sequence_parallel")) == bool(k.get("tp_comm_overlap")) == (c.tp > 1)
+        ep_ok = c.ep > 1 and (c.pp == 1 or c.vp > 1) and c.recompute != "full"
+        assert bool(k.get("overlap_moe_expert_parallel_comm")) == ep_ok
+        seen.add((c.tp > 1, ep_ok))
+    assert seen == {(False, False), (False, True), (True, False), (True, True)}
+    code, out, err = run_cli(["advise", "--inventory", str(EXAMPLES / "h100-32node-fattree.yaml"),
+                              "--model", "llama3-70b,dtype=fp8,global_batch=256,seq_len=8192",
+                              "--gpus", "64", "--framework", "megatron", "--top", "1", "--json"])
+    assert code == 0, err
+    first = json.loads(out)["layouts"][0]
+    assert first["tp"] > 1
+    for flag in ("--sequence-parallel", "--tp-comm-overlap", "--overlap-grad-reduce",
+                 "--overlap-param-gather"):
+        assert flag in first["plan"].split()
+    # the line prices what the advisor said; without the overlaps it is slower
+    argv = shlex.split(first["plan"])[1:] + ["--json", "--output-dir", str(tmp_path)]
+    code, out, err = run_cli(argv)
+    assert code == 0, err
+    step = json.loads(out)["step"]
+    assert step["tokens_per_s_per_gpu"] == pytest.approx(first["tokens_per_s_per_gpu"], rel=1e-4)
+    bare = [w for w in argv if w not in ("--sequence-parallel", "--tp-comm-overlap",
+                                         "--overlap-grad-reduce", "--overlap-param-gather")]
+    code, out, err = run_cli(bare)
+    assert code == 0, err
+    slow = json.loads(out)["step"]
+    assert slow["tokens_per_s_per_gpu"] < 0.97 * step["tokens_per_s_per_gpu"]
+    assert slow["exposed_comm_s"]["tp"] > 1.2 * step["exposed_comm_s"]["tp"]
+
 def test_advisor_says_when_nothing_fits():
     code, out, err = run_cli(["advise", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
                               "--model", "llama3.1-405b,seq_len=8192,global_batch=32",

@@ -131,10 +131,13 @@ def workload_of(framework: Framework, fl: FrameworkLayout, model=None, nccl_vers
     """The step ``fl`` runs for ``model`` (a ModelSpec; None: the default
     model): the framework's data-parallel style for its settings, HSDP's
     shard group, sequence parallelism where the framework always runs it,
-    and ``overlaps``: the Workload flags the job's configuration turns on
-    (``tp_comm_overlap``, ``sequence_parallel`` ...)."""
+    the overlaps its own settings turn on (``Framework.overlap_knobs``), and
+    ``overlaps``: the Workload flags the job's configuration turns on
+    (``tp_comm_overlap``, ``sequence_parallel`` ...), which win."""
     k = dict(fl.knobs)
     flags = {"sequence_parallel": framework.sequence_parallel}
+    # its own settings that turn overlaps on, then what the caller says
+    flags.update({flag: True for name, flag in framework.overlap_knobs.items() if k.get(name)})
     flags.update({n: v for n, v in (overlaps or {}).items()
                   if n in WORKLOAD_FLAGS and v is not None})
     return Workload(framework=framework.name, style=framework.style(k), model=model,

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
@@ -99,6 +100,10 @@ class Framework:
     planner_kinds: bool = False
     #: its configuration file's reader (None: it has no ``--config``)
     config: Optional[ConfigReader] = None
+    #: its settings that turn on one of the step's overlaps, under its own
+    #: names (knob -> Workload flag: Megatron-LM's ``tp_comm_overlap`` ...),
+    #: options beside its ``--config`` file's flags
+    overlap_knobs: Mapping[str, str] = MappingProxyType({})
     #: a ``slurmtopo groups`` line of docs/frameworks/NAME.md
     example: str = ""
 

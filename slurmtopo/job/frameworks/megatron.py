@@ -47,7 +47,28 @@ KNOBS = (
          "reduce-scattered, parameters all-gathered (--use-distributed-optimizer).", bool),
     Knob("use_megatron_fsdp", False, "Shard parameters over dp (Megatron-FSDP, "
          "--use-megatron-fsdp).", bool),
+    Knob("sequence_parallel", False, "TP's all-reduces split into all-gather and "
+         "reduce-scatter over the sequence (--sequence-parallel).", bool),
+    Knob("tp_comm_overlap", False, "TP's collectives overlapped with the GEMMs "
+         "(--tp-comm-overlap; with --sequence-parallel).", bool),
+    Knob("overlap_grad_reduce", False, "The gradient reduction overlapped with the "
+         "backward pass (--overlap-grad-reduce).", bool),
+    Knob("overlap_param_gather", False, "The distributed optimizer's parameter gather "
+         "overlapped with the forward pass (--overlap-param-gather).", bool),
+    Knob("overlap_moe_expert_parallel_comm", False, "EP's all-to-alls overlapped with "
+         "another micro-batch's compute (--overlap-moe-expert-parallel-comm).", bool),
 )
+
+
+#: Megatron-LM flags -> the step's overlaps (the Workload's flags); each
+#: is also a setting of its own name (``slurmtopo plan --tp-comm-overlap``)
+_MEGATRON_OVERLAPS = {"--sequence-parallel": "sequence_parallel",
+                      "--tp-comm-overlap": "tp_comm_overlap",
+                      "--overlap-grad-reduce": "overlap_grad_reduce",
+                      "--overlap-param-gather": "overlap_param_gather",
+                      "--overlap-moe-expert-parallel-comm": "ep_comm_overlap"}
+#: the settings among KNOBS that turn an overlap on -> the Workload flag
+OVERLAP_KNOBS = {flag[2:].replace("-", "_"): field for flag, field in _MEGATRON_OVERLAPS.items()}
 
 
 def resolved_layout(tp: int = 1, cp: int = 1, ep: int = 1, pp: int = 1, dp: Optional[int] = None,
@@ -66,9 +87,11 @@ def resolved_layout(tp: int = 1, cp: int = 1, ep: int = 1, pp: int = 1, dp: Opti
 def layout(use_distributed_optimizer: bool = False, use_megatron_fsdp: bool = False,
            **knobs) -> FrameworkLayout:
     """Megatron's groups for these knobs (see :func:`resolved_layout`); the
-    Layout they come from is kept with them (``planner_layout``)."""
+    Layout they come from is kept with them (``planner_layout``), and the
+    overlaps set (:data:`OVERLAP_KNOBS`, which change no group) after it."""
+    flags = {name: knobs.pop(name) for name in OVERLAP_KNOBS if name in knobs}
     for name, value in (("use_distributed_optimizer", use_distributed_optimizer),
-                        ("use_megatron_fsdp", use_megatron_fsdp)):
+                        ("use_megatron_fsdp", use_megatron_fsdp), *flags.items()):
         if not isinstance(value, bool):
             raise refuse(NAME, f"{name} must be true or false, got {value!r}")
     lay = resolved_layout(**knobs)
@@ -76,7 +99,8 @@ def layout(use_distributed_optimizer: bool = False, use_megatron_fsdp: bool = Fa
               ("expert_tp", lay.expert_tp), ("world", lay.world), ("order", lay.order),
               ("convention", lay.convention),
               ("use_distributed_optimizer", use_distributed_optimizer),
-              ("use_megatron_fsdp", use_megatron_fsdp))
+              ("use_megatron_fsdp", use_megatron_fsdp),
+              *((name, True) for name in OVERLAP_KNOBS if flags.get(name)))
     return FrameworkLayout(NAME, lay.world, values, build_groups(lay), planner_layout=lay)
 
 
@@ -165,12 +189,6 @@ _MEGATRON_MODEL = {"--num-layers": "layers", "--hidden-size": "hidden",
 #: Megatron-LM flags -> (key, value)
 _MEGATRON_FLAGS = {"--bf16": ("dtype", "bf16"), "--fp16": ("dtype", "fp16"),
                    "--swiglu": ("glu", 1), "--untie-embeddings-and-output-weights": ("tied", 0)}
-#: Megatron-LM flags -> the step's overlaps
-_MEGATRON_OVERLAPS = {"--sequence-parallel": "sequence_parallel",
-                      "--tp-comm-overlap": "tp_comm_overlap",
-                      "--overlap-grad-reduce": "overlap_grad_reduce",
-                      "--overlap-param-gather": "overlap_param_gather",
-                      "--overlap-moe-expert-parallel-comm": "ep_comm_overlap"}
 
 
 def _megatron_words(text: str, where: str):
@@ -259,6 +277,7 @@ class Megatron(Framework):
     planner_kinds = True
     config = ConfigReader("file with Megatron-LM's argument list",
                           read_knobs, read_model, read_overlaps)
+    overlap_knobs = OVERLAP_KNOBS
     example = ("slurmtopo groups --framework megatron --config "
                "tests/fixtures/frameworks/megatron.args --world 16")
     sequence_parallel = False  # --sequence-parallel, when the job says so
@@ -313,10 +332,21 @@ class Megatron(Framework):
         return out
 
     def advice_knobs(self, c, gpus: int) -> Dict[str, object]:
+        """Its layout, with the overlaps its performance recipes turn on: the
+        gradient reduction and the parameter gather; with TP, sequence
+        parallelism and TP's overlap (which needs it); with EP, EP's
+        all-to-all overlap where Megatron-Core accepts it (its
+        TransformerConfig checks, at the commit this module names: without
+        a pipeline or with interleaving, and without full recomputation)."""
         k = super().advice_knobs(c, gpus)
         if c.ep > 1:
             k["expert_tp"] = 1
         k["use_megatron_fsdp" if c.style == "fsdp" else "use_distributed_optimizer"] = True
+        if c.tp > 1:
+            k["sequence_parallel"] = k["tp_comm_overlap"] = True
+        k["overlap_grad_reduce"] = k["overlap_param_gather"] = True
+        if c.ep > 1 and (c.pp == 1 or c.vp > 1) and c.recompute != "full":
+            k["overlap_moe_expert_parallel_comm"] = True
         return k
 
     def plan_line_options(self, knobs: Mapping[str, object]) -> Dict[str, object]:
