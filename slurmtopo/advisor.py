@@ -23,6 +23,7 @@ inventory it is handed.
 """
 from __future__ import annotations
 
+import heapq
 import math
 import shlex
 from dataclasses import dataclass, replace
@@ -341,7 +342,23 @@ def advise(cluster, model_text: str, gpus: int, inventory_path: str, top: int = 
 
     by_compute = sorted(by_structure.items(),
                         key=lambda kv: (-max(r for r, _ in kv[1]), kv[0]))
-    rank = {key: estimate(variants) for key, variants in by_structure.items()}
+    # a structure's step is never faster than its compute alone: one whose
+    # compute alone is below the max_placed-th estimate so far, and below
+    # its framework's PER_FRAMEWORK-th, cannot be chosen by the second
+    # order, and is not priced (the same choice, a fraction of the pricing)
+    rank: Dict[tuple, float] = {}
+    best: List[float] = []  # the best max_placed estimates so far, a min-heap
+    best_of: Dict[str, List[float]] = {}  # the same per framework
+    for key, variants in by_compute:
+        bound = max(r for r, _ in variants)
+        mine = best_of.setdefault(key[0], [])
+        if (len(best) >= max_placed and bound < best[0]
+                and len(mine) >= PER_FRAMEWORK and bound < mine[0]):
+            rank[key] = 0.0
+            continue
+        rank[key] = estimate(variants)
+        for heap, size in ((best, max_placed), (mine, PER_FRAMEWORK)):
+            (heapq.heappush if len(heap) < size else heapq.heappushpop)(heap, rank[key])
     by_default = sorted(by_structure.items(), key=lambda kv: (-rank[kv[0]], kv[0]))
     chosen = []
     for order in (by_compute, by_default):
