@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import inspect
 import math
 import os
 import sys
@@ -551,7 +552,12 @@ def plots(rows: Sequence[Row], directory: str) -> List[str]:
                 labels.append(f"{src} ({'fit' if fitted else 'held out'}, {len(rs)})")
     # one source a row, top to bottom: the names stay readable however many
     fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.32 * len(data)))
-    ax.boxplot(data[::-1], vert=False)
+    # horizontal boxes: ``orientation`` from Matplotlib 3.10 (``vert``,
+    # deprecated there, before)
+    horizontal = ({"orientation": "horizontal"}
+                  if "orientation" in inspect.signature(ax.boxplot).parameters
+                  else {"vert": False})
+    ax.boxplot(data[::-1], **horizontal)
     ax.set_yticks(range(1, len(labels) + 1), labels[::-1], fontsize=7)
     ax.axvline(0, color="k", lw=0.8)
     for x in (-20, 20):

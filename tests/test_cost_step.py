@@ -120,6 +120,21 @@ def test_ep_calls_count_the_stage_layers_with_experts():
     assert a2a(moe_every=2) == {"forward": 2 * 8 * 4, "backward": 2 * 8 * 4}
 
 
+def test_pp_sends_once_a_micro_batch_and_virtual_stage():
+    """Megatron's interleaved schedule sends from each of a rank's model
+    chunks: v sends a micro-batch each way, where 1F1B sends one."""
+    lay = Layout(pp=4, dp=2, world=8).resolved()
+
+    def sends(vp):
+        m = ModelSpec(params=0, layers=16, hidden=1024, heads=8, kv_heads=8, ffn=4096,
+                      vocab=32000, seq_len=4096, micro_batches=8, virtual_stages=vp)
+        return {c.phase: c.calls for c in step_calls(lay, Workload(model=m)) if c.what == "pp"}
+
+    assert sends(1) == {"forward": 8, "backward": 8}
+    assert sends(2) == {"forward": 16, "backward": 16}
+    assert sends(4) == {"forward": 32, "backward": 32}
+
+
 def test_tp_ep_pp_cp_counts():
     m = ModelSpec(params=8_000_000_000, layers=32, hidden=4096, seq_len=4096, micro_batches=4,
                   top_k=2)

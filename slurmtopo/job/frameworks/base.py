@@ -48,7 +48,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks.common import FrameworkLayout, Knob
 from slurmtopo.job.frameworks.stepcalls import (StepCall, StepSizes, gradient_bytes, kv_bytes,
-                                                moe_layers, stage_moe_layers, step_sizes)
+                                                moe_layers, stage_moe_layers, step_sizes,
+                                                virtual_stages)
 from slurmtopo.job.groups import Layout
 
 __all__ = ["Framework", "RequestTerms", "ConfigReader"]
@@ -257,7 +258,8 @@ class Framework:
         * EP (:meth:`ep_step_calls`): dispatch and combine all-to-alls of
           A·top_k, both passes; exposed unless ``ep_comm_overlap``.
         * PP (:meth:`pp_step_calls`): one send of the activations forward
-          and of their gradient backward per micro-batch; exposed.
+          and of their gradient backward per micro-batch and virtual stage;
+          exposed.
         * DP per style (:meth:`gradient_step_calls`): DDP all-reduces
           G = P/(tp·pp)·d in its buckets; ZeRO-1/2 reduce-scatters G and
           all-gathers the parameters; FSDP all-gathers each layer's
@@ -337,13 +339,16 @@ class Framework:
                          note="dispatch and combine, their gradients")]
 
     def pp_step_calls(self, s: StepSizes) -> List[StepCall]:
-        """PP's sends, a micro-batch's activations each way."""
+        """PP's sends, a micro-batch's activations each way: once a
+        micro-batch, and with interleaving once a virtual stage (each of a
+        rank's model chunks sends to the next rank's)."""
         if s.layout.pp <= 1:
             return []
         send = s.activations // (s.layout.tp if s.sequence_parallel else 1)
-        return [StepCall("pp", "pp", "p2p", send, s.micro_batches, "forward", "none",
+        n = s.micro_batches * virtual_stages(s.model)
+        return [StepCall("pp", "pp", "p2p", send, n, "forward", "none",
                          note="each micro-batch's activations to the next stage"),
-                StepCall("pp", "pp", "p2p", send, s.micro_batches, "backward", "none",
+                StepCall("pp", "pp", "p2p", send, n, "backward", "none",
                          note="their gradients back")]
 
     def gradient_step_calls(self, s: StepSizes) -> List[StepCall]:

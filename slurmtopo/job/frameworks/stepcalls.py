@@ -73,6 +73,11 @@ def _resolved(model: Any) -> Any:
     return model.resolved() if hasattr(model, "resolved") else model
 
 
+def virtual_stages(model: Any) -> int:
+    """Model chunks a pipeline rank holds (interleaving; 1 without)."""
+    return max(1, int(getattr(_resolved(model), "virtual_stages", 1) or 1))
+
+
 def stage_moe_layers(model: Any, stage_layers: int) -> int:
     """Layers with experts in the pipeline stage with the most of them (a
     MoE model description's ``moe_layers_in``: past the leading dense
