@@ -272,6 +272,11 @@ def test_dense_and_moe_layers_keep_their_own_activations():
     lead = act(base + ",dense_layers=4", Dims(dp=4, ep=4, pp=2))
     assert lead == pytest.approx(act(base.replace("experts=16,top_k=1,expert_ffn=2048,", ""),
                                      Dims(dp=4, pp=2)), rel=1e-9)
+    # full recomputation holds one layer's working set: a first stage with a
+    # leading dense layer holds the dense one's, the wider here
+    full = base.replace("recompute=none", "recompute=full")
+    assert act(full + ",dense_layers=1", Dims(dp=4, ep=4, pp=2)) > \
+        act(full, Dims(dp=4, ep=4, pp=2))
 
 def test_memory_finding_by_policy():
     spec = parse_model("llama3-70b,seq_len=8192")

@@ -192,13 +192,14 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
     keep_moe, whole_moe = kept(True) if s.is_moe else (0.0, 0.0)
     keep_dense, whole_dense = kept(False)
     most = s.moe_layers_in(stage_layers) if s.is_moe else 0
-    fewest = min(most, max(0, stage_layers - s.dense_layers) // max(1, s.moe_every)) \
-        if s.is_moe else 0
+    fewest = s.moe_layers_first(stage_layers) if s.is_moe else 0
     per_stage = max(n * keep_moe + (stage_layers - n) * keep_dense for n in (most, fewest))
     # sequence parallelism splits all of it
     stage_keep = 2 * T * per_stage / tp
-    working = 2 * T * (max(whole_moe, whole_dense) if most < stage_layers else whole_moe) / tp \
-        if s.recompute == "full" else 0.0
+    # with full recomputation, one layer's working set: the larger of the
+    # kinds of layer a stage may hold
+    whole = max([whole_moe] * (most > 0) + [whole_dense] * (fewest < stage_layers))
+    working = 2 * T * whole / tp if s.recompute == "full" else 0.0
     m = s.micro_batches_for(max(1, dp))
     if pp > 1:
         inflight = pp * (1 + (pp - 1) / (pp * vp)) if vp > 1 else pp

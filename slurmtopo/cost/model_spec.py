@@ -191,6 +191,13 @@ class ModelSpec:
         leading dense layers)."""
         return min(self.moe_layers, math.ceil(layers / max(1, self.moe_every)))
 
+    def moe_layers_first(self, layers: int) -> int:
+        """Layers with experts among the first ``layers`` (the first
+        pipeline stage: the leading dense layers, then every
+        ``moe_every``-th)."""
+        return min(self.moe_layers_in(layers),
+                   max(0, layers - self.dense_layers) // max(1, self.moe_every))
+
     def embedding_params(self) -> float:
         return self.vocab * self.hidden * (1 if self.tied else 2)
 
