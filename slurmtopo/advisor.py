@@ -332,7 +332,7 @@ def advise(cluster, model_text: str, gpus: int, inventory_path: str, top: int = 
     # a structure whose communication stays inside nodes is placed even
     # where others compute faster with all-to-alls over the network
     def estimate(variants: List[Tuple[float, Candidate]]) -> float:
-        best_compute, c = max(variants, key=lambda rc: (rc[0], -rc[1].micro_batch, -rc[1].vp))
+        _, c = max(variants, key=lambda rc: (rc[0], -rc[1].micro_batch, -rc[1].vp))
         try:
             req = api.job_request(c.framework, model=_model_for(spec, c), **c.knobs(gpus))
             return price_step(cluster, api.default_placement(cluster, req), req,

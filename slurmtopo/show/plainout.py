@@ -122,9 +122,6 @@ def wrap(text: str, width: int, pad: bool = False) -> List[str]:
 
 
 _WORD = re.compile(r"\s*\S+\s*")
-#: marks a whole line among the rendered ones (not cropped); printable()
-#: text never holds a NUL
-_WHOLE = "\0"
 
 
 def _divide(text: str, width: int) -> List[int]:
