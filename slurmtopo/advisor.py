@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from slurmtopo import api
 from slurmtopo.cost.compute import Dims, GpuFigures, gpu_figures, model_flops_per_token
 from slurmtopo.cost.memory import memory_per_gpu
-from slurmtopo.cost.model_spec import ModelSpec, RECOMPUTE, model_dict
+from slurmtopo.cost.model_spec import ModelSpec, model_dict
 from slurmtopo.cost.params import cost_params
 from slurmtopo.cost.step import price_step
 from slurmtopo.cost.whole import compose
@@ -80,6 +80,10 @@ class Candidate:
     shard: int = 0
     #: DeepSpeed: the ZeRO stage
     zero: int = 0
+    #: model keys the framework prices the layout with (its recompute
+    #: modules, the gradients' dtype: ``Framework.advice_recompute``,
+    #: ``advice_model_keys``)
+    model_keys: Tuple[Tuple[str, str], ...] = ()
 
     def dims(self) -> Dims:
         return Dims(tp=self.tp, cp=self.cp, pp=self.pp, ep=self.ep, etp=1, dp=self.dp,
@@ -217,7 +221,9 @@ def _framework_variants(fw: str, s: ModelSpec, c: Candidate, megatron_fsdp: bool
 
 
 def _model_for(spec: ModelSpec, c: Candidate) -> ModelSpec:
-    return replace(spec, micro_batch=c.micro_batch, virtual_stages=c.vp, recompute=c.recompute)
+    keys: Dict[str, object] = {"recompute_modules": "", **dict(c.model_keys)}
+    return replace(spec, micro_batch=c.micro_batch, virtual_stages=c.vp, recompute=c.recompute,
+                   **keys)
 
 
 def _shard(c: Candidate) -> int:
@@ -227,9 +233,13 @@ def _shard(c: Candidate) -> int:
 
 
 def _fitting(spec: ModelSpec, c: Candidate, gpu: GpuFigures) -> Optional[Candidate]:
-    """``c`` with the least recomputation that fits, or None."""
-    for rc in RECOMPUTE:
-        cand = replace(c, recompute=rc)
+    """``c`` with the least recomputation its framework tries that fits
+    (:meth:`~slurmtopo.job.frameworks.base.Framework.advice_recompute`), or
+    None."""
+    fw = registry.get(c.framework)
+    own = tuple((k, v) for k, v in fw.advice_model_keys(spec) if not getattr(spec, k))
+    for rc, keys in fw.advice_recompute(spec):
+        cand = replace(c, recompute=rc, model_keys=own + keys)
         mem = memory_per_gpu(_model_for(spec, cand), cand.dims(), c.style, c.framework,
                              gpu.memory_gib, _shard(c))
         if mem.fits:
@@ -249,7 +259,7 @@ def plan_line(model_text: str, c: Candidate, inventory: str, gpus: int) -> str:
         else:
             words += ["--" + name.replace("_", "-"), str(value)]
     model = (f"{model_text},micro_batch={c.micro_batch},virtual_stages={c.vp},"
-             f"recompute={c.recompute}")
+             f"recompute={c.recompute}" + "".join(f",{k}={v}" for k, v in c.model_keys))
     words += ["--model", model]
     return " ".join(shlex.quote(w) for w in words)
 
@@ -257,7 +267,8 @@ def plan_line(model_text: str, c: Candidate, inventory: str, gpus: int) -> str:
 def _model_text(text: str) -> str:
     """The user's --model text without the keys the advisor sets."""
     own = ("micro_batch", "mbs", "virtual_stages", "vp", "vpp", "recompute", "ac",
-           "activation_checkpointing")
+           "activation_checkpointing", "recompute_modules", "recompute_layers",
+           "recompute_num_layers")
     parts = [p.strip() for p in text.split(",") if p.strip()]
     return ",".join(p for p in parts if p.partition("=")[0].strip().lower() not in own)
 
@@ -413,7 +424,8 @@ def advice_json(a: Advice) -> Dict[str, object]:
                          "virtual_stages": r.candidate.vp, "cp": r.candidate.cp,
                          "ep": r.candidate.ep, "dp": r.candidate.dp,
                          "micro_batch": r.candidate.micro_batch,
-                         "recompute": r.candidate.recompute, "style": r.candidate.style,
+                         "recompute": r.candidate.recompute,
+                         **dict(r.candidate.model_keys), "style": r.candidate.style,
                          "framework": r.candidate.framework,
                          "optimizer": r.candidate.optimizer(),
                          "time_s": _r(r.time_s),

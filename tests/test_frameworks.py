@@ -582,3 +582,40 @@ def test_megatron_overlaps_as_options_price_as_its_config_flags(tmp_path):
     assert rates[0] == rates[1] > rates[2]
     with pytest.raises(LayoutError, match="tp_comm_overlap must be true or false"):
         framework_layout("megatron", world=8, tp=8, tp_comm_overlap="yes")
+
+
+def test_megatron_memory_flags_read_as_the_model_keys(tmp_path):
+    """Megatron-LM's recompute modules (a list), block recomputation,
+    CPU offloading and bf16 gradient reduction in a --config file give the
+    model keys --model takes, and the same memory; a module Megatron-Core
+    does not know is refused with the file and line."""
+    from slurmtopo import api
+    from slurmtopo.cost.compute import Dims
+    from slurmtopo.cost.memory import memory_per_gpu
+
+    model = "deepseek-v3,seq_len=4096,global_batch=1024"
+    args = _write(tmp_path, "m.args", "--pipeline-model-parallel-size 8 \\\n"
+                  "  --expert-model-parallel-size 8 --recompute-granularity selective \\\n"
+                  "  --recompute-modules mla_up_proj moe_act --grad-reduce-in-bf16\n")
+    spec = api.job_spec("megatron", config=args, world=64, model=model).workload.model
+    assert (spec.recompute, spec.recompute_modules, spec.grad_dtype) == \
+        ("selective", "moe_act+mla_up_proj", "bf16")
+    keys = api.model_spec(model + ",recompute_modules=mla_up_proj+moe_act,grad_dtype=bf16")
+    d = Dims(pp=8, ep=8, dp=8)
+    assert memory_per_gpu(spec, d, "zero12").parts == memory_per_gpu(keys, d, "zero12").parts
+    block = _write(tmp_path, "b.args", "--recompute-granularity full --recompute-method block "
+                   "--recompute-num-layers 3 --pipeline-model-parallel-size 8\n")
+    assert api.job_spec("megatron", config=block, world=64,
+                        model=model).workload.model.recompute_layers == 3
+    uniform = _write(tmp_path, "u.args", "--recompute-granularity full --recompute-method uniform "
+                     "--recompute-num-layers 1 --pipeline-model-parallel-size 8\n")
+    assert api.job_spec("megatron", config=uniform, world=64,
+                        model=model).workload.model.recompute_layers == 0
+    off = _write(tmp_path, "o.args", "--cpu-offloading --cpu-offloading-num-layers 20 "
+                 "--use-megatron-fsdp\n")
+    assert api.job_spec("megatron", config=off, world=64,
+                        model="llama3-70b").workload.model.offload_layers == 20
+    bad = _write(tmp_path, "x.args", "--tensor-model-parallel-size 2\n"
+                 "--recompute-modules attention\n")
+    with pytest.raises(LayoutError, match=r"x\.args:2: --recompute-modules"):
+        api.job_spec("megatron", config=bad, world=8, model=model)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmtopo.cost.compute import (FIT, Dims, gpu_figures, gemm_seconds, model_flops_per_token,
-                                    stage_compute)
+from slurmtopo.cost.compute import (FIT, GPU_PRESETS, Dims, gpu_figures, gemm_seconds,
+                                    model_flops_per_token, stage_compute)
 from slurmtopo.cost.memory import memory_finding, memory_per_gpu
 from slurmtopo.cost.model_spec import MODEL_PRESETS, ModelSpec, model_with_config, parse_model
 from slurmtopo.cost.whole import CommCall, compose, exposed_per_call
@@ -239,7 +239,9 @@ def test_memory_follows_zero_recompute_and_parallelism():
     assert fsdp["gradients"] == pytest.approx(ddp["gradients"] / 8)
     none, sel, full = (memory_per_gpu(replace(spec, recompute=r), d, "zero12").as_dict()
                        ["activations"] for r in ("none", "selective", "full"))
-    assert none > sel > full
+    # Megatron-LM's default selective recomputation (core_attn) frees
+    # nothing beside fused attention; full keeps each layer's input only
+    assert none == sel > full
     cp2 = memory_per_gpu(spec, Dims(tp=8, cp=2, dp=4), "zero12").as_dict()["activations"]
     assert cp2 == pytest.approx(none / 2)
     moe = parse_model("deepseek-v3,seq_len=4096,global_batch=4096")
@@ -247,6 +249,77 @@ def test_memory_follows_zero_recompute_and_parallelism():
     e64 = memory_per_gpu(moe, Dims(pp=16, ep=64, dp=16), "zero12").as_dict()["weights"]
     assert e64 < e8 / 2
 
+
+
+def test_megatron_recompute_modules_free_what_they_recompute():
+    """Each of Megatron-LM's recompute modules frees its own tensors and
+    costs its own forward again; a tensor two modules free is freed once."""
+    moe = parse_model("deepseek-v3,seq_len=4096,global_batch=4096")
+    d = Dims(pp=16, ep=8, dp=16)
+
+    def act(**keys):
+        rep = memory_per_gpu(replace(moe, **keys).resolved() if keys else moe, d, "zero12")
+        return rep.as_dict()["activations"]
+
+    def rec(**keys):
+        s = replace(moe, **keys)
+        return stage_compute(s, d, H100, selective="attention").recompute_s
+
+    none = act()
+    mla = act(recompute="selective", recompute_modules="mla_up_proj")
+    moe_act = act(recompute="selective", recompute_modules="moe_act")
+    both = act(recompute="selective", recompute_modules="mla_up_proj+moe_act")
+    whole = act(recompute="selective", recompute_modules="moe")
+    assert none > mla and none > moe_act
+    assert none - both == pytest.approx((none - mla) + (none - moe_act), rel=1e-9)
+    # the whole MoE layer frees the activation too: naming both frees it once
+    assert act(recompute="selective", recompute_modules="moe+moe_act") == pytest.approx(whole)
+    assert whole < moe_act
+    assert 0 < rec(recompute="selective", recompute_modules="moe_act") \
+        < rec(recompute="selective", recompute_modules="mla_up_proj") \
+        < rec(recompute="selective", recompute_modules="moe")
+    # modules are Megatron-LM's: torchtitan's selective recomputation refuses them
+    with pytest.raises(LayoutError, match="Megatron-LM's modules"):
+        memory_per_gpu(replace(moe, recompute="selective", recompute_modules="moe"), d,
+                       "fsdp", "torchtitan")
+
+
+def test_recompute_layers_offload_and_bf16_gradients():
+    """Megatron-LM's block recomputation of some of a stage's layers, CPU
+    offloading of some layers' activations (its copies cost only what they
+    outlast the compute beside them) and gradients kept in bf16
+    (--grad-reduce-in-bf16) as Megatron Bridge's performance recipes run."""
+    spec = parse_model("llama3-70b,seq_len=8192,micro_batch=2,global_batch=256,dtype=fp8")
+    d = Dims(dp=64)
+    base = memory_per_gpu(spec, d, "fsdp", "megatron").as_dict()
+    full = memory_per_gpu(replace(spec, recompute="full"), d, "fsdp", "megatron").as_dict()
+    half = memory_per_gpu(replace(spec, recompute="full", recompute_layers=40), d, "fsdp",
+                          "megatron").as_dict()
+    assert full["activations"] < half["activations"] < base["activations"]
+    t_full = stage_compute(replace(spec, recompute="full"), d, H100).recompute_s
+    t_half = stage_compute(replace(spec, recompute="full", recompute_layers=40), d,
+                           H100).recompute_s
+    assert t_half == pytest.approx(t_full / 2)
+    off = memory_per_gpu(replace(spec, offload_layers=40), d, "fsdp", "megatron")
+    assert off.as_dict()["activations"] < 0.6 * base["activations"]
+    assert off.offloaded_bytes > 0
+    # over Grace's C2C the copies hide behind the compute, over PCIe they do not
+    gb200 = dict(GPU_PRESETS)["gb200"]
+    fast = compose(replace(spec, offload_layers=40), d, gb200, [], "fsdp", "megatron")
+    slow = compose(replace(spec, offload_layers=40), d, replace(gb200, name="B200"), [],
+                   "fsdp", "megatron")
+    kept = compose(spec, d, replace(gb200, name="B200"), [], "fsdp", "megatron")
+    assert fast.offload_s == 0 < slow.offload_s
+    assert slow.time_s == pytest.approx(kept.time_s + slow.offload_s)
+    # Megatron-LM offloads without a pipeline and without recomputation only
+    with pytest.raises(LayoutError, match="without a pipeline"):
+        memory_per_gpu(replace(spec, offload_layers=4), Dims(pp=4, dp=16), "zero12")
+    with pytest.raises(LayoutError, match="offload_layers"):
+        parse_model("llama3-70b,offload_layers=10,recompute=full")
+    z1 = memory_per_gpu(spec, Dims(tp=8, dp=8), "zero12", "megatron").as_dict()
+    bf16 = memory_per_gpu(replace(spec, grad_dtype="bf16"), Dims(tp=8, dp=8), "zero12",
+                          "megatron").as_dict()
+    assert bf16["gradients"] == pytest.approx(z1["gradients"] / 2)
 
 
 def test_dense_and_moe_layers_keep_their_own_activations():
@@ -598,3 +671,39 @@ def test_attention_kernels_and_head_width():
     narrow = replace(spec, head_dim=64, heads=64, v_head_dim=64, kv_heads=8)
     wide = dict(stage_compute(narrow, Dims(), H100).parts)["attention"]
     assert 1.2 < wide / fused < 1.4  # the same FLOPs in heads of 64: FA3's ~0.77 of 128's
+
+
+def test_advisor_prices_megatron_with_its_recipes_memory_settings(tmp_path):
+    """Megatron-LM layouts are priced with bf16 main gradients (unless the
+    user's --model names the dtype) and, for a MoE model, the recipes'
+    cheap recompute modules between none and full recomputation; the plan
+    lines carry them and price the same."""
+    from slurmtopo.advisor import _fitting, candidates
+    from slurmtopo.cost.model_spec import parse_model
+    from slurmtopo.job.frameworks.registry import get
+    spec = parse_model("deepseek-v3,seq_len=4096,global_batch=4096,dtype=fp8")
+    ladder = get("megatron").advice_recompute(spec)
+    assert [r for r, _ in ladder] == ["none", "selective", "full"]
+    mods = dict(ladder[1][1])["recompute_modules"]
+    # the literal is a model description's own spelling
+    assert parse_model(f"deepseek-v3,recompute_modules={mods}").recompute_modules == mods
+    assert [r for r, _ in get("megatron").advice_recompute(parse_model("llama3-70b"))] == \
+        ["none", "full"]
+    code, out, err = run_cli(["advise", "--inventory", str(EXAMPLES / "h100-32node-fattree.yaml"),
+                              "--model", "deepseek-v3,seq_len=4096,global_batch=4096,dtype=fp8",
+                              "--gpus", "256", "--framework", "megatron", "--top", "5", "--json"])
+    assert code == 0, err
+    layouts = json.loads(out)["layouts"]
+    assert all(l["grad_dtype"] == "bf16" and "grad_dtype=bf16" in l["plan"] for l in layouts)
+    sel = [l for l in layouts if l["recompute"] == "selective"]
+    assert sel and all(l["recompute_modules"] == mods for l in sel)
+    argv = shlex.split(sel[0]["plan"])[1:] + ["--json", "--output-dir", str(tmp_path)]
+    code, out, err = run_cli(argv)
+    assert code == 0, err
+    assert json.loads(out)["step"]["tokens_per_s_per_gpu"] == \
+        pytest.approx(sel[0]["tokens_per_s_per_gpu"], rel=1e-4)
+    # the user's own gradient dtype wins
+    fp32 = parse_model("llama3-70b,seq_len=8192,global_batch=256,grad_dtype=fp32")
+    fitted = [f for f in (_fitting(fp32, c, H100) for c in
+                          candidates(fp32, 64, frameworks=("megatron",), node_gpus=8)) if f]
+    assert fitted and all("grad_dtype" not in dict(f.model_keys) for f in fitted)

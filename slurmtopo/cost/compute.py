@@ -37,7 +37,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from slurmtopo.cost.model_spec import ModelSpec
 
-__all__ = ["GpuFigures", "GPU_PRESETS", "GPU_DTYPES", "ComputeFit", "FIT", "Dims",
+__all__ = ["GpuFigures", "GPU_PRESETS", "HOST_LINK_GBPS", "host_link_gbps", "GPU_DTYPES", "ComputeFit", "FIT", "Dims",
            "ATTENTION_EFFICIENCY", "ATTENTION_BACKWARD",
            "ATTENTION_HALF_HEAD",
            "StageCompute", "gpu_figures", "parse_gpu_compute", "model_flops_per_token",
@@ -133,6 +133,27 @@ GPU_PRESETS: Tuple[Tuple[str, GpuFigures], ...] = (
     ("a6000", _gpu("RTX A6000", 155, 0, 0, 768, 77, tdp=300)),
     ("v100", _gpu("V100", 0, 0, 0, 900, 0, fp16=125, tdp=300)),
 )
+#: GB/s each way between a GPU and its host's memory, by GPU model
+#: substring (first match wins): Grace Blackwell's NVLink-C2C (GB200, GB300:
+#: 900 GB/s both ways, NVIDIA's GB200 NVL72 and GB300 NVL72 datasheets), a
+#: PCIe 6 x16 link on B300 (HGX B300), PCIe 5 on Hopper and B200, PCIe 4 on
+#: A100, L40S and RTX A6000, PCIe 3 on V100: the PCIe figures the links'
+#: table uses (docs/cost-model.md, "Link parameters"), 25 for any other
+HOST_LINK_GBPS: Tuple[Tuple[str, float], ...] = (
+    ("gb300", 450.0), ("gb200", 450.0), ("gh200", 450.0), ("b300", 100.0), ("b200", 50.0),
+    ("h200", 50.0), ("h100", 50.0), ("h800", 50.0), ("h20", 50.0), ("a100", 25.0),
+    ("l40s", 25.0), ("a6000", 25.0), ("v100", 12.0))
+
+
+def host_link_gbps(gpu: "GpuFigures") -> float:
+    """GB/s each way between ``gpu`` and host memory (:data:`HOST_LINK_GBPS`)."""
+    name = gpu.name.lower()
+    for key, gbps in HOST_LINK_GBPS:
+        if key in name:
+            return gbps
+    return 25.0
+
+
 #: a GPU model no entry matches (and the inventory does not describe):
 #: H100's figures, said in the step's notes
 _UNKNOWN = ("h100", dict(GPU_PRESETS)["h100"])
@@ -370,7 +391,8 @@ def step_model_flops(spec: ModelSpec, sequences: int) -> float:
 
 
 def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
-                  fit: ComputeFit = FIT, attention: str = "fused") -> StageCompute:
+                  fit: ComputeFit = FIT, attention: str = "fused",
+                  selective: str = "per-op") -> StageCompute:
     """The compute of one micro-batch on a rank of the slowest pipeline
     stage (the one with the output layer and the loss).
 
@@ -389,8 +411,12 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
     stage adds the output layer (in bf16) and the loss over the
     vocabulary. Backward is twice the forward, attention's
     :data:`ATTENTION_BACKWARD` times its products (the exponentials once
-    again); recomputation adds the forward again (``full``) or the
-    attention and memory-bound kernels (``selective``). Compute-bound
+    again); recomputation adds the forward again (``full``; of
+    ``recompute_layers`` layers of the stage when given) or, ``selective``,
+    the attention and memory-bound kernels (PyTorch's per-op checkpointing)
+    or, where the framework's selective recomputation is Megatron-LM's
+    (``selective="attention"``), the forward of its ``recompute_modules``
+    (core_attn when none are named). Compute-bound
     parts run at the GPU's clock under its power limit
     (:attr:`GpuFigures.power_clock`).
     """
@@ -473,6 +499,39 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
     layer_fwd = forward - parts["logits"]
     if s.recompute == "full":
         recompute = layer_fwd
+        if 0 < s.recompute_layers < stage_layers:
+            # Megatron-LM's block method: that many layers of the stage
+            recompute *= s.recompute_layers / stage_layers
+    elif s.recompute == "selective" and selective == "attention":
+        # Megatron-LM's named modules, each forward again
+        mods = set(s.recompute_modules.split("+")) if s.recompute_modules else {"core_attn"}
+        per_dense = per_moe = 0.0
+        if "core_attn" in mods:
+            per_dense += attn
+            per_moe += attn
+        if "layernorm" in mods:
+            # the norms kept apart from their GEMMs (a MoE layer's pre-MLP
+            # one, MLA's input one), each read and written
+            norm = 2 * 2.0 * T / tp * h / hbm
+            per_dense += norm if s.kv_lora_rank else 0.0
+            per_moe += norm * (2 if s.kv_lora_rank else 1) if s.is_moe else 0.0
+        if "mla_up_proj" in mods and s.kv_lora_rank:
+            up = (gemm(T, s.heads * (s.head_dim + s.rope_head_dim) / tp,
+                       s.q_lora_rank or h)
+                  + gemm(T, s.heads * (s.head_dim + s.v_head_dim) / tp, s.kv_lora_rank))
+            per_dense += up
+            per_moe += up
+        if "mlp" in mods:
+            per_dense += dense_mlp + dense_el
+        if s.is_moe and "moe" in mods:
+            per_moe += moe_gemm + moe_el + moe_perm
+        else:
+            if s.is_moe and "moe_act" in mods:
+                # the experts' activation: their up outputs read, one written
+                per_moe += 2.0 * T * s.top_k / tp * s.expert_ffn * mm / hbm
+            if s.is_moe and "shared_experts" in mods and s.shared_experts:
+                per_moe += gemm(T, mm * s.shared_experts * s.expert_ffn / tp, h)
+        recompute = stage_dense * per_dense + stage_moe * per_moe
     elif s.recompute == "selective":
         recompute = parts["attention"] + parts["elementwise"]
     else:

@@ -7,9 +7,11 @@ input embedding and the most micro-batches in flight), in bytes:
 * **weights** ``Pd / (tp pp) + Pe / (ep etp pp)`` parameters (dense and
   expert weights, the embedding on the stages that hold it), 2 bytes each
   (bf16; fp32 runs 4), sharded further by the FSDP/ZeRO-3 shard group;
-* **gradients**: Megatron-LM accumulates in fp32 (``main_grad``, 4 bytes),
-  DeepSpeed and FSDP in the parameters' dtype after the reduction (FSDP:
-  fp32 sharded); ZeRO-2 and FSDP shard them;
+* **gradients**: Megatron-LM accumulates in fp32 (``main_grad``, 4 bytes;
+  bf16 with ``grad_dtype=bf16``, its ``--grad-reduce-in-bf16``, as Megatron
+  Bridge's performance recipes run), DeepSpeed and FSDP in the parameters'
+  dtype after the reduction (FSDP: fp32 sharded); ZeRO-2 and FSDP shard
+  them;
 * **optimizer state**: Adam's fp32 master weights and two moments (12
   bytes a parameter), sharded over the data-parallel group by ZeRO-1 and
   beyond and by Megatron's distributed optimizer;
@@ -23,10 +25,15 @@ input embedding and the most micro-batches in flight), in bytes:
   mixes, the first stage's leading dense layers or a later stage's most
   MoE layers, the one that keeps more), times the micro-batches in flight on the first stage (``pp``
   with 1F1B, ``pp (1 + (pp-1)/(pp vp))`` interleaved, capped by the
-  micro-batches a step); ``selective`` recomputation drops what attention
-  recomputes (Megatron) or keeps every other matrix product's output and
-  attention's (PyTorch's per-op selective checkpointing, torchtitan's),
-  ``full`` keeps only each layer's input plus one layer's working set;
+  micro-batches a step); ``selective`` recomputation drops what
+  Megatron-LM's ``recompute_modules`` recompute (:func:`_freed`; its
+  default, core_attn, nothing beside fused attention) or keeps every other
+  matrix product's output and attention's (PyTorch's per-op selective
+  checkpointing, torchtitan's), ``full`` keeps only each layer's input
+  (of ``recompute_layers`` layers a stage when given, the others keep
+  everything) plus one layer's working set; ``offload_layers`` layers keep
+  theirs in host memory (Megatron-LM's CPU offloading, no pipeline), one
+  layer's on its way;
 * the **logits** of a micro-batch on the last stage (``T V / tp`` values:
   Megatron's fused cross-entropy keeps them in bf16 with their fp32
   softmax, 6 bytes; PyTorch's loss the bf16 logits, an fp32 copy and its
@@ -71,6 +78,9 @@ class MemoryReport:
 
     parts: Tuple[Tuple[str, float], ...]
     gpu_gib: float
+    #: bytes a micro-batch's offloaded layers copy to host memory in the
+    #: forward pass (and back in the backward): ``offload_layers``
+    offloaded_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:
@@ -134,7 +144,10 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
     # dense weights are data-parallel over dp x cp ranks, expert weights
     # over the ranks that hold the same experts: tp cp dp / (ep etp)
     edp = max(1, tp * cp * dp // (ep * etp))
-    grad_bytes = 4 if fw.fp32_grads or style in ("fsdp", "hsdp") else wb
+    if s.grad_dtype:
+        grad_bytes = 4 if s.grad_dtype == "fp32" else 2
+    else:
+        grad_bytes = 4 if fw.fp32_grads or style in ("fsdp", "hsdp") else wb
     weights = grads = optimizer = 0.0
     for n, group in ((dense_local, dp * cp), (expert_local, edp)):
         w_sh, g_sh, o_sh = _style_shards(style, group, shard)
@@ -163,28 +176,39 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
     mm = s.mlp_matrices
     norms = 2 * h
 
+    modules = set(s.recompute_modules.split("+")) if s.recompute_modules else {"core_attn"}
+    if s.recompute == "selective" and s.recompute_modules and \
+            fw.selective_recompute != "attention":
+        raise LayoutError(f"recompute_modules={s.recompute_modules}: Megatron-LM's modules; "
+                          f"{fw.name} recomputes selectively its own way")
+    if s.offload_layers and pp > 1:
+        raise LayoutError(f"offload_layers={s.offload_layers} with pp {pp}: Megatron-LM "
+                          "offloads activations only without a pipeline")
+
     def kept(moe: bool) -> Tuple[float, float]:
-        """(values a token keeps, values the recomputed layer holds while
-        its backward runs) for a dense layer or a MoE one: the MLP's width
-        is the dense ``ffn`` or the active experts' (``top_k`` routed plus
-        the shared ones), and a MoE layer keeps the routed copies of its
-        input"""
+        """(values a token keeps, values the layer holds whole, as it
+        does without recomputation or while its backward runs) for a
+        dense layer or a MoE one: the MLP's width is the dense ``ffn`` or
+        the active experts' (``top_k`` routed plus the shared ones), and a
+        MoE layer keeps the routed copies of its input"""
         ffn_w = (s.top_k + s.shared_experts) * s.expert_ffn if moe else s.ffn
         route = s.top_k * h if moe else 0
         gemm_inputs = h + s.heads * s.v_head_dim + h + route + ffn_w  # qkv, proj, fc1, fc2
         inner = (mm - 1) * ffn_w  # the MLP's up (and gate) outputs
         whole = gi * gemm_inputs + qkv + inner + norms
+        if s.recompute == "none":
+            return whole, whole
+        if s.recompute == "full":
+            return h, whole
         if fw.selective_recompute == "attention":
-            # Megatron's selective recomputation: attention's core again
-            selective = gi * gemm_inputs + inner
-        else:
-            # PyTorch's per-op selective checkpointing (torchtitan's
-            # "selective", op): every other matrix product's output and
-            # attention's output kept, the norms and activations
-            # recomputed, plus the layer's input
-            mm_out = qkv + h + mm * ffn_w + h
-            selective = mm_out / 2 + 2 * h
-        return {"none": whole, "selective": selective, "full": h}[s.recompute], whole
+            # Megatron-LM: what its recompute_modules recompute
+            return whole - _freed(s, modules, moe, gi, qkv), whole
+        # PyTorch's per-op selective checkpointing (torchtitan's
+        # "selective", op): every other matrix product's output and
+        # attention's output kept, the norms and activations recomputed,
+        # plus the layer's input
+        mm_out = qkv + h + mm * ffn_w + h
+        return mm_out / 2 + 2 * h, whole
 
     # a stage's layers with experts and without: the first stage holds the
     # leading dense ones, a later one the most MoE layers (experts every
@@ -193,13 +217,37 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
     keep_dense, whole_dense = kept(False)
     most = s.moe_layers_in(stage_layers) if s.is_moe else 0
     fewest = s.moe_layers_first(stage_layers) if s.is_moe else 0
-    per_stage = max(n * keep_moe + (stage_layers - n) * keep_dense for n in (most, fewest))
+    mixes = (most, fewest)
+    per_stage = max(n * keep_moe + (stage_layers - n) * keep_dense for n in mixes)
+    if s.recompute == "full" and 0 < s.recompute_layers < stage_layers:
+        # Megatron-LM's block method: that many layers of a stage
+        # recomputed, the others keep everything
+        full_stage = max(n * whole_moe + (stage_layers - n) * whole_dense for n in mixes)
+        per_stage = (s.recompute_layers * per_stage
+                     + (stage_layers - s.recompute_layers) * full_stage) / stage_layers
+    # one layer's whole working set: the larger of the kinds of layer a
+    # stage may hold
+    whole = max([whole_moe] * (most > 0) + [whole_dense] * (fewest < stage_layers))
+    if s.offload_layers:
+        # Megatron-LM's CPU offloading: that many layers' activations wait
+        # in host memory (the first ones), one layer's on its way
+        kept_layers = max(0, stage_layers - s.offload_layers)
+        offloaded = 2 * T * per_stage * s.offload_layers / stage_layers / tp
+        per_stage = per_stage * kept_layers / stage_layers + whole
+    else:
+        offloaded = 0.0
     # sequence parallelism splits all of it
     stage_keep = 2 * T * per_stage / tp
-    # with full recomputation, one layer's working set: the larger of the
-    # kinds of layer a stage may hold
-    whole = max([whole_moe] * (most > 0) + [whole_dense] * (fewest < stage_layers))
-    working = 2 * T * whole / tp if s.recompute == "full" else 0.0
+    # while a recomputed layer's backward runs it holds what was recomputed:
+    # with full recomputation its whole working set, with selective the
+    # larger of its kinds' recomputed parts
+    if s.recompute == "full":
+        working = 2 * T * whole / tp
+    elif s.recompute == "selective":
+        working = 2 * T * max(whole_moe - keep_moe if most > 0 else 0.0,
+                              whole_dense - keep_dense if fewest < stage_layers else 0.0) / tp
+    else:
+        working = 0.0
     m = s.micro_batches_for(max(1, dp))
     if pp > 1:
         inflight = pp * (1 + (pp - 1) / (pp * vp)) if vp > 1 else pp
@@ -216,7 +264,52 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
     reserve = RESERVE_GIB * GiB + RESERVE_FRACTION * counted
     parts = (("weights", weights), ("gradients", grads), ("optimizer", optimizer),
              ("activations", activations), ("logits", logits), ("reserve", reserve))
-    return MemoryReport(parts, gpu_gib)
+    return MemoryReport(parts, gpu_gib, offloaded)
+
+
+def _freed(s: ModelSpec, modules, moe: bool, gi: float, qkv: float) -> float:
+    """Values a token of one layer no longer keeps when Megatron-LM's
+    selective recomputation recomputes ``modules`` (Megatron-Core's
+    ``recompute_modules``), each tensor once however many modules free it.
+
+    * ``core_attn``: nothing with fused attention: its checkpoint keeps Q,
+      K and V as inputs and the kernel keeps no more (Megatron-Core warns
+      it is not needed then);
+    * ``layernorm``: the outputs of the norms Megatron-Core keeps apart
+      from their GEMMs (a MoE layer's pre-MLP norm, multi-head latent
+      attention's input norm; Transformer Engine fuses the others);
+    * ``mla_up_proj``: multi-head latent attention's up-projected, rotated
+      Q, K and V, less the latents its checkpoint keeps;
+    * ``moe_act``: the routed experts' activation outputs (fc2's input);
+    * ``mlp``: a dense layer's MLP but its input (fc1's outputs, fc2's
+      input);
+    * ``shared_experts``: the shared experts' likewise;
+    * ``moe``: the MoE layer but its input (routed copies, the experts'
+      and shared experts' outputs and activations)."""
+    h, mm = s.hidden, s.mlp_matrices
+    routed = s.top_k * s.expert_ffn if moe else 0
+    shared = s.shared_experts * s.expert_ffn if moe else 0
+    tensors: Dict[str, float] = {}
+    if "layernorm" in modules:
+        # the norms Megatron-Core keeps apart from their GEMMs (Transformer
+        # Engine fuses the others into them: nothing to recompute): a MoE
+        # layer's pre-MLP norm, multi-head latent attention's input norm
+        tensors["norm_out"] = gi * h * ((1 if moe else 0) + (1 if s.kv_lora_rank else 0))
+    if "mla_up_proj" in modules and s.kv_lora_rank:
+        tensors["qkv"] = max(0.0, qkv - (s.q_lora_rank + s.kv_lora_rank + s.rope_head_dim))
+    if moe:
+        if "moe_act" in modules or "moe" in modules:
+            tensors["act_routed"] = gi * routed
+        if "moe" in modules:
+            tensors["route"] = gi * s.top_k * h
+            tensors["inner_routed"] = (mm - 1) * routed
+        if "shared_experts" in modules or "moe" in modules:
+            tensors["act_shared"] = gi * shared
+            tensors["inner_shared"] = (mm - 1) * shared
+    elif "mlp" in modules:
+        tensors["act"] = gi * s.ffn
+        tensors["inner"] = (mm - 1) * s.ffn
+    return sum(tensors.values())
 
 
 def memory_verdict(report: MemoryReport) -> str:
@@ -253,8 +346,10 @@ def memory_finding(report: Optional[MemoryReport], policy: str) -> Optional[str]
         return None
     parts = ", ".join(f"{k} {v:.1f}" for k, v in report.as_dict().items() if v >= 0.05)
     text = (f"the layout does not fit in GPU memory: {memory_verdict(report)} ({parts} GiB); "
-            "recompute activations (recompute=selective or full), split the model over more "
-            "GPUs (tp, pp, ep, cp) or shard it (ZeRO, FSDP, the distributed optimizer)")
+            "recompute activations (recompute=selective or full; Megatron-LM's "
+            "recompute_modules, recompute_layers), offload them (offload_layers), keep the "
+            "gradients in bf16 (grad_dtype=bf16), split the model over more GPUs (tp, pp, ep, "
+            "cp) or shard it (ZeRO, FSDP, the distributed optimizer)")
     if policy == "error":
         raise LayoutError(text + "; --memory-check warn submits it anyway")
     return text

@@ -30,6 +30,16 @@ experts, top_k        routed experts of a MoE layer and how many a token takes
 expert_ffn            an expert's inner size (0: ffn)
 shared_experts        experts every token takes (of expert_ffn each)
 recompute             none, selective or full activation recomputation
+recompute_modules     what selective recomputation recomputes, Megatron-LM's
+                      modules joined by ``+`` (core_attn, moe_act, layernorm,
+                      mla_up_proj, mlp, moe, shared_experts; "": core_attn)
+recompute_layers      full recomputation of this many layers a pipeline stage
+                      (Megatron-LM's block method; 0: every layer)
+offload_layers        layers whose activations wait in host memory
+                      (Megatron-LM's --cpu-offloading-num-layers)
+grad_dtype            the accumulated gradients' dtype, fp32 or bf16
+                      (Megatron-LM's --grad-reduce-in-bf16; "": the
+                      framework's)
 ====================  ========================================================
 
 and the architecture details the presets need to count FLOPs and memory
@@ -51,9 +61,11 @@ from dataclasses import dataclass, fields, replace
 from typing import Dict, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
+from slurmtopo.job.frameworks.megatron import RECOMPUTE_MODULES
 
 __all__ = ["ModelSpec", "MODEL_PRESETS", "PRESET_SOURCES", "PRESET_ALIASES", "preset_key",
-           "DTYPE_BYTES", "COMPUTE_DTYPES", "RECOMPUTE", "MODEL_KEYS", "parse_model",
+           "DTYPE_BYTES", "COMPUTE_DTYPES", "RECOMPUTE", "RECOMPUTE_MODULES", "GRAD_DTYPES",
+           "MODEL_KEYS", "parse_model",
            "model_pairs", "model_from_mapping", "model_dict", "model_number"]
 
 #: bytes per value of the dtypes a model description may name (the GEMM
@@ -66,6 +78,11 @@ _DTYPE_CANON = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "fp8-c
                 "fp8-mx": "mxfp8", "fp8_cs": "fp8", "fp8_mx": "mxfp8", "fp4": "nvfp4"}
 COMPUTE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
+# what Megatron-LM's selective recomputation may recompute (its
+# RECOMPUTE_MODULES): the memory each frees is in slurmtopo.cost.memory, the
+# time each costs in slurmtopo.cost.compute
+#: the dtypes gradients may be accumulated and reduced in
+GRAD_DTYPES = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -105,6 +122,10 @@ class ModelSpec:
     window: int = 0
     window_layers: int = 0
     moe_every: int = 1
+    recompute_modules: str = ""
+    recompute_layers: int = 0
+    offload_layers: int = 0
+    grad_dtype: str = ""
 
     # ---- what the communication is sized from (historical meaning) -------
 
@@ -240,12 +261,14 @@ MODEL_KEYS: Dict[str, type] = {
     "virtual_stages": int, "experts": int, "top_k": int, "expert_ffn": int,
     "shared_experts": int, "recompute": str, "micro_batches": int, "head_dim": int, "glu": int,
     "dense_layers": int, "q_lora_rank": int, "kv_lora_rank": int, "rope_head_dim": int,
-    "v_head_dim": int, "tied": int, "window": int, "window_layers": int, "moe_every": int}
+    "v_head_dim": int, "tied": int, "window": int, "window_layers": int, "moe_every": int,
+    "recompute_modules": str, "recompute_layers": int, "offload_layers": int,
+    "grad_dtype": str}
 #: keys that may be 0 (meaning "none" or "not given")
 _ZERO_OK = frozenset(("params", "heads", "kv_heads", "ffn", "vocab", "global_batch", "experts",
                       "expert_ffn", "shared_experts", "head_dim", "glu", "dense_layers",
                       "q_lora_rank", "kv_lora_rank", "rope_head_dim", "v_head_dim", "tied",
-                      "window", "window_layers"))
+                      "window", "window_layers", "recompute_layers", "offload_layers"))
 _ALIASES = {"seq": "seq_len", "sequence_length": "seq_len", "seq_length": "seq_len",
             "mbs": "micro_batch", "gbs": "global_batch", "hidden_size": "hidden",
             "num_layers": "layers", "gas": "micro_batches", "vp": "virtual_stages",
@@ -255,7 +278,8 @@ _ALIASES = {"seq": "seq_len", "sequence_length": "seq_len", "seq_length": "seq_l
             "vocab_size": "vocab", "precision": "dtype", "moe_ffn": "expert_ffn",
             "activation_checkpointing": "recompute", "ac": "recompute",
             "interleave_moe_layer_step": "moe_every", "moe_layer_freq": "moe_every",
-            "decoder_sparse_step": "moe_every"}
+            "decoder_sparse_step": "moe_every", "cpu_offloading_num_layers": "offload_layers",
+            "recompute_num_layers": "recompute_layers"}
 
 
 def _ffn_for(hidden, mult=8 / 3, of=256):
@@ -452,6 +476,18 @@ def _value(key: str, value, where: str):
                  "op": "selective", "true": "full"}.get(v, v)
             if v not in RECOMPUTE:
                 raise LayoutError(f"{where} recompute={value}: known: {', '.join(RECOMPUTE)}")
+        elif key == "recompute_modules":
+            names = [n for n in re.split(r"[+\s]+", v) if n]
+            unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+            if unknown or len(v) > 200:
+                raise LayoutError(f"{where} recompute_modules={str(value)[:60]}: known: "
+                                  f"{', '.join(RECOMPUTE_MODULES)} (joined by +)")
+            # one spelling: Megatron-Core's order, each once
+            v = "+".join(n for n in RECOMPUTE_MODULES if n in names)
+        elif key == "grad_dtype":
+            v = _DTYPE_CANON.get(v, v)
+            if v not in GRAD_DTYPES:
+                raise LayoutError(f"{where} grad_dtype={value}: known: {', '.join(GRAD_DTYPES)}")
         return v
     if isinstance(value, bool):
         raise LayoutError(f"{where} {key}={value!r}: expected a whole number")
@@ -478,6 +514,26 @@ def _check(spec: ModelSpec, where: str) -> ModelSpec:
     if spec.window_layers > spec.layers:
         raise LayoutError(f"{where}: window_layers={spec.window_layers} is more than "
                           f"layers={spec.layers}")
+    if spec.recompute_modules and spec.recompute == "full":
+        raise LayoutError(f"{where}: recompute_modules={spec.recompute_modules} is for "
+                          "selective recomputation, not recompute=full")
+    if spec.recompute_layers and spec.recompute == "selective":
+        raise LayoutError(f"{where}: recompute_layers={spec.recompute_layers} is for full "
+                          "recomputation, not recompute=selective")
+    if spec.offload_layers and (spec.recompute != "none" or spec.recompute_modules
+                                or spec.recompute_layers):
+        raise LayoutError(f"{where}: offload_layers={spec.offload_layers} with recomputation "
+                          "(Megatron-LM offloads activations only without it)")
+    for key in ("recompute_layers", "offload_layers"):
+        if getattr(spec, key) and spec.layers and getattr(spec, key) >= spec.layers:
+            raise LayoutError(f"{where}: {key}={getattr(spec, key)} is not fewer than "
+                              f"layers={spec.layers}")
+    if spec.recompute_modules and spec.recompute == "none":
+        # naming the modules asks for selective recomputation (Megatron
+        # Bridge's recipes set the granularity so), recompute_layers for full
+        spec = replace(spec, recompute="selective")
+    if spec.recompute_layers and spec.recompute == "none":
+        spec = replace(spec, recompute="full")
     if spec.heads and spec.kv_heads and spec.heads % spec.kv_heads:
         raise LayoutError(f"{where}: heads={spec.heads} is not a multiple of "
                           f"kv_heads={spec.kv_heads}")

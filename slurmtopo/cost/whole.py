@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmtopo.cost.compute import (FIT, ComputeFit, Dims, GpuFigures, StageCompute,
-                                    model_flops_per_token, optimizer_seconds, placement_gpu,
-                                    stage_compute)
+                                    host_link_gbps, model_flops_per_token, optimizer_seconds,
+                                    placement_gpu, stage_compute)
 from slurmtopo.cost.memory import MemoryReport, memory_per_gpu
 from slurmtopo.cost.model_spec import ModelSpec
 from slurmtopo.job.frameworks import registry
@@ -97,6 +97,9 @@ class WholeStep:
     micro_batches: int
     gpu: str = ""
     notes: Tuple[str, ...] = field(default=())
+    #: what copying offloaded activations to and from host memory adds
+    #: where the compute beside it is shorter (``offload_layers``)
+    offload_s: float = 0.0
 
     @property
     def exposed_comm_s(self) -> float:
@@ -188,7 +191,9 @@ def compose(spec: ModelSpec, dims: Dims, gpu: GpuFigures, calls: Sequence[CommCa
     attention kernels' class (fused, flash2), by default the framework's
     (``Framework.attention_kernel``)."""
     s = spec.resolved()
-    st = stage_compute(s, dims, gpu, fit, attention or registry.get(framework).attention_kernel)
+    fw = registry.get(framework)
+    st = stage_compute(s, dims, gpu, fit, attention or fw.attention_kernel,
+                       fw.selective_recompute)
     m = s.micro_batches_for(dims.dp)
     vp = max(1, dims.vp)
     mb = st.microbatch_s
@@ -203,14 +208,27 @@ def compose(spec: ModelSpec, dims: Dims, gpu: GpuFigures, calls: Sequence[CommCa
         total[key] = total.get(key, 0.0) + c.seconds
         exposed[key] = exposed.get(key, 0.0) + e
     compute = m * mb + opt
-    time = compute + bubble + sum(exposed.values())
+    offload = m * offload_seconds(mem.offloaded_bytes, gpu, st)
+    time = compute + bubble + sum(exposed.values()) + offload
     tokens = float(m * s.micro_batch * dims.dp * s.seq_len)
     world = dims.world
     peak, _ = gpu.peak(s.dtype)
     mfu = (model_flops_per_token(s) * tokens / time / world / peak) if time > 0 else 0.0
     return WholeStep(time, compute, bubble, opt, tuple(sorted(exposed.items())),
                      tuple(sorted(total.items())), tuple(per_call), tokens, world, mfu, mem, st,
-                     m, gpu.name, tuple(notes))
+                     m, gpu.name, tuple(notes), offload)
+
+
+def offload_seconds(offloaded: float, gpu: GpuFigures, st: StageCompute) -> float:
+    """Seconds a micro-batch waits on offloaded activations: Megatron-LM
+    copies each offloaded layer's activations to host memory while the
+    next layers compute and back while the backward pass runs ahead of
+    them, so a copy costs only what it outlasts the pass beside it (over
+    the GPU's host link, :func:`~slurmtopo.cost.compute.host_link_gbps`)."""
+    if not offloaded:
+        return 0.0
+    copy = offloaded / (host_link_gbps(gpu) * 1e9)
+    return max(0.0, copy - st.forward_s) + max(0.0, copy - st.backward_s - st.recompute_s)
 
 
 def _kind_name(what: str) -> str:
@@ -249,7 +267,7 @@ def whole_json(step: WholeStep) -> Dict[str, object]:
             "memory_gib": {k: r(v) for k, v in step.memory.as_dict().items()},
             "compute_s": step.compute_s, "bubble_s": step.bubble_s,
             "optimizer_s": step.optimizer_s, "micro_batches": step.micro_batches,
-            "gpu": step.gpu}
+            "gpu": step.gpu, **({"offload_s": step.offload_s} if step.offload_s else {})}
 
 
 def _round(x: float) -> float:

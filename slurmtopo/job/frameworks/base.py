@@ -425,6 +425,17 @@ class Framework:
         with (``fsdp``: Megatron-FSDP may be tried)."""
         return []
 
+    def advice_recompute(self, spec) -> Tuple[Tuple[str, Tuple[Tuple[str, str], ...]], ...]:
+        """The recomputations the advisor tries for ``spec`` (a
+        :class:`~slurmtopo.cost.model_spec.ModelSpec`), the least first: each
+        the ``recompute`` value and the model keys that go with it."""
+        return (("none", ()), ("selective", ()), ("full", ()))
+
+    def advice_model_keys(self, spec) -> Tuple[Tuple[str, str], ...]:
+        """Model keys the advisor prices every layout of the framework with
+        (a user's own value of a key wins)."""
+        return ()
+
     def advice_knobs(self, c, gpus: int) -> Dict[str, object]:
         """Its settings for the advisor's layout ``c`` on ``gpus`` GPUs."""
         return {"tp": c.tp, "pp": c.pp, "cp": c.cp, "ep": c.ep, "world": gpus}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import replace
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks.base import ConfigReader, Framework, RequestTerms
@@ -185,10 +185,22 @@ _MEGATRON_MODEL = {"--num-layers": "layers", "--hidden-size": "hidden",
                    "--num-layers-per-virtual-pipeline-stage": "_layers_per_virtual_stage",
                    "--moe-shared-expert-intermediate-size": "_shared_expert_size",
                    "--recompute-granularity": "recompute", "--fp8-format": "_fp8",
-                   "--fp8-recipe": "_fp8_recipe", "--fp4-format": "_fp4"}
+                   "--fp8-recipe": "_fp8_recipe", "--fp4-format": "_fp4",
+                   "--recompute-method": "_recompute_method",
+                   "--recompute-num-layers": "_recompute_num_layers",
+                   "--cpu-offloading-num-layers": "_offload_layers"}
 #: Megatron-LM flags -> (key, value)
 _MEGATRON_FLAGS = {"--bf16": ("dtype", "bf16"), "--fp16": ("dtype", "fp16"),
-                   "--swiglu": ("glu", 1), "--untie-embeddings-and-output-weights": ("tied", 0)}
+                   "--swiglu": ("glu", 1), "--untie-embeddings-and-output-weights": ("tied", 0),
+                   "--grad-reduce-in-bf16": ("grad_dtype", "bf16"),
+                   "--cpu-offloading": ("_cpu_offloading", 1)}
+#: Megatron-LM options that take a list of values (option -> model key)
+_MEGATRON_LISTS = {"--recompute-modules": "recompute_modules"}
+#: what its selective recomputation may recompute (Megatron-Core's
+#: ``TransformerConfig.recompute_modules``, default ``core_attn``), in its
+#: order: the one spelling a model description keeps them in
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                     "shared_experts")
 
 
 def _megatron_words(text: str, where: str):
@@ -208,6 +220,18 @@ def read_model(text: str, where: str) -> Dict[str, object]:
         name, eq, inline = words[i].partition("=")
         if name in _MEGATRON_FLAGS:
             flags.add(name)
+        if name in _MEGATRON_LISTS:
+            here = at(where, line_of(text, re.escape(name)))
+            values = [inline] if eq else []
+            i += 1
+            while not eq and i < len(words) and not words[i].startswith("--"):
+                values.append(words[i])
+                i += 1
+            if not values or any(v not in RECOMPUTE_MODULES for v in values):
+                raise LayoutError(f"{here}: {name} {short(' '.join(values))}: known: "
+                                  f"{', '.join(RECOMPUTE_MODULES)}")
+            raw[_MEGATRON_LISTS[name]] = "+".join(values)
+            continue
         key = _MEGATRON_MODEL.get(name)
         if key is None:
             i += 1
@@ -219,7 +243,7 @@ def read_model(text: str, where: str) -> Dict[str, object]:
             value, i = words[i + 1], i + 2
         else:
             raise LayoutError(f"{here}: {name} needs a value")
-        if key in ("recompute", "_fp8", "_fp8_recipe", "_fp4"):
+        if key in ("recompute", "_fp8", "_fp8_recipe", "_fp4", "_recompute_method"):
             if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", value):
                 raise LayoutError(f"{here}: {name} {value[:40]!r}: not a Megatron-LM value")
             raw[key] = value.lower()
@@ -230,7 +254,14 @@ def read_model(text: str, where: str) -> Dict[str, object]:
     out: Dict[str, object] = {k: v for k, v in raw.items() if not k.startswith("_")}
     for flag in flags:
         key, value = _MEGATRON_FLAGS[flag]
-        out.setdefault(key, value)
+        if not key.startswith("_"):
+            out.setdefault(key, value)
+    if raw.get("recompute") == "full" and raw.get("_recompute_method") == "block":
+        # the block method recomputes that many layers of each stage (the
+        # uniform one every layer, in chunks of that many)
+        out["recompute_layers"] = raw.get("_recompute_num_layers", 0)
+    if "--cpu-offloading" in flags and raw.get("_offload_layers"):
+        out["offload_layers"] = raw["_offload_layers"]
     if "--fp16" in flags and "--bf16" in flags:
         raise LayoutError(f"{where}: both --bf16 and --fp16")
     if any(k in out for k in ("layers", "hidden")):
@@ -330,6 +361,27 @@ class Megatron(Framework):
         if fsdp and c.pp == 1 and not is_moe:
             out.append(replace(c, style="fsdp"))
         return out
+
+    def advice_recompute(self, spec) -> Tuple[Tuple[str, Tuple[Tuple[str, str], ...]], ...]:
+        """None; for a MoE model the modules Megatron Bridge's performance
+        recipes recompute to save memory cheaply (the pre-MLP norm and the
+        experts' activation, with multi-head latent attention its
+        up-projections: ``recompute_modules`` of their GPT-OSS, Qwen3 and
+        DeepSeek-V3 configs); then full. Its default selective
+        recomputation (core_attn) frees nothing beside fused attention, so
+        it is not tried."""
+        ladder: List[Tuple[str, Tuple[Tuple[str, str], ...]]] = [("none", ())]
+        if spec.is_moe:
+            # in a model description's spelling (Megatron-Core's order)
+            mods = "moe_act+layernorm+mla_up_proj" if spec.kv_lora_rank else "moe_act+layernorm"
+            ladder.append(("selective", (("recompute_modules", mods),)))
+        ladder.append(("full", ()))
+        return tuple(ladder)
+
+    def advice_model_keys(self, spec) -> Tuple[Tuple[str, str], ...]:
+        """Main gradients in bf16 (--grad-reduce-in-bf16), as Megatron
+        Bridge's performance recipes run (``grad_reduce_in_fp32 = False``)."""
+        return (("grad_dtype", "bf16"),)
 
     def advice_knobs(self, c, gpus: int) -> Dict[str, object]:
         """Its layout, with the overlaps its performance recipes turn on: the
