@@ -87,6 +87,8 @@ def load_runs(directory: str = FIXTURES) -> List[Run]:
         src = doc["source"]
         models = doc.get("models", {})
         for row in doc["runs"]:
+            # what every run of the publication ran with, unless the row says
+            row = {**doc.get("run_defaults", {}), **row}
             text = models.get(row["model"], row["model"])
             published = row.get("tokens_per_s_per_gpu")
             if published is None and "tokens_per_s" in row:  # the whole job's, as published
@@ -138,6 +140,11 @@ def _spec(text: str, row: dict):
              "global_batch": row["global_batch"], "dtype": row["dtype"],
              "virtual_stages": virtual_stages(row, base.resolved().layers),
              "recompute": row.get("recompute", "none")}
+    # the recipes' memory settings (Megatron-LM's recompute modules and
+    # layers, CPU offloading, bf16 main gradients) where the row has them
+    for key in ("recompute_modules", "recompute_layers", "offload_layers", "grad_dtype"):
+        if row.get(key):
+            extra[key] = row[key]
     return parse_model(text + "," + ",".join(f"{k}={v}" for k, v in extra.items()))
 
 
