@@ -237,8 +237,12 @@ def _fitting(spec: ModelSpec, c: Candidate, gpu: GpuFigures) -> Optional[Candida
     (:meth:`~slurmtopo.job.frameworks.base.Framework.advice_recompute`), or
     None."""
     fw = registry.get(c.framework)
+    if spec.offload_layers and c.pp > 1:
+        return None  # offloading runs without a pipeline (Megatron-LM refuses one)
     own = tuple((k, v) for k, v in fw.advice_model_keys(spec) if not getattr(spec, k))
     for rc, keys in fw.advice_recompute(spec):
+        if spec.offload_layers and rc != "none":
+            break  # nor with recomputation
         cand = replace(c, recompute=rc, model_keys=own + keys)
         mem = memory_per_gpu(_model_for(spec, cand), cand.dims(), c.style, c.framework,
                              gpu.memory_gib, _shard(c))

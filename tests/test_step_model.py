@@ -707,3 +707,10 @@ def test_advisor_prices_megatron_with_its_recipes_memory_settings(tmp_path):
     fitted = [f for f in (_fitting(fp32, c, H100) for c in
                           candidates(fp32, 64, frameworks=("megatron",), node_gpus=8)) if f]
     assert fitted and all("grad_dtype" not in dict(f.model_keys) for f in fitted)
+    # a model offloading activations: no pipeline, no recomputation (Megatron-LM's rules)
+    code, out, err = run_cli(["advise", "--inventory", str(EXAMPLES / "gb200-nvl72-rack.yaml"),
+                              "--model", "llama3-70b,seq_len=8192,global_batch=128,dtype=fp8,"
+                              "offload_layers=20", "--gpus", "64", "--top", "3", "--json"])
+    assert code == 0, err
+    layouts = json.loads(out)["layouts"]
+    assert layouts and all(l["pp"] == 1 and l["recompute"] == "none" for l in layouts)
