@@ -221,7 +221,10 @@ def _framework_variants(fw: str, s: ModelSpec, c: Candidate, megatron_fsdp: bool
 
 
 def _model_for(spec: ModelSpec, c: Candidate) -> ModelSpec:
-    keys: Dict[str, object] = {"recompute_modules": "", **dict(c.model_keys)}
+    # the recomputation is the candidate's alone (the plan line drops the
+    # user's recompute keys too: _model_text)
+    keys: Dict[str, object] = {"recompute_modules": "", "recompute_layers": 0,
+                               **dict(c.model_keys)}
     return replace(spec, micro_batch=c.micro_batch, virtual_stages=c.vp, recompute=c.recompute,
                    **keys)
 

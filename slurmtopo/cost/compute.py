@@ -37,7 +37,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from slurmtopo.cost.model_spec import ModelSpec
 
-__all__ = ["GpuFigures", "GPU_PRESETS", "HOST_LINK_GBPS", "host_link_gbps", "GPU_DTYPES", "ComputeFit", "FIT", "Dims",
+__all__ = ["GpuFigures", "GPU_PRESETS", "HOST_LINK_GBPS", "host_link_gbps", "GPU_DTYPES",
+           "ComputeFit", "FIT", "Dims",
            "ATTENTION_EFFICIENCY", "ATTENTION_BACKWARD",
            "ATTENTION_HALF_HEAD",
            "StageCompute", "gpu_figures", "parse_gpu_compute", "model_flops_per_token",

@@ -61,6 +61,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Dict, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
+# what Megatron-LM's selective recomputation may recompute, in its own
+# vocabulary: the memory each frees is in slurmtopo.cost.memory, the time
+# each costs in slurmtopo.cost.compute
 from slurmtopo.job.frameworks.megatron import RECOMPUTE_MODULES
 
 __all__ = ["ModelSpec", "MODEL_PRESETS", "PRESET_SOURCES", "PRESET_ALIASES", "preset_key",
@@ -78,9 +81,6 @@ _DTYPE_CANON = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "fp8-c
                 "fp8-mx": "mxfp8", "fp8_cs": "fp8", "fp8_mx": "mxfp8", "fp4": "nvfp4"}
 COMPUTE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
-# what Megatron-LM's selective recomputation may recompute (its
-# RECOMPUTE_MODULES): the memory each frees is in slurmtopo.cost.memory, the
-# time each costs in slurmtopo.cost.compute
 #: the dtypes gradients may be accumulated and reduced in
 GRAD_DTYPES = ("fp32", "bf16")
 
