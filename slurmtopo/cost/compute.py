@@ -413,7 +413,7 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
     vocabulary. Backward is twice the forward, attention's
     :data:`ATTENTION_BACKWARD` times its products (the exponentials once
     again); recomputation adds the forward again (``full``; of
-    ``recompute_layers`` layers of the stage when given) or, ``selective``,
+    ``recompute_layers`` layers of each model chunk when given) or, ``selective``,
     the attention and memory-bound kernels (PyTorch's per-op checkpointing)
     or, where the framework's selective recomputation is Megatron-LM's
     (``selective="attention"``), the forward of its ``recompute_modules``
@@ -499,10 +499,9 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
     forward = sum(parts.values())
     layer_fwd = forward - parts["logits"]
     if s.recompute == "full":
-        recompute = layer_fwd
-        if 0 < s.recompute_layers < stage_layers:
-            # Megatron-LM's block method: that many layers of the stage
-            recompute *= s.recompute_layers / stage_layers
+        # every layer, or Megatron-LM's block method's share of them
+        vp = max(1, dims.vp, s.virtual_stages)
+        recompute = layer_fwd * s.recomputed_layers(stage_layers, vp) / stage_layers
     elif s.recompute == "selective" and selective == "attention":
         # Megatron-LM's named modules, each forward again
         mods = set(s.recompute_modules.split("+")) if s.recompute_modules else {"core_attn"}

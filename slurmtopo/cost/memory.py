@@ -30,7 +30,7 @@ input embedding and the most micro-batches in flight), in bytes:
   default, core_attn, nothing beside fused attention) or keeps every other
   matrix product's output and attention's (PyTorch's per-op selective
   checkpointing, torchtitan's), ``full`` keeps only each layer's input
-  (of ``recompute_layers`` layers a stage when given, the others keep
+  (of ``recompute_layers`` layers a model chunk when given, the others keep
   everything) plus one layer's working set; ``offload_layers`` layers keep
   theirs in host memory (Megatron-LM's CPU offloading, no pipeline), one
   layer's on its way;
@@ -219,12 +219,13 @@ def memory_per_gpu(spec: ModelSpec, dims: Dims, style: str = "ddp",
     fewest = s.moe_layers_first(stage_layers) if s.is_moe else 0
     mixes = (most, fewest)
     per_stage = max(n * keep_moe + (stage_layers - n) * keep_dense for n in mixes)
-    if s.recompute == "full" and 0 < s.recompute_layers < stage_layers:
-        # Megatron-LM's block method: that many layers of a stage
+    recomputed = s.recomputed_layers(stage_layers, vp)
+    if s.recompute == "full" and recomputed < stage_layers:
+        # Megatron-LM's block method: that many layers of each model chunk
         # recomputed, the others keep everything
         full_stage = max(n * whole_moe + (stage_layers - n) * whole_dense for n in mixes)
-        per_stage = (s.recompute_layers * per_stage
-                     + (stage_layers - s.recompute_layers) * full_stage) / stage_layers
+        per_stage = (recomputed * per_stage
+                     + (stage_layers - recomputed) * full_stage) / stage_layers
     # one layer's whole working set: the larger of the kinds of layer a
     # stage may hold
     whole = max([whole_moe] * (most > 0) + [whole_dense] * (fewest < stage_layers))

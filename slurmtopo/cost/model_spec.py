@@ -33,8 +33,9 @@ recompute             none, selective or full activation recomputation
 recompute_modules     what selective recomputation recomputes, Megatron-LM's
                       modules joined by ``+`` (core_attn, moe_act, layernorm,
                       mla_up_proj, mlp, moe, shared_experts; "": core_attn)
-recompute_layers      full recomputation of this many layers a pipeline stage
-                      (Megatron-LM's block method; 0: every layer)
+recompute_layers      full recomputation of this many layers of each model
+                      chunk of a pipeline stage (Megatron-LM's block method;
+                      0: every layer)
 offload_layers        layers whose activations wait in host memory
                       (Megatron-LM's --cpu-offloading-num-layers)
 grad_dtype            the accumulated gradients' dtype, fp32 or bf16
@@ -218,6 +219,20 @@ class ModelSpec:
         ``moe_every``-th)."""
         return min(self.moe_layers_in(layers),
                    max(0, layers - self.dense_layers) // max(1, self.moe_every))
+
+    def recomputed_layers(self, stage_layers: int, virtual_stages: int = 1) -> int:
+        """Layers of a pipeline stage of ``stage_layers`` that full
+        recomputation recomputes: every one, or with ``recompute_layers``
+        (Megatron-LM's block method) that many of each of the stage's
+        ``virtual_stages`` model chunks (Megatron-Core's TransformerBlock
+        counts them a chunk)."""
+        if self.recompute != "full":
+            return 0
+        if not self.recompute_layers:
+            return stage_layers
+        vp = max(1, virtual_stages)
+        chunk = math.ceil(stage_layers / vp)
+        return min(stage_layers, vp * min(self.recompute_layers, chunk))
 
     def embedding_params(self) -> float:
         return self.vocab * self.hidden * (1 if self.tied else 2)
