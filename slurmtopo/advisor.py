@@ -83,7 +83,7 @@ class Candidate:
     #: model keys the framework prices the layout with (its recompute
     #: modules, the gradients' dtype: ``Framework.advice_recompute``,
     #: ``advice_model_keys``)
-    model_keys: Tuple[Tuple[str, str], ...] = ()
+    model_keys: Tuple[Tuple[str, object], ...] = ()
 
     def dims(self) -> Dims:
         return Dims(tp=self.tp, cp=self.cp, pp=self.pp, ep=self.ep, etp=1, dp=self.dp,
@@ -247,11 +247,29 @@ def _fitting(spec: ModelSpec, c: Candidate, gpu: GpuFigures) -> Optional[Candida
         if spec.offload_layers and rc != "none":
             break  # nor with recomputation
         cand = replace(c, recompute=rc, model_keys=own + keys)
-        mem = memory_per_gpu(_model_for(spec, cand), cand.dims(), c.style, c.framework,
-                             gpu.memory_gib, _shard(c))
-        if mem.fits:
+        if _fits(spec, cand, gpu):
+            if rc == "full" and fw.block_recompute:
+                return _fewest_recomputed(spec, cand, gpu)
             return cand
     return None
+
+
+def _fits(spec: ModelSpec, c: Candidate, gpu: GpuFigures) -> bool:
+    return memory_per_gpu(_model_for(spec, c), c.dims(), c.style, c.framework,
+                          gpu.memory_gib, _shard(c)).fits
+
+
+def _fewest_recomputed(spec: ModelSpec, c: Candidate, gpu: GpuFigures) -> Candidate:
+    """``c`` (fitting with every layer recomputed) with the fewest layers of
+    each model chunk recomputed that still fit (the block method's
+    ``recompute_layers``): the others keep their activations and cost no
+    second forward."""
+    chunk = math.ceil(math.ceil(spec.layers / max(1, c.pp)) / max(1, c.vp))
+    for n in range(1, chunk):
+        part = replace(c, model_keys=c.model_keys + (("recompute_layers", n),))
+        if _fits(spec, part, gpu):
+            return part
+    return c
 
 
 def plan_line(model_text: str, c: Candidate, inventory: str, gpus: int) -> str:

@@ -300,6 +300,13 @@ def test_recompute_layers_offload_and_bf16_gradients():
     t_half = stage_compute(replace(spec, recompute="full", recompute_layers=40), d,
                            H100).recompute_s
     assert t_half == pytest.approx(t_full / 2)
+    # the block method counts a model chunk's layers: with 5 virtual stages
+    # of 4 layers on a stage of 20, one layer of each chunk is 5 of 20
+    chunked = replace(spec, recompute="full", recompute_layers=1, virtual_stages=5)
+    d4 = Dims(pp=4, dp=16, vp=5)
+    assert chunked.recomputed_layers(20, 5) == 5
+    assert stage_compute(chunked, d4, H100).recompute_s == pytest.approx(
+        stage_compute(replace(chunked, recompute_layers=0), d4, H100).recompute_s / 4)
     off = memory_per_gpu(replace(spec, offload_layers=40), d, "fsdp", "megatron")
     assert off.as_dict()["activations"] < 0.6 * base["activations"]
     assert off.offloaded_bytes > 0
@@ -691,7 +698,7 @@ def test_advisor_prices_megatron_with_its_recipes_memory_settings(tmp_path):
         ["none", "full"]
     code, out, err = run_cli(["advise", "--inventory", str(EXAMPLES / "h100-32node-fattree.yaml"),
                               "--model", "deepseek-v3,seq_len=4096,global_batch=4096,dtype=fp8",
-                              "--gpus", "256", "--framework", "megatron", "--top", "5", "--json"])
+                              "--gpus", "256", "--framework", "megatron", "--top", "12", "--json"])
     assert code == 0, err
     layouts = json.loads(out)["layouts"]
     assert all(l["grad_dtype"] == "bf16" and "grad_dtype=bf16" in l["plan"] for l in layouts)
@@ -714,3 +721,34 @@ def test_advisor_prices_megatron_with_its_recipes_memory_settings(tmp_path):
     assert code == 0, err
     layouts = json.loads(out)["layouts"]
     assert layouts and all(l["pp"] == 1 and l["recompute"] == "none" for l in layouts)
+
+
+def test_advisor_recomputes_the_fewest_layers_that_fit(tmp_path):
+    """Where a Megatron-LM layout fits only with full recomputation, the
+    advisor recomputes the fewest layers of each model chunk that fit (the
+    block method): fewer would not fit, and its plan line prices the same."""
+    from slurmtopo.advisor import _fits, _fitting, candidates
+    from slurmtopo.cost.model_spec import parse_model
+    spec = parse_model("llama3-70b,seq_len=8192,global_batch=64,dtype=fp8")
+    partial = []
+    for c in candidates(spec, 16, frameworks=("megatron",), node_gpus=8):
+        f = _fitting(spec, c, H100)
+        n = dict(f.model_keys).get("recompute_layers") if f else None
+        if n:
+            assert f.recompute == "full" and _fits(spec, f, H100)
+            keys = tuple(kv for kv in f.model_keys if kv[0] != "recompute_layers")
+            assert n == 1 or not _fits(spec, replace(f, model_keys=keys
+                                                     + (("recompute_layers", n - 1),)), H100)
+            partial.append(f)
+    assert partial
+    code, out, err = run_cli(["advise", "--inventory", str(EXAMPLES / "h100-32node-fattree.yaml"),
+                              "--model", "llama3-70b,seq_len=8192,global_batch=64,dtype=fp8",
+                              "--gpus", "16", "--framework", "megatron", "--top", "8", "--json"])
+    assert code == 0, err
+    some = [l for l in json.loads(out)["layouts"] if l.get("recompute_layers")]
+    assert some and "recompute_layers=" in some[0]["plan"]
+    code, out, err = run_cli(shlex.split(some[0]["plan"])[1:]
+                             + ["--json", "--output-dir", str(tmp_path)])
+    assert code == 0, err
+    assert json.loads(out)["step"]["tokens_per_s_per_gpu"] == \
+        pytest.approx(some[0]["tokens_per_s_per_gpu"], rel=1e-4)

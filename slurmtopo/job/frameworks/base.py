@@ -136,6 +136,10 @@ class Framework:
     selective_recompute: str = "per-op"
     #: the advisor lays models out for it (:meth:`advice_variants`)
     advised: bool = False
+    #: full recomputation of only some layers of each model chunk
+    #: (Megatron-LM's block method, the ``recompute_layers`` model key): the
+    #: advisor recomputes the fewest layers that make a layout fit
+    block_recompute: bool = False
 
     def __repr__(self) -> str:
         return f"<framework {self.name}>"
@@ -425,13 +429,13 @@ class Framework:
         with (``fsdp``: Megatron-FSDP may be tried)."""
         return []
 
-    def advice_recompute(self, spec) -> Tuple[Tuple[str, Tuple[Tuple[str, str], ...]], ...]:
+    def advice_recompute(self, spec) -> Tuple[Tuple[str, Tuple[Tuple[str, object], ...]], ...]:
         """The recomputations the advisor tries for ``spec`` (a
         :class:`~slurmtopo.cost.model_spec.ModelSpec`), the least first: each
         the ``recompute`` value and the model keys that go with it."""
         return (("none", ()), ("selective", ()), ("full", ()))
 
-    def advice_model_keys(self, spec) -> Tuple[Tuple[str, str], ...]:
+    def advice_model_keys(self, spec) -> Tuple[Tuple[str, object], ...]:
         """Model keys the advisor prices every layout of the framework with
         (a user's own value of a key wins)."""
         return ()

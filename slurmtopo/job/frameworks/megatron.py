@@ -321,6 +321,7 @@ class Megatron(Framework):
     fp32_grads = True  # its main grads
     selective_recompute = "attention"
     advised = True
+    block_recompute = True
 
     def build(self, **knobs) -> FrameworkLayout:
         return layout(**knobs)
@@ -362,15 +363,17 @@ class Megatron(Framework):
             out.append(replace(c, style="fsdp"))
         return out
 
-    def advice_recompute(self, spec) -> Tuple[Tuple[str, Tuple[Tuple[str, str], ...]], ...]:
+    def advice_recompute(self, spec) -> Tuple[Tuple[str, Tuple[Tuple[str, object], ...]], ...]:
         """None; for a MoE model the modules Megatron Bridge's performance
         recipes recompute to save memory cheaply (the pre-MLP norm and the
         experts' activation, with multi-head latent attention its
         up-projections: ``recompute_modules`` of their GPT-OSS, Qwen3 and
-        DeepSeek-V3 configs); then full. Its default selective
+        DeepSeek-V3 configs); then full, of as few layers of each model
+        chunk as fit (:attr:`block_recompute`, its block method, as those
+        recipes' ``recompute_num_layers``). Its default selective
         recomputation (core_attn) frees nothing beside fused attention, so
         it is not tried."""
-        ladder: List[Tuple[str, Tuple[Tuple[str, str], ...]]] = [("none", ())]
+        ladder: List[Tuple[str, Tuple[Tuple[str, object], ...]]] = [("none", ())]
         if spec.is_moe:
             # in a model description's spelling (Megatron-Core's order)
             mods = "moe_act+layernorm+mla_up_proj" if spec.kv_lora_rank else "moe_act+layernorm"
@@ -378,7 +381,7 @@ class Megatron(Framework):
         ladder.append(("full", ()))
         return tuple(ladder)
 
-    def advice_model_keys(self, spec) -> Tuple[Tuple[str, str], ...]:
+    def advice_model_keys(self, spec) -> Tuple[Tuple[str, object], ...]:
         """Main gradients in bf16 (--grad-reduce-in-bf16), as Megatron
         Bridge's performance recipes run (``grad_reduce_in_fp32 = False``)."""
         return (("grad_dtype", "bf16"),)
