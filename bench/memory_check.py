@@ -44,15 +44,12 @@ class MemoryRow:
 
 def memory_rows(runs: Optional[Sequence[step_fit.Run]] = None) -> List[MemoryRow]:
     """The model's memory for every run that is placed and priced."""
-    from slurmtopo.cost.compute import FIT
-    from slurmtopo.cost.whole import compose
+    from slurmtopo.cost.memory import memory_per_gpu
     out: List[MemoryRow] = []
     for p in step_fit.price_all(runs if runs is not None else step_fit.load_runs()):
         if p.error:
             continue
-        step = compose(p.spec, p.dims, p.gpu, p.calls, p.style, p.run.framework, FIT, p.shard,
-                       attention=p.run.attention)
-        m = step.memory
+        m = memory_per_gpu(p.spec, p.dims, p.style, p.run.framework, p.gpu.memory_gib, p.shard)
         out.append(MemoryRow(p.run, m.total_gib, m.gpu_gib, m.as_dict()))
     return out
 

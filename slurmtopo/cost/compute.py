@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from slurmtopo.cost.defaults import DEFAULT_PCIE_GBPS
 from slurmtopo.cost.model_spec import ModelSpec
 
 __all__ = ["GpuFigures", "GPU_PRESETS", "HOST_LINK_GBPS", "host_link_gbps", "GPU_DTYPES",
@@ -134,22 +135,21 @@ GPU_PRESETS: Tuple[Tuple[str, GpuFigures], ...] = (
     ("a6000", _gpu("RTX A6000", 155, 0, 0, 768, 77, tdp=300)),
     ("v100", _gpu("V100", 0, 0, 0, 900, 0, fp16=125, tdp=300)),
 )
-#: GB/s each way between a GPU and its host's memory, by GPU model
-#: substring (first match wins): Grace Blackwell's NVLink-C2C (GB200, GB300:
-#: 900 GB/s both ways, NVIDIA's GB200 NVL72 and GB300 NVL72 datasheets), a
-#: PCIe 6 x16 link on B300 (HGX B300), PCIe 5 on Hopper and B200, PCIe 4 on
-#: A100, L40S and RTX A6000, PCIe 3 on V100: the PCIe figures the links'
-#: table uses (docs/cost-model.md, "Link parameters"), 25 for any other
+#: GB/s each way between a GPU and its host's memory where that is not the
+#: GPU's PCIe link, by GPU model substring (first match wins): Grace's
+#: NVLink-C2C (GB200, GB300: 900 GB/s both ways, NVIDIA's GB200 NVL72 and
+#: GB300 NVL72 datasheets), a PCIe 6 x16 link on B300 (HGX B300); any other
+#: GPU its PCIe figure (:data:`~slurmtopo.cost.defaults.DEFAULT_PCIE_GBPS`,
+#: the links' table), 25 for one it does not name
 HOST_LINK_GBPS: Tuple[Tuple[str, float], ...] = (
-    ("gb300", 450.0), ("gb200", 450.0), ("gh200", 450.0), ("b300", 100.0), ("b200", 50.0),
-    ("h200", 50.0), ("h100", 50.0), ("h800", 50.0), ("h20", 50.0), ("a100", 25.0),
-    ("l40s", 25.0), ("a6000", 25.0), ("v100", 12.0))
+    ("gb300", 450.0), ("gb200", 450.0), ("gh200", 450.0), ("b300", 100.0))
 
 
 def host_link_gbps(gpu: "GpuFigures") -> float:
-    """GB/s each way between ``gpu`` and host memory (:data:`HOST_LINK_GBPS`)."""
+    """GB/s each way between ``gpu`` and host memory (:data:`HOST_LINK_GBPS`,
+    else its PCIe link's)."""
     name = gpu.name.lower()
-    for key, gbps in HOST_LINK_GBPS:
+    for key, gbps in HOST_LINK_GBPS + DEFAULT_PCIE_GBPS:
         if key in name:
             return gbps
     return 25.0
