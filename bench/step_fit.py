@@ -141,8 +141,10 @@ def _spec(text: str, row: dict):
              "virtual_stages": virtual_stages(row, base.resolved().layers),
              "recompute": row.get("recompute", "none")}
     # the recipes' memory settings (Megatron-LM's recompute modules and
-    # layers, CPU offloading, bf16 main gradients) where the row has them
-    for key in ("recompute_modules", "recompute_layers", "offload_layers", "grad_dtype"):
+    # layers, CPU offloading, bf16 main gradients) and torch.compile where
+    # the row has them
+    for key in ("recompute_modules", "recompute_layers", "offload_layers", "grad_dtype",
+                "compile"):
         if row.get(key):
             extra[key] = row[key]
     return parse_model(text + "," + ",".join(f"{k}={v}" for k, v in extra.items()))

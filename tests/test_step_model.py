@@ -137,6 +137,47 @@ def test_configs_give_the_model_keys():
     with pytest.raises(LayoutError, match="t.toml:2: .activation_checkpoint. mode"):
         model_keys_from_config("torchtitan", '[activation_checkpoint]\nmode = "most"\n',
                                "t.toml")
+    # torch.compile: [compile] enable (torchtitan from 2025), [training] compile (before)
+    assert model_keys_from_config("torchtitan", "[compile]\nenable = true\n",
+                                  "t.toml") == {"compile": "on"}
+    assert model_keys_from_config("torchtitan", "[training]\ncompile = false\n",
+                                  "t.toml") == {"compile": "off"}
+    with pytest.raises(LayoutError, match="t.toml:3: enable must be true or false"):
+        model_keys_from_config("torchtitan", '[model]\n[compile]\nenable = "yes"\n', "t.toml")
+
+
+def test_eager_kernels_are_priced_where_the_framework_runs_them():
+    """torchtitan runs the norms, SwiGLU and the rotary embedding eagerly
+    unless the model is compiled: the counted extra bytes (compute.eager_bytes)
+    make its step slower; compile=on prices the fused kernels. Megatron-LM's
+    are fused whatever the key says; a GPT-style model (LayerNorm, GELU:
+    single kernels in eager PyTorch) pays nothing more."""
+    from slurmtopo.cost.compute import eager_bytes
+    from slurmtopo.job.frameworks.registry import get
+    spec = parse_model("llama3-8b,seq_len=8192,micro_batch=2")
+    dims = Dims(dp=8)
+
+    def tokens(s, framework):
+        return compose(s, dims, H100, (), "fsdp", framework).tokens_per_s_per_gpu
+    eager, fused = tokens(spec, "torchtitan"), tokens(replace(spec, compile="on"), "torchtitan")
+    assert eager < fused < 1.3 * eager
+    assert tokens(replace(spec, compile="off"), "torchtitan") == eager
+    assert tokens(replace(spec, compile="off"), "megatron") == \
+        tokens(replace(spec, compile="on"), "megatron")
+    # DeepSpeed's kernels are priced fused unless the job says compile=off
+    assert tokens(replace(spec, compile="off"), "deepspeed") < tokens(spec, "deepspeed")
+    assert [get(f).eager_kernels(c) for f in ("torchtitan", "megatron", "deepspeed")
+            for c in ("", "on", "off")] == [True, False, True, False, False, False,
+                                             False, False, True]
+    # Llama 3 8B a token and layer, forward: two norms of 4096, SwiGLU's 14336,
+    # the rotary embedding on 32 query heads and 8 key heads of 128
+    assert eager_bytes(spec, 14336) == 32 * 2 * 4096 + 4 * 14336 + 16 * 40 * 128
+    gpt = parse_model("layers=30,hidden=4096,heads=32,ffn=16384,glu=0,seq_len=4096")
+    assert eager_bytes(gpt, 16384) == 0
+    assert tokens(replace(gpt, compile="off"), "torchtitan") == \
+        tokens(replace(gpt, compile="on"), "torchtitan")
+    with pytest.raises(LayoutError, match="compile=maybe: on or off"):
+        parse_model("llama3-8b,compile=maybe")
 
 
 # ---------------------------------------------------------------------------
@@ -545,6 +586,9 @@ def test_advisor_lays_out_for_torchtitan_and_deepspeed_too(tmp_path, monkeypatch
     assert code == 0, err
     layouts = json.loads(out)["layouts"]
     assert {x["framework"] for x in layouts} == {"torchtitan", "deepspeed"}
+    # torchtitan's layouts compiled, as its published runs train
+    assert all((x.get("compile") == "on") == ("compile=on" in x["plan"])
+               == (x["framework"] == "torchtitan") for x in layouts)
     monkeypatch.chdir(tmp_path)
     firsts = {}
     for x in layouts:

@@ -41,8 +41,8 @@ from slurmtopo.cost.model_spec import ModelSpec
 __all__ = ["GpuFigures", "GPU_PRESETS", "HOST_LINK_GBPS", "host_link_gbps", "GPU_DTYPES",
            "ComputeFit", "FIT", "Dims",
            "ATTENTION_EFFICIENCY", "ATTENTION_BACKWARD",
-           "ATTENTION_HALF_HEAD",
-           "StageCompute", "gpu_figures", "parse_gpu_compute", "model_flops_per_token",
+           "ATTENTION_HALF_HEAD", "EAGER_NORM_BYTES", "EAGER_GLU_BYTES", "EAGER_ROPE_BYTES",
+           "eager_bytes", "StageCompute", "gpu_figures", "parse_gpu_compute", "model_flops_per_token",
            "step_model_flops", "stage_compute", "optimizer_seconds", "gemm_seconds", "placement_gpu"]
 
 #: the dtypes a GPU's peak is given for (fp32 training runs on TF32)
@@ -309,6 +309,22 @@ ATTENTION_BACKWARD = 2.5
 ATTENTION_HALF_HEAD = 54.0
 
 
+#: bytes a value the memory-bound kernels of a Llama-family layer move
+#: forward when PyTorch runs them eagerly, beyond what the fused kernels
+#: the fit describes move (2-byte activations; counted from the kernels
+#: torchtitan's model code launches, not fitted): RMSNorm (x.float(),
+#: pow, mean, the product with rsqrt, the cast back, the weight: 36 bytes
+#: a value against a fused kernel's 4), twice a layer over the hidden
+#: width (and MLA's two latent norms); SwiGLU (silu, then the product: 10
+#: against 6) over the MLP's active width; the rotary embedding (x.float(),
+#: the complex product, the cast back: 20 against 4) over the query and
+#: key widths that rotate. Backward moves twice the forward, as the other
+#: memory-bound kernels. torch.compile fuses them (compile=on)
+EAGER_NORM_BYTES = 32.0
+EAGER_GLU_BYTES = 4.0
+EAGER_ROPE_BYTES = 16.0
+
+
 FIT = ComputeFit()
 
 
@@ -391,9 +407,28 @@ def step_model_flops(spec: ModelSpec, sequences: int) -> float:
     return model_flops_per_token(spec) * sequences * spec.seq_len
 
 
+def eager_bytes(spec: ModelSpec, width: float) -> float:
+    """Bytes a token's memory-bound kernels move forward in one layer when
+    run eagerly, beyond the fused kernels' (:data:`EAGER_NORM_BYTES` and
+    the others): a gated MLP (``glu``) is taken as the Llama family's
+    (RMSNorm, SwiGLU, rotary embedding); a plain one as GPT's, whose
+    LayerNorm and GELU are single kernels in eager PyTorch too (0).
+    ``width`` is the MLP's active width (the dense ``ffn``, or the routed
+    and shared experts' together)."""
+    s = spec.resolved()
+    if not s.glu:
+        return 0.0
+    norms = 2.0 * s.hidden + s.q_lora_rank + s.kv_lora_rank
+    if s.kv_lora_rank:
+        rope = (s.heads + 1) * s.rope_head_dim  # MLA rotates a slice of q and one shared k
+    else:
+        rope = (s.heads + (s.kv_heads or s.heads)) * s.head_dim
+    return EAGER_NORM_BYTES * norms + EAGER_GLU_BYTES * width + EAGER_ROPE_BYTES * rope
+
+
 def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
                   fit: ComputeFit = FIT, attention: str = "fused",
-                  selective: str = "per-op") -> StageCompute:
+                  selective: str = "per-op", eager: bool = False) -> StageCompute:
     """The compute of one micro-batch on a rank of the slowest pipeline
     stage (the one with the output layer and the loss).
 
@@ -417,7 +452,9 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
     the attention and memory-bound kernels (PyTorch's per-op checkpointing)
     or, where the framework's selective recomputation is Megatron-LM's
     (``selective="attention"``), the forward of its ``recompute_modules``
-    (core_attn when none are named). Compute-bound
+    (core_attn when none are named). ``eager``: the framework runs the
+    memory-bound kernels eagerly (:func:`eager_bytes` more a token and
+    layer, forward). Compute-bound
     parts run at the GPU's clock under its power limit
     (:attr:`GpuFigures.power_clock`).
     """
@@ -472,6 +509,8 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
     mm = s.mlp_matrices
     dense_mlp = gemm(T, mm * s.ffn / tp, h)
     dense_el = fit.elementwise_passes / 3.0 * 2.0 * T / tp * (h + s.ffn) / hbm
+    if eager:
+        dense_el += T / tp * eager_bytes(s, s.ffn) / hbm
     moe_gemm = moe_el = moe_perm = 0.0
     if s.is_moe:
         m_e = T * s.top_k * ep * etp / (s.experts * tp)
@@ -482,6 +521,8 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
         moe_gemm += gemm(T, s.experts / tp, h, "bf16")  # the router
         width = (s.top_k + s.shared_experts) * s.expert_ffn
         moe_el = fit.elementwise_passes / 3.0 * 2.0 * T / tp * (h + width) / hbm
+        if eager:
+            moe_el += T / tp * eager_bytes(s, width) / hbm
         moe_perm = fit.moe_passes / 3.0 * 2.0 * T / tp * s.top_k * h / hbm
     stage_layers = math.ceil(s.layers / pp)
     # the slowest stage holds the most MoE layers (the dense ones lead;

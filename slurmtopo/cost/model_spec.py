@@ -41,6 +41,11 @@ offload_layers        layers whose activations wait in host memory
 grad_dtype            the accumulated gradients' dtype, fp32 or bf16
                       (Megatron-LM's --grad-reduce-in-bf16; "": the
                       framework's)
+compile               torch.compile: ``on`` fuses the memory-bound kernels
+                      (norms, activation, rotary embedding), ``off`` runs
+                      them eagerly; "": the framework's (torchtitan's eager
+                      unless compiled; Megatron-LM's fused by Transformer
+                      Engine whatever is said)
 ====================  ========================================================
 
 and the architecture details the presets need to count FLOPs and memory
@@ -69,6 +74,7 @@ from slurmtopo.job.frameworks.megatron import RECOMPUTE_MODULES
 
 __all__ = ["ModelSpec", "MODEL_PRESETS", "PRESET_SOURCES", "PRESET_ALIASES", "preset_key",
            "DTYPE_BYTES", "COMPUTE_DTYPES", "RECOMPUTE", "RECOMPUTE_MODULES", "GRAD_DTYPES",
+           "COMPILE",
            "MODEL_KEYS", "parse_model",
            "model_pairs", "model_from_mapping", "model_dict", "model_number"]
 
@@ -84,6 +90,8 @@ COMPUTE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
 #: the dtypes gradients may be accumulated and reduced in
 GRAD_DTYPES = ("fp32", "bf16")
+#: the ``compile`` key's values ("" is the framework's default)
+COMPILE = ("on", "off")
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,7 @@ class ModelSpec:
     recompute_layers: int = 0
     offload_layers: int = 0
     grad_dtype: str = ""
+    compile: str = ""
 
     # ---- what the communication is sized from (historical meaning) -------
 
@@ -278,7 +287,7 @@ MODEL_KEYS: Dict[str, type] = {
     "dense_layers": int, "q_lora_rank": int, "kv_lora_rank": int, "rope_head_dim": int,
     "v_head_dim": int, "tied": int, "window": int, "window_layers": int, "moe_every": int,
     "recompute_modules": str, "recompute_layers": int, "offload_layers": int,
-    "grad_dtype": str}
+    "grad_dtype": str, "compile": str}
 #: keys that may be 0 (meaning "none" or "not given")
 _ZERO_OK = frozenset(("params", "heads", "kv_heads", "ffn", "vocab", "global_batch", "experts",
                       "expert_ffn", "shared_experts", "head_dim", "glu", "dense_layers",
@@ -503,6 +512,11 @@ def _value(key: str, value, where: str):
             v = _DTYPE_CANON.get(v, v)
             if v not in GRAD_DTYPES:
                 raise LayoutError(f"{where} grad_dtype={value}: known: {', '.join(GRAD_DTYPES)}")
+        elif key == "compile":
+            v = {"true": "on", "yes": "on", "1": "on", "false": "off", "no": "off",
+                 "0": "off"}.get(v, v)
+            if v not in COMPILE:
+                raise LayoutError(f"{where} compile={value}: on or off")
         return v
     if isinstance(value, bool):
         raise LayoutError(f"{where} {key}={value!r}: expected a whole number")

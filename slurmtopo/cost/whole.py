@@ -193,7 +193,7 @@ def compose(spec: ModelSpec, dims: Dims, gpu: GpuFigures, calls: Sequence[CommCa
     s = spec.resolved()
     fw = registry.get(framework)
     st = stage_compute(s, dims, gpu, fit, attention or fw.attention_kernel,
-                       fw.selective_recompute)
+                       fw.selective_recompute, fw.eager_kernels(s.compile))
     m = s.micro_batches_for(dims.dp)
     vp = max(1, dims.vp)
     mb = st.microbatch_s

@@ -130,6 +130,13 @@ class Framework:
     #: main grads); else fp32 under FSDP/HSDP only, the weights' width
     #: otherwise
     fp32_grads: bool = False
+    #: its memory-bound kernels (norms, activation, rotary embedding) run
+    #: eagerly unless the job compiles the model (torchtitan's, PyTorch
+    #: modules without torch.compile): :meth:`eager_kernels`
+    eager_by_default: bool = False
+    #: its kernels are fused whatever the job says (Megatron-LM's:
+    #: Transformer Engine's and its own fused kernels)
+    always_fused: bool = False
     #: what its selective activation recomputation keeps: ``per-op``
     #: (PyTorch's per-op checkpointing: every other matrix product's
     #: output) or ``attention`` (Megatron's: attention's core recomputed)
@@ -228,6 +235,17 @@ class Framework:
         """Does the gradient reduction overlap the backward pass unless the
         job says otherwise? PyTorch's DDP and FSDP overlap."""
         return True
+
+    def eager_kernels(self, compile: str) -> bool:
+        """Does a job of it run its memory-bound kernels eagerly, given the
+        model's ``compile`` key (on, off, or "": the framework's default)?
+        The step model prices eager kernels' extra passes
+        (:func:`slurmtopo.cost.compute.eager_bytes`)."""
+        if self.always_fused:
+            return False
+        if compile:
+            return compile == "off"
+        return self.eager_by_default
 
     def ddp_bucket_bytes(self, dp: int, d: int) -> int:
         """The gradient bucket of its DDP in bytes for ``d``-byte values:

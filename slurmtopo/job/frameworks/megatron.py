@@ -320,6 +320,7 @@ class Megatron(Framework):
     logit_bytes = 6
     fp32_grads = True  # its main grads
     selective_recompute = "attention"
+    always_fused = True  # Transformer Engine's and Megatron-Core's fused kernels
     advised = True
     block_recompute = True
 

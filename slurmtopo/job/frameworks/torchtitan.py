@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from slurmtopo.errors import LayoutError
 from slurmtopo.job.frameworks.base import ConfigReader, Framework, RequestTerms
@@ -243,6 +243,16 @@ def read_model(text: str, where: str) -> Dict[str, object]:
         out["dtype"] = "fp8"
     if any(c.startswith("mx") or ".mx" in c for c in conv):
         out["dtype"] = "mxfp8"
+    # torch.compile: [compile] enable (torchtitan from 2025), [training]
+    # compile (before)
+    comp = doc.get("compile")
+    flag = comp.get("enable") if isinstance(comp, dict) else training.get("compile")
+    if flag is not None:
+        if not isinstance(flag, bool):
+            key = "enable" if isinstance(comp, dict) else "compile"
+            here = at(where, line_of(text, rf"^\s*{key}\s*="))
+            raise LayoutError(f"{here}: {key} must be true or false, got {flag!r}")
+        out["compile"] = "on" if flag else "off"
     ac = doc.get("activation_checkpoint")
     if isinstance(ac, dict) and isinstance(ac.get("mode"), str):
         mode = ac["mode"].lower()
@@ -293,6 +303,7 @@ class Torchtitan(Framework):
     gather_overlap = True
     tp_overlap_backward = False  # async TP fuses the forward's collectives only
     advised = True
+    eager_by_default = True  # [compile] enable is off unless the job file says
 
     def build(self, **knobs) -> FrameworkLayout:
         return layout(**knobs)
@@ -342,6 +353,12 @@ class Torchtitan(Framework):
             if 1 < shard < c.dp and c.dp % shard == 0 and (shard * c.cp * c.tp) % c.ep == 0:
                 out.append(replace(c, style="hsdp", shard=shard))
         return out
+
+    def advice_model_keys(self, spec) -> Tuple[Tuple[str, object], ...]:
+        """The model compiled (``[compile] enable = true``), as torchtitan's
+        published runs train: torch.compile fuses the memory-bound kernels
+        eager PyTorch runs one by one."""
+        return (("compile", "on"),)
 
     def advice_knobs(self, c, gpus: int) -> Dict[str, object]:
         k = super().advice_knobs(c, gpus)
