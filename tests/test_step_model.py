@@ -142,6 +142,9 @@ def test_configs_give_the_model_keys():
                                   "t.toml") == {"compile": "on"}
     assert model_keys_from_config("torchtitan", "[training]\ncompile = false\n",
                                   "t.toml") == {"compile": "off"}
+    # the loss compiled alone leaves the model's kernels eager
+    assert model_keys_from_config("torchtitan", '[compile]\nenable = true\ncomponents = ["loss"]\n',
+                                  "t.toml") == {"compile": "off"}
     with pytest.raises(LayoutError, match="t.toml:3: enable must be true or false"):
         model_keys_from_config("torchtitan", '[model]\n[compile]\nenable = "yes"\n', "t.toml")
 

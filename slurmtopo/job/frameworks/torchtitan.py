@@ -243,8 +243,9 @@ def read_model(text: str, where: str) -> Dict[str, object]:
         out["dtype"] = "fp8"
     if any(c.startswith("mx") or ".mx" in c for c in conv):
         out["dtype"] = "mxfp8"
-    # torch.compile: [compile] enable (torchtitan from 2025), [training]
-    # compile (before)
+    # torch.compile: [compile] enable (torchtitan from 2025; its
+    # components, when listed, must name the model for the model's kernels
+    # to be fused), [training] compile (before)
     comp = doc.get("compile")
     flag = comp.get("enable") if isinstance(comp, dict) else training.get("compile")
     if flag is not None:
@@ -252,6 +253,9 @@ def read_model(text: str, where: str) -> Dict[str, object]:
             key = "enable" if isinstance(comp, dict) else "compile"
             here = at(where, line_of(text, rf"^\s*{key}\s*="))
             raise LayoutError(f"{here}: {key} must be true or false, got {flag!r}")
+        parts = comp.get("components") if isinstance(comp, dict) else None
+        if isinstance(parts, list) and "model" not in [str(p).lower() for p in parts]:
+            flag = False
         out["compile"] = "on" if flag else "off"
     ac = doc.get("activation_checkpoint")
     if isinstance(ac, dict) and isinstance(ac.get("mode"), str):
