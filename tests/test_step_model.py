@@ -181,6 +181,18 @@ def test_eager_kernels_are_priced_where_the_framework_runs_them():
         tokens(replace(gpt, compile="on"), "torchtitan")
     with pytest.raises(LayoutError, match="compile=maybe: on or off"):
         parse_model("llama3-8b,compile=maybe")
+    # the step says so where the framework's default chose eager kernels
+    eager_step = compose(spec, dims, H100, (), "fsdp", "torchtitan")
+    assert eager_step.stage.eager and any("compile=on" in n for n in eager_step.notes)
+    for s, fw in ((replace(spec, compile="on"), "torchtitan"), (spec, "megatron"),
+                  (replace(gpt, compile="off"), "torchtitan")):
+        step = compose(s, dims, H100, (), "fsdp", fw)
+        assert not step.stage.eager and not step.notes, (s.compile, fw)
+    code, out, err = run_cli(["plan", "--inventory", str(EXAMPLES / "h100-4node-2leaf.yaml"),
+                              "--framework", "torchtitan", "--world", "32", "--dp-shard", "-1",
+                              "--model", "llama3-8b,seq_len=8192", "--state", "none"])
+    assert code == 0, err
+    assert "bf16, eager kernels," in " ".join(out.split())
 
 
 # ---------------------------------------------------------------------------

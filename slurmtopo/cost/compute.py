@@ -360,6 +360,9 @@ class StageCompute:
     #: the layers of that stage, and the dtype the GEMMs ran in
     layers: int = 0
     dtype: str = "bf16"
+    #: the memory-bound kernels priced as eager PyTorch runs them (a model
+    #: whose eager kernels cost more than fused ones: :func:`eager_bytes`)
+    eager: bool = False
 
     @property
     def microbatch_s(self) -> float:
@@ -581,7 +584,7 @@ def stage_compute(spec: ModelSpec, dims: Dims, gpu: GpuFigures,
     totals = {k: 3.0 * v for k, v in parts.items()}
     totals["attention"] += extra
     return StageCompute(forward, 2.0 * forward + extra, recompute, tuple(totals.items()),
-                        stage_layers, dt)
+                        stage_layers, dt, eager and eager_bytes(s, s.ffn) > 0)
 
 
 def optimizer_seconds(params_local: float, gpu: GpuFigures) -> float:

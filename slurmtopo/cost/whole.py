@@ -194,6 +194,10 @@ def compose(spec: ModelSpec, dims: Dims, gpu: GpuFigures, calls: Sequence[CommCa
     fw = registry.get(framework)
     st = stage_compute(s, dims, gpu, fit, attention or fw.attention_kernel,
                        fw.selective_recompute, fw.eager_kernels(s.compile))
+    if st.eager and not s.compile:
+        notes = tuple(notes) + (f"{framework} runs the norms, activation and rotary embedding "
+                                "eagerly unless the model is compiled: priced so "
+                                "(compile=on prices them fused)",)
     m = s.micro_batches_for(dims.dp)
     vp = max(1, dims.vp)
     mb = st.microbatch_s

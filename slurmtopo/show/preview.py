@@ -267,7 +267,8 @@ def whole_step_sheet(plan_cost, naive_cost=None) -> Optional[Sheet]:
     parts = ", ".join(f"{k} {v:.1f}" for k, v in mem.as_dict().items() if v >= 0.05)
     gpu = f" of {mem.gpu_gib:.0f} GiB" if mem.gpu_gib else ""
     m = step.model
-    t.caption = (f"{whole.gpu}, {m.dtype}, {whole.micro_batches} micro-batch(es) of "
+    eager = ", eager kernels" if whole.stage.eager else ""
+    t.caption = (f"{whole.gpu}, {m.dtype}{eager}, {whole.micro_batches} micro-batch(es) of "
                  f"{m.micro_batch} x {m.seq_len} tokens a pipeline; memory{gpu}: {parts} GiB")
     t.labels = ["step", "plan"] + (["Slurm default", "gain"] if nwhole else [])
     return t
