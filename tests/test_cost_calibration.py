@@ -108,6 +108,15 @@ def test_not_asserted_curves_still_fit_most_points():
         assert cmp.within * 2 >= len(cmp.checked) - 1, (name, cmp.within, len(cmp.checked))
 
 
+def test_docs_print_the_report_as_the_bench_prints_it():
+    """docs/cost-model.md's calibration tables are `python -m
+    bench.calibration`'s output now, every table of it."""
+    with open(os.path.join(ROOT, "docs", "cost-model.md")) as fh:
+        doc = fh.read()
+    tables = cal.table(cal.compare_all()).strip().split("\n\n")
+    assert len(tables) >= 2 and all(t.strip() in doc for t in tables)
+
+
 def test_the_report_is_deterministic(tmp_path):
     pytest.importorskip("matplotlib")
     cmp = comparison(ASSERTED[0])

@@ -5,6 +5,7 @@ record (Megatron-LM's recompute modules and layers, CPU offloading, bf16
 main gradients) the model says so for Megatron Bridge's runs."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from bench import memory_check, step_fit
@@ -43,3 +44,6 @@ def test_every_source_is_reported():
     s = memory_check.summary([r for r in rows if r.run.source in ("megatron-lm-readme",
                                                                   "nemo-long-context")])
     assert s["fits"] == 1.0, s
+    # docs/cost-model.md prints the table as the bench prints it now
+    with open(os.path.join(step_fit.ROOT, "docs", "cost-model.md")) as fh:
+        assert table.strip() in fh.read()
